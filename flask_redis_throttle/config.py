@@ -1,0 +1,96 @@
+"""The ``RATELIMIT_*`` settings: their defaults, in one place, and their checks.
+
+Settings are read once, at ``init_app``. A bad value raises
+:class:`~flask_redis_throttle.ConfigurationError` there, quoting it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import ConfigurationError, InvalidLimit
+from .identity import IDENTITY_NAMES, IdentitySpec, check_identities
+from .rates import Rate, parse_limits
+
+__all__ = ["DEFAULTS", "Settings"]
+
+#: Every setting this extension reads, with its default.
+DEFAULTS: dict[str, Any] = {
+    "RATELIMIT_ENABLED": True,
+    "RATELIMIT_STORAGE_URL": "memory://",
+    "RATELIMIT_STORAGE_OPTIONS": {},
+    "RATELIMIT_KEY_PREFIX": "rl:",
+    "RATELIMIT_DEFAULT": None,
+    "RATELIMIT_HEADERS_ENABLED": True,
+    "RATELIMIT_FAIL_OPEN": True,
+    "RATELIMIT_IDENTITIES": ("ip", "user"),
+    "RATELIMIT_IPV6_PREFIX": 64,
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The validated settings of one app. See :doc:`/config` for each key."""
+
+    enabled: bool
+    storage_url: str
+    storage_options: Mapping[str, Any]
+    key_prefix: str
+    default: tuple[Rate, ...] | None
+    headers_enabled: bool
+    fail_open: bool
+    identities: tuple[IdentitySpec, ...]
+    ipv6_prefix: int
+
+    @classmethod
+    def from_config(cls, config: MutableMapping[str, Any]) -> Settings:
+        """Fill in missing defaults on ``config`` and validate every key.
+
+        :raises ConfigurationError: naming the first bad key and its value.
+        """
+        for key, value in DEFAULTS.items():
+            config.setdefault(key, value)
+
+        def flag(key: str) -> bool:
+            value = config[key]
+            if not isinstance(value, bool):
+                raise ConfigurationError(key, value, "True or False")
+            return value
+
+        prefix = config["RATELIMIT_KEY_PREFIX"]
+        if not isinstance(prefix, str) or "{" in prefix or "}" in prefix:
+            raise ConfigurationError("RATELIMIT_KEY_PREFIX", prefix, "a string without braces")
+        options = config["RATELIMIT_STORAGE_OPTIONS"]
+        if not isinstance(options, Mapping):
+            raise ConfigurationError("RATELIMIT_STORAGE_OPTIONS", options, "a dict of redis.Redis keyword arguments")
+        identities = check_identities(config["RATELIMIT_IDENTITIES"])
+        if identities is None:
+            raise ConfigurationError(
+                "RATELIMIT_IDENTITIES",
+                config["RATELIMIT_IDENTITIES"],
+                f"a non-empty list of {', '.join(map(repr, IDENTITY_NAMES))} or key functions",
+            )
+        ipv6_prefix = config["RATELIMIT_IPV6_PREFIX"]
+        if isinstance(ipv6_prefix, bool) or not isinstance(ipv6_prefix, int) or not 0 <= ipv6_prefix <= 128:
+            raise ConfigurationError("RATELIMIT_IPV6_PREFIX", ipv6_prefix, "an integer from 0 to 128")
+        default = config["RATELIMIT_DEFAULT"]
+        try:
+            rates = None if default is None else parse_limits(default)
+        except InvalidLimit as error:
+            raise ConfigurationError("RATELIMIT_DEFAULT", default, f"None or a limit string ({error})") from error
+        url = config["RATELIMIT_STORAGE_URL"]
+        if not isinstance(url, str):
+            raise ConfigurationError("RATELIMIT_STORAGE_URL", url, "a URL string")
+        return cls(
+            enabled=flag("RATELIMIT_ENABLED"),
+            storage_url=url,
+            storage_options=options,
+            key_prefix=prefix,
+            default=rates,
+            headers_enabled=flag("RATELIMIT_HEADERS_ENABLED"),
+            fail_open=flag("RATELIMIT_FAIL_OPEN"),
+            identities=identities,
+            ipv6_prefix=ipv6_prefix,
+        )

@@ -1,0 +1,87 @@
+"""The :func:`limit` view decorator.
+
+It only records the limit on the view function; the extension reads it when
+the view is first requested. So it needs no extension instance in scope, works
+in either order with ``@app.route``, and leaves ``async def`` views alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from .errors import InvalidLimit
+from .identity import IDENTITY_NAMES, IdentitySpec, check_identities
+from .rates import Rate, parse_limits
+
+__all__ = ["LIMITS_ATTRIBUTE", "LimitSpec", "limit"]
+
+#: The attribute of a view function that holds its limits.
+LIMITS_ATTRIBUTE = "__ratelimits__"
+
+F = TypeVar("F", bound=Callable[..., object])
+
+
+@dataclass(frozen=True)
+class LimitSpec:
+    """One ``@limit`` on a view, parsed and validated.
+
+    :param spec: the limit string as written.
+    :param rates: its layers.
+    :param scope: the counters' scope, or None for the endpoint name.
+    :param identities: whom it counts, or None for ``RATELIMIT_IDENTITIES``.
+    """
+
+    spec: str
+    rates: tuple[Rate, ...]
+    scope: str | None = None
+    identities: tuple[IdentitySpec, ...] | None = None
+
+
+def limit(
+    spec: str,
+    *,
+    scope: str | None = None,
+    identities: Sequence[IdentitySpec] | None = None,
+) -> Callable[[F], F]:
+    """Limit a view. A request passes only if every layer of every identity has room.
+
+    .. code-block:: python
+
+        @app.get("/api/items")
+        @limit("10/s;120/m;240/h")
+        def items(): ...
+
+    Several ``@limit`` on one view all apply, and are still decided in one
+    round trip.
+
+    :param spec: the layers, such as ``"10/s;120/m"``; see :doc:`/grammar`.
+    :param scope: the name to count under. Views that give the same scope
+        share counters. By default each endpoint counts on its own.
+    :param identities: whom to count, overriding ``RATELIMIT_IDENTITIES``:
+        ``"ip"``, ``"user"``, ``"user-or-ip"`` or key functions.
+    :raises InvalidLimit: at once, when the decorator is applied, if ``spec``
+        or an option is malformed.
+    """
+    rates = parse_limits(spec)
+    if scope is not None and (not isinstance(scope, str) or not scope):
+        raise InvalidLimit(f"scope {scope!r} must be a non-empty string", spec=scope)
+    checked = None
+    if identities is not None:
+        checked = check_identities(identities)
+        if checked is None:
+            raise InvalidLimit(
+                f"identities {identities!r} must be a non-empty list of "
+                f"{', '.join(map(repr, IDENTITY_NAMES))} or key functions",
+                spec=identities,
+            )
+    entry = LimitSpec(spec, rates, scope, checked)
+
+    def decorate(view: F) -> F:
+        # A new tuple rather than an append: functools.wraps copies __dict__
+        # shallowly, and a wrapped view must not gain its wrapper's limits.
+        setattr(view, LIMITS_ATTRIBUTE, (*getattr(view, LIMITS_ATTRIBUTE, ()), entry))
+        return view
+
+    return decorate

@@ -1,0 +1,123 @@
+"""The exceptions of flask-redis-throttle, in one small hierarchy.
+
+* :class:`RateLimitError` is the base of everything raised for bad input.
+* :class:`InvalidLimit` and :class:`ConfigurationError` are also
+  :class:`ValueError`, raised at decoration time and at ``init_app``.
+* :class:`RateLimitExceeded` is the HTTP 429 a refused request raises. It is
+  a :class:`werkzeug.exceptions.TooManyRequests`, so ``@app.errorhandler(429)``
+  catches it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import TYPE_CHECKING, Any
+
+from werkzeug.datastructures import MIMEAccept
+from werkzeug.exceptions import TooManyRequests
+from werkzeug.http import parse_accept_header
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import WSGIEnvironment
+
+    from .keys import Identity
+    from .rates import Rate
+
+__all__ = ["ConfigurationError", "InvalidLimit", "RateLimitError", "RateLimitExceeded"]
+
+
+class RateLimitError(Exception):
+    """The base class of the errors this extension raises for bad input."""
+
+
+class InvalidLimit(RateLimitError, ValueError):
+    """A limit string or a :func:`~flask_redis_throttle.limit` option is malformed.
+
+    :param message: what is wrong, quoting the bad text and saying what is valid.
+    :param spec: the offending value, as it was given.
+    """
+
+    def __init__(self, message: str, spec: object = None) -> None:
+        super().__init__(message)
+        #: The offending value, as it was given.
+        self.spec = spec
+
+
+class ConfigurationError(RateLimitError, ValueError):
+    """A ``RATELIMIT_*`` setting has a bad value. Raised by ``init_app``.
+
+    :param key: the config key.
+    :param value: the bad value.
+    :param expected: what would be valid.
+    """
+
+    def __init__(self, key: str, value: object, expected: str) -> None:
+        super().__init__(f"{key} = {value!r} is invalid: expected {expected}")
+        #: The config key, such as ``"RATELIMIT_STORAGE_URL"``.
+        self.key = key
+        #: The bad value.
+        self.value = value
+
+
+# Offered in this order so that a client sending ``*/*`` (curl, browsers'
+# fetch without headers) gets short text; only a client that asks for JSON
+# gets JSON.
+_OFFERS = ("text/plain", "application/problem+json", "application/json")
+
+
+class RateLimitExceeded(TooManyRequests):
+    """A request was refused because a layer of its limit had no room left.
+
+    The response is 429 with a ``Retry-After`` header in whole seconds,
+    rounded up. Its body is RFC 9457 problem details
+    (``application/problem+json``) when the client accepts JSON, and one
+    line of text otherwise.
+
+    :param layer: the layer that refused the request (the one whose wait is
+        longest, when several did).
+    :param identity: whose counter refused it, such as the client's IP.
+    :param retry_after: seconds until the request would pass; rounded up to a
+        whole number of seconds, at least 1.
+    :param scope: the name the counters are kept under, by default the endpoint.
+    """
+
+    def __init__(self, layer: Rate, identity: Identity, retry_after: float, scope: str) -> None:
+        seconds = max(1, math.ceil(retry_after))
+        super().__init__(
+            f"Rate limit exceeded: {layer}. Try again in {seconds} second{'' if seconds == 1 else 's'}.",
+            retry_after=seconds,
+        )
+        #: The :class:`~flask_redis_throttle.Rate` that refused the request.
+        self.layer = layer
+        #: The :class:`~flask_redis_throttle.Identity` whose counter was full.
+        self.identity = identity
+        #: Whole seconds until the request would pass.
+        self.retry_after: int = seconds
+        #: The scope the counters are kept under.
+        self.scope = scope
+
+    def _wants_json(self, environ: WSGIEnvironment | None) -> bool:
+        accept = parse_accept_header((environ or {}).get("HTTP_ACCEPT"), MIMEAccept)
+        return accept.best_match(_OFFERS) in _OFFERS[1:]
+
+    def get_body(self, environ: WSGIEnvironment | None = None, scope: dict[str, Any] | None = None) -> str:
+        """The problem-details JSON, or a line of text, depending on ``Accept``."""
+        if self._wants_json(environ):
+            return json.dumps(
+                {
+                    "type": "about:blank",
+                    "title": "Too Many Requests",
+                    "status": self.code,
+                    "detail": self.description,
+                    "retry_after": self.retry_after,
+                }
+            )
+        return f"{self.description}\n"
+
+    def get_headers(
+        self, environ: WSGIEnvironment | None = None, scope: dict[str, Any] | None = None
+    ) -> list[tuple[str, str]]:
+        """``Content-Type`` to match the body, and ``Retry-After``."""
+        content_type = "application/problem+json" if self._wants_json(environ) else "text/plain; charset=utf-8"
+        return [("Content-Type", content_type), ("Retry-After", str(self.retry_after))]

@@ -1,0 +1,94 @@
+"""Who is asking: the identities a Flask request is known by.
+
+Built-in identities, chosen by name in ``RATELIMIT_IDENTITIES`` or
+``@limit(..., identities=...)``:
+
+* ``"ip"``: ``request.remote_addr``. IPv6 addresses are grouped by network
+  (``RATELIMIT_IPV6_PREFIX``, /64 by default), because one client usually
+  owns a whole /64. ``X-Forwarded-For`` is never read: a client can set it
+  to anything. Behind a proxy, use :class:`werkzeug.middleware.proxy_fix.ProxyFix`.
+* ``"user"``: the Flask-Login ``current_user.get_id()``, when someone is
+  logged in. Without Flask-Login, or a ``LoginManager`` on the app, it never
+  applies.
+* ``"user-or-ip"``: the user when logged in, else the IP.
+
+A callable ``key(request) -> str | None`` is a custom identity; returning
+None means it does not apply to this request.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable, Sequence
+from functools import lru_cache, partial
+from typing import Any
+
+from flask import Request, current_app
+
+from .keys import Identity
+
+__all__ = ["IDENTITY_NAMES", "IdentitySpec", "Resolver", "check_identities", "resolvers"]
+
+#: A custom key function: given the request, a string, or None when it does not apply.
+KeyFunction = Callable[[Request], str | None]
+#: How identities are named in settings: a built-in name or a key function.
+IdentitySpec = str | KeyFunction
+#: A compiled identity: given the request, an :class:`Identity` or None.
+Resolver = Callable[[Request], Identity | None]
+
+IDENTITY_NAMES = ("ip", "user", "user-or-ip")
+
+
+def check_identities(value: Any) -> tuple[IdentitySpec, ...] | None:
+    """Return ``value`` as a tuple if it is a valid identity list, else None.
+
+    Valid is a non-empty list or tuple of built-in names and callables.
+    """
+    if not isinstance(value, (list, tuple)) or not value:
+        return None
+    if all(callable(item) or item in IDENTITY_NAMES for item in value):
+        return tuple(value)
+    return None
+
+
+def resolvers(specs: Sequence[IdentitySpec], ipv6_prefix: int) -> tuple[Resolver, ...]:
+    """Compile identity specs into resolvers, once per view."""
+    ip = partial(_ip, ipv6_prefix=ipv6_prefix)
+    built_in: dict[str, Resolver] = {"ip": ip, "user": _user, "user-or-ip": lambda r: _user(r) or ip(r)}
+    return tuple(built_in[spec] if isinstance(spec, str) else partial(_custom, spec) for spec in specs)
+
+
+def _ip(request: Request, ipv6_prefix: int) -> Identity:
+    address = request.remote_addr or ""
+    if ":" in address:
+        address = _ipv6_group(address, ipv6_prefix)
+    return Identity("ip", address)
+
+
+@lru_cache(maxsize=4096)
+def _ipv6_group(address: str, prefix: int) -> str:
+    """The network an IPv6 address belongs to, or the IPv4 address it maps."""
+    try:
+        parsed = ipaddress.IPv6Address(address.split("%", 1)[0])
+    except ValueError:
+        return address
+    if parsed.ipv4_mapped is not None:
+        return str(parsed.ipv4_mapped)
+    return str(ipaddress.IPv6Network((parsed, prefix), strict=False))
+
+
+def _user(request: Request) -> Identity | None:
+    if not hasattr(current_app, "login_manager"):
+        return None
+    from flask_login import current_user
+
+    if not current_user.is_authenticated:
+        return None
+    return Identity("user", str(current_user.get_id()))
+
+
+def _custom(function: KeyFunction, request: Request) -> Identity | None:
+    value = function(request)
+    if value is None:
+        return None
+    return Identity(f"key:{getattr(function, '__qualname__', type(function).__name__)}", str(value))

@@ -1,0 +1,73 @@
+"""Who a counter belongs to, and the Redis key it lives under.
+
+A key looks like ``rl:{ip:Yq3...}:api:fw:1s``:
+
+* the configured prefix (``rl:``);
+* the identity's *hash tag* in braces: its kind, then a 128-bit BLAKE2b digest
+  of its value in URL-safe base64. Whatever the value holds (``:``, ``{}``,
+  newlines, megabytes of unicode), the tag is 22 safe characters. Two values
+  share a tag only if BLAKE2b collides, and no value can pick a Redis Cluster
+  slot, because the slot is decided by the digest. All keys of one identity
+  share the tag, so they share a slot and one script can touch them all;
+* the scope (by default the endpoint), escaped so that it cannot contain
+  ``:``, braces or control characters;
+* the strategy and the window of the layer.
+
+This module is pure Python: it imports neither Flask nor Redis.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+__all__ = ["Identity", "escape_scope", "identity_tag"]
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """One of the identities a request is known by.
+
+    :param kind: ``"ip"``, ``"user"``, or ``"key:<function>"`` for a custom
+        key function.
+    :param value: the IP address (or IPv6 network), user id or custom key.
+    """
+
+    kind: str
+    value: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.value}"
+
+
+@lru_cache(maxsize=8192)
+def identity_tag(kind: str, value: str) -> str:
+    """The hash tag, without braces, that every key of this identity carries.
+
+    The tag is ``ip:``, ``user:`` or ``key:`` followed by a digest of the kind
+    and the value together, so that two custom key functions that return the
+    same string still count apart.
+
+    :param kind: the identity's kind.
+    :param value: the identity's value; anything at all.
+    """
+    raw = f"{kind}\0{value}".encode("utf-8", "surrogatepass")
+    digest = base64.urlsafe_b64encode(hashlib.blake2b(raw, digest_size=16).digest())
+    label = kind if kind in ("ip", "user") else "key"
+    return f"{label}:{digest.rstrip(b'=').decode('ascii')}"
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._/@+-]")
+
+
+def escape_scope(scope: str) -> str:
+    """Percent-escape a scope name so that it is a safe part of a key.
+
+    Letters, digits and ``._/@+-`` stay as they are, so that endpoint names
+    remain readable in ``redis-cli``; everything else, ``%`` included, becomes
+    ``%XX`` for each UTF-8 byte. Two scopes therefore never share a key.
+    """
+    return _UNSAFE.sub(lambda m: "".join(f"%{b:02X}" for b in m[0].encode("utf-8", "surrogatepass")), scope)

@@ -1,0 +1,69 @@
+-- The driver shared by every strategy. The loader appends it to a strategy's
+-- own file, which must define two local functions:
+--
+--   check(key, quota, period, now, cost) -> fits, remaining, reset, retry, state
+--     fits       true if `cost` more requests fit in this counter now
+--     remaining  the quota left: after this request if it fits, else as it is
+--     reset      microseconds until the counter is back to its full quota
+--     retry      microseconds until `cost` requests would fit (0 if they do)
+--     state      whatever record() needs to write the hit
+--   record(key, state)
+--     writes the admitted hit, always with a TTL
+--
+-- Calling convention, the same for every strategy:
+--   KEYS[i]         one counter per identity and layer; all keys of one
+--                   identity share a {hash tag}
+--   ARGV[1]         now, in microseconds since the epoch; "" means "read
+--                   Redis TIME" (production always sends ""; tests pin time)
+--   ARGV[2]         the cost of this request; 0 inspects without writing
+--   ARGV[1 + 2i]    the quota of counter i
+--   ARGV[2 + 2i]    the window of counter i, in whole seconds
+--
+-- Every counter is checked before any is written, and nothing is written
+-- unless all of them have room: a refused request consumes no quota.
+--
+-- Reply, a flat array of integers:
+--   [1] 1 if admitted, 0 if refused
+--   [2] the deciding counter, as an index into KEYS (1-based): when refused,
+--       the full counter whose wait is longest; when admitted, the counter
+--       with the least quota left (the later reset breaks ties)
+--   [3] the quota that counter has left
+--   [4] microseconds until that counter is back to its full quota
+--   [5] microseconds until the request would pass (0 when admitted)
+
+local now = tonumber(ARGV[1])
+if not now then
+  local time = redis.call('TIME')
+  now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+end
+local cost = tonumber(ARGV[2])
+
+local admitted = true
+local states = {}
+local pick, pick_remaining, pick_reset, pick_retry = 0, 0, 0, -1
+
+for i, key in ipairs(KEYS) do
+  local quota = tonumber(ARGV[1 + 2 * i])
+  local period = tonumber(ARGV[2 + 2 * i]) * 1000000
+  local fits, remaining, reset, retry, state = check(key, quota, period, now, cost)
+  states[i] = state
+  local better
+  if not fits then
+    better = admitted or retry > pick_retry
+    admitted = false
+  elseif admitted then
+    better = pick == 0 or remaining < pick_remaining
+      or (remaining == pick_remaining and reset > pick_reset)
+  end
+  if better then
+    pick, pick_remaining, pick_reset, pick_retry = i, remaining, reset, retry
+  end
+end
+
+if admitted and cost > 0 then
+  for i, key in ipairs(KEYS) do
+    record(key, states[i])
+  end
+end
+
+return {admitted and 1 or 0, pick, pick_remaining, math.ceil(pick_reset), math.ceil(pick_retry)}

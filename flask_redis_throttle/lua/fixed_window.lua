@@ -1,0 +1,31 @@
+-- Fixed window: one counter per clock-aligned window (seeds 000, 003, 004).
+--
+-- A counter is a string "<window number>:<count>", where the window number
+-- is floor(now / window). Keeping the window in the value, rather than
+-- trusting the key to expire on the exact microsecond, means a count can
+-- never leak into the next window. The key expires when its window ends.
+--
+-- Promise: at most `quota` admitted per window; up to twice that across a
+-- window boundary. Memory: one short string per identity and layer.
+
+local function check(key, quota, period, now, cost)
+  local window = math.floor(now / period)
+  local reset = (window + 1) * period - now
+  local used = 0
+  local value = redis.call('GET', key)
+  if value then
+    local stored, count = string.match(value, '^(%d+):(%d+)$')
+    if tonumber(stored) == window then
+      used = tonumber(count)
+    end
+  end
+  if used + cost <= quota then
+    return true, quota - used - cost, reset, 0, {window, used + cost, reset}
+  end
+  return false, quota - used, reset, reset, nil
+end
+
+local function record(key, state)
+  local window, count, reset = state[1], state[2], state[3]
+  redis.call('SET', key, string.format('%d:%d', window, count), 'PX', math.ceil(reset / 1000))
+end

@@ -1,0 +1,163 @@
+"""The core: decide a request against every layer of every identity in one call.
+
+This module works without Flask::
+
+    throttle = Throttle(Storage.from_url("redis://localhost:6379/0"))
+    policy = Policy(parse_limits("10/s;120/m"), scope="api")
+    decision = throttle.hit([(policy, [Identity("ip", "192.0.2.1")])])
+    if not decision.admitted:
+        print("retry in", decision.retry_after, "seconds")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import redis
+
+from .keys import Identity, escape_scope, identity_tag
+from .rates import Rate
+from .scripts import STRATEGIES, Reply
+from .storage import Storage
+
+__all__ = ["Check", "Decision", "Policy", "StorageUnavailable", "Throttle"]
+
+
+class StorageUnavailable(Exception):
+    """Redis could not decide: it is down, slow, full or refused the script.
+
+    The original :class:`redis.RedisError` is the ``__cause__``.
+    """
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A limit ready to be sent: its layers, scope and strategy, and the parts
+    of its keys and script arguments that never change between requests.
+
+    :param rates: the layers; a request passes only if each has room.
+    :param scope: the name counters are kept under; requests in the same scope
+        share counters. By default the Flask layer uses the endpoint.
+    :param strategy: the algorithm, a key of
+        :data:`~flask_redis_throttle.scripts.STRATEGIES`.
+    """
+
+    rates: tuple[Rate, ...]
+    scope: str
+    strategy: str = "fixed-window"
+    #: ``}:<scope>:<strategy>:<window>`` for each layer; a key is the prefix,
+    #: ``{``, an identity's tag and one of these.
+    key_suffixes: tuple[str, ...] = field(init=False, repr=False)
+    #: The script arguments for one identity: quota and window of each layer.
+    arguments: tuple[int, ...] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"unknown strategy {self.strategy!r}; expected one of {', '.join(STRATEGIES)}")
+        code = STRATEGIES[self.strategy][1]
+        scope = escape_scope(self.scope)
+        object.__setattr__(self, "key_suffixes", tuple(f"}}:{scope}:{code}:{r.name}" for r in self.rates))
+        object.__setattr__(self, "arguments", tuple(n for r in self.rates for n in (r.amount, r.period)))
+
+
+#: One limit to check for a request: a policy and the identities it applies to.
+Check = tuple[Policy, Sequence[Identity]]
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The verdict on one request.
+
+    :param admitted: whether it passed (and was counted).
+    :param policy: the policy of the deciding counter.
+    :param layer: the deciding counter's layer: the one that refused the
+        request, or, when admitted, the one with the least quota left.
+    :param identity: the deciding counter's identity.
+    :param remaining: the quota that counter has left.
+    :param reset: seconds until that counter is back to its full quota.
+    :param retry_after: seconds until the request would pass; 0 when admitted.
+    """
+
+    admitted: bool
+    policy: Policy
+    layer: Rate
+    identity: Identity
+    remaining: int
+    reset: float
+    retry_after: float
+
+
+class Throttle:
+    """Decides requests against a :class:`Storage`, one round trip each.
+
+    :param storage: where the counters live.
+    :param prefix: put in front of every key; it must not contain braces.
+    """
+
+    def __init__(self, storage: Storage, prefix: str = "rl:") -> None:
+        if "{" in prefix or "}" in prefix:
+            raise ValueError(f"key prefix {prefix!r} must not contain braces: they would pick the cluster slot")
+        self.storage = storage
+        self.prefix = prefix
+        self._head = prefix + "{"
+
+    def now(self) -> int | None:
+        """The time to decide at, in microseconds, or None for Redis ``TIME``.
+
+        Production always uses Redis's clock. Tests override this method to
+        pin time, the way itsdangerous lets tests override ``get_timestamp``.
+        """
+        return None
+
+    def keys(self, policy: Policy, identity: Identity) -> list[str]:
+        """The Redis keys of ``identity`` under ``policy``, one per layer."""
+        head = self._head + identity_tag(identity.kind, identity.value)
+        return [head + suffix for suffix in policy.key_suffixes]
+
+    def hit(self, checks: Sequence[Check], cost: int = 1) -> Decision:
+        """Check every layer of every identity of every check, in one script
+        call, and count the request everywhere only if all have room.
+
+        :param checks: the limits that apply, each with its identities. They
+            must share one strategy and have at least one identity between them.
+        :param cost: how much quota the request takes; 0 only inspects.
+        :raises StorageUnavailable: if Redis could not answer.
+        """
+        keys: list[str] = []
+        args: list[int | str] = ["", cost]
+        strategy = checks[0][0].strategy
+        for policy, identities in checks:
+            if policy.strategy != strategy:
+                raise ValueError("limits decided together must share one strategy")
+            for identity in identities:
+                keys += self.keys(policy, identity)
+                args += policy.arguments
+        now = self.now()
+        if now is not None:
+            args[0] = now
+        try:
+            raw = self.storage.evaluate(strategy, keys, args)
+        except redis.RedisError as error:
+            raise StorageUnavailable(f"{self.storage.url}: {error}") from error
+        return _decision(Reply.decode(raw), checks)
+
+
+def _decision(reply: Reply, checks: Sequence[Check]) -> Decision:
+    """Find the policy, identity and layer of the reply's deciding counter."""
+    index = reply.index
+    for policy, identities in checks:
+        size = len(identities) * len(policy.rates)
+        if index < size:
+            who, layer = divmod(index, len(policy.rates))
+            return Decision(
+                reply.admitted,
+                policy,
+                policy.rates[layer],
+                identities[who],
+                reply.remaining,
+                reply.reset,
+                reply.retry_after,
+            )
+        index -= size
+    raise ValueError(f"script reply names counter {reply.index}, beyond the {len(checks)} checks sent")
