@@ -79,9 +79,11 @@ def limit(
     entry = LimitSpec(spec, rates, scope, checked)
 
     def decorate(view: F) -> F:
-        # A new tuple rather than an append: functools.wraps copies __dict__
-        # shallowly, and a wrapped view must not gain its wrapper's limits.
-        setattr(view, LIMITS_ATTRIBUTE, (*getattr(view, LIMITS_ATTRIBUTE, ()), entry))
+        # Decorators apply bottom-up; putting this one first keeps the limits
+        # in the order they are written. A new tuple rather than a list
+        # append, because functools.wraps copies __dict__ shallowly and a
+        # wrapped view must not gain its wrapper's limits.
+        setattr(view, LIMITS_ATTRIBUTE, (entry, *getattr(view, LIMITS_ATTRIBUTE, ())))
         return view
 
     return decorate

@@ -98,7 +98,13 @@ class RateLimitExceeded(TooManyRequests):
         self.scope = scope
 
     def _wants_json(self, environ: WSGIEnvironment | None) -> bool:
-        accept = parse_accept_header((environ or {}).get("HTTP_ACCEPT"), MIMEAccept)
+        if environ is None:
+            # Called as error.get_response() in an error handler: use the
+            # current request, if there is one.
+            from flask import has_request_context, request
+
+            environ = request.environ if has_request_context() else {}
+        accept = parse_accept_header(environ.get("HTTP_ACCEPT"), MIMEAccept)
         return accept.best_match(_OFFERS) in _OFFERS[1:]
 
     def get_body(self, environ: WSGIEnvironment | None = None, scope: dict[str, Any] | None = None) -> str:

@@ -114,6 +114,8 @@ class RateLimitState:
 
     def before_request(self) -> None:
         """Decide the request; raise :class:`RateLimitExceeded` if it is refused."""
+        if request.method == "OPTIONS" and getattr(request.url_rule, "provide_automatic_options", False):
+            return  # Flask answers these itself (CORS preflights); they cost nothing
         endpoint = request.endpoint
         try:
             plan = self._plans[endpoint]

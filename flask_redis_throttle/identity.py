@@ -13,7 +13,10 @@ Built-in identities, chosen by name in ``RATELIMIT_IDENTITIES`` or
 * ``"user-or-ip"``: the user when logged in, else the IP.
 
 A callable ``key(request) -> str | None`` is a custom identity; returning
-None means it does not apply to this request.
+None means it does not apply to this request. Its counters are kept under its
+module and qualified name, which are the same in every process; two key
+functions with the same name in the same module (two lambdas, say) would
+therefore share counters, so give key functions names of their own.
 """
 
 from __future__ import annotations
@@ -91,4 +94,12 @@ def _custom(function: KeyFunction, request: Request) -> Identity | None:
     value = function(request)
     if value is None:
         return None
-    return Identity(f"key:{getattr(function, '__qualname__', type(function).__name__)}", str(value))
+    return Identity(f"key:{_function_name(function)}", str(value))
+
+
+def _function_name(function: KeyFunction) -> str:
+    """A name for a key function that is the same in every process, so that
+    all app servers count its identities under the same keys."""
+    module = getattr(function, "__module__", None) or ""
+    name = getattr(function, "__qualname__", None) or type(function).__qualname__
+    return f"{module}.{name}" if module else name

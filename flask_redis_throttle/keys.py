@@ -48,8 +48,8 @@ def identity_tag(kind: str, value: str) -> str:
     """The hash tag, without braces, that every key of this identity carries.
 
     The tag is ``ip:``, ``user:`` or ``key:`` followed by a digest of the kind
-    and the value together, so that two custom key functions that return the
-    same string still count apart.
+    and the value together, so that two custom key functions (whose kinds are
+    their qualified names) that return the same string still count apart.
 
     :param kind: the identity's kind.
     :param value: the identity's value; anything at all.

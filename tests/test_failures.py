@@ -1,0 +1,118 @@
+"""When Redis is away, flushed or restarted: never a 500, never a hang."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+import redis
+from conftest import get, install
+from flask import Flask
+
+from flask_redis_throttle import limit
+from flask_redis_throttle.testing import RedisServer, free_port
+
+
+def limited(app: Flask, spec: str = "2/m") -> None:
+    @app.get("/")
+    @limit(spec)
+    def index() -> str:
+        return "ok"
+
+
+@pytest.fixture
+def down_app() -> Flask:
+    """An app whose Redis URL points at a port nothing listens on."""
+    app = Flask("tests")
+    app.config.update(TESTING=True, RATELIMIT_STORAGE_URL=f"redis://127.0.0.1:{free_port()}/0")
+    limited(app)
+    return app
+
+
+def test_fail_open_lets_requests_through_and_warns_rarely(down_app: Flask, caplog, monkeypatch) -> None:
+    connects = []
+    original = redis.connection.Connection._connect
+    monkeypatch.setattr(redis.connection.Connection, "_connect", lambda self: connects.append(1) or original(self))
+    install(down_app)
+    client = down_app.test_client()
+    with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
+        responses = [get(client) for _ in range(20)]
+    assert [r.status_code for r in responses] == [200] * 20
+    assert "RateLimit" not in responses[0].headers
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1
+    assert "unavailable" in warnings[0]
+    assert "letting requests through" in warnings[0]
+    # A refused connection is tried at most twice per request (one immediate
+    # retry), with no back-off sleeping: redis-py's own default would try 11
+    # times and sleep about 4 seconds in between.
+    assert len(connects) <= 2 * 20
+
+
+def test_the_warning_repeats_after_its_interval(down_app: Flask, caplog, monkeypatch) -> None:
+    import flask_redis_throttle.extension as extension
+
+    monkeypatch.setattr(extension, "WARNING_INTERVAL", 0.0)
+    install(down_app)
+    client = down_app.test_client()
+    with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
+        for _ in range(3):
+            get(client)
+    assert len(caplog.records) == 3
+
+
+def test_fail_closed_answers_503_with_retry_after(down_app: Flask) -> None:
+    install(down_app, RATELIMIT_FAIL_OPEN=False)
+    response = get(down_app.test_client())
+    assert response.status_code == 503
+    assert response.headers["Retry-After"] == "1"
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("storage_url", ["redis"], indirect=True)
+def test_script_flush_is_survived(app: Flask, redis_client: redis.Redis, statuses) -> None:
+    limited(app, "3/m")
+    install(app)
+    client = app.test_client()
+    assert statuses(client, 1, "/") == [200]
+    redis_client.script_flush()
+    # NOSCRIPT is answered by loading the script again; the counts stay.
+    assert statuses(client, 3, "/") == [200, 200, 429]
+
+
+@pytest.mark.redis
+def test_redis_restart_is_survived(caplog) -> None:
+    server = RedisServer()
+    server.start()
+    try:
+        app = Flask("tests")
+        app.config.update(TESTING=True, RATELIMIT_STORAGE_URL=server.url)
+        limited(app, "2/m")
+        install(app)
+        client = app.test_client()
+        assert [get(client).status_code for _ in range(3)] == [200, 200, 429]
+        server.stop()
+        with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
+            assert [get(client).status_code for _ in range(3)] == [200, 200, 200]
+        assert len(caplog.records) == 1
+        server.start()
+        # The restart lost the counts (no persistence) and the script cache;
+        # the pooled connection is dead. The first request reconnects,
+        # reloads the script and is counted, with no 500 on the way.
+        assert [get(client).status_code for _ in range(3)] == [200, 200, 429]
+    finally:
+        server.close()
+
+
+def test_an_error_in_a_view_is_not_ours(app: Flask) -> None:
+    @app.get("/")
+    @limit("5/m")
+    def index() -> Any:
+        raise ValueError("the view's own bug")
+
+    install(app)
+    app.config["TESTING"] = False
+    response = get(app.test_client())
+    assert response.status_code == 500  # the view's, and it still has our headers
+    assert response.headers["RateLimit"] == '"1m";r=4;t=' + response.headers["RateLimit"].rsplit("=", 1)[1]

@@ -1,0 +1,159 @@
+"""The core and its Lua script, driven without Flask, with time pinned."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+import redis
+from conftest import T0
+
+from flask_redis_throttle import Identity, parse_limits
+from flask_redis_throttle.storage import Storage
+from flask_redis_throttle.throttle import Policy, Throttle
+
+IP = Identity("ip", "192.0.2.1")
+USER = Identity("user", "42")
+
+
+class PinnedThrottle(Throttle):
+    """A throttle whose clock is ``T0 + at`` seconds."""
+
+    at = 0.0
+
+    def now(self) -> int:
+        return T0 + round(self.at * 1_000_000)
+
+
+@pytest.fixture
+def throttle(storage_url: str) -> PinnedThrottle:
+    return PinnedThrottle(Storage.from_url(storage_url))
+
+
+def hit(throttle: PinnedThrottle, spec: str, *identities: Identity, at: float, cost: int = 1, scope: str = "s"):
+    throttle.at = at
+    return throttle.hit([(Policy(parse_limits(spec), scope), identities or (IP,))], cost=cost)
+
+
+def counters(throttle: Throttle) -> dict[bytes, bytes]:
+    client = throttle.storage.client
+    return {key: client.get(key) for key in client.keys("*")}
+
+
+def test_admits_quota_per_window_then_refuses(throttle: PinnedThrottle) -> None:
+    results = [hit(throttle, "3/s", at=0.1 * i).admitted for i in range(5)]
+    assert results == [True, True, True, False, False]
+    # The window is aligned to the clock: a new one starts on the second.
+    assert hit(throttle, "3/s", at=1.0).admitted
+
+
+def test_window_boundary_is_exact(throttle: PinnedThrottle) -> None:
+    hit(throttle, "1/s", at=0.0)
+    assert not hit(throttle, "1/s", at=0.999_999).admitted
+    assert hit(throttle, "1/s", at=1.0).admitted
+
+
+def test_refusal_consumes_nothing_in_any_layer(throttle: PinnedThrottle) -> None:
+    for i in range(2):
+        assert hit(throttle, "2/s;5/m", IP, USER, at=0.01 * i).admitted
+    before = counters(throttle)
+    for i in range(10):
+        decision = hit(throttle, "2/s;5/m", IP, USER, at=0.5 + 0.01 * i)
+        assert not decision.admitted
+    assert counters(throttle) == before
+    # The minute layer still has its 3 requests left for the next seconds.
+    assert [hit(throttle, "2/s;5/m", IP, USER, at=1.0 + 0.1 * i).admitted for i in range(3)] == [True, True, False]
+    assert hit(throttle, "2/s;5/m", IP, USER, at=2.0).admitted
+
+
+def test_one_full_identity_refuses_and_the_other_is_not_charged(throttle: PinnedThrottle) -> None:
+    other_ip = Identity("ip", "198.51.100.7")
+    assert hit(throttle, "2/m", other_ip, USER, at=0).admitted
+    assert hit(throttle, "2/m", other_ip, USER, at=1).admitted
+    # USER is now full; IP is fresh but must not be charged for the refusal.
+    decision = hit(throttle, "2/m", IP, USER, at=2)
+    assert not decision.admitted
+    assert decision.identity == USER
+    assert hit(throttle, "2/m", IP, at=3).remaining == 1
+
+
+def test_layers_report_the_most_constrained(throttle: PinnedThrottle) -> None:
+    decision = hit(throttle, "10/s;3/m", at=0.25)
+    assert decision.admitted
+    assert (decision.layer.name, decision.remaining) == ("1m", 2)
+    assert decision.reset == pytest.approx(59.75)
+
+
+def test_refusal_names_the_longest_wait(throttle: PinnedThrottle) -> None:
+    hit(throttle, "1/s;1/m", at=10.5)
+    decision = hit(throttle, "1/s;1/m", at=10.75)
+    assert not decision.admitted
+    assert decision.layer.name == "1m"
+    assert decision.retry_after == pytest.approx(49.25)
+
+
+def test_retry_after_is_never_early(throttle: PinnedThrottle) -> None:
+    rng = random.Random(7)
+    for round_ in range(40):
+        scope = f"r{round_}"
+        start = rng.uniform(0, 1000)
+        assert hit(throttle, "1/s;2/5s", at=start, scope=scope).admitted
+        at = start + rng.uniform(0, 0.999)
+        decision = hit(throttle, "1/s;2/5s", at=at, scope=scope)
+        if decision.admitted:  # the second crossed into a new window
+            continue
+        wait = math.ceil(decision.retry_after)
+        assert not hit(throttle, "1/s;2/5s", at=at + decision.retry_after - 1e-6, scope=scope, cost=1).admitted
+        assert hit(throttle, "1/s;2/5s", at=at + wait, scope=scope).admitted
+
+
+def test_every_key_has_a_ttl_within_its_window_and_a_second(throttle: PinnedThrottle) -> None:
+    hit(throttle, "10/s;10/m;10/h;10/d", IP, USER, at=0.25)
+    client = throttle.storage.client
+    keys = client.keys("*")
+    assert len(keys) == 8
+    for key in keys:
+        window_ms = {b"1s": 1_000, b"1m": 60_000, b"1h": 3_600_000, b"1d": 86_400_000}[key.rsplit(b":", 1)[1]]
+        assert 0 < client.pttl(key) <= window_ms + 1_000
+
+
+def test_cost_zero_inspects_without_writing(throttle: PinnedThrottle) -> None:
+    hit(throttle, "5/m", at=0)
+    before = counters(throttle)
+    decision = hit(throttle, "5/m", at=1, cost=0)
+    assert decision.admitted
+    assert decision.remaining == 4
+    assert counters(throttle) == before
+
+
+def test_cost_takes_that_much_quota(throttle: PinnedThrottle) -> None:
+    assert hit(throttle, "5/m", at=0, cost=3).remaining == 2
+    decision = hit(throttle, "5/m", at=1, cost=3)
+    assert not decision.admitted
+    assert decision.remaining == 2
+
+
+def test_counts_from_an_old_window_never_leak(throttle: PinnedThrottle) -> None:
+    """A counter key read after its window ended (expiry is lazy) is ignored."""
+    for _ in range(3):
+        hit(throttle, "3/h", at=0)
+    client = throttle.storage.client
+    for key in client.keys("*"):
+        client.persist(key)  # as if expiry had not happened yet
+    assert hit(throttle, "3/h", at=3_600).remaining == 2
+
+
+def test_storage_errors_become_storage_unavailable() -> None:
+    from flask_redis_throttle.testing import free_port
+    from flask_redis_throttle.throttle import StorageUnavailable
+
+    throttle = Throttle(Storage.from_url(f"redis://127.0.0.1:{free_port()}/0"))
+    with pytest.raises(StorageUnavailable) as info:
+        throttle.hit([(Policy(parse_limits("1/s"), "s"), [IP])])
+    assert isinstance(info.value.__cause__, redis.ConnectionError)
+
+
+def test_prefix_with_braces_is_refused() -> None:
+    with pytest.raises(ValueError, match="braces"):
+        Throttle(Storage.from_url("memory://"), prefix="app{1}:")
