@@ -27,6 +27,7 @@ DEFAULTS: dict[str, Any] = {
     "RATELIMIT_FAIL_OPEN": True,
     "RATELIMIT_IDENTITIES": ("ip", "user"),
     "RATELIMIT_IPV6_PREFIX": 64,
+    "RATELIMIT_KEY_SECRET": None,
 }
 
 
@@ -43,6 +44,7 @@ class Settings:
     fail_open: bool
     identities: tuple[IdentitySpec, ...]
     ipv6_prefix: int
+    key_secret: bytes
 
     @classmethod
     def from_config(cls, config: MutableMapping[str, Any]) -> Settings:
@@ -80,6 +82,9 @@ class Settings:
             rates = None if default is None else parse_limits(default)
         except InvalidLimit as error:
             raise ConfigurationError("RATELIMIT_DEFAULT", default, f"None or a limit string ({error})") from error
+        secret = config["RATELIMIT_KEY_SECRET"]
+        if secret is not None and (not isinstance(secret, (str, bytes)) or not secret):
+            raise ConfigurationError("RATELIMIT_KEY_SECRET", secret, "None, or a non-empty str or bytes")
         url = config["RATELIMIT_STORAGE_URL"]
         if not isinstance(url, str):
             raise ConfigurationError("RATELIMIT_STORAGE_URL", url, "a URL string")
@@ -93,4 +98,5 @@ class Settings:
             fail_open=flag("RATELIMIT_FAIL_OPEN"),
             identities=identities,
             ipv6_prefix=ipv6_prefix,
+            key_secret=secret.encode() if isinstance(secret, str) else secret or b"",
         )

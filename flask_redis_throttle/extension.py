@@ -62,8 +62,8 @@ class RateLimit:
         ``RATELIMIT_ENABLED``, ``RATELIMIT_STORAGE_URL``,
         ``RATELIMIT_STORAGE_OPTIONS``, ``RATELIMIT_KEY_PREFIX``,
         ``RATELIMIT_DEFAULT``, ``RATELIMIT_HEADERS_ENABLED``,
-        ``RATELIMIT_FAIL_OPEN``, ``RATELIMIT_IDENTITIES`` and
-        ``RATELIMIT_IPV6_PREFIX``.
+        ``RATELIMIT_FAIL_OPEN``, ``RATELIMIT_IDENTITIES``,
+        ``RATELIMIT_IPV6_PREFIX`` and ``RATELIMIT_KEY_SECRET``.
 
         Nothing is sent to Redis here, so an app starts even while Redis is down.
 
@@ -106,7 +106,7 @@ class RateLimitState:
         self.throttle: Throttle | None = None
         if settings.enabled:
             storage = Storage.from_url(settings.storage_url, settings.storage_options)
-            self.throttle = Throttle(storage, settings.key_prefix)
+            self.throttle = Throttle(storage, settings.key_prefix, settings.key_secret)
         self._plans: dict[str | None, _Plan | None] = {}
         self._warning_lock = threading.Lock()
         self._next_warning = 0.0

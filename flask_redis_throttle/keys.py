@@ -6,9 +6,12 @@ A key looks like ``rl:{ip:Yq3...}:api:fw:1s``:
 * the identity's *hash tag* in braces: its kind, then a 128-bit BLAKE2b digest
   of its value in URL-safe base64. Whatever the value holds (``:``, ``{}``,
   newlines, megabytes of unicode), the tag is 22 safe characters. Two values
-  share a tag only if BLAKE2b collides, and no value can pick a Redis Cluster
-  slot, because the slot is decided by the digest. All keys of one identity
-  share the tag, so they share a slot and one script can touch them all;
+  share a tag only if BLAKE2b collides, and no value can carry a hash tag of
+  its own. With a secret (``RATELIMIT_KEY_SECRET``) the digest is keyed, so
+  a client that controls its identity (its IPv6 /64 within a larger block,
+  say) cannot even search for values that land in a Redis Cluster slot of
+  its choosing. All keys of one identity share the tag, so they share a slot
+  and one script can touch them all;
 * the scope (by default the endpoint), escaped so that it cannot contain
   ``:``, braces or control characters;
 * the strategy and the window of the layer.
@@ -44,18 +47,21 @@ class Identity:
 
 
 @lru_cache(maxsize=8192)
-def identity_tag(kind: str, value: str) -> str:
+def identity_tag(kind: str, value: str, secret: bytes = b"") -> str:
     """The hash tag, without braces, that every key of this identity carries.
 
     The tag is ``ip:``, ``user:`` or ``key:`` followed by a digest of the kind
-    and the value together, so that two custom key functions (whose kinds are
-    their qualified names) that return the same string still count apart.
+    and the value together, so that two key functions (whose kinds are their
+    module and qualified name) that return the same string still count apart.
 
     :param kind: the identity's kind.
     :param value: the identity's value; anything at all.
+    :param secret: keys the digest when not empty; every app server that
+        shares the counters must use the same one.
     """
     raw = f"{kind}\0{value}".encode("utf-8", "surrogatepass")
-    digest = base64.urlsafe_b64encode(hashlib.blake2b(raw, digest_size=16).digest())
+    key = hashlib.blake2b(secret, digest_size=32).digest() if secret else b""
+    digest = base64.urlsafe_b64encode(hashlib.blake2b(raw, digest_size=16, key=key).digest())
     label = kind if kind in ("ip", "user") else "key"
     return f"{label}:{digest.rstrip(b'=').decode('ascii')}"
 

@@ -89,17 +89,20 @@ class Decision:
 
 
 class Throttle:
-    """Decides requests against a :class:`Storage`, one round trip each.
+    """Decides requests against a :class:`~flask_redis_throttle.storage.Storage`, one round trip each.
 
     :param storage: where the counters live.
     :param prefix: put in front of every key; it must not contain braces.
+    :param secret: keys the digest of identities in keys (see
+        :func:`~flask_redis_throttle.keys.identity_tag`); empty for none.
     """
 
-    def __init__(self, storage: Storage, prefix: str = "rl:") -> None:
+    def __init__(self, storage: Storage, prefix: str = "rl:", secret: bytes = b"") -> None:
         if "{" in prefix or "}" in prefix:
             raise ValueError(f"key prefix {prefix!r} must not contain braces: they would pick the cluster slot")
         self.storage = storage
         self.prefix = prefix
+        self.secret = secret
         self._head = prefix + "{"
 
     def now(self) -> int | None:
@@ -112,7 +115,7 @@ class Throttle:
 
     def keys(self, policy: Policy, identity: Identity) -> list[str]:
         """The Redis keys of ``identity`` under ``policy``, one per layer."""
-        head = self._head + identity_tag(identity.kind, identity.value)
+        head = self._head + identity_tag(identity.kind, identity.value, self.secret)
         return [head + suffix for suffix in policy.key_suffixes]
 
     def hit(self, checks: Sequence[Check], cost: int = 1) -> Decision:

@@ -101,6 +101,8 @@ def test_memory_store_warns_once_that_counts_are_per_process(caplog: pytest.LogC
         ("RATELIMIT_IDENTITIES", ["ip", "email"]),
         ("RATELIMIT_IPV6_PREFIX", 129),
         ("RATELIMIT_IPV6_PREFIX", True),
+        ("RATELIMIT_KEY_SECRET", ""),
+        ("RATELIMIT_KEY_SECRET", 42),
     ],
 )
 def test_bad_settings_raise_at_init_app(key: str, value: object) -> None:

@@ -44,6 +44,27 @@ def test_tags_are_distinct() -> None:
     assert identity_tag("key:a", "5") != identity_tag("key:b", "5")
 
 
+def test_a_secret_keys_the_digest() -> None:
+    plain = identity_tag("ip", "2001:db8:1::/64")
+    keyed = identity_tag("ip", "2001:db8:1::/64", b"s3cret")
+    assert TAG.fullmatch(keyed)
+    assert keyed != plain
+    assert keyed != identity_tag("ip", "2001:db8:1::/64", b"other")
+    assert keyed == identity_tag("ip", "2001:db8:1::/64", b"s3cret")
+
+
+def test_the_secret_setting_reaches_the_keys(app: Flask, statuses) -> None:
+    @app.get("/")
+    @limit("1/m")
+    def index() -> str:
+        return "ok"
+
+    state = install(app, RATELIMIT_KEY_SECRET="s3cret")
+    assert statuses(app.test_client(), 2, "/") == [200, 429]
+    [key] = state.throttle.storage.client.keys("*")
+    assert identity_tag("ip", "192.0.2.1", b"s3cret").encode() in key
+
+
 def test_scopes_escape_without_collisions() -> None:
     scopes = ["api", "api:1s", "api%3A1s", "a b", "a\nb", "{x}", "é", "bp.view"]
     escaped = [escape_scope(scope) for scope in scopes]
