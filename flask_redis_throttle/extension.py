@@ -20,7 +20,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from flask import Flask, Response, g, request
+from flask import Flask, Request, Response, g, request
 from werkzeug.exceptions import ServiceUnavailable
 
 from .config import Settings
@@ -114,9 +114,12 @@ class RateLimitState:
 
     def before_request(self) -> None:
         """Decide the request; raise :class:`RateLimitExceeded` if it is refused."""
-        if request.method == "OPTIONS" and getattr(request.url_rule, "provide_automatic_options", False):
+        # This runs before every request: the request is fetched from its
+        # context proxy once, and plain loops build the checks.
+        req: Request = request._get_current_object()  # type: ignore[attr-defined]
+        if req.method == "OPTIONS" and getattr(req.url_rule, "provide_automatic_options", False):
             return  # Flask answers these itself (CORS preflights); they cost nothing
-        endpoint = request.endpoint
+        endpoint = req.endpoint
         try:
             plan = self._plans[endpoint]
         except KeyError:
@@ -125,7 +128,11 @@ class RateLimitState:
             return
         checks: list[Check] = []
         for policy, identity_resolvers in plan.limits:
-            identities = [i for i in (resolve(request) for resolve in identity_resolvers) if i is not None]
+            identities = []
+            for resolve in identity_resolvers:
+                identity = resolve(req)
+                if identity is not None:
+                    identities.append(identity)
             if identities:
                 checks.append((policy, identities))
         if not checks or self.throttle is None:
@@ -168,7 +175,11 @@ class RateLimitState:
         layers = []
         for spec in specs:
             policy = Policy(spec.rates, spec.scope or endpoint)
-            identities = resolvers(spec.identities or self.settings.identities, self.settings.ipv6_prefix)
+            identities = resolvers(
+                spec.identities or self.settings.identities,
+                self.settings.ipv6_prefix,
+                logins=hasattr(self.app, "login_manager"),
+            )
             limits.append((policy, identities))
             for rate in spec.rates:
                 name = rate.name

@@ -26,9 +26,14 @@ from collections.abc import Callable, Sequence
 from functools import lru_cache, partial
 from typing import Any
 
-from flask import Request, current_app
+from flask import Request
 
 from .keys import Identity
+
+try:
+    from flask_login import current_user
+except ImportError:  # Flask-Login is optional; without it there are no users
+    current_user = None
 
 __all__ = ["IDENTITY_NAMES", "IdentitySpec", "Resolver", "check_identities", "resolvers"]
 
@@ -54,11 +59,21 @@ def check_identities(value: Any) -> tuple[IdentitySpec, ...] | None:
     return None
 
 
-def resolvers(specs: Sequence[IdentitySpec], ipv6_prefix: int) -> tuple[Resolver, ...]:
-    """Compile identity specs into resolvers, once per view."""
+def resolvers(specs: Sequence[IdentitySpec], ipv6_prefix: int, logins: bool) -> tuple[Resolver, ...]:
+    """Compile identity specs into resolvers, once per view.
+
+    :param specs: built-in names and key functions.
+    :param ipv6_prefix: the prefix length IPv6 clients are grouped by.
+    :param logins: whether the app has a Flask-Login ``LoginManager``; without
+        one, the user identity never applies.
+    """
     ip = partial(_ip, ipv6_prefix=ipv6_prefix)
-    built_in: dict[str, Resolver] = {"ip": ip, "user": _user, "user-or-ip": lambda r: _user(r) or ip(r)}
-    return tuple(built_in[spec] if isinstance(spec, str) else partial(_custom, spec) for spec in specs)
+    user = _user if logins and current_user is not None else _nobody
+    built_in: dict[str, Resolver] = {"ip": ip, "user": user, "user-or-ip": lambda r: user(r) or ip(r)}
+    return tuple(
+        built_in[spec] if isinstance(spec, str) else partial(_custom, spec, f"key:{_function_name(spec)}")
+        for spec in specs
+    )
 
 
 def _ip(request: Request, ipv6_prefix: int) -> Identity:
@@ -81,20 +96,20 @@ def _ipv6_group(address: str, prefix: int) -> str:
 
 
 def _user(request: Request) -> Identity | None:
-    if not hasattr(current_app, "login_manager"):
-        return None
-    from flask_login import current_user
-
     if not current_user.is_authenticated:
         return None
     return Identity("user", str(current_user.get_id()))
 
 
-def _custom(function: KeyFunction, request: Request) -> Identity | None:
+def _nobody(request: Request) -> None:
+    return None
+
+
+def _custom(function: KeyFunction, kind: str, request: Request) -> Identity | None:
     value = function(request)
     if value is None:
         return None
-    return Identity(f"key:{_function_name(function)}", str(value))
+    return Identity(kind, str(value))
 
 
 def _function_name(function: KeyFunction) -> str:

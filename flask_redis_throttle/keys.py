@@ -60,10 +60,15 @@ def identity_tag(kind: str, value: str, secret: bytes = b"") -> str:
         shares the counters must use the same one.
     """
     raw = f"{kind}\0{value}".encode("utf-8", "surrogatepass")
-    key = hashlib.blake2b(secret, digest_size=32).digest() if secret else b""
-    digest = base64.urlsafe_b64encode(hashlib.blake2b(raw, digest_size=16, key=key).digest())
+    digest = base64.urlsafe_b64encode(hashlib.blake2b(raw, digest_size=16, key=_digest_key(secret)).digest())
     label = kind if kind in ("ip", "user") else "key"
     return f"{label}:{digest.rstrip(b'=').decode('ascii')}"
+
+
+@lru_cache(maxsize=16)
+def _digest_key(secret: bytes) -> bytes:
+    """BLAKE2b takes keys of at most 64 bytes; any secret is hashed to 32."""
+    return hashlib.blake2b(secret, digest_size=32).digest() if secret else b""
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._/@+-]")

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 import redis
 from redis.backoff import NoBackoff
 from redis.commands.core import Script
+from redis.exceptions import NoScriptError
 from redis.retry import Retry
 
 from .errors import ConfigurationError
@@ -53,10 +54,7 @@ class Storage:
     def __init__(self, client: redis.Redis, url: str = "") -> None:
         self.client = client
         self.url = url
-        # register_script computes the SHA1 locally; it sends nothing. Each
-        # call is an EVALSHA, and redis-py loads the script and retries once
-        # when Redis answers NOSCRIPT (after SCRIPT FLUSH, a restart or a
-        # failover).
+        # register_script computes the SHA1 locally; it sends nothing.
         self._scripts: dict[str, Script] = {name: client.register_script(script_source(name)) for name in STRATEGIES}
 
     @classmethod
@@ -101,7 +99,18 @@ class Storage:
     def evaluate(self, strategy: str, keys: Sequence[str], args: Sequence[int | str]) -> list[int]:
         """Run ``strategy``'s script once: one EVALSHA, one round trip.
 
+        When Redis answers NOSCRIPT (after ``SCRIPT FLUSH``, a restart or a
+        failover), the script is loaded and the call made again.
+
         :raises redis.RedisError: when Redis cannot answer.
         """
-        result: list[int] = self._scripts[strategy](keys=keys, args=args)
+        script = self._scripts[strategy]
+        # EVALSHA straight on the client, rather than through Script.__call__,
+        # which imports, type-checks and copies its arguments on every call:
+        # this is the hot path of every request.
+        try:
+            result: list[int] = self.client.evalsha(script.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            script.sha = self.client.script_load(script.script)
+            result = self.client.evalsha(script.sha, len(keys), *keys, *args)
         return result
