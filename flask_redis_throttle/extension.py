@@ -173,13 +173,10 @@ class RateLimitState:
         limits = []
         names: dict[tuple[int, int], str] = {}
         layers = []
+        logins = hasattr(self.app, "login_manager")
         for spec in specs:
             policy = Policy(spec.rates, spec.scope or endpoint)
-            identities = resolvers(
-                spec.identities or self.settings.identities,
-                self.settings.ipv6_prefix,
-                logins=hasattr(self.app, "login_manager"),
-            )
+            identities = resolvers(spec.identities or self.settings.identities, self.settings.ipv6_prefix, logins)
             limits.append((policy, identities))
             for rate in spec.rates:
                 name = rate.name

@@ -111,6 +111,6 @@ class Storage:
         try:
             result: list[int] = self.client.evalsha(script.sha, len(keys), *keys, *args)
         except NoScriptError:
-            script.sha = self.client.script_load(script.script)
+            self.client.script_load(script.script)  # the SHA1 of a text never changes
             result = self.client.evalsha(script.sha, len(keys), *keys, *args)
         return result

@@ -41,8 +41,6 @@ def redis_server() -> Iterator[RedisServer]:
 def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
     """A client on the session's server, emptied before the test."""
     client = redis.Redis.from_url(redis_server.url)
-    if redis_server._process is None:  # a test stopped it; bring it back
-        redis_server.start()
     client.flushall()
     yield client
     client.close()

@@ -132,7 +132,7 @@ def test_headers_can_be_turned_off() -> None:
     assert "RateLimit-Policy" not in get(client, "/limited").headers
     refused = get(client, "/limited")
     assert refused.status_code == 429
-    assert refused.headers["Retry-After"] == "60" or 0 < int(refused.headers["Retry-After"]) <= 60
+    assert 0 < int(refused.headers["Retry-After"]) <= 60
     assert "RateLimit" not in refused.headers
 
 

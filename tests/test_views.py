@@ -197,7 +197,7 @@ def test_policy_and_state_headers(app: Flask) -> None:
     for _ in range(100):
         get(client)  # 9 admitted, the rest refused and not counted
     clock.set(60)
-    # A new second and minute; the hour has 240 - 21 - 1 left, the second 9.
+    # A new second and minute; the hour has 240 - 21 = 219 left, the second 9.
     assert get(client).headers["RateLimit"] == '"1s";r=9;t=1'
 
 
