@@ -2,9 +2,10 @@
 
 from .decorators import limit
 from .errors import ConfigurationError, InvalidLimit, RateLimitError, RateLimitExceeded
-from .extension import RateLimit
+from .extension import RateLimit, refusal_log
 from .keys import Identity
 from .rates import Rate, parse_limits
+from .refusals import Refusal, RefusalLog
 
 __all__ = [
     "ConfigurationError",
@@ -14,8 +15,11 @@ __all__ = [
     "RateLimit",
     "RateLimitError",
     "RateLimitExceeded",
+    "Refusal",
+    "RefusalLog",
     "limit",
     "parse_limits",
+    "refusal_log",
 ]
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

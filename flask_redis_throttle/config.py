@@ -13,6 +13,7 @@ from typing import Any
 from .errors import ConfigurationError, InvalidLimit
 from .identity import IDENTITY_NAMES, IdentitySpec, check_identities
 from .rates import Rate, parse_limits
+from .scripts import STRATEGIES
 
 __all__ = ["DEFAULTS", "Settings"]
 
@@ -28,6 +29,8 @@ DEFAULTS: dict[str, Any] = {
     "RATELIMIT_IDENTITIES": ("ip", "user"),
     "RATELIMIT_IPV6_PREFIX": 64,
     "RATELIMIT_KEY_SECRET": None,
+    "RATELIMIT_STRATEGY": "fixed-window",
+    "RATELIMIT_REFUSAL_LOG_SIZE": 1000,
 }
 
 
@@ -45,6 +48,8 @@ class Settings:
     identities: tuple[IdentitySpec, ...]
     ipv6_prefix: int
     key_secret: bytes
+    strategy: str
+    refusal_log_size: int
 
     @classmethod
     def from_config(cls, config: MutableMapping[str, Any]) -> Settings:
@@ -85,6 +90,12 @@ class Settings:
         secret = config["RATELIMIT_KEY_SECRET"]
         if secret is not None and (not isinstance(secret, (str, bytes)) or not secret):
             raise ConfigurationError("RATELIMIT_KEY_SECRET", secret, "None, or a non-empty str or bytes")
+        strategy = config["RATELIMIT_STRATEGY"]
+        if not isinstance(strategy, str) or strategy not in STRATEGIES:
+            raise ConfigurationError("RATELIMIT_STRATEGY", strategy, f"one of {', '.join(map(repr, STRATEGIES))}")
+        log_size = config["RATELIMIT_REFUSAL_LOG_SIZE"]
+        if isinstance(log_size, bool) or not isinstance(log_size, int) or log_size < 0:
+            raise ConfigurationError("RATELIMIT_REFUSAL_LOG_SIZE", log_size, "an integer, 0 to keep no log")
         url = config["RATELIMIT_STORAGE_URL"]
         if not isinstance(url, str):
             raise ConfigurationError("RATELIMIT_STORAGE_URL", url, "a URL string")
@@ -99,4 +110,6 @@ class Settings:
             identities=identities,
             ipv6_prefix=ipv6_prefix,
             key_secret=secret.encode() if isinstance(secret, str) else secret or b"",
+            strategy=strategy,
+            refusal_log_size=log_size,
         )

@@ -14,6 +14,7 @@ from typing import TypeVar
 from .errors import InvalidLimit
 from .identity import IDENTITY_NAMES, IdentitySpec, check_identities
 from .rates import Rate, parse_limits
+from .scripts import STRATEGIES
 
 __all__ = ["LIMITS_ATTRIBUTE", "LimitSpec", "limit"]
 
@@ -31,12 +32,14 @@ class LimitSpec:
     :param rates: its layers.
     :param scope: the counters' scope, or None for the endpoint name.
     :param identities: whom it counts, or None for ``RATELIMIT_IDENTITIES``.
+    :param strategy: the algorithm, or None for ``RATELIMIT_STRATEGY``.
     """
 
     spec: str
     rates: tuple[Rate, ...]
     scope: str | None = None
     identities: tuple[IdentitySpec, ...] | None = None
+    strategy: str | None = None
 
 
 def limit(
@@ -44,6 +47,7 @@ def limit(
     *,
     scope: str | None = None,
     identities: Sequence[IdentitySpec] | None = None,
+    strategy: str | None = None,
 ) -> Callable[[F], F]:
     """Limit a view. A request passes only if every layer of every identity has room.
 
@@ -61,6 +65,10 @@ def limit(
         share counters. By default each endpoint counts on its own.
     :param identities: whom to count, overriding ``RATELIMIT_IDENTITIES``:
         ``"ip"``, ``"user"``, ``"user-or-ip"`` or key functions.
+    :param strategy: the algorithm, overriding ``RATELIMIT_STRATEGY``:
+        ``"fixed-window"``, ``"sliding-window"``, ``"sliding-log"`` or
+        ``"gcra"`` (see :doc:`/algorithms`). Limits with different strategies
+        on one view are still decided in one round trip.
     :raises InvalidLimit: at once, when the decorator is applied, if ``spec``
         or an option is malformed.
     """
@@ -76,7 +84,9 @@ def limit(
                 f"{', '.join(map(repr, IDENTITY_NAMES))} or key functions",
                 spec=identities,
             )
-    entry = LimitSpec(spec, rates, scope, checked)
+    if strategy is not None and (not isinstance(strategy, str) or strategy not in STRATEGIES):
+        raise InvalidLimit(f"strategy {strategy!r} must be one of {', '.join(map(repr, STRATEGIES))}", spec=strategy)
+    entry = LimitSpec(spec, rates, scope, checked, strategy)
 
     def decorate(view: F) -> F:
         # Decorators apply bottom-up; putting this one first keeps the limits

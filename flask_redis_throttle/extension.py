@@ -18,9 +18,11 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from flask import Flask, Request, Response, g, request
+import redis
+from flask import Flask, Request, Response, current_app, g, request
 from werkzeug.exceptions import ServiceUnavailable
 
 from .config import Settings
@@ -28,10 +30,11 @@ from .decorators import LIMITS_ATTRIBUTE, LimitSpec
 from .errors import RateLimitExceeded
 from .headers import policy_header, state_header
 from .identity import Resolver, resolvers
+from .refusals import RefusalLog
 from .storage import Storage
 from .throttle import Check, Decision, Policy, StorageUnavailable, Throttle
 
-__all__ = ["EXTENSION_KEY", "RateLimit", "RateLimitState"]
+__all__ = ["EXTENSION_KEY", "RateLimit", "RateLimitState", "refusal_log"]
 
 logger = logging.getLogger("flask_redis_throttle")
 
@@ -63,7 +66,8 @@ class RateLimit:
         ``RATELIMIT_STORAGE_OPTIONS``, ``RATELIMIT_KEY_PREFIX``,
         ``RATELIMIT_DEFAULT``, ``RATELIMIT_HEADERS_ENABLED``,
         ``RATELIMIT_FAIL_OPEN``, ``RATELIMIT_IDENTITIES``,
-        ``RATELIMIT_IPV6_PREFIX`` and ``RATELIMIT_KEY_SECRET``.
+        ``RATELIMIT_IPV6_PREFIX``, ``RATELIMIT_KEY_SECRET``,
+        ``RATELIMIT_STRATEGY`` and ``RATELIMIT_REFUSAL_LOG_SIZE``.
 
         Nothing is sent to Redis here, so an app starts even while Redis is down.
 
@@ -104,9 +108,14 @@ class RateLimitState:
         #: The core decider; tests may override its ``now`` to pin time. When
         #: ``RATELIMIT_ENABLED`` is off there is none, and no storage either.
         self.throttle: Throttle | None = None
+        #: Who hit the limits (see :doc:`/refusals`); None when disabled.
+        self.refusals: RefusalLog | None = None
         if settings.enabled:
             storage = Storage.from_url(settings.storage_url, settings.storage_options)
             self.throttle = Throttle(storage, settings.key_prefix, settings.key_secret)
+            if settings.refusal_log_size:
+                key = settings.key_prefix + "refusals"
+                self.refusals = RefusalLog(storage.client, key, settings.refusal_log_size)
         self._plans: dict[str | None, _Plan | None] = {}
         self._warning_lock = threading.Lock()
         self._next_warning = 0.0
@@ -144,6 +153,8 @@ class RateLimitState:
             return
         g._ratelimit = (plan, decision)
         if not decision.admitted:
+            if self.refusals is not None:
+                self._log_refusal(endpoint, checks, decision)
             raise RateLimitExceeded(decision.layer, decision.identity, decision.retry_after, decision.policy.scope)
 
     def after_request(self, response: Response) -> Response:
@@ -175,7 +186,7 @@ class RateLimitState:
         layers = []
         logins = hasattr(self.app, "login_manager")
         for spec in specs:
-            policy = Policy(spec.rates, spec.scope or endpoint)
+            policy = Policy(spec.rates, spec.scope or endpoint, spec.strategy or self.settings.strategy)
             identities = resolvers(spec.identities or self.settings.identities, self.settings.ipv6_prefix, logins)
             limits.append((policy, identities))
             for rate in spec.rates:
@@ -186,7 +197,31 @@ class RateLimitState:
                 layers.append((name, rate))
         return _Plan(tuple(limits), policy_header(layers), names)
 
+    def _log_refusal(self, endpoint: str | None, checks: Sequence[Check], decision: Decision) -> None:
+        assert self.refusals is not None
+        identities = dict.fromkeys(str(identity) for _policy, ids in checks for identity in ids)
+        try:
+            self.refusals.record(
+                endpoint=endpoint or "",
+                scope=decision.policy.scope,
+                layer=f"{decision.layer.amount}/{decision.layer.name}",
+                strategy=decision.policy.strategy,
+                identity=str(decision.identity),
+                identities=identities,
+                retry_after=decision.retry_after,
+            )
+        except redis.RedisError as error:
+            # The refusal stands; only its log entry is lost.
+            self._warn(f"refusal log unavailable ({error}); the refusal is not logged")
+
     def _storage_unavailable(self, error: StorageUnavailable) -> None:
+        outcome = "letting requests through" if self.settings.fail_open else "answering 503"
+        self._warn(f"rate limit storage unavailable ({error}); {outcome}")
+        if not self.settings.fail_open:
+            raise ServiceUnavailable("Rate limiting is unavailable; try again shortly.", retry_after=1)
+
+    def _warn(self, message: str) -> None:
+        """Log a warning about the storage, at most once per :data:`WARNING_INTERVAL`."""
         with self._warning_lock:
             now = time.monotonic()
             if now < self._next_warning:
@@ -196,12 +231,17 @@ class RateLimitState:
                 warn, skipped = True, self._unwarned
                 self._next_warning, self._unwarned = now + WARNING_INTERVAL, 0
         if warn:
-            outcome = "letting requests through" if self.settings.fail_open else "answering 503"
-            logger.warning(
-                "rate limit storage unavailable (%s); %s. %d similar failure(s) since the last warning.",
-                error,
-                outcome,
-                skipped,
-            )
-        if not self.settings.fail_open:
-            raise ServiceUnavailable("Rate limiting is unavailable; try again shortly.", retry_after=1)
+            logger.warning("%s. %d similar failure(s) since the last warning.", message, skipped)
+
+
+def refusal_log(app: Flask | None = None) -> RefusalLog:
+    """The refusal log of ``app``, or of the current app.
+
+    :raises RuntimeError: if the extension is not set up on the app, or is
+        disabled, or keeps no log (``RATELIMIT_REFUSAL_LOG_SIZE = 0``).
+    """
+    app = app or current_app
+    state: RateLimitState | None = app.extensions.get(EXTENSION_KEY)
+    if state is None or state.refusals is None:
+        raise RuntimeError("this app keeps no refusal log: set up RateLimit with RATELIMIT_REFUSAL_LOG_SIZE above 0")
+    return state.refusals

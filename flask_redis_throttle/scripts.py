@@ -1,36 +1,77 @@
-"""The Lua scripts, one per strategy, and the shape of their reply.
+"""The Lua scripts, one file per strategy, and the shape of their reply.
 
-Each strategy is a file under ``lua/`` that defines ``check`` and ``record``;
-``lua/driver.lua``, appended to it, holds what all strategies share: reading
-the clock, checking every counter before writing any, and building the reply.
-Production Redis and the embedded ``memory://`` store run the very same text.
+Each strategy is a file under ``lua/`` that defines two local functions,
+``check`` and ``record`` (see ``lua/driver.lua`` for their contract). A script
+is built from the strategy files a request needs, each registered under its
+code, followed by ``lua/driver.lua``, which holds what every strategy shares:
+reading the clock, checking every counter before writing any, and building
+the reply. A request whose limits all use one strategy (the usual case) runs
+a script made of that strategy's file and the driver only. Production Redis
+and the embedded ``memory://`` store run the very same text.
 
 This module is pure Python: it imports neither Flask nor Redis.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
 
-__all__ = ["STRATEGIES", "Reply", "script_source"]
+__all__ = ["STRATEGIES", "Reply", "Strategy", "script_source"]
 
-#: Strategy names, mapped to their Lua file and the short code in their keys.
-STRATEGIES: dict[str, tuple[str, str]] = {
-    "fixed-window": ("fixed_window.lua", "fw"),
+
+@dataclass(frozen=True, slots=True)
+class Strategy:
+    """An algorithm: its name in settings, its Lua file, and its code.
+
+    :param name: the value of ``RATELIMIT_STRATEGY`` and ``@limit(strategy=...)``.
+    :param filename: its file under ``lua/``.
+    :param code: two letters that name it in Redis keys and in the script's
+        per-counter argument; codes never change, or counters would be lost.
+    """
+
+    name: str
+    filename: str
+    code: str
+
+
+#: Every strategy, by name.
+STRATEGIES: dict[str, Strategy] = {
+    strategy.name: strategy
+    for strategy in (
+        Strategy("fixed-window", "fixed_window.lua", "fw"),
+        Strategy("sliding-window", "sliding_window.lua", "sw"),
+        Strategy("sliding-log", "sliding_log.lua", "sl"),
+        Strategy("gcra", "gcra.lua", "gc"),
+    )
 }
 
 
-@cache
-def script_source(strategy: str) -> str:
-    """The full Lua text of ``strategy``: its own file, then the shared driver.
+def script_source(names: Iterable[str]) -> str:
+    """The full Lua text for a request that uses the strategies ``names``.
 
     :raises KeyError: for an unknown strategy.
     """
-    filename, _code = STRATEGIES[strategy]
+    return _source(frozenset(names))
+
+
+@cache
+def _source(names: frozenset[str]) -> str:
     lua = files(__package__) / "lua"
-    return lua.joinpath(filename).read_text("utf-8") + "\n" + lua.joinpath("driver.lua").read_text("utf-8")
+    parts = ["local strategies = {}"]
+    for name in sorted(names):
+        strategy = STRATEGIES[name]
+        # Each file's locals stay in its own block; the table keeps its pair.
+        parts += [
+            "do",
+            lua.joinpath(strategy.filename).read_text("utf-8"),
+            f"strategies.{strategy.code} = {{check = check, record = record}}",
+            "end",
+        ]
+    parts.append(lua.joinpath("driver.lua").read_text("utf-8"))
+    return "\n".join(parts)
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ from redis.exceptions import NoScriptError
 from redis.retry import Retry
 
 from .errors import ConfigurationError
-from .scripts import STRATEGIES, script_source
+from .scripts import script_source
 
 __all__ = ["DEFAULT_CLIENT_OPTIONS", "Storage"]
 
@@ -54,8 +54,8 @@ class Storage:
     def __init__(self, client: redis.Redis, url: str = "") -> None:
         self.client = client
         self.url = url
-        # register_script computes the SHA1 locally; it sends nothing.
-        self._scripts: dict[str, Script] = {name: client.register_script(script_source(name)) for name in STRATEGIES}
+        #: One script per set of strategies that requests have used together.
+        self._scripts: dict[frozenset[str], Script] = {}
 
     @classmethod
     def from_url(cls, url: str, options: Mapping[str, Any] | None = None) -> Storage:
@@ -96,15 +96,19 @@ class Storage:
         )
         return cls(fakeredis.FakeRedis(server=fakeredis.FakeServer()), url)
 
-    def evaluate(self, strategy: str, keys: Sequence[str], args: Sequence[int | str]) -> list[int]:
-        """Run ``strategy``'s script once: one EVALSHA, one round trip.
+    def evaluate(self, strategies: frozenset[str], keys: Sequence[str], args: Sequence[int | str]) -> list[int]:
+        """Run the script for ``strategies`` once: one EVALSHA, one round trip.
 
         When Redis answers NOSCRIPT (after ``SCRIPT FLUSH``, a restart or a
         failover), the script is loaded and the call made again.
 
+        :raises KeyError: for an unknown strategy.
         :raises redis.RedisError: when Redis cannot answer.
         """
-        script = self._scripts[strategy]
+        script = self._scripts.get(strategies)
+        if script is None:
+            # register_script computes the SHA1 locally; it sends nothing.
+            script = self._scripts[strategies] = self.client.register_script(script_source(strategies))
         # EVALSHA straight on the client, rather than through Script.__call__,
         # which imports, type-checks and copies its arguments on every call:
         # this is the hot path of every request.

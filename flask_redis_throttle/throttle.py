@@ -51,14 +51,17 @@ class Policy:
     key_suffixes: tuple[str, ...] = field(init=False, repr=False)
     #: The script arguments for one identity: quota and window of each layer.
     arguments: tuple[int, ...] = field(init=False, repr=False)
+    #: The strategy code of each layer, for the script's per-counter codes.
+    codes: str = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {self.strategy!r}; expected one of {', '.join(STRATEGIES)}")
-        code = STRATEGIES[self.strategy][1]
+        code = STRATEGIES[self.strategy].code
         scope = escape_scope(self.scope)
         object.__setattr__(self, "key_suffixes", tuple(f"}}:{scope}:{code}:{r.name}" for r in self.rates))
         object.__setattr__(self, "arguments", tuple(n for r in self.rates for n in (r.amount, r.period)))
+        object.__setattr__(self, "codes", code * len(self.rates))
 
 
 #: One limit to check for a request: a policy and the identities it applies to.
@@ -122,25 +125,26 @@ class Throttle:
         """Check every layer of every identity of every check, in one script
         call, and count the request everywhere only if all have room.
 
-        :param checks: the limits that apply, each with its identities. They
-            must share one strategy and have at least one identity between them.
+        :param checks: the limits that apply, each with its identities, at
+            least one identity between them. Their strategies may differ.
         :param cost: how much quota the request takes; 0 only inspects.
         :raises StorageUnavailable: if Redis could not answer.
         """
         keys: list[str] = []
-        args: list[int | str] = ["", cost]
-        strategy = checks[0][0].strategy
+        codes: list[str] = []
+        args: list[int | str] = ["", cost, ""]
         for policy, identities in checks:
-            if policy.strategy != strategy:
-                raise ValueError("limits decided together must share one strategy")
             for identity in identities:
                 keys += self.keys(policy, identity)
                 args += policy.arguments
+            codes.append(policy.codes * len(identities))
+        args[2] = "".join(codes)
         now = self.now()
         if now is not None:
             args[0] = now
+        strategies = frozenset([policy.strategy for policy, _ in checks])
         try:
-            raw = self.storage.evaluate(strategy, keys, args)
+            raw = self.storage.evaluate(strategies, keys, args)
         except redis.RedisError as error:
             raise StorageUnavailable(f"{self.storage.url}: {error}") from error
         return _decision(Reply.decode(raw), checks)

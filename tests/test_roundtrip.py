@@ -15,8 +15,14 @@ from flask_redis_throttle import limit
 
 pytestmark = pytest.mark.redis
 
-# Commands Redis counts for what our script runs inside itself.
-SCRIPT_INNER = {"cmdstat_time", "cmdstat_get", "cmdstat_set"}
+# Commands Redis counts for what each strategy's script runs inside itself,
+# and how many of them write, per counter, on an admitted request.
+SCRIPT_INNER = {
+    "fixed-window": ({"get", "set"}, 1),
+    "sliding-window": ({"hgetall", "hincrby", "hdel", "pexpire"}, 2),
+    "sliding-log": ({"zcount", "zremrangebyscore", "zadd", "pexpire"}, 3),
+    "gcra": ({"get", "set"}, 1),
+}
 
 
 def commandstats(client: redis.Redis) -> Counter[str]:
@@ -24,7 +30,10 @@ def commandstats(client: redis.Redis) -> Counter[str]:
 
 
 @pytest.mark.parametrize("storage_url", ["redis"], indirect=True)
-def test_one_request_is_one_command_in_one_round_trip(app: Flask, redis_client: redis.Redis, monkeypatch) -> None:
+@pytest.mark.parametrize("strategy", SCRIPT_INNER)
+def test_one_request_is_one_command_in_one_round_trip(
+    app: Flask, redis_client: redis.Redis, monkeypatch, strategy: str
+) -> None:
     add_login(app)
 
     @app.get("/")
@@ -32,7 +41,7 @@ def test_one_request_is_one_command_in_one_round_trip(app: Flask, redis_client: 
     def index() -> str:
         return "ok"
 
-    install(app)
+    install(app, RATELIMIT_STRATEGY=strategy)
     client = app.test_client()
     # The very first call also loads the script (EVALSHA, NOSCRIPT, SCRIPT LOAD, EVALSHA).
     assert get(client, user="alice").status_code == 200
@@ -58,19 +67,25 @@ def test_one_request_is_one_command_in_one_round_trip(app: Flask, redis_client: 
     # Server side: ten EVALSHA; everything else counted ran inside them (and
     # the INFO that took the first snapshot).
     delta = after - before
+    inner, writes = SCRIPT_INNER[strategy]
     assert delta["cmdstat_evalsha"] == 10
-    assert set(delta) - SCRIPT_INNER - {"cmdstat_evalsha", "cmdstat_info"} == set()
-    assert delta["cmdstat_set"] == 60  # 2 identities x 3 layers, written once each
+    assert set(delta) - {f"cmdstat_{name}" for name in {*inner, "time", "evalsha", "info"}} == set()
+    # 2 identities x 3 layers, each written once (with its TTL) per request.
+    written = sum(delta[f"cmdstat_{name}"] for name in inner) - sum(
+        delta[f"cmdstat_{name}"] for name in ("get", "hgetall", "zcount")
+    )
+    assert written == 60 * writes
 
 
 @pytest.mark.parametrize("storage_url", ["memory", "redis"], indirect=True)
-def test_threads_hammering_one_identity_get_exactly_the_quota(app: Flask, storage_url: str) -> None:
+@pytest.mark.parametrize("strategy", SCRIPT_INNER)
+def test_threads_hammering_one_identity_get_exactly_the_quota(app: Flask, storage_url: str, strategy: str) -> None:
     @app.get("/")
     @limit("50/d;1000/h")
     def index() -> str:
         return "ok"
 
-    state = install(app)
+    state = install(app, RATELIMIT_STRATEGY=strategy)
     # A day window makes a boundary during the test all but impossible;
     # wait it out if it is less than a minute away on Redis's clock.
     assert state.throttle is not None

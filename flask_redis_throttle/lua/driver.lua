@@ -1,14 +1,20 @@
--- The driver shared by every strategy. The loader appends it to a strategy's
--- own file, which must define two local functions:
+-- The driver shared by every strategy. The loader puts it after the files of
+-- the strategies a request uses; each of those defines two local functions,
+-- registered in `strategies` under the strategy's two-letter code:
 --
 --   check(key, quota, period, now, cost) -> fits, remaining, reset, retry, state
 --     fits       true if `cost` more requests fit in this counter now
 --     remaining  the quota left: after this request if it fits, else as it is
 --     reset      microseconds until the counter is back to its full quota
---     retry      microseconds until `cost` requests would fit (0 if they do)
+--     retry      microseconds until `cost` requests would fit (0 if they do);
+--                never early, and exact: one microsecond sooner would not do
 --     state      whatever record() needs to write the hit
 --   record(key, state)
 --     writes the admitted hit, always with a TTL
+--
+-- check() only reads. Numbers too big for Lua's 14-digit number-to-string
+-- conversion (timestamps have 16 digits) are passed to Redis as strings
+-- formatted with '%.0f'.
 --
 -- Calling convention, the same for every strategy:
 --   KEYS[i]         one counter per identity and layer; all keys of one
@@ -16,11 +22,14 @@
 --   ARGV[1]         now, in microseconds since the epoch; "" means "read
 --                   Redis TIME" (production always sends ""; tests pin time)
 --   ARGV[2]         the cost of this request; 0 inspects without writing
---   ARGV[1 + 2i]    the quota of counter i
---   ARGV[2 + 2i]    the window of counter i, in whole seconds
+--   ARGV[3]         the strategy code of each counter, two letters each
+--   ARGV[2 + 2i]    the quota of counter i
+--   ARGV[3 + 2i]    the window of counter i, in whole seconds
 --
 -- Every counter is checked before any is written, and nothing is written
--- unless all of them have room: a refused request consumes no quota.
+-- unless all of them have room: a refused request consumes no quota. A
+-- request that costs more than a counter's whole quota never fits; its
+-- retry is given as that counter's window.
 --
 -- Reply, a flat array of integers:
 --   [1] 1 if admitted, 0 if refused
@@ -37,16 +46,21 @@ if not now then
   now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 end
 local cost = tonumber(ARGV[2])
+local codes = ARGV[3]
 
 local admitted = true
-local states = {}
+local chosen, states = {}, {}
 local pick, pick_remaining, pick_reset, pick_retry = 0, 0, 0, -1
 
 for i, key in ipairs(KEYS) do
-  local quota = tonumber(ARGV[1 + 2 * i])
-  local period = tonumber(ARGV[2 + 2 * i]) * 1000000
-  local fits, remaining, reset, retry, state = check(key, quota, period, now, cost)
-  states[i] = state
+  local strategy = strategies[string.sub(codes, 2 * i - 1, 2 * i)]
+  local quota = tonumber(ARGV[2 + 2 * i])
+  local period = tonumber(ARGV[3 + 2 * i]) * 1000000
+  local fits, remaining, reset, retry, state = strategy.check(key, quota, period, now, cost)
+  if cost > quota then
+    fits, retry = false, period
+  end
+  chosen[i], states[i] = strategy, state
   local better
   if not fits then
     better = admitted or retry > pick_retry
@@ -62,7 +76,7 @@ end
 
 if admitted and cost > 0 then
   for i, key in ipairs(KEYS) do
-    record(key, states[i])
+    chosen[i].record(key, states[i])
   end
 end
 

@@ -1,0 +1,177 @@
+"""The refusal log: who hit the limits, kept in a capped Redis stream.
+
+Seeds 002 and 003 keep metadata about the clients behind a limit. We keep it
+apart from the counters: one stream per app, ``<prefix>refusals``, trimmed to
+``RATELIMIT_REFUSAL_LOG_SIZE`` entries, so its memory is bounded however many
+clients are refused. Each entry's ID is Redis's own clock in milliseconds.
+
+Admitted requests never touch it. A refusal costs one ``XADD`` after the
+script has refused: writing it from inside the script would mean sending the
+request's raw identities with every request, which admitted requests would
+pay for, and a key outside the identity's cluster slot.
+
+This module imports Redis but not Flask::
+
+    log = RefusalLog(redis.Redis(), "rl:refusals")
+    for refusal in log.recent(10):
+        print(refusal.time, refusal.identity, refusal.endpoint)
+    print(log.top(5, since=time.time() - 3600))
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import redis
+
+__all__ = ["MAX_VALUE_LENGTH", "Refusal", "RefusalLog"]
+
+#: Identity values longer than this are cut, so that a client who picks its
+#: own identity (a custom key from a header, say) cannot bloat the log.
+MAX_VALUE_LENGTH = 200
+
+#: A time as seconds since the epoch, or an aware or naive (local) datetime.
+Moment = float | datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """One refused request.
+
+    :param id: the stream entry's ID.
+    :param time: when, in seconds since the epoch, by Redis's clock.
+    :param endpoint: the Flask endpoint, or ``""`` outside Flask.
+    :param scope: the scope of the limit that refused it.
+    :param layer: that layer, such as ``"10/1s"``.
+    :param strategy: that limit's strategy.
+    :param identity: the identity that was over the limit, such as ``"ip:192.0.2.1"``.
+    :param identities: every identity of the request (the IP and the user, say).
+    :param retry_after: seconds until the request would have passed.
+    """
+
+    id: str
+    time: float
+    endpoint: str
+    scope: str
+    layer: str
+    strategy: str
+    identity: str
+    identities: tuple[str, ...]
+    retry_after: float
+
+
+class RefusalLog:
+    """A bounded log of refusals in a Redis stream.
+
+    :param client: the Redis client (a fakeredis one for ``memory://``).
+    :param key: the stream's key.
+    :param size: how many refusals to keep; older ones are trimmed as new
+        ones arrive.
+    """
+
+    def __init__(self, client: redis.Redis, key: str, size: int = 1000) -> None:
+        if size < 1:
+            raise ValueError(f"a refusal log keeps at least one entry, not {size}")
+        self.client = client
+        self.key = key
+        self.size = size
+
+    def record(
+        self,
+        *,
+        endpoint: str,
+        scope: str,
+        layer: str,
+        strategy: str,
+        identity: str,
+        identities: Iterable[str],
+        retry_after: float,
+    ) -> None:
+        """Append one refusal, trimming the log to its size: one ``XADD``.
+
+        :raises redis.RedisError: if Redis cannot take it.
+        """
+        fields = {
+            "endpoint": endpoint,
+            "scope": _cut(scope),
+            "layer": layer,
+            "strategy": strategy,
+            "identity": _cut(identity),
+            # JSON's escapes carry any value, lone surrogates included.
+            "identities": json.dumps([_cut(i) for i in identities]),
+            "retry_after": f"{retry_after:.6f}",
+        }
+        # Identities and scopes may hold anything; backslashreplace keeps
+        # what UTF-8 cannot encode (lone surrogates) readable.
+        encoded = {name: value.encode("utf-8", "backslashreplace") for name, value in fields.items()}
+        self.client.xadd(self.key, encoded, maxlen=self.size, approximate=False)  # type: ignore[arg-type]
+
+    def recent(self, count: int = 20, since: Moment | None = None) -> list[Refusal]:
+        """The latest refusals, newest first.
+
+        :param count: at most this many.
+        :param since: only those at or after this time.
+        """
+        entries: list[tuple[Any, dict[Any, Any]]] = self.client.xrevrange(  # type: ignore[assignment]
+            self.key, "+", _bound(since, "-"), count=count
+        )
+        return [_decode(entry_id, fields) for entry_id, fields in entries]
+
+    def top(self, count: int = 10, since: Moment | None = None, until: Moment | None = None) -> list[tuple[str, int]]:
+        """The most refused identities in a time range, most refused first.
+
+        Every identity of a refused request counts, so a user refused from
+        one IP shows up as both. Ties keep the order they were first seen in.
+
+        :param count: at most this many identities.
+        :param since: from this time (by default, the oldest entry kept).
+        :param until: up to this time (by default, now).
+        """
+        entries: list[tuple[Any, dict[Any, Any]]] = self.client.xrange(  # type: ignore[assignment]
+            self.key, _bound(since, "-"), _bound(until, "+")
+        )
+        tally: Counter[str] = Counter()
+        for _id, fields in entries:
+            tally.update(json.loads(_text(fields[b"identities"])))
+        return tally.most_common(count)
+
+    def clear(self) -> None:
+        """Delete the whole log."""
+        self.client.delete(self.key)
+
+
+def _cut(value: str) -> str:
+    return value if len(value) <= MAX_VALUE_LENGTH else value[: MAX_VALUE_LENGTH - 1] + "…"
+
+
+def _bound(moment: Moment | None, open_end: str) -> str:
+    """A stream ID bound for a time: its millisecond, or the open end."""
+    if moment is None:
+        return open_end
+    seconds = moment.timestamp() if isinstance(moment, datetime) else float(moment)
+    return str(max(int(seconds * 1000), 0))
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else str(value)
+
+
+def _decode(entry_id: Any, raw: dict[Any, Any]) -> Refusal:
+    fields = {_text(k): _text(v) for k, v in raw.items()}
+    entry = _text(entry_id)
+    return Refusal(
+        id=entry,
+        time=int(entry.split("-")[0]) / 1000,
+        endpoint=fields.get("endpoint", ""),
+        scope=fields.get("scope", ""),
+        layer=fields.get("layer", ""),
+        strategy=fields.get("strategy", ""),
+        identity=fields.get("identity", ""),
+        identities=tuple(json.loads(fields.get("identities", "[]"))),
+        retry_after=float(fields.get("retry_after", "0")),
+    )

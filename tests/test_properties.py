@@ -1,0 +1,135 @@
+"""Property tests: random arrivals sent to the real scripts, on memory:// and a
+real Redis, compared reply by reply with the models in ``models.py``, and
+checked against each strategy's promise.
+
+Time is pinned: every request carries its own "now", in microseconds, so the
+scripts see exactly the arrival times Hypothesis draws.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+from conftest import T0
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from models import BUCKETS, MODELS, Counter, decide
+
+from flask_redis_throttle import Identity
+from flask_redis_throttle.rates import Rate
+from flask_redis_throttle.scripts import STRATEGIES
+from flask_redis_throttle.storage import Storage
+from flask_redis_throttle.throttle import Policy, Throttle
+
+SECOND = 1_000_000
+
+# Gaps between requests: often within a sub-bucket, sometimes exactly on or
+# one microsecond around the boundaries that matter, sometimes long.
+gaps = st.one_of(
+    st.integers(0, SECOND // 4),
+    st.sampled_from([0, 1, SECOND // 10 - 1, SECOND // 10, SECOND // 3, SECOND - 1, SECOND, 2 * SECOND]),
+    st.integers(0, 4 * SECOND),
+)
+layers = st.lists(
+    st.tuples(st.sampled_from([1, 1, 2, 3, 5]), st.sampled_from([1, 2, 3, 60])),
+    min_size=1,
+    max_size=3,
+    unique_by=lambda r: r[1],
+)
+steps = st.lists(
+    st.tuples(gaps, st.sampled_from([1, 1, 1, 1, 2, 3, 0, 7]), st.sampled_from([(0,), (1,), (0, 1)])),
+    min_size=1,
+    max_size=40,
+)
+IDENTITIES = (Identity("ip", "192.0.2.1"), Identity("user", "42"))
+_scopes = itertools.count()
+
+
+@pytest.fixture
+def storage(storage_url: str) -> Storage:
+    return Storage.from_url(storage_url)
+
+
+@pytest.mark.parametrize("strategy", [*STRATEGIES, "mixed"])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(layers=layers, steps=steps, start=st.integers(0, 2 * SECOND), data=st.data())
+def test_scripts_match_models_and_keep_promises(
+    storage: Storage,
+    strategy: str,
+    layers: list[tuple[int, int]],
+    steps: list[tuple[int, int, tuple[int, ...]]],
+    start: int,
+    data: st.DataObject,
+) -> None:
+    # One policy per layer, so that in "mixed" each layer can have its own
+    # strategy; a fresh scope per example keeps examples apart.
+    scope = f"p{next(_scopes)}"
+    names = [data.draw(st.sampled_from(list(STRATEGIES))) if strategy == "mixed" else strategy for _ in layers]
+    policies = [Policy((Rate(q, p),), scope, name) for (q, p), name in zip(layers, names, strict=True)]
+    throttle = Throttle(storage)
+    counters: dict[tuple[int, int], Counter] = {
+        (who, i): MODELS[name](q, p * SECOND)
+        for who in (0, 1)
+        for i, ((q, p), name) in enumerate(zip(layers, names, strict=True))
+    }
+    now = T0 + start
+    for gap, cost, who in steps:
+        now += gap
+        keys, args, codes, involved = [], [], "", []
+        for w in who:
+            for i, policy in enumerate(policies):
+                keys += throttle.keys(policy, IDENTITIES[w])
+                args += policy.arguments
+                codes += policy.codes
+                involved.append(counters[w, i])
+        verdicts = [c.check(now, cost) for c in involved]
+        expected = decide(involved, now, cost)
+        reply = storage.evaluate(frozenset(names), keys, [now, cost, codes, *args])
+        assert list(reply) == list(expected), (now - T0, cost, who)
+        for counter, verdict in zip(involved, verdicts, strict=True):
+            if not verdict.fits and cost <= counter.quota:
+                check_refusal(counter, now, cost, verdict.retry)
+    for counter in counters.values():
+        check_promise(counter)
+    client = storage.client
+    for key in client.scan_iter(f"*:{scope}:*"):
+        assert client.pttl(key) > 0, key
+
+
+def window_sum(counter: Counter, start: int, end: int) -> int:
+    """Admitted cost in (start, end]."""
+    return sum(c for t, c in counter.hits if start < t <= end)
+
+
+def check_refusal(counter: Counter, now: int, cost: int, retry: int) -> None:
+    """Every refusal is justified, and its retry time is exact."""
+    name = type(counter).__name__
+    assert retry > 0
+    assert counter.fits(now + retry, cost), "retry is early"
+    assert not counter.fits(now + retry - 1, cost), "retry is late"
+    width = counter.period // BUCKETS
+    if name == "SlidingLog":  # exact: refused only if the window is truly full
+        assert window_sum(counter, now - counter.period, now) + cost > counter.quota
+    elif name == "SlidingWindow":  # early by at most one sub-bucket
+        assert window_sum(counter, now - counter.period - width, now) + cost > counter.quota
+    elif name == "Gcra":  # never a whole window: at most `cost` intervals
+        assert retry <= math.ceil(cost * counter.period / counter.quota)
+
+
+def check_promise(counter: Counter) -> None:
+    """What each strategy promises about the requests it admitted."""
+    name, quota, period = type(counter).__name__, counter.quota, counter.period
+    times = [t for t, _ in counter.hits]
+    if name == "FixedWindow":  # at most the quota per clock-aligned window
+        for t in times:
+            start = t - t % period
+            assert window_sum(counter, start - 1, start + period - 1) <= quota
+    elif name in ("SlidingWindow", "SlidingLog"):  # at most the quota in any window-long span
+        for t in times:
+            assert window_sum(counter, t - period, t) <= quota
+    else:  # GCRA: a burst of the quota, then one per interval
+        for i, a in enumerate(times):
+            for b in times[i:]:
+                assert window_sum(counter, a - 1, b) * period <= quota * period + (b - a) * quota

@@ -1,0 +1,151 @@
+"""The refusal log: who hit the limits, through a real app and directly."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+import redis
+from conftest import Clock, add_login, get, install
+from flask import Flask
+
+from flask_redis_throttle import ConfigurationError, RefusalLog, limit, refusal_log
+from flask_redis_throttle.refusals import MAX_VALUE_LENGTH
+
+
+def limited(app: Flask, spec: str = "1/m", **options: object) -> None:
+    @app.get("/items")
+    @limit(spec, **options)  # type: ignore[arg-type]
+    def items() -> str:
+        return "ok"
+
+
+def test_a_refusal_is_logged_with_everything_about_it(app: Flask) -> None:
+    add_login(app)
+    limited(app, "5/s;1/m", strategy="gcra", scope="catalogue")
+    install(app)
+    client = app.test_client()
+    before = time.time()
+    assert get(client, "/items", user="alice").status_code == 200
+    with app.app_context():
+        assert refusal_log().recent() == []  # admitted requests leave no trace
+    assert get(client, "/items", user="alice").status_code == 429
+    with app.app_context():
+        [refusal] = refusal_log().recent()
+    assert refusal.endpoint == "items"
+    assert refusal.scope == "catalogue"
+    assert refusal.layer == "1/1m"
+    assert refusal.strategy == "gcra"
+    assert refusal.identity == "ip:192.0.2.1"  # the first counter with the longest wait
+    assert refusal.identities == ("ip:192.0.2.1", "user:alice")
+    assert 59 < refusal.retry_after <= 60
+    assert before - 1 <= refusal.time <= time.time() + 1
+
+
+def test_the_log_is_bounded_newest_first(app: Flask) -> None:
+    limited(app)
+    install(app, RATELIMIT_REFUSAL_LOG_SIZE=5)
+    client = app.test_client()
+    for i in range(12):
+        get(client, "/items", ip=f"192.0.2.{i}")  # admitted
+        get(client, "/items", ip=f"192.0.2.{i}")  # refused
+    log = refusal_log(app)
+    assert log.client.xlen(log.key) == 5
+    assert [r.identity for r in log.recent(3)] == ["ip:192.0.2.11", "ip:192.0.2.10", "ip:192.0.2.9"]
+
+
+def test_top_identities(app: Flask) -> None:
+    add_login(app)
+    limited(app)
+    install(app)
+    client = app.test_client()
+    for ip, user, times in [("192.0.2.1", None, 4), ("192.0.2.2", "bob", 3), ("192.0.2.3", None, 1)]:
+        for _ in range(times + 1):
+            get(client, "/items", ip=ip, user=user)
+    log = refusal_log(app)
+    assert log.top(3) == [("ip:192.0.2.1", 4), ("ip:192.0.2.2", 3), ("user:bob", 3)]
+    assert log.top(1) == [("ip:192.0.2.1", 4)]
+    assert log.top(since=time.time() + 60) == []
+
+
+def test_time_ranges(storage_url: str) -> None:
+    from flask_redis_throttle.storage import Storage
+
+    log = RefusalLog(Storage.from_url(storage_url).client, "test:refusals", size=10)
+    fields = {"endpoint": "e", "scope": "s", "layer": "1/1s", "strategy": "gcra", "retry_after": 1.0}
+    log.record(identity="ip:a", identities=["ip:a"], **fields)  # type: ignore[arg-type]
+    time.sleep(0.01)
+    log.record(identity="ip:b", identities=["ip:b", "user:b"], **fields)  # type: ignore[arg-type]
+    first, second = reversed(log.recent())
+    assert second.time > first.time
+    assert [r.identity for r in log.recent(since=second.time)] == ["ip:b"]
+    assert log.top(until=first.time) == [("ip:a", 1)]
+    assert log.top(since=second.time) == [("ip:b", 1), ("user:b", 1)]
+    log.clear()
+    assert log.recent() == []
+
+
+def test_hostile_identities_are_kept_short_and_readable(storage_url: str) -> None:
+    from flask_redis_throttle.storage import Storage
+
+    log = RefusalLog(Storage.from_url(storage_url).client, "test:refusals")
+    huge, broken = "x" * 100_000, "a\ud800b\n{}:"
+    fields = {"endpoint": "e", "scope": "s" * 5000, "layer": "1/1s", "strategy": "gcra", "retry_after": 1.0}
+    log.record(identity=f"key:{huge}", identities=[f"key:{huge}", broken], **fields)  # type: ignore[arg-type]
+    [refusal] = log.recent()
+    assert len(refusal.identity) == len(refusal.scope) == MAX_VALUE_LENGTH
+    assert refusal.identities == (refusal.identity, broken)
+
+
+def test_no_log_when_its_size_is_zero(app: Flask) -> None:
+    limited(app)
+    state = install(app, RATELIMIT_REFUSAL_LOG_SIZE=0)
+    client = app.test_client()
+    assert [get(client, "/items").status_code for _ in range(2)] == [200, 429]
+    assert state.refusals is None
+    assert state.throttle.storage.client.keys("*refusals*") == []
+    with pytest.raises(RuntimeError, match="RATELIMIT_REFUSAL_LOG_SIZE"):
+        refusal_log(app)
+
+
+@pytest.mark.parametrize("size", [-1, "10", 2.5, True, None])
+def test_bad_sizes_are_refused(app: Flask, size: object) -> None:
+    with pytest.raises(ConfigurationError, match="RATELIMIT_REFUSAL_LOG_SIZE"):
+        install(app, RATELIMIT_REFUSAL_LOG_SIZE=size)
+
+
+def test_a_log_that_cannot_be_written_does_not_change_the_answer(app: Flask, monkeypatch, caplog) -> None:
+    limited(app)
+    state = install(app)
+    Clock(state)
+
+    def broken(**fields: object) -> None:
+        raise redis.ConnectionError("gone")
+
+    monkeypatch.setattr(state.refusals, "record", broken)
+    client = app.test_client()
+    with caplog.at_level(logging.WARNING, logger="flask_redis_throttle"):
+        assert [get(client, "/items").status_code for _ in range(2)] == [200, 429]
+    assert "refusal log unavailable (gone)" in caplog.text
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("storage_url", ["redis"], indirect=True)
+def test_a_refusal_costs_one_more_command_and_an_admission_none(app: Flask, redis_client: redis.Redis) -> None:
+    limited(app, "2/m")
+    install(app)
+    client = app.test_client()
+    get(client, "/items")  # loads the script
+    before = redis_client.info("commandstats")
+    get(client, "/items")
+    middle = redis_client.info("commandstats")
+    get(client, "/items")
+    after = redis_client.info("commandstats")
+
+    def calls(stats: dict, name: str) -> int:
+        return stats.get(f"cmdstat_{name}", {}).get("calls", 0)
+
+    assert calls(middle, "xadd") - calls(before, "xadd") == 0
+    assert calls(after, "xadd") - calls(middle, "xadd") == 1
+    assert calls(after, "evalsha") - calls(middle, "evalsha") == 1

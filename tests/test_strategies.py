@@ -1,0 +1,156 @@
+"""Every strategy through a real Flask app: chosen by setting or per view,
+each with its own behaviour on the same traffic, and honest on the real clock."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+import redis
+from conftest import Clock, add_login, get, install
+from flask import Flask
+
+from flask_redis_throttle import ConfigurationError, InvalidLimit, limit
+from flask_redis_throttle.scripts import STRATEGIES
+
+# "2/10s", requests at these seconds: each strategy's answer, as
+# (status, Retry-After or None).
+TIMES = [0, 1, 9, 10, 10.5, 11]
+EXPECTED = {
+    # Clock-aligned windows: a new window at 10 s admits two at once.
+    "fixed-window": [(200, None), (200, None), (429, 1), (200, None), (200, None), (429, 9)],
+    # One-second sub-buckets: the request at 0 s still counts until 11 s.
+    "sliding-window": [(200, None), (200, None), (429, 2), (429, 1), (429, 1), (200, None)],
+    # Exact: the request at 0 s leaves the window at exactly 10 s.
+    "sliding-log": [(200, None), (200, None), (429, 1), (200, None), (429, 1), (200, None)],
+    # A burst of 2, then one every 5 s: the time saved since 1 s pays for 9 and 10.
+    "gcra": [(200, None), (200, None), (200, None), (200, None), (429, 5), (429, 4)],
+}
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_each_strategy_on_the_same_traffic(app: Flask, strategy: str) -> None:
+    @app.get("/")
+    @limit("2/10s")
+    def index() -> str:
+        return "ok"
+
+    clock = Clock(install(app, RATELIMIT_STRATEGY=strategy))
+    client = app.test_client()
+    answers = []
+    for at in TIMES:
+        clock.set(at)
+        response = get(client)
+        retry = response.headers.get("Retry-After")
+        answers.append((response.status_code, retry and int(retry)))
+        assert response.headers["RateLimit-Policy"] == '"10s";q=2;w=10'
+    assert answers == EXPECTED[strategy]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_the_decorator_overrides_the_setting(app: Flask, strategy: str) -> None:
+    @app.get("/")
+    @limit("2/10s", strategy=strategy)
+    def index() -> str:
+        return "ok"
+
+    other = next(name for name in STRATEGIES if name != strategy)
+    clock = Clock(install(app, RATELIMIT_STRATEGY=other))
+    client = app.test_client()
+    answers = []
+    for at in TIMES:
+        clock.set(at)
+        response = get(client)
+        retry = response.headers.get("Retry-After")
+        answers.append((response.status_code, retry and int(retry)))
+    assert answers == EXPECTED[strategy]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_headers_report_the_layer_with_least_room(app: Flask, strategy: str) -> None:
+    add_login(app)
+
+    @app.get("/")
+    @limit("5/s;3/m")
+    def index() -> str:
+        return "ok"
+
+    clock = Clock(install(app, RATELIMIT_STRATEGY=strategy))
+    client = app.test_client()
+    clock.set(0.5)
+    response = get(client, user="alice")
+    assert response.status_code == 200
+    # After one request the minute layer has 2 of 3 left, the second layer 4 of 5.
+    name, remaining, reset = response.headers["RateLimit"].split(";")
+    assert (name, remaining) == ('"1m"', "r=2")
+    expected_reset = {"fixed-window": 60, "sliding-window": 66, "sliding-log": 60, "gcra": 20}
+    assert reset == f"t={math.ceil(expected_reset[strategy] - (0.5 if strategy == 'fixed-window' else 0))}"
+    for _ in range(2):
+        assert get(client, user="alice").status_code == 200
+    refused = get(client, user="alice")
+    assert refused.status_code == 429
+    assert refused.headers["RateLimit"].startswith('"1m";r=0;')
+
+
+def test_limits_with_different_strategies_share_one_round_trip(app: Flask) -> None:
+    @app.get("/")
+    @limit("2/10s", strategy="gcra")
+    @limit("3/m", strategy="sliding-log", scope="shared")
+    def index() -> str:
+        return "ok"
+
+    clock = Clock(install(app))
+    client = app.test_client()
+    calls = []
+    state = app.extensions["ratelimit"]
+    evaluate = state.throttle.storage.evaluate
+
+    def spy(strategies, keys, args):  # type: ignore[no-untyped-def]
+        calls.append(strategies)
+        return evaluate(strategies, keys, args)
+
+    state.throttle.storage.evaluate = spy
+    statuses = []
+    for at in (0, 0, 0, 5, 9):
+        clock.set(at)
+        statuses.append(get(client).status_code)
+    # GCRA admits 0, 0, then refuses the third at 0; at 5 it has room again
+    # but the sliding log's 3/m is full from then on.
+    assert statuses == [200, 200, 429, 200, 429]
+    assert calls == [frozenset({"gcra", "sliding-log"})] * 5
+    assert get(client).headers["RateLimit-Policy"] == '"10s";q=2;w=10, "1m";q=3;w=60'
+
+
+def test_unknown_strategies_are_refused_early(app: Flask) -> None:
+    with pytest.raises(InvalidLimit, match="leaky"):
+        limit("1/s", strategy="leaky")
+    with pytest.raises(InvalidLimit):
+        limit("1/s", strategy=["gcra"])  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="RATELIMIT_STRATEGY"):
+        install(app, RATELIMIT_STRATEGY="token-bucket")
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("storage_url", ["redis"], indirect=True)
+@pytest.mark.parametrize(
+    ("strategy", "retry_after"), [("fixed-window", 1), ("sliding-window", 2), ("sliding-log", 1), ("gcra", 1)]
+)
+def test_real_clock_traffic(app: Flask, redis_client: redis.Redis, strategy: str, retry_after: int) -> None:
+    @app.get("/")
+    @limit("3/s")
+    def index() -> str:
+        return "ok"
+
+    install(app, RATELIMIT_STRATEGY=strategy)
+    client = app.test_client()
+    # Start just after a second of Redis's clock, so that what follows
+    # happens well inside one second (and one tenth of it), whatever the load.
+    _seconds, micros = redis_client.time()
+    time.sleep(1.02 - micros / 1e6)
+    assert [get(client).status_code for _ in range(3)] == [200, 200, 200]
+    refused = get(client)
+    assert refused.status_code == 429
+    assert int(refused.headers["Retry-After"]) == retry_after
+    time.sleep(retry_after)
+    assert get(client).status_code == 200
