@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
+from collections import Counter
 
 import pytest
 import redis
 from conftest import Clock, add_login, get, install
-from flask import Flask
+from flask import Flask, Response, request
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from flask_redis_throttle import ConfigurationError, RefusalLog, limit, refusal_log
+from flask_redis_throttle import ConfigurationError, RateLimitExceeded, RefusalLog, limit, refusal_log
 from flask_redis_throttle.refusals import MAX_VALUE_LENGTH
+from flask_redis_throttle.scripts import STRATEGIES
 
 
 def limited(app: Flask, spec: str = "1/m", **options: object) -> None:
@@ -149,3 +154,47 @@ def test_a_refusal_costs_one_more_command_and_an_admission_none(app: Flask, redi
     assert calls(middle, "xadd") - calls(before, "xadd") == 0
     assert calls(after, "xadd") - calls(middle, "xadd") == 1
     assert calls(after, "evalsha") - calls(middle, "evalsha") == 1
+
+
+_prefixes = itertools.count()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    strategy=st.sampled_from(list(STRATEGIES)),
+    size=st.integers(1, 8),
+    requests=st.lists(
+        st.tuples(st.integers(0, 3), st.sampled_from([None, "ann", "bob"]), st.integers(0, 400_000)), max_size=30
+    ),
+)
+def test_the_log_holds_exactly_the_latest_refusals(
+    storage_url: str, strategy: str, size: int, requests: list[tuple[int, str | None, int]]
+) -> None:
+    """Random traffic from a few IPs and users: the log holds the last
+    ``size`` refusals, as the 429s described them, and ``top`` counts them."""
+    app = Flask("log")
+    app.config.update(RATELIMIT_STORAGE_URL=storage_url, RATELIMIT_KEY_PREFIX=f"t{next(_prefixes)}:")
+    add_login(app)
+    limited(app, "2/s;3/m")
+    refused: list[tuple[str, str, tuple[str, ...]]] = []
+
+    @app.errorhandler(RateLimitExceeded)
+    def remember(error: RateLimitExceeded) -> Response:
+        ids = (f"ip:{request.remote_addr}",) + (
+            (f"user:{request.headers['X-User']}",) if "X-User" in request.headers else ()
+        )
+        refused.append((str(error.identity), f"{error.layer.amount}/{error.layer.name}", ids))
+        return error.get_response()
+
+    clock = Clock(install(app, RATELIMIT_STRATEGY=strategy, RATELIMIT_REFUSAL_LOG_SIZE=size))
+    client = app.test_client()
+    at = 0.0
+    for ip, user, gap in requests:
+        at += gap / 1e6
+        clock.set(at)
+        get(client, "/items", ip=f"192.0.2.{ip}", user=user)
+    log = refusal_log(app)
+    kept = refused[-size:]
+    assert [(r.identity, r.layer, r.identities) for r in reversed(log.recent(100))] == kept
+    assert all(r.strategy == strategy and r.endpoint == "items" for r in log.recent(100))
+    assert sorted(log.top(100)) == sorted(Counter(i for _, _, ids in kept for i in ids).items())
