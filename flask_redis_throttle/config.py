@@ -31,6 +31,7 @@ DEFAULTS: dict[str, Any] = {
     "RATELIMIT_KEY_SECRET": None,
     "RATELIMIT_STRATEGY": "fixed-window",
     "RATELIMIT_REFUSAL_LOG_SIZE": 1000,
+    "RATELIMIT_BLOCK_CACHE_SIZE": 10_000,
 }
 
 
@@ -50,6 +51,7 @@ class Settings:
     key_secret: bytes
     strategy: str
     refusal_log_size: int
+    block_cache_size: int
 
     @classmethod
     def from_config(cls, config: MutableMapping[str, Any]) -> Settings:
@@ -94,8 +96,11 @@ class Settings:
         if not isinstance(strategy, str) or strategy not in STRATEGIES:
             raise ConfigurationError("RATELIMIT_STRATEGY", strategy, f"one of {', '.join(map(repr, STRATEGIES))}")
         log_size = config["RATELIMIT_REFUSAL_LOG_SIZE"]
-        if isinstance(log_size, bool) or not isinstance(log_size, int) or log_size < 0:
+        if not _count(log_size):
             raise ConfigurationError("RATELIMIT_REFUSAL_LOG_SIZE", log_size, "an integer, 0 to keep no log")
+        cache_size = config["RATELIMIT_BLOCK_CACHE_SIZE"]
+        if not _count(cache_size):
+            raise ConfigurationError("RATELIMIT_BLOCK_CACHE_SIZE", cache_size, "an integer, 0 for no cache")
         url = config["RATELIMIT_STORAGE_URL"]
         if not isinstance(url, str):
             raise ConfigurationError("RATELIMIT_STORAGE_URL", url, "a URL string")
@@ -112,4 +117,10 @@ class Settings:
             key_secret=secret.encode() if isinstance(secret, str) else secret or b"",
             strategy=strategy,
             refusal_log_size=log_size,
+            block_cache_size=cache_size,
         )
+
+
+def _count(value: Any) -> bool:
+    """Whether ``value`` is an integer of 0 or more (and not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0

@@ -25,6 +25,7 @@ import redis
 from flask import Flask, Request, Response, current_app, g, request
 from werkzeug.exceptions import ServiceUnavailable
 
+from .blocks import BlockCache
 from .config import Settings
 from .decorators import LIMITS_ATTRIBUTE, LimitSpec
 from .errors import RateLimitExceeded
@@ -67,7 +68,8 @@ class RateLimit:
         ``RATELIMIT_DEFAULT``, ``RATELIMIT_HEADERS_ENABLED``,
         ``RATELIMIT_FAIL_OPEN``, ``RATELIMIT_IDENTITIES``,
         ``RATELIMIT_IPV6_PREFIX``, ``RATELIMIT_KEY_SECRET``,
-        ``RATELIMIT_STRATEGY`` and ``RATELIMIT_REFUSAL_LOG_SIZE``.
+        ``RATELIMIT_STRATEGY``, ``RATELIMIT_REFUSAL_LOG_SIZE`` and
+        ``RATELIMIT_BLOCK_CACHE_SIZE``.
 
         Nothing is sent to Redis here, so an app starts even while Redis is down.
 
@@ -112,7 +114,8 @@ class RateLimitState:
         self.refusals: RefusalLog | None = None
         if settings.enabled:
             storage = Storage.from_url(settings.storage_url, settings.storage_options)
-            self.throttle = Throttle(storage, settings.key_prefix, settings.key_secret)
+            blocks = BlockCache(settings.block_cache_size) if settings.block_cache_size else None
+            self.throttle = Throttle(storage, settings.key_prefix, settings.key_secret, blocks)
             if settings.refusal_log_size:
                 key = settings.key_prefix + "refusals"
                 self.refusals = RefusalLog(storage.client, key, settings.refusal_log_size)
@@ -153,7 +156,7 @@ class RateLimitState:
             return
         g._ratelimit = (plan, decision)
         if not decision.admitted:
-            if self.refusals is not None:
+            if self.refusals is not None and not decision.cached:
                 self._log_refusal(endpoint, checks, decision)
             raise RateLimitExceeded(decision.layer, decision.identity, decision.retry_after, decision.policy.scope)
 

@@ -11,11 +11,13 @@ This module works without Flask::
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import redis
 
+from .blocks import Block, BlockCache
 from .keys import Identity, escape_scope, identity_tag
 from .rates import Rate
 from .scripts import STRATEGIES, Reply
@@ -80,6 +82,7 @@ class Decision:
     :param remaining: the quota that counter has left.
     :param reset: seconds until that counter is back to its full quota.
     :param retry_after: seconds until the request would pass; 0 when admitted.
+    :param cached: True if the block cache refused it without asking Redis.
     """
 
     admitted: bool
@@ -89,6 +92,7 @@ class Decision:
     remaining: int
     reset: float
     retry_after: float
+    cached: bool = False
 
 
 class Throttle:
@@ -98,14 +102,20 @@ class Throttle:
     :param prefix: put in front of every key; it must not contain braces.
     :param secret: keys the digest of identities in keys (see
         :func:`~flask_redis_throttle.keys.identity_tag`); empty for none.
+    :param blocks: remembers refusals, so that a blocked client's further
+        requests are refused without asking Redis (see
+        :class:`~flask_redis_throttle.blocks.BlockCache`); None for no cache.
     """
 
-    def __init__(self, storage: Storage, prefix: str = "rl:", secret: bytes = b"") -> None:
+    def __init__(
+        self, storage: Storage, prefix: str = "rl:", secret: bytes = b"", blocks: BlockCache | None = None
+    ) -> None:
         if "{" in prefix or "}" in prefix:
             raise ValueError(f"key prefix {prefix!r} must not contain braces: they would pick the cluster slot")
         self.storage = storage
         self.prefix = prefix
         self.secret = secret
+        self.blocks = blocks
         self._head = prefix + "{"
 
     def now(self) -> int | None:
@@ -142,15 +152,31 @@ class Throttle:
         now = self.now()
         if now is not None:
             args[0] = now
+        # The block cache's clock, in microseconds: this process's monotonic
+        # clock, or the pinned time when tests pin it.
+        sent = time.monotonic_ns() // 1000 if now is None else now
+        blocks = self.blocks
+        if blocks and cost > 0:
+            found = blocks.find(keys, args[3::2], cost, sent)  # type: ignore[arg-type]
+            if found is not None:
+                index, block = found
+                reply = Reply.decode([0, index + 1, block.remaining, block.reset - sent, block.until - sent])
+                return _decision(reply, checks, cached=True)
         strategies = frozenset([policy.strategy for policy, _ in checks])
         try:
             raw = self.storage.evaluate(strategies, keys, args)
         except redis.RedisError as error:
             raise StorageUnavailable(f"{self.storage.url}: {error}") from error
-        return _decision(Reply.decode(raw), checks)
+        reply = Reply.decode(raw)
+        if blocks is not None and not reply.admitted and cost > 0:
+            # Redis ran the script at or after `sent`, so the counter is
+            # full until at least `sent + retry_after`.
+            quota: int = args[3 + 2 * reply.index]  # type: ignore[assignment]
+            blocks.add(keys[reply.index], Block.after(sent, quota, cost, raw[2], raw[4], raw[3]))
+        return _decision(reply, checks)
 
 
-def _decision(reply: Reply, checks: Sequence[Check]) -> Decision:
+def _decision(reply: Reply, checks: Sequence[Check], cached: bool = False) -> Decision:
     """Find the policy, identity and layer of the reply's deciding counter."""
     index = reply.index
     for policy, identities in checks:
@@ -165,6 +191,7 @@ def _decision(reply: Reply, checks: Sequence[Check]) -> Decision:
                 reply.remaining,
                 reply.reset,
                 reply.retry_after,
+                cached,
             )
         index -= size
     raise ValueError(f"script reply names counter {reply.index}, beyond the {len(checks)} checks sent")

@@ -63,7 +63,7 @@ def test_the_log_is_bounded_newest_first(app: Flask) -> None:
 def test_top_identities(app: Flask) -> None:
     add_login(app)
     limited(app)
-    install(app)
+    install(app, RATELIMIT_BLOCK_CACHE_SIZE=0)  # so that every refusal asks Redis, and is logged
     client = app.test_client()
     for ip, user, times in [("192.0.2.1", None, 4), ("192.0.2.2", "bob", 3), ("192.0.2.3", None, 1)]:
         for _ in range(times + 1):
@@ -186,7 +186,9 @@ def test_the_log_holds_exactly_the_latest_refusals(
         refused.append((str(error.identity), f"{error.layer.amount}/{error.layer.name}", ids))
         return error.get_response()
 
-    clock = Clock(install(app, RATELIMIT_STRATEGY=strategy, RATELIMIT_REFUSAL_LOG_SIZE=size))
+    clock = Clock(
+        install(app, RATELIMIT_STRATEGY=strategy, RATELIMIT_REFUSAL_LOG_SIZE=size, RATELIMIT_BLOCK_CACHE_SIZE=0)
+    )
     client = app.test_client()
     at = 0.0
     for ip, user, gap in requests:

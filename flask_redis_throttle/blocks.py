@@ -1,0 +1,126 @@
+"""The block cache: refusals remembered in process, so that a blocked client
+costs Redis nothing until it may pass again.
+
+When the script refuses a request, its reply says which counter was full and
+for how long: ``retry_after`` seconds, counted from the moment Redis ran the
+script. That moment is at or after the moment the request was sent, so the
+counter is certainly still full until ``sent + retry_after`` on this
+process's monotonic clock. Until then a request that needs the same counter
+(the same Redis key and quota) at the same cost would be refused by Redis
+too; the cache refuses it without asking, with the same headers
+and ``Retry-After``.
+
+That holds as long as nothing deletes counters behind the cache's back: a
+``FLUSHALL``, a counter reset, a restart or a failover that loses writes can
+make Redis admit a request earlier. So an entry is only trusted for
+:data:`MAX_AGE` (one second) at most, then Redis is asked again: a flood
+costs Redis one call per second per blocked counter and process, and a reset
+counter is seen within a second.
+
+This module is pure Python: it imports neither Flask nor Redis.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+__all__ = ["MAX_AGE", "Block", "BlockCache"]
+
+#: The longest an entry is trusted, in seconds, however long its block lasts.
+MAX_AGE = 1.0
+_MAX_AGE_US = round(MAX_AGE * 1_000_000)
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """One remembered refusal of one counter.
+
+    :param quota: the counter's quota when it refused.
+    :param cost: the cost that was refused. Only requests of that cost are
+        refused from the cache: a cheaper one may fit sooner, and a dearer one
+        later, so its ``Retry-After`` would be early.
+    :param remaining: the quota the counter had left.
+    :param until: when the request may pass, in microseconds on the cache's clock.
+    :param reset: when the counter is back to its full quota, on that clock.
+    :param expires: when the entry stops being trusted: ``until``, or
+        :data:`MAX_AGE` after it was added if that is sooner.
+    """
+
+    quota: int
+    cost: int
+    remaining: int
+    until: int
+    reset: int
+    expires: int
+
+    @classmethod
+    def after(cls, sent: int, quota: int, cost: int, remaining: int, retry: int, reset: int) -> Block:
+        """The block for a refusal of a request sent at ``sent``, whose reply
+        gave ``retry`` and ``reset`` microseconds."""
+        until = sent + retry
+        return cls(quota, cost, remaining, until, sent + reset, min(until, sent + _MAX_AGE_US))
+
+
+class BlockCache:
+    """Counters known to be full, by Redis key, bounded in number.
+
+    Reads take no lock: a lookup is one ``dict.get``. Adding takes a lock and,
+    when the cache is full, evicts the oldest entry; forgetting a block only
+    means asking Redis again, so eviction is always safe.
+
+    :param size: how many blocked counters to remember at most.
+    """
+
+    def __init__(self, size: int) -> None:
+        if size < 1:
+            raise ValueError(f"a block cache holds at least one entry, not {size}")
+        self.size = size
+        self._blocks: dict[str, Block] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    def find(self, keys: list[str], quotas: list[int], cost: int, now: int) -> tuple[int, Block] | None:
+        """The blocked counter among ``keys`` with the longest wait, if any.
+
+        :param keys: the request's counters, in the order the script gets them.
+        :param quotas: the quota of each.
+        :param cost: the request's cost.
+        :param now: the time in microseconds, on the clock the blocks were added with.
+        :return: the counter's index in ``keys`` and its block, or None.
+        """
+        blocks = self._blocks
+        if not blocks:
+            return None
+        found: tuple[int, Block] | None = None
+        for index, key in enumerate(keys):
+            block = blocks.get(key)
+            if block is None:
+                continue
+            if block.expires <= now:
+                # Its time has come: Redis decides again. (Another thread may
+                # have replaced it meanwhile; only drop the one seen here.)
+                with self._lock:
+                    if blocks.get(key) is block:
+                        del blocks[key]
+                continue
+            if block.quota != quotas[index] or block.cost != cost:
+                continue  # another quota on a shared scope, or another cost
+            if found is None or block.until > found[1].until:
+                found = (index, block)
+        return found
+
+    def add(self, key: str, block: Block) -> None:
+        """Remember that the counter ``key`` is full until ``block.until``."""
+        with self._lock:
+            self._blocks.pop(key, None)  # re-inserted as the newest
+            while len(self._blocks) >= self.size:
+                del self._blocks[next(iter(self._blocks))]
+            self._blocks[key] = block
+
+    def clear(self) -> None:
+        """Forget every block, after counters were reset in Redis, say."""
+        with self._lock:
+            self._blocks.clear()
