@@ -34,7 +34,8 @@ client side by wrapping redis-py's ``Connection.send_command`` and
 ``read_response``, server side from ``INFO commandstats`` deltas (which also
 count the commands a script runs with ``redis.call``).
 
-Run it from the repository root::
+The apps, the timing and the counting are shared with ``suite.py``, in
+``harness.py``. Run it from the repository root::
 
     python benchmarks/overhead.py                  # about a minute
     python benchmarks/overhead.py --quick          # a few seconds: a smoke test
@@ -46,133 +47,55 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import gc
 import io
 import json
-import os
-import platform
 import pstats
 import shlex
 import statistics
 import sys
 import time
-from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from importlib import metadata
 from typing import Any
 
 import redis
-from flask import Flask, Request, request
-from werkzeug.test import EnvironBuilder
+from flask import Flask
+from harness import (
+    FLASK_LIMITER_SPEC,
+    FLASK_LIMITER_STRATEGIES,
+    SPEC,
+    TARGET_PINGS,
+    Environ,
+    Variant,
+    bare_app,
+    base_environ,
+    breakdown,
+    check,
+    client_options,
+    count,
+    describe,
+    flask_limiter_app,
+    flask_limiter_client,
+    floor_app,
+    fmt,
+    fmt_count,
+    measure,
+    our_app,
+    our_client,
+    our_storage,
+    parser_name,
+    ping_runner,
+    quartiles,
+    single_pings,
+    wsgi_runner,
+)
+from harness import environment as harness_environment
 
-from flask_redis_throttle import RateLimit, limit
-from flask_redis_throttle.storage import DEFAULT_CLIENT_OPTIONS
 from flask_redis_throttle.testing import redis_server
-
-try:
-    from flask_limiter import Limiter
-    from flask_limiter.util import get_remote_address
-except ImportError:  # a message is kinder than a traceback
-    sys.exit('Flask-Limiter is not installed; run: pip install -e ".[test,bench]"')
-
-#: Three layers, with quotas no benchmark reaches: every request is admitted.
-SPEC = "1000000/s;10000000/m;100000000/h"
-#: The same limits in Flask-Limiter's grammar, which has no one-letter units.
-FLASK_LIMITER_SPEC = "1000000/second;10000000/minute;100000000/hour"
-FLASK_LIMITER_STRATEGIES = ("fixed-window", "moving-window", "sliding-window-counter")
-#: The issue's target for the time we add, in PINGs.
-TARGET_PINGS = 2.0
-
-CLIENT_IP = "192.0.2.10"
-USER = "alice"
 
 DEFAULTS = {"rounds": 300, "batch": 40, "warmup": 5, "count": 200}
 QUICK = {"rounds": 10, "batch": 20, "warmup": 2, "count": 50}
 
 
-def user_key(req: Request) -> str | None:
-    """Our key function: the user named by the ``X-User`` header."""
-    return req.headers.get("X-User")
-
-
-def flask_limiter_user_key() -> str:
-    """The same for Flask-Limiter, whose key functions read the request themselves."""
-    return request.headers.get("X-User", "")
-
-
-def client_options() -> dict[str, Any]:
-    """The redis-py options of every client here: those our storage uses."""
-    return dict(DEFAULT_CLIENT_OPTIONS)
-
-
 # --- the variants ---------------------------------------------------------------------------------
-
-
-@dataclass
-class Variant:
-    name: str
-    label: str
-    #: Runs the variant n times.
-    run: Callable[[int], None]
-    #: The app, to check its answer; None for the bare PING.
-    app: Flask | None = None
-    #: The redis-py client it talks through, to name its reply parser.
-    client: redis.Redis | None = None
-    #: A SCAN pattern matching its keys in Redis, to count its counters.
-    key_pattern: str | None = None
-    #: The header its answers must carry.
-    header: str | None = None
-    #: One time per round: the mean of one call over the round's batch, in microseconds.
-    samples: list[float] = field(default_factory=list)
-    counts: dict[str, Any] = field(default_factory=dict)
-
-
-def make_view() -> Callable[[], str]:
-    """A new view function for each app: the decorators mark the function they get."""
-
-    def view() -> str:
-        return "ok"
-
-    return view
-
-
-def bare_app() -> Flask:
-    app = Flask("bare")
-    app.add_url_rule("/", "index", make_view())
-    return app
-
-
-def floor_app(client: redis.Redis) -> Flask:
-    app = bare_app()
-
-    def one_round_trip() -> None:
-        client.ping()
-
-    app.before_request(one_round_trip)
-    return app
-
-
-def our_app(url: str, prefix: str) -> Flask:
-    app = Flask("ours")
-    app.config["RATELIMIT_STORAGE_URL"] = url
-    # Our defaults, spelled out: both libraries visibly get the same client options.
-    app.config["RATELIMIT_STORAGE_OPTIONS"] = client_options()
-    app.config["RATELIMIT_HEADERS_ENABLED"] = True
-    app.config["RATELIMIT_KEY_PREFIX"] = prefix
-    RateLimit(app)
-    app.add_url_rule("/", "index", limit(SPEC, identities=["ip", user_key])(make_view()))
-    return app
-
-
-def our_storage(app: Flask) -> Any:
-    state = app.extensions.get("ratelimit")
-    return getattr(getattr(state, "throttle", None), "storage", None)
-
-
-def our_client(app: Flask) -> redis.Redis | None:
-    return getattr(our_storage(app), "client", None)
 
 
 def can_replies(app: Flask) -> bool:
@@ -194,89 +117,7 @@ def can_replies(app: Flask) -> bool:
     return True
 
 
-def flask_limiter_app(url: str, strategy: str) -> tuple[Flask, Limiter]:
-    app = Flask(f"fl-{strategy}")
-    limiter = Limiter(
-        get_remote_address,
-        app=app,
-        storage_uri=url,
-        storage_options=client_options(),
-        strategy=strategy,
-        headers_enabled=True,
-        # The strategies keep different kinds of keys: separate prefixes keep them apart.
-        key_prefix=f"fl-{strategy}",
-    )
-    limited = limiter.limit(FLASK_LIMITER_SPEC, key_func=get_remote_address)(make_view())
-    limited = limiter.limit(FLASK_LIMITER_SPEC, key_func=flask_limiter_user_key)(limited)
-    app.add_url_rule("/", "index", limited)
-    return app, limiter
-
-
-def base_environ() -> dict[str, Any]:
-    """``GET /`` from CLIENT_IP with ``X-User: USER``, built once."""
-    builder = EnvironBuilder(path="/", headers={"X-User": USER}, environ_base={"REMOTE_ADDR": CLIENT_IP})
-    try:
-        return builder.get_environ()
-    finally:
-        builder.close()
-
-
-def wsgi_runner(app: Flask, environ: dict[str, Any]) -> Callable[[int], None]:
-    """Call the WSGI app n times, each on a fresh copy of the prebuilt environ."""
-
-    def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> None:
-        return None
-
-    def run(n: int) -> None:
-        for _ in range(n):
-            body = app(dict(environ), start_response)
-            for _chunk in body:
-                pass
-            close = getattr(body, "close", None)
-            if close is not None:
-                close()
-
-    return run
-
-
-def ping_runner(client: redis.Redis) -> Callable[[int], None]:
-    def run(n: int) -> None:
-        ping = client.ping
-        for _ in range(n):
-            ping()
-
-    return run
-
-
-def probe(app: Flask, environ: dict[str, Any]) -> tuple[str, dict[str, str], bytes]:
-    """One request: its status, headers and body."""
-    answer: dict[str, Any] = {}
-
-    def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> None:
-        answer["status"], answer["headers"] = status, dict(headers)
-
-    body = app(dict(environ), start_response)
-    try:
-        data = b"".join(body)
-    finally:
-        close = getattr(body, "close", None)
-        if close is not None:
-            close()
-    return answer["status"], answer["headers"], data
-
-
-def check(variant: Variant, environ: dict[str, Any]) -> None:
-    """Stop unless the variant answers 200 "ok", with its rate limit header."""
-    if variant.app is None:
-        return
-    status, headers, body = probe(variant.app, environ)
-    if not status.startswith("200") or body != b"ok":
-        sys.exit(f"{variant.label}: expected 200 'ok', got {status} {body[:300]!r}")
-    if variant.header is not None and variant.header not in headers:
-        sys.exit(f"{variant.label}: no {variant.header} header in {headers}")
-
-
-def build_variants(url: str, environ: dict[str, Any], strategies: tuple[str, ...]) -> list[Variant]:
+def build_variants(url: str, environ: Environ, strategies: tuple[str, ...]) -> list[Variant]:
     ping_client = redis.Redis.from_url(url, **client_options())
     variants = [Variant("ping", "PING (bare redis-py round trip)", ping_runner(ping_client), client=ping_client)]
 
@@ -312,14 +153,13 @@ def build_variants(url: str, environ: dict[str, Any], strategies: tuple[str, ...
 
     for strategy in strategies:
         app, limiter = flask_limiter_app(url, strategy)
-        storage = limiter.storage  # limits' RedisStorage; its .storage is the redis-py client
         variants.append(
             Variant(
                 f"fl-{strategy}",
                 f"Flask-Limiter {strategy}",
                 wsgi_runner(app, environ),
                 app=app,
-                client=getattr(storage, "storage", None),
+                client=flask_limiter_client(limiter),
                 key_pattern=f"*/fl-{strategy}/*",
                 header="X-RateLimit-Remaining",
             )
@@ -328,97 +168,6 @@ def build_variants(url: str, environ: dict[str, Any], strategies: tuple[str, ...
 
 
 # --- measuring ------------------------------------------------------------------------------------
-
-
-def measure(variants: list[Variant], rounds: int, batch: int, warmup_rounds: int) -> None:
-    """Interleave the variants, round after round, rotating the order; keep one
-    sample per variant and round: the mean time of one call over the batch."""
-    gc.collect()
-    for round_number in range(warmup_rounds + rounds):
-        shift = round_number % len(variants)
-        for variant in variants[shift:] + variants[:shift]:
-            run = variant.run
-            start = time.perf_counter_ns()
-            run(batch)
-            elapsed = time.perf_counter_ns() - start
-            if round_number >= warmup_rounds:
-                variant.samples.append(elapsed / batch / 1000)
-
-
-def single_pings(client: redis.Redis, n: int) -> float:
-    """The median of n PINGs timed one by one, in microseconds."""
-    times = []
-    for _ in range(n):
-        start = time.perf_counter_ns()
-        client.ping()
-        times.append(time.perf_counter_ns() - start)
-    return statistics.median(times) / 1000
-
-
-@contextmanager
-def counting_commands() -> Iterator[Counter[str]]:
-    """Count every command redis-py sends, by name, and the replies it reads
-    (under ``#replies``), while the block runs."""
-    counter: Counter[str] = Counter()
-    cls = redis.connection.Connection
-    saved = {name: cls.__dict__.get(name) for name in ("send_command", "read_response")}
-    send_command, read_response = cls.send_command, cls.read_response
-
-    def counted_send_command(self: Any, *args: Any, **kwargs: Any) -> Any:
-        name = args[0]
-        counter[(name.decode() if isinstance(name, bytes) else str(name)).upper()] += 1
-        return send_command(self, *args, **kwargs)
-
-    def counted_read_response(self: Any, *args: Any, **kwargs: Any) -> Any:
-        counter["#replies"] += 1
-        return read_response(self, *args, **kwargs)
-
-    cls.send_command = counted_send_command  # type: ignore[method-assign]
-    cls.read_response = counted_read_response  # type: ignore[method-assign]
-    try:
-        yield counter
-    finally:
-        for name, method in saved.items():
-            if method is None:
-                delattr(cls, name)
-            else:
-                setattr(cls, name, method)
-
-
-def command_stats(admin: redis.Redis) -> dict[str, tuple[int, int]]:
-    """``INFO commandstats``: calls and microseconds spent, by command."""
-    stats = admin.info("commandstats")
-    return {name.removeprefix("cmdstat_"): (int(s["calls"]), int(s["usec"])) for name, s in stats.items()}
-
-
-def count(variant: Variant, admin: redis.Redis, requests: int) -> None:
-    """What the variant sends per request, and what Redis runs for it."""
-    before = command_stats(admin)
-    with counting_commands() as sent:
-        variant.run(requests)
-    after = command_stats(admin)
-    delta = {
-        name: (calls - before.get(name, (0, 0))[0], usec - before.get(name, (0, 0))[1])
-        for name, (calls, usec) in after.items()
-        if name != "info"
-    }
-    server = {name: calls / requests for name, (calls, _usec) in delta.items() if calls}
-    client = {name: calls / requests for name, calls in sent.items() if not name.startswith("#")}
-    scripts = [delta.get(name, (0, 0)) for name in ("evalsha", "evalsha_ro", "eval", "eval_ro")]
-    script_calls, script_usec = sum(c for c, _ in scripts), sum(u for _, u in scripts)
-    keys = None
-    if variant.key_pattern is not None:
-        keys = sum(1 for _ in admin.scan_iter(match=variant.key_pattern, count=1000))
-    variant.counts = {
-        "client_commands": sum(client.values()),
-        "client_by_command": dict(sorted(client.items())),
-        "round_trips": sent["#replies"] / requests,
-        "server_evalsha": server.get("evalsha", 0) + server.get("evalsha_ro", 0),
-        "server_commands": sum(server.values()),
-        "server_by_command": dict(sorted(server.items(), key=lambda item: (-item[1], item[0]))),
-        "server_us_per_script": script_usec / script_calls if script_calls else None,
-        "keys": keys,
-    }
 
 
 def profile(variant: Variant, requests: int, top: int = 30) -> str:
@@ -435,13 +184,6 @@ def profile(variant: Variant, requests: int, top: int = 30) -> str:
 
 
 # --- reporting ------------------------------------------------------------------------------------
-
-
-def quartiles(values: list[float]) -> tuple[float, float]:
-    if len(values) < 2:
-        return values[0], values[0]
-    q1, _median, q3 = statistics.quantiles(values, n=4)
-    return q1, q3
 
 
 def summarize(variants: list[Variant]) -> dict[str, dict[str, Any]]:
@@ -471,18 +213,6 @@ def summarize(variants: list[Variant]) -> dict[str, dict[str, Any]]:
         if name.startswith("fl-"):
             entry["vs_ours"] = entry["added_us"] / ours["added_us"] if ours["added_us"] > 0 else None
     return results
-
-
-def fmt(value: float | None, digits: int = 1) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
-def fmt_count(value: float | None) -> str:
-    if value is None:
-        return "-"
-    if abs(value - round(value)) < 0.005:
-        return str(round(value))
-    return f"{value:.2f}"
 
 
 def table(results: dict[str, dict[str, Any]], labels: dict[str, str]) -> str:
@@ -539,37 +269,6 @@ Flask-Limiter's added us / ours. cmds sent: commands redis-py sent per request; 
 per request. srv EVALSHA, srv cmds: per request, from INFO commandstats deltas, which also count the commands
 that scripts run (GET, SET, TIME...). srv us/script: Redis's own time per script call. keys: the variant's
 counters in Redis after the run."""
-
-
-def breakdown(results: dict[str, dict[str, Any]]) -> str:
-    lines = []
-    for r in results.values():
-        if not r.get("server_by_command"):
-            continue
-        sent = ", ".join(f"{k} {fmt_count(v)}" for k, v in r["client_by_command"].items())
-        ran = ", ".join(f"{k} {fmt_count(v)}" for k, v in r["server_by_command"].items())
-        lines.append(f"  {r['label']}\n    sent: {sent}\n    ran:  {ran}")
-    return "\n".join(lines)
-
-
-def version(package: str) -> str:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return "not installed"
-
-
-def parser_name(client: redis.Redis) -> str:
-    """The reply parser of the client's pooled connections."""
-    pool = client.connection_pool
-    try:
-        connection = pool.get_connection()
-    except TypeError:  # redis-py before 5.3 wants a command name
-        connection = pool.get_connection("PING")
-    try:
-        return type(connection._parser).__name__
-    finally:
-        pool.release(connection)
 
 
 def reproduce_command(args: argparse.Namespace) -> str:
@@ -656,22 +355,7 @@ def main(argv: list[str] | None = None) -> int:
             profiled = profile(next(v for v in variants if v.name == "ours"), args.profile)
     elapsed = time.monotonic() - started
 
-    parser_names = sorted(set(parsers.values()))
-    hiredis = version("hiredis")
-    environment = {
-        "python": f"{platform.python_implementation()} {platform.python_version()}",
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
-        "redis_server": server_version,
-        "redis_py": redis.__version__,
-        "hiredis": hiredis,
-        "reply_parsers": parsers,
-        "flask": version("flask"),
-        "werkzeug": version("werkzeug"),
-        "flask_redis_throttle": version("flask-redis-throttle"),
-        "flask_limiter": version("flask-limiter"),
-        "limits": version("limits"),
-    }
+    environment = harness_environment(server_version, parsers)
     settings = {
         "rounds": args.rounds,
         "batch": args.batch,
@@ -692,11 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"Time added per admitted request: 3 layers ({SPEC}) x 2 identities (IP, X-User key function).\n"
         f"Medians of {args.rounds} interleaved rounds of {args.batch} calls per variant; {elapsed:.0f} s in all.\n"
-        f"{environment['python']}, Flask {environment['flask']}, Flask-Limiter {environment['flask_limiter']} "
-        f"(limits {environment['limits']}), redis-server {server_version} on loopback, {os.cpu_count()} CPUs.\n"
-        f"Every client is redis-py {redis.__version__} with the same options and the "
-        + (f"{parser_names[0]} reply parser" if len(parser_names) == 1 else f"reply parsers {parsers}")
-        + (f" (hiredis {hiredis})." if hiredis != "not installed" else " (hiredis is not installed).")
+        + describe(environment)
     )
     print()
     labels = {v.name: v.label for v in variants}
@@ -705,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     print(LEGEND)
     print()
     print("Commands per request, by name, as sent by redis-py and as run by Redis:")
-    print(breakdown(results))
+    print(breakdown(list(results.values())))
     print()
     verdict = "met" if ours["meets_target"] else "MISSED"
     print(

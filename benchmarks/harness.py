@@ -1,0 +1,541 @@
+"""What the benchmarks share: the apps they compare, how they time them, and
+how they count what each sends to Redis.
+
+``overhead.py`` and ``suite.py`` (and the app module that ``e2e.py`` serves
+with gunicorn) import this module; it is not run on its own. Run the scripts
+from the repository root: Python puts their directory, ``benchmarks/``, first
+on ``sys.path``, which is how they find it.
+
+* The apps: the bare Flask app, the same app with one ``PING`` per request
+  (the *floor* of any Redis-backed limiter), ours (``@limit``), and
+  Flask-Limiter's (two ``@limiter.limit``: the remote address and an
+  ``X-User`` key function). Every one serves ``GET /`` with the text ``ok``.
+* Timing: :func:`measure` runs the variants interleaved, a batch each per
+  round, rotating the order every round; :func:`paired_added` takes the median
+  of (variant - bare app) paired by round.
+* Counting: :func:`count` wraps redis-py's ``Connection`` to count commands
+  and replies client side, and reads ``INFO commandstats`` deltas server side.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import platform
+import statistics
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any
+
+import redis
+from flask import Flask, Request, request
+from werkzeug.test import EnvironBuilder
+
+from flask_redis_throttle import RateLimit, limit
+from flask_redis_throttle.scripts import STRATEGIES
+from flask_redis_throttle.storage import DEFAULT_CLIENT_OPTIONS
+
+try:
+    from flask_limiter import Limiter
+    from flask_limiter.util import get_remote_address
+except ImportError:  # a message is kinder than a traceback
+    sys.exit('Flask-Limiter is not installed; run: pip install -e ".[test,bench]"')
+
+#: Three layers, with quotas no benchmark reaches: every request is admitted.
+SPEC = "1000000/s;10000000/m;100000000/h"
+#: The same limits in Flask-Limiter's grammar, which has no one-letter units.
+FLASK_LIMITER_SPEC = "1000000/second;10000000/minute;100000000/hour"
+#: Our strategies, in the order the docs list them.
+OUR_STRATEGIES: tuple[str, ...] = tuple(STRATEGIES)
+FLASK_LIMITER_STRATEGIES: tuple[str, ...] = ("fixed-window", "moving-window", "sliding-window-counter")
+
+#: The target for the time we add to an admitted request, in PINGs.
+TARGET_PINGS = 1.5
+
+CLIENT_IP = "192.0.2.10"
+USER = "alice"
+
+#: A WSGI environ.
+Environ = dict[str, Any]
+
+
+def user_key(req: Request) -> str | None:
+    """Our key function: the user named by the ``X-User`` header."""
+    return req.headers.get("X-User")
+
+
+def flask_limiter_user_key() -> str:
+    """The same for Flask-Limiter, whose key functions read the request themselves."""
+    return request.headers.get("X-User", "")
+
+
+def client_options() -> dict[str, Any]:
+    """The redis-py options of every client here: those our storage uses."""
+    return dict(DEFAULT_CLIENT_OPTIONS)
+
+
+# --- the apps -------------------------------------------------------------------------------------
+
+
+def make_view() -> Callable[[], str]:
+    """A new view function for each app: the decorators mark the function they get."""
+
+    def view() -> str:
+        return "ok"
+
+    return view
+
+
+def bare_app(name: str = "bare") -> Flask:
+    """The app every *added* time is measured from: no limiter."""
+    app = Flask(name)
+    app.add_url_rule("/", "index", make_view())
+    return app
+
+
+def floor_app(client: redis.Redis) -> Flask:
+    """The bare app plus one ``PING`` per request: the least a Redis-backed limiter can add."""
+    app = bare_app("floor")
+
+    def one_round_trip() -> None:
+        client.ping()
+
+    app.before_request(one_round_trip)
+    return app
+
+
+def our_app(
+    url: str,
+    prefix: str = "rl:",
+    *,
+    spec: str = SPEC,
+    strategy: str = "fixed-window",
+    identities: Sequence[Any] = ("ip", user_key),
+    config: Mapping[str, Any] | None = None,
+) -> Flask:
+    """flask-redis-throttle: ``@limit(spec, identities=...)`` on the view.
+
+    :param prefix: the key prefix; give each app its own, so that none shares counters.
+    :param strategy: ``RATELIMIT_STRATEGY``.
+    :param config: more settings, such as ``RATELIMIT_BLOCK_CACHE_SIZE``.
+    """
+    app = Flask("ours")
+    app.config["RATELIMIT_STORAGE_URL"] = url
+    # Our defaults, spelled out: both libraries visibly get the same client options.
+    app.config["RATELIMIT_STORAGE_OPTIONS"] = client_options()
+    app.config["RATELIMIT_HEADERS_ENABLED"] = True
+    app.config["RATELIMIT_KEY_PREFIX"] = prefix
+    app.config["RATELIMIT_STRATEGY"] = strategy
+    app.config.update(config or {})
+    RateLimit(app)
+    app.add_url_rule("/", "index", limit(spec, identities=list(identities))(make_view()))
+    return app
+
+
+def our_storage(app: Flask) -> Any:
+    """Our app's :class:`~flask_redis_throttle.storage.Storage`, or None."""
+    state = app.extensions.get("ratelimit")
+    return getattr(getattr(state, "throttle", None), "storage", None)
+
+
+def our_client(app: Flask) -> redis.Redis | None:
+    """The redis-py client of our app's storage."""
+    return getattr(our_storage(app), "client", None)
+
+
+def flask_limiter_app(url: str, strategy: str, spec: str = FLASK_LIMITER_SPEC) -> tuple[Flask, Limiter]:
+    """Flask-Limiter with ``strategy``: two ``@limiter.limit(spec)``, on the
+    remote address and on the ``X-User`` key function, with headers on."""
+    app = Flask(f"fl-{strategy}")
+    limiter = Limiter(
+        get_remote_address,
+        app=app,
+        storage_uri=url,
+        storage_options=client_options(),
+        strategy=strategy,
+        headers_enabled=True,
+        # The strategies keep different kinds of keys: separate prefixes keep them apart.
+        key_prefix=f"fl-{strategy}",
+    )
+    limited = limiter.limit(spec, key_func=get_remote_address)(make_view())
+    limited = limiter.limit(spec, key_func=flask_limiter_user_key)(limited)
+    app.add_url_rule("/", "index", limited)
+    return app, limiter
+
+
+def flask_limiter_client(limiter: Limiter) -> redis.Redis | None:
+    """The redis-py client under Flask-Limiter's storage (``limits``' RedisStorage)."""
+    return getattr(limiter.storage, "storage", None)
+
+
+# --- driving the apps -----------------------------------------------------------------------------
+
+
+def base_environ(remote_addr: str = CLIENT_IP, user: str = USER) -> Environ:
+    """``GET /`` from ``remote_addr`` with ``X-User: user``, built once."""
+    builder = EnvironBuilder(path="/", headers=[("X-User", user)], environ_base={"REMOTE_ADDR": remote_addr})
+    try:
+        return builder.get_environ()
+    finally:
+        builder.close()
+
+
+def _write(data: bytes) -> None:
+    """WSGI's legacy ``write``, which Flask never calls."""
+
+
+def wsgi_runner(
+    app: Flask, environs: Sequence[Environ] | Environ, statuses: Counter[str] | None = None
+) -> Callable[[int], None]:
+    """Call the WSGI app n times, each on a fresh copy of a prebuilt environ.
+
+    :param environs: one environ, or several to cycle through (the cycle
+        carries on from one call of the runner to the next).
+    :param statuses: if given, counts the status codes (``"200"``, ``"429"``) of the answers.
+    """
+    cycle = [environs] if isinstance(environs, dict) else list(environs)
+    position = 0
+
+    def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Callable[[bytes], object]:
+        if statuses is not None:
+            statuses[status[:3]] += 1
+        return _write
+
+    def run(n: int) -> None:
+        nonlocal position
+        size = len(cycle)
+        for _ in range(n):
+            body = app(dict(cycle[position]), start_response)
+            position = (position + 1) % size
+            for _chunk in body:
+                pass
+            close = getattr(body, "close", None)
+            if close is not None:
+                close()
+
+    return run
+
+
+def ping_runner(client: redis.Redis) -> Callable[[int], None]:
+    """n bare redis-py ``PING`` round trips."""
+
+    def run(n: int) -> None:
+        ping = client.ping
+        for _ in range(n):
+            ping()
+
+    return run
+
+
+def probe(app: Flask, environ: Environ) -> tuple[str, dict[str, str], bytes]:
+    """One request: its status, headers and body."""
+    answer: dict[str, Any] = {}
+
+    def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Callable[[bytes], object]:
+        answer["status"], answer["headers"] = status, dict(headers)
+        return _write
+
+    body = app(dict(environ), start_response)
+    try:
+        data = b"".join(body)
+    finally:
+        close = getattr(body, "close", None)
+        if close is not None:
+            close()
+    return answer["status"], answer["headers"], data
+
+
+@dataclass
+class Variant:
+    """One thing to time: a runner, and what is known about it."""
+
+    name: str
+    label: str
+    #: Runs the variant n times.
+    run: Callable[[int], None]
+    #: The app, to check its answer; None for the bare PING.
+    app: Flask | None = None
+    #: The redis-py client it talks through, to name its reply parser.
+    client: redis.Redis | None = None
+    #: A SCAN pattern matching its keys in Redis, to count its counters.
+    key_pattern: str | None = None
+    #: The header its answers must carry.
+    header: str | None = None
+    #: The status its answers must have.
+    status: str = "200"
+    #: One time per round: the mean of one call over the round's batch, in microseconds.
+    samples: list[float] = field(default_factory=list)
+    counts: dict[str, Any] = field(default_factory=dict)
+
+
+def check(variant: Variant, environ: Environ) -> None:
+    """Stop unless the variant answers with its status (and "ok" for a 200) and its header."""
+    if variant.app is None:
+        return
+    status, headers, body = probe(variant.app, environ)
+    if not status.startswith(variant.status) or (variant.status == "200" and body != b"ok"):
+        sys.exit(f"{variant.label}: expected {variant.status}, got {status} {body[:300]!r}")
+    if variant.header is not None and variant.header not in headers:
+        sys.exit(f"{variant.label}: no {variant.header} header in {headers}")
+
+
+def warm_up(variants: Sequence[Variant], calls: int) -> None:
+    """Run each variant a little: the first calls open connections, load each
+    script (EVALSHA, NOSCRIPT, SCRIPT LOAD, EVALSHA) and compile the apps'
+    per-endpoint plans."""
+    for variant in variants:
+        variant.run(calls)
+
+
+# --- timing ---------------------------------------------------------------------------------------
+
+
+def measure(variants: Sequence[Variant], rounds: int, batch: int, warmup_rounds: int) -> None:
+    """Interleave the variants, round after round, rotating the order; keep one
+    sample per variant and round: the mean time of one call over the batch."""
+    gc.collect()
+    variants = list(variants)
+    for round_number in range(warmup_rounds + rounds):
+        shift = round_number % len(variants)
+        for variant in variants[shift:] + variants[:shift]:
+            run = variant.run
+            start = time.perf_counter_ns()
+            run(batch)
+            elapsed = time.perf_counter_ns() - start
+            if round_number >= warmup_rounds:
+                variant.samples.append(elapsed / batch / 1000)
+
+
+def quartiles(values: Sequence[float]) -> tuple[float, float]:
+    """The first and third quartiles."""
+    if len(values) < 2:
+        return values[0], values[0]
+    q1, _median, q3 = statistics.quantiles(values, n=4)
+    return q1, q3
+
+
+def paired_added(samples: Sequence[float], bare: Sequence[float]) -> dict[str, Any]:
+    """The time a variant adds to the bare app: the median over rounds of
+    (its time - the bare app's time in the same round), and the quartiles."""
+    added = [s - b for s, b in zip(samples, bare, strict=True)]
+    return {"added_us": statistics.median(added), "added_us_quartiles": quartiles(added)}
+
+
+def single_pings(client: redis.Redis, n: int) -> float:
+    """The median of n PINGs timed one by one, in microseconds."""
+    times = []
+    for _ in range(n):
+        start = time.perf_counter_ns()
+        client.ping()
+        times.append(time.perf_counter_ns() - start)
+    return statistics.median(times) / 1000
+
+
+# --- counting -------------------------------------------------------------------------------------
+
+
+@contextmanager
+def counting_commands() -> Iterator[Counter[str]]:
+    """Count every command redis-py sends, by name, and the replies it reads
+    (under ``#replies``), while the block runs."""
+    counter: Counter[str] = Counter()
+    cls = redis.connection.Connection
+    saved = {name: cls.__dict__.get(name) for name in ("send_command", "read_response")}
+    send_command: Callable[..., Any] = cls.send_command
+    read_response: Callable[..., Any] = cls.read_response
+
+    def counted_send_command(self: Any, *args: Any, **kwargs: Any) -> Any:
+        name = args[0]
+        counter[(name.decode() if isinstance(name, bytes) else str(name)).upper()] += 1
+        return send_command(self, *args, **kwargs)
+
+    def counted_read_response(self: Any, *args: Any, **kwargs: Any) -> Any:
+        counter["#replies"] += 1
+        return read_response(self, *args, **kwargs)
+
+    cls.send_command = counted_send_command  # type: ignore[method-assign]
+    cls.read_response = counted_read_response  # type: ignore[method-assign]
+    try:
+        yield counter
+    finally:
+        for name, method in saved.items():
+            if method is None:
+                delattr(cls, name)
+            else:
+                setattr(cls, name, method)
+
+
+def command_stats(admin: redis.Redis) -> dict[str, tuple[int, int]]:
+    """``INFO commandstats``: calls and microseconds spent, by command."""
+    stats = admin.info("commandstats")
+    return {name.removeprefix("cmdstat_"): (int(s["calls"]), int(s["usec"])) for name, s in stats.items()}
+
+
+SCRIPT_COMMANDS = ("evalsha", "evalsha_ro", "eval", "eval_ro")
+
+
+def redis_usec(delta: Mapping[str, tuple[int, int]], sent: Mapping[str, float]) -> float:
+    """Redis's own time for the commands a client sent, in microseconds.
+
+    A script's ``usec`` already includes the commands it runs with
+    ``redis.call``, which commandstats also counts under their own names; so
+    only the commands the client sent count. When a command was both sent
+    and run by a script (a ``GET``, say), it counts in proportion to how many
+    of its calls were sent.
+    """
+    total = 0.0
+    for name, sent_calls in sent.items():
+        calls, usec = delta.get(name.lower(), (0, 0))
+        if calls:
+            total += usec * min(1.0, sent_calls / calls)
+    return total
+
+
+def count(variant: Variant, admin: redis.Redis, requests: int, statuses: Counter[str] | None = None) -> None:
+    """What the variant sends per request, what Redis runs for it, and Redis's time.
+
+    Fills ``variant.counts``. ``per`` requests are the divisor: all of them,
+    or, if ``statuses`` counts the answers, only those of ``variant.status``.
+    """
+    before = command_stats(admin)
+    seen = Counter(statuses) if statuses is not None else Counter()
+    with counting_commands() as sent:
+        variant.run(requests)
+    after = command_stats(admin)
+    delta = {
+        name: (calls - before.get(name, (0, 0))[0], usec - before.get(name, (0, 0))[1])
+        for name, (calls, usec) in after.items()
+        if name != "info"
+    }
+    per = requests
+    if statuses is not None:
+        per = statuses[variant.status] - seen[variant.status]
+    per = max(per, 1)
+    sent_calls = {name: float(calls) for name, calls in sent.items() if not name.startswith("#")}
+    server = {name: calls / per for name, (calls, _usec) in delta.items() if calls}
+    client = {name: calls / per for name, calls in sent_calls.items()}
+    scripts = [delta.get(name, (0, 0)) for name in SCRIPT_COMMANDS]
+    script_calls, script_usec = sum(c for c, _ in scripts), sum(u for _, u in scripts)
+    keys = None
+    if variant.key_pattern is not None:
+        keys = sum(1 for _ in admin.scan_iter(match=variant.key_pattern, count=1000))
+    variant.counts = {
+        "requests": requests,
+        "per": per,
+        "client_commands": sum(client.values()),
+        "client_by_command": dict(sorted(client.items())),
+        "round_trips": sent["#replies"] / per,
+        "server_evalsha": server.get("evalsha", 0) + server.get("evalsha_ro", 0),
+        "server_commands": sum(server.values()),
+        "server_by_command": dict(sorted(server.items(), key=lambda item: (-item[1], item[0]))),
+        "server_us_per_script": script_usec / script_calls if script_calls else None,
+        "server_us_per_request": redis_usec(delta, sent_calls) / per,
+        "keys": keys,
+    }
+
+
+# --- reporting ------------------------------------------------------------------------------------
+
+
+def fmt(value: float | None, digits: int = 1) -> str:
+    """A number with ``digits`` decimals, or ``-``."""
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def fmt_count(value: float | None) -> str:
+    """A count per request: whole if it is one, else two decimals."""
+    if value is None:
+        return "-"
+    if 0 < abs(value) < 0.1:
+        return f"{value:.4f}"
+    if abs(value - round(value)) < 0.005:
+        return str(round(value))
+    return f"{value:.2f}"
+
+
+def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1) -> str:
+    """A plain text table: the first ``left`` columns left-aligned, the rest
+    right-aligned. A row of one cell is a heading across the table."""
+    cells = [row for row in rows if len(row) > 1]
+    widths = [max(len(row[i]) for row in (headers, *cells)) for i in range(len(headers))]
+
+    def line(row: Sequence[str]) -> str:
+        if len(row) == 1:
+            return row[0]
+        padded = (cell.ljust(widths[i]) if i < left else cell.rjust(widths[i]) for i, cell in enumerate(row))
+        return "  ".join(padded).rstrip()
+
+    rule = "-" * (sum(widths) + 2 * (len(widths) - 1))
+    return "\n".join([line(headers), rule, *(line(row) for row in rows)])
+
+
+def breakdown(entries: Sequence[Mapping[str, Any]]) -> str:
+    """Commands per request, by name, as sent by redis-py and as run by Redis."""
+    lines = []
+    for r in entries:
+        if not r.get("server_by_command") and not r.get("client_by_command"):
+            continue
+        sent = ", ".join(f"{k} {fmt_count(v)}" for k, v in r.get("client_by_command", {}).items()) or "nothing"
+        ran = ", ".join(f"{k} {fmt_count(v)}" for k, v in r.get("server_by_command", {}).items()) or "nothing"
+        lines.append(f"  {r['label']}\n    sent: {sent}\n    ran:  {ran}")
+    return "\n".join(lines)
+
+
+def version(package: str) -> str:
+    """The installed version of ``package``, or ``not installed``."""
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def parser_name(client: redis.Redis) -> str:
+    """The reply parser of the client's pooled connections."""
+    pool = client.connection_pool
+    try:
+        connection = pool.get_connection()
+    except TypeError:  # redis-py before 5.3 wants a command name
+        connection = pool.get_connection("PING")
+    try:
+        return type(connection._parser).__name__
+    finally:
+        pool.release(connection)
+
+
+def environment(server_version: str, parsers: Mapping[str, str]) -> dict[str, Any]:
+    """The versions and machine a run's figures belong to.
+
+    :param parsers: the reply parser of each variant's client, by variant.
+    """
+    return {
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "redis_server": server_version,
+        "redis_py": redis.__version__,
+        "hiredis": version("hiredis"),
+        "reply_parsers": dict(parsers),
+        "flask": version("flask"),
+        "werkzeug": version("werkzeug"),
+        "flask_redis_throttle": version("flask-redis-throttle"),
+        "flask_limiter": version("flask-limiter"),
+        "limits": version("limits"),
+        "gunicorn": version("gunicorn"),
+    }
+
+
+def describe(env: Mapping[str, Any]) -> str:
+    """Two lines naming the environment, for the top of a report."""
+    names = sorted(set(env["reply_parsers"].values()))
+    parsers = f"{names[0]} reply parser" if len(names) == 1 else f"reply parsers {env['reply_parsers']}"
+    hiredis = f"hiredis {env['hiredis']}" if env["hiredis"] != "not installed" else "hiredis is not installed"
+    return (
+        f"{env['python']}, Flask {env['flask']}, Flask-Limiter {env['flask_limiter']} (limits {env['limits']}), "
+        f"redis-server {env['redis_server']} on loopback, {env['cpus']} CPUs.\n"
+        f"Every client is redis-py {env['redis_py']} with the same options and the {parsers} ({hiredis})."
+    )

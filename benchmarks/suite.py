@@ -1,0 +1,752 @@
+#!/usr/bin/env python
+"""One command, one report: what a rate limiter costs, ours beside Flask-Limiter's.
+
+Everything runs against one throwaway ``redis-server`` on a free loopback port
+(:func:`flask_redis_throttle.testing.redis_server`), never a Redis you run.
+The apps, the timing and the counting are those of ``overhead.py``, shared in
+``harness.py``. Sections, all in one table:
+
+1-3. **Admitted requests**, three layers (``N/s;N/m;N/h``) on two identities
+     (the client IP and an ``X-User`` key function): the time each limiter
+     adds to a Flask request (in microseconds and in PINGs measured in the same
+     rounds), the commands it sends, and Redis's own time for them, for each
+     of our four strategies and each of Flask-Limiter's three.
+4.   **How the cost grows**: ours with 1, 3 and 6 layers on 1 and 2
+     identities; and 10,000 distinct clients in turn against one hot client.
+5.   **Flood**: one client over its limit (``1/m``) keeps asking: Redis
+     commands and time per refused request, with the block cache
+     (``RATELIMIT_BLOCK_CACHE_SIZE``) at its default and off.
+6.   **End to end**: gunicorn serving the app with no limiter, with ours and
+     with Flask-Limiter, loaded over keep-alive connections: requests per second.
+
+Times in sections 1, 4 and 5 come from interleaved rounds (every variant runs
+a batch each round, the order rotating), paired by round with the bare app:
+the medians of (variant - bare app). Commands are counted in a separate,
+untimed phase, client side (redis-py's ``Connection``) and server side
+(``INFO commandstats`` deltas).
+
+Run it from the repository root::
+
+    python benchmarks/suite.py                    # a few minutes
+    python benchmarks/suite.py --quick            # under a minute: for CI
+    python benchmarks/suite.py --json suite.json --plot docs/_static/performance.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import statistics
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import e2e
+import redis
+from flask import Flask
+from harness import (
+    FLASK_LIMITER_STRATEGIES,
+    OUR_STRATEGIES,
+    SPEC,
+    TARGET_PINGS,
+    Environ,
+    Variant,
+    bare_app,
+    base_environ,
+    check,
+    client_options,
+    count,
+    describe,
+    environment,
+    flask_limiter_app,
+    flask_limiter_client,
+    floor_app,
+    fmt,
+    fmt_count,
+    measure,
+    our_app,
+    our_client,
+    paired_added,
+    parser_name,
+    ping_runner,
+    render_table,
+    user_key,
+    warm_up,
+    wsgi_runner,
+)
+from werkzeug.exceptions import TooManyRequests
+
+from flask_redis_throttle import config as our_config
+from flask_redis_throttle.keys import identity_tag
+from flask_redis_throttle.testing import redis_server
+
+SECTIONS = ("admitted", "growth", "flood", "e2e")
+
+#: Flask-Limiter's strategies, each beside the one of ours that does the same job.
+LIKE_FOR_LIKE = {
+    "fixed-window": "fixed-window",
+    "moving-window": "sliding-log",
+    "sliding-window-counter": "sliding-window",
+}
+#: The target for Flask-Limiter's added time, in multiples of ours.
+TARGET_RATIO = 8.0
+#: The target for the Redis commands a refused request costs, with the block cache.
+TARGET_FLOOD_COMMANDS = 0.01
+
+#: Layers for section 4, by number: quotas no run reaches.
+LAYER_SPECS = {
+    1: "1000000/s",
+    3: SPEC,
+    6: "1000000/s;5000000/10s;10000000/m;50000000/10m;100000000/h;1000000000/d",
+}
+IDENTITY_SETS: dict[int, tuple[Any, ...]] = {1: ("ip",), 2: ("ip", user_key)}
+GROWTH_STRATEGIES = ("fixed-window", "gcra")
+
+#: Section 5: the limit the flooding client is over.
+FLOOD_SPEC = "1/m"
+FLASK_LIMITER_FLOOD_SPEC = "1/minute"
+CACHE_SETTING = "RATELIMIT_BLOCK_CACHE_SIZE"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How long each section runs."""
+
+    rounds: int = 200
+    batch: int = 30
+    warmup: int = 5
+    count: int = 1000
+    growth_rounds: int = 100
+    growth_batch: int = 20
+    identities: int = 10_000
+    flood_rounds: int = 40
+    flood_batch: int = 50
+    e2e_rounds: int = 5
+    e2e_seconds: float = 3.0
+    e2e_connections: int = 8
+    workers: int = 2
+    threads: int = 4
+
+    @property
+    def flood_requests(self) -> int:
+        """Refused requests timed, and counted, in section 5."""
+        return self.flood_rounds * self.flood_batch
+
+
+FULL = Settings()
+QUICK = Settings(
+    rounds=12,
+    batch=20,
+    warmup=2,
+    count=60,
+    growth_rounds=8,
+    growth_batch=10,
+    flood_rounds=10,
+    flood_batch=50,
+    e2e_rounds=2,
+    e2e_seconds=1.5,
+)
+
+
+# --- shared steps ---------------------------------------------------------------------------------
+
+
+def yardsticks(url: str, environ: Environ) -> list[Variant]:
+    """The PING and the bare app, which every timed section runs beside its variants."""
+    ping_client = redis.Redis.from_url(url, **client_options())
+    app = bare_app()
+    return [
+        Variant("ping", "PING (bare redis-py round trip)", ping_runner(ping_client), client=ping_client),
+        Variant("bare", "Flask app, no limiter", wsgi_runner(app, environ), app=app),
+    ]
+
+
+def our_variant(
+    name: str,
+    label: str,
+    app: Flask,
+    environs: Environ | Sequence[Environ],
+    statuses: Counter[str] | None = None,
+    **extra: Any,
+) -> Variant:
+    """A variant for one of our apps; ``extra`` goes to :class:`Variant`."""
+    return Variant(name, label, wsgi_runner(app, environs, statuses), app=app, **extra)
+
+
+def time_and_count(
+    variants: Sequence[Variant],
+    admin: redis.Redis,
+    rounds: int,
+    batch: int,
+    warmup: int,
+    requests: int,
+    statuses: Mapping[str, Counter[str]] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Time the variants interleaved, then count each one's commands; return
+    each one's figures: per call, added to the bare app, in PINGs."""
+    measure(variants, rounds, batch, warmup)
+    for variant in variants:
+        count(variant, admin, requests, (statuses or {}).get(variant.name))
+    by_name = {v.name: v for v in variants}
+    ping = statistics.median(by_name["ping"].samples)
+    bare = by_name["bare"].samples
+    results: dict[str, dict[str, Any]] = {}
+    for variant in variants:
+        entry: dict[str, Any] = {"label": variant.label, "per_call_us": statistics.median(variant.samples)}
+        if variant.name == "ping":
+            entry["added_pings"] = 1.0
+        elif variant.name != "bare":
+            entry.update(paired_added(variant.samples, bare))
+            entry["added_pings"] = entry["added_us"] / ping
+        entry.update(variant.counts)
+        entry["samples_us"] = variant.samples
+        results[variant.name] = entry
+    return results
+
+
+def plural(n: int, noun: str) -> str:
+    """``1 layer``, ``3 layers``; ``2 identities``."""
+    if n == 1:
+        return f"1 {noun}"
+    return f"{n} {noun[:-1]}ies" if noun.endswith("y") else f"{n} {noun}s"
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    """a / b, or None when either is missing or b is not positive."""
+    return a / b if a is not None and b is not None and b > 0 else None
+
+
+# --- sections 1 to 3: admitted requests -----------------------------------------------------------
+
+
+def admitted(url: str, admin: redis.Redis, s: Settings) -> dict[str, Any]:
+    """Ours (four strategies) and Flask-Limiter's (three) on admitted requests."""
+    environ = base_environ()
+    variants = yardsticks(url, environ)
+    floor_client = redis.Redis.from_url(url, **client_options())
+    app = floor_app(floor_client)
+    variants.append(Variant("floor", "Flask app + 1 PING/request (floor)", wsgi_runner(app, environ), app=app))
+    for strategy in OUR_STRATEGIES:
+        app = our_app(url, f"rl-{strategy}:", strategy=strategy)
+        variants.append(
+            our_variant(
+                f"ours-{strategy}",
+                f"ours {strategy}",
+                app,
+                environ,
+                client=our_client(app),
+                key_pattern=f"rl-{strategy}:*",
+                header="RateLimit",
+            )
+        )
+    for strategy in FLASK_LIMITER_STRATEGIES:
+        app, limiter = flask_limiter_app(url, strategy)
+        variants.append(
+            Variant(
+                f"fl-{strategy}",
+                f"Flask-Limiter {strategy}",
+                wsgi_runner(app, environ),
+                app=app,
+                client=flask_limiter_client(limiter),
+                key_pattern=f"*/fl-{strategy}/*",
+                header="X-RateLimit-Remaining",
+            )
+        )
+    warm_up(variants, 5)
+    for variant in variants:
+        check(variant, environ)
+    warm_up(variants, max(s.batch, 50))
+    parsers = {v.name: parser_name(v.client) for v in variants if v.client is not None}
+    results = time_and_count(variants, admin, s.rounds, s.batch, s.warmup, s.count)
+    for strategy in FLASK_LIMITER_STRATEGIES:
+        entry = results[f"fl-{strategy}"]
+        ours = results[f"ours-{LIKE_FOR_LIKE[strategy]}"]
+        entry["ours"] = f"ours-{LIKE_FOR_LIKE[strategy]}"
+        entry["vs_ours"] = ratio(entry["added_us"], ours["added_us"])
+        entry["vs_ours_range"] = [
+            ratio(entry["added_us"], max(results[f"ours-{o}"]["added_us"] for o in OUR_STRATEGIES)),
+            ratio(entry["added_us"], min(results[f"ours-{o}"]["added_us"] for o in OUR_STRATEGIES)),
+        ]
+    return {"results": results, "parsers": parsers}
+
+
+def admitted_rows(section: Mapping[str, Any]) -> list[list[str]]:
+    results = section["results"]
+    ping = results["ping"]["per_call_us"]
+    title = f"1-3. Admitted, 3 layers x 2 identities ({SPEC}); ratio = Flask-Limiter / ours, like for like"
+    rows: list[list[str]] = [[title]]
+    for name, r in results.items():
+        if name == "bare":
+            continue
+        target = ""
+        if name.startswith("ours-"):
+            target = f"<={TARGET_PINGS:g}x PING " + verdict(r["added_pings"] <= TARGET_PINGS)
+        elif name.startswith("fl-"):
+            target = f">={TARGET_RATIO:g}x ours " + verdict((r["vs_ours"] or 0) >= TARGET_RATIO)
+        vs = f"{r['vs_ours']:.1f}x" if r.get("vs_ours") else ""
+        rows.append(
+            [
+                "  " + r["label"],
+                fmt(ping if name == "ping" else r["added_us"]),
+                f"{r['added_pings']:.2f}x",
+                vs,
+                fmt_count(r.get("client_commands")),
+                fmt_count(r.get("server_commands")),
+                fmt(r.get("server_us_per_request")),
+                "",
+                target,
+            ]
+        )
+    return rows
+
+
+# --- section 4: how the cost grows ----------------------------------------------------------------
+
+
+def distinct_environs(base: Environ, n: int) -> list[Environ]:
+    """n requests from n distinct clients: each its own address and user."""
+    return [
+        {**base, "REMOTE_ADDR": f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}", "HTTP_X_USER": f"user{i}"}
+        for i in range(n)
+    ]
+
+
+def digest_cache_size() -> int:
+    """How many identity digests our package caches (``identity_tag``'s LRU)."""
+    info = getattr(identity_tag, "cache_info", None)
+    return int(info().maxsize or 0) if info is not None else 0
+
+
+def growth(url: str, admin: redis.Redis, s: Settings) -> dict[str, Any]:
+    """Ours with 1, 3 and 6 layers on 1 and 2 identities; 10,000 clients against one."""
+    environ = base_environ()
+    variants = yardsticks(url, environ)
+    for strategy in GROWTH_STRATEGIES:
+        for layers, spec in LAYER_SPECS.items():
+            for identities, specs in IDENTITY_SETS.items():
+                name = f"{strategy} {layers}x{identities}"
+                app = our_app(
+                    url, f"rl-g-{strategy}-{layers}-{identities}:", spec=spec, strategy=strategy, identities=specs
+                )
+                label = f"ours {strategy}, {plural(layers, 'layer')} x {plural(identities, 'identity')}"
+                variants.append(our_variant(name, label, app, environ, header="RateLimit"))
+    many = distinct_environs(environ, s.identities)
+    app = our_app(url, "rl-g-many:", strategy="fixed-window")
+    label = f"ours fixed-window, 3x2, {s.identities:,} clients in turn"
+    crowd = our_variant("many", label, app, many)
+    variants.append(crowd)
+    warm_up(variants, 5)
+    for variant in variants:
+        check(variant, environ)
+    crowd.run(len(many))  # every client once: their counters exist, as a returning crowd's would
+    warm_up(variants, max(s.growth_batch, 50))
+    results = time_and_count(variants, admin, s.growth_rounds, s.growth_batch, 2, s.count)
+    for name, entry in results.items():
+        if name == "many":
+            entry["base"] = "fixed-window 3x2"  # the same app, one hot client
+        elif " " in name:
+            entry["base"] = name.split()[0] + " 1x1"
+        base = results.get(entry.get("base", ""))
+        if base is not None:
+            entry["vs_base"] = ratio(entry["added_us"], base["added_us"])
+            entry["redis_vs_base"] = ratio(entry["server_us_per_request"], base["server_us_per_request"])
+    return {"results": results}
+
+
+def growth_rows(section: Mapping[str, Any]) -> list[list[str]]:
+    title = "4. How our cost grows; ratio = added us / the 1 x 1 row's (many clients: / the one-client 3 x 2 row's)"
+    rows: list[list[str]] = [[title]]
+    for name, r in section["results"].items():
+        if name in ("ping", "bare"):
+            continue
+        rows.append(
+            [
+                "  " + r["label"],
+                fmt(r["added_us"]),
+                f"{r['added_pings']:.2f}x",
+                f"{r['vs_base']:.2f}x" if r.get("vs_base") and name != r.get("base") else "",
+                fmt_count(r["client_commands"]),
+                fmt_count(r["server_commands"]),
+                fmt(r["server_us_per_request"]),
+                "",
+                "",
+            ]
+        )
+    return rows
+
+
+# --- section 5: flood -----------------------------------------------------------------------------
+
+
+def cache_supported() -> bool:
+    """Whether this version of the package knows ``RATELIMIT_BLOCK_CACHE_SIZE``."""
+    return CACHE_SETTING in our_config.DEFAULTS
+
+
+def refusing_app() -> Flask:
+    """The bare app, answering every request 429 from a hook: what any refusal costs Flask."""
+    app = bare_app("refusing")
+
+    def refuse() -> None:
+        raise TooManyRequests(retry_after=60)
+
+    app.before_request(refuse)
+    return app
+
+
+def flood(url: str, admin: redis.Redis, s: Settings) -> dict[str, Any]:
+    """One client over ``1/m`` keeps asking: what each refused request costs."""
+    environ = base_environ()
+    variants = yardsticks(url, environ)
+    app = refusing_app()
+    variants.append(Variant("refuse", "no limiter, Flask answering 429 itself", wsgi_runner(app, environ),
+                            app=app, status="429"))  # fmt: skip
+    statuses: dict[str, Counter[str]] = {}
+    default = our_config.DEFAULTS.get(CACHE_SETTING)
+    for name, label, config in (
+        ("cache-default", f"ours, block cache default ({default})", {}),
+        ("cache-off", "ours, block cache off (0)", {CACHE_SETTING: 0}),
+    ):
+        app = our_app(url, f"rl-f-{name}:", spec=FLOOD_SPEC, config=config)
+        statuses[name] = Counter()
+        variants.append(
+            our_variant(name, label, app, environ, statuses=statuses[name], header="Retry-After", status="429")
+        )
+    app, _limiter = flask_limiter_app(url, "fixed-window", FLASK_LIMITER_FLOOD_SPEC)
+    statuses["fl"] = Counter()
+    variants.append(
+        Variant(
+            "fl",
+            "Flask-Limiter fixed-window",
+            wsgi_runner(app, environ, statuses["fl"]),
+            app=app,
+            header="Retry-After",
+            status="429",
+        )
+    )
+    for variant in variants[3:]:
+        variant.run(1)  # admitted: the quota is spent
+    for variant in variants:
+        check(variant, environ)
+    warm_up(variants, 5)
+    for counted in statuses.values():
+        counted.clear()  # from here on, only the flood
+    results = time_and_count(variants, admin, s.flood_rounds, s.flood_batch, 1, s.flood_requests, statuses)
+    for name, counted in statuses.items():
+        results[name]["statuses"] = dict(counted)
+    off = results["cache-off"]
+    for name in ("refuse", "cache-default", "cache-off", "fl"):
+        results[name]["vs_cache_off"] = ratio(results[name]["added_us"], off["added_us"])
+    return {"results": results, "cache_supported": cache_supported(), "cache_default": default}
+
+
+def flood_rows(section: Mapping[str, Any]) -> list[list[str]]:
+    title = f"5. Flood: one client over {FLOOD_SPEC} (2 identities), per refused request; ratio = added us / cache off"
+    rows: list[list[str]] = [[title]]
+    for name, r in section["results"].items():
+        if name in ("ping", "bare"):
+            continue
+        target = ""
+        if name == "cache-default":
+            target = f"<={TARGET_FLOOD_COMMANDS:g} cmds " + verdict(r["client_commands"] <= TARGET_FLOOD_COMMANDS)
+        rows.append(
+            [
+                "  " + r["label"],
+                fmt(r["added_us"]),
+                f"{r['added_pings']:.2f}x",
+                f"{r['vs_cache_off']:.2f}x" if r.get("vs_cache_off") and name != "cache-off" else "",
+                fmt_count(r["client_commands"]),
+                fmt_count(r["server_commands"]),
+                fmt(r["server_us_per_request"]),
+                "",
+                target,
+            ]
+        )
+    return rows
+
+
+# --- section 6: end to end ------------------------------------------------------------------------
+
+
+def end_to_end(url: str, s: Settings) -> dict[str, Any]:
+    """gunicorn with no limiter, ours and Flask-Limiter: requests per second."""
+    targets = [
+        e2e.Target("none", "no limiter", {"BENCH_LIMITER": "none"}, None),
+        e2e.Target("ours", "ours fixed-window", {"BENCH_LIMITER": "ours"}, "RateLimit"),
+        e2e.Target("fl", "Flask-Limiter fixed-window", {"BENCH_LIMITER": "flask-limiter"}, "X-RateLimit-Remaining"),
+    ]
+    server = e2e.ServerSettings(workers=s.workers, threads=s.threads)
+    loads = e2e.LoadSettings(rounds=s.e2e_rounds, seconds=s.e2e_seconds, connections=s.e2e_connections)
+    try:
+        servers = e2e.run(url, targets, server, loads)
+    except (RuntimeError, OSError) as error:
+        return {"error": str(error)}
+    return {"results": e2e.summarize(servers), "server": asdict(server), "load": asdict(loads)}
+
+
+def e2e_rows(section: Mapping[str, Any], s: Settings) -> list[list[str]]:
+    title = (
+        f"6. End to end: gunicorn, {s.workers} gthread workers x {s.threads} threads, {s.e2e_connections} "
+        "keep-alive connections; ratio = req/s / no limiter's"
+    )
+    if "error" in section:
+        return [[title], [f"  gunicorn could not be run: {section['error'].splitlines()[0]}"]]
+    rows: list[list[str]] = [[title]]
+    for r in section["results"].values():
+        rows.append(
+            ["  " + r["label"], "", "", f"{r['vs_no_limiter']:.2f}x", "", "", "", f"{r['requests_per_second']:.0f}", ""]
+        )
+    return rows
+
+
+# --- the report -----------------------------------------------------------------------------------
+
+HEADERS = ("variant", "added us", "x PING", "ratio", "cmds sent", "Redis cmds", "Redis us", "req/s", "target")
+
+
+def verdict(met: bool) -> str:
+    return "MET" if met else "MISSED"
+
+
+def goal(what: str, value: float, target: float, unit: str, at_most: bool) -> dict[str, Any]:
+    """One target: its figure, whether it is met, and by what factor it is missed."""
+    met = value <= target if at_most else value >= target
+    factor = (value / target if at_most else target / value) if value > 0 else float("inf")
+    return {"what": what, "value": value, "target": target, "unit": unit, "at_most": at_most, "met": met,
+            "factor": factor}  # fmt: skip
+
+
+def targets(report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every target, its figure and whether it is met."""
+    found: list[dict[str, Any]] = []
+    sections = report["sections"]
+    if "admitted" in sections:
+        results = sections["admitted"]["results"]
+        for strategy in OUR_STRATEGIES:
+            value = results[f"ours-{strategy}"]["added_pings"]
+            found.append(goal(f"ours {strategy}: added time", value, TARGET_PINGS, "x PING", at_most=True))
+        for strategy in FLASK_LIMITER_STRATEGIES:
+            value = results[f"fl-{strategy}"]["vs_ours"] or 0.0
+            what = f"Flask-Limiter {strategy} / ours {LIKE_FOR_LIKE[strategy]}"
+            found.append(goal(what, value, TARGET_RATIO, "x", at_most=False))
+    if "flood" in sections:
+        entry = sections["flood"]["results"]["cache-default"]
+        value = entry["client_commands"]
+        what = "flood, block cache on: commands sent to Redis per refused request"
+        found.append(goal(what, value, TARGET_FLOOD_COMMANDS, "cmds", at_most=True))
+    return found
+
+
+def target_lines(found: Sequence[Mapping[str, Any]]) -> list[str]:
+    lines = []
+    for t in found:
+        relation = "<=" if t["at_most"] else ">="
+        state = "MET" if t["met"] else f"MISSED by a factor of {t['factor']:.2f}"
+        lines.append(f"{t['what']}: {t['value']:.3g} {t['unit']} (target {relation} {t['target']:g}): {state}")
+    return lines
+
+
+def notes(report: Mapping[str, Any], s: Settings) -> list[str]:
+    """The short notes under the table."""
+    sections = report["sections"]
+    lines = [
+        "added us: median over rounds of (app - bare app in the same round), per request; for PING its own time. "
+        "x PING: / PING's time in the same section's rounds.",
+        "cmds sent: commands redis-py sent per request; Redis cmds: per request from INFO commandstats, "
+        "including those scripts run; Redis us: commandstats usec of the commands sent, per request.",
+        "Like for like: Flask-Limiter fixed-window ~ ours fixed-window, moving-window ~ sliding-log, "
+        "sliding-window-counter ~ sliding-window. Each section times its own rounds: compare within a section.",
+    ]
+    if "admitted" in sections:
+        results = sections["admitted"]["results"]
+        for strategy in FLASK_LIMITER_STRATEGIES:
+            low, high = results[f"fl-{strategy}"]["vs_ours_range"]
+            lines.append(
+                f"Flask-Limiter {strategy} adds {low:.1f}x to {high:.1f}x as much as ours, over our strategies."
+            )
+    if "growth" in sections:
+        lines.append(
+            f"{s.identities:,} clients: each request a new address and user (each client seen once before, so its "
+            f"counters exist); ours caches {digest_cache_size():,} identity digests, here {2 * s.identities:,} cycle."
+        )
+    if "flood" in sections:
+        flood_section = sections["flood"]
+        if not flood_section["cache_supported"]:
+            lines.append(f"{CACHE_SETTING} is unknown to this version of the package: both cache rows run uncached.")
+        cached, uncached = (flood_section["results"][n]["per_call_us"] for n in ("cache-default", "cache-off"))
+        lines.append(
+            f"Flood: {s.flood_requests:,} refused requests per variant, timed and again counted, as fast as one "
+            f"thread sends them: {1e6 / cached:,.0f}/s with the cache, {1e6 / uncached:,.0f}/s without."
+        )
+        for name in ("cache-default", "cache-off", "fl"):
+            r = flood_section["results"][name]
+            sent = ", ".join(f"{k} {fmt_count(v)}" for k, v in r["client_by_command"].items()) or "nothing"
+            admitted_count = r["statuses"].get("200", 0)
+            extra = f"; {admitted_count} admitted at a window's turn" if admitted_count else ""
+            lines.append(f"Flood, {r['label']}: sends {sent} per refused request{extra}.")
+    if "e2e" in sections and "results" in sections["e2e"]:
+        results = sections["e2e"]["results"]
+        parts = [f"{r['label']} {r['latency_ms_median']:.1f} ms" for r in results.values() if r["latency_ms_median"]]
+        errors = sum(r["errors"] for r in results.values())
+        lines.append(
+            f"End to end: medians of {s.e2e_rounds} rounds of {s.e2e_seconds:g} s per server, load generator "
+            f"(Python threads, http.client) on the same {report['environment']['cpus']} CPUs as gunicorn and Redis; "
+            f"median latency {', '.join(parts)}; {errors} errors."
+        )
+    return lines
+
+
+def plot(report: Mapping[str, Any], path: str) -> None:
+    """A bar chart of the time added per admitted request, and of end-to-end throughput."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        sys.exit('--plot needs matplotlib: pip install matplotlib (or -e ".[docs]")')
+    sections = report["sections"]
+    results = sections["admitted"]["results"]
+    names = [n for n in results if n not in ("ping", "bare")]
+    ping = results["ping"]["per_call_us"]
+    has_e2e = "results" in sections.get("e2e", {})
+    figure, axes = plt.subplots(1, 2 if has_e2e else 1, figsize=(11 if has_e2e else 7, 4.2), squeeze=False,
+                                gridspec_kw={"width_ratios": [2, 1]} if has_e2e else None)  # fmt: skip
+    left = axes[0][0]
+    values = [results[n]["added_us"] for n in names]
+    colours = ["#999999" if n == "floor" else "#2a7ab9" if n.startswith("ours") else "#d9822b" for n in names]
+    bars = left.barh([results[n]["label"] for n in names], values, color=colours)
+    for bar, name in zip(bars, names, strict=True):
+        left.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {results[name]['added_pings']:.1f}x PING",
+                  va="center", fontsize=8)  # fmt: skip
+    left.axvline(ping * TARGET_PINGS, color="#2a7ab9", linestyle="--", linewidth=1,
+                 label=f"target for ours: {TARGET_PINGS:g}x PING")  # fmt: skip
+    left.legend(loc="upper right", fontsize=8)
+    left.invert_yaxis()
+    left.set_xlabel(f"time added per admitted request, us (PING = {ping:.0f} us)")
+    left.set_xlim(0, max(values) * 1.25)
+    left.set_title("3 layers x 2 identities, in process", fontsize=10)
+    if has_e2e:
+        right = axes[0][1]
+        e2e_results = sections["e2e"]["results"]
+        labels = [r["label"] for r in e2e_results.values()]
+        rates = [r["requests_per_second"] for r in e2e_results.values()]
+        bars = right.barh(labels, rates, color=["#999999", "#2a7ab9", "#d9822b"][: len(rates)])
+        for bar, r in zip(bars, e2e_results.values(), strict=True):
+            right.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {r['vs_no_limiter']:.2f}x",
+                       va="center", fontsize=8)  # fmt: skip
+        right.set_xlim(0, max(rates) * 1.3)
+        right.invert_yaxis()
+        right.set_xlabel("requests per second")
+        right.set_title("gunicorn end to end", fontsize=10)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+# --- main -----------------------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="What a rate limiter costs, ours beside Flask-Limiter's: one report.")
+    parser.add_argument("--quick", action="store_true", help="under a minute: few, short rounds (for CI)")
+    parser.add_argument("--json", metavar="PATH", help="also write every figure, and the raw samples, to PATH")
+    parser.add_argument("--plot", metavar="PATH", help="also draw a bar chart (PNG) to PATH; needs matplotlib")
+    parser.add_argument(
+        "--sections",
+        default=",".join(SECTIONS),
+        help=f"which sections to run, comma separated (default: all of {','.join(SECTIONS)})",
+    )
+    args = parser.parse_args(argv)
+    chosen = {x.strip() for x in args.sections.split(",") if x.strip()}
+    args.sections = tuple(name for name in SECTIONS if name in chosen)  # always in the report's order
+    unknown = sorted(chosen - set(SECTIONS))
+    if unknown or not args.sections:
+        parser.error(f"unknown sections {unknown}; choose from {', '.join(SECTIONS)}")
+    if args.plot and "admitted" not in args.sections:
+        parser.error("--plot needs the admitted section")
+    return args
+
+
+def reproduce_command(args: argparse.Namespace) -> str:
+    command = ["python", "benchmarks/suite.py"]
+    if args.quick:
+        command.append("--quick")
+    if args.sections != SECTIONS:
+        command += ["--sections", ",".join(args.sections)]
+    return shlex.join(command)
+
+
+def run_sections(url: str, admin: redis.Redis, s: Settings, sections: Sequence[str]) -> dict[str, Any]:
+    """Run the chosen sections, in order, each against a flushed Redis."""
+    steps: dict[str, Callable[[], dict[str, Any]]] = {
+        "admitted": lambda: admitted(url, admin, s),
+        "growth": lambda: growth(url, admin, s),
+        "flood": lambda: flood(url, admin, s),
+        "e2e": lambda: end_to_end(url, s),
+    }
+    done: dict[str, Any] = {}
+    for name in sections:
+        admin.flushall()
+        started = time.monotonic()
+        print(f"  {name}...", file=sys.stderr, flush=True)
+        done[name] = steps[name]()
+        done[name]["seconds"] = round(time.monotonic() - started, 1)
+    return done
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    s = QUICK if args.quick else FULL
+    started = time.monotonic()
+    with redis_server() as server:
+        admin = redis.Redis.from_url(server.url, **client_options())
+        server_version = admin.info("server")["redis_version"]
+        print(f"redis-server {server_version} on 127.0.0.1:{server.port}", file=sys.stderr)
+        sections = run_sections(server.url, admin, s, args.sections)
+        parsers = sections.get("admitted", {}).get("parsers") or {"admin": parser_name(admin)}
+        admin.close()
+    report: dict[str, Any] = {
+        "command": reproduce_command(args),
+        "environment": environment(server_version, parsers),
+        "settings": {**asdict(s), "quick": args.quick, "sections": list(args.sections)},
+        "sections": sections,
+    }
+    report["targets"] = targets(report)
+    report["seconds"] = round(time.monotonic() - started, 1)
+
+    rows: list[list[str]] = []
+    builders: dict[str, Callable[[Mapping[str, Any]], list[list[str]]]] = {
+        "admitted": admitted_rows,
+        "growth": growth_rows,
+        "flood": flood_rows,
+        "e2e": lambda section: e2e_rows(section, s),
+    }
+    for name in args.sections:
+        rows += builders[name](sections[name])
+    print()
+    print(f"flask-redis-throttle beside Flask-Limiter{' (--quick: rough figures)' if args.quick else ''}")
+    print(describe(report["environment"]))
+    print()
+    print(render_table(HEADERS, rows))
+    print()
+    for line in notes(report, s) + target_lines(report["targets"]):
+        print(f"* {line}")
+    print(f"* {report['seconds']:.0f} s in all. Reproduce: {report['command']}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as out:
+            json.dump(report, out, indent=1)
+            out.write("\n")
+        print(f"Wrote {args.json}")
+    if args.plot:
+        plot(report, args.plot)
+        print(f"Wrote {args.plot}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
