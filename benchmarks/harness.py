@@ -273,6 +273,30 @@ class Variant:
     counts: dict[str, Any] = field(default_factory=dict)
 
 
+def yardsticks(url: str, environ: Environ) -> list[Variant]:
+    """The PING and the bare app, which every timed run measures beside its variants."""
+    ping_client = redis.Redis.from_url(url, **client_options())
+    app = bare_app()
+    return [
+        Variant("ping", "PING (bare redis-py round trip)", ping_runner(ping_client), client=ping_client),
+        Variant("bare", "Flask app, no limiter", wsgi_runner(app, environ), app=app),
+    ]
+
+
+def flask_limiter_variant(url: str, environ: Environ, strategy: str) -> Variant:
+    """Flask-Limiter with ``strategy``, limited as our variants are."""
+    app, limiter = flask_limiter_app(url, strategy)
+    return Variant(
+        f"fl-{strategy}",
+        f"Flask-Limiter {strategy}",
+        wsgi_runner(app, environ),
+        app=app,
+        client=flask_limiter_client(limiter),
+        key_pattern=f"*/fl-{strategy}/*",
+        header="X-RateLimit-Remaining",
+    )
+
+
 def check(variant: Variant, environ: Environ) -> None:
     """Stop unless the variant answers with its status (and "ok" for a 200) and its header."""
     if variant.app is None:

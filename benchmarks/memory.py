@@ -2,7 +2,7 @@
 """How much Redis memory one client costs, for the limit ``10/s;120/m;240/h``.
 
 Every subject is measured on one throwaway ``redis-server`` (started on a free
-loopback port by :class:`flask_redis_throttle.testing.RedisServer`):
+loopback port by :func:`flask_redis_throttle.testing.redis_server`):
 
 * flask-redis-throttle, driven through its core (``Throttle.hit``, no Flask),
   for each of its four strategies;
@@ -72,7 +72,7 @@ import redis
 from flask_redis_throttle import Identity, parse_limits
 from flask_redis_throttle.scripts import STRATEGIES
 from flask_redis_throttle.storage import Storage
-from flask_redis_throttle.testing import RedisServer
+from flask_redis_throttle.testing import redis_server
 from flask_redis_throttle.throttle import Policy, Throttle
 
 try:
@@ -414,9 +414,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.monotonic()
-    server = RedisServer()
-    server.start()
-    try:
+    with redis_server() as server:
         client = redis.Redis.from_url(server.url)
         clock = Clock(client)
         subjects = [our_subject(server.url, strategy, clock) for strategy in STRATEGIES]
@@ -426,8 +424,6 @@ def main(argv: list[str] | None = None) -> int:
         server_info = client.info("server")
         allocator = client.info("memory")["mem_allocator"]
         client.close()
-    finally:
-        server.close()
     report: dict[str, Any] = {
         "spec": SPEC,
         "client_ip": CLIENT_IP,

@@ -65,15 +65,13 @@ from harness import (
     TARGET_PINGS,
     Environ,
     Variant,
-    bare_app,
     base_environ,
     breakdown,
     check,
     client_options,
     count,
     describe,
-    flask_limiter_app,
-    flask_limiter_client,
+    flask_limiter_variant,
     floor_app,
     fmt,
     fmt_count,
@@ -82,10 +80,10 @@ from harness import (
     our_client,
     our_storage,
     parser_name,
-    ping_runner,
     quartiles,
     single_pings,
     wsgi_runner,
+    yardsticks,
 )
 from harness import environment as harness_environment
 
@@ -118,11 +116,7 @@ def can_replies(app: Flask) -> bool:
 
 
 def build_variants(url: str, environ: Environ, strategies: tuple[str, ...]) -> list[Variant]:
-    ping_client = redis.Redis.from_url(url, **client_options())
-    variants = [Variant("ping", "PING (bare redis-py round trip)", ping_runner(ping_client), client=ping_client)]
-
-    app = bare_app()
-    variants.append(Variant("bare", "Flask app, no limiter", wsgi_runner(app, environ), app=app))
+    variants = yardsticks(url, environ)
 
     floor_client = redis.Redis.from_url(url, **client_options())
     app = floor_app(floor_client)
@@ -151,19 +145,7 @@ def build_variants(url: str, environ: Environ, strategies: tuple[str, ...]) -> l
             )
         )
 
-    for strategy in strategies:
-        app, limiter = flask_limiter_app(url, strategy)
-        variants.append(
-            Variant(
-                f"fl-{strategy}",
-                f"Flask-Limiter {strategy}",
-                wsgi_runner(app, environ),
-                app=app,
-                client=flask_limiter_client(limiter),
-                key_pattern=f"*/fl-{strategy}/*",
-                header="X-RateLimit-Remaining",
-            )
-        )
+    variants += [flask_limiter_variant(url, environ, strategy) for strategy in strategies]
     return variants
 
 

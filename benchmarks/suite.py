@@ -63,7 +63,7 @@ from harness import (
     describe,
     environment,
     flask_limiter_app,
-    flask_limiter_client,
+    flask_limiter_variant,
     floor_app,
     fmt,
     fmt_count,
@@ -72,11 +72,11 @@ from harness import (
     our_client,
     paired_added,
     parser_name,
-    ping_runner,
     render_table,
     user_key,
     warm_up,
     wsgi_runner,
+    yardsticks,
 )
 from werkzeug.exceptions import TooManyRequests
 
@@ -153,16 +153,6 @@ QUICK = Settings(
 
 
 # --- shared steps ---------------------------------------------------------------------------------
-
-
-def yardsticks(url: str, environ: Environ) -> list[Variant]:
-    """The PING and the bare app, which every timed section runs beside its variants."""
-    ping_client = redis.Redis.from_url(url, **client_options())
-    app = bare_app()
-    return [
-        Variant("ping", "PING (bare redis-py round trip)", ping_runner(ping_client), client=ping_client),
-        Variant("bare", "Flask app, no limiter", wsgi_runner(app, environ), app=app),
-    ]
 
 
 def our_variant(
@@ -243,19 +233,7 @@ def admitted(url: str, admin: redis.Redis, s: Settings) -> dict[str, Any]:
                 header="RateLimit",
             )
         )
-    for strategy in FLASK_LIMITER_STRATEGIES:
-        app, limiter = flask_limiter_app(url, strategy)
-        variants.append(
-            Variant(
-                f"fl-{strategy}",
-                f"Flask-Limiter {strategy}",
-                wsgi_runner(app, environ),
-                app=app,
-                client=flask_limiter_client(limiter),
-                key_pattern=f"*/fl-{strategy}/*",
-                header="X-RateLimit-Remaining",
-            )
-        )
+    variants += [flask_limiter_variant(url, environ, strategy) for strategy in FLASK_LIMITER_STRATEGIES]
     warm_up(variants, 5)
     for variant in variants:
         check(variant, environ)

@@ -152,12 +152,13 @@ class Throttle:
         now = self.now()
         if now is not None:
             args[0] = now
-        # The block cache's clock, in microseconds: this process's monotonic
-        # clock, or the pinned time when tests pin it.
-        sent = time.monotonic_ns() // 1000 if now is None else now
         blocks = self.blocks
-        if blocks and cost > 0:
-            found = blocks.find(keys, args[3::2], cost, sent)  # type: ignore[arg-type]
+        sent = 0
+        if blocks is not None:
+            # The block cache's clock, in microseconds: this process's
+            # monotonic clock, or the pinned time when tests pin it.
+            sent = time.monotonic_ns() // 1000 if now is None else now
+            found = blocks.find(keys, args[3::2], cost, sent) if blocks and cost > 0 else None  # type: ignore[arg-type]
             if found is not None:
                 index, block = found
                 reply = Reply.decode([0, index + 1, block.remaining, block.reset - sent, block.until - sent])

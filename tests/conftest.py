@@ -19,6 +19,7 @@ from flask_login import LoginManager, UserMixin
 from flask_redis_throttle import RateLimit
 from flask_redis_throttle.extension import RateLimitState
 from flask_redis_throttle.testing import RedisServer
+from flask_redis_throttle.throttle import Throttle
 
 STORAGES = [
     pytest.param("memory", id="memory"),
@@ -70,6 +71,15 @@ def install(app: Flask, **config: Any) -> RateLimitState:
     RateLimit(app)
     state: RateLimitState = app.extensions["ratelimit"]
     return state
+
+
+class PinnedThrottle(Throttle):
+    """A throttle whose scripts decide at ``T0 + at`` seconds, not Redis ``TIME``."""
+
+    at = 0.0
+
+    def now(self) -> int:
+        return T0 + round(self.at * 1_000_000)
 
 
 class Clock:

@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 import redis
-from conftest import T0, Clock, get, install
+from conftest import Clock, PinnedThrottle, get, install
 from flask import Flask
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -17,14 +17,7 @@ from flask_redis_throttle.blocks import MAX_AGE, Block, BlockCache
 from flask_redis_throttle.rates import Rate
 from flask_redis_throttle.scripts import STRATEGIES
 from flask_redis_throttle.storage import Storage
-from flask_redis_throttle.throttle import Policy, Throttle
-
-
-class Pinned(Throttle):
-    at = 0
-
-    def now(self) -> int:
-        return T0 + self.at
+from flask_redis_throttle.throttle import Policy
 
 
 def limited(app: Flask, spec: str = "1/m", path: str = "/", **options: object) -> None:
@@ -105,7 +98,7 @@ def test_other_quotas_on_a_shared_scope_are_not_blocked(app: Flask) -> None:
 
 
 def test_a_cheaper_request_asks_redis(storage_url: str) -> None:
-    throttle = Pinned(Storage.from_url(storage_url), blocks=BlockCache(10))
+    throttle = PinnedThrottle(Storage.from_url(storage_url), blocks=BlockCache(10))
     policy = Policy((Rate(3, 60),), "s")
     ip = [Identity("ip", "192.0.2.1")]
     assert throttle.hit([(policy, ip)], cost=2).admitted
@@ -169,14 +162,14 @@ def test_the_cache_never_changes_a_decision(
     are admitted, and a cached refusal never names a later time than Redis."""
     storage = Storage.from_url(storage_url)
     scope = f"c{next(_scopes)}"
-    plain = Pinned(storage, prefix="plain:")
-    cached = Pinned(storage, prefix="cached:", blocks=BlockCache(100))
+    plain = PinnedThrottle(storage, prefix="plain:")
+    cached = PinnedThrottle(storage, prefix="cached:", blocks=BlockCache(100))
     policy = Policy(tuple(Rate(q, p) for q, p in layers), scope, strategy)
     people = (Identity("ip", "192.0.2.1"), Identity("user", "ann"))
     at = 0
     for gap, who, cost in steps:
         at += gap
-        plain.at = cached.at = at
+        plain.at = cached.at = at / 1_000_000
         check = [(policy, [people[w] for w in who])]
         expected, got = plain.hit(check, cost), cached.hit(check, cost)
         assert got.admitted == expected.admitted

@@ -29,6 +29,19 @@ EXPECTED = {
 }
 
 
+def answers(app: Flask, clock: Clock) -> list[tuple[int, int | None]]:
+    """Status and Retry-After of a GET at each of :data:`TIMES`."""
+    client = app.test_client()
+    result = []
+    for at in TIMES:
+        clock.set(at)
+        response = get(client)
+        retry = response.headers.get("Retry-After")
+        result.append((response.status_code, retry and int(retry)))
+        assert response.headers["RateLimit-Policy"] == '"10s";q=2;w=10'
+    return result
+
+
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_each_strategy_on_the_same_traffic(app: Flask, strategy: str) -> None:
     @app.get("/")
@@ -37,15 +50,7 @@ def test_each_strategy_on_the_same_traffic(app: Flask, strategy: str) -> None:
         return "ok"
 
     clock = Clock(install(app, RATELIMIT_STRATEGY=strategy))
-    client = app.test_client()
-    answers = []
-    for at in TIMES:
-        clock.set(at)
-        response = get(client)
-        retry = response.headers.get("Retry-After")
-        answers.append((response.status_code, retry and int(retry)))
-        assert response.headers["RateLimit-Policy"] == '"10s";q=2;w=10'
-    assert answers == EXPECTED[strategy]
+    assert answers(app, clock) == EXPECTED[strategy]
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
@@ -57,14 +62,7 @@ def test_the_decorator_overrides_the_setting(app: Flask, strategy: str) -> None:
 
     other = next(name for name in STRATEGIES if name != strategy)
     clock = Clock(install(app, RATELIMIT_STRATEGY=other))
-    client = app.test_client()
-    answers = []
-    for at in TIMES:
-        clock.set(at)
-        response = get(client)
-        retry = response.headers.get("Retry-After")
-        answers.append((response.status_code, retry and int(retry)))
-    assert answers == EXPECTED[strategy]
+    assert answers(app, clock) == EXPECTED[strategy]
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)

@@ -7,7 +7,7 @@ import random
 
 import pytest
 import redis
-from conftest import T0
+from conftest import PinnedThrottle
 
 from flask_redis_throttle import Identity, parse_limits
 from flask_redis_throttle.storage import Storage
@@ -15,15 +15,6 @@ from flask_redis_throttle.throttle import Policy, Throttle
 
 IP = Identity("ip", "192.0.2.1")
 USER = Identity("user", "42")
-
-
-class PinnedThrottle(Throttle):
-    """A throttle whose clock is ``T0 + at`` seconds."""
-
-    at = 0.0
-
-    def now(self) -> int:
-        return T0 + round(self.at * 1_000_000)
 
 
 @pytest.fixture
