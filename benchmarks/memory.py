@@ -69,7 +69,7 @@ from unittest import mock
 
 import redis
 
-from flask_redis_throttle import Identity, parse_limits
+from flask_redis_throttle import Identity, RefusalLog, parse_limits
 from flask_redis_throttle.scripts import STRATEGIES
 from flask_redis_throttle.storage import Storage
 from flask_redis_throttle.testing import redis_server
@@ -411,6 +411,32 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+#: Refusals written to measure the refusal log, each with an IP and a user.
+REFUSALS = 1000
+
+
+def refusal_log_bytes(client: redis.Redis) -> int:
+    """``MEMORY USAGE`` of a refusal log holding :data:`REFUSALS` typical entries."""
+    client.flushall()
+    log = RefusalLog(client, "rl:refusals", REFUSALS)
+    for i in range(REFUSALS):
+        ip = f"ip:203.0.113.{i % 250}"
+        log.record(
+            endpoint="api.items",
+            scope="api.items",
+            layer="10/1s",
+            strategy="sliding-window",
+            identity=ip,
+            identities=[ip, f"user:{10_000 + i}"],
+            retry_after=0.734,
+        )
+    size = client.memory_usage(log.key, samples=0)
+    if size is None:
+        raise RuntimeError(f"{log.key} is missing after {REFUSALS} refusals were written")
+    client.flushall()
+    return int(size)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.monotonic()
@@ -421,6 +447,7 @@ def main(argv: list[str] | None = None) -> int:
         subjects += [flask_limiter_subject(server.url, strategy, client) for strategy in FLASK_LIMITER_STRATEGIES]
         with flask_limiter_clock(clock):
             results = [run_subject(client, subject, clock, args.repeat, args.identities) for subject in subjects]
+        log_bytes = refusal_log_bytes(client)
         server_info = client.info("server")
         allocator = client.info("memory")["mem_allocator"]
         client.close()
@@ -433,6 +460,7 @@ def main(argv: list[str] | None = None) -> int:
         "versions": {package: version(package) for package in ("flask-redis-throttle", "limits", "flask-limiter")},
         "results": results,
         "repeat": args.repeat,
+        "refusal_log": {"entries": REFUSALS, "bytes": log_bytes},
         "notes": notes(results, args.repeat),
         "seconds": round(time.monotonic() - started, 2),
     }
@@ -445,6 +473,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     for note in report["notes"]:
         print(f"* {note}")
+    print(f"* refusal log: {REFUSALS:,} entries (an IP and a user each) take {log_bytes:,} bytes")
     print(f"* {args.identities:,} identities in '{PATTERNS['bulk']}'; {report['seconds']} s in all")
     return 0
 

@@ -175,3 +175,8 @@ def test_the_cache_never_changes_a_decision(
         assert got.admitted == expected.admitted
         if got.cached:
             assert 0 < got.retry_after <= expected.retry_after
+
+
+def test_a_cache_needs_room_for_one_entry() -> None:
+    with pytest.raises(ValueError, match="at least one entry"):
+        BlockCache(0)

@@ -200,3 +200,10 @@ def test_the_log_holds_exactly_the_latest_refusals(
     assert [(r.identity, r.layer, r.identities) for r in reversed(log.recent(100))] == kept
     assert all(r.strategy == strategy and r.endpoint == "items" for r in log.recent(100))
     assert sorted(log.top(100)) == sorted(Counter(i for _, _, ids in kept for i in ids).items())
+
+
+def test_a_log_needs_room_for_one_entry(storage_url: str) -> None:
+    from flask_redis_throttle.storage import Storage
+
+    with pytest.raises(ValueError, match="at least one entry"):
+        RefusalLog(Storage.from_url(storage_url).client, "test:refusals", size=0)
