@@ -37,8 +37,8 @@ from flask import Flask, Request, request
 from werkzeug.test import EnvironBuilder
 
 from flask_redis_throttle import RateLimit, limit
+from flask_redis_throttle.clients import DEFAULT_CLIENT_OPTIONS
 from flask_redis_throttle.scripts import STRATEGIES
-from flask_redis_throttle.storage import DEFAULT_CLIENT_OPTIONS
 
 try:
     from flask_limiter import Limiter

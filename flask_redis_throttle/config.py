@@ -32,6 +32,10 @@ DEFAULTS: dict[str, Any] = {
     "RATELIMIT_STRATEGY": "fixed-window",
     "RATELIMIT_REFUSAL_LOG_SIZE": 1000,
     "RATELIMIT_BLOCK_CACHE_SIZE": 10_000,
+    "RATELIMIT_BREAKER_THRESHOLD": 3,
+    "RATELIMIT_BREAKER_BACKOFF": 1.0,
+    "RATELIMIT_BREAKER_MAX_BACKOFF": 30.0,
+    "RATELIMIT_FALLBACK": False,
 }
 
 
@@ -52,6 +56,10 @@ class Settings:
     strategy: str
     refusal_log_size: int
     block_cache_size: int
+    breaker_threshold: int
+    breaker_backoff: float
+    breaker_max_backoff: float
+    fallback: bool
 
     @classmethod
     def from_config(cls, config: MutableMapping[str, Any]) -> Settings:
@@ -101,6 +109,17 @@ class Settings:
         cache_size = config["RATELIMIT_BLOCK_CACHE_SIZE"]
         if not _count(cache_size):
             raise ConfigurationError("RATELIMIT_BLOCK_CACHE_SIZE", cache_size, "an integer, 0 for no cache")
+        threshold = config["RATELIMIT_BREAKER_THRESHOLD"]
+        if not _count(threshold):
+            raise ConfigurationError("RATELIMIT_BREAKER_THRESHOLD", threshold, "an integer, 0 for no circuit breaker")
+        backoff = config["RATELIMIT_BREAKER_BACKOFF"]
+        if not _seconds(backoff):
+            raise ConfigurationError("RATELIMIT_BREAKER_BACKOFF", backoff, "a number of seconds above 0")
+        max_backoff = config["RATELIMIT_BREAKER_MAX_BACKOFF"]
+        if not _seconds(max_backoff) or max_backoff < backoff:
+            raise ConfigurationError(
+                "RATELIMIT_BREAKER_MAX_BACKOFF", max_backoff, "a number of seconds at least RATELIMIT_BREAKER_BACKOFF"
+            )
         url = config["RATELIMIT_STORAGE_URL"]
         if not isinstance(url, str):
             raise ConfigurationError("RATELIMIT_STORAGE_URL", url, "a URL string")
@@ -118,7 +137,16 @@ class Settings:
             strategy=strategy,
             refusal_log_size=log_size,
             block_cache_size=cache_size,
+            breaker_threshold=threshold,
+            breaker_backoff=float(backoff),
+            breaker_max_backoff=float(max_backoff),
+            fallback=flag("RATELIMIT_FALLBACK"),
         )
+
+
+def _seconds(value: Any) -> bool:
+    """Whether ``value`` is a number of seconds above 0 (and not a bool)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
 
 
 def _count(value: Any) -> bool:

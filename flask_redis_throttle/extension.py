@@ -20,19 +20,21 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-import redis
 from flask import Flask, Request, Response, current_app, g, request
 from werkzeug.exceptions import ServiceUnavailable
 
 from .blocks import BlockCache
+from .breaker import CircuitBreaker
+from .clients import embedded_client
 from .config import Settings
 from .decorators import LIMITS_ATTRIBUTE, LimitSpec
 from .errors import RateLimitExceeded
 from .headers import policy_header, state_header
 from .identity import Resolver, resolvers
 from .refusals import RefusalLog
-from .storage import Storage
+from .storage import STORAGE_ERRORS, Storage
 from .throttle import Check, Decision, Policy, StorageUnavailable, Throttle
 
 __all__ = ["EXTENSION_KEY", "RateLimit", "RateLimitState", "refusal_log"]
@@ -53,9 +55,15 @@ class RateLimit:
     ``app.extensions["ratelimit"]``, so one instance can serve many apps.
 
     :param app: the app to set up at once, if any.
+    :param redis: a Redis client the app already has (a :class:`redis.Redis`,
+        one from :meth:`redis.sentinel.Sentinel.master_for`, or a
+        :class:`redis.cluster.RedisCluster`), to use instead of building one
+        from ``RATELIMIT_STORAGE_URL``. Its own options (timeouts, retries)
+        are kept as they are; see :doc:`/deployment`.
     """
 
-    def __init__(self, app: Flask | None = None) -> None:
+    def __init__(self, app: Flask | None = None, *, redis: Any = None) -> None:
+        self.redis = redis
         if app is not None:
             self.init_app(app)
 
@@ -68,8 +76,10 @@ class RateLimit:
         ``RATELIMIT_DEFAULT``, ``RATELIMIT_HEADERS_ENABLED``,
         ``RATELIMIT_FAIL_OPEN``, ``RATELIMIT_IDENTITIES``,
         ``RATELIMIT_IPV6_PREFIX``, ``RATELIMIT_KEY_SECRET``,
-        ``RATELIMIT_STRATEGY``, ``RATELIMIT_REFUSAL_LOG_SIZE`` and
-        ``RATELIMIT_BLOCK_CACHE_SIZE``.
+        ``RATELIMIT_STRATEGY``, ``RATELIMIT_REFUSAL_LOG_SIZE``,
+        ``RATELIMIT_BLOCK_CACHE_SIZE``, ``RATELIMIT_BREAKER_THRESHOLD``,
+        ``RATELIMIT_BREAKER_BACKOFF``, ``RATELIMIT_BREAKER_MAX_BACKOFF`` and
+        ``RATELIMIT_FALLBACK``.
 
         Nothing is sent to Redis here, so an app starts even while Redis is down.
 
@@ -79,7 +89,7 @@ class RateLimit:
         if EXTENSION_KEY in app.extensions:
             raise RuntimeError("flask-redis-throttle is already set up on this app; call init_app once per app")
         settings = Settings.from_config(app.config)
-        state = RateLimitState(app, settings)
+        state = RateLimitState(app, settings, self.redis)
         app.extensions[EXTENSION_KEY] = state
         if settings.enabled:
             app.before_request(state.before_request)
@@ -102,9 +112,10 @@ class RateLimitState:
 
     :param app: the app.
     :param settings: its validated settings.
+    :param client: a Redis client to use instead of ``RATELIMIT_STORAGE_URL``.
     """
 
-    def __init__(self, app: Flask, settings: Settings) -> None:
+    def __init__(self, app: Flask, settings: Settings, client: Any = None) -> None:
         self.app = app
         self.settings = settings
         #: The core decider; tests may override its ``now`` to pin time. When
@@ -113,16 +124,19 @@ class RateLimitState:
         #: Who hit the limits (see :doc:`/refusals`); None when disabled.
         self.refusals: RefusalLog | None = None
         if settings.enabled:
-            storage = Storage.from_url(settings.storage_url, settings.storage_options)
-            blocks = BlockCache(settings.block_cache_size) if settings.block_cache_size else None
-            self.throttle = Throttle(storage, settings.key_prefix, settings.key_secret, blocks)
+            if client is not None:
+                storage = Storage(client)
+            else:
+                storage = Storage.from_url(settings.storage_url, settings.storage_options)
+            self.throttle = _throttle(storage, settings)
             if settings.refusal_log_size:
                 key = settings.key_prefix + "refusals"
                 self.refusals = RefusalLog(storage.client, key, settings.refusal_log_size)
         self._plans: dict[str | None, _Plan | None] = {}
         self._warning_lock = threading.Lock()
-        self._next_warning = 0.0
-        self._unwarned = 0
+        #: For each kind of warning: when it may next be logged, and how many
+        #: were held back since it last was.
+        self._warnings: dict[str, tuple[float, int]] = {}
 
     def before_request(self) -> None:
         """Decide the request; raise :class:`RateLimitExceeded` if it is refused."""
@@ -154,6 +168,11 @@ class RateLimitState:
         except StorageUnavailable as error:
             self._storage_unavailable(error)
             return
+        if decision.fallback:
+            self._warn(
+                "storage",
+                f"rate limit storage unavailable ({self.throttle.storage.url}); limiting per process in memory",
+            )
         g._ratelimit = (plan, decision)
         if not decision.admitted:
             if self.refusals is not None and not decision.cached:
@@ -213,28 +232,41 @@ class RateLimitState:
                 identities=identities,
                 retry_after=decision.retry_after,
             )
-        except redis.RedisError as error:
+        except STORAGE_ERRORS as error:
             # The refusal stands; only its log entry is lost.
-            self._warn(f"refusal log unavailable ({error}); the refusal is not logged")
+            self._warn("refusal log", f"refusal log unavailable ({error}); the refusal is not logged")
 
     def _storage_unavailable(self, error: StorageUnavailable) -> None:
         outcome = "letting requests through" if self.settings.fail_open else "answering 503"
-        self._warn(f"rate limit storage unavailable ({error}); {outcome}")
+        self._warn("storage", f"rate limit storage unavailable ({error}); {outcome}")
         if not self.settings.fail_open:
-            raise ServiceUnavailable("Rate limiting is unavailable; try again shortly.", retry_after=1)
+            breaker = self.throttle.breaker if self.throttle else None
+            retry_after = max(1, math.ceil(breaker.retry_in())) if breaker else 1
+            raise ServiceUnavailable("Rate limiting is unavailable; try again shortly.", retry_after=retry_after)
 
-    def _warn(self, message: str) -> None:
-        """Log a warning about the storage, at most once per :data:`WARNING_INTERVAL`."""
+    def _warn(self, kind: str, message: str) -> None:
+        """Log a warning, at most once per :data:`WARNING_INTERVAL` for each
+        ``kind``, so that one failure cannot hide another."""
         with self._warning_lock:
             now = time.monotonic()
-            if now < self._next_warning:
-                self._unwarned += 1
-                warn = False
-            else:
-                warn, skipped = True, self._unwarned
-                self._next_warning, self._unwarned = now + WARNING_INTERVAL, 0
+            next_time, skipped = self._warnings.get(kind, (0.0, 0))
+            warn = now >= next_time
+            self._warnings[kind] = (now + WARNING_INTERVAL, 0) if warn else (next_time, skipped + 1)
         if warn:
             logger.warning("%s. %d similar failure(s) since the last warning.", message, skipped)
+
+
+def _throttle(storage: Storage, settings: Settings) -> Throttle:
+    """The core decider for ``storage``, with the block cache, breaker and
+    fallback the settings ask for."""
+    blocks = BlockCache(settings.block_cache_size) if settings.block_cache_size else None
+    breaker = None
+    if settings.breaker_threshold:
+        breaker = CircuitBreaker(settings.breaker_threshold, settings.breaker_backoff, settings.breaker_max_backoff)
+    fallback = None
+    if settings.fallback:
+        fallback = Throttle(Storage(embedded_client(warn=False), "memory://"), settings.key_prefix, settings.key_secret)
+    return Throttle(storage, settings.key_prefix, settings.key_secret, blocks, breaker, fallback)
 
 
 def refusal_log(app: Flask | None = None) -> RefusalLog:

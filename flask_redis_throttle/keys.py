@@ -46,7 +46,22 @@ class Identity:
         return f"{self.kind}:{self.value}"
 
 
-@lru_cache(maxsize=8192)
+#: Values longer than this are hashed every time rather than cached, so that
+#: the cache cannot hold on to megabytes of a hostile client's identities.
+CACHED_VALUE_LENGTH = 256
+
+
+def _tag(kind: str, value: str, secret: bytes) -> str:
+    """The tag, computed; see :func:`identity_tag`."""
+    raw = f"{kind}\0{value}".encode("utf-8", "surrogatepass")
+    digest = base64.urlsafe_b64encode(hashlib.blake2b(raw, digest_size=16, key=_digest_key(secret)).digest())
+    label = kind if kind in ("ip", "user") else "key"
+    return f"{label}:{digest.rstrip(b'=').decode('ascii')}"
+
+
+_cached_tag = lru_cache(maxsize=8192)(_tag)
+
+
 def identity_tag(kind: str, value: str, secret: bytes = b"") -> str:
     """The hash tag, without braces, that every key of this identity carries.
 
@@ -59,10 +74,9 @@ def identity_tag(kind: str, value: str, secret: bytes = b"") -> str:
     :param secret: keys the digest when not empty; every app server that
         shares the counters must use the same one.
     """
-    raw = f"{kind}\0{value}".encode("utf-8", "surrogatepass")
-    digest = base64.urlsafe_b64encode(hashlib.blake2b(raw, digest_size=16, key=_digest_key(secret)).digest())
-    label = kind if kind in ("ip", "user") else "key"
-    return f"{label}:{digest.rstrip(b'=').decode('ascii')}"
+    if len(value) <= CACHED_VALUE_LENGTH:
+        return _cached_tag(kind, value, secret)
+    return _tag(kind, value, secret)
 
 
 @lru_cache(maxsize=16)

@@ -27,8 +27,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import redis
-
 __all__ = ["MAX_VALUE_LENGTH", "Refusal", "RefusalLog"]
 
 #: Identity values longer than this are cut, so that a client who picks its
@@ -74,7 +72,7 @@ class RefusalLog:
         ones arrive.
     """
 
-    def __init__(self, client: redis.Redis, key: str, size: int = 1000) -> None:
+    def __init__(self, client: Any, key: str, size: int = 1000) -> None:
         if size < 1:
             raise ValueError(f"a refusal log keeps at least one entry, not {size}")
         self.client = client
@@ -109,7 +107,7 @@ class RefusalLog:
         # Identities and scopes may hold anything; backslashreplace keeps
         # what UTF-8 cannot encode (lone surrogates) readable.
         encoded = {name: value.encode("utf-8", "backslashreplace") for name, value in fields.items()}
-        self.client.xadd(self.key, encoded, maxlen=self.size, approximate=False)  # type: ignore[arg-type]
+        self.client.xadd(self.key, encoded, maxlen=self.size, approximate=False)
 
     def recent(self, count: int = 20, since: Moment | None = None) -> list[Refusal]:
         """The latest refusals, newest first.
@@ -117,7 +115,7 @@ class RefusalLog:
         :param count: at most this many.
         :param since: only those at or after this time.
         """
-        entries: list[tuple[Any, dict[Any, Any]]] = self.client.xrevrange(  # type: ignore[assignment]
+        entries: list[tuple[Any, dict[Any, Any]]] = self.client.xrevrange(
             self.key, "+", _bound(since, "-"), count=count
         )
         return [_decode(entry_id, fields) for entry_id, fields in entries]
@@ -132,9 +130,7 @@ class RefusalLog:
         :param since: from this time (by default, the oldest entry kept).
         :param until: up to this time (by default, now).
         """
-        entries: list[tuple[Any, dict[Any, Any]]] = self.client.xrange(  # type: ignore[assignment]
-            self.key, _bound(since, "-"), _bound(until, "+")
-        )
+        entries: list[tuple[Any, dict[Any, Any]]] = self.client.xrange(self.key, _bound(since, "-"), _bound(until, "+"))
         tally: Counter[str] = Counter()
         for _id, fields in entries:
             tally.update(json.loads(_text(fields[b"identities"])))

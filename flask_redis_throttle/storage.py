@@ -1,100 +1,95 @@
-"""Where counters live: a Redis client built from a URL, and the scripts on it.
+"""Where counters live: a Redis client, and the rate limit scripts on it.
 
 ``memory://`` is the embedded default: a fakeredis server in this process,
 running the same Lua scripts through lupa (Lua 5.1, as in Redis). Its counts
 are per process, so every worker of a multi-process server counts on its own.
+How clients are built from URLs is in :mod:`flask_redis_throttle.clients`.
 
 This module imports Redis but not Flask.
 """
 
 from __future__ import annotations
 
-import inspect
+import hashlib
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 import redis
-from redis.backoff import NoBackoff
-from redis.commands.core import Script
-from redis.exceptions import NoScriptError
-from redis.retry import Retry
+from redis.cluster import RedisCluster
+from redis.exceptions import NoScriptError, RedisClusterException
 
-from .errors import ConfigurationError
+from .clients import DEFAULT_CLIENT_OPTIONS, client_from_url, redact
 from .scripts import script_source
 
-__all__ = ["DEFAULT_CLIENT_OPTIONS", "Storage"]
+__all__ = ["DEFAULT_CLIENT_OPTIONS", "STORAGE_ERRORS", "Call", "Storage"]
+
+#: What a client raises when Redis cannot answer: redis-py's errors, and the
+#: cluster client's own, which does not derive from them.
+STORAGE_ERRORS = (redis.RedisError, RedisClusterException)
 
 logger = logging.getLogger("flask_redis_throttle")
 
-#: Client options we set unless ``RATELIMIT_STORAGE_OPTIONS`` overrides them.
-#: redis-py's own defaults wait 5 seconds on a stalled server and retry a
-#: refused connection ten times with back-off (about 4 seconds); a rate limiter
-#: must not hold a request that long. One immediate retry on a broken
-#: connection lets a request survive a Redis restart, which leaves every
-#: pooled connection dead.
-DEFAULT_CLIENT_OPTIONS: dict[str, Any] = {
-    "socket_connect_timeout": 0.5,
-    "socket_timeout": 0.5,
-    "retry": Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)),
-}
+#: One script call: its keys and its arguments.
+Call = tuple[Sequence[str], Sequence[int | str]]
 
-_SCHEMES = ("memory", "redis", "rediss", "unix")
-_CLIENT_PARAMETERS = frozenset(inspect.signature(redis.Redis.__init__).parameters) - {"self"}
+
+@dataclass(frozen=True, slots=True)
+class _Script:
+    text: str
+    sha: str
 
 
 class Storage:
     """A Redis client and the rate limit scripts registered on it.
 
-    :param client: a :class:`redis.Redis` (or a fakeredis client).
-    :param url: where it points, for messages and logs.
+    :param client: a :class:`redis.Redis`, a :class:`redis.cluster.RedisCluster`,
+        or a fakeredis client; the one an app already has will do (see
+        ``RateLimit(app, redis=client)``).
+    :param url: where it points, for messages and logs; without its password.
+    :param cluster: whether it is a Redis Cluster client; by default, whether
+        it is a :class:`~redis.cluster.RedisCluster`.
     """
 
-    def __init__(self, client: redis.Redis, url: str = "") -> None:
+    def __init__(self, client: Any, url: str = "", cluster: bool | None = None) -> None:
         self.client = client
-        self.url = url
+        self.url = url or _describe(client)
+        #: Whether keys with different hash tags may live on different nodes,
+        #: so that one script cannot touch them all.
+        self.cluster = isinstance(client, RedisCluster) if cluster is None else cluster
         #: One script per set of strategies that requests have used together.
-        self._scripts: dict[frozenset[str], Script] = {}
+        self._scripts: dict[frozenset[str], _Script] = {}
 
     @classmethod
     def from_url(cls, url: str, options: Mapping[str, Any] | None = None) -> Storage:
-        """Build a storage from ``RATELIMIT_STORAGE_URL`` and ``RATELIMIT_STORAGE_OPTIONS``.
+        """Build a storage from ``RATELIMIT_STORAGE_URL`` and ``RATELIMIT_STORAGE_OPTIONS``
+        (see :func:`~flask_redis_throttle.clients.client_from_url`).
 
         Nothing is sent to Redis here: a Redis that is down at start-up must
         not stop the app from starting.
 
-        :raises ConfigurationError: for an unknown scheme or client option.
+        :raises ConfigurationError: for an unknown scheme, a malformed URL or
+            an unknown client option.
         """
-        scheme = urlsplit(url).scheme if isinstance(url, str) else ""
-        if scheme not in _SCHEMES:
-            raise ConfigurationError(
-                "RATELIMIT_STORAGE_URL", url, "a URL starting memory://, redis://, rediss:// or unix://"
-            )
-        options = dict(options or {})
-        unknown = sorted(set(options) - _CLIENT_PARAMETERS)
-        if unknown:
-            raise ConfigurationError(
-                "RATELIMIT_STORAGE_OPTIONS", options, f"redis.Redis keyword arguments; unknown: {', '.join(unknown)}"
-            )
-        if scheme == "memory":
-            return cls._embedded(url)
-        try:
-            client = redis.Redis.from_url(url, **{**DEFAULT_CLIENT_OPTIONS, **options})
-        except (ValueError, TypeError) as error:
-            raise ConfigurationError("RATELIMIT_STORAGE_URL", url, f"a valid Redis URL ({error})") from error
-        return cls(client, url)
+        return cls(client_from_url(url, options), redact(url), cluster=url.startswith("redis+cluster:"))
 
-    @classmethod
-    def _embedded(cls, url: str) -> Storage:
-        import fakeredis
+    def close(self) -> None:
+        """Close the client's connections (a cluster client's to every node).
 
-        logger.warning(
-            "flask-redis-throttle is using the embedded memory:// store: counts are kept per "
-            "process, so each worker process limits on its own. Set RATELIMIT_STORAGE_URL "
-            "to a Redis URL in production."
-        )
-        return cls(fakeredis.FakeRedis(server=fakeredis.FakeServer()), url)
+        Apps need not call this; it is for tests and scripts that make many
+        storages. A cluster client that was never used is not built for it.
+        """
+        close = getattr(self.client, "close", None)
+        if close is not None:
+            close()
+
+    def _script(self, strategies: frozenset[str]) -> _Script:
+        script = self._scripts.get(strategies)
+        if script is None:
+            text = script_source(strategies)
+            script = self._scripts[strategies] = _Script(text, hashlib.sha1(text.encode()).hexdigest())
+        return script
 
     def evaluate(self, strategies: frozenset[str], keys: Sequence[str], args: Sequence[int | str]) -> list[int]:
         """Run the script for ``strategies`` once: one EVALSHA, one round trip.
@@ -102,19 +97,132 @@ class Storage:
         When Redis answers NOSCRIPT (after ``SCRIPT FLUSH``, a restart or a
         failover), the script is loaded and the call made again.
 
+        On a cluster, keys with different hash tags (different identities)
+        may live on different nodes, so the script is run once per hash tag,
+        pipelined, and the replies merged into the one a single call would
+        give (see :meth:`evaluate_split`).
+
         :raises KeyError: for an unknown strategy.
-        :raises redis.RedisError: when Redis cannot answer.
+        :raises redis.RedisError: when Redis cannot answer (or a
+            :class:`~redis.exceptions.RedisClusterException`: see
+            :data:`STORAGE_ERRORS`).
         """
-        script = self._scripts.get(strategies)
-        if script is None:
-            # register_script computes the SHA1 locally; it sends nothing.
-            script = self._scripts[strategies] = self.client.register_script(script_source(strategies))
-        # EVALSHA straight on the client, rather than through Script.__call__,
-        # which imports, type-checks and copies its arguments on every call:
-        # this is the hot path of every request.
+        if self.cluster:
+            return self.evaluate_split(strategies, keys, args)
+        return self._evaluate_one(strategies, keys, args)
+
+    def _evaluate_one(self, strategies: frozenset[str], keys: Sequence[str], args: Sequence[int | str]) -> list[int]:
+        script = self._script(strategies)
+        # EVALSHA straight on the client, rather than through a Script
+        # object, which imports, type-checks and copies its arguments on
+        # every call: this is the hot path of every request.
         try:
             result: list[int] = self.client.evalsha(script.sha, len(keys), *keys, *args)
         except NoScriptError:
-            self.client.script_load(script.script)  # the SHA1 of a text never changes
+            self.client.script_load(script.text)  # the SHA1 of a text never changes
             result = self.client.evalsha(script.sha, len(keys), *keys, *args)
         return result
+
+    def evaluate_split(self, strategies: frozenset[str], keys: Sequence[str], args: Sequence[int | str]) -> list[int]:
+        """Run the script once per hash tag, pipelined: one round trip to
+        each node involved. Then reply as one call over all the keys would:
+        admitted only if every call admitted, with the same deciding counter.
+        If some calls admitted the request and another refused it, the
+        admitting ones are refunded at once, at the time each decided at.
+
+        Each call is atomic on its own; the whole is not (see :ref:`cluster`).
+        """
+        groups: dict[str, list[int]] = {}
+        for i, key in enumerate(keys):
+            groups.setdefault(_hash_tag(key), []).append(i)
+        if len(groups) == 1:
+            return self._evaluate_one(strategies, keys, args)
+        now, cost, codes = args[0], args[1], str(args[2])
+        calls: list[Call] = [
+            (
+                [keys[i] for i in indices],
+                [now, cost, "".join(codes[2 * i : 2 * i + 2] for i in indices)]
+                + [n for i in indices for n in args[3 + 2 * i : 5 + 2 * i]],
+            )
+            for indices in groups.values()
+        ]
+        replies = self.evaluate_many(strategies, calls)
+        if isinstance(cost, int) and cost < 0:
+            return replies[0]  # a refund; every call replied the same
+        admitted = all(reply[0] == 1 for reply in replies)
+        # The deciding counter, chosen as the single script chooses it.
+        best: tuple[tuple[int, ...], list[int]] | None = None
+        for indices, reply in zip(groups.values(), replies, strict=True):
+            index = indices[reply[1] - 1]
+            rank: tuple[int, ...]
+            if admitted:
+                rank = (reply[2], -reply[3], index)
+            elif reply[0] == 0:
+                rank = (-reply[4], index)
+            else:
+                continue
+            if best is None or rank < best[0]:
+                best = (rank, [reply[0], index + 1, *reply[2:]])
+        assert best is not None
+        if not admitted and isinstance(cost, int) and cost > 0:
+            refunds: list[Call] = [
+                (call_keys, [reply[5], -cost, *call_args[2:]])
+                for (call_keys, call_args), reply in zip(calls, replies, strict=True)
+                if reply[0] == 1
+            ]
+            if refunds:
+                try:
+                    self.evaluate_many(strategies, refunds)
+                except STORAGE_ERRORS as error:
+                    logger.warning("could not refund a request refused on another node (%s): %d lost", error, cost)
+        return best[1]
+
+    def evaluate_many(self, strategies: frozenset[str], calls: Sequence[Call]) -> list[list[int]]:
+        """Run the script once per call, pipelined: on a cluster, one round
+        trip to each node that holds some of the keys.
+
+        The calls are independent: each is atomic on its own node, not with
+        the others. A call that met NOSCRIPT is made again, alone, after
+        loading the script; the others are not repeated.
+
+        :raises redis.RedisError: when Redis could not answer every call;
+            calls that succeeded took effect.
+        """
+        script = self._script(strategies)
+        results: list[Any] = [None] * len(calls)
+        pending = list(range(len(calls)))
+        for attempt in range(2):
+            pipe = self.client.pipeline(transaction=False)
+            for i in pending:
+                keys, args = calls[i]
+                pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            for i, result in zip(pending, pipe.execute(raise_on_error=False), strict=True):
+                results[i] = result
+            pending = [i for i in pending if isinstance(results[i], NoScriptError)]
+            if not pending:
+                break
+            if attempt == 0:
+                self.client.script_load(script.text)  # on every primary of a cluster
+        for result in results:
+            if isinstance(result, Exception):
+                raise result
+        return results
+
+
+def _hash_tag(key: str) -> str:
+    """The part of a key Redis Cluster hashes: the first ``{...}``, if not empty."""
+    start = key.find("{")
+    if start >= 0:
+        end = key.find("}", start + 1)
+        if end > start + 1:
+            return key[start + 1 : end]
+    return key
+
+
+def _describe(client: Any) -> str:
+    """Where a client handed over by the app points, for messages."""
+    try:
+        kwargs = client.connection_pool.connection_kwargs
+        return f"redis://{kwargs.get('host', '?')}:{kwargs.get('port', '?')}/{kwargs.get('db', 0)}"
+    except AttributeError:
+        return type(client).__name__

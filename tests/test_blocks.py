@@ -97,8 +97,8 @@ def test_other_quotas_on_a_shared_scope_are_not_blocked(app: Flask) -> None:
     assert [get(client, "/loose").status_code for _ in range(5)] == [200, 200, 200, 200, 429]
 
 
-def test_a_cheaper_request_asks_redis(storage_url: str) -> None:
-    throttle = PinnedThrottle(Storage.from_url(storage_url), blocks=BlockCache(10))
+def test_a_cheaper_request_asks_redis(storage: Storage) -> None:
+    throttle = PinnedThrottle(storage, blocks=BlockCache(10))
     policy = Policy((Rate(3, 60),), "s")
     ip = [Identity("ip", "192.0.2.1")]
     assert throttle.hit([(policy, ip)], cost=2).admitted
@@ -156,11 +156,10 @@ _scopes = itertools.count()
     ),
 )
 def test_the_cache_never_changes_a_decision(
-    storage_url: str, strategy: str, layers: list[tuple[int, int]], steps: list[tuple[int, tuple[int, ...], int]]
+    storage: Storage, strategy: str, layers: list[tuple[int, int]], steps: list[tuple[int, tuple[int, ...], int]]
 ) -> None:
     """The same random traffic, with and without the cache: the same requests
     are admitted, and a cached refusal never names a later time than Redis."""
-    storage = Storage.from_url(storage_url)
     scope = f"c{next(_scopes)}"
     plain = PinnedThrottle(storage, prefix="plain:")
     cached = PinnedThrottle(storage, prefix="cached:", blocks=BlockCache(100))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import pytest
@@ -88,8 +89,14 @@ def test_redis_restart_is_survived(caplog) -> None:
     try:
         app = Flask("tests")
         # Without the block cache, which would (rightly) go on refusing the
-        # blocked client for up to a second, whatever Redis's state.
-        app.config.update(TESTING=True, RATELIMIT_STORAGE_URL=server.url, RATELIMIT_BLOCK_CACHE_SIZE=0)
+        # blocked client for up to a second, whatever Redis's state; and with
+        # a short circuit breaker back-off, to wait out below.
+        app.config.update(
+            TESTING=True,
+            RATELIMIT_STORAGE_URL=server.url,
+            RATELIMIT_BLOCK_CACHE_SIZE=0,
+            RATELIMIT_BREAKER_BACKOFF=0.05,
+        )
         limited(app, "2/m")
         install(app)
         client = app.test_client()
@@ -99,9 +106,10 @@ def test_redis_restart_is_survived(caplog) -> None:
             assert [get(client).status_code for _ in range(3)] == [200, 200, 200]
         assert len(caplog.records) == 1
         server.start()
+        time.sleep(0.06)  # the breaker opened after 3 failures; its back-off ends
         # The restart lost the counts (no persistence) and the script cache;
-        # the pooled connection is dead. The first request reconnects,
-        # reloads the script and is counted, with no 500 on the way.
+        # the pooled connection is dead. The first request probes: it
+        # reconnects, reloads the script and is counted, with no 500 on the way.
         assert [get(client).status_code for _ in range(3)] == [200, 200, 429]
     finally:
         server.close()

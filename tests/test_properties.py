@@ -52,11 +52,6 @@ IDENTITIES = (Identity("ip", "192.0.2.1"), Identity("user", "42"))
 _scopes = itertools.count()
 
 
-@pytest.fixture
-def storage(storage_url: str) -> Storage:
-    return Storage.from_url(storage_url)
-
-
 @pytest.mark.parametrize("strategy", [*STRATEGIES, "mixed"])
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(layers=layers, steps=steps, start=st.integers(0, 2 * SECOND), data=st.data())

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from flask_redis_throttle import ConfigurationError, RateLimitExceeded, RefusalLog, limit, refusal_log
 from flask_redis_throttle.refusals import MAX_VALUE_LENGTH
 from flask_redis_throttle.scripts import STRATEGIES
+from flask_redis_throttle.storage import Storage
 
 
 def limited(app: Flask, spec: str = "1/m", **options: object) -> None:
@@ -29,7 +30,9 @@ def limited(app: Flask, spec: str = "1/m", **options: object) -> None:
 def test_a_refusal_is_logged_with_everything_about_it(app: Flask) -> None:
     add_login(app)
     limited(app, "5/s;1/m", strategy="gcra", scope="catalogue")
-    install(app)
+    # Pinned, so that both identities' counters wait exactly as long even on
+    # a cluster, where each node would read its own TIME a moment apart.
+    Clock(install(app))
     client = app.test_client()
     before = time.time()
     assert get(client, "/items", user="alice").status_code == 200
@@ -74,10 +77,8 @@ def test_top_identities(app: Flask) -> None:
     assert log.top(since=time.time() + 60) == []
 
 
-def test_time_ranges(storage_url: str) -> None:
-    from flask_redis_throttle.storage import Storage
-
-    log = RefusalLog(Storage.from_url(storage_url).client, "test:refusals", size=10)
+def test_time_ranges(storage: Storage) -> None:
+    log = RefusalLog(storage.client, "test:refusals", size=10)
     fields = {"endpoint": "e", "scope": "s", "layer": "1/1s", "strategy": "gcra", "retry_after": 1.0}
     log.record(identity="ip:a", identities=["ip:a"], **fields)  # type: ignore[arg-type]
     time.sleep(0.01)
@@ -91,10 +92,8 @@ def test_time_ranges(storage_url: str) -> None:
     assert log.recent() == []
 
 
-def test_hostile_identities_are_kept_short_and_readable(storage_url: str) -> None:
-    from flask_redis_throttle.storage import Storage
-
-    log = RefusalLog(Storage.from_url(storage_url).client, "test:refusals")
+def test_hostile_identities_are_kept_short_and_readable(storage: Storage) -> None:
+    log = RefusalLog(storage.client, "test:refusals")
     huge, broken = "x" * 100_000, "a\ud800b\n{}:"
     fields = {"endpoint": "e", "scope": "s" * 5000, "layer": "1/1s", "strategy": "gcra", "retry_after": 1.0}
     log.record(identity=f"key:{huge}", identities=[f"key:{huge}", broken], **fields)  # type: ignore[arg-type]
@@ -202,8 +201,6 @@ def test_the_log_holds_exactly_the_latest_refusals(
     assert sorted(log.top(100)) == sorted(Counter(i for _, _, ids in kept for i in ids).items())
 
 
-def test_a_log_needs_room_for_one_entry(storage_url: str) -> None:
-    from flask_redis_throttle.storage import Storage
-
+def test_a_log_needs_room_for_one_entry(storage: Storage) -> None:
     with pytest.raises(ValueError, match="at least one entry"):
-        RefusalLog(Storage.from_url(storage_url).client, "test:refusals", size=0)
+        RefusalLog(storage.client, "test:refusals", size=0)

@@ -18,8 +18,8 @@ USER = Identity("user", "42")
 
 
 @pytest.fixture
-def throttle(storage_url: str) -> PinnedThrottle:
-    return PinnedThrottle(Storage.from_url(storage_url))
+def throttle(storage: Storage) -> PinnedThrottle:
+    return PinnedThrottle(storage)
 
 
 def hit(throttle: PinnedThrottle, spec: str, *identities: Identity, at: float, cost: int = 1, scope: str = "s"):
@@ -29,7 +29,7 @@ def hit(throttle: PinnedThrottle, spec: str, *identities: Identity, at: float, c
 
 def counters(throttle: Throttle) -> dict[bytes, bytes]:
     client = throttle.storage.client
-    return {key: client.get(key) for key in client.keys("*")}
+    return {key: client.get(key) for key in client.scan_iter()}
 
 
 def test_admits_quota_per_window_then_refuses(throttle: PinnedThrottle) -> None:
@@ -102,7 +102,7 @@ def test_retry_after_is_never_early(throttle: PinnedThrottle) -> None:
 def test_every_key_has_a_ttl_within_its_window_and_a_second(throttle: PinnedThrottle) -> None:
     hit(throttle, "10/s;10/m;10/h;10/d", IP, USER, at=0.25)
     client = throttle.storage.client
-    keys = client.keys("*")
+    keys = list(client.scan_iter())
     assert len(keys) == 8
     for key in keys:
         window_ms = {b"1s": 1_000, b"1m": 60_000, b"1h": 3_600_000, b"1d": 86_400_000}[key.rsplit(b":", 1)[1]]

@@ -1,0 +1,92 @@
+"""A circuit breaker: stop calling a Redis that keeps failing, then probe it.
+
+While Redis is down, every call to it costs a request up to the connect
+timeout (0.5 s by default), and a stalled Redis costs the socket timeout.
+After ``threshold`` failures in a row the breaker *opens*: for a back-off
+period no call is made at all, and requests are decided by the failure
+policy at once. When the period is over, one request *probes* Redis: if it
+succeeds the breaker closes; if it fails the breaker opens again for twice
+as long, up to ``max_backoff``. Requests that arrive while the probe is in
+flight do not wait for it.
+
+This module is pure Python: it imports neither Flask nor Redis.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+__all__ = ["CircuitBreaker"]
+
+
+class CircuitBreaker:
+    """Counts failures in a row and decides whether to call Redis at all.
+
+    :param threshold: failures in a row that open the breaker; at least 1.
+    :param backoff: seconds it first stays open.
+    :param max_backoff: the longest it stays open; each failed probe doubles
+        the period up to this.
+    :param clock: seconds on a monotonic clock; tests may replace it.
+    """
+
+    def __init__(
+        self,
+        threshold: int = 3,
+        backoff: float = 1.0,
+        max_backoff: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if threshold < 1 or backoff <= 0 or max_backoff < backoff:
+            raise ValueError("need threshold >= 1 and 0 < backoff <= max_backoff")
+        self.threshold = threshold
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._failures = 0
+        #: When the breaker may next let a probe through; 0 while closed.
+        self._open_until = 0.0
+        self._period = backoff
+        self._probing = False
+
+    @property
+    def open(self) -> bool:
+        """Whether calls are being held back (a probe may be in flight)."""
+        return self._open_until > 0
+
+    def retry_in(self) -> float:
+        """Seconds until the next probe may be made; 0 if calls are allowed."""
+        return max(self._open_until - self.clock(), 0.0) if self._open_until else 0.0
+
+    def allow(self) -> bool:
+        """Whether to call Redis now. True while closed (no lock taken: this
+        is every request's path), and for the one probe once the period is
+        over."""
+        if not self._open_until:
+            return True
+        with self._lock:
+            if not self._open_until:
+                return True
+            if self._probing or self.clock() < self._open_until:
+                return False
+            self._probing = True
+            return True
+
+    def success(self) -> None:
+        """Redis answered: close the breaker."""
+        if self._failures or self._open_until:
+            with self._lock:
+                self._failures, self._open_until, self._period, self._probing = 0, 0.0, self.backoff, False
+
+    def failure(self) -> None:
+        """Redis failed: count it, and open (again) when it is time to."""
+        with self._lock:
+            self._failures += 1
+            if self._probing:  # the probe failed: wait twice as long
+                self._period = min(self._period * 2, self.max_backoff)
+            elif self._open_until or self._failures < self.threshold:
+                return
+            self._probing = False
+            self._open_until = self.clock() + self._period

@@ -1,0 +1,250 @@
+"""Redis Cluster, Sentinel and TLS, each against real servers started here.
+
+The core behaviour tests already run on the session's 3-master cluster (the
+``cluster`` storage in conftest). These add what only a topology has: one
+script per identity and node, refunds across nodes, failovers, and TLS.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+import redis.cluster
+from conftest import add_login, get, install
+from flask import Flask
+
+from flask_redis_throttle import Identity, RateLimit, limit
+from flask_redis_throttle.rates import parse_limits
+from flask_redis_throttle.storage import Storage
+from flask_redis_throttle.testing import (
+    RedisCluster,
+    RedisServer,
+    redis_cluster,
+    redis_command,
+    redis_sentinel_group,
+    tls_proxy,
+)
+from flask_redis_throttle.throttle import Policy
+
+pytestmark = pytest.mark.redis
+
+
+def limited_app(url: str, spec: str = "3/m", **config: Any) -> Flask:
+    app = Flask("tests")
+    app.config.update(TESTING=True, RATELIMIT_STORAGE_URL=url, RATELIMIT_BLOCK_CACHE_SIZE=0)
+    add_login(app)
+
+    @app.get("/")
+    @limit(spec)
+    def index() -> str:
+        return "ok"
+
+    install(app, **config)
+    return app
+
+
+def evalsha_calls(cluster: RedisCluster) -> dict[int, int]:
+    """EVALSHA calls so far, per master port."""
+    calls = {}
+    for node in cluster.masters():
+        stats = str(redis_command(node.port, "INFO", "commandstats"))
+        line = next((part for part in stats.split("\r\n") if part.startswith("cmdstat_evalsha:")), "")
+        calls[node.port] = int(line.split("calls=")[1].split(",")[0]) if line else 0
+    return calls
+
+
+def cluster_client(cluster: RedisCluster) -> redis.cluster.RedisCluster:
+    nodes = [redis.cluster.ClusterNode(host, port) for host, port in cluster.startup_nodes]
+    return redis.cluster.RedisCluster(startup_nodes=nodes)
+
+
+@pytest.fixture
+def cluster(redis_cluster: RedisCluster) -> RedisCluster:
+    redis_cluster.flushall()
+    for node in redis_cluster.masters():
+        redis_command(node.port, "CONFIG", "RESETSTAT")
+    return redis_cluster
+
+
+def test_each_identity_is_one_script_on_its_own_node(cluster: RedisCluster) -> None:
+    app = limited_app(cluster.url, "10/s;100/m;1000/h")
+    client = app.test_client()
+    # Find an IP and a user whose keys live on different nodes.
+    throttle = app.extensions["ratelimit"].throttle
+    policy = Policy(parse_limits("10/s;100/m;1000/h"), "index")
+    slots = cluster_client(cluster)
+    node_of = {
+        ident: slots.get_node_from_key(throttle.keys(policy, ident)[0]).port
+        for ident in (Identity("ip", "192.0.2.1"), Identity("user", "ann"))
+    }
+    slots.close()
+    get(client, user="ann")  # loads the script
+    before = evalsha_calls(cluster)
+    for _ in range(5):
+        assert get(client, user="ann").status_code == 200
+    after = evalsha_calls(cluster)
+    spent = {port: after[port] - before[port] for port in after}
+    # Three layers each, two identities: one script per identity per request,
+    # on the node that holds that identity, and nothing anywhere else.
+    expected = dict.fromkeys(after, 0)
+    for port in node_of.values():
+        expected[port] += 5
+    assert spent == expected
+
+
+def test_a_refusal_by_one_identity_is_refunded_on_the_others(cluster: RedisCluster) -> None:
+    app = limited_app(cluster.url, "3/m")
+    client = app.test_client()
+    # The user uses up its quota from three other addresses.
+    for i in range(3):
+        assert get(client, ip=f"198.51.100.{i}", user="ann").status_code == 200
+    # From a fresh address, the user is refused; the address admitted the
+    # request on its own node, and must have been given it back.
+    for _ in range(5):
+        assert get(client, ip="192.0.2.1", user="ann").status_code == 429
+    # So the address still has its whole quota.
+    response = get(client, ip="192.0.2.1")
+    assert response.status_code == 200
+    assert response.headers["RateLimit"].startswith('"1m";r=2;')
+    assert [get(client, ip="192.0.2.1").status_code for _ in range(3)] == [200, 200, 429]
+
+
+def test_script_flush_on_every_node_counts_no_request_twice(cluster: RedisCluster) -> None:
+    app = limited_app(cluster.url, "4/m")
+    client = app.test_client()
+    assert get(client, user="ann").status_code == 200
+    for node in cluster.masters():
+        redis_command(node.port, "SCRIPT", "FLUSH")
+    # Both identities' scripts meet NOSCRIPT; each is run again once only.
+    assert [get(client, user="ann").status_code for _ in range(4)] == [200, 200, 200, 429]
+
+
+def test_an_apps_own_cluster_client_can_be_handed_over(cluster: RedisCluster) -> None:
+    client = cluster_client(cluster)
+    app = Flask("tests")
+    app.config["TESTING"] = True
+    add_login(app)
+
+    @app.get("/")
+    @limit("2/m")
+    def index() -> str:
+        return "ok"
+
+    RateLimit(app, redis=client)
+    assert app.extensions["ratelimit"].throttle.storage.cluster
+    web = app.test_client()
+    assert [get(web, user="ann").status_code for _ in range(3)] == [200, 200, 429]
+    client.close()
+
+
+class Traffic:
+    """Threads sending requests until stopped, keeping every status code;
+    a test client raises on a 500 from our code (TESTING), so any such
+    error ends up in ``errors``."""
+
+    def __init__(self, app: Flask, threads: int = 2) -> None:
+        self.app = app
+        self.statuses: list[int] = []
+        self.errors: list[BaseException] = []
+        self.slowest = 0.0
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, args=(n,)) for n in range(threads)]
+
+    def _run(self, n: int) -> None:
+        client = self.app.test_client()
+        i = 0
+        while not self._stop.is_set():
+            i += 1
+            started = time.monotonic()
+            try:
+                self.statuses.append(get(client, ip=f"203.0.113.{n}", user=f"u{n}-{i % 50}").status_code)
+            except BaseException as error:
+                self.errors.append(error)
+            self.slowest = max(self.slowest, time.monotonic() - started)
+            time.sleep(0.005)
+
+    def __enter__(self) -> Traffic:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join()
+
+
+@pytest.fixture
+def failover_cluster() -> Iterator[RedisCluster]:
+    with redis_cluster(masters=3, replicas=1) as cluster:
+        yield cluster
+
+
+def test_cluster_master_failover_while_requests_flow(failover_cluster: RedisCluster) -> None:
+    app = limited_app(failover_cluster.url, "1000/m", RATELIMIT_BREAKER_BACKOFF=0.2)
+    with Traffic(app) as traffic:
+        time.sleep(0.3)
+        victim = failover_cluster.masters()[0]
+        victim.stop()  # its replica takes over after the node timeout (1 s)
+        deadline = time.monotonic() + 20
+        while len(failover_cluster.masters()) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        failover_cluster.wait_until_ok()
+        time.sleep(0.5)
+    assert traffic.errors == []
+    assert set(traffic.statuses) <= {200}
+    assert traffic.slowest < 3.0
+    # Limiting is exact again on the new topology, for identities on every node.
+    strict = limited_app(failover_cluster.url, "2/m")
+    web = strict.test_client()
+    for i in range(12):
+        assert [get(web, ip=f"192.0.2.{i}", user=f"v{i}").status_code for _ in range(3)] == [200, 200, 429]
+
+
+def test_sentinel_failover_while_requests_flow() -> None:
+    with redis_sentinel_group() as group:
+        app = limited_app(group.url, "1000/m", RATELIMIT_BREAKER_BACKOFF=0.2)
+        with Traffic(app) as traffic:
+            time.sleep(0.3)
+            group.failover()  # kills the master; the sentinel promotes the replica
+            time.sleep(0.6)  # the breaker's back-off, and a probe
+        assert traffic.errors == []
+        assert set(traffic.statuses) <= {200}
+        assert traffic.slowest < 3.0
+        # The promoted replica decides, exactly.
+        strict = limited_app(group.url, "2/m")
+        web = strict.test_client()
+        for i in range(3):
+            assert [get(web, ip=f"192.0.2.{i}").status_code for _ in range(3)] == [200, 200, 429]
+        master = redis.Redis(port=group.master.port)
+        assert master.role()[0] == b"master"
+        assert any(key.startswith(b"rl:{ip:") for key in master.scan_iter())
+        master.close()
+
+
+def test_tls_with_the_ca_limits_and_without_it_fails_open(redis_server: RedisServer, caplog) -> None:
+    redis.Redis.from_url(redis_server.url).flushall()
+    with tls_proxy(redis_server.port) as proxy:
+        trusted = limited_app(proxy.url, "2/m", RATELIMIT_STORAGE_OPTIONS={"ssl_ca_certs": proxy.ca_file})
+        web = trusted.test_client()
+        assert [get(web).status_code for _ in range(3)] == [200, 200, 429]
+        # A client that does not trust the server's certificate never sends
+        # a command: it fails open, and says why.
+        untrusting = limited_app(proxy.url, "2/m", RATELIMIT_KEY_PREFIX="other:")
+        with caplog.at_level("WARNING", "flask_redis_throttle"):
+            assert [get(untrusting.test_client()).status_code for _ in range(3)] == [200, 200, 200]
+        assert "certificate verify failed" in caplog.records[-1].getMessage().lower()
+        for app in (trusted, untrusting):
+            app.extensions["ratelimit"].throttle.storage.close()
+
+
+def test_a_storage_closes_cleanly(cluster: RedisCluster) -> None:
+    storage = Storage.from_url(cluster.url)
+    storage.close()  # never used: nothing was built, nothing to close
+    storage.client.ping()
+    storage.close()
