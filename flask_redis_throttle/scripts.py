@@ -67,7 +67,7 @@ def _source(names: frozenset[str]) -> str:
         parts += [
             "do",
             lua.joinpath(strategy.filename).read_text("utf-8"),
-            f"strategies.{strategy.code} = {{check = check, record = record}}",
+            f"strategies.{strategy.code} = {{check = check, record = record, refund = refund}}",
             "end",
         ]
     parts.append(lua.joinpath("driver.lua").read_text("utf-8"))
@@ -85,6 +85,8 @@ class Reply:
     :param remaining: the quota the deciding counter has left.
     :param reset: seconds until the deciding counter is back to its full quota.
     :param retry_after: seconds until the request would pass; 0 when admitted.
+    :param now: the time the script decided at, in microseconds; a refund of
+        this request must be sent with it.
     """
 
     admitted: bool
@@ -92,9 +94,10 @@ class Reply:
     remaining: int
     reset: float
     retry_after: float
+    now: int
 
     @classmethod
     def decode(cls, raw: list[int]) -> Reply:
-        """Build a :class:`Reply` from the script's five integers."""
-        admitted, index, remaining, reset_us, retry_us = raw
-        return cls(admitted == 1, index - 1, remaining, reset_us / 1e6, retry_us / 1e6)
+        """Build a :class:`Reply` from the script's six integers."""
+        admitted, index, remaining, reset_us, retry_us, now = raw
+        return cls(admitted == 1, index - 1, remaining, reset_us / 1e6, retry_us / 1e6, int(now))

@@ -161,7 +161,7 @@ class Throttle:
             found = blocks.find(keys, args[3::2], cost, sent) if blocks and cost > 0 else None  # type: ignore[arg-type]
             if found is not None:
                 index, block = found
-                reply = Reply.decode([0, index + 1, block.remaining, block.reset - sent, block.until - sent])
+                reply = Reply.decode([0, index + 1, block.remaining, block.reset - sent, block.until - sent, 0])
                 return _decision(reply, checks, cached=True)
         strategies = frozenset([policy.strategy for policy, _ in checks])
         try:

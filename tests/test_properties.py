@@ -39,7 +39,12 @@ layers = st.lists(
     unique_by=lambda r: r[1],
 )
 steps = st.lists(
-    st.tuples(gaps, st.sampled_from([1, 1, 1, 1, 2, 3, 0, 7]), st.sampled_from([(0,), (1,), (0, 1)])),
+    st.tuples(
+        gaps,
+        st.sampled_from([1, 1, 1, 1, 2, 3, 0, 7]),
+        st.sampled_from([(0,), (1,), (0, 1)]),
+        st.sampled_from([False, False, False, True]),  # refund it at once, as a cluster does
+    ),
     min_size=1,
     max_size=40,
 )
@@ -59,7 +64,7 @@ def test_scripts_match_models_and_keep_promises(
     storage: Storage,
     strategy: str,
     layers: list[tuple[int, int]],
-    steps: list[tuple[int, int, tuple[int, ...]]],
+    steps: list[tuple[int, int, tuple[int, ...], bool]],
     start: int,
     data: st.DataObject,
 ) -> None:
@@ -75,7 +80,7 @@ def test_scripts_match_models_and_keep_promises(
         for i, ((q, p), name) in enumerate(zip(layers, names, strict=True))
     }
     now = T0 + start
-    for gap, cost, who in steps:
+    for gap, cost, who, refund in steps:
         now += gap
         keys, args, codes, involved = [], [], "", []
         for w in who:
@@ -87,7 +92,15 @@ def test_scripts_match_models_and_keep_promises(
         verdicts = [c.check(now, cost) for c in involved]
         expected = decide(involved, now, cost)
         reply = storage.evaluate(frozenset(names), keys, [now, cost, codes, *args])
-        assert list(reply) == list(expected), (now - T0, cost, who)
+        assert list(reply) == [*expected, now], (now - T0, cost, who)
+        if refund and reply[0] == 1 and cost > 0:
+            # A refund at the admitting call's time undoes it exactly.
+            assert list(storage.evaluate(frozenset(names), keys, [now, -cost, codes, *args])) == [1, 0, 0, 0, 0, now]
+            for counter in involved:
+                counter.hits.remove((now, cost))
+            # An inspection shows the state is the model's, to the microsecond.
+            inspection = storage.evaluate(frozenset(names), keys, [now, 0, codes, *args])
+            assert list(inspection) == [*decide(involved, now, 0), now]
         for counter, verdict in zip(involved, verdicts, strict=True):
             if not verdict.fits and cost <= counter.quota:
                 check_refusal(counter, now, cost, verdict.retry)
@@ -133,3 +146,25 @@ def check_promise(counter: Counter) -> None:
         for i, a in enumerate(times):
             for b in times[i:]:
                 assert window_sum(counter, a - 1, b) * period <= quota * period + (b - a) * quota
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("costs", [[1, 1, 1, 1], [2, 1, 2], [1, 2, 2]])
+def test_a_refund_restores_every_inspection(storage: Storage, strategy: str, costs: list[int]) -> None:
+    """Hit then refund, at one instant, in every state a counter passes
+    through up to full: an inspection afterwards matches one before to the
+    microsecond. 3/s makes GCRA's interval a third of a microsecond short of
+    whole, so its remainder carries and the refund must borrow."""
+    policy = Policy((Rate(3, 1), Rate(4, 2)), f"r{next(_scopes)}", strategy)
+    keys = Throttle(storage).keys(policy, IDENTITIES[0])
+    now = T0 + SECOND // 3
+
+    def call(cost: int) -> list[int]:
+        return list(storage.evaluate(frozenset([strategy]), keys, [now, cost, policy.codes, *policy.arguments]))
+
+    for cost in costs:
+        before = call(0)
+        if call(cost)[0] == 1:
+            assert call(-cost) == [1, 0, 0, 0, 0, now]
+        assert call(0) == before
+        call(cost)

@@ -11,6 +11,9 @@
 --     state      whatever record() needs to write the hit
 --   record(key, state)
 --     writes the admitted hit, always with a TTL
+--   refund(key, quota, period, now, cost)
+--     gives back `cost` that a request admitted at `now` took, as if it had
+--     never been admitted; `now` is the time the admitting call decided at
 --
 -- check() only reads. Numbers too big for Lua's 14-digit number-to-string
 -- conversion (timestamps have 16 digits) are passed to Redis as strings
@@ -21,7 +24,9 @@
 --                   identity share a {hash tag}
 --   ARGV[1]         now, in microseconds since the epoch; "" means "read
 --                   Redis TIME" (production always sends ""; tests pin time)
---   ARGV[2]         the cost of this request; 0 inspects without writing
+--   ARGV[2]         the cost of this request; 0 inspects without writing;
+--                   a negative cost refunds -cost to every counter, at the
+--                   `now` of ARGV[1], which must be the admitting call's
 --   ARGV[3]         the strategy code of each counter, two letters each
 --   ARGV[2 + 2i]    the quota of counter i
 --   ARGV[3 + 2i]    the window of counter i, in whole seconds
@@ -39,6 +44,9 @@
 --   [3] the quota that counter has left
 --   [4] microseconds until that counter is back to its full quota
 --   [5] microseconds until the request would pass (0 when admitted)
+--   [6] now: the time it was decided at, for a refund of it later
+--
+-- A refund replies {1, 0, 0, 0, 0, now}.
 
 local now = tonumber(ARGV[1])
 if not now then
@@ -48,12 +56,23 @@ end
 local cost = tonumber(ARGV[2])
 local codes = ARGV[3]
 
+local function strategy_of(i)
+  return strategies[string.sub(codes, 2 * i - 1, 2 * i)]
+end
+
+if cost < 0 then
+  for i, key in ipairs(KEYS) do
+    strategy_of(i).refund(key, tonumber(ARGV[2 + 2 * i]), tonumber(ARGV[3 + 2 * i]) * 1000000, now, -cost)
+  end
+  return {1, 0, 0, 0, 0, now}
+end
+
 local admitted = true
 local chosen, states = {}, {}
 local pick, pick_remaining, pick_reset, pick_retry = 0, 0, 0, -1
 
 for i, key in ipairs(KEYS) do
-  local strategy = strategies[string.sub(codes, 2 * i - 1, 2 * i)]
+  local strategy = strategy_of(i)
   local quota = tonumber(ARGV[2 + 2 * i])
   local period = tonumber(ARGV[3 + 2 * i]) * 1000000
   local fits, remaining, reset, retry, state = strategy.check(key, quota, period, now, cost)
@@ -80,4 +99,4 @@ if admitted and cost > 0 then
   end
 end
 
-return {admitted and 1 or 0, pick, pick_remaining, math.ceil(pick_reset), math.ceil(pick_retry)}
+return {admitted and 1 or 0, pick, pick_remaining, math.ceil(pick_reset), math.ceil(pick_retry), now}

@@ -36,3 +36,19 @@ local function record(key, state)
   local window, count, reset = state[1], state[2], state[3]
   redis.call('SET', key, string.format('%d:%d', window, count), 'PX', math.ceil(reset / 1000) + 1000)
 end
+
+local function refund(key, quota, period, now, cost)
+  -- Only the window the request was counted in: a count can never be given
+  -- back to a later window.
+  local elapsed = math.fmod(now, period)
+  local window = (now - elapsed) / period
+  local value = redis.call('GET', key)
+  if not value then
+    return
+  end
+  local stored, count = string.match(value, '^(%d+):(%d+)$')
+  if tonumber(stored) == window then
+    local left = math.max(tonumber(count) - cost, 0)
+    redis.call('SET', key, string.format('%d:%d', window, left), 'PX', math.ceil((period - elapsed) / 1000) + 1000)
+  end
+end

@@ -48,3 +48,30 @@ local function record(key, state)
   local next_at, next_part, ahead = state[1], state[2], state[3]
   redis.call('SET', key, string.format('%.0f:%.0f', next_at, next_part), 'PX', math.ceil(ahead / 1000) + 1000)
 end
+
+local function refund(key, quota, period, now, cost)
+  -- Move the TAT back by cost * T, borrowing whole microseconds when the
+  -- remainder would go below zero. A TAT that ends up at or before `now`
+  -- means no debt at all, which check() already reads that way.
+  local value = redis.call('GET', key)
+  if not value then
+    return
+  end
+  local a, p = string.match(value, '^(%d+):(%d+)$')
+  a, p = tonumber(a), tonumber(p)
+  if not a then
+    return
+  end
+  local share = math.fmod(period, quota)
+  local step = (period - share) / quota
+  local part = p - cost * share
+  local borrow = part < 0 and math.ceil(-part / quota) or 0
+  local at = a - cost * step - borrow
+  part = part + borrow * quota
+  local ahead = at - now + (part > 0 and 1 or 0)
+  if ahead <= 0 then
+    redis.call('DEL', key)
+  else
+    redis.call('SET', key, string.format('%.0f:%.0f', at, part), 'PX', math.ceil(ahead / 1000) + 1000)
+  end
+end

@@ -42,3 +42,18 @@ local function record(key, state)
   end
   redis.call('PEXPIRE', key, math.ceil(period / 1000) + 1000)
 end
+
+local function refund(key, quota, period, now, cost)
+  -- Remove `cost` entries stamped `now`, the latest first, so that the
+  -- "<time>:<count so far>" members left stay unique.
+  local stamp = string.format('%.0f', now)
+  local members = redis.call('ZRANGEBYSCORE', key, stamp, stamp)
+  local counts = {}
+  for _, member in ipairs(members) do
+    counts[#counts + 1] = tonumber(string.match(member, ':(%d+)$'))
+  end
+  table.sort(counts, function(a, b) return a > b end)
+  for n = 1, math.min(cost, #counts) do
+    redis.call('ZREM', key, stamp .. ':' .. counts[n])
+  end
+end

@@ -64,3 +64,18 @@ local function record(key, state)
   end
   redis.call('PEXPIRE', key, math.ceil(reset / 1000) + 1000)
 end
+
+local function refund(key, quota, period, now, cost)
+  -- Take it out of the sub-bucket it went into, if that is still kept.
+  local width = period / BUCKETS
+  local field = string.format('%.0f', (now - math.fmod(now, width)) / width)
+  local count = tonumber(redis.call('HGET', key, field))
+  if not count then
+    return
+  end
+  if count > cost then
+    redis.call('HINCRBY', key, field, -cost)
+  else
+    redis.call('HDEL', key, field)
+  end
+end
