@@ -18,6 +18,7 @@ from flask import Blueprint, Flask, Request, Response
 
 from .errors import InvalidLimit
 from .identity import IDENTITY_NAMES, IdentitySpec, check_identities
+from .penalties import Penalty, parse_penalty
 from .rates import MAX_AMOUNT, Rate, parse_limits
 from .scripts import STRATEGIES
 
@@ -74,6 +75,7 @@ class LimitSpec:
         returns True.
     :param shadow: whether a refusal is only logged, never enforced.
     :param on_breach: called when this limit refuses a request.
+    :param penalty: blocks identities that keep hitting the limit.
     """
 
     spec: str | DynamicLimit
@@ -87,6 +89,7 @@ class LimitSpec:
     exempt_when: Callable[[Request], bool] | None = None
     shadow: bool = False
     on_breach: BreachHook | None = None
+    penalty: Penalty | None = None
 
     @property
     def dynamic(self) -> bool:
@@ -116,6 +119,7 @@ def make_spec(
     exempt_when: Callable[[Request], bool] | None = None,
     shadow: bool = False,
     on_breach: BreachHook | None = None,
+    penalty: str | None = None,
 ) -> LimitSpec:
     """Check a limit and its options, and return them as a :class:`LimitSpec`.
 
@@ -148,7 +152,18 @@ def make_spec(
     if not isinstance(shadow, bool):
         raise InvalidLimit(f"shadow {shadow!r} must be True or False", spec=shadow)
     return LimitSpec(
-        spec, rates, scope, checked, strategy, _methods(methods), cost, deduct_when, exempt_when, shadow, on_breach
+        spec,
+        rates,
+        scope,
+        checked,
+        strategy,
+        _methods(methods),
+        cost,
+        deduct_when,
+        exempt_when,
+        shadow,
+        on_breach,
+        None if penalty is None else parse_penalty(penalty),
     )
 
 
@@ -175,6 +190,7 @@ def limit(
     exempt_when: Callable[[Request], bool] | None = None,
     shadow: bool = False,
     on_breach: BreachHook | None = None,
+    penalty: str | None = None,
 ) -> Callable[[Target], Target]:
     """Limit a view, or every view of a blueprint. A request passes only if
     every layer of every identity has room.
@@ -214,6 +230,9 @@ def limit(
     :param on_breach: a function called with a
         :class:`~flask_redis_throttle.signals.Breach` when this limit refuses
         a request.
+    :param penalty: block an identity that keeps hitting this limit for an
+        escalating time, such as ``"1m;x2;max=1h"``: a minute after its
+        first refusal, then two, four... up to an hour (see :ref:`penalties`).
     :raises InvalidLimit: at once, when the decorator is made, if ``spec``
         or an option is malformed.
     :raises TypeError: when it is applied to something that is neither a
@@ -230,6 +249,7 @@ def limit(
         exempt_when=exempt_when,
         shadow=shadow,
         on_breach=on_breach,
+        penalty=penalty,
     )
 
     def decorate(target: Target) -> Target:

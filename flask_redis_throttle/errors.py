@@ -83,14 +83,23 @@ class RateLimitExceeded(TooManyRequests):
     :param retry_after_header: the ``Retry-After`` value, when it is not
         ``retry_after`` in seconds (an HTTP-date, with
         ``RATELIMIT_RETRY_AFTER = "http-date"``).
+    :param penalized: whether the identity is blocked by the limit's penalty
+        for hitting it repeatedly.
     """
 
     def __init__(
-        self, layer: Rate, identity: Identity, retry_after: float, scope: str, retry_after_header: str | None = None
+        self,
+        layer: Rate,
+        identity: Identity,
+        retry_after: float,
+        scope: str,
+        retry_after_header: str | None = None,
+        penalized: bool = False,
     ) -> None:
         seconds = max(1, math.ceil(retry_after))
+        exceeded = "Rate limit exceeded too often" if penalized else "Rate limit exceeded"
         super().__init__(
-            f"Rate limit exceeded: {layer}. Try again in {seconds} second{'' if seconds == 1 else 's'}.",
+            f"{exceeded}: {layer}. Try again in {seconds} second{'' if seconds == 1 else 's'}.",
             retry_after=seconds,
         )
         #: The :class:`~flask_redis_throttle.Rate` that refused the request.
@@ -103,6 +112,8 @@ class RateLimitExceeded(TooManyRequests):
         self.scope = scope
         #: The ``Retry-After`` header's value: ``retry_after``, or an HTTP-date.
         self.retry_after_header = retry_after_header or str(seconds)
+        #: Whether the identity is blocked by a penalty.
+        self.penalized = penalized
 
     def _wants_json(self, environ: WSGIEnvironment | None) -> bool:
         if environ is None:

@@ -227,18 +227,27 @@ class RateLimitState:
         shown: Decision | None = None
         deferred: list[Batch] = []
         for batch in batches:
+            deduct_later = batch.deferred
             try:
                 decision = throttle.hit(batch.checks, 0 if batch.deferred else batch.cost)
+                if batch.deferred and decision.admitted and decision.remaining < batch.cost:
+                    if batch.penalized:
+                        # Only a real hit lets the script see the offence and
+                        # start a penalty. It is refused and writes nothing
+                        # else; should room have appeared meanwhile, it is
+                        # counted now, and there is nothing left to deduct.
+                        decision = throttle.hit(batch.checks, batch.cost)
+                        deduct_later = False
+                    else:
+                        # It fits at cost 0, not at its real cost: it will, at
+                        # the latest, once the counter is back to full.
+                        decision = dataclasses.replace(decision, admitted=False, retry_after=decision.reset)
             except StorageUnavailable as error:
                 self._storage_unavailable(error)
                 return
-            if batch.deferred and decision.admitted and decision.remaining < batch.cost:
-                # Inspected at cost 0, it fits, but its real cost would not:
-                # it will, at the latest, once the counter is back to full.
-                decision = dataclasses.replace(decision, admitted=False, retry_after=decision.reset)
             shown = decision if shown is None else _tighter(shown, decision)
             if decision.admitted:
-                if batch.deferred:
+                if deduct_later:
                     deferred.append(batch)
                 continue
             limit = _limit_of(decision.policy, batch.limits, batch.checks)
@@ -298,7 +307,9 @@ class RateLimitState:
         header = None
         if self.settings.retry_after_http_date:
             header = retry_after_value(decision.retry_after, True, time.time())
-        raise RateLimitExceeded(decision.layer, decision.identity, decision.retry_after, decision.policy.scope, header)
+        raise RateLimitExceeded(
+            decision.layer, decision.identity, decision.retry_after, decision.policy.scope, header, decision.penalized
+        )
 
     def _breach(
         self,
@@ -314,10 +325,11 @@ class RateLimitState:
             # A refusal repeated from the block cache was logged when Redis made it.
             if shadow:
                 logger.warning(
-                    "shadow mode: %s on %s would be refused by %s of scope %r for %.3f seconds",
+                    "shadow mode: %s on %s would be refused by %s%s of scope %r for %.3f seconds",
                     decision.identity,
                     endpoint,
                     decision.layer,
+                    " (penalty)" if decision.penalized else "",
                     decision.policy.scope,
                     decision.retry_after,
                 )
@@ -327,7 +339,14 @@ class RateLimitState:
         if hook is not None or self.settings.on_breach is not None or rate_limited.receivers:
             retry_after = max(1, math.ceil(decision.retry_after))
             breach = Breach(
-                req, endpoint, decision.policy.scope, decision.identity, decision.layer, retry_after, shadow
+                req,
+                endpoint,
+                decision.policy.scope,
+                decision.identity,
+                decision.layer,
+                retry_after,
+                shadow,
+                decision.penalized,
             )
             notify(self.app, breach, (hook, self.settings.on_breach))
 
@@ -344,6 +363,7 @@ class RateLimitState:
                 identities=identities,
                 retry_after=decision.retry_after,
                 shadow=shadow,
+                penalized=decision.penalized,
             )
         except redis.RedisError as error:
             # The refusal stands; only its log entry is lost.

@@ -102,7 +102,7 @@ class PlannedLimit:
                 self._policies.clear()
             # Every string shares the scope, so a client whose limit changes
             # (a new pricing plan) keeps what it has used so far.
-            policy = self._policies[value] = Policy(rates, self.scope, self.strategy)
+            policy = self._policies[value] = Policy(rates, self.scope, self.strategy, self.spec.penalty)
         return policy
 
     def cost_for(self, request: Request, problems: list[Problem]) -> int:
@@ -141,6 +141,11 @@ class Batch:
     checks: list[Check] = field(default_factory=list)
     #: The limit of each check.
     limits: list[PlannedLimit] = field(default_factory=list)
+
+    @property
+    def penalized(self) -> bool:
+        """Whether any of its limits has a penalty."""
+        return any(limit.spec.penalty is not None for limit in self.limits)
 
 
 @dataclass(frozen=True, eq=False)
@@ -267,7 +272,7 @@ def compile_plan(app: Flask, endpoint: str, method: str, settings: Settings) -> 
                 identities=identities,
                 resolvers=resolvers(identities, settings.ipv6_prefix, logins),
                 shadow=spec.shadow or settings.shadow,
-                policy=None if spec.rates is None else Policy(spec.rates, scope, strategy),
+                policy=None if spec.rates is None else Policy(spec.rates, scope, strategy, spec.penalty),
             )
         )
     if not limits:

@@ -54,6 +54,7 @@ class Refusal:
     :param retry_after: seconds until the request would have passed.
     :param shadow: True if the limit was in shadow mode, so the request was
         let through after all.
+    :param penalized: True if the identity was blocked by a penalty.
     """
 
     id: str
@@ -66,6 +67,7 @@ class Refusal:
     identities: tuple[str, ...]
     retry_after: float
     shadow: bool = False
+    penalized: bool = False
 
 
 class RefusalLog:
@@ -95,10 +97,12 @@ class RefusalLog:
         identities: Iterable[str],
         retry_after: float,
         shadow: bool = False,
+        penalized: bool = False,
     ) -> None:
         """Append one refusal, trimming the log to its size: one ``XADD``.
 
         :param shadow: whether the refusing limit was in shadow mode.
+        :param penalized: whether the identity was blocked by a penalty.
 
         :raises redis.RedisError: if Redis cannot take it.
         """
@@ -114,6 +118,8 @@ class RefusalLog:
         }
         if shadow:
             fields["shadow"] = "1"
+        if penalized:
+            fields["penalized"] = "1"
         # Identities and scopes may hold anything; backslashreplace keeps
         # what UTF-8 cannot encode (lone surrogates) readable.
         encoded = {name: value.encode("utf-8", "backslashreplace") for name, value in fields.items()}
@@ -183,4 +189,5 @@ def _decode(entry_id: Any, raw: dict[Any, Any]) -> Refusal:
         identities=tuple(json.loads(fields.get("identities", "[]"))),
         retry_after=float(fields.get("retry_after", "0")),
         shadow=fields.get("shadow") == "1",
+        penalized=fields.get("penalized") == "1",
     )

@@ -52,6 +52,8 @@ class Breach:
         ``Retry-After``.
     :param shadow: True if the limit is in shadow mode, so the request was
         let through after all.
+    :param penalized: True if the identity was refused because it is
+        blocked by the limit's penalty (or has just been).
     """
 
     request: Request
@@ -61,6 +63,7 @@ class Breach:
     layer: Rate
     retry_after: int
     shadow: bool = False
+    penalized: bool = False
 
 
 def notify(app: Flask, breach: Breach, hooks: Iterable[Callable[[Breach], object] | None]) -> None:
