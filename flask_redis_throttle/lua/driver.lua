@@ -75,7 +75,10 @@ end
 local admitted = true
 local chosen, states, missed = {}, {}, {}
 local pick, pick_remaining, pick_reset, pick_retry = 0, 0, 0, -1
-local groups, blocked = penalties.load(counters, now)
+local groups, blocked = nil, {}
+if KEYS[counters + 1] then
+  groups, blocked = penalties.load(counters, now)
+end
 
 for i = 1, counters do
   local key = KEYS[i]
@@ -105,7 +108,7 @@ for i = 1, counters do
 end
 
 local penalized = blocked[pick] ~= nil
-if not admitted and cost > 0 and groups[1] then
+if not admitted and cost > 0 and groups then
   -- The wait this refusal gives must cover the block it starts.
   local offender, wait = penalties.punish(groups, missed, now)
   if wait > pick_retry then
@@ -120,7 +123,7 @@ if admitted and cost > 0 then
 end
 
 local reply = {admitted and 1 or 0, pick, pick_remaining, math.ceil(pick_reset), math.ceil(pick_retry), now}
-if groups[1] then
+if groups then
   reply[7] = penalized and 1 or 0
 end
 return reply
