@@ -1,13 +1,15 @@
 """flask-redis-throttle: layered rate limits for Flask, decided in one Redis round trip."""
 
-from .decorators import limit
+from .decorators import exempt, limit
 from .errors import ConfigurationError, InvalidLimit, RateLimitError, RateLimitExceeded
 from .extension import RateLimit, refusal_log
 from .keys import Identity
 from .rates import Rate, parse_limits
 from .refusals import Refusal, RefusalLog
+from .signals import Breach, rate_limited
 
 __all__ = [
+    "Breach",
     "ConfigurationError",
     "Identity",
     "InvalidLimit",
@@ -17,8 +19,10 @@ __all__ = [
     "RateLimitExceeded",
     "Refusal",
     "RefusalLog",
+    "exempt",
     "limit",
     "parse_limits",
+    "rate_limited",
     "refusal_log",
 ]
 

@@ -45,6 +45,7 @@ class Block:
     :param reset: when the counter is back to its full quota, on that clock.
     :param expires: when the entry stops being trusted: ``until``, or
         :data:`MAX_AGE` after it was added if that is sooner.
+    :param penalized: whether the refusal was a penalty's.
     """
 
     quota: int
@@ -53,13 +54,16 @@ class Block:
     until: int
     reset: int
     expires: int
+    penalized: bool = False
 
     @classmethod
-    def after(cls, sent: int, quota: int, cost: int, remaining: int, retry: int, reset: int) -> Block:
+    def after(
+        cls, sent: int, quota: int, cost: int, remaining: int, retry: int, reset: int, penalized: bool = False
+    ) -> Block:
         """The block for a refusal of a request sent at ``sent``, whose reply
         gave ``retry`` and ``reset`` microseconds."""
         until = sent + retry
-        return cls(quota, cost, remaining, until, sent + reset, min(until, sent + _MAX_AGE_US))
+        return cls(quota, cost, remaining, until, sent + reset, min(until, sent + _MAX_AGE_US), penalized)
 
 
 class BlockCache:

@@ -6,16 +6,17 @@ Settings are read once, at ``init_app``. A bad value raises
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
+from .decorators import LimitSpec, make_spec
 from .errors import ConfigurationError, InvalidLimit
 from .identity import IDENTITY_NAMES, IdentitySpec, check_identities
-from .rates import Rate, parse_limits
 from .scripts import STRATEGIES
+from .signals import Breach
 
-__all__ = ["DEFAULTS", "Settings"]
+__all__ = ["APPLICATION_SCOPE", "DEFAULTS", "Settings"]
 
 #: Every setting this extension reads, with its default.
 DEFAULTS: dict[str, Any] = {
@@ -24,7 +25,11 @@ DEFAULTS: dict[str, Any] = {
     "RATELIMIT_STORAGE_OPTIONS": {},
     "RATELIMIT_KEY_PREFIX": "rl:",
     "RATELIMIT_DEFAULT": None,
+    "RATELIMIT_DEFAULT_MODE": "replace",
+    "RATELIMIT_APPLICATION": None,
     "RATELIMIT_HEADERS_ENABLED": True,
+    "RATELIMIT_HEADERS_LEGACY": False,
+    "RATELIMIT_RETRY_AFTER": "seconds",
     "RATELIMIT_FAIL_OPEN": True,
     "RATELIMIT_IDENTITIES": ("ip", "user"),
     "RATELIMIT_IPV6_PREFIX": 64,
@@ -36,7 +41,16 @@ DEFAULTS: dict[str, Any] = {
     "RATELIMIT_BREAKER_BACKOFF": 1.0,
     "RATELIMIT_BREAKER_MAX_BACKOFF": 30.0,
     "RATELIMIT_FALLBACK": False,
+    "RATELIMIT_SHADOW": False,
+    "RATELIMIT_ON_BREACH": None,
 }
+
+#: The scope of ``RATELIMIT_APPLICATION``: no endpoint name starts with ``@``.
+APPLICATION_SCOPE = "@app"
+#: The values of ``RATELIMIT_DEFAULT_MODE``.
+DEFAULT_MODES = ("replace", "add")
+#: The values of ``RATELIMIT_RETRY_AFTER``.
+RETRY_AFTER_FORMATS = ("seconds", "http-date")
 
 
 @dataclass(frozen=True)
@@ -47,8 +61,12 @@ class Settings:
     storage_url: str
     storage_options: Mapping[str, Any]
     key_prefix: str
-    default: tuple[Rate, ...] | None
+    default: LimitSpec | None
+    default_mode: str
+    application: LimitSpec | None
     headers_enabled: bool
+    headers_legacy: bool
+    retry_after_http_date: bool
     fail_open: bool
     identities: tuple[IdentitySpec, ...]
     ipv6_prefix: int
@@ -60,6 +78,8 @@ class Settings:
     breaker_backoff: float
     breaker_max_backoff: float
     fallback: bool
+    shadow: bool
+    on_breach: Callable[[Breach], object] | None
 
     @classmethod
     def from_config(cls, config: MutableMapping[str, Any]) -> Settings:
@@ -92,11 +112,15 @@ class Settings:
         ipv6_prefix = config["RATELIMIT_IPV6_PREFIX"]
         if isinstance(ipv6_prefix, bool) or not isinstance(ipv6_prefix, int) or not 0 <= ipv6_prefix <= 128:
             raise ConfigurationError("RATELIMIT_IPV6_PREFIX", ipv6_prefix, "an integer from 0 to 128")
-        default = config["RATELIMIT_DEFAULT"]
-        try:
-            rates = None if default is None else parse_limits(default)
-        except InvalidLimit as error:
-            raise ConfigurationError("RATELIMIT_DEFAULT", default, f"None or a limit string ({error})") from error
+        default_mode = config["RATELIMIT_DEFAULT_MODE"]
+        if default_mode not in DEFAULT_MODES:
+            raise ConfigurationError("RATELIMIT_DEFAULT_MODE", default_mode, " or ".join(map(repr, DEFAULT_MODES)))
+        retry_after = config["RATELIMIT_RETRY_AFTER"]
+        if retry_after not in RETRY_AFTER_FORMATS:
+            raise ConfigurationError("RATELIMIT_RETRY_AFTER", retry_after, " or ".join(map(repr, RETRY_AFTER_FORMATS)))
+        on_breach = config["RATELIMIT_ON_BREACH"]
+        if on_breach is not None and not callable(on_breach):
+            raise ConfigurationError("RATELIMIT_ON_BREACH", on_breach, "None or a function that takes a Breach")
         secret = config["RATELIMIT_KEY_SECRET"]
         if secret is not None and (not isinstance(secret, (str, bytes)) or not secret):
             raise ConfigurationError("RATELIMIT_KEY_SECRET", secret, "None, or a non-empty str or bytes")
@@ -128,8 +152,12 @@ class Settings:
             storage_url=url,
             storage_options=options,
             key_prefix=prefix,
-            default=rates,
+            default=_limit(config, "RATELIMIT_DEFAULT"),
+            default_mode=default_mode,
+            application=_limit(config, "RATELIMIT_APPLICATION", APPLICATION_SCOPE),
             headers_enabled=flag("RATELIMIT_HEADERS_ENABLED"),
+            headers_legacy=flag("RATELIMIT_HEADERS_LEGACY"),
+            retry_after_http_date=retry_after == "http-date",
             fail_open=flag("RATELIMIT_FAIL_OPEN"),
             identities=identities,
             ipv6_prefix=ipv6_prefix,
@@ -141,12 +169,25 @@ class Settings:
             breaker_backoff=float(backoff),
             breaker_max_backoff=float(max_backoff),
             fallback=flag("RATELIMIT_FALLBACK"),
+            shadow=flag("RATELIMIT_SHADOW"),
+            on_breach=on_breach,
         )
 
 
 def _seconds(value: Any) -> bool:
     """Whether ``value`` is a number of seconds above 0 (and not a bool)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def _limit(config: Mapping[str, Any], key: str, scope: str | None = None) -> LimitSpec | None:
+    """The limit a setting holds: None, a limit string, or a function of the request."""
+    value = config[key]
+    if value is None:
+        return None
+    try:
+        return make_spec(value, scope=scope)
+    except InvalidLimit as error:
+        raise ConfigurationError(key, value, f"None, a limit string or a function of the request ({error})") from error
 
 
 def _count(value: Any) -> bool:

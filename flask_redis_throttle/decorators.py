@@ -1,78 +1,131 @@
-"""The :func:`limit` view decorator.
+"""The :func:`limit` and :func:`exempt` decorators.
 
-It only records the limit on the view function; the extension reads it when
-the view is first requested. So it needs no extension instance in scope, works
-in either order with ``@app.route``, and leaves ``async def`` views alone.
+They only record the limit, or the exemption, on the view function or the
+blueprint; the extension reads them when an endpoint is first requested. So
+they need no extension instance in scope, work in either order with
+``@app.route``, and leave ``async def`` views alone. Every option is checked
+here, when the decorator is applied, so that a typo fails at import time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from flask import Blueprint, Flask, Request, Response
 
 from .errors import InvalidLimit
 from .identity import IDENTITY_NAMES, IdentitySpec, check_identities
-from .rates import Rate, parse_limits
+from .penalties import Penalty, parse_penalty
+from .rates import MAX_AMOUNT, Rate, parse_limits
 from .scripts import STRATEGIES
 
-__all__ = ["LIMITS_ATTRIBUTE", "LimitSpec", "limit"]
+if TYPE_CHECKING:
+    from .signals import Breach
 
-#: The attribute of a view function that holds its limits.
+__all__ = [
+    "EXEMPT_ATTRIBUTE",
+    "LIMITS_ATTRIBUTE",
+    "BreachHook",
+    "CostFunction",
+    "DynamicLimit",
+    "LimitSpec",
+    "exempt",
+    "limit",
+    "make_spec",
+]
+
+#: The attribute of a view function or blueprint that holds its limits.
 LIMITS_ATTRIBUTE = "__ratelimits__"
+#: The attribute of a view function or blueprint that marks it exempt.
+EXEMPT_ATTRIBUTE = "__ratelimit_exempt__"
 
-F = TypeVar("F", bound=Callable[..., object])
+#: A dynamic limit: given the request, a limit string, or None for no limit.
+DynamicLimit = Callable[[Request], "str | None"]
+#: A cost function: given the request, how much quota it takes.
+CostFunction = Callable[[Request], int]
+#: Called with a :class:`~flask_redis_throttle.signals.Breach` when a limit refuses.
+BreachHook = Callable[["Breach"], object]
+
+#: What the decorators accept: a view function or a blueprint.
+Target = TypeVar("Target", bound="Callable[..., Any] | Blueprint")
+
+# An HTTP method is a token (RFC 9110): letters, mostly.
+_METHOD = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")
 
 
 @dataclass(frozen=True)
 class LimitSpec:
-    """One ``@limit`` on a view, parsed and validated.
+    """One limit, as written in a :func:`limit` or ``RATELIMIT_DEFAULT``,
+    parsed and validated. See :func:`limit` for what each option means.
 
-    :param spec: the limit string as written.
-    :param rates: its layers.
+    :param spec: the limit string as written, or the dynamic limit function.
+    :param rates: its layers; None for a dynamic limit, whose layers are
+        known only per request.
     :param scope: the counters' scope, or None for the endpoint name.
     :param identities: whom it counts, or None for ``RATELIMIT_IDENTITIES``.
     :param strategy: the algorithm, or None for ``RATELIMIT_STRATEGY``.
+    :param methods: the HTTP methods it applies to, upper case; None for all.
+    :param cost: the quota one request takes, or a function of the request.
+    :param deduct_when: if given, a request is only counted when this
+        returns True for its response.
+    :param exempt_when: if given, the limit skips requests for which this
+        returns True.
+    :param shadow: whether a refusal is only logged, never enforced.
+    :param on_breach: called when this limit refuses a request.
+    :param penalty: blocks identities that keep hitting the limit.
     """
 
-    spec: str
-    rates: tuple[Rate, ...]
+    spec: str | DynamicLimit
+    rates: tuple[Rate, ...] | None
     scope: str | None = None
     identities: tuple[IdentitySpec, ...] | None = None
     strategy: str | None = None
+    methods: frozenset[str] | None = None
+    cost: int | CostFunction = 1
+    deduct_when: Callable[[Response], bool] | None = None
+    exempt_when: Callable[[Request], bool] | None = None
+    shadow: bool = False
+    on_breach: BreachHook | None = None
+    penalty: Penalty | None = None
+
+    @property
+    def dynamic(self) -> bool:
+        """Whether the limit string comes from a function, per request."""
+        return self.rates is None
+
+    def applies_to(self, method: str) -> bool:
+        """Whether the limit applies to requests of ``method`` (upper case).
+
+        A limit on ``GET`` also covers ``HEAD``, which Flask answers by
+        running the ``GET`` view: otherwise ``HEAD`` would be a free way
+        around it.
+        """
+        methods = self.methods
+        return methods is None or method in methods or (method == "HEAD" and "GET" in methods)
 
 
-def limit(
-    spec: str,
+def make_spec(
+    spec: str | DynamicLimit,
     *,
     scope: str | None = None,
     identities: Sequence[IdentitySpec] | None = None,
     strategy: str | None = None,
-) -> Callable[[F], F]:
-    """Limit a view. A request passes only if every layer of every identity has room.
+    methods: Iterable[str] | None = None,
+    cost: int | CostFunction = 1,
+    deduct_when: Callable[[Response], bool] | None = None,
+    exempt_when: Callable[[Request], bool] | None = None,
+    shadow: bool = False,
+    on_breach: BreachHook | None = None,
+    penalty: str | None = None,
+) -> LimitSpec:
+    """Check a limit and its options, and return them as a :class:`LimitSpec`.
 
-    .. code-block:: python
-
-        @app.get("/api/items")
-        @limit("10/s;120/m;240/h")
-        def items(): ...
-
-    Several ``@limit`` on one view all apply, and are still decided in one
-    round trip.
-
-    :param spec: the layers, such as ``"10/s;120/m"``; see :doc:`/grammar`.
-    :param scope: the name to count under. Views that give the same scope
-        share counters. By default each endpoint counts on its own.
-    :param identities: whom to count, overriding ``RATELIMIT_IDENTITIES``:
-        ``"ip"``, ``"user"``, ``"user-or-ip"`` or key functions.
-    :param strategy: the algorithm, overriding ``RATELIMIT_STRATEGY``:
-        ``"fixed-window"``, ``"sliding-window"``, ``"sliding-log"`` or
-        ``"gcra"`` (see :doc:`/algorithms`). Limits with different strategies
-        on one view are still decided in one round trip.
-    :raises InvalidLimit: at once, when the decorator is applied, if ``spec``
-        or an option is malformed.
+    :raises InvalidLimit: quoting the first bad value.
     """
-    rates = parse_limits(spec)
+    rates = None if callable(spec) else parse_limits(spec)
     if scope is not None and (not isinstance(scope, str) or not scope):
         raise InvalidLimit(f"scope {scope!r} must be a non-empty string", spec=scope)
     checked = None
@@ -86,14 +139,163 @@ def limit(
             )
     if strategy is not None and (not isinstance(strategy, str) or strategy not in STRATEGIES):
         raise InvalidLimit(f"strategy {strategy!r} must be one of {', '.join(map(repr, STRATEGIES))}", spec=strategy)
-    entry = LimitSpec(spec, rates, scope, checked, strategy)
+    if not callable(cost):
+        if isinstance(cost, bool) or not isinstance(cost, int) or not 0 <= cost <= MAX_AMOUNT:
+            raise InvalidLimit(
+                f"cost {cost!r} must be an integer from 0 to {MAX_AMOUNT}, or a function of the request", spec=cost
+            )
+        if rates is not None and cost > min(rate.amount for rate in rates):
+            raise InvalidLimit(f"cost {cost} is more than a layer of {spec!r} allows: no request could pass", spec=cost)
+    for name, function in (("deduct_when", deduct_when), ("exempt_when", exempt_when), ("on_breach", on_breach)):
+        if function is not None and not callable(function):
+            raise InvalidLimit(f"{name} {function!r} must be a function", spec=function)
+    if not isinstance(shadow, bool):
+        raise InvalidLimit(f"shadow {shadow!r} must be True or False", spec=shadow)
+    return LimitSpec(
+        spec,
+        rates,
+        scope,
+        checked,
+        strategy,
+        _methods(methods),
+        cost,
+        deduct_when,
+        exempt_when,
+        shadow,
+        on_breach,
+        None if penalty is None else parse_penalty(penalty),
+    )
 
-    def decorate(view: F) -> F:
+
+def _methods(methods: Iterable[str] | None) -> frozenset[str] | None:
+    if methods is None:
+        return None
+    if isinstance(methods, str) or not isinstance(methods, Iterable):
+        raise InvalidLimit(f"methods {methods!r} must be a list of HTTP methods, such as ['POST']", spec=methods)
+    items = list(methods)
+    if not items or not all(isinstance(item, str) and _METHOD.fullmatch(item) for item in items):
+        raise InvalidLimit(f"methods {methods!r} must be a non-empty list of HTTP methods", spec=methods)
+    return frozenset(item.upper() for item in items)
+
+
+def limit(
+    spec: str | DynamicLimit,
+    *,
+    scope: str | None = None,
+    identities: Sequence[IdentitySpec] | None = None,
+    strategy: str | None = None,
+    methods: Iterable[str] | None = None,
+    cost: int | CostFunction = 1,
+    deduct_when: Callable[[Response], bool] | None = None,
+    exempt_when: Callable[[Request], bool] | None = None,
+    shadow: bool = False,
+    on_breach: BreachHook | None = None,
+    penalty: str | None = None,
+) -> Callable[[Target], Target]:
+    """Limit a view, or every view of a blueprint. A request passes only if
+    every layer of every identity has room.
+
+    .. code-block:: python
+
+        @app.get("/api/items")
+        @limit("10/s;120/m;240/h")
+        def items(): ...
+
+        limit("1000/h")(api_blueprint)
+
+    Several limits on one view all apply, and are still decided in one round
+    trip (see :doc:`/limits` for the options that take more).
+
+    :param spec: the layers, such as ``"10/s;120/m"`` (see :doc:`/grammar`),
+        or a function that takes the request and returns such a string, or
+        None for no limit, per request (a *dynamic* limit).
+    :param scope: the name to count under. Views that give the same scope
+        share counters. By default each endpoint counts on its own.
+    :param identities: whom to count, overriding ``RATELIMIT_IDENTITIES``:
+        ``"ip"``, ``"user"``, ``"user-or-ip"`` or key functions.
+    :param strategy: the algorithm, overriding ``RATELIMIT_STRATEGY``:
+        ``"fixed-window"``, ``"sliding-window"``, ``"sliding-log"`` or
+        ``"gcra"`` (see :doc:`/algorithms`).
+    :param methods: only limit requests with these HTTP methods, such as
+        ``["POST"]``; ``GET`` covers ``HEAD`` too. By default, every method.
+    :param cost: how much quota a request takes: an integer, or a function
+        that takes the request and returns one.
+    :param deduct_when: a function of the response; when given, the request
+        is refused before the view if it would not fit, but counted only if
+        this returns True for the view's response.
+    :param exempt_when: a function of the request; the limit does not apply
+        to requests for which it returns True.
+    :param shadow: log refusals, send the headers and the hooks, but let
+        the request through (a dry run).
+    :param on_breach: a function called with a
+        :class:`~flask_redis_throttle.signals.Breach` when this limit refuses
+        a request.
+    :param penalty: block an identity that keeps hitting this limit for an
+        escalating time, such as ``"1m;x2;max=1h"``: a minute after its
+        first refusal, then two, four... up to an hour (see :ref:`penalties`).
+    :raises InvalidLimit: at once, when the decorator is made, if ``spec``
+        or an option is malformed.
+    :raises TypeError: when it is applied to something that is neither a
+        view function nor a blueprint.
+    """
+    entry = make_spec(
+        spec,
+        scope=scope,
+        identities=identities,
+        strategy=strategy,
+        methods=methods,
+        cost=cost,
+        deduct_when=deduct_when,
+        exempt_when=exempt_when,
+        shadow=shadow,
+        on_breach=on_breach,
+        penalty=penalty,
+    )
+
+    def decorate(target: Target) -> Target:
+        _check_target(target, "limit")
         # Decorators apply bottom-up; putting this one first keeps the limits
         # in the order they are written. A new tuple rather than a list
         # append, because functools.wraps copies __dict__ shallowly and a
         # wrapped view must not gain its wrapper's limits.
-        setattr(view, LIMITS_ATTRIBUTE, (entry, *getattr(view, LIMITS_ATTRIBUTE, ())))
-        return view
+        setattr(target, LIMITS_ATTRIBUTE, (entry, *getattr(target, LIMITS_ATTRIBUTE, ())))
+        return target
 
     return decorate
+
+
+def exempt(target: Target) -> Target:
+    """Exempt a view, or every view of a blueprint, from inherited limits.
+
+    .. code-block:: python
+
+        @app.get("/health")
+        @exempt
+        def health(): ...
+
+        exempt(internal_blueprint)
+
+    Inherited limits are ``RATELIMIT_DEFAULT`` and the limits of enclosing
+    blueprints. Limits put on the exempt object itself, or below it (on a
+    nested blueprint or a view), still apply; see :ref:`exempt`.
+
+    :raises TypeError: when applied to something that is neither a view
+        function nor a blueprint.
+    """
+    _check_target(target, "exempt")
+    setattr(target, EXEMPT_ATTRIBUTE, True)
+    return target
+
+
+def _check_target(target: object, name: str) -> None:
+    # A Flask app and a class are callable too, but an attribute on them
+    # would never be read: say so now rather than silently not limiting.
+    if isinstance(target, Flask):
+        raise TypeError(f"{name}() takes a view function or a blueprint; for the whole app, use RATELIMIT_DEFAULT")
+    if isinstance(target, type):
+        raise TypeError(
+            f"{name}() takes a view function or a blueprint, not the class {target.__qualname__}; "
+            "for a class-based view, list it in the class's `decorators`"
+        )
+    if not (callable(target) or isinstance(target, Blueprint)):
+        raise TypeError(f"{name}() takes a view function or a blueprint, not {target!r}")

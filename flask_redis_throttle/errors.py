@@ -80,12 +80,26 @@ class RateLimitExceeded(TooManyRequests):
     :param retry_after: seconds until the request would pass; rounded up to a
         whole number of seconds, at least 1.
     :param scope: the name the counters are kept under, by default the endpoint.
+    :param retry_after_header: the ``Retry-After`` value, when it is not
+        ``retry_after`` in seconds (an HTTP-date, with
+        ``RATELIMIT_RETRY_AFTER = "http-date"``).
+    :param penalized: whether the identity is blocked by the limit's penalty
+        for hitting it repeatedly.
     """
 
-    def __init__(self, layer: Rate, identity: Identity, retry_after: float, scope: str) -> None:
+    def __init__(
+        self,
+        layer: Rate,
+        identity: Identity,
+        retry_after: float,
+        scope: str,
+        retry_after_header: str | None = None,
+        penalized: bool = False,
+    ) -> None:
         seconds = max(1, math.ceil(retry_after))
+        exceeded = "Rate limit exceeded too often" if penalized else "Rate limit exceeded"
         super().__init__(
-            f"Rate limit exceeded: {layer}. Try again in {seconds} second{'' if seconds == 1 else 's'}.",
+            f"{exceeded}: {layer}. Try again in {seconds} second{'' if seconds == 1 else 's'}.",
             retry_after=seconds,
         )
         #: The :class:`~flask_redis_throttle.Rate` that refused the request.
@@ -96,6 +110,10 @@ class RateLimitExceeded(TooManyRequests):
         self.retry_after: int = seconds
         #: The scope the counters are kept under.
         self.scope = scope
+        #: The ``Retry-After`` header's value: ``retry_after``, or an HTTP-date.
+        self.retry_after_header = retry_after_header or str(seconds)
+        #: Whether the identity is blocked by a penalty.
+        self.penalized = penalized
 
     def _wants_json(self, environ: WSGIEnvironment | None) -> bool:
         if environ is None:
@@ -126,4 +144,4 @@ class RateLimitExceeded(TooManyRequests):
     ) -> list[tuple[str, str]]:
         """``Content-Type`` to match the body, and ``Retry-After``."""
         content_type = "application/problem+json" if self._wants_json(environ) else "text/plain; charset=utf-8"
-        return [("Content-Type", content_type), ("Retry-After", str(self.retry_after))]
+        return [("Content-Type", content_type), ("Retry-After", self.retry_after_header)]

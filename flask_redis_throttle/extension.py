@@ -2,25 +2,29 @@
 
 A request's path through it:
 
-1. ``before_request`` finds the view's :class:`_Plan`, compiled once per
-   endpoint from its ``@limit`` decorators (or ``RATELIMIT_DEFAULT``);
+1. ``before_request`` finds the :class:`~flask_redis_throttle.plan.Plan` of
+   the request's endpoint and method, compiled on first use (see
+   :mod:`flask_redis_throttle.plan`), and skips the request if a request
+   filter says so;
 2. the plan's resolvers name the request's identities;
 3. :meth:`Throttle.hit <flask_redis_throttle.throttle.Throttle.hit>` decides
-   every layer of every identity in one script call;
-4. a refusal raises :class:`~flask_redis_throttle.RateLimitExceeded` (429);
-5. ``after_request`` adds the ``RateLimit`` headers, to the view's response
-   or to the 429, from that same script reply.
+   every layer of every identity in one script call (a plan that uses
+   per-request options may take more, see :doc:`/limits`);
+4. a refusal is logged, told to the breach hooks, and raises
+   :class:`~flask_redis_throttle.RateLimitExceeded` (429);
+5. ``after_request`` counts the requests whose ``deduct_when`` matches their
+   response, and adds the headers, to the view's response or to the 429.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import threading
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
 
 from flask import Flask, Request, Response, current_app, g, request
 from werkzeug.exceptions import ServiceUnavailable
@@ -29,11 +33,11 @@ from .blocks import BlockCache
 from .breaker import CircuitBreaker
 from .clients import embedded_client
 from .config import Settings
-from .decorators import LIMITS_ATTRIBUTE, LimitSpec
 from .errors import RateLimitExceeded
-from .headers import policy_header, state_header
-from .identity import Resolver, resolvers
+from .headers import Labels, legacy_headers, retry_after_value, state_header
+from .plan import Batch, Plan, PlannedLimit, Problem, compile_plan, matching
 from .refusals import RefusalLog
+from .signals import Breach, notify, rate_limited
 from .storage import STORAGE_ERRORS, Storage
 from .throttle import Check, Decision, Policy, StorageUnavailable, Throttle
 
@@ -44,8 +48,16 @@ logger = logging.getLogger("flask_redis_throttle")
 #: The key of this extension's state in ``app.extensions``.
 EXTENSION_KEY = "ratelimit"
 
-#: The shortest gap between two "storage unavailable" warnings, in seconds.
+#: The shortest gap between two warnings of one kind, in seconds.
 WARNING_INTERVAL = 10.0
+
+#: A request filter: given the request, True to leave it unlimited.
+RequestFilter = Callable[[Request], bool]
+
+#: What ``before_request`` leaves for ``after_request`` in ``g``: the labels
+#: of the layers, the decision the headers show, whether the request was
+#: refused, and the deferred batches to count once the response is known.
+_Outcome = tuple[Labels, Decision, bool, "list[Batch] | None"]
 
 
 class RateLimit:
@@ -64,6 +76,9 @@ class RateLimit:
 
     def __init__(self, app: Flask | None = None, *, redis: Any = None) -> None:
         self.redis = redis
+        #: The functions registered with :meth:`request_filter`, shared by
+        #: every app this instance serves.
+        self.filters: list[RequestFilter] = []
         if app is not None:
             self.init_app(app)
 
@@ -73,13 +88,15 @@ class RateLimit:
         Reads these settings once, filling in their defaults (see :doc:`/config`):
         ``RATELIMIT_ENABLED``, ``RATELIMIT_STORAGE_URL``,
         ``RATELIMIT_STORAGE_OPTIONS``, ``RATELIMIT_KEY_PREFIX``,
-        ``RATELIMIT_DEFAULT``, ``RATELIMIT_HEADERS_ENABLED``,
-        ``RATELIMIT_FAIL_OPEN``, ``RATELIMIT_IDENTITIES``,
-        ``RATELIMIT_IPV6_PREFIX``, ``RATELIMIT_KEY_SECRET``,
-        ``RATELIMIT_STRATEGY``, ``RATELIMIT_REFUSAL_LOG_SIZE``,
-        ``RATELIMIT_BLOCK_CACHE_SIZE``, ``RATELIMIT_BREAKER_THRESHOLD``,
-        ``RATELIMIT_BREAKER_BACKOFF``, ``RATELIMIT_BREAKER_MAX_BACKOFF`` and
-        ``RATELIMIT_FALLBACK``.
+        ``RATELIMIT_DEFAULT``, ``RATELIMIT_DEFAULT_MODE``, ``RATELIMIT_APPLICATION``,
+        ``RATELIMIT_HEADERS_ENABLED``, ``RATELIMIT_HEADERS_LEGACY``,
+        ``RATELIMIT_RETRY_AFTER``, ``RATELIMIT_FAIL_OPEN``,
+        ``RATELIMIT_IDENTITIES``, ``RATELIMIT_IPV6_PREFIX``,
+        ``RATELIMIT_KEY_SECRET``, ``RATELIMIT_STRATEGY``,
+        ``RATELIMIT_REFUSAL_LOG_SIZE``, ``RATELIMIT_BLOCK_CACHE_SIZE``,
+        ``RATELIMIT_SHADOW``, ``RATELIMIT_ON_BREACH``,
+        ``RATELIMIT_BREAKER_THRESHOLD``, ``RATELIMIT_BREAKER_BACKOFF``,
+        ``RATELIMIT_BREAKER_MAX_BACKOFF`` and ``RATELIMIT_FALLBACK``.
 
         Nothing is sent to Redis here, so an app starts even while Redis is down.
 
@@ -89,22 +106,32 @@ class RateLimit:
         if EXTENSION_KEY in app.extensions:
             raise RuntimeError("flask-redis-throttle is already set up on this app; call init_app once per app")
         settings = Settings.from_config(app.config)
-        state = RateLimitState(app, settings, self.redis)
+        state = RateLimitState(app, settings, self.filters, self.redis)
         app.extensions[EXTENSION_KEY] = state
         if settings.enabled:
             app.before_request(state.before_request)
             app.after_request(state.after_request)
 
+    def request_filter(self, function: RequestFilter) -> RequestFilter:
+        """Register a function of the request that, when it returns True,
+        leaves the request unlimited: not counted, not refused, no headers.
 
-@dataclass(frozen=True)
-class _Plan:
-    """What one endpoint needs per request, worked out on its first request."""
+        .. code-block:: python
 
-    limits: tuple[tuple[Policy, tuple[Resolver, ...]], ...]
-    #: The ``RateLimit-Policy`` header value, the same on every response.
-    policy_header: str
-    #: The header name of each layer, by (policy id, window in seconds).
-    names: dict[tuple[int, int], str]
+            @ratelimit.request_filter
+            def internal(request):
+                return request.remote_addr in TRUSTED_ADDRESSES
+
+        It is called only for requests to limited endpoints, before anything
+        else; it applies to every app this instance serves, including those
+        set up before it was registered.
+
+        :raises TypeError: if ``function`` is not callable.
+        """
+        if not callable(function):
+            raise TypeError(f"request_filter() takes a function of the request, not {function!r}")
+        self.filters.append(function)
+        return function
 
 
 class RateLimitState:
@@ -112,12 +139,17 @@ class RateLimitState:
 
     :param app: the app.
     :param settings: its validated settings.
+    :param filters: the request filters (see :meth:`RateLimit.request_filter`).
     :param client: a Redis client to use instead of ``RATELIMIT_STORAGE_URL``.
     """
 
-    def __init__(self, app: Flask, settings: Settings, client: Any = None) -> None:
+    def __init__(
+        self, app: Flask, settings: Settings, filters: list[RequestFilter] | None = None, client: Any = None
+    ) -> None:
         self.app = app
         self.settings = settings
+        #: The request filters; any that returns True leaves a request unlimited.
+        self.filters: list[RequestFilter] = filters if filters is not None else []
         #: The core decider; tests may override its ``now`` to pin time. When
         #: ``RATELIMIT_ENABLED`` is off there is none, and no storage either.
         self.throttle: Throttle | None = None
@@ -132,11 +164,32 @@ class RateLimitState:
             if settings.refusal_log_size:
                 key = settings.key_prefix + "refusals"
                 self.refusals = RefusalLog(storage.client, key, settings.refusal_log_size)
-        self._plans: dict[str | None, _Plan | None] = {}
+        # Keys are real endpoints and the methods their rules accept (Flask
+        # answers any other method 405 with no endpoint), so this is bounded.
+        self._plans: dict[tuple[str, str], Plan | None] = {}
         self._warning_lock = threading.Lock()
-        #: For each kind of warning: when it may next be logged, and how many
-        #: were held back since it last was.
+        #: For each kind of warning: when it may be logged again, and how
+        #: many were not logged since the last one.
         self._warnings: dict[str, tuple[float, int]] = {}
+
+    def plan(self, endpoint: str | None, method: str = "GET") -> Plan | None:
+        """The compiled plan of ``endpoint`` for requests of ``method``.
+
+        Compiled on first use and kept, whether by a request or by this call.
+        Each of its :attr:`~flask_redis_throttle.plan.Plan.limits` gives its
+        policy, scope, strategy, identities, source and options.
+
+        :returns: None when no limit applies: the endpoint is unknown,
+            static, exempt or unlimited, or has no limit for ``method``.
+        """
+        if endpoint is None:
+            return None
+        key = (endpoint, method.upper())
+        try:
+            return self._plans[key]
+        except KeyError:
+            plan = self._plans[key] = compile_plan(self.app, key[0], key[1], self.settings)
+            return plan
 
     def before_request(self) -> None:
         """Decide the request; raise :class:`RateLimitExceeded` if it is refused."""
@@ -146,14 +199,21 @@ class RateLimitState:
         if req.method == "OPTIONS" and getattr(req.url_rule, "provide_automatic_options", False):
             return  # Flask answers these itself (CORS preflights); they cost nothing
         endpoint = req.endpoint
+        if endpoint is None:
+            return  # 404 and 405
         try:
-            plan = self._plans[endpoint]
+            plan = self._plans[endpoint, req.method]
         except KeyError:
-            plan = self._plans[endpoint] = self._compile(endpoint)
-        if plan is None:
+            plan = self.plan(endpoint, req.method)
+        if plan is None or self.throttle is None:
+            return
+        if self.filters and any(accept(req) for accept in self.filters):
+            return
+        if not plan.simple:
+            self._decide(req, plan, self.throttle)
             return
         checks: list[Check] = []
-        for policy, identity_resolvers in plan.limits:
+        for policy, identity_resolvers in plan.checks:
             identities = []
             for resolve in identity_resolvers:
                 identity = resolve(req)
@@ -161,99 +221,230 @@ class RateLimitState:
                     identities.append(identity)
             if identities:
                 checks.append((policy, identities))
-        if not checks or self.throttle is None:
+        if not checks:
             return
         try:
-            decision = self.throttle.hit(checks)
+            decision = self.throttle.hit(checks, plan.cost)
         except StorageUnavailable as error:
             self._storage_unavailable(error)
             return
         if decision.fallback:
-            self._warn(
-                "storage",
-                f"rate limit storage unavailable ({self.throttle.storage.url}); limiting per process in memory",
-            )
-        g._ratelimit = (plan, decision)
-        if not decision.admitted:
-            if self.refusals is not None and not decision.cached:
-                self._log_refusal(endpoint, checks, decision)
-            raise RateLimitExceeded(decision.layer, decision.identity, decision.retry_after, decision.policy.scope)
+            self._fallback_decided()
+        refused = not decision.admitted
+        g._ratelimit = (plan.labels, decision, refused, None)
+        if refused:
+            self._refuse(req, plan, _limit_of(decision.policy, plan.limits, plan.checks), checks, decision)
+
+    def _decide(self, req: Request, plan: Plan, throttle: Throttle) -> None:
+        """Decide a request whose plan is not simple: one script call per batch."""
+        batches, labels, problems = plan.prepare(req)
+        if problems:
+            self._problems(problems)
+        shown: Decision | None = None
+        deferred: list[Batch] = []
+        for batch in batches:
+            deduct_later = batch.deferred
+            try:
+                decision = throttle.hit(batch.checks, 0 if batch.deferred else batch.cost)
+                if batch.deferred and decision.admitted and decision.remaining < batch.cost:
+                    if batch.penalized:
+                        # Only a real hit lets the script see the offence and
+                        # start a penalty. It is refused and writes nothing
+                        # else; should room have appeared meanwhile, it is
+                        # counted now, and there is nothing left to deduct.
+                        decision = throttle.hit(batch.checks, batch.cost)
+                        deduct_later = False
+                    else:
+                        # It fits at cost 0, not at its real cost: it will, at
+                        # the latest, once the counter is back to full.
+                        decision = dataclasses.replace(decision, admitted=False, retry_after=decision.reset)
+            except StorageUnavailable as error:
+                self._storage_unavailable(error)
+                return
+            if decision.fallback:
+                self._fallback_decided()
+            shown = decision if shown is None else _tighter(shown, decision)
+            if decision.admitted:
+                if deduct_later:
+                    deferred.append(batch)
+                continue
+            limit = _limit_of(decision.policy, batch.limits, batch.checks)
+            if batch.shadow:
+                self._breach(req, plan.endpoint, limit, batch.checks, decision, shadow=True)
+                continue
+            g._ratelimit = (labels, shown, True, None)
+            self._refuse(req, plan, limit, batch.checks, decision)
+        if shown is not None:
+            g._ratelimit = (labels, shown, False, deferred or None)
 
     def after_request(self, response: Response) -> Response:
-        """Add the ``RateLimit`` headers, and ``Retry-After`` to any refusal."""
-        outcome: tuple[_Plan, Decision] | None = g.pop("_ratelimit", None)
+        """Count deferred limits whose ``deduct_when`` matches, and add the
+        headers: ``RateLimit-Policy`` and ``RateLimit`` (and the legacy ones
+        if asked for), and ``Retry-After`` to a refusal."""
+        outcome: _Outcome | None = g.pop("_ratelimit", None)
         if outcome is None:
             return response
-        plan, decision = outcome
-        if not decision.admitted:
-            response.headers.setdefault("Retry-After", str(max(1, math.ceil(decision.retry_after))))
-        if self.settings.headers_enabled:
-            name = plan.names[id(decision.policy), decision.layer.period]
-            response.headers["RateLimit-Policy"] = plan.policy_header
-            response.headers["RateLimit"] = state_header(name, decision.remaining, decision.reset)
+        labels, decision, refused, deferred = outcome
+        if deferred:
+            decision = self._deduct(deferred, response, decision)
+        settings = self.settings
+        if refused:
+            value = retry_after_value(decision.retry_after, settings.retry_after_http_date, time.time())
+            response.headers.setdefault("Retry-After", value)
+        if settings.headers_enabled:
+            headers = response.headers
+            name = labels.names[id(decision.policy), decision.layer.period]
+            headers["RateLimit-Policy"] = labels.policy_header
+            headers["RateLimit"] = state_header(name, decision.remaining, decision.reset)
+            if settings.headers_legacy:
+                for header, value in legacy_headers(
+                    decision.layer.amount, decision.remaining, decision.reset, time.time()
+                ):
+                    headers[header] = value
         return response
 
-    def _compile(self, endpoint: str | None) -> _Plan | None:
-        if endpoint is None or endpoint not in self.app.view_functions:
-            return None
-        view = self.app.view_functions[endpoint]
-        specs: tuple[LimitSpec, ...] | None = getattr(view, LIMITS_ATTRIBUTE, None)
-        if specs is None:
-            default = self.settings.default
-            if default is None or endpoint == "static" or endpoint.endswith(".static"):
-                return None
-            specs = (LimitSpec("RATELIMIT_DEFAULT", default),)
-        limits = []
-        names: dict[tuple[int, int], str] = {}
-        layers = []
-        logins = hasattr(self.app, "login_manager")
-        for spec in specs:
-            policy = Policy(spec.rates, spec.scope or endpoint, spec.strategy or self.settings.strategy)
-            identities = resolvers(spec.identities or self.settings.identities, self.settings.ipv6_prefix, logins)
-            limits.append((policy, identities))
-            for rate in spec.rates:
-                name = rate.name
-                if name in names.values():
-                    name = f"{name}-{len(names) + 1}"
-                names[id(policy), rate.period] = name
-                layers.append((name, rate))
-        return _Plan(tuple(limits), policy_header(layers), names)
+    def _deduct(self, deferred: list[Batch], response: Response, shown: Decision) -> Decision:
+        """Count the deferred limits that ``response`` matches; return the
+        decision the headers show."""
+        assert self.throttle is not None
+        for batch in matching(deferred, response):
+            try:
+                decision = self.throttle.hit(batch.checks, batch.cost)
+            except StorageUnavailable as error:
+                self._warn(f"rate limit storage unavailable ({error}); a response's deduction is lost")
+                continue
+            # Refused here means others took the room since the inspection:
+            # this request goes uncounted (see "deduct_when" in docs/limits).
+            shown = _tighter(shown, decision)
+        return shown
 
-    def _log_refusal(self, endpoint: str | None, checks: Sequence[Check], decision: Decision) -> None:
+    def _refuse(
+        self, req: Request, plan: Plan, limit: PlannedLimit | None, checks: Sequence[Check], decision: Decision
+    ) -> NoReturn:
+        self._breach(req, plan.endpoint, limit, checks, decision, shadow=False)
+        header = None
+        if self.settings.retry_after_http_date:
+            header = retry_after_value(decision.retry_after, True, time.time())
+        raise RateLimitExceeded(
+            decision.layer, decision.identity, decision.retry_after, decision.policy.scope, header, decision.penalized
+        )
+
+    def _breach(
+        self,
+        req: Request,
+        endpoint: str,
+        limit: PlannedLimit | None,
+        checks: Sequence[Check],
+        decision: Decision,
+        shadow: bool,
+    ) -> None:
+        """Log a refusal, real or shadow, and tell the breach hooks."""
+        if not decision.cached:
+            # A refusal repeated from the block cache was logged when Redis made it.
+            if shadow:
+                logger.warning(
+                    "shadow mode: %s on %s would be refused by %s%s of scope %r for %.3f seconds",
+                    decision.identity,
+                    endpoint,
+                    decision.layer,
+                    " (penalty)" if decision.penalized else "",
+                    decision.policy.scope,
+                    decision.retry_after,
+                )
+            if self.refusals is not None:
+                self._log_refusal(endpoint, checks, decision, shadow)
+        hook = limit.spec.on_breach if limit is not None else None
+        if hook is not None or self.settings.on_breach is not None or rate_limited.receivers:
+            retry_after = max(1, math.ceil(decision.retry_after))
+            breach = Breach(
+                req,
+                endpoint,
+                decision.policy.scope,
+                decision.identity,
+                decision.layer,
+                retry_after,
+                shadow,
+                decision.penalized,
+            )
+            notify(self.app, breach, (hook, self.settings.on_breach))
+
+    def _log_refusal(self, endpoint: str, checks: Sequence[Check], decision: Decision, shadow: bool) -> None:
         assert self.refusals is not None
         identities = dict.fromkeys(str(identity) for _policy, ids in checks for identity in ids)
         try:
             self.refusals.record(
-                endpoint=endpoint or "",
+                endpoint=endpoint,
                 scope=decision.policy.scope,
                 layer=f"{decision.layer.amount}/{decision.layer.name}",
                 strategy=decision.policy.strategy,
                 identity=str(decision.identity),
                 identities=identities,
                 retry_after=decision.retry_after,
+                shadow=shadow,
+                penalized=decision.penalized,
             )
         except STORAGE_ERRORS as error:
             # The refusal stands; only its log entry is lost.
-            self._warn("refusal log", f"refusal log unavailable ({error}); the refusal is not logged")
+            self._warn(f"refusal log unavailable ({error}); the refusal is not logged", "refusal log")
+
+    def _problems(self, problems: list[Problem]) -> None:
+        """Warn about bad costs and dynamic limits; a bad dynamic limit
+        answers 503 when failing closed, as an unreachable Redis does."""
+        fail_open = self.settings.fail_open
+        unusable = False
+        for kind, message in problems:
+            if kind == "limit":
+                unusable = True
+                message += "; skipping it for this request" if fail_open else "; answering 503"
+            self._warn(message, kind)
+        if unusable and not fail_open:
+            raise ServiceUnavailable("Rate limiting is unavailable; try again shortly.", retry_after=1)
 
     def _storage_unavailable(self, error: StorageUnavailable) -> None:
         outcome = "letting requests through" if self.settings.fail_open else "answering 503"
-        self._warn("storage", f"rate limit storage unavailable ({error}); {outcome}")
+        self._warn(f"rate limit storage unavailable ({error}); {outcome}")
         if not self.settings.fail_open:
             breaker = self.throttle.breaker if self.throttle else None
             retry_after = max(1, math.ceil(breaker.retry_in())) if breaker else 1
             raise ServiceUnavailable("Rate limiting is unavailable; try again shortly.", retry_after=retry_after)
 
-    def _warn(self, kind: str, message: str) -> None:
-        """Log a warning, at most once per :data:`WARNING_INTERVAL` for each
-        ``kind``, so that one failure cannot hide another."""
+    def _fallback_decided(self) -> None:
+        assert self.throttle is not None
+        self._warn(f"rate limit storage unavailable ({self.throttle.storage.url}); limiting per process in memory")
+
+    def _warn(self, message: str, kind: str = "storage") -> None:
+        """Log a warning, at most once per :data:`WARNING_INTERVAL` for each kind."""
         with self._warning_lock:
             now = time.monotonic()
-            next_time, skipped = self._warnings.get(kind, (0.0, 0))
-            warn = now >= next_time
-            self._warnings[kind] = (now + WARNING_INTERVAL, 0) if warn else (next_time, skipped + 1)
-        if warn:
-            logger.warning("%s. %d similar failure(s) since the last warning.", message, skipped)
+            next_warning, unwarned = self._warnings.get(kind, (0.0, 0))
+            if now < next_warning:
+                self._warnings[kind] = (next_warning, unwarned + 1)
+                return
+            self._warnings[kind] = (now + WARNING_INTERVAL, 0)
+        logger.warning("%s. %d similar failure(s) since the last warning.", message, unwarned)
+
+
+def _limit_of(
+    policy: Policy, limits: Sequence[PlannedLimit], checks: Sequence[tuple[Policy, object]]
+) -> PlannedLimit | None:
+    """The limit whose check has ``policy``."""
+    for limit, (checked, _) in zip(limits, checks, strict=True):
+        if checked is policy:
+            return limit
+    return None
+
+
+def _tighter(first: Decision, second: Decision) -> Decision:
+    """Of two decisions, the one the headers should show, chosen as the script
+    chooses its deciding counter: a refusal over an admission, then the
+    longest wait, or the least quota left and the later reset."""
+    if first.admitted != second.admitted:
+        return second if first.admitted else first
+    if not first.admitted:
+        return second if second.retry_after > first.retry_after else first
+    if second.remaining != first.remaining:
+        return second if second.remaining < first.remaining else first
+    return second if second.reset > first.reset else first
 
 
 def _throttle(storage: Storage, settings: Settings) -> Throttle:

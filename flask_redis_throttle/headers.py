@@ -1,10 +1,13 @@
-"""The IETF ``RateLimit-Policy`` and ``RateLimit`` header values
-(draft-ietf-httpapi-ratelimit-headers-10).
+"""The rate limit response headers.
 
-``RateLimit-Policy: "1s";q=10;w=1, "1m";q=120;w=60`` names each layer, with
-``q`` its quota and ``w`` its window in seconds. ``RateLimit: "1s";r=3;t=1``
-gives the most constrained layer: ``r`` the quota it has left and ``t`` the
-seconds until it resets, rounded up.
+The IETF ``RateLimit-Policy`` and ``RateLimit`` headers
+(draft-ietf-httpapi-ratelimit-headers-10): ``RateLimit-Policy: "1s";q=10;w=1,
+"1m";q=120;w=60`` names each layer, with ``q`` its quota and ``w`` its window
+in seconds. ``RateLimit: "1s";r=3;t=1`` gives the most constrained layer:
+``r`` the quota it has left and ``t`` the seconds until it resets, rounded up.
+
+Optionally, the older ``X-RateLimit-Limit``, ``-Remaining`` and ``-Reset``
+headers, and ``Retry-After`` as an HTTP-date rather than seconds.
 
 This module is pure Python: it imports neither Flask nor Redis.
 """
@@ -12,11 +15,17 @@ This module is pure Python: it imports neither Flask nor Redis.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from email.utils import formatdate
+from typing import TYPE_CHECKING
 
 from .rates import Rate
 
-__all__ = ["policy_header", "state_header"]
+if TYPE_CHECKING:
+    from .throttle import Policy
+
+__all__ = ["Labels", "legacy_headers", "policy_header", "retry_after_value", "state_header"]
 
 
 def policy_header(layers: Iterable[tuple[str, Rate]]) -> str:
@@ -27,3 +36,71 @@ def policy_header(layers: Iterable[tuple[str, Rate]]) -> str:
 def state_header(name: str, remaining: int, reset: float) -> str:
     """The ``RateLimit`` value for the most constrained layer."""
     return f'"{name}";r={max(remaining, 0)};t={math.ceil(reset)}'
+
+
+@dataclass(frozen=True)
+class Labels:
+    """The names of the layers of the policies that apply to a response, and
+    the ``RateLimit-Policy`` value that lists them.
+
+    A layer is named after its window (``"1s"``, ``"1m"``); when two layers
+    of different policies have the same window, the later one gets its
+    position added (``"1m-3"``), so that ``RateLimit`` names one layer
+    without doubt.
+    """
+
+    #: The ``RateLimit-Policy`` value.
+    policy_header: str
+    #: The name of each layer, by (``id()`` of its policy, window in seconds).
+    names: dict[tuple[int, int], str]
+    #: The policies, kept so that the ids in ``names`` stay theirs.
+    policies: tuple[Policy, ...]
+
+    @classmethod
+    def of(cls, policies: Sequence[Policy]) -> Labels:
+        """Name every layer of ``policies``, in order."""
+        names: dict[tuple[int, int], str] = {}
+        layers = []
+        for policy in policies:
+            for rate in policy.rates:
+                name = rate.name
+                if name in names.values():
+                    name = f"{name}-{len(names) + 1}"
+                names[id(policy), rate.period] = name
+                layers.append((name, rate))
+        return cls(policy_header(layers), names, tuple(policies))
+
+    def name(self, policy: Policy, rate: Rate) -> str:
+        """The name of one layer of one of the policies."""
+        return self.names[id(policy), rate.period]
+
+
+def legacy_headers(quota: int, remaining: int, reset: float, now: float) -> list[tuple[str, str]]:
+    """The ``X-RateLimit-*`` headers of the most constrained layer.
+
+    ``X-RateLimit-Reset`` is the time that layer is back to its full quota,
+    in whole seconds since the epoch, rounded up, as Flask-Limiter and
+    GitHub send it.
+
+    :param now: the current time, in seconds since the epoch.
+    """
+    return [
+        ("X-RateLimit-Limit", str(quota)),
+        ("X-RateLimit-Remaining", str(max(remaining, 0))),
+        ("X-RateLimit-Reset", str(math.ceil(now + reset))),
+    ]
+
+
+def retry_after_value(retry_after: float, http_date: bool, now: float) -> str:
+    """The ``Retry-After`` value for a wait of ``retry_after`` seconds.
+
+    Whole seconds, rounded up and at least 1; or, with ``http_date``, the
+    moment ``now + retry_after`` as an HTTP-date, rounded up to the next
+    whole second, since an HTTP-date has no fractions. Either way, a client
+    that waits as told is never early.
+
+    :param now: the current time, in seconds since the epoch.
+    """
+    if http_date:
+        return formatdate(math.ceil(now + max(retry_after, 1)), usegmt=True)
+    return str(max(1, math.ceil(retry_after)))

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from .errors import InvalidLimit
 
-__all__ = ["MAX_AMOUNT", "MAX_PERIOD", "Rate", "parse_limits"]
+__all__ = ["MAX_AMOUNT", "MAX_PERIOD", "Rate", "parse_duration", "parse_limits"]
 
 #: The largest quota one layer may have. Anything above is surely a typo.
 MAX_AMOUNT = 1_000_000_000
@@ -33,6 +33,7 @@ _LAYER = re.compile(
     re.ASCII | re.IGNORECASE,
 )
 _SEPARATORS = re.compile(r"[;,]")
+_DURATION = re.compile(r"(?P<amount>[0-9]+)\s*(?P<unit>[a-z]+)", re.ASCII | re.IGNORECASE)
 
 _GRAMMAR = (
     "expected layers such as '10/s', '10 per second', '5/2m' or '5 per 2 minutes', "
@@ -120,3 +121,21 @@ def _parse_layer(layer: str, spec: str) -> Rate:
             spec=spec,
         )
     return Rate(amount, multiple * unit)
+
+
+def parse_duration(text: str) -> int:
+    """Parse a duration such as ``"90s"``, ``"1m"`` or ``"2 hours"`` into whole seconds.
+
+    >>> parse_duration("2 hours")
+    7200
+
+    :raises InvalidLimit: if ``text`` is not a positive number and one of the
+        units of a limit's layers.
+    """
+    match = _DURATION.fullmatch(text.strip()) if isinstance(text, str) else None
+    unit = match and _UNITS.get(match["unit"].lower())
+    if match is None or unit is None or int(match["amount"]) < 1:
+        raise InvalidLimit(
+            f"invalid duration {text!r}: expected a number and a unit, such as '90s', '1m' or '2 hours'", spec=text
+        )
+    return int(match["amount"]) * unit

@@ -50,6 +50,9 @@ class Refusal:
     :param identity: the identity that was over the limit, such as ``"ip:192.0.2.1"``.
     :param identities: every identity of the request (the IP and the user, say).
     :param retry_after: seconds until the request would have passed.
+    :param shadow: True if the limit was in shadow mode, so the request was
+        let through after all.
+    :param penalized: True if the identity was blocked by a penalty.
     """
 
     id: str
@@ -61,6 +64,8 @@ class Refusal:
     identity: str
     identities: tuple[str, ...]
     retry_after: float
+    shadow: bool = False
+    penalized: bool = False
 
 
 class RefusalLog:
@@ -89,8 +94,13 @@ class RefusalLog:
         identity: str,
         identities: Iterable[str],
         retry_after: float,
+        shadow: bool = False,
+        penalized: bool = False,
     ) -> None:
         """Append one refusal, trimming the log to its size: one ``XADD``.
+
+        :param shadow: whether the refusing limit was in shadow mode.
+        :param penalized: whether the identity was blocked by a penalty.
 
         :raises redis.RedisError: if Redis cannot take it.
         """
@@ -104,6 +114,10 @@ class RefusalLog:
             "identities": json.dumps([_cut(i) for i in identities]),
             "retry_after": f"{retry_after:.6f}",
         }
+        if shadow:
+            fields["shadow"] = "1"
+        if penalized:
+            fields["penalized"] = "1"
         # Identities and scopes may hold anything; backslashreplace keeps
         # what UTF-8 cannot encode (lone surrogates) readable.
         encoded = {name: value.encode("utf-8", "backslashreplace") for name, value in fields.items()}
@@ -170,4 +184,6 @@ def _decode(entry_id: Any, raw: dict[Any, Any]) -> Refusal:
         identity=fields.get("identity", ""),
         identities=tuple(json.loads(fields.get("identities", "[]"))),
         retry_after=float(fields.get("retry_after", "0")),
+        shadow=fields.get("shadow") == "1",
+        penalized=fields.get("penalized") == "1",
     )

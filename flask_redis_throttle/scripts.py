@@ -70,6 +70,7 @@ def _source(names: frozenset[str]) -> str:
             f"strategies.{strategy.code} = {{check = check, record = record, refund = refund}}",
             "end",
         ]
+    parts.append(lua.joinpath("penalty.lua").read_text("utf-8"))
     parts.append(lua.joinpath("driver.lua").read_text("utf-8"))
     return "\n".join(parts)
 
@@ -87,6 +88,8 @@ class Reply:
     :param retry_after: seconds until the request would pass; 0 when admitted.
     :param now: the time the script decided at, in microseconds; a refund of
         this request must be sent with it.
+    :param penalized: whether the deciding counter refused because its
+        identity is blocked by a penalty (see :mod:`flask_redis_throttle.penalties`).
     """
 
     admitted: bool
@@ -95,9 +98,12 @@ class Reply:
     reset: float
     retry_after: float
     now: int
+    penalized: bool = False
 
     @classmethod
     def decode(cls, raw: list[int]) -> Reply:
-        """Build a :class:`Reply` from the script's six integers."""
-        admitted, index, remaining, reset_us, retry_us, now = raw
-        return cls(admitted == 1, index - 1, remaining, reset_us / 1e6, retry_us / 1e6, int(now))
+        """Build a :class:`Reply` from the script's six integers, or seven
+        when penalty keys were sent."""
+        admitted, index, remaining, reset_us, retry_us, now = raw[:6]
+        penalized = len(raw) > 6 and raw[6] == 1
+        return cls(admitted == 1, index - 1, remaining, reset_us / 1e6, retry_us / 1e6, int(now), penalized)

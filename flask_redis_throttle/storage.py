@@ -132,20 +132,29 @@ class Storage:
 
         Each call is atomic on its own; the whole is not (see :ref:`cluster`).
         """
+        now, cost, codes = args[0], args[1], str(args[2])
+        counters = len(codes) // 2
+        # Counters by hash tag, in their order; then the penalty keys that
+        # follow them (see lua/penalty.lua), each with its five arguments.
         groups: dict[str, list[int]] = {}
-        for i, key in enumerate(keys):
-            groups.setdefault(_hash_tag(key), []).append(i)
+        for i in range(counters):
+            groups.setdefault(_hash_tag(keys[i]), []).append(i)
+        penalties: dict[str, list[tuple[str, Sequence[int | str]]]] = {}
+        for j, key in enumerate(keys[counters:]):
+            at = 3 + 2 * counters + 5 * j
+            penalties.setdefault(_hash_tag(key), []).append((key, args[at : at + 5]))
         if len(groups) == 1:
             return self._evaluate_one(strategies, keys, args)
-        now, cost, codes = args[0], args[1], str(args[2])
-        calls: list[Call] = [
-            (
-                [keys[i] for i in indices],
-                [now, cost, "".join(codes[2 * i : 2 * i + 2] for i in indices)]
-                + [n for i in indices for n in args[3 + 2 * i : 5 + 2 * i]],
-            )
-            for indices in groups.values()
-        ]
+        calls: list[Call] = []
+        for tag, indices in groups.items():
+            call_keys: list[str] = [keys[i] for i in indices]
+            call_args: list[int | str] = [now, cost, "".join(codes[2 * i : 2 * i + 2] for i in indices)]
+            call_args += [n for i in indices for n in args[3 + 2 * i : 5 + 2 * i]]
+            local = {i + 1: n + 1 for n, i in enumerate(indices)}  # 1-based, global to this call
+            for key, (first, last, *block) in penalties.get(tag, ()):
+                call_keys.append(key)
+                call_args += [local[int(first)], local[int(last)], *block]
+            calls.append((call_keys, call_args))
         replies = self.evaluate_many(strategies, calls)
         if isinstance(cost, int) and cost < 0:
             return replies[0]  # a refund; every call replied the same
@@ -162,12 +171,15 @@ class Storage:
             else:
                 continue
             if best is None or rank < best[0]:
-                best = (rank, [reply[0], index + 1, *reply[2:]])
+                # The penalty flag, if penalty keys were sent to any call.
+                flag = [reply[6] if len(reply) > 6 else 0] if len(keys) > counters else []
+                best = (rank, [reply[0], index + 1, *reply[2:6], *flag])
         assert best is not None
         if not admitted and isinstance(cost, int) and cost > 0:
+            # Refunds touch the counters only, never the penalty keys.
             refunds: list[Call] = [
-                (call_keys, [reply[5], -cost, *call_args[2:]])
-                for (call_keys, call_args), reply in zip(calls, replies, strict=True)
+                (call_keys[: len(indices)], [reply[5], -cost, *call_args[2 : 3 + 2 * len(indices)]])
+                for (call_keys, call_args), indices, reply in zip(calls, groups.values(), replies, strict=True)
                 if reply[0] == 1
             ]
             if refunds:

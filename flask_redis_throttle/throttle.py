@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from .blocks import Block, BlockCache
 from .breaker import CircuitBreaker
 from .keys import Identity, escape_scope, identity_tag
+from .penalties import Penalty, penalty_arguments
 from .rates import Rate
 from .scripts import STRATEGIES, Reply
 from .storage import STORAGE_ERRORS, Storage
@@ -42,11 +43,14 @@ class Policy:
         share counters. By default the Flask layer uses the endpoint.
     :param strategy: the algorithm, a key of
         :data:`~flask_redis_throttle.scripts.STRATEGIES`.
+    :param penalty: blocks an identity that keeps hitting this limit (see
+        :mod:`flask_redis_throttle.penalties`); None for no penalty.
     """
 
     rates: tuple[Rate, ...]
     scope: str
     strategy: str = "fixed-window"
+    penalty: Penalty | None = None
     #: ``}:<scope>:<strategy>:<window>`` for each layer; a key is the prefix,
     #: ``{``, an identity's tag and one of these.
     key_suffixes: tuple[str, ...] = field(init=False, repr=False)
@@ -82,6 +86,8 @@ class Decision:
     :param reset: seconds until that counter is back to its full quota.
     :param retry_after: seconds until the request would pass; 0 when admitted.
     :param cached: True if the block cache refused it without asking Redis.
+    :param penalized: True if it was refused because the identity is blocked
+        by the policy's penalty.
     :param fallback: True if Redis was unavailable and the in-process
         fallback store decided it.
     """
@@ -94,6 +100,7 @@ class Decision:
     reset: float
     retry_after: float
     cached: bool = False
+    penalized: bool = False
     fallback: bool = False
 
 
@@ -160,11 +167,13 @@ class Throttle:
         keys: list[str] = []
         codes: list[str] = []
         args: list[int | str] = ["", cost, ""]
+        penalized = False
         for policy, identities in checks:
             for identity in identities:
                 keys += self.keys(policy, identity)
                 args += policy.arguments
             codes.append(policy.codes * len(identities))
+            penalized = penalized or policy.penalty is not None
         args[2] = "".join(codes)
         now = self.now()
         if now is not None:
@@ -178,11 +187,17 @@ class Throttle:
             found = blocks.find(keys, args[3::2], cost, sent) if blocks and cost > 0 else None  # type: ignore[arg-type]
             if found is not None:
                 index, block = found
-                reply = Reply.decode([0, index + 1, block.remaining, block.reset - sent, block.until - sent, 0])
+                reply = Reply.decode(
+                    [0, index + 1, block.remaining, block.reset - sent, block.until - sent, 0, block.penalized]
+                )
                 return _decision(reply, checks, cached=True)
         strategies = frozenset([policy.strategy for policy, _ in checks])
+        sent_keys, sent_args = keys, args
+        if penalized:
+            penalty_keys, penalty_args = penalty_arguments(checks, self.prefix, self.secret)
+            sent_keys, sent_args = keys + penalty_keys, [*args, *penalty_args]
         try:
-            raw = self._evaluate(strategies, keys, args)
+            raw = self._evaluate(strategies, sent_keys, sent_args)
         except StorageUnavailable:
             if self.fallback is None:
                 raise
@@ -193,7 +208,7 @@ class Throttle:
             # Redis ran the script at or after `sent`, so the counter is
             # full until at least `sent + retry_after`.
             quota: int = args[3 + 2 * reply.index]  # type: ignore[assignment]
-            blocks.add(keys[reply.index], Block.after(sent, quota, cost, raw[2], raw[4], raw[3]))
+            blocks.add(keys[reply.index], Block.after(sent, quota, cost, raw[2], raw[4], raw[3], reply.penalized))
         return _decision(reply, checks)
 
     def _evaluate(self, strategies: frozenset[str], keys: list[str], args: list[int | str]) -> list[int]:
@@ -230,6 +245,7 @@ def _decision(reply: Reply, checks: Sequence[Check], cached: bool = False) -> De
                 reply.reset,
                 reply.retry_after,
                 cached,
+                reply.penalized,
             )
         index -= size
     raise ValueError(f"script reply names counter {reply.index}, beyond the {len(checks)} checks sent")

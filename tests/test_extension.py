@@ -103,6 +103,15 @@ def test_memory_store_warns_once_that_counts_are_per_process(caplog: pytest.LogC
         ("RATELIMIT_IPV6_PREFIX", True),
         ("RATELIMIT_KEY_SECRET", ""),
         ("RATELIMIT_KEY_SECRET", 42),
+        ("RATELIMIT_DEFAULT", 10),
+        ("RATELIMIT_DEFAULT_MODE", "merge"),
+        ("RATELIMIT_APPLICATION", "1/m;2/m"),
+        ("RATELIMIT_DEFAULT_MODE", None),
+        ("RATELIMIT_HEADERS_LEGACY", "yes"),
+        ("RATELIMIT_RETRY_AFTER", "date"),
+        ("RATELIMIT_RETRY_AFTER", 1),
+        ("RATELIMIT_SHADOW", 1),
+        ("RATELIMIT_ON_BREACH", "log"),
     ],
 )
 def test_bad_settings_raise_at_init_app(key: str, value: object) -> None:

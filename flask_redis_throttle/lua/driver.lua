@@ -45,6 +45,9 @@
 --   [4] microseconds until that counter is back to its full quota
 --   [5] microseconds until the request would pass (0 when admitted)
 --   [6] now: the time it was decided at, for a refund of it later
+--   [7] only when penalty keys were sent (see penalty.lua, whose keys and
+--       arguments follow the counters'): 1 if the deciding counter refused
+--       because of a penalty, else 0
 --
 -- A refund replies {1, 0, 0, 0, 0, now}.
 
@@ -55,29 +58,40 @@ if not now then
 end
 local cost = tonumber(ARGV[2])
 local codes = ARGV[3]
+-- KEYS holds one counter per two letters of codes; penalty keys follow.
+local counters = #codes / 2
 
 local function strategy_of(i)
   return strategies[string.sub(codes, 2 * i - 1, 2 * i)]
 end
 
 if cost < 0 then
-  for i, key in ipairs(KEYS) do
-    strategy_of(i).refund(key, tonumber(ARGV[2 + 2 * i]), tonumber(ARGV[3 + 2 * i]) * 1000000, now, -cost)
+  for i = 1, counters do
+    strategy_of(i).refund(KEYS[i], tonumber(ARGV[2 + 2 * i]), tonumber(ARGV[3 + 2 * i]) * 1000000, now, -cost)
   end
   return {1, 0, 0, 0, 0, now}
 end
 
 local admitted = true
-local chosen, states = {}, {}
+local chosen, states, missed = {}, {}, {}
 local pick, pick_remaining, pick_reset, pick_retry = 0, 0, 0, -1
+local groups, blocked = nil, {}
+if KEYS[counters + 1] then
+  groups, blocked = penalties.load(counters, now)
+end
 
-for i, key in ipairs(KEYS) do
+for i = 1, counters do
+  local key = KEYS[i]
   local strategy = strategy_of(i)
   local quota = tonumber(ARGV[2 + 2 * i])
   local period = tonumber(ARGV[3 + 2 * i]) * 1000000
   local fits, remaining, reset, retry, state = strategy.check(key, quota, period, now, cost)
   if cost > quota then
     fits, retry = false, period
+  end
+  missed[i] = not fits
+  if blocked[i] then
+    fits, remaining, retry = false, 0, math.max(retry, blocked[i])
   end
   chosen[i], states[i] = strategy, state
   local better
@@ -93,10 +107,23 @@ for i, key in ipairs(KEYS) do
   end
 end
 
-if admitted and cost > 0 then
-  for i, key in ipairs(KEYS) do
-    chosen[i].record(key, states[i])
+local penalized = blocked[pick] ~= nil
+if not admitted and cost > 0 and groups then
+  -- The wait this refusal gives must cover the block it starts.
+  local offender, wait = penalties.punish(groups, missed, now)
+  if wait > pick_retry then
+    pick, pick_remaining, pick_reset, pick_retry, penalized = offender, 0, wait, wait, true
   end
 end
 
-return {admitted and 1 or 0, pick, pick_remaining, math.ceil(pick_reset), math.ceil(pick_retry), now}
+if admitted and cost > 0 then
+  for i = 1, counters do
+    chosen[i].record(KEYS[i], states[i])
+  end
+end
+
+local reply = {admitted and 1 or 0, pick, pick_remaining, math.ceil(pick_reset), math.ceil(pick_retry), now}
+if groups then
+  reply[7] = penalized and 1 or 0
+end
+return reply

@@ -1,0 +1,152 @@
+"""Penalties: an identity that keeps hitting a limit is blocked for an
+escalating time.
+
+``@limit("10/m", penalty="1m;x2;max=1h")``: the first time a client is
+refused by that limit, it is blocked from it for a minute; if it is refused
+again within an hour of that block's end, for two minutes, then four, and so
+on up to an hour. While blocked, every request it sends under that limit is
+refused, with a ``Retry-After`` that covers the block.
+
+It is decided in the same script call as the limits, with one more key per
+penalized limit and identity (see ``lua/penalty.lua``), so it costs no round
+trip. Every penalty key expires at most two longest blocks after it was
+written.
+
+This module is pure Python: it imports neither Flask nor Redis.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from .errors import InvalidLimit
+from .keys import escape_scope, identity_tag
+from .rates import MAX_PERIOD, parse_duration
+
+if TYPE_CHECKING:
+    from .throttle import Check
+
+__all__ = ["MAX_FACTOR", "Penalty", "parse_penalty", "penalty_arguments", "penalty_key"]
+
+#: The largest factor between two blocks.
+MAX_FACTOR = 1000
+
+_FACTOR = re.compile(r"x\s*([0-9]+)", re.ASCII | re.IGNORECASE)
+_LONGEST = re.compile(r"max\s*=\s*(.+)", re.ASCII | re.IGNORECASE)
+
+_GRAMMAR = (
+    "expected a first block such as '1m', then optionally ';x2' (each further block twice as long) "
+    "and ';max=1h' (the longest block), as in '1m;x2;max=1h'"
+)
+
+
+@dataclass(frozen=True)
+class Penalty:
+    """How long a repeat offender is blocked.
+
+    :param first: the first block, in seconds.
+    :param factor: each further block is this many times the one before; 1
+        blocks for ``first`` every time.
+    :param longest: the longest block, in seconds. A level of offence is
+        remembered for this long after its block ends.
+    :param spec: the penalty as written.
+    """
+
+    first: int
+    factor: int = 1
+    longest: int = 0
+    spec: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.longest:
+            object.__setattr__(self, "longest", self.first)
+
+    def block(self, level: int) -> int:
+        """The block of the ``level``-th offence in a row (1 for the first), in seconds."""
+        block = self.first
+        for _ in range(level - 1):
+            if block >= self.longest or self.factor == 1:
+                break
+            block *= self.factor
+        return min(block, self.longest)
+
+
+def parse_penalty(spec: str) -> Penalty:
+    """Parse a penalty such as ``"1m"``, ``"30s;x3"`` or ``"1m;x2;max=1h"``.
+
+    Without ``max``, blocks escalate up to a day (or stay at the first block
+    if that is longer); without a factor, every block is the first one.
+
+    :raises InvalidLimit: quoting ``spec``, if it is malformed, has a factor
+        below 1 or above :data:`MAX_FACTOR`, or a longest block shorter than
+        the first or longer than 366 days.
+    """
+    if not isinstance(spec, str) or not spec.strip():
+        raise InvalidLimit(f"penalty {spec!r} is invalid: {_GRAMMAR}", spec=spec)
+    first_text, *options = (part.strip() for part in spec.split(";"))
+    first = _duration(first_text, spec)
+    factor, longest = 1, 0
+    for option in options:
+        if match := _FACTOR.fullmatch(option):
+            factor = int(match[1])
+            if not 1 <= factor <= MAX_FACTOR:
+                raise InvalidLimit(f"penalty {spec!r}: the factor must be from 1 to {MAX_FACTOR}", spec=spec)
+        elif match := _LONGEST.fullmatch(option):
+            longest = _duration(match[1], spec)
+        else:
+            raise InvalidLimit(f"penalty {spec!r} has an unknown part {option!r}; {_GRAMMAR}", spec=spec)
+    if not longest:
+        longest = max(first, 86_400) if factor > 1 else first
+    if longest < first:
+        raise InvalidLimit(f"penalty {spec!r}: the longest block is shorter than the first", spec=spec)
+    return Penalty(first, factor, longest, spec)
+
+
+def _duration(text: str, spec: str) -> int:
+    try:
+        seconds = parse_duration(text)
+    except InvalidLimit:
+        raise InvalidLimit(f"penalty {spec!r} has an invalid duration {text!r}; {_GRAMMAR}", spec=spec) from None
+    if seconds > MAX_PERIOD:
+        raise InvalidLimit(f"penalty {spec!r}: a block may last {MAX_PERIOD // 86_400} days at most", spec=spec)
+    return seconds
+
+
+@lru_cache(maxsize=1024)
+def _suffix(scope: str) -> str:
+    return f"}}:{escape_scope(scope)}:pn"
+
+
+def penalty_key(prefix: str, kind: str, value: str, scope: str, secret: bytes = b"") -> str:
+    """The Redis key of one identity's penalty under one scope, such as
+    ``rl:{ip:Yq3...}:login:pn``: in the identity's hash tag, like its counters.
+
+    :param prefix: the key prefix (``RATELIMIT_KEY_PREFIX``).
+    :param kind: the identity's kind.
+    :param value: the identity's value.
+    :param scope: the limit's scope.
+    :param secret: the digest's secret (``RATELIMIT_KEY_SECRET``).
+    """
+    return prefix + "{" + identity_tag(kind, value, secret) + _suffix(scope)
+
+
+def penalty_arguments(checks: Sequence[Check], prefix: str, secret: bytes) -> tuple[list[str], list[int]]:
+    """The penalty keys and script arguments for ``checks``, to send after
+    the counters' (see ``lua/penalty.lua``): one group per identity of each
+    check whose policy has a penalty."""
+    keys: list[str] = []
+    args: list[int] = []
+    counter = 1
+    for policy, identities in checks:
+        layers = len(policy.rates)
+        for identity in identities:
+            penalty = policy.penalty
+            if penalty is not None:
+                keys.append(penalty_key(prefix, identity.kind, identity.value, policy.scope, secret))
+                args += (counter, counter + layers - 1, penalty.first, penalty.factor, penalty.longest)
+            counter += layers
+    return keys, args

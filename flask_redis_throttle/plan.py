@@ -1,0 +1,351 @@
+"""Plans: which limits apply to one endpoint and HTTP method, worked out once.
+
+An endpoint's limits come from three places, in this order:
+
+1. the view's own :func:`~flask_redis_throttle.limit` decorators;
+2. the limits of the blueprints it belongs to, from the innermost outwards,
+   up to and including the first blueprint marked
+   :func:`~flask_redis_throttle.exempt`;
+3. ``RATELIMIT_DEFAULT``: for views with no limit from 1 or 2 when
+   ``RATELIMIT_DEFAULT_MODE`` is ``"replace"``, for every view when it is
+   ``"add"``;
+4. ``RATELIMIT_APPLICATION``, one limit shared by every view.
+
+3 and 4 are left out for a view exempted, or inside a blueprint exempted.
+
+Static file endpoints never get a limit. Of those limits, a plan keeps the
+ones whose ``methods`` include the request's method, each compiled into a
+:class:`PlannedLimit`: its :class:`~flask_redis_throttle.throttle.Policy`
+(unless it is dynamic), its identity resolvers, and its options. A plan
+that uses no per-request option is *simple*: the extension then decides it
+with a loop as short as it was before any option existed.
+
+This module imports Flask (for types) but makes no Redis call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from flask import Flask, Request, Response
+
+from .config import Settings
+from .decorators import EXEMPT_ATTRIBUTE, LIMITS_ATTRIBUTE, LimitSpec
+from .errors import InvalidLimit
+from .headers import Labels
+from .identity import IdentitySpec, Resolver, resolvers
+from .keys import Identity
+from .rates import parse_limits
+from .throttle import Check, Policy
+
+__all__ = ["Batch", "Plan", "PlannedLimit", "Problem", "compile_plan", "matching"]
+
+#: How many policies a dynamic limit keeps, one per distinct string returned;
+#: more, and the cache starts again, so its memory stays bounded whatever
+#: the function returns.
+DYNAMIC_CACHE_SIZE = 256
+
+#: A problem found with a request's limits: ``"cost"`` or ``"limit"``, and a message.
+Problem = tuple[str, str]
+
+
+@dataclass(frozen=True, eq=False)
+class PlannedLimit:
+    """One limit as it applies to one endpoint and method.
+
+    :param spec: the limit and its options, as written.
+    :param source: where it was written: ``"view"``, ``"blueprint <name>"``,
+        ``"RATELIMIT_DEFAULT"`` or ``"RATELIMIT_APPLICATION"``.
+    :param scope: the scope its counters are kept under.
+    :param strategy: its algorithm.
+    :param identities: whom it counts: built-in names and key functions.
+    :param resolvers: those identities, compiled.
+    :param shadow: whether it only logs (its own ``shadow=`` or ``RATELIMIT_SHADOW``).
+    :param policy: its policy; None for a dynamic limit, whose policy is
+        found per request by :meth:`resolve`.
+    """
+
+    spec: LimitSpec
+    source: str
+    scope: str
+    strategy: str
+    identities: tuple[IdentitySpec, ...]
+    resolvers: tuple[Resolver, ...] = field(repr=False)
+    shadow: bool
+    policy: Policy | None
+    _policies: dict[str, Policy] = field(default_factory=dict, repr=False)
+
+    @property
+    def dynamic(self) -> bool:
+        """Whether the limit string comes from a function, per request."""
+        return self.policy is None
+
+    def resolve(self, request: Request) -> Policy | None:
+        """This request's policy: the fixed one, or the dynamic function's.
+
+        :returns: None when the dynamic function returns None.
+        :raises InvalidLimit: when it returns anything but None or a valid
+            limit string.
+        """
+        if self.policy is not None:
+            return self.policy
+        value = self.spec.spec(request)  # type: ignore[operator]
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise InvalidLimit(f"a dynamic limit must return a limit string or None, not {value!r}", spec=value)
+        policy = self._policies.get(value)
+        if policy is None:
+            rates = parse_limits(value)
+            if len(self._policies) >= DYNAMIC_CACHE_SIZE:
+                self._policies.clear()
+            # Every string shares the scope, so a client whose limit changes
+            # (a new pricing plan) keeps what it has used so far.
+            policy = self._policies[value] = Policy(rates, self.scope, self.strategy, self.spec.penalty)
+        return policy
+
+    def cost_for(self, request: Request, problems: list[Problem]) -> int:
+        """What this request costs. A cost function that returns anything but
+        an integer of 0 or more counts as costing 1, with a problem noted."""
+        cost = self.spec.cost
+        if not callable(cost):
+            return cost
+        value = cost(request)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+        problems.append(("cost", f"the cost function of {self.describe()} returned {value!r}; it counts as 1"))
+        return 1
+
+    def describe(self) -> str:
+        """The limit and where it comes from, for messages."""
+        spec = self.spec.spec
+        written = repr(spec) if isinstance(spec, str) else getattr(spec, "__qualname__", repr(spec))
+        return f"limit {written} ({self.source}, scope {self.scope!r})"
+
+
+@dataclass(slots=True)
+class Batch:
+    """Limits of one request that are decided together, in one script call.
+
+    :param cost: the cost they are counted with.
+    :param shadow: whether a refusal is only logged.
+    :param deferred: whether they are only inspected before the view, and
+        counted after it when their ``deduct_when`` matches.
+    """
+
+    cost: int
+    shadow: bool
+    deferred: bool
+    #: The checks to send: one per limit, with its identities.
+    checks: list[Check] = field(default_factory=list)
+    #: The limit of each check.
+    limits: list[PlannedLimit] = field(default_factory=list)
+
+    @property
+    def penalized(self) -> bool:
+        """Whether any of its limits has a penalty."""
+        return any(limit.spec.penalty is not None for limit in self.limits)
+
+
+@dataclass(frozen=True, eq=False)
+class Plan:
+    """The limits of one endpoint and method, ready for every request.
+
+    :param endpoint: the endpoint.
+    :param method: the HTTP method, upper case.
+    :param limits: the limits that apply, in the order of the module docstring.
+    :param labels: the layers' header names; None when a limit is dynamic,
+        since its layers are known only per request.
+    :param simple: True when no limit is dynamic, shadow or deferred, has an
+        ``exempt_when`` or a cost function, and all have the same cost: then
+        :attr:`checks` and :attr:`cost` are all a request needs.
+    """
+
+    endpoint: str
+    method: str
+    limits: tuple[PlannedLimit, ...]
+    labels: Labels | None
+    simple: bool
+    #: Each limit's policy and identity resolvers, for simple plans.
+    checks: tuple[tuple[Policy, tuple[Resolver, ...]], ...] = field(repr=False)
+    #: The cost every limit has, for simple plans.
+    cost: int = 1
+    _labels: dict[tuple[Policy, ...], Labels] = field(default_factory=dict, repr=False)
+
+    def prepare(self, request: Request) -> tuple[list[Batch], Labels, list[Problem]]:
+        """Work out a request's script calls, for plans that are not simple.
+
+        Limits whose ``exempt_when`` is true, whose dynamic function returns
+        None or a bad string, or none of whose identities applies, are left
+        out. The rest are grouped by cost, shadow and deferred, and the
+        groups ordered: deferred inspections first (they write nothing),
+        then enforced limits, then shadow ones (so that a request refused
+        by an enforced limit is not counted by a shadow one).
+
+        :returns: the batches, the header labels for the layers in play, and
+            the problems met (bad costs, bad dynamic limits).
+        """
+        problems: list[Problem] = []
+        groups: dict[tuple[bool, bool, int], Batch] = {}
+        policies: list[Policy] = []
+        for limit in self.limits:
+            exempt_when = limit.spec.exempt_when
+            if exempt_when is not None and exempt_when(request):
+                if limit.policy is not None:
+                    policies.append(limit.policy)
+                continue
+            try:
+                policy = limit.resolve(request)
+            except InvalidLimit as error:
+                problems.append(("limit", f"the dynamic {limit.describe()} is unusable: {error}"))
+                continue
+            if policy is None:
+                continue
+            policies.append(policy)
+            identities = _identities(limit.resolvers, request)
+            if not identities:
+                continue
+            cost = limit.cost_for(request, problems)
+            deferred = limit.spec.deduct_when is not None
+            key = (limit.shadow, deferred, cost)
+            batch = groups.get(key)
+            if batch is None:
+                batch = groups[key] = Batch(cost, limit.shadow, deferred)
+            batch.checks.append((policy, identities))
+            batch.limits.append(limit)
+        batches = sorted(groups.values(), key=lambda batch: (batch.shadow, not batch.deferred))
+        return batches, self.labels or self._labels_of(tuple(policies)), problems
+
+    def _labels_of(self, policies: tuple[Policy, ...]) -> Labels:
+        labels = self._labels.get(policies)
+        if labels is None:
+            if len(self._labels) >= DYNAMIC_CACHE_SIZE:
+                self._labels.clear()
+            labels = self._labels[policies] = Labels.of(policies)
+        return labels
+
+
+def matching(batches: list[Batch], response: Response) -> Iterator[Batch]:
+    """The part of each deferred batch whose ``deduct_when`` is true for ``response``."""
+    for batch in batches:
+        matched = Batch(batch.cost, batch.shadow, False)
+        for check, limit in zip(batch.checks, batch.limits, strict=True):
+            if limit.spec.deduct_when(response):  # type: ignore[misc]
+                matched.checks.append(check)
+                matched.limits.append(limit)
+        if matched.checks:
+            yield matched
+
+
+def _identities(found: tuple[Resolver, ...], request: Request) -> list[Identity]:
+    identities = []
+    for resolve in found:
+        identity = resolve(request)
+        if identity is not None:
+            identities.append(identity)
+    return identities
+
+
+def compile_plan(app: Flask, endpoint: str, method: str, settings: Settings) -> Plan | None:
+    """The plan of ``endpoint`` for requests of ``method``, or None if no limit applies."""
+    found = _limits_of(app, endpoint, settings)
+    logins = hasattr(app, "login_manager")
+    taken: list[tuple[str, str, frozenset[int] | None]] = []
+    limits = []
+    for position, (spec, source) in enumerate(found, 1):
+        strategy = spec.strategy or settings.strategy
+        periods = None if spec.rates is None else frozenset(rate.period for rate in spec.rates)
+        scope = spec.scope or _default_scope(endpoint, position, strategy, periods, taken)
+        # Scopes are given over all the endpoint's limits, whatever their
+        # methods, so that a limit keeps its counters for every method.
+        taken.append((scope, strategy, periods))
+        if not spec.applies_to(method):
+            continue
+        identities = spec.identities or settings.identities
+        limits.append(
+            PlannedLimit(
+                spec=spec,
+                source=source,
+                scope=scope,
+                strategy=strategy,
+                identities=identities,
+                resolvers=resolvers(identities, settings.ipv6_prefix, logins),
+                shadow=spec.shadow or settings.shadow,
+                policy=None if spec.rates is None else Policy(spec.rates, scope, strategy, spec.penalty),
+            )
+        )
+    if not limits:
+        return None
+    costs = {limit.spec.cost for limit in limits}
+    cost = next(iter(costs))
+    simple = len(costs) == 1 and isinstance(cost, int)
+    simple = simple and not any(
+        limit.policy is None or limit.shadow or limit.spec.exempt_when or limit.spec.deduct_when for limit in limits
+    )
+    policies = [limit.policy for limit in limits if limit.policy is not None]
+    checks = tuple(zip(policies, [limit.resolvers for limit in limits], strict=True)) if simple else ()
+    return Plan(
+        endpoint=endpoint,
+        method=method,
+        limits=tuple(limits),
+        labels=Labels.of(policies) if len(policies) == len(limits) else None,
+        simple=simple,
+        checks=checks,
+        cost=cost if simple else 1,  # type: ignore[arg-type]
+    )
+
+
+def _limits_of(app: Flask, endpoint: str, settings: Settings) -> list[tuple[LimitSpec, str]]:
+    """Every limit of ``endpoint``, whatever the method, with where it was written."""
+    view = app.view_functions.get(endpoint)
+    if view is None or endpoint == "static" or endpoint.endswith(".static"):
+        return []
+    found = [(spec, "view") for spec in getattr(view, LIMITS_ATTRIBUTE, ())]
+    inherits = not getattr(view, EXEMPT_ATTRIBUTE, False)
+    if inherits:
+        for name in _blueprints(app, endpoint):
+            blueprint = app.blueprints[name]
+            found += [(spec, f"blueprint {name}") for spec in getattr(blueprint, LIMITS_ATTRIBUTE, ())]
+            if getattr(blueprint, EXEMPT_ATTRIBUTE, False):
+                inherits = False
+                break
+    if not inherits:
+        return found
+    default = settings.default
+    if default is not None and (settings.default_mode == "add" or not found):
+        found.append((default, "RATELIMIT_DEFAULT"))
+    if settings.application is not None:
+        found.append((settings.application, "RATELIMIT_APPLICATION"))
+    return found
+
+
+def _blueprints(app: Flask, endpoint: str) -> Iterator[str]:
+    """The names of the blueprints ``endpoint`` belongs to, innermost first,
+    as ``request.blueprints`` would give them: ``"parent.child"``, ``"parent"``."""
+    name = endpoint.rpartition(".")[0]
+    while name:
+        if name in app.blueprints:
+            yield name
+        name = name.rpartition(".")[0]
+
+
+def _default_scope(
+    endpoint: str,
+    position: int,
+    strategy: str,
+    periods: frozenset[int] | None,
+    taken: list[tuple[str, str, frozenset[int] | None]],
+) -> str:
+    """The endpoint; or, if an earlier limit of the endpoint already counts
+    under it, with the same strategy and a window in common (any window, if
+    either is dynamic), the endpoint and the limit's position, so that two
+    limits never share a counter unless a ``scope=`` says so."""
+    for scope, other_strategy, other_periods in taken:
+        if (
+            scope == endpoint
+            and other_strategy == strategy
+            and (periods is None or other_periods is None or periods & other_periods)
+        ):
+            return f"{endpoint}+{position}"
+    return endpoint

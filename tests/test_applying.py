@@ -1,0 +1,353 @@
+"""Where limits come from: defaults, blueprints, exemptions, scopes and methods."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from conftest import get, install
+from flask import Blueprint, Flask
+from flask.views import MethodView
+
+from flask_redis_throttle import InvalidLimit, exempt, limit
+from flask_redis_throttle.plan import Plan
+
+
+def views(app: Flask | Blueprint, *names: str) -> None:
+    """A plain GET view ``/<name>`` for each name."""
+    for name in names:
+        app.add_url_rule(f"/{name}", name, lambda: "ok")
+
+
+def test_own_limits_replace_the_default(app: Flask, statuses) -> None:
+    @app.get("/own")
+    @limit("1/m")
+    def own() -> str:
+        return "ok"
+
+    views(app, "free")
+    install(app, RATELIMIT_DEFAULT="2/m")
+    client = app.test_client()
+    assert statuses(client, 2, "/own") == [200, 429]
+    assert statuses(client, 3, "/free") == [200, 200, 429]
+
+
+def test_default_mode_add_applies_the_default_to_limited_views_too(app: Flask, statuses) -> None:
+    @app.get("/own")
+    @limit("5/m")
+    def own() -> str:
+        return "ok"
+
+    state = install(app, RATELIMIT_DEFAULT="3/m", RATELIMIT_DEFAULT_MODE="add")
+    client = app.test_client()
+    response = get(client, "/own")
+    assert response.headers["RateLimit-Policy"] == '"1m";q=5;w=60, "1m-2";q=3;w=60'
+    assert statuses(client, 3, "/own") == [200, 200, 429]
+    # Both count one minute, per endpoint, yet each has a counter of its own.
+    plan = state.plan("own")
+    assert plan is not None
+    assert [(limit.source, limit.scope) for limit in plan.limits] == [("view", "own"), ("RATELIMIT_DEFAULT", "own+2")]
+
+
+def test_the_application_limit_is_shared_by_every_view(app: Flask, statuses) -> None:
+    @app.get("/own")
+    @limit("5/m")
+    def own() -> str:
+        return "ok"
+
+    @app.get("/health")
+    @exempt
+    def health() -> str:
+        return "ok"
+
+    views(app, "free")
+    state = install(app, RATELIMIT_APPLICATION="3/m", RATELIMIT_DEFAULT="10/m")
+    client = app.test_client()
+    assert statuses(client, 3, "/health") == [200, 200, 200]
+    assert statuses(client, 2, "/own") + statuses(client, 2, "/free") == [200, 200, 200, 429]
+    plan = state.plan("free")
+    assert plan is not None
+    assert [(limit.source, limit.scope) for limit in plan.limits] == [
+        ("RATELIMIT_DEFAULT", "free"),
+        ("RATELIMIT_APPLICATION", "@app"),
+    ]
+
+
+def test_a_blueprint_limit_counts_each_view_on_its_own(app: Flask, statuses) -> None:
+    api = Blueprint("api", __name__)
+    views(api, "a", "b")
+    limit("2/m")(api)
+    app.register_blueprint(api, url_prefix="/api")
+    install(app)
+    client = app.test_client()
+    assert statuses(client, 3, "/api/a") == [200, 200, 429]
+    assert statuses(client, 3, "/api/b") == [200, 200, 429]
+
+
+def test_a_blueprint_limit_with_a_scope_is_shared_by_its_views(app: Flask, statuses) -> None:
+    api = Blueprint("api", __name__)
+    views(api, "a", "b")
+    limit("3/m", scope="api")(api)
+    app.register_blueprint(api, url_prefix="/api")
+    install(app)
+    client = app.test_client()
+    assert statuses(client, 2, "/api/a") + statuses(client, 2, "/api/b") == [200, 200, 200, 429]
+
+
+def test_nested_blueprints_and_views_add_their_limits(app: Flask, statuses) -> None:
+    parent = Blueprint("parent", __name__)
+    child = Blueprint("child", __name__)
+    views(parent, "p")
+    views(child, "c")
+
+    @child.get("/own")
+    @limit("1/m", scope="own")
+    def own() -> str:
+        return "ok"
+
+    limit("3/m;10/h")(parent)
+    limit("2/m", scope="child")(child)
+    parent.register_blueprint(child, url_prefix="/child")
+    app.register_blueprint(parent, url_prefix="/parent")
+    install(app)
+    client = app.test_client()
+    response = get(client, "/parent/child/own")
+    assert response.headers["RateLimit-Policy"] == '"1m";q=1;w=60, "1m-2";q=2;w=60, "1m-3";q=3;w=60, "1h";q=10;w=3600'
+    assert statuses(client, 1, "/parent/child/own") == [429]  # its own 1/m
+    # The child's shared 2/m has one left, spent by /c; the parent's 3/m counts per view.
+    assert statuses(client, 2, "/parent/child/c") == [200, 429]
+    assert statuses(client, 4, "/parent/p") == [200, 200, 200, 429]
+
+
+def test_a_blueprint_registered_twice_limits_under_each_name(app: Flask, statuses) -> None:
+    shop = Blueprint("shop", __name__)
+    views(shop, "cart")
+    limit("1/m")(shop)
+    app.register_blueprint(shop, url_prefix="/eu")
+    app.register_blueprint(shop, url_prefix="/us", name="shop_us")
+    install(app)
+    client = app.test_client()
+    assert statuses(client, 2, "/eu/cart") == [200, 429]
+    assert statuses(client, 2, "/us/cart") == [200, 429]
+
+
+@pytest.mark.parametrize(("mode", "expected"), [("replace", [200, 200, 429]), ("add", [200, 429, 429])])
+def test_blueprint_limits_count_as_own_limits_for_the_default(app: Flask, statuses, mode, expected) -> None:
+    api = Blueprint("api", __name__)
+    views(api, "a")
+    limit("2/m")(api)
+    app.register_blueprint(api, url_prefix="/api")
+    install(app, RATELIMIT_DEFAULT="1/m", RATELIMIT_DEFAULT_MODE=mode)
+    assert statuses(app.test_client(), 3, "/api/a") == expected
+
+
+def test_exempt_views_inherit_nothing(app: Flask, statuses) -> None:
+    api = Blueprint("api", __name__)
+
+    @api.get("/health")
+    @exempt
+    def health() -> str:
+        return "ok"
+
+    @api.get("/special")
+    @exempt
+    @limit("2/m")
+    def special() -> str:
+        return "ok"
+
+    @app.get("/status")
+    @exempt
+    def status() -> str:
+        return "ok"
+
+    limit("1/m")(api)
+    app.register_blueprint(api, url_prefix="/api")
+    state = install(app, RATELIMIT_DEFAULT="1/m", RATELIMIT_DEFAULT_MODE="add")
+    client = app.test_client()
+    assert statuses(client, 3, "/api/health") == [200, 200, 200]
+    assert statuses(client, 3, "/status") == [200, 200, 200]
+    assert "RateLimit" not in get(client, "/status").headers
+    # Only its own limit: neither the blueprint's 1/m nor the default.
+    assert statuses(client, 3, "/api/special") == [200, 200, 429]
+    assert state.plan("api.health") is None
+
+
+def test_an_exempt_blueprint_keeps_its_own_limits_and_those_below(app: Flask, statuses) -> None:
+    outer = Blueprint("outer", __name__)
+    quiet = Blueprint("quiet", __name__)
+    loud = Blueprint("loud", __name__)
+    views(quiet, "q")
+    views(loud, "l")
+    limit("1/m")(outer)
+    exempt(quiet)
+    exempt(loud)
+    limit("2/m")(loud)
+    outer.register_blueprint(quiet, url_prefix="/quiet")
+    outer.register_blueprint(loud, url_prefix="/loud")
+    app.register_blueprint(outer, url_prefix="/outer")
+    install(app, RATELIMIT_DEFAULT="1/m")
+    client = app.test_client()
+    assert statuses(client, 3, "/outer/quiet/q") == [200, 200, 200]
+    assert statuses(client, 3, "/outer/loud/l") == [200, 200, 429]
+
+
+def test_static_files_are_never_limited(tmp_path: Any) -> None:
+    (tmp_path / "a.txt").write_text("a")
+    app = Flask("tests")
+    assets = Blueprint("assets", __name__, static_folder=str(tmp_path), static_url_path="/static")
+    limit("1/m")(assets)
+    app.register_blueprint(assets, url_prefix="/assets")
+    state = install(app, RATELIMIT_DEFAULT="1/m", RATELIMIT_DEFAULT_MODE="add")
+    client = app.test_client()
+    for _ in range(3):
+        with client.get("/assets/static/a.txt") as response:
+            assert response.status_code == 200
+    assert state.plan("assets.static") is None
+
+
+def test_views_in_different_blueprints_share_a_scope(app: Flask, statuses) -> None:
+    web = Blueprint("web", __name__)
+    api = Blueprint("api", __name__)
+    for blueprint in (web, api):
+        blueprint.add_url_rule("/search", "search", limit("3/m", scope="search")(lambda: "ok"))
+    app.register_blueprint(web, url_prefix="/web")
+    app.register_blueprint(api, url_prefix="/api")
+    install(app)
+    client = app.test_client()
+    assert statuses(client, 2, "/web/search") + statuses(client, 2, "/api/search") == [200, 200, 200, 429]
+
+
+def test_limits_per_method(app: Flask) -> None:
+    @app.route("/items", methods=["GET", "POST"])
+    @limit("1/m", methods=["post"])
+    def items() -> str:
+        return "ok"
+
+    install(app)
+    client = app.test_client()
+    assert [client.get("/items").status_code for _ in range(3)] == [200, 200, 200]
+    assert [client.post("/items").status_code for _ in range(2)] == [200, 429]
+
+
+def test_a_get_limit_covers_head(app: Flask) -> None:
+    @app.get("/page")
+    @limit("1/m", methods=["GET"])
+    def page() -> str:
+        return "ok"
+
+    install(app)
+    client = app.test_client()
+    assert client.head("/page").status_code == 200
+    assert client.get("/page").status_code == 429
+
+
+def test_limits_of_different_methods_keep_their_own_counters(app: Flask) -> None:
+    @app.route("/items", methods=["GET", "POST"])
+    @limit("1/m", methods=["POST"])
+    @limit("2/m", methods=["GET"])
+    def items() -> str:
+        return "ok"
+
+    install(app)
+    client = app.test_client()
+    assert client.post("/items").status_code == 200
+    assert [client.get("/items").status_code for _ in range(3)] == [200, 200, 429]
+    assert client.post("/items").status_code == 429
+
+
+def test_plan_describes_each_limit(app: Flask) -> None:
+    def api_key(request: Any) -> str | None:
+        return request.headers.get("X-Api-Key")
+
+    def quota(request: Any) -> str:
+        return "5/m"
+
+    api = Blueprint("api", __name__)
+
+    @api.route("/items", methods=["GET", "POST"])
+    @limit("10/s;100/m", identities=[api_key], strategy="gcra")
+    @limit(quota, methods=["POST"], cost=3, shadow=True)
+    def items() -> str:
+        return "ok"
+
+    limit("1000/h", scope="api")(api)
+    app.register_blueprint(api, url_prefix="/api")
+    state = install(app)
+    get_plan = state.plan("api.items")
+    post_plan = state.plan("api.items", "post")
+    assert isinstance(get_plan, Plan)
+    assert isinstance(post_plan, Plan)
+    assert get_plan.simple
+    assert not post_plan.simple
+    assert [limit.source for limit in post_plan.limits] == ["view", "view", "blueprint api"]
+    first, dynamic, shared = post_plan.limits
+    assert first.policy is not None
+    assert [str(rate) for rate in first.policy.rates] == ["10 per 1 second", "100 per 1 minute"]
+    assert (first.scope, first.strategy, first.identities) == ("api.items", "gcra", (api_key,))
+    assert dynamic.dynamic
+    assert dynamic.policy is None
+    assert dynamic.spec.spec is quota
+    assert (dynamic.shadow, dynamic.spec.cost, dynamic.spec.methods) == (True, 3, frozenset({"POST"}))
+    assert dynamic.identities == ("ip", "user")
+    assert shared.scope == "api"
+    assert state.plan("api.items", "GET") is get_plan  # compiled once, kept
+    assert len(get_plan.limits) == 2
+    assert state.plan("nowhere") is None
+    assert state.plan(None) is None
+
+
+def test_plan_works_when_disabled() -> None:
+    app = Flask("tests")
+    views(app, "free")
+    state = install(app, RATELIMIT_ENABLED=False, RATELIMIT_DEFAULT="1/m")
+    plan = state.plan("free")
+    assert plan is not None
+    assert plan.limits[0].source == "RATELIMIT_DEFAULT"
+
+
+def test_class_based_views_take_limits_through_decorators(app: Flask, statuses) -> None:
+    class Items(MethodView):
+        decorators = (limit("1/m"),)
+
+        def get(self) -> str:
+            return "ok"
+
+    app.add_url_rule("/items", view_func=Items.as_view("items"))
+    install(app)
+    assert statuses(app.test_client(), 2, "/items") == [200, 429]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"methods": "POST"},
+        {"methods": []},
+        {"methods": [1]},
+        {"methods": ["PO ST"]},
+        {"cost": -1},
+        {"cost": True},
+        {"cost": 2.5},
+        {"cost": "2"},
+        {"cost": 11},  # more than the 10/s layer: no request could ever pass
+        {"deduct_when": 200},
+        {"exempt_when": "never"},
+        {"on_breach": "log"},
+        {"shadow": "yes"},
+    ],
+)
+def test_bad_options_raise_when_decorating(options: dict[str, Any]) -> None:
+    with pytest.raises(InvalidLimit) as info:
+        limit("10/s;100/m", **options)
+    assert repr(next(iter(options.values()))) in str(info.value)
+
+
+def test_limit_and_exempt_refuse_what_they_cannot_apply_to() -> None:
+    with pytest.raises(TypeError, match="RATELIMIT_DEFAULT"):
+        limit("1/m")(Flask("tests"))
+    with pytest.raises(TypeError, match="decorators"):
+
+        @limit("1/m")
+        class Items(MethodView): ...
+
+    with pytest.raises(TypeError, match="view function or a blueprint"):
+        exempt("index")  # type: ignore[type-var]

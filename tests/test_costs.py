@@ -1,0 +1,177 @@
+"""What a request costs: fixed costs, cost functions, and deduct_when."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+from conftest import Clock, get, install
+from flask import Flask, Request, Response, abort, g, request
+
+from flask_redis_throttle import limit
+from flask_redis_throttle.extension import RateLimitState
+
+
+def count_calls(state: RateLimitState) -> list[int]:
+    """Record the cost of every script call the app makes."""
+    assert state.throttle is not None
+    costs: list[int] = []
+    hit = state.throttle.hit
+
+    def spy(checks: Any, cost: int = 1) -> Any:
+        costs.append(cost)
+        return hit(checks, cost)
+
+    state.throttle.hit = spy  # type: ignore[method-assign]
+    return costs
+
+
+def test_a_fixed_cost(app: Flask, statuses) -> None:
+    @app.get("/")
+    @limit("5/m", cost=2)
+    def index() -> str:
+        return "ok"
+
+    Clock(install(app))
+    client = app.test_client()
+    assert get(client).headers["RateLimit"] == '"1m";r=3;t=60'
+    assert statuses(client, 2, "/") == [200, 429]
+
+
+def test_a_cost_function_of_the_request(app: Flask) -> None:
+    @app.post("/batch")
+    @limit("10/m", cost=lambda request: len(request.get_json()))
+    def batch() -> str:
+        return "ok"
+
+    install(app)
+    client = app.test_client()
+    assert client.post("/batch", json=[1] * 6).status_code == 200
+    assert client.post("/batch", json=[1] * 5).status_code == 429  # 6 + 5 > 10
+    assert client.post("/batch", json=[1] * 4).status_code == 200
+    assert client.post("/batch", json=[]).status_code == 200  # free, even when full
+
+
+@pytest.mark.parametrize("bad", [-1, 2.5, "3", None, True])
+def test_a_bad_cost_counts_as_one_and_warns(app: Flask, statuses, caplog, bad: object) -> None:
+    def cost(request: Request) -> Any:
+        return bad
+
+    @app.get("/")
+    @limit("2/m", cost=cost)
+    def index() -> str:
+        return "ok"
+
+    install(app)
+    with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
+        assert statuses(app.test_client(), 3, "/") == [200, 200, 429]
+    warnings = [r.getMessage() for r in caplog.records if "cost function" in r.getMessage()]
+    assert len(warnings) == 1  # at most one per interval
+    assert repr(bad) in warnings[0]
+    assert "counts as 1" in warnings[0]
+
+
+def test_limits_of_different_costs_all_apply(app: Flask, statuses) -> None:
+    @app.get("/")
+    @limit("3/m")
+    @limit("10/h", cost=4, scope="expensive")
+    def index() -> str:
+        return "ok"
+
+    state = install(app)
+    costs = count_calls(state)
+    assert statuses(app.test_client(), 4, "/") == [200, 200, 429, 429]  # 4 + 4 fit in 10, 12 do not
+    assert costs[:2] == [1, 4]
+
+
+def deduct_app(app: Flask, spec: str = "2/m", **options: Any) -> list[str]:
+    """``/`` counts only successful responses; ``?fail`` answers 404."""
+    ran: list[str] = []
+
+    @app.get("/")
+    @limit(spec, deduct_when=lambda response: response.status_code == 200, **options)
+    def index() -> str:
+        ran.append(request.args.get("fail", "ok"))
+        if "fail" in request.args:
+            abort(404)
+        return "ok"
+
+    return ran
+
+
+def test_deduct_when_counts_only_matching_responses(app: Flask) -> None:
+    ran = deduct_app(app)
+    Clock(install(app))
+    client = app.test_client()
+    assert [get(client, "/?fail=1").status_code for _ in range(5)] == [404] * 5
+    assert [get(client).status_code for _ in range(2)] == [200, 200]
+    refused = get(client)
+    assert refused.status_code == 429
+    assert refused.headers["Retry-After"] == "60"
+    assert len(ran) == 7  # the refused request never reached the view
+    assert get(client, "/?fail=1").status_code == 429  # no room, whatever the outcome would be
+
+
+def test_deduct_when_costs_one_round_trip_or_two(app: Flask) -> None:
+    deduct_app(app, "5/m")
+    state = install(app)
+    costs = count_calls(state)
+    client = app.test_client()
+    get(client, "/?fail=1")
+    assert costs == [0]  # inspected, not counted
+    response = get(client)
+    assert costs == [0, 0, 1]  # inspected, then counted
+    # The headers show the state after the deduction.
+    assert response.headers["RateLimit"].startswith('"1m";r=4;')
+
+
+def test_deduct_when_with_a_cost_refuses_when_the_cost_would_not_fit(app: Flask) -> None:
+    deduct_app(app, "3/m", cost=2)
+    install(app)
+    client = app.test_client()
+    assert get(client).status_code == 200  # 2 of 3 used
+    assert get(client).status_code == 429  # 1 left, 2 needed
+
+
+def test_deduct_when_beside_a_plain_limit(app: Flask) -> None:
+    @app.get("/")
+    @limit("3/m")
+    @limit("1/m", scope="successes", deduct_when=lambda response: response.status_code == 200)
+    def index() -> Response:
+        return Response("ok", status=int(request.args.get("status", 200)))
+
+    state = install(app)
+    costs = count_calls(state)
+    client = app.test_client()
+    assert get(client, "/?status=500").status_code == 500
+    assert get(client).status_code == 200
+    assert costs == [0, 1, 0, 1, 1]
+    assert get(client, "/?status=500").status_code == 429  # no success left
+    # The plain limit counted both earlier requests; the refused one is not counted.
+    assert state.throttle is not None
+    assert [key.decode().rsplit(":", 3)[-3] for key in sorted(state.throttle.storage.client.keys("*{*"))] == [
+        "index",
+        "successes",
+    ]
+
+
+def test_a_deduction_lost_to_a_race_is_not_counted(app: Flask) -> None:
+    # Two requests are inspected before either is counted: both pass, and
+    # the counter never goes over its quota, so the second goes uncounted.
+    deduct_app(app, "1/m")
+    state = install(app)
+    outcomes = []
+    for _ in range(2):
+        with app.test_request_context("/", environ_base={"REMOTE_ADDR": "192.0.2.1"}):
+            state.before_request()
+            outcomes.append(g.pop("_ratelimit"))
+    for outcome in outcomes:
+        with app.test_request_context("/", environ_base={"REMOTE_ADDR": "192.0.2.1"}):
+            g._ratelimit = outcome
+            assert state.after_request(Response("ok")).headers["RateLimit"].startswith('"1m";r=0;')
+    assert state.throttle is not None
+    client = state.throttle.storage.client
+    [key] = client.keys("*{*")
+    assert client.get(key).endswith(b":1")
+    assert get(app.test_client()).status_code == 429

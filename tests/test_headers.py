@@ -1,0 +1,102 @@
+"""Optional headers: the legacy X-RateLimit-* ones, and Retry-After as an HTTP-date."""
+
+from __future__ import annotations
+
+import time
+from email.utils import parsedate_to_datetime
+
+import pytest
+from conftest import Clock, get, install
+from flask import Flask, jsonify
+
+from flask_redis_throttle import RateLimitExceeded, limit
+from flask_redis_throttle.headers import legacy_headers, retry_after_value
+
+
+def limited(app: Flask, spec: str = "2/m", **config: object) -> Clock:
+    @app.get("/")
+    @limit(spec)
+    def index() -> str:
+        return "ok"
+
+    return Clock(install(app, **config))
+
+
+def test_legacy_headers_beside_the_ietf_ones(app: Flask) -> None:
+    clock = limited(app, RATELIMIT_HEADERS_LEGACY=True)
+    clock.set(15.5)
+    client = app.test_client()
+    before = time.time()
+    response = get(client)
+    assert response.headers["RateLimit"] == '"1m";r=1;t=45'
+    assert response.headers["X-RateLimit-Limit"] == "2"
+    assert response.headers["X-RateLimit-Remaining"] == "1"
+    # An epoch timestamp on the app server's clock, 44.5 seconds on, rounded up.
+    assert before + 44.5 <= int(response.headers["X-RateLimit-Reset"]) <= time.time() + 45.5
+    get(client)
+    refused = get(client)
+    assert refused.status_code == 429
+    assert refused.headers["X-RateLimit-Remaining"] == "0"
+
+
+def test_no_legacy_headers_by_default(app: Flask) -> None:
+    limited(app)
+    assert "X-RateLimit-Limit" not in get(app.test_client()).headers
+
+
+def http_date_seconds(value: str) -> float:
+    return parsedate_to_datetime(value).timestamp()
+
+
+def test_retry_after_as_an_http_date_is_never_early(app: Flask) -> None:
+    clock = limited(app, "1/m", RATELIMIT_RETRY_AFTER="http-date")
+    clock.set(0.25)
+    client = app.test_client()
+    get(client)
+    before = time.time()
+    refused = get(client)
+    assert refused.status_code == 429
+    retry_at = http_date_seconds(refused.headers["Retry-After"])
+    assert before + 59.75 <= retry_at <= time.time() + 60.75
+    assert retry_at == int(retry_at)
+
+
+def test_a_custom_429_handler_gets_the_http_date_too(app: Flask) -> None:
+    @app.errorhandler(RateLimitExceeded)
+    def too_many(error: RateLimitExceeded):  # type: ignore[no-untyped-def]
+        return jsonify(wait=error.retry_after, header=error.retry_after_header), 429
+
+    limited(app, "1/m", RATELIMIT_RETRY_AFTER="http-date")
+    client = app.test_client()
+    get(client)
+    refused = get(client)
+    assert refused.headers["Retry-After"].endswith(" GMT")
+    assert refused.json is not None
+    assert refused.json["header"].endswith(" GMT")
+    assert 1 <= refused.json["wait"] <= 60
+
+
+@pytest.mark.parametrize(
+    ("retry_after", "now", "expected"),
+    [
+        (2.0, 1000.0, 1002),
+        (0.2, 1000.5, 1002),  # at least a second on, as the seconds form
+        (1.5, 1000.75, 1003),  # 1002.25, rounded up
+        (59.000001, 1000.0, 1060),
+    ],
+)
+def test_http_date_rounds_up(retry_after: float, now: float, expected: int) -> None:
+    assert http_date_seconds(retry_after_value(retry_after, True, now)) == expected
+
+
+@pytest.mark.parametrize(("retry_after", "expected"), [(0.0, "1"), (0.2, "1"), (1.0, "1"), (41.01, "42")])
+def test_seconds_round_up(retry_after: float, expected: str) -> None:
+    assert retry_after_value(retry_after, False, 0.0) == expected
+
+
+def test_legacy_reset_rounds_up() -> None:
+    assert legacy_headers(10, -1, 0.2, 1000.9) == [
+        ("X-RateLimit-Limit", "10"),
+        ("X-RateLimit-Remaining", "0"),
+        ("X-RateLimit-Reset", "1002"),
+    ]

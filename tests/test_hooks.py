@@ -1,0 +1,103 @@
+"""Breach hooks: the rate_limited signal and on_breach functions."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from conftest import Clock, get, install
+from flask import Flask
+
+from flask_redis_throttle import Breach, Identity, Rate, limit, rate_limited
+
+
+@pytest.fixture
+def received() -> Iterator[list[tuple[Any, dict[str, Any]]]]:
+    """What the rate_limited signal sends, while the test runs."""
+    seen: list[tuple[Any, dict[str, Any]]] = []
+
+    def receiver(sender: Any, **fields: Any) -> None:
+        seen.append((sender, fields))
+
+    rate_limited.connect(receiver)
+    yield seen
+    rate_limited.disconnect(receiver)
+
+
+def test_the_signal_tells_who_hit_which_limit(app: Flask, received) -> None:
+    @app.get("/")
+    @limit("1/m", identities=["ip"], scope="search")
+    def index() -> str:
+        return "ok"
+
+    Clock(install(app))
+    client = app.test_client()
+    get(client)
+    assert received == []
+    assert get(client).status_code == 429
+    [(sender, fields)] = received
+    assert sender is app
+    assert fields["request"].path == "/"
+    assert fields["identity"] == Identity("ip", "192.0.2.1")
+    assert fields["layer"] == Rate(1, 60)
+    assert fields["retry_after"] == 60
+    assert (fields["scope"], fields["endpoint"], fields["shadow"]) == ("search", "index", False)
+
+
+def test_on_breach_per_limit_and_for_the_app(app: Flask) -> None:
+    calls: list[tuple[str, Breach]] = []
+
+    @app.get("/")
+    @limit("1/m", on_breach=lambda breach: calls.append(("limit", breach)))
+    def index() -> str:
+        return "ok"
+
+    @app.get("/other")
+    @limit("1/m", shadow=True)
+    def other() -> str:
+        return "ok"
+
+    install(app, RATELIMIT_ON_BREACH=lambda breach: calls.append(("app", breach)))
+    client = app.test_client()
+    for path in ("/", "/", "/other", "/other"):
+        get(client, path)
+    assert [(where, breach.endpoint, breach.shadow) for where, breach in calls] == [
+        ("limit", "index", False),
+        ("app", "index", False),
+        ("app", "other", True),
+    ]
+    assert calls[0][1].identity == Identity("ip", "192.0.2.1")
+
+
+def test_a_failing_hook_does_not_turn_the_429_into_a_500(app: Flask, caplog) -> None:
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("hook bug")
+
+    after: list[str] = []
+
+    def later(sender: Any, **fields: Any) -> None:
+        after.append(fields["endpoint"])
+
+    rate_limited.connect(broken)
+    rate_limited.connect(later)
+    try:
+
+        @app.get("/")
+        @limit("1/m", on_breach=broken)
+        def index() -> str:
+            return "ok"
+
+        install(app, RATELIMIT_ON_BREACH=broken)
+        client = app.test_client()
+        get(client)
+        with caplog.at_level(logging.ERROR, "flask_redis_throttle"):
+            response = get(client)
+    finally:
+        rate_limited.disconnect(broken)
+        rate_limited.disconnect(later)
+    assert response.status_code == 429
+    failures = [r for r in caplog.records if r.exc_info and "hook bug" in str(r.exc_info[1])]
+    assert len(failures) == 3  # the limit's hook, the app's, and the receiver
+    assert after == ["index"]  # the hooks after the broken one still ran

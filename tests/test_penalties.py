@@ -1,0 +1,183 @@
+"""Penalties: repeat offenders blocked for an escalating time, in the same script call."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+from conftest import Clock, get, install
+from flask import Flask, Response, request
+
+from flask_redis_throttle import InvalidLimit, RateLimitExceeded, limit, refusal_log
+from flask_redis_throttle.extension import RateLimitState
+from flask_redis_throttle.penalties import Penalty, parse_penalty
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("1m", Penalty(60, 1, 60)),
+        ("30s;x3", Penalty(30, 3, 86_400)),
+        ("2d;x2", Penalty(172_800, 2, 172_800)),
+        ("1m;x2;max=1h", Penalty(60, 2, 3600)),
+        (" 2 minutes ; X2 ; max = 1 hour ", Penalty(120, 2, 3600)),
+        ("10s;max=1m", Penalty(10, 1, 60)),
+    ],
+)
+def test_parse_penalty(spec: str, expected: Penalty) -> None:
+    penalty = parse_penalty(spec)
+    assert (penalty.first, penalty.factor, penalty.longest) == (expected.first, expected.factor, expected.longest)
+    assert penalty.spec == spec
+
+
+@pytest.mark.parametrize(
+    "spec",
+    ["", "1 fortnight", "0s", "1m;x0", "1m;x1001", "1m;x1.5", "1m;x2;max=30s", "1m;y2", "1m;x2;max=400d", "400d", 5],
+)
+def test_bad_penalties_raise_when_decorating(spec: Any) -> None:
+    with pytest.raises(InvalidLimit) as info:
+        limit("1/s", penalty=spec)
+    assert repr(spec) in str(info.value)
+
+
+def test_blocks_escalate_up_to_the_longest() -> None:
+    penalty = parse_penalty("1m;x2;max=5m")
+    assert [penalty.block(level) for level in range(1, 6)] == [60, 120, 240, 300, 300]
+    assert [parse_penalty("1m;max=5m").block(level) for level in (1, 9)] == [60, 60]
+
+
+def penalized_app(app: Flask, **options: Any) -> Clock:
+    @app.get("/")
+    @limit("2/s", identities=["ip"], penalty="10s;x2;max=40s", **options)
+    def index() -> str:
+        return "ok"
+
+    @app.get("/other")
+    @limit("2/s", identities=["ip"])
+    def other() -> str:
+        return "ok"
+
+    return Clock(install(app))
+
+
+def retry_after(client: Any, ip: str = "192.0.2.1") -> int | None:
+    """The Retry-After of a request now, or None if it passed."""
+    response = get(client, ip=ip)
+    return int(response.headers["Retry-After"]) if response.status_code == 429 else None
+
+
+def offend(client: Any, clock: Clock, at: float) -> int | None:
+    """At ``at``, use up the 2/s and send one more: its Retry-After."""
+    clock.set(at)
+    assert [retry_after(client), retry_after(client)] == [None, None]
+    return retry_after(client)
+
+
+def test_repeat_offenders_are_blocked_longer_each_time(app: Flask) -> None:
+    clock = penalized_app(app)
+    client = app.test_client()
+    # The refusal that starts a block says so in its Retry-After.
+    assert offend(client, clock, 0.0) == 10
+    clock.set(1.5)  # the 2/s has room again, but the block lasts
+    assert retry_after(client) == 9
+    assert retry_after(client, ip="192.0.2.2") is None  # others are not blocked
+    assert get(client, "/other").status_code == 200  # nor other limits
+    assert offend(client, clock, 10.0) == 20
+    assert offend(client, clock, 30.0) == 40
+    assert offend(client, clock, 70.0) == 40  # the longest
+    clock.set(109.999)
+    assert retry_after(client) == 1
+
+
+def test_refusals_during_a_block_are_not_offences(app: Flask) -> None:
+    clock = penalized_app(app)
+    client = app.test_client()
+    assert offend(client, clock, 0.0) == 10
+    for at in range(1, 10):
+        clock.set(at + 0.5)
+        assert [retry_after(client) for _ in range(5)] == [10 - at] * 5
+    assert offend(client, clock, 10.0) == 20  # the second offence, not the 47th
+
+
+def test_an_offence_is_forgotten_a_longest_block_after_its_block(app: Flask) -> None:
+    clock = penalized_app(app)
+    client = app.test_client()
+    assert offend(client, clock, 0.0) == 10
+    assert offend(client, clock, 49.0) == 20  # 39 s after the block: remembered
+    assert offend(client, clock, 69.0 + 40.0) == 10  # 40 s after: forgotten
+
+
+def test_a_penalty_refusal_is_told_apart(app: Flask, caplog) -> None:
+    breaches: list[Any] = []
+
+    @app.errorhandler(RateLimitExceeded)
+    def too_many(error: RateLimitExceeded) -> Any:
+        return {"penalized": error.penalized, "detail": error.description}, 429
+
+    clock = penalized_app(app, on_breach=breaches.append)
+    client = app.test_client()
+    offend(client, clock, 0.0)
+    clock.set(2.0)
+    blocked = get(client)
+    assert blocked.json == {
+        "penalized": True,
+        "detail": "Rate limit exceeded too often: 2 per 1 second. Try again in 8 seconds.",
+    }
+    assert [breach.penalized for breach in breaches] == [True, True]
+    with app.app_context():
+        assert [refusal.penalized for refusal in refusal_log().recent()] == [True, True]
+
+
+def test_a_penalty_key_always_expires(app: Flask) -> None:
+    clock = penalized_app(app)
+    client = app.test_client()
+    offend(client, clock, 0.0)
+    state: RateLimitState = app.extensions["ratelimit"]
+    assert state.throttle is not None
+    redis_client = state.throttle.storage.client
+    [key] = redis_client.keys("*:pn")
+    assert key.decode().endswith("}:index:pn")
+    assert redis_client.get(key).startswith(b"1:")
+    # The block (10 s) and then the longest block (40 s) to remember it.
+    assert 49_000 < redis_client.pttl(key) <= 50_000
+
+
+def test_a_penalty_with_deduct_when_counts_failed_logins(app: Flask) -> None:
+    @app.post("/login")
+    @limit(
+        "2/m",
+        identities=["ip"],
+        deduct_when=lambda response: response.status_code == 401,
+        penalty="5m",
+    )
+    def login() -> Response:
+        return Response("no", status=401 if request.args.get("password") != "right" else 200)
+
+    clock = Clock(install(app))
+    client = app.test_client()
+
+    def attempt(password: str = "wrong") -> Any:
+        return client.post(f"/login?password={password}", environ_base={"REMOTE_ADDR": "192.0.2.1"})
+
+    assert [attempt("right").status_code for _ in range(3)] == [200, 200, 200]
+    assert [attempt().status_code for _ in range(2)] == [401, 401]
+    clock.set(0.5)
+    refused = attempt()
+    assert refused.status_code == 429
+    assert refused.headers["Retry-After"] == "300"  # blocked, not just until the minute ends
+    clock.set(120.0)
+    assert attempt("right").status_code == 429  # a new minute, but still blocked
+    clock.set(300.5)
+    assert attempt("right").status_code == 200
+
+
+def test_shadow_penalties_are_only_logged(app: Flask, caplog) -> None:
+    clock = penalized_app(app, shadow=True)
+    client = app.test_client()
+    with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
+        assert offend(client, clock, 0.0) is None
+        clock.set(1.5)
+        assert retry_after(client) is None
+    warnings = [r.getMessage() for r in caplog.records if "shadow" in r.getMessage()]
+    assert "(penalty)" in warnings[-1]
