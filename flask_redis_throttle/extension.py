@@ -30,7 +30,7 @@ from .config import Settings
 from .decorators import LIMITS_ATTRIBUTE, LimitSpec
 from .errors import RateLimitExceeded
 from .headers import policy_header, state_header
-from .identity import Resolver, resolvers
+from .identity import IdentitySpec, Resolver, resolvers
 from .refusals import RefusalLog
 from .storage import Storage
 from .throttle import Check, Decision, Policy, StorageUnavailable, Throttle
@@ -95,6 +95,9 @@ class _Plan:
     policy_header: str
     #: The header name of each layer, by (policy id, window in seconds).
     names: dict[tuple[int, int], str]
+    #: The identities of each limit as written (built-in names and key
+    #: functions), in the order of ``limits``.
+    identities: tuple[tuple[IdentitySpec, ...], ...]
 
 
 class RateLimitState:
@@ -174,6 +177,24 @@ class RateLimitState:
             response.headers["RateLimit"] = state_header(name, decision.remaining, decision.reset)
         return response
 
+    def plan(self, endpoint: str, method: str = "GET") -> _Plan | None:
+        """The limits that requests to ``endpoint`` are decided by, compiled
+        (and cached) as on its first request; None if it has none.
+
+        Each of the plan's ``limits`` is a
+        :class:`~flask_redis_throttle.throttle.Policy` with the resolvers of
+        its identities, and ``identities`` holds those identities as written.
+
+        :param endpoint: the endpoint's name; an unknown one has no limits.
+        :param method: the request method. Limits are set per endpoint, so
+            every method of an endpoint has the same plan.
+        """
+        try:
+            return self._plans[endpoint]
+        except KeyError:
+            plan = self._plans[endpoint] = self._compile(endpoint)
+            return plan
+
     def _compile(self, endpoint: str | None) -> _Plan | None:
         if endpoint is None or endpoint not in self.app.view_functions:
             return None
@@ -185,6 +206,7 @@ class RateLimitState:
                 return None
             specs = (LimitSpec("RATELIMIT_DEFAULT", default),)
         limits = []
+        written = []
         names: dict[tuple[int, int], str] = {}
         layers = []
         logins = hasattr(self.app, "login_manager")
@@ -192,13 +214,14 @@ class RateLimitState:
             policy = Policy(spec.rates, spec.scope or endpoint, spec.strategy or self.settings.strategy)
             identities = resolvers(spec.identities or self.settings.identities, self.settings.ipv6_prefix, logins)
             limits.append((policy, identities))
+            written.append(spec.identities or self.settings.identities)
             for rate in spec.rates:
                 name = rate.name
                 if name in names.values():
                     name = f"{name}-{len(names) + 1}"
                 names[id(policy), rate.period] = name
                 layers.append((name, rate))
-        return _Plan(tuple(limits), policy_header(layers), names)
+        return _Plan(tuple(limits), policy_header(layers), names, tuple(written))
 
     def _log_refusal(self, endpoint: str | None, checks: Sequence[Check], decision: Decision) -> None:
         assert self.refusals is not None
