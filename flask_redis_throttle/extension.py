@@ -26,6 +26,7 @@ from flask import Flask, Request, Response, current_app, g, request
 from werkzeug.exceptions import ServiceUnavailable
 
 from .blocks import BlockCache
+from .cli import ratelimit as ratelimit_cli
 from .config import Settings
 from .decorators import LIMITS_ATTRIBUTE, LimitSpec
 from .errors import RateLimitExceeded
@@ -71,6 +72,7 @@ class RateLimit:
         ``RATELIMIT_STRATEGY``, ``RATELIMIT_REFUSAL_LOG_SIZE`` and
         ``RATELIMIT_BLOCK_CACHE_SIZE``.
 
+        It also adds the ``flask ratelimit`` commands to the app (see :doc:`/cli`).
         Nothing is sent to Redis here, so an app starts even while Redis is down.
 
         :raises RuntimeError: if the extension is already set up on ``app``.
@@ -81,6 +83,7 @@ class RateLimit:
         settings = Settings.from_config(app.config)
         state = RateLimitState(app, settings)
         app.extensions[EXTENSION_KEY] = state
+        app.cli.add_command(ratelimit_cli)
         if settings.enabled:
             app.before_request(state.before_request)
             app.after_request(state.after_request)
