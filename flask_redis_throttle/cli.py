@@ -179,7 +179,7 @@ def refusals_command(top: int, recent: int, since: str | None) -> None:
 
 
 def _state() -> RateLimitState:
-    from .extension import EXTENSION_KEY
+    from .extension import EXTENSION_KEY  # not at the top: the extension imports this module
 
     state: RateLimitState = current_app.extensions[EXTENSION_KEY]
     return state
