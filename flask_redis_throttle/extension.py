@@ -31,6 +31,7 @@ from werkzeug.exceptions import ServiceUnavailable
 
 from .blocks import BlockCache
 from .breaker import CircuitBreaker
+from .cli import ratelimit as ratelimit_cli
 from .clients import embedded_client
 from .config import Settings
 from .errors import RateLimitExceeded
@@ -98,6 +99,7 @@ class RateLimit:
         ``RATELIMIT_BREAKER_THRESHOLD``, ``RATELIMIT_BREAKER_BACKOFF``,
         ``RATELIMIT_BREAKER_MAX_BACKOFF`` and ``RATELIMIT_FALLBACK``.
 
+        It also adds the ``flask ratelimit`` commands to the app (see :doc:`/cli`).
         Nothing is sent to Redis here, so an app starts even while Redis is down.
 
         :raises RuntimeError: if the extension is already set up on ``app``.
@@ -108,6 +110,7 @@ class RateLimit:
         settings = Settings.from_config(app.config)
         state = RateLimitState(app, settings, self.filters, self.redis)
         app.extensions[EXTENSION_KEY] = state
+        app.cli.add_command(ratelimit_cli)
         if settings.enabled:
             app.before_request(state.before_request)
             app.after_request(state.after_request)

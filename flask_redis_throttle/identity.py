@@ -35,7 +35,16 @@ try:
 except ImportError:  # Flask-Login is optional; without it there are no users
     current_user = None
 
-__all__ = ["IDENTITY_NAMES", "IdentitySpec", "Resolver", "check_identities", "resolvers"]
+__all__ = [
+    "IDENTITY_NAMES",
+    "IdentitySpec",
+    "Resolver",
+    "check_identities",
+    "parse_identity",
+    "resolvers",
+    "spec_kinds",
+    "spec_name",
+]
 
 #: A custom key function: given the request, a string, or None when it does not apply.
 KeyFunction = Callable[[Request], str | None]
@@ -70,10 +79,75 @@ def resolvers(specs: Sequence[IdentitySpec], ipv6_prefix: int, logins: bool) -> 
     ip = partial(_ip, ipv6_prefix=ipv6_prefix)
     user = _user if logins and current_user is not None else _nobody
     built_in: dict[str, Resolver] = {"ip": ip, "user": user, "user-or-ip": lambda r: user(r) or ip(r)}
-    return tuple(
-        built_in[spec] if isinstance(spec, str) else partial(_custom, spec, f"key:{_function_name(spec)}")
-        for spec in specs
-    )
+    return tuple(built_in[spec] if isinstance(spec, str) else partial(_custom, spec, spec_name(spec)) for spec in specs)
+
+
+def spec_name(spec: IdentitySpec) -> str:
+    """An identity spec's name: the built-in name, or for a key function
+    ``key:<module>.<qualified name>``, which is also the kind of the
+    identities it returns."""
+    return spec if isinstance(spec, str) else f"key:{_function_name(spec)}"
+
+
+def spec_kinds(spec: IdentitySpec) -> tuple[str, ...]:
+    """The kinds of identity a spec can name: ``"user-or-ip"`` names users and IPs."""
+    return ("user", "ip") if spec == "user-or-ip" else (spec_name(spec),)
+
+
+def parse_identity(text: str, ipv6_prefix: int, key_kinds: Sequence[str] = ()) -> Identity:
+    """Read an identity written as ``<kind>:<value>``, as the refusal log and
+    ``str(identity)`` write it: ``ip:192.0.2.1``, ``user:42``, or
+    ``key:<module>.<function>:<value>`` for a key function.
+
+    An IPv6 address is grouped into its ``/ipv6_prefix`` network, as requests
+    are; that network itself (``ip:2001:db8::/64``) may be given instead.
+    ``ip:`` alone is the identity of requests that came with no address.
+
+    :param ipv6_prefix: the prefix length IPv6 clients are grouped by.
+    :param key_kinds: the kinds of the app's key functions. One of them may
+        also be named by the end of its name, ``api_key:<value>`` for
+        ``key:myapp.limits.api_key``, as long as no other ends the same way.
+    :raises ValueError: saying what is wrong, if ``text`` names no identity.
+    """
+    kind, colon, value = text.partition(":")
+    if not colon:
+        raise ValueError(f"{text!r} has no kind; write ip:<address>, user:<id> or <key function>:<value>")
+    if kind == "ip":
+        return Identity("ip", _parse_address(value, ipv6_prefix))
+    if kind == "user":
+        return Identity("user", value)
+    if kind == "key":
+        name, colon, value = value.partition(":")
+        if not colon or not name:
+            raise ValueError(f"{text!r} is not key:<module>.<function>:<value>")
+        return Identity(f"key:{name}", value)
+    found = [k for k in key_kinds if k == f"key:{kind}" or k.endswith(f".{kind}")]
+    if len(found) == 1:
+        return Identity(found[0], value)
+    known = ", ".join(sorted(key_kinds)) or "none"
+    if found:
+        raise ValueError(f"{kind!r} could be any of the key functions {', '.join(sorted(found))}; write one in full")
+    raise ValueError(f"unknown identity kind {kind!r}: expected ip, user, or a key function (this app's: {known})")
+
+
+def _parse_address(value: str, ipv6_prefix: int) -> str:
+    """The value requests from the address or network ``value`` are counted under."""
+    if not value:
+        return value
+    try:
+        network = ipaddress.ip_network(value, strict=False)
+    except ValueError:
+        raise ValueError(f"{value!r} is not an IP address") from None
+    address = str(network.network_address)
+    if network.version == 4:
+        if network.prefixlen != 32:
+            raise ValueError(f"IPv4 clients are counted by address, not by network; {value!r} is a network")
+        return address
+    if network.prefixlen < ipv6_prefix:
+        raise ValueError(
+            f"{value!r} is wider than the /{ipv6_prefix} networks IPv6 clients are counted by (RATELIMIT_IPV6_PREFIX)"
+        )
+    return _ipv6_group(address, ipv6_prefix)
 
 
 def _ip(request: Request, ipv6_prefix: int) -> Identity:

@@ -1,0 +1,316 @@
+"""``flask ratelimit``: see the limits, an identity's counters and the
+refusal log, and reset an identity's counters, from the command line.
+
+:class:`~flask_redis_throttle.RateLimit` adds the group to every app it is
+set up on. Each command works through the app's own state, so it sees the
+same counters as the app (and, for ``memory://``, the same in-process store).
+See :doc:`/cli`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+import click
+import redis
+from flask import current_app
+from flask.cli import AppGroup
+from werkzeug.routing import Rule
+
+from .console import duration, parse_moment, table, utc
+from .identity import parse_identity, spec_kinds, spec_name
+from .keys import Identity, identity_tag
+from .rates import Rate
+from .refusals import RefusalLog
+from .reset import counter_pattern, delete_counters
+from .throttle import StorageUnavailable, Throttle
+from .usage import usage
+
+if TYPE_CHECKING:
+    from .extension import RateLimitState
+    from .plan import Plan, PlannedLimit
+
+__all__ = ["ratelimit"]
+
+ratelimit = AppGroup("ratelimit", help="Inspect and reset rate limits.")
+
+
+@ratelimit.command("limits")
+@click.option("--limited", is_flag=True, help="Show only the routes that have limits.")
+def limits_command(limited: bool) -> None:
+    """List every route with its limits: layers, strategy, scope and identities.
+
+    Views without @limit have RATELIMIT_DEFAULT, if it is set; static files
+    are never limited.
+    """
+    state = _state()
+    if not state.settings.enabled:
+        click.echo("note: RATELIMIT_ENABLED is False, so none of these limits is enforced.", err=True)
+    rows: list[tuple[str, ...]] = []
+    for rule in sorted(current_app.url_map.iter_rules(), key=lambda rule: (rule.rule, rule.endpoint)):
+        # Methods with the same limits share a row.
+        groups: dict[tuple[tuple[str, ...], ...], list[str]] = {}
+        for method in _methods(rule):
+            groups.setdefault(_limit_cells(_limits(state.plan(rule.endpoint, method))), []).append(method)
+        for cells, methods in groups.items():
+            if limited and not cells:
+                continue
+            route = (rule.rule, ",".join(methods), rule.endpoint)
+            for cell in cells or (("no limit", "", "", ""),):
+                rows.append((*route, *cell))
+                route = ("", "", "")
+    if not rows:
+        click.echo("No route has limits." if limited else "The app has no routes.")
+        return
+    click.echo(table(("RULE", "METHODS", "ENDPOINT", "LIMIT", "STRATEGY", "SCOPE", "IDENTITIES"), rows))
+
+
+@ratelimit.command("status")
+@click.argument("identity")
+@click.option("--endpoint", "-e", metavar="ENDPOINT", help="Only this endpoint's limits.")
+def status_command(identity: str, endpoint: str | None) -> None:
+    """Show what IDENTITY has used of each layer, what remains and when it resets.
+
+    IDENTITY is ip:<address>, user:<id> or <key function>:<value>. Nothing
+    is counted: the counters are read as a request would find them.
+    """
+    state = _state()
+    throttle = _throttle(state)
+    who = _identity(identity, state)
+    endpoints = sorted(current_app.view_functions) if endpoint is None else [_endpoint(endpoint)]
+    rows: list[tuple[str, ...]] = []
+    with _storage(throttle):
+        for name in endpoints:
+            for limit in _counting(state, name, who):
+                head = (name, limit.scope, limit.strategy)
+                if limit.policy is None:
+                    rows.append((*head, "dynamic: not known outside a request", "", "", ""))
+                    continue
+                for layer in usage(throttle, limit.policy, who):
+                    reset = duration(layer.reset) if layer.used else "-"
+                    rows.append((*head, _layer(layer.layer), str(layer.used), str(layer.remaining), reset))
+                    head = ("", "", "")
+    if not rows:
+        click.echo(_nothing_counts(state, endpoint, who))
+        return
+    click.echo(f"{who}  (keys {throttle.prefix}{{{_tag(throttle, who)}}}:*)")
+    click.echo(table(("ENDPOINT", "SCOPE", "STRATEGY", "LAYER", "USED", "REMAINING", "RESETS IN"), rows))
+
+
+@ratelimit.command("reset")
+@click.argument("identity")
+@click.option("--endpoint", "-e", metavar="ENDPOINT", help="Only the counters of this endpoint's scopes.")
+def reset_command(identity: str, endpoint: str | None) -> None:
+    """Delete IDENTITY's counters, in every scope or only ENDPOINT's.
+
+    App servers may refuse the identity for up to a second more: their
+    block caches trust a refusal that long.
+    """
+    state = _state()
+    throttle = _throttle(state)
+    who = _identity(identity, state)
+    scopes: list[str | None] = [None]
+    if endpoint is not None:
+        scopes = list(dict.fromkeys(limit.scope for limit in _counting(state, _endpoint(endpoint), who)))
+        if not scopes:
+            click.echo(_nothing_counts(state, endpoint, who) + " Nothing to reset.")
+            return
+    tag = _tag(throttle, who)
+    with _storage(throttle):
+        deleted = sum(
+            delete_counters(throttle.storage.client, counter_pattern(throttle.prefix, tag, scope)) for scope in scopes
+        )
+    if throttle.blocks is not None:
+        throttle.blocks.clear()  # this process's; other processes trust theirs for up to a second
+    where = "every scope" if endpoint is None else f"scope{'s' * (len(scopes) > 1)} {', '.join(map(repr, scopes))}"
+    click.echo(f"Deleted {deleted} counter key{'' if deleted == 1 else 's'} of {who} in {where}.")
+    if throttle.blocks is not None and deleted:
+        click.echo("App servers' block caches may go on refusing it for up to 1 second.")
+
+
+@ratelimit.command("refusals")
+@click.option("--top", default=10, show_default=True, type=click.IntRange(min=0), help="How many identities.")
+@click.option("--recent", default=20, show_default=True, type=click.IntRange(min=0), help="How many refusals.")
+@click.option("--since", metavar="TIME", help="Only refusals since then: an ISO time, or a span such as 10m, 1h, 2d.")
+def refusals_command(top: int, recent: int, since: str | None) -> None:
+    """Show the most refused identities and the latest refusals, from the refusal log."""
+    state = _state()
+    throttle = _throttle(state)
+    log = _refusal_log(state)
+    moment = None
+    if since is not None:
+        try:
+            moment = parse_moment(since, time.time())
+        except ValueError as error:
+            raise click.BadParameter(str(error), param_hint="'--since'") from None
+    with _storage(throttle):
+        ranking = log.top(top, since=moment) if top else []
+        latest = log.recent(recent, since=moment) if recent else []
+    period = f" since {utc(moment)} UTC" if moment is not None else ""
+    if not ranking and not latest:
+        click.echo(f"No refusals{period}.")
+        return
+    if ranking:
+        click.echo(f"Most refused identities{period}:")
+        click.echo(table(("IDENTITY", "REFUSALS"), [(identity, str(count)) for identity, count in ranking]))
+    if latest:
+        if ranking:
+            click.echo()
+        click.echo(f"Latest refusals{period}, newest first:")
+        header = ("TIME (UTC)", "ENDPOINT", "SCOPE", "LAYER", "STRATEGY", "IDENTITY", "RETRY AFTER", "IDENTITIES")
+        rows = [
+            (
+                utc(r.time),
+                r.endpoint,
+                r.scope,
+                r.layer,
+                r.strategy,
+                r.identity,
+                duration(r.retry_after),
+                ", ".join(r.identities),
+            )
+            for r in latest
+        ]
+        click.echo(table(header, rows))
+
+
+def _state() -> RateLimitState:
+    from .extension import EXTENSION_KEY  # not at the top: the extension imports this module
+
+    state: RateLimitState = current_app.extensions[EXTENSION_KEY]
+    return state
+
+
+def _throttle(state: RateLimitState) -> Throttle:
+    if state.throttle is None:
+        raise click.ClickException("rate limiting is disabled on this app (RATELIMIT_ENABLED is False)")
+    return state.throttle
+
+
+def _refusal_log(state: RateLimitState) -> RefusalLog:
+    if state.refusals is None:
+        raise click.ClickException("this app keeps no refusal log (RATELIMIT_REFUSAL_LOG_SIZE is 0)")
+    return state.refusals
+
+
+def _identity(text: str, state: RateLimitState) -> Identity:
+    """The identity written as ``text``; key functions may go by their short names."""
+    kinds = {
+        spec_name(spec)
+        for endpoint in current_app.view_functions
+        for limit in _endpoint_limits(state, endpoint)
+        for spec in limit.identities
+        if not isinstance(spec, str)
+    }
+    try:
+        return parse_identity(text, state.settings.ipv6_prefix, sorted(kinds))
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="'IDENTITY'") from None
+
+
+def _endpoint(name: str) -> str:
+    if name not in current_app.view_functions:
+        close = difflib.get_close_matches(name, current_app.view_functions, n=3)
+        hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else "; `flask ratelimit limits` lists them"
+        raise click.BadParameter(f"no endpoint {name!r}{hint}", param_hint="'--endpoint'")
+    return name
+
+
+def _methods(rule: Rule) -> list[str]:
+    """The methods of ``rule`` worth showing: not the HEAD that Flask adds to
+    GET, nor the OPTIONS it answers itself, which are never limited."""
+    methods = set(rule.methods or ())
+    if "GET" in methods:
+        methods.discard("HEAD")
+    if getattr(rule, "provide_automatic_options", False):
+        methods.discard("OPTIONS")
+    return sorted(methods)
+
+
+def _limits(plan: Plan | None) -> list[PlannedLimit]:
+    return [] if plan is None else list(plan.limits)
+
+
+def _endpoint_limits(state: RateLimitState, endpoint: str) -> list[PlannedLimit]:
+    """The limits of ``endpoint`` over all its methods, each limit once."""
+    methods = {method for rule in current_app.url_map.iter_rules(endpoint) for method in _methods(rule)}
+    found: dict[tuple[object, ...], PlannedLimit] = {}
+    for method in sorted(methods) or ["GET"]:
+        for limit in _limits(state.plan(endpoint, method)):
+            rates = limit.policy.rates if limit.policy is not None else limit.spec.spec
+            found.setdefault((rates, limit.scope, limit.strategy, limit.identities), limit)
+    return list(found.values())
+
+
+def _counting(state: RateLimitState, endpoint: str, identity: Identity) -> list[PlannedLimit]:
+    """The limits of ``endpoint`` that count identities of ``identity``'s kind."""
+    return [
+        limit
+        for limit in _endpoint_limits(state, endpoint)
+        if identity.kind in {kind for spec in limit.identities for kind in spec_kinds(spec)}
+    ]
+
+
+def _nothing_counts(state: RateLimitState, endpoint: str | None, identity: Identity) -> str:
+    if endpoint is None:
+        return f"No limit of this app counts {identity.kind} identities."
+    if not _endpoint_limits(state, endpoint):
+        return f"Endpoint {endpoint!r} has no limits."
+    return f"No limit of endpoint {endpoint!r} counts {identity.kind} identities."
+
+
+def _limit_cells(limits: list[PlannedLimit]) -> tuple[tuple[str, ...], ...]:
+    return tuple(
+        (
+            _limit_text(limit),
+            limit.strategy,
+            limit.scope,
+            ", ".join(spec_name(spec) for spec in limit.identities),
+        )
+        for limit in limits
+    )
+
+
+def _limit_text(limit: PlannedLimit) -> str:
+    """The layers, or the function of a dynamic limit, with the options that
+    change how it counts."""
+    if limit.policy is None:
+        text = f"dynamic: {getattr(limit.spec.spec, '__qualname__', 'function')}()"
+    else:
+        text = ";".join(_layer(rate) for rate in limit.policy.rates)
+    notes = [note for note in (limit.shadow and "shadow", limit.source != "view" and limit.source) if note]
+    return f"{text} ({', '.join(notes)})" if notes else text
+
+
+def _layer(rate: Rate) -> str:
+    return f"{rate.amount}/{rate.name}"
+
+
+def _tag(throttle: Throttle, identity: Identity) -> str:
+    return identity_tag(identity.kind, identity.value, throttle.secret)
+
+
+@contextmanager
+def _storage(throttle: Throttle) -> Iterator[None]:
+    """Turn Redis failures into a message and a non-zero exit."""
+    try:
+        yield
+    except (StorageUnavailable, redis.RedisError) as error:
+        reason = error.__cause__ if isinstance(error, StorageUnavailable) else error
+        raise click.ClickException(
+            f"rate limit storage unavailable at {_redacted(throttle.storage.url)}: {reason}"
+        ) from None
+
+
+def _redacted(url: str) -> str:
+    """``url`` without its password."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()

@@ -1,0 +1,68 @@
+"""Text for the command line: aligned tables, and durations and times read and written.
+
+This module is pure Python: it imports neither Flask nor Redis.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from datetime import datetime, timezone
+
+__all__ = ["duration", "parse_moment", "table", "utc"]
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """``rows`` under ``header``, each column as wide as its widest cell,
+    columns two spaces apart, and no spaces at the ends of lines."""
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in (header, *rows)
+    )
+
+
+def duration(seconds: float) -> str:
+    """A span of time, short and rounded up: ``0.4s``, ``42.0s``, ``3m05s``, ``2h00m``, ``1d06h``."""
+    if math.ceil(seconds * 10) < 600:
+        return f"{math.ceil(seconds * 10) / 10:.1f}s"
+    minutes, rest = divmod(math.ceil(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{rest:02d}s"
+    hours, minutes = divmod(minutes + (rest > 0), 60)
+    if hours < 24:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours + (minutes > 0), 24)
+    return f"{days}d{hours:02d}h"
+
+
+def utc(moment: float) -> str:
+    """A time in seconds since the epoch, as ``2025-06-01 12:00:00`` in UTC."""
+    return datetime.fromtimestamp(moment, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+_SPAN = re.compile(r"(?:[0-9]+[smhd])+", re.ASCII)
+_UNIT = {"s": 1, "m": 60, "h": 3_600, "d": 86_400}
+
+
+def parse_moment(text: str, now: float) -> float:
+    """A time in seconds since the epoch, written as a span before ``now``
+    (``90s``, ``10m``, ``1h30m``, ``2d``) or as an ISO 8601 time
+    (``2025-06-01T12:00:00+02:00``; one with no offset is in UTC).
+
+    :raises ValueError: if ``text`` is neither.
+    """
+    text = text.strip()
+    if _SPAN.fullmatch(text):
+        return now - sum(int(number) * _UNIT[unit] for number, unit in re.findall(r"([0-9]+)([smhd])", text))
+    try:
+        # Python 3.10's fromisoformat does not read a "Z" suffix.
+        moment = datetime.fromisoformat(text[:-1] + "+00:00" if text[-1:] in ("Z", "z") else text)
+    except ValueError:
+        raise ValueError(
+            f"{text!r} is neither a span such as 10m, 1h or 2d nor an ISO time such as 2025-06-01T12:00:00Z"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.timestamp()

@@ -1,0 +1,70 @@
+"""Deleting one identity's counters, found with ``SCAN``.
+
+Every counter of an identity carries its hash tag, ``<prefix>{<tag>}:``, and
+then its scope (see :mod:`flask_redis_throttle.keys`), so one glob pattern
+finds all of them, or those of one scope. ``SCAN`` walks the keyspace a slice
+at a time, so a large Redis is never blocked the way ``KEYS`` would block it;
+on a Redis Cluster client, redis-py's ``scan_iter`` walks every primary.
+
+This module imports neither Flask nor Redis: it needs only a client's
+``scan_iter`` and ``delete``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+from .keys import escape_scope
+
+__all__ = ["counter_pattern", "delete_counters", "glob_escape"]
+
+#: How many keys one ``DEL`` deletes at most, and the ``COUNT`` hint of ``SCAN``.
+BATCH = 500
+
+_GLOB = re.compile(r"([\\*?\[\]])")
+
+
+class _Client(Protocol):
+    def scan_iter(self, match: str, count: int) -> Iterable[Any]: ...
+
+    def delete(self, *names: Any) -> Any: ...
+
+
+def glob_escape(text: str) -> str:
+    """``text`` with the characters special to Redis glob patterns (``*?[]\\``) escaped."""
+    return _GLOB.sub(r"\\\1", text)
+
+
+def counter_pattern(prefix: str, tag: str, scope: str | None = None) -> str:
+    """The ``SCAN`` pattern of an identity's counters, in one scope or all.
+
+    :param prefix: the key prefix (``RATELIMIT_KEY_PREFIX``).
+    :param tag: the identity's hash tag, from :func:`~flask_redis_throttle.keys.identity_tag`.
+    :param scope: only this scope's counters, or None for every scope.
+    """
+    head = f"{prefix}{{{tag}}}:"
+    if scope is not None:
+        head += escape_scope(scope) + ":"
+    return glob_escape(head) + "*"
+
+
+def delete_counters(client: _Client, pattern: str) -> int:
+    """Delete every key that matches ``pattern``, in batches, and return how many were deleted.
+
+    Keys deleted by someone else meanwhile (or expired) are not counted.
+
+    :raises redis.RedisError: if Redis cannot answer; keys of batches already
+        sent stay deleted.
+    """
+    deleted = 0
+    batch: list[Any] = []
+    for key in client.scan_iter(match=pattern, count=BATCH):
+        batch.append(key)
+        if len(batch) == BATCH:
+            deleted += int(client.delete(*batch))
+            batch = []
+    if batch:
+        deleted += int(client.delete(*batch))
+    return deleted

@@ -1,0 +1,60 @@
+"""How much of a limit an identity has used, read without counting anything.
+
+The script decides a request at cost 0 the way it decides any other, then
+writes nothing (see ``lua/driver.lua``), so it reports a counter exactly as
+the next request would find it, whatever the strategy. Its reply names one
+counter only, so each layer is asked about on its own: one round trip per
+layer.
+
+This module imports neither Flask nor Redis.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .keys import Identity
+from .rates import Rate
+from .throttle import Policy, Throttle
+
+__all__ = ["LayerUsage", "usage"]
+
+
+@dataclass(frozen=True, slots=True)
+class LayerUsage:
+    """One layer of a limit, as one identity has used it.
+
+    :param policy: the limit.
+    :param layer: the layer.
+    :param remaining: the quota left.
+    :param reset: seconds until the counter is back to its full quota; 0 when
+        nothing of it is used.
+    """
+
+    policy: Policy
+    layer: Rate
+    remaining: int
+    reset: float
+
+    @property
+    def used(self) -> int:
+        """The quota in use: the layer's quota less what remains."""
+        return self.layer.amount - self.remaining
+
+
+def usage(throttle: Throttle, policy: Policy, identity: Identity) -> list[LayerUsage]:
+    """Each layer of ``policy`` as ``identity`` has used it, in order.
+
+    The counters are read with cost-0 script calls, one per layer, which
+    neither count a request nor touch the block cache.
+
+    :raises StorageUnavailable: if Redis could not answer.
+    """
+    layers = []
+    for rate in policy.rates:
+        # A one-layer policy with the same scope and strategy has the same key.
+        one = Policy((rate,), policy.scope, policy.strategy)
+        decision = throttle.hit([(one, [identity])], cost=0)
+        reset = decision.reset if decision.remaining < rate.amount else 0.0
+        layers.append(LayerUsage(policy, rate, decision.remaining, reset))
+    return layers
