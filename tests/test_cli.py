@@ -6,10 +6,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import conftest
 import pytest
 import redis
 from click.testing import Result
-from conftest import Clock, add_login, get, install
+from conftest import Clock, add_login, get
 from flask import Flask, Request
 
 from flask_redis_throttle import Identity, limit
@@ -23,6 +24,16 @@ from flask_redis_throttle.testing import free_port
 
 def api_key(request: Request) -> str | None:
     return request.headers.get("X-Api-Key")
+
+
+def install(app: Flask, **config: Any) -> RateLimitState:
+    """Install the extension with the scripts' clock pinned, so that what
+    requests counted is exactly what a later ``status`` shows, however slow
+    the machine; tests that move time make a :class:`Clock` of their own."""
+    state = conftest.install(app, **config)
+    if state.throttle is not None:
+        Clock(state)
+    return state
 
 
 def run(app: Flask, *args: str) -> Result:
