@@ -96,6 +96,13 @@ class Settings:
                 raise ConfigurationError(key, value, "True or False")
             return value
 
+        def count(key: str, zero: str) -> int:
+            value = config[key]
+            if not _count(value):
+                raise ConfigurationError(key, value, f"an integer, {zero}")
+            result: int = value
+            return result
+
         prefix = config["RATELIMIT_KEY_PREFIX"]
         if not isinstance(prefix, str) or "{" in prefix or "}" in prefix:
             raise ConfigurationError("RATELIMIT_KEY_PREFIX", prefix, "a string without braces")
@@ -127,15 +134,9 @@ class Settings:
         strategy = config["RATELIMIT_STRATEGY"]
         if not isinstance(strategy, str) or strategy not in STRATEGIES:
             raise ConfigurationError("RATELIMIT_STRATEGY", strategy, f"one of {', '.join(map(repr, STRATEGIES))}")
-        log_size = config["RATELIMIT_REFUSAL_LOG_SIZE"]
-        if not _count(log_size):
-            raise ConfigurationError("RATELIMIT_REFUSAL_LOG_SIZE", log_size, "an integer, 0 to keep no log")
-        cache_size = config["RATELIMIT_BLOCK_CACHE_SIZE"]
-        if not _count(cache_size):
-            raise ConfigurationError("RATELIMIT_BLOCK_CACHE_SIZE", cache_size, "an integer, 0 for no cache")
-        threshold = config["RATELIMIT_BREAKER_THRESHOLD"]
-        if not _count(threshold):
-            raise ConfigurationError("RATELIMIT_BREAKER_THRESHOLD", threshold, "an integer, 0 for no circuit breaker")
+        log_size = count("RATELIMIT_REFUSAL_LOG_SIZE", "0 to keep no log")
+        cache_size = count("RATELIMIT_BLOCK_CACHE_SIZE", "0 for no cache")
+        threshold = count("RATELIMIT_BREAKER_THRESHOLD", "0 for no circuit breaker")
         backoff = config["RATELIMIT_BREAKER_BACKOFF"]
         if not _seconds(backoff):
             raise ConfigurationError("RATELIMIT_BREAKER_BACKOFF", backoff, "a number of seconds above 0")
