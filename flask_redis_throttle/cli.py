@@ -14,7 +14,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
 
 import click
 import redis
@@ -22,6 +21,7 @@ from flask import current_app
 from flask.cli import AppGroup
 from werkzeug.routing import Rule
 
+from .clients import redact
 from .console import duration, parse_moment, table, utc
 from .identity import parse_identity, spec_kinds, spec_name
 from .keys import Identity, identity_tag
@@ -303,14 +303,5 @@ def _storage(throttle: Throttle) -> Iterator[None]:
     except (StorageUnavailable, redis.RedisError) as error:
         reason = error.__cause__ if isinstance(error, StorageUnavailable) else error
         raise click.ClickException(
-            f"rate limit storage unavailable at {_redacted(throttle.storage.url)}: {reason}"
+            f"rate limit storage unavailable at {redact(throttle.storage.url)}: {reason}"
         ) from None
-
-
-def _redacted(url: str) -> str:
-    """``url`` without its password."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return parts._replace(netloc=netloc).geturl()

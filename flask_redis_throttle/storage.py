@@ -139,12 +139,12 @@ class Storage:
         groups: dict[str, list[int]] = {}
         for i in range(counters):
             groups.setdefault(_hash_tag(keys[i]), []).append(i)
+        if len(groups) == 1:
+            return self._evaluate_one(strategies, keys, args)
         penalties: dict[str, list[tuple[str, Sequence[int | str]]]] = {}
         for j, key in enumerate(keys[counters:]):
             at = 3 + 2 * counters + 5 * j
             penalties.setdefault(_hash_tag(key), []).append((key, args[at : at + 5]))
-        if len(groups) == 1:
-            return self._evaluate_one(strategies, keys, args)
         calls: list[Call] = []
         for tag, indices in groups.items():
             call_keys: list[str] = [keys[i] for i in indices]

@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from typing import BinaryIO, TypeAlias
+from typing import BinaryIO, Protocol, TypeAlias, TypeVar
 
 __all__ = [
     "RedisCluster",
@@ -253,12 +253,26 @@ class RedisServer:
 @contextmanager
 def redis_server(extra_args: Sequence[str] = ()) -> Iterator[RedisServer]:
     """Run a :class:`RedisServer` for the duration of the block."""
-    server = RedisServer(extra_args)
-    try:
-        server.start()
+    with _running(RedisServer(extra_args)) as server:
         yield server
+
+
+class _Startable(Protocol):
+    def start(self) -> None: ...
+    def close(self) -> None: ...
+
+
+_S = TypeVar("_S", bound=_Startable)
+
+
+@contextmanager
+def _running(thing: _S) -> Iterator[_S]:
+    """Start ``thing`` and close it when the block ends, even if starting failed."""
+    try:
+        thing.start()
+        yield thing
     finally:
-        server.close()
+        thing.close()
 
 
 def _wait_for_port(port: int, process: subprocess.Popen[bytes], timeout: float) -> None:
@@ -400,12 +414,8 @@ class RedisCluster:
 @contextmanager
 def redis_cluster(masters: int = 3, replicas: int = 0, *, node_timeout: int = 1000) -> Iterator[RedisCluster]:
     """Run a ready :class:`RedisCluster` for the duration of the block."""
-    cluster = RedisCluster(masters, replicas, node_timeout=node_timeout)
-    try:
-        cluster.start()
+    with _running(RedisCluster(masters, replicas, node_timeout=node_timeout)) as cluster:
         yield cluster
-    finally:
-        cluster.close()
 
 
 # -- Sentinel -----------------------------------------------------------------
@@ -523,12 +533,8 @@ def redis_sentinel_group(
     service: str = "mymaster", *, down_after: int = 500, failover_timeout: int = 2000
 ) -> Iterator[RedisSentinelGroup]:
     """Run a ready :class:`RedisSentinelGroup` for the duration of the block."""
-    group = RedisSentinelGroup(service, down_after=down_after, failover_timeout=failover_timeout)
-    try:
-        group.start()
+    with _running(RedisSentinelGroup(service, down_after=down_after, failover_timeout=failover_timeout)) as group:
         yield group
-    finally:
-        group.close()
 
 
 # -- TLS ----------------------------------------------------------------------
@@ -869,9 +875,5 @@ def tls_proxy(
     target_port: int, certificates: TLSCertificates | None = None, *, require_client_cert: bool = False
 ) -> Iterator[TLSProxy]:
     """Run a :class:`TLSProxy` in front of ``target_port`` for the duration of the block."""
-    proxy = TLSProxy(target_port, certificates, require_client_cert=require_client_cert)
-    try:
-        proxy.start()
+    with _running(TLSProxy(target_port, certificates, require_client_cert=require_client_cert)) as proxy:
         yield proxy
-    finally:
-        proxy.close()

@@ -16,7 +16,7 @@ import redis
 from flask import Flask, request
 from flask_login import LoginManager, UserMixin
 
-from flask_redis_throttle import RateLimit
+from flask_redis_throttle import RateLimit, testing
 from flask_redis_throttle.extension import RateLimitState
 from flask_redis_throttle.storage import Storage
 from flask_redis_throttle.testing import RedisCluster, RedisServer
@@ -34,18 +34,19 @@ T0 = 1_800_000_000 * 1_000_000
 
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
-    server = RedisServer()
-    server.start()
-    yield server
-    server.close()
+    with testing.redis_server() as server:
+        yield server
 
 
 @pytest.fixture(scope="session")
 def redis_cluster() -> Iterator[RedisCluster]:
-    cluster = RedisCluster(masters=3)
-    cluster.start()
-    yield cluster
-    cluster.close()
+    with testing.redis_cluster(masters=3) as cluster:
+        yield cluster
+
+
+def evalsha_calls(client: redis.Redis) -> int:
+    """How many EVALSHA calls ``client``'s server has run since its stats were reset."""
+    return int(client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
 
 
 @pytest.fixture

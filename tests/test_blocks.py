@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 import redis
-from conftest import Clock, PinnedThrottle, get, install
+from conftest import Clock, PinnedThrottle, evalsha_calls, get, install
 from flask import Flask
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -25,10 +25,6 @@ def limited(app: Flask, spec: str = "1/m", path: str = "/", **options: object) -
     @limit(spec, **options)  # type: ignore[arg-type]
     def view() -> str:
         return "ok"
-
-
-def evalsha_calls(client: redis.Redis) -> int:
-    return int(client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
 
 
 @pytest.mark.redis

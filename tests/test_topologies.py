@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import redis
 import redis.cluster
-from conftest import add_login, get, install
+from conftest import add_login, evalsha_calls, get, install
 from flask import Flask
 
 from flask_redis_throttle import Identity, RateLimit, limit
@@ -48,13 +48,12 @@ def limited_app(url: str, spec: str = "3/m", **config: Any) -> Flask:
     return app
 
 
-def evalsha_calls(cluster: RedisCluster) -> dict[int, int]:
+def evalsha_calls_per_master(cluster: RedisCluster) -> dict[int, int]:
     """EVALSHA calls so far, per master port."""
     calls = {}
     for node in cluster.masters():
-        stats = str(redis_command(node.port, "INFO", "commandstats"))
-        line = next((part for part in stats.split("\r\n") if part.startswith("cmdstat_evalsha:")), "")
-        calls[node.port] = int(line.split("calls=")[1].split(",")[0]) if line else 0
+        with redis.Redis(port=node.port) as client:
+            calls[node.port] = evalsha_calls(client)
     return calls
 
 
@@ -84,10 +83,10 @@ def test_each_identity_is_one_script_on_its_own_node(cluster: RedisCluster) -> N
     }
     slots.close()
     get(client, user="ann")  # loads the script
-    before = evalsha_calls(cluster)
+    before = evalsha_calls_per_master(cluster)
     for _ in range(5):
         assert get(client, user="ann").status_code == 200
-    after = evalsha_calls(cluster)
+    after = evalsha_calls_per_master(cluster)
     spent = {port: after[port] - before[port] for port in after}
     # Three layers each, two identities: one script per identity per request,
     # on the node that holds that identity, and nothing anywhere else.
