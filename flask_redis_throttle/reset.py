@@ -54,13 +54,19 @@ def delete_counters(client: _Client, pattern: str) -> int:
     """Delete every key that matches ``pattern``, in batches, and return how many were deleted.
 
     Keys deleted by someone else meanwhile (or expired) are not counted.
+    ``SCAN`` may return a key more than once (Valkey does while its table
+    rehashes); each is sent to ``DEL`` once.
 
     :raises redis.RedisError: if Redis cannot answer; keys of batches already
         sent stay deleted.
     """
     deleted = 0
+    seen: set[Any] = set()
     batch: list[Any] = []
     for key in client.scan_iter(match=pattern, count=BATCH):
+        if key in seen:
+            continue
+        seen.add(key)
         batch.append(key)
         if len(batch) == BATCH:
             deleted += int(client.delete(*batch))
