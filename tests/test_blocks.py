@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 import redis
-from conftest import Clock, PinnedThrottle, evalsha_calls, get, install
+from conftest import Clock, evalsha_calls, get, install
 from flask import Flask
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -17,7 +17,7 @@ from flask_redis_throttle.blocks import MAX_AGE, Block, BlockCache
 from flask_redis_throttle.rates import Rate
 from flask_redis_throttle.scripts import STRATEGIES
 from flask_redis_throttle.storage import Storage
-from flask_redis_throttle.throttle import Policy
+from flask_redis_throttle.throttle import Policy, Throttle
 
 
 def limited(app: Flask, spec: str = "1/m", path: str = "/", **options: object) -> None:
@@ -30,10 +30,9 @@ def limited(app: Flask, spec: str = "1/m", path: str = "/", **options: object) -
 @pytest.mark.redis
 @pytest.mark.parametrize("storage_url", ["redis"], indirect=True)
 @pytest.mark.parametrize("strategy", STRATEGIES)
-def test_a_flood_costs_redis_one_call(app: Flask, redis_client: redis.Redis, strategy: str) -> None:
+def test_a_flood_costs_redis_one_call(app: Flask, redis_client: redis.Redis, strategy: str, clock: Clock) -> None:
     limited(app, "1/m;100/h")
-    state = install(app, RATELIMIT_STRATEGY=strategy)
-    clock = Clock(state)
+    install(app, RATELIMIT_STRATEGY=strategy)
     client = app.test_client()
     first = get(client)
     refused = get(client)
@@ -58,10 +57,9 @@ def test_a_flood_costs_redis_one_call(app: Flask, redis_client: redis.Redis, str
         assert len(refusal_log().recent()) == 2
 
 
-def test_an_entry_is_trusted_for_a_second_at_most(app: Flask) -> None:
+def test_an_entry_is_trusted_for_a_second_at_most(app: Flask, clock: Clock) -> None:
     limited(app, "1/h")
     state = install(app)
-    clock = Clock(state)
     client = app.test_client()
     assert [get(client).status_code for _ in range(2)] == [200, 429]
     state.throttle.storage.client.flushall()  # counters reset behind the cache's back
@@ -71,9 +69,9 @@ def test_an_entry_is_trusted_for_a_second_at_most(app: Flask) -> None:
     assert get(client).status_code == 200  # Redis asked again
 
 
-def test_a_block_ends_when_redis_would_admit(app: Flask) -> None:
+def test_a_block_ends_when_redis_would_admit(app: Flask, clock: Clock) -> None:
     limited(app, "2/s")
-    clock = Clock(install(app, RATELIMIT_STRATEGY="sliding-log"))
+    install(app, RATELIMIT_STRATEGY="sliding-log")
     client = app.test_client()
     clock.set(0.3)
     assert [get(client).status_code for _ in range(3)] == [200, 200, 429]
@@ -86,7 +84,7 @@ def test_a_block_ends_when_redis_would_admit(app: Flask) -> None:
 def test_other_quotas_on_a_shared_scope_are_not_blocked(app: Flask) -> None:
     limited(app, "1/m", "/strict", scope="shared")
     limited(app, "5/m", "/loose", scope="shared")
-    Clock(install(app))
+    install(app)
     client = app.test_client()
     assert [get(client, "/strict").status_code for _ in range(2)] == [200, 429]
     # Same counter, but a quota of 5: it has room for 4 more, so Redis must decide.
@@ -94,7 +92,7 @@ def test_other_quotas_on_a_shared_scope_are_not_blocked(app: Flask) -> None:
 
 
 def test_a_cheaper_request_asks_redis(storage: Storage) -> None:
-    throttle = PinnedThrottle(storage, blocks=BlockCache(10))
+    throttle = Throttle(storage, blocks=BlockCache(10))
     policy = Policy((Rate(3, 60),), "s")
     ip = [Identity("ip", "192.0.2.1")]
     assert throttle.hit([(policy, ip)], cost=2).admitted
@@ -152,19 +150,23 @@ _scopes = itertools.count()
     ),
 )
 def test_the_cache_never_changes_a_decision(
-    storage: Storage, strategy: str, layers: list[tuple[int, int]], steps: list[tuple[int, tuple[int, ...], int]]
+    storage: Storage,
+    clock: Clock,
+    strategy: str,
+    layers: list[tuple[int, int]],
+    steps: list[tuple[int, tuple[int, ...], int]],
 ) -> None:
     """The same random traffic, with and without the cache: the same requests
     are admitted, and a cached refusal never names a later time than Redis."""
     scope = f"c{next(_scopes)}"
-    plain = PinnedThrottle(storage, prefix="plain:")
-    cached = PinnedThrottle(storage, prefix="cached:", blocks=BlockCache(100))
+    plain = Throttle(storage, prefix="plain:")
+    cached = Throttle(storage, prefix="cached:", blocks=BlockCache(100))
     policy = Policy(tuple(Rate(q, p) for q, p in layers), scope, strategy)
     people = (Identity("ip", "192.0.2.1"), Identity("user", "ann"))
     at = 0
     for gap, who, cost in steps:
         at += gap
-        plain.at = cached.at = at / 1_000_000
+        clock.set(at / 1_000_000)
         check = [(policy, [people[w] for w in who])]
         expected, got = plain.hit(check, cost), cached.hit(check, cost)
         assert got.admitted == expected.admitted

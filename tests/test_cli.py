@@ -6,11 +6,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import conftest
 import pytest
 import redis
 from click.testing import Result
-from conftest import Clock, add_login, get
+from conftest import Clock, add_login, get, install
 from flask import Flask, Request
 
 from flask_redis_throttle import Identity, limit
@@ -24,16 +23,6 @@ from flask_redis_throttle.testing import free_port
 
 def api_key(request: Request) -> str | None:
     return request.headers.get("X-Api-Key")
-
-
-def install(app: Flask, **config: Any) -> RateLimitState:
-    """Install the extension with the scripts' clock pinned, so that what
-    requests counted is exactly what a later ``status`` shows, however slow
-    the machine; tests that move time make a :class:`Clock` of their own."""
-    state = conftest.install(app, **config)
-    if state.throttle is not None:
-        Clock(state)
-    return state
 
 
 def run(app: Flask, *args: str) -> Result:
@@ -152,10 +141,9 @@ def test_plan_is_the_one_requests_use(app: Flask) -> None:
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
-def test_status_matches_requests_and_counts_nothing(app: Flask, strategy: str) -> None:
+def test_status_matches_requests_and_counts_nothing(app: Flask, strategy: str, clock: Clock) -> None:
     shop(app)
     state = install(app, RATELIMIT_STRATEGY=strategy)
-    clock = Clock(state)
     client = app.test_client()
     clock.set(0.25)
     for _ in range(3):
@@ -175,10 +163,9 @@ def test_status_matches_requests_and_counts_nothing(app: Flask, strategy: str) -
     assert [(r["USED"], r["REMAINING"]) for r in rows] == [("4", "1"), ("4", "6")]
 
 
-def test_status_of_a_full_layer_says_when_it_resets(app: Flask) -> None:
+def test_status_of_a_full_layer_says_when_it_resets(app: Flask, clock: Clock) -> None:
     shop(app)
     state = install(app)
-    clock = Clock(state)
     client = app.test_client()
     clock.set(0.25)
     codes = [get(client, "/items").status_code for _ in range(6)]

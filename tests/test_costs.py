@@ -6,7 +6,7 @@ import logging
 from typing import Any
 
 import pytest
-from conftest import Clock, get, install
+from conftest import get, install
 from flask import Flask, Request, Response, abort, g, request
 
 from flask_redis_throttle import limit
@@ -33,7 +33,7 @@ def test_a_fixed_cost(app: Flask, statuses) -> None:
     def index() -> str:
         return "ok"
 
-    Clock(install(app))
+    install(app)
     client = app.test_client()
     assert get(client).headers["RateLimit"] == '"1m";r=3;t=60'
     assert statuses(client, 2, "/") == [200, 429]
@@ -102,7 +102,7 @@ def deduct_app(app: Flask, spec: str = "2/m", **options: Any) -> list[str]:
 
 def test_deduct_when_counts_only_matching_responses(app: Flask) -> None:
     ran = deduct_app(app)
-    Clock(install(app))
+    install(app)
     client = app.test_client()
     assert [get(client, "/?fail=1").status_code for _ in range(5)] == [404] * 5
     assert [get(client).status_code for _ in range(2)] == [200, 200]

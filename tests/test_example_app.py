@@ -3,22 +3,20 @@
 from __future__ import annotations
 
 import pytest
+from conftest import Clock
 from flask import Flask
 from flask.testing import FlaskClient
 
 from example_app import create_app
 
-# Half a second into a second, 20.5 seconds into a minute: every request of a test falls in
-# the same windows, whatever the wall clock says, so counts never straddle a boundary.
-PINNED_NOW_US = 1_700_000_000_500_000
-
 
 @pytest.fixture
-def app(monkeypatch: pytest.MonkeyPatch) -> Flask:
+def app(monkeypatch: pytest.MonkeyPatch, clock: Clock) -> Flask:
     monkeypatch.delenv("RATELIMIT_STORAGE_URL", raising=False)
-    app = create_app({"TESTING": True, "SECRET_KEY": "test", "RATELIMIT_STORAGE_URL": "memory://"})
-    app.extensions["ratelimit"].throttle.now = lambda: PINNED_NOW_US
-    return app
+    # Half a second into a second, 20.5 seconds into a minute: every request of a test
+    # falls in the same windows, so counts never straddle a boundary.
+    clock.set(800.5)
+    return create_app({"TESTING": True, "SECRET_KEY": "test", "RATELIMIT_STORAGE_URL": "memory://"})
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import get
+from conftest import get, join_all
 from flask import Flask
 
 from flask_redis_throttle import RateLimit, limit
@@ -132,9 +132,7 @@ class Traffic:
 
     def __exit__(self, *exc_info: object) -> None:
         self._done.set()
-        for thread in self._threads:
-            thread.join(timeout=10)
-        assert not any(thread.is_alive() for thread in self._threads), "a request hung"
+        join_all(self._threads, deadline=10, what="traffic threads (a request hung)")
         if self.errors:
             raise self.errors[0]
 
@@ -247,7 +245,7 @@ def test_stalled_redis(
         start = time.monotonic()
         stalled.start()
         time.sleep(3.2)
-    stalled.join(timeout=10)
+    join_all([stalled], deadline=10, what=f"the admin thread sending {stall[0]}")
     assert time.monotonic() - start >= 3.0
     for fail_open, app in apps.items():
         check_results(traffic.results[fail_open], fail_open)

@@ -13,17 +13,17 @@ from flask_redis_throttle import RateLimitExceeded, limit
 from flask_redis_throttle.headers import legacy_headers, retry_after_value
 
 
-def limited(app: Flask, spec: str = "2/m", **config: object) -> Clock:
+def limited(app: Flask, spec: str = "2/m", **config: object) -> None:
     @app.get("/")
     @limit(spec)
     def index() -> str:
         return "ok"
 
-    return Clock(install(app, **config))
+    install(app, **config)
 
 
-def test_legacy_headers_beside_the_ietf_ones(app: Flask) -> None:
-    clock = limited(app, RATELIMIT_HEADERS_LEGACY=True)
+def test_legacy_headers_beside_the_ietf_ones(app: Flask, clock: Clock) -> None:
+    limited(app, RATELIMIT_HEADERS_LEGACY=True)
     clock.set(15.5)
     client = app.test_client()
     before = time.time()
@@ -48,8 +48,8 @@ def http_date_seconds(value: str) -> float:
     return parsedate_to_datetime(value).timestamp()
 
 
-def test_retry_after_as_an_http_date_is_never_early(app: Flask) -> None:
-    clock = limited(app, "1/m", RATELIMIT_RETRY_AFTER="http-date")
+def test_retry_after_as_an_http_date_is_never_early(app: Flask, clock: Clock) -> None:
+    limited(app, "1/m", RATELIMIT_RETRY_AFTER="http-date")
     clock.set(0.25)
     client = app.test_client()
     get(client)

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import Clock, get, install
+from conftest import get, install
 from flask import Flask
 
 from flask_redis_throttle import Breach, Identity, Rate, limit, rate_limited
@@ -32,7 +32,7 @@ def test_the_signal_tells_who_hit_which_limit(app: Flask, received) -> None:
     def index() -> str:
         return "ok"
 
-    Clock(install(app))
+    install(app)
     client = app.test_client()
     get(client)
     assert received == []

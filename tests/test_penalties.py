@@ -47,7 +47,7 @@ def test_blocks_escalate_up_to_the_longest() -> None:
     assert [parse_penalty("1m;max=5m").block(level) for level in (1, 9)] == [60, 60]
 
 
-def penalized_app(app: Flask, **options: Any) -> Clock:
+def penalized_app(app: Flask, **options: Any) -> None:
     @app.get("/")
     @limit("2/s", identities=["ip"], penalty="10s;x2;max=40s", **options)
     def index() -> str:
@@ -58,7 +58,7 @@ def penalized_app(app: Flask, **options: Any) -> Clock:
     def other() -> str:
         return "ok"
 
-    return Clock(install(app))
+    install(app)
 
 
 def retry_after(client: Any, ip: str = "192.0.2.1") -> int | None:
@@ -74,8 +74,8 @@ def offend(client: Any, clock: Clock, at: float) -> int | None:
     return retry_after(client)
 
 
-def test_repeat_offenders_are_blocked_longer_each_time(app: Flask) -> None:
-    clock = penalized_app(app)
+def test_repeat_offenders_are_blocked_longer_each_time(app: Flask, clock: Clock) -> None:
+    penalized_app(app)
     client = app.test_client()
     # The refusal that starts a block says so in its Retry-After.
     assert offend(client, clock, 0.0) == 10
@@ -90,8 +90,8 @@ def test_repeat_offenders_are_blocked_longer_each_time(app: Flask) -> None:
     assert retry_after(client) == 1
 
 
-def test_refusals_during_a_block_are_not_offences(app: Flask) -> None:
-    clock = penalized_app(app)
+def test_refusals_during_a_block_are_not_offences(app: Flask, clock: Clock) -> None:
+    penalized_app(app)
     client = app.test_client()
     assert offend(client, clock, 0.0) == 10
     for at in range(1, 10):
@@ -100,22 +100,22 @@ def test_refusals_during_a_block_are_not_offences(app: Flask) -> None:
     assert offend(client, clock, 10.0) == 20  # the second offence, not the 47th
 
 
-def test_an_offence_is_forgotten_a_longest_block_after_its_block(app: Flask) -> None:
-    clock = penalized_app(app)
+def test_an_offence_is_forgotten_a_longest_block_after_its_block(app: Flask, clock: Clock) -> None:
+    penalized_app(app)
     client = app.test_client()
     assert offend(client, clock, 0.0) == 10
     assert offend(client, clock, 49.0) == 20  # 39 s after the block: remembered
     assert offend(client, clock, 69.0 + 40.0) == 10  # 40 s after: forgotten
 
 
-def test_a_penalty_refusal_is_told_apart(app: Flask, caplog) -> None:
+def test_a_penalty_refusal_is_told_apart(app: Flask, caplog, clock: Clock) -> None:
     breaches: list[Any] = []
 
     @app.errorhandler(RateLimitExceeded)
     def too_many(error: RateLimitExceeded) -> Any:
         return {"penalized": error.penalized, "detail": error.description}, 429
 
-    clock = penalized_app(app, on_breach=breaches.append)
+    penalized_app(app, on_breach=breaches.append)
     client = app.test_client()
     offend(client, clock, 0.0)
     clock.set(2.0)
@@ -129,8 +129,8 @@ def test_a_penalty_refusal_is_told_apart(app: Flask, caplog) -> None:
         assert [refusal.penalized for refusal in refusal_log().recent()] == [True, True]
 
 
-def test_a_penalty_key_always_expires(app: Flask) -> None:
-    clock = penalized_app(app)
+def test_a_penalty_key_always_expires(app: Flask, clock: Clock) -> None:
+    penalized_app(app)
     client = app.test_client()
     offend(client, clock, 0.0)
     state: RateLimitState = app.extensions["ratelimit"]
@@ -143,7 +143,7 @@ def test_a_penalty_key_always_expires(app: Flask) -> None:
     assert 49_000 < redis_client.pttl(key) <= 50_000
 
 
-def test_a_penalty_with_deduct_when_counts_failed_logins(app: Flask) -> None:
+def test_a_penalty_with_deduct_when_counts_failed_logins(app: Flask, clock: Clock) -> None:
     @app.post("/login")
     @limit(
         "2/m",
@@ -154,7 +154,7 @@ def test_a_penalty_with_deduct_when_counts_failed_logins(app: Flask) -> None:
     def login() -> Response:
         return Response("no", status=401 if request.args.get("password") != "right" else 200)
 
-    clock = Clock(install(app))
+    install(app)
     client = app.test_client()
 
     def attempt(password: str = "wrong") -> Any:
@@ -172,8 +172,8 @@ def test_a_penalty_with_deduct_when_counts_failed_logins(app: Flask) -> None:
     assert attempt("right").status_code == 200
 
 
-def test_shadow_penalties_are_only_logged(app: Flask, caplog) -> None:
-    clock = penalized_app(app, shadow=True)
+def test_shadow_penalties_are_only_logged(app: Flask, caplog, clock: Clock) -> None:
+    penalized_app(app, shadow=True)
     client = app.test_client()
     with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
         assert offend(client, clock, 0.0) is None

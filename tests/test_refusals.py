@@ -32,7 +32,7 @@ def test_a_refusal_is_logged_with_everything_about_it(app: Flask) -> None:
     limited(app, "5/s;1/m", strategy="gcra", scope="catalogue")
     # Pinned, so that both identities' counters wait exactly as long even on
     # a cluster, where each node would read its own TIME a moment apart.
-    Clock(install(app))
+    install(app)
     client = app.test_client()
     before = time.time()
     assert get(client, "/items", user="alice").status_code == 200
@@ -122,7 +122,6 @@ def test_bad_sizes_are_refused(app: Flask, size: object) -> None:
 def test_a_log_that_cannot_be_written_does_not_change_the_answer(app: Flask, monkeypatch, caplog) -> None:
     limited(app)
     state = install(app)
-    Clock(state)
 
     def broken(**fields: object) -> None:
         raise redis.ConnectionError("gone")
@@ -167,7 +166,7 @@ _prefixes = itertools.count()
     ),
 )
 def test_the_log_holds_exactly_the_latest_refusals(
-    storage_url: str, strategy: str, size: int, requests: list[tuple[int, str | None, int]]
+    storage_url: str, strategy: str, size: int, requests: list[tuple[int, str | None, int]], clock: Clock
 ) -> None:
     """Random traffic from a few IPs and users: the log holds the last
     ``size`` refusals, as the 429s described them, and ``top`` counts them."""
@@ -185,9 +184,7 @@ def test_the_log_holds_exactly_the_latest_refusals(
         refused.append((str(error.identity), f"{error.layer.amount}/{error.layer.name}", ids))
         return error.get_response()
 
-    clock = Clock(
-        install(app, RATELIMIT_STRATEGY=strategy, RATELIMIT_REFUSAL_LOG_SIZE=size, RATELIMIT_BLOCK_CACHE_SIZE=0)
-    )
+    install(app, RATELIMIT_STRATEGY=strategy, RATELIMIT_REFUSAL_LOG_SIZE=size, RATELIMIT_BLOCK_CACHE_SIZE=0)
     client = app.test_client()
     at = 0.0
     for ip, user, gap in requests:

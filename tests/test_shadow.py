@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from conftest import Clock, get, install
+from conftest import get, install
 from flask import Flask
 
 from flask_redis_throttle import limit, refusal_log
@@ -25,7 +25,6 @@ def test_a_shadow_limit_logs_and_lets_through(app: Flask, caplog) -> None:
         return "ok"
 
     state = install(app)
-    Clock(state)
     client = app.test_client()
     with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
         responses = [get(client) for _ in range(4)]

@@ -7,8 +7,7 @@ import math
 import time
 
 import pytest
-import redis
-from conftest import Clock, add_login, get, install
+from conftest import Clock, add_login, align_to_window, get, install
 from flask import Flask
 
 from flask_redis_throttle import ConfigurationError, InvalidLimit, limit
@@ -43,30 +42,30 @@ def answers(app: Flask, clock: Clock) -> list[tuple[int, int | None]]:
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
-def test_each_strategy_on_the_same_traffic(app: Flask, strategy: str) -> None:
+def test_each_strategy_on_the_same_traffic(app: Flask, strategy: str, clock: Clock) -> None:
     @app.get("/")
     @limit("2/10s")
     def index() -> str:
         return "ok"
 
-    clock = Clock(install(app, RATELIMIT_STRATEGY=strategy))
+    install(app, RATELIMIT_STRATEGY=strategy)
     assert answers(app, clock) == EXPECTED[strategy]
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
-def test_the_decorator_overrides_the_setting(app: Flask, strategy: str) -> None:
+def test_the_decorator_overrides_the_setting(app: Flask, strategy: str, clock: Clock) -> None:
     @app.get("/")
     @limit("2/10s", strategy=strategy)
     def index() -> str:
         return "ok"
 
     other = next(name for name in STRATEGIES if name != strategy)
-    clock = Clock(install(app, RATELIMIT_STRATEGY=other))
+    install(app, RATELIMIT_STRATEGY=other)
     assert answers(app, clock) == EXPECTED[strategy]
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
-def test_headers_report_the_layer_with_least_room(app: Flask, strategy: str) -> None:
+def test_headers_report_the_layer_with_least_room(app: Flask, strategy: str, clock: Clock) -> None:
     add_login(app)
 
     @app.get("/")
@@ -74,7 +73,7 @@ def test_headers_report_the_layer_with_least_room(app: Flask, strategy: str) -> 
     def index() -> str:
         return "ok"
 
-    clock = Clock(install(app, RATELIMIT_STRATEGY=strategy))
+    install(app, RATELIMIT_STRATEGY=strategy)
     client = app.test_client()
     clock.set(0.5)
     response = get(client, user="alice")
@@ -91,14 +90,14 @@ def test_headers_report_the_layer_with_least_room(app: Flask, strategy: str) -> 
     assert refused.headers["RateLimit"].startswith('"1m";r=0;')
 
 
-def test_limits_with_different_strategies_share_one_round_trip(app: Flask) -> None:
+def test_limits_with_different_strategies_share_one_round_trip(app: Flask, clock: Clock) -> None:
     @app.get("/")
     @limit("2/10s", strategy="gcra")
     @limit("3/m", strategy="sliding-log", scope="shared")
     def index() -> str:
         return "ok"
 
-    clock = Clock(install(app))
+    install(app)
     client = app.test_client()
     calls = []
     state = app.extensions["ratelimit"]
@@ -134,7 +133,8 @@ def test_unknown_strategies_are_refused_early(app: Flask) -> None:
 @pytest.mark.parametrize(
     ("strategy", "retry_after"), [("fixed-window", 1), ("sliding-window", 2), ("sliding-log", 1), ("gcra", 1)]
 )
-def test_real_clock_traffic(app: Flask, redis_client: redis.Redis, strategy: str, retry_after: int) -> None:
+@pytest.mark.real_clock
+def test_real_clock_traffic(app: Flask, strategy: str, retry_after: int) -> None:
     @app.get("/")
     @limit("3/s")
     def index() -> str:
@@ -142,10 +142,10 @@ def test_real_clock_traffic(app: Flask, redis_client: redis.Redis, strategy: str
 
     install(app, RATELIMIT_STRATEGY=strategy)
     client = app.test_client()
-    # Start just after a second of Redis's clock, so that what follows
-    # happens well inside one second (and one tenth of it), whatever the load.
-    _seconds, micros = redis_client.time()
-    time.sleep(1.02 - micros / 1e6)
+    # Start just after a second of Redis's clock, so that the four requests
+    # happen inside one second, and inside its first tenth (a sliding-window
+    # sub-bucket), whatever the load.
+    align_to_window(1, within=0.03)
     assert [get(client).status_code for _ in range(3)] == [200, 200, 200]
     refused = get(client)
     assert refused.status_code == 429

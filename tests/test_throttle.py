@@ -4,27 +4,37 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 
 import pytest
 import redis
-from conftest import PinnedThrottle
+from conftest import Clock
 
 from flask_redis_throttle import Identity, parse_limits
 from flask_redis_throttle.storage import Storage
-from flask_redis_throttle.throttle import Policy, Throttle
+from flask_redis_throttle.throttle import Decision, Policy, Throttle
 
 IP = Identity("ip", "192.0.2.1")
 USER = Identity("user", "42")
 
 
+Hit = Callable[..., Decision]
+
+
 @pytest.fixture
-def throttle(storage: Storage) -> PinnedThrottle:
-    return PinnedThrottle(storage)
+def throttle(storage: Storage) -> Throttle:
+    return Throttle(storage)
 
 
-def hit(throttle: PinnedThrottle, spec: str, *identities: Identity, at: float, cost: int = 1, scope: str = "s"):
-    throttle.at = at
-    return throttle.hit([(Policy(parse_limits(spec), scope), identities or (IP,))], cost=cost)
+@pytest.fixture
+def hit(throttle: Throttle, clock: Clock) -> Hit:
+    """``hit(spec, *identities, at=seconds, cost=1, scope="s")``: one request, at a pinned time."""
+
+    def run(spec: str, *identities: Identity, at: float, cost: int = 1, scope: str = "s") -> Decision:
+        clock.set(at)
+        return throttle.hit([(Policy(parse_limits(spec), scope), identities or (IP,))], cost=cost)
+
+    return run
 
 
 def counters(throttle: Throttle) -> dict[bytes, bytes]:
@@ -32,75 +42,75 @@ def counters(throttle: Throttle) -> dict[bytes, bytes]:
     return {key: client.get(key) for key in client.scan_iter()}
 
 
-def test_admits_quota_per_window_then_refuses(throttle: PinnedThrottle) -> None:
-    results = [hit(throttle, "3/s", at=0.1 * i).admitted for i in range(5)]
+def test_admits_quota_per_window_then_refuses(throttle: Throttle, hit: Hit) -> None:
+    results = [hit("3/s", at=0.1 * i).admitted for i in range(5)]
     assert results == [True, True, True, False, False]
     # The window is aligned to the clock: a new one starts on the second.
-    assert hit(throttle, "3/s", at=1.0).admitted
+    assert hit("3/s", at=1.0).admitted
 
 
-def test_window_boundary_is_exact(throttle: PinnedThrottle) -> None:
-    hit(throttle, "1/s", at=0.0)
-    assert not hit(throttle, "1/s", at=0.999_999).admitted
-    assert hit(throttle, "1/s", at=1.0).admitted
+def test_window_boundary_is_exact(throttle: Throttle, hit: Hit) -> None:
+    hit("1/s", at=0.0)
+    assert not hit("1/s", at=0.999_999).admitted
+    assert hit("1/s", at=1.0).admitted
 
 
-def test_refusal_consumes_nothing_in_any_layer(throttle: PinnedThrottle) -> None:
+def test_refusal_consumes_nothing_in_any_layer(throttle: Throttle, hit: Hit) -> None:
     for i in range(2):
-        assert hit(throttle, "2/s;5/m", IP, USER, at=0.01 * i).admitted
+        assert hit("2/s;5/m", IP, USER, at=0.01 * i).admitted
     before = counters(throttle)
     for i in range(10):
-        decision = hit(throttle, "2/s;5/m", IP, USER, at=0.5 + 0.01 * i)
+        decision = hit("2/s;5/m", IP, USER, at=0.5 + 0.01 * i)
         assert not decision.admitted
     assert counters(throttle) == before
     # The minute layer still has its 3 requests left for the next seconds.
-    assert [hit(throttle, "2/s;5/m", IP, USER, at=1.0 + 0.1 * i).admitted for i in range(3)] == [True, True, False]
-    assert hit(throttle, "2/s;5/m", IP, USER, at=2.0).admitted
+    assert [hit("2/s;5/m", IP, USER, at=1.0 + 0.1 * i).admitted for i in range(3)] == [True, True, False]
+    assert hit("2/s;5/m", IP, USER, at=2.0).admitted
 
 
-def test_one_full_identity_refuses_and_the_other_is_not_charged(throttle: PinnedThrottle) -> None:
+def test_one_full_identity_refuses_and_the_other_is_not_charged(throttle: Throttle, hit: Hit) -> None:
     other_ip = Identity("ip", "198.51.100.7")
-    assert hit(throttle, "2/m", other_ip, USER, at=0).admitted
-    assert hit(throttle, "2/m", other_ip, USER, at=1).admitted
+    assert hit("2/m", other_ip, USER, at=0).admitted
+    assert hit("2/m", other_ip, USER, at=1).admitted
     # USER is now full; IP is fresh but must not be charged for the refusal.
-    decision = hit(throttle, "2/m", IP, USER, at=2)
+    decision = hit("2/m", IP, USER, at=2)
     assert not decision.admitted
     assert decision.identity == USER
-    assert hit(throttle, "2/m", IP, at=3).remaining == 1
+    assert hit("2/m", IP, at=3).remaining == 1
 
 
-def test_layers_report_the_most_constrained(throttle: PinnedThrottle) -> None:
-    decision = hit(throttle, "10/s;3/m", at=0.25)
+def test_layers_report_the_most_constrained(throttle: Throttle, hit: Hit) -> None:
+    decision = hit("10/s;3/m", at=0.25)
     assert decision.admitted
     assert (decision.layer.name, decision.remaining) == ("1m", 2)
     assert decision.reset == pytest.approx(59.75)
 
 
-def test_refusal_names_the_longest_wait(throttle: PinnedThrottle) -> None:
-    hit(throttle, "1/s;1/m", at=10.5)
-    decision = hit(throttle, "1/s;1/m", at=10.75)
+def test_refusal_names_the_longest_wait(throttle: Throttle, hit: Hit) -> None:
+    hit("1/s;1/m", at=10.5)
+    decision = hit("1/s;1/m", at=10.75)
     assert not decision.admitted
     assert decision.layer.name == "1m"
     assert decision.retry_after == pytest.approx(49.25)
 
 
-def test_retry_after_is_never_early(throttle: PinnedThrottle) -> None:
+def test_retry_after_is_never_early(throttle: Throttle, hit: Hit) -> None:
     rng = random.Random(7)
     for round_ in range(40):
         scope = f"r{round_}"
         start = rng.uniform(0, 1000)
-        assert hit(throttle, "1/s;2/5s", at=start, scope=scope).admitted
+        assert hit("1/s;2/5s", at=start, scope=scope).admitted
         at = start + rng.uniform(0, 0.999)
-        decision = hit(throttle, "1/s;2/5s", at=at, scope=scope)
+        decision = hit("1/s;2/5s", at=at, scope=scope)
         if decision.admitted:  # the second crossed into a new window
             continue
         wait = math.ceil(decision.retry_after)
-        assert not hit(throttle, "1/s;2/5s", at=at + decision.retry_after - 1e-6, scope=scope, cost=1).admitted
-        assert hit(throttle, "1/s;2/5s", at=at + wait, scope=scope).admitted
+        assert not hit("1/s;2/5s", at=at + decision.retry_after - 1e-6, scope=scope, cost=1).admitted
+        assert hit("1/s;2/5s", at=at + wait, scope=scope).admitted
 
 
-def test_every_key_has_a_ttl_within_its_window_and_a_second(throttle: PinnedThrottle) -> None:
-    hit(throttle, "10/s;10/m;10/h;10/d", IP, USER, at=0.25)
+def test_every_key_has_a_ttl_within_its_window_and_a_second(throttle: Throttle, hit: Hit) -> None:
+    hit("10/s;10/m;10/h;10/d", IP, USER, at=0.25)
     client = throttle.storage.client
     keys = list(client.scan_iter())
     assert len(keys) == 8
@@ -109,30 +119,30 @@ def test_every_key_has_a_ttl_within_its_window_and_a_second(throttle: PinnedThro
         assert 0 < client.pttl(key) <= window_ms + 1_000
 
 
-def test_cost_zero_inspects_without_writing(throttle: PinnedThrottle) -> None:
-    hit(throttle, "5/m", at=0)
+def test_cost_zero_inspects_without_writing(throttle: Throttle, hit: Hit) -> None:
+    hit("5/m", at=0)
     before = counters(throttle)
-    decision = hit(throttle, "5/m", at=1, cost=0)
+    decision = hit("5/m", at=1, cost=0)
     assert decision.admitted
     assert decision.remaining == 4
     assert counters(throttle) == before
 
 
-def test_cost_takes_that_much_quota(throttle: PinnedThrottle) -> None:
-    assert hit(throttle, "5/m", at=0, cost=3).remaining == 2
-    decision = hit(throttle, "5/m", at=1, cost=3)
+def test_cost_takes_that_much_quota(throttle: Throttle, hit: Hit) -> None:
+    assert hit("5/m", at=0, cost=3).remaining == 2
+    decision = hit("5/m", at=1, cost=3)
     assert not decision.admitted
     assert decision.remaining == 2
 
 
-def test_counts_from_an_old_window_never_leak(throttle: PinnedThrottle) -> None:
+def test_counts_from_an_old_window_never_leak(throttle: Throttle, hit: Hit) -> None:
     """A counter key read after its window ended (expiry is lazy) is ignored."""
     for _ in range(3):
-        hit(throttle, "3/h", at=0)
+        hit("3/h", at=0)
     client = throttle.storage.client
     for key in client.keys("*"):
         client.persist(key)  # as if expiry had not happened yet
-    assert hit(throttle, "3/h", at=3_600).remaining == 2
+    assert hit("3/h", at=3_600).remaining == 2
 
 
 def test_storage_errors_become_storage_unavailable() -> None:

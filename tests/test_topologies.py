@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import redis
 import redis.cluster
-from conftest import add_login, evalsha_calls, get, install
+from conftest import add_login, evalsha_calls, get, install, join_all
 from flask import Flask
 
 from flask_redis_throttle import Identity, RateLimit, limit
@@ -174,8 +174,7 @@ class Traffic:
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        for thread in self._threads:
-            thread.join()
+        join_all(self._threads, deadline=10, what="traffic threads (a request hung)")
 
 
 @pytest.fixture

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import json
-import math
 import time
 
 import pytest
-from conftest import Clock, add_login, get, install
+from conftest import Clock, add_login, align_to_window, get, install
 from flask import Flask, Request, jsonify
 
 from flask_redis_throttle import Identity, Rate, RateLimitExceeded, limit
 
 
-def limited_app(app: Flask, spec: str = "3/s;5/m", **options: object) -> Clock:
+def limited_app(app: Flask, spec: str = "3/s;5/m", **options: object) -> None:
     """``/`` limited by ``spec``, Flask-Login on, the clock pinned at T0."""
     add_login(app)
 
@@ -22,11 +21,11 @@ def limited_app(app: Flask, spec: str = "3/s;5/m", **options: object) -> Clock:
     def index() -> str:
         return "ok"
 
-    return Clock(install(app))
+    install(app)
 
 
-def test_every_layer_must_have_room(app: Flask, statuses) -> None:
-    clock = limited_app(app, "3/s;5/m")
+def test_every_layer_must_have_room(app: Flask, statuses, clock: Clock) -> None:
+    limited_app(app, "3/s;5/m")
     client = app.test_client()
     assert statuses(client, 4, "/") == [200, 200, 200, 429]
     clock.set(1.5)
@@ -36,8 +35,8 @@ def test_every_layer_must_have_room(app: Flask, statuses) -> None:
     assert refused.headers["Retry-After"] == str(60 - 1)  # the minute ends at 60.0
 
 
-def test_refused_requests_consume_nothing(app: Flask, statuses) -> None:
-    clock = limited_app(app, "2/s;4/m")
+def test_refused_requests_consume_nothing(app: Flask, statuses, clock: Clock) -> None:
+    limited_app(app, "2/s;4/m")
     client = app.test_client()
     assert statuses(client, 12, "/") == [200, 200] + [429] * 10
     clock.set(1.0)
@@ -168,7 +167,7 @@ def test_several_limits_on_one_view_all_apply(app: Flask, statuses) -> None:
     def index() -> str:
         return "ok"
 
-    Clock(install(app))
+    install(app)
     client = app.test_client()
     response = get(client, user="u")
     assert response.headers["RateLimit-Policy"] == '"1s";q=1;w=1, "1m";q=3;w=60, "1m-3";q=2;w=60'
@@ -181,8 +180,8 @@ def test_several_limits_on_one_view_all_apply(app: Flask, statuses) -> None:
 # Responses and headers
 
 
-def test_policy_and_state_headers(app: Flask) -> None:
-    clock = limited_app(app, "10/s;120/m;240/h")
+def test_policy_and_state_headers(app: Flask, clock: Clock) -> None:
+    limited_app(app, "10/s;120/m;240/h")
     clock.set(0.25)
     client = app.test_client()
     response = get(client)
@@ -201,8 +200,8 @@ def test_policy_and_state_headers(app: Flask) -> None:
     assert get(client).headers["RateLimit"] == '"1s";r=9;t=1'
 
 
-def test_state_header_follows_the_emptiest_layer(app: Flask) -> None:
-    clock = limited_app(app, "100/s;3/m")
+def test_state_header_follows_the_emptiest_layer(app: Flask, clock: Clock) -> None:
+    limited_app(app, "100/s;3/m")
     clock.set(59.5)
     client = app.test_client()
     assert get(client).headers["RateLimit"] == '"1m";r=2;t=1'
@@ -224,8 +223,8 @@ def test_refusal_is_text_by_default(app: Flask) -> None:
 @pytest.mark.parametrize(
     "accept", ["application/json", "application/problem+json", "text/html;q=0.5, application/json"]
 )
-def test_refusal_is_problem_json_for_json_clients(app: Flask, accept: str) -> None:
-    clock = limited_app(app, "1/m")
+def test_refusal_is_problem_json_for_json_clients(app: Flask, accept: str, clock: Clock) -> None:
+    limited_app(app, "1/m")
     clock.set(0.5)
     client = app.test_client()
     get(client)
@@ -244,21 +243,21 @@ def test_refusal_is_problem_json_for_json_clients(app: Flask, accept: str) -> No
 
 
 @pytest.mark.parametrize(("at", "retry_after"), [(0.0, 1), (0.000_001, 1), (0.5, 1), (0.999_999, 1)])
-def test_retry_after_rounds_up(app: Flask, at: float, retry_after: int) -> None:
-    clock = limited_app(app, "1/s")
+def test_retry_after_rounds_up(app: Flask, at: float, retry_after: int, clock: Clock) -> None:
+    limited_app(app, "1/s")
     clock.set(at)
     client = app.test_client()
     get(client)
     assert get(client).headers["Retry-After"] == str(retry_after)
 
 
-def test_custom_429_handler_gets_the_details(app: Flask) -> None:
+def test_custom_429_handler_gets_the_details(app: Flask, clock: Clock) -> None:
     @app.errorhandler(429)
     def too_many(error: RateLimitExceeded):  # type: ignore[no-untyped-def]
         body = {"layer": str(error.layer), "who": str(error.identity), "wait": error.retry_after, "scope": error.scope}
         return jsonify(body), 429
 
-    clock = limited_app(app, "5/s;1/h", identities=["ip"])
+    limited_app(app, "5/s;1/h", identities=["ip"])
     clock.set(10)
     client = app.test_client()
     get(client)
@@ -280,7 +279,8 @@ def test_exception_attributes() -> None:
 
 @pytest.mark.redis
 @pytest.mark.parametrize("storage_url", ["redis"], indirect=True)
-def test_retry_after_is_honest_on_the_real_clock(app: Flask, redis_client) -> None:
+@pytest.mark.real_clock
+def test_retry_after_is_honest_on_the_real_clock(app: Flask) -> None:
     @app.get("/")
     @limit("2/s;3/2s")
     def index() -> str:
@@ -289,10 +289,8 @@ def test_retry_after_is_honest_on_the_real_clock(app: Flask, redis_client) -> No
     install(app)
     client = app.test_client()
     # Start just after an even second of Redis's clock, so that the requests
-    # below fall in one window, whatever the machine's load.
-    seconds, micros = redis_client.time()
-    now = seconds + micros / 1e6
-    time.sleep(math.floor(now / 2) * 2 + 2.02 - now)
+    # below fall in one two-second window, whatever the machine's load.
+    align_to_window(2)
     assert [get(client).status_code for _ in range(3)] == [200, 200, 429]
     retry_after = int(get(client).headers["Retry-After"])
     assert retry_after == 1
