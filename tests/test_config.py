@@ -4,15 +4,19 @@ extension does not read are warned about, not silently ignored."""
 
 from __future__ import annotations
 
+import logging
 import math
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
-from conftest import get
+from conftest import get, install
 from flask import Flask
 
-from flask_redis_throttle import ConfigurationError, RateLimit, limit
+from flask_redis_throttle import ConfigurationError, RateLimit, limit, refusal_log
+from flask_redis_throttle.breaker import CircuitBreaker
 from flask_redis_throttle.testing import RedisServer
 
 #: A password that must never show in a message.
@@ -172,3 +176,132 @@ def test_the_highest_url_database_is_the_one_used(redis_server: RedisServer) -> 
     client.flushdb()
     client.close()
     app.extensions["ratelimit"].throttle.storage.close()
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("RATELIMIT_REFUSAL_LOG_SIZE", 2**63),
+        ("RATELIMIT_REFUSAL_LOG_SIZE", 1_000_001),
+        ("RATELIMIT_BREAKER_BACKOFF", 1e308),
+        ("RATELIMIT_BREAKER_BACKOFF", math.inf),
+        ("RATELIMIT_BREAKER_BACKOFF", 86_401),
+        ("RATELIMIT_BREAKER_BACKOFF", math.nan),
+        ("RATELIMIT_BREAKER_MAX_BACKOFF", 86_401),
+        ("RATELIMIT_BREAKER_MAX_BACKOFF", math.inf),
+    ],
+)
+def test_values_beyond_their_bounds_name_their_own_key(key: str, value: object) -> None:
+    error = refused(**{key: value})
+    assert error.key == key
+    assert str(error).startswith(f"{key} = {value!r} is invalid")
+
+
+def test_the_refusal_log_keeps_its_largest_size(app: Flask) -> None:
+    """RATELIMIT_REFUSAL_LOG_SIZE = 1_000_000 is a MAXLEN every server takes."""
+
+    @app.get("/")
+    @limit("1/m")
+    def index() -> str:
+        return "ok"
+
+    install(app, RATELIMIT_REFUSAL_LOG_SIZE=1_000_000)
+    web = app.test_client()
+    assert [get(web).status_code for _ in range(2)] == [200, 429]
+    [refusal] = refusal_log(app).recent()
+    assert refusal.endpoint == "index"
+
+
+def test_the_breaker_probes_again_after_its_longest_backoff() -> None:
+    now = [0.0]
+    breaker = CircuitBreaker(threshold=1, backoff=86_400, max_backoff=86_400, clock=lambda: now[0])
+    breaker.failure()
+    assert not breaker.allow()
+    now[0] = 86_400.0
+    assert breaker.allow()  # the probe
+
+
+def test_largest_bounds_pass() -> None:
+    app = make_app(
+        RATELIMIT_REFUSAL_LOG_SIZE=1_000_000,
+        RATELIMIT_BREAKER_BACKOFF=86_400,
+        RATELIMIT_BREAKER_MAX_BACKOFF=86_400.0,
+        RATELIMIT_ENABLED=False,
+    )
+    RateLimit(app)
+
+
+def warnings_at_init(caplog: pytest.LogCaptureFixture, **config: Any) -> list[str]:
+    """The warnings ``init_app`` logs for ``config``, on a disabled app (which
+    logs nothing else: it builds no storage)."""
+    app = make_app(RATELIMIT_ENABLED=False, **config)
+    with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
+        RateLimit(app)
+    return [record.getMessage() for record in caplog.records]
+
+
+@pytest.mark.parametrize(
+    ("key", "advice"),
+    [
+        ("RATELIMIT_STORAGE_URI", "use RATELIMIT_STORAGE_URL"),
+        ("RATELIMIT_KEY_FUNC", "use RATELIMIT_IDENTITIES"),
+        ("RATELIMIT_SWALLOW_ERRORS", "use RATELIMIT_FAIL_OPEN"),
+        ("RATELIMIT_ON_BREACH_CALLBACK", "use RATELIMIT_ON_BREACH"),
+        ("RATELIMIT_IN_MEMORY_FALLBACK_ENABLED", "use RATELIMIT_FALLBACK"),
+        ("RATELIMIT_HEADER_RETRY_AFTER_VALUE", "use RATELIMIT_RETRY_AFTER"),
+        ("RATELIMIT_DEFAULTS_PER_METHOD", "no equivalent"),
+        ("RATELIMIT_HEADER_REMAINING", "no equivalent"),
+        ("RATELIMIT_META", "no equivalent"),
+    ],
+)
+def test_flask_limiters_settings_are_warned_about(caplog: pytest.LogCaptureFixture, key: str, advice: str) -> None:
+    [message] = warnings_at_init(caplog, **{key: "x"})
+    assert f"{key} is a Flask-Limiter setting" in message
+    assert advice in message
+    assert "Coming from Flask-Limiter" in message
+
+
+@pytest.mark.parametrize(
+    ("key", "nearest"),
+    [
+        ("RATELIMIT_DEFAULTS", "RATELIMIT_DEFAULT"),
+        ("RATELIMIT_STORAGE_URLS", "RATELIMIT_STORAGE_URL"),
+        ("RATELIMIT_FAILOPEN", "RATELIMIT_FAIL_OPEN"),
+        ("RATELIMIT_IDENTITY", "RATELIMIT_IDENTITIES"),
+    ],
+)
+def test_misspelt_settings_suggest_the_nearest(caplog: pytest.LogCaptureFixture, key: str, nearest: str) -> None:
+    [message] = warnings_at_init(caplog, **{key: "x"})
+    assert message.startswith(f"{key} is not a setting of flask-redis-throttle")
+    assert f"did you mean {nearest}?" in message
+
+
+def test_an_unknown_setting_like_no_other_is_still_warned_about(caplog: pytest.LogCaptureFixture) -> None:
+    [message] = warnings_at_init(caplog, RATELIMIT_XYZZY=1)
+    assert message.startswith("RATELIMIT_XYZZY is not a setting of flask-redis-throttle")
+    assert "ignored" in message
+
+
+def test_known_settings_and_other_extensions_settings_are_not_warned_about(caplog: pytest.LogCaptureFixture) -> None:
+    assert warnings_at_init(caplog, RATELIMIT_DEFAULT="1/s", SQLALCHEMY_DATABASE_URI="sqlite://", RATELIMITS=1) == []
+
+
+def test_the_warnings_follow_the_migration_page() -> None:
+    """The table the warnings come from is the one docs/flask-limiter.rst shows."""
+    from flask_redis_throttle.config import DEFAULTS, FLASK_LIMITER_SETTINGS
+
+    page = (Path(__file__).parent.parent / "docs" / "flask-limiter.rst").read_text()
+    section = page.split("The RATELIMIT settings\n")[1].split("\nDecorators\n")[0]
+    rows = re.split(r"\n   \* - ", section)[2:]  # the header row and the text before it
+    documented: dict[str, str] = {}
+    for row in rows:
+        theirs, _, ours = row.partition("\n     - ")
+        for key in re.findall(r"``(RATELIMIT_\w+)``", theirs):
+            documented[key] = ours
+    theirs_only = {key: ours for key, ours in documented.items() if key not in DEFAULTS}
+    assert set(theirs_only) == set(FLASK_LIMITER_SETTINGS)
+    for key, (equivalent, _hint) in FLASK_LIMITER_SETTINGS.items():
+        if equivalent is not None:
+            assert theirs_only[key].startswith(f":data:`{equivalent}`"), key
+        else:
+            assert theirs_only[key].startswith("none"), key
