@@ -209,8 +209,10 @@ def _check_url(scheme: str, url: str) -> None:
     """
     parts = urlsplit(url)
     if scheme == "memory":
-        if parts.netloc or parts.path.strip("/") or parts.query or parts.fragment:
-            raise _bad_url(url, f"memory:// with nothing after it, not {url[len('memory://') :]!r}")
+        # A name, as in memory://dev, is a label; a path or a query would
+        # name a database or options that the embedded store does not have.
+        if parts.path.strip("/") or parts.query or parts.fragment:
+            raise _bad_url(url, f"memory:// or memory://name, with no path or query, not {url!r}")
         return
     if scheme in ("redis+cluster", "redis+sentinel"):
         _check_hosts_url(scheme, url)

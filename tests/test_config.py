@@ -15,7 +15,7 @@ import redis
 from conftest import get, install
 from flask import Flask
 
-from flask_redis_throttle import ConfigurationError, RateLimit, limit, refusal_log
+from flask_redis_throttle import ConfigurationError, RateLimit, limit, refusal_log, testing
 from flask_redis_throttle.breaker import CircuitBreaker
 from flask_redis_throttle.testing import RedisServer
 
@@ -50,6 +50,7 @@ def refused(**config: Any) -> ConfigurationError:
 BAD_URLS = [
     (f"redis://u:{SECRET}@127.0.0.1:6379/0?bogus=1", "bogus"),
     ("redis://127.0.0.1:6379/0?socket_timeout=fast", "socket_timeout"),
+    (f"redis://127.0.0.1:6379/0?password={SECRET}&bogus=1", "bogus"),
     ("redis://127.0.0.1:6379/0?socket_timeout=-1", "socket_timeout"),
     (f"redis://:{SECRET}@127.0.0.1:6379/abc", "abc"),
     ("redis://127.0.0.1:6379/99", "99"),
@@ -78,7 +79,7 @@ BAD_URLS = [
     ("memory://?bogus=1", "bogus"),
     ("memory:///abc", "abc"),
     ("memory:///1", "1"),
-    ("memory://localhost", "localhost"),
+    ("memory://dev/0", "/0"),
 ]
 
 
@@ -93,6 +94,7 @@ def test_bad_storage_urls_raise_at_init_app(url: str, bad: str) -> None:
     ("url", "options"),
     [
         ("memory://", {}),
+        ("memory://dev", {}),  # a name is a label
         ("redis://127.0.0.1:6379", {}),
         ("redis://127.0.0.1:6379/", {}),
         ("redis://127.0.0.1:6379/15", {}),
@@ -176,6 +178,19 @@ def test_the_highest_url_database_is_the_one_used(redis_server: RedisServer) -> 
     client.flushdb()
     client.close()
     app.extensions["ratelimit"].throttle.storage.close()
+
+
+@pytest.mark.redis
+def test_the_db_option_reaches_beyond_the_urls_databases() -> None:
+    """On a server with more than 16 databases, ``{"db": N}`` selects one above 15."""
+    with testing.redis_server(["--databases", "41"]) as server:
+        app = make_app(RATELIMIT_STORAGE_URL=f"redis://127.0.0.1:{server.port}", RATELIMIT_STORAGE_OPTIONS={"db": 40})
+        RateLimit(app)
+        web = app.test_client()
+        assert [get(web).status_code for _ in range(2)] == [200, 429]
+        app.extensions["ratelimit"].throttle.storage.close()
+        with redis.Redis(port=server.port, db=40) as client:
+            assert any(key.startswith(b"rl:{ip:") for key in client.scan_iter())
 
 
 @pytest.mark.parametrize(
