@@ -194,10 +194,20 @@ def _check_values(options: Mapping[str, Any], quote: Callable[[str, Any], object
 
     :param quote: what the error quotes for a bad option, given its name and value.
     """
+    bad = _bad_value(options)
+    if bad is not None:
+        name, value, expected = bad
+        raise ConfigurationError("RATELIMIT_STORAGE_OPTIONS", quote(name, value), f"{name} to be {expected}")
+
+
+def _bad_value(options: Mapping[str, Any]) -> tuple[str, Any, str] | None:
+    """The first option :data:`_VALUE_CHECKS` rejects: its name, its value
+    and what it should be; None if there is none."""
     for name, value in options.items():
         check = _VALUE_CHECKS.get(name)
         if check is not None and not check[0](value):
-            raise ConfigurationError("RATELIMIT_STORAGE_OPTIONS", quote(name, value), f"{name} to be {check[1]}")
+            return name, value, check[1]
+    return None
 
 
 def _check_url(scheme: str, url: str) -> None:
@@ -228,10 +238,10 @@ def _check_url(scheme: str, url: str) -> None:
     db = pool.connection_kwargs.get("db", 0)
     if not 0 <= db <= MAX_URL_DB:
         raise _bad_url(url, f"a database number from 0 to {MAX_URL_DB}, not {db}")
-    for name, value in pool.connection_kwargs.items():
-        check = _VALUE_CHECKS.get(name)
-        if check is not None and not check[0](value):
-            raise _bad_url(url, f"{name} to be {check[1]}, not {value!r}")
+    bad = _bad_value(pool.connection_kwargs)
+    if bad is not None:
+        name, value, expected = bad
+        raise _bad_url(url, f"{name} to be {expected}, not {value!r}")
     try:
         _connection(pool)
     except (TypeError, ValueError, redis.RedisError) as error:
