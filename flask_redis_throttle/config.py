@@ -6,6 +6,9 @@ Settings are read once, at ``init_app``. A bad value raises
 
 from __future__ import annotations
 
+import difflib
+import logging
+import math
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
@@ -16,7 +19,16 @@ from .identity import IDENTITY_NAMES, IdentitySpec, check_identities
 from .scripts import STRATEGIES
 from .signals import Breach
 
-__all__ = ["APPLICATION_SCOPE", "DEFAULTS", "Settings"]
+__all__ = [
+    "APPLICATION_SCOPE",
+    "DEFAULTS",
+    "FLASK_LIMITER_SETTINGS",
+    "MAX_BREAKER_BACKOFF",
+    "MAX_REFUSAL_LOG_SIZE",
+    "Settings",
+]
+
+logger = logging.getLogger("flask_redis_throttle")
 
 #: Every setting this extension reads, with its default.
 DEFAULTS: dict[str, Any] = {
@@ -51,6 +63,47 @@ APPLICATION_SCOPE = "@app"
 DEFAULT_MODES = ("replace", "add")
 #: The values of ``RATELIMIT_RETRY_AFTER``.
 RETRY_AFTER_FORMATS = ("seconds", "http-date")
+#: The most refusals ``RATELIMIT_REFUSAL_LOG_SIZE`` may keep. Redis keeps
+#: the whole log in memory, and :meth:`~flask_redis_throttle.RefusalLog.top`
+#: reads all of it; a larger value is a typo, and one beyond a 64-bit
+#: integer fails every ``XADD``, so that nothing is logged at all.
+MAX_REFUSAL_LOG_SIZE = 1_000_000
+#: The longest ``RATELIMIT_BREAKER_BACKOFF`` and ``RATELIMIT_BREAKER_MAX_BACKOFF``,
+#: in seconds: a day. A breaker that waited longer (``1e308``) would never
+#: probe Redis again, and the app would decide without it for good.
+MAX_BREAKER_BACKOFF = 86_400.0
+
+#: Flask-Limiter's settings that this extension does not read, each with
+#: ours that does its job, or None when there is none, and a hint. The same
+#: table as in :doc:`/flask-limiter`; a test keeps the two in step.
+FLASK_LIMITER_SETTINGS: dict[str, tuple[str | None, str]] = {
+    "RATELIMIT_KEY_FUNC": ("RATELIMIT_IDENTITIES", "a list of 'ip', 'user' or key functions of the request"),
+    "RATELIMIT_STORAGE_URI": ("RATELIMIT_STORAGE_URL", "note: URL"),
+    "RATELIMIT_DEFAULTS_PER_METHOD": (None, "write one @limit per method, with methods="),
+    "RATELIMIT_DEFAULTS_EXEMPT_WHEN": (None, "make RATELIMIT_DEFAULT a function that returns None to exempt"),
+    "RATELIMIT_DEFAULTS_DEDUCT_WHEN": (None, "put the limit on a blueprint with deduct_when="),
+    "RATELIMIT_DEFAULTS_COST": (None, "put the limit on a blueprint with cost="),
+    "RATELIMIT_APPLICATION_PER_METHOD": (None, "write one @limit per method, with methods="),
+    "RATELIMIT_APPLICATION_EXEMPT_WHEN": (None, "make RATELIMIT_APPLICATION a function that returns None to exempt"),
+    "RATELIMIT_APPLICATION_DEDUCT_WHEN": (None, "put the limit on a blueprint with deduct_when="),
+    "RATELIMIT_APPLICATION_COST": (None, "put the limit on a blueprint with cost="),
+    "RATELIMIT_HEADER_LIMIT": (None, "the header names are fixed"),
+    "RATELIMIT_HEADER_REMAINING": (None, "the header names are fixed"),
+    "RATELIMIT_HEADER_RESET": (None, "the header names are fixed"),
+    "RATELIMIT_HEADER_RETRY_AFTER": (None, "the header names are fixed"),
+    "RATELIMIT_HEADER_RETRY_AFTER_VALUE": ("RATELIMIT_RETRY_AFTER", "'http-date' or 'seconds'"),
+    "RATELIMIT_SWALLOW_ERRORS": ("RATELIMIT_FAIL_OPEN", "True by default here"),
+    "RATELIMIT_FAIL_ON_FIRST_BREACH": (None, "none is needed: every limit is decided at once"),
+    "RATELIMIT_ON_BREACH_CALLBACK": ("RATELIMIT_ON_BREACH", "called with a Breach"),
+    "RATELIMIT_IN_MEMORY_FALLBACK": ("RATELIMIT_FALLBACK", "True or False"),
+    "RATELIMIT_IN_MEMORY_FALLBACK_ENABLED": ("RATELIMIT_FALLBACK", "True or False"),
+    "RATELIMIT_META": (None, "use @limit(..., penalty=...)"),
+    "RATELIMIT_ON_META_BREACH_CALLBACK": (None, "use @limit(..., penalty=...) and the breach hooks"),
+    "RATELIMIT_REQUEST_IDENTIFIER": (None, "counters are named after the endpoint, or the limit's scope="),
+}
+
+#: Where the warnings about Flask-Limiter's settings send the reader.
+MIGRATION_PAGE = "see 'Coming from Flask-Limiter' in the docs (docs/flask-limiter.rst)"
 
 
 @dataclass(frozen=True)
@@ -87,6 +140,7 @@ class Settings:
 
         :raises ConfigurationError: naming the first bad key and its value.
         """
+        _warn_unknown(config)
         for key, value in DEFAULTS.items():
             config.setdefault(key, value)
 
@@ -96,12 +150,21 @@ class Settings:
                 raise ConfigurationError(key, value, "True or False")
             return value
 
-        def count(key: str, zero: str) -> int:
+        def count(key: str, zero: str, most: int | None = None) -> int:
             value = config[key]
-            if not _count(value):
-                raise ConfigurationError(key, value, f"an integer, {zero}")
+            if not _count(value) or (most is not None and value > most):
+                upto = f" up to {most:_}" if most is not None else ""
+                raise ConfigurationError(key, value, f"an integer{upto}, {zero}")
             result: int = value
             return result
+
+        def seconds(key: str, least: float, least_name: str) -> float:
+            value = config[key]
+            if not _seconds(value) or value < least or value > MAX_BREAKER_BACKOFF:
+                raise ConfigurationError(
+                    key, value, f"a number of seconds {least_name}, at most {MAX_BREAKER_BACKOFF:g} (a day)"
+                )
+            return float(value)
 
         prefix = config["RATELIMIT_KEY_PREFIX"]
         if not isinstance(prefix, str) or "{" in prefix or "}" in prefix:
@@ -134,17 +197,13 @@ class Settings:
         strategy = config["RATELIMIT_STRATEGY"]
         if not isinstance(strategy, str) or strategy not in STRATEGIES:
             raise ConfigurationError("RATELIMIT_STRATEGY", strategy, f"one of {', '.join(map(repr, STRATEGIES))}")
-        log_size = count("RATELIMIT_REFUSAL_LOG_SIZE", "0 to keep no log")
+        log_size = count("RATELIMIT_REFUSAL_LOG_SIZE", "0 to keep no log", MAX_REFUSAL_LOG_SIZE)
         cache_size = count("RATELIMIT_BLOCK_CACHE_SIZE", "0 for no cache")
         threshold = count("RATELIMIT_BREAKER_THRESHOLD", "0 for no circuit breaker")
-        backoff = config["RATELIMIT_BREAKER_BACKOFF"]
-        if not _seconds(backoff):
-            raise ConfigurationError("RATELIMIT_BREAKER_BACKOFF", backoff, "a number of seconds above 0")
-        max_backoff = config["RATELIMIT_BREAKER_MAX_BACKOFF"]
-        if not _seconds(max_backoff) or max_backoff < backoff:
-            raise ConfigurationError(
-                "RATELIMIT_BREAKER_MAX_BACKOFF", max_backoff, "a number of seconds at least RATELIMIT_BREAKER_BACKOFF"
-            )
+        backoff = seconds("RATELIMIT_BREAKER_BACKOFF", 0.0, "above 0")
+        max_backoff = seconds(
+            "RATELIMIT_BREAKER_MAX_BACKOFF", backoff, f"at least RATELIMIT_BREAKER_BACKOFF ({backoff:g})"
+        )
         url = config["RATELIMIT_STORAGE_URL"]
         if not isinstance(url, str):
             raise ConfigurationError("RATELIMIT_STORAGE_URL", url, "a URL string")
@@ -167,8 +226,8 @@ class Settings:
             refusal_log_size=log_size,
             block_cache_size=cache_size,
             breaker_threshold=threshold,
-            breaker_backoff=float(backoff),
-            breaker_max_backoff=float(max_backoff),
+            breaker_backoff=backoff,
+            breaker_max_backoff=max_backoff,
             fallback=flag("RATELIMIT_FALLBACK"),
             shadow=flag("RATELIMIT_SHADOW"),
             on_breach=on_breach,
@@ -176,8 +235,29 @@ class Settings:
 
 
 def _seconds(value: Any) -> bool:
-    """Whether ``value`` is a number of seconds above 0 (and not a bool)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+    """Whether ``value`` is a finite number of seconds above 0 (and not a bool)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf
+
+
+def _warn_unknown(config: Mapping[str, Any]) -> None:
+    """Log a warning for each ``RATELIMIT_*`` key this extension does not
+    read: a Flask-Limiter setting, with ours that does its job, or a typo,
+    with the nearest known key. Either would otherwise be silently ignored,
+    and an app moving from Flask-Limiter with ``RATELIMIT_STORAGE_URI``
+    would limit per process in ``memory://`` without knowing why."""
+    for key in sorted(k for k in config if k.startswith("RATELIMIT_") and k not in DEFAULTS):
+        logger.warning("%s", _unknown_key_advice(key))
+
+
+def _unknown_key_advice(key: str) -> str:
+    """What to say about ``key``, a ``RATELIMIT_*`` key this extension does not read."""
+    if key in FLASK_LIMITER_SETTINGS:
+        equivalent, hint = FLASK_LIMITER_SETTINGS[key]
+        advice = f"use {equivalent} ({hint})" if equivalent else f"there is no equivalent here: {hint}"
+        return f"{key} is a Flask-Limiter setting that flask-redis-throttle ignores; {advice}; {MIGRATION_PAGE}."
+    nearest = difflib.get_close_matches(key, DEFAULTS, n=1)
+    guess = f"; did you mean {nearest[0]}?" if nearest else ""
+    return f"{key} is not a setting of flask-redis-throttle, and is ignored{guess}"
 
 
 def _limit(config: Mapping[str, Any], key: str, scope: str | None = None) -> LimitSpec | None:
