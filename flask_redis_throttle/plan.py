@@ -35,7 +35,7 @@ from .decorators import EXEMPT_ATTRIBUTE, LIMITS_ATTRIBUTE, LimitSpec
 from .errors import InvalidLimit
 from .headers import Labels
 from .identity import IdentitySpec, Resolver, resolvers
-from .keys import Identity
+from .keys import Identity, loggable
 from .rates import parse_limits
 from .throttle import Check, Policy
 
@@ -114,7 +114,8 @@ class PlannedLimit:
         value = cost(request)
         if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
             return value
-        problems.append(("cost", f"the cost function of {self.describe()} returned {value!r}; it counts as 1"))
+        returned = loggable(repr(value))
+        problems.append(("cost", f"the cost function of {self.describe()} returned {returned}; it counts as 1"))
         return 1
 
     def describe(self) -> str:
@@ -198,7 +199,7 @@ class Plan:
             try:
                 policy = limit.resolve(request)
             except InvalidLimit as error:
-                problems.append(("limit", f"the dynamic {limit.describe()} is unusable: {error}"))
+                problems.append(("limit", f"the dynamic {limit.describe()} is unusable: {loggable(str(error))}"))
                 continue
             if policy is None:
                 continue
