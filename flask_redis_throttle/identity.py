@@ -5,8 +5,11 @@ Built-in identities, chosen by name in ``RATELIMIT_IDENTITIES`` or
 
 * ``"ip"``: ``request.remote_addr``. IPv6 addresses are grouped by network
   (``RATELIMIT_IPV6_PREFIX``, /64 by default), because one client usually
-  owns a whole /64. ``X-Forwarded-For`` is never read: a client can set it
-  to anything. Behind a proxy, use :class:`werkzeug.middleware.proxy_fix.ProxyFix`.
+  owns a whole /64. A port (``203.0.113.5:40000``, ``[2001:db8::1]:443``),
+  the brackets of an IPv6 address and its zone are dropped, since some
+  proxies forward them and each port would otherwise count apart.
+  ``X-Forwarded-For`` is never read: a client can set it to anything. Behind
+  a proxy, use :class:`werkzeug.middleware.proxy_fix.ProxyFix`.
 * ``"user"``: the Flask-Login ``current_user.get_id()``, when someone is
   logged in. Without Flask-Login, or a ``LoginManager`` on the app, it never
   applies.
@@ -52,6 +55,11 @@ KeyFunction = Callable[[Request], str | None]
 IdentitySpec = str | KeyFunction
 #: A compiled identity: given the request, an :class:`Identity` or None.
 Resolver = Callable[[Request], Identity | None]
+
+#: The longest text that can be an IP address: an IPv6 address that ends in
+#: an IPv4 one, such as ``ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255``.
+#: Anything longer is not parsed, nor kept in the cache of addresses.
+MAX_ADDRESS_LENGTH = 45
 
 IDENTITY_NAMES = ("ip", "user", "user-or-ip")
 
@@ -100,7 +108,9 @@ def parse_identity(text: str, ipv6_prefix: int, key_kinds: Sequence[str] = ()) -
     ``key:<module>.<function>:<value>`` for a key function.
 
     An IPv6 address is grouped into its ``/ipv6_prefix`` network, as requests
-    are; that network itself (``ip:2001:db8::/64``) may be given instead.
+    are; that network itself (``ip:2001:db8::/64``) may be given instead. A
+    port and brackets are dropped, as they are from requests:
+    ``ip:[2001:db8::1]:443`` and ``ip:203.0.113.5:40000`` work.
     ``ip:`` alone is the identity of requests that came with no address.
 
     :param ipv6_prefix: the prefix length IPv6 clients are grouped by.
@@ -135,7 +145,7 @@ def _parse_address(value: str, ipv6_prefix: int) -> str:
     if not value:
         return value
     try:
-        network = ipaddress.ip_network(value, strict=False)
+        network = ipaddress.ip_network(_host(value) or value, strict=False)
     except ValueError:
         raise ValueError(f"{value!r} is not an IP address") from None
     address = str(network.network_address)
@@ -147,23 +157,66 @@ def _parse_address(value: str, ipv6_prefix: int) -> str:
         raise ValueError(
             f"{value!r} is wider than the /{ipv6_prefix} networks IPv6 clients are counted by (RATELIMIT_IPV6_PREFIX)"
         )
-    return _ipv6_group(address, ipv6_prefix)
+    return _address_group(address, ipv6_prefix)
 
 
 def _ip(request: Request, ipv6_prefix: int) -> Identity:
     address = request.remote_addr or ""
-    if ":" in address:
-        address = _ipv6_group(address, ipv6_prefix)
+    if ":" in address:  # IPv6, or a port: a plain IPv4 address is counted as it is
+        address = _client_address(address, ipv6_prefix)
     return Identity("ip", address)
 
 
-@lru_cache(maxsize=4096)
-def _ipv6_group(address: str, prefix: int) -> str:
-    """The network an IPv6 address belongs to, or the IPv4 address it maps."""
+def _client_address(text: str, prefix: int) -> str:
+    """What a client whose address is ``text`` is counted under: its IPv4
+    address, or its IPv6 network, without port, brackets or zone.
+
+    Text that is no address at all counts under itself, as it is: it is not
+    parsed if it is too long to be one, and never cached.
+    """
+    host = _host(text)
+    if host is None or len(host) > MAX_ADDRESS_LENGTH:
+        return text
     try:
-        parsed = ipaddress.IPv6Address(address.split("%", 1)[0])
+        return _address_group(host, prefix)
     except ValueError:
-        return address
+        return text
+
+
+def _host(text: str) -> str | None:
+    """The address in ``text``, without the port, brackets and zone that
+    servers and proxies may add (``[2001:db8::1%eth0]:443``,
+    ``203.0.113.5:40000``); None if ``text`` has a port or brackets that are
+    not well formed. Whether the rest is an address is not checked here."""
+    if text.startswith("["):
+        host, bracket, port = text[1:].partition("]")
+        if not bracket or (port and not (port[0] == ":" and _is_port(port[1:]))):
+            return None
+    elif text.count(":") == 1:
+        # One colon: an IPv4 address and a port. IPv6 has at least two.
+        host, _colon, port = text.partition(":")
+        return host if _is_port(port) else None
+    else:
+        host = text
+    return host.partition("%")[0] if ":" in host else host  # only IPv6 has zones
+
+
+def _is_port(text: str) -> bool:
+    return 0 < len(text) <= 5 and text.isascii() and text.isdigit()
+
+
+@lru_cache(maxsize=4096)
+def _address_group(host: str, prefix: int) -> str:
+    """The IPv4 address ``host`` is, or maps to as an IPv6 address; or the
+    IPv6 network it belongs to.
+
+    :raises ValueError: if ``host`` is not an address. The cache keeps no
+        exceptions, so it only ever holds addresses, each at most
+        :data:`MAX_ADDRESS_LENGTH` characters long.
+    """
+    parsed = ipaddress.ip_address(host)
+    if parsed.version == 4:
+        return str(parsed)
     if parsed.ipv4_mapped is not None:
         return str(parsed.ipv4_mapped)
     return str(ipaddress.IPv6Network((parsed, prefix), strict=False))

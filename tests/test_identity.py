@@ -5,16 +5,122 @@ request values in log lines."""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
-from conftest import install
+from conftest import get, install
 from flask import Flask, Request
+from werkzeug.middleware.proxy_fix import ProxyFix
 
-from flask_redis_throttle import limit
+from flask_redis_throttle import identity, limit
+from flask_redis_throttle.identity import parse_identity
 from flask_redis_throttle.keys import MAX_VALUE_LENGTH, loggable
 
 #: How long a warning may be besides the request value it quotes.
 MESSAGE_TEXT = 300
+
+
+def ip_app(app: Flask, spec: str = "2/m", x_for: int = 1) -> Any:
+    """An app behind one proxy, limited by IP only."""
+    app.wsgi_app = ProxyFix(app.wsgi_app, x_for=x_for)  # type: ignore[method-assign]
+
+    @app.get("/")
+    @limit(spec, identities=["ip"])
+    def index() -> str:
+        return "ok"
+
+    install(app)
+    return app.test_client()
+
+
+def forwarded(client: Any, hop: str) -> int:
+    """A request whose proxy says it came from ``hop``."""
+    return int(get(client, ip="10.0.0.1", headers={"X-Forwarded-For": hop}).status_code)
+
+
+def test_ports_in_forwarded_addresses_share_one_counter(app: Flask) -> None:
+    client = ip_app(app)
+    hops = ["203.0.113.5:40000", "203.0.113.5:40001", "203.0.113.5", "203.0.113.5:443"]
+    assert [forwarded(client, hop) for hop in hops] == [200, 200, 429, 429]
+    assert forwarded(client, "203.0.113.6:40000") == 200  # another client
+
+
+def test_bracketed_ipv6_addresses_are_grouped_by_network(app: Flask) -> None:
+    client = ip_app(app)
+    hops = ["[2001:db8::1]:443", "[2001:db8::2]", "2001:db8::3", "[2001:db8::ffff]:40000", "[2001:db8::1%eth0]:80"]
+    assert [forwarded(client, hop) for hop in hops] == [200, 200, 429, 429, 429]  # one /64
+    assert forwarded(client, "[2001:db8:0:1::1]:443") == 200  # another /64
+    assert forwarded(client, "[::ffff:198.51.100.9]:443") == 200
+    assert forwarded(client, "198.51.100.9:80") == 200
+    assert forwarded(client, "198.51.100.9") == 429  # the same IPv4 client, three ways
+
+
+def test_ports_and_brackets_in_remote_addr(app: Flask) -> None:
+    client = ip_app(app, x_for=0)
+    assert [get(client, ip=ip).status_code for ip in ("192.0.2.7:1", "192.0.2.7:65535", "192.0.2.7")] == [
+        200,
+        200,
+        429,
+    ]
+    assert [get(client, ip=ip).status_code for ip in ("[2001:db8:7::1]:80", "[2001:db8:7::2]", "2001:db8:7::3")] == [
+        200,
+        200,
+        429,
+    ]
+
+
+#: Not addresses with a port: each counts under its own text.
+NOT_PORTS = [
+    "192.0.2.7:",
+    "192.0.2.7:http",
+    "192.0.2.7:1:2",
+    "[2001:db8::1]x",
+    "[2001:db8::1",
+    "[garbage]:80",
+    "[192.0.2.7%eth0]:80",
+]
+
+
+def test_text_that_is_not_an_address_with_a_port_counts_as_it_is(app: Flask) -> None:
+    client = ip_app(app, x_for=0)
+    assert get(client, ip="192.0.2.7").status_code == 200
+    for text in NOT_PORTS:
+        assert [get(client, ip=text).status_code for _ in range(3)] == [200, 200, 429], text
+    assert get(client, ip="192.0.2.7").status_code == 200  # none of them counted as 192.0.2.7
+
+
+def test_the_cli_reads_addresses_as_requests_are_counted() -> None:
+    assert str(parse_identity("ip:203.0.113.5:40000", 64)) == "ip:203.0.113.5"
+    assert str(parse_identity("ip:[2001:db8::1]:443", 64)) == "ip:2001:db8::/64"
+    assert str(parse_identity("ip:[2001:db8::1]", 64)) == "ip:2001:db8::/64"
+    assert str(parse_identity("ip:2001:db8::/64", 64)) == "ip:2001:db8::/64"
+    with pytest.raises(ValueError, match="is not an IP address"):
+        parse_identity("ip:203.0.113.5:http", 64)
+
+
+def test_the_address_cache_keeps_only_short_valid_addresses() -> None:
+    # What is cached does not depend on the storage: memory:// only.
+    app = Flask("cache")
+    app.config.update(TESTING=True, RATELIMIT_STORAGE_URL="memory://")
+    client = ip_app(app, spec="1000000/m", x_for=0)
+    group = identity._address_group
+    group.cache_clear()
+    # Not addresses, however long: never cached.
+    for n in range(300):
+        assert get(client, ip=f"{n}:" + "f" * 50_000).status_code == 200
+        assert get(client, ip=f"2001:db8::{n}:zz").status_code == 200
+        assert get(client, ip=f"[{n}" + "0" * 50_000 + "]:80").status_code == 200
+    assert group.cache_info().currsize == 0
+    # A zone of any length: the address is cached without it, once.
+    for n in range(300):
+        assert get(client, ip="fe80::1%" + str(n) * 20_000).status_code == 200
+    assert group.cache_info().currsize == 1
+    # Valid addresses: no more than the cache's size.
+    size = group.cache_info().maxsize
+    assert size is not None
+    for n in range(size + 100):
+        assert get(client, ip=f"2001:db8:{n // 65536:x}:{n % 65536:x}::1").status_code == 200
+    assert group.cache_info().currsize == size
 
 
 #: A request value that would forge a log line, and make a megabyte of one.
