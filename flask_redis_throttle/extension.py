@@ -192,7 +192,7 @@ class RateLimitState:
         try:
             return self._plans[key]
         except KeyError:
-            plan = self._plans[key] = compile_plan(self.app, key[0], key[1], self.settings)
+            plan = self._plans[key] = compile_plan(self.app, key[0], key[1], self.settings, self._warn)
             return plan
 
     def before_request(self) -> None:

@@ -12,7 +12,8 @@ Built-in identities, chosen by name in ``RATELIMIT_IDENTITIES`` or
   a proxy, use :class:`werkzeug.middleware.proxy_fix.ProxyFix`.
 * ``"user"``: the Flask-Login ``current_user.get_id()``, when someone is
   logged in. Without Flask-Login, or a ``LoginManager`` on the app, it never
-  applies.
+  applies. Nor does it when ``get_id()`` raises or returns None: the request
+  is then anonymous, and a warning says so.
 * ``"user-or-ip"``: the user when logged in, else the IP.
 
 A callable ``key(request) -> str | None`` is a custom identity; returning
@@ -25,13 +26,14 @@ therefore share counters, so give key functions names of their own.
 from __future__ import annotations
 
 import ipaddress
+import logging
 from collections.abc import Callable, Sequence
 from functools import lru_cache, partial
 from typing import Any
 
 from flask import Request
 
-from .keys import Identity
+from .keys import Identity, loggable
 
 try:
     from flask_login import current_user
@@ -49,12 +51,17 @@ __all__ = [
     "spec_name",
 ]
 
+logger = logging.getLogger("flask_redis_throttle")
+
 #: A custom key function: given the request, a string, or None when it does not apply.
 KeyFunction = Callable[[Request], str | None]
 #: How identities are named in settings: a built-in name or a key function.
 IdentitySpec = str | KeyFunction
 #: A compiled identity: given the request, an :class:`Identity` or None.
 Resolver = Callable[[Request], Identity | None]
+#: Logs a warning: given the message and its kind, which the extension logs
+#: at most once per interval.
+Warn = Callable[[str, str], None]
 
 #: The longest text that can be an IP address: an IPv6 address that ends in
 #: an IPv4 one, such as ``ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255``.
@@ -76,16 +83,20 @@ def check_identities(value: Any) -> tuple[IdentitySpec, ...] | None:
     return None
 
 
-def resolvers(specs: Sequence[IdentitySpec], ipv6_prefix: int, logins: bool) -> tuple[Resolver, ...]:
+def resolvers(
+    specs: Sequence[IdentitySpec], ipv6_prefix: int, logins: bool, warn: Warn | None = None
+) -> tuple[Resolver, ...]:
     """Compile identity specs into resolvers, once per view.
 
     :param specs: built-in names and key functions.
     :param ipv6_prefix: the prefix length IPv6 clients are grouped by.
     :param logins: whether the app has a Flask-Login ``LoginManager``; without
         one, the user identity never applies.
+    :param warn: how to warn of a logged-in user without an id; by default,
+        a warning for each such request.
     """
     ip = partial(_ip, ipv6_prefix=ipv6_prefix)
-    user = _user if logins and current_user is not None else _nobody
+    user: Resolver = partial(_user, warn=warn or _log) if logins and current_user is not None else _nobody
     built_in: dict[str, Resolver] = {"ip": ip, "user": user, "user-or-ip": lambda r: user(r) or ip(r)}
     return tuple(built_in[spec] if isinstance(spec, str) else partial(_custom, spec, spec_name(spec)) for spec in specs)
 
@@ -222,10 +233,27 @@ def _address_group(host: str, prefix: int) -> str:
     return str(ipaddress.IPv6Network((parsed, prefix), strict=False))
 
 
-def _user(request: Request) -> Identity | None:
-    if not current_user.is_authenticated:
-        return None
-    return Identity("user", str(current_user.get_id()))
+def _user(request: Request, warn: Warn) -> Identity | None:
+    """The logged-in user; None for an anonymous request, and for a user
+    whose ``get_id()`` raises or returns None. Counting the latter as a user
+    would give a 500, or put everyone without an id under the user "None"."""
+    asked = "current_user.is_authenticated"
+    try:
+        if not current_user.is_authenticated:
+            return None
+        asked = "current_user.get_id()"
+        user_id = current_user.get_id()
+        if user_id is not None:
+            return Identity("user", str(user_id))
+        problem = "returned None for a logged-in user"
+    except Exception as error:  # the app's user loader or class, whatever it raises
+        problem = f"raised {loggable(repr(error))}"
+    warn(f"{asked} {problem}; the request is counted as anonymous", "identity")
+    return None
+
+
+def _log(message: str, kind: str) -> None:
+    logger.warning("%s", message)
 
 
 def _nobody(request: Request) -> None:

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 from conftest import get, install
-from flask import Flask, Request
+from flask import Flask, Request, request
+from flask_login import LoginManager, UserMixin
 from werkzeug.middleware.proxy_fix import ProxyFix
 
 from flask_redis_throttle import identity, limit
@@ -123,6 +124,83 @@ def test_the_address_cache_keeps_only_short_valid_addresses() -> None:
     assert group.cache_info().currsize == size
 
 
+class Broken(UserMixin):
+    """A logged-in user whose id cannot be had: ``get_id()`` raises, or
+    returns None."""
+
+    def __init__(self, how: str) -> None:
+        self.how = how
+
+    def get_id(self) -> str | None:
+        if self.how == "raises":
+            raise LookupError("no id in the session\nforged: line " + "x" * 1_000_000)
+        return None
+
+
+class Named(UserMixin):
+    def __init__(self, user_id: str) -> None:
+        self.id = user_id
+
+
+def user_app(app: Flask, identities: list[str]) -> Any:
+    """Users from an ``X-User`` header; ``raises`` and ``none`` are broken,
+    and ``unloadable`` makes the user loader raise."""
+    manager = LoginManager(app)
+
+    @manager.request_loader
+    def load(req: Request) -> UserMixin | None:
+        name = request.headers.get("X-User")
+        if name == "unloadable":
+            raise ConnectionError("the user database is down")
+        if name in ("raises", "none"):
+            return Broken(name)
+        return Named(name) if name else None
+
+    @app.get("/")
+    @limit("2/m", identities=identities)
+    def index() -> str:
+        return "ok"
+
+    install(app)
+    return app.test_client()
+
+
+def identity_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [record.getMessage() for record in caplog.records if "counted as anonymous" in record.getMessage()]
+
+
+#: Each broken user, and what its warning says.
+BROKEN = {
+    "raises": "current_user.get_id() raised LookupError",
+    "none": "current_user.get_id() returned None for a logged-in user",
+    "unloadable": "current_user.is_authenticated raised ConnectionError",
+}
+
+
+@pytest.mark.parametrize("how", list(BROKEN))
+def test_a_user_without_an_id_counts_as_anonymous(app: Flask, caplog: pytest.LogCaptureFixture, how: str) -> None:
+    client = user_app(app, ["user-or-ip"])
+    with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
+        # Counted by IP: two pass, the third is refused, whoever else asks.
+        assert [get(client, user=how, ip="192.0.2.1").status_code for _ in range(3)] == [200, 200, 429]
+        assert get(client, ip="192.0.2.1").status_code == 429  # anonymous, from the same IP
+        # The user "None" is someone else, with a quota of their own.
+        assert [get(client, user="None", ip="192.0.2.2").status_code for _ in range(3)] == [200, 200, 429]
+    [warning] = identity_warnings(caplog)  # one, however many requests
+    assert BROKEN[how] in warning
+    assert "anonymous" in warning
+    assert "\n" not in warning
+    assert len(warning) <= MAX_VALUE_LENGTH + MESSAGE_TEXT
+
+
+def test_a_user_only_limit_leaves_a_user_without_an_id_alone(app: Flask, caplog: pytest.LogCaptureFixture) -> None:
+    client = user_app(app, ["user"])
+    with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
+        assert [get(client, user="raises").status_code for _ in range(3)] == [200] * 3
+        assert [get(client, user="None").status_code for _ in range(3)] == [200, 200, 429]
+    assert len(identity_warnings(caplog)) == 1
+
+
 #: A request value that would forge a log line, and make a megabyte of one.
 HOSTILE = "evil\nWARNING forged line\r\x1b[31m" + "x" * 1_000_000
 
@@ -176,6 +254,16 @@ def test_the_dynamic_limit_warning_escapes_and_cuts_the_value(app: Flask, caplog
         assert app.test_client().post("/", data=HOSTILE).status_code == 200
     [warning] = [r.getMessage() for r in caplog.records if "dynamic" in r.getMessage()]
     assert_one_short_line(warning)
+
+
+def test_the_identity_warning_escapes_and_cuts_the_error(app: Flask, caplog: pytest.LogCaptureFixture) -> None:
+    client = user_app(app, ["user-or-ip"])
+    with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
+        assert get(client, user="raises").status_code == 200
+    [warning] = identity_warnings(caplog)
+    assert "\n" not in warning
+    assert "no id in the session\\nforged: line xxx" in warning
+    assert len(warning) <= MAX_VALUE_LENGTH + MESSAGE_TEXT
 
 
 def test_the_refusals_command_escapes_identities(app: Flask) -> None:
