@@ -24,7 +24,7 @@ from werkzeug.routing import Rule
 from .clients import redact
 from .console import duration, parse_moment, table, utc
 from .identity import parse_identity, spec_kinds, spec_name
-from .keys import Identity, identity_tag
+from .keys import Identity, identity_tag, loggable
 from .rates import Rate
 from .refusals import RefusalLog
 from .reset import counter_pattern, delete_counters
@@ -157,7 +157,7 @@ def refusals_command(top: int, recent: int, since: str | None) -> None:
         return
     if ranking:
         click.echo(f"Most refused identities{period}:")
-        click.echo(table(("IDENTITY", "REFUSALS"), [(identity, str(count)) for identity, count in ranking]))
+        click.echo(table(("IDENTITY", "REFUSALS"), [(loggable(identity), str(count)) for identity, count in ranking]))
     if latest:
         if ranking:
             click.echo()
@@ -170,9 +170,9 @@ def refusals_command(top: int, recent: int, since: str | None) -> None:
                 r.scope,
                 r.layer,
                 r.strategy,
-                r.identity,
+                loggable(r.identity),
                 duration(r.retry_after),
-                ", ".join(r.identities),
+                ", ".join(map(loggable, r.identities)),
             )
             for r in latest
         ]

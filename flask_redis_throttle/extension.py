@@ -36,6 +36,7 @@ from .clients import embedded_client
 from .config import Settings
 from .errors import RateLimitExceeded
 from .headers import Labels, legacy_headers, retry_after_value, state_header
+from .keys import loggable
 from .plan import Batch, Plan, PlannedLimit, Problem, compile_plan, matching
 from .refusals import RefusalLog
 from .signals import Breach, notify, rate_limited
@@ -191,7 +192,7 @@ class RateLimitState:
         try:
             return self._plans[key]
         except KeyError:
-            plan = self._plans[key] = compile_plan(self.app, key[0], key[1], self.settings)
+            plan = self._plans[key] = compile_plan(self.app, key[0], key[1], self.settings, self._warn)
             return plan
 
     def before_request(self) -> None:
@@ -347,7 +348,7 @@ class RateLimitState:
             if shadow:
                 logger.warning(
                     "shadow mode: %s on %s would be refused by %s%s of scope %r for %.3f seconds",
-                    decision.identity,
+                    loggable(str(decision.identity)),
                     endpoint,
                     decision.layer,
                     " (penalty)" if decision.penalized else "",

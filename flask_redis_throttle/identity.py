@@ -5,11 +5,15 @@ Built-in identities, chosen by name in ``RATELIMIT_IDENTITIES`` or
 
 * ``"ip"``: ``request.remote_addr``. IPv6 addresses are grouped by network
   (``RATELIMIT_IPV6_PREFIX``, /64 by default), because one client usually
-  owns a whole /64. ``X-Forwarded-For`` is never read: a client can set it
-  to anything. Behind a proxy, use :class:`werkzeug.middleware.proxy_fix.ProxyFix`.
+  owns a whole /64. A port (``203.0.113.5:40000``, ``[2001:db8::1]:443``),
+  the brackets of an IPv6 address and its zone are dropped, since some
+  proxies forward them and each port would otherwise count apart.
+  ``X-Forwarded-For`` is never read: a client can set it to anything. Behind
+  a proxy, use :class:`werkzeug.middleware.proxy_fix.ProxyFix`.
 * ``"user"``: the Flask-Login ``current_user.get_id()``, when someone is
   logged in. Without Flask-Login, or a ``LoginManager`` on the app, it never
-  applies.
+  applies. Nor does it when ``get_id()`` raises or returns None: the request
+  is then anonymous, and a warning says so.
 * ``"user-or-ip"``: the user when logged in, else the IP.
 
 A callable ``key(request) -> str | None`` is a custom identity; returning
@@ -22,13 +26,14 @@ therefore share counters, so give key functions names of their own.
 from __future__ import annotations
 
 import ipaddress
+import logging
 from collections.abc import Callable, Sequence
 from functools import lru_cache, partial
 from typing import Any
 
 from flask import Request
 
-from .keys import Identity
+from .keys import Identity, loggable
 
 try:
     from flask_login import current_user
@@ -46,12 +51,22 @@ __all__ = [
     "spec_name",
 ]
 
+logger = logging.getLogger("flask_redis_throttle")
+
 #: A custom key function: given the request, a string, or None when it does not apply.
 KeyFunction = Callable[[Request], str | None]
 #: How identities are named in settings: a built-in name or a key function.
 IdentitySpec = str | KeyFunction
 #: A compiled identity: given the request, an :class:`Identity` or None.
 Resolver = Callable[[Request], Identity | None]
+#: Logs a warning: given the message and its kind, which the extension logs
+#: at most once per interval.
+Warn = Callable[[str, str], None]
+
+#: The longest text that can be an IP address: an IPv6 address that ends in
+#: an IPv4 one, such as ``ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255``.
+#: Anything longer is not parsed, nor kept in the cache of addresses.
+MAX_ADDRESS_LENGTH = 45
 
 IDENTITY_NAMES = ("ip", "user", "user-or-ip")
 
@@ -68,16 +83,20 @@ def check_identities(value: Any) -> tuple[IdentitySpec, ...] | None:
     return None
 
 
-def resolvers(specs: Sequence[IdentitySpec], ipv6_prefix: int, logins: bool) -> tuple[Resolver, ...]:
+def resolvers(
+    specs: Sequence[IdentitySpec], ipv6_prefix: int, logins: bool, warn: Warn | None = None
+) -> tuple[Resolver, ...]:
     """Compile identity specs into resolvers, once per view.
 
     :param specs: built-in names and key functions.
     :param ipv6_prefix: the prefix length IPv6 clients are grouped by.
     :param logins: whether the app has a Flask-Login ``LoginManager``; without
         one, the user identity never applies.
+    :param warn: how to warn of a logged-in user without an id; by default,
+        a warning for each such request.
     """
     ip = partial(_ip, ipv6_prefix=ipv6_prefix)
-    user = _user if logins and current_user is not None else _nobody
+    user: Resolver = partial(_user, warn=warn or _log) if logins and current_user is not None else _nobody
     built_in: dict[str, Resolver] = {"ip": ip, "user": user, "user-or-ip": lambda r: user(r) or ip(r)}
     return tuple(built_in[spec] if isinstance(spec, str) else partial(_custom, spec, spec_name(spec)) for spec in specs)
 
@@ -100,7 +119,9 @@ def parse_identity(text: str, ipv6_prefix: int, key_kinds: Sequence[str] = ()) -
     ``key:<module>.<function>:<value>`` for a key function.
 
     An IPv6 address is grouped into its ``/ipv6_prefix`` network, as requests
-    are; that network itself (``ip:2001:db8::/64``) may be given instead.
+    are; that network itself (``ip:2001:db8::/64``) may be given instead. A
+    port and brackets are dropped, as they are from requests:
+    ``ip:[2001:db8::1]:443`` and ``ip:203.0.113.5:40000`` work.
     ``ip:`` alone is the identity of requests that came with no address.
 
     :param ipv6_prefix: the prefix length IPv6 clients are grouped by.
@@ -135,7 +156,7 @@ def _parse_address(value: str, ipv6_prefix: int) -> str:
     if not value:
         return value
     try:
-        network = ipaddress.ip_network(value, strict=False)
+        network = ipaddress.ip_network(_host(value) or value, strict=False)
     except ValueError:
         raise ValueError(f"{value!r} is not an IP address") from None
     address = str(network.network_address)
@@ -147,32 +168,92 @@ def _parse_address(value: str, ipv6_prefix: int) -> str:
         raise ValueError(
             f"{value!r} is wider than the /{ipv6_prefix} networks IPv6 clients are counted by (RATELIMIT_IPV6_PREFIX)"
         )
-    return _ipv6_group(address, ipv6_prefix)
+    return _address_group(address, ipv6_prefix)
 
 
 def _ip(request: Request, ipv6_prefix: int) -> Identity:
     address = request.remote_addr or ""
-    if ":" in address:
-        address = _ipv6_group(address, ipv6_prefix)
+    if ":" in address:  # IPv6, or a port: a plain IPv4 address is counted as it is
+        address = _client_address(address, ipv6_prefix)
     return Identity("ip", address)
 
 
-@lru_cache(maxsize=4096)
-def _ipv6_group(address: str, prefix: int) -> str:
-    """The network an IPv6 address belongs to, or the IPv4 address it maps."""
+def _client_address(text: str, prefix: int) -> str:
+    """What a client whose address is ``text`` is counted under: its IPv4
+    address, or its IPv6 network, without port, brackets or zone.
+
+    Text that is no address at all counts under itself, as it is: it is not
+    parsed if it is too long to be one, and never cached.
+    """
+    host = _host(text)
+    if host is None or len(host) > MAX_ADDRESS_LENGTH:
+        return text
     try:
-        parsed = ipaddress.IPv6Address(address.split("%", 1)[0])
+        return _address_group(host, prefix)
     except ValueError:
-        return address
+        return text
+
+
+def _host(text: str) -> str | None:
+    """The address in ``text``, without the port, brackets and zone that
+    servers and proxies may add (``[2001:db8::1%eth0]:443``,
+    ``203.0.113.5:40000``); None if ``text`` has a port or brackets that are
+    not well formed. Whether the rest is an address is not checked here."""
+    if text.startswith("["):
+        host, bracket, port = text[1:].partition("]")
+        if not bracket or (port and not (port[0] == ":" and _is_port(port[1:]))):
+            return None
+    elif text.count(":") == 1:
+        # One colon: an IPv4 address and a port. IPv6 has at least two.
+        host, _colon, port = text.partition(":")
+        return host if _is_port(port) else None
+    else:
+        host = text
+    return host.partition("%")[0] if ":" in host else host  # only IPv6 has zones
+
+
+def _is_port(text: str) -> bool:
+    return 0 < len(text) <= 5 and text.isascii() and text.isdigit()
+
+
+@lru_cache(maxsize=4096)
+def _address_group(host: str, prefix: int) -> str:
+    """The IPv4 address ``host`` is, or maps to as an IPv6 address; or the
+    IPv6 network it belongs to.
+
+    :raises ValueError: if ``host`` is not an address. The cache keeps no
+        exceptions, so it only ever holds addresses, each at most
+        :data:`MAX_ADDRESS_LENGTH` characters long.
+    """
+    parsed = ipaddress.ip_address(host)
+    if parsed.version == 4:
+        return str(parsed)
     if parsed.ipv4_mapped is not None:
         return str(parsed.ipv4_mapped)
     return str(ipaddress.IPv6Network((parsed, prefix), strict=False))
 
 
-def _user(request: Request) -> Identity | None:
-    if not current_user.is_authenticated:
-        return None
-    return Identity("user", str(current_user.get_id()))
+def _user(request: Request, warn: Warn) -> Identity | None:
+    """The logged-in user; None for an anonymous request, and for a user
+    whose ``get_id()`` raises or returns None. Counting the latter as a user
+    would give a 500, or put everyone without an id under the user "None"."""
+    asked = "current_user.is_authenticated"
+    try:
+        if not current_user.is_authenticated:
+            return None
+        asked = "current_user.get_id()"
+        user_id = current_user.get_id()
+        if user_id is not None:
+            return Identity("user", str(user_id))
+        problem = "returned None for a logged-in user"
+    except Exception as error:  # the app's user loader or class, whatever it raises
+        problem = f"raised {loggable(repr(error))}"
+    warn(f"{asked} {problem}; the request is counted as anonymous", "identity")
+    return None
+
+
+def _log(message: str, kind: str) -> None:
+    logger.warning("%s", message)
 
 
 def _nobody(request: Request) -> None:

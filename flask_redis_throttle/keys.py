@@ -16,6 +16,9 @@ A key looks like ``rl:{ip:Yq3...}:api:fw:1s``:
   ``:``, braces or control characters;
 * the strategy and the window of the layer.
 
+It also holds what every log line and the refusal log do with a value that
+came from a request: :func:`cut` it, and for logs make it :func:`loggable`.
+
 This module is pure Python: it imports neither Flask nor Redis.
 """
 
@@ -27,7 +30,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-__all__ = ["Identity", "escape_scope", "identity_tag"]
+__all__ = ["MAX_VALUE_LENGTH", "Identity", "cut", "escape_scope", "identity_tag", "loggable"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,3 +99,34 @@ def escape_scope(scope: str) -> str:
     ``%XX`` for each UTF-8 byte. Two scopes therefore never share a key.
     """
     return _UNSAFE.sub(lambda m: "".join(f"%{b:02X}" for b in m[0].encode("utf-8", "surrogatepass")), scope)
+
+
+#: Values from a request (identities above all) longer than this are cut
+#: wherever they are written down, in the refusal log and in log lines, so
+#: that a client who picks its own identity (a custom key from a header, say)
+#: cannot bloat either.
+MAX_VALUE_LENGTH = 200
+
+
+def cut(value: str) -> str:
+    """``value``, or its first characters and an ellipsis, in at most
+    :data:`MAX_VALUE_LENGTH` characters."""
+    return value if len(value) <= MAX_VALUE_LENGTH else value[: MAX_VALUE_LENGTH - 1] + "…"
+
+
+def loggable(value: str) -> str:
+    """``value`` as part of one log line: characters that are not printable
+    (newlines, carriage returns, terminal escapes, lone surrogates) as Python
+    writes them in a string literal, ``\\n`` say, and :func:`cut`.
+
+    A newline in a request value could otherwise forge log lines, and a
+    megabyte of it would make a megabyte of log. Only the first
+    :data:`MAX_VALUE_LENGTH` characters are looked at, so a huge value costs
+    no more than a short one.
+    """
+    head = value[:MAX_VALUE_LENGTH]
+    if not head.isprintable():
+        head = "".join(char if char.isprintable() else repr(char)[1:-1] for char in head)
+    if len(value) > MAX_VALUE_LENGTH:
+        return head[: MAX_VALUE_LENGTH - 1] + "…"
+    return cut(head)

@@ -34,8 +34,8 @@ from .config import Settings
 from .decorators import EXEMPT_ATTRIBUTE, LIMITS_ATTRIBUTE, LimitSpec
 from .errors import InvalidLimit
 from .headers import Labels
-from .identity import IdentitySpec, Resolver, resolvers
-from .keys import Identity
+from .identity import IdentitySpec, Resolver, Warn, resolvers
+from .keys import Identity, loggable
 from .rates import parse_limits
 from .throttle import Check, Policy
 
@@ -114,7 +114,8 @@ class PlannedLimit:
         value = cost(request)
         if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
             return value
-        problems.append(("cost", f"the cost function of {self.describe()} returned {value!r}; it counts as 1"))
+        returned = loggable(repr(value))
+        problems.append(("cost", f"the cost function of {self.describe()} returned {returned}; it counts as 1"))
         return 1
 
     def describe(self) -> str:
@@ -198,7 +199,7 @@ class Plan:
             try:
                 policy = limit.resolve(request)
             except InvalidLimit as error:
-                problems.append(("limit", f"the dynamic {limit.describe()} is unusable: {error}"))
+                problems.append(("limit", f"the dynamic {limit.describe()} is unusable: {loggable(str(error))}"))
                 continue
             if policy is None:
                 continue
@@ -247,8 +248,12 @@ def _identities(found: tuple[Resolver, ...], request: Request) -> list[Identity]
     return identities
 
 
-def compile_plan(app: Flask, endpoint: str, method: str, settings: Settings) -> Plan | None:
-    """The plan of ``endpoint`` for requests of ``method``, or None if no limit applies."""
+def compile_plan(app: Flask, endpoint: str, method: str, settings: Settings, warn: Warn | None = None) -> Plan | None:
+    """The plan of ``endpoint`` for requests of ``method``, or None if no limit applies.
+
+    :param warn: how its identities warn of a logged-in user without an id
+        (see :func:`~flask_redis_throttle.identity.resolvers`).
+    """
     found = _limits_of(app, endpoint, settings)
     logins = hasattr(app, "login_manager")
     taken: list[tuple[str, str, frozenset[int] | None]] = []
@@ -270,7 +275,7 @@ def compile_plan(app: Flask, endpoint: str, method: str, settings: Settings) -> 
                 scope=scope,
                 strategy=strategy,
                 identities=identities,
-                resolvers=resolvers(identities, settings.ipv6_prefix, logins),
+                resolvers=resolvers(identities, settings.ipv6_prefix, logins, warn),
                 shadow=spec.shadow or settings.shadow,
                 policy=None if spec.rates is None else Policy(spec.rates, scope, strategy, spec.penalty),
             )

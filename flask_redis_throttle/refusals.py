@@ -27,11 +27,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-__all__ = ["MAX_VALUE_LENGTH", "Refusal", "RefusalLog"]
+from .keys import MAX_VALUE_LENGTH, cut
 
-#: Identity values longer than this are cut, so that a client who picks its
-#: own identity (a custom key from a header, say) cannot bloat the log.
-MAX_VALUE_LENGTH = 200
+__all__ = ["MAX_VALUE_LENGTH", "Refusal", "RefusalLog"]
 
 #: A time as seconds since the epoch, or an aware or naive (local) datetime.
 Moment = float | datetime
@@ -106,12 +104,12 @@ class RefusalLog:
         """
         fields = {
             "endpoint": endpoint,
-            "scope": _cut(scope),
+            "scope": cut(scope),
             "layer": layer,
             "strategy": strategy,
-            "identity": _cut(identity),
+            "identity": cut(identity),
             # JSON's escapes carry any value, lone surrogates included.
-            "identities": json.dumps([_cut(i) for i in identities]),
+            "identities": json.dumps([cut(i) for i in identities]),
             "retry_after": f"{retry_after:.6f}",
         }
         if shadow:
@@ -153,10 +151,6 @@ class RefusalLog:
     def clear(self) -> None:
         """Delete the whole log."""
         self.client.delete(self.key)
-
-
-def _cut(value: str) -> str:
-    return value if len(value) <= MAX_VALUE_LENGTH else value[: MAX_VALUE_LENGTH - 1] + "…"
 
 
 def _bound(moment: Moment | None, open_end: str) -> str:
