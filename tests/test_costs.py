@@ -72,6 +72,27 @@ def test_a_bad_cost_counts_as_one_and_warns(app: Flask, statuses, caplog, bad: o
     assert "counts as 1" in warnings[0]
 
 
+def request_size(request: Request) -> Any:
+    return "big"
+
+
+def test_the_bad_cost_warning_names_the_function(app: Flask, caplog) -> None:
+    # docs/limits.rst promises "a warning naming the function and the value".
+    @app.get("/")
+    @limit("2/m", cost=request_size)
+    def index() -> str:
+        return "ok"
+
+    install(app)
+    with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
+        assert get(app.test_client()).status_code == 200
+    [record] = [r for r in caplog.records if "cost function" in r.getMessage()]
+    assert record.levelno == logging.WARNING
+    assert record.getMessage().startswith(
+        "the cost function test_costs.request_size of limit '2/m' (view, scope 'index') returned 'big'; it counts as 1"
+    )
+
+
 def test_limits_of_different_costs_all_apply(app: Flask, statuses) -> None:
     @app.get("/")
     @limit("3/m")
