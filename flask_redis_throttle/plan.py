@@ -121,7 +121,7 @@ class PlannedLimit:
     def describe(self) -> str:
         """The limit and where it comes from, for messages."""
         spec = self.spec.spec
-        written = repr(spec) if isinstance(spec, str) else getattr(spec, "__qualname__", repr(spec))
+        written = repr(spec) if isinstance(spec, str) else qualified_name(spec)
         return f"limit {written} ({self.source}, scope {self.scope!r})"
 
 
