@@ -238,7 +238,9 @@ class RateLimitState:
             self._fallback_decided()
         if not decision.admitted:
             limit = _limit_of(decision.policy, plan.limits, plan.checks)
-            self._refuse(req, plan, plan.labels, decision, limit, checks, decision, plan.cost)
+            # Checks without identities were left out; then the limits are not the checks'.
+            limits = plan.limits if len(checks) == len(plan.limits) else ()
+            self._refuse(req, plan, plan.labels, decision, limit, checks, decision, plan.cost, limits)
         g._ratelimit = (plan.labels, decision, False, None)
 
     def _decide(self, req: Request, plan: Plan, throttle: Throttle) -> None:
@@ -279,14 +281,14 @@ class RateLimitState:
                 over = _over_quota(batch.checks, batch.cost)
                 self._breach(req, plan.endpoint, limit, batch.checks, decision, True, over, batch.limits)
                 continue
-            self._refuse(req, plan, labels, shown, limit, batch.checks, decision, batch.cost)
+            self._refuse(req, plan, labels, shown, limit, batch.checks, decision, batch.cost, batch.limits)
         if shown is not None:
             g._ratelimit = (labels, shown, False, deferred or None)
 
     def after_request(self, response: Response) -> Response:
         """Count deferred limits whose ``deduct_when`` matches, and add the
         headers: ``RateLimit-Policy`` and ``RateLimit`` (and the legacy ones
-        if asked for), and ``Retry-After`` to a refusal."""
+        if asked for), and ``Retry-After`` to a refusal that can pass later."""
         outcome: _Outcome | None = g.pop("_ratelimit", None)
         if outcome is None:
             return response
@@ -334,9 +336,13 @@ class RateLimitState:
         checks: Sequence[Check],
         decision: Decision,
         cost: int,
+        limits: Sequence[PlannedLimit],
     ) -> NoReturn:
         """Log and report the refusal ``decision`` of ``checks`` at ``cost``,
         leave ``shown`` for the headers, and raise the 429.
+
+        :param limits: the limit of each check, in order, to name in a
+            warning; empty if not known.
 
         A request that costs more than a layer's whole quota can never pass:
         it gets no ``Retry-After``, since any would promise a pass that will
@@ -344,7 +350,7 @@ class RateLimitState:
         """
         over = _over_quota(checks, cost)
         g._ratelimit = (labels, shown, over is None, None)
-        self._breach(req, plan.endpoint, limit, checks, decision, False, over, plan.limits)
+        self._breach(req, plan.endpoint, limit, checks, decision, False, over, limits)
         if over is not None:
             raise RateLimitExceeded(
                 over.layer, over.identity, 0, over.policy.scope, penalized=decision.penalized, cost=cost
@@ -370,8 +376,9 @@ class RateLimitState:
         """Log a refusal, real or shadow, and tell the breach hooks.
 
         :param over: the layer whose whole quota the request's cost exceeds,
-            if any (see :func:`_over_quota`); ``limits`` are searched for its
-            limit, to name it in the warning.
+            if any (see :func:`_over_quota`).
+        :param limits: the limit of each check, in order, to name the one of
+            ``over`` in a warning; empty if not known.
         """
         if over is not None:
             self._warn_over_quota(endpoint, over, checks, limits, shadow)
@@ -419,7 +426,7 @@ class RateLimitState:
     ) -> None:
         """Warn that a request costs more than a layer's whole quota: a bug
         in a cost function or a dynamic limit, which only the app can fix."""
-        limit = _limit_of(over.policy, limits, checks) if len(limits) == len(checks) else None
+        limit = _limit_of(over.policy, limits, checks) if limits else None
         which = limit.describe() if limit is not None else f"scope {over.policy.scope!r}"
         outcome = "shadow mode lets it through" if shadow else "refused without Retry-After"
         self._warn(

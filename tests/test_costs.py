@@ -269,3 +269,21 @@ def test_a_shadow_limit_a_request_could_never_pass_says_so(app: Flask, caplog) -
     messages = [r.getMessage() for r in caplog.records]
     assert any(m.startswith("shadow mode: ip:") and "costs 6, more than the whole quota" in m for m in messages)
     assert [(b.layer, b.retry_after, b.shadow) for b in breaches] == [(Rate(5, 60), None, True)]
+
+
+def test_a_deferred_request_costing_more_than_the_quota_can_never_pass(app: Flask, caplog) -> None:
+    # deduct_when inspects at cost 0, which fits; the real cost never will.
+    @app.post("/batch")
+    @limit("5/m", cost=batch_size, deduct_when=lambda response: response.status_code == 200)
+    def batch() -> str:
+        return "ok"
+
+    install(app)
+    client = app.test_client()
+    with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
+        refused = client.post("/batch", json=[1] * 6)
+    assert refused.status_code == 429
+    assert "Retry-After" not in refused.headers
+    assert "it can never pass" in refused.get_data(as_text=True)
+    assert any("costs 6" in r.getMessage() and "of limit '5/m' (view" in r.getMessage() for r in caplog.records)
+    assert client.post("/batch", json=[1] * 5).status_code == 200
