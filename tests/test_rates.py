@@ -1,10 +1,14 @@
-"""The limit grammar, without Flask or Redis."""
+"""The limit grammar, without Flask or Redis; and once through an app, for
+limit strings that a dynamic limit returns from data."""
 
 from __future__ import annotations
 
+import logging
 import sys
 
 import pytest
+from conftest import get, install
+from flask import Flask
 
 from flask_redis_throttle import InvalidLimit, Rate, limit, parse_limits
 from flask_redis_throttle.rates import MAX_LAYERS, MAX_LIMIT_LENGTH
@@ -200,3 +204,25 @@ def test_more_layers_than_the_most_are_rejected_before_any_is_parsed() -> None:
 
 def test_the_documented_maximums() -> None:
     assert (MAX_LIMIT_LENGTH, MAX_LAYERS) == (1000, 32)
+
+
+@pytest.mark.parametrize(
+    "returned", ["9" * 5000 + "/s", ";".join(f"1/{n}s" for n in range(1, 20_001)), "1" + " " * 20_000 + "s"]
+)
+def test_a_dynamic_limit_over_the_maximums_is_skipped_with_a_warning(app: Flask, caplog, returned: str) -> None:
+    # What a dynamic limit returns can come from data: a huge string is an
+    # unusable limit like any other bad one (skipped when failing open),
+    # never a 500, and the warning quotes only its start.
+    @app.get("/")
+    @limit(lambda request: returned)
+    @limit("2/m", scope="fixed")
+    def index() -> str:
+        return "ok"
+
+    install(app)
+    client = app.test_client()
+    with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
+        assert [get(client).status_code for _ in range(3)] == [200, 200, 429]
+    [warning] = [r.getMessage() for r in caplog.records if "unusable" in r.getMessage()]
+    assert f"is {len(returned)} characters long; a limit has at most {MAX_LIMIT_LENGTH}" in warning
+    assert len(warning) < 400
