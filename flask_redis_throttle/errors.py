@@ -85,6 +85,10 @@ class RateLimitExceeded(TooManyRequests):
         ``RATELIMIT_RETRY_AFTER = "http-date"``).
     :param penalized: whether the identity is blocked by the limit's penalty
         for hitting it repeatedly.
+    :param cost: the request's cost, when it is more than the whole quota of
+        ``layer``: then it can never pass, and there is no ``Retry-After``
+        (``retry_after`` is None), since any would promise a pass that will
+        not come.
     """
 
     def __init__(
@@ -95,25 +99,25 @@ class RateLimitExceeded(TooManyRequests):
         scope: str,
         retry_after_header: str | None = None,
         penalized: bool = False,
+        cost: int | None = None,
     ) -> None:
-        seconds = max(1, math.ceil(retry_after))
-        exceeded = "Rate limit exceeded too often" if penalized else "Rate limit exceeded"
-        super().__init__(
-            f"{exceeded}: {layer}. Try again in {seconds} second{'' if seconds == 1 else 's'}.",
-            retry_after=seconds,
-        )
+        seconds = None if cost is not None else max(1, math.ceil(retry_after))
+        super().__init__(_description(layer, seconds, penalized, cost), retry_after=seconds)
         #: The :class:`~flask_redis_throttle.Rate` that refused the request.
         self.layer = layer
         #: The :class:`~flask_redis_throttle.Identity` whose counter was full.
         self.identity = identity
-        #: Whole seconds until the request would pass.
-        self.retry_after: int = seconds
+        #: Whole seconds until the request would pass; None if it never can.
+        self.retry_after: int | None = seconds
         #: The scope the counters are kept under.
         self.scope = scope
-        #: The ``Retry-After`` header's value: ``retry_after``, or an HTTP-date.
-        self.retry_after_header = retry_after_header or str(seconds)
+        #: The ``Retry-After`` header's value: ``retry_after``, or an
+        #: HTTP-date; None when the request can never pass.
+        self.retry_after_header = None if seconds is None else retry_after_header or str(seconds)
         #: Whether the identity is blocked by a penalty.
         self.penalized = penalized
+        #: The request's cost if it is more than the layer's whole quota, else None.
+        self.cost = cost
 
     def _wants_json(self, environ: WSGIEnvironment | None) -> bool:
         if environ is None:
@@ -134,7 +138,7 @@ class RateLimitExceeded(TooManyRequests):
                     "title": "Too Many Requests",
                     "status": self.code,
                     "detail": self.description,
-                    "retry_after": self.retry_after,
+                    **({} if self.retry_after is None else {"retry_after": self.retry_after}),
                 }
             )
         return f"{self.description}\n"
@@ -142,6 +146,20 @@ class RateLimitExceeded(TooManyRequests):
     def get_headers(
         self, environ: WSGIEnvironment | None = None, scope: dict[str, Any] | None = None
     ) -> list[tuple[str, str]]:
-        """``Content-Type`` to match the body, and ``Retry-After``."""
+        """``Content-Type`` to match the body, and ``Retry-After`` unless the
+        request can never pass."""
         content_type = "application/problem+json" if self._wants_json(environ) else "text/plain; charset=utf-8"
-        return [("Content-Type", content_type), ("Retry-After", self.retry_after_header)]
+        headers = [("Content-Type", content_type)]
+        if self.retry_after_header is not None:
+            headers.append(("Retry-After", self.retry_after_header))
+        return headers
+
+
+def _description(layer: Rate, seconds: int | None, penalized: bool, cost: int | None) -> str:
+    """The one-line message of a refusal: the body's text and ``detail``."""
+    if seconds is None:
+        return (
+            f"Rate limit exceeded: this request costs {cost}, more than the whole quota of {layer}; it can never pass."
+        )
+    exceeded = "Rate limit exceeded too often" if penalized else "Rate limit exceeded"
+    return f"{exceeded}: {layer}. Try again in {seconds} second{'' if seconds == 1 else 's'}."

@@ -24,7 +24,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 from flask import Flask, Request, Response, current_app, g, request
 from werkzeug.exceptions import ServiceUnavailable
@@ -36,8 +36,9 @@ from .clients import embedded_client
 from .config import Settings
 from .errors import RateLimitExceeded
 from .headers import Labels, legacy_headers, retry_after_value, state_header
-from .keys import loggable
+from .keys import Identity, loggable
 from .plan import Batch, Plan, PlannedLimit, Problem, compile_plan, matching
+from .rates import Rate
 from .refusals import RefusalLog
 from .signals import Breach, notify, rate_limited
 from .storage import STORAGE_ERRORS, Storage
@@ -57,8 +58,9 @@ WARNING_INTERVAL = 10.0
 RequestFilter = Callable[[Request], bool]
 
 #: What ``before_request`` leaves for ``after_request`` in ``g``: the labels
-#: of the layers, the decision the headers show, whether the request was
-#: refused, and the deferred batches to count once the response is known.
+#: of the layers, the decision the headers show, whether the response gets a
+#: ``Retry-After`` (a refusal that can pass later), and the deferred batches
+#: to count once the response is known.
 _Outcome = tuple[Labels, Decision, bool, "list[Batch] | None"]
 
 
@@ -234,10 +236,12 @@ class RateLimitState:
             return
         if decision.fallback:
             self._fallback_decided()
-        refused = not decision.admitted
-        g._ratelimit = (plan.labels, decision, refused, None)
-        if refused:
-            self._refuse(req, plan, _limit_of(decision.policy, plan.limits, plan.checks), checks, decision)
+        if not decision.admitted:
+            limit = _limit_of(decision.policy, plan.limits, plan.checks)
+            # Checks without identities were left out; then the limits are not the checks'.
+            limits = plan.limits if len(checks) == len(plan.limits) else ()
+            self._refuse(req, plan, plan.labels, decision, limit, checks, decision, plan.cost, limits)
+        g._ratelimit = (plan.labels, decision, False, None)
 
     def _decide(self, req: Request, plan: Plan, throttle: Throttle) -> None:
         """Decide a request whose plan is not simple: one script call per batch."""
@@ -274,25 +278,25 @@ class RateLimitState:
                 continue
             limit = _limit_of(decision.policy, batch.limits, batch.checks)
             if batch.shadow:
-                self._breach(req, plan.endpoint, limit, batch.checks, decision, shadow=True)
+                over = _over_quota(batch.checks, batch.cost)
+                self._breach(req, plan.endpoint, limit, batch.checks, decision, True, over, batch.limits)
                 continue
-            g._ratelimit = (labels, shown, True, None)
-            self._refuse(req, plan, limit, batch.checks, decision)
+            self._refuse(req, plan, labels, shown, limit, batch.checks, decision, batch.cost, batch.limits)
         if shown is not None:
             g._ratelimit = (labels, shown, False, deferred or None)
 
     def after_request(self, response: Response) -> Response:
         """Count deferred limits whose ``deduct_when`` matches, and add the
         headers: ``RateLimit-Policy`` and ``RateLimit`` (and the legacy ones
-        if asked for), and ``Retry-After`` to a refusal."""
+        if asked for), and ``Retry-After`` to a refusal that can pass later."""
         outcome: _Outcome | None = g.pop("_ratelimit", None)
         if outcome is None:
             return response
-        labels, decision, refused, deferred = outcome
+        labels, decision, retry, deferred = outcome
         if deferred:
             decision = self._deduct(deferred, response, decision)
         settings = self.settings
-        if refused:
+        if retry:
             value = retry_after_value(decision.retry_after, settings.retry_after_http_date, time.time())
             response.headers.setdefault("Retry-After", value)
         if settings.headers_enabled:
@@ -323,9 +327,34 @@ class RateLimitState:
         return shown
 
     def _refuse(
-        self, req: Request, plan: Plan, limit: PlannedLimit | None, checks: Sequence[Check], decision: Decision
+        self,
+        req: Request,
+        plan: Plan,
+        labels: Labels | None,
+        shown: Decision,
+        limit: PlannedLimit | None,
+        checks: Sequence[Check],
+        decision: Decision,
+        cost: int,
+        limits: Sequence[PlannedLimit],
     ) -> NoReturn:
-        self._breach(req, plan.endpoint, limit, checks, decision, shadow=False)
+        """Log and report the refusal ``decision`` of ``checks`` at ``cost``,
+        leave ``shown`` for the headers, and raise the 429.
+
+        :param limits: the limit of each check, in order, to name in a
+            warning; empty if not known.
+
+        A request that costs more than a layer's whole quota can never pass:
+        it gets no ``Retry-After``, since any would promise a pass that will
+        not come, and its 429 says why.
+        """
+        over = _over_quota(checks, cost)
+        g._ratelimit = (labels, shown, over is None, None)
+        self._breach(req, plan.endpoint, limit, checks, decision, False, over, limits)
+        if over is not None:
+            raise RateLimitExceeded(
+                over.layer, over.identity, 0, over.policy.scope, penalized=decision.penalized, cost=cost
+            )
         header = None
         if self.settings.retry_after_http_date:
             header = retry_after_value(decision.retry_after, True, time.time())
@@ -341,11 +370,31 @@ class RateLimitState:
         checks: Sequence[Check],
         decision: Decision,
         shadow: bool,
+        over: _OverQuota | None = None,
+        limits: Sequence[PlannedLimit] = (),
     ) -> None:
-        """Log a refusal, real or shadow, and tell the breach hooks."""
+        """Log a refusal, real or shadow, and tell the breach hooks.
+
+        :param over: the layer whose whole quota the request's cost exceeds,
+            if any (see :func:`_over_quota`).
+        :param limits: the limit of each check, in order, to name the one of
+            ``over`` in a warning; empty if not known.
+        """
+        if over is not None:
+            self._warn_over_quota(endpoint, over, checks, limits, shadow)
         if not decision.cached:
             # A refusal repeated from the block cache was logged when Redis made it.
-            if shadow:
+            if shadow and over is not None:
+                logger.warning(
+                    "shadow mode: %s on %s would be refused by %s of scope %r: it costs %d, "
+                    "more than the whole quota, so it could never pass",
+                    loggable(str(over.identity)),
+                    endpoint,
+                    over.layer,
+                    over.policy.scope,
+                    over.cost,
+                )
+            elif shadow:
                 logger.warning(
                     "shadow mode: %s on %s would be refused by %s%s of scope %r for %.3f seconds",
                     loggable(str(decision.identity)),
@@ -359,18 +408,32 @@ class RateLimitState:
                 self._log_refusal(endpoint, checks, decision, shadow)
         hook = limit.spec.on_breach if limit is not None else None
         if hook is not None or self.settings.on_breach is not None or rate_limited.receivers:
-            retry_after = max(1, math.ceil(decision.retry_after))
-            breach = Breach(
-                req,
-                endpoint,
-                decision.policy.scope,
-                decision.identity,
-                decision.layer,
-                retry_after,
-                shadow,
-                decision.penalized,
-            )
+            if over is None:
+                policy, layer, identity = decision.policy, decision.layer, decision.identity
+                retry_after: int | None = max(1, math.ceil(decision.retry_after))
+            else:
+                policy, layer, identity, retry_after = over.policy, over.layer, over.identity, None
+            breach = Breach(req, endpoint, policy.scope, identity, layer, retry_after, shadow, decision.penalized)
             notify(self.app, breach, (hook, self.settings.on_breach))
+
+    def _warn_over_quota(
+        self,
+        endpoint: str,
+        over: _OverQuota,
+        checks: Sequence[Check],
+        limits: Sequence[PlannedLimit],
+        shadow: bool,
+    ) -> None:
+        """Warn that a request costs more than a layer's whole quota: a bug
+        in a cost function or a dynamic limit, which only the app can fix."""
+        limit = _limit_of(over.policy, limits, checks) if limits else None
+        which = limit.describe() if limit is not None else f"scope {over.policy.scope!r}"
+        outcome = "shadow mode lets it through" if shadow else "refused without Retry-After"
+        self._warn(
+            f"a request to {endpoint} costs {over.cost}, more than the whole quota of {over.layer} of {which}: "
+            f"it can never pass; {outcome}",
+            "over quota",
+        )
 
     def _log_refusal(self, endpoint: str, checks: Sequence[Check], decision: Decision, shadow: bool) -> None:
         assert self.refusals is not None
@@ -435,6 +498,28 @@ def _limit_of(
     for limit, (checked, _) in zip(limits, checks, strict=True):
         if checked is policy:
             return limit
+    return None
+
+
+class _OverQuota(NamedTuple):
+    """A layer whose whole quota is less than a request's cost."""
+
+    policy: Policy
+    layer: Rate
+    #: The first identity the layer counts, to name in the 429 and the hooks.
+    identity: Identity
+    cost: int
+
+
+def _over_quota(checks: Sequence[Check], cost: int) -> _OverQuota | None:
+    """The first layer of ``checks`` whose whole quota is less than ``cost``:
+    a request of that cost can never pass it, whatever it waits. A fixed cost
+    is checked against fixed limits when decorating; this catches a cost
+    function's value, or a fixed cost over a dynamic limit's quota."""
+    for policy, identities in checks:
+        for rate in policy.rates:
+            if rate.amount < cost:
+                return _OverQuota(policy, rate, identities[0], cost)
     return None
 
 

@@ -17,7 +17,6 @@ This module is pure Python: it imports neither Flask nor Redis.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -25,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from .errors import InvalidLimit
 from .keys import escape_scope, identity_tag
-from .rates import MAX_PERIOD, parse_duration
+from .rates import check_length, parse_duration, read_number
 
 if TYPE_CHECKING:
     from .throttle import Check
@@ -35,8 +34,6 @@ __all__ = ["MAX_FACTOR", "Penalty", "parse_penalty", "penalty_arguments", "penal
 #: The largest factor between two blocks.
 MAX_FACTOR = 1000
 
-_FACTOR = re.compile(r"x\s*([0-9]+)", re.ASCII | re.IGNORECASE)
-_LONGEST = re.compile(r"max\s*=\s*(.+)", re.ASCII | re.IGNORECASE)
 
 _GRAMMAR = (
     "expected a first block such as '1m', then optionally ';x2' (each further block twice as long) "
@@ -79,26 +76,35 @@ def parse_penalty(spec: str) -> Penalty:
     """Parse a penalty such as ``"1m"``, ``"30s;x3"`` or ``"1m;x2;max=1h"``.
 
     Without ``max``, blocks escalate up to a day (or stay at the first block
-    if that is longer); without a factor, every block is the first one.
+    if that is longer); without a factor, every block is the first one. Each
+    part may be given once, and ``max`` only with a factor above 1: a
+    repeated part, or a ``max`` that changes nothing, is a typo that taking
+    the last value would hide.
 
-    :raises InvalidLimit: quoting ``spec``, if it is malformed, has a factor
-        below 1 or above :data:`MAX_FACTOR`, or a longest block shorter than
-        the first or longer than 366 days.
+    :raises InvalidLimit: quoting ``spec``, if it is malformed, longer than
+        :data:`~flask_redis_throttle.rates.MAX_LIMIT_LENGTH`, repeats a part,
+        has a factor below 1 or above :data:`MAX_FACTOR`, a ``max`` without
+        a factor above 1, or a longest block shorter than the first or
+        longer than 366 days.
     """
     if not isinstance(spec, str) or not spec.strip():
         raise InvalidLimit(f"penalty {spec!r} is invalid: {_GRAMMAR}", spec=spec)
+    check_length(spec, "penalty")
     first_text, *options = (part.strip() for part in spec.split(";"))
     first = _duration(first_text, spec)
-    factor, longest = 1, 0
+    parts: dict[str, int] = {}
     for option in options:
-        if match := _FACTOR.fullmatch(option):
-            factor = int(match[1])
-            if not 1 <= factor <= MAX_FACTOR:
-                raise InvalidLimit(f"penalty {spec!r}: the factor must be from 1 to {MAX_FACTOR}", spec=spec)
-        elif match := _LONGEST.fullmatch(option):
-            longest = _duration(match[1], spec)
-        else:
-            raise InvalidLimit(f"penalty {spec!r} has an unknown part {option!r}; {_GRAMMAR}", spec=spec)
+        name, value = _option(option, spec)
+        if name in parts:
+            raise InvalidLimit(f"penalty {spec!r} gives {name} twice; {_GRAMMAR}", spec=spec)
+        parts[name] = value
+    factor = parts.get("the factor", 1)
+    longest = parts.get("max", 0)
+    if longest and factor == 1:
+        raise InvalidLimit(
+            f"penalty {spec!r}: max has no effect without a factor above 1 (every block is the first); {_GRAMMAR}",
+            spec=spec,
+        )
     if not longest:
         longest = max(first, 86_400) if factor > 1 else first
     if longest < first:
@@ -106,14 +112,26 @@ def parse_penalty(spec: str) -> Penalty:
     return Penalty(first, factor, longest, spec)
 
 
+def _option(option: str, spec: str) -> tuple[str, int]:
+    """One part after the first block: ``("the factor", 2)`` for ``x2``,
+    ``("max", 3600)`` for ``max=1h``."""
+    digits = option[1:].strip()
+    if option[:1] in ("x", "X") and digits.isascii() and digits.isdigit():
+        factor = read_number(digits, MAX_FACTOR)
+        if not 1 <= factor <= MAX_FACTOR:
+            raise InvalidLimit(f"penalty {spec!r}: the factor must be from 1 to {MAX_FACTOR}", spec=spec)
+        return "the factor", factor
+    name, equals, value = option.partition("=")
+    if name.strip().lower() == "max" and equals:
+        return "max", _duration(value.strip(), spec)
+    raise InvalidLimit(f"penalty {spec!r} has an unknown part {option!r}; {_GRAMMAR}", spec=spec)
+
+
 def _duration(text: str, spec: str) -> int:
     try:
-        seconds = parse_duration(text)
-    except InvalidLimit:
-        raise InvalidLimit(f"penalty {spec!r} has an invalid duration {text!r}; {_GRAMMAR}", spec=spec) from None
-    if seconds > MAX_PERIOD:
-        raise InvalidLimit(f"penalty {spec!r}: a block may last {MAX_PERIOD // 86_400} days at most", spec=spec)
-    return seconds
+        return parse_duration(text)
+    except InvalidLimit as error:
+        raise InvalidLimit(f"penalty {spec!r} has an {error}; {_GRAMMAR}", spec=spec) from None
 
 
 @lru_cache(maxsize=1024)

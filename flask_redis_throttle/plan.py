@@ -114,15 +114,25 @@ class PlannedLimit:
         value = cost(request)
         if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
             return value
-        returned = loggable(repr(value))
-        problems.append(("cost", f"the cost function of {self.describe()} returned {returned}; it counts as 1"))
+        name, returned = qualified_name(cost), loggable(repr(value))
+        problems.append(("cost", f"the cost function {name} of {self.describe()} returned {returned}; it counts as 1"))
         return 1
 
     def describe(self) -> str:
         """The limit and where it comes from, for messages."""
         spec = self.spec.spec
-        written = repr(spec) if isinstance(spec, str) else getattr(spec, "__qualname__", repr(spec))
+        written = repr(spec) if isinstance(spec, str) else qualified_name(spec)
         return f"limit {written} ({self.source}, scope {self.scope!r})"
+
+
+def qualified_name(function: object) -> str:
+    """``module.qualname`` of a function, to name it in a warning so that it
+    can be found; its ``repr`` if it has no such names (a callable object)."""
+    qualname = getattr(function, "__qualname__", None)
+    if not isinstance(qualname, str):
+        return repr(function)
+    module = getattr(function, "__module__", None)
+    return f"{module}.{qualname}" if isinstance(module, str) else qualname
 
 
 @dataclass(slots=True)

@@ -5,17 +5,22 @@ This module is pure Python: it imports neither Flask nor Redis.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from .errors import InvalidLimit
 
-__all__ = ["MAX_AMOUNT", "MAX_PERIOD", "Rate", "parse_duration", "parse_limits"]
+__all__ = ["MAX_AMOUNT", "MAX_LAYERS", "MAX_LIMIT_LENGTH", "MAX_PERIOD", "Rate", "parse_duration", "parse_limits"]
 
 #: The largest quota one layer may have. Anything above is surely a typo.
 MAX_AMOUNT = 1_000_000_000
 #: The longest window one layer may have, in seconds (366 days).
 MAX_PERIOD = 366 * 86_400
+#: The longest limit string, in characters. Limits can come from data (a
+#: dynamic limit's function), so anything longer is rejected by its length
+#: alone, before it is looked at: parsing takes time linear in this at most.
+MAX_LIMIT_LENGTH = 1000
+#: The most layers one limit string may have.
+MAX_LAYERS = 32
 
 _UNITS: dict[str, int] = {}
 for _names, _seconds in (
@@ -26,14 +31,12 @@ for _names, _seconds in (
 ):
     _UNITS.update(dict.fromkeys(_names, _seconds))
 
-# N/unit, N per unit, N/Kunit, N per K units. Digits are ASCII only, so that
-# exotic Unicode digits cannot sneak past as numbers.
-_LAYER = re.compile(
-    r"(?P<amount>[0-9]+)\s*(?:/|\s+per\s+)\s*(?P<multiple>[0-9]+)?\s*(?P<unit>[a-z]+)",
-    re.ASCII | re.IGNORECASE,
-)
-_SEPARATORS = re.compile(r"[;,]")
-_DURATION = re.compile(r"(?P<amount>[0-9]+)\s*(?P<unit>[a-z]+)", re.ASCII | re.IGNORECASE)
+# The characters of the grammar. Digits and letters are ASCII only, so that
+# exotic Unicode digits cannot sneak past as numbers; spaces inside a layer
+# are ASCII whitespace, and str.strip() trims any whitespace around it.
+_DIGITS = frozenset("0123456789")
+_LETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_SPACES = frozenset(" \t\n\r\f\v")
 
 _GRAMMAR = (
     "expected layers such as '10/s', '10 per second', '5/2m' or '5 per 2 minutes', "
@@ -78,49 +81,143 @@ def parse_limits(spec: str) -> tuple[Rate, ...]:
     >>> parse_limits("10/s;120/m")
     (Rate(amount=10, period=1), Rate(amount=120, period=60))
 
+    It reads the string once, left to right, without backtracking, and
+    rejects one longer than :data:`MAX_LIMIT_LENGTH` by its length alone, so
+    a limit that comes from data cannot make it slow.
+
     :param spec: one or more layers separated by ``;`` or ``,``.
     :returns: the layers, in the order written.
-    :raises InvalidLimit: if ``spec`` is not a string, has an empty or malformed
-        layer, a zero or absurdly large number, or two layers with the same window.
+    :raises InvalidLimit: if ``spec`` is not a string, is longer than
+        :data:`MAX_LIMIT_LENGTH`, has more than :data:`MAX_LAYERS` layers, an
+        empty or malformed layer, a zero or absurdly large number, or two
+        layers with the same window.
     """
     if not isinstance(spec, str):
         raise InvalidLimit(f"a limit must be a string, not {spec!r}; {_GRAMMAR}", spec=spec)
+    check_length(spec, "limit")
     if not spec.strip():
         raise InvalidLimit(f"limit {spec!r} has no layers; {_GRAMMAR}", spec=spec)
-    rates = tuple(_parse_layer(layer, spec) for layer in _SEPARATORS.split(spec))
-    periods = [rate.period for rate in rates]
+    layers = spec.replace(",", ";").split(";")
+    if len(layers) > MAX_LAYERS:
+        raise InvalidLimit(
+            f"limit {_start(spec)} has {len(layers)} layers; a limit has at most {MAX_LAYERS}", spec=spec
+        )
+    rates = tuple(_parse_layer(layer, spec) for layer in layers)
+    periods: set[int] = set()
     for rate in rates:
-        if periods.count(rate.period) > 1:
+        if rate.period in periods:
             raise InvalidLimit(
                 f"limit {spec!r} has more than one layer with a {rate.name} window; "
                 "give each layer its own window (only the smallest quota would matter)",
                 spec=spec,
             )
+        periods.add(rate.period)
     return rates
+
+
+def check_length(spec: str, what: str) -> None:
+    """Reject ``spec`` if it is longer than :data:`MAX_LIMIT_LENGTH`, quoting
+    only its start: the whole of it could be megabytes.
+
+    :param what: what it is, for the message: ``"limit"`` or ``"penalty"``.
+    :raises InvalidLimit: if it is too long.
+    """
+    if len(spec) > MAX_LIMIT_LENGTH:
+        raise InvalidLimit(
+            f"{what} {_start(spec)} is {len(spec)} characters long; a {what} has at most {MAX_LIMIT_LENGTH}",
+            spec=spec,
+        )
+
+
+def _start(spec: str) -> str:
+    """``spec`` quoted, cut to its first 40 characters."""
+    return repr(spec) if len(spec) <= 40 else f"{spec[:40]!r}..."
+
+
+class _Scanner:
+    """Reads a layer or a duration left to right, one character at a time.
+
+    It never goes back, so reading takes time linear in the text's length,
+    which a regular expression with nested optional spaces does not.
+    """
+
+    __slots__ = ("at", "text")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.at = 0
+
+    def run(self, chars: frozenset[str]) -> str:
+        """Read and return the longest run of ``chars`` from here (maybe empty)."""
+        text, start, end = self.text, self.at, self.at
+        while end < len(text) and text[end] in chars:
+            end += 1
+        self.at = end
+        return text[start:end]
+
+    def word(self, word: str) -> bool:
+        """Read ``word``, in any case, if it comes next."""
+        end = self.at + len(word)
+        if self.text[self.at : end].lower() != word:
+            return False
+        self.at = end
+        return True
+
+    @property
+    def done(self) -> bool:
+        """Whether the whole text has been read."""
+        return self.at == len(self.text)
+
+
+def _scan_layer(text: str) -> tuple[str, str, str] | None:
+    """The quota's digits, the multiple's (maybe empty) and the unit of a
+    layer such as ``5/2m`` or ``5 per 2 minutes``; None if it is malformed."""
+    scan = _Scanner(text)
+    amount = scan.run(_DIGITS)
+    spaced = scan.run(_SPACES)
+    if not scan.word("/") and not (spaced and scan.word("per") and scan.run(_SPACES)):
+        return None
+    scan.run(_SPACES)
+    multiple = scan.run(_DIGITS)
+    scan.run(_SPACES)
+    unit = scan.run(_LETTERS)
+    if not amount or not unit or not scan.done:
+        return None
+    return amount, multiple, unit
+
+
+def read_number(digits: str, most: int) -> int:
+    """The number ``digits`` writes, or ``most + 1`` if it is larger than
+    ``most``: a long number is never converted in full, which Python refuses
+    beyond ``sys.get_int_max_str_digits()`` digits with a bare ValueError."""
+    significant = digits.lstrip("0")
+    if len(significant) > len(str(most)):
+        return most + 1
+    return int(significant or "0")
 
 
 def _parse_layer(layer: str, spec: str) -> Rate:
     text = layer.strip()
     if not text:
         raise InvalidLimit(f"limit {spec!r} has an empty layer; {_GRAMMAR}", spec=spec)
-    match = _LAYER.fullmatch(text)
-    unit = match and _UNITS.get(match["unit"].lower())
-    if match is None or unit is None:
+    scanned = _scan_layer(text)
+    unit = scanned and _UNITS.get(scanned[2].lower())
+    if scanned is None or unit is None:
         raise InvalidLimit(f"invalid layer {text!r} in limit {spec!r}; {_GRAMMAR}", spec=spec)
-    amount = int(match["amount"])
-    multiple = int(match["multiple"] or 1)
+    amount = read_number(scanned[0], MAX_AMOUNT)
+    period = read_number(scanned[1] or "1", MAX_PERIOD) * unit
     if not 1 <= amount <= MAX_AMOUNT:
         raise InvalidLimit(
             f"invalid layer {text!r} in limit {spec!r}: the quota must be from 1 to {MAX_AMOUNT}",
             spec=spec,
         )
-    if not 1 <= multiple * unit <= MAX_PERIOD:
+    if not 1 <= period <= MAX_PERIOD:
         raise InvalidLimit(
             f"invalid layer {text!r} in limit {spec!r}: "
             f"the window must be from 1 second to {MAX_PERIOD // 86_400} days",
             spec=spec,
         )
-    return Rate(amount, multiple * unit)
+    return Rate(amount, period)
 
 
 def parse_duration(text: str) -> int:
@@ -129,13 +226,21 @@ def parse_duration(text: str) -> int:
     >>> parse_duration("2 hours")
     7200
 
-    :raises InvalidLimit: if ``text`` is not a positive number and one of the
-        units of a limit's layers.
+    :raises InvalidLimit: if ``text`` is not a number and one of the units of
+        a limit's layers, or is not from 1 second to 366 days
+        (:data:`MAX_PERIOD`), or is longer than :data:`MAX_LIMIT_LENGTH`.
     """
-    match = _DURATION.fullmatch(text.strip()) if isinstance(text, str) else None
-    unit = match and _UNITS.get(match["unit"].lower())
-    if match is None or unit is None or int(match["amount"]) < 1:
-        raise InvalidLimit(
-            f"invalid duration {text!r}: expected a number and a unit, such as '90s', '1m' or '2 hours'", spec=text
-        )
-    return int(match["amount"]) * unit
+    if isinstance(text, str):
+        check_length(text, "duration")
+        scan = _Scanner(text.strip())
+        amount, _, unit = scan.run(_DIGITS), scan.run(_SPACES), _UNITS.get(scan.run(_LETTERS).lower())
+        if amount and unit and scan.done:
+            seconds = read_number(amount, MAX_PERIOD) * unit
+            if not 1 <= seconds <= MAX_PERIOD:
+                raise InvalidLimit(
+                    f"invalid duration {text!r}: it must be from 1 second to {MAX_PERIOD // 86_400} days", spec=text
+                )
+            return seconds
+    raise InvalidLimit(
+        f"invalid duration {text!r}: expected a number and a unit, such as '90s', '1m' or '2 hours'", spec=text
+    )

@@ -20,6 +20,7 @@ This module imports Redis but not Flask::
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from collections.abc import Iterable
@@ -64,6 +65,18 @@ class Refusal:
     retry_after: float
     shadow: bool = False
     penalized: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every field by name, with ``identities`` as a list: ready for JSON,
+        as in an admin view's response. (A slotted class has no ``__dict__``.)
+
+        >>> Refusal("1-0", 0.001, "login", "login", "5/1m", "fixed-window", "ip:192.0.2.1",
+        ...         ("ip:192.0.2.1",), 42.0).as_dict()["identities"]
+        ['ip:192.0.2.1']
+        """
+        fields = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+        fields["identities"] = list(self.identities)
+        return fields
 
 
 class RefusalLog:

@@ -3,7 +3,9 @@
 When a limit refuses a request (or would have, in shadow mode), the
 extension calls the limit's ``on_breach``, then ``RATELIMIT_ON_BREACH``, with
 a :class:`Breach`, then sends :data:`rate_limited` in Flask's signal style,
-with the app as sender and the breach's fields as keyword arguments::
+with the app as sender and every field of the breach as a keyword argument.
+Receivers take ``**extra``, so that a field added later does not make them
+raise ``TypeError`` on every refusal::
 
     from flask_redis_throttle.signals import rate_limited
 
@@ -35,7 +37,8 @@ logger = logging.getLogger("flask_redis_throttle")
 _signals = Namespace()
 
 #: Sent with the app as sender each time a limit refuses a request, with the
-#: fields of :class:`Breach` as keyword arguments.
+#: fields of :class:`Breach` as keyword arguments; receivers should accept
+#: ``**extra`` for fields added later.
 rate_limited = _signals.signal("rate-limited")
 
 
@@ -49,7 +52,9 @@ class Breach:
     :param identity: whose counter was full.
     :param layer: the layer that refused it.
     :param retry_after: whole seconds until it would pass, as in
-        ``Retry-After``.
+        ``Retry-After``; None if it can never pass, because it costs more
+        than the whole quota of ``layer`` (the 429 then has no
+        ``Retry-After``).
     :param shadow: True if the limit is in shadow mode, so the request was
         let through after all.
     :param penalized: True if the identity was refused because it is
@@ -61,7 +66,7 @@ class Breach:
     scope: str
     identity: Identity
     layer: Rate
-    retry_after: int
+    retry_after: int | None
     shadow: bool = False
     penalized: bool = False
 
@@ -85,5 +90,12 @@ def notify(app: Flask, breach: Breach, hooks: Iterable[Callable[[Breach], object
     for receiver in rate_limited.receivers_for(app):
         try:
             receiver(app, **fields)
+        except TypeError:
+            logger.exception(
+                "rate_limited receiver %r failed; the refusal stands. Receivers get every field of Breach "
+                "as a keyword argument (%s): if it does not take them all, add **extra",
+                receiver,
+                ", ".join(fields),
+            )
         except Exception:
             logger.exception("rate_limited receiver %r failed; the refusal stands", receiver)

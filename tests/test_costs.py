@@ -9,7 +9,7 @@ import pytest
 from conftest import get, install
 from flask import Flask, Request, Response, abort, g, request
 
-from flask_redis_throttle import limit
+from flask_redis_throttle import Breach, Rate, limit
 from flask_redis_throttle.extension import RateLimitState
 
 
@@ -70,6 +70,27 @@ def test_a_bad_cost_counts_as_one_and_warns(app: Flask, statuses, caplog, bad: o
     assert len(warnings) == 1  # at most one per interval
     assert repr(bad) in warnings[0]
     assert "counts as 1" in warnings[0]
+
+
+def request_size(request: Request) -> Any:
+    return "big"
+
+
+def test_the_bad_cost_warning_names_the_function(app: Flask, caplog) -> None:
+    # docs/limits.rst promises "a warning naming the function and the value".
+    @app.get("/")
+    @limit("2/m", cost=request_size)
+    def index() -> str:
+        return "ok"
+
+    install(app)
+    with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
+        assert get(app.test_client()).status_code == 200
+    [record] = [r for r in caplog.records if "cost function" in r.getMessage()]
+    assert record.levelno == logging.WARNING
+    assert record.getMessage().startswith(
+        "the cost function test_costs.request_size of limit '2/m' (view, scope 'index') returned 'big'; it counts as 1"
+    )
 
 
 def test_limits_of_different_costs_all_apply(app: Flask, statuses) -> None:
@@ -175,3 +196,94 @@ def test_a_deduction_lost_to_a_race_is_not_counted(app: Flask) -> None:
     [key] = client.keys("*{*")
     assert client.get(key).endswith(b":1")
     assert get(app.test_client()).status_code == 429
+
+
+def batch_size(request: Request) -> int:
+    return len(request.get_json())
+
+
+def test_a_request_costing_more_than_the_quota_can_never_pass(app: Flask, caplog) -> None:
+    # No Retry-After: none would be true. The body and a warning say why.
+    breaches: list[Breach] = []
+
+    @app.post("/batch")
+    @limit("5/m;100/h", cost=batch_size, on_breach=breaches.append)
+    def batch() -> str:
+        return "ok"
+
+    install(app)
+    client = app.test_client()
+    with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
+        refused = client.post("/batch", json=[1] * 6, headers={"Accept": "application/json"})
+    assert refused.status_code == 429
+    assert "Retry-After" not in refused.headers
+    assert refused.headers["RateLimit"] == '"1m";r=5;t=60'  # nothing was counted
+    detail = (
+        "Rate limit exceeded: this request costs 6, more than the whole quota of 5 per 1 minute; it can never pass."
+    )
+    assert refused.get_json() == {"type": "about:blank", "title": "Too Many Requests", "status": 429, "detail": detail}
+    assert client.post("/batch", json=[1] * 6).get_data(as_text=True) == detail + "\n"
+    [warning] = [r.getMessage() for r in caplog.records if "never pass" in r.getMessage()]
+    assert warning.startswith(
+        "a request to batch costs 6, more than the whole quota of 5 per 1 minute "
+        "of limit '5/m;100/h' (view, scope 'batch'): it can never pass; refused without Retry-After"
+    )
+    assert [(b.layer, b.retry_after, b.scope) for b in breaches] == [(Rate(5, 60), None, "batch")] * 2
+    # The quota is whole: a request that fits it passes.
+    assert client.post("/batch", json=[1] * 5).status_code == 200
+
+
+@pytest.mark.parametrize("retry_after", ["seconds", "http-date"])
+def test_a_fixed_cost_over_a_dynamic_quota_can_never_pass(app: Flask, caplog, retry_after: str) -> None:
+    # A fixed cost is checked against fixed limits when decorating; a
+    # dynamic limit's quota is only known per request.
+    @app.get("/")
+    @limit(lambda request: request.args.get("limit", "2/m;10/h"), cost=3)
+    def index() -> str:
+        return "ok"
+
+    install(app, RATELIMIT_RETRY_AFTER=retry_after)
+    client = app.test_client()
+    with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
+        refused = get(client)
+    assert refused.status_code == 429
+    assert "Retry-After" not in refused.headers
+    assert "costs 3, more than the whole quota of 2 per 1 minute; it can never pass" in refused.get_data(as_text=True)
+    assert any("of limit test_costs." in r.getMessage() and "costs 3" in r.getMessage() for r in caplog.records)
+    assert get(client, "/?limit=3/m").status_code == 200
+
+
+def test_a_shadow_limit_a_request_could_never_pass_says_so(app: Flask, caplog) -> None:
+    breaches: list[Breach] = []
+
+    @app.post("/batch")
+    @limit("5/m", cost=batch_size, shadow=True, on_breach=breaches.append)
+    def batch() -> str:
+        return "ok"
+
+    install(app)
+    with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
+        response = app.test_client().post("/batch", json=[1] * 6)
+    assert response.status_code == 200
+    assert "Retry-After" not in response.headers
+    messages = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith("shadow mode: ip:") and "costs 6, more than the whole quota" in m for m in messages)
+    assert [(b.layer, b.retry_after, b.shadow) for b in breaches] == [(Rate(5, 60), None, True)]
+
+
+def test_a_deferred_request_costing_more_than_the_quota_can_never_pass(app: Flask, caplog) -> None:
+    # deduct_when inspects at cost 0, which fits; the real cost never will.
+    @app.post("/batch")
+    @limit("5/m", cost=batch_size, deduct_when=lambda response: response.status_code == 200)
+    def batch() -> str:
+        return "ok"
+
+    install(app)
+    client = app.test_client()
+    with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
+        refused = client.post("/batch", json=[1] * 6)
+    assert refused.status_code == 429
+    assert "Retry-After" not in refused.headers
+    assert "it can never pass" in refused.get_data(as_text=True)
+    assert any("costs 6" in r.getMessage() and "of limit '5/m' (view" in r.getMessage() for r in caplog.records)
+    assert client.post("/batch", json=[1] * 5).status_code == 200

@@ -101,3 +101,32 @@ def test_a_failing_hook_does_not_turn_the_429_into_a_500(app: Flask, caplog) -> 
     failures = [r for r in caplog.records if r.exc_info and "hook bug" in str(r.exc_info[1])]
     assert len(failures) == 3  # the limit's hook, the app's, and the receiver
     assert after == ["index"]  # the hooks after the broken one still ran
+
+
+def test_a_receiver_that_does_not_take_every_field_is_told_to_add_extra(app: Flask, caplog) -> None:
+    # The signature docs/responses.rst showed before 0.3, without penalized.
+    def count(sender, request, endpoint, scope, identity, layer, retry_after, shadow):  # type: ignore[no-untyped-def]
+        raise AssertionError("never called: blinker passes penalized too")
+
+    rate_limited.connect(count)
+    try:
+
+        @app.get("/")
+        @limit("1/m")
+        def index() -> str:
+            return "ok"
+
+        install(app)
+        client = app.test_client()
+        get(client)
+        with caplog.at_level(logging.ERROR, "flask_redis_throttle"):
+            assert get(client).status_code == 429
+    finally:
+        rate_limited.disconnect(count)
+    [record] = [r for r in caplog.records if r.exc_info]
+    assert isinstance(record.exc_info[1], TypeError)  # type: ignore[index]
+    assert "penalized" in str(record.exc_info[1])  # type: ignore[index]
+    assert record.getMessage().endswith(
+        "as a keyword argument (request, endpoint, scope, identity, layer, retry_after, shadow, penalized): "
+        "if it does not take them all, add **extra"
+    )

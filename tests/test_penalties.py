@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any
 
 import pytest
@@ -22,7 +23,8 @@ from flask_redis_throttle.penalties import Penalty, parse_penalty
         ("2d;x2", Penalty(172_800, 2, 172_800)),
         ("1m;x2;max=1h", Penalty(60, 2, 3600)),
         (" 2 minutes ; X2 ; max = 1 hour ", Penalty(120, 2, 3600)),
-        ("10s;max=1m", Penalty(10, 1, 60)),
+        ("1m;max=1h;x2", Penalty(60, 2, 3600)),
+        ("1m;x1", Penalty(60, 1, 60)),
     ],
 )
 def test_parse_penalty(spec: str, expected: Penalty) -> None:
@@ -41,10 +43,41 @@ def test_bad_penalties_raise_when_decorating(spec: Any) -> None:
     assert repr(spec) in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("1m;x2;x3", "gives the factor twice"),
+        ("1m;x2;x2", "gives the factor twice"),
+        ("1m;max=1h;max=2h", "gives max twice"),
+        ("1m;x2;max=1h;max=1h", "gives max twice"),
+        ("1m;max=1h", "max has no effect without a factor above 1"),
+        ("1m;x1;max=1h", "max has no effect without a factor above 1"),
+    ],
+)
+def test_a_repeated_or_useless_part_is_invalid(spec: str, message: str) -> None:
+    # Taking the last value, or a max that changes nothing, would hide a typo.
+    with pytest.raises(InvalidLimit, match=message) as info:
+        parse_penalty(spec)
+    assert repr(spec) in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "spec", ["9" * 900 + "s", "1m;x" + "9" * 900, "1m;x2;max=" + "9" * 900 + "s", "1m;x2" + " " * 2000]
+)
+def test_huge_penalties_are_invalid_limits_not_bare_value_errors(spec: str) -> None:
+    original = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(640)
+    try:
+        with pytest.raises(InvalidLimit, match="penalty"):
+            parse_penalty(spec)
+    finally:
+        sys.set_int_max_str_digits(original)
+
+
 def test_blocks_escalate_up_to_the_longest() -> None:
     penalty = parse_penalty("1m;x2;max=5m")
     assert [penalty.block(level) for level in range(1, 6)] == [60, 120, 240, 300, 300]
-    assert [parse_penalty("1m;max=5m").block(level) for level in (1, 9)] == [60, 60]
+    assert [parse_penalty("1m").block(level) for level in (1, 9)] == [60, 60]
 
 
 def penalized_app(app: Flask, **options: Any) -> None:

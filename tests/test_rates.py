@@ -1,10 +1,17 @@
-"""The limit grammar, without Flask or Redis."""
+"""The limit grammar, without Flask or Redis; and once through an app, for
+limit strings that a dynamic limit returns from data."""
 
 from __future__ import annotations
 
+import logging
+import sys
+
 import pytest
+from conftest import get, install
+from flask import Flask
 
 from flask_redis_throttle import InvalidLimit, Rate, limit, parse_limits
+from flask_redis_throttle.rates import MAX_LAYERS, MAX_LIMIT_LENGTH
 
 
 @pytest.mark.parametrize(
@@ -102,3 +109,120 @@ def test_decorator_validates_when_applied() -> None:
 def test_names(rate: Rate, name: str, text: str) -> None:
     assert rate.name == name
     assert str(rate) == text
+
+
+# Limit strings can come from data (dynamic limits), so the parser has
+# documented maximum sizes and rejects anything larger by its length alone,
+# before looking at it: no input can make it slow. These tests check the
+# maximums themselves, never the time taken.
+
+
+def test_a_huge_number_is_an_invalid_limit_not_a_bare_value_error() -> None:
+    with pytest.raises(InvalidLimit, match="is 5002 characters long; a limit has at most 1000"):
+        parse_limits("9" * 5000 + "/s")
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "9" * 900 + "/s",  # the quota
+        "1/" + "9" * 900 + "s",  # the multiple of the unit
+        "1 per " + "9" * 900 + " seconds",
+    ],
+)
+def test_numbers_are_never_converted_in_full(spec: str) -> None:
+    # Python refuses to convert more digits than this (4300 by default; an
+    # app may lower it to 640): a long number must be out of range, not a crash.
+    original = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(640)
+    try:
+        with pytest.raises(InvalidLimit, match="must be from 1"):
+            parse_limits(spec)
+    finally:
+        sys.set_int_max_str_digits(original)
+
+
+def test_leading_zeros_do_not_count_against_a_number() -> None:
+    assert parse_limits("0" * 900 + "5/0" + "0" * 90 + "2m") == (Rate(5, 120),)
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("1/s" + " " * (MAX_LIMIT_LENGTH - 3), (Rate(1, 1),)),
+        ("1" + " " * (MAX_LIMIT_LENGTH - 3) + "/s", (Rate(1, 1),)),
+        ("1" + " " * (MAX_LIMIT_LENGTH - 9) + "per    s", (Rate(1, 1),)),
+    ],
+)
+def test_the_longest_limit_string_is_parsed(spec: str, expected: tuple[Rate, ...]) -> None:
+    assert len(spec) == MAX_LIMIT_LENGTH
+    assert parse_limits(spec) == expected
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "1" + " " * (MAX_LIMIT_LENGTH - 2) + "s",  # a space where '/' or 'per' should be
+        "1" + " " * (MAX_LIMIT_LENGTH - 5) + "pers",  # 'per' with no space after it
+        " " * (MAX_LIMIT_LENGTH - 1) + ";",
+        ";" * MAX_LIMIT_LENGTH,
+    ],
+)
+def test_malformed_limit_strings_of_the_longest_length_are_invalid(spec: str) -> None:
+    assert len(spec) == MAX_LIMIT_LENGTH
+    with pytest.raises(InvalidLimit):
+        parse_limits(spec)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "1/s" + " " * (MAX_LIMIT_LENGTH - 2),  # valid but for its length
+        " " * 20_000,
+        "1" + " " * 20_000 + "s",
+        ";".join(f"1/{n}s" for n in range(1, 20_001)),
+    ],
+)
+def test_a_limit_string_over_the_longest_is_rejected_by_its_length(spec: str) -> None:
+    with pytest.raises(InvalidLimit, match=f"is {len(spec)} characters long; a limit has at most 1000") as info:
+        parse_limits(spec)
+    assert info.value.spec == spec
+    assert len(str(info.value)) < 200  # quotes its start, not all of it
+
+
+def test_the_most_layers() -> None:
+    spec = ";".join(f"1/{n}s" for n in range(1, MAX_LAYERS + 1))
+    assert [rate.period for rate in parse_limits(spec)] == list(range(1, MAX_LAYERS + 1))
+
+
+def test_more_layers_than_the_most_are_rejected_before_any_is_parsed() -> None:
+    # The last layer is malformed, but the count is what is reported.
+    spec = ";".join(["1/s"] * MAX_LAYERS + ["nonsense"])
+    with pytest.raises(InvalidLimit, match=f"has {MAX_LAYERS + 1} layers; a limit has at most {MAX_LAYERS}"):
+        parse_limits(spec)
+
+
+def test_the_documented_maximums() -> None:
+    assert (MAX_LIMIT_LENGTH, MAX_LAYERS) == (1000, 32)
+
+
+@pytest.mark.parametrize(
+    "returned", ["9" * 5000 + "/s", ";".join(f"1/{n}s" for n in range(1, 20_001)), "1" + " " * 20_000 + "s"]
+)
+def test_a_dynamic_limit_over_the_maximums_is_skipped_with_a_warning(app: Flask, caplog, returned: str) -> None:
+    # What a dynamic limit returns can come from data: a huge string is an
+    # unusable limit like any other bad one (skipped when failing open),
+    # never a 500, and the warning quotes only its start.
+    @app.get("/")
+    @limit(lambda request: returned)
+    @limit("2/m", scope="fixed")
+    def index() -> str:
+        return "ok"
+
+    install(app)
+    client = app.test_client()
+    with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
+        assert [get(client).status_code for _ in range(3)] == [200, 200, 429]
+    [warning] = [r.getMessage() for r in caplog.records if "unusable" in r.getMessage()]
+    assert f"is {len(returned)} characters long; a limit has at most {MAX_LIMIT_LENGTH}" in warning
+    assert len(warning) < 400
