@@ -44,11 +44,7 @@ DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 #: Examples that cannot run in a test, by page and the start of their code,
 #: each with the reason.
-SKIP: dict[tuple[str, str], str] = {
-    ("quickstart.rst", "from flask_redis_throttle.testing import redis_server"): (
-        "starts a redis-server and continues quickstart's create_app; tests/test_testing.py runs redis_server()"
-    ),
-}
+SKIP: dict[tuple[str, str], str] = {}
 
 #: Code run before an example, by page and the start of its code: the
 #: state the page's text has built up by then.
@@ -199,6 +195,9 @@ def test_every_python_example_runs(example: Example, monkeypatch: pytest.MonkeyP
     # An example that builds its own Redis client gets an in-process one.
     monkeypatch.setattr(redis, "Redis", fakeredis.FakeRedis)
     names = namespace(Flask("docs_example"))
+    setup = example.key(SETUP)
+    if setup is not None:
+        SETUP[setup](names)
     try:
         exec(compile(example.source, example.id, "exec"), names)
         app = finish(names)
@@ -215,6 +214,15 @@ def _plan_setup(names: dict[str, Any]) -> None:
 
 
 SETUP[("limits.rst", '>>> plan = app.extensions["ratelimit"].plan(')] = _plan_setup
+
+
+def _create_app_setup(names: dict[str, Any]) -> None:
+    """quickstart.rst's application factory, which its test example goes on to use."""
+    [factory] = [e for e in PYTHON if e.page == "quickstart.rst" and "def create_app(" in e.source]
+    exec(compile(factory.source, factory.id, "exec"), names)
+
+
+SETUP[("quickstart.rst", "from flask_redis_throttle.testing import redis_server")] = _create_app_setup
 
 
 @pytest.mark.parametrize("example", PYCON, ids=lambda example: example.id)
