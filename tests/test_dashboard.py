@@ -5,6 +5,7 @@ The same page in a real browser is in test_browser.py."""
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from html.parser import HTMLParser
 from typing import Any
@@ -14,7 +15,7 @@ import redis
 from conftest import add_login, get, install
 from flask import Flask, request
 
-from flask_redis_throttle import dashboard, limit
+from flask_redis_throttle import dashboard, limit, testing
 from flask_redis_throttle.extension import RateLimitState
 
 PREFIX = "/admin/limits"
@@ -301,3 +302,31 @@ def test_a_bad_identity_to_reset_is_refused_with_the_reason(app: Flask) -> None:
 def token_of(client: Any, html: str) -> str:
     """The session's token, from a lookup page (the index has no form without one)."""
     return token(page(client, "?identity=ip:192.0.2.1"))
+
+
+@pytest.mark.redis
+def test_a_dead_redis_answers_503_and_the_page_still_shows_the_limits() -> None:
+    with testing.redis_server() as server:
+        app = Flask("dead")
+        app.config.update(SECRET_KEY="test", RATELIMIT_STORAGE_URL=server.url)
+        state = shop(app)
+        client = app.test_client()
+        refuse_alice(client)
+        form = token(page(client, "?identity=user:alice"))
+        server.stop()
+        try:
+            started = time.monotonic()
+            html = page(client, "?identity=user:alice", status=503)
+            assert "rate limit storage unavailable" in html
+            assert ["/items", "GET", "items", "1/1m", "fixed-window", "items", "ip, user"] in tables(html)[
+                "limits-table"
+            ]
+            response = client.post(
+                f"{PREFIX}/reset", data={"csrf_token": form, "identity": "user:alice"}, headers={"X-User": "admin"}
+            )
+            assert response.status_code == 503
+            assert "rate limit storage unavailable" in response.text
+            assert time.monotonic() - started < 10  # refused connections, not timeouts
+        finally:
+            assert state.throttle is not None
+            state.throttle.storage.close()
