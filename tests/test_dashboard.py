@@ -197,6 +197,16 @@ def test_without_a_refusal_log_the_page_says_so(app: Flask) -> None:
     assert "This app keeps no refusal log (RATELIMIT_REFUSAL_LOG_SIZE is 0)." in html
 
 
+def test_with_rate_limiting_disabled_the_page_says_so(app: Flask) -> None:
+    shop(app, RATELIMIT_ENABLED=False)
+    client = app.test_client()
+    html = page(client)
+    assert "RATELIMIT_ENABLED is False: none of these limits is enforced." in html
+    assert ["/items", "GET", "items", "1/1m", "fixed-window", "items", "ip, user"] in tables(html)["limits-table"]
+    html = page(client, "?identity=user:alice", status=400)
+    assert "rate limiting is disabled on this app (RATELIMIT_ENABLED is False)" in html
+
+
 def test_an_unreachable_log_answers_503_with_the_reason(app: Flask, monkeypatch: pytest.MonkeyPatch) -> None:
     state = shop(app)
 
