@@ -13,6 +13,7 @@ import difflib
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import click
@@ -51,6 +52,23 @@ def limits_command(limited: bool) -> None:
     state = _state()
     if not state.settings.enabled:
         click.echo("note: RATELIMIT_ENABLED is False, so none of these limits is enforced.", err=True)
+    rows = limit_rows(state, limited)
+    if not rows:
+        click.echo("No route has limits." if limited else "The app has no routes.")
+        return
+    click.echo(table(LIMITS_HEADER, rows))
+
+
+#: The columns of ``flask ratelimit limits``, and of the dashboard's limits.
+LIMITS_HEADER = ("RULE", "METHODS", "ENDPOINT", "LIMIT", "STRATEGY", "SCOPE", "IDENTITIES")
+
+
+def limit_rows(state: RateLimitState, limited: bool = False) -> list[tuple[str, ...]]:
+    """Every route of the current app with its limits, one row per limit,
+    as ``flask ratelimit limits`` prints them and the dashboard shows them.
+
+    :param limited: leave out the routes without limits.
+    """
     rows: list[tuple[str, ...]] = []
     for rule in sorted(current_app.url_map.iter_rules(), key=lambda rule: (rule.rule, rule.endpoint)):
         # Methods with the same limits share a row.
@@ -64,10 +82,7 @@ def limits_command(limited: bool) -> None:
             for cell in cells or (("no limit", "", "", ""),):
                 rows.append((*route, *cell))
                 route = ("", "", "")
-    if not rows:
-        click.echo("No route has limits." if limited else "The app has no routes.")
-        return
-    click.echo(table(("RULE", "METHODS", "ENDPOINT", "LIMIT", "STRATEGY", "SCOPE", "IDENTITIES"), rows))
+    return rows
 
 
 @ratelimit.command("status")
@@ -82,24 +97,44 @@ def status_command(identity: str, endpoint: str | None) -> None:
     state = _state()
     throttle = _throttle(state)
     who = _identity(identity, state)
-    endpoints = sorted(current_app.view_functions) if endpoint is None else [_endpoint(endpoint)]
-    rows: list[tuple[str, ...]] = []
+    if endpoint is not None:
+        endpoint = _endpoint(endpoint)
     with _storage(throttle):
-        for name in endpoints:
-            for limit in _counting(state, name, who):
-                head = (name, limit.scope, limit.strategy)
-                if limit.policy is None:
-                    rows.append((*head, "dynamic: not known outside a request", "", "", ""))
-                    continue
-                for layer in usage(throttle, limit.policy, who):
-                    reset = duration(layer.reset) if layer.used else "-"
-                    rows.append((*head, _layer(layer.layer), str(layer.used), str(layer.remaining), reset))
-                    head = ("", "", "")
+        rows = status_rows(state, throttle, who, endpoint)
     if not rows:
-        click.echo(_nothing_counts(state, endpoint, who))
+        click.echo(nothing_counts(state, endpoint, who))
         return
     click.echo(f"{who}  (keys {throttle.prefix}{{{_tag(throttle, who)}}}:*)")
-    click.echo(table(("ENDPOINT", "SCOPE", "STRATEGY", "LAYER", "USED", "REMAINING", "RESETS IN"), rows))
+    click.echo(table(STATUS_HEADER, rows))
+
+
+#: The columns of ``flask ratelimit status``, and of the dashboard's lookup.
+STATUS_HEADER = ("ENDPOINT", "SCOPE", "STRATEGY", "LAYER", "USED", "REMAINING", "RESETS IN")
+
+
+def status_rows(
+    state: RateLimitState, throttle: Throttle, who: Identity, endpoint: str | None
+) -> list[tuple[str, ...]]:
+    """What ``who`` has used of each layer that counts it, as ``flask
+    ratelimit status`` prints it and the dashboard's lookup shows it.
+    Nothing is counted.
+
+    :param endpoint: only this endpoint's limits, or None for every endpoint's.
+    :raises StorageUnavailable: if Redis cannot answer.
+    """
+    endpoints = sorted(current_app.view_functions) if endpoint is None else [endpoint]
+    rows: list[tuple[str, ...]] = []
+    for name in endpoints:
+        for limit in _counting(state, name, who):
+            head = (name, limit.scope, limit.strategy)
+            if limit.policy is None:
+                rows.append((*head, "dynamic: not known outside a request", "", "", ""))
+                continue
+            for layer in usage(throttle, limit.policy, who):
+                reset = duration(layer.reset) if layer.used else "-"
+                rows.append((*head, _layer(layer.layer), str(layer.used), str(layer.remaining), reset))
+                head = ("", "", "")
+    return rows
 
 
 @ratelimit.command("reset")
@@ -114,23 +149,63 @@ def reset_command(identity: str, endpoint: str | None) -> None:
     state = _state()
     throttle = _throttle(state)
     who = _identity(identity, state)
+    if endpoint is not None:
+        endpoint = _endpoint(endpoint)
+    with _storage(throttle):
+        reset = reset_counters(state, throttle, who, endpoint)
+    if reset is None:
+        click.echo(nothing_counts(state, endpoint, who) + " Nothing to reset.")
+        return
+    click.echo(reset.message)
+    if throttle.blocks is not None and reset.deleted:
+        click.echo("App servers' block caches may go on refusing it for up to 1 second.")
+
+
+@dataclass(frozen=True)
+class Reset:
+    """What :func:`reset_counters` deleted.
+
+    :param identity: whose counters.
+    :param endpoint: the endpoint whose scopes were reset, or None for every scope.
+    :param scopes: those scopes; ``[None]`` for every scope.
+    :param deleted: how many counter keys were deleted.
+    """
+
+    identity: Identity
+    endpoint: str | None
+    scopes: list[str | None]
+    deleted: int
+
+    @property
+    def message(self) -> str:
+        """One line saying what was deleted, for the CLI and the dashboard."""
+        scopes = self.scopes
+        where = (
+            "every scope" if self.endpoint is None else f"scope{'s' * (len(scopes) > 1)} {', '.join(map(repr, scopes))}"
+        )
+        return f"Deleted {self.deleted} counter key{'' if self.deleted == 1 else 's'} of {self.identity} in {where}."
+
+
+def reset_counters(state: RateLimitState, throttle: Throttle, who: Identity, endpoint: str | None) -> Reset | None:
+    """Delete ``who``'s counters, in every scope or only ``endpoint``'s, and
+    clear this process's block cache; as ``flask ratelimit reset`` and the
+    dashboard's reset button do.
+
+    :returns: what was deleted; None if no limit of ``endpoint`` counts ``who``.
+    :raises redis.RedisError: if Redis cannot answer.
+    """
     scopes: list[str | None] = [None]
     if endpoint is not None:
-        scopes = list(dict.fromkeys(limit.scope for limit in _counting(state, _endpoint(endpoint), who)))
+        scopes = list(dict.fromkeys(limit.scope for limit in _counting(state, endpoint, who)))
         if not scopes:
-            click.echo(_nothing_counts(state, endpoint, who) + " Nothing to reset.")
-            return
+            return None
     tag = _tag(throttle, who)
-    with _storage(throttle):
-        deleted = sum(
-            delete_counters(throttle.storage.client, counter_pattern(throttle.prefix, tag, scope)) for scope in scopes
-        )
+    deleted = sum(
+        delete_counters(throttle.storage.client, counter_pattern(throttle.prefix, tag, scope)) for scope in scopes
+    )
     if throttle.blocks is not None:
         throttle.blocks.clear()  # this process's; other processes trust theirs for up to a second
-    where = "every scope" if endpoint is None else f"scope{'s' * (len(scopes) > 1)} {', '.join(map(repr, scopes))}"
-    click.echo(f"Deleted {deleted} counter key{'' if deleted == 1 else 's'} of {who} in {where}.")
-    if throttle.blocks is not None and deleted:
-        click.echo("App servers' block caches may go on refusing it for up to 1 second.")
+    return Reset(who, endpoint, scopes, deleted)
 
 
 @ratelimit.command("refusals")
@@ -162,7 +237,8 @@ def refusals_command(top: int, recent: int, since: str | None) -> None:
         if ranking:
             click.echo()
         click.echo(f"Latest refusals{period}, newest first:")
-        header = ("TIME (UTC)", "ENDPOINT", "SCOPE", "LAYER", "STRATEGY", "IDENTITY", "RETRY AFTER", "IDENTITIES")
+        # The identity whose counter refused, apart from the others present.
+        header = ("TIME (UTC)", "ENDPOINT", "SCOPE", "LAYER", "STRATEGY", "REFUSED BY", "RETRY AFTER", "ALSO PRESENT")
         rows = [
             (
                 utc(r.time),
@@ -172,7 +248,7 @@ def refusals_command(top: int, recent: int, since: str | None) -> None:
                 r.strategy,
                 loggable(r.identity),
                 duration(r.retry_after),
-                ", ".join(map(loggable, r.identities)),
+                ", ".join(map(loggable, r.others)),
             )
             for r in latest
         ]
@@ -199,7 +275,17 @@ def _refusal_log(state: RateLimitState) -> RefusalLog:
 
 
 def _identity(text: str, state: RateLimitState) -> Identity:
-    """The identity written as ``text``; key functions may go by their short names."""
+    try:
+        return find_identity(text, state)
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="'IDENTITY'") from None
+
+
+def find_identity(text: str, state: RateLimitState) -> Identity:
+    """The identity written as ``text``; key functions may go by their short names.
+
+    :raises ValueError: if ``text`` is not one, saying what would be.
+    """
     kinds = {
         spec_name(spec)
         for endpoint in current_app.view_functions
@@ -207,17 +293,25 @@ def _identity(text: str, state: RateLimitState) -> Identity:
         for spec in limit.identities
         if not isinstance(spec, str)
     }
-    try:
-        return parse_identity(text, state.settings.ipv6_prefix, sorted(kinds))
-    except ValueError as error:
-        raise click.BadParameter(str(error), param_hint="'IDENTITY'") from None
+    return parse_identity(text, state.settings.ipv6_prefix, sorted(kinds))
 
 
 def _endpoint(name: str) -> str:
+    try:
+        return find_endpoint(name)
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="'--endpoint'") from None
+
+
+def find_endpoint(name: str) -> str:
+    """``name``, if the current app has such an endpoint.
+
+    :raises ValueError: if it has not, naming the closest ones.
+    """
     if name not in current_app.view_functions:
         close = difflib.get_close_matches(name, current_app.view_functions, n=3)
         hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else "; `flask ratelimit limits` lists them"
-        raise click.BadParameter(f"no endpoint {name!r}{hint}", param_hint="'--endpoint'")
+        raise ValueError(f"no endpoint {name!r}{hint}")
     return name
 
 
@@ -256,7 +350,7 @@ def _counting(state: RateLimitState, endpoint: str, identity: Identity) -> list[
     ]
 
 
-def _nothing_counts(state: RateLimitState, endpoint: str | None, identity: Identity) -> str:
+def nothing_counts(state: RateLimitState, endpoint: str | None, identity: Identity) -> str:
     if endpoint is None:
         return f"No limit of this app counts {identity.kind} identities."
     if not _endpoint_limits(state, endpoint):

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import math
 from typing import TYPE_CHECKING, Any
@@ -62,8 +63,33 @@ class ConfigurationError(RateLimitError, ValueError):
 
 # Offered in this order so that a client sending ``*/*`` (curl, browsers'
 # fetch without headers) gets short text; only a client that asks for JSON
-# gets JSON.
-_OFFERS = ("text/plain", "application/problem+json", "application/json")
+# gets JSON, and only one that prefers HTML to everything else (a browser
+# navigating) gets a page: HTML comes last, so it loses every tie.
+_TEXT, _JSON, _HTML = "text/plain; charset=utf-8", "application/problem+json", "text/html; charset=utf-8"
+_OFFERS = {
+    "text/plain": _TEXT,
+    "application/problem+json": _JSON,
+    "application/json": _JSON,
+    "text/html": _HTML,
+}
+
+# The page a browser gets: small, self-contained, no script. Only escaped
+# text goes into it.
+_PAGE = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>429 Too Many Requests</title>
+<style>body{{font:16px/1.5 system-ui,sans-serif;max-width:36em;margin:4em auto;padding:0 1em;color:#222}}
+h1{{font-size:1.4em}}</style>
+</head>
+<body>
+<h1>Too many requests</h1>
+<p>{description}</p>
+{retry}</body>
+</html>
+"""
 
 
 class RateLimitExceeded(TooManyRequests):
@@ -71,8 +97,9 @@ class RateLimitExceeded(TooManyRequests):
 
     The response is 429 with a ``Retry-After`` header in whole seconds,
     rounded up. Its body is RFC 9457 problem details
-    (``application/problem+json``) when the client accepts JSON, and one
-    line of text otherwise.
+    (``application/problem+json``) when the client accepts JSON, a small
+    HTML page when it prefers ``text/html`` (a browser), and one line of
+    text otherwise.
 
     :param layer: the layer that refused the request (the one whose wait is
         longest, when several did).
@@ -119,7 +146,9 @@ class RateLimitExceeded(TooManyRequests):
         #: The request's cost if it is more than the layer's whole quota, else None.
         self.cost = cost
 
-    def _wants_json(self, environ: WSGIEnvironment | None) -> bool:
+    def _content_type(self, environ: WSGIEnvironment | None) -> str:
+        """The body's type for the request's ``Accept``: text, unless it asks
+        for JSON or prefers HTML."""
         if environ is None:
             # Called as error.get_response() in an error handler: use the
             # current request, if there is one.
@@ -127,11 +156,14 @@ class RateLimitExceeded(TooManyRequests):
 
             environ = request.environ if has_request_context() else {}
         accept = parse_accept_header(environ.get("HTTP_ACCEPT"), MIMEAccept)
-        return accept.best_match(_OFFERS) in _OFFERS[1:]
+        return _OFFERS.get(accept.best_match(_OFFERS) or "", _TEXT)
 
     def get_body(self, environ: WSGIEnvironment | None = None, scope: dict[str, Any] | None = None) -> str:
-        """The problem-details JSON, or a line of text, depending on ``Accept``."""
-        if self._wants_json(environ):
+        """The problem-details JSON, an HTML page, or a line of text, depending on ``Accept``."""
+        content_type = self._content_type(environ)
+        if content_type == _HTML:
+            return self._page()
+        if content_type == _JSON:
             return json.dumps(
                 {
                     "type": "about:blank",
@@ -143,13 +175,22 @@ class RateLimitExceeded(TooManyRequests):
             )
         return f"{self.description}\n"
 
+    def _page(self) -> str:
+        """The HTML page: the message, and when to try again."""
+        retry = ""
+        if self.retry_after is not None:
+            plural = "" if self.retry_after == 1 else "s"
+            retry = (
+                f'<p>You can try again in <strong id="retry-after">{self.retry_after}</strong> second{plural}.</p>\n'
+            )
+        return _PAGE.format(description=html.escape(str(self.description)), retry=retry)
+
     def get_headers(
         self, environ: WSGIEnvironment | None = None, scope: dict[str, Any] | None = None
     ) -> list[tuple[str, str]]:
         """``Content-Type`` to match the body, and ``Retry-After`` unless the
         request can never pass."""
-        content_type = "application/problem+json" if self._wants_json(environ) else "text/plain; charset=utf-8"
-        headers = [("Content-Type", content_type)]
+        headers = [("Content-Type", self._content_type(environ))]
         if self.retry_after_header is not None:
             headers.append(("Retry-After", self.retry_after_header))
         return headers

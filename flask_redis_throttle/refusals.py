@@ -16,6 +16,10 @@ This module imports Redis but not Flask::
     for refusal in log.recent(10):
         print(refusal.time, refusal.identity, refusal.endpoint)
     print(log.top(5, since=time.time() - 3600))
+
+Each entry names the identity whose counter refused the request apart from
+the others present on it (:attr:`Refusal.others`): only the first is counted
+as refused, so a user over its limit does not make its IP look refused.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from typing import Any
 
 from .keys import MAX_VALUE_LENGTH, cut
 
-__all__ = ["MAX_VALUE_LENGTH", "Refusal", "RefusalLog"]
+__all__ = ["MAX_VALUE_LENGTH", "Attribution", "Refusal", "RefusalLog"]
 
 #: A time as seconds since the epoch, or an aware or naive (local) datetime.
 Moment = float | datetime
@@ -46,8 +50,10 @@ class Refusal:
     :param scope: the scope of the limit that refused it.
     :param layer: that layer, such as ``"10/1s"``.
     :param strategy: that limit's strategy.
-    :param identity: the identity that was over the limit, such as ``"ip:192.0.2.1"``.
-    :param identities: every identity of the request (the IP and the user, say).
+    :param identity: the identity whose counter refused the request, such as
+        ``"ip:192.0.2.1"``: the one that was over the limit.
+    :param identities: every identity counted on the request (the IP and the
+        user, say), ``identity`` among them; :attr:`others` are the rest.
     :param retry_after: seconds until the request would have passed.
     :param shadow: True if the limit was in shadow mode, so the request was
         let through after all.
@@ -77,6 +83,31 @@ class Refusal:
         fields = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
         fields["identities"] = list(self.identities)
         return fields
+
+    @property
+    def others(self) -> tuple[str, ...]:
+        """The identities present on the request whose counters did not
+        refuse it: innocent bystanders, such as the IP of a user over its limit.
+
+        >>> Refusal("1-0", 0.001, "e", "e", "1/1m", "gcra", "user:42", ("ip:192.0.2.1", "user:42"), 1.0).others
+        ('ip:192.0.2.1',)
+        """
+        return tuple(identity for identity in self.identities if identity != self.identity)
+
+
+@dataclass(frozen=True, slots=True)
+class Attribution:
+    """One identity's refusals in a time range, and who else was present on them.
+
+    :param identity: the identity whose counter refused the requests.
+    :param refusals: how many of them it refused.
+    :param others: the other identities present on those requests, each with
+        how many of them it was on, most frequent first: not refused by them.
+    """
+
+    identity: str
+    refusals: int
+    others: tuple[tuple[str, int], ...]
 
 
 class RefusalLog:
@@ -145,21 +176,60 @@ class RefusalLog:
         )
         return [_decode(entry_id, fields) for entry_id, fields in entries]
 
+    def between(self, since: Moment | None = None, until: Moment | None = None) -> list[Refusal]:
+        """Every refusal kept in a time range, oldest first.
+
+        :param since: from this time (by default, the oldest entry kept).
+        :param until: up to this time (by default, now).
+        """
+        entries: list[tuple[Any, dict[Any, Any]]] = self.client.xrange(self.key, _bound(since, "-"), _bound(until, "+"))
+        return [_decode(entry_id, fields) for entry_id, fields in entries]
+
     def top(self, count: int = 10, since: Moment | None = None, until: Moment | None = None) -> list[tuple[str, int]]:
         """The most refused identities in a time range, most refused first.
 
-        Every identity of a refused request counts, so a user refused from
-        one IP shows up as both. Ties keep the order they were first seen in.
+        Only the identity whose counter refused a request counts: a user
+        over its limit is refused, the IP it came from is not (it is among
+        :attr:`Refusal.others`). Ties keep the order they were first seen in.
 
         :param count: at most this many identities.
         :param since: from this time (by default, the oldest entry kept).
         :param until: up to this time (by default, now).
         """
-        entries: list[tuple[Any, dict[Any, Any]]] = self.client.xrange(self.key, _bound(since, "-"), _bound(until, "+"))
+        return [(found.identity, found.refusals) for found in self.attributed(count, since, until)]
+
+    def attributed(
+        self, count: int = 10, since: Moment | None = None, until: Moment | None = None
+    ) -> list[Attribution]:
+        """:meth:`top`, with the other identities present on each one's refusals.
+
+        A dashboard shows these apart, so an operator sees that a user
+        hammering from one IP was refused, not the IP, and can still find it.
+        """
         tally: Counter[str] = Counter()
-        for _id, fields in entries:
-            tally.update(json.loads(_text(fields[b"identities"])))
-        return tally.most_common(count)
+        others: dict[str, Counter[str]] = {}
+        for refusal in self.between(since, until):
+            tally[refusal.identity] += 1
+            others.setdefault(refusal.identity, Counter()).update(refusal.others)
+        return [
+            Attribution(identity, refusals, tuple(others[identity].most_common()))
+            for identity, refusals in tally.most_common(count)
+        ]
+
+    def per_minute(self, until: float, minutes: int = 60) -> list[int]:
+        """How many refusals there were in each of the ``minutes`` minutes
+        before ``until``, oldest first: the last item counts those in the
+        minute up to ``until``.
+
+        The minutes end at ``until``, not on the clock's minutes, so a
+        refusal just logged always falls in the last one.
+        """
+        start = until - 60 * minutes
+        counts = [0] * minutes
+        for refusal in self.between(start, until):
+            # A stream ID is whole milliseconds; one at the very start counts in the first minute.
+            counts[min(max(int((refusal.time - start) // 60), 0), minutes - 1)] += 1
+        return counts
 
     def clear(self) -> None:
         """Delete the whole log."""

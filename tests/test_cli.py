@@ -369,14 +369,14 @@ def test_refusals_rank_identities_and_list_the_latest(app: Flask) -> None:
         {"IDENTITY": "ip:192.0.2.2", "REFUSALS": "1"},
     ]
     latest = table(output, "TIME (UTC)")
-    assert [(r["ENDPOINT"], r["SCOPE"], r["LAYER"], r["STRATEGY"], r["IDENTITY"]) for r in latest] == [
+    assert [(r["ENDPOINT"], r["SCOPE"], r["LAYER"], r["STRATEGY"], r["REFUSED BY"]) for r in latest] == [
         ("login", "login", "3/1m", "sliding-window", "ip:192.0.2.2"),
         *[("login", "login", "3/1m", "sliding-window", "ip:192.0.2.1")] * 3,
     ]
     assert all(re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", r["TIME (UTC)"]) for r in latest)
     assert all(re.fullmatch(r"\d+\.\ds|1m\d\ds", r["RETRY AFTER"]) for r in latest)
-    # Login's limit counts IPs only, yet a refusal lists every identity of the request.
-    assert latest[0]["IDENTITIES"] == "ip:192.0.2.2"
+    # Login's limit counts IPs only: bob is not present on its refusals.
+    assert latest[0]["ALSO PRESENT"] == ""
 
     output = ok(app, "refusals", "--top", "1", "--recent", "2")
     assert [r["IDENTITY"] for r in table(output, "IDENTITY")] == ["ip:192.0.2.1"]
@@ -385,6 +385,19 @@ def test_refusals_rank_identities_and_list_the_latest(app: Flask) -> None:
     assert "Latest" not in output
     assert output.startswith("Most refused identities since ")
     assert len(table(output, "IDENTITY")) == 2
+
+
+def test_refusals_count_only_the_identity_whose_counter_refused(app: Flask) -> None:
+    add_login(app)
+    shop(app)
+    install(app)
+    client = app.test_client()
+    for n in range(6):  # alice, from a new IP each time: only her 5/s counter fills
+        get(client, "/items", ip=f"192.0.2.{n}", user="alice")
+    output = ok(app, "refusals")
+    assert table(output, "IDENTITY") == [{"IDENTITY": "user:alice", "REFUSALS": "1"}]
+    [latest] = table(output, "TIME (UTC)")
+    assert (latest["REFUSED BY"], latest["ALSO PRESENT"]) == ("user:alice", "ip:192.0.2.5")
 
 
 def test_refusals_since_a_time(app: Flask) -> None:

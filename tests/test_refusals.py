@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flask_redis_throttle import ConfigurationError, RateLimitExceeded, RefusalLog, limit, refusal_log
-from flask_redis_throttle.refusals import MAX_VALUE_LENGTH
+from flask_redis_throttle.refusals import MAX_VALUE_LENGTH, Attribution
 from flask_redis_throttle.scripts import STRATEGIES
 from flask_redis_throttle.storage import Storage
 
@@ -51,6 +51,61 @@ def test_a_refusal_is_logged_with_everything_about_it(app: Flask) -> None:
     assert before - 1 <= refusal.time <= time.time() + 1
 
 
+def test_a_user_over_its_limit_does_not_make_its_ip_look_refused(app: Flask) -> None:
+    add_login(app)
+    limited(app)
+    install(app)
+    client = app.test_client()
+    assert get(client, "/items", ip="192.0.2.1", user="alice").status_code == 200
+    # From a new IP: only the user's counter is full.
+    assert get(client, "/items", ip="192.0.2.2", user="alice").status_code == 429
+    log = refusal_log(app)
+    assert log.top() == [("user:alice", 1)]
+    [refusal] = log.recent()
+    assert refusal.identity == "user:alice"
+    assert refusal.identities == ("ip:192.0.2.2", "user:alice")
+    assert refusal.others == ("ip:192.0.2.2",)
+    [found] = log.attributed()
+    assert found == Attribution("user:alice", 1, (("ip:192.0.2.2", 1),))
+
+
+def test_entries_written_before_attribution_are_read_the_same(storage: Storage) -> None:
+    # The entry format has not changed: an entry as 0.2.0 wrote it reads
+    # with its deciding identity apart from the others.
+    log = RefusalLog(storage.client, "test:refusals")
+    old = {
+        "endpoint": "items",
+        "scope": "items",
+        "layer": "1/1m",
+        "strategy": "fixed-window",
+        "identity": "user:alice",
+        "identities": '["ip:192.0.2.2", "user:alice"]',
+        "retry_after": "59.000000",
+    }
+    storage.client.xadd("test:refusals", old)
+    [refusal] = log.recent()
+    assert (refusal.identity, refusal.others) == ("user:alice", ("ip:192.0.2.2",))
+    assert log.top() == [("user:alice", 1)]
+
+
+def test_refusals_per_minute_end_at_the_given_time(storage: Storage) -> None:
+    log = RefusalLog(storage.client, "test:refusals")
+    client = storage.client
+    now = 1_800_000_000.0
+    for seconds_ago in (4000, 3601, 3600, 3599, 61, 60.5, 59.9, 30, 0):  # oldest first, as XADD wants
+        client.xadd(
+            "test:refusals", {"identity": "ip:a", "identities": '["ip:a"]'}, id=f"{int((now - seconds_ago) * 1000)}-0"
+        )
+    counts = log.per_minute(now)
+    assert len(counts) == 60
+    # The last minute holds 0, 30 and 59.9 seconds ago; 60.5 and 61 fall in the one before;
+    # 3599 and 3600 (the very start) in the first; older ones nowhere.
+    assert counts[-1] == 3
+    assert counts[-2] == 2
+    assert counts[0] == 2
+    assert sum(counts) == 7
+
+
 def test_the_log_is_bounded_newest_first(app: Flask) -> None:
     limited(app)
     install(app, RATELIMIT_REFUSAL_LOG_SIZE=5)
@@ -72,7 +127,8 @@ def test_top_identities(app: Flask) -> None:
         for _ in range(times + 1):
             get(client, "/items", ip=ip, user=user)
     log = refusal_log(app)
-    assert log.top(3) == [("ip:192.0.2.1", 4), ("ip:192.0.2.2", 3), ("user:bob", 3)]
+    # bob's counter and his IP's fill together; the IP's, checked first, refuses.
+    assert log.top(3) == [("ip:192.0.2.1", 4), ("ip:192.0.2.2", 3), ("ip:192.0.2.3", 1)]
     assert log.top(1) == [("ip:192.0.2.1", 4)]
     assert log.top(since=time.time() + 60) == []
 
@@ -87,7 +143,7 @@ def test_time_ranges(storage: Storage) -> None:
     assert second.time > first.time
     assert [r.identity for r in log.recent(since=second.time)] == ["ip:b"]
     assert log.top(until=first.time) == [("ip:a", 1)]
-    assert log.top(since=second.time) == [("ip:b", 1), ("user:b", 1)]
+    assert log.top(since=second.time) == [("ip:b", 1)]
     log.clear()
     assert log.recent() == []
 
@@ -195,7 +251,7 @@ def test_the_log_holds_exactly_the_latest_refusals(
     kept = refused[-size:]
     assert [(r.identity, r.layer, r.identities) for r in reversed(log.recent(100))] == kept
     assert all(r.strategy == strategy and r.endpoint == "items" for r in log.recent(100))
-    assert sorted(log.top(100)) == sorted(Counter(i for _, _, ids in kept for i in ids).items())
+    assert sorted(log.top(100)) == sorted(Counter(identity for identity, _, _ in kept).items())
 
 
 def test_a_log_needs_room_for_one_entry(storage: Storage) -> None:

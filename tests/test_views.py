@@ -211,7 +211,9 @@ def test_refusal_is_text_by_default(app: Flask) -> None:
     limited_app(app, "1/m")
     client = app.test_client()
     get(client)
-    for accept in (None, "*/*", "text/html", "text/plain"):
+    # text/html gets text when something else is as welcome: only a client
+    # that prefers HTML (a browser) gets a page, below.
+    for accept in (None, "*/*", "text/plain", "text/html, text/plain", "text/html;q=0.5, */*"):
         headers = {"Accept": accept} if accept else {}
         response = get(client, headers=headers)
         assert response.status_code == 429
@@ -220,8 +222,66 @@ def test_refusal_is_text_by_default(app: Flask) -> None:
         assert response.headers["Retry-After"] == "60"
 
 
+#: What Firefox and Chromium send when they navigate to a page.
+BROWSERS = [
+    "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8",
+    "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,image/apng,*/*;q=0.8,"
+    "application/signed-exchange;v=b3;q=0.7",
+    "text/html",
+]
+
+
+@pytest.mark.parametrize("accept", BROWSERS)
+def test_refusal_is_a_page_for_browsers(app: Flask, accept: str, clock: Clock) -> None:
+    limited_app(app, "1/m")
+    clock.set(0.5)
+    client = app.test_client()
+    get(client)
+    response = get(client, headers={"Accept": accept})
+    assert response.status_code == 429
+    assert response.content_type == "text/html; charset=utf-8"
+    assert response.headers["Retry-After"] == "60"
+    page = response.text
+    assert page.startswith("<!doctype html>")
+    assert "<title>429 Too Many Requests</title>" in page
+    assert "<p>Rate limit exceeded: 1 per 1 minute. Try again in 60 seconds.</p>" in page
+    assert '<strong id="retry-after">60</strong> seconds' in page
+    assert "<script" not in page
+
+
+def test_the_page_escapes_what_it_shows(app: Flask) -> None:
+    # The description is made of numbers today, but it is escaped all the
+    # same, should it ever carry something a client chose.
+    error = RateLimitExceeded(Rate(1, 60), Identity("ip", "192.0.2.1"), 1.0, "s")
+    error.description = "<b>"
+    body = error.get_body({"HTTP_ACCEPT": "text/html"})
+    assert "&lt;b&gt;" in body
+    assert "<b>" not in body
+
+
+@pytest.mark.parametrize("handled", [429, RateLimitExceeded])
+def test_an_error_handler_overrides_the_page(app: Flask, handled: object) -> None:
+    @app.errorhandler(handled)  # type: ignore[type-var]
+    def slow_down(error: RateLimitExceeded) -> tuple[str, int]:
+        return "slow down", 429
+
+    limited_app(app, "1/m")
+    client = app.test_client()
+    get(client)
+    response = get(client, headers={"Accept": BROWSERS[0]})
+    assert response.status_code == 429
+    assert response.text == "slow down"
+    assert response.headers["Retry-After"] == "60"
+
+
 @pytest.mark.parametrize(
-    "accept", ["application/json", "application/problem+json", "text/html;q=0.5, application/json"]
+    "accept",
+    [
+        "application/json",
+        "application/problem+json",
+        "text/html;q=0.5, application/json",
+        "text/html, application/json",
+    ],
 )
 def test_refusal_is_problem_json_for_json_clients(app: Flask, accept: str, clock: Clock) -> None:
     limited_app(app, "1/m")

@@ -1,0 +1,251 @@
+"""A dashboard page: what the limiter does, in a browser.
+
+:func:`blueprint` makes a Flask blueprint that the app mounts at a URL of its
+choice. It shows what the ``flask ratelimit`` commands print (see
+:doc:`/cli`), computed by the same functions: each endpoint's limits, the
+refusal log's latest entries and most refused identities, refusals per
+minute over the last hour as an SVG chart drawn here, one identity's
+counters, and a button that resets them::
+
+    from flask_login import current_user
+    from flask_redis_throttle import dashboard
+
+    app.register_blueprint(
+        dashboard.blueprint(authorize=lambda: current_user.is_authenticated and current_user.is_admin),
+        url_prefix="/admin/ratelimit",
+    )
+
+It shows IP addresses and user ids, so it is never open by default: without
+an ``authorize`` callable, or when it returns False, every URL of it answers
+404. See :doc:`/dashboard`.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import redis
+from flask import Blueprint, abort, current_app, flash, redirect, render_template, request, session, url_for
+from markupsafe import Markup
+from werkzeug.exceptions import HTTPException, MethodNotAllowed
+from werkzeug.wrappers import Response
+
+from .cli import LIMITS_HEADER, STATUS_HEADER, find_endpoint, find_identity, limit_rows, reset_counters, status_rows
+from .console import duration, utc
+from .keys import loggable
+from .throttle import StorageUnavailable
+
+if TYPE_CHECKING:
+    from .extension import RateLimitState
+
+__all__ = ["SESSION_KEY", "blueprint", "chart"]
+
+#: The session key of the per-session token the reset form must send back.
+SESSION_KEY = "_ratelimit_dashboard_csrf"
+
+#: How many refusals the page lists, and identities it ranks.
+RECENT, TOP = 20, 10
+
+
+def blueprint(authorize: Callable[[], bool] | None = None, name: str = "ratelimit_dashboard") -> Blueprint:
+    """The dashboard, as a blueprint to register at a URL prefix of the app's choice.
+
+    :param authorize: called before every request to the dashboard, in the
+        request's context; the dashboard answers only when it returns True.
+        Without it, or when it returns False, every URL answers 404, so that
+        a dashboard showing IP addresses and user ids is never open by
+        default, nor found by probing. It may also raise or abort itself
+        (redirect to a login page, say).
+    :param name: the blueprint's name, to register more than one.
+    """
+    bp = Blueprint(name, __name__, template_folder="templates")
+
+    def check() -> None:
+        if authorize is None or not authorize():
+            abort(404)
+
+    @bp.before_app_request
+    def hide() -> None:
+        """A dashboard URL asked with a method it does not take answers 404
+        too, not the 405 that would tell a prober the dashboard is there.
+        Flask runs no blueprint hook for such a request, since no rule matched."""
+        if _ours(name, request.routing_exception):
+            check()
+
+    bp.before_request(check)
+    bp.add_url_rule("/", "index", _index, methods=["GET"])
+    bp.add_url_rule("/reset", "reset", _reset, methods=["POST"])
+    return bp
+
+
+def _index() -> tuple[str, int]:
+    """The page; with ``?identity=`` it also shows that identity's counters."""
+    state = _state()
+    page: dict[str, Any] = {
+        "limits_header": LIMITS_HEADER,
+        "limits": limit_rows(state),
+        "status_header": STATUS_HEADER,
+        "endpoints": sorted(current_app.view_functions),
+        "csrf_token": _csrf_token(),
+        "enabled": state.throttle is not None,
+        "logged": state.refusals is not None,
+        "identity": request.args.get("identity", "").strip(),
+        # "view", not "endpoint": url_for() takes that name itself.
+        "endpoint": request.args.get("view", "").strip(),
+    }
+    status = 200
+    try:
+        page.update(_refusals(state))
+        if page["identity"]:
+            page.update(_lookup(state, page["identity"], page["endpoint"] or None))
+    except ValueError as error:
+        page["problem"], status = str(error), 400
+    except (StorageUnavailable, redis.RedisError) as error:
+        reason = error.__cause__ if isinstance(error, StorageUnavailable) else error
+        page["problem"], status = f"rate limit storage unavailable: {reason}", 503
+    return render_template("ratelimit_dashboard/index.html", **page), status
+
+
+def _refusals(state: RateLimitState) -> dict[str, Any]:
+    """The refusal log's part of the page: latest, top and per minute."""
+    if state.refusals is None:
+        return {}
+    now = time.time()
+    latest = state.refusals.recent(RECENT)
+    return {
+        "recent": [
+            {
+                "time": utc(r.time),
+                "endpoint": r.endpoint,
+                "scope": r.scope,
+                "layer": r.layer,
+                "identity": loggable(r.identity),
+                "others": [loggable(other) for other in r.others],
+                "retry_after": duration(r.retry_after),
+                "shadow": r.shadow,
+                "penalized": r.penalized,
+            }
+            for r in latest
+        ],
+        "top": [
+            (loggable(found.identity), found.refusals, [(loggable(o), n) for o, n in found.others])
+            for found in state.refusals.attributed(TOP, since=now - 3600)
+        ],
+        "chart": chart(state.refusals.per_minute(now)),
+    }
+
+
+def _lookup(state: RateLimitState, identity: str, endpoint: str | None) -> dict[str, Any]:
+    """One identity's counters, as ``flask ratelimit status`` shows them.
+
+    :raises ValueError: if the identity or the endpoint is not one.
+    """
+    if state.throttle is None:
+        raise ValueError("rate limiting is disabled on this app (RATELIMIT_ENABLED is False)")
+    who = find_identity(identity, state)
+    if endpoint is not None:
+        find_endpoint(endpoint)
+    return {"who": str(who), "status": status_rows(state, state.throttle, who, endpoint)}
+
+
+def _reset() -> Response:
+    """Delete an identity's counters, then show its lookup again.
+
+    The form must send back this session's token: another site can make a
+    browser post here, with its cookies, but cannot read the token.
+    """
+    sent = request.form.get("csrf_token", "")
+    token = session.get(SESSION_KEY) if current_app.secret_key else None
+    if not isinstance(token, str) or not hmac.compare_digest(sent.encode(), token.encode()):
+        abort(400, "the reset form's token is missing or stale: reload the dashboard and try again")
+    state = _state()
+    identity, endpoint = request.form.get("identity", "").strip(), request.form.get("view", "").strip() or None
+    if state.throttle is None:
+        abort(400, "rate limiting is disabled on this app (RATELIMIT_ENABLED is False)")
+    try:
+        who = find_identity(identity, state)
+        if endpoint is not None:
+            find_endpoint(endpoint)
+    except ValueError as error:
+        abort(400, str(error))
+    try:
+        done = reset_counters(state, state.throttle, who, endpoint)
+    except redis.RedisError as error:
+        abort(503, f"rate limit storage unavailable: {error}")
+    flash("Nothing to reset: no limit of this endpoint counts it." if done is None else done.message, "ratelimit")
+    return redirect(url_for(".index", identity=identity, view=endpoint, _anchor="lookup"))
+
+
+def _ours(name: str, error: BaseException | None) -> bool:
+    """Whether ``error`` is a 405 of a URL of the blueprint ``name``."""
+    if not isinstance(error, MethodNotAllowed) or not error.valid_methods:
+        return False
+    adapter = current_app.create_url_adapter(request)
+    try:
+        endpoint, _values = adapter.match(method=next(iter(error.valid_methods))) if adapter else ("", {})
+    except HTTPException:
+        return False
+    return isinstance(endpoint, str) and endpoint.startswith(f"{name}.")
+
+
+def _csrf_token() -> str | None:
+    """This session's reset token, made on first use; None when the app has
+    no ``SECRET_KEY``, so no session to keep it in."""
+    if not current_app.secret_key:
+        return None
+    token = session.get(SESSION_KEY)
+    if not isinstance(token, str):
+        token = session[SESSION_KEY] = secrets.token_urlsafe(32)
+    return token
+
+
+def _state() -> RateLimitState:
+    from .extension import EXTENSION_KEY
+
+    state: RateLimitState | None = current_app.extensions.get(EXTENSION_KEY)
+    if state is None:
+        raise RuntimeError("the rate limit dashboard needs RateLimit set up on the app")
+    return state
+
+
+def chart(counts: Sequence[int], width: int = 720, height: int = 160) -> Markup:
+    """Refusals per minute as an inline SVG bar chart, oldest minute first:
+    drawn here, so the page needs no script and works offline.
+
+    >>> svg = chart([0] * 58 + [3, 1])
+    >>> svg.count("<rect class=\\"bar\\""), "3 refusals, 1 minute ago" in svg
+    (2, True)
+    """
+    top = max([*counts, 1])
+    left, bottom, plot_height = 40, 20, height - 30
+    step = (width - left - 10) / max(len(counts), 1)
+    bars = []
+    for i, count in enumerate(counts):
+        if not count:
+            continue
+        bar = count / top * plot_height
+        ago = len(counts) - 1 - i
+        when = "in the last minute" if ago == 0 else f"{ago} minute{'' if ago == 1 else 's'} ago"
+        title = f"{count} refusal{'' if count == 1 else 's'}, {when}"
+        bars.append(
+            f'<rect class="bar" x="{left + i * step + 1:.1f}" y="{height - bottom - bar:.1f}" '
+            f'width="{max(step - 2, 1):.1f}" height="{bar:.1f}"><title>{title}</title></rect>'
+        )
+    base = height - bottom
+    minutes = len(counts)
+    label = f"Refusals per minute over the last {minutes} minutes: {sum(counts)} in all, at most {top} in a minute"
+    return Markup(
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" role="img" viewBox="0 0 {width} {height}" '
+        f'width="{width}" height="{height}" aria-label="{label}">'
+        f'<line x1="{left}" y1="{base}" x2="{width - 10}" y2="{base}" stroke="#888"/>'
+        f'<line x1="{left}" y1="10" x2="{left}" y2="{base}" stroke="#888"/>'
+        f'<text x="{left - 4}" y="14" text-anchor="end">{top}</text>'
+        f'<text x="{left - 4}" y="{base}" text-anchor="end">0</text>'
+        f'<text x="{left}" y="{height - 4}">{minutes} min ago</text>'
+        f'<text x="{width - 10}" y="{height - 4}" text-anchor="end">now</text>'
+        f"{''.join(bars)}</svg>"
+    )

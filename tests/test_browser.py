@@ -1,0 +1,161 @@
+"""The dashboard in a real browser: headless Chromium, driven by Selenium,
+against the app served on a real local port by werkzeug in a thread.
+
+Chromium and its driver come from Debian's ``chromium`` and
+``chromium-driver`` packages, Selenium from the ``browser`` extra; CI
+installs all three. Without them the test is skipped on a laptop, but fails
+under ``CI=true``: nothing may be skipped in CI.
+
+The test saves a screenshot; with ``FRT_DASHBOARD_SCREENSHOT=<path>`` it
+saves it there too, which is how ``docs/_static/dashboard.png`` is made::
+
+    FRT_DASHBOARD_SCREENSHOT=docs/_static/dashboard.png python -m pytest tests/test_browser.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import get, join_all
+from flask import Flask
+from test_dashboard import PREFIX, shop
+from werkzeug.serving import make_server
+
+from flask_redis_throttle.extension import RateLimitState
+
+
+def _need(what: str) -> None:
+    """Skip for want of ``what``, or fail under CI, where nothing is skipped."""
+    message = f"the browser test needs {what}"
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(f"{message}; CI installs it (see .ci/run)")
+    pytest.skip(message)
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        _need("selenium (pip install -e '.[browser]')")
+    binary = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver_path = shutil.which("chromedriver")
+    if binary is None or driver_path is None:
+        _need("Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1200,1400"):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(options=options, service=Service(driver_path))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture
+def served(app: Flask) -> Iterator[tuple[Flask, str]]:
+    """The dashboard's shop app, served on a free local port until the test ends."""
+    shop(app, authorize=lambda: True)
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, name="werkzeug", daemon=True)
+    thread.start()
+    try:
+        yield app, f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        join_all([thread], 10, "the app's server")
+        server.server_close()
+
+
+def seed(state: RateLimitState) -> None:
+    """Refusals spread over the last hour, as a busy app would have logged
+    them, so that the chart (and the docs' screenshot) shows something."""
+    assert state.refusals is not None
+    now = time.time()
+    client, key = state.refusals.client, state.refusals.key
+    for minute in range(58, 1, -1):
+        # Oldest first, as XADD wants its IDs.
+        for n in reversed(range((minute * 7) % 5 + (3 if 20 <= minute <= 26 else 0))):
+            stamp = int((now - minute * 60 - n) * 1000)
+            who = f"ip:198.51.100.{minute % 4 + 1}"
+            present = [who]
+            if minute % 3 == 0:  # a user over its limit, from its IP
+                who, present = "user:1042", ["ip:203.0.113.7", "user:1042"]
+            client.xadd(
+                key,
+                {
+                    "endpoint": "items",
+                    "scope": "items",
+                    "layer": "1/1m",
+                    "strategy": "fixed-window",
+                    "identity": who,
+                    "identities": json.dumps(present),
+                    "retry_after": "30.000000",
+                },
+                id=f"{stamp}-0",
+            )
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("storage_url", ["redis"], indirect=True)
+def test_the_dashboard_in_a_real_browser(served: tuple[Flask, str], browser: Any, tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+
+    app, base = served
+    state: RateLimitState = app.extensions["ratelimit"]
+    seed(state)
+    client = app.test_client()
+    assert get(client, "/items", ip="192.0.2.1", user="alice").status_code == 200
+    assert get(client, "/items", ip="192.0.2.2", user="alice").status_code == 429
+
+    # It renders, with the refusal, the one who refused it apart, and the chart.
+    browser.get(f"{base}{PREFIX}/")
+    assert browser.title == "Rate limits"
+    latest = browser.find_element(By.CSS_SELECTOR, "#recent-table tr:nth-child(2)")
+    cells = [cell.text for cell in latest.find_elements(By.TAG_NAME, "td")]
+    assert cells[1:6] == ["items", "items", "1/1m", "user:alice", "ip:192.0.2.2"]
+    chart = browser.find_element(By.CSS_SELECTOR, "svg.chart")
+    assert chart.is_displayed()
+    assert chart.size["width"] > 300
+    bars = browser.find_elements(By.CSS_SELECTOR, "svg.chart rect.bar")
+    assert len(bars) >= 2
+    limits = browser.find_element(By.ID, "limits-table").text
+    assert "1/1m" in limits
+
+    # The lookup, from the refusal's link: alice's counter is full.
+    latest.find_element(By.LINK_TEXT, "user:alice").click()
+    assert browser.find_element(By.ID, "who").text == "user:alice"
+    row = [cell.text for cell in browser.find_elements(By.CSS_SELECTOR, "#status tr:nth-child(2) td")]
+    assert row[:6] == ["items", "items", "fixed-window", "1/1m", "1", "0"]
+
+    screenshot = tmp_path / "dashboard.png"
+    browser.execute_script("window.scrollTo(0, 0)")
+    assert browser.save_screenshot(str(screenshot))
+    assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    target = os.environ.get("FRT_DASHBOARD_SCREENSHOT")
+    if target:
+        shutil.copyfile(screenshot, target)
+
+    # The reset button: alice's counter is empty, and she is let through.
+    browser.find_element(By.ID, "reset").click()
+    assert browser.find_element(By.ID, "reset-done").text == "Deleted 1 counter key of user:alice in every scope."
+    row = [cell.text for cell in browser.find_elements(By.CSS_SELECTOR, "#status tr:nth-child(2) td")]
+    assert row[4:6] == ["0", "1"]
+    assert get(client, "/items", ip="192.0.2.3", user="alice").status_code == 200
+
+    # The 429 page a browser gets, from the same server.
+    browser.get(f"{base}/items")  # from 127.0.0.1: admitted
+    assert "Too many requests" not in browser.page_source
+    browser.get(f"{base}/items")
+    assert browser.find_element(By.TAG_NAME, "h1").text == "Too many requests"
+    assert browser.find_element(By.ID, "retry-after").text == "60"

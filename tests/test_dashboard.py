@@ -1,0 +1,342 @@
+"""The dashboard blueprint, through a real app on every storage with Flask's
+test client: who may see it, what it shows, and its reset's CSRF check.
+The same page in a real browser is in test_browser.py."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from html.parser import HTMLParser
+from typing import Any
+
+import pytest
+import redis
+from conftest import add_login, get, install
+from flask import Flask, request
+
+from flask_redis_throttle import dashboard, limit, testing
+from flask_redis_throttle.extension import RateLimitState
+
+PREFIX = "/admin/limits"
+
+
+def admin_only() -> bool:
+    return request.headers.get("X-User") == "admin"
+
+
+def shop(app: Flask, authorize: Callable[[], bool] | None = admin_only, **config: Any) -> RateLimitState:
+    """``/items`` limited to 1/m per IP and per user, and the dashboard for ``admin``."""
+    add_login(app)
+
+    @app.get("/items")
+    @limit("1/m")
+    def items() -> str:
+        return "ok"
+
+    app.register_blueprint(dashboard.blueprint(authorize=authorize), url_prefix=PREFIX)
+    return install(app, RATELIMIT_BLOCK_CACHE_SIZE=0, **config)
+
+
+def page(client: Any, query: str = "", status: int = 200) -> str:
+    response = get(client, f"{PREFIX}/{query}", user="admin")
+    assert response.status_code == status, response.text
+    assert response.mimetype == "text/html"
+    text: str = response.text
+    return text
+
+
+class _Tables(HTMLParser):
+    """The text of each cell of each table with an id, by id."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: dict[str, list[list[str]]] = {}
+        self.current: list[list[str]] | None = None
+        self.cell: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "table":
+            self.current = self.tables.setdefault(dict(attrs).get("id") or "", [])
+        elif tag == "tr" and self.current is not None:
+            self.current.append([])
+        elif tag in ("td", "th"):
+            self.cell = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "table":
+            self.current = None
+        elif tag in ("td", "th") and self.current is not None and self.cell is not None:
+            self.current[-1].append(" ".join("".join(self.cell).split()))
+            self.cell = None
+
+    def handle_data(self, data: str) -> None:
+        if self.cell is not None:
+            self.cell.append(data)
+
+
+def tables(html: str) -> dict[str, list[list[str]]]:
+    parser = _Tables()
+    parser.feed(html)
+    return parser.tables
+
+
+def refuse_alice(client: Any) -> None:
+    """alice's user counter fills from one IP, and refuses her from another."""
+    assert get(client, "/items", ip="192.0.2.1", user="alice").status_code == 200
+    assert get(client, "/items", ip="192.0.2.2", user="alice").status_code == 429
+
+
+def token(html: str) -> str:
+    found = re.search(r'name="csrf_token" value="([^"]+)"', html)
+    assert found, "the page has no reset form"
+    return found.group(1)
+
+
+# who may see it
+
+
+@pytest.mark.parametrize("path", ["/", "/?identity=ip:192.0.2.1", "/reset", "/nothing"])
+def test_without_authorize_every_url_answers_404(app: Flask, path: str) -> None:
+    shop(app, authorize=None)
+    client = app.test_client()
+    assert get(client, PREFIX + path, user="admin").status_code == 404
+    # Not even a 405 for a method the URL does not take: that would tell a
+    # prober the dashboard is there.
+    for method in ("POST", "PUT", "DELETE"):
+        assert client.open(PREFIX + path, method=method, headers={"X-User": "admin"}).status_code == 404
+    assert client.post(f"{PREFIX}/reset", data={"identity": "ip:192.0.2.1"}).status_code == 404
+
+
+def test_a_refused_authorization_answers_404_as_if_there_were_no_dashboard(app: Flask) -> None:
+    shop(app)
+    client = app.test_client()
+    for user in (None, "alice"):
+        assert get(client, f"{PREFIX}/", user=user).status_code == 404
+        response = client.post(f"{PREFIX}/reset", data={"identity": "ip:192.0.2.1"})
+        assert response.status_code == 404
+    assert get(client, f"{PREFIX}/", user="admin").status_code == 200
+    assert client.delete(f"{PREFIX}/", headers={"X-User": "alice"}).status_code == 404
+    assert client.delete(f"{PREFIX}/", headers={"X-User": "admin"}).status_code == 405
+
+
+# what it shows
+
+
+def test_it_shows_each_endpoints_limits_as_the_cli_does(app: Flask) -> None:
+    shop(app)
+    limits = tables(page(app.test_client()))["limits-table"]
+    assert limits[0] == ["RULE", "METHODS", "ENDPOINT", "LIMIT", "STRATEGY", "SCOPE", "IDENTITIES"]
+    assert ["/items", "GET", "items", "1/1m", "fixed-window", "items", "ip, user"] in limits
+    assert [f"{PREFIX}/", "GET", "ratelimit_dashboard.index", "no limit", "", "", ""] in limits
+
+
+def test_it_names_the_refused_identity_apart_from_the_others_present(app: Flask) -> None:
+    shop(app)
+    client = app.test_client()
+    refuse_alice(client)
+    html = page(client)
+    found = tables(html)
+    assert found["top-table"][1:] == [["user:alice", "1", "ip:192.0.2.2 (1)"]]
+    [refusal] = found["recent-table"][1:]
+    assert refusal[1:7] == ["items", "items", "1/1m", "user:alice", "ip:192.0.2.2", "1m00s"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", refusal[0])
+
+
+def test_it_draws_refusals_per_minute_as_inline_svg_without_scripts(app: Flask) -> None:
+    shop(app)
+    client = app.test_client()
+    html = page(client)
+    assert "<svg" in html
+    assert 'class="bar"' not in html
+    refuse_alice(client)
+    html = page(client)
+    assert html.count('<rect class="bar"') == 1
+    assert "<title>1 refusal, in the last minute</title>" in html
+    assert "<script" not in html
+    assert "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    assert "https://" not in html
+
+
+def test_a_lookup_shows_an_identitys_counters_as_the_cli_does(app: Flask) -> None:
+    shop(app)
+    client = app.test_client()
+    get(client, "/items", ip="192.0.2.1", user="alice")
+    html = page(client, "?identity=user:alice")
+    status = tables(html)["status"]
+    assert status[0] == ["ENDPOINT", "SCOPE", "STRATEGY", "LAYER", "USED", "REMAINING", "RESETS IN"]
+    assert status[1] == ["items", "items", "fixed-window", "1/1m", "1", "0", "1m00s"]
+    html = page(client, "?identity=user:bob&view=items")
+    assert tables(html)["status"][1][4:6] == ["0", "1"]
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("?identity=nobody", "nobody"),
+        ("?identity=ip:192.0.2.1&view=itemz", "no endpoint &#39;itemz&#39;; did you mean &#39;items&#39;?"),
+    ],
+)
+def test_a_bad_lookup_says_why(app: Flask, query: str, message: str) -> None:
+    shop(app)
+    html = page(app.test_client(), query, status=400)
+    assert re.search(r'<p class="problem" id="problem">[^<]*' + re.escape(message), html)
+
+
+def test_what_a_client_chose_is_escaped(app: Flask) -> None:
+    shop(app)
+    client = app.test_client()
+    html = page(client, "?identity=ip:<script>alert(1)</script>", status=400)
+    assert "<script>" not in html
+    assert "&lt;script&gt;" in html
+
+
+def test_without_a_refusal_log_the_page_says_so(app: Flask) -> None:
+    shop(app, RATELIMIT_REFUSAL_LOG_SIZE=0)
+    html = page(app.test_client())
+    assert "This app keeps no refusal log (RATELIMIT_REFUSAL_LOG_SIZE is 0)." in html
+
+
+def test_with_rate_limiting_disabled_the_page_says_so(app: Flask) -> None:
+    shop(app, RATELIMIT_ENABLED=False)
+    client = app.test_client()
+    html = page(client)
+    assert "RATELIMIT_ENABLED is False: none of these limits is enforced." in html
+    assert ["/items", "GET", "items", "1/1m", "fixed-window", "items", "ip, user"] in tables(html)["limits-table"]
+    html = page(client, "?identity=user:alice", status=400)
+    assert "rate limiting is disabled on this app (RATELIMIT_ENABLED is False)" in html
+
+
+def test_an_unreachable_log_answers_503_with_the_reason(app: Flask, monkeypatch: pytest.MonkeyPatch) -> None:
+    state = shop(app)
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise redis.ConnectionError("gone")
+
+    assert state.refusals is not None
+    monkeypatch.setattr(state.refusals, "recent", broken)
+    html = page(app.test_client(), status=503)
+    assert "rate limit storage unavailable: gone" in html
+    assert "limits-table" in html  # what needs no Redis is still shown
+
+
+# the reset
+
+
+def test_the_reset_button_deletes_the_counters(app: Flask) -> None:
+    shop(app)
+    client = app.test_client()
+    refuse_alice(client)
+    html = page(client, "?identity=user:alice")
+    response = client.post(
+        f"{PREFIX}/reset",
+        data={"csrf_token": token(html), "identity": "user:alice", "view": ""},
+        headers={"X-User": "admin"},
+    )
+    assert response.status_code == 302
+    assert response.location == f"{PREFIX}/?identity=user:alice#lookup"
+    html = page(client, "?identity=user:alice")
+    assert "Deleted 1 counter key of user:alice in every scope." in html
+    assert tables(html)["status"][1][4:6] == ["0", "1"]
+    assert get(client, "/items", ip="192.0.2.3", user="alice").status_code == 200
+
+
+def test_a_reset_of_one_endpoint(app: Flask) -> None:
+    shop(app)
+    client = app.test_client()
+    refuse_alice(client)
+    html = page(client, "?identity=ip:192.0.2.1&view=items")
+    response = client.post(
+        f"{PREFIX}/reset",
+        data={"csrf_token": token(html), "identity": "ip:192.0.2.1", "view": "items"},
+        headers={"X-User": "admin"},
+    )
+    assert response.location == f"{PREFIX}/?identity=ip:192.0.2.1&view=items#lookup"
+    assert "Deleted 1 counter key of ip:192.0.2.1 in scope &#39;items&#39;." in page(client)
+
+
+@pytest.mark.parametrize("sent", [None, "", "forged", "a" * 43])
+def test_a_reset_without_this_sessions_token_is_refused(app: Flask, sent: str | None) -> None:
+    shop(app)
+    client = app.test_client()
+    refuse_alice(client)
+    page(client)  # the session has a token now
+    data = {"identity": "user:alice"} | ({} if sent is None else {"csrf_token": sent})
+    response = client.post(f"{PREFIX}/reset", data=data, headers={"X-User": "admin"})
+    assert response.status_code == 400
+    assert "token is missing or stale" in response.text
+    assert get(client, "/items", ip="192.0.2.3", user="alice").status_code == 429  # nothing was reset
+
+
+def test_another_sessions_token_is_refused(app: Flask) -> None:
+    shop(app)
+    theirs, ours = app.test_client(), app.test_client()
+    refuse_alice(ours)
+    stolen = token(page(theirs, "?identity=user:alice"))
+    page(ours)
+    response = ours.post(
+        f"{PREFIX}/reset", data={"csrf_token": stolen, "identity": "user:alice"}, headers={"X-User": "admin"}
+    )
+    assert response.status_code == 400
+
+
+def test_a_reset_is_a_post(app: Flask) -> None:
+    shop(app)
+    assert get(app.test_client(), f"{PREFIX}/reset?identity=user:alice", user="admin").status_code == 405
+
+
+def test_without_a_secret_key_there_is_no_reset_form(app: Flask) -> None:
+    app.config["SECRET_KEY"] = None
+    shop(app)
+    client = app.test_client()
+    html = page(client, "?identity=user:alice")
+    assert "csrf_token" not in html
+    assert "Set the app's SECRET_KEY to reset counters here" in html
+    response = client.post(f"{PREFIX}/reset", data={"identity": "user:alice"}, headers={"X-User": "admin"})
+    assert response.status_code == 400
+
+
+def test_a_bad_identity_to_reset_is_refused_with_the_reason(app: Flask) -> None:
+    shop(app)
+    client = app.test_client()
+    html = page(client)
+    response = client.post(
+        f"{PREFIX}/reset",
+        data={"csrf_token": token_of(client, html), "identity": "nobody"},
+        headers={"X-User": "admin"},
+    )
+    assert response.status_code == 400
+    assert "nobody" in response.text
+
+
+def token_of(client: Any, html: str) -> str:
+    """The session's token, from a lookup page (the index has no form without one)."""
+    return token(page(client, "?identity=ip:192.0.2.1"))
+
+
+@pytest.mark.redis
+def test_a_dead_redis_answers_503_and_the_page_still_shows_the_limits() -> None:
+    with testing.redis_server() as server:
+        app = Flask("dead")
+        app.config.update(SECRET_KEY="test", RATELIMIT_STORAGE_URL=server.url)
+        state = shop(app)
+        client = app.test_client()
+        refuse_alice(client)
+        form = token(page(client, "?identity=user:alice"))
+        server.stop()
+        try:
+            started = time.monotonic()
+            html = page(client, "?identity=user:alice", status=503)
+            assert "rate limit storage unavailable" in html
+            assert ["/items", "GET", "items", "1/1m", "fixed-window", "items", "ip, user"] in tables(html)[
+                "limits-table"
+            ]
+            response = client.post(
+                f"{PREFIX}/reset", data={"csrf_token": form, "identity": "user:alice"}, headers={"X-User": "admin"}
+            )
+            assert response.status_code == 503
+            assert "rate limit storage unavailable" in response.text
+            assert time.monotonic() - started < 10  # refused connections, not timeouts
+        finally:
+            assert state.throttle is not None
+            state.throttle.storage.close()
