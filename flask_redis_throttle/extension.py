@@ -102,7 +102,8 @@ class RateLimit:
         ``RATELIMIT_BREAKER_THRESHOLD``, ``RATELIMIT_BREAKER_BACKOFF``,
         ``RATELIMIT_BREAKER_MAX_BACKOFF`` and ``RATELIMIT_FALLBACK``.
 
-        It also adds the ``flask ratelimit`` commands to the app (see :doc:`/cli`).
+        It also adds the ``flask ratelimit`` commands to the app (see :doc:`/cli`),
+        and :func:`~flask_redis_throttle.current_limit` to its templates' globals.
         Nothing is sent to Redis here, so an app starts even while Redis is down.
 
         :raises RuntimeError: if the extension is already set up on ``app``.
@@ -114,6 +115,9 @@ class RateLimit:
         state = RateLimitState(app, settings, self.filters, self.redis)
         app.extensions[EXTENSION_KEY] = state
         app.cli.add_command(ratelimit_cli)
+        from .current import current_limit  # not at the top: it imports this module
+
+        app.add_template_global(current_limit, "current_limit")
         if settings.enabled:
             app.before_request(state.before_request)
             app.after_request(state.after_request)

@@ -109,6 +109,11 @@ class PlannedLimit:
             policy = self._policies[value] = Policy(rates, self.scope, self.strategy, self.spec.penalty)
         return policy
 
+    def owns(self, policy: Policy) -> bool:
+        """Whether ``policy`` is this limit's: its fixed one, or one its
+        dynamic function returned."""
+        return self.policy is policy or (self.policy is None and policy in self._policies.values())
+
     def cost_for(self, request: Request, problems: list[Problem]) -> int:
         """What this request costs. A cost function that returns anything but
         an integer of 0 or more counts as costing 1, with a problem noted."""
