@@ -28,6 +28,7 @@ from typing import Any, NamedTuple, NoReturn
 
 from flask import Flask, Request, Response, current_app, g, request
 from werkzeug.exceptions import ServiceUnavailable
+from werkzeug.wrappers import Response as AnyResponse
 
 from .blocks import BlockCache
 from .breaker import CircuitBreaker
@@ -351,20 +352,32 @@ class RateLimitState:
         A request that costs more than a layer's whole quota can never pass:
         it gets no ``Retry-After``, since any would promise a pass that will
         not come, and its 429 says why.
+
+        An ``on_breach`` hook's response replaces the 429's body and status;
+        an error handler for 429 still sees the exception first.
         """
         over = _over_quota(checks, cost)
         g._ratelimit = (labels, shown, over is None, None)
-        self._breach(req, plan.endpoint, limit, checks, decision, False, over, limits)
+        replacement = self._breach(req, plan.endpoint, limit, checks, decision, False, over, limits)
         if over is not None:
-            raise RateLimitExceeded(
+            error = RateLimitExceeded(
                 over.layer, over.identity, 0, over.policy.scope, penalized=decision.penalized, cost=cost
             )
-        header = None
-        if self.settings.retry_after_http_date:
-            header = retry_after_value(decision.retry_after, True, time.time())
-        raise RateLimitExceeded(
-            decision.layer, decision.identity, decision.retry_after, decision.policy.scope, header, decision.penalized
-        )
+        else:
+            header = None
+            if self.settings.retry_after_http_date:
+                header = retry_after_value(decision.retry_after, True, time.time())
+            error = RateLimitExceeded(
+                decision.layer,
+                decision.identity,
+                decision.retry_after,
+                decision.policy.scope,
+                header,
+                decision.penalized,
+            )
+        # werkzeug sends an HTTPException's response, when it has one, instead of its own.
+        error.response = replacement
+        raise error
 
     def _breach(
         self,
@@ -376,8 +389,11 @@ class RateLimitState:
         shadow: bool,
         over: _OverQuota | None = None,
         limits: Sequence[PlannedLimit] = (),
-    ) -> None:
+    ) -> AnyResponse | None:
         """Log a refusal, real or shadow, and tell the breach hooks.
+
+        :returns: the response an ``on_breach`` hook returned, to send
+            instead of the 429; None if none did, or for a shadow refusal.
 
         :param over: the layer whose whole quota the request's cost exceeds,
             if any (see :func:`_over_quota`).
@@ -418,7 +434,9 @@ class RateLimitState:
             else:
                 policy, layer, identity, retry_after = over.policy, over.layer, over.identity, None
             breach = Breach(req, endpoint, policy.scope, identity, layer, retry_after, shadow, decision.penalized)
-            notify(self.app, breach, (hook, self.settings.on_breach))
+            response = notify(self.app, breach, (hook, self.settings.on_breach))
+            return None if shadow else response
+        return None
 
     def _warn_over_quota(
         self,
