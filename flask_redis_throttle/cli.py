@@ -27,7 +27,7 @@ from .identity import parse_identity, spec_kinds, spec_name
 from .keys import Identity, identity_tag, loggable
 from .rates import Rate
 from .refusals import RefusalLog
-from .reset import counter_pattern, delete_counters
+from .reset import reset_identity
 from .throttle import StorageUnavailable, Throttle
 from .usage import usage
 
@@ -120,13 +120,8 @@ def reset_command(identity: str, endpoint: str | None) -> None:
         if not scopes:
             click.echo(_nothing_counts(state, endpoint, who) + " Nothing to reset.")
             return
-    tag = _tag(throttle, who)
     with _storage(throttle):
-        deleted = sum(
-            delete_counters(throttle.storage.client, counter_pattern(throttle.prefix, tag, scope)) for scope in scopes
-        )
-    if throttle.blocks is not None:
-        throttle.blocks.clear()  # this process's; other processes trust theirs for up to a second
+        deleted = reset_identity(throttle, who, scopes)
     where = "every scope" if endpoint is None else f"scope{'s' * (len(scopes) > 1)} {', '.join(map(repr, scopes))}"
     click.echo(f"Deleted {deleted} counter key{'' if deleted == 1 else 's'} of {who} in {where}.")
     if throttle.blocks is not None and deleted:

@@ -37,10 +37,12 @@ from .clients import embedded_client
 from .config import Settings
 from .errors import RateLimitExceeded
 from .headers import Labels, legacy_headers, retry_after_value, state_header
+from .identity import parse_identity
 from .keys import Identity, loggable
 from .plan import Batch, Plan, PlannedLimit, Problem, compile_plan, matching
 from .rates import Rate
 from .refusals import RefusalLog
+from .reset import reset_identity
 from .signals import Breach, notify, rate_limited
 from .storage import STORAGE_ERRORS, Storage
 from .throttle import Check, Decision, Policy, StorageUnavailable, Throttle
@@ -122,6 +124,47 @@ class RateLimit:
         if settings.enabled:
             app.before_request(state.before_request)
             app.after_request(state.after_request)
+
+    def reset(self, identity: str | Identity, *, scope: str | None = None, app: Flask | None = None) -> int:
+        """Delete an identity's counters, and its penalties, as ``flask
+        ratelimit reset`` does: in every scope, or in ``scope`` only.
+
+        .. code-block:: python
+
+            ratelimit.reset("user:42")                   # a support agent's "unblock"
+            ratelimit.reset("ip:203.0.113.5", scope="login")
+
+        Counting starts afresh at the identity's next request. This process
+        forgets its cached refusals at once; other processes' block caches
+        may go on refusing the identity for up to a second.
+
+        :param identity: as the CLI and the refusal log write it:
+            ``ip:<address>`` (an IPv6 address is grouped by
+            ``RATELIMIT_IPV6_PREFIX``, as requests are), ``user:<id>``,
+            ``key:<module>.<function>:<value>``; or an
+            :class:`~flask_redis_throttle.Identity`.
+        :param scope: only this scope's counters (a limit's ``scope=``, or
+            by default its endpoint; see :ref:`scopes`); None for every scope.
+        :param app: the app whose counters to reset; by default the current app.
+        :returns: how many keys were deleted; 0 if the identity had none.
+        :raises ValueError: if ``identity`` names no identity, saying why,
+            or ``scope`` is empty.
+        :raises RuntimeError: if the extension is not set up on the app, or
+            is disabled.
+        :raises StorageUnavailable: if Redis could not answer; the keys
+            deleted before that stay deleted.
+        """
+        state: RateLimitState | None = (app or current_app).extensions.get(EXTENSION_KEY)
+        if state is None or state.throttle is None:
+            raise RuntimeError("rate limiting is not set up on this app, or RATELIMIT_ENABLED is False")
+        if scope is not None and (not isinstance(scope, str) or not scope):
+            raise ValueError(f"scope {scope!r} must be a non-empty string, or None for every scope")
+        if not isinstance(identity, Identity):
+            identity = parse_identity(identity, state.settings.ipv6_prefix)
+        try:
+            return reset_identity(state.throttle, identity, [scope])
+        except STORAGE_ERRORS as error:
+            raise StorageUnavailable(f"{state.throttle.storage.url}: {error}") from error
 
     def request_filter(self, function: RequestFilter) -> RequestFilter:
         """Register a function of the request that, when it returns True,
