@@ -43,7 +43,16 @@ from .keys import Identity, loggable
 from .rates import parse_limits
 from .throttle import Check, Policy
 
-__all__ = ["Batch", "Plan", "PlannedLimit", "Problem", "compile_plan", "matching"]
+__all__ = [
+    "Batch",
+    "Plan",
+    "PlannedLimit",
+    "Problem",
+    "class_view_limits",
+    "compile_plan",
+    "matching",
+    "per_method_scope",
+]
 
 #: How many policies a dynamic limit keeps, one per distinct string returned;
 #: more, and the cache starts again, so its memory stays bounded whatever

@@ -544,3 +544,21 @@ def test_limit_and_exempt_refuse_what_they_cannot_apply_to() -> None:
 
     with pytest.raises(TypeError, match="view function or a blueprint"):
         exempt("index")  # type: ignore[type-var]
+
+
+def test_a_limit_on_some_methods_still_overrides_the_default_for_the_others(app: Flask, statuses) -> None:
+    # As docs/flask-limiter.rst says: Flask-Limiter would apply the default to GET here.
+    @app.route("/items", methods=["GET", "POST"])
+    @limit("5/m", methods=["POST"])
+    def items() -> str:
+        return "ok"
+
+    @app.route("/kept", methods=["GET", "POST"])
+    @limit("5/m", methods=["POST"], override_defaults=False)
+    def kept() -> str:
+        return "ok"
+
+    install(app, RATELIMIT_DEFAULT="1/m")
+    client = app.test_client()
+    assert statuses(client, 3, "/items") == [200, 200, 200]
+    assert statuses(client, 2, "/kept") == [200, 429]
