@@ -34,8 +34,9 @@ class CurrentLimit:
     was checked against, the one with the least room (the one the
     ``RateLimit`` header shows), or the one that refused it.
 
-    :param limit: the limit, with its scope, strategy and where it was
-        written (see :class:`~flask_redis_throttle.plan.PlannedLimit`).
+    :param limit: the limit, with its strategy, identities and where it
+        was written (see :class:`~flask_redis_throttle.plan.PlannedLimit`).
+    :param scope: the scope its counters are kept under.
     :param layer: its deciding layer, such as ``10 per 1 minute``.
     :param identity: whose counter it is.
     :param remaining: the quota that counter has left, after this request.
@@ -48,6 +49,7 @@ class CurrentLimit:
     """
 
     limit: PlannedLimit | None
+    scope: str
     layer: Rate
     identity: Identity
     remaining: int
@@ -56,17 +58,13 @@ class CurrentLimit:
     breached: bool
     retry_after: float
 
-    @property
-    def scope(self) -> str:
-        """The scope the counter is kept under."""
-        return self.limit.scope if self.limit is not None else ""
-
     @classmethod
     def of(cls, decision: Decision, plan: Plan | None) -> CurrentLimit:
         """The deciding limit of ``decision``, one of ``plan``'s."""
         limit = _limit_of(decision.policy, plan) if plan is not None else None
         return cls(
             limit,
+            decision.policy.scope,
             decision.layer,
             decision.identity,
             decision.remaining,

@@ -205,3 +205,15 @@ def test_current_limit_names_the_identity_and_layer_that_decide(app: Flask) -> N
 
     install(app)
     assert get(app.test_client()).get_json() == {"identity": "ip:192.0.2.1", "layer": str(Rate(2, 3600))}
+
+
+def test_the_scope_of_a_per_method_limit(app: Flask) -> None:
+    @app.route("/items", methods=["GET", "POST"])
+    @limit("5/m", per_method=True)
+    def items() -> Any:
+        found = current_limit()
+        assert found is not None
+        return {"scope": found.scope}
+
+    install(app)
+    assert app.test_client().post("/items").get_json() == {"scope": "items@POST"}
