@@ -1,5 +1,6 @@
 """flask-redis-throttle: layered rate limits for Flask, decided in one Redis round trip."""
 
+from .current import CurrentLimit, check, current_limit
 from .decorators import exempt, limit
 from .errors import ConfigurationError, InvalidLimit, RateLimitError, RateLimitExceeded
 from .extension import RateLimit, refusal_log
@@ -11,6 +12,7 @@ from .signals import Breach, rate_limited
 __all__ = [
     "Breach",
     "ConfigurationError",
+    "CurrentLimit",
     "Identity",
     "InvalidLimit",
     "Rate",
@@ -19,6 +21,8 @@ __all__ = [
     "RateLimitExceeded",
     "Refusal",
     "RefusalLog",
+    "check",
+    "current_limit",
     "exempt",
     "limit",
     "parse_limits",

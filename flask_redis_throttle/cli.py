@@ -28,7 +28,7 @@ from .identity import parse_identity, spec_kinds, spec_name
 from .keys import Identity, identity_tag, loggable
 from .rates import Rate
 from .refusals import RefusalLog
-from .reset import counter_pattern, delete_counters
+from .reset import reset_identity
 from .throttle import StorageUnavailable, Throttle
 from .usage import usage
 
@@ -199,13 +199,7 @@ def reset_counters(state: RateLimitState, throttle: Throttle, who: Identity, end
         scopes = list(dict.fromkeys(limit.scope for limit in _counting(state, endpoint, who)))
         if not scopes:
             return None
-    tag = _tag(throttle, who)
-    deleted = sum(
-        delete_counters(throttle.storage.client, counter_pattern(throttle.prefix, tag, scope)) for scope in scopes
-    )
-    if throttle.blocks is not None:
-        throttle.blocks.clear()  # this process's; other processes trust theirs for up to a second
-    return Reset(who, endpoint, scopes, deleted)
+    return Reset(who, endpoint, scopes, reset_identity(throttle, who, scopes))
 
 
 @ratelimit.command("refusals")

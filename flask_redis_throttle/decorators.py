@@ -76,6 +76,10 @@ class LimitSpec:
     :param shadow: whether a refusal is only logged, never enforced.
     :param on_breach: called when this limit refuses a request.
     :param penalty: blocks identities that keep hitting the limit.
+    :param per_method: whether each HTTP method counts on its own.
+    :param override_defaults: whether the limit drops ``RATELIMIT_DEFAULT``
+        from its views (True), keeps it (False), or follows
+        ``RATELIMIT_DEFAULT_MODE`` (None).
     """
 
     spec: str | DynamicLimit
@@ -90,6 +94,8 @@ class LimitSpec:
     shadow: bool = False
     on_breach: BreachHook | None = None
     penalty: Penalty | None = None
+    per_method: bool = False
+    override_defaults: bool | None = None
 
     @property
     def dynamic(self) -> bool:
@@ -120,6 +126,8 @@ def make_spec(
     shadow: bool = False,
     on_breach: BreachHook | None = None,
     penalty: str | None = None,
+    per_method: bool = False,
+    override_defaults: bool | None = None,
 ) -> LimitSpec:
     """Check a limit and its options, and return them as a :class:`LimitSpec`.
 
@@ -149,8 +157,14 @@ def make_spec(
     for name, function in (("deduct_when", deduct_when), ("exempt_when", exempt_when), ("on_breach", on_breach)):
         if function is not None and not callable(function):
             raise InvalidLimit(f"{name} {function!r} must be a function", spec=function)
-    if not isinstance(shadow, bool):
-        raise InvalidLimit(f"shadow {shadow!r} must be True or False", spec=shadow)
+    for name, flag in (("shadow", shadow), ("per_method", per_method)):
+        if not isinstance(flag, bool):
+            raise InvalidLimit(f"{name} {flag!r} must be True or False", spec=flag)
+    if override_defaults is not None and not isinstance(override_defaults, bool):
+        raise InvalidLimit(
+            f"override_defaults {override_defaults!r} must be True, False, or None for RATELIMIT_DEFAULT_MODE",
+            spec=override_defaults,
+        )
     return LimitSpec(
         spec,
         rates,
@@ -164,6 +178,8 @@ def make_spec(
         shadow,
         on_breach,
         None if penalty is None else parse_penalty(penalty),
+        per_method,
+        override_defaults,
     )
 
 
@@ -191,6 +207,8 @@ def limit(
     shadow: bool = False,
     on_breach: BreachHook | None = None,
     penalty: str | None = None,
+    per_method: bool = False,
+    override_defaults: bool | None = None,
 ) -> Callable[[Target], Target]:
     """Limit a view, or every view of a blueprint. A request passes only if
     every layer of every identity has room.
@@ -233,10 +251,21 @@ def limit(
     :param penalty: block an identity that keeps hitting this limit for an
         escalating time, such as ``"1m;x2;max=1h"``: a minute after its
         first refusal, then two, four... up to an hour (see :ref:`penalties`).
+    :param per_method: count each HTTP method on its own: ``GET`` and
+        ``POST`` each get the whole quota (``HEAD`` counts with ``GET``).
+        By default the methods it applies to share its counters.
+    :param override_defaults: whether the views this limit is on lose
+        ``RATELIMIT_DEFAULT`` (True) or keep it beside this limit (False).
+        By default (None), ``RATELIMIT_DEFAULT_MODE`` decides. The default
+        applies to a view only if none of its limits overrides it (see
+        :ref:`default-limits`).
     :raises InvalidLimit: at once, when the decorator is made, if ``spec``
         or an option is malformed.
     :raises TypeError: when it is applied to something that is neither a
-        view function nor a blueprint.
+        view function nor a blueprint, such as a class. On a class-based
+        view, put it on the methods that handle requests (``get``,
+        ``post``...) or in the class's ``decorators`` (see
+        :ref:`class-based-views`).
     """
     entry = make_spec(
         spec,
@@ -250,6 +279,8 @@ def limit(
         shadow=shadow,
         on_breach=on_breach,
         penalty=penalty,
+        per_method=per_method,
+        override_defaults=override_defaults,
     )
 
     def decorate(target: Target) -> Target:
@@ -295,7 +326,7 @@ def _check_target(target: object, name: str) -> None:
     if isinstance(target, type):
         raise TypeError(
             f"{name}() takes a view function or a blueprint, not the class {target.__qualname__}; "
-            "for a class-based view, list it in the class's `decorators`"
+            "for a class-based view, list it in the class's `decorators`, or put it on its get(), post()... methods"
         )
     if not (callable(target) or isinstance(target, Blueprint)):
         raise TypeError(f"{name}() takes a view function or a blueprint, not {target!r}")

@@ -28,6 +28,7 @@ from typing import Any, NamedTuple, NoReturn
 
 from flask import Flask, Request, Response, current_app, g, request
 from werkzeug.exceptions import ServiceUnavailable
+from werkzeug.wrappers import Response as AnyResponse
 
 from .blocks import BlockCache
 from .breaker import CircuitBreaker
@@ -36,10 +37,12 @@ from .clients import embedded_client
 from .config import Settings
 from .errors import RateLimitExceeded
 from .headers import Labels, legacy_headers, retry_after_value, state_header
+from .identity import parse_identity
 from .keys import Identity, loggable
 from .plan import Batch, Plan, PlannedLimit, Problem, compile_plan, matching
 from .rates import Rate
 from .refusals import RefusalLog
+from .reset import reset_identity
 from .signals import Breach, notify, rate_limited
 from .storage import STORAGE_ERRORS, Storage
 from .throttle import Check, Decision, Policy, StorageUnavailable, Throttle
@@ -102,7 +105,8 @@ class RateLimit:
         ``RATELIMIT_BREAKER_THRESHOLD``, ``RATELIMIT_BREAKER_BACKOFF``,
         ``RATELIMIT_BREAKER_MAX_BACKOFF`` and ``RATELIMIT_FALLBACK``.
 
-        It also adds the ``flask ratelimit`` commands to the app (see :doc:`/cli`).
+        It also adds the ``flask ratelimit`` commands to the app (see :doc:`/cli`),
+        and :func:`~flask_redis_throttle.current_limit` to its templates' globals.
         Nothing is sent to Redis here, so an app starts even while Redis is down.
 
         :raises RuntimeError: if the extension is already set up on ``app``.
@@ -114,9 +118,53 @@ class RateLimit:
         state = RateLimitState(app, settings, self.filters, self.redis)
         app.extensions[EXTENSION_KEY] = state
         app.cli.add_command(ratelimit_cli)
+        from .current import current_limit  # not at the top: it imports this module
+
+        app.add_template_global(current_limit, "current_limit")
         if settings.enabled:
             app.before_request(state.before_request)
             app.after_request(state.after_request)
+
+    def reset(self, identity: str | Identity, *, scope: str | None = None, app: Flask | None = None) -> int:
+        """Delete an identity's counters, and its penalties, as ``flask
+        ratelimit reset`` does: in every scope, or in ``scope`` only.
+
+        .. code-block:: python
+
+            ratelimit.reset("user:42")                   # a support agent's "unblock"
+            ratelimit.reset("ip:203.0.113.5", scope="login")
+
+        Counting starts afresh at the identity's next request. This process
+        forgets its cached refusals at once; other processes' block caches
+        may go on refusing the identity for up to a second.
+
+        :param identity: as the CLI and the refusal log write it:
+            ``ip:<address>`` (an IPv6 address is grouped by
+            ``RATELIMIT_IPV6_PREFIX``, as requests are), ``user:<id>``,
+            ``key:<module>.<function>:<value>``; or an
+            :class:`~flask_redis_throttle.Identity`.
+        :param scope: only this scope's counters (a limit's ``scope=``, or
+            by default its endpoint; see :ref:`scopes`); None for every scope.
+        :param app: the app whose counters to reset; by default the current app.
+        :returns: how many keys were deleted; 0 if the identity had none.
+        :raises ValueError: if ``identity`` names no identity, saying why,
+            or ``scope`` is empty.
+        :raises RuntimeError: if the extension is not set up on the app, or
+            is disabled.
+        :raises StorageUnavailable: if Redis could not answer; the keys
+            deleted before that stay deleted.
+        """
+        state: RateLimitState | None = (app or current_app).extensions.get(EXTENSION_KEY)
+        if state is None or state.throttle is None:
+            raise RuntimeError("rate limiting is not set up on this app, or RATELIMIT_ENABLED is False")
+        if scope is not None and (not isinstance(scope, str) or not scope):
+            raise ValueError(f"scope {scope!r} must be a non-empty string, or None for every scope")
+        if not isinstance(identity, Identity):
+            identity = parse_identity(identity, state.settings.ipv6_prefix)
+        try:
+            return reset_identity(state.throttle, identity, [scope])
+        except STORAGE_ERRORS as error:
+            raise StorageUnavailable(f"{state.throttle.storage.url}: {error}") from error
 
     def request_filter(self, function: RequestFilter) -> RequestFilter:
         """Register a function of the request that, when it returns True,
@@ -347,20 +395,32 @@ class RateLimitState:
         A request that costs more than a layer's whole quota can never pass:
         it gets no ``Retry-After``, since any would promise a pass that will
         not come, and its 429 says why.
+
+        An ``on_breach`` hook's response replaces the 429's body and status;
+        an error handler for 429 still sees the exception first.
         """
         over = _over_quota(checks, cost)
         g._ratelimit = (labels, shown, over is None, None)
-        self._breach(req, plan.endpoint, limit, checks, decision, False, over, limits)
+        replacement = self._breach(req, plan.endpoint, limit, checks, decision, False, over, limits)
         if over is not None:
-            raise RateLimitExceeded(
+            error = RateLimitExceeded(
                 over.layer, over.identity, 0, over.policy.scope, penalized=decision.penalized, cost=cost
             )
-        header = None
-        if self.settings.retry_after_http_date:
-            header = retry_after_value(decision.retry_after, True, time.time())
-        raise RateLimitExceeded(
-            decision.layer, decision.identity, decision.retry_after, decision.policy.scope, header, decision.penalized
-        )
+        else:
+            header = None
+            if self.settings.retry_after_http_date:
+                header = retry_after_value(decision.retry_after, True, time.time())
+            error = RateLimitExceeded(
+                decision.layer,
+                decision.identity,
+                decision.retry_after,
+                decision.policy.scope,
+                header,
+                decision.penalized,
+            )
+        # werkzeug sends an HTTPException's response, when it has one, instead of its own.
+        error.response = replacement
+        raise error
 
     def _breach(
         self,
@@ -372,8 +432,11 @@ class RateLimitState:
         shadow: bool,
         over: _OverQuota | None = None,
         limits: Sequence[PlannedLimit] = (),
-    ) -> None:
+    ) -> AnyResponse | None:
         """Log a refusal, real or shadow, and tell the breach hooks.
+
+        :returns: the response an ``on_breach`` hook returned, to send
+            instead of the 429; None if none did, or for a shadow refusal.
 
         :param over: the layer whose whole quota the request's cost exceeds,
             if any (see :func:`_over_quota`).
@@ -414,7 +477,9 @@ class RateLimitState:
             else:
                 policy, layer, identity, retry_after = over.policy, over.layer, over.identity, None
             breach = Breach(req, endpoint, policy.scope, identity, layer, retry_after, shadow, decision.penalized)
-            notify(self.app, breach, (hook, self.settings.on_breach))
+            response = notify(self.app, breach, (hook, self.settings.on_breach))
+            return None if shadow else response
+        return None
 
     def _warn_over_quota(
         self,

@@ -2,13 +2,15 @@
 
 An endpoint's limits come from three places, in this order:
 
-1. the view's own :func:`~flask_redis_throttle.limit` decorators;
+1. the view's own :func:`~flask_redis_throttle.limit` decorators, and for
+   a class-based view those of its ``dispatch_request`` (every method) and
+   of its handlers (``get``, ``post``...: that method only);
 2. the limits of the blueprints it belongs to, from the innermost outwards,
    up to and including the first blueprint marked
    :func:`~flask_redis_throttle.exempt`;
-3. ``RATELIMIT_DEFAULT``: for views with no limit from 1 or 2 when
-   ``RATELIMIT_DEFAULT_MODE`` is ``"replace"``, for every view when it is
-   ``"add"``;
+3. ``RATELIMIT_DEFAULT``, unless a limit from 1 or 2 overrides it: one
+   with ``override_defaults=True``, or with None when
+   ``RATELIMIT_DEFAULT_MODE`` is ``"replace"``;
 4. ``RATELIMIT_APPLICATION``, one limit shared by every view.
 
 3 and 4 are left out for a view exempted, or inside a blueprint exempted.
@@ -25,10 +27,12 @@ This module imports Flask (for types) but makes no Redis call.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import dataclasses
+from collections.abc import Container, Iterator
 from dataclasses import dataclass, field
 
 from flask import Flask, Request, Response
+from flask.views import http_method_funcs
 
 from .config import Settings
 from .decorators import EXEMPT_ATTRIBUTE, LIMITS_ATTRIBUTE, LimitSpec
@@ -39,7 +43,16 @@ from .keys import Identity, loggable
 from .rates import parse_limits
 from .throttle import Check, Policy
 
-__all__ = ["Batch", "Plan", "PlannedLimit", "Problem", "compile_plan", "matching"]
+__all__ = [
+    "Batch",
+    "Plan",
+    "PlannedLimit",
+    "Problem",
+    "class_view_limits",
+    "compile_plan",
+    "matching",
+    "per_method_scope",
+]
 
 #: How many policies a dynamic limit keeps, one per distinct string returned;
 #: more, and the cache starts again, so its memory stays bounded whatever
@@ -104,6 +117,11 @@ class PlannedLimit:
             # (a new pricing plan) keeps what it has used so far.
             policy = self._policies[value] = Policy(rates, self.scope, self.strategy, self.spec.penalty)
         return policy
+
+    def owns(self, policy: Policy) -> bool:
+        """Whether ``policy`` is this limit's: its fixed one, or one its
+        dynamic function returned."""
+        return self.policy is policy or (self.policy is None and policy in self._policies.values())
 
     def cost_for(self, request: Request, problems: list[Problem]) -> int:
         """What this request costs. A cost function that returns anything but
@@ -277,6 +295,8 @@ def compile_plan(app: Flask, endpoint: str, method: str, settings: Settings, war
         taken.append((scope, strategy, periods))
         if not spec.applies_to(method):
             continue
+        if spec.per_method:
+            scope = per_method_scope(scope, method)
         identities = spec.identities or settings.identities
         limits.append(
             PlannedLimit(
@@ -311,12 +331,22 @@ def compile_plan(app: Flask, endpoint: str, method: str, settings: Settings, war
     )
 
 
+def per_method_scope(scope: str, method: str) -> str:
+    """The scope a ``per_method`` limit counts requests of ``method`` under:
+    ``items@POST``. ``HEAD`` counts with ``GET``, since Flask answers it by
+    running the ``GET`` view: otherwise it would double the quota."""
+    return f"{scope}@{'GET' if method == 'HEAD' else method}"
+
+
 def _limits_of(app: Flask, endpoint: str, settings: Settings) -> list[tuple[LimitSpec, str]]:
     """Every limit of ``endpoint``, whatever the method, with where it was written."""
     view = app.view_functions.get(endpoint)
     if view is None or endpoint == "static" or endpoint.endswith(".static"):
         return []
     found = [(spec, "view") for spec in getattr(view, LIMITS_ATTRIBUTE, ())]
+    view_class = getattr(view, "view_class", None)
+    if isinstance(view_class, type):
+        found += [(spec, "view") for spec in class_view_limits(view_class)]
     inherits = not getattr(view, EXEMPT_ATTRIBUTE, False)
     if inherits:
         for name in _blueprints(app, endpoint):
@@ -328,11 +358,65 @@ def _limits_of(app: Flask, endpoint: str, settings: Settings) -> list[tuple[Limi
     if not inherits:
         return found
     default = settings.default
-    if default is not None and (settings.default_mode == "add" or not found):
+    if default is not None and not _overrides_default([spec for spec, _ in found], settings.default_mode):
         found.append((default, "RATELIMIT_DEFAULT"))
     if settings.application is not None:
         found.append((settings.application, "RATELIMIT_APPLICATION"))
     return found
+
+
+def _overrides_default(own: list[LimitSpec], mode: str) -> bool:
+    """Whether a view with the limits ``own`` loses ``RATELIMIT_DEFAULT``: if
+    any of them overrides it, by its ``override_defaults`` or, when that is
+    None, by ``RATELIMIT_DEFAULT_MODE`` (``"replace"`` overrides). As in
+    Flask-Limiter, the default stays only if every limit lets it."""
+    return any(mode == "replace" if spec.override_defaults is None else spec.override_defaults for spec in own)
+
+
+def class_view_limits(view_class: type) -> list[LimitSpec]:
+    """The limits put on the methods of a class-based view: those of
+    ``dispatch_request`` apply to every method, those of a handler (``get``,
+    ``post``...) to its HTTP method only (``get``'s to ``HEAD`` too, which
+    :class:`~flask.views.MethodView` answers with ``get``), in that order,
+    handlers by name.
+
+    :raises TypeError: for a limit that would never apply, rather than
+        ignore it silently: on a method that handles no request, an
+        :func:`~flask_redis_throttle.exempt` on a method (exempt the class
+        through its ``decorators``), or a handler's limit whose ``methods=``
+        leaves out the handler's own method.
+    """
+    handlers: dict[str, frozenset[str] | None] = {"dispatch_request": None}
+    handlers |= {name: frozenset({name.upper()}) for name in sorted(http_method_funcs)}
+    found: list[LimitSpec] = []
+    for name, methods in handlers.items():
+        for spec in getattr(getattr(view_class, name, None), LIMITS_ATTRIBUTE, ()):
+            if methods is not None:
+                if spec.methods is not None and not spec.methods & methods:
+                    raise TypeError(
+                        f"limit {spec.spec!r} on {view_class.__qualname__}.{name}() has methods "
+                        f"{sorted(spec.methods)!r}, which leave out {name.upper()}: it would never apply"
+                    )
+                spec = dataclasses.replace(spec, methods=methods)
+            found.append(spec)
+    _check_class_view(view_class, handlers)
+    return found
+
+
+def _check_class_view(view_class: type, handlers: Container[str]) -> None:
+    """Refuse limits and exemptions a class-based view would silently ignore."""
+    for name in dir(view_class):
+        attribute = getattr(view_class, name, None)
+        if getattr(attribute, EXEMPT_ATTRIBUTE, False):
+            raise TypeError(
+                f"exempt() on {view_class.__qualname__}.{name}() is never applied: exempt the whole view with "
+                f"`decorators = [exempt]` on {view_class.__qualname__}"
+            )
+        if name not in handlers and getattr(attribute, LIMITS_ATTRIBUTE, None):
+            raise TypeError(
+                f"limit() on {view_class.__qualname__}.{name}() is never applied: {name}() handles no request. "
+                "Put it on get(), post()... or dispatch_request(), or in the class's `decorators`"
+            )
 
 
 def _blueprints(app: Flask, endpoint: str) -> Iterator[str]:

@@ -6,6 +6,9 @@ finds all of them, or those of one scope. ``SCAN`` walks the keyspace a slice
 at a time, so a large Redis is never blocked the way ``KEYS`` would block it;
 on a Redis Cluster client, redis-py's ``scan_iter`` walks every primary.
 
+:func:`reset_identity` is what ``flask ratelimit reset`` and
+:meth:`RateLimit.reset <flask_redis_throttle.RateLimit.reset>` both do.
+
 This module imports neither Flask nor Redis: it needs only a client's
 ``scan_iter`` and ``delete``.
 """
@@ -14,11 +17,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from .keys import escape_scope
+from .keys import Identity, escape_scope, identity_tag
 
-__all__ = ["counter_pattern", "delete_counters", "glob_escape"]
+if TYPE_CHECKING:
+    from .throttle import Throttle
+
+__all__ = ["counter_pattern", "delete_counters", "glob_escape", "reset_identity"]
 
 #: How many keys one ``DEL`` deletes at most, and the ``COUNT`` hint of ``SCAN``.
 BATCH = 500
@@ -73,4 +79,22 @@ def delete_counters(client: _Client, pattern: str) -> int:
             batch = []
     if batch:
         deleted += int(client.delete(*batch))
+    return deleted
+
+
+def reset_identity(throttle: Throttle, identity: Identity, scopes: Iterable[str | None] = (None,)) -> int:
+    """Delete ``identity``'s counters (and penalties) in each of ``scopes``
+    (None for every scope), and forget this process's cached refusals.
+
+    Other processes' block caches trust a refusal for up to a second more
+    (see :mod:`flask_redis_throttle.blocks`).
+
+    :returns: how many keys were deleted.
+    :raises redis.RedisError: if Redis cannot answer.
+    """
+    tag = identity_tag(identity.kind, identity.value, throttle.secret)
+    client = throttle.storage.client
+    deleted = sum(delete_counters(client, counter_pattern(throttle.prefix, tag, scope)) for scope in scopes)
+    if throttle.blocks is not None:
+        throttle.blocks.clear()
     return deleted

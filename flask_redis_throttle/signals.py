@@ -13,6 +13,12 @@ raise ``TypeError`` on every refusal::
     def count_breach(sender, identity, layer, **extra):
         metrics.increment("rate_limited", tags=[identity.kind])
 
+An ``on_breach`` function may return a response (a :class:`flask.Response`)
+to send instead of the 429, as in Flask-Limiter: the first one returned,
+the limit's before ``RATELIMIT_ON_BREACH``'s, wins; the rate limit headers
+are still added to it. Anything else it returns is ignored, and so is a
+response for a shadow refusal, which lets the request through.
+
 A hook that raises is logged and skipped: the 429 still goes out, and the
 other hooks still run.
 """
@@ -26,6 +32,7 @@ from dataclasses import dataclass
 
 from blinker import Namespace
 from flask import Flask, Request
+from werkzeug.wrappers import Response
 
 from .keys import Identity
 from .rates import Rate
@@ -71,21 +78,33 @@ class Breach:
     penalized: bool = False
 
 
-def notify(app: Flask, breach: Breach, hooks: Iterable[Callable[[Breach], object] | None]) -> None:
+def notify(app: Flask, breach: Breach, hooks: Iterable[Callable[[Breach], object] | None]) -> Response | None:
     """Call each hook with ``breach``, then send :data:`rate_limited`.
 
     An exception in a hook or a receiver is logged with its traceback, and
     the next one is called.
+
+    :returns: the first response a hook returned, to send instead of the
+        429; None if none returned one. Receivers' return values are ignored.
     """
+    response = None
     for hook in hooks:
         if hook is None:
             continue
         try:
-            hook(breach)
+            returned = hook(breach)
         except Exception:
             logger.exception("on_breach hook %r failed; the refusal stands", hook)
-    if not rate_limited.receivers:
-        return
+            continue
+        if response is None and isinstance(returned, Response):
+            response = returned
+    if rate_limited.receivers:
+        _send(app, breach)
+    return response
+
+
+def _send(app: Flask, breach: Breach) -> None:
+    """Send :data:`rate_limited` to each receiver of ``app``'s, logging their failures."""
     fields = {field.name: getattr(breach, field.name) for field in dataclasses.fields(breach)}
     for receiver in rate_limited.receivers_for(app):
         try:

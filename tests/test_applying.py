@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from conftest import get, install
 from flask import Blueprint, Flask
-from flask.views import MethodView
+from flask.views import MethodView, View
 
 from flask_redis_throttle import InvalidLimit, exempt, limit
 from flask_redis_throttle.plan import Plan
@@ -317,9 +317,202 @@ def test_class_based_views_take_limits_through_decorators(app: Flask, statuses) 
     assert statuses(app.test_client(), 2, "/items") == [200, 429]
 
 
+def test_limits_on_a_method_views_handlers_apply_to_their_method(app: Flask) -> None:
+    class Items(MethodView):
+        decorators = (limit("3/m", scope="items-all"),)
+
+        @limit("1/m")
+        def get(self) -> str:
+            return "ok"
+
+        @limit("1/m", scope="writes")
+        def post(self) -> str:
+            return "ok"
+
+        def delete(self) -> str:
+            return "ok"
+
+    app.add_url_rule("/items", view_func=Items.as_view("items"))
+    state = install(app)
+    client = app.test_client()
+    assert [client.get("/items").status_code for _ in range(2)] == [200, 429]  # get's 1/m
+    assert [client.post("/items").status_code for _ in range(2)] == [200, 429]  # post's 1/m
+    # delete() has only the decorators' 3/m, which the first GET and POST used too.
+    assert [client.delete("/items").status_code for _ in range(2)] == [200, 429]
+    plan = state.plan("items", "POST")
+    assert plan is not None
+    assert [(limit.scope, limit.spec.methods) for limit in plan.limits] == [
+        ("items-all", None),
+        ("writes", frozenset({"POST"})),
+    ]
+
+
+def test_a_method_views_get_limit_covers_head(app: Flask) -> None:
+    class Page(MethodView):
+        @limit("1/m")
+        def get(self) -> str:
+            return "ok"
+
+    app.add_url_rule("/page", view_func=Page.as_view("page"))
+    install(app)
+    client = app.test_client()
+    assert client.head("/page").status_code == 200
+    assert client.get("/page").status_code == 429
+
+
+def test_limits_on_a_views_dispatch_request_apply_to_every_method(app: Flask) -> None:
+    class Echo(View):
+        methods = ("GET", "POST")
+
+        @limit("2/m")
+        def dispatch_request(self) -> str:
+            return "ok"
+
+    app.add_url_rule("/echo", view_func=Echo.as_view("echo"))
+    install(app)
+    client = app.test_client()
+    assert [client.get("/echo").status_code, client.post("/echo").status_code] == [200, 200]
+    assert client.get("/echo").status_code == 429
+
+
+def test_method_view_handler_limits_replace_the_default(app: Flask, statuses) -> None:
+    class Items(MethodView):
+        @limit("3/m")
+        def get(self) -> str:
+            return "ok"
+
+    app.add_url_rule("/items", view_func=Items.as_view("items"))
+    install(app, RATELIMIT_DEFAULT="1/m")
+    assert statuses(app.test_client(), 4, "/items") == [200, 200, 200, 429]
+
+
+def test_a_limit_a_class_based_view_would_ignore_raises(app: Flask) -> None:
+    class Helper(MethodView):
+        def get(self) -> str:
+            return self.render()
+
+        @limit("1/m")
+        def render(self) -> str:
+            return "ok"
+
+    class Exempted(MethodView):
+        @exempt
+        def get(self) -> str:
+            return "ok"
+
+    class Mismatched(MethodView):
+        @limit("1/m", methods=["POST"])
+        def get(self) -> str:
+            return "ok"
+
+    app.add_url_rule("/helper", view_func=Helper.as_view("helper"))
+    app.add_url_rule("/exempted", view_func=Exempted.as_view("exempted"))
+    app.add_url_rule("/mismatched", view_func=Mismatched.as_view("mismatched"))
+    state = install(app)
+    with pytest.raises(TypeError, match=r"Helper\.render\(\) is never applied: render\(\) handles no request"):
+        app.test_client().get("/helper")
+    with pytest.raises(TypeError, match=r"`decorators = \[exempt\]` on .*Exempted"):
+        state.plan("exempted")
+    with pytest.raises(TypeError, match=r"leave out GET: it would never apply"):
+        state.plan("mismatched")
+
+
+def test_per_method_gives_each_method_its_own_counters(app: Flask) -> None:
+    @app.route("/items", methods=["GET", "POST", "PUT"])
+    @limit("1/m", per_method=True)
+    def items() -> str:
+        return "ok"
+
+    state = install(app)
+    client = app.test_client()
+    assert [client.post("/items").status_code for _ in range(2)] == [200, 429]
+    assert client.head("/items").status_code == 200
+    assert client.get("/items").status_code == 429  # HEAD counts with GET
+    assert client.put("/items").status_code == 200
+    plan = state.plan("items", "PUT")
+    assert plan is not None
+    assert plan.limits[0].scope == "items@PUT"
+
+
+def test_per_method_with_a_shared_scope(app: Flask) -> None:
+    @app.route("/a", methods=["GET", "POST"])
+    @limit("1/m", scope="shared", per_method=True)
+    def a() -> str:
+        return "ok"
+
+    @app.route("/b", methods=["GET", "POST"])
+    @limit("1/m", scope="shared", per_method=True)
+    def b() -> str:
+        return "ok"
+
+    install(app)
+    client = app.test_client()
+    assert [client.get("/a").status_code, client.post("/a").status_code] == [200, 200]
+    assert [client.get("/b").status_code, client.post("/b").status_code] == [429, 429]
+
+
+def test_per_method_with_methods_counts_only_those(app: Flask) -> None:
+    @app.route("/items", methods=["GET", "POST", "PUT"])
+    @limit("1/m", methods=["POST", "PUT"], per_method=True)
+    def items() -> str:
+        return "ok"
+
+    install(app)
+    client = app.test_client()
+    assert [client.post("/items").status_code, client.put("/items").status_code] == [200, 200]
+    assert [client.post("/items").status_code, client.put("/items").status_code] == [429, 429]
+    assert [client.get("/items").status_code for _ in range(3)] == [200, 200, 200]
+
+
+@pytest.mark.parametrize(
+    ("mode", "override", "expected"),
+    [
+        ("replace", None, [200, 200, 200, 429]),  # the view's 3/m alone
+        ("replace", True, [200, 200, 200, 429]),
+        ("replace", False, [200, 200, 429, 429]),  # the default's 2/m too
+        ("add", None, [200, 200, 429, 429]),
+        ("add", False, [200, 200, 429, 429]),
+        ("add", True, [200, 200, 200, 429]),
+    ],
+)
+def test_override_defaults_per_limit(
+    app: Flask, statuses, mode: str, override: bool | None, expected: list[int]
+) -> None:
+    @app.get("/own")
+    @limit("3/m", override_defaults=override)
+    def own() -> str:
+        return "ok"
+
+    install(app, RATELIMIT_DEFAULT="2/m", RATELIMIT_DEFAULT_MODE=mode)
+    assert statuses(app.test_client(), 4, "/own") == expected
+
+
+def test_the_default_stays_only_if_no_limit_overrides_it(app: Flask, statuses) -> None:
+    api = Blueprint("api", __name__)
+
+    @api.get("/kept")
+    @limit("3/m", override_defaults=False)
+    def kept() -> str:
+        return "ok"
+
+    @api.get("/dropped")
+    @limit("3/m")  # None: "replace" overrides
+    def dropped() -> str:
+        return "ok"
+
+    limit("10/m", override_defaults=False)(api)
+    app.register_blueprint(api)
+    install(app, RATELIMIT_DEFAULT="2/m")
+    client = app.test_client()
+    assert statuses(client, 3, "/kept") == [200, 200, 429]
+    assert statuses(client, 4, "/dropped") == [200, 200, 200, 429]
+
+
 @pytest.mark.parametrize(
     "options",
     [
+        {"per_method": "yes"},
+        {"override_defaults": "no"},
         {"methods": "POST"},
         {"methods": []},
         {"methods": [1]},
@@ -351,3 +544,21 @@ def test_limit_and_exempt_refuse_what_they_cannot_apply_to() -> None:
 
     with pytest.raises(TypeError, match="view function or a blueprint"):
         exempt("index")  # type: ignore[type-var]
+
+
+def test_a_limit_on_some_methods_still_overrides_the_default_for_the_others(app: Flask, statuses) -> None:
+    # As docs/flask-limiter.rst says: Flask-Limiter would apply the default to GET here.
+    @app.route("/items", methods=["GET", "POST"])
+    @limit("5/m", methods=["POST"])
+    def items() -> str:
+        return "ok"
+
+    @app.route("/kept", methods=["GET", "POST"])
+    @limit("5/m", methods=["POST"], override_defaults=False)
+    def kept() -> str:
+        return "ok"
+
+    install(app, RATELIMIT_DEFAULT="1/m")
+    client = app.test_client()
+    assert statuses(client, 3, "/items") == [200, 200, 200]
+    assert statuses(client, 2, "/kept") == [200, 429]

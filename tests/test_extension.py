@@ -241,7 +241,7 @@ def test_bad_limit_options_raise_when_decorating(options: dict[str, Any]) -> Non
 
 def test_unknown_limit_options_raise_when_decorating() -> None:
     with pytest.raises(TypeError):
-        limit("1/s", per_method=True)  # type: ignore[call-arg]
+        limit("1/s", error_message="slow down")  # type: ignore[call-arg]
 
 
 def test_install_helper_returns_state(app: Flask) -> None:

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 from conftest import get, install
-from flask import Flask
+from flask import Flask, Response, jsonify
 
-from flask_redis_throttle import Breach, Identity, Rate, limit, rate_limited
+from flask_redis_throttle import Breach, Identity, Rate, RateLimitExceeded, limit, rate_limited
 
 
 @pytest.fixture
@@ -130,3 +130,117 @@ def test_a_receiver_that_does_not_take_every_field_is_told_to_add_extra(app: Fla
         "as a keyword argument (request, endpoint, scope, identity, layer, retry_after, shadow, penalized): "
         "if it does not take them all, add **extra"
     )
+
+
+def test_on_breach_may_return_a_response_that_replaces_the_429(app: Flask, clock) -> None:
+    def friendly(breach: Breach) -> Response:
+        return jsonify(error="slow down", identity=str(breach.identity), retry_after=breach.retry_after)
+
+    @app.get("/")
+    @limit("1/m", identities=["ip"], on_breach=friendly)
+    def index() -> str:
+        return "ok"
+
+    install(app)
+    client = app.test_client()
+    get(client)
+    clock.set(20)
+    response = get(client)
+    assert response.status_code == 200  # the hook's status, as in Flask-Limiter
+    assert response.get_json() == {"error": "slow down", "identity": "ip:192.0.2.1", "retry_after": 40}
+    assert response.headers["Retry-After"] == "40"
+    assert response.headers["RateLimit"] == '"1m";r=0;t=40'
+
+
+def test_the_limits_response_wins_over_the_apps(app: Flask) -> None:
+    @app.get("/")
+    @limit("1/m", on_breach=lambda breach: Response("limit", status=429))
+    def index() -> str:
+        return "ok"
+
+    @app.get("/other")
+    @limit("1/m", on_breach=lambda breach: None)
+    def other() -> str:
+        return "ok"
+
+    @app.get("/ignored")
+    @limit("1/m", on_breach=lambda breach: "not a response")
+    def ignored() -> str:
+        return "ok"
+
+    install(app, RATELIMIT_ON_BREACH=lambda breach: Response("app", status=503))
+    client = app.test_client()
+    bodies = []
+    for path in ("/", "/other", "/ignored"):
+        get(client, path)
+        response = get(client, path)
+        bodies.append((response.status_code, response.get_data(as_text=True)))
+    assert bodies == [(429, "limit"), (503, "app"), (503, "app")]
+
+
+def test_a_hooks_response_is_ignored_in_shadow_mode_and_when_not_a_response(app: Flask) -> None:
+    @app.get("/")
+    @limit("1/m", shadow=True, on_breach=lambda breach: Response("blocked", status=403))
+    def index() -> str:
+        return "ok"
+
+    @app.get("/text")
+    @limit("1/m", on_breach=lambda breach: "blocked")
+    def text() -> str:
+        return "ok"
+
+    install(app)
+    client = app.test_client()
+    assert [get(client).get_data(as_text=True) for _ in range(2)] == ["ok", "ok"]
+    get(client, "/text")
+    response = get(client, "/text")
+    assert response.status_code == 429
+    assert response.get_data(as_text=True).startswith("Rate limit exceeded")
+
+
+def test_a_failing_hook_does_not_stop_the_next_ones_response(app: Flask, caplog) -> None:
+    def broken(breach: Breach) -> None:
+        raise RuntimeError("hook bug")
+
+    @app.get("/")
+    @limit("1/m", on_breach=broken)
+    def index() -> str:
+        return "ok"
+
+    install(app, RATELIMIT_ON_BREACH=lambda breach: Response("app", status=429))
+    client = app.test_client()
+    get(client)
+    with caplog.at_level(logging.ERROR, "flask_redis_throttle"):
+        response = get(client)
+    assert (response.status_code, response.get_data(as_text=True)) == (429, "app")
+    assert [r for r in caplog.records if r.exc_info and "hook bug" in str(r.exc_info[1])]
+
+
+def test_an_error_handler_still_sees_the_refusal_first(app: Flask) -> None:
+    @app.get("/")
+    @limit("1/m", on_breach=lambda breach: Response("hook", status=429))
+    def index() -> str:
+        return "ok"
+
+    @app.errorhandler(429)
+    def handler(error: Any) -> Any:
+        assert isinstance(error, RateLimitExceeded)
+        assert error.get_response().get_data(as_text=True) == "hook"
+        return "handler", 429
+
+    install(app)
+    client = app.test_client()
+    get(client)
+    assert get(client).get_data(as_text=True) == "handler"
+
+
+def test_a_response_for_a_request_that_can_never_pass(app: Flask) -> None:
+    @app.post("/batch")
+    @limit(lambda request: "2/m", cost=3, on_breach=lambda breach: jsonify(never=breach.retry_after is None))
+    def batch() -> str:
+        return "ok"
+
+    install(app)
+    response = app.test_client().post("/batch")
+    assert response.get_json() == {"never": True}
+    assert "Retry-After" not in response.headers

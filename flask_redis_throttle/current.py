@@ -1,0 +1,159 @@
+"""The request-time API: what the limits say about the current request.
+
+:func:`current_limit` reads the decision the extension already made for the
+request, so it costs nothing: a view can show "3 searches left this minute",
+and a template too, where it is a global. :func:`check` asks Redis, without
+counting anything, whether the request would pass now: it is decided by the
+same throttle at cost 0, which the script answers without writing (see
+``lua/driver.lua``), so the counters are exactly as a request would find them.
+
+Both work inside a request, on the app's own state; Flask-Limiter's
+``limiter.current_limit`` and ``limiter.check()`` are their counterparts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+
+from flask import current_app, g, request
+
+from .extension import EXTENSION_KEY, RateLimitState, _tighter
+from .keys import Identity
+from .plan import Plan, PlannedLimit
+from .rates import Rate
+from .throttle import Decision, Policy, StorageUnavailable
+
+__all__ = ["CurrentLimit", "check", "current_limit"]
+
+
+@dataclass(frozen=True)
+class CurrentLimit:
+    """The deciding limit of a request: of every layer of every identity it
+    was checked against, the one with the least room (the one the
+    ``RateLimit`` header shows), or the one that refused it.
+
+    :param limit: the limit, with its strategy, identities and where it
+        was written (see :class:`~flask_redis_throttle.plan.PlannedLimit`).
+    :param scope: the scope its counters are kept under.
+    :param layer: its deciding layer, such as ``10 per 1 minute``.
+    :param identity: whose counter it is.
+    :param remaining: the quota that counter has left, after this request.
+    :param reset: seconds until that counter is back to its full quota.
+    :param reset_at: the same moment, as a Unix time.
+    :param breached: True if the counter had no room for the request: it
+        was refused (or, for a shadow limit, would have been).
+    :param retry_after: seconds until the request would pass; 0 unless
+        ``breached``.
+    """
+
+    limit: PlannedLimit | None
+    scope: str
+    layer: Rate
+    identity: Identity
+    remaining: int
+    reset: float
+    reset_at: float
+    breached: bool
+    retry_after: float
+
+    @classmethod
+    def of(cls, decision: Decision, plan: Plan | None) -> CurrentLimit:
+        """The deciding limit of ``decision``, one of ``plan``'s."""
+        limit = _limit_of(decision.policy, plan) if plan is not None else None
+        return cls(
+            limit,
+            decision.policy.scope,
+            decision.layer,
+            decision.identity,
+            decision.remaining,
+            decision.reset,
+            time.time() + decision.reset,
+            not decision.admitted,
+            decision.retry_after,
+        )
+
+
+def current_limit() -> CurrentLimit | None:
+    """The deciding limit of the current request, as it was decided before
+    the view: readable in the view, in a template (``{{ current_limit() }}``
+    is a template global), in an error handler for the 429, and in an
+    ``after_request`` function registered after ``init_app``.
+
+    It reads what the extension kept for the ``RateLimit`` header, so it
+    costs no call to Redis. A ``deduct_when`` limit counts the request
+    only after the response, so before that it shows the room the request
+    found, not what is left after it.
+
+    :returns: None outside a request, and for a request no limit was
+        checked against: an unlimited or exempt view, a request filter's, one
+        while rate limiting is disabled, or one Redis could not decide.
+    """
+    outcome = g.get("_ratelimit") if g else None
+    if outcome is None:
+        return None
+    decision: Decision = outcome[1]
+    state = _state()
+    return CurrentLimit.of(decision, state.plan(request.endpoint, request.method) if state else None)
+
+
+def check(endpoint: str | None = None, method: str | None = None) -> CurrentLimit | None:
+    """Decide the current request against its limits now, without counting it.
+
+    Every limit is decided at cost 0, which writes nothing, through the same
+    throttle as requests; a request whose cost is more than a counter has
+    left is ``breached``. Shadow limits are left out, since they never
+    refuse. Nothing is logged, no hook is called and nothing is raised for
+    a breach: what to do is the caller's choice.
+
+    .. code-block:: python
+
+        @app.post("/search/preview")
+        def preview():
+            found = check("search", "POST")     # would a search pass now?
+            if found is not None and found.breached:
+                return {"wait": found.retry_after}
+            ...
+
+    :param endpoint: whose limits to decide; by default the request's own.
+    :param method: the HTTP method those limits are for; by default the request's.
+    :returns: the deciding limit, or None when no limit applies, rate
+        limiting is disabled, a request filter exempts the request, or Redis
+        could not answer (that is logged as a request's failure is).
+    """
+    state = _state()
+    if state is None or state.throttle is None:
+        return None
+    req = request._get_current_object()  # type: ignore[attr-defined]
+    plan = state.plan(endpoint or req.endpoint, method or req.method)
+    if plan is None or any(accept(req) for accept in state.filters):
+        return None
+    batches, _labels, problems = plan.prepare(req)
+    for kind, message in problems:
+        state._warn(message, kind)
+    shown: Decision | None = None
+    for batch in batches:
+        if batch.shadow:
+            continue
+        try:
+            decision = state.throttle.hit(batch.checks, 0)
+        except StorageUnavailable as error:
+            state._warn(f"rate limit storage unavailable ({error}); check() knows no limit")
+            return None
+        if decision.admitted and decision.remaining < batch.cost:
+            decision = dataclasses.replace(decision, admitted=False, retry_after=decision.reset)
+        shown = decision if shown is None else _tighter(shown, decision)
+    return None if shown is None else CurrentLimit.of(shown, plan)
+
+
+def _state() -> RateLimitState | None:
+    state: RateLimitState | None = current_app.extensions.get(EXTENSION_KEY)
+    return state
+
+
+def _limit_of(policy: Policy, plan: Plan) -> PlannedLimit | None:
+    for limit in plan.limits:
+        if limit.owns(policy):
+            return limit
+    return None

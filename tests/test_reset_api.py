@@ -1,0 +1,96 @@
+"""RateLimit.reset(): the CLI's reset, from Python."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import add_login, get, install
+from flask import Flask
+
+from flask_redis_throttle import Identity, RateLimit, limit
+from flask_redis_throttle.testing import free_port
+from flask_redis_throttle.throttle import StorageUnavailable
+
+
+def limited(app: Flask) -> None:
+    @app.post("/login")
+    @limit("2/m", identities=["ip"], scope="login", penalty="1h")
+    def login() -> str:
+        return "ok"
+
+    @app.get("/items")
+    @limit("1/m;10/h")
+    def items() -> str:
+        return "ok"
+
+
+def login(client, ip: str = "192.0.2.1") -> int:  # type: ignore[no-untyped-def]
+    return int(client.post("/login", environ_base={"REMOTE_ADDR": ip}).status_code)
+
+
+def test_reset_an_identity_in_every_scope(app: Flask) -> None:
+    limited(app)
+    install(app, RATELIMIT_BLOCK_CACHE_SIZE=1000)
+    ratelimit = RateLimit()  # any instance will do: the state is the app's
+    client = app.test_client()
+    assert [login(client) for _ in range(3)] == [200, 200, 429]  # refused, and now blocked for an hour
+    assert [login(client, "192.0.2.2") for _ in range(3)] == [200, 200, 429]
+    get(client, "/items")
+    with app.app_context():
+        # login's counter and penalty, and items' two layers.
+        assert ratelimit.reset("ip:192.0.2.1") == 4
+        assert ratelimit.reset("ip:192.0.2.1") == 0
+    # This process's block cache is cleared too: admitted at once.
+    assert login(client) == 200
+    assert get(client, "/items").status_code == 200
+    assert login(client, "192.0.2.2") == 429  # the other identity is untouched
+
+
+def test_reset_one_scope(app: Flask) -> None:
+    limited(app)
+    install(app)
+    client = app.test_client()
+    ratelimit = RateLimit()
+    assert [login(client) for _ in range(3)] == [200, 200, 429]
+    assert [get(client, "/items").status_code for _ in range(2)] == [200, 429]
+    assert ratelimit.reset(Identity("ip", "192.0.2.1"), scope="login", app=app) == 2
+    assert login(client) == 200
+    assert get(client, "/items").status_code == 429
+
+
+def test_reset_a_user_and_an_ipv6_network(app: Flask) -> None:
+    add_login(app)
+    limited(app)
+    install(app)
+    client = app.test_client()
+    ratelimit = RateLimit()
+    assert [get(client, "/items", ip="2001:db8::1", user="42").status_code for _ in range(2)] == [200, 429]
+    assert ratelimit.reset("user:42", app=app) == 2
+    assert get(client, "/items", ip="2001:db8::2", user="42").status_code == 429  # the /64 still counts
+    assert ratelimit.reset("ip:[2001:db8::99]:443", app=app) == 2  # grouped as requests are
+    assert get(client, "/items", ip="2001:db8::1", user="42").status_code == 200
+
+
+def test_reset_refuses_what_it_cannot_do(app: Flask) -> None:
+    limited(app)
+    ratelimit = RateLimit()
+    with pytest.raises(RuntimeError, match="not set up"):
+        ratelimit.reset("ip:192.0.2.1", app=app)
+    install(app)
+    with pytest.raises(ValueError, match=r"'192\.0\.2\.1' has no kind"):
+        ratelimit.reset("192.0.2.1", app=app)
+    with pytest.raises(ValueError, match="'nope' is not an IP address"):
+        ratelimit.reset("ip:nope", app=app)
+    with pytest.raises(ValueError, match="scope '' must be a non-empty string"):
+        ratelimit.reset("ip:192.0.2.1", scope="", app=app)
+    disabled = Flask("disabled")
+    install(disabled, RATELIMIT_ENABLED=False)
+    with pytest.raises(RuntimeError, match="RATELIMIT_ENABLED is False"):
+        ratelimit.reset("ip:192.0.2.1", app=disabled)
+
+
+def test_reset_while_redis_is_down_raises_storage_unavailable() -> None:
+    app = Flask("tests")
+    app.config.update(RATELIMIT_STORAGE_URL=f"redis://127.0.0.1:{free_port()}/0")
+    install(app)
+    with pytest.raises(StorageUnavailable, match=r"127\.0\.0\.1"):
+        RateLimit().reset("ip:192.0.2.1", app=app)
