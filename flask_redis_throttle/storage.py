@@ -95,7 +95,11 @@ class Storage:
         """Run the script for ``strategies`` once: one EVALSHA, one round trip.
 
         When Redis answers NOSCRIPT (after ``SCRIPT FLUSH``, a restart or a
-        failover), the script is loaded and the call made again.
+        failover), the call is made again with EVAL and the script's source,
+        which cannot meet NOSCRIPT and caches the script for the next calls.
+        Loading the script and calling EVALSHA again would race with any
+        further flush: a flush between the two would leave the request
+        undecided.
 
         On a cluster, keys with different hash tags (different identities)
         may live on different nodes, so the script is run once per hash tag,
@@ -119,8 +123,7 @@ class Storage:
         try:
             result: list[int] = self.client.evalsha(script.sha, len(keys), *keys, *args)
         except NoScriptError:
-            self.client.script_load(script.text)  # the SHA1 of a text never changes
-            result = self.client.evalsha(script.sha, len(keys), *keys, *args)
+            result = self.client.eval(script.text, len(keys), *keys, *args)
         return result
 
     def evaluate_split(self, strategies: frozenset[str], keys: Sequence[str], args: Sequence[int | str]) -> list[int]:
@@ -194,30 +197,32 @@ class Storage:
         trip to each node that holds some of the keys.
 
         The calls are independent: each is atomic on its own node, not with
-        the others. A call that met NOSCRIPT is made again, alone, after
-        loading the script; the others are not repeated.
+        the others. The calls that met NOSCRIPT are made again with EVAL and
+        the script's source, pipelined (see :meth:`evaluate`); the others are
+        not repeated, so no identity is counted twice.
 
         :raises redis.RedisError: when Redis could not answer every call;
             calls that succeeded took effect.
         """
         script = self._script(strategies)
-        results: list[Any] = [None] * len(calls)
-        pending = list(range(len(calls)))
-        for attempt in range(2):
-            pipe = self.client.pipeline(transaction=False)
-            for i in pending:
-                keys, args = calls[i]
-                pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
-            for i, result in zip(pending, pipe.execute(raise_on_error=False), strict=True):
+        results = self._pipelined(calls, "EVALSHA", script.sha)
+        missing = [i for i, result in enumerate(results) if isinstance(result, NoScriptError)]
+        if missing:
+            again = self._pipelined([calls[i] for i in missing], "EVAL", script.text)
+            for i, result in zip(missing, again, strict=True):
                 results[i] = result
-            pending = [i for i in pending if isinstance(results[i], NoScriptError)]
-            if not pending:
-                break
-            if attempt == 0:
-                self.client.script_load(script.text)  # on every primary of a cluster
         for result in results:
             if isinstance(result, Exception):
                 raise result
+        return results
+
+    def _pipelined(self, calls: Sequence[Call], command: str, script: str) -> list[Any]:
+        """Send ``command`` (EVALSHA or EVAL) once per call in one pipeline;
+        return each call's reply or error."""
+        pipe = self.client.pipeline(transaction=False)
+        for keys, args in calls:
+            pipe.execute_command(command, script, len(keys), *keys, *args)
+        results: list[Any] = pipe.execute(raise_on_error=False)
         return results
 
 

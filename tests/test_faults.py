@@ -220,8 +220,8 @@ def test_script_flush_during_traffic(
     for fail_open, client in clients.items():
         results = traffic.results[fail_open]
         assert max(r.elapsed for r in results) < BOUND
-        # NOSCRIPT is answered by loading the script again, so every request
-        # is decided, even while other threads race to load it.
+        # NOSCRIPT is answered by EVAL with the script's source, which no
+        # flush can undo, so every request is decided.
         assert all(r.decided and r.status == 200 for r in results)
         assert storage_warnings(caplog, fail_open) == []
         # The flushes took the script, never the counts.
@@ -333,3 +333,57 @@ def test_full_redis(server: RedisServer, admin: redis.Redis, caplog: pytest.LogC
     admin.delete("ballast")
     for app in apps.values():
         assert_limiting(app, "192.0.2.61")
+
+
+def test_script_flush_storm_every_request_is_decided(
+    server: RedisServer, apps: dict[bool, Flask], caplog: pytest.LogCaptureFixture
+) -> None:
+    """``SCRIPT FLUSH`` sent back to back from another thread while six
+    threads send requests: a flush may land between loading the script and
+    calling it again, any number of times. Every request is still decided,
+    each counted once, and nothing is logged."""
+    stop = threading.Event()
+    flushes = [0]
+
+    def storm() -> None:
+        with redis.Redis.from_url(server.url, socket_timeout=10) as admin:
+            while not stop.is_set():
+                admin.script_flush()
+                flushes[0] += 1
+
+    sent: dict[tuple[bool, str], list[Result]] = {}
+    errors: list[BaseException] = []
+
+    def send(fail_open: bool, ip: str) -> None:
+        client = apps[fail_open].test_client()
+        results = sent[fail_open, ip] = []
+        try:
+            for _ in range(60):
+                results.append(timed_get(client, "/", ip))
+        except BaseException as error:  # surfaced below
+            errors.append(error)
+
+    senders = [
+        threading.Thread(target=send, args=(fail_open, f"198.51.100.{20 + n}"))
+        for fail_open in (True, False)
+        for n in range(3)
+    ]
+    flusher = threading.Thread(target=storm)
+    with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
+        flusher.start()
+        try:
+            for thread in senders:
+                thread.start()
+            join_all(senders, deadline=60, what="request threads (a request hung)")
+        finally:
+            stop.set()
+            join_all([flusher], deadline=10, what="the SCRIPT FLUSH thread")
+    assert errors == []
+    assert flushes[0] > 10
+    for (fail_open, ip), results in sent.items():
+        assert max(r.elapsed for r in results) < BOUND
+        assert [(r.status, r.decided) for r in results] == [(200, True)] * 60, (fail_open, ip)
+        # Each request was counted exactly once: the next one sees 60 used.
+        response = get(apps[fail_open].test_client(), "/", ip=ip)
+        assert response.headers["RateLimit"].startswith(f'"1m";r={100000 - 61};')
+    assert caplog.records == []
