@@ -23,7 +23,7 @@ from redis.exceptions import NoScriptError, RedisClusterException
 from .clients import DEFAULT_CLIENT_OPTIONS, client_from_url, redact
 from .scripts import script_source
 
-__all__ = ["DEFAULT_CLIENT_OPTIONS", "STORAGE_ERRORS", "Call", "Storage"]
+__all__ = ["DEFAULT_CLIENT_OPTIONS", "STORAGE_ERRORS", "Call", "NodeFailure", "Storage"]
 
 #: What a client raises when Redis cannot answer: redis-py's errors, and the
 #: cluster client's own, which does not derive from them.
@@ -33,6 +33,21 @@ logger = logging.getLogger("flask_redis_throttle")
 
 #: One script call: its keys and its arguments.
 Call = tuple[Sequence[str], Sequence[int | str]]
+
+
+class NodeFailure(redis.RedisError):
+    """Some of the pipelined calls of a cluster request failed, and others
+    were answered: what those counted stays counted.
+
+    :param error: the first failed call's error, also the ``__cause__``.
+    :param nodes: the nodes (``host:port``) of the calls that failed, so
+        that only their circuit breakers count the failure.
+    """
+
+    def __init__(self, error: Exception, nodes: frozenset[str]) -> None:
+        super().__init__(str(error))
+        self.nodes = nodes
+        self.__cause__ = error
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +98,19 @@ class Storage:
         close = getattr(self.client, "close", None)
         if close is not None:
             close()
+
+    def nodes(self, keys: Sequence[str]) -> list[str]:
+        """The cluster nodes (``host:port``) that hold ``keys``, from the
+        client's slot map: nothing is sent, one lookup per hash tag.
+
+        :raises redis.RedisError: when the cluster client cannot be built
+            (no start-up node answers), or a slot has no node.
+        """
+        return list(dict.fromkeys(self._node_of(key) for key in {_hash_tag(key): key for key in keys}.values()))
+
+    def _node_of(self, key: str) -> str:
+        node = self.client.get_node_from_key(key)
+        return f"{node.host}:{node.port}"
 
     def _script(self, strategies: frozenset[str]) -> _Script:
         script = self._scripts.get(strategies)
@@ -201,8 +229,9 @@ class Storage:
         the script's source, pipelined (see :meth:`evaluate`); the others are
         not repeated, so no identity is counted twice.
 
-        :raises redis.RedisError: when Redis could not answer every call;
-            calls that succeeded took effect.
+        :raises NodeFailure: when some calls were answered and others not
+            (those that were answered took effect).
+        :raises redis.RedisError: when no call was answered.
         """
         script = self._script(strategies)
         results = self._pipelined(calls, "EVALSHA", script.sha)
@@ -211,10 +240,20 @@ class Storage:
             again = self._pipelined([calls[i] for i in missing], "EVAL", script.text)
             for i, result in zip(missing, again, strict=True):
                 results[i] = result
-        for result in results:
-            if isinstance(result, Exception):
-                raise result
+        failed = [i for i, result in enumerate(results) if isinstance(result, Exception)]
+        if failed:
+            error: Exception = results[failed[0]]
+            if len(failed) == len(calls) or not self.cluster:
+                raise error
+            raise NodeFailure(error, frozenset(self._failed_node(calls[i]) for i in failed))
         return results
+
+    def _failed_node(self, call: Call) -> str:
+        """The node a failed call was sent to, or ``""`` if the slot map no longer says."""
+        try:
+            return self._node_of(call[0][0])
+        except STORAGE_ERRORS:
+            return ""
 
     def _pipelined(self, calls: Sequence[Call], command: str, script: str) -> list[Any]:
         """Send ``command`` (EVALSHA or EVAL) once per call in one pipeline;

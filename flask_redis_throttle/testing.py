@@ -257,6 +257,13 @@ class RedisServer:
         """Whether the process was started and has not been stopped (it may have crashed)."""
         return self._process is not None
 
+    @property
+    def pid(self) -> int:
+        """The process ID of the running server, to send it signals (``SIGSTOP`` stalls it)."""
+        if self._process is None:
+            raise RuntimeError(f"the server on port {self.port} is not running")
+        return self._process.pid
+
     def start(self, timeout: float = 10.0) -> None:
         """Start the server and wait until it answers ``PING``."""
         if self._process is not None:

@@ -21,7 +21,9 @@ request, however long a breaker keeps Redis out of the loop.
 from __future__ import annotations
 
 import logging
+import os
 import re
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -387,3 +389,46 @@ def test_script_flush_storm_every_request_is_decided(
         response = get(apps[fail_open].test_client(), "/", ip=ip)
         assert response.headers["RateLimit"].startswith(f'"1m";r={100000 - 61};')
     assert caplog.records == []
+
+
+def test_stalled_redis_with_fallback_refusals_do_not_wait(server: RedisServer, caplog) -> None:
+    """With the fallback on and Redis stalled (``SIGSTOP``), clients over
+    their limit are refused by the fallback. Logging those refusals is a
+    Redis write too: it goes through the breaker like the script, so once
+    the breaker is open no request waits for the stalled server, and a
+    request never waits for more than one call to it."""
+    app = make_app(server.url, True, RATELIMIT_FALLBACK=True, RATELIMIT_BLOCK_CACHE_SIZE=0)
+    results: list[Result] = []
+    errors: list[BaseException] = []
+
+    def over_limit(ip: str) -> None:
+        client = app.test_client()
+        try:
+            for _ in range(25):
+                results.append(timed_get(client, "/tight", ip))
+        except BaseException as error:  # surfaced below
+            errors.append(error)
+
+    ips = [f"198.51.100.{40 + n}" for n in range(4)]
+    client = app.test_client()
+    for ip in ips:  # each client uses up its 3 a minute in Redis
+        assert [timed_get(client, "/tight", ip).status for _ in range(4)] == [200, 200, 200, 429]
+    threads = [threading.Thread(target=over_limit, args=(ip,)) for ip in ips]
+    with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
+        os.kill(server.pid, signal.SIGSTOP)
+        try:
+            for thread in threads:
+                thread.start()
+            join_all(threads, deadline=90, what="request threads (a request hung)")
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+    assert errors == []
+    assert len(results) == 100
+    # The fallback starts empty: each client gets its 3 again, per process.
+    assert sorted(r.status for r in results) == [200] * 12 + [429] * 88
+    assert max(r.elapsed for r in results) < BOUND
+    # Before the breaker opened (3 failures; 4 threads were under way) and
+    # for a probe after its 1 s back-off, a request paid the 0.5 s socket
+    # timeout, once. Every other request was decided at once.
+    slow = [r for r in results if r.elapsed >= 0.4]
+    assert len(slow) <= 10, [round(r.elapsed, 2) for r in results]
