@@ -18,7 +18,7 @@ from typing import Any
 
 import redis
 from redis.cluster import RedisCluster
-from redis.exceptions import NoScriptError, RedisClusterException
+from redis.exceptions import NoScriptError, RedisClusterException, SlotNotCoveredError
 
 from .clients import DEFAULT_CLIENT_OPTIONS, client_from_url, redact
 from .scripts import script_source
@@ -31,6 +31,9 @@ STORAGE_ERRORS = (redis.RedisError, RedisClusterException)
 
 logger = logging.getLogger("flask_redis_throttle")
 
+#: The node, in :meth:`Storage.nodes`, of keys whose slot no node serves.
+UNCOVERED = "uncovered slots"
+
 #: One script call: its keys and its arguments.
 Call = tuple[Sequence[str], Sequence[int | str]]
 
@@ -41,7 +44,8 @@ class NodeFailure(redis.RedisError):
 
     :param error: the first failed call's error, also the ``__cause__``.
     :param nodes: the nodes (``host:port``) of the calls that failed, so
-        that only their circuit breakers count the failure.
+        that only their circuit breakers count the failure; none when the
+        failure cannot be put down to any of the calls' nodes.
     """
 
     def __init__(self, error: Exception, nodes: frozenset[str]) -> None:
@@ -101,15 +105,20 @@ class Storage:
 
     def nodes(self, keys: Sequence[str]) -> list[str]:
         """The cluster nodes (``host:port``) that hold ``keys``, from the
-        client's slot map: nothing is sent, one lookup per hash tag.
+        client's slot map: nothing is sent, one lookup per hash tag. Keys
+        whose slot no node serves (its master failed, and no replica took
+        over yet) are on :data:`UNCOVERED`.
 
         :raises redis.RedisError: when the cluster client cannot be built
-            (no start-up node answers), or a slot has no node.
+            (no start-up node answers).
         """
         return list(dict.fromkeys(self._node_of(key) for key in {_hash_tag(key): key for key in keys}.values()))
 
     def _node_of(self, key: str) -> str:
-        node = self.client.get_node_from_key(key)
+        try:
+            node = self.client.get_node_from_key(key)
+        except SlotNotCoveredError:
+            return UNCOVERED
         return f"{node.host}:{node.port}"
 
     def _script(self, strategies: frozenset[str]) -> _Script:
@@ -234,7 +243,14 @@ class Storage:
         :raises redis.RedisError: when no call was answered.
         """
         script = self._script(strategies)
-        results = self._pipelined(calls, "EVALSHA", script.sha)
+        try:
+            results = self._pipelined(calls, "EVALSHA", script.sha)
+        except (redis.ConnectionError, redis.TimeoutError) as error:
+            # A cluster pipeline that cannot connect to one of its nodes
+            # fails as a whole, before sending anything.
+            if not self.cluster or len(calls) < 2:
+                raise
+            raise self._blame(error, calls) from error
         missing = [i for i, result in enumerate(results) if isinstance(result, NoScriptError)]
         if missing:
             again = self._pipelined([calls[i] for i in missing], "EVAL", script.text)
@@ -242,27 +258,62 @@ class Storage:
                 results[i] = result
         failed = [i for i, result in enumerate(results) if isinstance(result, Exception)]
         if failed:
-            error: Exception = results[failed[0]]
+            first: Exception = results[failed[0]]
             if len(failed) == len(calls) or not self.cluster:
-                raise error
-            raise NodeFailure(error, frozenset(self._failed_node(calls[i]) for i in failed))
+                raise first
+            raise NodeFailure(first, frozenset(self._failed_node(calls[i]) for i in failed))
         return results
 
+    def _blame(self, error: Exception, calls: Sequence[Call]) -> Exception:
+        """The error to raise for a cluster pipeline that could not connect
+        to some node, so nothing was sent: a :class:`NodeFailure` naming the
+        nodes that cannot be connected to now, so that only their breakers
+        count it. A node with an idle pooled connection costs nothing to
+        check; only the failing ones cost a connection attempt, bounded by
+        the connect timeout, and only until their breakers open."""
+        failed: set[str] = set()
+        nodes = self.nodes([keys[0] for keys, _ in calls])
+        for name in nodes:
+            node = self.client.get_node(node_name=name)
+            try:
+                if node is None:
+                    raise redis.ConnectionError(f"no node serves {name}")
+                pool = self.client.get_redis_connection(node).connection_pool
+                pool.release(pool.get_connection())
+            except STORAGE_ERRORS:
+                failed.add(name)
+        if len(failed) == len(nodes):
+            return error
+        # None at all: the node that failed is no longer among the calls'
+        # (another thread refreshed the slot map during a failover), so
+        # none of their breakers should count it.
+        return NodeFailure(error, frozenset(failed))
+
     def _failed_node(self, call: Call) -> str:
-        """The node a failed call was sent to, or ``""`` if the slot map no longer says."""
-        try:
-            return self._node_of(call[0][0])
-        except STORAGE_ERRORS:
-            return ""
+        """The node a failed call was sent to."""
+        return self._node_of(call[0][0])
 
     def _pipelined(self, calls: Sequence[Call], command: str, script: str) -> list[Any]:
         """Send ``command`` (EVALSHA or EVAL) once per call in one pipeline;
         return each call's reply or error."""
         pipe = self.client.pipeline(transaction=False)
         for keys, args in calls:
-            pipe.execute_command(command, script, len(keys), *keys, *args)
+            pipe.execute_command(command, script, len(keys), *keys, *args, **self._route(keys[0]))
         results: list[Any] = pipe.execute(raise_on_error=False)
         return results
+
+    def _route(self, key: str) -> dict[str, Any]:
+        """For a cluster pipeline, the node to send a script call on ``key``
+        to. Without it, redis-py 8 asks the cluster's default node for the
+        call's keys (``COMMAND GETKEYS``) before routing each call: a round
+        trip more per call, to a node that may be down. A MOVED reply
+        still reroutes the call."""
+        if not self.cluster:
+            return {}
+        try:
+            return {"target_nodes": self.client.get_node_from_key(key)}
+        except SlotNotCoveredError:
+            return {}
 
 
 def _hash_tag(key: str) -> str:

@@ -381,9 +381,14 @@ class RedisCluster:
 
     :param node_timeout: ``cluster-node-timeout`` in milliseconds: how soon an
         unreachable node counts as failed (and, with replicas, is replaced).
+    :param full_coverage: ``cluster-require-full-coverage``: False to let the
+        other nodes go on answering for their slots while a master without a
+        replica is down.
     """
 
-    def __init__(self, masters: int = 3, replicas: int = 0, *, node_timeout: int = 1000) -> None:
+    def __init__(
+        self, masters: int = 3, replicas: int = 0, *, node_timeout: int = 1000, full_coverage: bool = True
+    ) -> None:
         if masters < 3:
             raise ValueError("redis-cli --cluster create needs at least 3 masters")
         if replicas < 0:
@@ -394,6 +399,7 @@ class RedisCluster:
             "--cluster-enabled", "yes",
             "--cluster-config-file", "nodes.conf",  # relative to --dir: the node's workdir
             "--cluster-node-timeout", str(node_timeout),
+            "--cluster-require-full-coverage", "yes" if full_coverage else "no",
             *_FAST_SYNC,
         ]  # fmt: skip
         #: Every node, the initial masters first (``redis-cli`` makes the first ``masters`` nodes masters).
@@ -469,9 +475,11 @@ class RedisCluster:
 
 
 @contextmanager
-def redis_cluster(masters: int = 3, replicas: int = 0, *, node_timeout: int = 1000) -> Iterator[RedisCluster]:
+def redis_cluster(
+    masters: int = 3, replicas: int = 0, *, node_timeout: int = 1000, full_coverage: bool = True
+) -> Iterator[RedisCluster]:
     """Run a ready :class:`RedisCluster` for the duration of the block."""
-    with _running(RedisCluster(masters, replicas, node_timeout=node_timeout)) as cluster:
+    with _running(RedisCluster(masters, replicas, node_timeout=node_timeout, full_coverage=full_coverage)) as cluster:
         yield cluster
 
 
