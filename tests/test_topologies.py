@@ -23,7 +23,9 @@ from flask_redis_throttle.rates import parse_limits
 from flask_redis_throttle.storage import Storage
 from flask_redis_throttle.testing import (
     RedisCluster,
+    RedisSentinelGroup,
     RedisServer,
+    free_port,
     redis_cluster,
     redis_command,
     redis_sentinel_group,
@@ -366,3 +368,65 @@ def test_a_dead_master_leaves_the_other_nodes_deciding(partial_cluster: RedisClu
     # Once the breaker of the dead node opened, its requests were answered at once.
     slow = [elapsed for ip in dead for _, _, elapsed in results[ip][killed[ip] :] if elapsed >= 0.2]
     assert len(slow) <= 10, slow
+
+
+def timed_statuses(app: Flask, count: int, pause: float = 0.0) -> list[tuple[int, bool, float]]:
+    """``count`` GETs from a fresh client: status, whether Redis decided, seconds taken."""
+    client = app.test_client()
+    results = []
+    for i in range(count):
+        started = time.monotonic()
+        response = get(client, ip=f"192.0.2.{i % 200}")
+        results.append((response.status_code, "RateLimit" in response.headers, time.monotonic() - started))
+        time.sleep(pause)
+    return results
+
+
+@pytest.fixture(scope="module")
+def sentinel_group() -> Iterator[RedisSentinelGroup]:
+    with redis_sentinel_group() as group:
+        yield group
+
+
+def counting_calls(state: Any) -> list[int]:
+    """Record every script call the throttle makes to Redis."""
+    calls: list[int] = []
+    evaluate = state.throttle.storage.evaluate
+
+    def counted(*args: Any) -> Any:
+        calls.append(1)
+        return evaluate(*args)
+
+    state.throttle.storage.evaluate = counted
+    return calls
+
+
+@pytest.mark.parametrize("dead", [(1, 0), (0, 1), (2, 1)], ids=["dead-first", "dead-last", "three-dead"])
+def test_dead_sentinels_cost_a_request_no_more_than_the_timeouts(
+    sentinel_group: RedisSentinelGroup, dead: tuple[int, int]
+) -> None:
+    """Sentinels that do not answer, listed before or after the live one:
+    the first requests of a new process, which discover the master, are
+    decided, each within the client's timeouts (0.5 s), not after
+    redis-py's default retries with back-off (seconds per dead sentinel)."""
+    before, after = ([f"127.0.0.1:{free_port()}" for _ in range(n)] for n in dead)
+    hosts = [*before, f"127.0.0.1:{sentinel_group.sentinel_port}", *after]
+    app = limited_app(f"redis+sentinel://{','.join(hosts)}/{sentinel_group.service}", "1000/m")
+    results = timed_statuses(app, 5)
+    assert [(status, decided) for status, decided, _ in results] == [(200, True)] * 5
+    assert max(elapsed for _, _, elapsed in results) < 1.0
+
+
+@pytest.mark.parametrize("fail_open", [True, False], ids=["fail-open", "fail-closed"])
+def test_with_every_sentinel_dead_requests_and_probes_are_quick(fail_open: bool) -> None:
+    """No sentinel answers: every request, the breaker's probes included,
+    follows the failure policy within the timeouts."""
+    url = f"redis+sentinel://127.0.0.1:{free_port()},127.0.0.1:{free_port()},127.0.0.1:{free_port()}/mymaster"
+    app = limited_app(url, "1000/m", RATELIMIT_FAIL_OPEN=fail_open, RATELIMIT_BREAKER_BACKOFF=0.05)
+    state = app.extensions["ratelimit"]
+    calls = counting_calls(state)
+    # Paced past the back-off, so that the breaker lets probes through.
+    results = timed_statuses(app, 8, pause=0.06)
+    assert len(calls) >= 5  # the first three failures, then probes
+    assert {(status, decided) for status, decided, _ in results} == {(200 if fail_open else 503, False)}
+    assert max(elapsed for _, _, elapsed in results) < 1.0
