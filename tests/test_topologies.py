@@ -308,7 +308,9 @@ def partial_cluster() -> Iterator[RedisCluster]:
 
 
 @pytest.mark.parametrize("fail_open", [True, False], ids=["fail-open", "fail-closed"])
-def test_a_dead_master_leaves_the_other_nodes_deciding(partial_cluster: RedisCluster, fail_open: bool) -> None:
+def test_a_dead_master_leaves_the_other_nodes_deciding(
+    partial_cluster: RedisCluster, fail_open: bool, caplog: pytest.LogCaptureFixture
+) -> None:
     """A master is killed while threads send requests from addresses on
     every node. Addresses on the other nodes go on being decided, each
     request counted exactly once; only those on the dead node follow the
@@ -340,6 +342,7 @@ def test_a_dead_master_leaves_the_other_nodes_deciding(partial_cluster: RedisClu
     # come several in a row, as they do when most requests touch it.
     groups = [(dead, 0.0), (dead, 0.0), (healthy[:3], 0.01), (healthy[3:], 0.01)]
     threads = [threading.Thread(target=send, args=group) for group in groups]
+    caplog.set_level("WARNING", "flask_redis_throttle")
     for thread in threads:
         thread.start()
     try:
@@ -359,6 +362,8 @@ def test_a_dead_master_leaves_the_other_nodes_deciding(partial_cluster: RedisClu
         # Counted exactly once each: the next request sees them all.
         response = get(app.test_client(), ip=ip)
         assert response.headers["RateLimit"].startswith(f'"1m";r={1000 - len(sent) - 1};'), ip
+    # The warning names the dead node.
+    assert f"127.0.0.1:{victim.port}" in caplog.records[0].getMessage()
     undecided = (200, False) if fail_open else (503, False)
     for ip in dead:
         after = results[ip][killed[ip] + 1 :]  # one may have been in flight at the kill
@@ -370,14 +375,17 @@ def test_a_dead_master_leaves_the_other_nodes_deciding(partial_cluster: RedisClu
     assert len(slow) <= 10, slow
 
 
-def timed_statuses(app: Flask, count: int, pause: float = 0.0) -> list[tuple[int, bool, float]]:
-    """``count`` GETs from a fresh client: status, whether Redis decided, seconds taken."""
+def timed_statuses(app: Flask, count: int, pause: float = 0.0) -> list[tuple[int, bool, float, str | None]]:
+    """``count`` GETs from a fresh client: status, whether Redis decided,
+    seconds taken, and the ``Retry-After`` header."""
     client = app.test_client()
     results = []
     for i in range(count):
         started = time.monotonic()
         response = get(client, ip=f"192.0.2.{i % 200}")
-        results.append((response.status_code, "RateLimit" in response.headers, time.monotonic() - started))
+        elapsed = time.monotonic() - started
+        decided = "RateLimit" in response.headers
+        results.append((response.status_code, decided, elapsed, response.headers.get("Retry-After")))
         time.sleep(pause)
     return results
 
@@ -403,7 +411,7 @@ def counting_calls(state: Any) -> list[int]:
 
 @pytest.mark.parametrize("dead", [(1, 0), (0, 1), (2, 1)], ids=["dead-first", "dead-last", "three-dead"])
 def test_dead_sentinels_cost_a_request_no_more_than_the_timeouts(
-    sentinel_group: RedisSentinelGroup, dead: tuple[int, int]
+    sentinel_group: RedisSentinelGroup, dead: tuple[int, int], caplog: pytest.LogCaptureFixture
 ) -> None:
     """Sentinels that do not answer, listed before or after the live one:
     the first requests of a new process, which discover the master, are
@@ -412,13 +420,17 @@ def test_dead_sentinels_cost_a_request_no_more_than_the_timeouts(
     before, after = ([f"127.0.0.1:{free_port()}" for _ in range(n)] for n in dead)
     hosts = [*before, f"127.0.0.1:{sentinel_group.sentinel_port}", *after]
     app = limited_app(f"redis+sentinel://{','.join(hosts)}/{sentinel_group.service}", "1000/m")
-    results = timed_statuses(app, 5)
-    assert [(status, decided) for status, decided, _ in results] == [(200, True)] * 5
-    assert max(elapsed for _, _, elapsed in results) < 1.0
+    with caplog.at_level("WARNING", "flask_redis_throttle"):
+        results = timed_statuses(app, 5)
+    assert [(status, decided) for status, decided, _, _ in results] == [(200, True)] * 5
+    assert max(elapsed for _, _, elapsed, _ in results) < 1.0
+    assert caplog.records == []
 
 
 @pytest.mark.parametrize("fail_open", [True, False], ids=["fail-open", "fail-closed"])
-def test_with_every_sentinel_dead_requests_and_probes_are_quick(fail_open: bool) -> None:
+def test_with_every_sentinel_dead_requests_and_probes_are_quick(
+    fail_open: bool, caplog: pytest.LogCaptureFixture
+) -> None:
     """No sentinel answers: every request, the breaker's probes included,
     follows the failure policy within the timeouts."""
     url = f"redis+sentinel://127.0.0.1:{free_port()},127.0.0.1:{free_port()},127.0.0.1:{free_port()}/mymaster"
@@ -426,7 +438,11 @@ def test_with_every_sentinel_dead_requests_and_probes_are_quick(fail_open: bool)
     state = app.extensions["ratelimit"]
     calls = counting_calls(state)
     # Paced past the back-off, so that the breaker lets probes through.
-    results = timed_statuses(app, 8, pause=0.06)
+    with caplog.at_level("WARNING", "flask_redis_throttle"):
+        results = timed_statuses(app, 8, pause=0.06)
     assert len(calls) >= 5  # the first three failures, then probes
-    assert {(status, decided) for status, decided, _ in results} == {(200 if fail_open else 503, False)}
-    assert max(elapsed for _, _, elapsed in results) < 1.0
+    assert {(status, decided) for status, decided, _, _ in results} == {(200 if fail_open else 503, False)}
+    assert max(elapsed for _, _, elapsed, _ in results) < 1.0
+    if not fail_open:
+        assert all(int(retry_after or 0) >= 1 for *_, retry_after in results)
+    assert "No master found for 'mymaster'" in caplog.records[0].getMessage()
