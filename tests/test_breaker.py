@@ -211,3 +211,30 @@ def test_bad_breaker_settings_raise_at_init_app(key: str, value: object) -> None
     app.config[key] = value
     with pytest.raises(ConfigurationError, match=key):
         install(app)
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("storage_url", ["redis"], indirect=True)
+def test_the_refusal_log_goes_through_the_breaker(app: Flask, redis_client, caplog) -> None:
+    """The refusal log's XADD is a call to Redis like the script: its
+    failure counts towards opening the breaker, and once open, no call is
+    made at all."""
+
+    @app.get("/")
+    @limit("1/m")
+    def index() -> str:
+        return "ok"
+
+    state = install(app, RATELIMIT_BREAKER_THRESHOLD=1, RATELIMIT_BREAKER_BACKOFF=30.0, RATELIMIT_BLOCK_CACHE_SIZE=0)
+    redis_client.set("rl:refusals", "not a stream")  # every XADD fails: WRONGTYPE
+    calls = counting_calls(state)
+    client = app.test_client()
+    with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
+        assert get(client).status_code == 200
+        assert get(client).status_code == 429  # refused by Redis; its XADD failed
+        after = get(client)
+    assert "WRONGTYPE" in caplog.records[0].getMessage()
+    # That one failure opened the breaker: the next request is not sent to
+    # Redis, and is let through as the failure policy says.
+    assert (after.status_code, "RateLimit" in after.headers) == (200, False)
+    assert len(calls) == 2
