@@ -46,11 +46,14 @@ class NodeFailure(redis.RedisError):
     :param nodes: the nodes (``host:port``) of the calls that failed, so
         that only their circuit breakers count the failure; none when the
         failure cannot be put down to any of the calls' nodes.
+    :param answered: the nodes that answered their calls; empty when nothing
+        was sent.
     """
 
-    def __init__(self, error: Exception, nodes: frozenset[str]) -> None:
+    def __init__(self, error: Exception, nodes: frozenset[str], answered: frozenset[str] = frozenset()) -> None:
         super().__init__(str(error))
         self.nodes = nodes
+        self.answered = answered
         self.__cause__ = error
 
 
@@ -261,7 +264,9 @@ class Storage:
             first: Exception = results[failed[0]]
             if len(failed) == len(calls) or not self.cluster:
                 raise first
-            raise NodeFailure(first, frozenset(self._failed_node(calls[i]) for i in failed))
+            nodes = [self._node_of(call[0][0]) for call in calls]
+            failing = frozenset(nodes[i] for i in failed)
+            raise NodeFailure(first, failing, frozenset(nodes) - failing)
         return results
 
     def _blame(self, error: Exception, calls: Sequence[Call]) -> Exception:
@@ -288,10 +293,6 @@ class Storage:
         # (another thread refreshed the slot map during a failover), so
         # none of their breakers should count it.
         return NodeFailure(error, frozenset(failed))
-
-    def _failed_node(self, call: Call) -> str:
-        """The node a failed call was sent to."""
-        return self._node_of(call[0][0])
 
     def _pipelined(self, calls: Sequence[Call], command: str, script: str) -> list[Any]:
         """Send ``command`` (EVALSHA or EVAL) once per call in one pipeline;

@@ -236,9 +236,9 @@ class Throttle:
 
         On a cluster, each node the keys live on has a breaker of its own.
         A call held back by any of them is not made; a failed call counts
-        against the nodes that failed only (see
-        :class:`~flask_redis_throttle.storage.NodeFailure`), and a success
-        closes the breakers of the nodes that answered.
+        against the nodes that failed only, and closes the breakers of the
+        nodes that answered (see
+        :class:`~flask_redis_throttle.storage.NodeFailure`).
 
         Any exception counts as a failure, not only Redis's: a client built
         with a bad option may raise :class:`TypeError` on every call, and
@@ -263,12 +263,7 @@ class Throttle:
         try:
             result = function()
         except Exception as error:
-            failed = error.nodes if isinstance(error, NodeFailure) else breakers.keys()
-            for node, guard in breakers.items():
-                if node in failed:
-                    guard.failure()
-                else:
-                    guard.success()
+            _settle(breakers, error)
             retry_in = max(guard.retry_in() for guard in breakers.values())
             raise StorageUnavailable(self._failed(error), retry_in) from error
         for guard in allowed:
@@ -294,12 +289,29 @@ class Throttle:
             raise _held_back(self.storage.url, breaker)
         try:
             nodes = self.storage.nodes(keys)
-        except STORAGE_ERRORS as error:
+        except Exception as error:
             breaker.failure()
-            raise StorageUnavailable(f"{self.storage.url}: {error}", breaker.retry_in()) from error
+            raise StorageUnavailable(self._failed(error), breaker.retry_in()) from error
         breaker.success()
         known = self._node_breakers
         return {node: known.get(node) or known.setdefault(node, breaker.like()) for node in nodes}
+
+
+def _settle(breakers: dict[str, CircuitBreaker], error: Exception) -> None:
+    """Tell each node's breaker how a failed call went on it: failed, or
+    answered; a node to which nothing was sent is told nothing (a probe it
+    allowed is given back)."""
+    if not isinstance(error, NodeFailure):
+        for guard in breakers.values():
+            guard.failure()
+        return
+    for node, guard in breakers.items():
+        if node in error.nodes:
+            guard.failure()
+        elif node in error.answered:
+            guard.success()
+        else:
+            guard.abandon()
 
 
 def _held_back(where: str, breaker: CircuitBreaker) -> StorageUnavailable:

@@ -67,6 +67,33 @@ def test_after_the_backoff_one_probe_goes_and_its_outcome_decides() -> None:
     assert breaker.retry_in() == 2.0
 
 
+def test_an_abandoned_probe_lets_the_next_request_probe() -> None:
+    """On a cluster a request may be let through by one node's breaker, as
+    its probe, and held back by another's: the probe is given back."""
+    clock = FakeClock()
+    breaker = CircuitBreaker(threshold=1, backoff=2.0, max_backoff=5.0, clock=clock)
+    breaker.failure()
+    clock.now += 2.0
+    assert breaker.allow()  # the probe
+    assert not breaker.allow()
+    breaker.abandon()
+    assert breaker.allow()  # another request probes instead
+    breaker.success()
+    breaker.abandon()  # closed: nothing to give back
+    assert not breaker.open
+
+
+def test_a_breaker_like_another_starts_closed_with_its_settings() -> None:
+    clock = FakeClock()
+    breaker = CircuitBreaker(threshold=2, backoff=3.0, max_backoff=9.0, clock=clock)
+    breaker.failure()
+    breaker.failure()
+    other = breaker.like()
+    assert breaker.open
+    assert not other.open
+    assert (other.threshold, other.backoff, other.max_backoff, other.clock) == (2, 3.0, 9.0, clock)
+
+
 @pytest.mark.parametrize("args", [(0, 1.0, 1.0), (1, 0.0, 1.0), (1, 2.0, 1.0)])
 def test_breaker_refuses_bad_parameters(args: tuple[int, float, float]) -> None:
     with pytest.raises(ValueError, match="threshold"):
