@@ -51,6 +51,11 @@ class CircuitBreaker:
         self._period = backoff
         self._probing = False
 
+    def like(self) -> CircuitBreaker:
+        """A closed breaker with this one's settings and clock: one per
+        cluster node, so that a dead node does not stop calls to the others."""
+        return CircuitBreaker(self.threshold, self.backoff, self.max_backoff, self.clock)
+
     @property
     def open(self) -> bool:
         """Whether calls are being held back (a probe may be in flight)."""
@@ -73,6 +78,14 @@ class CircuitBreaker:
                 return False
             self._probing = True
             return True
+
+    def abandon(self) -> None:
+        """The call :meth:`allow` let through will not be made (another
+        node's breaker held the request back): if it was the probe, the
+        next request may probe instead, rather than none ever again."""
+        if self._probing:
+            with self._lock:
+                self._probing = False
 
     def success(self) -> None:
         """Redis answered: close the breaker."""

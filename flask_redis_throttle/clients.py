@@ -427,9 +427,12 @@ def _sentinel(url: str, options: dict[str, Any]) -> redis.Redis:
         raise ValueError("the path must name the service: redis+sentinel://host:port/service")
     if db:
         options["db"] = int(db)
-    # The sentinels get the same short timeouts unless told otherwise.
+    # The sentinels get the same short timeouts unless told otherwise, and
+    # no retry: finding the master moves on to the next sentinel anyway, and
+    # redis-py's default (three more tries, with back-off) held a request
+    # seconds per dead sentinel.
     timeouts = {k: options[k] for k in ("socket_connect_timeout", "socket_timeout") if k in options}
-    sentinel_kwargs = {**timeouts, **(options.pop("sentinel_kwargs", None) or {})}
+    sentinel_kwargs = {**timeouts, "retry": Retry(NoBackoff(), 0), **(options.pop("sentinel_kwargs", None) or {})}
     min_other = options.pop("min_other_sentinels", 0)
     sentinel = Sentinel(hosts, min_other_sentinels=min_other, sentinel_kwargs=sentinel_kwargs)  # type: ignore[no-untyped-call]
     master: redis.Redis = sentinel.master_for(service, **{**credentials, **options})  # type: ignore[no-untyped-call]

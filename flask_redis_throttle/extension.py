@@ -501,23 +501,36 @@ class RateLimitState:
         )
 
     def _log_refusal(self, endpoint: str, checks: Sequence[Check], decision: Decision, shadow: bool) -> None:
-        assert self.refusals is not None
+        """Add the refusal to the log: one ``XADD``, through the circuit
+        breaker like every call to Redis, so that a stalled Redis does not
+        make each refusal wait for it. A refusal the fallback decided is not
+        logged (the fallback's own warning says Redis is unavailable): Redis
+        has just failed that request, or the breaker keeps it out."""
+        refusals, throttle = self.refusals, self.throttle
+        assert refusals is not None
+        assert throttle is not None
+        if decision.fallback:
+            return
         identities = dict.fromkeys(str(identity) for _policy, ids in checks for identity in ids)
         try:
-            self.refusals.record(
-                endpoint=endpoint,
-                scope=decision.policy.scope,
-                layer=f"{decision.layer.amount}/{decision.layer.name}",
-                strategy=decision.policy.strategy,
-                identity=str(decision.identity),
-                identities=identities,
-                retry_after=decision.retry_after,
-                shadow=shadow,
-                penalized=decision.penalized,
+            throttle.call(
+                lambda: refusals.record(
+                    endpoint=endpoint,
+                    scope=decision.policy.scope,
+                    layer=f"{decision.layer.amount}/{decision.layer.name}",
+                    strategy=decision.policy.strategy,
+                    identity=str(decision.identity),
+                    identities=identities,
+                    retry_after=decision.retry_after,
+                    shadow=shadow,
+                    penalized=decision.penalized,
+                ),
+                (refusals.key,),
             )
-        except STORAGE_ERRORS as error:
+        except StorageUnavailable as error:
             # The refusal stands; only its log entry is lost.
-            self._warn(f"refusal log unavailable ({error}); the refusal is not logged", "refusal log")
+            reason = error.__cause__ or error  # Redis's words, or why it was not called
+            self._warn(f"refusal log unavailable ({reason}); the refusal is not logged", "refusal log")
 
     def _problems(self, problems: list[Problem]) -> None:
         """Warn about bad costs and dynamic limits; a bad dynamic limit
@@ -533,19 +546,24 @@ class RateLimitState:
             raise ServiceUnavailable("Rate limiting is unavailable; try again shortly.", retry_after=1)
 
     def _storage_unavailable(self, error: StorageUnavailable) -> None:
+        """Let the request through or answer 503, as ``RATELIMIT_FAIL_OPEN``
+        says, with a warning. An error that is not Redis's (a bug, or a
+        client built with a bad option) is logged with its traceback."""
         outcome = "letting requests through" if self.settings.fail_open else "answering 503"
-        self._warn(f"rate limit storage unavailable ({error}); {outcome}")
+        cause = error.__cause__
+        unexpected = cause if cause is not None and not isinstance(cause, STORAGE_ERRORS) else None
+        self._warn(f"rate limit storage unavailable ({error}); {outcome}", exc_info=unexpected)
         if not self.settings.fail_open:
-            breaker = self.throttle.breaker if self.throttle else None
-            retry_after = max(1, math.ceil(breaker.retry_in())) if breaker else 1
+            retry_after = max(1, math.ceil(error.retry_in))
             raise ServiceUnavailable("Rate limiting is unavailable; try again shortly.", retry_after=retry_after)
 
     def _fallback_decided(self) -> None:
         assert self.throttle is not None
         self._warn(f"rate limit storage unavailable ({self.throttle.storage.url}); limiting per process in memory")
 
-    def _warn(self, message: str, kind: str = "storage") -> None:
-        """Log a warning, at most once per :data:`WARNING_INTERVAL` for each kind."""
+    def _warn(self, message: str, kind: str = "storage", exc_info: BaseException | None = None) -> None:
+        """Log a warning, at most once per :data:`WARNING_INTERVAL` for each
+        kind, with ``exc_info``'s traceback if given."""
         with self._warning_lock:
             now = time.monotonic()
             next_warning, unwarned = self._warnings.get(kind, (0.0, 0))
@@ -553,7 +571,7 @@ class RateLimitState:
                 self._warnings[kind] = (next_warning, unwarned + 1)
                 return
             self._warnings[kind] = (now + WARNING_INTERVAL, 0)
-        logger.warning("%s. %d similar failure(s) since the last warning.", message, unwarned)
+        logger.warning("%s. %d similar failure(s) since the last warning.", message, unwarned, exc_info=exc_info)
 
 
 def _limit_of(

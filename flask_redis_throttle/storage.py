@@ -18,12 +18,12 @@ from typing import Any
 
 import redis
 from redis.cluster import RedisCluster
-from redis.exceptions import NoScriptError, RedisClusterException
+from redis.exceptions import NoScriptError, RedisClusterException, SlotNotCoveredError
 
 from .clients import DEFAULT_CLIENT_OPTIONS, client_from_url, redact
 from .scripts import script_source
 
-__all__ = ["DEFAULT_CLIENT_OPTIONS", "STORAGE_ERRORS", "Call", "Storage"]
+__all__ = ["DEFAULT_CLIENT_OPTIONS", "STORAGE_ERRORS", "Call", "NodeFailure", "Storage"]
 
 #: What a client raises when Redis cannot answer: redis-py's errors, and the
 #: cluster client's own, which does not derive from them.
@@ -31,8 +31,30 @@ STORAGE_ERRORS = (redis.RedisError, RedisClusterException)
 
 logger = logging.getLogger("flask_redis_throttle")
 
+#: The node, in :meth:`Storage.nodes`, of keys whose slot no node serves.
+UNCOVERED = "uncovered slots"
+
 #: One script call: its keys and its arguments.
 Call = tuple[Sequence[str], Sequence[int | str]]
+
+
+class NodeFailure(redis.RedisError):
+    """Some of the pipelined calls of a cluster request failed, and others
+    were answered: what those counted stays counted.
+
+    :param error: the first failed call's error, also the ``__cause__``.
+    :param nodes: the nodes (``host:port``) of the calls that failed, so
+        that only their circuit breakers count the failure; none when the
+        failure cannot be put down to any of the calls' nodes.
+    :param answered: the nodes that answered their calls; empty when nothing
+        was sent.
+    """
+
+    def __init__(self, error: Exception, nodes: frozenset[str], answered: frozenset[str] = frozenset()) -> None:
+        super().__init__(str(error))
+        self.nodes = nodes
+        self.answered = answered
+        self.__cause__ = error
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +106,24 @@ class Storage:
         if close is not None:
             close()
 
+    def nodes(self, keys: Sequence[str]) -> list[str]:
+        """The cluster nodes (``host:port``) that hold ``keys``, from the
+        client's slot map: nothing is sent, one lookup per hash tag. Keys
+        whose slot no node serves (its master failed, and no replica took
+        over yet) are on :data:`UNCOVERED`.
+
+        :raises redis.RedisError: when the cluster client cannot be built
+            (no start-up node answers).
+        """
+        return list(dict.fromkeys(self._node_of(key) for key in {_hash_tag(key): key for key in keys}.values()))
+
+    def _node_of(self, key: str) -> str:
+        try:
+            node = self.client.get_node_from_key(key)
+        except SlotNotCoveredError:
+            return UNCOVERED
+        return f"{node.host}:{node.port}"
+
     def _script(self, strategies: frozenset[str]) -> _Script:
         script = self._scripts.get(strategies)
         if script is None:
@@ -95,7 +135,11 @@ class Storage:
         """Run the script for ``strategies`` once: one EVALSHA, one round trip.
 
         When Redis answers NOSCRIPT (after ``SCRIPT FLUSH``, a restart or a
-        failover), the script is loaded and the call made again.
+        failover), the call is made again with EVAL and the script's source,
+        which cannot meet NOSCRIPT and caches the script for the next calls.
+        Loading the script and calling EVALSHA again would race with any
+        further flush: a flush between the two would leave the request
+        undecided.
 
         On a cluster, keys with different hash tags (different identities)
         may live on different nodes, so the script is run once per hash tag,
@@ -119,8 +163,7 @@ class Storage:
         try:
             result: list[int] = self.client.evalsha(script.sha, len(keys), *keys, *args)
         except NoScriptError:
-            self.client.script_load(script.text)  # the SHA1 of a text never changes
-            result = self.client.evalsha(script.sha, len(keys), *keys, *args)
+            result = self.client.eval(script.text, len(keys), *keys, *args)
         return result
 
     def evaluate_split(self, strategies: frozenset[str], keys: Sequence[str], args: Sequence[int | str]) -> list[int]:
@@ -194,31 +237,84 @@ class Storage:
         trip to each node that holds some of the keys.
 
         The calls are independent: each is atomic on its own node, not with
-        the others. A call that met NOSCRIPT is made again, alone, after
-        loading the script; the others are not repeated.
+        the others. The calls that met NOSCRIPT are made again with EVAL and
+        the script's source, pipelined (see :meth:`evaluate`); the others are
+        not repeated, so no identity is counted twice.
 
-        :raises redis.RedisError: when Redis could not answer every call;
-            calls that succeeded took effect.
+        :raises NodeFailure: when some calls were answered and others not
+            (those that were answered took effect).
+        :raises redis.RedisError: when no call was answered.
         """
         script = self._script(strategies)
-        results: list[Any] = [None] * len(calls)
-        pending = list(range(len(calls)))
-        for attempt in range(2):
-            pipe = self.client.pipeline(transaction=False)
-            for i in pending:
-                keys, args = calls[i]
-                pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
-            for i, result in zip(pending, pipe.execute(raise_on_error=False), strict=True):
+        try:
+            results = self._pipelined(calls, "EVALSHA", script.sha)
+        except (redis.ConnectionError, redis.TimeoutError) as error:
+            # A cluster pipeline that cannot connect to one of its nodes
+            # fails as a whole, before sending anything.
+            if not self.cluster or len(calls) < 2:
+                raise
+            raise self._blame(error, calls) from error
+        missing = [i for i, result in enumerate(results) if isinstance(result, NoScriptError)]
+        if missing:
+            again = self._pipelined([calls[i] for i in missing], "EVAL", script.text)
+            for i, result in zip(missing, again, strict=True):
                 results[i] = result
-            pending = [i for i in pending if isinstance(results[i], NoScriptError)]
-            if not pending:
-                break
-            if attempt == 0:
-                self.client.script_load(script.text)  # on every primary of a cluster
-        for result in results:
-            if isinstance(result, Exception):
-                raise result
+        failed = [i for i, result in enumerate(results) if isinstance(result, Exception)]
+        if failed:
+            first: Exception = results[failed[0]]
+            if len(failed) == len(calls) or not self.cluster:
+                raise first
+            nodes = [self._node_of(call[0][0]) for call in calls]
+            failing = frozenset(nodes[i] for i in failed)
+            raise NodeFailure(first, failing, frozenset(nodes) - failing)
         return results
+
+    def _blame(self, error: Exception, calls: Sequence[Call]) -> Exception:
+        """The error to raise for a cluster pipeline that could not connect
+        to some node, so nothing was sent: a :class:`NodeFailure` naming the
+        nodes that cannot be connected to now, so that only their breakers
+        count it. A node with an idle pooled connection costs nothing to
+        check; only the failing ones cost a connection attempt, bounded by
+        the connect timeout, and only until their breakers open."""
+        failed: set[str] = set()
+        nodes = self.nodes([keys[0] for keys, _ in calls])
+        for name in nodes:
+            node = self.client.get_node(node_name=name)
+            try:
+                if node is None:
+                    raise redis.ConnectionError(f"no node serves {name}")
+                pool = self.client.get_redis_connection(node).connection_pool
+                pool.release(pool.get_connection())
+            except STORAGE_ERRORS:
+                failed.add(name)
+        if len(failed) == len(nodes):
+            return error
+        # None at all: the node that failed is no longer among the calls'
+        # (another thread refreshed the slot map during a failover), so
+        # none of their breakers should count it.
+        return NodeFailure(error, frozenset(failed))
+
+    def _pipelined(self, calls: Sequence[Call], command: str, script: str) -> list[Any]:
+        """Send ``command`` (EVALSHA or EVAL) once per call in one pipeline;
+        return each call's reply or error."""
+        pipe = self.client.pipeline(transaction=False)
+        for keys, args in calls:
+            pipe.execute_command(command, script, len(keys), *keys, *args, **self._route(keys[0]))
+        results: list[Any] = pipe.execute(raise_on_error=False)
+        return results
+
+    def _route(self, key: str) -> dict[str, Any]:
+        """For a cluster pipeline, the node to send a script call on ``key``
+        to. Without it, redis-py 8 asks the cluster's default node for the
+        call's keys (``COMMAND GETKEYS``) before routing each call: a round
+        trip more per call, to a node that may be down. A MOVED reply
+        still reroutes the call."""
+        if not self.cluster:
+            return {}
+        try:
+            return {"target_nodes": self.client.get_node_from_key(key)}
+        except SlotNotCoveredError:
+            return {}
 
 
 def _hash_tag(key: str) -> str:

@@ -257,6 +257,13 @@ class RedisServer:
         """Whether the process was started and has not been stopped (it may have crashed)."""
         return self._process is not None
 
+    @property
+    def pid(self) -> int:
+        """The process ID of the running server, to send it signals (``SIGSTOP`` stalls it)."""
+        if self._process is None:
+            raise RuntimeError(f"the server on port {self.port} is not running")
+        return self._process.pid
+
     def start(self, timeout: float = 10.0) -> None:
         """Start the server and wait until it answers ``PING``."""
         if self._process is not None:
@@ -374,9 +381,14 @@ class RedisCluster:
 
     :param node_timeout: ``cluster-node-timeout`` in milliseconds: how soon an
         unreachable node counts as failed (and, with replicas, is replaced).
+    :param full_coverage: ``cluster-require-full-coverage``: False to let the
+        other nodes go on answering for their slots while a master without a
+        replica is down.
     """
 
-    def __init__(self, masters: int = 3, replicas: int = 0, *, node_timeout: int = 1000) -> None:
+    def __init__(
+        self, masters: int = 3, replicas: int = 0, *, node_timeout: int = 1000, full_coverage: bool = True
+    ) -> None:
         if masters < 3:
             raise ValueError("redis-cli --cluster create needs at least 3 masters")
         if replicas < 0:
@@ -387,6 +399,7 @@ class RedisCluster:
             "--cluster-enabled", "yes",
             "--cluster-config-file", "nodes.conf",  # relative to --dir: the node's workdir
             "--cluster-node-timeout", str(node_timeout),
+            "--cluster-require-full-coverage", "yes" if full_coverage else "no",
             *_FAST_SYNC,
         ]  # fmt: skip
         #: Every node, the initial masters first (``redis-cli`` makes the first ``masters`` nodes masters).
@@ -462,9 +475,11 @@ class RedisCluster:
 
 
 @contextmanager
-def redis_cluster(masters: int = 3, replicas: int = 0, *, node_timeout: int = 1000) -> Iterator[RedisCluster]:
+def redis_cluster(
+    masters: int = 3, replicas: int = 0, *, node_timeout: int = 1000, full_coverage: bool = True
+) -> Iterator[RedisCluster]:
     """Run a ready :class:`RedisCluster` for the duration of the block."""
-    with _running(RedisCluster(masters, replicas, node_timeout=node_timeout)) as cluster:
+    with _running(RedisCluster(masters, replicas, node_timeout=node_timeout, full_coverage=full_coverage)) as cluster:
         yield cluster
 
 

@@ -12,8 +12,9 @@ This module works without Flask::
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from .blocks import Block, BlockCache
 from .breaker import CircuitBreaker
@@ -21,16 +22,25 @@ from .keys import Identity, escape_scope, identity_tag
 from .penalties import Penalty, penalty_arguments
 from .rates import Rate
 from .scripts import STRATEGIES, Reply
-from .storage import STORAGE_ERRORS, Storage
+from .storage import STORAGE_ERRORS, NodeFailure, Storage
 
 __all__ = ["Check", "Decision", "Policy", "StorageUnavailable", "Throttle"]
+
+_T = TypeVar("_T")
 
 
 class StorageUnavailable(Exception):
     """Redis could not decide: it is down, slow, full or refused the script.
 
     The original :class:`redis.RedisError` is the ``__cause__``.
+
+    :param retry_in: seconds until the circuit breaker lets a call through
+        again; 0 when it would now (or there is none).
     """
+
+    def __init__(self, message: str, retry_in: float = 0.0) -> None:
+        super().__init__(message)
+        self.retry_in = retry_in
 
 
 @dataclass(frozen=True)
@@ -116,7 +126,9 @@ class Throttle:
         :class:`~flask_redis_throttle.blocks.BlockCache`); None for no cache.
     :param breaker: stops calling a Redis that keeps failing (see
         :class:`~flask_redis_throttle.breaker.CircuitBreaker`); None to call
-        it on every request.
+        it on every request. On a cluster it guards finding the nodes, and
+        each node gets a breaker like it of its own, so that a dead node
+        does not stop the others from deciding.
     :param fallback: decides requests while Redis is unavailable, typically
         a throttle on an embedded ``memory://`` storage; None to raise
         :class:`StorageUnavailable` instead.
@@ -140,6 +152,8 @@ class Throttle:
         self.breaker = breaker
         self.fallback = fallback
         self._head = prefix + "{"
+        #: A cluster's breakers by node (``host:port``), made on first use.
+        self._node_breakers: dict[str, CircuitBreaker] = {}
 
     def now(self) -> int | None:
         """The time to decide at, in microseconds, or None for Redis ``TIME``.
@@ -212,21 +226,98 @@ class Throttle:
         return _decision(reply, checks)
 
     def _evaluate(self, strategies: frozenset[str], keys: list[str], args: list[int | str]) -> list[int]:
-        """Run the script, through the breaker."""
+        """Run the script, through the breaker of each node the keys live on."""
+        return self.call(lambda: self.storage.evaluate(strategies, keys, args), keys)
+
+    def call(self, function: Callable[[], _T], keys: Sequence[str]) -> _T:
+        """Make one Redis call that touches ``keys``, the script or any
+        other write (the refusal log's), through the circuit breaker: while
+        it is open, nothing is sent.
+
+        On a cluster, each node the keys live on has a breaker of its own.
+        A call held back by any of them is not made; a failed call counts
+        against the nodes that failed only, and closes the breakers of the
+        nodes that answered (see
+        :class:`~flask_redis_throttle.storage.NodeFailure`).
+
+        Any exception counts as a failure, not only Redis's: a client built
+        with a bad option may raise :class:`TypeError` on every call, and
+        that too must be decided by the failure policy, never answered 500.
+
+        :raises StorageUnavailable: if the call failed, or a breaker held it back.
+        """
         breaker = self.breaker
-        if breaker is not None and not breaker.allow():
-            raise StorageUnavailable(
-                f"{self.storage.url}: not called for {breaker.retry_in():.1f} s more (circuit open)"
-            )
+        if breaker is None:
+            try:
+                return function()
+            except Exception as error:
+                raise StorageUnavailable(self._failed(error)) from error
+        breakers = self._breakers(keys, breaker) if self.storage.cluster else {"": breaker}
+        allowed: list[CircuitBreaker] = []
+        for node, guard in breakers.items():
+            if not guard.allow():
+                for other in allowed:
+                    other.abandon()
+                raise _held_back(f"{self.storage.url}{' node ' + node if node else ''}", guard)
+            allowed.append(guard)
         try:
-            raw = self.storage.evaluate(strategies, keys, args)
-        except STORAGE_ERRORS as error:
-            if breaker is not None:
-                breaker.failure()
-            raise StorageUnavailable(f"{self.storage.url}: {error}") from error
-        if breaker is not None:
-            breaker.success()
-        return raw
+            result = function()
+        except Exception as error:
+            _settle(breakers, error)
+            retry_in = max(guard.retry_in() for guard in breakers.values())
+            raise StorageUnavailable(self._failed(error), retry_in) from error
+        for guard in allowed:
+            guard.success()
+        return result
+
+    def _failed(self, error: Exception) -> str:
+        """What went wrong, for the warning: Redis's own words, or the type
+        of an error no Redis client should raise."""
+        if isinstance(error, STORAGE_ERRORS):
+            return f"{self.storage.url}: {error}"
+        return f"{self.storage.url}: unexpected {type(error).__name__}: {error}"
+
+    def _breakers(self, keys: Sequence[str], breaker: CircuitBreaker) -> dict[str, CircuitBreaker]:
+        """The breakers of the cluster nodes that hold ``keys``, by node.
+
+        Finding the nodes may build the cluster client, which asks the
+        start-up nodes for the slot map: that goes through ``breaker``, the
+        cluster's own, so that an unreachable cluster is not asked on every
+        request.
+        """
+        if not breaker.allow():
+            raise _held_back(self.storage.url, breaker)
+        try:
+            nodes = self.storage.nodes(keys)
+        except Exception as error:
+            breaker.failure()
+            raise StorageUnavailable(self._failed(error), breaker.retry_in()) from error
+        breaker.success()
+        known = self._node_breakers
+        return {node: known.get(node) or known.setdefault(node, breaker.like()) for node in nodes}
+
+
+def _settle(breakers: dict[str, CircuitBreaker], error: Exception) -> None:
+    """Tell each node's breaker how a failed call went on it: failed, or
+    answered; a node to which nothing was sent is told nothing (a probe it
+    allowed is given back)."""
+    if not isinstance(error, NodeFailure):
+        for guard in breakers.values():
+            guard.failure()
+        return
+    for node, guard in breakers.items():
+        if node in error.nodes:
+            guard.failure()
+        elif node in error.answered:
+            guard.success()
+        else:
+            guard.abandon()
+
+
+def _held_back(where: str, breaker: CircuitBreaker) -> StorageUnavailable:
+    """The error for a call that an open breaker kept from ``where``."""
+    retry_in = breaker.retry_in()
+    return StorageUnavailable(f"{where}: not called for {retry_in:.1f} s more (circuit open)", retry_in)
 
 
 def _decision(reply: Reply, checks: Sequence[Check], cached: bool = False) -> Decision:

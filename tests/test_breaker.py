@@ -67,6 +67,33 @@ def test_after_the_backoff_one_probe_goes_and_its_outcome_decides() -> None:
     assert breaker.retry_in() == 2.0
 
 
+def test_an_abandoned_probe_lets_the_next_request_probe() -> None:
+    """On a cluster a request may be let through by one node's breaker, as
+    its probe, and held back by another's: the probe is given back."""
+    clock = FakeClock()
+    breaker = CircuitBreaker(threshold=1, backoff=2.0, max_backoff=5.0, clock=clock)
+    breaker.failure()
+    clock.now += 2.0
+    assert breaker.allow()  # the probe
+    assert not breaker.allow()
+    breaker.abandon()
+    assert breaker.allow()  # another request probes instead
+    breaker.success()
+    breaker.abandon()  # closed: nothing to give back
+    assert not breaker.open
+
+
+def test_a_breaker_like_another_starts_closed_with_its_settings() -> None:
+    clock = FakeClock()
+    breaker = CircuitBreaker(threshold=2, backoff=3.0, max_backoff=9.0, clock=clock)
+    breaker.failure()
+    breaker.failure()
+    other = breaker.like()
+    assert breaker.open
+    assert not other.open
+    assert (other.threshold, other.backoff, other.max_backoff, other.clock) == (2, 3.0, 9.0, clock)
+
+
 @pytest.mark.parametrize("args", [(0, 1.0, 1.0), (1, 0.0, 1.0), (1, 2.0, 1.0)])
 def test_breaker_refuses_bad_parameters(args: tuple[int, float, float]) -> None:
     with pytest.raises(ValueError, match="threshold"):
@@ -211,3 +238,30 @@ def test_bad_breaker_settings_raise_at_init_app(key: str, value: object) -> None
     app.config[key] = value
     with pytest.raises(ConfigurationError, match=key):
         install(app)
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("storage_url", ["redis"], indirect=True)
+def test_the_refusal_log_goes_through_the_breaker(app: Flask, redis_client, caplog) -> None:
+    """The refusal log's XADD is a call to Redis like the script: its
+    failure counts towards opening the breaker, and once open, no call is
+    made at all."""
+
+    @app.get("/")
+    @limit("1/m")
+    def index() -> str:
+        return "ok"
+
+    state = install(app, RATELIMIT_BREAKER_THRESHOLD=1, RATELIMIT_BREAKER_BACKOFF=30.0, RATELIMIT_BLOCK_CACHE_SIZE=0)
+    redis_client.set("rl:refusals", "not a stream")  # every XADD fails: WRONGTYPE
+    calls = counting_calls(state)
+    client = app.test_client()
+    with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
+        assert get(client).status_code == 200
+        assert get(client).status_code == 429  # refused by Redis; its XADD failed
+        after = get(client)
+    assert "WRONGTYPE" in caplog.records[0].getMessage()
+    # That one failure opened the breaker: the next request is not sent to
+    # Redis, and is let through as the failure policy says.
+    assert (after.status_code, "RateLimit" in after.headers) == (200, False)
+    assert len(calls) == 2

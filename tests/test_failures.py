@@ -11,7 +11,7 @@ import redis
 from conftest import get, install
 from flask import Flask
 
-from flask_redis_throttle import limit
+from flask_redis_throttle import RateLimit, limit
 from flask_redis_throttle.testing import RedisServer, free_port
 
 
@@ -126,3 +126,44 @@ def test_an_error_in_a_view_is_not_ours(app: Flask) -> None:
     response = get(app.test_client())
     assert response.status_code == 500  # the view's, and it still has our headers
     assert response.headers["RateLimit"] == '"1m";r=4;t=' + response.headers["RateLimit"].rsplit("=", 1)[1]
+
+
+def _broken_client(server: RedisServer) -> redis.Redis:
+    """A client on a real server, built with an option redis-py takes at
+    construction and trips over on every call (an AttributeError)."""
+    return redis.Redis.from_url(server.url, retry=5)
+
+
+def _raising_evaluate(*args: Any) -> Any:
+    raise RuntimeError("a bug in the storage path")
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("fail_open", [True, False], ids=["fail-open", "fail-closed"])
+@pytest.mark.parametrize("fault", ["bad-client-option", "storage-bug"])
+def test_an_unexpected_error_in_the_storage_follows_the_failure_policy(
+    redis_server: RedisServer, fault: str, fail_open: bool, caplog, monkeypatch
+) -> None:
+    app = Flask("tests")
+    app.config.update(TESTING=True, RATELIMIT_FAIL_OPEN=fail_open, RATELIMIT_STORAGE_URL=redis_server.url)
+    limited(app, "2/m")
+    client = _broken_client(redis_server) if fault == "bad-client-option" else None
+    RateLimit(app, redis=client)
+    if fault == "storage-bug":
+        state = app.extensions["ratelimit"]
+        monkeypatch.setattr(state.throttle.storage, "evaluate", _raising_evaluate)
+    web = app.test_client()
+    with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
+        responses = [get(web) for _ in range(5)]  # TESTING: an escaping error would raise here
+    if fail_open:
+        assert [(r.status_code, "RateLimit" in r.headers) for r in responses] == [(200, False)] * 5
+    else:
+        assert [r.status_code for r in responses] == [503] * 5
+        assert all(int(r.headers["Retry-After"]) >= 1 for r in responses)
+    [record] = caplog.records
+    expected = "unexpected AttributeError" if fault == "bad-client-option" else "unexpected RuntimeError: a bug"
+    assert expected in record.getMessage()
+    assert ("letting requests through" if fail_open else "answering 503") in record.getMessage()
+    assert record.exc_info is not None  # the traceback, to find the cause
+    if client is not None:
+        client.close()

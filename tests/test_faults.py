@@ -21,7 +21,9 @@ request, however long a breaker keeps Redis out of the loop.
 from __future__ import annotations
 
 import logging
+import os
 import re
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -220,8 +222,8 @@ def test_script_flush_during_traffic(
     for fail_open, client in clients.items():
         results = traffic.results[fail_open]
         assert max(r.elapsed for r in results) < BOUND
-        # NOSCRIPT is answered by loading the script again, so every request
-        # is decided, even while other threads race to load it.
+        # NOSCRIPT is answered by EVAL with the script's source, which no
+        # flush can undo, so every request is decided.
         assert all(r.decided and r.status == 200 for r in results)
         assert storage_warnings(caplog, fail_open) == []
         # The flushes took the script, never the counts.
@@ -333,3 +335,124 @@ def test_full_redis(server: RedisServer, admin: redis.Redis, caplog: pytest.LogC
     admin.delete("ballast")
     for app in apps.values():
         assert_limiting(app, "192.0.2.61")
+
+
+def test_script_flush_storm_every_request_is_decided(
+    server: RedisServer, apps: dict[bool, Flask], caplog: pytest.LogCaptureFixture
+) -> None:
+    """``SCRIPT FLUSH`` sent back to back from another thread while six
+    threads send requests: a flush may land between loading the script and
+    calling it again, any number of times. Every request is still decided,
+    each counted once, and nothing is logged."""
+    stop = threading.Event()
+    flushes = [0]
+
+    def storm() -> None:
+        with redis.Redis.from_url(server.url, socket_timeout=10) as admin:
+            while not stop.is_set():
+                admin.script_flush()
+                flushes[0] += 1
+
+    sent: dict[tuple[bool, str], list[Result]] = {}
+    errors: list[BaseException] = []
+
+    def send(fail_open: bool, ip: str) -> None:
+        client = apps[fail_open].test_client()
+        results = sent[fail_open, ip] = []
+        try:
+            for _ in range(60):
+                results.append(timed_get(client, "/", ip))
+        except BaseException as error:  # surfaced below
+            errors.append(error)
+
+    senders = [
+        threading.Thread(target=send, args=(fail_open, f"198.51.100.{20 + n}"))
+        for fail_open in (True, False)
+        for n in range(3)
+    ]
+    flusher = threading.Thread(target=storm)
+    with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
+        flusher.start()
+        try:
+            for thread in senders:
+                thread.start()
+            join_all(senders, deadline=60, what="request threads (a request hung)")
+        finally:
+            stop.set()
+            join_all([flusher], deadline=10, what="the SCRIPT FLUSH thread")
+    assert errors == []
+    assert flushes[0] > 10
+    for (fail_open, ip), results in sent.items():
+        assert max(r.elapsed for r in results) < BOUND
+        assert [(r.status, r.decided) for r in results] == [(200, True)] * 60, (fail_open, ip)
+        # Each request was counted exactly once: the next one sees 60 used.
+        response = get(apps[fail_open].test_client(), "/", ip=ip)
+        assert response.headers["RateLimit"].startswith(f'"1m";r={100000 - 61};')
+    assert caplog.records == []
+
+
+def counted(owner: Any, method: str) -> list[int]:
+    """Record each call of ``owner.method`` (still made), from any thread."""
+    calls: list[int] = []
+    original = getattr(owner, method)
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    setattr(owner, method, counting)
+    return calls
+
+
+def test_stalled_redis_with_fallback_refusals_do_not_wait(server: RedisServer, caplog) -> None:
+    """With the fallback on and Redis stalled (``SIGSTOP``), clients over
+    their limit are refused by the fallback. Logging those refusals is a
+    Redis write too: it goes through the breaker like the script, so once
+    the breaker is open no request waits for the stalled server, and a
+    request never waits for more than one call to it."""
+    app = make_app(server.url, True, RATELIMIT_FALLBACK=True, RATELIMIT_BLOCK_CACHE_SIZE=0)
+    state = app.extensions["ratelimit"]
+    script_calls = counted(state.throttle.storage, "evaluate")
+    log_writes = counted(state.refusals, "record")
+    results: list[Result] = []
+    errors: list[BaseException] = []
+
+    def over_limit(ip: str) -> None:
+        client = app.test_client()
+        try:
+            for _ in range(25):
+                results.append(timed_get(client, "/tight", ip))
+        except BaseException as error:  # surfaced below
+            errors.append(error)
+
+    ips = [f"198.51.100.{40 + n}" for n in range(4)]
+    client = app.test_client()
+    for ip in ips:  # each client uses up its 3 a minute in Redis
+        assert [timed_get(client, "/tight", ip).status for _ in range(4)] == [200, 200, 200, 429]
+    threads = [threading.Thread(target=over_limit, args=(ip,)) for ip in ips]
+    del script_calls[:], log_writes[:]
+    with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
+        os.kill(server.pid, signal.SIGSTOP)
+        try:
+            for thread in threads:
+                thread.start()
+            join_all(threads, deadline=90, what="request threads (a request hung)")
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+    assert errors == []
+    assert len(results) == 100
+    # The fallback starts empty: each client gets its 3 again, per process.
+    assert sorted(r.status for r in results) == [200] * 12 + [429] * 88
+    assert max(r.elapsed for r in results) < BOUND
+    # No refusal was written to the stalled Redis: each was the fallback's.
+    assert log_writes == []
+    # Only a request that called Redis (before the breaker opened, or as a
+    # probe) paid the 0.5 s socket timeout, once; every other request was
+    # decided at once, without calling Redis.
+    assert len(script_calls) < len(results) / 2
+    slow = [r for r in results if r.elapsed >= 0.4]
+    assert len(slow) <= len(script_calls), [round(r.elapsed, 2) for r in results]
+    messages = [r.getMessage() for r in caplog.records]
+    assert "limiting per process in memory" in messages[0]
+    # No refusal was written: each was the fallback's, decided while Redis failed.
+    assert not any("refusal log" in m for m in messages), messages
