@@ -57,7 +57,8 @@ curl -i {{ base }}api/items/1
 curl -s -c jar -d username=alice -d password=wonderland {{ base }}login
 curl -i -b jar {{ base }}api/whoami
 
-# The log-in form takes 5 attempts a minute per IP: the sixth gets 429 (run this last)
+# The log-in form takes 5 attempts a minute per IP, and alice's log-in above used one,
+# so this prints 401 401 401 401 429 429 (run this last, within a minute of it)
 for i in $(seq 6); do curl -s -o /dev/null -w '%{http_code} ' -d username=bob -d password=x {{ base }}login; done
 </pre>
 """

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import html
+import re
+import shlex
+
 import pytest
 from conftest import Clock
 from flask import Flask
@@ -153,3 +157,39 @@ def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
     app = create_app()
     assert app.extensions["ratelimit"].settings.storage_url == "memory://from-env"
     assert app.secret_key == "from-env"
+
+
+def page_commands(page: str) -> list[str]:
+    """The shell commands of the index page's "Things to try", as a user would copy them."""
+    block = html.unescape(page.split("<pre>", 1)[1].split("</pre>", 1)[0])
+    return [line for line in block.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def run_command(app: Flask, jar: FlaskClient, command: str) -> list[str]:
+    """Run one of the page's curl lines (perhaps in a ``for`` loop) through the app;
+    the status codes it gets. ``-c jar``/``-b jar`` use one cookie-keeping client,
+    as curl's cookie jar does; any other line goes without cookies."""
+    loop = re.match(r"for i in (?:\$\(seq (\d+)\)|([\d ]+)); do (.*?); done$", command)
+    times, curl = 1, command
+    if loop:
+        times = int(loop[1]) if loop[1] else len(loop[2].split())
+        curl = loop[3].split("; echo")[0]
+    words = shlex.split(curl)
+    assert words[0] == "curl", command
+    url = next(word for word in words if word.startswith("http://localhost/"))
+    data = dict(words[i + 1].split("=", 1) for i, word in enumerate(words) if word == "-d")
+    headers = dict(words[i + 1].split(": ", 1) for i, word in enumerate(words) if word == "-H")
+    client = jar if "-c" in words or "-b" in words else app.test_client(use_cookies=False)
+    send = client.post if data else client.get
+    return [str(send(url, data=data, headers=headers).status_code) for _ in range(times)]
+
+
+def test_index_page_says_what_following_it_prints(app: Flask, client: FlaskClient) -> None:
+    """Every command of the index page, in order, from one address, as a user
+    following it would: the log-in loop prints what the page says it prints."""
+    page = client.get("/").get_data(as_text=True)
+    codes = [run_command(app, client, command) for command in page_commands(page)]
+    said = re.search(r"this prints ((?:\d{3} ?)+)", html.unescape(page))
+    assert said is not None, "the page no longer says what the log-in loop prints"
+    assert codes[-1] == said[1].split()
+    assert codes[-1] == ["401", "401", "401", "401", "429", "429"]  # the log-in above used an attempt
