@@ -724,7 +724,9 @@ class RateLimitState:
 
     def breaker_closed(self, name: str, failures: int) -> None:
         """Log the breaker of ``name`` closing, and export it as up."""
-        breaker_logger.info("circuit breaker closed for %s: it answered a probe after %d failure(s) in a row", name, failures)
+        breaker_logger.info(
+            "circuit breaker closed for %s: it answered a probe after %d failure(s) in a row", name, failures
+        )
         if self.metrics is not None:
             self.metrics.node(name, True)
 
