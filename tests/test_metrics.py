@@ -234,3 +234,29 @@ def test_gunicorn_multiprocess_mode_sums_the_workers(server: RedisServer, tmp_pa
     # Both workers wrote their own files, which the collector summed.
     writers = {path.stem.rsplit("_", 1)[1] for path in metrics_dir.glob("histogram_*.db")}
     assert len(writers) == 2, sorted(os.listdir(metrics_dir))
+
+
+def test_the_fast_path_exports_what_the_public_methods_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    import flask_redis_throttle.metrics as module
+
+    fast_registry, public_registry = CollectorRegistry(), CollectorRegistry()
+    fast = module.Metrics(fast_registry)
+    monkeypatch.setattr(module, "_fast_inc", lambda counter: None)
+    monkeypatch.setattr(module, "_fast_observe", lambda histogram: None)
+    public = module.Metrics(public_registry)
+    # On the bounds, between them, below the first and above the last.
+    amounts = [0.0, 0.00005, 0.0001, 0.0002, 0.001, 0.0011, 0.5, 1.0, 3.0]
+    for metrics in (fast, public):
+        for n, amount in enumerate(amounts):
+            metrics.decided("index", "index", OUTCOMES[n % len(OUTCOMES)], amount)
+
+    def samples(registry: CollectorRegistry) -> list[tuple[str, list[tuple[str, str]], float]]:
+        return sorted(
+            (s.name, sorted(s.labels.items()), s.value)
+            for m in registry.collect()
+            for s in m.samples
+            if not s.name.endswith("_created")
+        )
+
+    assert samples(fast_registry) == samples(public_registry)
+    assert fast_registry.get_sample_value("ratelimit_decision_seconds_bucket", {"le": "0.0001"}) == 3
