@@ -4,8 +4,15 @@ killed and restarted."""
 
 from __future__ import annotations
 
+import http.client
 import logging
+import os
+import re
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from conftest import get, install
@@ -13,7 +20,7 @@ from flask import Flask
 
 from flask_redis_throttle import limit, testing
 from flask_redis_throttle.extension import RateLimitState
-from flask_redis_throttle.testing import RedisServer
+from flask_redis_throttle.testing import RedisServer, free_port
 
 pytestmark = pytest.mark.redis
 
@@ -161,3 +168,71 @@ def test_recovery_is_logged_and_the_next_outage_counts_afresh(
     assert len(second) == 2
     assert "similar" not in second[0]
     assert second[1].endswith("; letting requests through. 1 similar warning(s) were not logged since the last one.")
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SERVED = """\
+import os
+from flask import Flask
+from flask_redis_throttle import RateLimit, limit
+
+app = Flask("served")
+app.config["RATELIMIT_STORAGE_URL"] = os.environ["FRT_TEST_REDIS_URL"]
+
+@app.route("/")
+@limit("1000/m")
+def index():
+    return "ok"
+
+RateLimit(app)
+"""
+
+
+def docs_block(page: str, first_line: str) -> str:
+    """The code block of ``docs/<page>`` whose first line is ``first_line``, dedented."""
+    lines = (ROOT / "docs" / page).read_text().splitlines()
+    start = lines.index(f"    {first_line}")
+    block = []
+    for line in lines[start:]:
+        if line and not line.startswith("    "):
+            break
+        block.append(line[4:])
+    return "\n".join(block).rstrip() + "\n"
+
+
+def test_the_gunicorn_recipe_logs_with_time_level_and_logger(server: RedisServer, tmp_path: Path) -> None:
+    (tmp_path / "gunicorn.conf.py").write_text(docs_block("operations.rst", "# gunicorn.conf.py"))
+    (tmp_path / "served.py").write_text(SERVED)
+    port = free_port()
+    env = {
+        **os.environ,
+        "FRT_TEST_REDIS_URL": server.url,
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]),
+    }
+    command = [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "--bind", f"127.0.0.1:{port}", "served:app"]
+    stderr = tmp_path / "stderr.txt"
+    with stderr.open("wb") as sink:
+        process = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=sink)
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                assert process.poll() is None, stderr.read_text()
+                try:
+                    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+                    connection.request("GET", "/")
+                    assert connection.getresponse().status == 200
+                    connection.close()
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline, "gunicorn did not answer within 30 s"
+                    time.sleep(0.1)
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+    lines = [line for line in stderr.read_text().splitlines() if "flask_redis_throttle" in line]
+    pattern = r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d [+-]\d{4}\] \[\d+\] \[INFO\] flask_redis_throttle: " + re.escape(
+        f"flask-redis-throttle: storage {server.url}, strategy fixed-window, 1 limited endpoint(s); "
+    )
+    assert len(lines) == 1, lines
+    assert re.match(pattern, lines[0]), lines[0]
