@@ -331,7 +331,7 @@ class RateLimitState:
             return
         if decision.fallback:
             self._fallback_decided()
-        elif self._failing:
+        elif self._failing and not decision.cached:  # the block cache did not ask Redis
             self._recovered()
         if metrics is not None:
             metrics.decided(endpoint, decision.policy.scope, _outcome(decision, False), perf_counter() - started)
@@ -374,7 +374,7 @@ class RateLimitState:
                 return
             if decision.fallback:
                 self._fallback_decided()
-            elif self._failing:
+            elif self._failing and not decision.cached:
                 self._recovered()
             if metrics is not None:
                 outcome = _outcome(decision, batch.shadow)

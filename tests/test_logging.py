@@ -170,6 +170,26 @@ def test_recovery_is_logged_and_the_next_outage_counts_afresh(
     assert second[1].endswith("; letting requests through. 1 similar warning(s) were not logged since the last one.")
 
 
+def test_a_refusal_from_the_block_cache_is_no_recovery(server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
+    app = Flask("tests")
+    app.config["RATELIMIT_STORAGE_URL"] = server.url
+
+    @app.route("/")
+    @limit("1/m")
+    def index() -> str:
+        return "ok"
+
+    state = install(app, RATELIMIT_BREAKER_THRESHOLD=0)
+    watched(state)
+    client = app.test_client()
+    assert [get(client, ip="192.0.2.7").status_code for _ in range(2)] == [200, 429]  # now in the block cache
+    server.stop()
+    with caplog.at_level(logging.INFO, "flask_redis_throttle"):
+        assert get(client, ip="192.0.2.8").status_code == 200  # Redis is asked, and fails
+        assert get(client, ip="192.0.2.7").status_code == 429  # the cache refuses it, without Redis
+    assert [m for m in messages(caplog, logging.INFO) if "recovered" in m] == []
+
+
 ROOT = Path(__file__).resolve().parent.parent
 
 SERVED = """\
