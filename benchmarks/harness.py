@@ -164,12 +164,14 @@ def our_app(
     strategy: str = "fixed-window",
     identities: Sequence[Any] = ("ip", user_key),
     config: Mapping[str, Any] | None = None,
+    metrics: Any = False,
 ) -> Flask:
     """flask-redis-throttle: ``@limit(spec, identities=...)`` on the view.
 
     :param prefix: the key prefix; give each app its own, so that none shares counters.
     :param strategy: ``RATELIMIT_STRATEGY``.
     :param config: more settings, such as ``RATELIMIT_BLOCK_CACHE_SIZE``.
+    :param metrics: ``RateLimit(metrics=...)``: False, or a ``prometheus_client`` registry.
     """
     app = Flask("ours")
     app.config["RATELIMIT_STORAGE_URL"] = url
@@ -179,7 +181,7 @@ def our_app(
     app.config["RATELIMIT_KEY_PREFIX"] = prefix
     app.config["RATELIMIT_STRATEGY"] = strategy
     app.config.update(config or {})
-    RateLimit(app)
+    RateLimit(app, metrics=metrics)
     app.add_url_rule("/", "index", limit(spec, identities=list(identities))(make_view()))
     return app
 

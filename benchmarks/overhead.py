@@ -12,6 +12,8 @@ measured in the same run:
                limiter that asks Redis anything (one round trip, inside a request)
 ``ours``       flask-redis-throttle: ``@limit(SPEC, identities=["ip", user_key])``
 ``ours-py``    the same, with Redis's reply canned: only our Python, no round trip
+``ours-m``,    with ``--metrics``: ``ours`` and ``ours-py`` with Prometheus metrics on
+``ours-py-m``  (``RateLimit(app, metrics=registry)``), to price them against ``ours``
 ``fl-*``       Flask-Limiter: two ``@limiter.limit(SPEC)`` (remote address, user key),
                ``headers_enabled=True``, once for each of its strategies
 =============  ===========================================================================
@@ -41,6 +43,7 @@ The apps, the timing and the counting are shared with ``suite.py``, in
     python benchmarks/overhead.py --quick          # a few seconds: a smoke test
     python benchmarks/overhead.py --rounds 600 --json overhead.json
     python benchmarks/overhead.py --profile 3000   # and cProfile our requests
+    python benchmarks/overhead.py --metrics        # and the cost of Prometheus metrics
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ from typing import Any
 import redis
 from flask import Flask
 from harness import (
+    CLIENT_IP,
     FLASK_LIMITER_SPEC,
     FLASK_LIMITER_STRATEGIES,
     SPEC,
@@ -89,6 +93,9 @@ from harness import environment as harness_environment
 
 from flask_redis_throttle.testing import redis_server
 
+#: The most Prometheus metrics may add, as a share of our added time.
+METRICS_TARGET = 0.03
+
 DEFAULTS = {"rounds": 300, "batch": 40, "warmup": 5, "count": 200}
 QUICK = {"rounds": 10, "batch": 20, "warmup": 2, "count": 50}
 
@@ -115,7 +122,7 @@ def can_replies(app: Flask) -> bool:
     return True
 
 
-def build_variants(url: str, environ: Environ, strategies: tuple[str, ...]) -> list[Variant]:
+def build_variants(url: str, environ: Environ, strategies: tuple[str, ...], metrics: bool = False) -> list[Variant]:
     variants = yardsticks(url, environ)
 
     floor_client = redis.Redis.from_url(url, **client_options())
@@ -124,12 +131,21 @@ def build_variants(url: str, environ: Environ, strategies: tuple[str, ...]) -> l
         Variant("floor", "Flask app + 1 PING/request", wsgi_runner(app, environ), app=app, client=floor_client)
     )
 
-    for name, label, prefix in (
-        ("ours", "flask-redis-throttle", "rl:"),
-        ("ours-py", "  same, Redis reply canned", "rl-canned:"),
-    ):
-        app = our_app(url, prefix)
-        if name == "ours-py" and not can_replies(app):
+    ours = [
+        ("ours", "flask-redis-throttle", "rl:", False),
+        ("ours-py", "  same, Redis reply canned", "rl-canned:", False),
+    ]
+    if metrics:
+        from prometheus_client import CollectorRegistry  # the prometheus extra: only for --metrics
+
+        ours += [
+            ("ours-m", "  ours + Prometheus metrics", "rl-m:", True),
+            ("ours-py-m", "  canned + Prometheus metrics", "rl-canned-m:", True),
+        ]
+    for name, label, prefix, metered in ours:
+        canned = name.startswith("ours-py")
+        app = our_app(url, prefix, metrics=CollectorRegistry() if metered else False)
+        if canned and not can_replies(app):
             print("note: cannot can our storage's replies (internals moved); skipping ours-py", file=sys.stderr)
             continue
         variants.append(
@@ -140,7 +156,7 @@ def build_variants(url: str, environ: Environ, strategies: tuple[str, ...]) -> l
                 app=app,
                 client=our_client(app),
                 # The canned variant's keys are those of its one real call.
-                key_pattern=f"{prefix}*" if name == "ours" else None,
+                key_pattern=None if canned else f"{prefix}*",
                 header="RateLimit",
             )
         )
@@ -150,6 +166,35 @@ def build_variants(url: str, environ: Environ, strategies: tuple[str, ...]) -> l
 
 
 # --- measuring ------------------------------------------------------------------------------------
+
+
+def metrics_alone(variants: list[Variant], rounds: int, calls: int = 2000) -> list[float]:
+    """The work metrics add to one decision, timed alone, in microseconds per
+    round: what ``before_request`` runs when they are on (two clock reads,
+    the outcome, one counter increment and one histogram observation), on a
+    real decision of ``ours``. Beside a round trip to Redis, its few
+    microseconds are lost in the noise of ``ours-m - ours``; here they are not."""
+    from time import perf_counter
+
+    from prometheus_client import CollectorRegistry
+
+    from flask_redis_throttle import Identity
+    from flask_redis_throttle.extension import _outcome
+    from flask_redis_throttle.metrics import Metrics
+
+    app = next(v.app for v in variants if v.name == "ours")
+    state = app.extensions["ratelimit"]  # type: ignore[union-attr]
+    policy = state.plan("index", "GET").checks[0][0]
+    decision = state.throttle.hit([(policy, [Identity("ip", CLIENT_IP)])], 0)  # inspects: counts nothing
+    metrics = Metrics(CollectorRegistry())
+    samples = []
+    for _ in range(rounds):
+        start = time.perf_counter_ns()
+        for _ in range(calls):
+            started = perf_counter()
+            metrics.decided("index", "index", _outcome(decision, False), perf_counter() - started)
+        samples.append((time.perf_counter_ns() - start) / calls / 1000)
+    return samples
 
 
 def profile(variant: Variant, requests: int, top: int = 30) -> str:
@@ -191,6 +236,13 @@ def summarize(variants: list[Variant]) -> dict[str, dict[str, Any]]:
     ours["target_pings"] = TARGET_PINGS
     ours["meets_target"] = ours["added_pings"] <= TARGET_PINGS
     ours["added_floors"] = ours["added_us"] / results["floor"]["added_us"]
+    for metered, plain in (("ours-m", "ours"), ("ours-py-m", "ours-py")):
+        if metered in by_name and plain in by_name:
+            # Paired by round, as added time is: the two ran side by side.
+            cost = [m - p for m, p in zip(by_name[metered].samples, by_name[plain].samples, strict=True)]
+            results[metered]["metrics_us"] = statistics.median(cost)
+            results[metered]["metrics_us_quartiles"] = quartiles(cost)
+            results[metered]["metrics_share"] = statistics.median(cost) / ours["added_us"]
     for name, entry in results.items():
         if name.startswith("fl-"):
             entry["vs_ours"] = entry["added_us"] / ours["added_us"] if ours["added_us"] > 0 else None
@@ -259,6 +311,8 @@ def reproduce_command(args: argparse.Namespace) -> str:
         command += [f"--{option}", str(getattr(args, option))]
     if args.strategies != FLASK_LIMITER_STRATEGIES:
         command += ["--strategies", ",".join(args.strategies)]
+    if args.metrics:
+        command.append("--metrics")
     return shlex.join(command)
 
 
@@ -285,6 +339,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--strategies",
         default=",".join(FLASK_LIMITER_STRATEGIES),
         help="the Flask-Limiter strategies to compare, comma separated (default: all three)",
+    )
+    parser.add_argument(
+        "--metrics",
+        action="store_true",
+        help="also time ours with Prometheus metrics on (ours-m, ours-py-m): their cost per request",
     )
     parser.add_argument("--json", metavar="PATH", help="also write the results, as JSON, to PATH")
     parser.add_argument(
@@ -314,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     with redis_server() as server:
         admin = redis.Redis.from_url(server.url, **client_options())
         server_version = admin.info("server")["redis_version"]
-        variants = build_variants(server.url, environ, args.strategies)
+        variants = build_variants(server.url, environ, args.strategies, args.metrics)
         for variant in variants:
             # The first calls open connections, load each script (EVALSHA, NOSCRIPT,
             # SCRIPT LOAD, EVALSHA) and compile the apps' per-endpoint plans.
@@ -328,10 +387,16 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         measure(variants, args.rounds, args.batch, args.warmup)
+        alone = metrics_alone(variants, args.rounds) if args.metrics else None
         ping_single = single_pings(variants[0].client, max(1000, args.rounds * 10))  # type: ignore[arg-type]
         for variant in variants:
             count(variant, admin, args.count)
         results = summarize(variants)
+        if alone is not None:
+            ours_added = results["ours"]["added_us"]
+            results["ours-m"]["metrics_alone_us"] = statistics.median(alone)
+            results["ours-m"]["metrics_alone_quartiles"] = quartiles(alone)
+            results["ours-m"]["metrics_alone_share"] = statistics.median(alone) / ours_added
         profiled = None
         if args.profile:
             profiled = profile(next(v for v in variants if v.name == "ours"), args.profile)
@@ -385,6 +450,25 @@ def main(argv: list[str] | None = None) -> int:
             f"Redis runs our script in {fmt(ours['server_us_per_script'])} us of its own time per call."
         )
     print(f"A PING timed alone: median {ping_single:.1f} us (the table's PING is the mean over a batch).")
+    if "metrics_alone_us" in results.get("ours-m", {}):
+        entry = results["ours-m"]
+        low, high = entry["metrics_alone_quartiles"]
+        share = entry["metrics_alone_share"]
+        met = "met" if share < METRICS_TARGET else "MISSED"
+        print(
+            f"Prometheus metrics' own work per decision, timed alone: {entry['metrics_alone_us']:.2f} us "
+            f"(IQR {low:.2f}..{high:.2f}) = {share:.1%} of ours' added time "
+            f"({ours['added_us']:.1f} us); target < {METRICS_TARGET:.0%}: {met}."
+        )
+    for name in ("ours-m", "ours-py-m"):
+        if "metrics_us" in results.get(name, {}):
+            entry = results[name]
+            low, high = entry["metrics_us_quartiles"]
+            print(
+                f"Prometheus metrics ({name} - {name[:-2]}, paired by round) cost {entry['metrics_us']:.2f} us "
+                f"(IQR {low:.2f}..{high:.2f}) = {entry['metrics_share']:.1%} of ours' added time; "
+                f"target < {METRICS_TARGET:.0%}: {'met' if entry['metrics_share'] < METRICS_TARGET else 'MISSED'}."
+            )
     for name, entry in results.items():
         if name.startswith("fl-"):
             vs = f"{entry['vs_ours']:.1f} x ours" if entry.get("vs_ours") else "ours adds nothing"

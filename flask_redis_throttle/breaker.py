@@ -17,8 +17,28 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Protocol
 
-__all__ = ["CircuitBreaker"]
+__all__ = ["BreakerListener", "CircuitBreaker"]
+
+
+class BreakerListener(Protocol):
+    """Told of a breaker's life, to log it and to export it as a metric.
+
+    Each method is called outside the breaker's lock, once per event: an
+    operator sees an outage begin and end, not every request it fails.
+    """
+
+    def breaker_added(self, name: str) -> None:
+        """A closed breaker named ``name`` now guards a node."""
+
+    def breaker_opened(self, name: str, failures: int, period: float) -> None:
+        """``name``'s breaker opened after ``failures`` failures in a row,
+        for ``period`` seconds before the first probe."""
+
+    def breaker_closed(self, name: str, failures: int) -> None:
+        """``name``'s breaker closed: a probe succeeded after ``failures``
+        failures in a row."""
 
 
 class CircuitBreaker:
@@ -29,6 +49,9 @@ class CircuitBreaker:
     :param max_backoff: the longest it stays open; each failed probe doubles
         the period up to this.
     :param clock: seconds on a monotonic clock; tests may replace it.
+    :param name: the node it guards, for the listener: the storage's URL
+        (password redacted), or a cluster node's ``host:port``.
+    :param listener: told when the breaker opens and closes; None for no one.
     """
 
     def __init__(
@@ -37,6 +60,8 @@ class CircuitBreaker:
         backoff: float = 1.0,
         max_backoff: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
+        name: str = "",
+        listener: BreakerListener | None = None,
     ) -> None:
         if threshold < 1 or backoff <= 0 or max_backoff < backoff:
             raise ValueError("need threshold >= 1 and 0 < backoff <= max_backoff")
@@ -44,6 +69,8 @@ class CircuitBreaker:
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.clock = clock
+        self.name = name
+        self.listener = listener
         self._lock = threading.Lock()
         self._failures = 0
         #: When the breaker may next let a probe through; 0 while closed.
@@ -51,10 +78,14 @@ class CircuitBreaker:
         self._period = backoff
         self._probing = False
 
-    def like(self) -> CircuitBreaker:
-        """A closed breaker with this one's settings and clock: one per
-        cluster node, so that a dead node does not stop calls to the others."""
-        return CircuitBreaker(self.threshold, self.backoff, self.max_backoff, self.clock)
+    def like(self, name: str = "") -> CircuitBreaker:
+        """A closed breaker named ``name`` with this one's settings, clock
+        and listener: one per cluster node, so that a dead node does not
+        stop calls to the others."""
+        breaker = CircuitBreaker(self.threshold, self.backoff, self.max_backoff, self.clock, name, self.listener)
+        if self.listener is not None:
+            self.listener.breaker_added(name)
+        return breaker
 
     @property
     def open(self) -> bool:
@@ -88,18 +119,26 @@ class CircuitBreaker:
                 self._probing = False
 
     def success(self) -> None:
-        """Redis answered: close the breaker."""
+        """Redis answered: close the breaker, telling the listener if it was open."""
         if self._failures or self._open_until:
             with self._lock:
+                failures, was_open = self._failures, bool(self._open_until)
                 self._failures, self._open_until, self._period, self._probing = 0, 0.0, self.backoff, False
+            if was_open and self.listener is not None:
+                self.listener.breaker_closed(self.name, failures)
 
     def failure(self) -> None:
-        """Redis failed: count it, and open (again) when it is time to."""
+        """Redis failed: count it, and open (again) when it is time to. The
+        listener is told when it opens, not when a failed probe reopens it."""
         with self._lock:
             self._failures += 1
+            opened = not self._open_until
             if self._probing:  # the probe failed: wait twice as long
                 self._period = min(self._period * 2, self.max_backoff)
             elif self._open_until or self._failures < self.threshold:
                 return
             self._probing = False
             self._open_until = self.clock() + self._period
+            failures, period = self._failures, self._period
+        if opened and self.listener is not None:
+            self.listener.breaker_opened(self.name, failures, period)

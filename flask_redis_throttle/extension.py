@@ -24,14 +24,15 @@ import math
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, NoReturn
+from time import perf_counter
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 from flask import Flask, Request, Response, current_app, g, request
 from werkzeug.exceptions import ServiceUnavailable
 from werkzeug.wrappers import Response as AnyResponse
 
 from .blocks import BlockCache
-from .breaker import CircuitBreaker
+from .breaker import BreakerListener, CircuitBreaker
 from .cli import ratelimit as ratelimit_cli
 from .clients import embedded_client
 from .config import Settings
@@ -39,6 +40,7 @@ from .errors import RateLimitExceeded
 from .headers import Labels, legacy_headers, retry_after_value, state_header
 from .identity import parse_identity
 from .keys import Identity, loggable
+from .metrics import Metrics, metrics_for
 from .plan import Batch, Plan, PlannedLimit, Problem, compile_plan, matching
 from .rates import Rate
 from .refusals import RefusalLog
@@ -47,9 +49,15 @@ from .signals import Breach, notify, rate_limited
 from .storage import STORAGE_ERRORS, Storage
 from .throttle import Check, Decision, Policy, StorageUnavailable, Throttle
 
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
 __all__ = ["EXTENSION_KEY", "RateLimit", "RateLimitState", "refusal_log"]
 
 logger = logging.getLogger("flask_redis_throttle")
+#: The circuit breakers' opening and closing, a logger of their own so that
+#: an operator can route or silence them apart from the per-request warnings.
+breaker_logger = logging.getLogger("flask_redis_throttle.breaker")
 
 #: The key of this extension's state in ``app.extensions``.
 EXTENSION_KEY = "ratelimit"
@@ -79,10 +87,22 @@ class RateLimit:
         :class:`redis.cluster.RedisCluster`), to use instead of building one
         from ``RATELIMIT_STORAGE_URL``. Its own options (timeouts, retries)
         are kept as they are; see :doc:`/deployment`.
+    :param metrics: True to export Prometheus metrics of every decision in
+        ``prometheus_client``'s default registry, or a
+        :class:`~prometheus_client.CollectorRegistry` to export them in; False
+        for none. It needs the ``prometheus`` extra; see :doc:`/operations`.
+    :raises ImportError: if ``metrics`` is on and ``prometheus_client`` is
+        not installed.
     """
 
-    def __init__(self, app: Flask | None = None, *, redis: Any = None) -> None:
+    def __init__(
+        self, app: Flask | None = None, *, redis: Any = None, metrics: bool | CollectorRegistry = False
+    ) -> None:
         self.redis = redis
+        #: The metrics every app of this instance records, or None.
+        self.metrics: Metrics | None = None
+        if metrics is not False:
+            self.metrics = metrics_for(None if metrics is True else metrics)
         #: The functions registered with :meth:`request_filter`, shared by
         #: every app this instance serves.
         self.filters: list[RequestFilter] = []
@@ -115,7 +135,7 @@ class RateLimit:
         if EXTENSION_KEY in app.extensions:
             raise RuntimeError("flask-redis-throttle is already set up on this app; call init_app once per app")
         settings = Settings.from_config(app.config)
-        state = RateLimitState(app, settings, self.filters, self.redis)
+        state = RateLimitState(app, settings, self.filters, self.redis, self.metrics)
         app.extensions[EXTENSION_KEY] = state
         app.cli.add_command(ratelimit_cli)
         from .current import current_limit  # not at the top: it imports this module
@@ -195,13 +215,26 @@ class RateLimitState:
     :param settings: its validated settings.
     :param filters: the request filters (see :meth:`RateLimit.request_filter`).
     :param client: a Redis client to use instead of ``RATELIMIT_STORAGE_URL``.
+    :param metrics: where to count decisions; None for no metrics.
+
+    It is the :class:`~flask_redis_throttle.breaker.BreakerListener` of its
+    circuit breakers: it logs their opening and closing, and exports them.
     """
 
+    #: The monotonic clock that spaces warnings; tests may replace it.
+    clock: Callable[[], float] = staticmethod(time.monotonic)
+
     def __init__(
-        self, app: Flask, settings: Settings, filters: list[RequestFilter] | None = None, client: Any = None
+        self,
+        app: Flask,
+        settings: Settings,
+        filters: list[RequestFilter] | None = None,
+        client: Any = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.app = app
         self.settings = settings
+        self.metrics = metrics
         #: The request filters; any that returns True leaves a request unlimited.
         self.filters: list[RequestFilter] = filters if filters is not None else []
         #: The core decider; tests may override its ``now`` to pin time. When
@@ -214,7 +247,7 @@ class RateLimitState:
                 storage = Storage(client)
             else:
                 storage = Storage.from_url(settings.storage_url, settings.storage_options)
-            self.throttle = _throttle(storage, settings)
+            self.throttle = _throttle(storage, settings, self)
             if settings.refusal_log_size:
                 key = settings.key_prefix + "refusals"
                 self.refusals = RefusalLog(storage.client, key, settings.refusal_log_size)
@@ -225,6 +258,14 @@ class RateLimitState:
         #: For each kind of warning: when it may be logged again, and how
         #: many were not logged since the last one.
         self._warnings: dict[str, tuple[float, int]] = {}
+        #: Whether Redis failed a request since it last decided one, and how
+        #: many it failed: recovery is logged with that count, then reset.
+        self._failing = False
+        self._failed_requests = 0
+        #: Whether the start-up line was logged (see :meth:`announce`).
+        self._announced = False
+        if self.throttle is not None and self.throttle.breaker is not None:
+            self.breaker_added(self.throttle.breaker.name)
 
     def plan(self, endpoint: str | None, method: str = "GET") -> Plan | None:
         """The compiled plan of ``endpoint`` for requests of ``method``.
@@ -250,6 +291,8 @@ class RateLimitState:
         # This runs before every request: the request is fetched from its
         # context proxy once, and plain loops build the checks.
         req: Request = request._get_current_object()  # type: ignore[attr-defined]
+        if not self._announced:
+            self.announce()
         if req.method == "OPTIONS" and getattr(req.url_rule, "provide_automatic_options", False):
             return  # Flask answers these itself (CORS preflights); they cost nothing
         endpoint = req.endpoint
@@ -277,13 +320,21 @@ class RateLimitState:
                 checks.append((policy, identities))
         if not checks:
             return
+        metrics = self.metrics
+        started = perf_counter() if metrics is not None else 0.0
         try:
             decision = self.throttle.hit(checks, plan.cost)
         except StorageUnavailable as error:
+            if metrics is not None:
+                self._record_failure(metrics, endpoint, checks, started)
             self._storage_unavailable(error)
             return
         if decision.fallback:
             self._fallback_decided()
+        elif self._failing and not decision.cached:  # the block cache did not ask Redis
+            self._recovered()
+        if metrics is not None:
+            metrics.decided(endpoint, decision.policy.scope, _outcome(decision, False), perf_counter() - started)
         if not decision.admitted:
             limit = _limit_of(decision.policy, plan.limits, plan.checks)
             # Checks without identities were left out; then the limits are not the checks'.
@@ -298,8 +349,10 @@ class RateLimitState:
             self._problems(problems)
         shown: Decision | None = None
         deferred: list[Batch] = []
+        metrics = self.metrics
         for batch in batches:
             deduct_later = batch.deferred
+            started = perf_counter() if metrics is not None else 0.0
             try:
                 decision = throttle.hit(batch.checks, 0 if batch.deferred else batch.cost)
                 if batch.deferred and decision.admitted and decision.remaining < batch.cost:
@@ -315,10 +368,17 @@ class RateLimitState:
                         # the latest, once the counter is back to full.
                         decision = dataclasses.replace(decision, admitted=False, retry_after=decision.reset)
             except StorageUnavailable as error:
+                if metrics is not None:
+                    self._record_failure(metrics, plan.endpoint, batch.checks, started)
                 self._storage_unavailable(error)
                 return
             if decision.fallback:
                 self._fallback_decided()
+            elif self._failing and not decision.cached:
+                self._recovered()
+            if metrics is not None:
+                outcome = _outcome(decision, batch.shadow)
+                metrics.decided(plan.endpoint, decision.policy.scope, outcome, perf_counter() - started)
             shown = decision if shown is None else _tighter(shown, decision)
             if decision.admitted:
                 if deduct_later:
@@ -367,7 +427,7 @@ class RateLimitState:
             try:
                 decision = self.throttle.hit(batch.checks, batch.cost)
             except StorageUnavailable as error:
-                self._warn(f"rate limit storage unavailable ({error}); a response's deduction is lost")
+                self._outage(f"rate limit storage unavailable ({error}); a response's deduction is lost")
                 continue
             # Refused here means others took the room since the inspection:
             # this request goes uncounted (see "deduct_when" in docs/limits).
@@ -552,26 +612,138 @@ class RateLimitState:
         outcome = "letting requests through" if self.settings.fail_open else "answering 503"
         cause = error.__cause__
         unexpected = cause if cause is not None and not isinstance(cause, STORAGE_ERRORS) else None
-        self._warn(f"rate limit storage unavailable ({error}); {outcome}", exc_info=unexpected)
+        self._outage(f"rate limit storage unavailable ({error}); {outcome}", exc_info=unexpected)
         if not self.settings.fail_open:
             retry_after = max(1, math.ceil(error.retry_in))
             raise ServiceUnavailable("Rate limiting is unavailable; try again shortly.", retry_after=retry_after)
 
     def _fallback_decided(self) -> None:
         assert self.throttle is not None
-        self._warn(f"rate limit storage unavailable ({self.throttle.storage.url}); limiting per process in memory")
+        self._outage(f"rate limit storage unavailable ({self.throttle.storage.url}); limiting per process in memory")
+
+    def _record_failure(self, metrics: Metrics, endpoint: str, checks: Sequence[Check], started: float) -> None:
+        """Count a decision Redis failed, under the scope of its first limit."""
+        outcome = "fail_open" if self.settings.fail_open else "fail_closed"
+        metrics.decided(endpoint, checks[0][0].scope, outcome, perf_counter() - started)
+
+    def _outage(self, message: str, exc_info: BaseException | None = None) -> None:
+        """Warn that Redis failed a request, and count it for the recovery line."""
+        with self._warning_lock:
+            self._failing = True
+            self._failed_requests += 1
+        self._warn(message, exc_info=exc_info)
+
+    def _recovered(self) -> None:
+        """Redis decided a request after failing some: log it once, and
+        forget the outage's counts, so that the next outage's warnings
+        count its own failures only. The time of the next warning is kept:
+        a Redis that fails every other request still warns once per
+        :data:`WARNING_INTERVAL` at most."""
+        with self._warning_lock:
+            if not self._failing:
+                return  # another thread logged it
+            failed, self._failing, self._failed_requests = self._failed_requests, False, 0
+            for kind, (next_warning, _unwarned) in self._warnings.items():
+                if kind in _OUTAGE_WARNINGS:
+                    self._warnings[kind] = (next_warning, 0)
+        assert self.throttle is not None
+        logger.info(
+            "rate limit storage %s recovered: it decides requests again, after failing %d",
+            self.throttle.storage.url,
+            failed,
+        )
 
     def _warn(self, message: str, kind: str = "storage", exc_info: BaseException | None = None) -> None:
         """Log a warning, at most once per :data:`WARNING_INTERVAL` for each
-        kind, with ``exc_info``'s traceback if given."""
+        kind, with ``exc_info``'s traceback if given, and how many of its
+        kind were left out since the last one, if any were."""
         with self._warning_lock:
-            now = time.monotonic()
+            now = self.clock()
             next_warning, unwarned = self._warnings.get(kind, (0.0, 0))
             if now < next_warning:
                 self._warnings[kind] = (next_warning, unwarned + 1)
                 return
             self._warnings[kind] = (now + WARNING_INTERVAL, 0)
-        logger.warning("%s. %d similar failure(s) since the last warning.", message, unwarned, exc_info=exc_info)
+        if unwarned:
+            logger.warning(
+                "%s. %d similar warning(s) were not logged since the last one.", message, unwarned, exc_info=exc_info
+            )
+        else:
+            logger.warning("%s.", message, exc_info=exc_info)
+
+    def announce(self) -> None:
+        """Log the one start-up line: the storage (password redacted), the
+        strategy, and how many endpoints are limited.
+
+        Called at the app's first request, not by ``init_app``: the app may
+        register views and blueprints after it, and they count. Each
+        process logs it once (each gunicorn worker, say).
+        """
+        with self._warning_lock:
+            if self._announced:
+                return
+            self._announced = True
+        settings = self.settings
+        where = self.throttle.storage.url if self.throttle is not None else "none (RATELIMIT_ENABLED is False)"
+        try:
+            endpoints = str(len(self.limited_endpoints()))
+        except Exception:  # a bad limit: its own endpoint's requests will say what is wrong
+            endpoints = "an unknown number of"
+        logger.info(
+            "flask-redis-throttle: storage %s, strategy %s, %s limited endpoint(s); %s when the storage is unavailable",
+            where,
+            settings.strategy,
+            endpoints,
+            "fallback in memory" if settings.fallback else "fail open" if settings.fail_open else "fail closed (503)",
+        )
+
+    def limited_endpoints(self) -> set[str]:
+        """The endpoints of the app that have a limit for some method."""
+        return {
+            rule.endpoint
+            for rule in self.app.url_map.iter_rules()
+            for method in rule.methods or ()
+            if self.plan(rule.endpoint, method) is not None
+        }
+
+    def breaker_added(self, name: str) -> None:
+        """A breaker now guards ``name``: export it as up."""
+        if self.metrics is not None:
+            self.metrics.node(name, True)
+
+    def breaker_opened(self, name: str, failures: int, period: float) -> None:
+        """Log the breaker of ``name`` opening, and export it as down."""
+        breaker_logger.warning(
+            "circuit breaker opened for %s after %d failure(s) in a row: not calling it for %.1f s, then probing it",
+            name,
+            failures,
+            period,
+        )
+        if self.metrics is not None:
+            self.metrics.node(name, False)
+
+    def breaker_closed(self, name: str, failures: int) -> None:
+        """Log the breaker of ``name`` closing, and export it as up."""
+        breaker_logger.info(
+            "circuit breaker closed for %s: it answered a probe after %d failure(s) in a row", name, failures
+        )
+        if self.metrics is not None:
+            self.metrics.node(name, True)
+
+
+#: The kinds of warning that an outage of Redis causes; recovery resets their counts.
+_OUTAGE_WARNINGS = frozenset(["storage", "refusal log"])
+
+
+def _outcome(decision: Decision, shadow: bool) -> str:
+    """The ``outcome`` label of a decision Redis, the block cache or the fallback made."""
+    if decision.fallback:
+        return "fallback"
+    if decision.admitted:
+        return "admitted"
+    if shadow:
+        return "shadow_refused"
+    return "blocked_in_process" if decision.cached else "refused"
 
 
 def _limit_of(
@@ -619,13 +791,20 @@ def _tighter(first: Decision, second: Decision) -> Decision:
     return second if second.reset > first.reset else first
 
 
-def _throttle(storage: Storage, settings: Settings) -> Throttle:
+def _throttle(storage: Storage, settings: Settings, listener: BreakerListener | None = None) -> Throttle:
     """The core decider for ``storage``, with the block cache, breaker and
-    fallback the settings ask for."""
+    fallback the settings ask for; ``listener`` is told of the breakers'
+    opening and closing."""
     blocks = BlockCache(settings.block_cache_size) if settings.block_cache_size else None
     breaker = None
     if settings.breaker_threshold:
-        breaker = CircuitBreaker(settings.breaker_threshold, settings.breaker_backoff, settings.breaker_max_backoff)
+        breaker = CircuitBreaker(
+            settings.breaker_threshold,
+            settings.breaker_backoff,
+            settings.breaker_max_backoff,
+            name=storage.url,
+            listener=listener,
+        )
     fallback = None
     if settings.fallback:
         fallback = Throttle(Storage(embedded_client(warn=False), "memory://"), settings.key_prefix, settings.key_secret)

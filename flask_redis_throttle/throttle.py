@@ -294,7 +294,7 @@ class Throttle:
             raise StorageUnavailable(self._failed(error), breaker.retry_in()) from error
         breaker.success()
         known = self._node_breakers
-        return {node: known.get(node) or known.setdefault(node, breaker.like()) for node in nodes}
+        return {node: known.get(node) or known.setdefault(node, breaker.like(node)) for node in nodes}
 
 
 def _settle(breakers: dict[str, CircuitBreaker], error: Exception) -> None:

