@@ -56,6 +56,10 @@ def browser() -> Iterator[Any]:
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1200,1400"):
         options.add_argument(argument)
     driver = webdriver.Chrome(options=options, service=Service(driver_path))
+    # A click that submits a form returns before the next page is there, on
+    # a loaded machine well before: finding an element of the next page
+    # waits for it, for up to 10 s, rather than fail at once.
+    driver.implicitly_wait(10)
     try:
         yield driver
     finally:
