@@ -18,7 +18,7 @@ from redis._parsers import _RESP2Parser
 
 from flask_redis_throttle import RateLimit, limit, wire
 from flask_redis_throttle.storage import Storage
-from flask_redis_throttle.testing import RedisServer, redis_server, tls_proxy
+from flask_redis_throttle.testing import RedisServer, redis_command, redis_sentinel_group, redis_server, tls_proxy
 
 pytestmark = pytest.mark.redis
 
@@ -273,3 +273,28 @@ def test_keys_and_arguments_are_encoded_as_redis_py_encodes_them() -> None:
     assert wire.pack_evalsha("a" * 40, keys, args) == expected
     with pytest.raises(redis.DataError, match="bool"):
         wire.pack_evalsha("a" * 40, keys, [True])
+
+
+def test_a_sentinel_failover_moves_the_lean_path_to_the_new_master() -> None:
+    with redis_sentinel_group() as group:
+        app = limited_app(group.url, "5/m")
+        assert storage_of(app).lean is not None
+        web = app.test_client()
+        assert [remaining(get(web)) for _ in range(2)] == [4, 3]
+        old, new = group.master.port, group.replica.port
+        # A graceful failover: the old master lives on as a replica, and the
+        # pooled connection to it is either closed by the sentinel or
+        # answered READONLY; either way the next request is decided on the
+        # new master, which has the replicated counts.
+        redis_command(group.sentinel_port, "SENTINEL", "FAILOVER", group.service)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            master = redis_command(group.sentinel_port, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", group.service)
+            if isinstance(master, list) and master[1] == str(new) and redis_command(old, "ROLE")[0] == "slave":
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the sentinel did not fail over")
+        assert [remaining(get(web)) for _ in range(3)] == [2, 1, 0]
+        assert get(web).status_code == 429
+        storage_of(app).close()
