@@ -282,6 +282,12 @@ def test_a_sentinel_failover_moves_the_lean_path_to_the_new_master() -> None:
         web = app.test_client()
         assert [remaining(get(web)) for _ in range(2)] == [4, 3]
         old, new = group.master.port, group.replica.port
+        # The replica must hold the counts before it is promoted.
+        written = int(redis_command(old, "INFO", "replication").split("master_repl_offset:")[1].split()[0])
+        deadline = time.monotonic() + 10
+        while int(redis_command(new, "INFO", "replication").split("slave_repl_offset:")[1].split()[0]) < written:
+            assert time.monotonic() < deadline, "the replica did not catch up"
+            time.sleep(0.02)
         # A graceful failover: the old master lives on as a replica, and the
         # pooled connection to it is either closed by the sentinel or
         # answered READONLY; either way the next request is decided on the
