@@ -30,6 +30,7 @@ This module imports Redis but not Flask.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -46,9 +47,9 @@ except ImportError:  # pragma: no cover
 
 __all__ = ["KEY_CACHE_SIZE", "LeanClient", "Replay", "lean_client"]
 
-#: How many encoded keys and arguments are kept: enough for the identities
-#: of a busy minute, bounded so that a flood of new identities cannot grow
-#: the process.
+#: How many encoded keys and arguments are kept (each, and each request's
+#: keys and arguments together): enough for the identities of a busy minute,
+#: bounded so that a flood of new identities cannot grow the process.
 KEY_CACHE_SIZE = 8192
 
 #: The connection classes whose socket and parser this path knows: redis-py's
@@ -108,16 +109,25 @@ def _bulk(value: str | int | float | bytes) -> bytes:
     return b"$%d\r\n%b\r\n" % (len(data), data)
 
 
+@lru_cache(maxsize=KEY_CACHE_SIZE)
+def _bulks(values: tuple[Any, ...], types: tuple[type, ...]) -> bytes:
+    """``values`` as RESP bulk strings, one after the other: an identity's
+    keys, or a plan's arguments. ``types`` is part of the cache key, since
+    ``1``, ``1.0`` and ``True`` are equal but not encoded alike."""
+    return b"".join(map(_bulk, values))
+
+
 @lru_cache(maxsize=256)
 def _head(sha: str, keys: int, args: int) -> bytes:
     """``EVALSHA sha numkeys``, with the count of the whole command."""
     return b"*%d\r\n$7\r\nEVALSHA\r\n%b%b" % (3 + keys + args, _bulk(sha), _bulk(keys))
 
 
-def pack_evalsha(sha: str, keys: Any, args: Any) -> bytes:
+def pack_evalsha(sha: str, keys: Sequence[str], args: Sequence[Any]) -> bytes:
     """The RESP bytes of ``EVALSHA sha len(keys) *keys *args``."""
-    bulk = _bulk
-    return b"".join([_head(sha, len(keys), len(args)), *[bulk(key) for key in keys], *[bulk(arg) for arg in args]])
+    keys, args = tuple(keys), tuple(args)
+    # Keys are strings, which equal no value of another type: no types needed.
+    return b"".join((_head(sha, len(keys), len(args)), _bulks(keys, ()), _bulks(args, tuple(map(type, args)))))
 
 
 class LeanClient:

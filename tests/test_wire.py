@@ -271,8 +271,14 @@ def test_keys_and_arguments_are_encoded_as_redis_py_encodes_them() -> None:
     keys, args = ["rl:{ip:192.0.2.1}:fw:1", "rl:{ip:192.0.2.1}:fw:60"], [0, 1, "fwfw", 5, 1_000_000, 1.5]
     expected = b"".join(packer("EVALSHA", "a" * 40, 2, *keys, *args))
     assert wire.pack_evalsha("a" * 40, keys, args) == expected
+    # Equal values of other types are encoded as redis-py encodes each,
+    # whatever was encoded and cached before.
+    for value in (7, 7.0):
+        assert wire.pack_evalsha("a" * 40, keys, [value]) == b"".join(packer("EVALSHA", "a" * 40, 2, *keys, value))
     with pytest.raises(redis.DataError, match="bool"):
         wire.pack_evalsha("a" * 40, keys, [True])
+    with pytest.raises(redis.DataError, match="bool"):
+        wire.pack_evalsha("a" * 40, keys, [1, True])
 
 
 def test_a_sentinel_failover_moves_the_lean_path_to_the_new_master() -> None:
