@@ -310,3 +310,20 @@ def test_a_sentinel_failover_moves_the_lean_path_to_the_new_master() -> None:
         assert [remaining(get(web)) for _ in range(3)] == [2, 1, 0]
         assert get(web).status_code == 429
         storage_of(app).close()
+
+
+def test_clients_the_lean_path_does_not_fit_stay_on_redis_pys_path(server: RedisServer) -> None:
+    class Traced(redis.Connection):
+        """A connection class of the app's own, which may send differently."""
+
+    single = redis.Redis.from_url(server.url, single_connection_client=True)
+    custom = redis.Redis(connection_pool=redis.ConnectionPool.from_url(server.url, connection_class=Traced))
+    resp3 = redis.Redis.from_url(server.url, protocol=3)
+    for n, client in enumerate((single, custom, resp3)):
+        assert wire.lean_client(client) is None
+        app = limited_app(spec="2/m", client=client)
+        assert statuses(app, 3, ip=f"192.0.2.{n + 10}") == [200, 200, 429]
+        client.close()
+    plain = redis.Redis.from_url(server.url)
+    assert wire.lean_client(plain) is not None
+    plain.close()
