@@ -22,6 +22,7 @@ from redis.exceptions import NoScriptError, RedisClusterException, SlotNotCovere
 
 from .clients import DEFAULT_CLIENT_OPTIONS, client_from_url, redact
 from .scripts import script_source
+from .wire import LeanClient, Replay, lean_client
 
 __all__ = ["DEFAULT_CLIENT_OPTIONS", "STORAGE_ERRORS", "Call", "NodeFailure", "Storage"]
 
@@ -82,6 +83,9 @@ class Storage:
         self.cluster = isinstance(client, RedisCluster) if cluster is None else cluster
         #: One script per set of strategies that requests have used together.
         self._scripts: dict[frozenset[str], _Script] = {}
+        #: The lean path of a single node's calls (see :mod:`flask_redis_throttle.wire`);
+        #: None for a cluster, and for clients it does not fit.
+        self.lean: LeanClient | None = None if self.cluster else lean_client(client)
 
     @classmethod
     def from_url(cls, url: str, options: Mapping[str, Any] | None = None) -> Storage:
@@ -157,11 +161,23 @@ class Storage:
 
     def _evaluate_one(self, strategies: frozenset[str], keys: Sequence[str], args: Sequence[int | str]) -> list[int]:
         script = self._script(strategies)
+        result: list[int]
+        if self.lean is not None:
+            try:
+                result = self.lean.evalsha(script.sha, keys, args)
+                return result
+            except NoScriptError:
+                result = self.client.eval(script.text, len(keys), *keys, *args)
+                return result
+            except Replay:
+                # The connection failed where redis-py would retry: its
+                # normal path reconnects (and finds a new Sentinel master).
+                pass
         # EVALSHA straight on the client, rather than through a Script
         # object, which imports, type-checks and copies its arguments on
-        # every call: this is the hot path of every request.
+        # every call.
         try:
-            result: list[int] = self.client.evalsha(script.sha, len(keys), *keys, *args)
+            result = self.client.evalsha(script.sha, len(keys), *keys, *args)
         except NoScriptError:
             result = self.client.eval(script.text, len(keys), *keys, *args)
         return result

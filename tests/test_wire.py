@@ -1,0 +1,329 @@
+"""The lean client path (:mod:`flask_redis_throttle.wire`) on real servers:
+it is really taken, it counts exactly, and every way a connection can fail
+under it is handed to redis-py's normal path only where nothing can be
+counted twice."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+import pytest
+import redis
+from conftest import evalsha_calls, get, install, join_all
+from flask import Flask
+from redis._parsers import _RESP2Parser
+
+from flask_redis_throttle import RateLimit, limit, wire
+from flask_redis_throttle.storage import Storage
+from flask_redis_throttle.testing import RedisServer, redis_command, redis_sentinel_group, redis_server, tls_proxy
+
+pytestmark = pytest.mark.redis
+
+
+def limited_app(url: str = "", spec: str = "5/m", client: Any = None, **config: Any) -> Flask:
+    """An app limiting ``/`` to ``spec`` per IP, on ``url`` or on ``client``."""
+    app = Flask("tests")
+    app.config.update(
+        TESTING=True,
+        RATELIMIT_STORAGE_URL=url or "memory://",
+        RATELIMIT_BLOCK_CACHE_SIZE=0,
+        RATELIMIT_HEADERS_LEGACY=True,
+    )
+
+    @app.get("/")
+    @limit(spec)
+    def index() -> str:
+        return "ok"
+
+    if client is not None:
+        app.config.update(config)
+        RateLimit(app, redis=client)
+    else:
+        install(app, **config)
+    return app
+
+
+def storage_of(app: Flask) -> Storage:
+    storage: Storage = app.extensions["ratelimit"].throttle.storage
+    return storage
+
+
+@pytest.fixture
+def commands(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
+    """The commands sent through redis-py's normal command path."""
+    sent: list[tuple[Any, ...]] = []
+    original = redis.Redis.execute_command
+
+    def spy(self: redis.Redis, *args: Any, **options: Any) -> Any:
+        sent.append(args)
+        return original(self, *args, **options)
+
+    monkeypatch.setattr(redis.Redis, "execute_command", spy)
+    return sent
+
+
+@pytest.fixture
+def server(redis_server: RedisServer) -> RedisServer:
+    """The session's server, emptied, its command stats reset."""
+    admin = redis.Redis.from_url(redis_server.url)
+    admin.flushall()
+    admin.config_resetstat()
+    admin.script_flush()
+    admin.close()
+    return redis_server
+
+
+def scripts(commands: list[tuple[Any, ...]]) -> list[str]:
+    """The script calls among ``commands`` (a 429 also logs the refusal with XADD)."""
+    return [str(args[0]) for args in commands if args[0] in ("EVAL", "EVALSHA")]
+
+
+def remaining(response: Any) -> int:
+    return int(response.headers.get("X-RateLimit-Remaining", -1))
+
+
+def statuses(app: Flask, n: int, ip: str = "192.0.2.1") -> list[int]:
+    web = app.test_client()
+    return [get(web, ip=ip).status_code for _ in range(n)]
+
+
+def test_the_lean_path_is_taken_and_redis_py_command_path_is_not(
+    server: RedisServer, commands: list[tuple[Any, ...]]
+) -> None:
+    app = limited_app(server.url, "5/m")
+    assert storage_of(app).lean is not None
+    assert statuses(app, 7) == [200] * 5 + [429] * 2
+    # The first request met NOSCRIPT and loaded the script with EVAL, on
+    # redis-py's path; every other one went the lean way.
+    assert scripts(commands) == ["EVAL"]
+    admin = redis.Redis.from_url(server.url)
+    assert evalsha_calls(admin) == 7
+    admin.close()
+    storage_of(app).close()
+
+
+def test_threads_count_exactly_on_the_lean_path(server: RedisServer) -> None:
+    app = limited_app(server.url, "100/m")
+    results: list[int] = []
+    lock = threading.Lock()
+
+    def hammer() -> None:
+        web = app.test_client()
+        mine = [get(web).status_code for _ in range(30)]
+        with lock:
+            results.extend(mine)
+
+    threads = [threading.Thread(target=hammer) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    join_all(threads, deadline=60, what="the request threads")
+    assert sorted(results) == [200] * 100 + [429] * 80
+    storage_of(app).close()
+
+
+def test_a_connection_killed_under_the_lean_path_is_replayed_and_counted_once(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch, commands: list[tuple[Any, ...]]
+) -> None:
+    app = limited_app(server.url, "5/m")
+    web = app.test_client()
+    assert remaining(get(web)) == 4  # the script is loaded, a connection pooled
+    admin = redis.Redis.from_url(server.url)
+    pool = storage_of(app).client.connection_pool
+    original = pool.get_connection
+    killed: list[int] = []
+
+    def get_connection(*args: Any, **kwargs: Any) -> Any:
+        # The pool hands out a live connection; the server then drops it
+        # before the lean path sends anything on it.
+        conn = original(*args, **kwargs)
+        if not killed:
+            conn.send_command("CLIENT", "ID")
+            killed.append(int(conn.read_response()))
+            admin.client_kill_filter(_id=killed[0])
+        return conn
+
+    monkeypatch.setattr(pool, "get_connection", get_connection)
+    del commands[:]
+    before = evalsha_calls(admin)
+    response = get(web)
+    assert response.status_code == 200
+    assert remaining(response) == 3  # counted once
+    assert killed
+    # The lean call failed on the killed connection and was replayed once
+    # through redis-py's normal path, which reconnected.
+    assert scripts(commands) == ["EVALSHA"]
+    assert evalsha_calls(admin) - before == 1
+    assert [remaining(get(web)) for _ in range(3)] == [2, 1, 0]
+    admin.close()
+    storage_of(app).close()
+
+
+def test_a_timeout_on_the_lean_path_is_not_replayed(
+    server: RedisServer, commands: list[tuple[Any, ...]], caplog: pytest.LogCaptureFixture
+) -> None:
+    app = limited_app(server.url, "5/m", RATELIMIT_STORAGE_OPTIONS={"socket_timeout": 0.3})
+    web = app.test_client()
+    assert remaining(get(web)) == 4
+    admin = redis.Redis.from_url(server.url)
+    before = evalsha_calls(admin)
+    del commands[:]
+    # DEBUG SLEEP blocks the server longer than the socket timeout: the
+    # script is sent, times out on our side, and runs when Redis wakes up.
+    sleeper = threading.Thread(target=admin.execute_command, args=("DEBUG", "SLEEP", "1"))
+    sleeper.start()
+    time.sleep(0.1)
+    with caplog.at_level("WARNING", "flask_redis_throttle"):
+        response = get(web)
+    join_all([sleeper], deadline=10, what="DEBUG SLEEP")
+    assert response.status_code == 200  # failed open, after one timeout
+    assert "Timeout" in caplog.records[-1].getMessage()
+    assert scripts(commands) == []  # not replayed
+    # The timed-out call ran once, when Redis woke up: counted once, not twice.
+    assert evalsha_calls(admin) - before == 1
+    assert remaining(get(web)) == 2
+    admin.close()
+    storage_of(app).close()
+
+
+def test_a_forked_child_uses_connections_of_its_own(server: RedisServer) -> None:
+    app = limited_app(server.url, "5/m")
+    storage = storage_of(app)
+    assert remaining(get(app.test_client())) == 4
+    parent = storage.client.connection_pool._available_connections[0]
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        try:
+            response = get(app.test_client())
+            child = storage.client.connection_pool._available_connections[0]
+            report = f"{response.status_code} {remaining(response)} {child is parent}"
+        except BaseException as error:
+            report = repr(error)
+        os.write(write, report.encode())
+        os._exit(0)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    report = os.read(read, 1000).decode()
+    os.close(read)
+    assert status == 0
+    # Counted once in the child, on a connection of its own: the parent's
+    # socket was never read by two processes.
+    assert report == "200 3 False"
+    assert [remaining(get(app.test_client())) for _ in range(3)] == [2, 1, 0]
+    assert storage.client.connection_pool._available_connections[0] is parent
+    storage.close()
+
+
+def test_without_hiredis_the_lean_path_uses_redis_pys_parser(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch, commands: list[tuple[Any, ...]]
+) -> None:
+    monkeypatch.setattr(wire, "hiredis", None)
+    pool = redis.ConnectionPool.from_url(server.url, parser_class=_RESP2Parser, socket_timeout=0.5)
+    client = redis.Redis(connection_pool=pool)
+    app = limited_app(spec="3/m", client=client)
+    lean = storage_of(app).lean
+    assert lean is not None
+    assert not lean.hiredis
+    assert statuses(app, 4) == [200, 200, 200, 429]
+    assert scripts(commands) == ["EVAL"]
+    client.close()
+
+
+def test_resp3_stays_on_redis_pys_path(server: RedisServer, commands: list[tuple[Any, ...]]) -> None:
+    app = limited_app(server.url, "3/m", RATELIMIT_STORAGE_OPTIONS={"protocol": 3})
+    assert storage_of(app).lean is None
+    assert statuses(app, 4) == [200, 200, 200, 429]
+    assert scripts(commands) == ["EVALSHA", "EVAL", "EVALSHA", "EVALSHA", "EVALSHA"]
+    storage_of(app).close()
+
+
+def test_tls_takes_the_lean_path(server: RedisServer, commands: list[tuple[Any, ...]]) -> None:
+    with tls_proxy(server.port) as proxy:
+        app = limited_app(proxy.url, "3/m", RATELIMIT_STORAGE_OPTIONS={"ssl_ca_certs": proxy.ca_file})
+        assert storage_of(app).lean is not None
+        assert statuses(app, 4) == [200, 200, 200, 429]
+        assert scripts(commands) == ["EVAL"]
+        storage_of(app).close()
+
+
+def test_a_unix_socket_takes_the_lean_path(tmp_path: Any, commands: list[tuple[Any, ...]]) -> None:
+    path = tmp_path / "redis.sock"
+    with redis_server(["--unixsocket", str(path), "--unixsocketperm", "700"]):
+        app = limited_app(f"unix://{path}", "3/m")
+        assert storage_of(app).lean is not None
+        assert statuses(app, 4) == [200, 200, 200, 429]
+        assert scripts(commands) == ["EVAL"]
+        storage_of(app).close()
+
+
+def test_fakeredis_and_a_cluster_stay_on_their_paths(redis_cluster: Any) -> None:
+    assert Storage.from_url("memory://").lean is None
+    cluster = Storage.from_url(redis_cluster.url)
+    assert cluster.lean is None
+    cluster.close()
+
+
+def test_keys_and_arguments_are_encoded_as_redis_py_encodes_them() -> None:
+    packer = redis.Connection().pack_command
+    keys, args = ["rl:{ip:192.0.2.1}:fw:1", "rl:{ip:192.0.2.1}:fw:60"], [0, 1, "fwfw", 5, 1_000_000, 1.5]
+    expected = b"".join(packer("EVALSHA", "a" * 40, 2, *keys, *args))
+    assert wire.pack_evalsha("a" * 40, keys, args) == expected
+    # Equal values of other types are encoded as redis-py encodes each,
+    # whatever was encoded and cached before.
+    for value in (7, 7.0):
+        assert wire.pack_evalsha("a" * 40, keys, [value]) == b"".join(packer("EVALSHA", "a" * 40, 2, *keys, value))
+    with pytest.raises(redis.DataError, match="bool"):
+        wire.pack_evalsha("a" * 40, keys, [True])
+    with pytest.raises(redis.DataError, match="bool"):
+        wire.pack_evalsha("a" * 40, keys, [1, True])
+
+
+def test_a_sentinel_failover_moves_the_lean_path_to_the_new_master() -> None:
+    with redis_sentinel_group() as group:
+        app = limited_app(group.url, "5/m")
+        assert storage_of(app).lean is not None
+        web = app.test_client()
+        assert [remaining(get(web)) for _ in range(2)] == [4, 3]
+        old, new = group.master.port, group.replica.port
+        # The replica must hold the counts before it is promoted.
+        written = int(redis_command(old, "INFO", "replication").split("master_repl_offset:")[1].split()[0])
+        deadline = time.monotonic() + 10
+        while int(redis_command(new, "INFO", "replication").split("slave_repl_offset:")[1].split()[0]) < written:
+            assert time.monotonic() < deadline, "the replica did not catch up"
+            time.sleep(0.02)
+        # A graceful failover: the old master lives on as a replica, and the
+        # pooled connection to it is either closed by the sentinel or
+        # answered READONLY; either way the next request is decided on the
+        # new master, which has the replicated counts.
+        redis_command(group.sentinel_port, "SENTINEL", "FAILOVER", group.service)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            master = redis_command(group.sentinel_port, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", group.service)
+            if isinstance(master, list) and master[1] == str(new) and redis_command(old, "ROLE")[0] == "slave":
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the sentinel did not fail over")
+        assert [remaining(get(web)) for _ in range(3)] == [2, 1, 0]
+        assert get(web).status_code == 429
+        storage_of(app).close()
+
+
+def test_clients_the_lean_path_does_not_fit_stay_on_redis_pys_path(server: RedisServer) -> None:
+    class Traced(redis.Connection):
+        """A connection class of the app's own, which may send differently."""
+
+    single = redis.Redis.from_url(server.url, single_connection_client=True)
+    custom = redis.Redis(connection_pool=redis.ConnectionPool.from_url(server.url, connection_class=Traced))
+    resp3 = redis.Redis.from_url(server.url, protocol=3)
+    for n, client in enumerate((single, custom, resp3)):
+        assert wire.lean_client(client) is None
+        app = limited_app(spec="2/m", client=client)
+        assert statuses(app, 3, ip=f"192.0.2.{n + 10}") == [200, 200, 429]
+        client.close()
+    plain = redis.Redis.from_url(server.url)
+    assert wire.lean_client(plain) is not None
+    plain.close()
