@@ -39,6 +39,7 @@ from werkzeug.test import EnvironBuilder
 from flask_redis_throttle import RateLimit, limit
 from flask_redis_throttle.clients import DEFAULT_CLIENT_OPTIONS
 from flask_redis_throttle.scripts import STRATEGIES
+from flask_redis_throttle.wire import LeanClient
 
 try:
     from flask_limiter import Limiter
@@ -431,11 +432,24 @@ def counting_commands() -> Iterator[Counter[str]]:
         counter["#replies"] += 1
         return read_response(self, *args, **kwargs)
 
+    # Our lean client path writes pre-encoded EVALSHA bytes and parses the
+    # reply itself, past both methods above: one command and one reply for
+    # each call that answers (one that fails goes on through the methods above).
+    lean_evalsha: Callable[..., Any] = LeanClient.evalsha
+
+    def counted_lean_evalsha(self: Any, *args: Any, **kwargs: Any) -> Any:
+        reply = lean_evalsha(self, *args, **kwargs)
+        counter["EVALSHA"] += 1
+        counter["#replies"] += 1
+        return reply
+
     cls.send_command = counted_send_command  # type: ignore[method-assign]
     cls.read_response = counted_read_response  # type: ignore[method-assign]
+    LeanClient.evalsha = counted_lean_evalsha  # type: ignore[method-assign]
     try:
         yield counter
     finally:
+        LeanClient.evalsha = lean_evalsha  # type: ignore[method-assign]
         for name, method in saved.items():
             if method is None:
                 delattr(cls, name)
