@@ -84,7 +84,7 @@ def machine(report: Report) -> str:
     parsers = sorted(set(env["reply_parsers"].values()))
     hiredis = f"with hiredis {env['hiredis']}" if env["hiredis"] != "not installed" else "without hiredis"
     return (
-        f"a loaded {env['cpus']}-core machine shared with other jobs: {env['python']}, Flask {env['flask']}, "
+        f"a {env['cpus']}-core machine shared with other jobs (so noisy): {env['python']}, Flask {env['flask']}, "
         f"Flask-Limiter {env['flask_limiter']} (limits {env['limits']}), redis-py {env['redis_py']} {hiredis} "
         f"({', '.join(parsers)}) for every client, redis-server {env['redis_server']} on loopback, "
         f"gunicorn {env['gunicorn']}"
