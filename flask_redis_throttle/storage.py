@@ -162,21 +162,18 @@ class Storage:
     def _evaluate_one(self, strategies: frozenset[str], keys: Sequence[str], args: Sequence[int | str]) -> list[int]:
         script = self._script(strategies)
         result: list[int]
-        if self.lean is not None:
-            try:
-                result = self.lean.evalsha(script.sha, keys, args)
-                return result
-            except NoScriptError:
-                result = self.client.eval(script.text, len(keys), *keys, *args)
-                return result
-            except Replay:
-                # The connection failed where redis-py would retry: its
-                # normal path reconnects (and finds a new Sentinel master).
-                pass
-        # EVALSHA straight on the client, rather than through a Script
-        # object, which imports, type-checks and copies its arguments on
-        # every call.
         try:
+            if self.lean is not None:
+                try:
+                    result = self.lean.evalsha(script.sha, keys, args)
+                    return result
+                except Replay:
+                    # The connection failed where redis-py would retry: its
+                    # normal path reconnects (and finds a new Sentinel master).
+                    pass
+            # EVALSHA straight on the client, rather than through a Script
+            # object, which imports, type-checks and copies its arguments on
+            # every call.
             result = self.client.evalsha(script.sha, len(keys), *keys, *args)
         except NoScriptError:
             result = self.client.eval(script.text, len(keys), *keys, *args)
