@@ -199,7 +199,7 @@ def our_subject(url: str, strategy: str, clock: Clock) -> Subject:
         return throttle.hit([(policy, [Identity("ip", ip)])]).admitted
 
     def keys(ip: str) -> list[str]:
-        return throttle.keys(policy, Identity("ip", ip))
+        return [throttle.key(policy, Identity("ip", ip))]
 
     return Subject("flask-redis-throttle", strategy, hit, keys)
 

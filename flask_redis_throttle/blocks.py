@@ -86,20 +86,20 @@ class BlockCache:
     def __len__(self) -> int:
         return len(self._blocks)
 
-    def find(self, keys: list[str], quotas: list[int], cost: int, now: int) -> tuple[int, Block] | None:
-        """The blocked counter among ``keys`` with the longest wait, if any.
+    def find(self, layers: list[tuple[str, int]], cost: int, now: int) -> tuple[int, Block] | None:
+        """The blocked layer among ``layers`` with the longest wait, if any.
 
-        :param keys: the request's counters, in the order the script gets them.
-        :param quotas: the quota of each.
+        :param layers: the request's layers, in the order of the script's
+            plan: each as a name that says its key and window, and its quota.
         :param cost: the request's cost.
         :param now: the time in microseconds, on the clock the blocks were added with.
-        :return: the counter's index in ``keys`` and its block, or None.
+        :return: the layer's index in ``layers`` and its block, or None.
         """
         blocks = self._blocks
         if not blocks:
             return None
         found: tuple[int, Block] | None = None
-        for index, key in enumerate(keys):
+        for index, (key, quota) in enumerate(layers):
             block = blocks.get(key)
             if block is None:
                 continue
@@ -110,7 +110,7 @@ class BlockCache:
                     if blocks.get(key) is block:
                         del blocks[key]
                 continue
-            if block.quota != quotas[index] or block.cost != cost:
+            if block.quota != quota or block.cost != cost:
                 continue  # another quota on a shared scope, or another cost
             if found is None or block.until > found[1].until:
                 found = (index, block)

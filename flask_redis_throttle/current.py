@@ -5,7 +5,7 @@ request, so it costs nothing: a view can show "3 searches left this minute",
 and a template too, where it is a global. :func:`check` asks Redis, without
 counting anything, whether the request would pass now: it is decided by the
 same throttle at cost 0, which the script answers without writing (see
-``lua/driver.lua``), so the counters are exactly as a request would find them.
+``lua/main.lua``), so the counters are exactly as a request would find them.
 
 Both work inside a request, on the app's own state; Flask-Limiter's
 ``limiter.current_limit`` and ``limiter.check()`` are their counterparts.

@@ -1,6 +1,6 @@
 """Who a counter belongs to, and the Redis key it lives under.
 
-A key looks like ``rl:{ip:Yq3...}:api:fw:1s``:
+A key looks like ``rl:{ip:Yq3...}:api:fw``:
 
 * the configured prefix (``rl:``);
 * the identity's *hash tag* in braces: its kind, then a 128-bit BLAKE2b digest
@@ -14,7 +14,8 @@ A key looks like ``rl:{ip:Yq3...}:api:fw:1s``:
   and one script can touch them all;
 * the scope (by default the endpoint), escaped so that it cannot contain
   ``:``, braces or control characters;
-* the strategy and the window of the layer.
+* the strategy; the key holds every layer of the limit (see
+  ``lua/packed.lua``).
 
 It also holds what every log line and the refusal log do with a value that
 came from a request: :func:`cut` it, and for logs make it :func:`loggable`.

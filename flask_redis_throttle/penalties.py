@@ -17,19 +17,14 @@ This module is pure Python: it imports neither Flask nor Redis.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
 from .errors import InvalidLimit
 from .keys import escape_scope, identity_tag
 from .rates import check_length, parse_duration, read_number
 
-if TYPE_CHECKING:
-    from .throttle import Check
-
-__all__ = ["MAX_FACTOR", "Penalty", "parse_penalty", "penalty_arguments", "penalty_key"]
+__all__ = ["MAX_FACTOR", "Penalty", "parse_penalty", "penalty_key", "penalty_suffix"]
 
 #: The largest factor between two blocks.
 MAX_FACTOR = 1000
@@ -135,7 +130,8 @@ def _duration(text: str, spec: str) -> int:
 
 
 @lru_cache(maxsize=1024)
-def _suffix(scope: str) -> str:
+def penalty_suffix(scope: str) -> str:
+    """What follows an identity's tag in its penalty key under ``scope``."""
     return f"}}:{escape_scope(scope)}:pn"
 
 
@@ -149,22 +145,4 @@ def penalty_key(prefix: str, kind: str, value: str, scope: str, secret: bytes = 
     :param scope: the limit's scope.
     :param secret: the digest's secret (``RATELIMIT_KEY_SECRET``).
     """
-    return prefix + "{" + identity_tag(kind, value, secret) + _suffix(scope)
-
-
-def penalty_arguments(checks: Sequence[Check], prefix: str, secret: bytes) -> tuple[list[str], list[int]]:
-    """The penalty keys and script arguments for ``checks``, to send after
-    the counters' (see ``lua/penalty.lua``): one group per identity of each
-    check whose policy has a penalty."""
-    keys: list[str] = []
-    args: list[int] = []
-    counter = 1
-    for policy, identities in checks:
-        layers = len(policy.rates)
-        for identity in identities:
-            penalty = policy.penalty
-            if penalty is not None:
-                keys.append(penalty_key(prefix, identity.kind, identity.value, policy.scope, secret))
-                args += (counter, counter + layers - 1, penalty.first, penalty.factor, penalty.longest)
-            counter += layers
-    return keys, args
+    return prefix + "{" + identity_tag(kind, value, secret) + penalty_suffix(scope)

@@ -21,6 +21,7 @@ from redis.cluster import RedisCluster
 from redis.exceptions import NoScriptError, RedisClusterException, SlotNotCoveredError
 
 from .clients import DEFAULT_CLIENT_OPTIONS, client_from_url, redact
+from .codec import hash_tag, merge, refund_of, split
 from .scripts import script_source
 from .wire import LeanClient, Replay, lean_client
 
@@ -119,7 +120,7 @@ class Storage:
         :raises redis.RedisError: when the cluster client cannot be built
             (no start-up node answers).
         """
-        return list(dict.fromkeys(self._node_of(key) for key in {_hash_tag(key): key for key in keys}.values()))
+        return list(dict.fromkeys(self._node_of(key) for key in {hash_tag(key): key for key in keys}.values()))
 
     def _node_of(self, key: str) -> str:
         try:
@@ -182,68 +183,28 @@ class Storage:
     def evaluate_split(self, strategies: frozenset[str], keys: Sequence[str], args: Sequence[int | str]) -> list[int]:
         """Run the script once per hash tag, pipelined: one round trip to
         each node involved. Then reply as one call over all the keys would:
-        admitted only if every call admitted, with the same deciding counter.
+        admitted only if every call admitted, with the same deciding layer.
         If some calls admitted the request and another refused it, the
         admitting ones are refunded at once, at the time each decided at.
 
         Each call is atomic on its own; the whole is not (see :ref:`cluster`).
         """
-        now, cost, codes = args[0], args[1], str(args[2])
-        counters = len(codes) // 2
-        # Counters by hash tag, in their order; then the penalty keys that
-        # follow them (see lua/penalty.lua), each with its five arguments.
-        groups: dict[str, list[int]] = {}
-        for i in range(counters):
-            groups.setdefault(_hash_tag(keys[i]), []).append(i)
-        if len(groups) == 1:
+        parts = split(keys, args)
+        if len(parts) == 1:
             return self._evaluate_one(strategies, keys, args)
-        penalties: dict[str, list[tuple[str, Sequence[int | str]]]] = {}
-        for j, key in enumerate(keys[counters:]):
-            at = 3 + 2 * counters + 5 * j
-            penalties.setdefault(_hash_tag(key), []).append((key, args[at : at + 5]))
-        calls: list[Call] = []
-        for tag, indices in groups.items():
-            call_keys: list[str] = [keys[i] for i in indices]
-            call_args: list[int | str] = [now, cost, "".join(codes[2 * i : 2 * i + 2] for i in indices)]
-            call_args += [n for i in indices for n in args[3 + 2 * i : 5 + 2 * i]]
-            local = {i + 1: n + 1 for n, i in enumerate(indices)}  # 1-based, global to this call
-            for key, (first, last, *block) in penalties.get(tag, ()):
-                call_keys.append(key)
-                call_args += [local[int(first)], local[int(last)], *block]
-            calls.append((call_keys, call_args))
-        replies = self.evaluate_many(strategies, calls)
+        replies = self.evaluate_many(strategies, [(part.keys, part.args) for part in parts])
+        cost = args[1]
         if isinstance(cost, int) and cost < 0:
             return replies[0]  # a refund; every call replied the same
-        admitted = all(reply[0] == 1 for reply in replies)
-        # The deciding counter, chosen as the single script chooses it.
-        best: tuple[tuple[int, ...], list[int]] | None = None
-        for indices, reply in zip(groups.values(), replies, strict=True):
-            index = indices[reply[1] - 1]
-            rank: tuple[int, ...]
-            if admitted:
-                rank = (reply[2], -reply[3], index)
-            elif reply[0] == 0:
-                rank = (-reply[4], index)
-            else:
-                continue
-            if best is None or rank < best[0]:
-                # The penalty flag, if penalty keys were sent to any call.
-                flag = [reply[6] if len(reply) > 6 else 0] if len(keys) > counters else []
-                best = (rank, [reply[0], index + 1, *reply[2:6], *flag])
-        assert best is not None
-        if not admitted and isinstance(cost, int) and cost > 0:
-            # Refunds touch the counters only, never the penalty keys.
-            refunds: list[Call] = [
-                (call_keys[: len(indices)], [reply[5], -cost, *call_args[2 : 3 + 2 * len(indices)]])
-                for (call_keys, call_args), indices, reply in zip(calls, groups.values(), replies, strict=True)
-                if reply[0] == 1
-            ]
+        reply = merge(parts, replies)
+        if reply[0] == 0 and isinstance(cost, int) and cost > 0:
+            refunds = [refund_of(part, got, cost) for part, got in zip(parts, replies, strict=True) if got[0] == 1]
             if refunds:
                 try:
                     self.evaluate_many(strategies, refunds)
                 except STORAGE_ERRORS as error:
                     logger.warning("could not refund a request refused on another node (%s): %d lost", error, cost)
-        return best[1]
+        return reply
 
     def evaluate_many(self, strategies: frozenset[str], calls: Sequence[Call]) -> list[list[int]]:
         """Run the script once per call, pipelined: on a cluster, one round
@@ -328,16 +289,6 @@ class Storage:
             return {"target_nodes": self.client.get_node_from_key(key)}
         except SlotNotCoveredError:
             return {}
-
-
-def _hash_tag(key: str) -> str:
-    """The part of a key Redis Cluster hashes: the first ``{...}``, if not empty."""
-    start = key.find("{")
-    if start >= 0:
-        end = key.find("}", start + 1)
-        if end > start + 1:
-            return key[start + 1 : end]
-    return key
 
 
 def _describe(client: Any) -> str:

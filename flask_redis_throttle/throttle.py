@@ -18,10 +18,11 @@ from typing import TypeVar
 
 from .blocks import Block, BlockCache
 from .breaker import CircuitBreaker
+from .codec import Reply, entry
 from .keys import Identity, escape_scope, identity_tag
-from .penalties import Penalty, penalty_arguments
+from .penalties import Penalty, penalty_suffix
 from .rates import Rate
-from .scripts import STRATEGIES, Reply
+from .scripts import STRATEGIES
 from .storage import STORAGE_ERRORS, NodeFailure, Storage
 
 __all__ = ["Check", "Decision", "Policy", "StorageUnavailable", "Throttle"]
@@ -61,22 +62,25 @@ class Policy:
     scope: str
     strategy: str = "fixed-window"
     penalty: Penalty | None = None
-    #: ``}:<scope>:<strategy>:<window>`` for each layer; a key is the prefix,
-    #: ``{``, an identity's tag and one of these.
-    key_suffixes: tuple[str, ...] = field(init=False, repr=False)
-    #: The script arguments for one identity: quota and window of each layer.
-    arguments: tuple[int, ...] = field(init=False, repr=False)
-    #: The strategy code of each layer, for the script's per-counter codes.
-    codes: str = field(init=False, repr=False)
+    #: ``}:<scope>:<strategy>``: a key is the prefix, ``{``, an identity's
+    #: tag and this. One key holds every layer of the identity under the
+    #: scope and strategy (see ``lua/packed.lua``).
+    suffix: str = field(init=False, repr=False)
+    #: The policy's entry in a script's plan, the same for every identity
+    #: (see :func:`~flask_redis_throttle.codec.entry`).
+    entry: str = field(init=False, repr=False)
+    #: ``}:<scope>:pn``, the suffix of the penalty keys; empty without a penalty.
+    penalty_suffix: str = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {self.strategy!r}; expected one of {', '.join(STRATEGIES)}")
         code = STRATEGIES[self.strategy].code
-        scope = escape_scope(self.scope)
-        object.__setattr__(self, "key_suffixes", tuple(f"}}:{scope}:{code}:{r.name}" for r in self.rates))
-        object.__setattr__(self, "arguments", tuple(n for r in self.rates for n in (r.amount, r.period)))
-        object.__setattr__(self, "codes", code * len(self.rates))
+        penalty = self.penalty
+        blocks = None if penalty is None else (penalty.first, penalty.factor, penalty.longest)
+        object.__setattr__(self, "suffix", f"}}:{escape_scope(self.scope)}:{code}")
+        object.__setattr__(self, "entry", entry(code, self.rates, blocks))
+        object.__setattr__(self, "penalty_suffix", "" if penalty is None else penalty_suffix(self.scope))
 
 
 #: One limit to check for a request: a policy and the identities it applies to.
@@ -163,10 +167,9 @@ class Throttle:
         """
         return None
 
-    def keys(self, policy: Policy, identity: Identity) -> list[str]:
-        """The Redis keys of ``identity`` under ``policy``, one per layer."""
-        head = self._head + identity_tag(identity.kind, identity.value, self.secret)
-        return [head + suffix for suffix in policy.key_suffixes]
+    def key(self, policy: Policy, identity: Identity) -> str:
+        """The Redis key that holds every layer of ``identity`` under ``policy``."""
+        return self._head + identity_tag(identity.kind, identity.value, self.secret) + policy.suffix
 
     def hit(self, checks: Sequence[Check], cost: int = 1) -> Decision:
         """Check every layer of every identity of every check, in one script
@@ -178,40 +181,36 @@ class Throttle:
         :raises StorageUnavailable: if Redis could not answer (or the breaker
             is open) and there is no fallback.
         """
+        head, secret = self._head, self.secret
         keys: list[str] = []
-        codes: list[str] = []
-        args: list[int | str] = ["", cost, ""]
-        penalized = False
+        entries: list[str] = []
+        penalty_keys: list[str] = []
         for policy, identities in checks:
             for identity in identities:
-                keys += self.keys(policy, identity)
-                args += policy.arguments
-            codes.append(policy.codes * len(identities))
-            penalized = penalized or policy.penalty is not None
-        args[2] = "".join(codes)
+                tag = head + identity_tag(identity.kind, identity.value, secret)
+                keys.append(tag + policy.suffix)
+                entries.append(policy.entry)
+                if policy.penalty_suffix:
+                    penalty_keys.append(tag + policy.penalty_suffix)
         now = self.now()
-        if now is not None:
-            args[0] = now
+        args: list[int | str] = ["" if now is None else now, cost, " ".join(entries)]
         blocks = self.blocks
         sent = 0
+        layers: list[tuple[str, int]] = []
         if blocks is not None:
             # The block cache's clock, in microseconds: this process's
             # monotonic clock, or the pinned time when tests pin it.
             sent = time.monotonic_ns() // 1000 if now is None else now
-            found = blocks.find(keys, args[3::2], cost, sent) if blocks and cost > 0 else None  # type: ignore[arg-type]
-            if found is not None:
-                index, block = found
-                reply = Reply.decode(
-                    [0, index + 1, block.remaining, block.reset - sent, block.until - sent, 0, block.penalized]
-                )
-                return _decision(reply, checks, cached=True)
+            if blocks and cost > 0:
+                layers = _layers(checks, keys)
+                found = blocks.find(layers, cost, sent)
+                if found is not None:
+                    index, block = found
+                    raw = Reply.refused(index, block.remaining, block.reset - sent, block.until - sent, block.penalized)
+                    return _decision(Reply.decode(raw), checks, cached=True)
         strategies = frozenset([policy.strategy for policy, _ in checks])
-        sent_keys, sent_args = keys, args
-        if penalized:
-            penalty_keys, penalty_args = penalty_arguments(checks, self.prefix, self.secret)
-            sent_keys, sent_args = keys + penalty_keys, [*args, *penalty_args]
         try:
-            raw = self._evaluate(strategies, sent_keys, sent_args)
+            raw = self._evaluate(strategies, keys + penalty_keys, args)
         except StorageUnavailable:
             if self.fallback is None:
                 raise
@@ -219,10 +218,10 @@ class Throttle:
             return replace(decision, fallback=True)
         reply = Reply.decode(raw)
         if blocks is not None and not reply.admitted and cost > 0:
-            # Redis ran the script at or after `sent`, so the counter is
-            # full until at least `sent + retry_after`.
-            quota: int = args[3 + 2 * reply.index]  # type: ignore[assignment]
-            blocks.add(keys[reply.index], Block.after(sent, quota, cost, raw[2], raw[4], raw[3], reply.penalized))
+            # Redis ran the script at or after `sent`, so the layer is full
+            # until at least `sent + retry_after`.
+            layer, quota = (layers or _layers(checks, keys))[reply.index]
+            blocks.add(layer, Block.after(sent, quota, cost, raw[2], raw[4], raw[3], reply.penalized))
         return _decision(reply, checks)
 
     def _evaluate(self, strategies: frozenset[str], keys: list[str], args: list[int | str]) -> list[int]:
@@ -318,6 +317,18 @@ def _held_back(where: str, breaker: CircuitBreaker) -> StorageUnavailable:
     """The error for a call that an open breaker kept from ``where``."""
     retry_in = breaker.retry_in()
     return StorageUnavailable(f"{where}: not called for {retry_in:.1f} s more (circuit open)", retry_in)
+
+
+def _layers(checks: Sequence[Check], keys: Sequence[str]) -> list[tuple[str, int]]:
+    """Each layer of the request, in the plan's order, as the block cache
+    knows it: ``<key>=<window>``, and its quota."""
+    layers: list[tuple[str, int]] = []
+    keys_left = iter(keys)
+    for policy, identities in checks:
+        for _ in identities:
+            key = next(keys_left)
+            layers += [(f"{key}={rate.period}", rate.amount) for rate in policy.rates]
+    return layers
 
 
 def _decision(reply: Reply, checks: Sequence[Check], cached: bool = False) -> Decision:

@@ -1,7 +1,7 @@
 """How much of a limit an identity has used, read without counting anything.
 
 The script decides a request at cost 0 the way it decides any other, then
-writes nothing (see ``lua/driver.lua``), so it reports a counter exactly as
+writes nothing (see ``lua/main.lua``), so it reports a counter exactly as
 the next request would find it, whatever the strategy. Its reply names one
 counter only, so each layer is asked about on its own: one round trip per
 layer.

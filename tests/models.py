@@ -138,7 +138,7 @@ def decide(counters: list[Counter], now: int, cost: int) -> tuple[int, int, int,
         # The least quota left; the later reset breaks ties; then the first.
         best = min(range(len(verdicts)), key=lambda i: (verdicts[i].remaining, -verdicts[i].reset, i))
         if cost > 0:
-            for counter in counters:
+            for counter in distinct(counters):
                 counter.hits.append((now, cost))
     else:
         # The longest wait among the counters that do not fit; then the first.
@@ -146,3 +146,8 @@ def decide(counters: list[Counter], now: int, cost: int) -> tuple[int, int, int,
         best = min(refused, key=lambda i: (-verdicts[i].retry, i))
     v = verdicts[best]
     return (int(admitted), best + 1, v.remaining, v.reset, v.retry)
+
+
+def distinct(counters: list[Counter]) -> list[Counter]:
+    """``counters`` without repeats: a layer two limits share is one counter."""
+    return list({id(counter): counter for counter in counters}.values())

@@ -111,9 +111,9 @@ def test_the_cache_is_bounded() -> None:
     for i in range(10):
         cache.add(f"k{i}", Block(1, 1, 0, 5_000_000, 5_000_000, 1_000_000))
     assert len(cache) == 3
-    assert cache.find(["k9", "k0"], [1, 1], 1, 500_000) == (0, Block(1, 1, 0, 5_000_000, 5_000_000, 1_000_000))
-    assert cache.find(["k0"], [1], 1, 500_000) is None  # evicted: Redis decides
-    assert cache.find(["k9"], [1], 1, 1_000_000) is None  # past its age: dropped
+    assert cache.find([("k9", 1), ("k0", 1)], 1, 500_000) == (0, Block(1, 1, 0, 5_000_000, 5_000_000, 1_000_000))
+    assert cache.find([("k0", 1)], 1, 500_000) is None  # evicted: Redis decides
+    assert cache.find([("k9", 1)], 1, 1_000_000) is None  # past its age: dropped
     assert len(cache) == 2
     cache.clear()
     assert len(cache) == 0

@@ -15,7 +15,7 @@ import pytest
 from conftest import T0
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from models import BUCKETS, MODELS, Counter, decide
+from models import BUCKETS, MODELS, Counter, decide, distinct
 
 from flask_redis_throttle import Identity
 from flask_redis_throttle.rates import Rate
@@ -54,20 +54,26 @@ _scopes = itertools.count()
 
 @pytest.mark.parametrize("strategy", [*STRATEGIES, "mixed"])
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(layers=layers, steps=steps, start=st.integers(0, 2 * SECOND), data=st.data())
+@given(layers=layers, steps=steps, start=st.integers(0, 2 * SECOND), duplicate=st.booleans(), data=st.data())
 def test_scripts_match_models_and_keep_promises(
     storage: Storage,
     strategy: str,
     layers: list[tuple[int, int]],
     steps: list[tuple[int, int, tuple[int, ...], bool]],
     start: int,
+    duplicate: bool,
     data: st.DataObject,
 ) -> None:
     # One policy per layer, so that in "mixed" each layer can have its own
-    # strategy; a fresh scope per example keeps examples apart.
+    # strategy; a fresh scope per example keeps examples apart. Policies of
+    # one strategy share the scope, so their layers share one key; with
+    # `duplicate`, the first policy is sent twice, as two limits with the
+    # same layer would be, and its layer must be counted once.
     scope = f"p{next(_scopes)}"
     names = [data.draw(st.sampled_from(list(STRATEGIES))) if strategy == "mixed" else strategy for _ in layers]
     policies = [Policy((Rate(q, p),), scope, name) for (q, p), name in zip(layers, names, strict=True)]
+    if duplicate:
+        policies.append(policies[0])
     throttle = Throttle(storage)
     counters: dict[tuple[int, int], Counter] = {
         (who, i): MODELS[name](q, p * SECOND)
@@ -77,24 +83,24 @@ def test_scripts_match_models_and_keep_promises(
     now = T0 + start
     for gap, cost, who, refund in steps:
         now += gap
-        keys, args, codes, involved = [], [], "", []
+        keys, entries, involved = [], [], []
         for w in who:
             for i, policy in enumerate(policies):
-                keys += throttle.keys(policy, IDENTITIES[w])
-                args += policy.arguments
-                codes += policy.codes
-                involved.append(counters[w, i])
+                keys.append(throttle.key(policy, IDENTITIES[w]))
+                entries.append(policy.entry)
+                involved.append(counters[w, i % len(layers)])
+        plan = " ".join(entries)
         verdicts = [c.check(now, cost) for c in involved]
         expected = decide(involved, now, cost)
-        reply = storage.evaluate(frozenset(names), keys, [now, cost, codes, *args])
+        reply = storage.evaluate(frozenset(names), keys, [now, cost, plan])
         assert list(reply) == [*expected, now], (now - T0, cost, who)
         if refund and reply[0] == 1 and cost > 0:
             # A refund at the admitting call's time undoes it exactly.
-            assert list(storage.evaluate(frozenset(names), keys, [now, -cost, codes, *args])) == [1, 0, 0, 0, 0, now]
-            for counter in involved:
+            assert list(storage.evaluate(frozenset(names), keys, [now, -cost, plan])) == [1, 0, 0, 0, 0, now]
+            for counter in distinct(involved):
                 counter.hits.remove((now, cost))
             # An inspection shows the state is the model's, to the microsecond.
-            inspection = storage.evaluate(frozenset(names), keys, [now, 0, codes, *args])
+            inspection = storage.evaluate(frozenset(names), keys, [now, 0, plan])
             assert list(inspection) == [*decide(involved, now, 0), now]
         for counter, verdict in zip(involved, verdicts, strict=True):
             if not verdict.fits and cost <= counter.quota:
@@ -151,11 +157,11 @@ def test_a_refund_restores_every_inspection(storage: Storage, strategy: str, cos
     microsecond. 3/s makes GCRA's interval a third of a microsecond short of
     whole, so its remainder carries and the refund must borrow."""
     policy = Policy((Rate(3, 1), Rate(4, 2)), f"r{next(_scopes)}", strategy)
-    keys = Throttle(storage).keys(policy, IDENTITIES[0])
+    keys = [Throttle(storage).key(policy, IDENTITIES[0])]
     now = T0 + SECOND // 3
 
     def call(cost: int) -> list[int]:
-        return list(storage.evaluate(frozenset([strategy]), keys, [now, cost, policy.codes, *policy.arguments]))
+        return list(storage.evaluate(frozenset([strategy]), keys, [now, cost, policy.entry]))
 
     for cost in costs:
         before = call(0)

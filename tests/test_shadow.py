@@ -15,7 +15,7 @@ def counts(state: RateLimitState) -> dict[str, int]:
     """The count in each fixed-window counter, by scope."""
     assert state.throttle is not None
     client = state.throttle.storage.client
-    return {key.decode().split(":")[-3]: int(client.get(key).split(b":")[1]) for key in client.keys("*{*")}
+    return {key.decode().split(":")[-2]: int(client.get(key).split(b":")[1]) for key in client.keys("*{*")}
 
 
 def test_a_shadow_limit_logs_and_lets_through(app: Flask, caplog) -> None:

@@ -8,9 +8,10 @@ from collections.abc import Callable
 
 import pytest
 import redis
-from conftest import Clock
+from conftest import T0, Clock
 
 from flask_redis_throttle import Identity, parse_limits
+from flask_redis_throttle.scripts import STRATEGIES
 from flask_redis_throttle.storage import Storage
 from flask_redis_throttle.throttle import Decision, Policy, Throttle
 
@@ -109,14 +110,55 @@ def test_retry_after_is_never_early(throttle: Throttle, hit: Hit) -> None:
         assert hit("1/s;2/5s", at=at + wait, scope=scope).admitted
 
 
-def test_every_key_has_a_ttl_within_its_window_and_a_second(throttle: Throttle, hit: Hit) -> None:
+def test_one_key_per_identity_holds_every_layer_until_the_longest_ends(throttle: Throttle, hit: Hit) -> None:
     hit("10/s;10/m;10/h;10/d", IP, USER, at=0.25)
     client = throttle.storage.client
     keys = list(client.scan_iter())
-    assert len(keys) == 8
+    assert len(keys) == 2
+    # The day's window is aligned to the clock; then a second's margin.
+    day_left_ms = 86_400_000 - (T0 // 1000 + 250) % 86_400_000
     for key in keys:
-        window_ms = {b"1s": 1_000, b"1m": 60_000, b"1h": 3_600_000, b"1d": 86_400_000}[key.rsplit(b":", 1)[1]]
-        assert 0 < client.pttl(key) <= window_ms + 1_000
+        assert day_left_ms <= client.pttl(key) <= day_left_ms + 1_000
+
+
+def test_a_key_lives_as_long_as_its_longest_live_layer(throttle: Throttle, hit: Hit) -> None:
+    hit("10/s;10/h", at=0.5)
+    hit("10/s", at=1.5)  # only the second's layer is written; the hour's lives on
+    client = throttle.storage.client
+    [key] = client.scan_iter()
+    assert 3_600_000 - 1_500 < client.pttl(key) <= 3_600_000 - 1_500 + 1_000
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_layers_of_other_limits_sharing_the_scope_are_kept(throttle: Throttle, clock: Clock, strategy: str) -> None:
+    hourly = Policy(parse_limits("3/h"), "shared", strategy)
+    secondly = Policy(parse_limits("5/s"), "shared", strategy)
+    for at in (0, 1):
+        clock.set(at)
+        assert throttle.hit([(hourly, [IP])]).admitted
+    clock.set(2)
+    assert throttle.hit([(secondly, [IP])]).admitted  # rewrites the shared key
+    clock.set(3)
+    assert throttle.hit([(hourly, [IP])]).remaining == 0
+    clock.set(4)
+    assert not throttle.hit([(hourly, [IP])]).admitted
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_limits_that_share_a_key_in_one_request_count_it_once(throttle: Throttle, clock: Clock, strategy: str) -> None:
+    """Two limits of one request with the same scope and strategy keep their
+    layers in the same key: a layer both have is counted once, and neither
+    limit's write undoes the other's."""
+    both = [
+        (Policy(parse_limits("3/s;10/m"), "same", strategy), [IP]),
+        (Policy(parse_limits("3/s"), "same", strategy), [IP]),
+    ]
+    clock.set(10)
+    admitted = [throttle.hit(both).admitted for _ in range(5)]
+    assert admitted == [True, True, True, False, False]
+    clock.set(11)
+    minute = Policy(parse_limits("10/m"), "same", strategy)
+    assert throttle.hit([(minute, [IP])], cost=0).remaining == 7
 
 
 def test_cost_zero_inspects_without_writing(throttle: Throttle, hit: Hit) -> None:
@@ -158,3 +200,17 @@ def test_storage_errors_become_storage_unavailable() -> None:
 def test_prefix_with_braces_is_refused() -> None:
     with pytest.raises(ValueError, match="braces"):
         Throttle(Storage.from_url("memory://"), prefix="app{1}:")
+
+
+def test_counters_of_the_old_layout_are_not_read(throttle: Throttle, hit: Hit, clock: Clock) -> None:
+    """0.2 kept a key per layer, ``...:<scope>:fw:1m``; 0.3 neither reads
+    nor writes it, and a reset of the scope deletes it too."""
+    from flask_redis_throttle.keys import identity_tag
+    from flask_redis_throttle.reset import reset_identity
+
+    old = f"rl:{{{identity_tag('ip', IP.value)}}}:s:fw:1m"
+    client = throttle.storage.client
+    client.set(old, f"{T0 // 60_000_000}:5", px=60_000)  # a full 5/m counter, in 0.2's form
+    assert [hit("5/m", at=0).admitted for _ in range(6)] == [True] * 5 + [False]
+    assert client.get(old) == f"{T0 // 60_000_000}:5".encode()
+    assert reset_identity(throttle, IP, ["s"]) == 2

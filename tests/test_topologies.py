@@ -90,7 +90,7 @@ def test_each_identity_is_one_script_on_its_own_node(cluster: RedisCluster) -> N
     policy = Policy(parse_limits("10/s;100/m;1000/h"), "index")
     slots = cluster_client(cluster)
     node_of = {
-        ident: slots.get_node_from_key(throttle.keys(policy, ident)[0]).port
+        ident: slots.get_node_from_key(throttle.key(policy, ident)).port
         for ident in (Identity("ip", "192.0.2.1"), Identity("user", "ann"))
     }
     slots.close()
@@ -217,9 +217,7 @@ def test_cluster_master_failover_while_requests_flow(failover_cluster: RedisClus
     identities = [Identity("ip", f"203.0.113.{n}") for n in range(2)]
     identities += [Identity("user", f"u{n}-{i}") for n in range(2) for i in range(50)]
     on_victim = {
-        ident.value
-        for ident in identities
-        if slots.get_node_from_key(throttle.keys(policy, ident)[0]).port == victim.port
+        ident.value for ident in identities if slots.get_node_from_key(throttle.key(policy, ident)).port == victim.port
     }
     slots.close()
     with Traffic(app) as traffic:
@@ -295,7 +293,7 @@ def node_of_ip(app: Flask, cluster: RedisCluster, ips: list[str]) -> dict[str, i
     policy = Policy(parse_limits("1000/m"), "index")
     slots = cluster_client(cluster)
     try:
-        return {ip: slots.get_node_from_key(throttle.keys(policy, Identity("ip", ip))[0]).port for ip in ips}
+        return {ip: slots.get_node_from_key(throttle.key(policy, Identity("ip", ip))).port for ip in ips}
     finally:
         slots.close()
 

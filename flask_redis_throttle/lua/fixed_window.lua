@@ -1,54 +1,64 @@
--- Fixed window: one counter per clock-aligned window (seeds 000, 003, 004).
---
--- A counter is a string "<window number>:<count>", where the window number
--- is floor(now / window). Keeping the window in the value, rather than
--- trusting the key to expire on the exact microsecond, means a count can
--- never leak into the next window. So the key can safely live one second
--- past its window's end; that slack means a key is never gone early when
--- the time a script decides at is a moment behind Redis's expiry clock, as
--- it is when tests pin the time.
+-- Fixed window: one counter per clock-aligned window (the fixed-window
+-- article). A layer's record is "<window number>:<count>", where the window
+-- number is floor(now / window). Keeping the window in the record, rather
+-- than trusting a key to expire on the exact microsecond, means a count can
+-- never leak into the next window.
 --
 -- Promise: at most `quota` admitted per window; up to twice that across a
--- window boundary. Memory: one short string per identity and layer.
+-- window boundary. Memory: one packed string per identity and scope (see
+-- packed.lua).
 
-local function check(key, quota, period, now, cost)
-  -- Timestamps in microseconds have 16 digits, too many for now / period to
-  -- be exact in a double near the end of a window. fmod is exact, and so is
-  -- everything computed from it here.
+local strategy = {load = packed.load}
+
+-- The window `now` is in, and how long until it ends. Timestamps in
+-- microseconds have 16 digits, too many for now / period to be exact in a
+-- double near the end of a window. fmod is exact, and so is everything
+-- computed from it here.
+local function window_of(period, now)
   local elapsed = math.fmod(now, period)
-  local window = (now - elapsed) / period
-  local reset = period - elapsed
-  local used = 0
-  local value = redis.call('GET', key)
-  if value then
-    local stored, count = string.match(value, '^(%d+):(%d+)$')
+  return (now - elapsed) / period, period - elapsed
+end
+
+-- What is used of the window `window` in `record`.
+local function used_in(record, window)
+  if record then
+    local stored, count = string.match(record, '^(%d+):(%d+)$')
     if tonumber(stored) == window then
-      used = tonumber(count)
+      return tonumber(count)
     end
   end
+  return 0
+end
+
+function strategy.check(state, name, quota, period, now, cost)
+  local window, reset = window_of(period, now)
+  local used = used_in(state.old[name], window)
   if used + cost <= quota then
-    return true, quota - used - cost, reset, 0, {window, used + cost, reset}
+    return true, quota - used - cost, reset, 0
   end
-  return false, quota - used, reset, reset, nil
+  return false, quota - used, reset, reset
 end
 
-local function record(key, state)
-  local window, count, reset = state[1], state[2], state[3]
-  redis.call('SET', key, string.format('%d:%d', window, count), 'PX', math.ceil(reset / 1000) + 1000)
+function strategy.commit(state, name, quota, period, now, cost)
+  local window = window_of(period, now)
+  packed.put(state, name, string.format('%.0f:%.0f', window, used_in(state.old[name], window) + cost))
 end
 
-local function refund(key, quota, period, now, cost)
+function strategy.refund(state, name, quota, period, now, cost)
   -- Only the window the request was counted in: a count can never be given
   -- back to a later window.
-  local elapsed = math.fmod(now, period)
-  local window = (now - elapsed) / period
-  local value = redis.call('GET', key)
-  if not value then
-    return
+  local window = window_of(period, now)
+  local used = used_in(packed.get(state, name), window)
+  if used > 0 then
+    packed.put(state, name, string.format('%.0f:%.0f', window, math.max(used - cost, 0)))
   end
-  local stored, count = string.match(value, '^(%d+):(%d+)$')
-  if tonumber(stored) == window then
-    local left = math.max(tonumber(count) - cost, 0)
-    redis.call('SET', key, string.format('%d:%d', window, left), 'PX', math.ceil((period - elapsed) / 1000) + 1000)
-  end
+end
+
+local function life(record, period, now)
+  local stored = tonumber(string.match(record, '^(%d+):'))
+  return stored and (stored + 1) * period - now or 0
+end
+
+function strategy.store(state, now)
+  packed.store(state, now, life)
 end

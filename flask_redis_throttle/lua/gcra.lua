@@ -1,64 +1,95 @@
--- GCRA, the generic cell rate algorithm (seed 001). For `quota` per `period`
--- a request is due every interval T = period / quota, and each counter keeps
--- one number: the theoretical arrival time (TAT) of the next request. A
--- request of cost c pushes it to max(TAT, now) + c * T, and fits if that is
--- at most one period ahead of now. So a fresh client may burst `quota`
--- requests, then one every T; it never waits for a window to end. This is
--- the same as a token bucket of `quota` tokens refilled one every T.
+-- GCRA, the generic cell rate algorithm (the GCRA article). For `quota` per
+-- `period` a request is due every interval T = period / quota, and each
+-- layer keeps one number: the theoretical arrival time (TAT) of the next
+-- request. A request of cost c pushes it to max(TAT, now) + c * T, and fits
+-- if that is at most one period ahead of now. So a fresh client may burst
+-- `quota` requests, then one every T; it never waits for a window to end.
+-- This is the same as a token bucket of `quota` tokens refilled one every T.
 --
--- T is rarely a whole number of microseconds (1e6 / 3), so the TAT is kept
--- exactly as "<microseconds>:<remainder>", meaning microseconds plus
--- remainder / quota. Every decision and every retry time is then exact
+-- T is rarely a whole number of microseconds (1e6 / 3), so a layer's record
+-- keeps the TAT exactly as "<microseconds>:<remainder>", meaning microseconds
+-- plus remainder / quota; just "<microseconds>" when the remainder is 0, as
+-- it always is when the quota divides the window. The microseconds are
+-- written in base 36, 11 characters rather than 16 digits. Every decision and every retry time is then exact
 -- integer arithmetic (for a cost of 1 always; for larger costs while
 -- cost * quota stays below 2^53).
 --
 -- Promise: a burst of at most `quota`, then at most one request per T.
--- Retry-After is exact. Memory: one short string per identity and layer.
+-- Retry-After is exact. Memory: one packed string per identity and scope
+-- (see packed.lua).
 
-local function check(key, quota, period, now, cost)
-  local share = math.fmod(period, quota)
-  local step = (period - share) / quota -- T = step + share / quota
-  local at, part = now, 0 -- the TAT is at + part / quota; never before now
-  local value = redis.call('GET', key)
-  if value then
-    local a, p = string.match(value, '^(%d+):(%d+)$')
-    a, p = tonumber(a), tonumber(p)
+local strategy = {load = packed.load}
+
+-- The TAT in `record` as (at, part).
+local function read(record)
+  local a, p = string.match(record or '', '^(%w+):?(%d*)$')
+  return tonumber(a or '', 36), tonumber(p) or 0
+end
+
+local DIGITS = '0123456789abcdefghijklmnopqrstuvwxyz'
+
+local function write(at, part)
+  -- Exact: every integer below 2^53 is, and so is each step here.
+  local digits = ''
+  repeat
+    local digit = math.fmod(at, 36)
+    digits = string.sub(DIGITS, digit + 1, digit + 1) .. digits
+    at = (at - digit) / 36
+  until at == 0
+  if part > 0 then
+    return digits .. string.format(':%.0f', part)
+  end
+  return digits
+end
+
+-- The TAT in `record` as (at, part), never before now.
+local function tat(record, quota, now)
+  if record then
+    local a, p = read(record)
     if a and (a > now or (a == now and p > 0)) then
-      at, part = a, p
-      if part >= quota then -- the quota was lowered since: round up
-        at, part = at + 1, 0
+      if p >= quota then -- the quota was lowered since: round up
+        return a + 1, 0
       end
+      return a, p
     end
   end
-  -- The TAT after this request, and how far ahead of now it is, rounded up.
+  return now, 0
+end
+
+-- The TAT after a request of `cost`, and how far ahead of now it is, rounded up.
+local function pushed(at, part, quota, period, now, cost)
+  local share = math.fmod(period, quota)
+  local step = (period - share) / quota -- T = step + share / quota
   local extra = part + cost * share
   local next_part = math.fmod(extra, quota)
   local next_at = at + cost * step + (extra - next_part) / quota
-  local ahead = next_at - now + (next_part > 0 and 1 or 0)
+  return next_at, next_part, next_at - now + (next_part > 0 and 1 or 0)
+end
+
+function strategy.check(state, name, quota, period, now, cost)
+  local at, part = tat(state.old[name], quota, now)
+  local next_at, next_part, ahead = pushed(at, part, quota, period, now, cost)
   if ahead <= period then
     local remaining = math.floor(((period - (next_at - now)) * quota - next_part) / period)
-    return true, remaining, ahead, 0, {next_at, next_part, ahead}
+    return true, remaining, ahead, 0
   end
   local remaining = math.floor(((period - (at - now)) * quota - part) / period)
   local reset = at - now + (part > 0 and 1 or 0)
-  return false, math.max(remaining, 0), reset, ahead - period, nil
+  return false, math.max(remaining, 0), reset, ahead - period
 end
 
-local function record(key, state)
-  local next_at, next_part, ahead = state[1], state[2], state[3]
-  redis.call('SET', key, string.format('%.0f:%.0f', next_at, next_part), 'PX', math.ceil(ahead / 1000) + 1000)
+function strategy.commit(state, name, quota, period, now, cost)
+  local at, part = tat(state.old[name], quota, now)
+  local next_at, next_part = pushed(at, part, quota, period, now, cost)
+  packed.put(state, name, write(next_at, next_part))
 end
 
-local function refund(key, quota, period, now, cost)
+function strategy.refund(state, name, quota, period, now, cost)
   -- Move the TAT back by cost * T, borrowing whole microseconds when the
   -- remainder would go below zero. A TAT that ends up at or before `now`
-  -- means no debt at all, which check() already reads that way.
-  local value = redis.call('GET', key)
-  if not value then
-    return
-  end
-  local a, p = string.match(value, '^(%d+):(%d+)$')
-  a, p = tonumber(a), tonumber(p)
+  -- means no debt at all, which check() already reads that way, and the
+  -- record is dropped when the key is stored.
+  local a, p = read(packed.get(state, name))
   if not a then
     return
   end
@@ -66,12 +97,14 @@ local function refund(key, quota, period, now, cost)
   local step = (period - share) / quota
   local part = p - cost * share
   local borrow = part < 0 and math.ceil(-part / quota) or 0
-  local at = a - cost * step - borrow
-  part = part + borrow * quota
-  local ahead = at - now + (part > 0 and 1 or 0)
-  if ahead <= 0 then
-    redis.call('DEL', key)
-  else
-    redis.call('SET', key, string.format('%.0f:%.0f', at, part), 'PX', math.ceil(ahead / 1000) + 1000)
-  end
+  packed.put(state, name, write(a - cost * step - borrow, part + borrow * quota))
+end
+
+local function life(record, period, now)
+  local a, p = read(record)
+  return a and a - now + (p > 0 and 1 or 0) or 0
+end
+
+function strategy.store(state, now)
+  packed.store(state, now, life)
 end

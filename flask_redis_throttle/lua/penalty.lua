@@ -1,46 +1,37 @@
 -- Penalties: an identity that keeps hitting a limit is blocked for an
--- escalating time. The loader puts this file before the driver, which calls
--- penalties.load() before it checks the counters and penalties.punish() when
+-- escalating time. The loader puts this file before main.lua, which calls
+-- penalties.load() before it checks the layers and penalties.punish() when
 -- it refuses a request.
 --
--- A limit with a penalty has one more key per identity, its penalty key, in
--- the identity's {hash tag} like its counters. The value is
--- "<level>:<until>": how many offences in a row, and when the current block
--- ends, in microseconds.
+-- A plan entry with a penalty ("!<first>,<factor>,<longest>", whole seconds
+-- for the blocks) has one more key, its penalty key, in the identity's
+-- {hash tag} like its counters; the penalty keys follow the entries' keys,
+-- in the order of the entries. The value is "<level>:<until>": how many
+-- offences in a row, and when the current block ends, in microseconds.
 --
--- Calling convention, after the driver's (n counters, their keys first):
---   KEYS[n + j]             the penalty key of group j: one limit and one
---                           identity, whose counters are consecutive
---   ARGV[4 + 2n + 5(j-1)]   the group's first counter, 1-based
---   ARGV[5 + 2n + 5(j-1)]   its last counter
---   ARGV[6 + 2n + 5(j-1)]   the first block, in whole seconds
---   ARGV[7 + 2n + 5(j-1)]   the factor each further block is multiplied by
---   ARGV[8 + 2n + 5(j-1)]   the longest block, in whole seconds; a level is
---                           also remembered for this long after its block
---
--- While a group's block lasts, its counters refuse every request, with the
+-- While a block lasts, the entry's layers refuse every request, with the
 -- block's end as their retry; such refusals are not offences. A refusal by
--- one of its counters on their own is an offence: the level goes up by one
--- (from 0 once the key has expired) and the group is blocked from now for
+-- one of its layers on their own is an offence: the level goes up by one
+-- (from 0 once the key has expired) and the entry is blocked from now for
 -- min(first * factor ^ (level - 1), longest). The key lives until the block
 -- ends plus the longest block, so memory is bounded and a level is forgotten
 -- after that long without offence.
 
 local penalties = {}
 
--- The penalty groups, and the wait of every counter that is blocked now.
-function penalties.load(counters, now)
+-- The penalty groups (one per punished entry, given in order), and the wait
+-- of every layer that is blocked now. `keys` is how many keys the entries have.
+function penalties.load(punished, keys, now)
   local groups, blocked = {}, {}
-  local j = 1
-  while KEYS[counters + j] do
-    local at = 3 + 2 * counters + 5 * (j - 1)
+  for j, entry in ipairs(punished) do
+    local first, factor, longest = string.match(entry.penalty, '^(%d+),(%d+),(%d+)$')
     local group = {
-      key = KEYS[counters + j],
-      first = tonumber(ARGV[at + 1]),
-      last = tonumber(ARGV[at + 2]),
-      base = tonumber(ARGV[at + 3]) * 1000000,
-      factor = tonumber(ARGV[at + 4]),
-      longest = tonumber(ARGV[at + 5]) * 1000000,
+      key = KEYS[keys + j],
+      first = entry.first,
+      last = entry.last,
+      base = tonumber(first) * 1000000,
+      factor = tonumber(factor),
+      longest = tonumber(longest) * 1000000,
       level = 0,
       blocked = false,
     }
@@ -63,11 +54,9 @@ function penalties.load(counters, now)
       end
     end
     groups[j] = group
-    j = j + 1
   end
   return groups, blocked
 end
-
 -- Block every group that is not blocked yet and has a counter in `missed`.
 -- Returns the first missed counter of the longest new block, and its wait
 -- (0 and -1 if none).

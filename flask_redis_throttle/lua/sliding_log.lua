@@ -1,59 +1,92 @@
--- Sliding log: the time of every admitted request, in a sorted set (seed 004).
--- A request at `now` counts the entries in (now - window, now]; refused
--- requests are never added, and entries older than the window are removed
--- whenever one is added.
+-- Sliding log: the time of every admitted request, in a sorted set (the
+-- sliding-log article). A layer counts the entries in (now - window, now];
+-- refused requests are never added.
+--
+-- Every layer of an identity under one scope counts in one sorted set, so a
+-- request adds its entries once, however many layers it has. Entries older
+-- than the longest window any limit has used on the set are removed
+-- whenever one is added; that window is kept in the set itself, as the
+-- member "w" with minus its length in seconds as its score, which no layer
+-- counts (their ranges start after now - window, far above 0).
 --
 -- Promise: exact. Never more than `quota` admitted in any span of the
--- window's length, and a refusal only when that would be broken. Memory: at
--- most `quota` entries per identity and layer, so this suits small quotas.
+-- window's length, and a refusal only when that would be broken. Memory: an
+-- entry per request in the longest window, so this suits small quotas.
 
-local function check(key, quota, period, now, cost)
+local strategy = {}
+
+function strategy.load(key)
+  return {key = key, add = 0, horizon = 0}
+end
+
+function strategy.check(state, name, quota, period, now, cost)
+  local key = state.key
   local since = string.format('(%.0f', now - period)
   local used = redis.call('ZCOUNT', key, since, '+inf')
   if used + cost <= quota then
-    return true, quota - used - cost, period, 0, {now, used, cost, period}
+    return true, quota - used - cost, period, 0
   end
   local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-  local reset = newest[2] and math.max(tonumber(newest[2]) + period - now, 0) or 0
+  local stamp = tonumber(newest[2])
+  local reset = stamp and stamp > 0 and math.max(stamp + period - now, 0) or 0
   local retry = 0
   if cost <= quota then
     -- The request fits once the excess-th oldest entry in the window is out.
-    -- (One costing more than the quota never fits; the driver handles it.)
+    -- (One costing more than the quota never fits; main.lua handles it.)
     local excess = used + cost - quota
     local entry = redis.call('ZRANGEBYSCORE', key, since, '+inf', 'WITHSCORES', 'LIMIT', excess - 1, 1)
     retry = tonumber(entry[2]) + period - now
   end
-  return false, math.max(quota - used, 0), reset, retry, nil
+  return false, math.max(quota - used, 0), reset, retry
 end
 
-local function record(key, state)
-  local now, used, cost, period = state[1], state[2], state[3], state[4]
+function strategy.commit(state, name, quota, period, now, cost)
+  state.add = cost
+  state.horizon = math.max(state.horizon, period)
+end
+
+function strategy.refund(state, name, quota, period, now, cost)
+  -- Once for the whole set: remove `cost` entries stamped `now`, the latest
+  -- first, so that the "<time>:<number>" members left stay unique.
+  if state.refunded then
+    return
+  end
+  state.refunded = true
   local stamp = string.format('%.0f', now)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', now - period))
-  -- Members must be unique. At one instant the count in the window only
-  -- grows, so "<time>:<count so far>" never repeats.
+  local members = redis.call('ZRANGEBYSCORE', state.key, stamp, stamp)
+  local numbers = {}
+  for _, member in ipairs(members) do
+    numbers[#numbers + 1] = tonumber(string.match(member, ':(%d+)$'))
+  end
+  table.sort(numbers, function(a, b) return a > b end)
+  for n = 1, math.min(cost, #numbers) do
+    redis.call('ZREM', state.key, stamp .. ':' .. numbers[n])
+  end
+end
+
+function strategy.store(state, now)
+  local key, cost = state.key, state.add
+  if cost == 0 then
+    return
+  end
+  -- The longest window of any limit that counts in this set.
+  local stored = -(tonumber(redis.call('ZSCORE', key, 'w')) or 0) * 1000000
+  local horizon = math.max(state.horizon, stored)
+  if horizon > stored then
+    redis.call('ZADD', key, string.format('%.0f', -horizon / 1000000), 'w')
+  end
+  redis.call('ZREMRANGEBYSCORE', key, 0, string.format('%.0f', now - horizon))
+  -- Members must be unique: "<time>:<number>", numbered on from the entries
+  -- already stamped with this time.
+  local stamp = string.format('%.0f', now)
+  local before = redis.call('ZCOUNT', key, stamp, stamp)
   for first = 1, cost, 100 do
     local entries = {}
     for n = first, math.min(first + 99, cost) do
       entries[#entries + 1] = stamp
-      entries[#entries + 1] = stamp .. ':' .. (used + n)
+      entries[#entries + 1] = stamp .. ':' .. (before + n)
     end
     redis.call('ZADD', key, unpack(entries))
   end
-  redis.call('PEXPIRE', key, math.ceil(period / 1000) + 1000)
-end
-
-local function refund(key, quota, period, now, cost)
-  -- Remove `cost` entries stamped `now`, the latest first, so that the
-  -- "<time>:<count so far>" members left stay unique.
-  local stamp = string.format('%.0f', now)
-  local members = redis.call('ZRANGEBYSCORE', key, stamp, stamp)
-  local counts = {}
-  for _, member in ipairs(members) do
-    counts[#counts + 1] = tonumber(string.match(member, ':(%d+)$'))
-  end
-  table.sort(counts, function(a, b) return a > b end)
-  for n = 1, math.min(cost, #counts) do
-    redis.call('ZREM', key, stamp .. ':' .. counts[n])
-  end
+  redis.call('PEXPIRE', key, math.ceil(horizon / 1000) + 1000)
 end

@@ -1,36 +1,73 @@
 -- Sliding window: each window is cut into BUCKETS sub-buckets, and a request
--- is counted against the current sub-bucket and the BUCKETS before it (seed
--- 002, pattern 3, keeps one counter per second in the same way).
+-- is counted against the current sub-bucket and the BUCKETS before it (the
+-- sliding-window article keeps one counter per second in the same way).
 --
 -- Those BUCKETS + 1 sub-buckets always cover the last window's length, and a
 -- little more: the oldest of them may hold requests from up to one sub-bucket
 -- before the window began. Counting them anyway is what makes the promise
 -- hold. Promise: never more than `quota` admitted in any span of the window's
 -- length; a refusal may come early by at most one sub-bucket (a tenth of the
--- window). Memory: a hash of at most BUCKETS + 1 small integers per identity
--- and layer, field = sub-bucket number, value = requests admitted in it.
+-- window).
+--
+-- A layer's record is "<newest sub-bucket>:<count>,<count>,...", the counts
+-- of the newest sub-bucket and of each one before it, trailing zeros left
+-- out. Memory: one packed string per identity and scope (see packed.lua).
 
 local BUCKETS = 10
 
-local function check(key, quota, period, now, cost)
-  -- The window is whole seconds, so a sub-bucket is whole microseconds.
+local strategy = {load = packed.load}
+
+-- The sub-buckets in `record` as {number, count} pairs, newest first.
+local function buckets(record)
+  local found = {}
+  if record then
+    local newest, counts = string.match(record, '^(%d+):([%d,]+)$')
+    if newest then
+      local number = tonumber(newest)
+      for count in string.gmatch(counts, '%d+') do
+        found[#found + 1] = {number, tonumber(count)}
+        number = number - 1
+      end
+    end
+  end
+  return found
+end
+
+local function encode(counts, newest, oldest)
+  local parts, last = {}, 0
+  for number = newest, oldest, -1 do
+    local count = counts[number] or 0
+    parts[#parts + 1] = string.format('%.0f', count)
+    if count > 0 then
+      last = #parts
+    end
+  end
+  if last == 0 then
+    return nil
+  end
+  return string.format('%.0f:', newest) .. table.concat(parts, ',', 1, last)
+end
+
+-- The sub-bucket `now` is in, with the sub-bucket width; the window is whole
+-- seconds, so a sub-bucket is whole microseconds.
+local function current_of(period, now)
   local width = period / BUCKETS
-  local current = (now - math.fmod(now, width)) / width
+  return (now - math.fmod(now, width)) / width, width
+end
+
+function strategy.check(state, name, quota, period, now, cost)
+  local current, width = current_of(period, now)
   local oldest = current - BUCKETS
   local used, newest = 0, nil
-  local counted, stale = {}, {}
-  local fields = redis.call('HGETALL', key)
-  for j = 1, #fields, 2 do
-    local bucket, count = tonumber(fields[j]), tonumber(fields[j + 1])
-    if bucket < oldest then
-      stale[#stale + 1] = fields[j]
-    else
-      -- Buckets after the current one only exist if the clock went back;
-      -- counting them too keeps the promise.
-      used = used + count
-      counted[#counted + 1] = {bucket, count}
-      if not newest or bucket > newest then
-        newest = bucket
+  local counted = {}
+  for _, entry in ipairs(buckets(state.old[name])) do
+    -- Sub-buckets after the current one only exist if the clock went back;
+    -- counting them too keeps the promise.
+    if entry[1] >= oldest and entry[2] > 0 then
+      used = used + entry[2]
+      counted[#counted + 1] = entry
+      if not newest or entry[1] > newest then
+        newest = entry[1]
       end
     end
   end
@@ -39,43 +76,53 @@ local function check(key, quota, period, now, cost)
     return (bucket + BUCKETS + 1) * width - now
   end
   if used + cost <= quota then
-    local reset = until_gone(newest and math.max(newest, current) or current)
-    return true, quota - used - cost, reset, 0, {current, cost, stale, reset}
+    return true, quota - used - cost, until_gone(newest and math.max(newest, current) or current), 0
   end
-  -- Find the first sub-bucket boundary at which enough has aged out. (A
-  -- request costing more than the quota never fits; the driver handles it.)
-  table.sort(counted, function(a, b) return a[1] < b[1] end)
+  -- Find the first sub-bucket boundary at which enough has aged out (the
+  -- oldest first; a request costing more than the quota never fits, which
+  -- main.lua handles).
   local retry, left = 0, used
-  for _, entry in ipairs(counted) do
-    left = left - entry[2]
+  for j = #counted, 1, -1 do
+    left = left - counted[j][2]
     if left + cost <= quota then
-      retry = until_gone(entry[1])
+      retry = until_gone(counted[j][1])
       break
     end
   end
-  return false, math.max(quota - used, 0), newest and until_gone(newest) or 0, retry, nil
+  return false, math.max(quota - used, 0), newest and until_gone(newest) or 0, retry
 end
 
-local function record(key, state)
-  local current, cost, stale, reset = state[1], state[2], state[3], state[4]
-  redis.call('HINCRBY', key, string.format('%.0f', current), cost)
-  if #stale > 0 then
-    redis.call('HDEL', key, unpack(stale))
+function strategy.commit(state, name, quota, period, now, cost)
+  local current = current_of(period, now)
+  local counts, newest = {}, current
+  for _, entry in ipairs(buckets(state.old[name])) do
+    counts[entry[1]] = entry[2]
+    newest = math.max(newest, entry[1])
   end
-  redis.call('PEXPIRE', key, math.ceil(reset / 1000) + 1000)
+  counts[current] = (counts[current] or 0) + cost
+  packed.put(state, name, encode(counts, newest, current - BUCKETS))
 end
 
-local function refund(key, quota, period, now, cost)
+function strategy.refund(state, name, quota, period, now, cost)
   -- Take it out of the sub-bucket it went into, if that is still kept.
-  local width = period / BUCKETS
-  local field = string.format('%.0f', (now - math.fmod(now, width)) / width)
-  local count = tonumber(redis.call('HGET', key, field))
-  if not count then
-    return
+  local current = current_of(period, now)
+  local found = buckets(packed.get(state, name))
+  local counts = {}
+  for _, entry in ipairs(found) do
+    counts[entry[1]] = entry[2]
   end
-  if count > cost then
-    redis.call('HINCRBY', key, field, -cost)
-  else
-    redis.call('HDEL', key, field)
+  if counts[current] then
+    counts[current] = math.max(counts[current] - cost, 0)
+    -- With nothing left, a record that is dropped when the key is stored.
+    packed.put(state, name, encode(counts, found[1][1], found[#found][1]) or '0:0')
   end
+end
+
+local function life(record, period, now)
+  local newest = tonumber(string.match(record, '^(%d+):'))
+  return newest and (newest + BUCKETS + 1) * (period / BUCKETS) - now or 0
+end
+
+function strategy.store(state, now)
+  packed.store(state, now, life)
 end

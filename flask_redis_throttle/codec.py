@@ -1,0 +1,160 @@
+"""What the scripts are sent and what they reply: the one place that writes
+and reads their wire format (see ``lua/main.lua`` for the Lua side).
+
+A call is the keys, one per *entry* (one identity's layers under one
+limit's scope and strategy), then the penalty keys of the entries that have
+a penalty; and three arguments: the time (``""`` for Redis's own clock), the
+cost, and the *plan*, one text entry per key such as ``fw10/1,120/60`` or
+``gc5/60!60,2,3600``. The reply is a flat list of integers that
+:meth:`Reply.decode` reads.
+
+On a Redis Cluster the entries of different identities may live on
+different nodes: :func:`split` cuts a call into one call per hash tag, and
+:func:`merge` makes of their replies the reply one call would have given.
+
+This module is pure Python: it imports neither Flask nor Redis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from .rates import Rate
+
+__all__ = ["Part", "Reply", "entry", "hash_tag", "merge", "refund_of", "split"]
+
+#: The arguments of one script call: now, cost and the plan.
+Args = Sequence[int | str]
+
+
+def entry(code: str, rates: Iterable[Rate], penalty: tuple[int, int, int] | None = None) -> str:
+    """The plan entry of one identity under one limit: the strategy's
+    ``code``, each layer as ``quota/window`` (whole seconds), and the
+    penalty's first block, factor and longest block, if any."""
+    text = code + ",".join(f"{rate.amount}/{rate.period}" for rate in rates)
+    if penalty is not None:
+        text += "!" + ",".join(map(str, penalty))
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A script's verdict on one request, decoded from its flat reply.
+
+    :param admitted: whether every layer had room (and the hit was recorded).
+    :param index: the deciding layer, 0-based, in the order of the plan:
+        when refused, the full layer with the longest wait; when admitted,
+        the layer with the least quota left.
+    :param remaining: the quota the deciding layer has left.
+    :param reset: seconds until the deciding layer is back to its full quota.
+    :param retry_after: seconds until the request would pass; 0 when admitted.
+    :param now: the time the script decided at, in microseconds; a refund of
+        this request must be sent with it.
+    :param penalized: whether the deciding layer refused because its
+        identity is blocked by a penalty (see :mod:`flask_redis_throttle.penalties`).
+    """
+
+    admitted: bool
+    index: int
+    remaining: int
+    reset: float
+    retry_after: float
+    now: int
+    penalized: bool = False
+
+    @classmethod
+    def decode(cls, raw: Sequence[int]) -> Reply:
+        """Build a :class:`Reply` from the script's six integers, or seven
+        when some entry has a penalty."""
+        admitted, index, remaining, reset_us, retry_us, now = raw[:6]
+        penalized = len(raw) > 6 and raw[6] == 1
+        return cls(admitted == 1, index - 1, remaining, reset_us / 1e6, retry_us / 1e6, int(now), penalized)
+
+    @staticmethod
+    def refused(index: int, remaining: int, reset: int, retry: int, penalized: bool) -> list[int]:
+        """The raw reply of a refusal by layer ``index`` (0-based), with
+        ``reset`` and ``retry`` in microseconds: what the block cache
+        answers in the script's place."""
+        return [0, index + 1, remaining, reset, retry, 0, int(penalized)]
+
+
+def hash_tag(key: str) -> str:
+    """The part of ``key`` Redis Cluster hashes: the first ``{...}``, if not empty."""
+    start = key.find("{")
+    if start >= 0:
+        end = key.find("}", start + 1)
+        if end > start + 1:
+            return key[start + 1 : end]
+    return key
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One call of a request split by hash tag (see :func:`split`).
+
+    :param keys: its entries' keys, then their penalty keys.
+    :param args: now, cost and its entries' plan.
+    :param layers: for each of its layers, in order, the layer's number in
+        the whole request's plan (0-based).
+    """
+
+    keys: list[str]
+    args: list[int | str]
+    layers: list[int]
+
+
+def split(keys: Sequence[str], args: Args) -> list[Part]:
+    """Cut one call into one call per hash tag, each with the entries (and
+    the penalty keys) of that tag, in their order."""
+    now, cost, plan = args[0], args[1], str(args[2])
+    entries = plan.split(" ")
+    count = len(entries)
+    penalty_keys = iter(keys[count:])
+    groups: dict[str, tuple[list[str], list[str], list[str], list[int]]] = {}
+    layer = 0
+    for key, text in zip(keys, entries, strict=False):
+        own_keys, penalties, texts, layers = groups.setdefault(hash_tag(key), ([], [], [], []))
+        own_keys.append(key)
+        texts.append(text)
+        layers.extend(range(layer, layer + text.count("/")))
+        layer += text.count("/")
+        if "!" in text:
+            penalties.append(next(penalty_keys))
+    return [
+        Part(own_keys + penalties, [now, cost, " ".join(texts)], layers)
+        for own_keys, penalties, texts, layers in groups.values()
+    ]
+
+
+def refund_of(part: Part, reply: Sequence[int], cost: int) -> tuple[list[str], list[int | str]]:
+    """The call that gives back ``cost`` that ``part`` took when it was
+    admitted with ``reply``: the same keys and plan, at the time it decided."""
+    return part.keys, [reply[5], -cost, part.args[2]]
+
+
+def merge(parts: Sequence[Part], replies: Sequence[Sequence[int]]) -> list[int]:
+    """The reply one call over every part's keys would have given: admitted
+    only if every part admitted, with the deciding layer chosen as the
+    script chooses it (see ``lua/main.lua``), numbered in the whole plan.
+
+    The penalty flag is there if any part replied with one.
+    """
+    admitted = all(reply[0] == 1 for reply in replies)
+    flagged = any(len(reply) > 6 for reply in replies)
+    best: tuple[tuple[int, ...], list[int]] | None = None
+    for part, reply in zip(parts, replies, strict=True):
+        index = part.layers[reply[1] - 1]
+        rank: tuple[int, ...]
+        if admitted:
+            rank = (reply[2], -reply[3], index)
+        elif reply[0] == 0:
+            rank = (-reply[4], index)
+        else:
+            continue
+        if best is None or rank < best[0]:
+            flag = [reply[6] if len(reply) > 6 else 0] if flagged else []
+            best = (rank, [reply[0], index + 1, *reply[2:6], *flag])
+    if best is None:
+        raise ValueError("no part of the request was decided")
+    return best[1]
