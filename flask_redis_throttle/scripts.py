@@ -1,12 +1,12 @@
 """The Lua scripts, one file per strategy.
 
 Each strategy is a file under ``lua/`` that defines a table of functions,
-``load``, ``check``, ``commit``, ``refund`` and ``store`` (see
-``lua/main.lua`` for their contract). A script is built from the strategy
-files a request needs, each registered under its code, followed by
-``lua/penalty.lua`` and ``lua/main.lua``, which hold what every strategy
-shares: reading the clock and the plan, checking every layer before writing
-any, penalties and the reply. The strategies that pack their layers into one
+``load``, ``check``, ``refund`` and ``store`` (see ``lua/main.lua`` for
+their contract). A script is ``lua/prelude.lua`` (the clock, the cost, and
+the tables every layer's verdict goes in), then the strategy files a request
+needs, each registered under its code, then ``lua/penalty.lua`` and
+``lua/main.lua``, which hold what every strategy shares: reading the plan,
+checking every layer before writing any, penalties and the reply. The strategies that pack their layers into one
 string share ``lua/packed.lua``. A request whose limits all use one strategy
 (the usual case) runs a script made of that strategy's file and the shared
 parts only. Production Redis and the embedded ``memory://`` store run the
@@ -66,7 +66,7 @@ def script_source(names: Iterable[str]) -> str:
 @cache
 def _source(names: frozenset[str]) -> str:
     lua = files(__package__) / "lua"
-    parts = ["local strategies = {}", lua.joinpath("packed.lua").read_text("utf-8")]
+    parts = [lua.joinpath("prelude.lua").read_text("utf-8"), lua.joinpath("packed.lua").read_text("utf-8")]
     for name in sorted(names):
         strategy = STRATEGIES[name]
         # Each file's locals stay in its own block; the table is registered.

@@ -10,7 +10,7 @@
 -- keeps the TAT exactly as "<microseconds>:<remainder>", meaning microseconds
 -- plus remainder / quota; just "<microseconds>" when the remainder is 0, as
 -- it always is when the quota divides the window. The microseconds are
--- written in base 36, 11 characters rather than 16 digits. Every decision and every retry time is then exact
+-- written in hexadecimal, 14 characters rather than 16 digits. Every decision and every retry time is then exact
 -- integer arithmetic (for a cost of 1 always; for larger costs while
 -- cost * quota stays below 2^53).
 --
@@ -22,89 +22,87 @@ local strategy = {load = packed.load}
 
 -- The TAT in `record` as (at, part).
 local function read(record)
-  local a, p = string.match(record or '', '^(%w+):?(%d*)$')
-  return tonumber(a or '', 36), tonumber(p) or 0
+  local a, p = string.match(record, '^(%x+):?(%d*)$')
+  return tonumber(a, 16), tonumber(p) or 0
 end
 
-local DIGITS = '0123456789abcdefghijklmnopqrstuvwxyz'
-
-local function write(at, part)
-  -- Exact: every integer below 2^53 is, and so is each step here.
-  local digits = ''
-  repeat
-    local digit = math.fmod(at, 36)
-    digits = string.sub(DIGITS, digit + 1, digit + 1) .. digits
-    at = (at - digit) / 36
-  until at == 0
+-- Layer `name`'s part of the packed string, for the TAT (at, part). Every
+-- integer below 2^53 is exact, and %x writes it whole.
+local function part_of(name, at, part)
   if part > 0 then
-    return digits .. string.format(':%.0f', part)
+    return string.format('%s=%x:%d', name, at, part)
   end
-  return digits
+  return string.format('%s=%x', name, at)
 end
 
--- The TAT in `record` as (at, part), never before now.
-local function tat(record, quota, now)
-  if record then
-    local a, p = read(record)
-    if a and (a > now or (a == now and p > 0)) then
-      if p >= quota then -- the quota was lowered since: round up
-        return a + 1, 0
+-- Check each layer of `entry`, numbering them on from i.
+function strategy.check(state, entry, i)
+  local old = state.old
+  for quota, name in string.gmatch(entry, '(%d+)/(%d+)') do
+    i = i + 1
+    quota = tonumber(quota)
+    local period = name * 1000000
+    quotas[i], periods[i], names[i] = quota, period, name
+    -- The TAT as (at, part), never before now.
+    local at, part = now, 0
+    local record = old[name]
+    if record then
+      local a, p = read(record)
+      if a and (a > now or (a == now and p > 0)) then
+        at, part = a, p
+        if part >= quota then -- the quota was lowered since: round up
+          at, part = at + 1, 0
+        end
       end
-      return a, p
+    end
+    -- The TAT after this request (T = step + share / quota), and how far
+    -- ahead of now it is, rounded up.
+    local share = math.fmod(period, quota)
+    local step = (period - share) / quota
+    local extra = part + cost * share
+    local next_part = math.fmod(extra, quota)
+    local next_at = at + cost * step + (extra - next_part) / quota
+    local ahead = next_at - now + (next_part > 0 and 1 or 0)
+    if ahead <= period then
+      fits[i], resets[i], retries[i] = true, ahead, 0
+      remaining[i] = math.floor(((period - (next_at - now)) * quota - next_part) / period)
+      if cost > 0 then
+        note(state, name, part_of(name, next_at, next_part), ahead)
+      end
+    else
+      fits[i], retries[i] = false, ahead - period
+      remaining[i] = math.max(math.floor(((period - (at - now)) * quota - part) / period), 0)
+      resets[i] = at - now + (part > 0 and 1 or 0)
     end
   end
-  return now, 0
+  return i
 end
 
--- The TAT after a request of `cost`, and how far ahead of now it is, rounded up.
-local function pushed(at, part, quota, period, now, cost)
-  local share = math.fmod(period, quota)
-  local step = (period - share) / quota -- T = step + share / quota
-  local extra = part + cost * share
-  local next_part = math.fmod(extra, quota)
-  local next_at = at + cost * step + (extra - next_part) / quota
-  return next_at, next_part, next_at - now + (next_part > 0 and 1 or 0)
-end
-
-function strategy.check(state, name, quota, period, now, cost)
-  local at, part = tat(state.old[name], quota, now)
-  local next_at, next_part, ahead = pushed(at, part, quota, period, now, cost)
-  if ahead <= period then
-    local remaining = math.floor(((period - (next_at - now)) * quota - next_part) / period)
-    return true, remaining, ahead, 0
-  end
-  local remaining = math.floor(((period - (at - now)) * quota - part) / period)
-  local reset = at - now + (part > 0 and 1 or 0)
-  return false, math.max(remaining, 0), reset, ahead - period
-end
-
-function strategy.commit(state, name, quota, period, now, cost)
-  local at, part = tat(state.old[name], quota, now)
-  local next_at, next_part = pushed(at, part, quota, period, now, cost)
-  packed.put(state, name, write(next_at, next_part))
-end
-
-function strategy.refund(state, name, quota, period, now, cost)
-  -- Move the TAT back by cost * T, borrowing whole microseconds when the
+function strategy.refund(state, entry, given)
+  -- Move the TAT back by given * T, borrowing whole microseconds when the
   -- remainder would go below zero. A TAT that ends up at or before `now`
   -- means no debt at all, which check() already reads that way, and the
   -- record is dropped when the key is stored.
-  local a, p = read(packed.get(state, name))
-  if not a then
-    return
-  end
-  local share = math.fmod(period, quota)
-  local step = (period - share) / quota
-  local part = p - cost * share
-  local borrow = part < 0 and math.ceil(-part / quota) or 0
-  packed.put(state, name, write(a - cost * step - borrow, part + borrow * quota))
+  packed.refund(state, entry, function(record, quota, period, name)
+    local a, p = read(record)
+    if not a then
+      return
+    end
+    local share = math.fmod(period, quota)
+    local step = (period - share) / quota
+    local part = p - given * share
+    local borrow = part < 0 and math.ceil(-part / quota) or 0
+    local at = a - given * step - borrow
+    part = part + borrow * quota
+    note(state, name, part_of(name, at, part), at - now + 1)
+  end)
 end
 
-local function life(record, period, now)
+local function life(record)
   local a, p = read(record)
   return a and a - now + (p > 0 and 1 or 0) or 0
 end
 
-function strategy.store(state, now)
-  packed.store(state, now, life)
+function strategy.store(state)
+  packed.store(state, life)
 end

@@ -20,38 +20,62 @@ function packed.load(key)
       order[#order + 1] = name
     end
   end
-  return {key = key, old = old, order = order, new = {}, changed = false}
+  return {key = key, old = old, order = order, life = 0}
 end
 
--- The record of layer `name`: what commit() or refund() left, else what was read.
-function packed.get(state, name)
-  return state.new[name] or state.old[name]
-end
-
-function packed.put(state, name, record)
-  if not state.old[name] and not state.new[name] then
+-- Note the new record of layer `name`, as the whole "<name>=<record>", to be
+-- kept `life` more microseconds. (Callers build that string in one go: each
+-- new string Lua makes costs, and a record changes with every request.)
+local function note(state, name, part, life)
+  local new = state.new
+  if not new then
+    new = {}
+    state.new = new
+  end
+  if not new[name] and not state.old[name] then
     state.order[#state.order + 1] = name
   end
-  state.new[name] = record
-  state.changed = true
+  new[name] = part
+  if life > state.life then
+    state.life = life
+  end
 end
 
--- Write the records that are still live. life(record, period, now) is how
--- many more microseconds a record must be kept; 0 or less, and it goes.
-function packed.store(state, now, life)
-  if not state.changed then
+-- Call refund(record, quota, period, name) for each layer of `entry` not
+-- refunded yet in this key, with the record as read or as noted since.
+function packed.refund(state, entry, refund)
+  state.refunded = state.refunded or {}
+  local refunded, old = state.refunded, state.old
+  for quota, name in string.gmatch(entry, '(%d+)/(%d+)') do
+    local new = state.new and state.new[name]
+    local record = new and string.sub(new, #name + 2) or old[name]
+    if record and not refunded[name] then
+      refunded[name] = true
+      refund(record, tonumber(quota), name * 1000000, name)
+    end
+  end
+end
+
+-- Write the records noted and those read that are still live, if anything
+-- was noted. life(record, period) is how many more microseconds a record
+-- read and not noted again must be kept; 0 or less, and it goes.
+function packed.store(state, life)
+  if not state.new then
     return
   end
-  local parts, longest = {}, 0
+  local parts, longest = {}, state.life
+  local new, old = state.new, state.old
   for _, name in ipairs(state.order) do
-    local record = state.new[name] or state.old[name]
-    local left = life(record, tonumber(name) * 1000000, now)
-    if left > 0 then
-      parts[#parts + 1] = name .. '=' .. record
+    local part = new[name]
+    if not part then
+      local record = old[name]
+      local left = life(record, name * 1000000)
       if left > longest then
         longest = left
       end
+      part = left > 0 and name .. '=' .. record
     end
+    parts[#parts + 1] = part or nil
   end
   if #parts == 0 then
     redis.call('DEL', state.key)

@@ -19,8 +19,9 @@
 
 local penalties = {}
 
--- The penalty groups (one per punished entry, given in order), and the wait
--- of every layer that is blocked now. `keys` is how many keys the entries have.
+-- The penalty groups, one per punished entry ({first, last, penalty}: its
+-- first and last layer, and the text after "!"), and the wait of every layer
+-- that is blocked now. `keys` is how many keys the entries have.
 function penalties.load(punished, keys, now)
   local groups, blocked = {}, {}
   for j, entry in ipairs(punished) do

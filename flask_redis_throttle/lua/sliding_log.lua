@@ -16,37 +16,46 @@
 local strategy = {}
 
 function strategy.load(key)
-  return {key = key, add = 0, horizon = 0}
+  return {key = key, horizon = 0}
 end
 
-function strategy.check(state, name, quota, period, now, cost)
+-- Check each layer of `entry`, numbering them on from i.
+function strategy.check(state, entry, i)
   local key = state.key
-  local since = string.format('(%.0f', now - period)
-  local used = redis.call('ZCOUNT', key, since, '+inf')
-  if used + cost <= quota then
-    return true, quota - used - cost, period, 0
+  for quota, name in string.gmatch(entry, '(%d+)/(%d+)') do
+    i = i + 1
+    quota = tonumber(quota)
+    local period = name * 1000000
+    quotas[i], periods[i], names[i] = quota, period, name
+    local since = string.format('(%.0f', now - period)
+    local used = redis.call('ZCOUNT', key, since, '+inf')
+    if used + cost <= quota then
+      fits[i], remaining[i], resets[i], retries[i] = true, quota - used - cost, period, 0
+      if cost > 0 then
+        state.add = cost
+        state.horizon = math.max(state.horizon, period)
+      end
+    else
+      local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+      local stamp = tonumber(newest[2])
+      local retry = 0
+      if cost <= quota then
+        -- The request fits once the excess-th oldest entry in the window is
+        -- out. (One costing more than the quota never fits; main.lua
+        -- handles it.)
+        local excess = used + cost - quota
+        local entry = redis.call('ZRANGEBYSCORE', key, since, '+inf', 'WITHSCORES', 'LIMIT', excess - 1, 1)
+        retry = tonumber(entry[2]) + period - now
+      end
+      fits[i], remaining[i], retries[i] = false, math.max(quota - used, 0), retry
+      resets[i] = stamp and stamp > 0 and math.max(stamp + period - now, 0) or 0
+    end
   end
-  local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-  local stamp = tonumber(newest[2])
-  local reset = stamp and stamp > 0 and math.max(stamp + period - now, 0) or 0
-  local retry = 0
-  if cost <= quota then
-    -- The request fits once the excess-th oldest entry in the window is out.
-    -- (One costing more than the quota never fits; main.lua handles it.)
-    local excess = used + cost - quota
-    local entry = redis.call('ZRANGEBYSCORE', key, since, '+inf', 'WITHSCORES', 'LIMIT', excess - 1, 1)
-    retry = tonumber(entry[2]) + period - now
-  end
-  return false, math.max(quota - used, 0), reset, retry
+  return i
 end
 
-function strategy.commit(state, name, quota, period, now, cost)
-  state.add = cost
-  state.horizon = math.max(state.horizon, period)
-end
-
-function strategy.refund(state, name, quota, period, now, cost)
-  -- Once for the whole set: remove `cost` entries stamped `now`, the latest
+function strategy.refund(state, entry, given)
+  -- Once for the whole set: remove `given` entries stamped `now`, the latest
   -- first, so that the "<time>:<number>" members left stay unique.
   if state.refunded then
     return
@@ -59,14 +68,14 @@ function strategy.refund(state, name, quota, period, now, cost)
     numbers[#numbers + 1] = tonumber(string.match(member, ':(%d+)$'))
   end
   table.sort(numbers, function(a, b) return a > b end)
-  for n = 1, math.min(cost, #numbers) do
+  for n = 1, math.min(given, #numbers) do
     redis.call('ZREM', state.key, stamp .. ':' .. numbers[n])
   end
 end
 
-function strategy.store(state, now)
-  local key, cost = state.key, state.add
-  if cost == 0 then
+function strategy.store(state)
+  local key, added = state.key, state.add
+  if not added then
     return
   end
   -- The longest window of any limit that counts in this set.
@@ -80,9 +89,9 @@ function strategy.store(state, now)
   -- already stamped with this time.
   local stamp = string.format('%.0f', now)
   local before = redis.call('ZCOUNT', key, stamp, stamp)
-  for first = 1, cost, 100 do
+  for first = 1, added, 100 do
     local entries = {}
-    for n = first, math.min(first + 99, cost) do
+    for n = first, math.min(first + 99, added) do
       entries[#entries + 1] = stamp
       entries[#entries + 1] = stamp .. ':' .. (before + n)
     end

@@ -17,112 +17,115 @@ local BUCKETS = 10
 
 local strategy = {load = packed.load}
 
--- The sub-buckets in `record` as {number, count} pairs, newest first.
-local function buckets(record)
-  local found = {}
-  if record then
-    local newest, counts = string.match(record, '^(%d+):([%d,]+)$')
-    if newest then
-      local number = tonumber(newest)
-      for count in string.gmatch(counts, '%d+') do
-        found[#found + 1] = {number, tonumber(count)}
-        number = number - 1
-      end
+-- The counts in `record`, newest first, and the number of its newest
+-- sub-bucket; none for no record.
+local function counts_of(record)
+  local counts = {}
+  local newest, list = string.match(record or '', '^(%d+):([%d,]+)$')
+  if newest then
+    for count in string.gmatch(list, '%d+') do
+      counts[#counts + 1] = tonumber(count)
     end
   end
-  return found
+  return counts, tonumber(newest)
 end
 
-local function encode(counts, newest, oldest)
-  local parts, last = {}, 0
-  for number = newest, oldest, -1 do
-    local count = counts[number] or 0
-    parts[#parts + 1] = string.format('%.0f', count)
-    if count > 0 then
-      last = #parts
+-- Layer `name`'s part of the packed string: sub-buckets `top` down to
+-- `bottom`, with count(number) each; trailing zeros are left out. Nil when
+-- every count is 0.
+local function part_of(name, top, bottom, count)
+  local list, last = {}, 0
+  for number = top, bottom, -1 do
+    local n = count(number)
+    list[#list + 1] = n
+    if n > 0 then
+      last = #list
     end
   end
-  if last == 0 then
-    return nil
+  if last > 0 then
+    return name .. '=' .. top .. ':' .. table.concat(list, ',', 1, last)
   end
-  return string.format('%.0f:', newest) .. table.concat(parts, ',', 1, last)
 end
 
--- The sub-bucket `now` is in, with the sub-bucket width; the window is whole
--- seconds, so a sub-bucket is whole microseconds.
-local function current_of(period, now)
-  local width = period / BUCKETS
-  return (now - math.fmod(now, width)) / width, width
-end
-
-function strategy.check(state, name, quota, period, now, cost)
-  local current, width = current_of(period, now)
-  local oldest = current - BUCKETS
-  local used, newest = 0, nil
-  local counted = {}
-  for _, entry in ipairs(buckets(state.old[name])) do
+-- Check each layer of `entry`, numbering them on from i. The window is
+-- whole seconds, so a sub-bucket is whole microseconds; sub-bucket numbers
+-- stay below 10^14, which Lua writes exactly.
+function strategy.check(state, entry, i)
+  local old = state.old
+  for quota, name in string.gmatch(entry, '(%d+)/(%d+)') do
+    i = i + 1
+    quota = tonumber(quota)
+    local period = name * 1000000
+    quotas[i], periods[i], names[i] = quota, period, name
+    local width = period / BUCKETS
+    local current = (now - math.fmod(now, width)) / width
+    local oldest = current - BUCKETS
+    local counts, first = counts_of(old[name])
     -- Sub-buckets after the current one only exist if the clock went back;
     -- counting them too keeps the promise.
-    if entry[1] >= oldest and entry[2] > 0 then
-      used = used + entry[2]
-      counted[#counted + 1] = entry
-      if not newest or entry[1] > newest then
-        newest = entry[1]
+    local used, newest = 0, nil
+    for k, count in ipairs(counts) do
+      local number = first - k + 1
+      if number >= oldest and count > 0 then
+        used = used + count
+        newest = newest or number
       end
     end
-  end
-  -- Sub-bucket b is counted until sub-bucket b + BUCKETS + 1 begins.
-  local function until_gone(bucket)
-    return (bucket + BUCKETS + 1) * width - now
-  end
-  if used + cost <= quota then
-    return true, quota - used - cost, until_gone(newest and math.max(newest, current) or current), 0
-  end
-  -- Find the first sub-bucket boundary at which enough has aged out (the
-  -- oldest first; a request costing more than the quota never fits, which
-  -- main.lua handles).
-  local retry, left = 0, used
-  for j = #counted, 1, -1 do
-    left = left - counted[j][2]
-    if left + cost <= quota then
-      retry = until_gone(counted[j][1])
-      break
+    -- Sub-bucket b is counted until sub-bucket b + BUCKETS + 1 begins.
+    if used + cost <= quota then
+      local top = math.max(first or current, current)
+      local reset = (math.max(newest or current, current) + BUCKETS + 1) * width - now
+      fits[i], remaining[i], resets[i], retries[i] = true, quota - used - cost, reset, 0
+      if cost > 0 then
+        local part = part_of(name, top, oldest, function(number)
+          local count = first and counts[first - number + 1] or 0
+          return number == current and count + cost or count
+        end)
+        note(state, name, part, (top + BUCKETS + 1) * width - now)
+      end
+    else
+      -- The first sub-bucket boundary at which enough has aged out, the
+      -- oldest first (a request costing more than the quota never fits,
+      -- which main.lua handles).
+      local retry, left = 0, used
+      for number = oldest, first or oldest - 1 do
+        local count = counts[first - number + 1] or 0
+        left = left - count
+        if count > 0 and left + cost <= quota then
+          retry = (number + BUCKETS + 1) * width - now
+          break
+        end
+      end
+      fits[i], remaining[i], retries[i] = false, math.max(quota - used, 0), retry
+      resets[i] = newest and (newest + BUCKETS + 1) * width - now or 0
     end
   end
-  return false, math.max(quota - used, 0), newest and until_gone(newest) or 0, retry
+  return i
 end
 
-function strategy.commit(state, name, quota, period, now, cost)
-  local current = current_of(period, now)
-  local counts, newest = {}, current
-  for _, entry in ipairs(buckets(state.old[name])) do
-    counts[entry[1]] = entry[2]
-    newest = math.max(newest, entry[1])
-  end
-  counts[current] = (counts[current] or 0) + cost
-  packed.put(state, name, encode(counts, newest, current - BUCKETS))
-end
-
-function strategy.refund(state, name, quota, period, now, cost)
+function strategy.refund(state, entry, given)
   -- Take it out of the sub-bucket it went into, if that is still kept.
-  local current = current_of(period, now)
-  local found = buckets(packed.get(state, name))
-  local counts = {}
-  for _, entry in ipairs(found) do
-    counts[entry[1]] = entry[2]
-  end
-  if counts[current] then
-    counts[current] = math.max(counts[current] - cost, 0)
-    -- With nothing left, a record that is dropped when the key is stored.
-    packed.put(state, name, encode(counts, found[1][1], found[#found][1]) or '0:0')
-  end
+  packed.refund(state, entry, function(record, quota, period, name)
+    local width = period / BUCKETS
+    local current = (now - math.fmod(now, width)) / width
+    local counts, first = counts_of(record)
+    local at = first and first - current + 1
+    if at and counts[at] then
+      counts[at] = math.max(counts[at] - given, 0)
+      local part = part_of(name, first, first - #counts + 1, function(number)
+        return counts[first - number + 1]
+      end)
+      -- With nothing left, a record that is dropped when the key is stored.
+      note(state, name, part or name .. '=0:0', (first + BUCKETS + 1) * width - now)
+    end
+  end)
 end
 
-local function life(record, period, now)
+local function life(record, period)
   local newest = tonumber(string.match(record, '^(%d+):'))
   return newest and (newest + BUCKETS + 1) * (period / BUCKETS) - now or 0
 end
 
-function strategy.store(state, now)
-  packed.store(state, now, life)
+function strategy.store(state)
+  packed.store(state, life)
 end
