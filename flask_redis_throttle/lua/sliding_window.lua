@@ -30,15 +30,21 @@ local function counts_of(record)
   return counts, tonumber(newest)
 end
 
--- Layer `name`'s part of the packed string: sub-buckets `top` down to
--- `bottom`, with count(number) each; trailing zeros are left out. Nil when
--- every count is 0.
-local function part_of(name, top, bottom, count)
+-- Layer `name`'s part of the packed string: the counts of sub-buckets `top`
+-- down to `bottom`, where `counts` holds those from `first` down, and
+-- `extra` is added to sub-bucket `current`'s; trailing zeros are left out.
+-- Nil when every count is 0.
+local function part_of(name, top, bottom, counts, first, current, extra)
   local list, last = {}, 0
-  for number = top, bottom, -1 do
-    local n = count(number)
-    list[#list + 1] = n
-    if n > 0 then
+  -- Below the record's oldest sub-bucket (and the current one) all is 0.
+  local low = math.max(bottom, math.min(current, first and first - #counts + 1 or current))
+  for number = top, low, -1 do
+    local count = first and counts[first - number + 1] or 0
+    if number == current then
+      count = count + extra
+    end
+    list[#list + 1] = count
+    if count > 0 then
       last = #list
     end
   end
@@ -77,10 +83,7 @@ function strategy.check(state, entry, i)
       local reset = (math.max(newest or current, current) + BUCKETS + 1) * width - now
       fits[i], remaining[i], resets[i], retries[i] = true, quota - used - cost, reset, 0
       if cost > 0 then
-        local part = part_of(name, top, oldest, function(number)
-          local count = first and counts[first - number + 1] or 0
-          return number == current and count + cost or count
-        end)
+        local part = part_of(name, top, oldest, counts, first, current, cost)
         note(state, name, part, (top + BUCKETS + 1) * width - now)
       end
     else
@@ -112,9 +115,7 @@ function strategy.refund(state, entry, given)
     local at = first and first - current + 1
     if at and counts[at] then
       counts[at] = math.max(counts[at] - given, 0)
-      local part = part_of(name, first, first - #counts + 1, function(number)
-        return counts[first - number + 1]
-      end)
+      local part = part_of(name, first, first - #counts + 1, counts, first, current, 0)
       -- With nothing left, a record that is dropped when the key is stored.
       note(state, name, part or name .. '=0:0', (first + BUCKETS + 1) * width - now)
     end
