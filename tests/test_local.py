@@ -16,6 +16,7 @@ import multiprocessing
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -102,6 +103,8 @@ def test_the_first_request_starts_the_server_in_the_instance_folder(folder: Loca
         os.path.basename(path) for path in (folder.socket, folder.lock, folder.pidfile, folder.log)
     )
     assert folder.pid() == status.pid
+    # Only the folder's owner may connect.
+    assert stat.S_IMODE(os.stat(folder.socket).st_mode) == 0o700
     # The lean client path takes local:// connections too.
     assert state_of(app).throttle is not None
     assert state_of(app).throttle.storage.lean is not None
@@ -442,3 +445,38 @@ def test_a_stalled_server_is_not_replaced(folder: LocalFolder) -> None:
     assert starts(folder) == 1
     assert [get(client).status_code for _ in range(2)] == [200, 429]
     assert server_pid(folder) == pid
+
+
+def test_a_worker_killed_while_holding_the_lock_does_not_leave_it_taken(folder: LocalFolder) -> None:
+    os.makedirs(folder.path)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, folder.lock], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline() == b"locked\n"
+    finally:
+        holder.kill()  # SIGKILL: no chance to unlock
+        holder.wait()
+        if holder.stdout is not None:
+            holder.stdout.close()
+    app = local_app(folder, RATELIMIT_FAIL_OPEN=False)
+    assert [get(app.test_client()).status_code for _ in range(4)] == [200, 200, 200, 429]
+
+
+#: Takes the lock file's flock, says so, and waits to be killed.
+HOLD_LOCK = """
+import fcntl, sys, time
+lock = open(sys.argv[1], "a")
+fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+print("locked", flush=True)
+time.sleep(60)
+"""
+
+
+def test_apps_that_share_a_folder_share_the_server_but_not_their_counters(folder: LocalFolder) -> None:
+    first = local_app(folder, "2/hour", RATELIMIT_KEY_PREFIX="one:")
+    second = local_app(folder, "2/hour", RATELIMIT_KEY_PREFIX="two:")
+    assert [get(first.test_client()).status_code for _ in range(3)] == [200, 200, 429]
+    assert [get(second.test_client()).status_code for _ in range(3)] == [200, 200, 429]
+    assert starts(folder) == 1
