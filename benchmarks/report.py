@@ -230,6 +230,14 @@ def rst_shows(report: Report) -> str:
             f"{e2e['fl']['vs_no_limiter']:.0%}. The load generator runs on the same CPUs as gunicorn and Redis, "
             "which shrinks every difference."
         )
+    if "local" in sections:
+        local = sections["local"]
+        on_redis, on_local = (local["results"][n]["added_us"] for n in ("ours-redis", "ours-local"))
+        items.append(
+            f"**local://.** On a server the app started itself, reached over a Unix socket, we add "
+            f"{on_local:,.0f} µs per request; on the same server binary over loopback TCP, {on_redis:,.0f} µs: "
+            f"{local['ratio']:.2f} times."
+        )
     return "\n\n".join(bullet(item) for item in items)
 
 

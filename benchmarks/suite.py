@@ -21,6 +21,9 @@ The apps, the timing and the counting are those of ``overhead.py``, shared in
      (``memory.py``'s bulk pattern).
 7.   **End to end**: gunicorn serving the app with no limiter, with ours and
      with Flask-Limiter, loaded over keep-alive connections: requests per second.
+8.   **local://**: ours on ``local://`` (a server the app starts on demand,
+     on a Unix socket) beside ours on ``redis://`` on loopback, the same
+     server binary for both, in the same rounds.
 
 Times in sections 1, 4 and 5 come from interleaved rounds (every variant runs
 a batch each round, the order rotating), paired by round with the bare app:
@@ -45,8 +48,10 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -91,10 +96,11 @@ from harness import (
 from werkzeug.exceptions import TooManyRequests
 
 from flask_redis_throttle import config as our_config
+from flask_redis_throttle import local
 from flask_redis_throttle.keys import identity_tag
-from flask_redis_throttle.testing import redis_server
+from flask_redis_throttle.testing import find_redis_server, redis_server
 
-SECTIONS = ("admitted", "growth", "flood", "memory", "e2e")
+SECTIONS = ("admitted", "growth", "flood", "memory", "e2e", "local")
 
 
 def tenant_key(req: Any) -> str:
@@ -540,6 +546,65 @@ def e2e_rows(section: Mapping[str, Any], s: Settings) -> list[list[str]]:
     return rows
 
 
+# --- section 8: local:// -------------------------------------------------------------------------
+
+
+def local_storage(url: str, s: Settings) -> dict[str, Any]:
+    """Ours (fixed-window, 3 layers x 2 identities) on ``local://`` beside
+    ours on ``redis://``, interleaved in the same rounds. The local server
+    is started from the binary the suite's server runs (not the one
+    ``local://`` would pick), so that the two differ only in how the app
+    reaches them: a Unix socket, and a connection that starts the server,
+    against loopback TCP. It is stopped at the end."""
+    environ = base_environ()
+    folder = local.LocalFolder(tempfile.mkdtemp(prefix="frt-bench-"))
+    saved = local.find_server_binary
+    local.find_server_binary = find_redis_server
+    try:
+        variants = yardsticks(url, environ)
+        for name, label, where in (
+            ("ours-redis", "ours fixed-window on redis:// (loopback TCP)", url),
+            ("ours-local", "ours fixed-window on local:// (Unix socket)", f"local://{folder.path}"),
+        ):
+            app = our_app(where, f"rl-{name}:")
+            variants.append(our_variant(name, label, app, environ, client=our_client(app), header="RateLimit"))
+        warm_up(variants, 5)
+        for variant in variants:
+            check(variant, environ)
+        warm_up(variants, max(s.batch, 50))
+        measure(variants, s.rounds, s.batch, s.warmup)
+        status = local.server_status(folder)
+    finally:
+        local.find_server_binary = saved
+        local.stop_server(folder)
+        shutil.rmtree(folder.path, ignore_errors=True)
+    by_name = {v.name: v for v in variants}
+    ping = statistics.median(by_name["ping"].samples)
+    results: dict[str, dict[str, Any]] = {"ping": {"label": by_name["ping"].label, "per_call_us": ping}}
+    for name in ("ours-redis", "ours-local"):
+        variant = by_name[name]
+        entry: dict[str, Any] = {"label": variant.label, "per_call_us": statistics.median(variant.samples)}
+        entry.update(paired_added(variant.samples, by_name["bare"].samples))
+        entry["added_pings"] = entry["added_us"] / ping
+        entry["samples_us"] = variant.samples
+        results[name] = entry
+    ratio_local = ratio(results["ours-local"]["added_us"], results["ours-redis"]["added_us"])
+    return {"results": results, "ratio": ratio_local, "server": f"{status.product} {status.version}"}
+
+
+def local_rows(section: Mapping[str, Any]) -> list[list[str]]:
+    title = f"8. local:// beside redis:// ({section['server']} for both); ratio = local:// / redis://"
+    rows: list[list[str]] = [[title]]
+    for name, r in section["results"].items():
+        if name == "ping":
+            continue
+        local_row = name == "ours-local"
+        vs = f"{section['ratio']:.2f}x" if local_row else ""
+        target = target_cell(TARGETS["local-vs-redis"], section["ratio"] or 0.0) if local_row else ""
+        rows.append(["  " + r["label"], fmt(r["added_us"]), f"{r['added_pings']:.2f}x", vs, "", "", "", "", target])
+    return rows
+
+
 # --- the report -----------------------------------------------------------------------------------
 
 HEADERS = ("variant", "added us", "x PING", "ratio", "cmds sent", "Redis cmds", "Redis us", "req/s", "target")
@@ -593,6 +658,8 @@ def targets(report: Mapping[str, Any]) -> list[dict[str, Any]]:
         found.append(goal("memory-per-client", sections["memory"]["ratio"]))
     if "e2e" in sections and "results" in sections["e2e"]:
         found.append(goal("e2e-throughput", sections["e2e"]["results"]["ours"]["vs_no_limiter"]))
+    if "local" in sections:
+        found.append(goal("local-vs-redis", sections["local"]["ratio"] or 0.0))
     return found
 
 
@@ -752,6 +819,7 @@ def run_sections(url: str, admin: redis.Redis, s: Settings, sections: Sequence[s
         "flood": lambda: flood(url, admin, s),
         "memory": lambda: memory(url, admin, s),
         "e2e": lambda: end_to_end(url, s),
+        "local": lambda: local_storage(url, s),
     }
     done: dict[str, Any] = {}
     for name in sections:
@@ -798,6 +866,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "flood": flood_rows,
         "memory": memory_rows,
         "e2e": lambda section: e2e_rows(section, s),
+        "local": local_rows,
     }
     for name in args.sections:
         rows += builders[name](sections[name])

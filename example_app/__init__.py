@@ -14,6 +14,7 @@ from flask import Flask, Response, redirect, render_template_string, request, ur
 from flask_login import LoginManager, UserMixin, current_user, login_user, logout_user
 
 from flask_redis_throttle import RateLimit, RateLimitExceeded, limit
+from flask_redis_throttle.local import find_server_binary
 
 # Created once, bound to each app in create_app: tests build many apps, each with its own counters.
 login_manager = LoginManager()
@@ -73,12 +74,18 @@ LOGIN_PAGE = """<!doctype html>
 """
 
 
+def default_storage_url() -> str:
+    """No Redis needed either way: ``local://`` when a server binary is installed (the
+    ``local`` extra), so every worker on this host shares one server that the first
+    request starts in the instance folder; else the embedded ``memory://`` store, whose
+    counts are kept per process."""
+    return "local://" if find_server_binary() is not None else "memory://"
+
+
 def create_app(config: dict[str, Any] | None = None) -> Flask:
     app = Flask(__name__)
     app.config["SECRET_KEY"] = os.environ.get("SECRET_KEY", "dev-only-do-not-deploy")
-    # Unset, the extension's default memory:// store applies: no Redis needed, counts kept per process.
-    if url := os.environ.get("RATELIMIT_STORAGE_URL"):
-        app.config["RATELIMIT_STORAGE_URL"] = url
+    app.config["RATELIMIT_STORAGE_URL"] = os.environ.get("RATELIMIT_STORAGE_URL") or default_storage_url()
     app.config.update(config or {})  # before init_app, which reads the RATELIMIT_* settings once
     login_manager.init_app(app)
     ratelimit.init_app(app)

@@ -26,6 +26,7 @@ from .clients import redact
 from .console import duration, parse_moment, table, utc
 from .identity import parse_identity, spec_kinds, spec_name
 from .keys import Identity, identity_tag, loggable
+from .local import LocalFolder, folder_of, server_status, stop_server
 from .rates import Rate
 from .refusals import RefusalLog
 from .reset import reset_identity
@@ -247,6 +248,62 @@ def refusals_command(top: int, recent: int, since: str | None) -> None:
             for r in latest
         ]
         click.echo(table(header, rows))
+
+
+server = AppGroup("server", help="Show or stop the local:// server this host's workers share.")
+ratelimit.add_command(server)
+
+
+@server.command("status")
+def server_status_command() -> None:
+    """Show whether the app's local:// server runs: its pid, version, uptime,
+    clients and memory. Nothing is started. Exits 1 when it is not running.
+    """
+    folder = _local_folder(_state())
+    try:
+        status = server_status(folder)
+    except redis.RedisError as error:
+        raise click.ClickException(f"the local server at {folder.socket} does not answer: {error}") from None
+    if not status.running:
+        click.echo(f"not running (socket {folder.socket}); the next request that needs it starts it")
+        raise SystemExit(1)
+    rows = [
+        ("server", f"{status.product} {status.version}"),
+        ("pid", str(status.pid)),
+        ("socket", folder.socket),
+        ("log", folder.log),
+        ("uptime", duration(status.uptime)),
+        ("clients", str(status.clients)),
+        ("memory", status.memory),
+    ]
+    click.echo(table(("state", "running"), rows))
+
+
+@server.command("stop")
+def server_stop_command() -> None:
+    """Stop the app's local:// server; its counters are lost. Workers that
+    are still serving start it again at their next request that needs it.
+    """
+    folder = _local_folder(_state())
+    try:
+        pid = stop_server(folder)
+    except redis.RedisError as error:
+        raise click.ClickException(str(error)) from None
+    click.echo(f"stopped the local server (pid {pid})" if pid is not None else "not running; nothing to stop")
+
+
+def _local_folder(state: RateLimitState) -> LocalFolder:
+    """The folder of the app's local:// server.
+
+    :raises click.ClickException: when the app's storage is not ``local://``.
+    """
+    folder = folder_of(_throttle(state).storage.client)
+    if folder is None:
+        raise click.ClickException(
+            f"the app's rate limit storage is {_throttle(state).storage.url}, not a local:// server "
+            "(set RATELIMIT_STORAGE_URL = 'local://')"
+        )
+    return folder
 
 
 def _state() -> RateLimitState:

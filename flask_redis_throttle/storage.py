@@ -22,6 +22,7 @@ from redis.exceptions import NoScriptError, RedisClusterException, SlotNotCovere
 
 from .clients import DEFAULT_CLIENT_OPTIONS, client_from_url, redact
 from .codec import hash_tag, merge, refund_of, split
+from .local import folder_of
 from .scripts import script_source
 from .wire import LeanClient, Replay, lean_client
 
@@ -89,9 +90,10 @@ class Storage:
         self.lean: LeanClient | None = None if self.cluster else lean_client(client)
 
     @classmethod
-    def from_url(cls, url: str, options: Mapping[str, Any] | None = None) -> Storage:
+    def from_url(cls, url: str, options: Mapping[str, Any] | None = None, instance_path: str | None = None) -> Storage:
         """Build a storage from ``RATELIMIT_STORAGE_URL`` and ``RATELIMIT_STORAGE_OPTIONS``
-        (see :func:`~flask_redis_throttle.clients.client_from_url`).
+        (see :func:`~flask_redis_throttle.clients.client_from_url`); ``local://``
+        keeps its server in ``instance_path`` unless the URL names a folder.
 
         Nothing is sent to Redis here: a Redis that is down at start-up must
         not stop the app from starting.
@@ -99,7 +101,11 @@ class Storage:
         :raises ConfigurationError: for an unknown scheme, a malformed URL or
             an unknown client option.
         """
-        return cls(client_from_url(url, options), redact(url), cluster=url.startswith("redis+cluster:"))
+        client = client_from_url(url, options, instance_path)
+        where = redact(url)
+        if url.startswith("local:") and folder_of(client) is None:
+            where = f"memory:// (the fallback of {where}: no server binary)"
+        return cls(client, where, cluster=url.startswith("redis+cluster:"))
 
     def close(self) -> None:
         """Close the client's connections (a cluster client's to every node).

@@ -39,6 +39,8 @@ from redis.connection import Connection, SSLConnection, UnixDomainSocketConnecti
 from redis.exceptions import ReadOnlyError
 from redis.sentinel import SentinelManagedConnection, SentinelManagedSSLConnection
 
+from .local import LocalConnection
+
 hiredis: Any
 try:  # pragma: no cover - which branch runs depends on the install
     import hiredis
@@ -53,10 +55,18 @@ __all__ = ["KEY_CACHE_SIZE", "LeanClient", "Replay", "lean_client"]
 KEY_CACHE_SIZE = 8192
 
 #: The connection classes whose socket and parser this path knows: redis-py's
-#: own, over TCP, TLS, a Unix socket, and to a Sentinel's master. Exact
-#: classes only: a subclass may change how commands are sent.
+#: own, over TCP, TLS, a Unix socket, and to a Sentinel's master, and
+#: ``local://``'s, which only connects differently. Exact classes only: a
+#: subclass may change how commands are sent.
 CONNECTIONS: frozenset[type] = frozenset(
-    {Connection, SSLConnection, UnixDomainSocketConnection, SentinelManagedConnection, SentinelManagedSSLConnection}
+    {
+        Connection,
+        SSLConnection,
+        UnixDomainSocketConnection,
+        SentinelManagedConnection,
+        SentinelManagedSSLConnection,
+        LocalConnection,
+    }
 )
 
 #: The attribute, on a redis-py connection, of its hiredis reader for this path.

