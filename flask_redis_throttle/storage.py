@@ -117,6 +117,9 @@ class Storage:
         :raises redis.RedisError: when the cluster client cannot be built
             (no start-up node answers).
         """
+        lean = self.lean
+        if isinstance(lean, LeanCluster) and lean.fits():
+            return [node or UNCOVERED for node in lean.nodes_of(keys)]
         return list(dict.fromkeys(self._node_of(key) for key in {_hash_tag(key): key for key in keys}.values()))
 
     def _node_of(self, key: str) -> str:

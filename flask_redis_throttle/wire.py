@@ -287,9 +287,11 @@ def _tag_slot(tag: str) -> int:
     return int(key_slot(tag.encode()))
 
 
+@lru_cache(maxsize=KEY_CACHE_SIZE)
 def key_slot_of(key: str) -> int:
     """The cluster slot of ``key``: worked out once per hash tag (an
-    identity's keys all share one), then kept in a bounded LRU."""
+    identity's keys all share one), and kept, like each key's, in a bounded
+    LRU, so that a returning identity's keys cost one lookup each."""
     return _tag_slot(hash_tag(key))
 
 
@@ -322,6 +324,8 @@ class LeanCluster:
         #: Whether this path fits the cluster's node connections (see
         #: :func:`lean_client`); None until the cluster client exists.
         self._fits: bool | None = None
+        #: The cluster client's ``nodes_manager``, which keeps the slot map.
+        self._manager: Any = None
 
     def fits(self) -> bool:
         """Whether the node clients are ones this path can speak for: redis-py's
@@ -330,7 +334,7 @@ class LeanCluster:
         :raises redis.RedisError: when the cluster client cannot be built.
         """
         if self._fits is None:
-            manager = getattr(self.client, "nodes_manager", None)
+            manager = self._manager = getattr(self.client, "nodes_manager", None)
             nodes = list(getattr(manager, "nodes_cache", {}).values())
             self._fits = (
                 hiredis is not None
@@ -338,6 +342,17 @@ class LeanCluster:
                 and _pool_fits(self.client.get_redis_connection(nodes[0]).connection_pool)
             )
         return self._fits
+
+    def nodes_of(self, keys: Sequence[str]) -> list[str]:
+        """The nodes (``host:port``) that serve ``keys`` in redis-py's slot
+        map, each once, in the keys' order; ``""`` for keys no node serves.
+        Nothing is sent. Call :meth:`fits` first."""
+        slots = self._manager.slots_cache
+        names: dict[str, None] = {}
+        for key in keys:
+            owners = slots.get(key_slot_of(key))
+            names[owners[0].name if owners else ""] = None
+        return list(names)
 
     def evalsha(self, sha: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """Run the script ``sha`` once on the node of ``keys``; return its
@@ -361,8 +376,7 @@ class LeanCluster:
             each call was sent to (``""`` when its slot has no node in the
             map; redis-py was then asked to find one).
         """
-        manager = self.client.nodes_manager
-        slots = manager.slots_cache
+        slots = self._manager.slots_cache
         replies: list[Any] = [None] * len(calls)
         names = [""] * len(calls)
         groups: dict[str, tuple[Any, list[int]]] = {}
