@@ -570,8 +570,9 @@ def cluster(url: str, admin: redis.Redis, s: Settings) -> dict[str, Any]:
                 client.close()
 
 
-def two_node_user(app: Flask) -> str:
-    """A user whose counters live on another master than :data:`harness.CLIENT_IP`'s."""
+def two_node_user(app: Flask) -> tuple[str, list[str]]:
+    """A user whose counters live on another master than :data:`harness.CLIENT_IP`'s,
+    and the two masters (``host:port``)."""
     throttle = app.extensions["ratelimit"].throttle
     policy = Policy(parse_limits(SPEC), "index")
 
@@ -579,18 +580,50 @@ def two_node_user(app: Flask) -> str:
         return str(throttle.storage.nodes(throttle.keys(policy, identity))[0])
 
     ip_node = node(Identity("ip", CLIENT_IP))
-    return next(user for user in (f"user{i}" for i in range(1000)) if node(Identity("user", user)) != ip_node)
+    user = next(user for user in (f"user{i}" for i in range(1000)) if node(Identity("user", user)) != ip_node)
+    return user, [ip_node, node(Identity("user", user))]
+
+
+def two_node_floor_app(clients: Sequence[redis.Redis]) -> Flask:
+    """The bare app plus one ``PING`` to each of ``clients``' servers, both
+    written before either reply is read: the least a limiter whose request
+    touches two cluster nodes can add."""
+    app = bare_app("floor-2")
+
+    def overlapped_round_trips() -> None:
+        taken = [(client.connection_pool, client.connection_pool.get_connection()) for client in clients]
+        for _, connection in taken:
+            connection.send_command("PING")
+        for pool, connection in taken:
+            connection.read_response()
+            pool.release(connection)
+
+    app.before_request(overlapped_round_trips)
+    return app
 
 
 def cluster_section(
     url: str, admin: redis.Redis, cluster_url: str, masters: Sequence[redis.Redis], s: Settings
 ) -> dict[str, Any]:
     ours = our_app(cluster_url, "rl-c:")
-    user = two_node_user(ours)
+    user, nodes = two_node_user(ours)
     environ = base_environ(CLIENT_IP, user)
     variants = yardsticks(url, environ)
+    node_clients = []
+    for node in nodes:
+        host, port = node.rsplit(":", 1)
+        node_clients.append(redis.Redis(host=host, port=int(port), **client_options()))
+    floor = floor_app(redis.Redis.from_url(url, **client_options()))
+    floor_2 = two_node_floor_app(node_clients)
     single = our_app(url, "rl-c-single:")
     variants += [
+        Variant("floor", "Flask app + 1 PING/request, one node (floor)", wsgi_runner(floor, environ), app=floor),
+        Variant(
+            "floor-2",
+            "Flask app + 1 PING to each of the 2 nodes, overlapped (floor)",
+            wsgi_runner(floor_2, environ),
+            app=floor_2,
+        ),
         our_variant("single", "ours fixed-window, one node", single, environ, header="RateLimit"),
         our_variant("cluster", "ours fixed-window, 3-master cluster", ours, environ, header="RateLimit"),
     ]
@@ -619,6 +652,7 @@ def cluster_section(
         entry.update(variant.counts)
         entry["samples_us"] = variant.samples
         results[variant.name] = entry
+    results["floor-2"]["vs_single"] = ratio(results["floor-2"]["added_us"], results["floor"]["added_us"])
     results["cluster"]["vs_single"] = ratio(results["cluster"]["added_us"], results["single"]["added_us"])
     results["fl"]["vs_ours"] = ratio(results["fl"]["added_us"], results["cluster"]["added_us"])
     cpu = ratio(results["cluster"]["script_us_per_request"], results["single"]["script_us_per_request"])
@@ -662,6 +696,7 @@ def cluster_rows(section: Mapping[str, Any]) -> list[list[str]]:
     )
     rows: list[list[str]] = [[title]]
     cells = {
+        "floor-2": (results["floor-2"]["vs_single"], None),
         "cluster": (results["cluster"]["vs_single"], "cluster-vs-single"),
         "fl": (results["fl"]["vs_ours"], "cluster-flask-limiter-ratio"),
     }
@@ -675,9 +710,9 @@ def cluster_rows(section: Mapping[str, Any]) -> list[list[str]]:
                 fmt(r["added_us"]),
                 f"{r['added_pings']:.2f}x",
                 f"{value:.2f}x" if value else "",
-                fmt_count(r["client_commands"]),
-                fmt_count(r["server_commands"]),
-                fmt(r["server_us_per_request"]),
+                fmt_count(r.get("client_commands")),
+                fmt_count(r.get("server_commands")),
+                fmt(r.get("server_us_per_request")),
                 "",
                 target_cell(TARGETS[target], value or 0.0) if target else "",
             ]

@@ -176,6 +176,27 @@ def test_the_lean_path_is_taken(cluster: RedisCluster, redis_py_calls: list[tupl
     assert stats(user_node.port) == {"evalsha": 7, "eval": 1}
 
 
+def test_threads_count_exactly_on_the_lean_cluster_path(cluster: RedisCluster) -> None:
+    """Six threads share the path's pooled node connections: every request
+    is decided, and exactly the quota is admitted."""
+    app = limited_app(cluster.url, "100/m")
+    ip, _, _ = on_two_nodes(app, cluster)
+    results: list[int] = []
+    lock = threading.Lock()
+
+    def hammer() -> None:
+        web = app.test_client()
+        mine = [get(web, ip=ip, user="ann") for _ in range(30)]
+        with lock:
+            results.extend(r.status_code for r in mine if "RateLimit" in r.headers)
+
+    threads = [threading.Thread(target=hammer) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    join_all(threads, deadline=60, what="the request threads")
+    assert sorted(results) == [200] * 100 + [429] * 80
+
+
 def test_replies_equal_redis_pys_pipeline(cluster: RedisCluster, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same requests through the lean path and through redis-py's
     cluster pipeline get the same answers: refusals, refunds across nodes
