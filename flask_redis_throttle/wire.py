@@ -393,10 +393,13 @@ class LeanCluster:
                 groups[node.name] = (node, [i])
             else:
                 group[1].append(i)
+        # Everything is encoded before anything is sent: a value that cannot
+        # be encoded fails the request before any node counts it.
+        payloads = {name: [_pack(command, script, *calls[i]) for i in indices] for name, (_, indices) in groups.items()}
         sent: list[tuple[Any, Any, Any, list[int]]] = []
         try:
-            for node, indices in groups.values():
-                pool = self.client.get_redis_connection(node).connection_pool
+            for name, (node, indices) in groups.items():
+                pool = (node.redis_connection or self.client.get_redis_connection(node)).connection_pool
                 try:
                     # A connection that cannot be had, or a send that
                     # failed, leaves the node without the whole command.
@@ -405,8 +408,7 @@ class LeanCluster:
                     handover += [(i, node) for i in indices]
                     continue
                 try:
-                    payload = [_pack(conn, command, script, *calls[i]) for i in indices]
-                    conn.send_packed_command(payload)
+                    conn.send_packed_command(payloads[name])
                 except (redis.ConnectionError, redis.TimeoutError):
                     pool.release(conn)  # send_packed_command disconnected it
                     handover += [(i, node) for i in indices]
@@ -479,12 +481,15 @@ class LeanCluster:
             return error
 
 
-def _pack(conn: Any, command: str, script: str, keys: Sequence[str], args: Sequence[Any]) -> bytes:
-    """The RESP bytes of one call: pre-encoded for EVALSHA, packed by the
-    connection for EVAL (rare: only after NOSCRIPT)."""
+def _pack(command: str, script: str, keys: Sequence[str], args: Sequence[Any]) -> bytes:
+    """The RESP bytes of ``command script len(keys) *keys *args``, for
+    EVALSHA (pre-encoded: see :func:`pack_evalsha`) or EVAL (rare: only
+    after NOSCRIPT)."""
     if command == "EVALSHA":
         return pack_evalsha(script, keys, args)
-    return b"".join(conn.pack_command(command, script, len(keys), *keys, *args))
+    keys, args = tuple(keys), tuple(args)
+    head = b"*%d\r\n%b%b%b" % (3 + len(keys) + len(args), _bulk(command), _bulk(script), _bulk(len(keys)))
+    return b"".join((head, _bulks(keys, ()), _bulks(args, tuple(map(type, args)))))
 
 
 def _pool_fits(pool: Any) -> bool:

@@ -367,3 +367,12 @@ def test_slots_are_worked_out_as_redis_does(cluster: RedisCluster) -> None:
             assert wire.key_slot_of(key) == int(client.cluster_keyslot(key)), key
     finally:
         client.close()
+
+
+def test_eval_after_noscript_is_encoded_as_redis_py_encodes_it() -> None:
+    packer = redis.Connection().pack_command
+    keys, args = ["rl:{ip:192.0.2.1}:fw:1", "rl:{ip:192.0.2.1}:fw:60"], [0, 1, "fwfw", 5, 1.5]
+    script = "return redis.call('TIME')"
+    for command, text in (("EVAL", script), ("EVALSHA", "a" * 40)):
+        expected = b"".join(packer(command, text, 2, *keys, *args))
+        assert wire._pack(command, text, keys, args) == expected
