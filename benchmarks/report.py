@@ -172,8 +172,8 @@ def cluster_sentence(report: Report) -> str:
     ours, single, fl = results["cluster"], results["single"], results["fl"]
     return (
         f"On a {section['masters']}-master Redis Cluster, with the two identities' counters on two nodes, we add "
-        f"{ours['added_us']:.0f} µs per request, {ours['vs_single']:.2f} times our {single['added_us']:.0f} µs on "
-        f"one node; Flask-Limiter on the same cluster adds {fl['added_us']:.0f} µs, {fl['vs_ours']:.1f} times "
+        f"{ours['added_us']:,.0f} µs per request, {ours['vs_single']:.2f} times our {single['added_us']:,.0f} µs on "
+        f"one node; Flask-Limiter on the same cluster adds {fl['added_us']:,.0f} µs, {fl['vs_ours']:.1f} times "
         f"ours. Redis spends {ours['script_us_per_request']:.0f} µs running our scripts per decision on the "
         f"cluster, {ours['script_vs_single']:.2f} times the {single['script_us_per_request']:.0f} µs on one node."
     )
