@@ -156,12 +156,27 @@ def readme_cost(report: Report) -> str:
             f"Flask-Limiter adds {span(flask_limiter_ratios(report))} times as much time as we do, like for like. "
             "Rerun it to get your own machine's figures."
         ),
+        *(["", wrap(cluster_sentence(report))] if "cluster" in report["sections"] else []),
         "",
         "The targets, checked by the same run:",
         "",
         *(wrap(item, "-", "  ") for item in target_items(report)),
     ]
     return "\n".join(lines)
+
+
+def cluster_sentence(report: Report) -> str:
+    """What the cluster section found, in one paragraph."""
+    section = report["sections"]["cluster"]
+    results = section["results"]
+    ours, single, fl = results["cluster"], results["single"], results["fl"]
+    return (
+        f"On a {section['masters']}-master Redis Cluster, with the two identities' counters on two nodes, we add "
+        f"{ours['added_us']:,.0f} µs per request, {ours['vs_single']:.2f} times our {single['added_us']:,.0f} µs on "
+        f"one node; Flask-Limiter on the same cluster adds {fl['added_us']:,.0f} µs, {fl['vs_ours']:.1f} times "
+        f"ours. Redis spends {ours['script_us_per_request']:.0f} µs running our scripts per decision on the "
+        f"cluster, {ours['script_vs_single']:.2f} times the {single['script_us_per_request']:.0f} µs on one node."
+    )
 
 
 # --- the performance page -------------------------------------------------------------------------
@@ -221,6 +236,11 @@ def rst_shows(report: Report) -> str:
             f"(fixed-window) grow Redis's ``used_memory`` by {ours_bytes:.0f} bytes a client for ours, "
             f"{fl_bytes:.0f} for Flask-Limiter's: {memory['ratio']:.2f} times. ``benchmarks/memory.py`` "
             "breaks this down by key and strategy."
+        )
+    if "cluster" in sections:
+        items.append(
+            f"**Redis Cluster.** {cluster_sentence(report)} Each identity's script runs on its own node, so a "
+            "request whose identities live on two nodes runs two scripts: Redis pays a script's fixed cost twice."
         )
     if "results" in sections.get("e2e", {}):
         e2e = sections["e2e"]["results"]

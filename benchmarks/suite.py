@@ -24,8 +24,14 @@ The apps, the timing and the counting are those of ``overhead.py``, shared in
 8.   **local://**: ours on ``local://`` (a server the app starts on demand,
      on a Unix socket) beside ours on ``redis://`` on loopback, the same
      server binary for both, in the same rounds.
+9.   **Redis Cluster**: a throwaway 3-master cluster beside the single node,
+     3 layers x 2 identities whose counters live on 2 different masters: ours
+     on the cluster, ours on the single node and Flask-Limiter on the same
+     cluster, interleaved; and Redis's time per decision (``INFO
+     commandstats`` usec of EVALSHA and EVAL, summed over every master), on
+     the cluster and on the single node.
 
-Times in sections 1, 4 and 5 come from interleaved rounds (every variant runs
+Times in sections 1, 4, 5, 8 and 9 come from interleaved rounds (every variant runs
 a batch each round, the order rotating), paired by round with the bare app:
 the medians of (variant - bare app). Commands are counted in a separate,
 untimed phase, client side (redis-py's ``Connection``) and server side
@@ -63,6 +69,7 @@ import memory as memory_bench
 import redis
 from flask import Flask
 from harness import (
+    CLIENT_IP,
     FLASK_LIMITER_STRATEGIES,
     OUR_STRATEGIES,
     SPEC,
@@ -74,7 +81,9 @@ from harness import (
     base_environ,
     check,
     client_options,
+    command_stats,
     count,
+    counting_commands,
     describe,
     environment,
     flask_limiter_app,
@@ -95,12 +104,14 @@ from harness import (
 )
 from werkzeug.exceptions import TooManyRequests
 
+from flask_redis_throttle import Identity, local
 from flask_redis_throttle import config as our_config
-from flask_redis_throttle import local
 from flask_redis_throttle.keys import identity_tag
-from flask_redis_throttle.testing import find_redis_server, redis_server
+from flask_redis_throttle.rates import parse_limits
+from flask_redis_throttle.testing import find_redis_server, redis_cluster, redis_server
+from flask_redis_throttle.throttle import Policy
 
-SECTIONS = ("admitted", "growth", "flood", "memory", "e2e", "local")
+SECTIONS = ("admitted", "growth", "flood", "memory", "e2e", "local", "cluster")
 
 
 def tenant_key(req: Any) -> str:
@@ -602,6 +613,187 @@ def local_rows(section: Mapping[str, Any]) -> list[list[str]]:
         vs = f"{section['ratio']:.2f}x" if local_row else ""
         target = target_cell(TARGETS["local-vs-redis"], section["ratio"] or 0.0) if local_row else ""
         rows.append(["  " + r["label"], fmt(r["added_us"]), f"{r['added_pings']:.2f}x", vs, "", "", "", "", target])
+
+
+# --- section 9: Redis Cluster ---------------------------------------------------------------------
+
+#: Section 8's commands whose Redis time is a decision's: our scripts.
+CLUSTER_SCRIPTS = ("evalsha", "eval")
+
+
+def cluster(url: str, admin: redis.Redis, s: Settings) -> dict[str, Any]:
+    """Ours on a throwaway 3-master cluster, beside ours on the single node and
+    Flask-Limiter on the same cluster, 3 layers x 2 identities on 2 masters."""
+    with redis_cluster(masters=3) as nodes:
+        masters = [redis.Redis(port=node.port, **client_options()) for node in nodes.masters()]
+        try:
+            return cluster_section(url, admin, nodes.url, masters, s)
+        finally:
+            for client in masters:
+                client.close()
+
+
+def two_node_user(app: Flask) -> tuple[str, list[str]]:
+    """A user whose counters live on another master than :data:`harness.CLIENT_IP`'s,
+    and the two masters (``host:port``)."""
+    throttle = app.extensions["ratelimit"].throttle
+    policy = Policy(parse_limits(SPEC), "index")
+
+    def node(identity: Identity) -> str:
+        return str(throttle.storage.nodes([throttle.key(policy, identity)])[0])
+
+    ip_node = node(Identity("ip", CLIENT_IP))
+    user = next(user for user in (f"user{i}" for i in range(1000)) if node(Identity("user", user)) != ip_node)
+    return user, [ip_node, node(Identity("user", user))]
+
+
+def two_node_floor_app(clients: Sequence[redis.Redis]) -> Flask:
+    """The bare app plus one ``PING`` to each of ``clients``' servers, both
+    written before either reply is read: the least a limiter whose request
+    touches two cluster nodes can add."""
+    app = bare_app("floor-2")
+
+    def overlapped_round_trips() -> None:
+        taken = [(client.connection_pool, client.connection_pool.get_connection()) for client in clients]
+        for _, connection in taken:
+            connection.send_command("PING")
+        for pool, connection in taken:
+            connection.read_response()
+            pool.release(connection)
+
+    app.before_request(overlapped_round_trips)
+    return app
+
+
+def cluster_section(
+    url: str, admin: redis.Redis, cluster_url: str, masters: Sequence[redis.Redis], s: Settings
+) -> dict[str, Any]:
+    ours = our_app(cluster_url, "rl-c:")
+    user, nodes = two_node_user(ours)
+    environ = base_environ(CLIENT_IP, user)
+    variants = yardsticks(url, environ)
+    node_clients = []
+    for node in nodes:
+        host, port = node.rsplit(":", 1)
+        node_clients.append(redis.Redis(host=host, port=int(port), **client_options()))
+    floor = floor_app(redis.Redis.from_url(url, **client_options()))
+    floor_2 = two_node_floor_app(node_clients)
+    single = our_app(url, "rl-c-single:")
+    variants += [
+        Variant("floor", "Flask app + 1 PING/request, one node (floor)", wsgi_runner(floor, environ), app=floor),
+        Variant(
+            "floor-2",
+            "Flask app + 1 PING to each of the 2 nodes, overlapped (floor)",
+            wsgi_runner(floor_2, environ),
+            app=floor_2,
+        ),
+        our_variant("single", "ours fixed-window, one node", single, environ, header="RateLimit"),
+        our_variant("cluster", "ours fixed-window, 3-master cluster", ours, environ, header="RateLimit"),
+    ]
+    fl, _limiter = flask_limiter_app(cluster_url, "fixed-window")
+    label = "Flask-Limiter fixed-window, same cluster"
+    variants.append(Variant("fl", label, wsgi_runner(fl, environ), app=fl, header="X-RateLimit-Remaining"))
+    warm_up(variants, 5)
+    for variant in variants:
+        check(variant, environ)
+    warm_up(variants, max(s.batch, 50))
+    measure(variants, s.rounds, s.batch, s.warmup)
+    servers = {"single": [admin], "cluster": list(masters), "fl": list(masters)}
+    for variant in variants:
+        if variant.name in servers:
+            variant.counts = cluster_counts(variant, servers[variant.name], s.count)
+    by_name = {v.name: v for v in variants}
+    ping = statistics.median(by_name["ping"].samples)
+    results: dict[str, dict[str, Any]] = {}
+    for variant in variants:
+        entry: dict[str, Any] = {"label": variant.label, "per_call_us": statistics.median(variant.samples)}
+        if variant.name == "ping":
+            entry["added_pings"] = 1.0
+        elif variant.name != "bare":
+            entry.update(paired_added(variant.samples, by_name["bare"].samples))
+            entry["added_pings"] = entry["added_us"] / ping
+        entry.update(variant.counts)
+        entry["samples_us"] = variant.samples
+        results[variant.name] = entry
+    results["floor-2"]["vs_single"] = ratio(results["floor-2"]["added_us"], results["floor"]["added_us"])
+    results["cluster"]["vs_single"] = ratio(results["cluster"]["added_us"], results["single"]["added_us"])
+    results["fl"]["vs_ours"] = ratio(results["fl"]["added_us"], results["cluster"]["added_us"])
+    cpu = ratio(results["cluster"]["script_us_per_request"], results["single"]["script_us_per_request"])
+    results["cluster"]["script_vs_single"] = cpu
+    return {"results": results, "user": user, "masters": len(masters)}
+
+
+def cluster_counts(variant: Variant, servers: Sequence[redis.Redis], requests: int) -> dict[str, Any]:
+    """What the variant sends per request, and Redis's time for it summed
+    over ``servers``: for the scripts (our decisions), and for every command."""
+    before = [command_stats(server) for server in servers]
+    with counting_commands() as sent:
+        variant.run(requests)
+    after = [command_stats(server) for server in servers]
+    calls: Counter[str] = Counter()
+    usec: Counter[str] = Counter()
+    for old, new in zip(before, after, strict=True):
+        for name, (n, us) in new.items():
+            if name in ("info", "ping") or name.startswith(("cluster", "command")):
+                continue  # this function's and redis-py's own
+            calls[name] += n - old.get(name, (0, 0))[0]
+            usec[name] += us - old.get(name, (0, 0))[1]
+    client = {name: n / requests for name, n in sent.items() if not name.startswith("#")}
+    return {
+        "requests": requests,
+        "client_commands": sum(client.values()),
+        "client_by_command": dict(sorted(client.items())),
+        "round_trips": sent["#replies"] / requests,
+        "server_commands": sum(calls.values()) / requests,
+        "server_by_command": {name: n / requests for name, n in sorted(calls.items()) if n},
+        "server_us_per_request": sum(usec.values()) / requests,
+        "script_us_per_request": sum(usec[name] for name in CLUSTER_SCRIPTS) / requests,
+    }
+
+
+def cluster_rows(section: Mapping[str, Any]) -> list[list[str]]:
+    results = section["results"]
+    title = (
+        f"8. Redis Cluster, {section['masters']} masters: 3 layers x 2 identities on 2 nodes; ratio = cluster / "
+        "one node (Flask-Limiter: / ours on the cluster)"
+    )
+    rows: list[list[str]] = [[title]]
+    cells = {
+        "floor-2": (results["floor-2"]["vs_single"], None),
+        "cluster": (results["cluster"]["vs_single"], "cluster-vs-single"),
+        "fl": (results["fl"]["vs_ours"], "cluster-flask-limiter-ratio"),
+    }
+    for name, r in results.items():
+        if name in ("ping", "bare"):
+            continue
+        value, target = cells.get(name, (None, None))
+        rows.append(
+            [
+                "  " + r["label"],
+                fmt(r["added_us"]),
+                f"{r['added_pings']:.2f}x",
+                f"{value:.2f}x" if value else "",
+                fmt_count(r.get("client_commands")),
+                fmt_count(r.get("server_commands")),
+                fmt(r.get("server_us_per_request")),
+                "",
+                target_cell(TARGETS[target], value or 0.0) if target else "",
+            ]
+        )
+    cpu = results["cluster"]["script_vs_single"] or 0.0
+    rows.append(
+        [
+            "  ours, Redis script us per decision: cluster / one node",
+            "",
+            "",
+            f"{cpu:.2f}x",
+            "",
+            "",
+            f"{results['cluster']['script_us_per_request']:.1f}",
+            "",
+            target_cell(TARGETS["cluster-redis-cpu"], cpu),
+        ]
+    )
     return rows
 
 
@@ -660,6 +852,11 @@ def targets(report: Mapping[str, Any]) -> list[dict[str, Any]]:
         found.append(goal("e2e-throughput", sections["e2e"]["results"]["ours"]["vs_no_limiter"]))
     if "local" in sections:
         found.append(goal("local-vs-redis", sections["local"]["ratio"] or 0.0))
+    if "cluster" in sections:
+        results = sections["cluster"]["results"]
+        found.append(goal("cluster-vs-single", results["cluster"]["vs_single"] or 0.0))
+        found.append(goal("cluster-flask-limiter-ratio", results["fl"]["vs_ours"] or 0.0))
+        found.append(goal("cluster-redis-cpu", results["cluster"]["script_vs_single"] or 0.0))
     return found
 
 
@@ -820,6 +1017,7 @@ def run_sections(url: str, admin: redis.Redis, s: Settings, sections: Sequence[s
         "memory": lambda: memory(url, admin, s),
         "e2e": lambda: end_to_end(url, s),
         "local": lambda: local_storage(url, s),
+        "cluster": lambda: cluster(url, admin, s),
     }
     done: dict[str, Any] = {}
     for name in sections:
@@ -867,6 +1065,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "memory": memory_rows,
         "e2e": lambda section: e2e_rows(section, s),
         "local": local_rows,
+        "cluster": cluster_rows,
     }
     for name in args.sections:
         rows += builders[name](sections[name])

@@ -18,19 +18,15 @@ from typing import Any
 
 import redis
 from redis.cluster import RedisCluster
-from redis.exceptions import NoScriptError, RedisClusterException, SlotNotCoveredError
+from redis.exceptions import NoScriptError, SlotNotCoveredError
 
 from .clients import DEFAULT_CLIENT_OPTIONS, client_from_url, redact
 from .codec import hash_tag, merge, refund_of, split
 from .local import folder_of
 from .scripts import script_source
-from .wire import LeanClient, Replay, lean_client
+from .wire import STORAGE_ERRORS, LeanClient, LeanCluster, Replay, lean_client
 
 __all__ = ["DEFAULT_CLIENT_OPTIONS", "STORAGE_ERRORS", "Call", "NodeFailure", "Storage"]
-
-#: What a client raises when Redis cannot answer: redis-py's errors, and the
-#: cluster client's own, which does not derive from them.
-STORAGE_ERRORS = (redis.RedisError, RedisClusterException)
 
 logger = logging.getLogger("flask_redis_throttle")
 
@@ -85,9 +81,10 @@ class Storage:
         self.cluster = isinstance(client, RedisCluster) if cluster is None else cluster
         #: One script per set of strategies that requests have used together.
         self._scripts: dict[frozenset[str], _Script] = {}
-        #: The lean path of a single node's calls (see :mod:`flask_redis_throttle.wire`);
-        #: None for a cluster, and for clients it does not fit.
-        self.lean: LeanClient | None = None if self.cluster else lean_client(client)
+        #: The lean path of the calls (see :mod:`flask_redis_throttle.wire`):
+        #: a single node's, or a cluster's (which checks on first use whether
+        #: it fits the nodes' clients); None for clients it does not fit.
+        self.lean: LeanClient | LeanCluster | None = LeanCluster(client) if self.cluster else lean_client(client)
 
     @classmethod
     def from_url(cls, url: str, options: Mapping[str, Any] | None = None, instance_path: str | None = None) -> Storage:
@@ -126,6 +123,9 @@ class Storage:
         :raises redis.RedisError: when the cluster client cannot be built
             (no start-up node answers).
         """
+        lean = self.lean
+        if isinstance(lean, LeanCluster) and lean.fits():
+            return [node or UNCOVERED for node in lean.nodes_of(keys)]
         return list(dict.fromkeys(self._node_of(key) for key in {hash_tag(key): key for key in keys}.values()))
 
     def _node_of(self, key: str) -> str:
@@ -227,7 +227,7 @@ class Storage:
         """
         script = self._script(strategies)
         try:
-            results = self._pipelined(calls, "EVALSHA", script.sha)
+            results, nodes = self._send(calls, "EVALSHA", script.sha)
         except (redis.ConnectionError, redis.TimeoutError) as error:
             # A cluster pipeline that cannot connect to one of its nodes
             # fails as a whole, before sending anything.
@@ -236,7 +236,7 @@ class Storage:
             raise self._blame(error, calls) from error
         missing = [i for i, result in enumerate(results) if isinstance(result, NoScriptError)]
         if missing:
-            again = self._pipelined([calls[i] for i in missing], "EVAL", script.text)
+            again, _ = self._send([calls[i] for i in missing], "EVAL", script.text)
             for i, result in zip(missing, again, strict=True):
                 results[i] = result
         failed = [i for i, result in enumerate(results) if isinstance(result, Exception)]
@@ -244,10 +244,19 @@ class Storage:
             first: Exception = results[failed[0]]
             if len(failed) == len(calls) or not self.cluster:
                 raise first
-            nodes = [self._node_of(call[0][0]) for call in calls]
+            nodes = nodes or [self._node_of(call[0][0]) for call in calls]
             failing = frozenset(nodes[i] for i in failed)
             raise NodeFailure(first, failing, frozenset(nodes) - failing)
         return results
+
+    def _send(self, calls: Sequence[Call], command: str, script: str) -> tuple[list[Any], list[str] | None]:
+        """Each call's reply or error: on a cluster's lean path when it fits,
+        with the node each call was sent to; else in one redis-py pipeline."""
+        lean = self.lean
+        if isinstance(lean, LeanCluster) and lean.fits():
+            results, nodes = lean.run(command, script, calls)
+            return results, [node or UNCOVERED for node in nodes]
+        return self._pipelined(calls, command, script), None
 
     def _blame(self, error: Exception, calls: Sequence[Call]) -> Exception:
         """The error to raise for a cluster pipeline that could not connect

@@ -259,10 +259,12 @@ def test_a_unix_socket_takes_the_lean_path(tmp_path: Any, commands: list[tuple[A
         storage_of(app).close()
 
 
-def test_fakeredis_and_a_cluster_stay_on_their_paths(redis_cluster: Any) -> None:
+def test_fakeredis_stays_on_its_path_and_a_cluster_takes_its_own(redis_cluster: Any) -> None:
     assert Storage.from_url("memory://").lean is None
     cluster = Storage.from_url(redis_cluster.url)
-    assert cluster.lean is None
+    # A cluster's lean path is its own (tests/test_lean_cluster.py).
+    assert isinstance(cluster.lean, wire.LeanCluster)
+    assert cluster.lean.fits()
     cluster.close()
 
 

@@ -1,0 +1,378 @@
+"""The lean client path on a real Redis Cluster (:class:`flask_redis_throttle.wire.LeanCluster`):
+it is really taken, it decides as redis-py's cluster pipeline does, and
+every call that meets a redirect, a flushed script cache, a dead node or a
+timeout is handed to redis-py only where the node did not run it, so that
+nothing is counted twice.
+
+Counts are judged by requests through a Flask app, never by reading keys."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+import redis.cluster
+from conftest import add_login, get, install, join_all
+from flask import Flask
+
+from flask_redis_throttle import Identity, limit, wire
+from flask_redis_throttle.rates import parse_limits
+from flask_redis_throttle.storage import Storage
+from flask_redis_throttle.testing import RedisCluster, RedisServer, redis_cluster, redis_command
+from flask_redis_throttle.throttle import Policy
+
+pytestmark = pytest.mark.redis
+
+SPEC = "5/m"
+
+
+def limited_app(url: str, spec: str = SPEC, prefix: str = "rl:", **config: Any) -> Flask:
+    """An app limiting ``/`` to ``spec`` per IP and per user (``X-User``)."""
+    app = Flask("tests")
+    app.config.update(TESTING=True, RATELIMIT_STORAGE_URL=url, RATELIMIT_BLOCK_CACHE_SIZE=0)
+    add_login(app)
+
+    @app.get("/")
+    @limit(spec)
+    def index() -> str:
+        return "ok"
+
+    install(app, RATELIMIT_KEY_PREFIX=prefix, **config)
+    return app
+
+
+def storage_of(app: Flask) -> Storage:
+    storage: Storage = app.extensions["ratelimit"].throttle.storage
+    return storage
+
+
+def slot_of(app: Flask, identity: Identity, spec: str = SPEC) -> int:
+    """The cluster slot of ``identity``'s counters under ``/``."""
+    throttle = app.extensions["ratelimit"].throttle
+    key = throttle.key(Policy(parse_limits(spec), "index"), identity)
+    return wire.key_slot_of(key)
+
+
+def owner(cluster: RedisCluster, slot: int) -> RedisServer:
+    """The master that serves ``slot`` now, by the first master's word."""
+    for start, end, master, *_ in redis_command(cluster.masters()[0].port, "CLUSTER", "SLOTS"):
+        if int(start) <= slot <= int(end):
+            return next(node for node in cluster.masters() if node.port == int(master[1]))
+    raise AssertionError(f"no master serves slot {slot}")
+
+
+def on_two_nodes(app: Flask, cluster: RedisCluster, user: str = "ann") -> tuple[str, RedisServer, RedisServer]:
+    """An IP whose counters live on another master than ``user``'s, and the
+    two masters (the IP's first)."""
+    user_node = owner(cluster, slot_of(app, Identity("user", user)))
+    for i in range(1, 200):
+        ip = f"192.0.2.{i}"
+        ip_node = owner(cluster, slot_of(app, Identity("ip", ip)))
+        if ip_node.port != user_node.port:
+            return ip, ip_node, user_node
+    raise AssertionError("every address landed on the user's node")
+
+
+def stats(port: int) -> dict[str, int]:
+    """Calls so far of EVALSHA and EVAL on the node at ``port``."""
+    info = redis.Redis(port=port)
+    try:
+        found = info.info("commandstats")
+    finally:
+        info.close()
+    return {name: int(found.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in ("evalsha", "eval")}
+
+
+def remaining(response: Any) -> int:
+    """The remaining quota of the deciding counter, from the ``RateLimit`` header."""
+    header = response.headers["RateLimit"]
+    return int(header.split(";r=")[1].split(";")[0])
+
+
+@pytest.fixture
+def redis_py_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
+    """The script calls made through redis-py's cluster client: its command
+    path (a call handed over) and its pipeline."""
+    calls: list[tuple[Any, ...]] = []
+    execute_command = redis.cluster.RedisCluster.execute_command
+    execute = redis.cluster.ClusterPipeline.execute
+
+    def spy_command(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if args and str(args[0]).upper() in ("EVAL", "EVALSHA"):
+            calls.append(args)
+        return execute_command(self, *args, **kwargs)
+
+    def spy_pipeline(self: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(("pipeline",))
+        return execute(self, *args, **kwargs)
+
+    monkeypatch.setattr(redis.cluster.RedisCluster, "execute_command", spy_command)
+    monkeypatch.setattr(redis.cluster.ClusterPipeline, "execute", spy_pipeline)
+    return calls
+
+
+@pytest.fixture
+def sends(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The ports the lean cluster path writes its script calls to, one
+    entry per write (a new connection's handshake is not counted)."""
+    ports: list[int] = []
+    run = wire.LeanCluster.run
+    send = redis.connection.Connection.send_packed_command
+
+    def counted_send(self: Any, command: Any, check_health: bool = True) -> Any:
+        if getattr(_lean, "active", False) and b"EVAL" in b"".join(command):
+            ports.append(int(self.port))
+        return send(self, command, check_health)
+
+    def counted_run(self: Any, *args: Any) -> Any:
+        _lean.active = True
+        try:
+            return run(self, *args)
+        finally:
+            _lean.active = False
+
+    monkeypatch.setattr(redis.connection.Connection, "send_packed_command", counted_send)
+    monkeypatch.setattr(wire.LeanCluster, "run", counted_run)
+    return ports
+
+
+#: Whether this thread is inside the lean path (for :func:`sends`).
+_lean = threading.local()
+
+
+@pytest.fixture
+def cluster(redis_cluster: RedisCluster) -> RedisCluster:
+    """The session's cluster, emptied, its scripts flushed, its stats reset."""
+    redis_cluster.flushall()
+    for node in redis_cluster.masters():
+        redis_command(node.port, "SCRIPT", "FLUSH")
+        redis_command(node.port, "CONFIG", "RESETSTAT")
+    return redis_cluster
+
+
+@pytest.fixture
+def own_cluster() -> Iterator[RedisCluster]:
+    """A cluster of this test's own, whose slots and nodes it may change;
+    the other masters go on serving while one is down."""
+    with redis_cluster(masters=3, full_coverage=False) as fresh:
+        yield fresh
+
+
+def test_the_lean_path_is_taken(cluster: RedisCluster, redis_py_calls: list[tuple[Any, ...]], sends: list[int]) -> None:
+    app = limited_app(cluster.url)
+    ip, ip_node, user_node = on_two_nodes(app, cluster)
+    assert storage_of(app).lean.fits()  # type: ignore[union-attr]
+    web = app.test_client()
+    assert [get(web, ip=ip, user="ann").status_code for _ in range(7)] == [200] * 5 + [429] * 2
+    # Each request wrote once to each of the two nodes (the first one's
+    # EVALSHA met NOSCRIPT on both, and its EVAL was a second write to each).
+    assert sorted(sends) == sorted([ip_node.port, user_node.port] * 8)
+    assert redis_py_calls == []  # redis-py's pipeline and command path: never
+    assert stats(ip_node.port) == {"evalsha": 7, "eval": 1}
+    assert stats(user_node.port) == {"evalsha": 7, "eval": 1}
+
+
+def test_threads_count_exactly_on_the_lean_cluster_path(cluster: RedisCluster) -> None:
+    """Six threads share the path's pooled node connections: every request
+    is decided, and exactly the quota is admitted."""
+    app = limited_app(cluster.url, "100/m")
+    ip, _, _ = on_two_nodes(app, cluster)
+    results: list[int] = []
+    lock = threading.Lock()
+
+    def hammer() -> None:
+        web = app.test_client()
+        mine = [get(web, ip=ip, user="ann") for _ in range(30)]
+        with lock:
+            results.extend(r.status_code for r in mine if "RateLimit" in r.headers)
+
+    threads = [threading.Thread(target=hammer) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    join_all(threads, deadline=60, what="the request threads")
+    assert sorted(results) == [200] * 100 + [429] * 80
+
+
+def test_replies_equal_redis_pys_pipeline(cluster: RedisCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same requests through the lean path and through redis-py's
+    cluster pipeline get the same answers: refusals, refunds across nodes
+    and headers included."""
+    lean = limited_app(cluster.url, "3/m", prefix="lean:")
+    piped = limited_app(cluster.url, "3/m", prefix="piped:")
+    piped_lean = storage_of(piped).lean
+    assert piped_lean is not None
+    monkeypatch.setattr(piped_lean, "fits", lambda: False)
+    ip, _, _ = on_two_nodes(lean, cluster)
+    ip2, _, _ = on_two_nodes(piped, cluster)
+    assert ip == ip2  # the prefix does not move a hash tag
+    steps = [(f"198.51.100.{i}", "ann") for i in range(3)] + [(ip, "ann")] * 3 + [(ip, "")] * 4 + [(ip, "bob")] * 2
+    answers = []
+    for app in (lean, piped):
+        web = app.test_client()
+        answers.append(
+            [
+                (r.status_code, r.headers.get("RateLimit"), r.headers.get("Retry-After"))
+                for r in (get(web, ip=who, user=user or None) for who, user in steps)
+            ]
+        )
+    assert answers[0] == answers[1]
+    assert [status for status, _, _ in answers[0]] == [200] * 3 + [429] * 3 + [200] * 3 + [429] + [429] * 2
+
+
+def move_slot(cluster: RedisCluster, slot: int, source: RedisServer, target: RedisServer, finish: bool = True) -> None:
+    """Migrate ``slot`` from ``source`` to ``target`` as ``redis-cli
+    --cluster reshard`` does: IMPORTING, MIGRATING, MIGRATE of its keys,
+    then (if ``finish``) SETSLOT NODE on every master."""
+    target_id = redis_command(target.port, "CLUSTER", "MYID")
+    source_id = redis_command(source.port, "CLUSTER", "MYID")
+    redis_command(target.port, "CLUSTER", "SETSLOT", str(slot), "IMPORTING", source_id)
+    redis_command(source.port, "CLUSTER", "SETSLOT", str(slot), "MIGRATING", target_id)
+    keys = redis_command(source.port, "CLUSTER", "GETKEYSINSLOT", str(slot), "1000")
+    if keys:
+        redis_command(source.port, "MIGRATE", "127.0.0.1", str(target.port), "", "0", "5000", "KEYS", *keys)
+    if finish:
+        finish_move(cluster, slot, target)
+
+
+def finish_move(cluster: RedisCluster, slot: int, target: RedisServer) -> None:
+    target_id = redis_command(target.port, "CLUSTER", "MYID")
+    for node in cluster.masters():
+        redis_command(node.port, "CLUSTER", "SETSLOT", str(slot), "NODE", target_id)
+
+
+def test_a_moved_slot_is_followed_and_counted_once(
+    own_cluster: RedisCluster, redis_py_calls: list[tuple[Any, ...]], sends: list[int]
+) -> None:
+    app = limited_app(own_cluster.url, "6/m")
+    ip, ip_node, user_node = on_two_nodes(app, own_cluster)
+    third = next(node for node in own_cluster.masters() if node.port not in (ip_node.port, user_node.port))
+    web = app.test_client()
+    assert [remaining(get(web, ip=ip)) for _ in range(2)] == [5, 4]
+    # The IP's slot is migrating: its keys are already on the third node,
+    # which the source answers with ASK.
+    slot = slot_of(app, Identity("ip", ip))
+    move_slot(own_cluster, slot, ip_node, third, finish=False)
+    del redis_py_calls[:]
+    assert remaining(get(web, ip=ip, user="ann")) == 3
+    # The IP's call, handed to redis-py, which asked the third node; the
+    # script was new there (NOSCRIPT), so its EVAL was handed over too.
+    assert [args[0] for args in redis_py_calls] == ["EVALSHA", "EVAL"]
+    # Now the slot is the third node's, on every node: the source answers MOVED.
+    finish_move(own_cluster, slot, third)
+    del redis_py_calls[:]
+    assert remaining(get(web, ip=ip, user="ann")) == 2
+    # redis-py followed the redirect and mended its slot map: one call
+    # handed over, and the next requests go straight to the new node.
+    assert len(redis_py_calls) == 1
+    del redis_py_calls[:], sends[:]
+    before = stats(third.port)["evalsha"]
+    assert [remaining(get(web, ip=ip)) for _ in range(2)] == [1, 0]
+    assert get(web, ip=ip).status_code == 429
+    assert redis_py_calls == []
+    assert sends == [third.port] * 3
+    assert stats(third.port)["evalsha"] - before == 3
+    # The user, on a node that never moved, counted each of its requests once.
+    assert remaining(get(web, ip="203.0.113.9", user="ann")) == 3
+
+
+def test_a_killed_nodes_call_is_handed_over_and_the_other_is_counted_once(
+    own_cluster: RedisCluster, redis_py_calls: list[tuple[Any, ...]]
+) -> None:
+    app = limited_app(own_cluster.url)
+    ip, ip_node, user_node = on_two_nodes(app, own_cluster)
+    web = app.test_client()
+    live = next(
+        f"198.51.100.{i}"
+        for i in range(1, 200)
+        if owner(own_cluster, slot_of(app, Identity("ip", f"198.51.100.{i}"))).port != ip_node.port
+    )
+    assert remaining(get(web, ip=ip, user="ann")) == 4
+    before = stats(user_node.port)["evalsha"]
+    ip_node.stop()  # its pooled connection is dead; no node takes over its slots
+    del redis_py_calls[:]
+    response = get(web, ip=ip, user="ann")
+    assert response.status_code == 200  # failed open
+    assert "RateLimit" not in response.headers  # undecided
+    # The dead node's call was handed to redis-py once, which could not
+    # connect either; the user's call was answered, and not replayed.
+    assert len(redis_py_calls) == 1
+    assert stats(user_node.port)["evalsha"] - before == 1
+    # So the user has spent 2 of 5, not 3: an address on a live node shows it.
+    assert remaining(get(web, ip=live, user="ann")) == 2
+
+
+def test_a_timeout_after_the_send_is_not_replayed(
+    cluster: RedisCluster, redis_py_calls: list[tuple[Any, ...]], caplog: pytest.LogCaptureFixture
+) -> None:
+    app = limited_app(cluster.url, RATELIMIT_STORAGE_OPTIONS={"socket_timeout": 0.3})
+    ip, ip_node, _ = on_two_nodes(app, cluster)
+    web = app.test_client()
+    assert remaining(get(web, ip=ip, user="ann")) == 4
+    before = stats(ip_node.port)["evalsha"]
+    # DEBUG SLEEP blocks the IP's node longer than the socket timeout: its
+    # script is sent, times out on our side, and runs when the node wakes.
+    sleeper = threading.Thread(target=redis_command, args=(ip_node.port, "DEBUG", "SLEEP", "1"))
+    sleeper.start()
+    time.sleep(0.1)
+    with caplog.at_level("WARNING", "flask_redis_throttle"):
+        response = get(web, ip=ip, user="ann")
+    join_all([sleeper], deadline=10, what="DEBUG SLEEP")
+    assert response.status_code == 200  # failed open
+    assert "RateLimit" not in response.headers
+    assert "Timeout" in caplog.text
+    assert redis_py_calls == []  # not replayed
+    # The timed-out call ran once, when the node woke up: counted once.
+    assert stats(ip_node.port)["evalsha"] - before == 1
+    assert remaining(get(web, ip=ip)) == 2
+
+
+def test_noscript_on_one_node_is_run_again_there_only(
+    cluster: RedisCluster, redis_py_calls: list[tuple[Any, ...]]
+) -> None:
+    app = limited_app(cluster.url)
+    ip, ip_node, user_node = on_two_nodes(app, cluster)
+    web = app.test_client()
+    assert remaining(get(web, ip=ip, user="ann")) == 4
+    redis_command(ip_node.port, "SCRIPT", "FLUSH")
+    ip_before, user_before = stats(ip_node.port), stats(user_node.port)
+    assert remaining(get(web, ip=ip, user="ann")) == 3
+    # The flushed node ran EVALSHA (NOSCRIPT: nothing counted) and then EVAL;
+    # the other ran its EVALSHA once.
+    assert {k: v - ip_before[k] for k, v in stats(ip_node.port).items()} == {"evalsha": 1, "eval": 1}
+    assert {k: v - user_before[k] for k, v in stats(user_node.port).items()} == {"evalsha": 1, "eval": 0}
+    assert redis_py_calls == []
+    assert [remaining(get(web, ip=ip, user="ann")) for _ in range(3)] == [2, 1, 0]
+
+
+def test_a_cluster_client_the_lean_path_does_not_fit_keeps_redis_pys_pipeline(
+    cluster: RedisCluster, redis_py_calls: list[tuple[Any, ...]]
+) -> None:
+    app = limited_app(cluster.url, "2/m", RATELIMIT_STORAGE_OPTIONS={"protocol": 3})
+    ip, _, _ = on_two_nodes(app, cluster)
+    web = app.test_client()
+    assert [get(web, ip=ip, user="ann").status_code for _ in range(3)] == [200, 200, 429]
+    assert not storage_of(app).lean.fits()  # type: ignore[union-attr]
+    assert redis_py_calls  # the pipeline
+
+
+def test_slots_are_worked_out_as_redis_does(cluster: RedisCluster) -> None:
+    client = redis.cluster.RedisCluster("127.0.0.1", cluster.startup_nodes[0][1])
+    try:
+        for key in ("rl:{ip:192.0.2.1}:x", "rl:{}:x", "plain", "a{b{c}d", "{user:ann}", "x{}y{z}"):
+            assert wire.key_slot_of(key) == client.keyslot(key), key
+            assert wire.key_slot_of(key) == int(client.cluster_keyslot(key)), key
+    finally:
+        client.close()
+
+
+def test_eval_after_noscript_is_encoded_as_redis_py_encodes_it() -> None:
+    packer = redis.Connection().pack_command
+    keys, args = ["rl:{ip:192.0.2.1}:fw:1", "rl:{ip:192.0.2.1}:fw:60"], [0, 1, "fwfw", 5, 1.5]
+    script = "return redis.call('TIME')"
+    for command, text in (("EVAL", script), ("EVALSHA", "a" * 40)):
+        expected = b"".join(packer(command, text, 2, *keys, *args))
+        assert wire._pack(command, text, keys, args) == expected
