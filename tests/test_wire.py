@@ -259,7 +259,7 @@ def test_a_unix_socket_takes_the_lean_path(tmp_path: Any, commands: list[tuple[A
         storage_of(app).close()
 
 
-def test_fakeredis_and_a_cluster_stay_on_their_paths(redis_cluster: Any) -> None:
+def test_the_embedded_store_and_a_cluster_stay_on_their_paths(redis_cluster: Any) -> None:
     assert Storage.from_url("memory://").lean is None
     cluster = Storage.from_url(redis_cluster.url)
     assert cluster.lean is None
