@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flask_redis_throttle import Identity
-from flask_redis_throttle.embedded import SWEEP, EmbeddedRedis, _host
+from flask_redis_throttle.embedded import LUAS, SWEEP, EmbeddedRedis, lua_host
 from flask_redis_throttle.keys import identity_tag
 from flask_redis_throttle.penalties import Penalty
 from flask_redis_throttle.rates import Rate
@@ -36,6 +36,13 @@ from flask_redis_throttle.testing import RedisServer
 from flask_redis_throttle.throttle import Policy, Throttle
 
 SECOND = 1_000_000
+
+
+@pytest.fixture(params=LUAS)
+def lua(request: pytest.FixtureRequest) -> str:
+    """Each Lua the store may run scripts on."""
+    name: str = request.param
+    return name
 
 
 @pytest.fixture
@@ -97,10 +104,10 @@ def outcome(client: Any, command: Sequence[Any]) -> Any:
     return reply
 
 
-def same(real: Raw, commands: Sequence[Sequence[Any]]) -> None:
+def same(real: Raw, commands: Sequence[Sequence[Any]], lua: str) -> None:
     """Send ``commands`` to the real server and to a fresh embedded store
     in turn; every reply must be the same."""
-    mine = EmbeddedRedis()
+    mine = EmbeddedRedis(lua=lua)
     differences = []
     for command in commands:
         theirs, ours = outcome(real, command), outcome(mine, command)
@@ -424,8 +431,8 @@ SCRIPTS = [
         pytest.param(SCRIPTS, id="scripts"),
     ],
 )
-def test_each_command_replies_as_redis_does(real: Raw, commands: list[tuple[str, ...]]) -> None:
-    same(real, commands)
+def test_each_command_replies_as_redis_does(real: Raw, commands: list[tuple[str, ...]], lua: str) -> None:
+    same(real, commands, lua)
 
 
 EXPIRING = [
@@ -624,6 +631,7 @@ def recorded(storage: Storage) -> list[Any]:
 @given(layers=layer_lists, steps=steps, start=st.integers(0, 2 * SECOND), data=st.data())
 def test_the_scripts_reply_as_on_redis(
     redis_server: RedisServer,
+    lua: str,
     strategy: str,
     layers: list[tuple[int, int]],
     steps: list[tuple[int, int, tuple[int, ...], bool]],
@@ -641,7 +649,7 @@ def test_the_scripts_reply_as_on_redis(
     ]
     prefix = f"p{next(_prefixes)}:"  # a fresh prefix per example keeps examples apart on the server
     real_storage = Storage(redis.Redis.from_url(redis_server.url))
-    mine_storage = Storage(EmbeddedRedis())
+    mine_storage = Storage(EmbeddedRedis(lua=lua))
     throttles = [Pinned(real_storage, prefix), Pinned(mine_storage, prefix)]
     theirs, ours = recorded(real_storage), recorded(mine_storage)
     try:
@@ -756,9 +764,9 @@ def test_scripts_are_atomic_under_threads() -> None:
 def test_each_script_is_compiled_once_per_process() -> None:
     first, second = EmbeddedRedis(), EmbeddedRedis()
     sha = first.script_load("return 42")
-    compiled = _host().functions[sha]
+    compiled = lua_host().functions[sha]
     assert second.script_load("return 42") == sha
-    assert _host().functions[sha] is compiled
+    assert lua_host().functions[sha] is compiled
     assert second.evalsha(sha, 0) == 42
     second.script_flush()
     with pytest.raises(redis.exceptions.NoScriptError):
