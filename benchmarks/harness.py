@@ -99,6 +99,9 @@ TARGETS: dict[str, Target] = {
     "memory-per-client": Target("Redis memory per client, fixed-window: ours / Flask-Limiter's", 0.6, "x", True),
     "redis-cpu": Target("Redis time per decision, 3 layers x 2 identities: ours / Flask-Limiter's", 0.75, "x", True),
     "e2e-throughput": Target("gunicorn end to end: requests per second / no limiter's", 0.8, "x", False),
+    "memory-vs-flask-limiter": Target(
+        "memory://, fixed-window, 3 layers x 2 identities: our added time / Flask-Limiter's", 0.5, "x", True
+    ),
 }
 
 #: The target for the time we add to an admitted request at 3 x 2, in PINGs

@@ -21,8 +21,10 @@ The apps, the timing and the counting are those of ``overhead.py``, shared in
      (``memory.py``'s bulk pattern).
 7.   **End to end**: gunicorn serving the app with no limiter, with ours and
      with Flask-Limiter, loaded over keep-alive connections: requests per second.
+8.   **memory://**: the same admitted requests with no Redis at all, ours on
+     the embedded store beside Flask-Limiter's pure-Python ``memory://``.
 
-Times in sections 1, 4 and 5 come from interleaved rounds (every variant runs
+Times in sections 1, 4, 5 and 8 come from interleaved rounds (every variant runs
 a batch each round, the order rotating), paired by round with the bare app:
 the medians of (variant - bare app). Commands are counted in a separate,
 untimed phase, client side (redis-py's ``Connection``) and server side
@@ -94,7 +96,7 @@ from flask_redis_throttle import config as our_config
 from flask_redis_throttle.keys import identity_tag
 from flask_redis_throttle.testing import redis_server
 
-SECTIONS = ("admitted", "growth", "flood", "memory", "e2e")
+SECTIONS = ("admitted", "growth", "flood", "memory", "e2e", "embedded")
 
 
 def tenant_key(req: Any) -> str:
@@ -540,6 +542,65 @@ def e2e_rows(section: Mapping[str, Any], s: Settings) -> list[list[str]]:
     return rows
 
 
+# --- section 8: memory:// ------------------------------------------------------------------------
+
+
+def embedded(s: Settings) -> dict[str, Any]:
+    """Ours on ``memory://`` (the embedded store) and Flask-Limiter's
+    ``memory://``, admitted requests, interleaved as in section 1-3: no Redis."""
+    environ = base_environ()
+    app = bare_app()
+    variants = [Variant("bare", "Flask app, no limiter", wsgi_runner(app, environ), app=app)]
+    for strategy in OUR_STRATEGIES:
+        app = our_app("memory://", strategy=strategy)
+        variants.append(
+            our_variant(f"ours-{strategy}", f"ours {strategy}, memory://", app, environ, header="RateLimit")
+        )
+    for strategy in FLASK_LIMITER_STRATEGIES:
+        app, _limiter = flask_limiter_app("memory://", strategy)
+        variants.append(
+            Variant(
+                f"fl-{strategy}",
+                f"Flask-Limiter {strategy}, memory://",
+                wsgi_runner(app, environ),
+                app=app,
+                header="X-RateLimit-Remaining",
+            )
+        )
+    warm_up(variants, 5)
+    for variant in variants:
+        check(variant, environ)
+    warm_up(variants, max(s.batch, 50))
+    measure(variants, s.rounds, s.batch, s.warmup)
+    bare = variants[0].samples
+    results: dict[str, dict[str, Any]] = {}
+    for variant in variants:
+        entry: dict[str, Any] = {"label": variant.label, "per_call_us": statistics.median(variant.samples)}
+        if variant.name != "bare":
+            entry.update(paired_added(variant.samples, bare))
+        entry["samples_us"] = variant.samples
+        results[variant.name] = entry
+    for strategy in FLASK_LIMITER_STRATEGIES:
+        ours = results[f"ours-{LIKE_FOR_LIKE[strategy]}"]
+        ours["flask_limiter"] = f"fl-{strategy}"
+        ours["vs_flask_limiter"] = ratio(ours["added_us"], results[f"fl-{strategy}"]["added_us"])
+    return {"results": results}
+
+
+def embedded_rows(section: Mapping[str, Any]) -> list[list[str]]:
+    title = "8. memory://, no Redis: admitted, 3 layers x 2 identities; ratio = ours / Flask-Limiter, like for like"
+    rows: list[list[str]] = [[title]]
+    for name, r in section["results"].items():
+        if name == "bare":
+            continue
+        target = ""
+        if name == "ours-fixed-window":
+            target = target_cell(TARGETS["memory-vs-flask-limiter"], r["vs_flask_limiter"] or 0.0)
+        vs = f"{r['vs_flask_limiter']:.2f}x" if r.get("vs_flask_limiter") else ""
+        rows.append(["  " + r["label"], fmt(r["added_us"]), "", vs, "", "", "", "", target])
+    return rows
+
+
 # --- the report -----------------------------------------------------------------------------------
 
 HEADERS = ("variant", "added us", "x PING", "ratio", "cmds sent", "Redis cmds", "Redis us", "req/s", "target")
@@ -593,6 +654,9 @@ def targets(report: Mapping[str, Any]) -> list[dict[str, Any]]:
         found.append(goal("memory-per-client", sections["memory"]["ratio"]))
     if "e2e" in sections and "results" in sections["e2e"]:
         found.append(goal("e2e-throughput", sections["e2e"]["results"]["ours"]["vs_no_limiter"]))
+    if "embedded" in sections:
+        value = sections["embedded"]["results"]["ours-fixed-window"]["vs_flask_limiter"] or 0.0
+        found.append(goal("memory-vs-flask-limiter", value))
     return found
 
 
@@ -752,6 +816,7 @@ def run_sections(url: str, admin: redis.Redis, s: Settings, sections: Sequence[s
         "flood": lambda: flood(url, admin, s),
         "memory": lambda: memory(url, admin, s),
         "e2e": lambda: end_to_end(url, s),
+        "embedded": lambda: embedded(s),
     }
     done: dict[str, Any] = {}
     for name in sections:
@@ -798,6 +863,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "flood": flood_rows,
         "memory": memory_rows,
         "e2e": lambda section: e2e_rows(section, s),
+        "embedded": embedded_rows,
     }
     for name in args.sections:
         rows += builders[name](sections[name])
