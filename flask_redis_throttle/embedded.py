@@ -30,6 +30,7 @@ import hashlib
 import heapq
 import importlib
 import importlib.util
+import os
 import re
 import threading
 import time
@@ -1042,6 +1043,7 @@ class LuaHost:
                 message = function[1]
                 raise CommandError(f"ERR Error compiling script (new function): {message.decode('utf-8', 'replace')}")
             self.functions[sha] = function
+            _SOURCES[sha] = text
         return function
 
     def run(self, keyspace: Keyspace, sha: str, keys: int, words: Sequence[bytes]) -> Any:
@@ -1051,9 +1053,12 @@ class LuaHost:
         :raises CommandError: the error of a ``redis.call`` (which aborts
             the script), of the script itself, or the one it returned.
         """
+        function = self.functions.get(sha)
+        if function is None:  # known to the store, not yet to this runtime (see _after_fork)
+            function = self.compile(sha, _SOURCES[sha])
         self.keyspace = keyspace
         try:
-            result = self.runner(self.functions[sha], keys, *words)
+            result = self.runner(function, keys, *words)
         except CommandError as error:
             raise CommandError(f"{error.message} script: {sha}") from None
         except self.lua.LuaError as error:
@@ -1164,7 +1169,24 @@ LUAS = ("luajit21", "lua51")
 #: The one lock of every embedded store in the process: Redis runs one
 #: command or script at a time, and so does the one Lua runtime.
 _LOCK = threading.Lock()
+
+
+def _after_fork() -> None:
+    """A child forked while another thread was inside a call inherits the
+    lock, and the Lua runtime's own, held by a thread it does not have: it
+    gets a free lock and new runtimes, on which scripts are compiled again
+    on their first call."""
+    global _LOCK
+    _LOCK = threading.Lock()
+    _HOSTS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 _HOSTS: dict[str, LuaHost] = {}
+#: Every script compiled in the process, by SHA1, to compile it again on a
+#: new runtime.
+_SOURCES: dict[str, bytes] = {}
 
 
 def lua_host(name: str | None = None) -> LuaHost:
@@ -1222,7 +1244,8 @@ class EmbeddedRedis:
 
     def __init__(self, clock: Callable[[], float] = time.time, lua: str | None = None) -> None:
         self.keyspace = Keyspace(clock)
-        self.host = lua_host(lua)
+        #: The lupa module its scripts run on.
+        self.lua = lua_host(lua).name
         #: The scripts this store knows (``SCRIPT LOAD``, ``EVAL``), by SHA1.
         self.scripts: set[str] = set()
 
@@ -1257,7 +1280,7 @@ class EmbeddedRedis:
 
     def _load(self, text: bytes) -> str:
         sha = hashlib.sha1(text).hexdigest()
-        self.host.compile(sha, text)
+        lua_host(self.lua).compile(sha, text)
         self.scripts.add(sha)
         return sha
 
@@ -1271,7 +1294,7 @@ class EmbeddedRedis:
             raise CommandError("ERR Number of keys can't be greater than number of args")
         if sha not in self.scripts:
             raise CommandError("NOSCRIPT No matching script. Please use EVAL.")
-        return self.host.run(self.keyspace, sha, count, rest[1:])
+        return lua_host(self.lua).run(self.keyspace, sha, count, rest[1:])
 
     def _script(self, words: list[bytes]) -> Any:
         command = words[0].upper() if words else b""
@@ -1298,7 +1321,7 @@ class EmbeddedRedis:
             try:
                 if sha not in self.scripts:
                     raise CommandError("NOSCRIPT No matching script. Please use EVAL.")
-                return self.host.run(self.keyspace, sha, numkeys, words)
+                return lua_host(self.lua).run(self.keyspace, sha, numkeys, words)
             except CommandError as error:
                 raise response_error(error.message) from None
 

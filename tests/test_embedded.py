@@ -11,7 +11,9 @@ the limits, times and costs, and every reply must be the same.
 from __future__ import annotations
 
 import itertools
+import os
 import re
+import signal
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -806,3 +808,45 @@ def test_arguments_are_encoded_as_redis_py_encodes_them() -> None:
         client.evalsha(sha, 0, True)
     with pytest.raises(redis.DataError, match="NoneType"):
         client.evalsha(sha, 0, None)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_child_forked_during_a_script_can_use_its_store() -> None:
+    """A worker forked while another thread was inside a script (holding
+    the store's lock and the Lua runtime's) must not wait forever for locks
+    no one will release: it runs scripts and commands."""
+    client = EmbeddedRedis()
+    client.set("k", "v")
+    sha = client.script_load("return redis.call('GET', KEYS[1])")
+    inside, release = threading.Event(), threading.Event()
+    execute = client.keyspace.execute
+
+    def stall(words: Any) -> Any:
+        if words[0] == b"PING":
+            inside.set()
+            release.wait(10)
+        return execute(words)
+
+    client.keyspace.execute = stall  # type: ignore[method-assign]
+    stalled = threading.Thread(target=client.eval, args=("return redis.call('PING')", 0), name="stalled-script")
+    stalled.start()
+    assert inside.wait(10)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            code = 0 if client.get("k") == b"v" and client.evalsha(sha, 1, "k") == b"v" else 2
+        finally:
+            os._exit(code)
+    release.set()
+    join_all([stalled], 10, "the stalled script")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    pytest.fail("the forked child waited 10 s for the store's locks")
