@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flask_redis_throttle import Identity
-from flask_redis_throttle.embedded import LUAS, SWEEP, EmbeddedRedis, lua_host
+from flask_redis_throttle.embedded import CURSORS, LUAS, SWEEP, EmbeddedRedis, lua_host
 from flask_redis_throttle.keys import identity_tag
 from flask_redis_throttle.penalties import Penalty
 from flask_redis_throttle.rates import Rate
@@ -850,3 +850,34 @@ def test_a_child_forked_during_a_script_can_use_its_store() -> None:
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
     pytest.fail("the forked child waited 10 s for the store's locks")
+
+
+def test_a_forgotten_scan_cursor_starts_again_and_misses_nothing() -> None:
+    """Only the last CURSORS cursors are kept: an iteration left behind by
+    more than that many others starts again, so keys may come twice, as
+    Redis allows, but none is missed."""
+    client = EmbeddedRedis()
+    for n in range(30):
+        client.set(f"k{n}", "1")
+    cursor, found = client.scan(0, count=10)
+    for _ in range(CURSORS + 1):
+        client.scan(0, count=1)
+    while cursor:
+        cursor, page = client.scan(cursor, count=10)
+        found += page
+    assert set(found) == {f"k{n}".encode() for n in range(30)}
+    assert len(found) == 40  # the first page, then all 30 again
+
+
+def test_a_pipeline_runs_each_command_and_keeps_each_error() -> None:
+    """A pipeline (a cluster's path for script calls) runs its commands
+    one by one, each replying or failing on its own."""
+    client = EmbeddedRedis()
+    pipe = client.pipeline(transaction=False)
+    pipe.execute_command("SET", "s", "v")
+    pipe.execute_command("HGET", "s", "f")
+    pipe.execute_command("GET", "s")
+    ok, error, value = pipe.execute(raise_on_error=False)
+    assert (ok, value) == (b"OK", b"v")
+    assert isinstance(error, redis.ResponseError)
+    assert str(error).startswith("WRONGTYPE")
