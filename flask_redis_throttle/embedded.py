@@ -30,11 +30,12 @@ import hashlib
 import heapq
 import importlib
 import importlib.util
+import math
 import os
 import re
 import threading
 import time
-from bisect import bisect_left, bisect_right, insort
+from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import lru_cache
 from typing import Any, TypeVar
@@ -217,14 +218,20 @@ class ZSet:
 
     def span(self, low: tuple[float, bool], high: tuple[float, bool]) -> tuple[int, int]:
         """The indexes ``[start, stop)`` of the items in a score range."""
-        items = self.items
-        start = (bisect_right if low[1] else bisect_left)(items, low[0], key=_score_of)
-        stop = (bisect_left if high[1] else bisect_right)(items, high[0], key=_score_of)
+        start = self._first(low[0], after=low[1])
+        stop = self._first(high[0], after=not high[1])
         return start, max(start, stop)
 
-
-def _score_of(item: tuple[float, bytes]) -> float:
-    return item[0]
+    def _first(self, score: float, after: bool) -> int:
+        """The index of the first item whose score is at least ``score``
+        (above it if ``after``). A one-item tuple sorts before every item of
+        its score, so no key function is needed; the next float up turns
+        "above" into "at least"."""
+        if after:
+            if score == math.inf:
+                return len(self.items)
+            score = math.nextafter(score, math.inf)
+        return bisect_left(self.items, (score,))
 
 
 class Stream:
