@@ -1322,7 +1322,11 @@ class EmbeddedRedis:
         """
         if type(sha) is not str or type(numkeys) is not int or not 0 <= numkeys <= len(keys_and_args):
             return self.execute_command("EVALSHA", sha, numkeys, *keys_and_args)
-        words = [encode(word) for word in keys_and_args]
+        # Keys are strings and most arguments integers: encoded inline.
+        words = [
+            word.encode() if type(word) is str else b"%d" % word if type(word) is int else encode(word)
+            for word in keys_and_args
+        ]
         with _LOCK:
             self.keyspace.tick()
             try:
