@@ -107,6 +107,9 @@ TARGETS: dict[str, Target] = {
     "cluster-redis-cpu": Target(
         "Redis time per decision (EVALSHA and EVAL usec): ours on the cluster / on one node", 1.1, "x", True
     ),
+    "memory-vs-flask-limiter": Target(
+        "memory://, fixed-window, 3 layers x 2 identities: our added time / Flask-Limiter's", 0.5, "x", True
+    ),
 }
 
 #: The target for the time we add to an admitted request at 3 x 2, in PINGs

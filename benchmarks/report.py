@@ -179,6 +179,65 @@ def cluster_sentence(report: Report) -> str:
     )
 
 
+def embedded(report: Report) -> Mapping[str, Any] | None:
+    """Section 10's results (``memory://``, no Redis), or None if the run has none."""
+    section: Mapping[str, Any] | None = report["sections"].get("embedded")
+    return None if section is None else section["results"]
+
+
+#: What the memory:// regions say when the run measured no memory:// figures.
+NO_EMBEDDED = (
+    "The committed run has no memory:// figures yet: `python benchmarks/suite.py` measures them (section 10), "
+    "ours on the embedded store beside Flask-Limiter's pure-Python `memory://`, in one process."
+)
+
+
+def embedded_sentence(report: Report, results: Mapping[str, Any], code: str) -> str:
+    """Our fixed-window time against Flask-Limiter's, and the target's verdict."""
+    ours, theirs = results["ours-fixed-window"], results["fl-fixed-window"]
+    target = next(t for t in report["targets"] if t["name"] == "memory-vs-flask-limiter")
+    return (
+        f"On {code}memory://{code}, with no Redis at all, our fixed window adds {ours['added_us']:.0f} µs to a "
+        f"request (3 layers {TIMES} 2 identities), Flask-Limiter's {theirs['added_us']:.0f} µs: "
+        f"{ours['vs_flask_limiter']:.2f} times as much; the target is at most {target['target']:g}: "
+        f"{verdict(target)}. Medians of {report['settings']['rounds']} interleaved rounds, the same run."
+    )
+
+
+def readme_memory(report: Report) -> str:
+    """The README's memory:// table: ours on the embedded store, Flask-Limiter's memory://."""
+    results = embedded(report)
+    if results is None:
+        return wrap(NO_EMBEDDED)
+    version = report["environment"]["flask_limiter"]
+    lines = ["| on memory:// | added per request | ours / Flask-Limiter's, like for like |", "|---|---:|---:|"]
+    for strategy in OURS:
+        r = results[f"ours-{strategy}"]
+        vs = f"{r['vs_flask_limiter']:.2f}{TIMES}" if r.get("vs_flask_limiter") else ""
+        lines.append(f"| flask-redis-throttle, {strategy} | {r['added_us']:.0f} µs | {vs} |")
+    for strategy in LIKE_FOR_LIKE:
+        lines.append(f"| Flask-Limiter {version}, {strategy} | {results[f'fl-{strategy}']['added_us']:.0f} µs | |")
+    return "\n".join([*lines, "", wrap(embedded_sentence(report, results, "`"))])
+
+
+def rst_memory(report: Report) -> str:
+    """The performance page's memory:// figures."""
+    results = embedded(report)
+    if results is None:
+        return wrap(NO_EMBEDDED.replace("`", "``"))
+    items = [
+        f"{results[f'ours-{strategy}']['label']}: {results[f'ours-{strategy}']['added_us']:.0f} µs"
+        + (
+            f", {results[f'ours-{strategy}']['vs_flask_limiter']:.2f} times Flask-Limiter's"
+            if results[f"ours-{strategy}"].get("vs_flask_limiter")
+            else ""
+        )
+        for strategy in OURS
+    ]
+    items += [f"{results[f'fl-{s}']['label']}: {results[f'fl-{s}']['added_us']:.0f} µs" for s in LIKE_FOR_LIKE]
+    return wrap(embedded_sentence(report, results, "``")) + "\n\n" + "\n".join(bullet(item) for item in items)
+
+
 # --- the performance page -------------------------------------------------------------------------
 
 
@@ -306,13 +365,14 @@ def bullet(text: str) -> str:
 Renderer = Callable[[Report], str]
 #: Each file's regions and what renders them.
 REGIONS: dict[Path, dict[str, Renderer]] = {
-    README: {"cost": readme_cost},
+    README: {"cost": readme_cost, "memory": readme_memory},
     PERFORMANCE: {
         "environment": rst_environment,
         "table": rst_table,
         "shows": rst_shows,
         "where": rst_where,
         "targets": rst_targets,
+        "memory": rst_memory,
     },
 }
 

@@ -30,8 +30,10 @@ The apps, the timing and the counting are those of ``overhead.py``, shared in
      cluster, interleaved; and Redis's time per decision (``INFO
      commandstats`` usec of EVALSHA and EVAL, summed over every master), on
      the cluster and on the single node.
+10.  **memory://**: the same admitted requests with no Redis at all, ours on
+     the embedded store beside Flask-Limiter's pure-Python ``memory://``.
 
-Times in sections 1, 4, 5, 8 and 9 come from interleaved rounds (every variant runs
+Times in sections 1, 4, 5, 8, 9 and 10 come from interleaved rounds (every variant runs
 a batch each round, the order rotating), paired by round with the bare app:
 the medians of (variant - bare app). Commands are counted in a separate,
 untimed phase, client side (redis-py's ``Connection``) and server side
@@ -111,7 +113,7 @@ from flask_redis_throttle.rates import parse_limits
 from flask_redis_throttle.testing import find_redis_server, redis_cluster, redis_server
 from flask_redis_throttle.throttle import Policy
 
-SECTIONS = ("admitted", "growth", "flood", "memory", "e2e", "local", "cluster")
+SECTIONS = ("admitted", "growth", "flood", "memory", "e2e", "local", "cluster", "embedded")
 
 
 def tenant_key(req: Any) -> str:
@@ -812,6 +814,65 @@ def target_cell(target: Target, value: float) -> str:
     return f"{target.relation}{target.bound:g}{target.unit} {verdict(met)}"
 
 
+# --- section 10: memory:// -----------------------------------------------------------------------
+
+
+def embedded(s: Settings) -> dict[str, Any]:
+    """Ours on ``memory://`` (the embedded store) and Flask-Limiter's
+    ``memory://``, admitted requests, interleaved as in section 1-3: no Redis."""
+    environ = base_environ()
+    app = bare_app()
+    variants = [Variant("bare", "Flask app, no limiter", wsgi_runner(app, environ), app=app)]
+    for strategy in OUR_STRATEGIES:
+        app = our_app("memory://", strategy=strategy)
+        variants.append(
+            our_variant(f"ours-{strategy}", f"ours {strategy}, memory://", app, environ, header="RateLimit")
+        )
+    for strategy in FLASK_LIMITER_STRATEGIES:
+        app, _limiter = flask_limiter_app("memory://", strategy)
+        variants.append(
+            Variant(
+                f"fl-{strategy}",
+                f"Flask-Limiter {strategy}, memory://",
+                wsgi_runner(app, environ),
+                app=app,
+                header="X-RateLimit-Remaining",
+            )
+        )
+    warm_up(variants, 5)
+    for variant in variants:
+        check(variant, environ)
+    warm_up(variants, max(s.batch, 50))
+    measure(variants, s.rounds, s.batch, s.warmup)
+    bare = variants[0].samples
+    results: dict[str, dict[str, Any]] = {}
+    for variant in variants:
+        entry: dict[str, Any] = {"label": variant.label, "per_call_us": statistics.median(variant.samples)}
+        if variant.name != "bare":
+            entry.update(paired_added(variant.samples, bare))
+        entry["samples_us"] = variant.samples
+        results[variant.name] = entry
+    for strategy in FLASK_LIMITER_STRATEGIES:
+        ours = results[f"ours-{LIKE_FOR_LIKE[strategy]}"]
+        ours["flask_limiter"] = f"fl-{strategy}"
+        ours["vs_flask_limiter"] = ratio(ours["added_us"], results[f"fl-{strategy}"]["added_us"])
+    return {"results": results}
+
+
+def embedded_rows(section: Mapping[str, Any]) -> list[list[str]]:
+    title = "10. memory://, no Redis: admitted, 3 layers x 2 identities; ratio = ours / Flask-Limiter, like for like"
+    rows: list[list[str]] = [[title]]
+    for name, r in section["results"].items():
+        if name == "bare":
+            continue
+        target = ""
+        if name == "ours-fixed-window":
+            target = target_cell(TARGETS["memory-vs-flask-limiter"], r["vs_flask_limiter"] or 0.0)
+        vs = f"{r['vs_flask_limiter']:.2f}x" if r.get("vs_flask_limiter") else ""
+        rows.append(["  " + r["label"], fmt(r["added_us"]), "", vs, "", "", "", "", target])
+    return rows
+
+
 def goal(name: str, value: float, what: str | None = None) -> dict[str, Any]:
     """One target of :data:`harness.TARGETS`: its figure, whether it is met, and
     by what factor it is missed. ``what`` overrides the target's words, for a
@@ -857,6 +918,9 @@ def targets(report: Mapping[str, Any]) -> list[dict[str, Any]]:
         found.append(goal("cluster-vs-single", results["cluster"]["vs_single"] or 0.0))
         found.append(goal("cluster-flask-limiter-ratio", results["fl"]["vs_ours"] or 0.0))
         found.append(goal("cluster-redis-cpu", results["cluster"]["script_vs_single"] or 0.0))
+    if "embedded" in sections:
+        value = sections["embedded"]["results"]["ours-fixed-window"]["vs_flask_limiter"] or 0.0
+        found.append(goal("memory-vs-flask-limiter", value))
     return found
 
 
@@ -1018,6 +1082,7 @@ def run_sections(url: str, admin: redis.Redis, s: Settings, sections: Sequence[s
         "e2e": lambda: end_to_end(url, s),
         "local": lambda: local_storage(url, s),
         "cluster": lambda: cluster(url, admin, s),
+        "embedded": lambda: embedded(s),
     }
     done: dict[str, Any] = {}
     for name in sections:
@@ -1066,6 +1131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "e2e": lambda section: e2e_rows(section, s),
         "local": local_rows,
         "cluster": cluster_rows,
+        "embedded": embedded_rows,
     }
     for name in args.sections:
         rows += builders[name](sections[name])

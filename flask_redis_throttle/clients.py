@@ -1,6 +1,7 @@
 """Redis clients built from ``RATELIMIT_STORAGE_URL`` and ``RATELIMIT_STORAGE_OPTIONS``.
 
-* ``memory://``: fakeredis, in this process;
+* ``memory://``: an :class:`~flask_redis_throttle.embedded.EmbeddedRedis`,
+  in this process;
 * ``local://`` or ``local:///path/to/folder``: a :class:`redis.Redis` on one
   server per host, which the first worker to need it starts, listening on a
   Unix socket in the app's instance folder or in the folder named (see
@@ -49,6 +50,7 @@ from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
+from .embedded import EmbeddedRedis
 from .errors import ConfigurationError
 from .local import MAX_SOCKET_PATH, LocalConnection, LocalFolder, find_server_binary
 
@@ -118,7 +120,7 @@ def redact(url: str) -> str:
 
 
 def client_from_url(url: str, options: Mapping[str, Any] | None = None, instance_path: str | None = None) -> Any:
-    """A client for ``url``: :class:`redis.Redis`, a fakeredis one for
+    """A client for ``url``: :class:`redis.Redis`, an embedded one for
     ``memory://``, or :class:`~redis.cluster.RedisCluster`.
 
     :param instance_path: the app's instance folder, where ``local://``
@@ -359,21 +361,20 @@ def _connection(pool: Any) -> None:
     pool.connection_class(**pool.connection_kwargs)
 
 
-def embedded_client(warn: bool = True) -> Any:
-    """A fakeredis client on a server of its own, in this process.
+def embedded_client(warn: bool = True) -> EmbeddedRedis:
+    """A client on a keyspace of its own, in this process (see
+    :mod:`flask_redis_throttle.embedded`).
 
     :param warn: log that counts are per process (not for a fallback store,
         which is per process on purpose).
     """
-    import fakeredis
-
     if warn:
         logger.warning(
             "flask-redis-throttle is using the embedded memory:// store: counts are kept per "
             "process, so each worker process limits on its own. Set RATELIMIT_STORAGE_URL "
             "to a Redis URL in production."
         )
-    return fakeredis.FakeRedis(server=fakeredis.FakeServer())
+    return EmbeddedRedis()
 
 
 def _timeout(value: Any) -> bool:

@@ -113,7 +113,7 @@ class Attribution:
 class RefusalLog:
     """A bounded log of refusals in a Redis stream.
 
-    :param client: the Redis client (a fakeredis one for ``memory://``).
+    :param client: the Redis client (the embedded one for ``memory://``).
     :param key: the stream's key.
     :param size: how many refusals to keep; older ones are trimmed as new
         ones arrive.

@@ -1,7 +1,8 @@
 """Where counters live: a Redis client, and the rate limit scripts on it.
 
-``memory://`` is the embedded default: a fakeredis server in this process,
-running the same Lua scripts through lupa (Lua 5.1, as in Redis). Its counts
+``memory://`` is the embedded default: a keyspace in this process, running
+the same Lua scripts through lupa (Lua 5.1, as in Redis); see
+:mod:`flask_redis_throttle.embedded`. Its counts
 are per process, so every worker of a multi-process server counts on its own.
 How clients are built from URLs is in :mod:`flask_redis_throttle.clients`.
 
@@ -66,7 +67,7 @@ class Storage:
     """A Redis client and the rate limit scripts registered on it.
 
     :param client: a :class:`redis.Redis`, a :class:`redis.cluster.RedisCluster`,
-        or a fakeredis client; the one an app already has will do (see
+        or the embedded ``memory://`` one; the one an app already has will do (see
         ``RateLimit(app, redis=client)``).
     :param url: where it points, for messages and logs; without its password.
     :param cluster: whether it is a Redis Cluster client; by default, whether

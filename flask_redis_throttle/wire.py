@@ -21,7 +21,7 @@ module sends it as pre-encoded bytes instead:
 What cannot be done here is handed back to redis-py's normal path, which
 keeps its reconnect and :class:`~redis.retry.Retry` handling: see
 :class:`Replay`. A client this path does not fit (RESP3, a single-connection
-client, a connection class of its own, fakeredis) never takes it: see
+client, a connection class of its own, the embedded ``memory://`` store) never takes it: see
 :func:`lean_client`.
 
 This module imports Redis but not Flask.
@@ -105,7 +105,7 @@ def lean_client(client: Any) -> LeanClient | None:
 
     It fits a :class:`redis.Redis` on a pool of one of redis-py's own
     connection classes (:data:`CONNECTIONS`) speaking RESP2. A cluster, a
-    RESP3 client, a single-connection client, fakeredis and custom
+    RESP3 client, a single-connection client, the embedded store and custom
     connection classes stay on redis-py's normal path.
     """
     if not isinstance(client, redis.Redis) or getattr(client, "connection", None) is not None:

@@ -259,7 +259,7 @@ def test_a_unix_socket_takes_the_lean_path(tmp_path: Any, commands: list[tuple[A
         storage_of(app).close()
 
 
-def test_fakeredis_stays_on_its_path_and_a_cluster_takes_its_own(redis_cluster: Any) -> None:
+def test_the_embedded_store_stays_on_its_path_and_a_cluster_takes_its_own(redis_cluster: Any) -> None:
     assert Storage.from_url("memory://").lean is None
     cluster = Storage.from_url(redis_cluster.url)
     # A cluster's lean path is its own (tests/test_lean_cluster.py).
