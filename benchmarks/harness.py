@@ -97,6 +97,8 @@ TARGETS: dict[str, Target] = {
     "flask-limiter-ratio": Target("Flask-Limiter's added time / ours, like for like", 8.0, "x", False),
     "flood-commands": Target("flood, block cache on: commands sent per refused request", 0.01, " cmds", True),
     "memory-per-client": Target("Redis memory per client, fixed-window: ours / Flask-Limiter's", 0.6, "x", True),
+    "memory-usage-packed": Target("MEMORY USAGE per identity, fixed-window and gcra, 3 layers", 160, " bytes", True),
+    "memory-usage-sw": Target("MEMORY USAGE per identity, sliding-window, 3 layers", 300, " bytes", True),
     "redis-cpu": Target("Redis time per decision, 3 layers x 2 identities: ours / Flask-Limiter's", 0.75, "x", True),
     "e2e-throughput": Target("gunicorn end to end: requests per second / no limiter's", 0.8, "x", False),
     "local-vs-redis": Target("ours on local:// (Unix socket): added time / on redis:// (loopback)", 1.1, "x", True),

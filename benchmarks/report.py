@@ -295,6 +295,10 @@ def rst_shows(report: Report) -> str:
             f"(fixed-window) grow Redis's ``used_memory`` by {ours_bytes:.0f} bytes a client for ours, "
             f"{fl_bytes:.0f} for Flask-Limiter's: {memory['ratio']:.2f} times. ``benchmarks/memory.py`` "
             "breaks this down by key and strategy."
+            + "".join(
+                f" One identity's key takes {used} bytes (``MEMORY USAGE``) in {strategy}."
+                for strategy, used in memory.get("usage", {}).items()
+            )
         )
     if "cluster" in sections:
         items.append(

@@ -509,7 +509,31 @@ def memory(url: str, admin: redis.Redis, s: Settings) -> dict[str, Any]:
             admin.flushall()
             results[name] = {"label": subject.name, "bytes_per_client": statistics.median(runs), "runs": runs}
     value = ratio(results["ours"]["bytes_per_client"], results["fl"]["bytes_per_client"])
-    return {"results": results, "spec": memory_bench.SPEC, "identities": s.memory_identities, "ratio": value or 0.0}
+    # MEMORY USAGE of one identity's key, each packed strategy, after one request.
+    usage: dict[str, int] = {}
+    for strategy in PACKED_STRATEGIES:
+        admin.flushall()
+        clock.reset()
+        subject = memory_bench.our_subject(url, strategy, clock)
+        usage[strategy] = sum(memory_bench.one_request(admin, subject, clock).key_bytes.values())
+    admin.flushall()
+    return {
+        "results": results,
+        "spec": memory_bench.SPEC,
+        "identities": s.memory_identities,
+        "ratio": value or 0.0,
+        "usage": usage,
+    }
+
+
+#: The strategies that pack an identity's layers into one string, whose
+#: ``MEMORY USAGE`` per identity section 6 checks against its target.
+PACKED_STRATEGIES = ("fixed-window", "gcra", "sliding-window")
+USAGE_TARGETS = {
+    "fixed-window": "memory-usage-packed",
+    "gcra": "memory-usage-packed",
+    "sliding-window": "memory-usage-sw",
+}
 
 
 def memory_rows(section: Mapping[str, Any]) -> list[list[str]]:
@@ -522,6 +546,11 @@ def memory_rows(section: Mapping[str, Any]) -> list[list[str]]:
         vs = f"{section['ratio']:.2f}x" if name == "ours" else ""
         target = target_cell(TARGETS["memory-per-client"], section["ratio"]) if name == "ours" else ""
         rows.append(["  " + f"{r['label']}: {r['bytes_per_client']:.0f} bytes", "", "", vs, "", "", "", "", target])
+    for strategy, used in section.get("usage", {}).items():
+        target = target_cell(TARGETS[USAGE_TARGETS[strategy]], used)
+        rows.append(
+            ["  " + f"ours {strategy}: MEMORY USAGE {used} bytes per identity", "", "", "", "", "", "", "", target]
+        )
     return rows
 
 
@@ -909,6 +938,8 @@ def targets(report: Mapping[str, Any]) -> list[dict[str, Any]]:
         found.append(goal("flood-commands", sections["flood"]["results"]["cache-default"]["client_commands"]))
     if "memory" in sections:
         found.append(goal("memory-per-client", sections["memory"]["ratio"]))
+        for strategy, used in sections["memory"].get("usage", {}).items():
+            found.append(goal(USAGE_TARGETS[strategy], used, f"MEMORY USAGE per identity, {strategy}, 3 layers"))
     if "e2e" in sections and "results" in sections["e2e"]:
         found.append(goal("e2e-throughput", sections["e2e"]["results"]["ours"]["vs_no_limiter"]))
     if "local" in sections:
