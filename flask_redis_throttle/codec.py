@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .rates import Rate
 
@@ -38,12 +39,12 @@ def entry(code: str, rates: Iterable[Rate], penalty: tuple[int, int, int] | None
     return text
 
 
-@dataclass(frozen=True, slots=True)
-class Reply:
-    """A script's verdict on one request, decoded from its flat reply.
+class Reply(NamedTuple):
+    """A script's verdict on one request, decoded from its flat reply (a
+    named tuple: one is made per request).
 
     :param admitted: whether every layer had room (and the hit was recorded).
-    :param index: the deciding layer, 0-based, in the order of the plan:
+    :param layer: the deciding layer, 0-based, in the order of the plan:
         when refused, the full layer with the longest wait; when admitted,
         the layer with the least quota left.
     :param remaining: the quota the deciding layer has left.
@@ -56,7 +57,7 @@ class Reply:
     """
 
     admitted: bool
-    index: int
+    layer: int
     remaining: int
     reset: float
     retry_after: float

@@ -71,6 +71,8 @@ class Policy:
     entry: str = field(init=False, repr=False)
     #: ``}:<scope>:pn``, the suffix of the penalty keys; empty without a penalty.
     penalty_suffix: str = field(init=False, repr=False)
+    #: The script's strategies when this policy is a request's only one.
+    strategies: frozenset[str] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -81,6 +83,7 @@ class Policy:
         object.__setattr__(self, "suffix", f"}}:{escape_scope(self.scope)}:{code}")
         object.__setattr__(self, "entry", entry(code, self.rates, blocks))
         object.__setattr__(self, "penalty_suffix", "" if penalty is None else penalty_suffix(self.scope))
+        object.__setattr__(self, "strategies", frozenset([self.strategy]))
 
 
 #: One limit to check for a request: a policy and the identities it applies to.
@@ -208,7 +211,7 @@ class Throttle:
                     index, block = found
                     raw = Reply.refused(index, block.remaining, block.reset - sent, block.until - sent, block.penalized)
                     return _decision(Reply.decode(raw), checks, cached=True)
-        strategies = frozenset([policy.strategy for policy, _ in checks])
+        strategies = checks[0][0].strategies if len(checks) == 1 else frozenset([p.strategy for p, _ in checks])
         try:
             raw = self._evaluate(strategies, keys + penalty_keys, args)
         except StorageUnavailable:
@@ -220,7 +223,7 @@ class Throttle:
         if blocks is not None and not reply.admitted and cost > 0:
             # Redis ran the script at or after `sent`, so the layer is full
             # until at least `sent + retry_after`.
-            layer, quota = (layers or _layers(checks, keys))[reply.index]
+            layer, quota = (layers or _layers(checks, keys))[reply.layer]
             blocks.add(layer, Block.after(sent, quota, cost, raw[2], raw[4], raw[3], reply.penalized))
         return _decision(reply, checks)
 
@@ -333,7 +336,7 @@ def _layers(checks: Sequence[Check], keys: Sequence[str]) -> list[tuple[str, int
 
 def _decision(reply: Reply, checks: Sequence[Check], cached: bool = False) -> Decision:
     """Find the policy, identity and layer of the reply's deciding counter."""
-    index = reply.index
+    index = reply.layer
     for policy, identities in checks:
         size = len(identities) * len(policy.rates)
         if index < size:
@@ -350,4 +353,4 @@ def _decision(reply: Reply, checks: Sequence[Check], cached: bool = False) -> De
                 reply.penalized,
             )
         index -= size
-    raise ValueError(f"script reply names counter {reply.index}, beyond the {len(checks)} checks sent")
+    raise ValueError(f"script reply names layer {reply.layer}, beyond the {len(checks)} checks sent")
