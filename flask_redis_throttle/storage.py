@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 from redis.cluster import RedisCluster
-from redis.exceptions import NoScriptError, RedisClusterException, SlotNotCoveredError
+from redis.exceptions import ClusterError, NoScriptError, RedisClusterException, SlotNotCoveredError, TryAgainError
 
 from .clients import DEFAULT_CLIENT_OPTIONS, client_from_url, redact
 from .scripts import script_source
@@ -37,6 +38,12 @@ UNCOVERED = "uncovered slots"
 
 #: One script call: its keys and its arguments.
 Call = tuple[Sequence[str], Sequence[int | str]]
+
+#: How long, in seconds, a cluster script call whose keys a slot migration
+#: has split between two nodes is sent again (see :func:`_split_by_migration`),
+#: and the pause before each new try.
+MIGRATION_PATIENCE = 1.0
+MIGRATION_PAUSE = 0.05
 
 
 class NodeFailure(redis.RedisError):
@@ -177,6 +184,11 @@ class Storage:
             result = self.client.evalsha(script.sha, len(keys), *keys, *args)
         except NoScriptError:
             result = self.client.eval(script.text, len(keys), *keys, *args)
+        except STORAGE_ERRORS as error:
+            if not (self.cluster and _split_by_migration(error)):
+                raise
+            # The script did not run: wait for the keys to be together again.
+            [result] = self.evaluate_many(strategies, [(keys, args)])
         return result
 
     def evaluate_split(self, strategies: frozenset[str], keys: Sequence[str], args: Sequence[int | str]) -> list[int]:
@@ -309,7 +321,28 @@ class Storage:
 
     def _pipelined(self, calls: Sequence[Call], command: str, script: str) -> list[Any]:
         """Send ``command`` (EVALSHA or EVAL) once per call in one pipeline;
-        return each call's reply or error."""
+        return each call's reply or error.
+
+        On a cluster, the calls that a slot migration split (see
+        :func:`_split_by_migration`) are sent again, after
+        :data:`MIGRATION_PAUSE`, for up to :data:`MIGRATION_PATIENCE`
+        seconds: the script did not run, so nothing is counted twice, and
+        the keys are together again once the migration has moved them all.
+        A request waits that long at most, then fails as any other error.
+        """
+        results = self._pipeline(calls, command, script)
+        deadline = time.monotonic() + MIGRATION_PATIENCE
+        waiting = [i for i, result in enumerate(results) if self.cluster and _split_by_migration(result)]
+        while waiting and time.monotonic() < deadline:
+            time.sleep(MIGRATION_PAUSE)
+            again = self._pipeline([calls[i] for i in waiting], command, script)
+            for i, result in zip(waiting, again, strict=True):
+                results[i] = result
+            waiting = [i for i in waiting if _split_by_migration(results[i])]
+        return results
+
+    def _pipeline(self, calls: Sequence[Call], command: str, script: str) -> list[Any]:
+        """Send ``command`` once per call in one pipeline, once."""
         pipe = self.client.pipeline(transaction=False)
         for keys, args in calls:
             pipe.execute_command(command, script, len(keys), *keys, *args, **self._route(keys[0]))
@@ -328,6 +361,16 @@ class Storage:
             return {"target_nodes": self.client.get_node_from_key(key)}
         except SlotNotCoveredError:
             return {}
+
+
+def _split_by_migration(error: object) -> bool:
+    """Whether a cluster call failed because a slot migration has split its
+    keys between two nodes. Each node then runs a script on keys of that
+    slot only if it holds all of them, and answers ``TRYAGAIN`` (or ``ASK``
+    to the other node, which answers ``TRYAGAIN``); redis-py tries again for
+    about a tenth of a second, then gives up with ``TTL exhausted``. Either
+    way the script did not run."""
+    return isinstance(error, TryAgainError) or type(error) is ClusterError
 
 
 def _hash_tag(key: str) -> str:
