@@ -22,6 +22,8 @@ dead master without replicas, and a failover with a 1000/m limit.
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -34,7 +36,7 @@ import redis.cluster
 from conftest import get, join_all
 from flask import Flask
 
-from flask_redis_throttle import RateLimit, limit
+from flask_redis_throttle import RateLimit, limit, refusal_log
 from flask_redis_throttle.keys import identity_tag
 from flask_redis_throttle.reset import counter_pattern
 from flask_redis_throttle.testing import RedisCluster, RedisServer, redis_cluster
@@ -70,23 +72,28 @@ class Sent:
 
 
 class Traffic:
-    """:data:`THREADS` threads, each with its own test client, each sending
-    requests from every address in turn (starting at a different one) until
-    stopped: every address gets requests from several threads at once."""
+    """:data:`THREADS` threads, each with its own test client, sending
+    requests until stopped. The threads are shared out among ``groups`` of
+    addresses; each sends from every address of its group in turn (starting
+    at a different one), so that every address gets requests from several
+    threads at once. A thread waiting on a stalled node sends nothing else
+    meanwhile, as a web server's thread would not: give the addresses of a
+    node that will stall a group of their own."""
 
-    def __init__(self, app: Flask, ips: list[str]) -> None:
+    def __init__(self, app: Flask, *groups: list[str]) -> None:
         self.app = app
-        self.ips = ips
-        self.sent: dict[str, list[Sent]] = {ip: [] for ip in ips}
+        self.groups = groups
+        self.sent: dict[str, list[Sent]] = {ip: [] for group in groups for ip in group}
         self.errors: list[BaseException] = []
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._run, args=(n,), name=f"traffic-{n}") for n in range(THREADS)]
 
     def _run(self, n: int) -> None:
         client = self.app.test_client()
-        i = n
+        ips = self.groups[n % len(self.groups)]
+        i = n // len(self.groups)
         while not self._stop.is_set():
-            ip = self.ips[i % len(self.ips)]
+            ip = ips[i % len(ips)]
             i += 1
             started = time.monotonic()
             try:
@@ -114,6 +121,10 @@ class Traffic:
 
     def sent_at_least(self, ips: list[str], count: int) -> Callable[[], bool]:
         return lambda: all(len(self.sent[ip]) >= count for ip in ips)
+
+    def refused_at_least(self, ips: list[str], count: int) -> Callable[[], bool]:
+        """Whether Redis refused each of ``ips`` ``count`` times: its quota is spent."""
+        return lambda: all(sum(1 for s in self.sent[ip] if s.status == 429) >= count for ip in ips)
 
     def __enter__(self) -> Traffic:
         for thread in self._threads:
@@ -278,7 +289,7 @@ def test_slot_migration_mid_traffic_decides_every_request_and_counts_each_once(c
             moved = migrate(source, target, others, slot, counter_pattern("rl:", tag_of(moving)))
             during = admitted(traffic.sent[moving])
             # Every address goes well past its quota, after the move too.
-            traffic.wait_for(traffic.sent_at_least(ips, quota + 50), 120, "the traffic to exceed the quotas")
+            traffic.wait_for(traffic.refused_at_least(ips, 50), 120, "the quotas to be spent")
         assert traffic.errors == []
     finally:
         close(app)
@@ -292,3 +303,160 @@ def test_slot_migration_mid_traffic_decides_every_request_and_counts_each_once(c
     assert max(slowest(traffic.sent[ip]) for ip in ips) < BOUND
     with cluster_client(cluster) as client:
         assert client.get_node_from_key(tag_of(moving)).port == target.port
+
+
+def policy_followed(sent: list[Sent], fail_open: bool) -> bool:
+    """Whether every request followed the failure policy: 200 without
+    headers when failing open, 503 with ``Retry-After`` when failing closed."""
+    if fail_open:
+        return all(s.status == 200 and not s.decided for s in sent)
+    return all(s.status == 503 and not s.decided and int(s.retry_after or 0) >= 1 for s in sent)
+
+
+def decided_again_after(sent: list[Sent], moment: float) -> float:
+    """When the first request sent after ``moment`` that every later request
+    follows in being decided was sent: recovery, with no relapse."""
+    later = [s for s in sent if s.started >= moment]
+    assert later, "no request was sent after the fault ended"
+    last_undecided = max((i for i, s in enumerate(later) if undecided([s])), default=-1)
+    assert last_undecided < len(later) - 1, "no request was decided after the fault ended"
+    return later[last_undecided + 1].started
+
+
+# -- Failover -------------------------------------------------------------------
+
+
+@pytest.fixture
+def replicated() -> Iterator[RedisCluster]:
+    """Three masters with a replica each, failing a silent node after 1 s;
+    the other masters go on serving their slots meanwhile."""
+    with redis_cluster(masters=3, replicas=1, node_timeout=1000, full_coverage=False) as cluster:
+        yield cluster
+
+
+@pytest.mark.parametrize("fail_open", [True, False], ids=["fail-open", "fail-closed"])
+def test_failover_only_the_failed_masters_addresses_notice(replicated: RedisCluster, fail_open: bool) -> None:
+    """A master is killed (``SIGKILL``) while eight threads send requests
+    from addresses on every master; its replica is promoted after the node
+    timeout. Addresses on the other masters never notice: every request is
+    decided, in time, and each is admitted exactly its quota. Addresses on
+    the failed master follow the failure policy from the kill until the
+    promotion, then are decided again by the same app, and limited."""
+    quota = 1000
+    app = make_app(replicated.url, quota, fail_open=fail_open)
+    by_master = addresses_by_master(replicated, per_master=2)
+    victim_port = next(iter(by_master))
+    victim = next(node for node in replicated.masters() if node.port == victim_port)
+    failed = by_master[victim_port]
+    healthy = [ip for port, group in by_master.items() if port != victim_port for ip in group]
+    try:
+        with Traffic(app, failed, healthy) as traffic:
+            traffic.wait_for(traffic.sent_at_least(failed + healthy, 20), 30, "the first requests")
+            killed = time.monotonic()
+            victim.stop()
+            traffic.wait_for(lambda: len(replicated.masters()) == 3, 30, "a replica to be promoted")
+            promoted = time.monotonic()
+            traffic.wait_for(
+                lambda: all(decided_in(traffic.sent[ip], promoted) >= 20 for ip in failed),
+                30,
+                "the failed master's addresses to be decided again",
+            )
+            traffic.wait_for(traffic.refused_at_least(failed + healthy, 50), 120, "the quotas to be spent")
+        assert traffic.errors == []
+    finally:
+        close(app)
+    sent = traffic.sent
+    # The other masters' addresses: decided throughout, counted exactly.
+    assert {ip: undecided(sent[ip]) for ip in healthy} == dict.fromkeys(healthy, 0)
+    assert {ip: admitted(sent[ip]) for ip in healthy} == dict.fromkeys(healthy, quota)
+    assert max(slowest(sent[ip]) for ip in healthy) < BOUND
+    # ...and they were admitted while the master was down.
+    assert all(admitted([s for s in sent[ip] if killed <= s.started < promoted]) > 0 for ip in healthy)
+    for ip in failed:
+        # Decided before the kill (one request may have been in flight).
+        assert undecided([s for s in sent[ip] if s.started < killed - 0.5]) == 0, ip
+        # The failure policy until the promotion, never a wrong answer.
+        down = [s for s in sent[ip] if s.decided is False]
+        assert down, f"{ip}: no request noticed the failed master"
+        assert policy_followed(down, fail_open), ip
+        assert all(killed <= s.started + 0.5 for s in down), ip
+        # Decided again, for good, soon after the promotion.
+        assert decided_again_after(sent[ip], promoted) < promoted + 10, ip
+        # And limited: counts written just before the kill may not have
+        # reached the replica, so the address may get those again.
+        assert quota <= admitted(sent[ip]) <= quota + 20, ip
+        assert (sent[ip][-1].status, sent[ip][-1].decided) == (429, True), ip
+    assert max(slowest(sent[ip]) for ip in failed) < BOUND
+
+
+def decided_in(sent: list[Sent], since: float) -> int:
+    """How many requests sent at or after ``since`` were decided."""
+    return sum(1 for s in sent if s.started >= since and not undecided([s]))
+
+
+# -- A stalled node -----------------------------------------------------------------
+
+
+@pytest.fixture
+def patient() -> Iterator[RedisCluster]:
+    """Three masters, no replicas, that wait 5 s before failing a silent
+    node: a stall of a few seconds is only a stall."""
+    with redis_cluster(masters=3, replicas=0, node_timeout=5000, full_coverage=False) as cluster:
+        yield cluster
+
+
+@pytest.mark.parametrize("fail_open", [True, False], ids=["fail-open", "fail-closed"])
+def test_a_stalled_master_affects_only_its_own_addresses(patient: RedisCluster, fail_open: bool) -> None:
+    """A master is stopped (``SIGSTOP``) for three seconds while eight threads
+    send requests from addresses on every master. Its own addresses follow
+    the failure policy, each request within the socket timeout, then are
+    decided again once it resumes. The other addresses are decided
+    throughout, in time, and each is admitted exactly its quota; their
+    refusals, logged on their own nodes, are all in the refusal log.
+
+    The stalled master is the one that holds the slot of the refusal log's
+    name, where a log of one stream would have been."""
+    quota = 300
+    app = make_app(patient.url, quota, fail_open=fail_open)
+    by_master = addresses_by_master(patient, per_master=2)
+    with cluster_client(patient) as client:
+        victim_port = client.get_node_from_key("rl:refusals").port
+    victim = next(node for node in patient.masters() if node.port == victim_port)
+    stalled = by_master[victim_port]
+    healthy = [ip for port, group in by_master.items() if port != victim_port for ip in group]
+    try:
+        with Traffic(app, stalled, healthy) as traffic:
+            traffic.wait_for(traffic.sent_at_least(healthy, quota // 2), 60, "the first requests")
+            stopped = time.monotonic()
+            os.kill(victim.pid, signal.SIGSTOP)
+            try:
+                time.sleep(3.0)
+            finally:
+                os.kill(victim.pid, signal.SIGCONT)
+            resumed = time.monotonic()
+            traffic.wait_for(
+                lambda: all(decided_in(traffic.sent[ip], resumed) >= 20 for ip in stalled),
+                30,
+                "the stalled master's addresses to be decided again",
+            )
+            traffic.wait_for(traffic.refused_at_least(healthy, 50), 120, "the quotas to be spent")
+        assert traffic.errors == []
+        logged = dict(refusal_log(app).top(100))
+    finally:
+        close(app)
+    sent = traffic.sent
+    assert {ip: undecided(sent[ip]) for ip in healthy} == dict.fromkeys(healthy, 0)
+    assert {ip: admitted(sent[ip]) for ip in healthy} == dict.fromkeys(healthy, quota)
+    assert max(slowest(sent[ip]) for ip in healthy) < BOUND
+    assert all(len([s for s in sent[ip] if stopped <= s.started < resumed]) > 10 for ip in healthy)
+    refused = {f"ip:{ip}": sum(1 for s in sent[ip] if s.status == 429) for ip in healthy}
+    assert {identity: logged.get(identity, 0) for identity in refused} == refused
+    # Each waited the socket timeout once at most: not twice, as redis-py's
+    # cluster client made it wait by sending a timed-out command again.
+    assert max(slowest(sent[ip]) for ip in stalled) < 1.8 * SOCKET_TIMEOUT
+    for ip in stalled:
+        during = [s for s in sent[ip] if stopped <= s.started < resumed - SOCKET_TIMEOUT]
+        assert during, ip
+        assert policy_followed(during, fail_open), ip
+        # Decided again, for good, soon after it resumed.
+        assert decided_again_after(sent[ip], resumed) < resumed + 10, ip
