@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 import redis
 import redis.cluster
-from conftest import get, join_all
+from conftest import add_login, get, join_all
 from flask import Flask
 
 from flask_redis_throttle import RateLimit, limit, refusal_log
@@ -154,6 +154,7 @@ def make_app(url: str, quota: int, fail_open: bool = True, **config: Any) -> Fla
         RATELIMIT_REFUSAL_LOG_SIZE=100_000,
     )
     app.config.update(config)
+    add_login(app)
 
     @app.get("/")
     @limit(f"{quota}/m")
@@ -236,33 +237,66 @@ def cluster() -> Iterator[RedisCluster]:
         yield cluster
 
 
+class Migration:
+    """Moving ``slot`` from ``source`` to ``target`` as ``redis-cli --cluster
+    reshard`` does, a step at a time: :meth:`begin` (``SETSLOT IMPORTING``
+    and ``MIGRATING``), :meth:`move` each key (``MIGRATE``), :meth:`finish`
+    (``SETSLOT NODE`` everywhere)."""
+
+    def __init__(self, source: RedisServer, target: RedisServer, others: list[RedisServer], slot: int) -> None:
+        self.source, self.target, self.slot = source, target, slot
+        self.nodes = {node.port: admin(node.port) for node in (source, target, *others)}
+        self.target_id = self._id(target)
+
+    def _id(self, node: RedisServer) -> str:
+        return str(self.nodes[node.port].execute_command("CLUSTER", "MYID").decode())
+
+    def begin(self) -> None:
+        self.nodes[self.target.port].execute_command(
+            "CLUSTER", "SETSLOT", self.slot, "IMPORTING", self._id(self.source)
+        )
+        self.nodes[self.source.port].execute_command("CLUSTER", "SETSLOT", self.slot, "MIGRATING", self.target_id)
+
+    def keys(self, pattern: str) -> list[bytes]:
+        """The keys on the source that match ``pattern``, found by ``SCAN``."""
+        return list(dict.fromkeys(self.nodes[self.source.port].scan_iter(match=pattern, count=100)))
+
+    def move(self, key: bytes) -> None:
+        self.nodes[self.source.port].migrate("127.0.0.1", self.target.port, key, 0, 5000)
+
+    def finish(self) -> None:
+        left = self.nodes[self.source.port].execute_command("CLUSTER", "GETKEYSINSLOT", self.slot, 10)
+        assert left == [], f"keys in slot {self.slot} that the test's address does not own: {left}"
+        for port in (
+            self.target.port,
+            self.source.port,
+            *(p for p in self.nodes if p not in (self.source.port, self.target.port)),
+        ):
+            self.nodes[port].execute_command("CLUSTER", "SETSLOT", self.slot, "NODE", self.target_id)
+
+    def close(self) -> None:
+        for client in self.nodes.values():
+            client.close()
+
+
 def migrate(source: RedisServer, target: RedisServer, others: list[RedisServer], slot: int, pattern: str) -> int:
-    """Move ``slot`` from ``source`` to ``target`` as ``redis-cli --cluster
-    reshard`` does, one key at a time, slowly: ``SETSLOT IMPORTING`` and
-    ``MIGRATING``, ``MIGRATE`` of each key that matches ``pattern`` (found by
-    ``SCAN`` on the source) with a pause after each, so that requests arrive
-    while the keys are split between the nodes; then ``SETSLOT NODE``
-    everywhere. Returns how many keys moved."""
+    """Move ``slot`` from ``source`` to ``target``, one key at a time,
+    slowly: each key that matches ``pattern`` (found by ``SCAN`` on the
+    source), with a pause after each step, so that requests arrive while
+    the keys are split between the nodes. Returns how many keys moved."""
     pause = 0.3
-    nodes = {node.port: admin(node.port) for node in (source, target, *others)}
+    migration = Migration(source, target, others, slot)
     try:
-        source_id = nodes[source.port].execute_command("CLUSTER", "MYID").decode()
-        target_id = nodes[target.port].execute_command("CLUSTER", "MYID").decode()
-        nodes[target.port].execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
-        nodes[source.port].execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+        migration.begin()
         time.sleep(pause)
-        keys = list(dict.fromkeys(nodes[source.port].scan_iter(match=pattern, count=100)))
+        keys = migration.keys(pattern)
         for key in keys:
-            nodes[source.port].migrate("127.0.0.1", target.port, key, 0, 5000)
+            migration.move(key)
             time.sleep(pause)
-        left = nodes[source.port].execute_command("CLUSTER", "GETKEYSINSLOT", slot, 10)
-        assert left == [], f"keys in slot {slot} that the traffic's address does not own: {left}"
-        for port in (target.port, source.port, *(node.port for node in others)):
-            nodes[port].execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
+        migration.finish()
         return len(keys)
     finally:
-        for client in nodes.values():
-            client.close()
+        migration.close()
 
 
 def test_slot_migration_mid_traffic_decides_every_request_and_counts_each_once(cluster: RedisCluster) -> None:
@@ -465,3 +499,50 @@ def test_a_stalled_master_affects_only_its_own_addresses(patient: RedisCluster, 
         assert policy_followed(during, fail_open), ip
         # Decided again, for good, soon after it resumed.
         assert decided_again_after(sent[ip], resumed) < resumed + 10, ip
+
+
+def test_a_request_on_two_nodes_waits_for_the_keys_a_migration_split(cluster: RedisCluster) -> None:
+    """A request known by an address and a user on different masters, while
+    the address's keys are split between two nodes by a migration that
+    completes 0.3 s later: the request waits for it, is decided, and both
+    identities count it once."""
+    app = make_app(cluster.url, 4)
+    by_master = addresses_by_master(cluster, per_master=1)
+    ports = list(by_master)
+    source, target, other = (next(n for n in cluster.masters() if n.port == port) for port in ports)
+    ip = by_master[source.port][0]
+    with cluster_client(cluster) as client:
+        slot = client.keyslot(tag_of(ip))
+        user = next(
+            f"u{i}" for i in range(10_000) if client.get_node_from_key(identity_tag("user", f"u{i}")).port == other.port
+        )
+    web = app.test_client()
+    migration = Migration(source, target, [other], slot)
+    try:
+        assert [get(web, ip=ip, user=user).status_code for _ in range(2)] == [200, 200]
+        migration.begin()
+        first, *rest = migration.keys(counter_pattern("rl:", tag_of(ip)))
+        assert rest, "one key per scope: the script's keys can be split"
+        migration.move(first)
+
+        def complete() -> None:
+            time.sleep(0.3)
+            for key in rest:
+                migration.move(key)
+            migration.finish()
+
+        mover = threading.Thread(target=complete)
+        mover.start()
+        started = time.monotonic()
+        response = get(web, ip=ip, user=user)
+        elapsed = time.monotonic() - started
+        join_all([mover], 10, "the migration")
+        assert (response.status_code, "RateLimit" in response.headers) == (200, True)
+        assert 0.2 < elapsed < BOUND
+        # Counted once on each node: one more each, then both are full.
+        assert [get(web, ip=ip, user=user).status_code for _ in range(2)] == [200, 429]
+        assert get(web, ip=ip).status_code == 429
+        assert get(web, ip="192.0.2.250", user=user).status_code == 429
+    finally:
+        migration.close()
+        close(app)
