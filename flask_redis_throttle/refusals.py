@@ -7,7 +7,7 @@ clients are refused. Each entry's ID is Redis's own clock in milliseconds.
 
 On a Redis Cluster one stream would be one slot on one node taking every
 refusal of the whole cluster, so the log is split into :data:`CLUSTER_SHARDS`
-streams whose hash tags are spread evenly over the slots. A refusal goes to a
+streams whose slots are spread evenly over the cluster. A refusal goes to a
 stream on the node that holds the refusing identity's counters, the node
 that has just refused it: a node that fails or stalls costs only its own
 identities' entries, and writing never waits on another node. Each stream
@@ -139,7 +139,7 @@ class RefusalLog:
 
     :param client: the Redis client (a fakeredis one for ``memory://``).
     :param key: the stream's key; with several shards, the streams' keys
-        are ``<key>:{<tag>}``.
+        are ``<key>:<shard>.<n>``.
     :param size: how many refusals to keep; older ones are trimmed as new
         ones arrive.
     :param shards: how many streams to split the log into: 1 on a single
@@ -156,7 +156,7 @@ class RefusalLog:
         if not 1 <= shards <= REDIS_CLUSTER_HASH_SLOTS:
             raise ValueError(f"a refusal log has 1 to {REDIS_CLUSTER_HASH_SLOTS} shards, not {shards}")
         if shards > 1 and ("{" in key or "}" in key):
-            raise ValueError(f"the key {key!r} of a sharded refusal log must not contain braces: they pick its slots")
+            raise ValueError(f"the key {key!r} of a sharded refusal log must not contain braces: they pick its slot")
         self.client = client
         self.key = key
         self.size = size
@@ -350,14 +350,15 @@ def _bound(moment: Moment | None, open_end: str) -> str:
 
 
 def _shard_key(key: str, shard: int, shards: int) -> str:
-    """The key of stream ``shard`` of ``shards``: its hash tag is the first
-    of ``<shard>.0``, ``<shard>.1``... whose slot is in the shard's equal
-    part of the slots, so that every master of an evenly split cluster
-    holds some streams."""
+    """The key of stream ``shard`` of ``shards``: the first of
+    ``<key>:<shard>.0``, ``<key>:<shard>.1``... whose slot is in the shard's
+    equal part of the slots, so that every master of an evenly split
+    cluster holds some streams. No braces: a key with a hash tag is an
+    identity's counter (see :mod:`flask_redis_throttle.keys`)."""
     for n in itertools.count():
-        tag = f"{shard}.{n}"
-        if key_slot(tag.encode()) * shards // REDIS_CLUSTER_HASH_SLOTS == shard:
-            return f"{key}:{{{tag}}}"
+        name = f"{key}:{shard}.{n}"
+        if key_slot(name.encode()) * shards // REDIS_CLUSTER_HASH_SLOTS == shard:
+            return name
     raise AssertionError("unreachable")  # pragma: no cover
 
 
