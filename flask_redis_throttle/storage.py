@@ -284,6 +284,8 @@ class Storage:
             again = self._pipelined([calls[i] for i in missing], "EVAL", script.text)
             for i, result in zip(missing, again, strict=True):
                 results[i] = result
+        if self.cluster:
+            self._wait_for_migrations(calls, results, script)
         failed = [i for i, result in enumerate(results) if isinstance(result, Exception)]
         if failed:
             first: Exception = results[failed[0]]
@@ -293,6 +295,27 @@ class Storage:
             failing = frozenset(nodes[i] for i in failed)
             raise NodeFailure(first, failing, frozenset(nodes) - failing)
         return results
+
+    def _wait_for_migrations(self, calls: Sequence[Call], results: list[Any], script: _Script) -> None:
+        """Send again the calls whose keys a slot migration split (see
+        :func:`_split_by_migration`), putting their new replies or errors in
+        ``results``: after :data:`MIGRATION_PAUSE`, again and again for up
+        to :data:`MIGRATION_PATIENCE` seconds. The script did not run, so
+        nothing is counted twice; the keys are together again once the
+        migration has moved them all. A request waits that long at most,
+        then fails as after any other error.
+
+        The calls go through redis-py's pipeline, with the script's source
+        (``EVAL``): the node that imports the slot may never have run it.
+        """
+        deadline = time.monotonic() + MIGRATION_PATIENCE
+        waiting = [i for i, result in enumerate(results) if _split_by_migration(result)]
+        while waiting and time.monotonic() < deadline:
+            time.sleep(MIGRATION_PAUSE)
+            again = self._pipelined([calls[i] for i in waiting], "EVAL", script.text)
+            for i, result in zip(waiting, again, strict=True):
+                results[i] = result
+            waiting = [i for i in waiting if _split_by_migration(results[i])]
 
     def _blame(self, error: Exception, calls: Sequence[Call]) -> Exception:
         """The error to raise for a cluster pipeline that could not connect
@@ -321,28 +344,7 @@ class Storage:
 
     def _pipelined(self, calls: Sequence[Call], command: str, script: str) -> list[Any]:
         """Send ``command`` (EVALSHA or EVAL) once per call in one pipeline;
-        return each call's reply or error.
-
-        On a cluster, the calls that a slot migration split (see
-        :func:`_split_by_migration`) are sent again, after
-        :data:`MIGRATION_PAUSE`, for up to :data:`MIGRATION_PATIENCE`
-        seconds: the script did not run, so nothing is counted twice, and
-        the keys are together again once the migration has moved them all.
-        A request waits that long at most, then fails as any other error.
-        """
-        results = self._pipeline(calls, command, script)
-        deadline = time.monotonic() + MIGRATION_PATIENCE
-        waiting = [i for i, result in enumerate(results) if self.cluster and _split_by_migration(result)]
-        while waiting and time.monotonic() < deadline:
-            time.sleep(MIGRATION_PAUSE)
-            again = self._pipeline([calls[i] for i in waiting], command, script)
-            for i, result in zip(waiting, again, strict=True):
-                results[i] = result
-            waiting = [i for i in waiting if _split_by_migration(results[i])]
-        return results
-
-    def _pipeline(self, calls: Sequence[Call], command: str, script: str) -> list[Any]:
-        """Send ``command`` once per call in one pipeline, once."""
+        return each call's reply or error."""
         pipe = self.client.pipeline(transaction=False)
         for keys, args in calls:
             pipe.execute_command(command, script, len(keys), *keys, *args, **self._route(keys[0]))
