@@ -58,6 +58,7 @@ __all__ = [
     "DEFAULT_CLIENT_OPTIONS",
     "MAX_URL_DB",
     "SCHEMES",
+    "ClusterClient",
     "LazyClient",
     "client_from_url",
     "embedded_client",
@@ -447,7 +448,27 @@ def _cluster(url: str, options: dict[str, Any]) -> LazyClient:
     nodes = [ClusterNode(host, port) for host, port in hosts]  # type: ignore[no-untyped-call]
     # RedisCluster asks a start-up node for the slot map as soon as it is
     # made; an app must start while its cluster is down, so wait for a call.
-    return LazyClient(lambda: RedisCluster(startup_nodes=nodes, **{**credentials, **options}))
+    return LazyClient(lambda: ClusterClient(startup_nodes=nodes, **{**credentials, **options}))
+
+
+class ClusterClient(RedisCluster):
+    """redis-py's cluster client, except that a command that timed out is not
+    sent again.
+
+    redis-py's cluster client sends a command again after any error in its
+    :attr:`ERRORS_ALLOW_RETRY`, as many times as its ``retry`` allows (once,
+    with :data:`DEFAULT_CLIENT_OPTIONS`), whatever the ``supported_errors``
+    of that retry. After a timeout the node is most likely stalled, so a
+    request waited out the socket timeout twice on a cluster, where on a
+    single node it waits once. A refused or broken connection is still tried
+    again, after the slot map is refreshed: that is how a request reaches a
+    promoted replica, or a node restarted with every pooled connection dead.
+    """
+
+    # redis-py declares the four errors' tuple; three of them are kept.
+    ERRORS_ALLOW_RETRY = tuple(  # type: ignore[assignment]
+        error for error in RedisCluster.ERRORS_ALLOW_RETRY if error is not redis.TimeoutError
+    )
 
 
 class LazyClient:

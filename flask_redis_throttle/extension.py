@@ -39,11 +39,11 @@ from .config import Settings
 from .errors import RateLimitExceeded
 from .headers import Labels, legacy_headers, retry_after_value, state_header
 from .identity import parse_identity
-from .keys import Identity, loggable
+from .keys import Identity, identity_tag, loggable
 from .metrics import Metrics, metrics_for
 from .plan import Batch, Plan, PlannedLimit, Problem, compile_plan, matching
 from .rates import Rate
-from .refusals import RefusalLog
+from .refusals import CLUSTER_SHARDS, RefusalLog
 from .reset import reset_identity
 from .signals import Breach, notify, rate_limited
 from .storage import STORAGE_ERRORS, Storage
@@ -250,7 +250,8 @@ class RateLimitState:
             self.throttle = _throttle(storage, settings, self)
             if settings.refusal_log_size:
                 key = settings.key_prefix + "refusals"
-                self.refusals = RefusalLog(storage.client, key, settings.refusal_log_size)
+                shards = CLUSTER_SHARDS if storage.cluster else 1
+                self.refusals = RefusalLog(storage.client, key, settings.refusal_log_size, shards)
         # Keys are real endpoints and the methods their rules accept (Flask
         # answers any other method 405 with no endpoint), so this is bounded.
         self._plans: dict[tuple[str, str], Plan | None] = {}
@@ -565,13 +566,19 @@ class RateLimitState:
         breaker like every call to Redis, so that a stalled Redis does not
         make each refusal wait for it. A refusal the fallback decided is not
         logged (the fallback's own warning says Redis is unavailable): Redis
-        has just failed that request, or the breaker keeps it out."""
+        has just failed that request, or the breaker keeps it out.
+
+        On a cluster it goes to a stream on the node of the refusing
+        identity's counters (see :meth:`RefusalLog.shard`), through that
+        node's breaker."""
         refusals, throttle = self.refusals, self.throttle
         assert refusals is not None
         assert throttle is not None
         if decision.fallback:
             return
         identities = dict.fromkeys(str(identity) for _policy, ids in checks for identity in ids)
+        refusing = decision.identity
+        stream = refusals.shard(identity_tag(refusing.kind, refusing.value, throttle.secret))
         try:
             throttle.call(
                 lambda: refusals.record(
@@ -584,8 +591,9 @@ class RateLimitState:
                     retry_after=decision.retry_after,
                     shadow=shadow,
                     penalized=decision.penalized,
+                    stream=stream,
                 ),
-                (refusals.key,),
+                (stream,),
             )
         except StorageUnavailable as error:
             # The refusal stands; only its log entry is lost.

@@ -1,9 +1,18 @@
-"""The refusal log: who hit the limits, kept in a capped Redis stream.
+"""The refusal log: who hit the limits, kept in capped Redis streams.
 
 Seeds 002 and 003 keep metadata about the clients behind a limit. We keep it
 apart from the counters: one stream per app, ``<prefix>refusals``, trimmed to
 ``RATELIMIT_REFUSAL_LOG_SIZE`` entries, so its memory is bounded however many
 clients are refused. Each entry's ID is Redis's own clock in milliseconds.
+
+On a Redis Cluster one stream would be one slot on one node taking every
+refusal of the whole cluster, so the log is split into :data:`CLUSTER_SHARDS`
+streams whose slots are spread evenly over the cluster. A refusal goes to a
+stream on the node that holds the refusing identity's counters, the node
+that has just refused it: a node that fails or stalls costs only its own
+identities' entries, and writing never waits on another node. Each stream
+keeps ``size`` entries, so the newest ``size`` of the whole log are always
+kept, however the refusals fall; reads merge the streams and show those.
 
 Admitted requests never touch it. A refusal costs one ``XADD`` after the
 script has refused: writing it from inside the script would mean sending the
@@ -25,19 +34,34 @@ as refused, so a user over its limit does not make its IP look refused.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
+import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
+from redis.exceptions import RedisClusterException, RedisError
+
 from .keys import MAX_VALUE_LENGTH, cut
 
-__all__ = ["MAX_VALUE_LENGTH", "Attribution", "Refusal", "RefusalLog"]
+__all__ = ["CLUSTER_SHARDS", "MAX_VALUE_LENGTH", "Attribution", "Refusal", "RefusalLog"]
 
 #: A time as seconds since the epoch, or an aware or naive (local) datetime.
 Moment = float | datetime
+
+#: How many streams the log is split into on a Redis Cluster: enough for
+#: every master of a cluster of up to 16 to hold at least one.
+CLUSTER_SHARDS = 16
+
+#: An entry's place in the merged log: its stream ID's milliseconds, the
+#: writing process's clock in microseconds (two streams' entries of one
+#: millisecond, written one after the other, keep their order), the ID's
+#: sequence number, and the stream.
+_Order = tuple[int, int, int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,20 +135,65 @@ class Attribution:
 
 
 class RefusalLog:
-    """A bounded log of refusals in a Redis stream.
+    """A bounded log of refusals in Redis streams.
 
     :param client: the Redis client (the embedded one for ``memory://``).
-    :param key: the stream's key.
+    :param key: the stream's key; with several shards, the streams' keys
+        are ``<key>:<shard>.<n>``.
     :param size: how many refusals to keep; older ones are trimmed as new
         ones arrive.
+    :param shards: how many streams to split the log into: 1 on a single
+        Redis (one stream, trimmed exactly), :data:`CLUSTER_SHARDS` for a
+        cluster client. Each of several streams is trimmed to about
+        ``size`` entries (``MAXLEN ~``, whole stream nodes at a time), so
+        Redis holds at most ``shards`` times ``size``, plus one stream node
+        (100 entries by default) each; reads show the newest ``size``.
     """
 
-    def __init__(self, client: Any, key: str, size: int = 1000) -> None:
+    def __init__(self, client: Any, key: str, size: int = 1000, shards: int = 1) -> None:
         if size < 1:
             raise ValueError(f"a refusal log keeps at least one entry, not {size}")
+        if not 1 <= shards <= REDIS_CLUSTER_HASH_SLOTS:
+            raise ValueError(f"a refusal log has 1 to {REDIS_CLUSTER_HASH_SLOTS} shards, not {shards}")
+        if shards > 1 and ("{" in key or "}" in key):
+            raise ValueError(f"the key {key!r} of a sharded refusal log must not contain braces: they pick its slot")
         self.client = client
         self.key = key
         self.size = size
+        #: The streams, one per shard; ``(key,)`` for one shard.
+        self.keys: tuple[str, ...] = (key,) if shards == 1 else tuple(_shard_key(key, i, shards) for i in range(shards))
+
+    def shard(self, near: str) -> str:
+        """The stream that a refusal by the identity whose keys hash as
+        ``near`` (its hash tag) is written to: one on the node that holds
+        that identity's counters, if the client's slot map has one there;
+        otherwise the one whose slots are nearest. Nothing is sent.
+
+        The cluster client's slot map is read, not copied: after a
+        migration or a failover, refusals follow their identities.
+        """
+        keys = self.keys
+        if len(keys) == 1:
+            return keys[0]
+        count = len(keys)
+        home = key_slot(near.encode("utf-8", "backslashreplace")) * count // REDIS_CLUSTER_HASH_SLOTS
+        node = self._node(near)
+        if node is not None:
+            for distance in range(count // 2 + 1):
+                for i in ((home - distance) % count, (home + distance) % count):
+                    if self._node(keys[i]) == node:
+                        return keys[i]
+        return keys[home]
+
+    def _node(self, key: str) -> str | None:
+        """The node (``host:port``) the cluster client's slot map puts ``key``
+        on; None without one, or while no node serves its slot."""
+        try:
+            node = self.client.get_node_from_key(key)
+        except (AttributeError, RedisError, RedisClusterException):
+            return None
+        name: str | None = getattr(node, "name", None)
+        return name
 
     def record(
         self,
@@ -138,14 +207,22 @@ class RefusalLog:
         retry_after: float,
         shadow: bool = False,
         penalized: bool = False,
+        stream: str | None = None,
     ) -> None:
-        """Append one refusal, trimming the log to its size: one ``XADD``.
+        """Append one refusal, trimming its stream to the log's size: one ``XADD``.
 
         :param shadow: whether the refusing limit was in shadow mode.
         :param penalized: whether the identity was blocked by a penalty.
+        :param stream: the stream to write to, from :meth:`shard`; by
+            default ``shard(identity)``.
 
         :raises redis.RedisError: if Redis cannot take it.
+        :raises ValueError: if ``stream`` is not one of :attr:`keys`.
         """
+        if stream is None:
+            stream = self.shard(identity)
+        elif stream not in self.keys:
+            raise ValueError(f"stream {stream!r} is not one of this refusal log's {len(self.keys)} streams")
         fields = {
             "endpoint": endpoint,
             "scope": cut(scope),
@@ -160,10 +237,16 @@ class RefusalLog:
             fields["shadow"] = "1"
         if penalized:
             fields["penalized"] = "1"
+        sharded = len(self.keys) > 1
+        if sharded:
+            # Where two streams' entries share a millisecond, this orders them.
+            fields["at"] = str(time.time_ns() // 1000)
         # Identities and scopes may hold anything; backslashreplace keeps
         # what UTF-8 cannot encode (lone surrogates) readable.
         encoded = {name: value.encode("utf-8", "backslashreplace") for name, value in fields.items()}
-        self.client.xadd(self.key, encoded, maxlen=self.size, approximate=False)
+        # A shard is trimmed a whole stream node at a time, which costs Redis
+        # less than exact trimming; reads cut the log to its size.
+        self.client.xadd(stream, encoded, maxlen=self.size, approximate=sharded)
 
     def recent(self, count: int = 20, since: Moment | None = None) -> list[Refusal]:
         """The latest refusals, newest first.
@@ -171,10 +254,7 @@ class RefusalLog:
         :param count: at most this many.
         :param since: only those at or after this time.
         """
-        entries: list[tuple[Any, dict[Any, Any]]] = self.client.xrevrange(
-            self.key, "+", _bound(since, "-"), count=count
-        )
-        return [_decode(entry_id, fields) for entry_id, fields in entries]
+        return [_decode(entry_id, fields) for entry_id, fields in self._newest(count, since)]
 
     def between(self, since: Moment | None = None, until: Moment | None = None) -> list[Refusal]:
         """Every refusal kept in a time range, oldest first.
@@ -182,8 +262,13 @@ class RefusalLog:
         :param since: from this time (by default, the oldest entry kept).
         :param until: up to this time (by default, now).
         """
-        entries: list[tuple[Any, dict[Any, Any]]] = self.client.xrange(self.key, _bound(since, "-"), _bound(until, "+"))
-        return [_decode(entry_id, fields) for entry_id, fields in entries]
+        # The newest entries of the whole log, then those up to `until`: an
+        # entry is kept if fewer than `size` came after it, whenever they came.
+        entries = self._newest(self.size, since)
+        if until is not None:
+            last = int(_bound(until, "+"))
+            entries = [entry for entry in entries if _milliseconds(entry[0]) <= last]
+        return [_decode(entry_id, fields) for entry_id, fields in reversed(entries)]
 
     def top(self, count: int = 10, since: Moment | None = None, until: Moment | None = None) -> list[tuple[str, int]]:
         """The most refused identities in a time range, most refused first.
@@ -233,7 +318,27 @@ class RefusalLog:
 
     def clear(self) -> None:
         """Delete the whole log."""
-        self.client.delete(self.key)
+        for key in self.keys:
+            self.client.delete(key)
+
+    def _newest(self, count: int, since: Moment | None) -> list[tuple[Any, dict[Any, Any]]]:
+        """The newest ``count`` entries at or after ``since`` among the
+        newest :attr:`size` of the log, newest first: one ``XREVRANGE`` per
+        stream, pipelined (on a cluster, one round trip per node), merged."""
+        count = min(count, self.size)
+        if count < 1:
+            return []
+        low = _bound(since, "-")
+        if len(self.keys) == 1:
+            newest: list[tuple[Any, dict[Any, Any]]] = self.client.xrevrange(self.keys[0], "+", low, count=count)
+            return newest
+        pipe = self.client.pipeline(transaction=False)
+        for key in self.keys:
+            pipe.xrevrange(key, "+", low, count=count)
+        replies: list[list[tuple[Any, dict[Any, Any]]]] = pipe.execute()
+        merged = [(_order(entry, shard), entry) for shard, entries in enumerate(replies) for entry in entries]
+        merged.sort(key=lambda item: item[0], reverse=True)
+        return [entry for _, entry in merged[:count]]
 
 
 def _bound(moment: Moment | None, open_end: str) -> str:
@@ -242,6 +347,31 @@ def _bound(moment: Moment | None, open_end: str) -> str:
         return open_end
     seconds = moment.timestamp() if isinstance(moment, datetime) else float(moment)
     return str(max(int(seconds * 1000), 0))
+
+
+def _shard_key(key: str, shard: int, shards: int) -> str:
+    """The key of stream ``shard`` of ``shards``: the first of
+    ``<key>:<shard>.0``, ``<key>:<shard>.1``... whose slot is in the shard's
+    equal part of the slots, so that every master of an evenly split
+    cluster holds some streams. No braces: a key with a hash tag is an
+    identity's counter (see :mod:`flask_redis_throttle.keys`)."""
+    for n in itertools.count():
+        name = f"{key}:{shard}.{n}"
+        if key_slot(name.encode()) * shards // REDIS_CLUSTER_HASH_SLOTS == shard:
+            return name
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _milliseconds(entry_id: Any) -> int:
+    """The milliseconds part of a stream entry ID."""
+    return int(_text(entry_id).partition("-")[0])
+
+
+def _order(entry: tuple[Any, dict[Any, Any]], shard: int) -> _Order:
+    """Where an entry of stream ``shard`` falls in the merged log (see :data:`_Order`)."""
+    milliseconds, _, sequence = _text(entry[0]).partition("-")
+    written = _text(entry[1].get(b"at", entry[1].get("at", b"0")))
+    return (int(milliseconds), int(written) if written.isdigit() else 0, int(sequence or 0), shard)
 
 
 def _text(value: Any) -> str:

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 from redis.cluster import RedisCluster
-from redis.exceptions import NoScriptError, SlotNotCoveredError
+from redis.exceptions import ClusterError, NoScriptError, SlotNotCoveredError, TryAgainError
 
 from .clients import DEFAULT_CLIENT_OPTIONS, client_from_url, redact
 from .codec import hash_tag, merge, refund_of, split
@@ -36,6 +37,12 @@ UNCOVERED = "uncovered slots"
 
 #: One script call: its keys and its arguments.
 Call = tuple[Sequence[str], Sequence[int | str]]
+
+#: How long, in seconds, a cluster script call whose keys a slot migration
+#: has split between two nodes is sent again (see :func:`_split_by_migration`),
+#: and the pause before each new try.
+MIGRATION_PATIENCE = 1.0
+MIGRATION_PAUSE = 0.05
 
 
 class NodeFailure(redis.RedisError):
@@ -185,6 +192,11 @@ class Storage:
             result = self.client.evalsha(script.sha, len(keys), *keys, *args)
         except NoScriptError:
             result = self.client.eval(script.text, len(keys), *keys, *args)
+        except STORAGE_ERRORS as error:
+            if not (self.cluster and _split_by_migration(error)):
+                raise
+            # The script did not run: wait for the keys to be together again.
+            [result] = self.evaluate_many(strategies, [(keys, args)])
         return result
 
     def evaluate_split(self, strategies: frozenset[str], keys: Sequence[str], args: Sequence[int | str]) -> list[int]:
@@ -240,6 +252,8 @@ class Storage:
             again, _ = self._send([calls[i] for i in missing], "EVAL", script.text)
             for i, result in zip(missing, again, strict=True):
                 results[i] = result
+        if self.cluster:
+            self._wait_for_migrations(calls, results, script)
         failed = [i for i, result in enumerate(results) if isinstance(result, Exception)]
         if failed:
             first: Exception = results[failed[0]]
@@ -258,6 +272,27 @@ class Storage:
             results, nodes = lean.run(command, script, calls)
             return results, [node or UNCOVERED for node in nodes]
         return self._pipelined(calls, command, script), None
+
+    def _wait_for_migrations(self, calls: Sequence[Call], results: list[Any], script: _Script) -> None:
+        """Send again the calls whose keys a slot migration split (see
+        :func:`_split_by_migration`), putting their new replies or errors in
+        ``results``: after :data:`MIGRATION_PAUSE`, again and again for up
+        to :data:`MIGRATION_PATIENCE` seconds. The script did not run, so
+        nothing is counted twice; the keys are together again once the
+        migration has moved them all. A request waits that long at most,
+        then fails as after any other error.
+
+        The calls go through redis-py's pipeline, with the script's source
+        (``EVAL``): the node that imports the slot may never have run it.
+        """
+        deadline = time.monotonic() + MIGRATION_PATIENCE
+        waiting = [i for i, result in enumerate(results) if _split_by_migration(result)]
+        while waiting and time.monotonic() < deadline:
+            time.sleep(MIGRATION_PAUSE)
+            again = self._pipelined([calls[i] for i in waiting], "EVAL", script.text)
+            for i, result in zip(waiting, again, strict=True):
+                results[i] = result
+            waiting = [i for i in waiting if _split_by_migration(results[i])]
 
     def _blame(self, error: Exception, calls: Sequence[Call]) -> Exception:
         """The error to raise for a cluster pipeline that could not connect
@@ -305,6 +340,16 @@ class Storage:
             return {"target_nodes": self.client.get_node_from_key(key)}
         except SlotNotCoveredError:
             return {}
+
+
+def _split_by_migration(error: object) -> bool:
+    """Whether a cluster call failed because a slot migration has split its
+    keys between two nodes. Each node then runs a script on keys of that
+    slot only if it holds all of them, and answers ``TRYAGAIN`` (or ``ASK``
+    to the other node, which answers ``TRYAGAIN``); redis-py tries again for
+    about a tenth of a second, then gives up with ``TTL exhausted``. Either
+    way the script did not run."""
+    return isinstance(error, TryAgainError) or type(error) is ClusterError
 
 
 def _describe(client: Any) -> str:

@@ -9,15 +9,18 @@ from collections import Counter
 
 import pytest
 import redis
+import redis.cluster
 from conftest import Clock, add_login, get, install
 from flask import Flask, Response, request
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flask_redis_throttle import ConfigurationError, RateLimitExceeded, RefusalLog, limit, refusal_log
-from flask_redis_throttle.refusals import MAX_VALUE_LENGTH, Attribution
+from flask_redis_throttle.keys import identity_tag
+from flask_redis_throttle.refusals import CLUSTER_SHARDS, MAX_VALUE_LENGTH, Attribution
 from flask_redis_throttle.scripts import STRATEGIES
 from flask_redis_throttle.storage import Storage
+from flask_redis_throttle.testing import RedisCluster
 
 
 def limited(app: Flask, spec: str = "1/m", **options: object) -> None:
@@ -114,7 +117,9 @@ def test_the_log_is_bounded_newest_first(app: Flask) -> None:
         get(client, "/items", ip=f"192.0.2.{i}")  # admitted
         get(client, "/items", ip=f"192.0.2.{i}")  # refused
     log = refusal_log(app)
-    assert log.client.xlen(log.key) == 5
+    assert len(log.between()) == 5
+    if len(log.keys) == 1:
+        assert log.client.xlen(log.key) == 5  # one stream, trimmed exactly
     assert [r.identity for r in log.recent(3)] == ["ip:192.0.2.11", "ip:192.0.2.10", "ip:192.0.2.9"]
 
 
@@ -257,3 +262,94 @@ def test_the_log_holds_exactly_the_latest_refusals(
 def test_a_log_needs_room_for_one_entry(storage: Storage) -> None:
     with pytest.raises(ValueError, match="at least one entry"):
         RefusalLog(storage.client, "test:refusals", size=0)
+
+
+def cluster_nodes_of(cluster_client: redis.cluster.RedisCluster, keys: list[str]) -> dict[str, str]:
+    """The node (``host:port``) that serves each key, from the slot map."""
+    return {key: cluster_client.get_node_from_key(key).name for key in keys}
+
+
+@pytest.mark.redis
+def test_on_a_cluster_refusals_go_to_their_identitys_node_and_read_merged_in_order(
+    redis_cluster: RedisCluster,
+) -> None:
+    """Refusals of addresses spread over every slot land in several streams,
+    on every node, each on the node of its address's counters; every read
+    merges them back into the order they were refused in."""
+    redis_cluster.flushall()
+    app = Flask("tests")
+    app.config.update(TESTING=True, RATELIMIT_STORAGE_URL=redis_cluster.url, RATELIMIT_BLOCK_CACHE_SIZE=0)
+    limited(app)
+    state = install(app)
+    web = app.test_client()
+    ips = [f"198.51.100.{i}" for i in range(60)]
+    for ip in ips:
+        assert [get(web, "/items", ip=ip).status_code for _ in range(2)] == [200, 429]
+    log = refusal_log(app)
+    assert len(log.keys) == CLUSTER_SHARDS
+    slots = redis.cluster.RedisCluster(
+        startup_nodes=[redis.cluster.ClusterNode(host, port) for host, port in redis_cluster.startup_nodes]
+    )
+    try:
+        where = cluster_nodes_of(slots, list(log.keys))
+        written = {key: slots.xrange(key) for key in log.keys}
+        # Every master holds some streams, and took some refusals.
+        masters = {f"127.0.0.1:{node.port}" for node in redis_cluster.masters()}
+        assert {where[key] for key in log.keys if written[key]} == masters
+        for key, entries in written.items():
+            for _, fields in entries:
+                refused = fields[b"identity"].decode()
+                tag = identity_tag("ip", refused.removeprefix("ip:"), state.throttle.secret)
+                assert slots.get_node_from_key(tag).name == where[key], refused
+    finally:
+        slots.close()
+    expected = [f"ip:{ip}" for ip in ips]
+    assert [r.identity for r in log.recent(100)] == expected[::-1]
+    assert [r.identity for r in log.recent(5)] == expected[:-6:-1]
+    between = log.between()
+    assert [r.identity for r in between] == expected
+    since, until = between[10].time, between[20].time
+    part = [r.identity for r in log.between(since=since, until=until)]
+    assert part == [r.identity for r in between if since <= r.time <= until]
+    assert expected[10:21] == part[part.index(expected[10]) :][:11]
+    assert sorted(log.top(100)) == sorted((identity, 1) for identity in expected)
+    assert sum(log.per_minute(time.time() + 1)) == 60
+    log.clear()
+    assert log.recent() == []
+
+
+@pytest.mark.redis
+def test_on_a_cluster_the_log_keeps_its_size(redis_cluster: RedisCluster) -> None:
+    """Thousands of refusals into a log of 5: reads show the newest 5, in
+    order, and each stream is trimmed to about 5 (a stream node at most
+    more), so Redis holds a bounded number whatever the traffic."""
+    redis_cluster.flushall()
+    client = redis.cluster.RedisCluster(
+        startup_nodes=[redis.cluster.ClusterNode(host, port) for host, port in redis_cluster.startup_nodes]
+    )
+    try:
+        log = RefusalLog(client, "test:refusals", size=5, shards=CLUSTER_SHARDS)
+        fields = {"endpoint": "e", "scope": "s", "layer": "1/1s", "strategy": "gcra", "retry_after": 1.0}
+        written = 200 * CLUSTER_SHARDS
+        for i in range(written):
+            log.record(identity=f"ip:{i}", identities=[f"ip:{i}"], **fields)  # type: ignore[arg-type]
+        newest = [f"ip:{i}" for i in range(written - 5, written)]
+        assert [r.identity for r in log.between()] == newest
+        assert [r.identity for r in log.recent(100)] == newest[::-1]
+        assert sorted(log.top(100)) == sorted((identity, 1) for identity in newest)
+        node_entries = max(
+            int(client.config_get("stream-node-max-entries", target_nodes=node)["stream-node-max-entries"])
+            for node in client.get_primaries()
+        )
+        kept = [client.xlen(key) for key in log.keys]
+        assert all(5 <= n <= 5 + node_entries - 1 for n in kept), kept
+        assert sum(kept) < written // 2
+    finally:
+        client.close()
+
+
+def test_a_sharded_log_needs_a_key_without_braces(storage: Storage) -> None:
+    with pytest.raises(ValueError, match=r"'rl:\{x\}:refusals'.*braces"):
+        RefusalLog(storage.client, "rl:{x}:refusals", shards=4)
+    with pytest.raises(ValueError, match="1 to 16384 shards, not 0"):
+        RefusalLog(storage.client, "rl:refusals", shards=0)
