@@ -405,7 +405,14 @@ class LeanCluster:
                     # A connection that cannot be had, or a send that
                     # failed, leaves the node without the whole command.
                     conn = pool.get_connection()
-                except (redis.ConnectionError, redis.TimeoutError):
+                except redis.TimeoutError as error:
+                    # A node that does not answer its handshake in time
+                    # would make redis-py wait as long again: it fails here.
+                    self._node_failed(node, refresh=False)
+                    for i in indices:
+                        replies[i] = error
+                    continue
+                except redis.ConnectionError:
                     handover += [(i, node) for i in indices]
                     continue
                 try:
@@ -443,7 +450,7 @@ class LeanCluster:
             except (redis.ConnectionError, redis.TimeoutError) as error:
                 # Sent, and perhaps run: never replayed.
                 conn.disconnect()
-                self._node_failed(node)
+                self._node_failed(node, refresh=not isinstance(error, redis.TimeoutError))
                 for j in indices[n:]:
                     replies[j] = error
                 return
@@ -454,10 +461,13 @@ class LeanCluster:
                     continue
             replies[i] = reply
 
-    def _node_failed(self, node: Any) -> None:
+    def _node_failed(self, node: Any, refresh: bool) -> None:
         """What redis-py's cluster client does when a node's connection fails
-        or times out: drop the node's idle connections, try it last, and
-        refresh the slot map (which finds a promoted replica)."""
+        or times out: drop the node's idle connections, try it last, and,
+        with ``refresh``, refresh the slot map (which finds a promoted
+        replica). A node that timed out is not refreshed from: the refresh
+        may ask that very node, and the request would wait a second
+        timeout for it (a dead node's next request refreshes the map)."""
         manager = self.client.nodes_manager
         pool = getattr(node.redis_connection, "connection_pool", None)
         if pool is not None:
@@ -465,9 +475,10 @@ class LeanCluster:
                 pool.update_active_connections_for_reconnect()
                 pool.disconnect_free_connections()
         manager.move_node_to_end_of_cached_nodes(node.name)
-        # When no node answers, the next request's call fails on its own.
-        with suppress(*STORAGE_ERRORS):
-            manager.initialize(last_failed_node_name=node.name)
+        if refresh:
+            # When no node answers, the next request's call fails on its own.
+            with suppress(*STORAGE_ERRORS):
+                manager.initialize(last_failed_node_name=node.name)
 
     def _redis_py(self, command: str, script: str, call: Call, node: Any) -> Any:
         """Make a call that did not run through redis-py's cluster client:
