@@ -13,38 +13,24 @@
 -- everything computed from it here. Window numbers and counts stay far
 -- below 10^14, which Lua writes exactly.
 
-local strategy = {load = packed.load}
+local strategy = {}
 
--- What is used of the window `window` in `record`.
-local function used_in(record, window)
-  if record then
-    local stored, count = string.match(record, '^(%d+):(%d+)$')
-    if tonumber(stored) == window then
-      return tonumber(count)
-    end
-  end
-  return 0
+function strategy.load(key)
+  return packed.load(key, '(%d+)=(%d+):(%d+)')
 end
 
 -- Check each layer of `entry`, numbering them on from i.
 function strategy.check(state, entry, i)
-  local old = state.old
-  for quota, name in string.gmatch(entry, '(%d+)/(%d+)') do
+  local windows, counts = state.a, state.b
+  for quota, name in gmatch(entry, '(%d+)/(%d+)') do
     i = i + 1
     quota = tonumber(quota)
     local period = name * 1000000
-    quotas[i], periods[i], names[i] = quota, period, name
-    local elapsed = math.fmod(now, period)
+    quotas[i], periods[i] = quota, period
+    local elapsed = fmod(now, period)
     local window = (now - elapsed) / period
     local reset = period - elapsed
-    local used = 0
-    local record = old[name]
-    if record then
-      local stored, count = string.match(record, '^(%d+):(%d+)$')
-      if tonumber(stored) == window then
-        used = tonumber(count)
-      end
-    end
+    local used = tonumber(windows[name]) == window and tonumber(counts[name]) or 0
     resets[i] = reset
     if used + cost <= quota then
       fits[i], remaining[i], retries[i] = true, quota - used - cost, 0
@@ -61,19 +47,20 @@ end
 function strategy.refund(state, entry, given)
   -- Only the window the request was counted in: a count can never be given
   -- back to a later window.
-  packed.refund(state, entry, function(record, quota, period, name)
-    local elapsed = math.fmod(now, period)
+  local windows, counts = state.a, state.b
+  for _, name in gmatch(entry, '(%d+)/(%d+)') do
+    local period = name * 1000000
+    local elapsed = fmod(now, period)
     local window = (now - elapsed) / period
-    local used = used_in(record, window)
-    if used > 0 then
+    local used = tonumber(windows[name]) == window and tonumber(counts[name]) or 0
+    if used > 0 and packed.first_refund(state, name) then
       note(state, name, name .. '=' .. window .. ':' .. math.max(used - given, 0), period - elapsed)
     end
-  end)
+  end
 end
 
-local function life(record, period)
-  local stored = tonumber(string.match(record, '^(%d+):'))
-  return stored and (stored + 1) * period - now or 0
+local function life(window, count, period)
+  return (tonumber(window) + 1) * period - now
 end
 
 function strategy.store(state)

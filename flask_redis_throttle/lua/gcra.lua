@@ -18,12 +18,10 @@
 -- Retry-After is exact. Memory: one packed string per identity and scope
 -- (see packed.lua).
 
-local strategy = {load = packed.load}
+local strategy = {}
 
--- The TAT in `record` as (at, part).
-local function read(record)
-  local a, p = string.match(record, '^(%x+):?(%d*)$')
-  return tonumber(a, 16), tonumber(p) or 0
+function strategy.load(key)
+  return packed.load(key, '(%d+)=(%x+):?(%d*)')
 end
 
 -- Layer `name`'s part of the packed string, for the TAT (at, part). Every
@@ -37,18 +35,19 @@ end
 
 -- Check each layer of `entry`, numbering them on from i.
 function strategy.check(state, entry, i)
-  local old = state.old
-  for quota, name in string.gmatch(entry, '(%d+)/(%d+)') do
+  local ats, parts = state.a, state.b
+  for quota, name in gmatch(entry, '(%d+)/(%d+)') do
     i = i + 1
     quota = tonumber(quota)
     local period = name * 1000000
-    quotas[i], periods[i], names[i] = quota, period, name
+    quotas[i], periods[i] = quota, period
     -- The TAT as (at, part), never before now.
     local at, part = now, 0
-    local record = old[name]
-    if record then
-      local a, p = read(record)
-      if a and (a > now or (a == now and p > 0)) then
+    local a = ats[name]
+    if a then
+      local p = tonumber(parts[name]) or 0
+      a = tonumber(a, 16)
+      if a > now or (a == now and p > 0) then
         at, part = a, p
         if part >= quota then -- the quota was lowered since: round up
           at, part = at + 1, 0
@@ -57,10 +56,10 @@ function strategy.check(state, entry, i)
     end
     -- The TAT after this request (T = step + share / quota), and how far
     -- ahead of now it is, rounded up.
-    local share = math.fmod(period, quota)
+    local share = fmod(period, quota)
     local step = (period - share) / quota
     local extra = part + cost * share
-    local next_part = math.fmod(extra, quota)
+    local next_part = fmod(extra, quota)
     local next_at = at + cost * step + (extra - next_part) / quota
     local ahead = next_at - now + (next_part > 0 and 1 or 0)
     if ahead <= period then
@@ -81,26 +80,24 @@ end
 function strategy.refund(state, entry, given)
   -- Move the TAT back by given * T, borrowing whole microseconds when the
   -- remainder would go below zero. A TAT that ends up at or before `now`
-  -- means no debt at all, which check() already reads that way, and the
-  -- record is dropped when the key is stored.
-  packed.refund(state, entry, function(record, quota, period, name)
-    local a, p = read(record)
-    if not a then
-      return
+  -- means no debt at all, which check() already reads that way.
+  local ats, parts = state.a, state.b
+  for quota, name in gmatch(entry, '(%d+)/(%d+)') do
+    if ats[name] and packed.first_refund(state, name) then
+      quota = tonumber(quota)
+      local period = name * 1000000
+      local share = fmod(period, quota)
+      local step = (period - share) / quota
+      local part = (tonumber(parts[name]) or 0) - given * share
+      local borrow = part < 0 and math.ceil(-part / quota) or 0
+      local at = tonumber(ats[name], 16) - given * step - borrow
+      note(state, name, part_of(name, at, part + borrow * quota), at - now + 1)
     end
-    local share = math.fmod(period, quota)
-    local step = (period - share) / quota
-    local part = p - given * share
-    local borrow = part < 0 and math.ceil(-part / quota) or 0
-    local at = a - given * step - borrow
-    part = part + borrow * quota
-    note(state, name, part_of(name, at, part), at - now + 1)
-  end)
+  end
 end
 
-local function life(record)
-  local a, p = read(record)
-  return a and a - now + (p > 0 and 1 or 0) or 0
+local function life(at, part)
+  return tonumber(at, 16) - now + ((tonumber(part) or 0) > 0 and 1 or 0)
 end
 
 function strategy.store(state)

@@ -11,16 +11,19 @@
 
 local packed = {}
 
-function packed.load(key)
-  local old, order = {}, {}
+-- Read `key`: each record's two fields, as `pattern` captures them after
+-- its name ("<a>:<b>", or just "<a>" when <b> is empty), in `a` and `b` by
+-- name, as text. `old` says which names were read.
+function packed.load(key, pattern)
+  local a, b, order = {}, {}, {}
   local value = redis.call('GET', key)
   if value then
-    for name, record in string.gmatch(value, '(%d+)=(%S+)') do
-      old[name] = record
+    for name, x, y in string.gmatch(value, pattern) do
+      a[name], b[name] = x, y
       order[#order + 1] = name
     end
   end
-  return {key = key, old = old, order = order, life = 0}
+  return {key = key, a = a, b = b, old = a, order = order, life = 0}
 end
 
 -- Note the new record of layer `name`, as the whole "<name>=<record>", to be
@@ -41,41 +44,43 @@ local function note(state, name, part, life)
   end
 end
 
--- Call refund(record, quota, period, name) for each layer of `entry` not
--- refunded yet in this key, with the record as read or as noted since.
-function packed.refund(state, entry, refund)
-  state.refunded = state.refunded or {}
-  local refunded, old = state.refunded, state.old
-  for quota, name in string.gmatch(entry, '(%d+)/(%d+)') do
-    local new = state.new and state.new[name]
-    local record = new and string.sub(new, #name + 2) or old[name]
-    if record and not refunded[name] then
-      refunded[name] = true
-      refund(record, tonumber(quota), name * 1000000, name)
-    end
+-- Whether layer `name` of `state` is refunded now for the first time: a
+-- layer that two limits share is given back once.
+function packed.first_refund(state, name)
+  local refunded = state.refunded
+  if not refunded then
+    refunded = {}
+    state.refunded = refunded
   end
+  if refunded[name] then
+    return false
+  end
+  refunded[name] = true
+  return true
 end
 
 -- Write the records noted and those read that are still live, if anything
--- was noted. life(record, period) is how many more microseconds a record
--- read and not noted again must be kept; 0 or less, and it goes.
+-- was noted. life(a, b, period) is how many more microseconds a record read
+-- and not noted again must be kept; 0 or less, and it goes.
 function packed.store(state, life)
-  if not state.new then
+  local new = state.new
+  if not new then
     return
   end
   local parts, longest = {}, state.life
-  local new, old = state.new, state.old
+  local a, b = state.a, state.b
   for _, name in ipairs(state.order) do
     local part = new[name]
     if not part then
-      local record = old[name]
-      local left = life(record, name * 1000000)
+      local left = life(a[name], b[name], name * 1000000)
       if left > longest then
         longest = left
       end
-      part = left > 0 and name .. '=' .. record
+      if left > 0 then
+        part = b[name] == '' and name .. '=' .. a[name] or name .. '=' .. a[name] .. ':' .. b[name]
+      end
     end
-    parts[#parts + 1] = part or nil
+    parts[#parts + 1] = part
   end
   if #parts == 0 then
     redis.call('DEL', state.key)

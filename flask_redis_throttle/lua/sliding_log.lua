@@ -22,11 +22,11 @@ end
 -- Check each layer of `entry`, numbering them on from i.
 function strategy.check(state, entry, i)
   local key = state.key
-  for quota, name in string.gmatch(entry, '(%d+)/(%d+)') do
+  for quota, name in gmatch(entry, '(%d+)/(%d+)') do
     i = i + 1
     quota = tonumber(quota)
     local period = name * 1000000
-    quotas[i], periods[i], names[i] = quota, period, name
+    quotas[i], periods[i] = quota, period
     local since = string.format('(%.0f', now - period)
     local used = redis.call('ZCOUNT', key, since, '+inf')
     if used + cost <= quota then

@@ -15,15 +15,18 @@
 
 local BUCKETS = 10
 
-local strategy = {load = packed.load}
+local strategy = {}
 
--- The counts in `record`, newest first, and the number of its newest
--- sub-bucket; none for no record.
-local function counts_of(record)
+function strategy.load(key)
+  return packed.load(key, '(%d+)=(%d+):([%d,]+)')
+end
+
+-- The counts of a record ("<newest>", "<count>,<count>,..."), newest first,
+-- and the number of its newest sub-bucket; none for no record.
+local function counts_of(newest, list)
   local counts = {}
-  local newest, list = string.match(record or '', '^(%d+):([%d,]+)$')
   if newest then
-    for count in string.gmatch(list, '%d+') do
+    for count in gmatch(list, '%d+') do
       counts[#counts + 1] = tonumber(count)
     end
   end
@@ -57,16 +60,16 @@ end
 -- whole seconds, so a sub-bucket is whole microseconds; sub-bucket numbers
 -- stay below 10^14, which Lua writes exactly.
 function strategy.check(state, entry, i)
-  local old = state.old
-  for quota, name in string.gmatch(entry, '(%d+)/(%d+)') do
+  local newests, lists = state.a, state.b
+  for quota, name in gmatch(entry, '(%d+)/(%d+)') do
     i = i + 1
     quota = tonumber(quota)
     local period = name * 1000000
-    quotas[i], periods[i], names[i] = quota, period, name
+    quotas[i], periods[i] = quota, period
     local width = period / BUCKETS
-    local current = (now - math.fmod(now, width)) / width
+    local current = (now - fmod(now, width)) / width
     local oldest = current - BUCKETS
-    local counts, first = counts_of(old[name])
+    local counts, first = counts_of(newests[name], lists[name])
     -- Sub-buckets after the current one only exist if the clock went back;
     -- counting them too keeps the promise.
     local used, newest = 0, nil
@@ -108,23 +111,23 @@ end
 
 function strategy.refund(state, entry, given)
   -- Take it out of the sub-bucket it went into, if that is still kept.
-  packed.refund(state, entry, function(record, quota, period, name)
-    local width = period / BUCKETS
-    local current = (now - math.fmod(now, width)) / width
-    local counts, first = counts_of(record)
+  local newests, lists = state.a, state.b
+  for _, name in gmatch(entry, '(%d+)/(%d+)') do
+    local width = name * 1000000 / BUCKETS
+    local current = (now - fmod(now, width)) / width
+    local counts, first = counts_of(newests[name], lists[name])
     local at = first and first - current + 1
-    if at and counts[at] then
+    if at and counts[at] and packed.first_refund(state, name) then
       counts[at] = math.max(counts[at] - given, 0)
       local part = part_of(name, first, first - #counts + 1, counts, first, current, 0)
       -- With nothing left, a record that is dropped when the key is stored.
       note(state, name, part or name .. '=0:0', (first + BUCKETS + 1) * width - now)
     end
-  end)
+  end
 end
 
-local function life(record, period)
-  local newest = tonumber(string.match(record, '^(%d+):'))
-  return newest and (newest + BUCKETS + 1) * (period / BUCKETS) - now or 0
+local function life(newest, list, period)
+  return (tonumber(newest) + BUCKETS + 1) * (period / BUCKETS) - now
 end
 
 function strategy.store(state)
