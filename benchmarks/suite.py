@@ -644,11 +644,12 @@ def local_rows(section: Mapping[str, Any]) -> list[list[str]]:
         vs = f"{section['ratio']:.2f}x" if local_row else ""
         target = target_cell(TARGETS["local-vs-redis"], section["ratio"] or 0.0) if local_row else ""
         rows.append(["  " + r["label"], fmt(r["added_us"]), f"{r['added_pings']:.2f}x", vs, "", "", "", "", target])
+    return rows
 
 
 # --- section 9: Redis Cluster ---------------------------------------------------------------------
 
-#: Section 8's commands whose Redis time is a decision's: our scripts.
+#: Section 9's commands whose Redis time is a decision's: our scripts.
 CLUSTER_SCRIPTS = ("evalsha", "eval")
 
 
@@ -785,7 +786,7 @@ def cluster_counts(variant: Variant, servers: Sequence[redis.Redis], requests: i
 def cluster_rows(section: Mapping[str, Any]) -> list[list[str]]:
     results = section["results"]
     title = (
-        f"8. Redis Cluster, {section['masters']} masters: 3 layers x 2 identities on 2 nodes; ratio = cluster / "
+        f"9. Redis Cluster, {section['masters']} masters: 3 layers x 2 identities on 2 nodes; ratio = cluster / "
         "one node (Flask-Limiter: / ours on the cluster)"
     )
     rows: list[list[str]] = [[title]]
