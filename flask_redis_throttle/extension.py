@@ -37,7 +37,7 @@ from .cli import ratelimit as ratelimit_cli
 from .clients import embedded_client
 from .config import Settings
 from .errors import RateLimitExceeded
-from .headers import Labels, legacy_headers, retry_after_value, state_header
+from .headers import Labels, legacy_headers, retry_after_value
 from .identity import parse_identity
 from .keys import Identity, loggable
 from .metrics import Metrics, metrics_for
@@ -364,7 +364,7 @@ class RateLimitState:
                 continue
             self._refuse(req, endpoint, labels, shown, batch, decision)
         if shown is not None:
-            setattr(g, OUTCOME_ATTRIBUTE, Outcome(labels, shown, False, deferred))
+            setattr(g._get_current_object(), OUTCOME_ATTRIBUTE, Outcome(labels, shown, False, deferred))
 
     def _inspected(self, batch: Batch, decision: Decision, throttle: Throttle) -> tuple[Decision, bool]:
         """The decision on a deferred batch, inspected at cost 0: refused if
@@ -383,7 +383,7 @@ class RateLimitState:
         """Count deferred limits whose ``deduct_when`` matches, and add the
         headers: ``RateLimit-Policy`` and ``RateLimit`` (and the legacy ones
         if asked for), and ``Retry-After`` to a refusal that can pass later."""
-        outcome: Outcome | None = g.pop(OUTCOME_ATTRIBUTE, None)
+        outcome: Outcome | None = g._get_current_object().pop(OUTCOME_ATTRIBUTE, None)
         if outcome is None:
             return response
         decision = outcome.decision
@@ -396,14 +396,13 @@ class RateLimitState:
         if settings.headers_enabled:
             headers = response.headers
             labels = outcome.labels
-            name = labels.names[id(decision.policy), decision.layer.period]
-            headers["RateLimit-Policy"] = labels.policy_header
-            headers["RateLimit"] = state_header(name, decision.remaining, decision.reset)
+            headers.set("RateLimit-Policy", labels.policy_header)
+            headers.set("RateLimit", labels.state(decision.policy, decision.layer, decision.remaining, decision.reset))
             if settings.headers_legacy:
                 for header, value in legacy_headers(
                     decision.layer.amount, decision.remaining, decision.reset, time.time()
                 ):
-                    headers[header] = value
+                    headers.set(header, value)
         return response
 
     def _deduct(self, deferred: list[Batch], response: Response, shown: Decision) -> Decision:
@@ -435,7 +434,7 @@ class RateLimitState:
         an error handler for 429 still sees the exception first.
         """
         over = _over_quota(batch.checks, batch.cost)
-        setattr(g, OUTCOME_ATTRIBUTE, Outcome(labels, shown, over is None))
+        setattr(g._get_current_object(), OUTCOME_ATTRIBUTE, Outcome(labels, shown, over is None))
         replacement = self._breach(req, endpoint, batch, decision, False, over)
         if over is not None:
             error = RateLimitExceeded(
