@@ -245,7 +245,7 @@ class Plan:
             checks, limits = groups.setdefault((limit.shadow, limit.spec.deduct_when is not None, cost), ([], []))
             checks.append((policy, identities))
             limits.append(limit)
-        batches = [Batch(each, shadow, deferred, *found) for (shadow, deferred, each), found in groups.items()]
+        batches = [Batch(cost, shadow, deferred, *lists) for (shadow, deferred, cost), lists in groups.items()]
         batches.sort(key=lambda batch: (batch.shadow, not batch.deferred))
         return batches, labels or self._labels_of(tuple(policies)), problems
 
@@ -265,7 +265,7 @@ class Plan:
         limits = self.limits
         if len(checks) < len(limits):
             # The limits none of whose identities applies were left out.
-            kept = {id(policy) for policy, _identities in checks}
+            kept = {id(policy) for policy, _found in checks}
             limits = tuple(limit for limit in limits if id(limit.policy) in kept)
         return (Batch(self.cost, False, False, checks, limits),)
 
