@@ -13,13 +13,12 @@ Both work inside a request, on the app's own state; Flask-Limiter's
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass
 
 from flask import current_app, g, request
 
-from .extension import EXTENSION_KEY, RateLimitState, _tighter
+from .extension import EXTENSION_KEY, OUTCOME_ATTRIBUTE, Outcome, RateLimitState, _at_cost, _tighter
 from .keys import Identity
 from .plan import Plan, PlannedLimit
 from .rates import Rate
@@ -90,12 +89,11 @@ def current_limit() -> CurrentLimit | None:
         checked against: an unlimited or exempt view, a request filter's, one
         while rate limiting is disabled, or one Redis could not decide.
     """
-    outcome = g.get("_ratelimit") if g else None
+    outcome: Outcome | None = g.get(OUTCOME_ATTRIBUTE) if g else None
     if outcome is None:
         return None
-    decision: Decision = outcome[1]
     state = _state()
-    return CurrentLimit.of(decision, state.plan(request.endpoint, request.method) if state else None)
+    return CurrentLimit.of(outcome.decision, state.plan(request.endpoint, request.method) if state else None)
 
 
 def check(endpoint: str | None = None, method: str | None = None) -> CurrentLimit | None:
@@ -137,12 +135,10 @@ def check(endpoint: str | None = None, method: str | None = None) -> CurrentLimi
         if batch.shadow:
             continue
         try:
-            decision = state.throttle.hit(batch.checks, 0)
+            decision = _at_cost(state.throttle.hit(batch.checks, 0), batch.cost)
         except StorageUnavailable as error:
             state._warn(f"rate limit storage unavailable ({error}); check() knows no limit")
             return None
-        if decision.admitted and decision.remaining < batch.cost:
-            decision = dataclasses.replace(decision, admitted=False, retry_after=decision.reset)
         shown = decision if shown is None else _tighter(shown, decision)
     return None if shown is None else CurrentLimit.of(shown, plan)
 

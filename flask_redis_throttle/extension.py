@@ -37,7 +37,7 @@ from .cli import ratelimit as ratelimit_cli
 from .clients import embedded_client
 from .config import Settings
 from .errors import RateLimitExceeded
-from .headers import Labels, legacy_headers, retry_after_value, state_header
+from .headers import Labels, legacy_headers, retry_after_value
 from .identity import parse_identity
 from .keys import Identity, identity_tag, loggable
 from .metrics import Metrics, metrics_for
@@ -68,11 +68,23 @@ WARNING_INTERVAL = 10.0
 #: A request filter: given the request, True to leave it unlimited.
 RequestFilter = Callable[[Request], bool]
 
-#: What ``before_request`` leaves for ``after_request`` in ``g``: the labels
-#: of the layers, the decision the headers show, whether the response gets a
-#: ``Retry-After`` (a refusal that can pass later), and the deferred batches
-#: to count once the response is known.
-_Outcome = tuple[Labels, Decision, bool, "list[Batch] | None"]
+#: The attribute of ``g`` that holds a request's :class:`Outcome`.
+OUTCOME_ATTRIBUTE = "_ratelimit"
+
+
+@dataclasses.dataclass(slots=True)
+class Outcome:
+    """What ``before_request`` leaves in ``g`` for ``after_request`` and
+    :func:`~flask_redis_throttle.current_limit`."""
+
+    #: The names of the layers in play, and the ``RateLimit-Policy`` value.
+    labels: Labels
+    #: The decision the headers show.
+    decision: Decision
+    #: Whether the response gets a ``Retry-After``: a refusal that can pass later.
+    retry: bool = False
+    #: The deferred batches to count once the response is known, if any.
+    deferred: list[Batch] | None = None
 
 
 class RateLimit:
@@ -290,7 +302,7 @@ class RateLimitState:
     def before_request(self) -> None:
         """Decide the request; raise :class:`RateLimitExceeded` if it is refused."""
         # This runs before every request: the request is fetched from its
-        # context proxy once, and plain loops build the checks.
+        # context proxy once, and a simple plan's one batch is built by plain loops.
         req: Request = request._get_current_object()  # type: ignore[attr-defined]
         if not self._announced:
             self.announce()
@@ -307,117 +319,91 @@ class RateLimitState:
             return
         if self.filters and any(accept(req) for accept in self.filters):
             return
-        if not plan.simple:
-            self._decide(req, plan, self.throttle)
-            return
-        checks: list[Check] = []
-        for policy, identity_resolvers in plan.checks:
-            identities = []
-            for resolve in identity_resolvers:
-                identity = resolve(req)
-                if identity is not None:
-                    identities.append(identity)
-            if identities:
-                checks.append((policy, identities))
-        if not checks:
-            return
-        metrics = self.metrics
-        started = perf_counter() if metrics is not None else 0.0
-        try:
-            decision = self.throttle.hit(checks, plan.cost)
-        except StorageUnavailable as error:
-            if metrics is not None:
-                self._record_failure(metrics, endpoint, checks, started)
-            self._storage_unavailable(error)
-            return
-        if decision.fallback:
-            self._fallback_decided()
-        elif self._failing and not decision.cached:  # the block cache did not ask Redis
-            self._recovered()
-        if metrics is not None:
-            metrics.decided(endpoint, decision.policy.scope, _outcome(decision, False), perf_counter() - started)
-        if not decision.admitted:
-            limit = _limit_of(decision.policy, plan.limits, plan.checks)
-            # Checks without identities were left out; then the limits are not the checks'.
-            limits = plan.limits if len(checks) == len(plan.limits) else ()
-            self._refuse(req, plan, plan.labels, decision, limit, checks, decision, plan.cost, limits)
-        g._ratelimit = (plan.labels, decision, False, None)
-
-    def _decide(self, req: Request, plan: Plan, throttle: Throttle) -> None:
-        """Decide a request whose plan is not simple: one script call per batch."""
         batches, labels, problems = plan.prepare(req)
         if problems:
             self._problems(problems)
+        if batches:
+            self._decide(req, endpoint, labels, batches, self.throttle)
+
+    def _decide(
+        self, req: Request, endpoint: str, labels: Labels, batches: Sequence[Batch], throttle: Throttle
+    ) -> None:
+        """Decide the request's batches, one script call each, and leave the
+        :class:`Outcome` in ``g``; raise the 429 at the first enforced refusal."""
         shown: Decision | None = None
-        deferred: list[Batch] = []
+        deferred: list[Batch] | None = None
         metrics = self.metrics
         for batch in batches:
-            deduct_later = batch.deferred
             started = perf_counter() if metrics is not None else 0.0
             try:
+                # The one place a request is decided: cost 0 only inspects a deferred batch.
                 decision = throttle.hit(batch.checks, 0 if batch.deferred else batch.cost)
-                if batch.deferred and decision.admitted and decision.remaining < batch.cost:
-                    if batch.penalized:
-                        # Only a real hit lets the script see the offence and
-                        # start a penalty. It is refused and writes nothing
-                        # else; should room have appeared meanwhile, it is
-                        # counted now, and there is nothing left to deduct.
-                        decision = throttle.hit(batch.checks, batch.cost)
-                        deduct_later = False
-                    else:
-                        # It fits at cost 0, not at its real cost: it will, at
-                        # the latest, once the counter is back to full.
-                        decision = dataclasses.replace(decision, admitted=False, retry_after=decision.reset)
+                deduct_later = batch.deferred
+                if deduct_later:
+                    decision, deduct_later = self._inspected(batch, decision, throttle)
             except StorageUnavailable as error:
                 if metrics is not None:
-                    self._record_failure(metrics, plan.endpoint, batch.checks, started)
+                    self._record_failure(metrics, endpoint, batch.checks, started)
                 self._storage_unavailable(error)
                 return
             if decision.fallback:
                 self._fallback_decided()
-            elif self._failing and not decision.cached:
+            elif self._failing and not decision.cached:  # the block cache did not ask Redis
                 self._recovered()
             if metrics is not None:
                 outcome = _outcome(decision, batch.shadow)
-                metrics.decided(plan.endpoint, decision.policy.scope, outcome, perf_counter() - started)
+                metrics.decided(endpoint, decision.policy.scope, outcome, perf_counter() - started)
             shown = decision if shown is None else _tighter(shown, decision)
             if decision.admitted:
                 if deduct_later:
+                    if deferred is None:
+                        deferred = []
                     deferred.append(batch)
                 continue
-            limit = _limit_of(decision.policy, batch.limits, batch.checks)
             if batch.shadow:
-                over = _over_quota(batch.checks, batch.cost)
-                self._breach(req, plan.endpoint, limit, batch.checks, decision, True, over, batch.limits)
+                self._breach(req, endpoint, batch, decision, True, _over_quota(batch.checks, batch.cost))
                 continue
-            self._refuse(req, plan, labels, shown, limit, batch.checks, decision, batch.cost, batch.limits)
+            self._refuse(req, endpoint, labels, shown, batch, decision)
         if shown is not None:
-            g._ratelimit = (labels, shown, False, deferred or None)
+            setattr(g._get_current_object(), OUTCOME_ATTRIBUTE, Outcome(labels, shown, False, deferred))
+
+    def _inspected(self, batch: Batch, decision: Decision, throttle: Throttle) -> tuple[Decision, bool]:
+        """The decision on a deferred batch, inspected at cost 0: refused if
+        its real cost does not fit; and whether to count it after the response."""
+        if not decision.admitted or decision.remaining >= batch.cost:
+            return decision, True
+        if batch.penalized:
+            # Only a real hit lets the script see the offence and start a
+            # penalty. It is refused and writes nothing else; should room
+            # have appeared meanwhile, it is counted now, and there is
+            # nothing left to deduct.
+            return throttle.hit(batch.checks, batch.cost), False
+        return _at_cost(decision, batch.cost), True
 
     def after_request(self, response: Response) -> Response:
         """Count deferred limits whose ``deduct_when`` matches, and add the
         headers: ``RateLimit-Policy`` and ``RateLimit`` (and the legacy ones
         if asked for), and ``Retry-After`` to a refusal that can pass later."""
-        outcome: _Outcome | None = g.pop("_ratelimit", None)
+        outcome: Outcome | None = g._get_current_object().pop(OUTCOME_ATTRIBUTE, None)
         if outcome is None:
             return response
-        labels, decision, retry, deferred = outcome
-        if deferred:
-            decision = self._deduct(deferred, response, decision)
+        decision = outcome.decision
+        if outcome.deferred:
+            decision = self._deduct(outcome.deferred, response, decision)
         settings = self.settings
-        if retry:
+        if outcome.retry:
             value = retry_after_value(decision.retry_after, settings.retry_after_http_date, time.time())
             response.headers.setdefault("Retry-After", value)
         if settings.headers_enabled:
             headers = response.headers
-            name = labels.names[id(decision.policy), decision.layer.period]
-            headers["RateLimit-Policy"] = labels.policy_header
-            headers["RateLimit"] = state_header(name, decision.remaining, decision.reset)
+            labels = outcome.labels
+            headers.set("RateLimit-Policy", labels.policy_header)
+            headers.set("RateLimit", labels.state(decision.policy, decision.layer, decision.remaining, decision.reset))
             if settings.headers_legacy:
                 for header, value in legacy_headers(
                     decision.layer.amount, decision.remaining, decision.reset, time.time()
                 ):
-                    headers[header] = value
+                    headers.set(header, value)
         return response
 
     def _deduct(self, deferred: list[Batch], response: Response, shown: Decision) -> Decision:
@@ -436,22 +422,10 @@ class RateLimitState:
         return shown
 
     def _refuse(
-        self,
-        req: Request,
-        plan: Plan,
-        labels: Labels | None,
-        shown: Decision,
-        limit: PlannedLimit | None,
-        checks: Sequence[Check],
-        decision: Decision,
-        cost: int,
-        limits: Sequence[PlannedLimit],
+        self, req: Request, endpoint: str, labels: Labels, shown: Decision, batch: Batch, decision: Decision
     ) -> NoReturn:
-        """Log and report the refusal ``decision`` of ``checks`` at ``cost``,
-        leave ``shown`` for the headers, and raise the 429.
-
-        :param limits: the limit of each check, in order, to name in a
-            warning; empty if not known.
+        """Log and report the refusal ``decision`` of ``batch``, leave
+        ``shown`` for the headers, and raise the 429.
 
         A request that costs more than a layer's whole quota can never pass:
         it gets no ``Retry-After``, since any would promise a pass that will
@@ -460,12 +434,12 @@ class RateLimitState:
         An ``on_breach`` hook's response replaces the 429's body and status;
         an error handler for 429 still sees the exception first.
         """
-        over = _over_quota(checks, cost)
-        g._ratelimit = (labels, shown, over is None, None)
-        replacement = self._breach(req, plan.endpoint, limit, checks, decision, False, over, limits)
+        over = _over_quota(batch.checks, batch.cost)
+        setattr(g._get_current_object(), OUTCOME_ATTRIBUTE, Outcome(labels, shown, over is None))
+        replacement = self._breach(req, endpoint, batch, decision, False, over)
         if over is not None:
             error = RateLimitExceeded(
-                over.layer, over.identity, 0, over.policy.scope, penalized=decision.penalized, cost=cost
+                over.layer, over.identity, 0, over.policy.scope, penalized=decision.penalized, cost=batch.cost
             )
         else:
             header = None
@@ -484,28 +458,18 @@ class RateLimitState:
         raise error
 
     def _breach(
-        self,
-        req: Request,
-        endpoint: str,
-        limit: PlannedLimit | None,
-        checks: Sequence[Check],
-        decision: Decision,
-        shadow: bool,
-        over: _OverQuota | None = None,
-        limits: Sequence[PlannedLimit] = (),
+        self, req: Request, endpoint: str, batch: Batch, decision: Decision, shadow: bool, over: _OverQuota | None
     ) -> AnyResponse | None:
-        """Log a refusal, real or shadow, and tell the breach hooks.
+        """Log a refusal of ``batch``, real or shadow, and tell the breach hooks.
 
         :returns: the response an ``on_breach`` hook returned, to send
             instead of the 429; None if none did, or for a shadow refusal.
 
         :param over: the layer whose whole quota the request's cost exceeds,
             if any (see :func:`_over_quota`).
-        :param limits: the limit of each check, in order, to name the one of
-            ``over`` in a warning; empty if not known.
         """
         if over is not None:
-            self._warn_over_quota(endpoint, over, checks, limits, shadow)
+            self._warn_over_quota(endpoint, over, batch, shadow)
         if not decision.cached:
             # A refusal repeated from the block cache was logged when Redis made it.
             if shadow and over is not None:
@@ -529,7 +493,8 @@ class RateLimitState:
                     decision.retry_after,
                 )
             if self.refusals is not None:
-                self._log_refusal(endpoint, checks, decision, shadow)
+                self._log_refusal(endpoint, batch.checks, decision, shadow)
+        limit = _limit_of(decision.policy, batch)
         hook = limit.spec.on_breach if limit is not None else None
         if hook is not None or self.settings.on_breach is not None or rate_limited.receivers:
             if over is None:
@@ -542,17 +507,10 @@ class RateLimitState:
             return None if shadow else response
         return None
 
-    def _warn_over_quota(
-        self,
-        endpoint: str,
-        over: _OverQuota,
-        checks: Sequence[Check],
-        limits: Sequence[PlannedLimit],
-        shadow: bool,
-    ) -> None:
+    def _warn_over_quota(self, endpoint: str, over: _OverQuota, batch: Batch, shadow: bool) -> None:
         """Warn that a request costs more than a layer's whole quota: a bug
         in a cost function or a dynamic limit, which only the app can fix."""
-        limit = _limit_of(over.policy, limits, checks) if limits else None
+        limit = _limit_of(over.policy, batch)
         which = limit.describe() if limit is not None else f"scope {over.policy.scope!r}"
         outcome = "shadow mode lets it through" if shadow else "refused without Retry-After"
         self._warn(
@@ -600,7 +558,7 @@ class RateLimitState:
             reason = error.__cause__ or error  # Redis's words, or why it was not called
             self._warn(f"refusal log unavailable ({reason}); the refusal is not logged", "refusal log")
 
-    def _problems(self, problems: list[Problem]) -> None:
+    def _problems(self, problems: Sequence[Problem]) -> None:
         """Warn about bad costs and dynamic limits; a bad dynamic limit
         answers 503 when failing closed, as an unreachable Redis does."""
         fail_open = self.settings.fail_open
@@ -754,11 +712,9 @@ def _outcome(decision: Decision, shadow: bool) -> str:
     return "blocked_in_process" if decision.cached else "refused"
 
 
-def _limit_of(
-    policy: Policy, limits: Sequence[PlannedLimit], checks: Sequence[tuple[Policy, object]]
-) -> PlannedLimit | None:
-    """The limit whose check has ``policy``."""
-    for limit, (checked, _) in zip(limits, checks, strict=True):
+def _limit_of(policy: Policy, batch: Batch) -> PlannedLimit | None:
+    """The limit of ``batch`` whose check has ``policy``."""
+    for limit, (checked, _) in zip(batch.limits, batch.checks, strict=True):
         if checked is policy:
             return limit
     return None
@@ -784,6 +740,15 @@ def _over_quota(checks: Sequence[Check], cost: int) -> _OverQuota | None:
             if rate.amount < cost:
                 return _OverQuota(policy, rate, identities[0], cost)
     return None
+
+
+def _at_cost(inspected: Decision, cost: int) -> Decision:
+    """What an inspection at cost 0 says of a request of ``cost``: refused
+    if it fits at cost 0 but not at its real cost; it will fit, at the
+    latest, once the counter is back to full."""
+    if inspected.admitted and inspected.remaining < cost:
+        return dataclasses.replace(inspected, admitted=False, retry_after=inspected.reset)
+    return inspected
 
 
 def _tighter(first: Decision, second: Decision) -> Decision:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from email.utils import formatdate
 from typing import TYPE_CHECKING
 
@@ -35,7 +35,17 @@ def policy_header(layers: Iterable[tuple[str, Rate]]) -> str:
 
 def state_header(name: str, remaining: int, reset: float) -> str:
     """The ``RateLimit`` value for the most constrained layer."""
-    return f'"{name}";r={max(remaining, 0)};t={math.ceil(reset)}'
+    return _state(_state_head(name), remaining, reset)
+
+
+def _state_head(name: str) -> str:
+    """The part of a ``RateLimit`` value that names the layer."""
+    return f'"{name}";r='
+
+
+def _state(head: str, remaining: int, reset: float) -> str:
+    """A ``RateLimit`` value: its head, then the quota left and the seconds to the reset."""
+    return f"{head}{max(remaining, 0)};t={math.ceil(reset)}"
 
 
 @dataclass(frozen=True)
@@ -55,6 +65,13 @@ class Labels:
     names: dict[tuple[int, int], str]
     #: The policies, kept so that the ids in ``names`` stay theirs.
     policies: tuple[Policy, ...]
+    #: The start of each layer's ``RateLimit`` value, by the same keys as
+    #: ``names``: made once, so that a response's header is one format.
+    heads: dict[tuple[int, int], str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        heads = {key: _state_head(name) for key, name in self.names.items()}
+        object.__setattr__(self, "heads", heads)
 
     @classmethod
     def of(cls, policies: Sequence[Policy]) -> Labels:
@@ -73,6 +90,11 @@ class Labels:
     def name(self, policy: Policy, rate: Rate) -> str:
         """The name of one layer of one of the policies."""
         return self.names[id(policy), rate.period]
+
+    def state(self, policy: Policy, rate: Rate, remaining: int, reset: float) -> str:
+        """The ``RateLimit`` value for one layer of one of the policies
+        (see :func:`state_header`)."""
+        return _state(self.heads[id(policy), rate.period], remaining, reset)
 
 
 def legacy_headers(quota: int, remaining: int, reset: float, now: float) -> list[tuple[str, str]]:

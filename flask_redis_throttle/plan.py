@@ -19,8 +19,8 @@ Static file endpoints never get a limit. Of those limits, a plan keeps the
 ones whose ``methods`` include the request's method, each compiled into a
 :class:`PlannedLimit`: its :class:`~flask_redis_throttle.throttle.Policy`
 (unless it is dynamic), its identity resolvers, and its options. A plan
-that uses no per-request option is *simple*: the extension then decides it
-with a loop as short as it was before any option existed.
+that uses no per-request option is *simple*: its one batch is built by a
+loop as short as it was before any option existed.
 
 This module imports Flask (for types) but makes no Redis call.
 """
@@ -28,7 +28,7 @@ This module imports Flask (for types) but makes no Redis call.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Container, Iterator
+from collections.abc import Container, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from flask import Flask, Request, Response
@@ -161,15 +161,15 @@ class Batch:
     :param shadow: whether a refusal is only logged.
     :param deferred: whether they are only inspected before the view, and
         counted after it when their ``deduct_when`` matches.
+    :param checks: the checks to send: one per limit, with its identities.
+    :param limits: the limit of each check, in the same order.
     """
 
     cost: int
     shadow: bool
     deferred: bool
-    #: The checks to send: one per limit, with its identities.
     checks: list[Check] = field(default_factory=list)
-    #: The limit of each check.
-    limits: list[PlannedLimit] = field(default_factory=list)
+    limits: Sequence[PlannedLimit] = ()
 
     @property
     def penalized(self) -> bool:
@@ -202,21 +202,27 @@ class Plan:
     cost: int = 1
     _labels: dict[tuple[Policy, ...], Labels] = field(default_factory=dict, repr=False)
 
-    def prepare(self, request: Request) -> tuple[list[Batch], Labels, list[Problem]]:
-        """Work out a request's script calls, for plans that are not simple.
+    def prepare(self, request: Request) -> tuple[Sequence[Batch], Labels, Sequence[Problem]]:
+        """Work out a request's script calls.
 
-        Limits whose ``exempt_when`` is true, whose dynamic function returns
-        None or a bad string, or none of whose identities applies, are left
-        out. The rest are grouped by cost, shadow and deferred, and the
-        groups ordered: deferred inspections first (they write nothing),
-        then enforced limits, then shadow ones (so that a request refused
-        by an enforced limit is not counted by a shadow one).
+        A simple plan makes one batch, of every limit one of whose identities
+        applies to the request, or none if no identity applies.
+
+        Otherwise, limits whose ``exempt_when`` is true, whose dynamic
+        function returns None or a bad string, or none of whose identities
+        applies, are left out. The rest are grouped by cost, shadow and
+        deferred, and the groups ordered: deferred inspections first (they
+        write nothing), then enforced limits, then shadow ones (so that a
+        request refused by an enforced limit is not counted by a shadow one).
 
         :returns: the batches, the header labels for the layers in play, and
             the problems met (bad costs, bad dynamic limits).
         """
+        labels = self.labels
+        if self.simple and labels is not None:
+            return self._simple_batch(request), labels, ()
         problems: list[Problem] = []
-        groups: dict[tuple[bool, bool, int], Batch] = {}
+        groups: dict[tuple[bool, bool, int], tuple[list[Check], list[PlannedLimit]]] = {}
         policies: list[Policy] = []
         for limit in self.limits:
             exempt_when = limit.spec.exempt_when
@@ -236,15 +242,32 @@ class Plan:
             if not identities:
                 continue
             cost = limit.cost_for(request, problems)
-            deferred = limit.spec.deduct_when is not None
-            key = (limit.shadow, deferred, cost)
-            batch = groups.get(key)
-            if batch is None:
-                batch = groups[key] = Batch(cost, limit.shadow, deferred)
-            batch.checks.append((policy, identities))
-            batch.limits.append(limit)
-        batches = sorted(groups.values(), key=lambda batch: (batch.shadow, not batch.deferred))
-        return batches, self.labels or self._labels_of(tuple(policies)), problems
+            checks, limits = groups.setdefault((limit.shadow, limit.spec.deduct_when is not None, cost), ([], []))
+            checks.append((policy, identities))
+            limits.append(limit)
+        batches = [Batch(cost, shadow, deferred, *lists) for (shadow, deferred, cost), lists in groups.items()]
+        batches.sort(key=lambda batch: (batch.shadow, not batch.deferred))
+        return batches, labels or self._labels_of(tuple(policies)), problems
+
+    def _simple_batch(self, request: Request) -> tuple[Batch, ...]:
+        """The one batch of a simple plan, in a tuple; none if no identity applies."""
+        checks: list[Check] = []
+        for policy, found in self.checks:
+            identities = []
+            for resolve in found:  # what _identities does, without a call per limit
+                identity = resolve(request)
+                if identity is not None:
+                    identities.append(identity)
+            if identities:
+                checks.append((policy, identities))
+        if not checks:
+            return ()
+        limits = self.limits
+        if len(checks) < len(limits):
+            # The limits none of whose identities applies were left out.
+            kept = {id(policy) for policy, _found in checks}
+            limits = tuple(limit for limit in limits if id(limit.policy) in kept)
+        return (Batch(self.cost, False, False, checks, limits),)
 
     def _labels_of(self, policies: tuple[Policy, ...]) -> Labels:
         labels = self._labels.get(policies)
@@ -258,13 +281,14 @@ class Plan:
 def matching(batches: list[Batch], response: Response) -> Iterator[Batch]:
     """The part of each deferred batch whose ``deduct_when`` is true for ``response``."""
     for batch in batches:
-        matched = Batch(batch.cost, batch.shadow, False)
+        checks: list[Check] = []
+        limits: list[PlannedLimit] = []
         for check, limit in zip(batch.checks, batch.limits, strict=True):
             if limit.spec.deduct_when(response):  # type: ignore[misc]
-                matched.checks.append(check)
-                matched.limits.append(limit)
-        if matched.checks:
-            yield matched
+                checks.append(check)
+                limits.append(limit)
+        if checks:
+            yield Batch(batch.cost, batch.shadow, False, checks, limits)
 
 
 def _identities(found: tuple[Resolver, ...], request: Request) -> list[Identity]:
