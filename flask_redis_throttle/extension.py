@@ -336,7 +336,7 @@ class RateLimitState:
         for batch in batches:
             started = perf_counter() if metrics is not None else 0.0
             try:
-                # The one place a request is decided: cost 0 only inspects a deferred batch.
+                # Where every batch is decided; a deferred one is only inspected, at cost 0.
                 decision = throttle.hit(batch.checks, 0 if batch.deferred else batch.cost)
                 deduct_later = batch.deferred
                 if deduct_later:
