@@ -169,6 +169,7 @@ def test_the_server_is_started_once_when_8_processes_race(folder: LocalFolder) -
 
 SERVED = """
     import os
+    import time
 
     from flask import Flask
 
@@ -184,6 +185,9 @@ SERVED = """
     @app.route("/")
     @limit("60/hour")
     def index():
+        # Busy a moment, so that with eight clients at once the other
+        # workers must take connections too: the counts are then shared.
+        time.sleep(0.05)
         return str(os.getpid())
 
     @app.route("/ping")
