@@ -21,7 +21,7 @@ import redis
 from flask import Flask, request
 from flask_login import LoginManager, UserMixin
 
-from flask_redis_throttle import RateLimit, testing
+from flask_redis_throttle import RateLimit, limit, testing
 from flask_redis_throttle.extension import RateLimitState
 from flask_redis_throttle.storage import Storage
 from flask_redis_throttle.testing import RedisCluster, RedisServer
@@ -192,6 +192,22 @@ def wait_for_gunicorn(port: int, process: subprocess.Popen[bytes], path: str = "
         except OSError:
             time.sleep(0.1)
     raise AssertionError(f"gunicorn did not answer on port {port} within {timeout} s")
+
+
+def limited_app(url: str, spec: str, **config: Any) -> Flask:
+    """An app on ``url`` limiting ``/`` to ``spec`` per IP and per user
+    (``X-User``), with no block cache, so that every request reaches Redis."""
+    app = Flask("tests")
+    app.config.update(TESTING=True, RATELIMIT_STORAGE_URL=url, RATELIMIT_BLOCK_CACHE_SIZE=0)
+    add_login(app)
+
+    @app.get("/")
+    @limit(spec)
+    def index() -> str:
+        return "ok"
+
+    install(app, **config)
+    return app
 
 
 def add_login(app: Flask) -> None:

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 import redis
 import redis.cluster
-from conftest import add_login, get, install, join_all
+from conftest import get, join_all, limited_app
 from flask import Flask
 
-from flask_redis_throttle import Identity, limit, wire
+from flask_redis_throttle import Identity, wire
 from flask_redis_throttle.rates import parse_limits
 from flask_redis_throttle.storage import Storage
 from flask_redis_throttle.testing import RedisCluster, RedisServer, redis_cluster, redis_command
@@ -28,21 +28,6 @@ from flask_redis_throttle.throttle import Policy
 pytestmark = pytest.mark.redis
 
 SPEC = "5/m"
-
-
-def limited_app(url: str, spec: str = SPEC, prefix: str = "rl:", **config: Any) -> Flask:
-    """An app limiting ``/`` to ``spec`` per IP and per user (``X-User``)."""
-    app = Flask("tests")
-    app.config.update(TESTING=True, RATELIMIT_STORAGE_URL=url, RATELIMIT_BLOCK_CACHE_SIZE=0)
-    add_login(app)
-
-    @app.get("/")
-    @limit(spec)
-    def index() -> str:
-        return "ok"
-
-    install(app, RATELIMIT_KEY_PREFIX=prefix, **config)
-    return app
 
 
 def storage_of(app: Flask) -> Storage:
@@ -163,7 +148,7 @@ def own_cluster() -> Iterator[RedisCluster]:
 
 
 def test_the_lean_path_is_taken(cluster: RedisCluster, redis_py_calls: list[tuple[Any, ...]], sends: list[int]) -> None:
-    app = limited_app(cluster.url)
+    app = limited_app(cluster.url, SPEC)
     ip, ip_node, user_node = on_two_nodes(app, cluster)
     assert storage_of(app).lean.fits()  # type: ignore[union-attr]
     web = app.test_client()
@@ -201,8 +186,8 @@ def test_replies_equal_redis_pys_pipeline(cluster: RedisCluster, monkeypatch: py
     """The same requests through the lean path and through redis-py's
     cluster pipeline get the same answers: refusals, refunds across nodes
     and headers included."""
-    lean = limited_app(cluster.url, "3/m", prefix="lean:")
-    piped = limited_app(cluster.url, "3/m", prefix="piped:")
+    lean = limited_app(cluster.url, "3/m", RATELIMIT_KEY_PREFIX="lean:")
+    piped = limited_app(cluster.url, "3/m", RATELIMIT_KEY_PREFIX="piped:")
     piped_lean = storage_of(piped).lean
     assert piped_lean is not None
     monkeypatch.setattr(piped_lean, "fits", lambda: False)
@@ -282,7 +267,7 @@ def test_a_moved_slot_is_followed_and_counted_once(
 def test_a_killed_nodes_call_is_handed_over_and_the_other_is_counted_once(
     own_cluster: RedisCluster, redis_py_calls: list[tuple[Any, ...]]
 ) -> None:
-    app = limited_app(own_cluster.url)
+    app = limited_app(own_cluster.url, SPEC)
     ip, ip_node, user_node = on_two_nodes(app, own_cluster)
     web = app.test_client()
     live = next(
@@ -308,7 +293,7 @@ def test_a_killed_nodes_call_is_handed_over_and_the_other_is_counted_once(
 def test_a_timeout_after_the_send_is_not_replayed(
     cluster: RedisCluster, redis_py_calls: list[tuple[Any, ...]], caplog: pytest.LogCaptureFixture
 ) -> None:
-    app = limited_app(cluster.url, RATELIMIT_STORAGE_OPTIONS={"socket_timeout": 0.3})
+    app = limited_app(cluster.url, SPEC, RATELIMIT_STORAGE_OPTIONS={"socket_timeout": 0.3})
     ip, ip_node, _ = on_two_nodes(app, cluster)
     web = app.test_client()
     assert remaining(get(web, ip=ip, user="ann")) == 4
@@ -333,7 +318,7 @@ def test_a_timeout_after_the_send_is_not_replayed(
 def test_noscript_on_one_node_is_run_again_there_only(
     cluster: RedisCluster, redis_py_calls: list[tuple[Any, ...]]
 ) -> None:
-    app = limited_app(cluster.url)
+    app = limited_app(cluster.url, SPEC)
     ip, ip_node, user_node = on_two_nodes(app, cluster)
     web = app.test_client()
     assert remaining(get(web, ip=ip, user="ann")) == 4

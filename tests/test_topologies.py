@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import redis
 import redis.cluster
-from conftest import add_login, evalsha_calls, extension_records, get, install, join_all
+from conftest import add_login, evalsha_calls, extension_records, get, join_all, limited_app
 from flask import Flask
 
 from flask_redis_throttle import Identity, RateLimit, limit
@@ -34,20 +34,6 @@ from flask_redis_throttle.testing import (
 from flask_redis_throttle.throttle import Policy
 
 pytestmark = pytest.mark.redis
-
-
-def limited_app(url: str, spec: str = "3/m", **config: Any) -> Flask:
-    app = Flask("tests")
-    app.config.update(TESTING=True, RATELIMIT_STORAGE_URL=url, RATELIMIT_BLOCK_CACHE_SIZE=0)
-    add_login(app)
-
-    @app.get("/")
-    @limit(spec)
-    def index() -> str:
-        return "ok"
-
-    install(app, **config)
-    return app
 
 
 def evalsha_calls_per_master(cluster: RedisCluster) -> dict[int, int]:
