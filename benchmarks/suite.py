@@ -217,8 +217,15 @@ def time_and_count(
     measure(variants, rounds, batch, warmup)
     for variant in variants:
         count(variant, admin, requests, (statuses or {}).get(variant.name))
+    return figures(variants)
+
+
+def figures(variants: Sequence[Variant]) -> dict[str, dict[str, Any]]:
+    """Each timed variant's figures, by name: per call; added to the
+    ``bare`` variant's time, paired by round; in PINGs when there is a
+    ``ping`` variant; and its counts."""
     by_name = {v.name: v for v in variants}
-    ping = statistics.median(by_name["ping"].samples)
+    ping = statistics.median(by_name["ping"].samples) if "ping" in by_name else None
     bare = by_name["bare"].samples
     results: dict[str, dict[str, Any]] = {}
     for variant in variants:
@@ -227,7 +234,8 @@ def time_and_count(
             entry["added_pings"] = 1.0
         elif variant.name != "bare":
             entry.update(paired_added(variant.samples, bare))
-            entry["added_pings"] = entry["added_us"] / ping
+            if ping is not None:
+                entry["added_pings"] = entry["added_us"] / ping
         entry.update(variant.counts)
         entry["samples_us"] = variant.samples
         results[variant.name] = entry
@@ -620,16 +628,8 @@ def local_storage(url: str, s: Settings) -> dict[str, Any]:
         local.find_server_binary = saved
         local.stop_server(folder)
         shutil.rmtree(folder.path, ignore_errors=True)
-    by_name = {v.name: v for v in variants}
-    ping = statistics.median(by_name["ping"].samples)
-    results: dict[str, dict[str, Any]] = {"ping": {"label": by_name["ping"].label, "per_call_us": ping}}
-    for name in ("ours-redis", "ours-local"):
-        variant = by_name[name]
-        entry: dict[str, Any] = {"label": variant.label, "per_call_us": statistics.median(variant.samples)}
-        entry.update(paired_added(variant.samples, by_name["bare"].samples))
-        entry["added_pings"] = entry["added_us"] / ping
-        entry["samples_us"] = variant.samples
-        results[name] = entry
+    timed = figures(variants)
+    results = {name: timed[name] for name in ("ping", "ours-redis", "ours-local")}
     ratio_local = ratio(results["ours-local"]["added_us"], results["ours-redis"]["added_us"])
     return {"results": results, "ratio": ratio_local, "server": f"{status.product} {status.version}"}
 
@@ -734,19 +734,7 @@ def cluster_section(
     for variant in variants:
         if variant.name in servers:
             variant.counts = cluster_counts(variant, servers[variant.name], s.count)
-    by_name = {v.name: v for v in variants}
-    ping = statistics.median(by_name["ping"].samples)
-    results: dict[str, dict[str, Any]] = {}
-    for variant in variants:
-        entry: dict[str, Any] = {"label": variant.label, "per_call_us": statistics.median(variant.samples)}
-        if variant.name == "ping":
-            entry["added_pings"] = 1.0
-        elif variant.name != "bare":
-            entry.update(paired_added(variant.samples, by_name["bare"].samples))
-            entry["added_pings"] = entry["added_us"] / ping
-        entry.update(variant.counts)
-        entry["samples_us"] = variant.samples
-        results[variant.name] = entry
+    results = figures(variants)
     results["floor-2"]["vs_single"] = ratio(results["floor-2"]["added_us"], results["floor"]["added_us"])
     results["cluster"]["vs_single"] = ratio(results["cluster"]["added_us"], results["single"]["added_us"])
     results["fl"]["vs_ours"] = ratio(results["fl"]["added_us"], results["cluster"]["added_us"])
@@ -874,14 +862,7 @@ def embedded(s: Settings) -> dict[str, Any]:
         check(variant, environ)
     warm_up(variants, max(s.batch, 50))
     measure(variants, s.rounds, s.batch, s.warmup)
-    bare = variants[0].samples
-    results: dict[str, dict[str, Any]] = {}
-    for variant in variants:
-        entry: dict[str, Any] = {"label": variant.label, "per_call_us": statistics.median(variant.samples)}
-        if variant.name != "bare":
-            entry.update(paired_added(variant.samples, bare))
-        entry["samples_us"] = variant.samples
-        results[variant.name] = entry
+    results = figures(variants)
     for strategy in FLASK_LIMITER_STRATEGIES:
         ours = results[f"ours-{LIKE_FOR_LIKE[strategy]}"]
         ours["flask_limiter"] = f"fl-{strategy}"
