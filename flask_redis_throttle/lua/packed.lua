@@ -13,7 +13,7 @@ local packed = {}
 
 -- Read `key`: each record's two fields, as `pattern` captures them after
 -- its name ("<a>:<b>", or just "<a>" when <b> is empty), in `a` and `b` by
--- name, as text. `old` says which names were read.
+-- name, as text (so `a` also says which names were read).
 function packed.load(key, pattern)
   local a, b, order = {}, {}, {}
   local value = redis.call('GET', key)
@@ -23,7 +23,7 @@ function packed.load(key, pattern)
       order[#order + 1] = name
     end
   end
-  return {key = key, a = a, b = b, old = a, order = order, life = 0}
+  return {key = key, a = a, b = b, order = order, life = 0}
 end
 
 -- Note the new record of layer `name`, as the whole "<name>=<record>", to be
@@ -35,7 +35,7 @@ local function note(state, name, part, life)
     new = {}
     state.new = new
   end
-  if not new[name] and not state.old[name] then
+  if not new[name] and not state.a[name] then
     state.order[#state.order + 1] = name
   end
   new[name] = part
