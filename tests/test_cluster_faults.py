@@ -203,6 +203,14 @@ def admitted(sent: list[Sent]) -> int:
     return sum(1 for s in sent if s.status == 200 and s.decided)
 
 
+def assert_decided_exactly(sent: dict[str, list[Sent]], ips: list[str], quota: int) -> None:
+    """Every request of ``ips`` was decided, in time, and each address was
+    admitted exactly its quota: a fault elsewhere never reached them."""
+    assert {ip: undecided(sent[ip]) for ip in ips} == dict.fromkeys(ips, 0)
+    assert {ip: admitted(sent[ip]) for ip in ips} == dict.fromkeys(ips, quota)
+    assert max(slowest(sent[ip]) for ip in ips) < BOUND
+
+
 def undecided(sent: list[Sent]) -> int:
     """How many requests Redis did not decide (they followed the failure policy)."""
     return sum(1 for s in sent if not (s.decided and s.status in (200, 429)))
@@ -401,9 +409,7 @@ def test_failover_only_the_failed_masters_addresses_notice(replicated: RedisClus
         close(app)
     sent = traffic.sent
     # The other masters' addresses: decided throughout, counted exactly.
-    assert {ip: undecided(sent[ip]) for ip in healthy} == dict.fromkeys(healthy, 0)
-    assert {ip: admitted(sent[ip]) for ip in healthy} == dict.fromkeys(healthy, quota)
-    assert max(slowest(sent[ip]) for ip in healthy) < BOUND
+    assert_decided_exactly(sent, healthy, quota)
     # ...and they were admitted while the master was down.
     assert all(admitted([s for s in sent[ip] if killed <= s.started < promoted]) > 0 for ip in healthy)
     for ip in failed:
@@ -481,9 +487,7 @@ def test_a_stalled_master_affects_only_its_own_addresses(patient: RedisCluster, 
     finally:
         close(app)
     sent = traffic.sent
-    assert {ip: undecided(sent[ip]) for ip in healthy} == dict.fromkeys(healthy, 0)
-    assert {ip: admitted(sent[ip]) for ip in healthy} == dict.fromkeys(healthy, quota)
-    assert max(slowest(sent[ip]) for ip in healthy) < BOUND
+    assert_decided_exactly(sent, healthy, quota)
     assert all(len([s for s in sent[ip] if stopped <= s.started < resumed]) > 10 for ip in healthy)
     refused = {f"ip:{ip}": sum(1 for s in sent[ip] if s.status == 429) for ip in healthy}
     assert {identity: logged.get(identity, 0) for identity in refused} == refused
