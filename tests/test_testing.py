@@ -103,8 +103,9 @@ def test_a_cluster_with_replicas_keeps_them_in_sync() -> None:
             client.set("k", "v")
             slot = client.keyslot("k")
             owner = next(n for n in masters if redis_command(n.port, "CLUSTER", "COUNTKEYSINSLOT", slot) == 1)
-            replica = next(n for n in replicas if redis_command(n.port, "CLUSTER", "COUNTKEYSINSLOT", slot) == 1)
+            # Replication is asynchronous: only after WAIT has the replica the key.
             assert redis_command(owner.port, "WAIT", 1, 2000) == 1
+            replica = next(n for n in replicas if redis_command(n.port, "CLUSTER", "COUNTKEYSINSLOT", slot) == 1)
             assert replica is not owner
         finally:
             client.close()
