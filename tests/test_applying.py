@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import get, install
 from flask import Blueprint, Flask
 from flask.views import MethodView, View
+from helpers import get, install
 
 from flask_redis_throttle import InvalidLimit, exempt, limit
 from flask_redis_throttle.plan import Plan

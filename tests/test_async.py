@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from conftest import get, install
 from flask import Blueprint, Flask, Response, request
+from helpers import get, install
 
 from flask_redis_throttle import exempt, limit
 

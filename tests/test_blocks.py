@@ -7,8 +7,8 @@ import itertools
 
 import pytest
 import redis
-from conftest import Clock, evalsha_calls, get, install
 from flask import Flask
+from helpers import Clock, evalsha_calls, get, install
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -9,8 +9,8 @@ import socket
 from collections.abc import Iterator
 
 import pytest
-from conftest import extension_records, get, install
 from flask import Flask
+from helpers import extension_records, get, install
 
 from flask_redis_throttle import ConfigurationError, limit
 from flask_redis_throttle.breaker import CircuitBreaker

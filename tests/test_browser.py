@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import get, join_all
 from flask import Flask
+from helpers import get, join_all
 from test_dashboard import PREFIX, shop
 from werkzeug.serving import make_server
 

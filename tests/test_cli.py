@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import redis
 from click.testing import Result
-from conftest import Clock, add_login, get, install
 from flask import Flask, Request
+from helpers import Clock, add_login, get, install
 
 from flask_redis_throttle import Identity, limit
 from flask_redis_throttle.extension import RateLimitState

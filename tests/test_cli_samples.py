@@ -7,7 +7,7 @@ so a column that drifts out of line, or a message that changes, fails here.
 ``python tests/test_cli_samples.py`` rewrites the page's samples from a run.
 
 The refusal log's times come from Redis's clock, not the pinned one, so they
-are written as the pinned clock's: the refusals at ``T0``, a ``--since`` ten
+are written as the pinned clock's: the refusals at its start, a ``--since`` ten
 minutes before. The columns keep their widths.
 """
 
@@ -15,44 +15,20 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from unittest import mock
 
 import shop  # tests/shop.py: pytest and a script run here both have this directory on sys.path
 from flask import Flask
-
-from flask_redis_throttle.throttle import Throttle
+from helpers import T0, Clock, pinned_clock
 
 CLI_PAGE = Path(__file__).resolve().parent.parent / "docs" / "cli.rst"
-#: The pinned clock's start, as in conftest.py, in seconds.
-T0 = 1_800_000_000
+#: The pinned clock's start, in seconds.
+START = T0 // 1_000_000
 PROMPT = "$ flask ratelimit "
 DATETIME = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
 #: A Redis no one listens on, for the page's "storage unavailable" sample.
 DOWN_URL = "redis://127.0.0.1:1/0"
-
-
-class PinnedClock:
-    def __init__(self) -> None:
-        self.at = 0.0
-
-    def micros(self) -> int:
-        return round((T0 + self.at) * 1_000_000)
-
-
-@contextmanager
-def pinned() -> Iterator[PinnedClock]:
-    """Every throttle decides at ``T0`` plus the clock's ``at``."""
-    clock = PinnedClock()
-
-    def now(self: Throttle) -> int:
-        return clock.micros()
-
-    with mock.patch.object(Throttle, "now", now):
-        yield clock
 
 
 def send(app: Flask, method: str, path: str, ip: str, times: int, **headers: str) -> list[int]:
@@ -63,26 +39,26 @@ def send(app: Flask, method: str, path: str, ip: str, times: int, **headers: str
     ]
 
 
-def some_requests(app: Flask, clock: PinnedClock) -> None:
+def some_requests(app: Flask, clock: Clock) -> None:
     """The traffic the page's samples were taken after."""
-    clock.at = 0.2
+    clock.set(0.2)
     assert send(app, "GET", "/api/items", "192.0.2.1", 3, **{"X-Api-Key": "k-7f3a"}) == [200] * 3
     assert send(app, "POST", "/login", "192.0.2.1", 2) == [200] * 2
-    clock.at = 0.4
+    clock.set(0.4)
     assert send(app, "POST", "/login", "2001:db8::17", 6) == [200] * 5 + [429]
     # Refused four times: the first by Redis, which logs it; the block cache answers the rest.
     assert send(app, "POST", "/login", "203.0.113.9", 9) == [200] * 5 + [429] * 4
-    clock.at = 0.6
+    clock.set(0.6)
     # User 42 from two addresses: its own counter, not the second address's, is the one that refuses.
     assert send(app, "GET", "/api/items", "198.51.100.7", 5, **{"X-User": "42"}) == [200] * 5
     assert send(app, "GET", "/api/items", "198.51.100.4", 6, **{"X-User": "42"}) == [200] * 5 + [429]
-    clock.at = 34.3
+    clock.set(34.3)
 
 
 def pin_times(output: str) -> str:
     """The refusal log's real times as the pinned clock's (see the module's docstring)."""
-    since = (datetime.fromtimestamp(T0, UTC) - timedelta(minutes=10)).strftime("%Y-%m-%d %H:%M:%S")
-    at = datetime.fromtimestamp(T0, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    since = (datetime.fromtimestamp(START, UTC) - timedelta(minutes=10)).strftime("%Y-%m-%d %H:%M:%S")
+    at = datetime.fromtimestamp(START, UTC).strftime("%Y-%m-%d %H:%M:%S")
     output = re.sub(rf"since {DATETIME.pattern}", f"since {since}", output)
     return DATETIME.sub(lambda found: found[0] if found[0] == since else at, output)
 
@@ -98,21 +74,21 @@ def page_samples(text: str) -> list[tuple[str, str]]:
     return samples
 
 
-def run_samples(commands: list[str]) -> list[str]:
-    """Run the commands in order on the shop app after :func:`some_requests`; each one's output."""
+def run_samples(commands: list[str], clock: Clock) -> list[str]:
+    """Run the commands in order on the shop app after :func:`some_requests`
+    on the pinned ``clock``; each one's output."""
     outputs: list[str] = []
-    with pinned() as clock:
-        app = shop.create_app()
-        some_requests(app, clock)
-        down = shop.create_app(DOWN_URL)
-        last_status = max(i for i, command in enumerate(commands) if command.startswith(PROMPT + "status"))
-        for i, command in enumerate(commands):
-            assert command.startswith(PROMPT), command
-            args = shlex.split(command.removeprefix("$ flask "))
-            # The page's last status sample is the one with Redis down.
-            target = down if i == last_status else app
-            result = target.test_cli_runner().invoke(args=args, prog_name="flask")
-            outputs.append(pin_times(result.output).rstrip("\n"))
+    app = shop.create_app()
+    some_requests(app, clock)
+    down = shop.create_app(DOWN_URL)
+    last_status = max(i for i, command in enumerate(commands) if command.startswith(PROMPT + "status"))
+    for i, command in enumerate(commands):
+        assert command.startswith(PROMPT), command
+        args = shlex.split(command.removeprefix("$ flask "))
+        # The page's last status sample is the one with Redis down.
+        target = down if i == last_status else app
+        result = target.test_cli_runner().invoke(args=args, prog_name="flask")
+        outputs.append(pin_times(result.output).rstrip("\n"))
     return outputs
 
 
@@ -133,15 +109,17 @@ def rewrite(text: str, outputs: list[str]) -> str:
     return re.sub(r"^\.\. code-block:: console\n\n((?:    .*\n|\n)+?)(?=\S|\Z)", block, text, flags=re.MULTILINE)
 
 
-def test_every_cli_sample_is_what_the_command_prints() -> None:
+def test_every_cli_sample_is_what_the_command_prints(clock: Clock) -> None:
     samples = page_samples(CLI_PAGE.read_text(encoding="utf-8"))
     assert len(samples) >= 8, "the page's samples were not found"
-    outputs = run_samples([command for command, _ in samples])
+    outputs = run_samples([command for command, _ in samples], clock)
     for (command, shown), output in zip(samples, outputs, strict=True):
         assert shown == output, f"docs/cli.rst, {command!r}: run python tests/test_cli_samples.py"
 
 
 if __name__ == "__main__":
     page = CLI_PAGE.read_text(encoding="utf-8")
-    CLI_PAGE.write_text(rewrite(page, run_samples([command for command, _ in page_samples(page)])), encoding="utf-8")
+    with pinned_clock() as pinned:
+        outputs = run_samples([command for command, _ in page_samples(page)], pinned)
+    CLI_PAGE.write_text(rewrite(page, outputs), encoding="utf-8")
     print(f"Wrote {CLI_PAGE}")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 import redis
-from conftest import get, install
 from flask import Flask
+from helpers import get, install
 
 from flask_redis_throttle import ConfigurationError, RateLimit, limit
 from flask_redis_throttle.clients import LazyClient, client_from_url

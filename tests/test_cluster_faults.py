@@ -33,13 +33,14 @@ from typing import Any
 import pytest
 import redis
 import redis.cluster
-from conftest import add_login, get, join_all
 from flask import Flask
+from helpers import add_login, get, join_all
+from servers import RedisCluster, redis_cluster
 
 from flask_redis_throttle import RateLimit, limit, refusal_log
 from flask_redis_throttle.keys import identity_tag
 from flask_redis_throttle.reset import counter_pattern
-from flask_redis_throttle.testing import RedisCluster, RedisServer, redis_cluster
+from flask_redis_throttle.testing import RedisServer
 
 pytestmark = pytest.mark.redis
 

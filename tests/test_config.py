@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import get, install
 from flask import Flask
+from helpers import get, install
 
 from flask_redis_throttle import ConfigurationError, RateLimit, limit, refusal_log, testing
 from flask_redis_throttle.breaker import CircuitBreaker

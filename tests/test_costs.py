@@ -6,8 +6,8 @@ import logging
 from typing import Any
 
 import pytest
-from conftest import get, install
 from flask import Flask, Request, Response, abort, g, request
+from helpers import get, install
 
 from flask_redis_throttle import Breach, Rate, limit
 from flask_redis_throttle.extension import RateLimitState

@@ -7,8 +7,8 @@ import logging
 from typing import Any
 
 import pytest
-from conftest import Clock, get, install
 from flask import Flask, jsonify, render_template_string
+from helpers import Clock, get, install
 
 from flask_redis_throttle import CurrentLimit, Rate, check, current_limit, exempt, limit
 from flask_redis_throttle.testing import free_port

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import add_login, get, install
 from flask import Flask, request
+from helpers import add_login, get, install
 
 from flask_redis_throttle import dashboard, limit, testing
 from flask_redis_throttle.extension import RateLimitState

@@ -34,8 +34,8 @@ import flask
 import flask_login
 import pytest
 import redis
-from conftest import add_login, get, install
 from flask import Blueprint, Flask
+from helpers import add_login, get, install
 
 import flask_redis_throttle
 from flask_redis_throttle import RateLimit, rate_limited

@@ -6,8 +6,8 @@ import logging
 from typing import Any
 
 import pytest
-from conftest import get, install
 from flask import Flask, Request
+from helpers import get, install
 
 from flask_redis_throttle import RateLimit, limit
 from flask_redis_throttle import plan as plan_module

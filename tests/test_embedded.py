@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import T0, get, install, join_all
 from flask import Flask
+from helpers import T0, Clock, get, install, join_all
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -600,15 +600,6 @@ IDENTITIES = (Identity("ip", "192.0.2.1"), Identity("user", "42"))
 _prefixes = itertools.count()
 
 
-class Pinned(Throttle):
-    """A throttle whose scripts decide at the time the test says."""
-
-    at = T0
-
-    def now(self) -> int:
-        return self.at
-
-
 def recorded(storage: Storage) -> list[Any]:
     """The replies of ``storage``'s script calls, as they come."""
     replies: list[Any] = []
@@ -633,6 +624,7 @@ def recorded(storage: Storage) -> list[Any]:
 @given(layers=layer_lists, steps=steps, start=st.integers(0, 2 * SECOND), data=st.data())
 def test_the_scripts_reply_as_on_redis(
     redis_server: RedisServer,
+    clock: Clock,
     lua: str,
     strategy: str,
     layers: list[tuple[int, int]],
@@ -652,15 +644,15 @@ def test_the_scripts_reply_as_on_redis(
     prefix = f"p{next(_prefixes)}:"  # a fresh prefix per example keeps examples apart on the server
     real_storage = Storage(redis.Redis.from_url(redis_server.url))
     mine_storage = Storage(EmbeddedRedis(lua=lua))
-    throttles = [Pinned(real_storage, prefix), Pinned(mine_storage, prefix)]
+    throttles = [Throttle(real_storage, prefix), Throttle(mine_storage, prefix)]
     theirs, ours = recorded(real_storage), recorded(mine_storage)
     try:
         now = T0 + start
         for gap, cost, who, refund in steps:
             now += gap
             checks = [(policy, [IDENTITIES[w] for w in who]) for policy in policies]
+            clock.set((now - T0) / 1_000_000)
             for throttle in throttles:
-                throttle.at = now
                 decision = throttle.hit(checks, cost)
                 if refund and decision.admitted and cost > 0:
                     throttle.hit(checks, -cost)  # at the admitting call's time: a refund
@@ -683,20 +675,20 @@ class FakeTime:
         return self.at
 
 
-def test_memory_stays_bounded_under_a_stream_of_new_identities() -> None:
+def test_memory_stays_bounded_under_a_stream_of_new_identities(clock: Clock) -> None:
     """One request from each of 20,000 new identities, at 1,000 a second
     of the store's clock, 1/s limits. A key lives up to two seconds (its
     window and a second of slack), and the sweep takes it at most a second
     later, when its deadline's second has passed: so the keyspace holds at
     most the last three seconds' identities, never all of them."""
-    clock = FakeTime()
-    storage = Storage(EmbeddedRedis(clock))
-    throttle = Pinned(storage)
+    keyspace_clock = FakeTime()
+    storage = Storage(EmbeddedRedis(keyspace_clock))
+    throttle = Throttle(storage)
     policy = Policy((Rate(1, 1),), "s", "fixed-window")
     sizes = []
     for n in range(20_000):
-        clock.at += 0.001
-        throttle.at = T0 + n * 1_000
+        keyspace_clock.at += 0.001
+        clock.set(n / 1_000)
         assert throttle.hit([(policy, [Identity("ip", f"10.0.{n // 256}.{n % 256}")])]).admitted
         sizes.append(len(storage.client.keyspace.data))
     assert max(sizes) <= 3_000 + SWEEP, max(sizes)

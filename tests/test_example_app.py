@@ -7,9 +7,9 @@ import re
 import shlex
 
 import pytest
-from conftest import Clock
 from flask import Flask
 from flask.testing import FlaskClient
+from helpers import Clock
 
 from example_app import create_app
 from flask_redis_throttle.local import find_server_binary

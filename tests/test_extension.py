@@ -7,8 +7,8 @@ import logging
 from typing import Any
 
 import pytest
-from conftest import get, install
 from flask import Blueprint, Flask
+from helpers import get, install
 
 from flask_redis_throttle import ConfigurationError, InvalidLimit, RateLimit, limit
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import extension_records, get, install
 from flask import Flask
+from helpers import extension_records, get, install
 
 from flask_redis_throttle import RateLimit, limit
 from flask_redis_throttle.testing import RedisServer, free_port

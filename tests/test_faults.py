@@ -32,8 +32,8 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import extension_records, get, join_all
 from flask import Flask
+from helpers import extension_records, get, join_all
 
 from flask_redis_throttle import RateLimit, limit
 from flask_redis_throttle.testing import RedisServer

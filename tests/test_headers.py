@@ -6,8 +6,8 @@ import time
 from email.utils import parsedate_to_datetime
 
 import pytest
-from conftest import Clock, get, install
 from flask import Flask, jsonify
+from helpers import Clock, get, install
 
 from flask_redis_throttle import RateLimitExceeded, limit
 from flask_redis_throttle.headers import legacy_headers, retry_after_value

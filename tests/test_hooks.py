@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import get, install
 from flask import Flask, Response, jsonify
+from helpers import get, install
 
 from flask_redis_throttle import Breach, Identity, Rate, RateLimitExceeded, limit, rate_limited
 

@@ -9,9 +9,9 @@ import logging
 from typing import Any
 
 import pytest
-from conftest import get, install
 from flask import Flask, Request, request
 from flask_login import LoginManager, UserMixin
+from helpers import get, install
 from werkzeug.middleware.proxy_fix import ProxyFix
 
 from flask_redis_throttle import identity, limit

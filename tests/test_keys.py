@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import add_login, install
 from flask import Flask, Request
+from helpers import add_login, install
 from redis.crc import key_slot
 
 from flask_redis_throttle import limit

@@ -16,13 +16,14 @@ from typing import Any
 import pytest
 import redis
 import redis.cluster
-from conftest import get, join_all, limited_app
 from flask import Flask
+from helpers import get, join_all, limited_app
+from servers import RedisCluster, redis_cluster, redis_command
 
 from flask_redis_throttle import Identity, wire
 from flask_redis_throttle.rates import parse_limits
 from flask_redis_throttle.storage import Storage
-from flask_redis_throttle.testing import RedisCluster, RedisServer, redis_cluster, redis_command
+from flask_redis_throttle.testing import RedisServer
 from flask_redis_throttle.throttle import Policy
 
 pytestmark = pytest.mark.redis

@@ -29,8 +29,8 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import get, install, join_all, wait_for_gunicorn
 from flask import Flask
+from helpers import get, install, join_all, wait_for_gunicorn
 
 from flask_redis_throttle import ConfigurationError, limit, local
 from flask_redis_throttle.extension import RateLimitState

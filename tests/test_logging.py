@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import get, install
 from flask import Flask
+from helpers import get, install
 
 from flask_redis_throttle import limit, testing
 from flask_redis_throttle.extension import RateLimitState

@@ -13,10 +13,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import get, install, wait_for_gunicorn
 from flask import Flask
+from helpers import get, install, wait_for_gunicorn
 from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
+from servers import RedisCluster
 
 from flask_redis_throttle import RateLimit, limit, testing
 from flask_redis_throttle.extension import RateLimitState
@@ -127,7 +128,7 @@ def test_storage_up_follows_the_breaker(server: RedisServer) -> None:
     assert registry.get_sample_value("ratelimit_storage_up", node) == 1
 
 
-def test_a_cluster_reports_each_node(redis_cluster: testing.RedisCluster) -> None:
+def test_a_cluster_reports_each_node(redis_cluster: RedisCluster) -> None:
     registry = CollectorRegistry()
     port = redis_cluster.masters()[0].port
     app, _state = metered(f"redis+cluster://127.0.0.1:{port}/0", registry)

@@ -7,8 +7,8 @@ import sys
 from typing import Any
 
 import pytest
-from conftest import Clock, get, install
 from flask import Flask, Response, request
+from helpers import Clock, get, install
 
 from flask_redis_throttle import InvalidLimit, RateLimitExceeded, limit, refusal_log
 from flask_redis_throttle.extension import RateLimitState

@@ -12,7 +12,7 @@ import itertools
 import math
 
 import pytest
-from conftest import T0
+from helpers import T0
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from models import BUCKETS, MODELS, Counter, decide, distinct

@@ -7,8 +7,8 @@ import logging
 import sys
 
 import pytest
-from conftest import get, install
 from flask import Flask
+from helpers import get, install
 
 from flask_redis_throttle import InvalidLimit, Rate, limit, parse_limits
 from flask_redis_throttle.rates import MAX_LAYERS, MAX_LIMIT_LENGTH

@@ -10,17 +10,17 @@ from collections import Counter
 import pytest
 import redis
 import redis.cluster
-from conftest import Clock, add_login, get, install
 from flask import Flask, Response, request
+from helpers import Clock, add_login, get, install
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from servers import RedisCluster
 
 from flask_redis_throttle import ConfigurationError, RateLimitExceeded, RefusalLog, limit, refusal_log
 from flask_redis_throttle.keys import identity_tag
 from flask_redis_throttle.refusals import CLUSTER_SHARDS, MAX_VALUE_LENGTH, Attribution
 from flask_redis_throttle.scripts import STRATEGIES
 from flask_redis_throttle.storage import Storage
-from flask_redis_throttle.testing import RedisCluster
 
 
 def limited(app: Flask, spec: str = "1/m", **options: object) -> None:

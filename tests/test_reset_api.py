@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from conftest import add_login, get, install
 from flask import Flask
+from helpers import add_login, get, install
 
 from flask_redis_throttle import Identity, RateLimit, limit
 from flask_redis_throttle.testing import free_port

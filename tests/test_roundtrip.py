@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 import redis
-from conftest import add_login, get, install, join_all
 from flask import Flask
+from helpers import add_login, get, install, join_all
 
 from flask_redis_throttle import limit
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import add_login, get, install
 from flask import Flask, Request
+from helpers import add_login, get, install
 from werkzeug.middleware.proxy_fix import ProxyFix
 
 from flask_redis_throttle import ConfigurationError, limit

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 
-from conftest import get, install
 from flask import Flask
+from helpers import get, install
 
 from flask_redis_throttle import limit, refusal_log
 from flask_redis_throttle.extension import RateLimitState

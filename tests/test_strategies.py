@@ -7,8 +7,8 @@ import math
 import time
 
 import pytest
-from conftest import Clock, add_login, align_to_window, get, install
 from flask import Flask
+from helpers import Clock, add_login, align_to_window, get, install
 
 from flask_redis_throttle import ConfigurationError, InvalidLimit, limit
 from flask_redis_throttle.scripts import STRATEGIES

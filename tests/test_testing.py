@@ -1,4 +1,5 @@
-"""The test topologies of flask_redis_throttle.testing come up, answer redis-py, and survive what tests do to them."""
+"""The single server of flask_redis_throttle.testing and the topologies of
+tests/servers.py come up, answer redis-py, and survive what tests do to them."""
 
 from __future__ import annotations
 
@@ -14,21 +15,20 @@ import redis
 from redis.cluster import ClusterNode
 from redis.cluster import RedisCluster as ClusterClient
 from redis.sentinel import Sentinel
-
-from flask_redis_throttle.testing import (
+from servers import (
     RedisCluster,
     RedisReplyError,
     RedisSentinelGroup,
-    RedisServer,
     TLSProxy,
     find_redis_cli,
     make_tls_certificates,
     redis_cluster,
     redis_command,
     redis_sentinel_group,
-    redis_server,
     tls_proxy,
 )
+
+from flask_redis_throttle.testing import RedisServer, redis_server
 
 pytestmark = pytest.mark.redis
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 import redis
-from conftest import T0, Clock
+from helpers import T0, Clock
 
 from flask_redis_throttle import Identity, parse_limits
 from flask_redis_throttle.scripts import STRATEGIES

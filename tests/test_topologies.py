@@ -15,22 +15,14 @@ from typing import Any
 import pytest
 import redis
 import redis.cluster
-from conftest import add_login, evalsha_calls, extension_records, get, join_all, limited_app
 from flask import Flask
+from helpers import add_login, evalsha_calls, extension_records, get, join_all, limited_app
+from servers import RedisCluster, RedisSentinelGroup, redis_cluster, redis_command, redis_sentinel_group, tls_proxy
 
 from flask_redis_throttle import Identity, RateLimit, limit
 from flask_redis_throttle.rates import parse_limits
 from flask_redis_throttle.storage import Storage
-from flask_redis_throttle.testing import (
-    RedisCluster,
-    RedisSentinelGroup,
-    RedisServer,
-    free_port,
-    redis_cluster,
-    redis_command,
-    redis_sentinel_group,
-    tls_proxy,
-)
+from flask_redis_throttle.testing import RedisServer, free_port
 from flask_redis_throttle.throttle import Policy
 
 pytestmark = pytest.mark.redis

@@ -6,8 +6,8 @@ import json
 import time
 
 import pytest
-from conftest import Clock, add_login, align_to_window, get, install
 from flask import Flask, Request, jsonify
+from helpers import Clock, add_login, align_to_window, get, install
 
 from flask_redis_throttle import Identity, Rate, RateLimitExceeded, limit
 

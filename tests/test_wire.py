@@ -12,13 +12,14 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import evalsha_calls, get, install, join_all
 from flask import Flask
+from helpers import evalsha_calls, get, install, join_all
 from redis._parsers import _RESP2Parser
+from servers import redis_command, redis_sentinel_group, tls_proxy
 
 from flask_redis_throttle import RateLimit, limit, wire
 from flask_redis_throttle.storage import Storage
-from flask_redis_throttle.testing import RedisServer, redis_command, redis_sentinel_group, redis_server, tls_proxy
+from flask_redis_throttle.testing import RedisServer, redis_server
 
 pytestmark = pytest.mark.redis
 

@@ -1,0 +1,171 @@
+"""Helpers the tests share: building apps, sending requests, the pinned
+clock, threads and log records. The fixtures that use them are in
+``conftest.py``; tests import these by name (``from helpers import get``).
+"""
+
+from __future__ import annotations
+
+import http.client
+import logging
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+from unittest import mock
+
+import pytest
+import redis
+from flask import Flask, request
+from flask_login import LoginManager, UserMixin
+
+from flask_redis_throttle import RateLimit, limit
+from flask_redis_throttle.extension import RateLimitState
+from flask_redis_throttle.throttle import Throttle
+
+#: A second boundary in microseconds, to pin the scripts' clock at.
+T0 = 1_800_000_000 * 1_000_000
+
+
+def install(app: Flask, **config: Any) -> RateLimitState:
+    """Set config, install the extension, and return its state."""
+    app.config.update(config)
+    RateLimit(app)
+    state: RateLimitState = app.extensions["ratelimit"]
+    return state
+
+
+class Clock:
+    """The time every throttle of a test decides at, in seconds after :data:`T0`.
+
+    The :func:`clock` fixture installs one for every test, so that counts
+    never depend on where the wall clock falls: a ``1/m`` window that two
+    requests straddle on a slow machine cannot turn a 429 into a 200.
+    """
+
+    def __init__(self) -> None:
+        self.at = 0.0
+
+    def set(self, seconds: float) -> None:
+        """Move to ``seconds`` after :data:`T0` (backwards too)."""
+        self.at = seconds
+
+    def advance(self, seconds: float) -> None:
+        self.at += seconds
+
+    def micros(self) -> int:
+        return T0 + round(self.at * 1_000_000)
+
+
+@contextmanager
+def pinned_clock() -> Iterator[Clock]:
+    """Pin the scripts' clock of every :class:`Throttle` built in the block,
+    its fallback's and the CLI's included, at :data:`T0` plus :attr:`Clock.at`.
+
+    The autouse ``clock`` fixture runs every test in one; a script that
+    runs without pytest (``tests/test_cli_samples.py``) opens its own.
+    """
+    pinned = Clock()
+
+    def now(self: Throttle) -> int:
+        return pinned.micros()
+
+    with mock.patch.object(Throttle, "now", now):
+        yield pinned
+
+
+def evalsha_calls(client: redis.Redis) -> int:
+    """How many EVALSHA calls ``client``'s server has run since its stats were reset."""
+    return int(client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+def align_to_window(period: float, within: float = 0.05) -> float:
+    """Sleep until the wall clock, which is Redis's clock on this machine, is
+    at most ``within`` seconds past the start of a ``period``-second window,
+    and return how far past it is. A sleep that a loaded machine stretches
+    past ``within`` is tried again, so a real-clock test always starts with
+    ``period - within`` seconds of its window ahead of it.
+    """
+    while True:
+        into = time.time() % period
+        if into <= within:
+            return into
+        time.sleep(period - into + within / 4)
+
+
+def join_all(threads: Sequence[threading.Thread], deadline: float, what: str) -> None:
+    """Join ``threads``, failing with a message if any is still running
+    ``deadline`` seconds from now, long before the suite's timeout."""
+    end = time.monotonic() + deadline
+    for thread in threads:
+        thread.join(max(0.0, end - time.monotonic()))
+    stuck = [thread.name for thread in threads if thread.is_alive()]
+    if stuck:
+        pytest.fail(f"{what}: {len(stuck)} thread(s) still running after {deadline} s: {', '.join(stuck)}")
+
+
+class User(UserMixin):
+    def __init__(self, user_id: str) -> None:
+        self.id = user_id
+
+
+def wait_for_gunicorn(port: int, process: subprocess.Popen[bytes], path: str = "/", timeout: float = 30.0) -> None:
+    """Wait until the gunicorn started as ``process`` answers ``GET path`` on ``port``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, "gunicorn exited"
+        try:
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            connection.request("GET", path)
+            connection.getresponse().read()
+            connection.close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError(f"gunicorn did not answer on port {port} within {timeout} s")
+
+
+def limited_app(url: str, spec: str, **config: Any) -> Flask:
+    """An app on ``url`` limiting ``/`` to ``spec`` per IP and per user
+    (``X-User``), with no block cache, so that every request reaches Redis."""
+    app = Flask("tests")
+    app.config.update(TESTING=True, RATELIMIT_STORAGE_URL=url, RATELIMIT_BLOCK_CACHE_SIZE=0)
+    add_login(app)
+
+    @app.get("/")
+    @limit(spec)
+    def index() -> str:
+        return "ok"
+
+    install(app, **config)
+    return app
+
+
+def add_login(app: Flask) -> None:
+    """Flask-Login, with the user taken from an ``X-User`` header, so tests
+    can be anyone from any IP without a session."""
+    manager = LoginManager(app)
+
+    @manager.request_loader
+    def load(req: Any) -> User | None:
+        name = request.headers.get("X-User")
+        return User(name) if name else None
+
+
+def get(client: Any, path: str = "/", ip: str = "192.0.2.1", user: str | None = None, **kwargs: Any) -> Any:
+    """GET ``path`` from ``ip``, logged in as ``user`` if given."""
+    headers = dict(kwargs.pop("headers", {}))
+    if user is not None:
+        headers["X-User"] = user
+    return client.get(path, environ_base={"REMOTE_ADDR": ip}, headers=headers, **kwargs)
+
+
+Statuses = Callable[..., list[int]]
+
+
+def extension_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    """The records of the extension's own logger: its per-request warnings,
+    without the circuit breakers' opening and closing, which go to
+    ``flask_redis_throttle.breaker`` and are checked in test_logging.py."""
+    return [r for r in caplog.records if r.name != "flask_redis_throttle.breaker"]
