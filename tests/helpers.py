@@ -75,6 +75,19 @@ def pinned_clock() -> Iterator[Clock]:
         yield pinned
 
 
+class FakeMonotonic:
+    """A monotonic clock the test moves (``clock.now += 5.0``), for a
+    circuit breaker's back-off and the warnings' interval, so that no
+    assertion depends on how fast the machine runs. Not the scripts' clock:
+    that is :class:`Clock`."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def evalsha_calls(client: redis.Redis) -> int:
     """How many EVALSHA calls ``client``'s server has run since its stats were reset."""
     return int(client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 from flask import Flask
-from helpers import extension_records, get, install
+from helpers import FakeMonotonic, extension_records, get, install
 
 from flask_redis_throttle import ConfigurationError, limit
 from flask_redis_throttle.breaker import CircuitBreaker
@@ -18,16 +18,8 @@ from flask_redis_throttle.extension import RateLimitState
 from flask_redis_throttle.testing import RedisServer
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_breaker_opens_after_threshold_failures_in_a_row() -> None:
-    clock = FakeClock()
+    clock = FakeMonotonic()
     breaker = CircuitBreaker(threshold=3, backoff=2.0, max_backoff=5.0, clock=clock)
     breaker.failure()
     breaker.failure()
@@ -45,7 +37,7 @@ def test_breaker_opens_after_threshold_failures_in_a_row() -> None:
 
 
 def test_after_the_backoff_one_probe_goes_and_its_outcome_decides() -> None:
-    clock = FakeClock()
+    clock = FakeMonotonic()
     breaker = CircuitBreaker(threshold=1, backoff=2.0, max_backoff=5.0, clock=clock)
     breaker.failure()
     clock.now += 2.0
@@ -70,7 +62,7 @@ def test_after_the_backoff_one_probe_goes_and_its_outcome_decides() -> None:
 def test_an_abandoned_probe_lets_the_next_request_probe() -> None:
     """On a cluster a request may be let through by one node's breaker, as
     its probe, and held back by another's: the probe is given back."""
-    clock = FakeClock()
+    clock = FakeMonotonic()
     breaker = CircuitBreaker(threshold=1, backoff=2.0, max_backoff=5.0, clock=clock)
     breaker.failure()
     clock.now += 2.0
@@ -84,7 +76,7 @@ def test_an_abandoned_probe_lets_the_next_request_probe() -> None:
 
 
 def test_a_breaker_like_another_starts_closed_with_its_settings() -> None:
-    clock = FakeClock()
+    clock = FakeMonotonic()
     breaker = CircuitBreaker(threshold=2, backoff=3.0, max_backoff=9.0, clock=clock)
     breaker.failure()
     breaker.failure()
@@ -153,7 +145,7 @@ def test_after_the_backoff_a_probe_reaches_redis(stalled_url: str) -> None:
     app, state = stalled_app(stalled_url, RATELIMIT_BREAKER_THRESHOLD=1, RATELIMIT_BREAKER_BACKOFF=5.0)
     assert state.throttle is not None
     assert state.throttle.breaker is not None
-    clock = FakeClock()
+    clock = FakeMonotonic()
     state.throttle.breaker.clock = clock
     calls = counting_calls(state)
     client = app.test_client()

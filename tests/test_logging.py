@@ -16,25 +16,13 @@ from pathlib import Path
 
 import pytest
 from flask import Flask
-from helpers import get, install
+from helpers import FakeMonotonic, get, install
 
 from flask_redis_throttle import limit, testing
 from flask_redis_throttle.extension import RateLimitState
 from flask_redis_throttle.testing import RedisServer, free_port
 
 pytestmark = pytest.mark.redis
-
-
-class FakeMonotonic:
-    """A monotonic clock the test moves, for the breaker's back-off and the
-    warnings' interval, so that no assertion depends on how fast the
-    machine runs."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
