@@ -191,17 +191,25 @@ def test_an_exempt_blueprint_keeps_its_own_limits_and_those_below(app: Flask, st
     assert statuses(client, 3, "/outer/loud/l") == [200, 200, 429]
 
 
-def test_static_files_are_never_limited(tmp_path: Any) -> None:
+@pytest.mark.parametrize("mode", ["replace", "add"])
+def test_static_files_are_never_limited(tmp_path: Any, mode: str) -> None:
+    """Not by the default, nor by a blueprint's limit: the app's static
+    files, a plain blueprint's and a limited blueprint's."""
     (tmp_path / "a.txt").write_text("a")
-    app = Flask("tests")
+    app = Flask("tests", static_folder=str(tmp_path), static_url_path="/static")
+    plain = Blueprint("bp", __name__, static_folder=str(tmp_path), static_url_path="/static")
+    app.register_blueprint(plain, url_prefix="/bp")
     assets = Blueprint("assets", __name__, static_folder=str(tmp_path), static_url_path="/static")
     limit("1/m")(assets)
     app.register_blueprint(assets, url_prefix="/assets")
-    state = install(app, RATELIMIT_DEFAULT="1/m", RATELIMIT_DEFAULT_MODE="add")
+    state = install(app, RATELIMIT_DEFAULT="1/m", RATELIMIT_DEFAULT_MODE=mode)
     client = app.test_client()
-    for _ in range(3):
-        with client.get("/assets/static/a.txt") as response:
-            assert response.status_code == 200
+    for path in ("/static/a.txt", "/bp/static/a.txt", "/assets/static/a.txt"):
+        for _ in range(3):
+            with client.get(path) as response:
+                assert response.status_code == 200
+    assert state.plan("static") is None
+    assert state.plan("bp.static") is None
     assert state.plan("assets.static") is None
 
 
@@ -526,12 +534,37 @@ def test_the_default_stays_only_if_no_limit_overrides_it(app: Flask, statuses) -
         {"exempt_when": "never"},
         {"on_breach": "log"},
         {"shadow": "yes"},
+        {"scope": ""},
+        {"scope": 5},
+        {"identities": "ip"},
+        {"identities": []},
+        {"identities": ["ip", "mac-address"]},
+        {"strategy": "leaky"},
+        {"strategy": ["gcra"]},
+        {"penalty": ""},
+        {"penalty": "1 fortnight"},
+        {"penalty": "0s"},
+        {"penalty": "1m;x0"},
+        {"penalty": "1m;x1001"},
+        {"penalty": "1m;x1.5"},
+        {"penalty": "1m;x2;max=30s"},
+        {"penalty": "1m;y2"},
+        {"penalty": "1m;x2;max=400d"},
+        {"penalty": "400d"},
+        {"penalty": 5},
     ],
 )
 def test_bad_options_raise_when_decorating(options: dict[str, Any]) -> None:
+    """Every option of :func:`limit` is checked when the decorator runs, and
+    the error quotes the bad value."""
     with pytest.raises(InvalidLimit) as info:
         limit("10/s;100/m", **options)
     assert repr(next(iter(options.values()))) in str(info.value)
+
+
+def test_unknown_limit_options_raise_when_decorating() -> None:
+    with pytest.raises(TypeError):
+        limit("1/s", error_message="slow down")  # type: ignore[call-arg]
 
 
 def test_limit_and_exempt_refuse_what_they_cannot_apply_to() -> None:

@@ -38,10 +38,16 @@ def test_async_views_take_limits_of_every_kind(app: Flask, statuses) -> None:
     async def health() -> str:
         return "ok"
 
+    @app.get("/")
+    @limit("1/m")
+    async def index() -> str:
+        return "ok"
+
     limit("10/m", scope="api")(api)
     app.register_blueprint(api, url_prefix="/api")
     install(app)
     client = app.test_client()
+    assert statuses(client, 2, "/") == [200, 429]
     assert statuses(client, 2, "/api/items?n=3") == [200, 429]
     assert statuses(client, 2, "/api/found?status=404") == [404, 404]
     assert statuses(client, 2, "/api/found") == [200, 429]

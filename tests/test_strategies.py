@@ -10,7 +10,7 @@ import pytest
 from flask import Flask
 from helpers import Clock, add_login, align_to_window, get, install
 
-from flask_redis_throttle import ConfigurationError, InvalidLimit, limit
+from flask_redis_throttle import ConfigurationError, limit
 from flask_redis_throttle.scripts import STRATEGIES
 
 # "2/10s", requests at these seconds: each strategy's answer, as
@@ -119,11 +119,8 @@ def test_limits_with_different_strategies_share_one_round_trip(app: Flask, clock
     assert get(client).headers["RateLimit-Policy"] == '"10s";q=2;w=10, "1m";q=3;w=60'
 
 
-def test_unknown_strategies_are_refused_early(app: Flask) -> None:
-    with pytest.raises(InvalidLimit, match="leaky"):
-        limit("1/s", strategy="leaky")
-    with pytest.raises(InvalidLimit):
-        limit("1/s", strategy=["gcra"])  # type: ignore[arg-type]
+def test_an_unknown_default_strategy_is_refused_at_init_app(app: Flask) -> None:
+    # An unknown strategy= of a limit is refused when decorating: test_applying.py.
     with pytest.raises(ConfigurationError, match="RATELIMIT_STRATEGY"):
         install(app, RATELIMIT_STRATEGY="token-bucket")
 
