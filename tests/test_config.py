@@ -113,7 +113,10 @@ def test_bad_storage_urls_raise_at_init_app(url: str, bad: str) -> None:
 def test_good_storage_urls_and_options_pass(url: str, options: dict[str, Any]) -> None:
     app = make_app(RATELIMIT_STORAGE_URL=url, RATELIMIT_STORAGE_OPTIONS=options, RATELIMIT_ENABLED=True)
     RateLimit(app)
-    app.extensions["ratelimit"].throttle.storage.close()
+    state = app.extensions["ratelimit"]
+    assert state.settings.storage_url == url
+    assert state.throttle is not None  # built, though nothing is sent to Redis yet
+    state.throttle.storage.close()
 
 
 SCHEME_URLS = [
@@ -244,6 +247,12 @@ def test_largest_bounds_pass() -> None:
         RATELIMIT_ENABLED=False,
     )
     RateLimit(app)
+    settings = app.extensions["ratelimit"].settings
+    assert (settings.refusal_log_size, settings.breaker_backoff, settings.breaker_max_backoff) == (
+        1_000_000,
+        86_400,
+        86_400.0,
+    )
 
 
 def warnings_at_init(caplog: pytest.LogCaptureFixture, **config: Any) -> list[str]:

@@ -194,7 +194,7 @@ def test_the_docs_have_examples() -> None:
 
 @pytest.mark.parametrize("example", PYTHON, ids=lambda example: example.id)
 def test_every_python_example_compiles(example: Example) -> None:
-    compile(example.source, example.id, "exec")
+    assert compile(example.source, example.id, "exec").co_filename == example.id
 
 
 @pytest.mark.parametrize("example", PYTHON, ids=lambda example: example.id)
@@ -213,6 +213,8 @@ def test_every_python_example_runs(example: Example, monkeypatch: pytest.MonkeyP
         app = finish(names)
     finally:
         disconnect_receivers(names)
+    # The example ran to its end, and its app is the one the extension is installed on.
+    assert app.extensions["ratelimit"].app is app
     close(app)
 
 

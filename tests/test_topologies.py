@@ -261,7 +261,7 @@ def test_tls_with_the_ca_limits_and_without_it_fails_open(redis_server: RedisSer
 def test_a_storage_closes_cleanly(cluster: RedisCluster) -> None:
     storage = Storage.from_url(cluster.url)
     storage.close()  # never used: nothing was built, nothing to close
-    storage.client.ping()
+    assert storage.client.ping()  # and it still works after that
     storage.close()
 
 
