@@ -1,4 +1,10 @@
-"""When Redis is away, flushed or restarted: never a 500, never a hang."""
+"""The failure policy: what a request gets when Redis is away, flushed or
+restarted, or the storage path fails unexpectedly (RATELIMIT_FAIL_OPEN, the
+rare warning, 503 with Retry-After): never a 500, never a hang.
+
+One request at a time; ``test_server_faults.py`` breaks a server while
+threads send requests.
+"""
 
 from __future__ import annotations
 

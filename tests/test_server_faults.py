@@ -14,7 +14,7 @@ often Redis was called, so that they hold with or without a circuit breaker
 in front of Redis: :func:`wait_until_decided` waits for the first decided
 request, however long a breaker keeps Redis out of the loop.
 
-``tests/test_failures.py`` has the plain cases: refused connections, one
+``tests/test_failure_policy.py`` has the plain cases: refused connections, one
 ``SCRIPT FLUSH`` and a restart, without concurrent traffic.
 """
 
