@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import redis
 from flask import Flask
-from helpers import get, install
+from helpers import get
 
 from flask_redis_throttle import ConfigurationError, RateLimit, limit
 from flask_redis_throttle.clients import LazyClient, client_from_url
@@ -106,10 +106,3 @@ def test_an_apps_own_client_can_be_handed_over(redis_server: RedisServer, late: 
     assert [get(web).status_code for _ in range(3)] == [200, 200, 429]
     assert any(key.startswith(b"rl:{ip:") for key in client.scan_iter())
     client.close()
-
-
-def test_install_helper_still_works_without_a_client() -> None:
-    app = Flask("tests")
-    state = install(app)
-    assert state.throttle is not None
-    assert state.throttle.storage.url == "memory://"

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from flask import Flask
-from helpers import get, install
+from helpers import get
 
 from flask_redis_throttle import ConfigurationError, RateLimit, limit
 
@@ -43,6 +43,7 @@ def test_app_factory_one_instance_serves_many_apps() -> None:
     ratelimit.init_app(first)
     ratelimit.init_app(second)
     assert first.extensions["ratelimit"] is not second.extensions["ratelimit"]
+    assert first.extensions["ratelimit"].settings.key_prefix == "one:"
     assert not hasattr(ratelimit, "app")
     one, two = first.test_client(), second.test_client()
     assert get(one, "/limited").status_code == 200
@@ -64,6 +65,9 @@ def test_defaults_are_filled_in_config() -> None:
     app = make_app()
     RateLimit(app)
     assert app.config["RATELIMIT_STORAGE_URL"] == "memory://"
+    state = app.extensions["ratelimit"]
+    assert state.throttle is not None
+    assert state.throttle.storage.url == "memory://"
     assert app.config["RATELIMIT_ENABLED"] is True
     assert app.config["RATELIMIT_IDENTITIES"] == ("ip", "user")
 
@@ -194,8 +198,3 @@ def test_a_wrapper_does_not_leak_limits_to_the_view_it_wraps() -> None:
     wrapped = limit("1/m")(functools.wraps(plain)(lambda: plain()))
     assert not hasattr(plain, "__ratelimits__")
     assert len(wrapped.__ratelimits__) == 1
-
-
-def test_install_helper_returns_state(app: Flask) -> None:
-    state = install(app, RATELIMIT_KEY_PREFIX="x:")
-    assert state.settings.key_prefix == "x:"
