@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import redis
 from flask import Flask
-from helpers import get, install
+from helpers import FakeMonotonic, get, install
 
 from flask_redis_throttle import ConfigurationError, RateLimit, limit, refusal_log, testing
 from flask_redis_throttle.breaker import CircuitBreaker
@@ -231,11 +231,11 @@ def test_the_refusal_log_keeps_its_largest_size(app: Flask) -> None:
 
 
 def test_the_breaker_probes_again_after_its_longest_backoff() -> None:
-    now = [0.0]
-    breaker = CircuitBreaker(threshold=1, backoff=86_400, max_backoff=86_400, clock=lambda: now[0])
+    clock = FakeMonotonic()
+    breaker = CircuitBreaker(threshold=1, backoff=86_400, max_backoff=86_400, clock=clock)
     breaker.failure()
     assert not breaker.allow()
-    now[0] = 86_400.0
+    clock.now += 86_400.0
     assert breaker.allow()  # the probe
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from flask import Flask
-from helpers import get, install, wait_for_gunicorn
+from helpers import FakeMonotonic, get, install, wait_for_gunicorn
 from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 from servers import RedisCluster
@@ -111,8 +111,8 @@ def test_storage_up_follows_the_breaker(server: RedisServer) -> None:
     app, state = metered(server.url, registry, RATELIMIT_BREAKER_THRESHOLD=2, RATELIMIT_BREAKER_BACKOFF=5.0)
     assert state.throttle is not None
     assert state.throttle.breaker is not None
-    now = [0.0]
-    state.throttle.breaker.clock = lambda: now[0]
+    clock = FakeMonotonic()
+    state.throttle.breaker.clock = clock
     node = {"node": server.url}
     # Up from the start, before any request.
     assert registry.get_sample_value("ratelimit_storage_up", node) == 1
@@ -123,7 +123,7 @@ def test_storage_up_follows_the_breaker(server: RedisServer) -> None:
     get(client)
     assert registry.get_sample_value("ratelimit_storage_up", node) == 0
     server.start()
-    now[0] += 5.0
+    clock.now += 5.0
     assert get(client).status_code == 200
     assert registry.get_sample_value("ratelimit_storage_up", node) == 1
 
