@@ -39,9 +39,10 @@ def install(app: Flask, **config: Any) -> RateLimitState:
 class Clock:
     """The time every throttle of a test decides at, in seconds after :data:`T0`.
 
-    The :func:`clock` fixture installs one for every test, so that counts
-    never depend on where the wall clock falls: a ``1/m`` window that two
-    requests straddle on a slow machine cannot turn a 429 into a 200.
+    The autouse ``clock`` fixture installs one for every test, through
+    :func:`pinned_clock`, so that counts never depend on where the wall
+    clock falls: a ``1/m`` window that two requests straddle on a slow
+    machine cannot turn a 429 into a 200.
     """
 
     def __init__(self) -> None:
