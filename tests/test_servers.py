@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 import redis
@@ -28,6 +31,7 @@ from servers import (
     tls_proxy,
 )
 
+from flask_redis_throttle import testing
 from flask_redis_throttle.testing import RedisServer, redis_server
 
 pytestmark = pytest.mark.redis
@@ -270,3 +274,20 @@ def test_sentinel_group_attributes_before_start() -> None:
         assert group.master.port != group.replica.port
     finally:
         group.close()
+
+
+def test_the_package_keeps_only_the_single_server() -> None:
+    """The launchers only this repository's tests use are not in the
+    package, nor are names that clash with redis-py's."""
+    assert set(testing.__all__) == {"RedisServer", "find_redis_server", "free_port", "redis_server", "server_version"}
+    for name in ("RedisCluster", "Reply", "redis_cluster", "redis_sentinel_group", "tls_proxy", "redis_command"):
+        assert not hasattr(testing, name), name
+
+
+def test_the_launchers_import_from_the_repository_root() -> None:
+    """The benchmarks import them as ``tests.servers``: servers.py imports
+    nothing by a name that only ``tests/`` on ``sys.path`` would find."""
+    code = "import tests.servers as servers; print(servers.redis_cluster.__name__)"
+    root = Path(__file__).resolve().parent.parent
+    result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=False)
+    assert (result.returncode, result.stdout.strip()) == (0, "redis_cluster"), result.stderr
