@@ -1,5 +1,6 @@
 """Storage URLs and client hand-over: every scheme builds the right client,
-nothing is sent to Redis at start-up, and bad URLs fail at init_app."""
+and nothing is sent to Redis at start-up. Bad URLs and options, which fail
+at init_app, are in test_config.py."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import redis
 from flask import Flask
 from helpers import get
 
-from flask_redis_throttle import ConfigurationError, RateLimit, limit
+from flask_redis_throttle import RateLimit, limit
 from flask_redis_throttle.clients import LazyClient, client_from_url
 from flask_redis_throttle.storage import Storage
 from flask_redis_throttle.testing import RedisServer, free_port
@@ -38,45 +39,6 @@ def test_sentinel_url_names_the_service_and_database() -> None:
     # The sentinels get the short timeouts too.
     sentinel = pool.sentinel_manager.sentinels[0]
     assert sentinel.connection_pool.connection_kwargs["socket_timeout"] == 0.2
-
-
-@pytest.mark.parametrize(
-    "url",
-    [
-        "redis+cluster://127.0.0.1",
-        "redis+cluster://127.0.0.1:7000,:7001",
-        "redis+cluster://127.0.0.1:7000/3",
-        "redis+sentinel://127.0.0.1:26379",
-        "redis+sentinel://127.0.0.1:26379/mymaster/notadb",
-        "redis+sentinel://127.0.0.1:x/mymaster",
-        "mongodb://localhost",
-    ],
-)
-def test_malformed_urls_raise_at_init_app(url: str) -> None:
-    app = Flask("tests")
-    app.config["RATELIMIT_STORAGE_URL"] = url
-    with pytest.raises(ConfigurationError, match="RATELIMIT_STORAGE_URL"):
-        RateLimit(app)
-
-
-@pytest.mark.parametrize(
-    ("url", "options", "accepted"),
-    [
-        ("redis+cluster://127.0.0.1:7000", {"read_from_replicas": True}, True),
-        ("redis://127.0.0.1:6379/0", {"read_from_replicas": True}, False),
-        ("redis+sentinel://127.0.0.1:26379/m", {"sentinel_kwargs": {"password": "x"}}, True),
-        ("redis://127.0.0.1:6379/0", {"sentinel_kwargs": {}}, False),
-        ("rediss://127.0.0.1:6379/0", {"ssl_ca_certs": "/ca.pem"}, True),
-    ],
-)
-def test_options_are_those_of_the_schemes_client(url: str, options: dict[str, object], accepted: bool) -> None:
-    app = Flask("tests")
-    app.config.update(RATELIMIT_STORAGE_URL=url, RATELIMIT_STORAGE_OPTIONS=options)
-    if accepted:
-        RateLimit(app)
-    else:
-        with pytest.raises(ConfigurationError, match="RATELIMIT_STORAGE_OPTIONS"):
-            RateLimit(app)
 
 
 def test_a_cluster_client_handed_over_is_known_as_one() -> None:

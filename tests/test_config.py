@@ -80,6 +80,13 @@ BAD_URLS = [
     ("memory:///abc", "abc"),
     ("memory:///1", "1"),
     ("memory://dev/0", "/0"),
+    ("redis+cluster://127.0.0.1", "'127.0.0.1' is not host:port"),
+    ("redis+cluster://127.0.0.1:7000,:7001", "':7001' is not host:port"),
+    ("redis+cluster://127.0.0.1:7000/3", "'3'"),
+    ("redis+sentinel://127.0.0.1:26379", "must name the service"),
+    ("redis+sentinel://127.0.0.1:26379/mymaster/notadb", "notadb"),
+    ("redis+sentinel://127.0.0.1:x/mymaster", "'127.0.0.1:x' is not host:port"),
+    ("mongodb://localhost", "mongodb://localhost"),
 ]
 
 
@@ -87,6 +94,7 @@ BAD_URLS = [
 def test_bad_storage_urls_raise_at_init_app(url: str, bad: str) -> None:
     error = refused(RATELIMIT_STORAGE_URL=url)
     assert error.key == "RATELIMIT_STORAGE_URL"
+    assert "RATELIMIT_STORAGE_URL" in str(error)
     assert bad in str(error)
 
 
@@ -106,6 +114,8 @@ def test_bad_storage_urls_raise_at_init_app(url: str, bad: str) -> None:
         ("unix:///run/redis.sock?db=3", {"socket_timeout": None}),
         ("redis+cluster://127.0.0.1:7000,127.0.0.1:7001/0", {"socket_timeout": 0.2}),
         ("redis+cluster://127.0.0.1:7000", {"read_from_replicas": True}),
+        ("redis+sentinel://127.0.0.1:26379/m", {"sentinel_kwargs": {"password": "x"}}),
+        ("rediss://127.0.0.1:6379/0", {"ssl_ca_certs": "/ca.pem"}),
         ("redis+sentinel://127.0.0.1:26379/mymaster/15", {"sentinel_kwargs": {"socket_timeout": 0.1}}),
         ("redis+sentinel://127.0.0.1:26379/mymaster", {"min_other_sentinels": 1}),
     ],
@@ -151,6 +161,15 @@ def test_bad_storage_option_values_raise_at_init_app(url: str, options: dict[str
     assert error.key == "RATELIMIT_STORAGE_OPTIONS"
     assert f"{bad}" in str(error)
     assert repr(options[bad]) in str(error)
+
+
+@pytest.mark.parametrize("option", [{"read_from_replicas": True}, {"sentinel_kwargs": {}}])
+def test_options_of_another_schemes_client_raise_at_init_app(option: dict[str, Any]) -> None:
+    # read_from_replicas is a cluster client's, sentinel_kwargs a sentinel's.
+    error = refused(RATELIMIT_STORAGE_URL="redis://127.0.0.1:6379/0", RATELIMIT_STORAGE_OPTIONS=option)
+    assert error.key == "RATELIMIT_STORAGE_OPTIONS"
+    assert "RATELIMIT_STORAGE_OPTIONS" in str(error)
+    assert f"unknown: {next(iter(option))}" in str(error)
 
 
 @pytest.mark.parametrize(
