@@ -45,6 +45,55 @@ def refused(**config: Any) -> ConfigurationError:
     return info.value
 
 
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("RATELIMIT_ENABLED", "yes"),
+        ("RATELIMIT_HEADERS_ENABLED", 1),
+        ("RATELIMIT_FAIL_OPEN", None),
+        ("RATELIMIT_STORAGE_URL", "mongodb://localhost"),
+        ("RATELIMIT_STORAGE_URL", "localhost:6379"),
+        ("RATELIMIT_STORAGE_URL", 6379),
+        ("RATELIMIT_STORAGE_URL", "redis://localhost:notaport"),
+        ("RATELIMIT_STORAGE_OPTIONS", "socket_timeout=1"),
+        ("RATELIMIT_STORAGE_OPTIONS", {"socket_timout": 1}),
+        ("RATELIMIT_KEY_PREFIX", "app{1}:"),
+        ("RATELIMIT_KEY_PREFIX", 5),
+        ("RATELIMIT_DEFAULT", "10 per fortnight"),
+        ("RATELIMIT_DEFAULT", ""),
+        ("RATELIMIT_IDENTITIES", "ip"),
+        ("RATELIMIT_IDENTITIES", []),
+        ("RATELIMIT_IDENTITIES", ["ip", "email"]),
+        ("RATELIMIT_IPV6_PREFIX", 129),
+        ("RATELIMIT_IPV6_PREFIX", True),
+        ("RATELIMIT_KEY_SECRET", ""),
+        ("RATELIMIT_KEY_SECRET", 42),
+        ("RATELIMIT_DEFAULT", 10),
+        ("RATELIMIT_DEFAULT_MODE", "merge"),
+        ("RATELIMIT_APPLICATION", "1/m;2/m"),
+        ("RATELIMIT_DEFAULT_MODE", None),
+        ("RATELIMIT_HEADERS_LEGACY", "yes"),
+        ("RATELIMIT_RETRY_AFTER", "date"),
+        ("RATELIMIT_RETRY_AFTER", 1),
+        ("RATELIMIT_SHADOW", 1),
+        ("RATELIMIT_ON_BREACH", "log"),
+        ("RATELIMIT_BREAKER_THRESHOLD", -1),
+        ("RATELIMIT_BREAKER_THRESHOLD", 1.5),
+        ("RATELIMIT_BREAKER_BACKOFF", 0),
+        ("RATELIMIT_BREAKER_BACKOFF", "1s"),
+        ("RATELIMIT_BREAKER_MAX_BACKOFF", 0.5),
+        ("RATELIMIT_FALLBACK", "memory"),
+        *(("RATELIMIT_BLOCK_CACHE_SIZE", size) for size in (-1, "100", 1.5, True, None)),
+        *(("RATELIMIT_REFUSAL_LOG_SIZE", size) for size in (-1, "10", 2.5, True, None)),
+    ],
+)
+def test_bad_settings_raise_at_init_app(key: str, value: object) -> None:
+    error = refused(**{key: value})  # which checks that nothing was installed
+    assert error.key == key
+    assert key in str(error)
+    assert repr(value)[:40] in str(error)
+
+
 # Every scheme: a query parameter the client does not take, a bad value of
 # one it takes, and a path or database that is not a database number.
 BAD_URLS = [
