@@ -40,7 +40,7 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import e2e
 import memory as memory_bench
@@ -83,8 +83,6 @@ from flask_redis_throttle.keys import identity_tag
 from flask_redis_throttle.rates import parse_limits
 from flask_redis_throttle.testing import find_redis_server, redis_cluster, redis_server
 from flask_redis_throttle.throttle import Policy
-
-SECTIONS = ("admitted", "growth", "flood", "memory", "e2e", "local", "cluster", "embedded")
 
 
 def tenant_key(req: Any) -> str:
@@ -194,9 +192,15 @@ def times(value: float | None, digits: int = 2) -> str:
     return f"{value:.{digits}f}x" if value else ""
 
 
-def target_cell(name: str, value: float | None) -> str:
-    """The target column of :data:`harness.TARGETS`' ``name``, for ``value``."""
-    return TARGETS[name].cell(value or 0.0)
+#: A target a section checks: the row that shows its verdict (or ""), the
+#: target's name in :data:`harness.TARGETS`, the figure, and words for it
+#: when the target is checked on several pairs.
+Check = tuple[str, str, float, "str | None"]
+
+
+def target_cells(checks: Sequence[Check]) -> dict[str, str]:
+    """The target column of each row that shows a verdict: ``<=1.8x PING MET``."""
+    return {row: TARGETS[name].cell(value) for row, name, value, _what in checks}
 
 
 def plural(n: int, noun: str) -> str:
@@ -229,18 +233,29 @@ def admitted(url: str, admin: redis.Redis, s: Settings) -> dict[str, Any]:
     return {"results": results, "parsers": parsers}
 
 
-def admitted_rows(section: Mapping[str, Any]) -> list[Row]:
+def admitted_checks(section: Mapping[str, Any]) -> list[Check]:
+    results = section["results"]
+    found: list[Check] = [
+        (f"ours-{st}", f"ours-{st}", results[f"ours-{st}"]["added_pings"], None) for st in OUR_STRATEGIES
+    ]
+    for strategy, like in LIKE_FOR_LIKE.items():
+        what = f"Flask-Limiter {strategy}'s added time / ours {like}'s"
+        found.append((f"fl-{strategy}", "flask-limiter-ratio", results[f"fl-{strategy}"]["vs_ours"] or 0.0, what))
+    for strategy, like in LIKE_FOR_LIKE.items():
+        ours, theirs = results[f"ours-{like}"], results[f"fl-{strategy}"]
+        value = ratio(ours["server_us_per_request"], theirs["server_us_per_request"]) or 0.0
+        found.append(("", "redis-cpu", value, f"Redis time per decision: ours {like} / Flask-Limiter {strategy}"))
+    return found
+
+
+def admitted_rows(section: Mapping[str, Any], s: Settings, cells: Mapping[str, str]) -> list[Row]:
     results = section["results"]
     rows = [[f"1-3. Admitted, 3 layers x 2 identities ({SPEC}); ratio = Flask-Limiter / ours, like for like"]]
     ping = results["ping"]
     rows.append(row(ping["label"], fmt(ping["per_call_us"]), f"{ping['added_pings']:.2f}x", counts=ping))
     for name, r in results.items():
-        if name in TARGETS:
-            rows.append(timed_row(r, target=target_cell(name, r["added_pings"])))
-        elif name.startswith("fl-"):
-            rows.append(timed_row(r, times(r["vs_ours"], 1), target_cell("flask-limiter-ratio", r["vs_ours"])))
-        elif name not in ("ping", "bare"):
-            rows.append(timed_row(r))
+        if name not in ("ping", "bare"):
+            rows.append(timed_row(r, times(r.get("vs_ours"), 1), cells.get(name, "")))
     return rows
 
 
@@ -281,14 +296,16 @@ def growth(url: str, admin: redis.Redis, s: Settings) -> dict[str, Any]:
     return {"results": results}
 
 
-def growth_rows(section: Mapping[str, Any]) -> list[Row]:
+def growth_checks(section: Mapping[str, Any]) -> list[Check]:
+    return [(row, name, section["results"][row]["added_pings"], None) for row, name in GROWTH_TARGETS.items()]
+
+
+def growth_rows(section: Mapping[str, Any], s: Settings, cells: Mapping[str, str]) -> list[Row]:
     title = "4. How our cost grows; ratio = added us / the 1 x 1 row's (many clients: / the one-client 3 x 2 row's)"
     rows = [[title]]
     for name, r in section["results"].items():
         if name not in ("ping", "bare"):
-            vs = times(r.get("vs_base")) if name != r.get("base") else ""
-            target = target_cell(GROWTH_TARGETS[name], r["added_pings"]) if name in GROWTH_TARGETS else ""
-            rows.append(timed_row(r, vs, target))
+            rows.append(timed_row(r, times(r.get("vs_base")) if name != r.get("base") else "", cells.get(name, "")))
     return rows
 
 
@@ -317,13 +334,16 @@ def flood(url: str, admin: redis.Redis, s: Settings) -> dict[str, Any]:
     return {"results": results, "cache_supported": CACHE_SETTING in our_config.DEFAULTS, "cache_default": default}
 
 
-def flood_rows(section: Mapping[str, Any]) -> list[Row]:
+def flood_checks(section: Mapping[str, Any]) -> list[Check]:
+    return [("cache-default", "flood-commands", section["results"]["cache-default"]["client_commands"], None)]
+
+
+def flood_rows(section: Mapping[str, Any], s: Settings, cells: Mapping[str, str]) -> list[Row]:
     title = f"5. Flood: one client over {FLOOD_SPEC} (2 identities), per refused request; ratio = added us / cache off"
     rows = [[title]]
     for name, r in section["results"].items():
         if name not in ("ping", "bare"):
-            target = target_cell("flood-commands", r["client_commands"]) if name == "cache-default" else ""
-            rows.append(timed_row(r, times(r["vs_cache_off"]) if name != "cache-off" else "", target))
+            rows.append(timed_row(r, times(r["vs_cache_off"]) if name != "cache-off" else "", cells.get(name, "")))
     return rows
 
 
@@ -361,26 +381,31 @@ def memory(url: str, admin: redis.Redis, s: Settings) -> dict[str, Any]:
             "usage": usage}  # fmt: skip
 
 
-def memory_rows(section: Mapping[str, Any]) -> list[Row]:
+def memory_checks(section: Mapping[str, Any]) -> list[Check]:
+    found: list[Check] = [("ours", "memory-per-client", section["ratio"], None)]
+    for strategy, used in section.get("usage", {}).items():
+        found.append((strategy, USAGE_TARGETS[strategy], used, f"MEMORY USAGE per identity, {strategy}, 3 layers"))
+    return found
+
+
+def memory_rows(section: Mapping[str, Any], s: Settings, cells: Mapping[str, str]) -> list[Row]:
     title = (
         f"6. Redis memory per client ({section['spec']}, fixed-window, {section['identities']:,} clients): "
         "used_memory growth / client; ratio = ours / Flask-Limiter's"
     )
     rows = [[title]]
     for name, r in section["results"].items():
-        ours = name == "ours"
-        vs, target = (times(section["ratio"]), target_cell("memory-per-client", section["ratio"])) if ours else ("", "")
-        rows.append(row(f"{r['label']}: {r['bytes_per_client']:.0f} bytes", ratio_cell=vs, target=target))
+        vs = times(section["ratio"]) if name == "ours" else ""
+        rows.append(row(f"{r['label']}: {r['bytes_per_client']:.0f} bytes", ratio_cell=vs, target=cells.get(name, "")))
     for strategy, used in section.get("usage", {}).items():
-        label = f"ours {strategy}: MEMORY USAGE {used} bytes per identity"
-        rows.append(row(label, target=target_cell(USAGE_TARGETS[strategy], used)))
+        rows.append(row(f"ours {strategy}: MEMORY USAGE {used} bytes per identity", target=cells[strategy]))
     return rows
 
 
 # --- section 7: end to end ------------------------------------------------------------------------
 
 
-def end_to_end(url: str, s: Settings) -> dict[str, Any]:
+def end_to_end(url: str, admin: redis.Redis, s: Settings) -> dict[str, Any]:
     """gunicorn with no limiter, ours and Flask-Limiter: requests per second."""
     server = e2e.ServerSettings(workers=s.workers, threads=s.threads)
     loads = e2e.LoadSettings(rounds=s.e2e_rounds, seconds=s.e2e_seconds, connections=s.e2e_connections)
@@ -391,7 +416,13 @@ def end_to_end(url: str, s: Settings) -> dict[str, Any]:
     return {"results": e2e.summarize(servers), "server": asdict(server), "load": asdict(loads)}
 
 
-def e2e_rows(section: Mapping[str, Any], s: Settings) -> list[Row]:
+def e2e_checks(section: Mapping[str, Any]) -> list[Check]:
+    if "results" not in section:
+        return []
+    return [("ours", "e2e-throughput", section["results"]["ours"]["vs_no_limiter"], None)]
+
+
+def e2e_rows(section: Mapping[str, Any], s: Settings, cells: Mapping[str, str]) -> list[Row]:
     title = (
         f"7. End to end: gunicorn, {s.workers} gthread workers x {s.threads} threads, {s.e2e_connections} "
         "keep-alive connections; ratio = req/s / no limiter's"
@@ -400,16 +431,15 @@ def e2e_rows(section: Mapping[str, Any], s: Settings) -> list[Row]:
         return [[title], [f"  gunicorn could not be run: {section['error'].splitlines()[0]}"]]
     rows = [[title]]
     for name, r in section["results"].items():
-        target = target_cell("e2e-throughput", r["vs_no_limiter"]) if name == "ours" else ""
         rps = f"{r['requests_per_second']:.0f}"
-        rows.append(row(r["label"], ratio_cell=f"{r['vs_no_limiter']:.2f}x", rps=rps, target=target))
+        rows.append(row(r["label"], ratio_cell=f"{r['vs_no_limiter']:.2f}x", rps=rps, target=cells.get(name, "")))
     return rows
 
 
 # --- section 8: local:// -------------------------------------------------------------------------
 
 
-def local_storage(url: str, s: Settings) -> dict[str, Any]:
+def local_storage(url: str, admin: redis.Redis, s: Settings) -> dict[str, Any]:
     """Ours (fixed-window, 3 layers x 2 identities) on ``local://`` beside
     ours on ``redis://``, interleaved in the same rounds. The local server
     is started from the binary the suite's server runs (not the one
@@ -439,15 +469,17 @@ def local_storage(url: str, s: Settings) -> dict[str, Any]:
     return {"results": results, "ratio": ratio_local, "server": f"{status.product} {status.version}"}
 
 
-def local_rows(section: Mapping[str, Any]) -> list[Row]:
+def local_checks(section: Mapping[str, Any]) -> list[Check]:
+    return [("ours-local", "local-vs-redis", section["ratio"] or 0.0, None)]
+
+
+def local_rows(section: Mapping[str, Any], s: Settings, cells: Mapping[str, str]) -> list[Row]:
     title = f"8. local:// beside redis:// ({section['server']} for both); ratio = local:// / redis://"
     rows = [[title]]
     for name, r in section["results"].items():
-        if name == "ours-redis":
-            rows.append(timed_row(r, counted=False))
-        elif name == "ours-local":
-            target = target_cell("local-vs-redis", section["ratio"])
-            rows.append(timed_row(r, f"{section['ratio']:.2f}x", target, counted=False))
+        if name != "ping":
+            vs = f"{section['ratio']:.2f}x" if name == "ours-local" else ""
+            rows.append(timed_row(r, vs, cells.get(name, ""), counted=False))
     return rows
 
 
@@ -528,33 +560,37 @@ def cluster_counts(variant: Variant, servers: Sequence[redis.Redis], requests: i
     }
 
 
-def cluster_rows(section: Mapping[str, Any]) -> list[Row]:
+def cluster_checks(section: Mapping[str, Any]) -> list[Check]:
+    results = section["results"]
+    return [
+        ("cluster", "cluster-vs-single", results["cluster"]["vs_single"] or 0.0, None),
+        ("fl", "cluster-flask-limiter-ratio", results["fl"]["vs_ours"] or 0.0, None),
+        ("cpu", "cluster-redis-cpu", results["cluster"]["script_vs_single"] or 0.0, None),
+    ]
+
+
+def cluster_rows(section: Mapping[str, Any], s: Settings, cells: Mapping[str, str]) -> list[Row]:
     results = section["results"]
     title = (
         f"9. Redis Cluster, {section['masters']} masters: 3 layers x 2 identities on 2 nodes; ratio = cluster / "
         "one node (Flask-Limiter: / ours on the cluster)"
     )
     rows = [[title]]
-    cells = {
-        "floor-2": (results["floor-2"]["vs_single"], None),
-        "cluster": (results["cluster"]["vs_single"], "cluster-vs-single"),
-        "fl": (results["fl"]["vs_ours"], "cluster-flask-limiter-ratio"),
-    }
+    vs = {"floor-2": "vs_single", "cluster": "vs_single", "fl": "vs_ours"}
     for name, r in results.items():
         if name not in ("ping", "bare"):
-            value, target = cells.get(name, (None, None))
-            rows.append(timed_row(r, times(value), target_cell(target, value) if target else ""))
+            rows.append(timed_row(r, times(r[vs[name]]) if name in vs else "", cells.get(name, "")))
     cpu = results["cluster"]["script_vs_single"]
     us = f"{results['cluster']['script_us_per_request']:.1f}"
     rows.append(["  ours, Redis script us per decision: cluster / one node", "", "", f"{cpu or 0.0:.2f}x", "", "",
-                 us, "", target_cell("cluster-redis-cpu", cpu)])  # fmt: skip
+                 us, "", cells["cpu"]])  # fmt: skip
     return rows
 
 
 # --- section 10: memory:// -----------------------------------------------------------------------
 
 
-def embedded(s: Settings) -> dict[str, Any]:
+def embedded(url: str, admin: redis.Redis, s: Settings) -> dict[str, Any]:
     """Ours on ``memory://`` (the embedded store) and Flask-Limiter's
     ``memory://``, admitted requests, interleaved as in section 1-3: no Redis."""
     environ = base_environ()
@@ -573,15 +609,17 @@ def embedded(s: Settings) -> dict[str, Any]:
     return {"results": results}
 
 
-def embedded_rows(section: Mapping[str, Any]) -> list[Row]:
+def embedded_checks(section: Mapping[str, Any]) -> list[Check]:
+    value = section["results"]["ours-fixed-window"]["vs_flask_limiter"] or 0.0
+    return [("ours-fixed-window", "memory-vs-flask-limiter", value, None)]
+
+
+def embedded_rows(section: Mapping[str, Any], s: Settings, cells: Mapping[str, str]) -> list[Row]:
     title = "10. memory://, no Redis: admitted, 3 layers x 2 identities; ratio = ours / Flask-Limiter, like for like"
     rows = [[title]]
     for name, r in section["results"].items():
         if name != "bare":
-            target = (
-                target_cell("memory-vs-flask-limiter", r["vs_flask_limiter"]) if name == "ours-fixed-window" else ""
-            )
-            rows.append(timed_row(r, times(r.get("vs_flask_limiter")), target, counted=False))
+            rows.append(timed_row(r, times(r.get("vs_flask_limiter")), cells.get(name, ""), counted=False))
     return rows
 
 
@@ -599,45 +637,10 @@ def goal(name: str, value: float, what: str | None = None) -> dict[str, Any]:
 
 
 def targets(report: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Every target, its figure and whether it is met."""
-    found: list[dict[str, Any]] = []
+    """Every target the run's sections check, its figure and whether it is met."""
     sections = report["sections"]
-    if "admitted" in sections:
-        results = sections["admitted"]["results"]
-        for strategy in OUR_STRATEGIES:
-            found.append(goal(f"ours-{strategy}", results[f"ours-{strategy}"]["added_pings"]))
-        for strategy in FLASK_LIMITER_STRATEGIES:
-            value = results[f"fl-{strategy}"]["vs_ours"] or 0.0
-            what = f"Flask-Limiter {strategy}'s added time / ours {LIKE_FOR_LIKE[strategy]}'s"
-            found.append(goal("flask-limiter-ratio", value, what))
-        for strategy in FLASK_LIMITER_STRATEGIES:
-            ours = results[f"ours-{LIKE_FOR_LIKE[strategy]}"]["server_us_per_request"]
-            value = ratio(ours, results[f"fl-{strategy}"]["server_us_per_request"]) or 0.0
-            what = f"Redis time per decision: ours {LIKE_FOR_LIKE[strategy]} / Flask-Limiter {strategy}"
-            found.append(goal("redis-cpu", value, what))
-    if "growth" in sections:
-        results = sections["growth"]["results"]
-        for row, name in GROWTH_TARGETS.items():
-            found.append(goal(name, results[row]["added_pings"]))
-    if "flood" in sections:
-        found.append(goal("flood-commands", sections["flood"]["results"]["cache-default"]["client_commands"]))
-    if "memory" in sections:
-        found.append(goal("memory-per-client", sections["memory"]["ratio"]))
-        for strategy, used in sections["memory"].get("usage", {}).items():
-            found.append(goal(USAGE_TARGETS[strategy], used, f"MEMORY USAGE per identity, {strategy}, 3 layers"))
-    if "e2e" in sections and "results" in sections["e2e"]:
-        found.append(goal("e2e-throughput", sections["e2e"]["results"]["ours"]["vs_no_limiter"]))
-    if "local" in sections:
-        found.append(goal("local-vs-redis", sections["local"]["ratio"] or 0.0))
-    if "cluster" in sections:
-        results = sections["cluster"]["results"]
-        found.append(goal("cluster-vs-single", results["cluster"]["vs_single"] or 0.0))
-        found.append(goal("cluster-flask-limiter-ratio", results["fl"]["vs_ours"] or 0.0))
-        found.append(goal("cluster-redis-cpu", results["cluster"]["script_vs_single"] or 0.0))
-    if "embedded" in sections:
-        value = sections["embedded"]["results"]["ours-fixed-window"]["vs_flask_limiter"] or 0.0
-        found.append(goal("memory-vs-flask-limiter", value))
-    return found
+    return [goal(target, value, what) for name, section in sections.items()
+            for _row, target, value, what in SECTIONS[name].checks(section)]  # fmt: skip
 
 
 def target_lines(found: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -783,29 +786,40 @@ def reproduce_command(args: argparse.Namespace) -> str:
     command = ["python", "benchmarks/suite.py"]
     if args.quick:
         command.append("--quick")
-    if args.sections != SECTIONS:
+    if args.sections != tuple(SECTIONS):
         command += ["--sections", ",".join(args.sections)]
     return shlex.join(command)
 
 
+class Section(NamedTuple):
+    """One section: what runs it, what draws its rows, and the targets it checks."""
+
+    run: Callable[[str, redis.Redis, Settings], dict[str, Any]]
+    rows: Callable[[Mapping[str, Any], Settings, Mapping[str, str]], list[Row]]
+    checks: Callable[[Mapping[str, Any]], list[Check]]
+
+
+#: Every section, in the report's order.
+SECTIONS = {
+    "admitted": Section(admitted, admitted_rows, admitted_checks),
+    "growth": Section(growth, growth_rows, growth_checks),
+    "flood": Section(flood, flood_rows, flood_checks),
+    "memory": Section(memory, memory_rows, memory_checks),
+    "e2e": Section(end_to_end, e2e_rows, e2e_checks),
+    "local": Section(local_storage, local_rows, local_checks),
+    "cluster": Section(cluster, cluster_rows, cluster_checks),
+    "embedded": Section(embedded, embedded_rows, embedded_checks),
+}
+
+
 def run_sections(url: str, admin: redis.Redis, s: Settings, sections: Sequence[str]) -> dict[str, Any]:
     """Run the chosen sections, in order, each against a flushed Redis."""
-    steps: dict[str, Callable[[], dict[str, Any]]] = {
-        "admitted": lambda: admitted(url, admin, s),
-        "growth": lambda: growth(url, admin, s),
-        "flood": lambda: flood(url, admin, s),
-        "memory": lambda: memory(url, admin, s),
-        "e2e": lambda: end_to_end(url, s),
-        "local": lambda: local_storage(url, s),
-        "cluster": lambda: cluster(url, admin, s),
-        "embedded": lambda: embedded(s),
-    }
     done: dict[str, Any] = {}
     for name in sections:
         admin.flushall()
         started = time.monotonic()
         print(f"  {name}...", file=sys.stderr, flush=True)
-        done[name] = steps[name]()
+        done[name] = SECTIONS[name].run(url, admin, s)
         done[name]["seconds"] = round(time.monotonic() - started, 1)
     return done
 
@@ -838,19 +852,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     report["targets"] = targets(report)
     report["seconds"] = round(time.monotonic() - started, 1)
 
-    rows: list[list[str]] = []
-    builders: dict[str, Callable[[Mapping[str, Any]], list[list[str]]]] = {
-        "admitted": admitted_rows,
-        "growth": growth_rows,
-        "flood": flood_rows,
-        "memory": memory_rows,
-        "e2e": lambda section: e2e_rows(section, s),
-        "local": local_rows,
-        "cluster": cluster_rows,
-        "embedded": embedded_rows,
-    }
-    for name in args.sections:
-        rows += builders[name](sections[name])
+    rows: list[Row] = []
+    for name, section in sections.items():
+        rows += SECTIONS[name].rows(section, s, target_cells(SECTIONS[name].checks(section)))
     print()
     print(f"flask-redis-throttle beside Flask-Limiter{' (--quick: rough figures)' if args.quick else ''}")
     print(describe(report["environment"]))
