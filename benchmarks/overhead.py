@@ -58,14 +58,11 @@ from harness import (
     base_environ,
     breakdown,
     client_options,
-    count,
     describe,
-    figures,
     flask_limiter_variant,
     floor_variant,
     fmt,
     fmt_count,
-    measure,
     our_storage,
     our_variant,
     paired,
@@ -75,6 +72,7 @@ from harness import (
     ratio,
     render_table,
     single_pings,
+    time_and_count,
     yardsticks,
 )
 from harness import environment as harness_environment
@@ -183,10 +181,12 @@ def profile(variant: Variant, requests: int, top: int = 30) -> str:
 # --- reporting ------------------------------------------------------------------------------------
 
 
-def summarize(variants: list[Variant]) -> dict[str, dict[str, Any]]:
-    """:func:`harness.figures`, and ours against its target, the floor, its
-    metered twins and Flask-Limiter."""
-    results = figures(variants)
+def summarize(
+    variants: list[Variant], results: dict[str, dict[str, Any]], alone: list[float] | None
+) -> dict[str, dict[str, Any]]:
+    """To :func:`harness.figures`' ``results``, add ours against its target, the
+    floor, its metered twins (and ``alone``, :func:`metrics_alone`'s samples)
+    and Flask-Limiter."""
     by_name = {v.name: v for v in variants}
     for variant in variants:
         results[variant.name]["per_call_us_quartiles"] = quartiles(variant.samples)
@@ -201,6 +201,10 @@ def summarize(variants: list[Variant]) -> dict[str, dict[str, Any]]:
             results[metered]["metrics_us"] = statistics.median(cost)
             results[metered]["metrics_us_quartiles"] = quartiles(cost)
             results[metered]["metrics_share"] = statistics.median(cost) / ours["added_us"]
+    if alone is not None:
+        results["ours-m"]["metrics_alone_us"] = statistics.median(alone)
+        results["ours-m"]["metrics_alone_quartiles"] = quartiles(alone)
+        results["ours-m"]["metrics_alone_share"] = statistics.median(alone) / ours["added_us"]
     for name, entry in results.items():
         if name.startswith("fl-"):
             entry["vs_ours"] = ratio(entry["added_us"], ours["added_us"])
@@ -321,17 +325,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.rounds} rounds x {args.batch} calls, interleaved (+{args.warmup} warm-up rounds)...",
             file=sys.stderr,
         )
-        measure(variants, args.rounds, args.batch, args.warmup)
-        alone = metrics_alone(variants, args.rounds) if args.metrics else None
+        timed = time_and_count(variants, admin, args.rounds, args.batch, args.warmup, args.count, keys=True)
+        results = summarize(variants, timed, metrics_alone(variants, args.rounds) if args.metrics else None)
         ping_single = single_pings(variants[0].client, max(1000, args.rounds * 10))  # type: ignore[arg-type]
-        for variant in variants:
-            count(variant, admin, args.count, keys=True)
-        results = summarize(variants)
-        if alone is not None:
-            ours_added = results["ours"]["added_us"]
-            results["ours-m"]["metrics_alone_us"] = statistics.median(alone)
-            results["ours-m"]["metrics_alone_quartiles"] = quartiles(alone)
-            results["ours-m"]["metrics_alone_share"] = statistics.median(alone) / ours_added
         profiled = None
         if args.profile:
             profiled = profile(next(v for v in variants if v.name == "ours"), args.profile)
