@@ -29,10 +29,11 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
+from unittest import mock
 
 import redis
 from flask import Flask, Request, request
@@ -603,7 +604,6 @@ def counting_commands() -> Iterator[Counter[str]]:
     (under ``#replies``), while the block runs."""
     counter: Counter[str] = Counter()
     cls = redis.connection.Connection
-    saved = {name: cls.__dict__.get(name) for name in ("send_command", "read_response")}
     send_command: Callable[..., Any] = cls.send_command
     read_response: Callable[..., Any] = cls.read_response
 
@@ -637,20 +637,16 @@ def counting_commands() -> Iterator[Counter[str]]:
         counter["#replies"] += len(calls)
         return replies
 
-    cls.send_command = counted_send_command  # type: ignore[method-assign]
-    cls.read_response = counted_read_response  # type: ignore[method-assign]
-    LeanClient.evalsha = counted_lean_evalsha  # type: ignore[method-assign]
-    LeanCluster.run = counted_lean_run  # type: ignore[method-assign]
-    try:
+    patched = (
+        (cls, "send_command", counted_send_command),
+        (cls, "read_response", counted_read_response),
+        (LeanClient, "evalsha", counted_lean_evalsha),
+        (LeanCluster, "run", counted_lean_run),
+    )
+    with ExitStack() as patches:
+        for owner, name, counted in patched:
+            patches.enter_context(mock.patch.object(owner, name, counted))
         yield counter
-    finally:
-        LeanClient.evalsha = lean_evalsha  # type: ignore[method-assign]
-        LeanCluster.run = lean_run  # type: ignore[method-assign]
-        for name, method in saved.items():
-            if method is None:
-                delattr(cls, name)
-            else:
-                setattr(cls, name, method)
 
 
 def command_stats(admin: redis.Redis) -> dict[str, tuple[int, int]]:

@@ -259,6 +259,14 @@ def admitted_rows(section: Mapping[str, Any], s: Settings, cells: Mapping[str, s
     return rows
 
 
+def admitted_notes(section: Mapping[str, Any], s: Settings, report: Mapping[str, Any]) -> list[str]:
+    lines = []
+    for strategy in FLASK_LIMITER_STRATEGIES:
+        low, high = section["results"][f"fl-{strategy}"]["vs_ours_range"]
+        lines.append(f"Flask-Limiter {strategy} adds {low:.1f}x to {high:.1f}x as much as ours, over our strategies.")
+    return lines
+
+
 # --- section 4: how the cost grows ----------------------------------------------------------------
 
 
@@ -309,6 +317,15 @@ def growth_rows(section: Mapping[str, Any], s: Settings, cells: Mapping[str, str
     return rows
 
 
+def growth_notes(section: Mapping[str, Any], s: Settings, report: Mapping[str, Any]) -> list[str]:
+    cached = digest_cache_size()
+    cache = f"; ours caches {cached:,} identity digests, here {2 * s.identities:,} cycle" if cached else ""
+    return [
+        f"{s.identities:,} clients: each request a new address and user (each client seen once before, so its "
+        f"counters exist){cache}."
+    ]
+
+
 # --- section 5: flood -----------------------------------------------------------------------------
 
 
@@ -345,6 +362,24 @@ def flood_rows(section: Mapping[str, Any], s: Settings, cells: Mapping[str, str]
         if name not in ("ping", "bare"):
             rows.append(timed_row(r, times(r["vs_cache_off"]) if name != "cache-off" else "", cells.get(name, "")))
     return rows
+
+
+def flood_notes(section: Mapping[str, Any], s: Settings, report: Mapping[str, Any]) -> list[str]:
+    lines = []
+    if not section["cache_supported"]:
+        lines.append(f"{CACHE_SETTING} is unknown to this version of the package: both cache rows run uncached.")
+    cached, uncached = (section["results"][n]["per_call_us"] for n in ("cache-default", "cache-off"))
+    lines.append(
+        f"Flood: {s.flood_requests:,} refused requests per variant, timed and again counted, as fast as one "
+        f"thread sends them: {1e6 / cached:,.0f}/s with the cache, {1e6 / uncached:,.0f}/s without."
+    )
+    for name in ("cache-default", "cache-off", "fl"):
+        r = section["results"][name]
+        sent = ", ".join(f"{k} {fmt_count(v)}" for k, v in r["client_by_command"].items()) or "nothing"
+        admitted_count = r["statuses"].get("200", 0)
+        extra = f"; {admitted_count} admitted at a window's turn" if admitted_count else ""
+        lines.append(f"Flood, {r['label']}: sends {sent} per refused request{extra}.")
+    return lines
 
 
 # --- section 6: memory ---------------------------------------------------------------------------
@@ -434,6 +469,19 @@ def e2e_rows(section: Mapping[str, Any], s: Settings, cells: Mapping[str, str]) 
         rps = f"{r['requests_per_second']:.0f}"
         rows.append(row(r["label"], ratio_cell=f"{r['vs_no_limiter']:.2f}x", rps=rps, target=cells.get(name, "")))
     return rows
+
+
+def e2e_notes(section: Mapping[str, Any], s: Settings, report: Mapping[str, Any]) -> list[str]:
+    if "results" not in section:
+        return []
+    results = section["results"]
+    parts = [f"{r['label']} {r['latency_ms_median']:.1f} ms" for r in results.values() if r["latency_ms_median"]]
+    errors = sum(r["errors"] for r in results.values())
+    return [
+        f"End to end: medians of {s.e2e_rounds} rounds of {s.e2e_seconds:g} s per server, load generator "
+        f"(Python threads, http.client) on the same {report['environment']['cpus']} CPUs as gunicorn and Redis; "
+        f"median latency {', '.join(parts)}; {errors} errors."
+    ]
 
 
 # --- section 8: local:// -------------------------------------------------------------------------
@@ -653,8 +701,7 @@ def target_lines(found: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def notes(report: Mapping[str, Any], s: Settings) -> list[str]:
-    """The short notes under the table."""
-    sections = report["sections"]
+    """The short notes under the table: how to read it, then each section's."""
     lines = [
         "added us: median over rounds of (app - bare app in the same round), per request; for PING its own time. "
         "x PING: / PING's time in the same section's rounds.",
@@ -663,44 +710,8 @@ def notes(report: Mapping[str, Any], s: Settings) -> list[str]:
         "Like for like: Flask-Limiter fixed-window ~ ours fixed-window, moving-window ~ sliding-log, "
         "sliding-window-counter ~ sliding-window. Each section times its own rounds: compare within a section.",
     ]
-    if "admitted" in sections:
-        results = sections["admitted"]["results"]
-        for strategy in FLASK_LIMITER_STRATEGIES:
-            low, high = results[f"fl-{strategy}"]["vs_ours_range"]
-            lines.append(
-                f"Flask-Limiter {strategy} adds {low:.1f}x to {high:.1f}x as much as ours, over our strategies."
-            )
-    if "growth" in sections:
-        cached = digest_cache_size()
-        cache = f"; ours caches {cached:,} identity digests, here {2 * s.identities:,} cycle" if cached else ""
-        lines.append(
-            f"{s.identities:,} clients: each request a new address and user (each client seen once before, so its "
-            f"counters exist){cache}."
-        )
-    if "flood" in sections:
-        flood_section = sections["flood"]
-        if not flood_section["cache_supported"]:
-            lines.append(f"{CACHE_SETTING} is unknown to this version of the package: both cache rows run uncached.")
-        cached, uncached = (flood_section["results"][n]["per_call_us"] for n in ("cache-default", "cache-off"))
-        lines.append(
-            f"Flood: {s.flood_requests:,} refused requests per variant, timed and again counted, as fast as one "
-            f"thread sends them: {1e6 / cached:,.0f}/s with the cache, {1e6 / uncached:,.0f}/s without."
-        )
-        for name in ("cache-default", "cache-off", "fl"):
-            r = flood_section["results"][name]
-            sent = ", ".join(f"{k} {fmt_count(v)}" for k, v in r["client_by_command"].items()) or "nothing"
-            admitted_count = r["statuses"].get("200", 0)
-            extra = f"; {admitted_count} admitted at a window's turn" if admitted_count else ""
-            lines.append(f"Flood, {r['label']}: sends {sent} per refused request{extra}.")
-    if "e2e" in sections and "results" in sections["e2e"]:
-        results = sections["e2e"]["results"]
-        parts = [f"{r['label']} {r['latency_ms_median']:.1f} ms" for r in results.values() if r["latency_ms_median"]]
-        errors = sum(r["errors"] for r in results.values())
-        lines.append(
-            f"End to end: medians of {s.e2e_rounds} rounds of {s.e2e_seconds:g} s per server, load generator "
-            f"(Python threads, http.client) on the same {report['environment']['cpus']} CPUs as gunicorn and Redis; "
-            f"median latency {', '.join(parts)}; {errors} errors."
-        )
+    for name, section in report["sections"].items():
+        lines += SECTIONS[name].notes(section, s, report)
     return lines
 
 
@@ -791,21 +802,26 @@ def reproduce_command(args: argparse.Namespace) -> str:
     return shlex.join(command)
 
 
+def no_notes(section: Mapping[str, Any], s: Settings, report: Mapping[str, Any]) -> list[str]:
+    return []
+
+
 class Section(NamedTuple):
-    """One section: what runs it, what draws its rows, and the targets it checks."""
+    """One section: what runs it, what draws its rows, the targets it checks, and its notes."""
 
     run: Callable[[str, redis.Redis, Settings], dict[str, Any]]
     rows: Callable[[Mapping[str, Any], Settings, Mapping[str, str]], list[Row]]
     checks: Callable[[Mapping[str, Any]], list[Check]]
+    notes: Callable[[Mapping[str, Any], Settings, Mapping[str, Any]], list[str]] = no_notes
 
 
 #: Every section, in the report's order.
 SECTIONS = {
-    "admitted": Section(admitted, admitted_rows, admitted_checks),
-    "growth": Section(growth, growth_rows, growth_checks),
-    "flood": Section(flood, flood_rows, flood_checks),
+    "admitted": Section(admitted, admitted_rows, admitted_checks, admitted_notes),
+    "growth": Section(growth, growth_rows, growth_checks, growth_notes),
+    "flood": Section(flood, flood_rows, flood_checks, flood_notes),
     "memory": Section(memory, memory_rows, memory_checks),
-    "e2e": Section(end_to_end, e2e_rows, e2e_checks),
+    "e2e": Section(end_to_end, e2e_rows, e2e_checks, e2e_notes),
     "local": Section(local_storage, local_rows, local_checks),
     "cluster": Section(cluster, cluster_rows, cluster_checks),
     "embedded": Section(embedded, embedded_rows, embedded_checks),
