@@ -2,27 +2,20 @@
 """How much time a rate limiter adds to a Flask request, against one Redis PING.
 
 One process, one throwaway ``redis-server`` (started on a free loopback port by
-:func:`flask_redis_throttle.testing.redis_server`), and these variants, all
-measured in the same run:
+:func:`flask_redis_throttle.testing.redis_server`), and these variants, timed
+in the same interleaved rounds: ``ping`` (one bare redis-py ``PING``: the
+yardstick), ``bare`` (the Flask app, no limiter), ``floor`` (the app plus one
+``PING`` in a ``before_request`` hook: the least any Redis-backed limiter
+adds), ``ours`` (``@limit(SPEC, identities=["ip", user_key])``), ``ours-py``
+(the same, Redis's reply canned: our Python alone), with ``--metrics``
+``ours-m`` and ``ours-py-m`` (both with Prometheus metrics on), and ``fl-*``
+(Flask-Limiter, once per strategy). Every limit has three layers and two
+identities, with quotas so large that every request is admitted: this
+measures the price of the common case.
 
-=============  ===========================================================================
-``ping``       one bare redis-py ``PING`` round trip: the yardstick
-``bare``       the Flask app with no limiter
-``floor``      the Flask app plus one ``PING`` in a ``before_request`` hook: the cheapest
-               limiter that asks Redis anything (one round trip, inside a request)
-``ours``       flask-redis-throttle: ``@limit(SPEC, identities=["ip", user_key])``
-``ours-py``    the same, with Redis's reply canned: only our Python, no round trip
-``ours-m``,    with ``--metrics``: ``ours`` and ``ours-py`` with Prometheus metrics on
-``ours-py-m``  (``RateLimit(app, metrics=registry)``), to price them against ``ours``
-``fl-*``       Flask-Limiter: two ``@limiter.limit(SPEC)`` (remote address, user key),
-               ``headers_enabled=True``, once for each of its strategies
-=============  ===========================================================================
-
-Every limit has three layers and two identities, with quotas so large that
-every request is admitted: this measures the price of the common case. The
-apps, the interleaved timing (paired by round with the bare app) and the
-command counting are ``harness.py``'s, shared with ``suite.py``;
-``benchmarks/README.md`` says how they work. Run it from the repository root::
+The apps, variants, timing (paired by round with the bare app) and command
+counting are ``harness.py``'s, shared with ``suite.py``; ``benchmarks/README.md``
+says how they work. Run it from the repository root::
 
     python benchmarks/overhead.py                  # about a minute
     python benchmarks/overhead.py --quick          # a few seconds: a smoke test
