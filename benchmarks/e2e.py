@@ -2,7 +2,7 @@
 
 ``suite.py`` uses this module. It starts gunicorn (``gthread`` workers, with
 keep-alive) on free loopback ports, one server per limiter, serving
-``e2e_app.py``, and drives them with a bounded load generator: a few threads,
+:func:`harness.create_app`, and drives them with a bounded load generator: a few threads,
 each with one keep-alive ``http.client`` connection to 127.0.0.1, sending
 ``GET /`` until a request budget or a time limit is spent, whichever comes
 first. The servers run side by side and are loaded in turn, round after
@@ -22,17 +22,19 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import IO, Any
+
+from harness import FLASK_LIMITER_HEADER, OUR_HEADER, USER
 
 from flask_redis_throttle.testing import free_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HOST = "127.0.0.1"
 #: Every request names the same user: one hot identity pair (the address and the user).
-HEADERS = {"X-User": "alice"}
+HEADERS = {"X-User": USER}
 
 
 @dataclass(frozen=True)
@@ -46,13 +48,22 @@ class ServerSettings:
 
 @dataclass(frozen=True)
 class Target:
-    """One server to start: its name, label, environment (``BENCH_LIMITER``...)
-    and a header its answers must carry, to show the limiter is at work."""
+    """One server to start: its name, label, ``BENCH_LIMITER`` (what
+    :func:`harness.create_app` serves) and a header its answers must carry,
+    to show the limiter is at work."""
 
     name: str
     label: str
-    env: Mapping[str, str]
+    limiter: str
     header: str | None = None
+
+
+#: The servers the suite compares, the baseline first.
+TARGETS = (
+    Target("none", "no limiter", "none"),
+    Target("ours", "ours fixed-window", "ours", OUR_HEADER),
+    Target("fl", "Flask-Limiter fixed-window", "flask-limiter", FLASK_LIMITER_HEADER),
+)
 
 
 @dataclass
@@ -71,7 +82,7 @@ class Server:
 
 
 def gunicorn_command(port: int, settings: ServerSettings) -> list[str]:
-    """The command line of one gunicorn serving ``e2e_app:create_app()``."""
+    """The command line of one gunicorn serving ``harness:create_app()``."""
     return [
         sys.executable, "-m", "gunicorn",
         "--bind", f"{HOST}:{port}",
@@ -81,7 +92,7 @@ def gunicorn_command(port: int, settings: ServerSettings) -> list[str]:
         "--keep-alive", str(settings.keep_alive),
         "--pythonpath", HERE,
         "--log-level", "warning",
-        "e2e_app:create_app()",
+        "harness:create_app()",
     ]  # fmt: skip
 
 
@@ -144,7 +155,7 @@ def gunicorn(target: Target, redis_url: str, settings: ServerSettings) -> Iterat
     with tempfile.TemporaryFile() as log:
         process = subprocess.Popen(
             gunicorn_command(port, settings),
-            env={**os.environ, "BENCH_REDIS_URL": redis_url, **target.env},
+            env={**os.environ, "BENCH_REDIS_URL": redis_url, "BENCH_LIMITER": target.limiter},
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,

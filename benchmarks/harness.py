@@ -1,17 +1,19 @@
-"""What the benchmarks share: the apps they compare, how they time them, and
-how they count what each sends to Redis.
+"""What the benchmarks share: the apps and variants they compare, how they
+time them, and how they count what each sends to Redis.
 
-``overhead.py`` and ``suite.py`` (and the app module that ``e2e.py`` serves
-with gunicorn) import this module; it is not run on its own. Run the scripts
-from the repository root: Python puts their directory, ``benchmarks/``, first
-on ``sys.path``, which is how they find it.
+``suite.py``, ``overhead.py`` and the gunicorn workers of ``e2e.py`` (which
+serve :func:`create_app`) import this module; it is not run on its own. Run
+the scripts from the repository root: Python puts their directory,
+``benchmarks/``, first on ``sys.path``, which is how they find it.
 
 * The apps: the bare Flask app, the same app with one ``PING`` per request
   (the *floor* of any Redis-backed limiter), ours (``@limit``), and
   Flask-Limiter's (two ``@limiter.limit``: the remote address and an
   ``X-User`` key function). Every one serves ``GET /`` with the text ``ok``.
+* The variants: each thing a runner times, built by one function here, so
+  that a section states only which variants it compares.
 * Timing: :func:`measure` runs the variants interleaved, a batch each per
-  round, rotating the order every round; :func:`paired_added` takes the median
+  round, rotating the order every round; :func:`figures` takes the medians
   of (variant - bare app) paired by round.
 * Counting: :func:`count` wraps redis-py's ``Connection`` to count commands
   and replies client side, and reads ``INFO commandstats`` deltas server side.
@@ -27,13 +29,15 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
+from unittest import mock
 
 import redis
 from flask import Flask, Request, request
+from werkzeug.exceptions import TooManyRequests
 from werkzeug.test import EnvironBuilder
 
 from flask_redis_throttle import RateLimit, limit
@@ -54,6 +58,12 @@ FLASK_LIMITER_SPEC = "1000000/second;10000000/minute;100000000/hour"
 #: Our strategies, in the order the docs list them.
 OUR_STRATEGIES: tuple[str, ...] = tuple(STRATEGIES)
 FLASK_LIMITER_STRATEGIES: tuple[str, ...] = ("fixed-window", "moving-window", "sliding-window-counter")
+#: Flask-Limiter's strategies, each beside the one of ours that does the same job.
+LIKE_FOR_LIKE = {
+    "fixed-window": "fixed-window",
+    "moving-window": "sliding-log",
+    "sliding-window-counter": "sliding-window",
+}
 
 
 @dataclass(frozen=True)
@@ -79,9 +89,13 @@ class Target:
         """``<=`` or ``>=``."""
         return "<=" if self.at_most else ">="
 
-    def text(self) -> str:
-        """``<= 1.8x PING``: the bound as the report prints it."""
-        return f"{self.relation} {self.bound:g}{self.unit}"
+    def met(self, value: float) -> bool:
+        """Whether ``value`` meets the target."""
+        return value <= self.bound if self.at_most else value >= self.bound
+
+    def cell(self, value: float) -> str:
+        """The table's target column: ``<=1.8x PING MET``."""
+        return f"{self.relation}{self.bound:g}{self.unit} {'MET' if self.met(value) else 'MISSED'}"
 
 
 #: Every target of the project's design, by the name the suite's JSON gives it.
@@ -114,12 +128,16 @@ TARGETS: dict[str, Target] = {
     ),
 }
 
+
 #: The target for the time we add to an admitted request at 3 x 2, in PINGs
 #: (``overhead.py`` checks its fixed-window run against it).
 TARGET_PINGS = TARGETS["ours-fixed-window"].bound
 
 CLIENT_IP = "192.0.2.10"
 USER = "alice"
+#: The header that shows each limiter at work: on an admitted answer, ours and
+#: Flask-Limiter's; on a refused one, both.
+OUR_HEADER, FLASK_LIMITER_HEADER, REFUSED_HEADER = "RateLimit", "X-RateLimit-Remaining", "Retry-After"
 
 #: A WSGI environ.
 Environ = dict[str, Any]
@@ -140,6 +158,11 @@ def client_options() -> dict[str, Any]:
     return dict(DEFAULT_CLIENT_OPTIONS)
 
 
+def ratio(a: float | None, b: float | None) -> float | None:
+    """a / b, or None when either is missing or b is not positive."""
+    return a / b if a is not None and b is not None and b > 0 else None
+
+
 # --- the apps -------------------------------------------------------------------------------------
 
 
@@ -152,22 +175,42 @@ def make_view() -> Callable[[], str]:
     return view
 
 
-def bare_app(name: str = "bare") -> Flask:
-    """The app every *added* time is measured from: no limiter."""
+def bare_app(name: str = "bare", hook: Callable[[], object] | None = None) -> Flask:
+    """The app every *added* time is measured from: no limiter; ``hook``, if
+    given, runs before each request (the floors, the refusing app)."""
     app = Flask(name)
     app.add_url_rule("/", "index", make_view())
+    if hook is not None:
+        app.before_request(hook)
     return app
 
 
-def floor_app(client: redis.Redis) -> Flask:
-    """The bare app plus one ``PING`` per request: the least a Redis-backed limiter can add."""
-    app = bare_app("floor")
+def floor_app(clients: Sequence[redis.Redis]) -> Flask:
+    """The bare app plus one ``PING`` to each client's server per request: the
+    least a Redis-backed limiter whose request touches that many servers can
+    add. To several servers, every ``PING`` is written before any reply is read."""
+    if len(clients) == 1:
+        client = clients[0]
 
-    def one_round_trip() -> None:
-        client.ping()
+        def one_round_trip() -> None:  # a hook that returns something answers the request
+            client.ping()
 
-    app.before_request(one_round_trip)
-    return app
+        return bare_app("floor", one_round_trip)
+
+    def overlapped_round_trips() -> None:
+        taken = [(client.connection_pool, client.connection_pool.get_connection()) for client in clients]
+        for _, connection in taken:
+            connection.send_command("PING")
+        for pool, connection in taken:
+            connection.read_response()
+            pool.release(connection)
+
+    return bare_app(f"floor-{len(clients)}", overlapped_round_trips)
+
+
+def refuse() -> None:
+    """Answer 429 from a hook: what any refusal costs Flask."""
+    raise TooManyRequests(retry_after=60)
 
 
 def our_app(
@@ -206,11 +249,6 @@ def our_storage(app: Flask) -> Any:
     return getattr(getattr(state, "throttle", None), "storage", None)
 
 
-def our_client(app: Flask) -> redis.Redis | None:
-    """The redis-py client of our app's storage."""
-    return getattr(our_storage(app), "client", None)
-
-
 def flask_limiter_app(url: str, strategy: str, spec: str = FLASK_LIMITER_SPEC) -> tuple[Flask, Limiter]:
     """Flask-Limiter with ``strategy``: two ``@limiter.limit(spec)``, on the
     remote address and on the ``X-User`` key function, with headers on."""
@@ -231,9 +269,25 @@ def flask_limiter_app(url: str, strategy: str, spec: str = FLASK_LIMITER_SPEC) -
     return app, limiter
 
 
-def flask_limiter_client(limiter: Limiter) -> redis.Redis | None:
-    """The redis-py client under Flask-Limiter's storage (``limits``' RedisStorage)."""
-    return getattr(limiter.storage, "storage", None)
+def create_app() -> Flask:
+    """The app a gunicorn worker of ``e2e.py`` serves, as the environment asks.
+
+    ``BENCH_LIMITER`` is ``none`` (the default), ``ours`` or ``flask-limiter``;
+    ``BENCH_STRATEGY`` the strategy (``fixed-window`` unless set);
+    ``BENCH_REDIS_URL`` the throwaway redis-server the suite started.
+    """
+    limiter = os.environ.get("BENCH_LIMITER", "none")
+    strategy = os.environ.get("BENCH_STRATEGY", "fixed-window")
+    url = os.environ.get("BENCH_REDIS_URL", "")
+    if limiter == "none":
+        return bare_app()
+    if not url.startswith("redis://127.0.0.1:"):
+        raise RuntimeError(f"BENCH_REDIS_URL must be a loopback redis:// URL, not {url!r}")
+    if limiter == "ours":
+        return our_app(url, "rl-e2e:", strategy=strategy)
+    if limiter == "flask-limiter":
+        return flask_limiter_app(url, strategy)[0]
+    raise RuntimeError(f"BENCH_LIMITER must be one of none, ours, flask-limiter, not {limiter!r}")
 
 
 # --- driving the apps -----------------------------------------------------------------------------
@@ -248,8 +302,22 @@ def base_environ(remote_addr: str = CLIENT_IP, user: str = USER) -> Environ:
         builder.close()
 
 
+def distinct_environs(base: Environ, n: int) -> list[Environ]:
+    """n requests from n distinct clients: each its own address and user."""
+    return [
+        {**base, "REMOTE_ADDR": f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}", "HTTP_X_USER": f"user{i}"}
+        for i in range(n)
+    ]
+
+
 def _write(data: bytes) -> None:
     """WSGI's legacy ``write``, which Flask never calls."""
+
+
+def _close(body: Any) -> None:
+    close = getattr(body, "close", None)
+    if close is not None:
+        close()
 
 
 def wsgi_runner(
@@ -277,9 +345,7 @@ def wsgi_runner(
             position = (position + 1) % size
             for _chunk in body:
                 pass
-            close = getattr(body, "close", None)
-            if close is not None:
-                close()
+            _close(body)
 
     return run
 
@@ -307,10 +373,11 @@ def probe(app: Flask, environ: Environ) -> tuple[str, dict[str, str], bytes]:
     try:
         data = b"".join(body)
     finally:
-        close = getattr(body, "close", None)
-        if close is not None:
-            close()
+        _close(body)
     return answer["status"], answer["headers"], data
+
+
+# --- the variants ---------------------------------------------------------------------------------
 
 
 @dataclass
@@ -331,32 +398,101 @@ class Variant:
     header: str | None = None
     #: The status its answers must have.
     status: str = "200"
+    #: The status codes of its answers from the timed rounds on, if it counts them:
+    #: then only the answers of :attr:`status` divide its counts.
+    statuses: Counter[str] | None = None
     #: One time per round: the mean of one call over the round's batch, in microseconds.
     samples: list[float] = field(default_factory=list)
     counts: dict[str, Any] = field(default_factory=dict)
 
 
+def app_variant(
+    name: str, label: str, app: Flask, environs: Environ | Sequence[Environ], counted: bool = False, **extra: Any
+) -> Variant:
+    """A variant that calls ``app``; ``counted``: it counts its answers' statuses;
+    ``extra`` goes to :class:`Variant`."""
+    statuses: Counter[str] | None = Counter() if counted else None
+    return Variant(name, label, wsgi_runner(app, environs, statuses), app=app, statuses=statuses, **extra)
+
+
+def bare_variant(environ: Environ) -> Variant:
+    """The bare app: every *added* time is measured from it."""
+    return app_variant("bare", "Flask app, no limiter", bare_app(), environ)
+
+
 def yardsticks(url: str, environ: Environ) -> list[Variant]:
     """The PING and the bare app, which every timed run measures beside its variants."""
     ping_client = redis.Redis.from_url(url, **client_options())
-    app = bare_app()
-    return [
-        Variant("ping", "PING (bare redis-py round trip)", ping_runner(ping_client), client=ping_client),
-        Variant("bare", "Flask app, no limiter", wsgi_runner(app, environ), app=app),
-    ]
+    ping = Variant("ping", "PING (bare redis-py round trip)", ping_runner(ping_client), client=ping_client)
+    return [ping, bare_variant(environ)]
 
 
-def flask_limiter_variant(url: str, environ: Environ, strategy: str) -> Variant:
-    """Flask-Limiter with ``strategy``, limited as our variants are."""
-    app, limiter = flask_limiter_app(url, strategy)
-    return Variant(
-        f"fl-{strategy}",
-        f"Flask-Limiter {strategy}",
-        wsgi_runner(app, environ),
-        app=app,
-        client=flask_limiter_client(limiter),
+def floor_variant(
+    urls: Sequence[str], environ: Environ, label: str = "Flask app + 1 PING/request (floor)", name: str = "floor"
+) -> Variant:
+    """The floor: the bare app plus one ``PING`` to each of ``urls`` per request."""
+    clients = [redis.Redis.from_url(url, **client_options()) for url in urls]
+    return app_variant(name, label, floor_app(clients), environ)
+
+
+def refusing_variant(environ: Environ) -> Variant:
+    """No limiter, Flask answering 429 itself: what any refusal costs."""
+    app = bare_app("refusing", refuse)
+    return app_variant("refuse", "no limiter, Flask answering 429 itself", app, environ, status="429")
+
+
+def our_variant(
+    name: str,
+    label: str,
+    url: str,
+    environs: Environ | Sequence[Environ],
+    prefix: str = "rl:",
+    refused: bool = False,
+    **options: Any,
+) -> Variant:
+    """Ours on ``url`` with key ``prefix``; ``options`` go to :func:`our_app`.
+
+    :param refused: its answers are 429s, whose statuses it counts.
+    """
+    app = our_app(url, prefix, **options)
+    return app_variant(
+        name,
+        label,
+        app,
+        environs,
+        refused,
+        client=getattr(our_storage(app), "client", None),
+        key_pattern=f"{prefix}*",
+        header=REFUSED_HEADER if refused else OUR_HEADER,
+        status="429" if refused else "200",
+    )
+
+
+def flask_limiter_variant(
+    url: str,
+    environ: Environ,
+    strategy: str,
+    label: str | None = None,
+    name: str | None = None,
+    spec: str = FLASK_LIMITER_SPEC,
+    refused: bool = False,
+) -> Variant:
+    """Flask-Limiter with ``strategy``, limited as our variants are.
+
+    :param refused: its answers are 429s, whose statuses it counts.
+    """
+    app, limiter = flask_limiter_app(url, strategy, spec)
+    return app_variant(
+        name or f"fl-{strategy}",
+        label or f"Flask-Limiter {strategy}",
+        app,
+        environ,
+        refused,
+        # The redis-py client under its storage (limits' RedisStorage); None on memory://.
+        client=getattr(limiter.storage, "storage", None),
         key_pattern=f"*/fl-{strategy}/*",
-        header="X-RateLimit-Remaining",
+        header=REFUSED_HEADER if refused else FLASK_LIMITER_HEADER,
+        status="429" if refused else "200",
     )
 
 
@@ -377,6 +513,18 @@ def warm_up(variants: Sequence[Variant], calls: int) -> None:
     per-endpoint plans."""
     for variant in variants:
         variant.run(calls)
+
+
+def prepare(variants: Sequence[Variant], environ: Environ, batch: int) -> None:
+    """Warm the variants up, check each one's answer, warm them up again for
+    at least a batch, and start counting their statuses afresh."""
+    warm_up(variants, 5)
+    for variant in variants:
+        check(variant, environ)
+    warm_up(variants, max(batch, 50))
+    for variant in variants:
+        if variant.statuses is not None:
+            variant.statuses.clear()
 
 
 # --- timing ---------------------------------------------------------------------------------------
@@ -406,11 +554,35 @@ def quartiles(values: Sequence[float]) -> tuple[float, float]:
     return q1, q3
 
 
-def paired_added(samples: Sequence[float], bare: Sequence[float]) -> dict[str, Any]:
-    """The time a variant adds to the bare app: the median over rounds of
-    (its time - the bare app's time in the same round), and the quartiles."""
-    added = [s - b for s, b in zip(samples, bare, strict=True)]
-    return {"added_us": statistics.median(added), "added_us_quartiles": quartiles(added)}
+def paired(samples: Sequence[float], base: Sequence[float]) -> list[float]:
+    """(sample - base sample of the same round), round by round."""
+    return [s - b for s, b in zip(samples, base, strict=True)]
+
+
+def figures(variants: Sequence[Variant]) -> dict[str, dict[str, Any]]:
+    """Each timed variant's figures, by name: per call; added to the ``bare``
+    variant's time (the median over rounds of their difference in the same
+    round, and its quartiles); in PINGs when there is a ``ping`` variant; its
+    counts, samples and, if it counts them, the statuses of its answers."""
+    by_name = {v.name: v for v in variants}
+    ping = statistics.median(by_name["ping"].samples) if "ping" in by_name else None
+    bare = by_name["bare"].samples
+    results: dict[str, dict[str, Any]] = {}
+    for variant in variants:
+        entry: dict[str, Any] = {"label": variant.label, "per_call_us": statistics.median(variant.samples)}
+        if variant.name == "ping":
+            entry["added_pings"] = 1.0
+        elif variant.name != "bare":
+            added = paired(variant.samples, bare)
+            entry.update(added_us=statistics.median(added), added_us_quartiles=quartiles(added))
+            if ping is not None:
+                entry["added_pings"] = entry["added_us"] / ping
+        entry.update(variant.counts)
+        entry["samples_us"] = variant.samples
+        if variant.statuses is not None:
+            entry["statuses"] = dict(variant.statuses)
+        results[variant.name] = entry
+    return results
 
 
 def single_pings(client: redis.Redis, n: int) -> float:
@@ -432,7 +604,6 @@ def counting_commands() -> Iterator[Counter[str]]:
     (under ``#replies``), while the block runs."""
     counter: Counter[str] = Counter()
     cls = redis.connection.Connection
-    saved = {name: cls.__dict__.get(name) for name in ("send_command", "read_response")}
     send_command: Callable[..., Any] = cls.send_command
     read_response: Callable[..., Any] = cls.read_response
 
@@ -466,20 +637,16 @@ def counting_commands() -> Iterator[Counter[str]]:
         counter["#replies"] += len(calls)
         return replies
 
-    cls.send_command = counted_send_command  # type: ignore[method-assign]
-    cls.read_response = counted_read_response  # type: ignore[method-assign]
-    LeanClient.evalsha = counted_lean_evalsha  # type: ignore[method-assign]
-    LeanCluster.run = counted_lean_run  # type: ignore[method-assign]
-    try:
+    patched = (
+        (cls, "send_command", counted_send_command),
+        (cls, "read_response", counted_read_response),
+        (LeanClient, "evalsha", counted_lean_evalsha),
+        (LeanCluster, "run", counted_lean_run),
+    )
+    with ExitStack() as patches:
+        for owner, name, counted in patched:
+            patches.enter_context(mock.patch.object(owner, name, counted))
         yield counter
-    finally:
-        LeanClient.evalsha = lean_evalsha  # type: ignore[method-assign]
-        LeanCluster.run = lean_run  # type: ignore[method-assign]
-        for name, method in saved.items():
-            if method is None:
-                delattr(cls, name)
-            else:
-                setattr(cls, name, method)
 
 
 def command_stats(admin: redis.Redis) -> dict[str, tuple[int, int]]:
@@ -508,34 +675,48 @@ def redis_usec(delta: Mapping[str, tuple[int, int]], sent: Mapping[str, float]) 
     return total
 
 
-def count(variant: Variant, admin: redis.Redis, requests: int, statuses: Counter[str] | None = None) -> None:
+def tally(
+    variant: Variant, servers: Sequence[redis.Redis], requests: int
+) -> tuple[Counter[str], dict[str, tuple[int, int]]]:
+    """Run the variant ``requests`` times, untimed: the commands and replies
+    it sent (:func:`counting_commands`), and the ``INFO commandstats`` delta,
+    summed over ``servers``, but for the ``INFO`` this takes."""
+    before = [command_stats(server) for server in servers]
+    with counting_commands() as sent:
+        variant.run(requests)
+    after = [command_stats(server) for server in servers]
+    delta: dict[str, tuple[int, int]] = {}
+    for old, new in zip(before, after, strict=True):
+        for name, (calls, usec) in new.items():
+            if name != "info":
+                total = delta.get(name, (0, 0))
+                was = old.get(name, (0, 0))
+                delta[name] = (total[0] + calls - was[0], total[1] + usec - was[1])
+    return sent, delta
+
+
+def count(variant: Variant, admin: redis.Redis, requests: int, keys: bool = False) -> None:
     """What the variant sends per request, what Redis runs for it, and Redis's time.
 
     Fills ``variant.counts``. ``per`` requests are the divisor: all of them,
-    or, if ``statuses`` counts the answers, only those of ``variant.status``.
+    or, if the variant counts its answers' statuses, only those of ``variant.status``.
+
+    :param keys: also count the variant's keys in Redis (``key_pattern``).
     """
-    before = command_stats(admin)
-    seen = Counter(statuses) if statuses is not None else Counter()
-    with counting_commands() as sent:
-        variant.run(requests)
-    after = command_stats(admin)
-    delta = {
-        name: (calls - before.get(name, (0, 0))[0], usec - before.get(name, (0, 0))[1])
-        for name, (calls, usec) in after.items()
-        if name != "info"
-    }
+    seen = Counter(variant.statuses or {})
+    sent, delta = tally(variant, [admin], requests)
     per = requests
-    if statuses is not None:
-        per = statuses[variant.status] - seen[variant.status]
+    if variant.statuses is not None:
+        per = variant.statuses[variant.status] - seen[variant.status]
     per = max(per, 1)
     sent_calls = {name: float(calls) for name, calls in sent.items() if not name.startswith("#")}
     server = {name: calls / per for name, (calls, _usec) in delta.items() if calls}
     client = {name: calls / per for name, calls in sent_calls.items()}
     scripts = [delta.get(name, (0, 0)) for name in SCRIPT_COMMANDS]
     script_calls, script_usec = sum(c for c, _ in scripts), sum(u for _, u in scripts)
-    keys = None
-    if variant.key_pattern is not None:
-        keys = sum(1 for _ in admin.scan_iter(match=variant.key_pattern, count=1000))
+    found = None
+    if keys and variant.key_pattern is not None:
+        found = sum(1 for _ in admin.scan_iter(match=variant.key_pattern, count=1000))
     variant.counts = {
         "requests": requests,
         "per": per,
@@ -547,8 +728,21 @@ def count(variant: Variant, admin: redis.Redis, requests: int, statuses: Counter
         "server_by_command": dict(sorted(server.items(), key=lambda item: (-item[1], item[0]))),
         "server_us_per_script": script_usec / script_calls if script_calls else None,
         "server_us_per_request": redis_usec(delta, sent_calls) / per,
-        "keys": keys,
+        "keys": found,
     }
+
+
+def time_and_count(
+    variants: Sequence[Variant], admin: redis.Redis | None, rounds: int, batch: int, warmup: int, requests: int,
+    keys: bool = False,
+) -> dict[str, dict[str, Any]]:  # fmt: skip
+    """Time the variants interleaved, then, with ``admin``, count each one's
+    commands (``keys``: and keys); return each one's :func:`figures`."""
+    measure(variants, rounds, batch, warmup)
+    if admin is not None:
+        for variant in variants:
+            count(variant, admin, requests, keys)
+    return figures(variants)
 
 
 # --- reporting ------------------------------------------------------------------------------------

@@ -1,50 +1,25 @@
 #!/usr/bin/env python
 """How much Redis memory one client costs, for the limit ``10/s;120/m;240/h``.
 
-Every subject is measured on one throwaway ``redis-server`` (started on a free
-loopback port by :func:`flask_redis_throttle.testing.redis_server`):
+On one throwaway ``redis-server``: ours, through the core (``Throttle.hit``,
+no Flask), for each of our four strategies, and Flask-Limiter's three, through
+``limits`` as Flask-Limiter calls it (one ``hit`` per layer, in its sorted
+order). Each after these patterns, every one from ``FLUSHALL``: one request
+(``one``), ten at one instant (``burst``), 240 over one hour (``steady``),
+and ``used_memory`` growth per client when 1,000 clients send one request
+each (``bulk``). ``benchmarks/README.md`` says what each column counts.
 
-* flask-redis-throttle, driven through its core (``Throttle.hit``, no Flask),
-  for each of its four strategies;
-* Flask-Limiter's three strategies, through the ``limits`` library it is built
-  on, called as Flask-Limiter calls it: one ``hit`` per layer, in its sorted
-  order, with the identity and the scope as identifiers.
+The first three sum ``MEMORY USAGE key SAMPLES 0`` over the client's keys,
+which must be every key in the database, or the run stops; each is the median
+of five runs (``--repeat``), since skiplist levels are random and an
+allocator may round a block up more one time than another.
 
-Patterns, each starting from ``FLUSHALL``:
-
-=========  ====================================================================
-``one``    one request
-``burst``  ten requests at one instant: the one-second layer is full
-``steady`` 240 requests spread over one hour, one every 15 s; measured right
-           after the 240th (the hour layer is then full)
-``bulk``   growth of ``INFO memory`` ``used_memory`` after 1,000 distinct
-           identities send one request each, divided by 1,000: a coarser view
-           that also counts Redis's per-key overhead (keyspace and expiry
-           dicts)
-=========  ====================================================================
-
-For the first three, the figure is ``MEMORY USAGE key SAMPLES 0`` summed over
-every key of the identity. Our keys are the ones ``Throttle.keys`` names;
-Flask-Limiter's are found by ``SCAN`` with a pattern on the identity. Either
-way, they must be every key in the database, or the run stops. Each of these
-patterns runs five times (``--repeat``) and the median is reported: skiplist
-levels are random, and an allocator may round a block up more one time than
-another.
-
-An hour passes in well under a second, on a simulated clock:
-
-* our scripts take the time as an argument (``Throttle.now``, overridden);
-* Flask-Limiter's moving window reads ``time.time()`` in Python, in
-  ``limits.storage.redis``, which is patched to read the simulated clock
-  (with a sub-microsecond part, so that its timestamps are as long as real
-  ``time.time()`` values);
-* Flask-Limiter's fixed window and sliding-window counter read no clock at
-  all: their windows are Redis key expiries (``EXPIRE``, ``PTTL``). Redis's
-  clock cannot be moved, so when the simulated clock advances, every key's
-  TTL is shortened by the same step (``PEXPIRE``), and keys whose TTL runs
-  out are deleted. All of these scripts, and ours, use TTLs only relative to
-  now, so they see what they would after that much real time. The same ageing
-  expires our keys between requests, as real time would.
+The hour passes on a simulated clock: our scripts take the time as an
+argument; Flask-Limiter's moving window reads ``time.time()`` in
+``limits.storage.redis``, which is patched; its other strategies read no clock
+(their windows are key expiries), so every step of the clock shortens every
+key's TTL by as much (``PEXPIRE``, or ``DEL`` when it runs out). All these
+scripts use TTLs only relative to now, so they see what real time would show.
 
 Run it from the repository root::
 
@@ -63,11 +38,11 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from importlib import metadata
 from typing import Any
 from unittest import mock
 
 import redis
+from harness import render_table, version
 
 from flask_redis_throttle import Identity, RefusalLog, parse_limits
 from flask_redis_throttle.scripts import STRATEGIES
@@ -338,13 +313,6 @@ def flask_limiter_clock(clock: Clock) -> Iterator[None]:
         yield
 
 
-def version(package: str) -> str:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return "not installed"
-
-
 def notes(results: list[dict[str, Any]], repeat: int) -> list[str]:
     found = [
         f"bytes = MEMORY USAGE (SAMPLES 0) summed over the identity's keys, median of {repeat} runs "
@@ -367,23 +335,12 @@ def notes(results: list[dict[str, Any]], repeat: int) -> list[str]:
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    headers = ["library", "strategy", *PATTERNS.values()]
     rows = []
     for result in results:
         cells = [result["library"], result["strategy"]]
         cells += [f"{result[name]['bytes']:,} ({len(result[name]['keys'])})" for name in KEYED_PATTERNS]
-        cells.append(f"{result['bulk']['bytes_per_identity']:,.0f}")
-        rows.append(cells)
-    widths = [max(len(row[i]) for row in [headers, *rows]) for i in range(len(headers))]
-
-    def line(cells: list[str]) -> str:
-        # Names to the left, figures to the right.
-        padded = [cell.ljust(width) for cell, width in zip(cells[:2], widths[:2], strict=True)]
-        padded += [cell.rjust(width) for cell, width in zip(cells[2:], widths[2:], strict=True)]
-        return "  ".join(padded)
-
-    rule = "  ".join("-" * w for w in widths)
-    return "\n".join([line(headers), rule, *(line(row) for row in rows)])
+        rows.append([*cells, f"{result['bulk']['bytes_per_identity']:,.0f}"])
+    return render_table(["library", "strategy", *PATTERNS.values()], rows, left=2)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

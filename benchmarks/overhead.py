@@ -2,42 +2,20 @@
 """How much time a rate limiter adds to a Flask request, against one Redis PING.
 
 One process, one throwaway ``redis-server`` (started on a free loopback port by
-:func:`flask_redis_throttle.testing.redis_server`), and these variants, all
-measured in the same run:
+:func:`flask_redis_throttle.testing.redis_server`), and these variants, timed
+in the same interleaved rounds: ``ping`` (one bare redis-py ``PING``: the
+yardstick), ``bare`` (the Flask app, no limiter), ``floor`` (the app plus one
+``PING`` in a ``before_request`` hook: the least any Redis-backed limiter
+adds), ``ours`` (``@limit(SPEC, identities=["ip", user_key])``), ``ours-py``
+(the same, Redis's reply canned: our Python alone), with ``--metrics``
+``ours-m`` and ``ours-py-m`` (both with Prometheus metrics on), and ``fl-*``
+(Flask-Limiter, once per strategy). Every limit has three layers and two
+identities, with quotas so large that every request is admitted: this
+measures the price of the common case.
 
-=============  ===========================================================================
-``ping``       one bare redis-py ``PING`` round trip: the yardstick
-``bare``       the Flask app with no limiter
-``floor``      the Flask app plus one ``PING`` in a ``before_request`` hook: the cheapest
-               limiter that asks Redis anything (one round trip, inside a request)
-``ours``       flask-redis-throttle: ``@limit(SPEC, identities=["ip", user_key])``
-``ours-py``    the same, with Redis's reply canned: only our Python, no round trip
-``ours-m``,    with ``--metrics``: ``ours`` and ``ours-py`` with Prometheus metrics on
-``ours-py-m``  (``RateLimit(app, metrics=registry)``), to price them against ``ours``
-``fl-*``       Flask-Limiter: two ``@limiter.limit(SPEC)`` (remote address, user key),
-               ``headers_enabled=True``, once for each of its strategies
-=============  ===========================================================================
-
-Every limit has three layers (``N/s;N/m;N/h``) and two identities (the client
-IP and an ``X-User`` header read by a key function). The quotas are so large
-that every request is admitted: this measures the price of the common case.
-
-The time a limiter *adds* is its time per request minus the bare app's, taken
-in the same round; each result is the median over many interleaved rounds
-(each round runs every variant once, starting one variant further on than the
-round before), so that the noise of a shared machine falls on all variants
-alike. The apps are driven through their WSGI callable with a prebuilt environ,
-all in the same way, and every Redis client (ours, Flask-Limiter's, the PINGs')
-is a redis-py client with the same options and the same reply parser (hiredis
-when it is installed).
-
-After the timing, a separate phase counts what each variant sends to Redis:
-client side by wrapping redis-py's ``Connection.send_command`` and
-``read_response``, server side from ``INFO commandstats`` deltas (which also
-count the commands a script runs with ``redis.call``).
-
-The apps, the timing and the counting are shared with ``suite.py``, in
-``harness.py``. Run it from the repository root::
+The apps, variants, timing (paired by round with the bare app) and command
+counting are ``harness.py``'s, shared with ``suite.py``; ``benchmarks/README.md``
+says how they work. Run it from the repository root::
 
     python benchmarks/overhead.py                  # about a minute
     python benchmarks/overhead.py --quick          # a few seconds: a smoke test
@@ -67,26 +45,27 @@ from harness import (
     FLASK_LIMITER_STRATEGIES,
     SPEC,
     TARGET_PINGS,
+    TARGETS,
     Environ,
     Variant,
     base_environ,
     breakdown,
-    check,
     client_options,
-    count,
     describe,
     flask_limiter_variant,
-    floor_app,
+    floor_variant,
     fmt,
     fmt_count,
-    measure,
-    our_app,
-    our_client,
     our_storage,
+    our_variant,
+    paired,
     parser_name,
+    prepare,
     quartiles,
+    ratio,
+    render_table,
     single_pings,
-    wsgi_runner,
+    time_and_count,
     yardsticks,
 )
 from harness import environment as harness_environment
@@ -123,44 +102,26 @@ def can_replies(app: Flask) -> bool:
 
 
 def build_variants(url: str, environ: Environ, strategies: tuple[str, ...], metrics: bool = False) -> list[Variant]:
-    variants = yardsticks(url, environ)
-
-    floor_client = redis.Redis.from_url(url, **client_options())
-    app = floor_app(floor_client)
-    variants.append(
-        Variant("floor", "Flask app + 1 PING/request", wsgi_runner(app, environ), app=app, client=floor_client)
-    )
-
+    variants = [*yardsticks(url, environ), floor_variant([url], environ, "Flask app + 1 PING/request")]
     ours = [
         ("ours", "flask-redis-throttle", "rl:", False),
-        ("ours-py", "  same, Redis reply canned", "rl-canned:", False),
+        ("ours-py", "same, Redis reply canned", "rl-canned:", False),
     ]
     if metrics:
         from prometheus_client import CollectorRegistry  # the prometheus extra: only for --metrics
 
         ours += [
-            ("ours-m", "  ours + Prometheus metrics", "rl-m:", True),
-            ("ours-py-m", "  canned + Prometheus metrics", "rl-canned-m:", True),
+            ("ours-m", "ours + Prometheus metrics", "rl-m:", True),
+            ("ours-py-m", "canned + Prometheus metrics", "rl-canned-m:", True),
         ]
     for name, label, prefix, metered in ours:
-        canned = name.startswith("ours-py")
-        app = our_app(url, prefix, metrics=CollectorRegistry() if metered else False)
-        if canned and not can_replies(app):
-            print("note: cannot can our storage's replies (internals moved); skipping ours-py", file=sys.stderr)
-            continue
-        variants.append(
-            Variant(
-                name,
-                label,
-                wsgi_runner(app, environ),
-                app=app,
-                client=our_client(app),
-                # The canned variant's keys are those of its one real call.
-                key_pattern=None if canned else f"{prefix}*",
-                header="RateLimit",
-            )
-        )
-
+        variant = our_variant(name, label, url, environ, prefix, metrics=CollectorRegistry() if metered else False)
+        if name.startswith("ours-py"):
+            if not can_replies(variant.app):  # type: ignore[arg-type]
+                print("note: cannot can our storage's replies (internals moved); skipping ours-py", file=sys.stderr)
+                continue
+            variant.key_pattern = None  # its keys are those of its one real call
+        variants.append(variant)
     variants += [flask_limiter_variant(url, environ, strategy) for strategy in strategies]
     return variants
 
@@ -213,70 +174,52 @@ def profile(variant: Variant, requests: int, top: int = 30) -> str:
 # --- reporting ------------------------------------------------------------------------------------
 
 
-def summarize(variants: list[Variant]) -> dict[str, dict[str, Any]]:
+def summarize(
+    variants: list[Variant], results: dict[str, dict[str, Any]], alone: list[float] | None
+) -> dict[str, dict[str, Any]]:
+    """To :func:`harness.figures`' ``results``, add ours against its target, the
+    floor, its metered twins (and ``alone``, :func:`metrics_alone`'s samples)
+    and Flask-Limiter."""
     by_name = {v.name: v for v in variants}
-    ping = statistics.median(by_name["ping"].samples)
-    bare = by_name["bare"].samples
-    results: dict[str, dict[str, Any]] = {}
     for variant in variants:
-        entry: dict[str, Any] = {
-            "label": variant.label.strip(),
-            "per_call_us": statistics.median(variant.samples),
-            "per_call_us_quartiles": quartiles(variant.samples),
-        }
-        if variant.name not in ("ping", "bare"):
-            # Paired by round: the two ran within a few milliseconds of each other.
-            added = [s - b for s, b in zip(variant.samples, bare, strict=True)]
-            entry["added_us"] = statistics.median(added)
-            entry["added_us_quartiles"] = quartiles(added)
-            entry["added_pings"] = entry["added_us"] / ping
-        entry.update(variant.counts)
-        results[variant.name] = entry
+        results[variant.name]["per_call_us_quartiles"] = quartiles(variant.samples)
     ours = results["ours"]
     ours["target_pings"] = TARGET_PINGS
-    ours["meets_target"] = ours["added_pings"] <= TARGET_PINGS
+    ours["meets_target"] = TARGETS["ours-fixed-window"].met(ours["added_pings"])
     ours["added_floors"] = ours["added_us"] / results["floor"]["added_us"]
     for metered, plain in (("ours-m", "ours"), ("ours-py-m", "ours-py")):
         if metered in by_name and plain in by_name:
             # Paired by round, as added time is: the two ran side by side.
-            cost = [m - p for m, p in zip(by_name[metered].samples, by_name[plain].samples, strict=True)]
+            cost = paired(by_name[metered].samples, by_name[plain].samples)
             results[metered]["metrics_us"] = statistics.median(cost)
             results[metered]["metrics_us_quartiles"] = quartiles(cost)
             results[metered]["metrics_share"] = statistics.median(cost) / ours["added_us"]
+    if alone is not None:
+        results["ours-m"]["metrics_alone_us"] = statistics.median(alone)
+        results["ours-m"]["metrics_alone_quartiles"] = quartiles(alone)
+        results["ours-m"]["metrics_alone_share"] = statistics.median(alone) / ours["added_us"]
     for name, entry in results.items():
         if name.startswith("fl-"):
-            entry["vs_ours"] = entry["added_us"] / ours["added_us"] if ours["added_us"] > 0 else None
+            entry["vs_ours"] = ratio(entry["added_us"], ours["added_us"])
     return results
 
 
-def table(results: dict[str, dict[str, Any]], labels: dict[str, str]) -> str:
-    headers = (
-        "variant",
-        "us/call",
-        "added us",
-        "IQR",
-        "added/PING",
-        "target",
-        "vs ours",
-        "cmds sent",
-        "round trips",
-        "srv EVALSHA",
-        "srv cmds",
-        "srv us/script",
-        "keys",
-    )
+HEADERS = ("variant", "us/call", "added us", "IQR", "added/PING", "target", "vs ours", "cmds sent", "round trips",
+           "srv EVALSHA", "srv cmds", "srv us/script", "keys")  # fmt: skip
+
+
+def table(results: dict[str, dict[str, Any]]) -> str:
     rows = []
     for name, r in results.items():
         iqr = r.get("added_us_quartiles")
-        multiple = "1.00x" if name == "ping" else (f"{r['added_pings']:.2f}x" if "added_pings" in r else "-")
         target = f"<={TARGET_PINGS:g}x " + ("met" if r["meets_target"] else "MISSED") if name == "ours" else ""
         rows.append(
             (
-                labels[name],
+                ("  " if name.startswith("ours-") else "") + r["label"],
                 fmt(r["per_call_us"]),
                 fmt(r.get("added_us")),
                 f"{iqr[0]:.0f}..{iqr[1]:.0f}" if iqr else "",
-                multiple,
+                f"{r['added_pings']:.2f}x" if "added_pings" in r else "-",
                 target,
                 f"{r['vs_ours']:.1f}x" if r.get("vs_ours") else "",
                 fmt_count(r.get("client_commands")),
@@ -287,13 +230,7 @@ def table(results: dict[str, dict[str, Any]], labels: dict[str, str]) -> str:
                 fmt_count(r.get("keys")),
             )
         )
-    widths = [max(len(row[i]) for row in (headers, *rows)) for i in range(len(headers))]
-    lines = [
-        "  ".join(cell.ljust(widths[i]) if i == 0 else cell.rjust(widths[i]) for i, cell in enumerate(row)).rstrip()
-        for row in (headers, *rows)
-    ]
-    lines.insert(1, "-" * max(map(len, lines)))
-    return "\n".join(lines)
+    return render_table(HEADERS, rows)
 
 
 LEGEND = """\
@@ -374,29 +311,16 @@ def main(argv: list[str] | None = None) -> int:
         admin = redis.Redis.from_url(server.url, **client_options())
         server_version = admin.info("server")["redis_version"]
         variants = build_variants(server.url, environ, args.strategies, args.metrics)
-        for variant in variants:
-            # The first calls open connections, load each script (EVALSHA, NOSCRIPT,
-            # SCRIPT LOAD, EVALSHA) and compile the apps' per-endpoint plans.
-            variant.run(5)
-            check(variant, environ)
-            variant.run(max(args.batch, 50))
+        prepare(variants, environ, args.batch)
         parsers = {v.name: parser_name(v.client) for v in variants if v.client is not None}
         print(
             f"redis-server {server_version} on 127.0.0.1:{server.port}; {len(variants)} variants x "
             f"{args.rounds} rounds x {args.batch} calls, interleaved (+{args.warmup} warm-up rounds)...",
             file=sys.stderr,
         )
-        measure(variants, args.rounds, args.batch, args.warmup)
-        alone = metrics_alone(variants, args.rounds) if args.metrics else None
+        timed = time_and_count(variants, admin, args.rounds, args.batch, args.warmup, args.count, keys=True)
+        results = summarize(variants, timed, metrics_alone(variants, args.rounds) if args.metrics else None)
         ping_single = single_pings(variants[0].client, max(1000, args.rounds * 10))  # type: ignore[arg-type]
-        for variant in variants:
-            count(variant, admin, args.count)
-        results = summarize(variants)
-        if alone is not None:
-            ours_added = results["ours"]["added_us"]
-            results["ours-m"]["metrics_alone_us"] = statistics.median(alone)
-            results["ours-m"]["metrics_alone_quartiles"] = quartiles(alone)
-            results["ours-m"]["metrics_alone_share"] = statistics.median(alone) / ours_added
         profiled = None
         if args.profile:
             profiled = profile(next(v for v in variants if v.name == "ours"), args.profile)
@@ -426,8 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         + describe(environment)
     )
     print()
-    labels = {v.name: v.label for v in variants}
-    print(table(results, labels))
+    print(table(results))
     print()
     print(LEGEND)
     print()
@@ -489,7 +412,6 @@ def main(argv: list[str] | None = None) -> int:
             "settings": settings,
             "ping_single_median_us": ping_single,
             "results": results,
-            "samples_us": {v.name: v.samples for v in variants},
         }
         with open(args.json, "w", encoding="utf-8") as out:
             json.dump(document, out, indent=2)

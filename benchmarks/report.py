@@ -36,13 +36,6 @@ RESULTS = ROOT / "benchmarks" / "results" / "suite.json"
 README = ROOT / "README.md"
 PERFORMANCE = ROOT / "docs" / "performance.rst"
 
-#: Flask-Limiter's strategies and ours that do the same job, in the suite's order.
-LIKE_FOR_LIKE = {
-    "fixed-window": "fixed-window",
-    "moving-window": "sliding-log",
-    "sliding-window-counter": "sliding-window",
-}
-OURS = ("fixed-window", "sliding-window", "sliding-log", "gcra")
 #: The multiplication sign of the README's table.
 TIMES = "\u00d7"
 
@@ -65,6 +58,11 @@ def admitted(report: Report) -> Mapping[str, Any]:
     return results
 
 
+def strategies(report: Report, prefix: str) -> list[str]:
+    """The strategies the run measured, ours (``ours-``) or Flask-Limiter's (``fl-``), in its order."""
+    return [name.removeprefix(prefix) for name in admitted(report) if name.startswith(prefix)]
+
+
 def span(values: Iterable[float], digits: int = 1, unit: str = "") -> str:
     """``4.0 to 4.7`` (or one figure when they round alike)."""
     ordered = sorted(values)
@@ -75,7 +73,7 @@ def span(values: Iterable[float], digits: int = 1, unit: str = "") -> str:
 def flask_limiter_ratios(report: Report) -> list[float]:
     """Flask-Limiter's added time / ours, like for like, one per strategy pair."""
     results = admitted(report)
-    return [results[f"fl-{strategy}"]["vs_ours"] for strategy in LIKE_FOR_LIKE]
+    return [results[f"fl-{strategy}"]["vs_ours"] for strategy in strategies(report, "fl-")]
 
 
 def machine(report: Report) -> str:
@@ -129,8 +127,8 @@ def readme_cost(report: Report) -> str:
     rows = [
         ("one bare redis-py `PING` (the yardstick)", "ping", False),
         ("a Flask hook that sends one `PING` (the floor for any Redis-backed limiter)", "floor", False),
-        *((f"flask-redis-throttle, {strategy}", f"ours-{strategy}", True) for strategy in OURS),
-        *((f"Flask-Limiter {version}, {strategy}", f"fl-{strategy}", False) for strategy in LIKE_FOR_LIKE),
+        *((f"flask-redis-throttle, {strategy}", f"ours-{strategy}", True) for strategy in strategies(report, "ours-")),
+        *((f"Flask-Limiter {version}, {strategy}", f"fl-{strategy}", False) for strategy in strategies(report, "fl-")),
     ]
     lines = [
         f"| variant | added per request | {TIMES} PING | Redis commands sent per request | round trips |",
@@ -211,11 +209,11 @@ def readme_memory(report: Report) -> str:
         return wrap(NO_EMBEDDED)
     version = report["environment"]["flask_limiter"]
     lines = ["| on memory:// | added per request | ours / Flask-Limiter's, like for like |", "|---|---:|---:|"]
-    for strategy in OURS:
+    for strategy in strategies(report, "ours-"):
         r = results[f"ours-{strategy}"]
         vs = f"{r['vs_flask_limiter']:.2f}{TIMES}" if r.get("vs_flask_limiter") else ""
         lines.append(f"| flask-redis-throttle, {strategy} | {r['added_us']:.0f} µs | {vs} |")
-    for strategy in LIKE_FOR_LIKE:
+    for strategy in strategies(report, "fl-"):
         lines.append(f"| Flask-Limiter {version}, {strategy} | {results[f'fl-{strategy}']['added_us']:.0f} µs | |")
     return "\n".join([*lines, "", wrap(embedded_sentence(report, results, "`"))])
 
@@ -225,16 +223,11 @@ def rst_memory(report: Report) -> str:
     results = embedded(report)
     if results is None:
         return wrap(NO_EMBEDDED.replace("`", "``"))
-    items = [
-        f"{results[f'ours-{strategy}']['label']}: {results[f'ours-{strategy}']['added_us']:.0f} µs"
-        + (
-            f", {results[f'ours-{strategy}']['vs_flask_limiter']:.2f} times Flask-Limiter's"
-            if results[f"ours-{strategy}"].get("vs_flask_limiter")
-            else ""
-        )
-        for strategy in OURS
-    ]
-    items += [f"{results[f'fl-{s}']['label']}: {results[f'fl-{s}']['added_us']:.0f} µs" for s in LIKE_FOR_LIKE]
+    items = []
+    for name, r in results.items():
+        if name != "bare":
+            vs = f", {r['vs_flask_limiter']:.2f} times Flask-Limiter's" if r.get("vs_flask_limiter") else ""
+            items.append(f"{r['label']}: {r['added_us']:.0f} µs{vs}")
     return wrap(embedded_sentence(report, results, "``")) + "\n\n" + "\n".join(bullet(item) for item in items)
 
 
@@ -254,8 +247,8 @@ def rst_shows(report: Report) -> str:
     """The bullets under the table: each figure read from the report."""
     sections = report["sections"]
     results = admitted(report)
-    ours = [results[f"ours-{s}"] for s in OURS]
-    theirs = [results[f"fl-{s}"] for s in LIKE_FOR_LIKE]
+    ours = [results[f"ours-{s}"] for s in strategies(report, "ours-")]
+    theirs = [results[f"fl-{s}"] for s in strategies(report, "fl-")]
     items = [
         f"**Admitted requests.** We add {span((r['added_us'] for r in ours), 0, ' µs')} per request, "
         f"{span(r['added_pings'] for r in ours)} ``PING``; Flask-Limiter adds "

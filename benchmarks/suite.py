@@ -3,41 +3,18 @@
 
 Everything runs against one throwaway ``redis-server`` on a free loopback port
 (:func:`flask_redis_throttle.testing.redis_server`), never a Redis you run.
-The apps, the timing and the counting are those of ``overhead.py``, shared in
-``harness.py``. Sections, all in one table:
+The apps, variants, timing and counting are ``harness.py``'s, shared with
+``overhead.py``; ``benchmarks/README.md`` says what each section measures:
 
-1-3. **Admitted requests**, three layers (``N/s;N/m;N/h``) on two identities
-     (the client IP and an ``X-User`` key function): the time each limiter
-     adds to a Flask request (in microseconds and in PINGs measured in the same
-     rounds), the commands it sends, and Redis's own time for them, for each
-     of our four strategies and each of Flask-Limiter's three.
-4.   **How the cost grows**: ours with 1, 3 and 6 layers on 1 and 2
-     identities, 6 layers on 3; and 10,000 distinct clients in turn against
-     one hot client.
-5.   **Flood**: one client over its limit (``1/m``) keeps asking: Redis
-     commands and time per refused request, with the block cache
-     (``RATELIMIT_BLOCK_CACHE_SIZE``) at its default and off.
-6.   **Memory**: Redis memory per client, ours and Flask-Limiter's fixed window
-     (``memory.py``'s bulk pattern).
-7.   **End to end**: gunicorn serving the app with no limiter, with ours and
-     with Flask-Limiter, loaded over keep-alive connections: requests per second.
-8.   **local://**: ours on ``local://`` (a server the app starts on demand,
-     on a Unix socket) beside ours on ``redis://`` on loopback, the same
-     server binary for both, in the same rounds.
-9.   **Redis Cluster**: a throwaway 3-master cluster beside the single node,
-     3 layers x 2 identities whose counters live on 2 different masters: ours
-     on the cluster, ours on the single node and Flask-Limiter on the same
-     cluster, interleaved; and Redis's time per decision (``INFO
-     commandstats`` usec of EVALSHA and EVAL, summed over every master), on
-     the cluster and on the single node.
-10.  **memory://**: the same admitted requests with no Redis at all, ours on
-     the embedded store beside Flask-Limiter's pure-Python ``memory://``.
+1-3. admitted requests, our four strategies and Flask-Limiter's three;
+4. how our cost grows with layers, identities and clients; 5. a flood of
+refused requests; 6. Redis memory per client (``memory.py``'s bulk pattern);
+7. gunicorn end to end (``e2e.py``); 8. ``local://`` beside ``redis://``;
+9. a 3-master Redis Cluster beside one node; 10. ``memory://``, no Redis.
 
-Times in sections 1, 4, 5, 8, 9 and 10 come from interleaved rounds (every variant runs
-a batch each round, the order rotating), paired by round with the bare app:
-the medians of (variant - bare app). Commands are counted in a separate,
-untimed phase, client side (redis-py's ``Connection``) and server side
-(``INFO commandstats`` deltas).
+Times come from interleaved rounds (every variant runs a batch each round,
+the order rotating), paired by round with the bare app: the medians of
+(variant - bare app). Commands are counted in a separate, untimed phase.
 
 Run it from the repository root::
 
@@ -61,59 +38,52 @@ import statistics
 import sys
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import e2e
 import memory as memory_bench
 import redis
-from flask import Flask
 from harness import (
     CLIENT_IP,
     FLASK_LIMITER_STRATEGIES,
+    LIKE_FOR_LIKE,
     OUR_STRATEGIES,
     SPEC,
     TARGETS,
-    Environ,
-    Target,
     Variant,
-    bare_app,
+    bare_variant,
     base_environ,
-    check,
     client_options,
-    command_stats,
-    count,
-    counting_commands,
     describe,
+    distinct_environs,
     environment,
-    flask_limiter_app,
+    figures,
     flask_limiter_variant,
-    floor_app,
+    floor_variant,
     fmt,
     fmt_count,
-    measure,
     our_app,
-    our_client,
-    paired_added,
+    our_variant,
     parser_name,
+    prepare,
+    ratio,
+    refusing_variant,
     render_table,
+    tally,
+    time_and_count,
     user_key,
-    warm_up,
-    wsgi_runner,
     yardsticks,
 )
-from werkzeug.exceptions import TooManyRequests
 
 from flask_redis_throttle import Identity, local
 from flask_redis_throttle import config as our_config
 from flask_redis_throttle.keys import identity_tag
 from flask_redis_throttle.rates import parse_limits
-from flask_redis_throttle.testing import find_redis_server, redis_cluster, redis_server
+from flask_redis_throttle.testing import find_redis_server, redis_server
 from flask_redis_throttle.throttle import Policy
-
-SECTIONS = ("admitted", "growth", "flood", "memory", "e2e", "local", "cluster", "embedded")
 
 
 def tenant_key(req: Any) -> str:
@@ -121,12 +91,6 @@ def tenant_key(req: Any) -> str:
     return str(req.headers.get("X-Tenant", "default"))
 
 
-#: Flask-Limiter's strategies, each beside the one of ours that does the same job.
-LIKE_FOR_LIKE = {
-    "fixed-window": "fixed-window",
-    "moving-window": "sliding-log",
-    "sliding-window-counter": "sliding-window",
-}
 #: Layers for section 4, by number: quotas no run reaches.
 LAYER_SPECS = {
     1: "1000000/s",
@@ -137,11 +101,25 @@ IDENTITY_SETS: dict[int, tuple[Any, ...]] = {1: ("ip",), 2: ("ip", user_key), 3:
 GROWTH_STRATEGIES = ("fixed-window", "gcra")
 #: Section 4's (layers, identities): every pairing of 1, 3, 6 layers with 1, 2 identities, and 6 x 3.
 GROWTH_SHAPES = ((1, 1), (1, 2), (3, 1), (3, 2), (6, 1), (6, 2), (6, 3))
+#: Section 4's rows that have a target, and its name.
+GROWTH_TARGETS = {"fixed-window 1x1": "growth-1x1", "fixed-window 6x3": "growth-6x3"}
 
 #: Section 5: the limit the flooding client is over.
 FLOOD_SPEC = "1/m"
 FLASK_LIMITER_FLOOD_SPEC = "1/minute"
 CACHE_SETTING = "RATELIMIT_BLOCK_CACHE_SIZE"
+
+#: The strategies that pack an identity's layers into one string, whose
+#: ``MEMORY USAGE`` per identity section 6 checks against its target.
+USAGE_TARGETS = {
+    "fixed-window": "memory-usage-packed",
+    "gcra": "memory-usage-packed",
+    "sliding-window": "memory-usage-sw",
+}
+PACKED_STRATEGIES = tuple(USAGE_TARGETS)
+
+#: Section 9's commands whose Redis time is a decision's: our scripts.
+CLUSTER_SCRIPTS = ("evalsha", "eval")
 
 
 @dataclass(frozen=True)
@@ -188,58 +166,42 @@ QUICK = Settings(
 )
 
 
-# --- shared steps ---------------------------------------------------------------------------------
+# --- the table ------------------------------------------------------------------------------------
+
+HEADERS = ("variant", "added us", "x PING", "ratio", "cmds sent", "Redis cmds", "Redis us", "req/s", "target")
+Row = list[str]
 
 
-def our_variant(
-    name: str,
-    label: str,
-    app: Flask,
-    environs: Environ | Sequence[Environ],
-    statuses: Counter[str] | None = None,
-    **extra: Any,
-) -> Variant:
-    """A variant for one of our apps; ``extra`` goes to :class:`Variant`."""
-    return Variant(name, label, wsgi_runner(app, environs, statuses), app=app, **extra)
+def row(label: str, added: str = "", pings: str = "", ratio_cell: str = "", counts: Mapping[str, Any] | None = None,
+        rps: str = "", target: str = "") -> Row:  # fmt: skip
+    """One row of the table; ``counts``: a variant's figures, to show what it sent and Redis ran."""
+    sent = ran = usec = ""
+    if counts is not None:
+        sent, ran = fmt_count(counts.get("client_commands")), fmt_count(counts.get("server_commands"))
+        usec = fmt(counts.get("server_us_per_request"))
+    return ["  " + label, added, pings, ratio_cell, sent, ran, usec, rps, target]
 
 
-def time_and_count(
-    variants: Sequence[Variant],
-    admin: redis.Redis,
-    rounds: int,
-    batch: int,
-    warmup: int,
-    requests: int,
-    statuses: Mapping[str, Counter[str]] | None = None,
-) -> dict[str, dict[str, Any]]:
-    """Time the variants interleaved, then count each one's commands; return
-    each one's figures: per call, added to the bare app, in PINGs."""
-    measure(variants, rounds, batch, warmup)
-    for variant in variants:
-        count(variant, admin, requests, (statuses or {}).get(variant.name))
-    return figures(variants)
+def timed_row(r: Mapping[str, Any], ratio_cell: str = "", target: str = "", counted: bool = True) -> Row:
+    """A timed variant's row: its added time, in PINGs if the section has them, and its counts."""
+    pings = f"{r['added_pings']:.2f}x" if "added_pings" in r else ""
+    return row(r["label"], fmt(r["added_us"]), pings, ratio_cell, r if counted else None, target=target)
 
 
-def figures(variants: Sequence[Variant]) -> dict[str, dict[str, Any]]:
-    """Each timed variant's figures, by name: per call; added to the
-    ``bare`` variant's time, paired by round; in PINGs when there is a
-    ``ping`` variant; and its counts."""
-    by_name = {v.name: v for v in variants}
-    ping = statistics.median(by_name["ping"].samples) if "ping" in by_name else None
-    bare = by_name["bare"].samples
-    results: dict[str, dict[str, Any]] = {}
-    for variant in variants:
-        entry: dict[str, Any] = {"label": variant.label, "per_call_us": statistics.median(variant.samples)}
-        if variant.name == "ping":
-            entry["added_pings"] = 1.0
-        elif variant.name != "bare":
-            entry.update(paired_added(variant.samples, bare))
-            if ping is not None:
-                entry["added_pings"] = entry["added_us"] / ping
-        entry.update(variant.counts)
-        entry["samples_us"] = variant.samples
-        results[variant.name] = entry
-    return results
+def times(value: float | None, digits: int = 2) -> str:
+    """``1.24x``, or nothing when there is no ratio."""
+    return f"{value:.{digits}f}x" if value else ""
+
+
+#: A target a section checks: the row that shows its verdict (or ""), the
+#: target's name in :data:`harness.TARGETS`, the figure, and words for it
+#: when the target is checked on several pairs.
+Check = tuple[str, str, float, "str | None"]
+
+
+def target_cells(checks: Sequence[Check]) -> dict[str, str]:
+    """The target column of each row that shows a verdict: ``<=1.8x PING MET``."""
+    return {row: TARGETS[name].cell(value) for row, name, value, _what in checks}
 
 
 def plural(n: int, noun: str) -> str:
@@ -249,92 +211,64 @@ def plural(n: int, noun: str) -> str:
     return f"{n} {noun[:-1]}ies" if noun.endswith("y") else f"{n} {noun}s"
 
 
-def ratio(a: float | None, b: float | None) -> float | None:
-    """a / b, or None when either is missing or b is not positive."""
-    return a / b if a is not None and b is not None and b > 0 else None
-
-
 # --- sections 1 to 3: admitted requests -----------------------------------------------------------
 
 
 def admitted(url: str, admin: redis.Redis, s: Settings) -> dict[str, Any]:
     """Ours (four strategies) and Flask-Limiter's (three) on admitted requests."""
     environ = base_environ()
-    variants = yardsticks(url, environ)
-    floor_client = redis.Redis.from_url(url, **client_options())
-    app = floor_app(floor_client)
-    variants.append(Variant("floor", "Flask app + 1 PING/request (floor)", wsgi_runner(app, environ), app=app))
-    for strategy in OUR_STRATEGIES:
-        app = our_app(url, f"rl-{strategy}:", strategy=strategy)
-        variants.append(
-            our_variant(
-                f"ours-{strategy}",
-                f"ours {strategy}",
-                app,
-                environ,
-                client=our_client(app),
-                key_pattern=f"rl-{strategy}:*",
-                header="RateLimit",
-            )
-        )
+    variants = [*yardsticks(url, environ), floor_variant([url], environ)]
+    variants += [
+        our_variant(f"ours-{st}", f"ours {st}", url, environ, f"rl-{st}:", strategy=st) for st in OUR_STRATEGIES
+    ]
     variants += [flask_limiter_variant(url, environ, strategy) for strategy in FLASK_LIMITER_STRATEGIES]
-    warm_up(variants, 5)
-    for variant in variants:
-        check(variant, environ)
-    warm_up(variants, max(s.batch, 50))
+    prepare(variants, environ, s.batch)
     parsers = {v.name: parser_name(v.client) for v in variants if v.client is not None}
-    results = time_and_count(variants, admin, s.rounds, s.batch, s.warmup, s.count)
-    for strategy in FLASK_LIMITER_STRATEGIES:
+    results = time_and_count(variants, admin, s.rounds, s.batch, s.warmup, s.count, keys=True)
+    ours = [results[f"ours-{strategy}"]["added_us"] for strategy in OUR_STRATEGIES]
+    for strategy, like in LIKE_FOR_LIKE.items():
         entry = results[f"fl-{strategy}"]
-        ours = results[f"ours-{LIKE_FOR_LIKE[strategy]}"]
-        entry["ours"] = f"ours-{LIKE_FOR_LIKE[strategy]}"
-        entry["vs_ours"] = ratio(entry["added_us"], ours["added_us"])
-        entry["vs_ours_range"] = [
-            ratio(entry["added_us"], max(results[f"ours-{o}"]["added_us"] for o in OUR_STRATEGIES)),
-            ratio(entry["added_us"], min(results[f"ours-{o}"]["added_us"] for o in OUR_STRATEGIES)),
-        ]
+        entry["ours"] = f"ours-{like}"
+        entry["vs_ours"] = ratio(entry["added_us"], results[f"ours-{like}"]["added_us"])
+        entry["vs_ours_range"] = [ratio(entry["added_us"], max(ours)), ratio(entry["added_us"], min(ours))]
     return {"results": results, "parsers": parsers}
 
 
-def admitted_rows(section: Mapping[str, Any]) -> list[list[str]]:
+def admitted_checks(section: Mapping[str, Any]) -> list[Check]:
     results = section["results"]
-    ping = results["ping"]["per_call_us"]
-    title = f"1-3. Admitted, 3 layers x 2 identities ({SPEC}); ratio = Flask-Limiter / ours, like for like"
-    rows: list[list[str]] = [[title]]
+    found: list[Check] = [
+        (f"ours-{st}", f"ours-{st}", results[f"ours-{st}"]["added_pings"], None) for st in OUR_STRATEGIES
+    ]
+    for strategy, like in LIKE_FOR_LIKE.items():
+        what = f"Flask-Limiter {strategy}'s added time / ours {like}'s"
+        found.append((f"fl-{strategy}", "flask-limiter-ratio", results[f"fl-{strategy}"]["vs_ours"] or 0.0, what))
+    for strategy, like in LIKE_FOR_LIKE.items():
+        ours, theirs = results[f"ours-{like}"], results[f"fl-{strategy}"]
+        value = ratio(ours["server_us_per_request"], theirs["server_us_per_request"]) or 0.0
+        found.append(("", "redis-cpu", value, f"Redis time per decision: ours {like} / Flask-Limiter {strategy}"))
+    return found
+
+
+def admitted_rows(section: Mapping[str, Any], s: Settings, cells: Mapping[str, str]) -> list[Row]:
+    results = section["results"]
+    rows = [[f"1-3. Admitted, 3 layers x 2 identities ({SPEC}); ratio = Flask-Limiter / ours, like for like"]]
+    ping = results["ping"]
+    rows.append(row(ping["label"], fmt(ping["per_call_us"]), f"{ping['added_pings']:.2f}x", counts=ping))
     for name, r in results.items():
-        if name == "bare":
-            continue
-        target = ""
-        if name in TARGETS:
-            target = target_cell(TARGETS[name], r["added_pings"])
-        elif name.startswith("fl-"):
-            target = target_cell(TARGETS["flask-limiter-ratio"], r["vs_ours"] or 0.0)
-        vs = f"{r['vs_ours']:.1f}x" if r.get("vs_ours") else ""
-        rows.append(
-            [
-                "  " + r["label"],
-                fmt(ping if name == "ping" else r["added_us"]),
-                f"{r['added_pings']:.2f}x",
-                vs,
-                fmt_count(r.get("client_commands")),
-                fmt_count(r.get("server_commands")),
-                fmt(r.get("server_us_per_request")),
-                "",
-                target,
-            ]
-        )
+        if name not in ("ping", "bare"):
+            rows.append(timed_row(r, times(r.get("vs_ours"), 1), cells.get(name, "")))
     return rows
 
 
+def admitted_notes(section: Mapping[str, Any], s: Settings, report: Mapping[str, Any]) -> list[str]:
+    lines = []
+    for strategy in FLASK_LIMITER_STRATEGIES:
+        low, high = section["results"][f"fl-{strategy}"]["vs_ours_range"]
+        lines.append(f"Flask-Limiter {strategy} adds {low:.1f}x to {high:.1f}x as much as ours, over our strategies.")
+    return lines
+
+
 # --- section 4: how the cost grows ----------------------------------------------------------------
-
-
-def distinct_environs(base: Environ, n: int) -> list[Environ]:
-    """n requests from n distinct clients: each its own address and user."""
-    return [
-        {**base, "REMOTE_ADDR": f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}", "HTTP_X_USER": f"user{i}"}
-        for i in range(n)
-    ]
 
 
 def digest_cache_size() -> int:
@@ -348,24 +282,16 @@ def growth(url: str, admin: redis.Redis, s: Settings) -> dict[str, Any]:
     environ = base_environ()
     variants = yardsticks(url, environ)
     for strategy in GROWTH_STRATEGIES:
-        for layers, identities in GROWTH_SHAPES:
-            spec, specs = LAYER_SPECS[layers], IDENTITY_SETS[identities]
-            name = f"{strategy} {layers}x{identities}"
-            app = our_app(
-                url, f"rl-g-{strategy}-{layers}-{identities}:", spec=spec, strategy=strategy, identities=specs
-            )
-            label = f"ours {strategy}, {plural(layers, 'layer')} x {plural(identities, 'identity')}"
-            variants.append(our_variant(name, label, app, environ, header="RateLimit"))
+        for layers, ids in GROWTH_SHAPES:
+            label = f"ours {strategy}, {plural(layers, 'layer')} x {plural(ids, 'identity')}"
+            variants.append(our_variant(f"{strategy} {layers}x{ids}", label, url, environ,
+                                        f"rl-g-{strategy}-{layers}-{ids}:", spec=LAYER_SPECS[layers],
+                                        strategy=strategy, identities=IDENTITY_SETS[ids]))  # fmt: skip
     many = distinct_environs(environ, s.identities)
-    app = our_app(url, "rl-g-many:", strategy="fixed-window")
-    label = f"ours fixed-window, 3x2, {s.identities:,} clients in turn"
-    crowd = our_variant("many", label, app, many)
+    crowd = our_variant("many", f"ours fixed-window, 3x2, {s.identities:,} clients in turn", url, many, "rl-g-many:")
     variants.append(crowd)
-    warm_up(variants, 5)
-    for variant in variants:
-        check(variant, environ)
     crowd.run(len(many))  # every client once: their counters exist, as a returning crowd's would
-    warm_up(variants, max(s.growth_batch, 50))
+    prepare(variants, environ, s.growth_batch)
     results = time_and_count(variants, admin, s.growth_rounds, s.growth_batch, 2, s.count)
     for name, entry in results.items():
         if name == "many":
@@ -379,120 +305,82 @@ def growth(url: str, admin: redis.Redis, s: Settings) -> dict[str, Any]:
     return {"results": results}
 
 
-#: Section 4's rows that have a target, and its name.
-GROWTH_TARGETS = {"fixed-window 1x1": "growth-1x1", "fixed-window 6x3": "growth-6x3"}
+def growth_checks(section: Mapping[str, Any]) -> list[Check]:
+    return [(row, name, section["results"][row]["added_pings"], None) for row, name in GROWTH_TARGETS.items()]
 
 
-def growth_rows(section: Mapping[str, Any]) -> list[list[str]]:
+def growth_rows(section: Mapping[str, Any], s: Settings, cells: Mapping[str, str]) -> list[Row]:
     title = "4. How our cost grows; ratio = added us / the 1 x 1 row's (many clients: / the one-client 3 x 2 row's)"
-    rows: list[list[str]] = [[title]]
+    rows = [[title]]
     for name, r in section["results"].items():
-        if name in ("ping", "bare"):
-            continue
-        rows.append(
-            [
-                "  " + r["label"],
-                fmt(r["added_us"]),
-                f"{r['added_pings']:.2f}x",
-                f"{r['vs_base']:.2f}x" if r.get("vs_base") and name != r.get("base") else "",
-                fmt_count(r["client_commands"]),
-                fmt_count(r["server_commands"]),
-                fmt(r["server_us_per_request"]),
-                "",
-                target_cell(TARGETS[GROWTH_TARGETS[name]], r["added_pings"]) if name in GROWTH_TARGETS else "",
-            ]
-        )
+        if name not in ("ping", "bare"):
+            rows.append(timed_row(r, times(r.get("vs_base")) if name != r.get("base") else "", cells.get(name, "")))
     return rows
+
+
+def growth_notes(section: Mapping[str, Any], s: Settings, report: Mapping[str, Any]) -> list[str]:
+    cached = digest_cache_size()
+    cache = f"; ours caches {cached:,} identity digests, here {2 * s.identities:,} cycle" if cached else ""
+    return [
+        f"{s.identities:,} clients: each request a new address and user (each client seen once before, so its "
+        f"counters exist){cache}."
+    ]
 
 
 # --- section 5: flood -----------------------------------------------------------------------------
 
 
-def cache_supported() -> bool:
-    """Whether this version of the package knows ``RATELIMIT_BLOCK_CACHE_SIZE``."""
-    return CACHE_SETTING in our_config.DEFAULTS
-
-
-def refusing_app() -> Flask:
-    """The bare app, answering every request 429 from a hook: what any refusal costs Flask."""
-    app = bare_app("refusing")
-
-    def refuse() -> None:
-        raise TooManyRequests(retry_after=60)
-
-    app.before_request(refuse)
-    return app
-
-
 def flood(url: str, admin: redis.Redis, s: Settings) -> dict[str, Any]:
     """One client over ``1/m`` keeps asking: what each refused request costs."""
     environ = base_environ()
-    variants = yardsticks(url, environ)
-    app = refusing_app()
-    variants.append(Variant("refuse", "no limiter, Flask answering 429 itself", wsgi_runner(app, environ),
-                            app=app, status="429"))  # fmt: skip
-    statuses: dict[str, Counter[str]] = {}
     default = our_config.DEFAULTS.get(CACHE_SETTING)
-    for name, label, config in (
-        ("cache-default", f"ours, block cache default ({default})", {}),
-        ("cache-off", "ours, block cache off (0)", {CACHE_SETTING: 0}),
-    ):
-        app = our_app(url, f"rl-f-{name}:", spec=FLOOD_SPEC, config=config)
-        statuses[name] = Counter()
-        variants.append(
-            our_variant(name, label, app, environ, statuses=statuses[name], header="Retry-After", status="429")
-        )
-    app, _limiter = flask_limiter_app(url, "fixed-window", FLASK_LIMITER_FLOOD_SPEC)
-    statuses["fl"] = Counter()
-    variants.append(
-        Variant(
-            "fl",
-            "Flask-Limiter fixed-window",
-            wsgi_runner(app, environ, statuses["fl"]),
-            app=app,
-            header="Retry-After",
-            status="429",
-        )
-    )
-    for variant in variants[3:]:
+    limiters = [
+        our_variant("cache-default", f"ours, block cache default ({default})", url, environ, "rl-f-cache-default:",
+                    refused=True, spec=FLOOD_SPEC),
+        our_variant("cache-off", "ours, block cache off (0)", url, environ, "rl-f-cache-off:", refused=True,
+                    spec=FLOOD_SPEC, config={CACHE_SETTING: 0}),
+        flask_limiter_variant(url, environ, "fixed-window", "Flask-Limiter fixed-window", "fl",
+                              FLASK_LIMITER_FLOOD_SPEC, refused=True),
+    ]  # fmt: skip
+    for variant in limiters:
         variant.run(1)  # admitted: the quota is spent
-    for variant in variants:
-        check(variant, environ)
-    warm_up(variants, 5)
-    for counted in statuses.values():
-        counted.clear()  # from here on, only the flood
-    results = time_and_count(variants, admin, s.flood_rounds, s.flood_batch, 1, s.flood_requests, statuses)
-    for name, counted in statuses.items():
-        results[name]["statuses"] = dict(counted)
-    off = results["cache-off"]
+    variants = [*yardsticks(url, environ), refusing_variant(environ), *limiters]
+    prepare(variants, environ, s.flood_batch)  # from here on, only the flood
+    results = time_and_count(variants, admin, s.flood_rounds, s.flood_batch, 1, s.flood_requests)
     for name in ("refuse", "cache-default", "cache-off", "fl"):
-        results[name]["vs_cache_off"] = ratio(results[name]["added_us"], off["added_us"])
-    return {"results": results, "cache_supported": cache_supported(), "cache_default": default}
+        results[name]["vs_cache_off"] = ratio(results[name]["added_us"], results["cache-off"]["added_us"])
+    return {"results": results, "cache_supported": CACHE_SETTING in our_config.DEFAULTS, "cache_default": default}
 
 
-def flood_rows(section: Mapping[str, Any]) -> list[list[str]]:
+def flood_checks(section: Mapping[str, Any]) -> list[Check]:
+    return [("cache-default", "flood-commands", section["results"]["cache-default"]["client_commands"], None)]
+
+
+def flood_rows(section: Mapping[str, Any], s: Settings, cells: Mapping[str, str]) -> list[Row]:
     title = f"5. Flood: one client over {FLOOD_SPEC} (2 identities), per refused request; ratio = added us / cache off"
-    rows: list[list[str]] = [[title]]
+    rows = [[title]]
     for name, r in section["results"].items():
-        if name in ("ping", "bare"):
-            continue
-        target = ""
-        if name == "cache-default":
-            target = target_cell(TARGETS["flood-commands"], r["client_commands"])
-        rows.append(
-            [
-                "  " + r["label"],
-                fmt(r["added_us"]),
-                f"{r['added_pings']:.2f}x",
-                f"{r['vs_cache_off']:.2f}x" if r.get("vs_cache_off") and name != "cache-off" else "",
-                fmt_count(r["client_commands"]),
-                fmt_count(r["server_commands"]),
-                fmt(r["server_us_per_request"]),
-                "",
-                target,
-            ]
-        )
+        if name not in ("ping", "bare"):
+            rows.append(timed_row(r, times(r["vs_cache_off"]) if name != "cache-off" else "", cells.get(name, "")))
     return rows
+
+
+def flood_notes(section: Mapping[str, Any], s: Settings, report: Mapping[str, Any]) -> list[str]:
+    lines = []
+    if not section["cache_supported"]:
+        lines.append(f"{CACHE_SETTING} is unknown to this version of the package: both cache rows run uncached.")
+    cached, uncached = (section["results"][n]["per_call_us"] for n in ("cache-default", "cache-off"))
+    lines.append(
+        f"Flood: {s.flood_requests:,} refused requests per variant, timed and again counted, as fast as one "
+        f"thread sends them: {1e6 / cached:,.0f}/s with the cache, {1e6 / uncached:,.0f}/s without."
+    )
+    for name in ("cache-default", "cache-off", "fl"):
+        r = section["results"][name]
+        sent = ", ".join(f"{k} {fmt_count(v)}" for k, v in r["client_by_command"].items()) or "nothing"
+        admitted_count = r["statuses"].get("200", 0)
+        extra = f"; {admitted_count} admitted at a window's turn" if admitted_count else ""
+        lines.append(f"Flood, {r['label']}: sends {sent} per refused request{extra}.")
+    return lines
 
 
 # --- section 6: memory ---------------------------------------------------------------------------
@@ -525,81 +413,82 @@ def memory(url: str, admin: redis.Redis, s: Settings) -> dict[str, Any]:
         subject = memory_bench.our_subject(url, strategy, clock)
         usage[strategy] = sum(memory_bench.one_request(admin, subject, clock).key_bytes.values())
     admin.flushall()
-    return {
-        "results": results,
-        "spec": memory_bench.SPEC,
-        "identities": s.memory_identities,
-        "ratio": value or 0.0,
-        "usage": usage,
-    }
+    return {"results": results, "spec": memory_bench.SPEC, "identities": s.memory_identities, "ratio": value or 0.0,
+            "usage": usage}  # fmt: skip
 
 
-#: The strategies that pack an identity's layers into one string, whose
-#: ``MEMORY USAGE`` per identity section 6 checks against its target.
-PACKED_STRATEGIES = ("fixed-window", "gcra", "sliding-window")
-USAGE_TARGETS = {
-    "fixed-window": "memory-usage-packed",
-    "gcra": "memory-usage-packed",
-    "sliding-window": "memory-usage-sw",
-}
+def memory_checks(section: Mapping[str, Any]) -> list[Check]:
+    found: list[Check] = [("ours", "memory-per-client", section["ratio"], None)]
+    for strategy, used in section.get("usage", {}).items():
+        found.append((strategy, USAGE_TARGETS[strategy], used, f"MEMORY USAGE per identity, {strategy}, 3 layers"))
+    return found
 
 
-def memory_rows(section: Mapping[str, Any]) -> list[list[str]]:
+def memory_rows(section: Mapping[str, Any], s: Settings, cells: Mapping[str, str]) -> list[Row]:
     title = (
         f"6. Redis memory per client ({section['spec']}, fixed-window, {section['identities']:,} clients): "
         "used_memory growth / client; ratio = ours / Flask-Limiter's"
     )
-    rows: list[list[str]] = [[title]]
+    rows = [[title]]
     for name, r in section["results"].items():
-        vs = f"{section['ratio']:.2f}x" if name == "ours" else ""
-        target = target_cell(TARGETS["memory-per-client"], section["ratio"]) if name == "ours" else ""
-        rows.append(["  " + f"{r['label']}: {r['bytes_per_client']:.0f} bytes", "", "", vs, "", "", "", "", target])
+        vs = times(section["ratio"]) if name == "ours" else ""
+        rows.append(row(f"{r['label']}: {r['bytes_per_client']:.0f} bytes", ratio_cell=vs, target=cells.get(name, "")))
     for strategy, used in section.get("usage", {}).items():
-        target = target_cell(TARGETS[USAGE_TARGETS[strategy]], used)
-        rows.append(
-            ["  " + f"ours {strategy}: MEMORY USAGE {used} bytes per identity", "", "", "", "", "", "", "", target]
-        )
+        rows.append(row(f"ours {strategy}: MEMORY USAGE {used} bytes per identity", target=cells[strategy]))
     return rows
 
 
 # --- section 7: end to end ------------------------------------------------------------------------
 
 
-def end_to_end(url: str, s: Settings) -> dict[str, Any]:
+def end_to_end(url: str, admin: redis.Redis, s: Settings) -> dict[str, Any]:
     """gunicorn with no limiter, ours and Flask-Limiter: requests per second."""
-    targets = [
-        e2e.Target("none", "no limiter", {"BENCH_LIMITER": "none"}, None),
-        e2e.Target("ours", "ours fixed-window", {"BENCH_LIMITER": "ours"}, "RateLimit"),
-        e2e.Target("fl", "Flask-Limiter fixed-window", {"BENCH_LIMITER": "flask-limiter"}, "X-RateLimit-Remaining"),
-    ]
     server = e2e.ServerSettings(workers=s.workers, threads=s.threads)
     loads = e2e.LoadSettings(rounds=s.e2e_rounds, seconds=s.e2e_seconds, connections=s.e2e_connections)
     try:
-        servers = e2e.run(url, targets, server, loads)
+        servers = e2e.run(url, e2e.TARGETS, server, loads)
     except (RuntimeError, OSError) as error:
         return {"error": str(error)}
     return {"results": e2e.summarize(servers), "server": asdict(server), "load": asdict(loads)}
 
 
-def e2e_rows(section: Mapping[str, Any], s: Settings) -> list[list[str]]:
+def e2e_checks(section: Mapping[str, Any]) -> list[Check]:
+    if "results" not in section:
+        return []
+    return [("ours", "e2e-throughput", section["results"]["ours"]["vs_no_limiter"], None)]
+
+
+def e2e_rows(section: Mapping[str, Any], s: Settings, cells: Mapping[str, str]) -> list[Row]:
     title = (
         f"7. End to end: gunicorn, {s.workers} gthread workers x {s.threads} threads, {s.e2e_connections} "
         "keep-alive connections; ratio = req/s / no limiter's"
     )
     if "error" in section:
         return [[title], [f"  gunicorn could not be run: {section['error'].splitlines()[0]}"]]
-    rows: list[list[str]] = [[title]]
+    rows = [[title]]
     for name, r in section["results"].items():
-        target = target_cell(TARGETS["e2e-throughput"], r["vs_no_limiter"] or 0.0) if name == "ours" else ""
-        vs = f"{r['vs_no_limiter']:.2f}x"
-        rows.append(["  " + r["label"], "", "", vs, "", "", "", f"{r['requests_per_second']:.0f}", target])
+        rps = f"{r['requests_per_second']:.0f}"
+        rows.append(row(r["label"], ratio_cell=f"{r['vs_no_limiter']:.2f}x", rps=rps, target=cells.get(name, "")))
     return rows
+
+
+def e2e_notes(section: Mapping[str, Any], s: Settings, report: Mapping[str, Any]) -> list[str]:
+    if "results" not in section:
+        return []
+    results = section["results"]
+    parts = [f"{r['label']} {r['latency_ms_median']:.1f} ms" for r in results.values() if r["latency_ms_median"]]
+    errors = sum(r["errors"] for r in results.values())
+    return [
+        f"End to end: medians of {s.e2e_rounds} rounds of {s.e2e_seconds:g} s per server, load generator "
+        f"(Python threads, http.client) on the same {report['environment']['cpus']} CPUs as gunicorn and Redis; "
+        f"median latency {', '.join(parts)}; {errors} errors."
+    ]
 
 
 # --- section 8: local:// -------------------------------------------------------------------------
 
 
-def local_storage(url: str, s: Settings) -> dict[str, Any]:
+def local_storage(url: str, admin: redis.Redis, s: Settings) -> dict[str, Any]:
     """Ours (fixed-window, 3 layers x 2 identities) on ``local://`` beside
     ours on ``redis://``, interleaved in the same rounds. The local server
     is started from the binary the suite's server runs (not the one
@@ -616,46 +505,44 @@ def local_storage(url: str, s: Settings) -> dict[str, Any]:
             ("ours-redis", "ours fixed-window on redis:// (loopback TCP)", url),
             ("ours-local", "ours fixed-window on local:// (Unix socket)", f"local://{folder.path}"),
         ):
-            app = our_app(where, f"rl-{name}:")
-            variants.append(our_variant(name, label, app, environ, client=our_client(app), header="RateLimit"))
-        warm_up(variants, 5)
-        for variant in variants:
-            check(variant, environ)
-        warm_up(variants, max(s.batch, 50))
-        measure(variants, s.rounds, s.batch, s.warmup)
+            variants.append(our_variant(name, label, where, environ, f"rl-{name}:"))
+        prepare(variants, environ, s.batch)
+        timed = time_and_count(variants, None, s.rounds, s.batch, s.warmup, 0)
         status = local.server_status(folder)
     finally:
         local.find_server_binary = saved
         local.stop_server(folder)
         shutil.rmtree(folder.path, ignore_errors=True)
-    timed = figures(variants)
     results = {name: timed[name] for name in ("ping", "ours-redis", "ours-local")}
     ratio_local = ratio(results["ours-local"]["added_us"], results["ours-redis"]["added_us"])
     return {"results": results, "ratio": ratio_local, "server": f"{status.product} {status.version}"}
 
 
-def local_rows(section: Mapping[str, Any]) -> list[list[str]]:
+def local_checks(section: Mapping[str, Any]) -> list[Check]:
+    return [("ours-local", "local-vs-redis", section["ratio"] or 0.0, None)]
+
+
+def local_rows(section: Mapping[str, Any], s: Settings, cells: Mapping[str, str]) -> list[Row]:
     title = f"8. local:// beside redis:// ({section['server']} for both); ratio = local:// / redis://"
-    rows: list[list[str]] = [[title]]
+    rows = [[title]]
     for name, r in section["results"].items():
-        if name == "ping":
-            continue
-        local_row = name == "ours-local"
-        vs = f"{section['ratio']:.2f}x" if local_row else ""
-        target = target_cell(TARGETS["local-vs-redis"], section["ratio"] or 0.0) if local_row else ""
-        rows.append(["  " + r["label"], fmt(r["added_us"]), f"{r['added_pings']:.2f}x", vs, "", "", "", "", target])
+        if name != "ping":
+            vs = f"{section['ratio']:.2f}x" if name == "ours-local" else ""
+            rows.append(timed_row(r, vs, cells.get(name, ""), counted=False))
     return rows
 
 
 # --- section 9: Redis Cluster ---------------------------------------------------------------------
 
-#: Section 9's commands whose Redis time is a decision's: our scripts.
-CLUSTER_SCRIPTS = ("evalsha", "eval")
-
 
 def cluster(url: str, admin: redis.Redis, s: Settings) -> dict[str, Any]:
     """Ours on a throwaway 3-master cluster, beside ours on the single node and
     Flask-Limiter on the same cluster, 3 layers x 2 identities on 2 masters."""
+    # The cluster launcher serves the tests and this suite alike, so it lives
+    # in tests/servers.py, importable from the repository's root.
+    sys.path.append(str(Path(__file__).resolve().parent.parent))
+    from tests.servers import redis_cluster
+
     with redis_cluster(masters=3) as nodes:
         masters = [redis.Redis(port=node.port, **client_options()) for node in nodes.masters()]
         try:
@@ -665,10 +552,10 @@ def cluster(url: str, admin: redis.Redis, s: Settings) -> dict[str, Any]:
                 client.close()
 
 
-def two_node_user(app: Flask) -> tuple[str, list[str]]:
+def two_node_user(cluster_url: str) -> tuple[str, list[str]]:
     """A user whose counters live on another master than :data:`harness.CLIENT_IP`'s,
-    and the two masters (``host:port``)."""
-    throttle = app.extensions["ratelimit"].throttle
+    and the two masters (``host:port``), as our app on ``cluster_url`` places them."""
+    throttle = our_app(cluster_url, "rl-c:").extensions["ratelimit"].throttle
     policy = Policy(parse_limits(SPEC), "index")
 
     def node(identity: Identity) -> str:
@@ -679,57 +566,22 @@ def two_node_user(app: Flask) -> tuple[str, list[str]]:
     return user, [ip_node, node(Identity("user", user))]
 
 
-def two_node_floor_app(clients: Sequence[redis.Redis]) -> Flask:
-    """The bare app plus one ``PING`` to each of ``clients``' servers, both
-    written before either reply is read: the least a limiter whose request
-    touches two cluster nodes can add."""
-    app = bare_app("floor-2")
-
-    def overlapped_round_trips() -> None:
-        taken = [(client.connection_pool, client.connection_pool.get_connection()) for client in clients]
-        for _, connection in taken:
-            connection.send_command("PING")
-        for pool, connection in taken:
-            connection.read_response()
-            pool.release(connection)
-
-    app.before_request(overlapped_round_trips)
-    return app
-
-
 def cluster_section(
     url: str, admin: redis.Redis, cluster_url: str, masters: Sequence[redis.Redis], s: Settings
 ) -> dict[str, Any]:
-    ours = our_app(cluster_url, "rl-c:")
-    user, nodes = two_node_user(ours)
+    user, nodes = two_node_user(cluster_url)
     environ = base_environ(CLIENT_IP, user)
-    variants = yardsticks(url, environ)
-    node_clients = []
-    for node in nodes:
-        host, port = node.rsplit(":", 1)
-        node_clients.append(redis.Redis(host=host, port=int(port), **client_options()))
-    floor = floor_app(redis.Redis.from_url(url, **client_options()))
-    floor_2 = two_node_floor_app(node_clients)
-    single = our_app(url, "rl-c-single:")
-    variants += [
-        Variant("floor", "Flask app + 1 PING/request, one node (floor)", wsgi_runner(floor, environ), app=floor),
-        Variant(
-            "floor-2",
-            "Flask app + 1 PING to each of the 2 nodes, overlapped (floor)",
-            wsgi_runner(floor_2, environ),
-            app=floor_2,
-        ),
-        our_variant("single", "ours fixed-window, one node", single, environ, header="RateLimit"),
-        our_variant("cluster", "ours fixed-window, 3-master cluster", ours, environ, header="RateLimit"),
+    two_nodes = [f"redis://{node}" for node in nodes]
+    variants = [
+        *yardsticks(url, environ),
+        floor_variant([url], environ, "Flask app + 1 PING/request, one node (floor)"),
+        floor_variant(two_nodes, environ, "Flask app + 1 PING to each of the 2 nodes, overlapped (floor)", "floor-2"),
+        our_variant("single", "ours fixed-window, one node", url, environ, "rl-c-single:"),
+        our_variant("cluster", "ours fixed-window, 3-master cluster", cluster_url, environ, "rl-c:"),
+        flask_limiter_variant(cluster_url, environ, "fixed-window", "Flask-Limiter fixed-window, same cluster", "fl"),
     ]
-    fl, _limiter = flask_limiter_app(cluster_url, "fixed-window")
-    label = "Flask-Limiter fixed-window, same cluster"
-    variants.append(Variant("fl", label, wsgi_runner(fl, environ), app=fl, header="X-RateLimit-Remaining"))
-    warm_up(variants, 5)
-    for variant in variants:
-        check(variant, environ)
-    warm_up(variants, max(s.batch, 50))
-    measure(variants, s.rounds, s.batch, s.warmup)
+    prepare(variants, environ, s.batch)
+    time_and_count(variants, None, s.rounds, s.batch, s.warmup, 0)
     servers = {"single": [admin], "cluster": list(masters), "fl": list(masters)}
     for variant in variants:
         if variant.name in servers:
@@ -746,142 +598,86 @@ def cluster_section(
 def cluster_counts(variant: Variant, servers: Sequence[redis.Redis], requests: int) -> dict[str, Any]:
     """What the variant sends per request, and Redis's time for it summed
     over ``servers``: for the scripts (our decisions), and for every command."""
-    before = [command_stats(server) for server in servers]
-    with counting_commands() as sent:
-        variant.run(requests)
-    after = [command_stats(server) for server in servers]
-    calls: Counter[str] = Counter()
-    usec: Counter[str] = Counter()
-    for old, new in zip(before, after, strict=True):
-        for name, (n, us) in new.items():
-            if name in ("info", "ping") or name.startswith(("cluster", "command")):
-                continue  # this function's and redis-py's own
-            calls[name] += n - old.get(name, (0, 0))[0]
-            usec[name] += us - old.get(name, (0, 0))[1]
+    sent, delta = tally(variant, servers, requests)
+    # PING, CLUSTER and COMMAND are redis-py's own.
+    ran = {name: d for name, d in delta.items() if name != "ping" and not name.startswith(("cluster", "command"))}
     client = {name: n / requests for name, n in sent.items() if not name.startswith("#")}
     return {
         "requests": requests,
         "client_commands": sum(client.values()),
         "client_by_command": dict(sorted(client.items())),
         "round_trips": sent["#replies"] / requests,
-        "server_commands": sum(calls.values()) / requests,
-        "server_by_command": {name: n / requests for name, n in sorted(calls.items()) if n},
-        "server_us_per_request": sum(usec.values()) / requests,
-        "script_us_per_request": sum(usec[name] for name in CLUSTER_SCRIPTS) / requests,
+        "server_commands": sum(n for n, _ in ran.values()) / requests,
+        "server_by_command": {name: n / requests for name, (n, _) in sorted(ran.items()) if n},
+        "server_us_per_request": sum(us for _, us in ran.values()) / requests,
+        "script_us_per_request": sum(ran.get(name, (0, 0))[1] for name in CLUSTER_SCRIPTS) / requests,
     }
 
 
-def cluster_rows(section: Mapping[str, Any]) -> list[list[str]]:
+def cluster_checks(section: Mapping[str, Any]) -> list[Check]:
+    results = section["results"]
+    return [
+        ("cluster", "cluster-vs-single", results["cluster"]["vs_single"] or 0.0, None),
+        ("fl", "cluster-flask-limiter-ratio", results["fl"]["vs_ours"] or 0.0, None),
+        ("cpu", "cluster-redis-cpu", results["cluster"]["script_vs_single"] or 0.0, None),
+    ]
+
+
+def cluster_rows(section: Mapping[str, Any], s: Settings, cells: Mapping[str, str]) -> list[Row]:
     results = section["results"]
     title = (
         f"9. Redis Cluster, {section['masters']} masters: 3 layers x 2 identities on 2 nodes; ratio = cluster / "
         "one node (Flask-Limiter: / ours on the cluster)"
     )
-    rows: list[list[str]] = [[title]]
-    cells = {
-        "floor-2": (results["floor-2"]["vs_single"], None),
-        "cluster": (results["cluster"]["vs_single"], "cluster-vs-single"),
-        "fl": (results["fl"]["vs_ours"], "cluster-flask-limiter-ratio"),
-    }
+    rows = [[title]]
+    vs = {"floor-2": "vs_single", "cluster": "vs_single", "fl": "vs_ours"}
     for name, r in results.items():
-        if name in ("ping", "bare"):
-            continue
-        value, target = cells.get(name, (None, None))
-        rows.append(
-            [
-                "  " + r["label"],
-                fmt(r["added_us"]),
-                f"{r['added_pings']:.2f}x",
-                f"{value:.2f}x" if value else "",
-                fmt_count(r.get("client_commands")),
-                fmt_count(r.get("server_commands")),
-                fmt(r.get("server_us_per_request")),
-                "",
-                target_cell(TARGETS[target], value or 0.0) if target else "",
-            ]
-        )
-    cpu = results["cluster"]["script_vs_single"] or 0.0
-    rows.append(
-        [
-            "  ours, Redis script us per decision: cluster / one node",
-            "",
-            "",
-            f"{cpu:.2f}x",
-            "",
-            "",
-            f"{results['cluster']['script_us_per_request']:.1f}",
-            "",
-            target_cell(TARGETS["cluster-redis-cpu"], cpu),
-        ]
-    )
+        if name not in ("ping", "bare"):
+            rows.append(timed_row(r, times(r[vs[name]]) if name in vs else "", cells.get(name, "")))
+    cpu = results["cluster"]["script_vs_single"]
+    us = f"{results['cluster']['script_us_per_request']:.1f}"
+    rows.append(["  ours, Redis script us per decision: cluster / one node", "", "", f"{cpu or 0.0:.2f}x", "", "",
+                 us, "", cells["cpu"]])  # fmt: skip
     return rows
-
-
-# --- the report -----------------------------------------------------------------------------------
-
-HEADERS = ("variant", "added us", "x PING", "ratio", "cmds sent", "Redis cmds", "Redis us", "req/s", "target")
-
-
-def verdict(met: bool) -> str:
-    return "MET" if met else "MISSED"
-
-
-def target_cell(target: Target, value: float) -> str:
-    """The table's target column: ``<=1.8x PING MET``."""
-    met = value <= target.bound if target.at_most else value >= target.bound
-    return f"{target.relation}{target.bound:g}{target.unit} {verdict(met)}"
 
 
 # --- section 10: memory:// -----------------------------------------------------------------------
 
 
-def embedded(s: Settings) -> dict[str, Any]:
+def embedded(url: str, admin: redis.Redis, s: Settings) -> dict[str, Any]:
     """Ours on ``memory://`` (the embedded store) and Flask-Limiter's
     ``memory://``, admitted requests, interleaved as in section 1-3: no Redis."""
     environ = base_environ()
-    app = bare_app()
-    variants = [Variant("bare", "Flask app, no limiter", wsgi_runner(app, environ), app=app)]
+    variants = [bare_variant(environ)]
     for strategy in OUR_STRATEGIES:
-        app = our_app("memory://", strategy=strategy)
-        variants.append(
-            our_variant(f"ours-{strategy}", f"ours {strategy}, memory://", app, environ, header="RateLimit")
-        )
+        variants.append(our_variant(f"ours-{strategy}", f"ours {strategy}, memory://", "memory://", environ,
+                                    strategy=strategy))  # fmt: skip
     for strategy in FLASK_LIMITER_STRATEGIES:
-        app, _limiter = flask_limiter_app("memory://", strategy)
-        variants.append(
-            Variant(
-                f"fl-{strategy}",
-                f"Flask-Limiter {strategy}, memory://",
-                wsgi_runner(app, environ),
-                app=app,
-                header="X-RateLimit-Remaining",
-            )
-        )
-    warm_up(variants, 5)
-    for variant in variants:
-        check(variant, environ)
-    warm_up(variants, max(s.batch, 50))
-    measure(variants, s.rounds, s.batch, s.warmup)
-    results = figures(variants)
-    for strategy in FLASK_LIMITER_STRATEGIES:
-        ours = results[f"ours-{LIKE_FOR_LIKE[strategy]}"]
+        variants.append(flask_limiter_variant("memory://", environ, strategy, f"Flask-Limiter {strategy}, memory://"))
+    prepare(variants, environ, s.batch)
+    results = time_and_count(variants, None, s.rounds, s.batch, s.warmup, 0)
+    for strategy, like in LIKE_FOR_LIKE.items():
+        ours = results[f"ours-{like}"]
         ours["flask_limiter"] = f"fl-{strategy}"
         ours["vs_flask_limiter"] = ratio(ours["added_us"], results[f"fl-{strategy}"]["added_us"])
     return {"results": results}
 
 
-def embedded_rows(section: Mapping[str, Any]) -> list[list[str]]:
+def embedded_checks(section: Mapping[str, Any]) -> list[Check]:
+    value = section["results"]["ours-fixed-window"]["vs_flask_limiter"] or 0.0
+    return [("ours-fixed-window", "memory-vs-flask-limiter", value, None)]
+
+
+def embedded_rows(section: Mapping[str, Any], s: Settings, cells: Mapping[str, str]) -> list[Row]:
     title = "10. memory://, no Redis: admitted, 3 layers x 2 identities; ratio = ours / Flask-Limiter, like for like"
-    rows: list[list[str]] = [[title]]
+    rows = [[title]]
     for name, r in section["results"].items():
-        if name == "bare":
-            continue
-        target = ""
-        if name == "ours-fixed-window":
-            target = target_cell(TARGETS["memory-vs-flask-limiter"], r["vs_flask_limiter"] or 0.0)
-        vs = f"{r['vs_flask_limiter']:.2f}x" if r.get("vs_flask_limiter") else ""
-        rows.append(["  " + r["label"], fmt(r["added_us"]), "", vs, "", "", "", "", target])
+        if name != "bare":
+            rows.append(timed_row(r, times(r.get("vs_flask_limiter")), cells.get(name, ""), counted=False))
     return rows
+
+
+# --- the targets and the notes --------------------------------------------------------------------
 
 
 def goal(name: str, value: float, what: str | None = None) -> dict[str, Any]:
@@ -889,52 +685,16 @@ def goal(name: str, value: float, what: str | None = None) -> dict[str, Any]:
     by what factor it is missed. ``what`` overrides the target's words, for a
     target checked on several pairs."""
     target = TARGETS[name]
-    met = value <= target.bound if target.at_most else value >= target.bound
     factor = (value / target.bound if target.at_most else target.bound / value) if value > 0 else float("inf")
     return {"name": name, "what": what or target.what, "value": value, "target": target.bound, "unit": target.unit,
-            "at_most": target.at_most, "met": met, "factor": factor}  # fmt: skip
+            "at_most": target.at_most, "met": target.met(value), "factor": factor}  # fmt: skip
 
 
 def targets(report: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Every target, its figure and whether it is met."""
-    found: list[dict[str, Any]] = []
+    """Every target the run's sections check, its figure and whether it is met."""
     sections = report["sections"]
-    if "admitted" in sections:
-        results = sections["admitted"]["results"]
-        for strategy in OUR_STRATEGIES:
-            found.append(goal(f"ours-{strategy}", results[f"ours-{strategy}"]["added_pings"]))
-        for strategy in FLASK_LIMITER_STRATEGIES:
-            value = results[f"fl-{strategy}"]["vs_ours"] or 0.0
-            what = f"Flask-Limiter {strategy}'s added time / ours {LIKE_FOR_LIKE[strategy]}'s"
-            found.append(goal("flask-limiter-ratio", value, what))
-        for strategy in FLASK_LIMITER_STRATEGIES:
-            ours = results[f"ours-{LIKE_FOR_LIKE[strategy]}"]["server_us_per_request"]
-            value = ratio(ours, results[f"fl-{strategy}"]["server_us_per_request"]) or 0.0
-            what = f"Redis time per decision: ours {LIKE_FOR_LIKE[strategy]} / Flask-Limiter {strategy}"
-            found.append(goal("redis-cpu", value, what))
-    if "growth" in sections:
-        results = sections["growth"]["results"]
-        for row, name in GROWTH_TARGETS.items():
-            found.append(goal(name, results[row]["added_pings"]))
-    if "flood" in sections:
-        found.append(goal("flood-commands", sections["flood"]["results"]["cache-default"]["client_commands"]))
-    if "memory" in sections:
-        found.append(goal("memory-per-client", sections["memory"]["ratio"]))
-        for strategy, used in sections["memory"].get("usage", {}).items():
-            found.append(goal(USAGE_TARGETS[strategy], used, f"MEMORY USAGE per identity, {strategy}, 3 layers"))
-    if "e2e" in sections and "results" in sections["e2e"]:
-        found.append(goal("e2e-throughput", sections["e2e"]["results"]["ours"]["vs_no_limiter"]))
-    if "local" in sections:
-        found.append(goal("local-vs-redis", sections["local"]["ratio"] or 0.0))
-    if "cluster" in sections:
-        results = sections["cluster"]["results"]
-        found.append(goal("cluster-vs-single", results["cluster"]["vs_single"] or 0.0))
-        found.append(goal("cluster-flask-limiter-ratio", results["fl"]["vs_ours"] or 0.0))
-        found.append(goal("cluster-redis-cpu", results["cluster"]["script_vs_single"] or 0.0))
-    if "embedded" in sections:
-        value = sections["embedded"]["results"]["ours-fixed-window"]["vs_flask_limiter"] or 0.0
-        found.append(goal("memory-vs-flask-limiter", value))
-    return found
+    return [goal(target, value, what) for name, section in sections.items()
+            for _row, target, value, what in SECTIONS[name].checks(section)]  # fmt: skip
 
 
 def target_lines(found: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -947,8 +707,7 @@ def target_lines(found: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def notes(report: Mapping[str, Any], s: Settings) -> list[str]:
-    """The short notes under the table."""
-    sections = report["sections"]
+    """The short notes under the table: how to read it, then each section's."""
     lines = [
         "added us: median over rounds of (app - bare app in the same round), per request; for PING its own time. "
         "x PING: / PING's time in the same section's rounds.",
@@ -957,44 +716,8 @@ def notes(report: Mapping[str, Any], s: Settings) -> list[str]:
         "Like for like: Flask-Limiter fixed-window ~ ours fixed-window, moving-window ~ sliding-log, "
         "sliding-window-counter ~ sliding-window. Each section times its own rounds: compare within a section.",
     ]
-    if "admitted" in sections:
-        results = sections["admitted"]["results"]
-        for strategy in FLASK_LIMITER_STRATEGIES:
-            low, high = results[f"fl-{strategy}"]["vs_ours_range"]
-            lines.append(
-                f"Flask-Limiter {strategy} adds {low:.1f}x to {high:.1f}x as much as ours, over our strategies."
-            )
-    if "growth" in sections:
-        cached = digest_cache_size()
-        cache = f"; ours caches {cached:,} identity digests, here {2 * s.identities:,} cycle" if cached else ""
-        lines.append(
-            f"{s.identities:,} clients: each request a new address and user (each client seen once before, so its "
-            f"counters exist){cache}."
-        )
-    if "flood" in sections:
-        flood_section = sections["flood"]
-        if not flood_section["cache_supported"]:
-            lines.append(f"{CACHE_SETTING} is unknown to this version of the package: both cache rows run uncached.")
-        cached, uncached = (flood_section["results"][n]["per_call_us"] for n in ("cache-default", "cache-off"))
-        lines.append(
-            f"Flood: {s.flood_requests:,} refused requests per variant, timed and again counted, as fast as one "
-            f"thread sends them: {1e6 / cached:,.0f}/s with the cache, {1e6 / uncached:,.0f}/s without."
-        )
-        for name in ("cache-default", "cache-off", "fl"):
-            r = flood_section["results"][name]
-            sent = ", ".join(f"{k} {fmt_count(v)}" for k, v in r["client_by_command"].items()) or "nothing"
-            admitted_count = r["statuses"].get("200", 0)
-            extra = f"; {admitted_count} admitted at a window's turn" if admitted_count else ""
-            lines.append(f"Flood, {r['label']}: sends {sent} per refused request{extra}.")
-    if "e2e" in sections and "results" in sections["e2e"]:
-        results = sections["e2e"]["results"]
-        parts = [f"{r['label']} {r['latency_ms_median']:.1f} ms" for r in results.values() if r["latency_ms_median"]]
-        errors = sum(r["errors"] for r in results.values())
-        lines.append(
-            f"End to end: medians of {s.e2e_rounds} rounds of {s.e2e_seconds:g} s per server, load generator "
-            f"(Python threads, http.client) on the same {report['environment']['cpus']} CPUs as gunicorn and Redis; "
-            f"median latency {', '.join(parts)}; {errors} errors."
-        )
+    for name, section in report["sections"].items():
+        lines += SECTIONS[name].notes(section, s, report)
     return lines
 
 
@@ -1080,29 +803,45 @@ def reproduce_command(args: argparse.Namespace) -> str:
     command = ["python", "benchmarks/suite.py"]
     if args.quick:
         command.append("--quick")
-    if args.sections != SECTIONS:
+    if args.sections != tuple(SECTIONS):
         command += ["--sections", ",".join(args.sections)]
     return shlex.join(command)
 
 
+def no_notes(section: Mapping[str, Any], s: Settings, report: Mapping[str, Any]) -> list[str]:
+    return []
+
+
+class Section(NamedTuple):
+    """One section: what runs it, what draws its rows, the targets it checks, and its notes."""
+
+    run: Callable[[str, redis.Redis, Settings], dict[str, Any]]
+    rows: Callable[[Mapping[str, Any], Settings, Mapping[str, str]], list[Row]]
+    checks: Callable[[Mapping[str, Any]], list[Check]]
+    notes: Callable[[Mapping[str, Any], Settings, Mapping[str, Any]], list[str]] = no_notes
+
+
+#: Every section, in the report's order.
+SECTIONS = {
+    "admitted": Section(admitted, admitted_rows, admitted_checks, admitted_notes),
+    "growth": Section(growth, growth_rows, growth_checks, growth_notes),
+    "flood": Section(flood, flood_rows, flood_checks, flood_notes),
+    "memory": Section(memory, memory_rows, memory_checks),
+    "e2e": Section(end_to_end, e2e_rows, e2e_checks, e2e_notes),
+    "local": Section(local_storage, local_rows, local_checks),
+    "cluster": Section(cluster, cluster_rows, cluster_checks),
+    "embedded": Section(embedded, embedded_rows, embedded_checks),
+}
+
+
 def run_sections(url: str, admin: redis.Redis, s: Settings, sections: Sequence[str]) -> dict[str, Any]:
     """Run the chosen sections, in order, each against a flushed Redis."""
-    steps: dict[str, Callable[[], dict[str, Any]]] = {
-        "admitted": lambda: admitted(url, admin, s),
-        "growth": lambda: growth(url, admin, s),
-        "flood": lambda: flood(url, admin, s),
-        "memory": lambda: memory(url, admin, s),
-        "e2e": lambda: end_to_end(url, s),
-        "local": lambda: local_storage(url, s),
-        "cluster": lambda: cluster(url, admin, s),
-        "embedded": lambda: embedded(s),
-    }
     done: dict[str, Any] = {}
     for name in sections:
         admin.flushall()
         started = time.monotonic()
         print(f"  {name}...", file=sys.stderr, flush=True)
-        done[name] = steps[name]()
+        done[name] = SECTIONS[name].run(url, admin, s)
         done[name]["seconds"] = round(time.monotonic() - started, 1)
     return done
 
@@ -1135,19 +874,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     report["targets"] = targets(report)
     report["seconds"] = round(time.monotonic() - started, 1)
 
-    rows: list[list[str]] = []
-    builders: dict[str, Callable[[Mapping[str, Any]], list[list[str]]]] = {
-        "admitted": admitted_rows,
-        "growth": growth_rows,
-        "flood": flood_rows,
-        "memory": memory_rows,
-        "e2e": lambda section: e2e_rows(section, s),
-        "local": local_rows,
-        "cluster": cluster_rows,
-        "embedded": embedded_rows,
-    }
-    for name in args.sections:
-        rows += builders[name](sections[name])
+    rows: list[Row] = []
+    for name, section in sections.items():
+        rows += SECTIONS[name].rows(section, s, target_cells(SECTIONS[name].checks(section)))
     print()
     print(f"flask-redis-throttle beside Flask-Limiter{' (--quick: rough figures)' if args.quick else ''}")
     print(describe(report["environment"]))
