@@ -22,16 +22,16 @@ from flask import current_app
 from flask.cli import AppGroup
 from werkzeug.routing import Rule
 
-from .clients import redact
 from .console import duration, parse_moment, table, utc
+from .core.clients import redact
+from .core.keys import Identity, identity_tag, loggable
+from .core.local import LocalFolder, folder_of, server_status, stop_server
+from .core.rates import Rate
+from .core.refusals import RefusalLog
+from .core.reset import reset_identity
+from .core.throttle import StorageUnavailable, Throttle
+from .core.usage import usage
 from .identity import parse_identity, spec_kinds, spec_name
-from .keys import Identity, identity_tag, loggable
-from .local import LocalFolder, folder_of, server_status, stop_server
-from .rates import Rate
-from .refusals import RefusalLog
-from .reset import reset_identity
-from .throttle import StorageUnavailable, Throttle
-from .usage import usage
 
 if TYPE_CHECKING:
     from .extension import RateLimitState

@@ -13,10 +13,10 @@ from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
+from .core.scripts import STRATEGIES
 from .decorators import LimitSpec, make_spec
 from .errors import ConfigurationError, InvalidLimit
 from .identity import IDENTITY_NAMES, IdentitySpec, check_identities
-from .scripts import STRATEGIES
 from .signals import Breach
 
 __all__ = [

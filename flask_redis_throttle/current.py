@@ -18,11 +18,11 @@ from dataclasses import dataclass
 
 from flask import current_app, g, request
 
+from .core.keys import Identity
+from .core.rates import Rate
+from .core.throttle import Decision, Policy, StorageUnavailable
 from .extension import EXTENSION_KEY, OUTCOME_ATTRIBUTE, Outcome, RateLimitState, _at_cost, _tighter
-from .keys import Identity
 from .plan import Plan, PlannedLimit
-from .rates import Rate
-from .throttle import Decision, Policy, StorageUnavailable
 
 __all__ = ["CurrentLimit", "check", "current_limit"]
 

@@ -36,8 +36,8 @@ from werkzeug.wrappers import Response
 
 from .cli import LIMITS_HEADER, STATUS_HEADER, find_endpoint, find_identity, limit_rows, reset_counters, status_rows
 from .console import duration, utc
-from .keys import loggable
-from .throttle import StorageUnavailable
+from .core.keys import loggable
+from .core.throttle import StorageUnavailable
 
 if TYPE_CHECKING:
     from .extension import RateLimitState

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from flask import Blueprint, Flask, Request, Response
 
+from .core.penalties import Penalty, parse_penalty
+from .core.rates import MAX_AMOUNT, Rate, parse_limits
+from .core.scripts import STRATEGIES
 from .errors import InvalidLimit
 from .identity import IDENTITY_NAMES, IdentitySpec, check_identities
-from .penalties import Penalty, parse_penalty
-from .rates import MAX_AMOUNT, Rate, parse_limits
-from .scripts import STRATEGIES
 
 if TYPE_CHECKING:
     from .signals import Breach

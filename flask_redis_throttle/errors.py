@@ -24,8 +24,8 @@ from werkzeug.http import parse_accept_header
 if TYPE_CHECKING:
     from _typeshed.wsgi import WSGIEnvironment
 
-    from .keys import Identity
-    from .rates import Rate
+    from .core.keys import Identity
+    from .core.rates import Rate
 
 from .core.errors import ConfigurationError, InvalidLimit, RateLimitError
 

@@ -7,7 +7,7 @@ A request's path through it:
    :mod:`flask_redis_throttle.plan`), and skips the request if a request
    filter says so;
 2. the plan's resolvers name the request's identities;
-3. :meth:`Throttle.hit <flask_redis_throttle.throttle.Throttle.hit>` decides
+3. :meth:`Throttle.hit <flask_redis_throttle.core.throttle.Throttle.hit>` decides
    every layer of every identity in one script call (a plan that uses
    per-request options may take more, see :doc:`/limits`);
 4. a refusal is logged, told to the breach hooks, and raises
@@ -31,23 +31,23 @@ from flask import Flask, Request, Response, current_app, g, request
 from werkzeug.exceptions import ServiceUnavailable
 from werkzeug.wrappers import Response as AnyResponse
 
-from .blocks import BlockCache
-from .breaker import BreakerListener, CircuitBreaker
 from .cli import ratelimit as ratelimit_cli
-from .clients import embedded_client
 from .config import Settings
+from .core.blocks import BlockCache
+from .core.breaker import BreakerListener, CircuitBreaker
+from .core.clients import embedded_client
+from .core.keys import Identity, identity_tag, loggable
+from .core.rates import Rate
+from .core.refusals import CLUSTER_SHARDS, RefusalLog
+from .core.reset import reset_identity
+from .core.storage import STORAGE_ERRORS, Storage
+from .core.throttle import Check, Decision, Policy, StorageUnavailable, Throttle
 from .errors import RateLimitExceeded
 from .headers import Labels, legacy_headers, retry_after_value
 from .identity import parse_identity
-from .keys import Identity, identity_tag, loggable
 from .metrics import Metrics, metrics_for
 from .plan import Batch, Plan, PlannedLimit, Problem, compile_plan, matching
-from .rates import Rate
-from .refusals import CLUSTER_SHARDS, RefusalLog
-from .reset import reset_identity
 from .signals import Breach, notify, rate_limited
-from .storage import STORAGE_ERRORS, Storage
-from .throttle import Check, Decision, Policy, StorageUnavailable, Throttle
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -57,7 +57,7 @@ __all__ = ["EXTENSION_KEY", "RateLimit", "RateLimitState", "refusal_log"]
 logger = logging.getLogger("flask_redis_throttle")
 #: The circuit breakers' opening and closing, a logger of their own so that
 #: an operator can route or silence them apart from the per-request warnings.
-breaker_logger = logging.getLogger("flask_redis_throttle.breaker")
+breaker_logger = logging.getLogger("flask_redis_throttle.core.breaker")
 
 #: The key of this extension's state in ``app.extensions``.
 EXTENSION_KEY = "ratelimit"
@@ -229,7 +229,7 @@ class RateLimitState:
     :param client: a Redis client to use instead of ``RATELIMIT_STORAGE_URL``.
     :param metrics: where to count decisions; None for no metrics.
 
-    It is the :class:`~flask_redis_throttle.breaker.BreakerListener` of its
+    It is the :class:`~flask_redis_throttle.core.breaker.BreakerListener` of its
     circuit breakers: it logs their opening and closing, and exports them.
     """
 

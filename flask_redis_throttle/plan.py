@@ -17,7 +17,7 @@ An endpoint's limits come from three places, in this order:
 
 Static file endpoints never get a limit. Of those limits, a plan keeps the
 ones whose ``methods`` include the request's method, each compiled into a
-:class:`PlannedLimit`: its :class:`~flask_redis_throttle.throttle.Policy`
+:class:`PlannedLimit`: its :class:`~flask_redis_throttle.core.throttle.Policy`
 (unless it is dynamic), its identity resolvers, and its options. A plan
 that uses no per-request option is *simple*: its one batch is built by a
 loop as short as it was before any option existed.
@@ -35,13 +35,13 @@ from flask import Flask, Request, Response
 from flask.views import http_method_funcs
 
 from .config import Settings
+from .core.keys import Identity, loggable
+from .core.rates import parse_limits
+from .core.throttle import Check, Policy
 from .decorators import EXEMPT_ATTRIBUTE, LIMITS_ATTRIBUTE, LimitSpec
 from .errors import InvalidLimit
 from .headers import Labels
 from .identity import IdentitySpec, Resolver, Warn, resolvers
-from .keys import Identity, loggable
-from .rates import parse_limits
-from .throttle import Check, Policy
 
 __all__ = [
     "Batch",

@@ -22,10 +22,10 @@ from flask import Flask, request
 from flask_login import LoginManager, UserMixin
 
 from flask_redis_throttle import RateLimit, limit, testing
+from flask_redis_throttle.core.storage import Storage
+from flask_redis_throttle.core.throttle import Throttle
 from flask_redis_throttle.extension import RateLimitState
-from flask_redis_throttle.storage import Storage
 from flask_redis_throttle.testing import RedisCluster, RedisServer
-from flask_redis_throttle.throttle import Throttle
 
 STORAGES = [
     pytest.param("memory", id="memory"),
@@ -245,5 +245,5 @@ def statuses() -> Statuses:
 def extension_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
     """The records of the extension's own logger: its per-request warnings,
     without the circuit breakers' opening and closing, which go to
-    ``flask_redis_throttle.breaker`` and are checked in test_logging.py."""
-    return [r for r in caplog.records if r.name != "flask_redis_throttle.breaker"]
+    ``flask_redis_throttle.core.breaker`` and are checked in test_logging.py."""
+    return [r for r in caplog.records if r.name != "flask_redis_throttle.core.breaker"]

@@ -13,11 +13,11 @@ from conftest import Clock, add_login, get, install
 from flask import Flask, Request
 
 from flask_redis_throttle import Identity, limit
+from flask_redis_throttle.core.keys import identity_tag
+from flask_redis_throttle.core.reset import BATCH, counter_pattern
+from flask_redis_throttle.core.scripts import STRATEGIES
 from flask_redis_throttle.extension import RateLimitState
 from flask_redis_throttle.identity import parse_identity, resolvers, spec_name
-from flask_redis_throttle.keys import identity_tag
-from flask_redis_throttle.reset import BATCH, counter_pattern
-from flask_redis_throttle.scripts import STRATEGIES
 from flask_redis_throttle.testing import free_port
 
 

@@ -24,7 +24,7 @@ from unittest import mock
 import shop  # tests/shop.py: pytest and a script run here both have this directory on sys.path
 from flask import Flask
 
-from flask_redis_throttle.throttle import Throttle
+from flask_redis_throttle.core.throttle import Throttle
 
 CLI_PAGE = Path(__file__).resolve().parent.parent / "docs" / "cli.rst"
 #: The pinned clock's start, as in conftest.py, in seconds.

@@ -9,8 +9,8 @@ from conftest import get, install
 from flask import Flask
 
 from flask_redis_throttle import ConfigurationError, RateLimit, limit
-from flask_redis_throttle.clients import LazyClient, client_from_url
-from flask_redis_throttle.storage import Storage
+from flask_redis_throttle.core.clients import LazyClient, client_from_url
+from flask_redis_throttle.core.storage import Storage
 from flask_redis_throttle.testing import RedisServer, free_port
 
 

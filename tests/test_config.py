@@ -16,7 +16,7 @@ from conftest import get, install
 from flask import Flask
 
 from flask_redis_throttle import ConfigurationError, RateLimit, limit, refusal_log, testing
-from flask_redis_throttle.breaker import CircuitBreaker
+from flask_redis_throttle.core.breaker import CircuitBreaker
 from flask_redis_throttle.testing import RedisServer
 
 #: A password that must never show in a message.

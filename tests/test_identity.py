@@ -15,8 +15,8 @@ from flask_login import LoginManager, UserMixin
 from werkzeug.middleware.proxy_fix import ProxyFix
 
 from flask_redis_throttle import identity, limit
+from flask_redis_throttle.core.keys import MAX_VALUE_LENGTH, loggable
 from flask_redis_throttle.identity import parse_identity
-from flask_redis_throttle.keys import MAX_VALUE_LENGTH, loggable
 
 #: How long a warning may be besides the request value it quotes.
 MESSAGE_TEXT = 300

@@ -32,9 +32,10 @@ import redis
 from conftest import get, install, join_all, wait_for_gunicorn
 from flask import Flask
 
-from flask_redis_throttle import ConfigurationError, limit, local
+from flask_redis_throttle import ConfigurationError, limit
+from flask_redis_throttle.core import local
+from flask_redis_throttle.core.local import LocalFolder
 from flask_redis_throttle.extension import RateLimitState
-from flask_redis_throttle.local import LocalFolder
 from flask_redis_throttle.testing import free_port
 
 pytestmark = pytest.mark.redis
@@ -174,7 +175,7 @@ SERVED = """
     from flask import Flask
 
     from flask_redis_throttle import RateLimit, limit
-    from flask_redis_throttle.throttle import Throttle
+    from flask_redis_throttle.core.throttle import Throttle
 
     # One pinned moment, so that no window boundary falls inside the test.
     Throttle.now = lambda self: 1_800_000_000 * 1_000_000
@@ -360,7 +361,7 @@ def test_the_cli_says_when_the_storage_is_not_local() -> None:
 def test_without_a_binary_it_falls_back_to_memory_with_a_warning(
     folder: LocalFolder, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    import flask_redis_throttle.clients as clients
+    import flask_redis_throttle.core.clients as clients
 
     monkeypatch.setattr(clients, "find_server_binary", lambda: None)
     with caplog.at_level(logging.WARNING, "flask_redis_throttle"):

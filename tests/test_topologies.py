@@ -19,8 +19,9 @@ from conftest import add_login, evalsha_calls, extension_records, get, join_all,
 from flask import Flask
 
 from flask_redis_throttle import Identity, RateLimit, limit
-from flask_redis_throttle.rates import parse_limits
-from flask_redis_throttle.storage import Storage
+from flask_redis_throttle.core.rates import parse_limits
+from flask_redis_throttle.core.storage import Storage
+from flask_redis_throttle.core.throttle import Policy
 from flask_redis_throttle.testing import (
     RedisCluster,
     RedisSentinelGroup,
@@ -31,7 +32,6 @@ from flask_redis_throttle.testing import (
     redis_sentinel_group,
     tls_proxy,
 )
-from flask_redis_throttle.throttle import Policy
 
 pytestmark = pytest.mark.redis
 

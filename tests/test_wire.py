@@ -1,4 +1,4 @@
-"""The lean client path (:mod:`flask_redis_throttle.wire`) on real servers:
+"""The lean client path (:mod:`flask_redis_throttle.core.wire`) on real servers:
 it is really taken, it counts exactly, and every way a connection can fail
 under it is handed to redis-py's normal path only where nothing can be
 counted twice."""
@@ -16,8 +16,9 @@ from conftest import evalsha_calls, get, install, join_all
 from flask import Flask
 from redis._parsers import _RESP2Parser
 
-from flask_redis_throttle import RateLimit, limit, wire
-from flask_redis_throttle.storage import Storage
+from flask_redis_throttle import RateLimit, limit
+from flask_redis_throttle.core import wire
+from flask_redis_throttle.core.storage import Storage
 from flask_redis_throttle.testing import RedisServer, redis_command, redis_sentinel_group, redis_server, tls_proxy
 
 pytestmark = pytest.mark.redis

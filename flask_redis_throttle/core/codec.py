@@ -53,7 +53,7 @@ class Reply(NamedTuple):
     :param now: the time the script decided at, in microseconds; a refund of
         this request must be sent with it.
     :param penalized: whether the deciding layer refused because its
-        identity is blocked by a penalty (see :mod:`flask_redis_throttle.penalties`).
+        identity is blocked by a penalty (see :mod:`flask_redis_throttle.core.penalties`).
     """
 
     admitted: bool

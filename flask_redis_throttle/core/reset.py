@@ -1,7 +1,7 @@
 """Deleting one identity's counters, found with ``SCAN``.
 
 Every counter of an identity carries its hash tag, ``<prefix>{<tag>}:``, and
-then its scope (see :mod:`flask_redis_throttle.keys`), so one glob pattern
+then its scope (see :mod:`flask_redis_throttle.core.keys`), so one glob pattern
 finds all of them, or those of one scope. ``SCAN`` walks the keyspace a slice
 at a time, so a large Redis is never blocked the way ``KEYS`` would block it;
 on a Redis Cluster client, redis-py's ``scan_iter`` walks every primary.
@@ -47,7 +47,7 @@ def counter_pattern(prefix: str, tag: str, scope: str | None = None) -> str:
     """The ``SCAN`` pattern of an identity's counters, in one scope or all.
 
     :param prefix: the key prefix (``RATELIMIT_KEY_PREFIX``).
-    :param tag: the identity's hash tag, from :func:`~flask_redis_throttle.keys.identity_tag`.
+    :param tag: the identity's hash tag, from :func:`~flask_redis_throttle.core.keys.identity_tag`.
     :param scope: only this scope's counters, or None for every scope.
     """
     head = f"{prefix}{{{tag}}}:"
@@ -87,7 +87,7 @@ def reset_identity(throttle: Throttle, identity: Identity, scopes: Iterable[str 
     (None for every scope), and forget this process's cached refusals.
 
     Other processes' block caches trust a refusal for up to a second more
-    (see :mod:`flask_redis_throttle.blocks`).
+    (see :mod:`flask_redis_throttle.core.blocks`).
 
     :returns: how many keys were deleted.
     :raises redis.RedisError: if Redis cannot answer.

@@ -53,9 +53,9 @@ class Policy:
     :param scope: the name counters are kept under; requests in the same scope
         share counters. By default the Flask layer uses the endpoint.
     :param strategy: the algorithm, a key of
-        :data:`~flask_redis_throttle.scripts.STRATEGIES`.
+        :data:`~flask_redis_throttle.core.scripts.STRATEGIES`.
     :param penalty: blocks an identity that keeps hitting this limit (see
-        :mod:`flask_redis_throttle.penalties`); None for no penalty.
+        :mod:`flask_redis_throttle.core.penalties`); None for no penalty.
     """
 
     rates: tuple[Rate, ...]
@@ -67,7 +67,7 @@ class Policy:
     #: scope and strategy (see ``lua/packed.lua``).
     suffix: str = field(init=False, repr=False)
     #: The policy's entry in a script's plan, the same for every identity
-    #: (see :func:`~flask_redis_throttle.codec.entry`).
+    #: (see :func:`~flask_redis_throttle.core.codec.entry`).
     entry: str = field(init=False, repr=False)
     #: ``}:<scope>:pn``, the suffix of the penalty keys; empty without a penalty.
     penalty_suffix: str = field(init=False, repr=False)
@@ -122,17 +122,17 @@ class Decision:
 
 
 class Throttle:
-    """Decides requests against a :class:`~flask_redis_throttle.storage.Storage`, one round trip each.
+    """Decides requests against a :class:`~flask_redis_throttle.core.storage.Storage`, one round trip each.
 
     :param storage: where the counters live.
     :param prefix: put in front of every key; it must not contain braces.
     :param secret: keys the digest of identities in keys (see
-        :func:`~flask_redis_throttle.keys.identity_tag`); empty for none.
+        :func:`~flask_redis_throttle.core.keys.identity_tag`); empty for none.
     :param blocks: remembers refusals, so that a blocked client's further
         requests are refused without asking Redis (see
-        :class:`~flask_redis_throttle.blocks.BlockCache`); None for no cache.
+        :class:`~flask_redis_throttle.core.blocks.BlockCache`); None for no cache.
     :param breaker: stops calling a Redis that keeps failing (see
-        :class:`~flask_redis_throttle.breaker.CircuitBreaker`); None to call
+        :class:`~flask_redis_throttle.core.breaker.CircuitBreaker`); None to call
         it on every request. On a cluster it guards finding the nodes, and
         each node gets a breaker like it of its own, so that a dead node
         does not stop the others from deciding.
@@ -240,7 +240,7 @@ class Throttle:
         A call held back by any of them is not made; a failed call counts
         against the nodes that failed only, and closes the breakers of the
         nodes that answered (see
-        :class:`~flask_redis_throttle.storage.NodeFailure`).
+        :class:`~flask_redis_throttle.core.storage.NodeFailure`).
 
         Any exception counts as a failure, not only Redis's: a client built
         with a bad option may raise :class:`TypeError` on every call, and

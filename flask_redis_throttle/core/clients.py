@@ -1,11 +1,11 @@
 """Redis clients built from ``RATELIMIT_STORAGE_URL`` and ``RATELIMIT_STORAGE_OPTIONS``.
 
-* ``memory://``: an :class:`~flask_redis_throttle.embedded.EmbeddedRedis`,
+* ``memory://``: an :class:`~flask_redis_throttle.core.embedded.EmbeddedRedis`,
   in this process;
 * ``local://`` or ``local:///path/to/folder``: a :class:`redis.Redis` on one
   server per host, which the first worker to need it starts, listening on a
   Unix socket in the app's instance folder or in the folder named (see
-  :mod:`flask_redis_throttle.local`);
+  :mod:`flask_redis_throttle.core.local`);
 * ``redis://[[user]:password@]host:port[/db]``: a :class:`redis.Redis`;
 * ``rediss://...``: the same, over TLS;
 * ``unix://[[user]:password@]/path/to/socket[?db=N]``: the same, over a
@@ -351,7 +351,7 @@ def _local_folder(url: str, instance_path: str | None) -> LocalFolder:
 def _local(folder: LocalFolder, options: Mapping[str, Any]) -> redis.Redis:
     """The client of ``local://``: a :class:`redis.Redis` whose connections
     start the host's server when they find none (see
-    :class:`~flask_redis_throttle.local.LocalConnection`)."""
+    :class:`~flask_redis_throttle.core.local.LocalConnection`)."""
     client = redis.Redis(unix_socket_path=folder.socket, **options)
     client.connection_pool.connection_class = LocalConnection
     return client
@@ -364,7 +364,7 @@ def _connection(pool: Any) -> None:
 
 def embedded_client(warn: bool = True) -> EmbeddedRedis:
     """A client on a keyspace of its own, in this process (see
-    :mod:`flask_redis_throttle.embedded`).
+    :mod:`flask_redis_throttle.core.embedded`).
 
     :param warn: log that counts are per process (not for a fallback store,
         which is per process on purpose).

@@ -273,7 +273,7 @@ def _drop(conn: Any) -> None:
 
 # -- Redis Cluster -------------------------------------------------------------
 
-#: One script call: its keys and its arguments (as in :mod:`~flask_redis_throttle.storage`).
+#: One script call: its keys and its arguments (as in :mod:`~flask_redis_throttle.core.storage`).
 Call = tuple[Sequence[str], Sequence[Any]]
 
 #: Error replies that say the node did not run the command, and that
@@ -317,7 +317,7 @@ class LeanCluster:
     call fails, and the slot map is refreshed as redis-py would.
 
     :param client: a :class:`redis.cluster.RedisCluster`, or a stand-in that
-        builds one on first use (see :class:`~flask_redis_throttle.clients.LazyClient`).
+        builds one on first use (see :class:`~flask_redis_throttle.core.clients.LazyClient`).
     """
 
     def __init__(self, client: Any) -> None:

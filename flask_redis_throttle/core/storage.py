@@ -2,9 +2,9 @@
 
 ``memory://`` is the embedded default: a keyspace in this process, running
 the same Lua scripts through lupa (Lua 5.1, as in Redis); see
-:mod:`flask_redis_throttle.embedded`. Its counts
+:mod:`flask_redis_throttle.core.embedded`. Its counts
 are per process, so every worker of a multi-process server counts on its own.
-How clients are built from URLs is in :mod:`flask_redis_throttle.clients`.
+How clients are built from URLs is in :mod:`flask_redis_throttle.core.clients`.
 
 This module imports Redis but not Flask.
 """
@@ -89,7 +89,7 @@ class Storage:
         self.cluster = isinstance(client, RedisCluster) if cluster is None else cluster
         #: One script per set of strategies that requests have used together.
         self._scripts: dict[frozenset[str], _Script] = {}
-        #: The lean path of the calls (see :mod:`flask_redis_throttle.wire`):
+        #: The lean path of the calls (see :mod:`flask_redis_throttle.core.wire`):
         #: a single node's, or a cluster's (which checks on first use whether
         #: it fits the nodes' clients); None for clients it does not fit.
         self.lean: LeanClient | LeanCluster | None = LeanCluster(client) if self.cluster else lean_client(client)
@@ -97,7 +97,7 @@ class Storage:
     @classmethod
     def from_url(cls, url: str, options: Mapping[str, Any] | None = None, instance_path: str | None = None) -> Storage:
         """Build a storage from ``RATELIMIT_STORAGE_URL`` and ``RATELIMIT_STORAGE_OPTIONS``
-        (see :func:`~flask_redis_throttle.clients.client_from_url`); ``local://``
+        (see :func:`~flask_redis_throttle.core.clients.client_from_url`); ``local://``
         keeps its server in ``instance_path`` unless the URL names a folder.
 
         Nothing is sent to Redis here: a Redis that is down at start-up must
