@@ -57,7 +57,7 @@ __all__ = ["EXTENSION_KEY", "RateLimit", "RateLimitState", "refusal_log"]
 logger = logging.getLogger("flask_redis_throttle")
 #: The circuit breakers' opening and closing, a logger of their own so that
 #: an operator can route or silence them apart from the per-request warnings.
-breaker_logger = logging.getLogger("flask_redis_throttle.core.breaker")
+breaker_logger = logging.getLogger("flask_redis_throttle.breaker")
 
 #: The key of this extension's state in ``app.extensions``.
 EXTENSION_KEY = "ratelimit"

@@ -245,5 +245,5 @@ def statuses() -> Statuses:
 def extension_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
     """The records of the extension's own logger: its per-request warnings,
     without the circuit breakers' opening and closing, which go to
-    ``flask_redis_throttle.core.breaker`` and are checked in test_logging.py."""
-    return [r for r in caplog.records if r.name != "flask_redis_throttle.core.breaker"]
+    ``flask_redis_throttle.breaker`` and are checked in test_logging.py."""
+    return [r for r in caplog.records if r.name != "flask_redis_throttle.breaker"]

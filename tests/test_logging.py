@@ -60,7 +60,7 @@ def messages(caplog: pytest.LogCaptureFixture, level: int, logger: str = "flask_
     return [r.getMessage() for r in caplog.records if r.name == logger and r.levelno == level]
 
 
-BREAKER = "flask_redis_throttle.core.breaker"
+BREAKER = "flask_redis_throttle.breaker"
 
 
 def watched(state: RateLimitState) -> FakeMonotonic:
