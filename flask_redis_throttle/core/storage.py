@@ -23,7 +23,7 @@ from redis.cluster import RedisCluster
 from redis.exceptions import ClusterError, NoScriptError, SlotNotCoveredError, TryAgainError
 
 from .clients import DEFAULT_CLIENT_OPTIONS, client_from_url, redact
-from .codec import hash_tag, merge, refund_of, split
+from .codec import Call, hash_tag, settle, split
 from .local import folder_of
 from .scripts import script_source
 from .wire import STORAGE_ERRORS, LeanClient, LeanCluster, Replay, lean_client
@@ -34,9 +34,6 @@ logger = logging.getLogger("flask_redis_throttle")
 
 #: The node, in :meth:`Storage.nodes`, of keys whose slot no node serves.
 UNCOVERED = "uncovered slots"
-
-#: One script call: its keys and its arguments.
-Call = tuple[Sequence[str], Sequence[int | str]]
 
 #: How long, in seconds, a cluster script call whose keys a slot migration
 #: has split between two nodes is sent again (see :func:`_split_by_migration`),
@@ -212,17 +209,12 @@ class Storage:
         if len(parts) == 1:
             return self._evaluate_one(strategies, keys, args)
         replies = self.evaluate_many(strategies, [(part.keys, part.args) for part in parts])
-        cost = args[1]
-        if isinstance(cost, int) and cost < 0:
-            return replies[0]  # a refund; every call replied the same
-        reply = merge(parts, replies)
-        if reply[0] == 0 and isinstance(cost, int) and cost > 0:
-            refunds = [refund_of(part, got, cost) for part, got in zip(parts, replies, strict=True) if got[0] == 1]
-            if refunds:
-                try:
-                    self.evaluate_many(strategies, refunds)
-                except STORAGE_ERRORS as error:
-                    logger.warning("could not refund a request refused on another node (%s): %d lost", error, cost)
+        reply, refunds = settle(parts, replies)
+        if refunds:
+            try:
+                self.evaluate_many(strategies, refunds)
+            except STORAGE_ERRORS as error:
+                logger.warning("could not refund a request refused on another node (%s): %d lost", error, args[1])
         return reply
 
     def evaluate_many(self, strategies: frozenset[str], calls: Sequence[Call]) -> list[list[int]]:

@@ -12,7 +12,7 @@ This module works without Flask::
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
@@ -20,8 +20,10 @@ from .blocks import Block, BlockCache
 from .breaker import CircuitBreaker
 from .codec import Reply, entry
 from .keys import Identity, escape_scope, identity_tag
+from .local import LocalFolder, folder_of
 from .penalties import Penalty, penalty_suffix
 from .rates import Rate
+from .reset import counter_pattern, delete_counters
 from .scripts import STRATEGIES
 from .storage import STORAGE_ERRORS, NodeFailure, Storage
 
@@ -172,7 +174,45 @@ class Throttle:
 
     def key(self, policy: Policy, identity: Identity) -> str:
         """The Redis key that holds every layer of ``identity`` under ``policy``."""
-        return self._head + identity_tag(identity.kind, identity.value, self.secret) + policy.suffix
+        return self._head + self.tag(identity) + policy.suffix
+
+    def tag(self, identity: Identity) -> str:
+        """``identity``'s hash tag in keys: every key of it carries ``{<tag>}``."""
+        return identity_tag(identity.kind, identity.value, self.secret)
+
+    def keys_of(self, identity: Identity) -> str:
+        """The glob that matches every key of ``identity``, for people to read."""
+        return f"{self._head}{self.tag(identity)}}}:*"
+
+    @property
+    def url(self) -> str:
+        """The storage's URL, as given (with any password: redact it to show it)."""
+        return self.storage.url
+
+    @property
+    def caches_refusals(self) -> bool:
+        """Whether refusals are remembered in process (the block cache)."""
+        return self.blocks is not None
+
+    def local_folder(self) -> LocalFolder | None:
+        """The folder of the ``local://`` server the storage runs on; None on any other storage."""
+        return folder_of(self.storage.client)
+
+    def reset(self, identity: Identity, scopes: Iterable[str | None] = (None,)) -> int:
+        """Delete ``identity``'s counters (and penalties) in each of ``scopes``
+        (None for every scope), and forget this process's cached refusals.
+
+        Other processes' block caches trust a refusal for up to a second more
+        (see :mod:`flask_redis_throttle.core.blocks`).
+
+        :returns: how many keys were deleted.
+        :raises redis.RedisError: if Redis cannot answer.
+        """
+        client, tag = self.storage.client, self.tag(identity)
+        deleted = sum(delete_counters(client, counter_pattern(self.prefix, tag, scope)) for scope in scopes)
+        if self.blocks is not None:
+            self.blocks.clear()
+        return deleted
 
     def hit(self, checks: Sequence[Check], cost: int = 1) -> Decision:
         """Check every layer of every identity of every check, in one script
