@@ -1,8 +1,10 @@
 """``flask ratelimit``: see the limits, an identity's counters and the
 refusal log, and reset an identity's counters, from the command line.
 
-:class:`~flask_redis_throttle.RateLimit` adds the group to every app it is
-set up on. Each command works through the app's own state, so it sees the
+The group is registered with Flask's command line through the
+``flask.commands`` entry point (see ``pyproject.toml``), so the ``flask``
+command of any app has it once the package is installed; the extension does
+not import this module. Each command works through the app's own state, so it sees the
 same counters as the app (and, for ``memory://``, the same in-process store).
 See :doc:`/cli`.
 """
@@ -22,19 +24,18 @@ from flask import current_app
 from flask.cli import AppGroup
 from werkzeug.routing import Rule
 
+from ._state import EXTENSION_KEY, RateLimitState
 from .console import duration, parse_moment, table, utc
 from .core.clients import redact
-from .core.keys import Identity, identity_tag, loggable
-from .core.local import LocalFolder, folder_of, server_status, stop_server
+from .core.keys import Identity, loggable
+from .core.local import LocalFolder, server_status, stop_server
 from .core.rates import Rate
 from .core.refusals import RefusalLog
-from .core.reset import reset_identity
 from .core.throttle import StorageUnavailable, Throttle
 from .core.usage import usage
 from .identity import parse_identity, spec_kinds, spec_name
 
 if TYPE_CHECKING:
-    from .extension import RateLimitState
     from .plan import Plan, PlannedLimit
 
 __all__ = ["ratelimit"]
@@ -105,7 +106,7 @@ def status_command(identity: str, endpoint: str | None) -> None:
     if not rows:
         click.echo(nothing_counts(state, endpoint, who))
         return
-    click.echo(f"{who}  (keys {throttle.prefix}{{{_tag(throttle, who)}}}:*)")
+    click.echo(f"{who}  (keys {throttle.keys_of(who)})")
     click.echo(table(STATUS_HEADER, rows))
 
 
@@ -158,7 +159,7 @@ def reset_command(identity: str, endpoint: str | None) -> None:
         click.echo(nothing_counts(state, endpoint, who) + " Nothing to reset.")
         return
     click.echo(reset.message)
-    if throttle.blocks is not None and reset.deleted:
+    if throttle.caches_refusals and reset.deleted:
         click.echo("App servers' block caches may go on refusing it for up to 1 second.")
 
 
@@ -200,7 +201,7 @@ def reset_counters(state: RateLimitState, throttle: Throttle, who: Identity, end
         scopes = list(dict.fromkeys(limit.scope for limit in _counting(state, endpoint, who)))
         if not scopes:
             return None
-    return Reset(who, endpoint, scopes, reset_identity(throttle, who, scopes))
+    return Reset(who, endpoint, scopes, throttle.reset(who, scopes))
 
 
 @ratelimit.command("refusals")
@@ -297,19 +298,20 @@ def _local_folder(state: RateLimitState) -> LocalFolder:
 
     :raises click.ClickException: when the app's storage is not ``local://``.
     """
-    folder = folder_of(_throttle(state).storage.client)
+    throttle = _throttle(state)
+    folder = throttle.local_folder()
     if folder is None:
         raise click.ClickException(
-            f"the app's rate limit storage is {_throttle(state).storage.url}, not a local:// server "
+            f"the app's rate limit storage is {throttle.url}, not a local:// server "
             "(set RATELIMIT_STORAGE_URL = 'local://')"
         )
     return folder
 
 
 def _state() -> RateLimitState:
-    from .extension import EXTENSION_KEY  # not at the top: the extension imports this module
-
-    state: RateLimitState = current_app.extensions[EXTENSION_KEY]
+    state: RateLimitState | None = current_app.extensions.get(EXTENSION_KEY)
+    if state is None:
+        raise click.ClickException("rate limiting is not set up on this app (RateLimit(app) or init_app(app))")
     return state
 
 
@@ -436,10 +438,6 @@ def _layer(rate: Rate) -> str:
     return f"{rate.amount}/{rate.name}"
 
 
-def _tag(throttle: Throttle, identity: Identity) -> str:
-    return identity_tag(identity.kind, identity.value, throttle.secret)
-
-
 @contextmanager
 def _storage(throttle: Throttle) -> Iterator[None]:
     """Turn Redis failures into a message and a non-zero exit."""
@@ -447,6 +445,4 @@ def _storage(throttle: Throttle) -> Iterator[None]:
         yield
     except (StorageUnavailable, redis.RedisError) as error:
         reason = error.__cause__ if isinstance(error, StorageUnavailable) else error
-        raise click.ClickException(
-            f"rate limit storage unavailable at {redact(throttle.storage.url)}: {reason}"
-        ) from None
+        raise click.ClickException(f"rate limit storage unavailable at {redact(throttle.url)}: {reason}") from None

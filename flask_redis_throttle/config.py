@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
+from ._spec import LimitSpec, make_spec
 from .core.scripts import STRATEGIES
-from .decorators import LimitSpec, make_spec
 from .errors import ConfigurationError, InvalidLimit
 from .identity import IDENTITY_NAMES, IdentitySpec, check_identities
 from .signals import Breach

@@ -18,10 +18,11 @@ from dataclasses import dataclass
 
 from flask import current_app, g, request
 
+from ._decisions import _at_cost, _tighter
+from ._state import EXTENSION_KEY, OUTCOME_ATTRIBUTE, Outcome, RateLimitState
 from .core.keys import Identity
 from .core.rates import Rate
 from .core.throttle import Decision, Policy, StorageUnavailable
-from .extension import EXTENSION_KEY, OUTCOME_ATTRIBUTE, Outcome, RateLimitState, _at_cost, _tighter
 from .plan import Plan, PlannedLimit
 
 __all__ = ["CurrentLimit", "check", "current_limit"]

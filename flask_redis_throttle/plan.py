@@ -34,11 +34,12 @@ from dataclasses import dataclass, field
 from flask import Flask, Request, Response
 from flask.views import http_method_funcs
 
+from ._spec import LimitSpec
 from .config import Settings
 from .core.keys import Identity, loggable
 from .core.rates import parse_limits
 from .core.throttle import Check, Policy
-from .decorators import EXEMPT_ATTRIBUTE, LIMITS_ATTRIBUTE, LimitSpec
+from .decorators import EXEMPT_ATTRIBUTE, LIMITS_ATTRIBUTE
 from .errors import InvalidLimit
 from .headers import Labels
 from .identity import IdentitySpec, Resolver, Warn, resolvers

@@ -22,6 +22,7 @@ from pathlib import Path
 from unittest import mock
 
 import shop  # tests/shop.py: pytest and a script run here both have this directory on sys.path
+from conftest import flask_command
 from flask import Flask
 
 from flask_redis_throttle.core.throttle import Throttle
@@ -111,7 +112,7 @@ def run_samples(commands: list[str]) -> list[str]:
             args = shlex.split(command.removeprefix("$ flask "))
             # The page's last status sample is the one with Redis down.
             target = down if i == last_status else app
-            result = target.test_cli_runner().invoke(args=args, prog_name="flask")
+            result = flask_command(target, *args)
             outputs.append(pin_times(result.output).rstrip("\n"))
     return outputs
 

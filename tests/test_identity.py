@@ -9,7 +9,7 @@ import logging
 from typing import Any
 
 import pytest
-from conftest import get, install
+from conftest import flask_command, get, install
 from flask import Flask, Request, request
 from flask_login import LoginManager, UserMixin
 from werkzeug.middleware.proxy_fix import ProxyFix
@@ -281,7 +281,7 @@ def test_the_refusals_command_escapes_identities(app: Flask) -> None:
     install(app)
     client = app.test_client()
     assert [client.post("/", data=HOSTILE).status_code for _ in range(2)] == [200, 429]
-    result = app.test_cli_runner().invoke(args=["ratelimit", "refusals"])
+    result = flask_command(app, "ratelimit", "refusals")
     assert result.exit_code == 0, result.output
     assert "\x1b" not in result.output
     assert "\r" not in result.output

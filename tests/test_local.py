@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import get, install, join_all, wait_for_gunicorn
+from conftest import flask_command, get, install, join_all, wait_for_gunicorn
 from flask import Flask
 
 from flask_redis_throttle import ConfigurationError, limit
@@ -326,24 +326,23 @@ def test_a_server_that_will_not_start_fails_requests_by_the_policy(
 
 def test_the_cli_shows_and_stops_the_server(folder: LocalFolder) -> None:
     app = local_app(folder)
-    runner = app.test_cli_runner()
-    result = runner.invoke(args=["ratelimit", "server", "status"])
+    result = flask_command(app, "ratelimit", "server", "status")
     assert result.exit_code == 1
     assert result.output == f"not running (socket {folder.socket}); the next request that needs it starts it\n"
     assert not os.path.exists(folder.socket)  # the status asks; it starts nothing
     assert get(app.test_client()).status_code == 200
     pid = server_pid(folder)
-    result = runner.invoke(args=["ratelimit", "server", "status"])
+    result = flask_command(app, "ratelimit", "server", "status")
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert lines[0].split() == ["state", "running"]
     assert lines[2].split() == ["pid", str(pid)]
     assert lines[3].split() == ["socket", folder.socket]
-    result = runner.invoke(args=["ratelimit", "server", "stop"])
+    result = flask_command(app, "ratelimit", "server", "stop")
     assert result.exit_code == 0, result.output
     assert result.output == f"stopped the local server (pid {pid})\n"
     assert not local.server_status(folder).running
-    assert runner.invoke(args=["ratelimit", "server", "stop"]).output == "not running; nothing to stop\n"
+    assert flask_command(app, "ratelimit", "server", "stop").output == "not running; nothing to stop\n"
     # A worker still serving starts it again; its counts started afresh.
     assert [get(app.test_client()).status_code for _ in range(4)] == [200, 200, 200, 429]
     assert server_pid(folder) != pid
@@ -353,7 +352,7 @@ def test_the_cli_says_when_the_storage_is_not_local() -> None:
     app = Flask("tests")
     app.config["RATELIMIT_STORAGE_URL"] = "memory://"
     install(app)
-    result = app.test_cli_runner().invoke(args=["ratelimit", "server", "status"])
+    result = flask_command(app, "ratelimit", "server", "status")
     assert result.exit_code == 1
     assert "the app's rate limit storage is memory://, not a local:// server" in result.output
 
@@ -376,7 +375,7 @@ def test_without_a_binary_it_falls_back_to_memory_with_a_warning(
     assert state.throttle.storage.url == "memory:// (the fallback of local://: no server binary)"
     assert [get(app.test_client()).status_code for _ in range(4)] == [200, 200, 200, 429]
     assert not os.path.exists(folder.socket)
-    result = app.test_cli_runner().invoke(args=["ratelimit", "server", "status"])
+    result = flask_command(app, "ratelimit", "server", "status")
     assert "not a local:// server" in result.output
 
 
