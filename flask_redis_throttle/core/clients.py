@@ -32,12 +32,8 @@ connecting it. This module imports Redis but not Flask.
 
 from __future__ import annotations
 
-import inspect
 import logging
-import math
 import os
-import re
-import ssl
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -53,6 +49,18 @@ from redis.sentinel import Sentinel
 from .embedded import EmbeddedRedis
 from .errors import ConfigurationError
 from .local import MAX_SOCKET_PATH, LocalConnection, LocalFolder, find_server_binary
+from .urls import (
+    MAX_URL_DB,
+    REDIS_OPTIONS,
+    SCHEMES,
+    bad_url,
+    check_options,
+    check_url,
+    parse_hosts,
+    redact,
+    redacted_options,
+    try_connection,
+)
 
 __all__ = [
     "DEFAULT_CLIENT_OPTIONS",
@@ -79,46 +87,6 @@ DEFAULT_CLIENT_OPTIONS: dict[str, Any] = {
     "retry": Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)),
 }
 
-#: The URL schemes ``RATELIMIT_STORAGE_URL`` accepts.
-SCHEMES = ("memory", "local", "redis", "rediss", "unix", "redis+cluster", "redis+sentinel")
-
-#: The highest database number a URL may name. Redis has 16 databases (0 to
-#: 15) unless its ``databases`` setting says more, and a server answers any
-#: command on a database it lacks with an error: a ``/99`` is far more often
-#: a typo than a server with a hundred databases. The ``db`` option of
-#: ``RATELIMIT_STORAGE_OPTIONS`` reaches beyond, on purpose.
-MAX_URL_DB = 15
-
-
-def _parameters(function: Any) -> frozenset[str]:
-    return frozenset(inspect.signature(function).parameters) - {"self", "kwargs"}
-
-
-_REDIS_OPTIONS = _parameters(redis.Redis.__init__)
-_OPTIONS = {
-    "memory": _REDIS_OPTIONS,  # checked, then unused
-    # Where the server is, and how it is spoken to, is local://'s own business.
-    "local": _REDIS_OPTIONS - {"host", "port", "unix_socket_path", "connection_pool", "ssl"},
-    "redis": _REDIS_OPTIONS,
-    "rediss": _REDIS_OPTIONS,
-    "unix": _REDIS_OPTIONS,
-    "redis+cluster": _REDIS_OPTIONS | _parameters(RedisCluster.__init__),
-    "redis+sentinel": _REDIS_OPTIONS | {"sentinel_kwargs", "min_other_sentinels"},
-}
-
-
-def redact(url: str) -> str:
-    """``url`` with its password, if any, replaced by ``***``, for messages and
-    logs: the one before ``@`` and a ``password=`` in the query."""
-    url = re.sub(r"([?&]password=)[^&#]*", r"\1***", url)
-    scheme, sep, rest = url.partition("://")
-    netloc, slash, path = rest.partition("/")
-    if not sep or "@" not in netloc:
-        return url
-    userinfo, host = netloc.rsplit("@", 1)
-    user, colon, _password = userinfo.partition(":")
-    return f"{scheme}://{user}{':***' if colon else ''}@{host}{slash}{path}"
-
 
 def client_from_url(url: str, options: Mapping[str, Any] | None = None, instance_path: str | None = None) -> Any:
     """A client for ``url``: :class:`redis.Redis`, an embedded one for
@@ -135,8 +103,8 @@ def client_from_url(url: str, options: Mapping[str, Any] | None = None, instance
             "RATELIMIT_STORAGE_URL", url, f"a URL starting {', '.join(s + '://' for s in SCHEMES)}"
         )
     options = dict(options or {})
-    _check_options(scheme, options)
-    _check_url(scheme, url)
+    check_options(scheme, options)
+    check_url(scheme, url)
     if scheme == "memory":
         return embedded_client()
     if scheme == "local":
@@ -167,142 +135,12 @@ def client_from_url(url: str, options: Mapping[str, Any] | None = None, instance
         message = str(error).replace(url, redact(url))
         if given:
             raise ConfigurationError(
-                "RATELIMIT_STORAGE_OPTIONS", _redacted(given), f"keyword arguments of the {scheme} client ({message})"
+                "RATELIMIT_STORAGE_OPTIONS",
+                redacted_options(given),
+                f"keyword arguments of the {scheme} client ({message})",
             ) from error
-        raise _bad_url(url, f"a valid {scheme}:// URL ({message})") from error
+        raise bad_url(url, f"a valid {scheme}:// URL ({message})") from error
     return client
-
-
-def _bad_url(url: str, expected: str) -> ConfigurationError:
-    """The error for a bad ``RATELIMIT_STORAGE_URL``, quoting it without its password."""
-    return ConfigurationError("RATELIMIT_STORAGE_URL", redact(url), expected)
-
-
-def _redacted(options: Mapping[str, Any]) -> dict[str, Any]:
-    """``options`` with any password replaced by ``***``, for messages."""
-    return {name: "***" if "password" in name else value for name, value in options.items()}
-
-
-def _check_options(scheme: str, options: Mapping[str, Any]) -> None:
-    """Check the names and values of ``RATELIMIT_STORAGE_OPTIONS``, and of its
-    ``sentinel_kwargs``.
-
-    :raises ConfigurationError: quoting the unknown names, or the bad value.
-    """
-    unknown = sorted(set(options) - _OPTIONS[scheme])
-    if unknown:
-        raise ConfigurationError(
-            "RATELIMIT_STORAGE_OPTIONS",
-            _redacted({name: options[name] for name in unknown}),
-            f"keyword arguments of the {scheme} client; unknown: {', '.join(unknown)}",
-        )
-    _check_values(options, lambda name, value: {name: value})
-    sentinel_kwargs = options.get("sentinel_kwargs")
-    if sentinel_kwargs is None:
-        return
-    if not isinstance(sentinel_kwargs, Mapping):
-        raise ConfigurationError(
-            "RATELIMIT_STORAGE_OPTIONS", {"sentinel_kwargs": sentinel_kwargs}, "sentinel_kwargs to be a dict"
-        )
-    unknown = sorted(set(sentinel_kwargs) - _REDIS_OPTIONS)
-    if unknown:
-        raise ConfigurationError(
-            "RATELIMIT_STORAGE_OPTIONS",
-            {"sentinel_kwargs": _redacted({name: sentinel_kwargs[name] for name in unknown})},
-            f"sentinel_kwargs to be keyword arguments of redis.Redis; unknown: {', '.join(unknown)}",
-        )
-    _check_values(sentinel_kwargs, lambda name, value: {"sentinel_kwargs": {name: value}})
-
-
-def _check_values(options: Mapping[str, Any], quote: Callable[[str, Any], object]) -> None:
-    """Check each option that :data:`_VALUE_CHECKS` knows.
-
-    :param quote: what the error quotes for a bad option, given its name and value.
-    """
-    bad = _bad_value(options)
-    if bad is not None:
-        name, value, expected = bad
-        raise ConfigurationError("RATELIMIT_STORAGE_OPTIONS", quote(name, value), f"{name} to be {expected}")
-
-
-def _bad_value(options: Mapping[str, Any]) -> tuple[str, Any, str] | None:
-    """The first option :data:`_VALUE_CHECKS` rejects: its name, its value
-    and what it should be; None if there is none."""
-    for name, value in options.items():
-        check = _VALUE_CHECKS.get(name)
-        if check is not None and not check[0](value):
-            return name, value, check[1]
-    return None
-
-
-def _check_url(scheme: str, url: str) -> None:
-    """Check what redis-py would take from ``url`` without a word: a query
-    parameter no connection takes, a bad value of one it takes, a path that
-    is not a database, a database Redis lacks.
-
-    :raises ConfigurationError: quoting ``url`` without its password.
-    """
-    parts = urlsplit(url)
-    if scheme == "memory":
-        # A name, as in memory://dev, is a label; a path or a query would
-        # name a database or options that the embedded store does not have.
-        if parts.path.strip("/") or parts.query or parts.fragment:
-            raise _bad_url(url, f"memory:// or memory://name, with no path or query, not {url!r}")
-        return
-    if scheme in ("redis+cluster", "redis+sentinel"):
-        _check_hosts_url(scheme, url)
-        return
-    if scheme == "local":
-        # A host would name another machine; the folder is the path.
-        if parts.netloc or parts.query or parts.fragment:
-            raise _bad_url(url, f"local:// or local:///absolute/folder, with no host or query, not {url!r}")
-        return
-    try:
-        pool = redis.ConnectionPool.from_url(url)
-    except ValueError as error:
-        raise _bad_url(url, f"a valid {scheme}:// URL ({error})") from error
-    if scheme != "unix":
-        database = parts.path.strip("/")
-        if database and (not database.isdigit() or "db" not in pool.connection_kwargs):
-            raise _bad_url(url, f"a path of a database number from 0 to {MAX_URL_DB}, not {parts.path!r}")
-    db = pool.connection_kwargs.get("db", 0)
-    if not 0 <= db <= MAX_URL_DB:
-        raise _bad_url(url, f"a database number from 0 to {MAX_URL_DB}, not {db}")
-    bad = _bad_value(pool.connection_kwargs)
-    if bad is not None:
-        name, value, expected = bad
-        raise _bad_url(url, f"{name} to be {expected}, not {value!r}")
-    try:
-        _connection(pool)
-    except (TypeError, ValueError, redis.RedisError) as error:
-        raise _bad_url(url, f"query parameters a connection takes ({error})") from error
-
-
-def _check_hosts_url(scheme: str, url: str) -> None:
-    """Check a cluster or sentinel URL: host:port pairs, a path naming the
-    database (and the service), and no query, which these URLs would ignore.
-
-    :raises ConfigurationError: quoting ``url`` without its password.
-    """
-    parts = urlsplit(url)
-    if parts.query:
-        raise _bad_url(
-            url, f"no query ({parts.query!r}) in a {scheme}:// URL: put options in RATELIMIT_STORAGE_OPTIONS"
-        )
-    try:
-        _hosts(url)
-    except ValueError as error:
-        raise _bad_url(url, f"a valid {scheme}:// URL ({error})") from error
-    path = parts.path.strip("/")
-    if scheme == "redis+cluster":
-        if path not in ("", "0"):
-            raise _bad_url(url, f"no database but 0: a cluster has only database 0, not {path!r}")
-        return
-    service, _, database = path.partition("/")
-    if not service:
-        raise _bad_url(url, "a valid redis+sentinel:// URL: the path must name the service (host:port/service)")
-    if database and (not database.isdigit() or int(database) > MAX_URL_DB):
-        raise _bad_url(url, f"a path of service/database, the database from 0 to {MAX_URL_DB}, not {database!r}")
 
 
 def _build_connections(client: Any, url: str, options: Mapping[str, Any]) -> None:
@@ -311,9 +149,9 @@ def _build_connections(client: Any, url: str, options: Mapping[str, Any]) -> Non
     option no connection takes, or an option value it rejects, fails now
     rather than on every request."""
     if isinstance(client, LazyClient):  # a cluster: its nodes' clients take the Redis options
-        credentials, hosts, _ = _hosts(url)
+        credentials, hosts, _ = parse_hosts(url)
         host, port = hosts[0]
-        node_options = {name: value for name, value in options.items() if name in _REDIS_OPTIONS}
+        node_options = {name: value for name, value in options.items() if name in REDIS_OPTIONS}
         pools = [redis.Redis(host=host, port=port, **{**credentials, **node_options}).connection_pool]
     else:
         pools = [client.connection_pool]
@@ -321,7 +159,7 @@ def _build_connections(client: Any, url: str, options: Mapping[str, Any]) -> Non
         if manager is not None:
             pools.append(manager.sentinels[0].connection_pool)
     for pool in pools:
-        _connection(pool)
+        try_connection(pool)
 
 
 def _local_folder(url: str, instance_path: str | None) -> LocalFolder:
@@ -333,10 +171,10 @@ def _local_folder(url: str, instance_path: str | None) -> LocalFolder:
     """
     folder = unquote(urlsplit(url).path) or instance_path
     if not folder:
-        raise _bad_url(url, "local:///absolute/folder, or local:// in an app, which keeps it in its instance folder")
+        raise bad_url(url, "local:///absolute/folder, or local:// in an app, which keeps it in its instance folder")
     place = LocalFolder(os.path.abspath(folder))
     if len(os.fsencode(place.socket)) > MAX_SOCKET_PATH:
-        raise _bad_url(
+        raise bad_url(
             url,
             f"a shorter folder: the socket path {place.socket!r} is longer than the {MAX_SOCKET_PATH} bytes "
             "a Unix socket path may have; name one with local:///short/folder",
@@ -344,7 +182,7 @@ def _local_folder(url: str, instance_path: str | None) -> LocalFolder:
     try:
         os.makedirs(place.path, mode=0o700, exist_ok=True)
     except OSError as error:
-        raise _bad_url(url, f"a folder this process can create ({error})") from error
+        raise bad_url(url, f"a folder this process can create ({error})") from error
     return place
 
 
@@ -355,11 +193,6 @@ def _local(folder: LocalFolder, options: Mapping[str, Any]) -> redis.Redis:
     client = redis.Redis(unix_socket_path=folder.socket, **options)
     client.connection_pool.connection_class = LocalConnection
     return client
-
-
-def _connection(pool: Any) -> None:
-    """Make one connection of ``pool``, without connecting it, and drop it."""
-    pool.connection_class(**pool.connection_kwargs)
 
 
 def embedded_client(warn: bool = True) -> EmbeddedRedis:
@@ -378,73 +211,8 @@ def embedded_client(warn: bool = True) -> EmbeddedRedis:
     return EmbeddedRedis()
 
 
-def _timeout(value: Any) -> bool:
-    return value is None or (_number(value) and 0 < value < math.inf)
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _count(value: Any, least: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= least
-
-
-def _errors(value: Any) -> bool:
-    return isinstance(value, (list, tuple)) and all(
-        isinstance(error, type) and issubclass(error, BaseException) for error in value
-    )
-
-
-#: The client options whose bad values redis-py takes without a word and
-#: fails on at the first command (or never uses, as ``ssl_cert_reqs``
-#: without TLS): for each, its test and what it expects. A connection object
-#: checks the rest when it is made.
-_VALUE_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "socket_timeout": (_timeout, "None or a number of seconds above 0"),
-    "socket_connect_timeout": (_timeout, "None or a number of seconds above 0"),
-    "retry": (lambda value: value is None or isinstance(value, Retry), "None or a redis.retry.Retry"),
-    "retry_on_error": (_errors, "a list of exception classes"),
-    "health_check_interval": (lambda value: _number(value) and 0 <= value < math.inf, "a number of seconds, 0 or more"),
-    "max_connections": (lambda value: value is None or _count(value, 1), "None or an integer of 1 or more"),
-    "db": (lambda value: _count(value, 0), "an integer of 0 or more"),
-    "min_other_sentinels": (lambda value: _count(value, 0), "an integer of 0 or more"),
-    "ssl_cert_reqs": (
-        lambda value: value is None or isinstance(value, ssl.VerifyMode) or value in ("none", "optional", "required"),
-        "None, 'none', 'optional', 'required' or an ssl.VerifyMode",
-    ),
-    # One connection shared by every request, opened when the client is made.
-    "single_connection_client": (lambda value: value is False, "False: requests need a pool of connections"),
-    "ssl": (lambda value: isinstance(value, bool), "True or False"),
-    "socket_keepalive": (lambda value: isinstance(value, bool), "True or False"),
-    "retry_on_timeout": (lambda value: isinstance(value, bool), "True or False"),
-    "decode_responses": (lambda value: isinstance(value, bool), "True or False"),
-}
-
-
-def _hosts(url: str) -> tuple[dict[str, Any], list[tuple[str, int]], str]:
-    """Credentials, ``host:port`` pairs and path of a URL with several hosts."""
-    parts = urlsplit(url)
-    credentials: dict[str, Any] = {}
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, netloc = netloc.rsplit("@", 1)
-        user, _, password = userinfo.partition(":")
-        if user:
-            credentials["username"] = unquote(user)
-        if password:
-            credentials["password"] = unquote(password)
-    hosts = []
-    for item in netloc.split(","):
-        host, sep, port = item.rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise ValueError(f"{item!r} is not host:port")
-        hosts.append((host.strip("[]"), int(port)))
-    return credentials, hosts, parts.path
-
-
 def _cluster(url: str, options: dict[str, Any]) -> LazyClient:
-    credentials, hosts, _ = _hosts(url)  # the path was checked with the URL
+    credentials, hosts, _ = parse_hosts(url)  # the path was checked with the URL
     nodes = [ClusterNode(host, port) for host, port in hosts]  # type: ignore[no-untyped-call]
     # RedisCluster asks a start-up node for the slot map as soon as it is
     # made; an app must start while its cluster is down, so wait for a call.
@@ -503,7 +271,7 @@ class LazyClient:
 
 
 def _sentinel(url: str, options: dict[str, Any]) -> redis.Redis:
-    credentials, hosts, path = _hosts(url)
+    credentials, hosts, path = parse_hosts(url)
     service, _, db = path.strip("/").partition("/")
     if not service:
         raise ValueError("the path must name the service: redis+sentinel://host:port/service")
