@@ -361,4 +361,4 @@ def test_eval_after_noscript_is_encoded_as_redis_py_encodes_it() -> None:
     script = "return redis.call('TIME')"
     for command, text in (("EVAL", script), ("EVALSHA", "a" * 40)):
         expected = b"".join(packer(command, text, 2, *keys, *args))
-        assert wire._pack(command, text, keys, args) == expected
+        assert wire.cluster._pack(command, text, keys, args) == expected

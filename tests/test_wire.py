@@ -221,7 +221,7 @@ def test_a_forked_child_uses_connections_of_its_own(server: RedisServer) -> None
 def test_without_hiredis_the_lean_path_uses_redis_pys_parser(
     server: RedisServer, monkeypatch: pytest.MonkeyPatch, commands: list[tuple[Any, ...]]
 ) -> None:
-    monkeypatch.setattr(wire, "hiredis", None)
+    monkeypatch.setattr(wire.connection, "hiredis", None)
     pool = redis.ConnectionPool.from_url(server.url, parser_class=_RESP2Parser, socket_timeout=0.5)
     client = redis.Redis(connection_pool=pool)
     app = limited_app(spec="3/m", client=client)
