@@ -34,8 +34,16 @@ from markupsafe import Markup
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 from werkzeug.wrappers import Response
 
+from ._reports import (
+    LIMITS_HEADER,
+    STATUS_HEADER,
+    find_endpoint,
+    find_identity,
+    limit_rows,
+    reset_counters,
+    status_rows,
+)
 from ._state import EXTENSION_KEY, RateLimitState
-from .cli import LIMITS_HEADER, STATUS_HEADER, find_endpoint, find_identity, limit_rows, reset_counters, status_rows
 from .console import duration, utc
 from .core.keys import loggable
 from .core.throttle import StorageUnavailable
