@@ -14,7 +14,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
 
 import click
 import redis
@@ -38,9 +37,6 @@ from .core.keys import Identity, loggable
 from .core.local import LocalFolder, server_status, stop_server
 from .core.refusals import RefusalLog
 from .core.throttle import StorageUnavailable, Throttle
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["ratelimit"]
 
