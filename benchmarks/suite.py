@@ -107,7 +107,7 @@ from harness import (
 from werkzeug.exceptions import TooManyRequests
 
 from flask_redis_throttle import Identity
-from flask_redis_throttle import config as our_config
+from flask_redis_throttle import _config as our_config
 from flask_redis_throttle.core import local
 from flask_redis_throttle.core.keys import identity_tag
 from flask_redis_throttle.core.rates import parse_limits

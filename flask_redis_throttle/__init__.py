@@ -3,6 +3,7 @@
 from .core.keys import Identity
 from .core.rates import Rate, parse_limits
 from .core.refusals import Refusal, RefusalLog
+from .core.throttle import StorageUnavailable
 from .current import CurrentLimit, check, current_limit
 from .decorators import exempt, limit
 from .errors import ConfigurationError, InvalidLimit, RateLimitError, RateLimitExceeded
@@ -21,6 +22,7 @@ __all__ = [
     "RateLimitExceeded",
     "Refusal",
     "RefusalLog",
+    "StorageUnavailable",
     "check",
     "current_limit",
     "exempt",

@@ -15,7 +15,7 @@ from .core.rates import Rate
 from .core.throttle import Check, Decision, Policy
 
 if TYPE_CHECKING:
-    from .plan import Batch, PlannedLimit
+    from ._plan import Batch, PlannedLimit
 
 __all__ = ["_OverQuota", "_at_cost", "_limit_of", "_outcome", "_over_quota", "_tighter"]
 

@@ -17,9 +17,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .config import Settings
+    from ._config import Settings
+    from ._metrics import Metrics
     from .core.throttle import Throttle
-    from .metrics import Metrics
 
 __all__ = ["WARNING_INTERVAL", "Notices"]
 

@@ -14,13 +14,13 @@ from collections.abc import Sequence
 from flask import Flask, Request
 from werkzeug.wrappers import Response as AnyResponse
 
+from ._config import Settings
 from ._decisions import _limit_of, _OverQuota
 from ._notices import Notices, logger
-from .config import Settings
+from ._plan import Batch
 from .core.keys import loggable
 from .core.refusals import RefusalLog
 from .core.throttle import Check, Decision, StorageUnavailable, Throttle
-from .plan import Batch
 from .signals import Breach, notify, rate_limited
 
 __all__ = ["Refusing"]

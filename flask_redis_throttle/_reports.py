@@ -13,16 +13,16 @@ from typing import TYPE_CHECKING
 from flask import current_app
 from werkzeug.routing import Rule
 
+from ._console import duration
+from ._identity import parse_identity, spec_kinds, spec_name
 from ._state import RateLimitState
-from .console import duration
 from .core.keys import Identity
 from .core.rates import Rate
 from .core.throttle import Throttle
 from .core.usage import usage
-from .identity import parse_identity, spec_kinds, spec_name
 
 if TYPE_CHECKING:
-    from .plan import Plan, PlannedLimit
+    from ._plan import Plan, PlannedLimit
 
 
 __all__ = [

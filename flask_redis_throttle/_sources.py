@@ -2,7 +2,7 @@
 the view's own decorators (and a class-based view's, method by method), the
 blueprints it belongs to (innermost first, up to the first one exempted),
 then ``RATELIMIT_DEFAULT`` unless a limit overrides it, and
-``RATELIMIT_APPLICATION``. :mod:`flask_redis_throttle.plan` compiles them.
+``RATELIMIT_APPLICATION``. :mod:`flask_redis_throttle._plan` compiles them.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from collections.abc import Container, Iterator
 from flask import Flask
 from flask.views import http_method_funcs
 
+from ._config import Settings
 from ._spec import LimitSpec
-from .config import Settings
 from .decorators import EXEMPT_ATTRIBUTE, LIMITS_ATTRIBUTE
 
 __all__ = ["class_view_limits", "limits_of"]

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING
 
 from flask import Request, Response
 
+from ._identity import IDENTITY_NAMES, IdentitySpec, check_identities
 from .core.penalties import Penalty, parse_penalty
 from .core.rates import MAX_AMOUNT, Rate, parse_limits
 from .core.scripts import STRATEGIES
 from .errors import InvalidLimit
-from .identity import IDENTITY_NAMES, IdentitySpec, check_identities
 
 if TYPE_CHECKING:
     from .signals import Breach

@@ -16,17 +16,17 @@ from typing import Any, NoReturn
 from flask import Flask, Request, Response, g, request
 from werkzeug.exceptions import ServiceUnavailable
 
+from ._config import Settings
 from ._decisions import _at_cost, _outcome, _over_quota, _tighter
+from ._headers import Labels, legacy_headers, retry_after_value
+from ._metrics import Metrics
+from ._plan import Batch, Plan, Problem, compile_plan, matching
 from ._refusing import Refusing
-from .config import Settings
 from .core.factory import build_refusal_log, build_throttle
 from .core.refusals import RefusalLog
 from .core.storage import STORAGE_ERRORS, Storage
 from .core.throttle import Check, Decision, StorageUnavailable, Throttle
 from .errors import RateLimitExceeded
-from .headers import Labels, legacy_headers, retry_after_value
-from .metrics import Metrics
-from .plan import Batch, Plan, Problem, compile_plan, matching
 
 __all__ = ["EXTENSION_KEY", "OUTCOME_ATTRIBUTE", "Outcome", "RateLimitState", "RequestFilter"]
 
@@ -117,7 +117,7 @@ class RateLimitState(Refusing):
         """The compiled plan of ``endpoint`` for requests of ``method``.
 
         Compiled on first use and kept, whether by a request or by this call.
-        Each of its :attr:`~flask_redis_throttle.plan.Plan.limits` gives its
+        Each of its :attr:`~flask_redis_throttle._plan.Plan.limits` gives its
         policy, scope, strategy, identities, source and options.
 
         :returns: None when no limit applies: the endpoint is unknown,

@@ -34,6 +34,7 @@ from markupsafe import Markup
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 from werkzeug.wrappers import Response
 
+from ._console import duration, utc
 from ._reports import (
     LIMITS_HEADER,
     STATUS_HEADER,
@@ -44,7 +45,6 @@ from ._reports import (
     status_rows,
 )
 from ._state import EXTENSION_KEY, RateLimitState
-from .console import duration, utc
 from .core.keys import loggable
 from .core.throttle import StorageUnavailable
 

@@ -14,8 +14,8 @@ from typing import Any, TypeVar
 
 from flask import Blueprint, Flask, Request, Response
 
+from ._identity import IdentitySpec
 from ._spec import BreachHook, CostFunction, DynamicLimit, LimitSpec, make_spec
-from .identity import IdentitySpec
 
 __all__ = [
     "EXEMPT_ATTRIBUTE",

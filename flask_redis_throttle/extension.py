@@ -2,9 +2,9 @@
 
 A request's path through it:
 
-1. ``before_request`` finds the :class:`~flask_redis_throttle.plan.Plan` of
+1. ``before_request`` finds the :class:`~flask_redis_throttle._plan.Plan` of
    the request's endpoint and method, compiled on first use (see
-   :mod:`flask_redis_throttle.plan`), and skips the request if a request
+   :mod:`flask_redis_throttle._plan`), and skips the request if a request
    filter says so;
 2. the plan's resolvers name the request's identities;
 3. :meth:`Throttle.hit <flask_redis_throttle.core.throttle.Throttle.hit>` decides
@@ -22,15 +22,15 @@ from typing import TYPE_CHECKING, Any
 
 from flask import Flask, current_app
 
+from ._config import Settings
+from ._identity import parse_identity
+from ._metrics import Metrics, metrics_for
 from ._state import EXTENSION_KEY, RateLimitState, RequestFilter
-from .config import Settings
 from .core.keys import Identity
 from .core.refusals import RefusalLog
 from .core.storage import STORAGE_ERRORS
 from .core.throttle import StorageUnavailable
 from .current import current_limit
-from .identity import parse_identity
-from .metrics import Metrics, metrics_for
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry

@@ -14,9 +14,10 @@ from flask import Flask, Request, request
 from flask_login import LoginManager, UserMixin
 from werkzeug.middleware.proxy_fix import ProxyFix
 
-from flask_redis_throttle import identity, limit
+from flask_redis_throttle import _identity as identity
+from flask_redis_throttle import limit
+from flask_redis_throttle._identity import parse_identity
 from flask_redis_throttle.core.keys import MAX_VALUE_LENGTH, loggable
-from flask_redis_throttle.identity import parse_identity
 
 #: How long a warning may be besides the request value it quotes.
 MESSAGE_TEXT = 300

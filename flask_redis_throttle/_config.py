@@ -13,10 +13,10 @@ from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
+from ._identity import IDENTITY_NAMES, IdentitySpec, check_identities
 from ._spec import LimitSpec, make_spec
 from .core.scripts import STRATEGIES
 from .errors import ConfigurationError, InvalidLimit
-from .identity import IDENTITY_NAMES, IdentitySpec, check_identities
 from .signals import Breach
 
 __all__ = [

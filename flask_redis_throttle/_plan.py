@@ -32,15 +32,15 @@ from dataclasses import dataclass, field
 
 from flask import Flask, Request, Response
 
+from ._config import Settings
+from ._headers import Labels
+from ._identity import IdentitySpec, Resolver, Warn, resolvers
 from ._sources import class_view_limits, limits_of
 from ._spec import LimitSpec
-from .config import Settings
 from .core.keys import Identity, loggable
 from .core.rates import parse_limits
 from .core.throttle import Check, Policy
 from .errors import InvalidLimit
-from .headers import Labels
-from .identity import IdentitySpec, Resolver, Warn, resolvers
 
 __all__ = [
     "Batch",
@@ -303,7 +303,7 @@ def compile_plan(app: Flask, endpoint: str, method: str, settings: Settings, war
     """The plan of ``endpoint`` for requests of ``method``, or None if no limit applies.
 
     :param warn: how its identities warn of a logged-in user without an id
-        (see :func:`~flask_redis_throttle.identity.resolvers`).
+        (see :func:`~flask_redis_throttle._identity.resolvers`).
     """
     found = limits_of(app, endpoint, settings)
     logins = hasattr(app, "login_manager")

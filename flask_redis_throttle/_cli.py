@@ -20,6 +20,7 @@ import redis
 from flask import current_app
 from flask.cli import AppGroup
 
+from ._console import duration, parse_moment, table, utc
 from ._reports import (
     LIMITS_HEADER,
     STATUS_HEADER,
@@ -31,7 +32,6 @@ from ._reports import (
     status_rows,
 )
 from ._state import EXTENSION_KEY, RateLimitState
-from .console import duration, parse_moment, table, utc
 from .core.clients import redact
 from .core.keys import Identity, loggable
 from .core.local import LocalFolder, server_status, stop_server
