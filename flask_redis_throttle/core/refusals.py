@@ -19,7 +19,7 @@ script has refused: writing it from inside the script would mean sending the
 request's raw identities with every request, which admitted requests would
 pay for, and a key outside the identity's cluster slot.
 
-This module imports Redis but not Flask::
+This module imports Redis but not Flask, and is usable without an app::
 
     log = RefusalLog(redis.Redis(), "rl:refusals")
     for refusal in log.recent(10):
