@@ -1,6 +1,9 @@
-"""The Flask glue: :class:`RateLimit`, and the per-app state it installs.
+"""The Flask glue: :class:`RateLimit`, which installs on each app a
+:class:`~flask_redis_throttle._state.RateLimitState` (in ``_state.py``) with
+the request hooks, and builds its core through
+:func:`~flask_redis_throttle.core.factory.build_throttle`.
 
-A request's path through it:
+A request's path through the hooks:
 
 1. ``before_request`` finds the :class:`~flask_redis_throttle._plan.Plan` of
    the request's endpoint and method, compiled on first use (see
