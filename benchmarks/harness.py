@@ -41,9 +41,9 @@ from werkzeug.exceptions import TooManyRequests
 from werkzeug.test import EnvironBuilder
 
 from flask_redis_throttle import RateLimit, limit
-from flask_redis_throttle.clients import DEFAULT_CLIENT_OPTIONS
-from flask_redis_throttle.scripts import STRATEGIES
-from flask_redis_throttle.wire import LeanClient, LeanCluster
+from flask_redis_throttle.core.clients import DEFAULT_CLIENT_OPTIONS
+from flask_redis_throttle.core.scripts import STRATEGIES
+from flask_redis_throttle.core.wire import LeanClient, LeanCluster
 
 try:
     from flask_limiter import Limiter
@@ -244,7 +244,7 @@ def our_app(
 
 
 def our_storage(app: Flask) -> Any:
-    """Our app's :class:`~flask_redis_throttle.storage.Storage`, or None."""
+    """Our app's :class:`~flask_redis_throttle.core.storage.Storage`, or None."""
     state = app.extensions.get("ratelimit")
     return getattr(getattr(state, "throttle", None), "storage", None)
 

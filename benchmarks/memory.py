@@ -45,10 +45,10 @@ import redis
 from harness import render_table, version
 
 from flask_redis_throttle import Identity, RefusalLog, parse_limits
-from flask_redis_throttle.scripts import STRATEGIES
-from flask_redis_throttle.storage import Storage
+from flask_redis_throttle.core.scripts import STRATEGIES
+from flask_redis_throttle.core.storage import Storage
+from flask_redis_throttle.core.throttle import Policy, Throttle
 from flask_redis_throttle.testing import redis_server
-from flask_redis_throttle.throttle import Policy, Throttle
 
 try:
     import limits.storage.redis as limits_redis

@@ -78,12 +78,13 @@ from harness import (
     yardsticks,
 )
 
-from flask_redis_throttle import Identity, local
-from flask_redis_throttle import config as our_config
-from flask_redis_throttle.keys import identity_tag
-from flask_redis_throttle.rates import parse_limits
+from flask_redis_throttle import Identity
+from flask_redis_throttle import _config as our_config
+from flask_redis_throttle.core import local
+from flask_redis_throttle.core.keys import identity_tag
+from flask_redis_throttle.core.rates import parse_limits
+from flask_redis_throttle.core.throttle import Policy
 from flask_redis_throttle.testing import find_redis_server, redis_server
-from flask_redis_throttle.throttle import Policy
 
 
 def tenant_key(req: Any) -> str:

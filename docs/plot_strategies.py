@@ -23,9 +23,9 @@ import matplotlib
 import matplotlib.pyplot as plt
 
 from flask_redis_throttle import Identity, parse_limits
-from flask_redis_throttle.scripts import STRATEGIES
-from flask_redis_throttle.storage import Storage
-from flask_redis_throttle.throttle import Policy, Throttle
+from flask_redis_throttle.core.scripts import STRATEGIES
+from flask_redis_throttle.core.storage import Storage
+from flask_redis_throttle.core.throttle import Policy, Throttle
 
 LIMIT = "10/m"
 QUOTA = 10

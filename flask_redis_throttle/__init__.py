@@ -1,12 +1,13 @@
 """flask-redis-throttle: layered rate limits for Flask, decided in one Redis round trip."""
 
+from .core.keys import Identity
+from .core.rates import Rate, parse_limits
+from .core.refusals import Refusal, RefusalLog
+from .core.throttle import StorageUnavailable
 from .current import CurrentLimit, check, current_limit
 from .decorators import exempt, limit
 from .errors import ConfigurationError, InvalidLimit, RateLimitError, RateLimitExceeded
 from .extension import RateLimit, refusal_log
-from .keys import Identity
-from .rates import Rate, parse_limits
-from .refusals import Refusal, RefusalLog
 from .signals import Breach, rate_limited
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "RateLimitExceeded",
     "Refusal",
     "RefusalLog",
+    "StorageUnavailable",
     "check",
     "current_limit",
     "exempt",

@@ -18,11 +18,12 @@ from dataclasses import dataclass
 
 from flask import current_app, g, request
 
-from .extension import EXTENSION_KEY, OUTCOME_ATTRIBUTE, Outcome, RateLimitState, _at_cost, _tighter
-from .keys import Identity
-from .plan import Plan, PlannedLimit
-from .rates import Rate
-from .throttle import Decision, Policy, StorageUnavailable
+from ._decisions import _at_cost, _tighter
+from ._plan import Plan, PlannedLimit
+from ._state import EXTENSION_KEY, OUTCOME_ATTRIBUTE, Outcome, RateLimitState
+from .core.keys import Identity
+from .core.rates import Rate
+from .core.throttle import Decision, Policy, StorageUnavailable
 
 __all__ = ["CurrentLimit", "check", "current_limit"]
 
@@ -34,7 +35,7 @@ class CurrentLimit:
     ``RateLimit`` header shows), or the one that refused it.
 
     :param limit: the limit, with its strategy, identities and where it
-        was written (see :class:`~flask_redis_throttle.plan.PlannedLimit`).
+        was written (see :class:`~flask_redis_throttle._plan.PlannedLimit`).
     :param scope: the scope its counters are kept under.
     :param layer: its deciding layer, such as ``10 per 1 minute``.
     :param identity: whose counter it is.

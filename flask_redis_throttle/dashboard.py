@@ -26,7 +26,7 @@ import hmac
 import secrets
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis
 from flask import Blueprint, abort, current_app, flash, redirect, render_template, request, session, url_for
@@ -34,13 +34,19 @@ from markupsafe import Markup
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 from werkzeug.wrappers import Response
 
-from .cli import LIMITS_HEADER, STATUS_HEADER, find_endpoint, find_identity, limit_rows, reset_counters, status_rows
-from .console import duration, utc
-from .keys import loggable
-from .throttle import StorageUnavailable
-
-if TYPE_CHECKING:
-    from .extension import RateLimitState
+from ._console import duration, utc
+from ._reports import (
+    LIMITS_HEADER,
+    STATUS_HEADER,
+    find_endpoint,
+    find_identity,
+    limit_rows,
+    reset_counters,
+    status_rows,
+)
+from ._state import EXTENSION_KEY, RateLimitState
+from .core.keys import loggable
+from .core.throttle import StorageUnavailable
 
 __all__ = ["SESSION_KEY", "blueprint", "chart"]
 
@@ -204,8 +210,6 @@ def _csrf_token() -> str | None:
 
 
 def _state() -> RateLimitState:
-    from .extension import EXTENSION_KEY
-
     state: RateLimitState | None = current_app.extensions.get(EXTENSION_KEY)
     if state is None:
         raise RuntimeError("the rate limit dashboard needs RateLimit set up on the app")

@@ -9,21 +9,13 @@ here, when the decorator is applied, so that a typo fails at import time.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from flask import Blueprint, Flask, Request, Response
 
-from .errors import InvalidLimit
-from .identity import IDENTITY_NAMES, IdentitySpec, check_identities
-from .penalties import Penalty, parse_penalty
-from .rates import MAX_AMOUNT, Rate, parse_limits
-from .scripts import STRATEGIES
-
-if TYPE_CHECKING:
-    from .signals import Breach
+from ._identity import IdentitySpec
+from ._spec import BreachHook, CostFunction, DynamicLimit, LimitSpec, make_spec
 
 __all__ = [
     "EXEMPT_ATTRIBUTE",
@@ -42,156 +34,8 @@ LIMITS_ATTRIBUTE = "__ratelimits__"
 #: The attribute of a view function or blueprint that marks it exempt.
 EXEMPT_ATTRIBUTE = "__ratelimit_exempt__"
 
-#: A dynamic limit: given the request, a limit string, or None for no limit.
-DynamicLimit = Callable[[Request], "str | None"]
-#: A cost function: given the request, how much quota it takes.
-CostFunction = Callable[[Request], int]
-#: Called with a :class:`~flask_redis_throttle.signals.Breach` when a limit refuses.
-BreachHook = Callable[["Breach"], object]
-
 #: What the decorators accept: a view function or a blueprint.
 Target = TypeVar("Target", bound="Callable[..., Any] | Blueprint")
-
-# An HTTP method is a token (RFC 9110): letters, mostly.
-_METHOD = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")
-
-
-@dataclass(frozen=True)
-class LimitSpec:
-    """One limit, as written in a :func:`limit` or ``RATELIMIT_DEFAULT``,
-    parsed and validated. See :func:`limit` for what each option means.
-
-    :param spec: the limit string as written, or the dynamic limit function.
-    :param rates: its layers; None for a dynamic limit, whose layers are
-        known only per request.
-    :param scope: the counters' scope, or None for the endpoint name.
-    :param identities: whom it counts, or None for ``RATELIMIT_IDENTITIES``.
-    :param strategy: the algorithm, or None for ``RATELIMIT_STRATEGY``.
-    :param methods: the HTTP methods it applies to, upper case; None for all.
-    :param cost: the quota one request takes, or a function of the request.
-    :param deduct_when: if given, a request is only counted when this
-        returns True for its response.
-    :param exempt_when: if given, the limit skips requests for which this
-        returns True.
-    :param shadow: whether a refusal is only logged, never enforced.
-    :param on_breach: called when this limit refuses a request.
-    :param penalty: blocks identities that keep hitting the limit.
-    :param per_method: whether each HTTP method counts on its own.
-    :param override_defaults: whether the limit drops ``RATELIMIT_DEFAULT``
-        from its views (True), keeps it (False), or follows
-        ``RATELIMIT_DEFAULT_MODE`` (None).
-    """
-
-    spec: str | DynamicLimit
-    rates: tuple[Rate, ...] | None
-    scope: str | None = None
-    identities: tuple[IdentitySpec, ...] | None = None
-    strategy: str | None = None
-    methods: frozenset[str] | None = None
-    cost: int | CostFunction = 1
-    deduct_when: Callable[[Response], bool] | None = None
-    exempt_when: Callable[[Request], bool] | None = None
-    shadow: bool = False
-    on_breach: BreachHook | None = None
-    penalty: Penalty | None = None
-    per_method: bool = False
-    override_defaults: bool | None = None
-
-    @property
-    def dynamic(self) -> bool:
-        """Whether the limit string comes from a function, per request."""
-        return self.rates is None
-
-    def applies_to(self, method: str) -> bool:
-        """Whether the limit applies to requests of ``method`` (upper case).
-
-        A limit on ``GET`` also covers ``HEAD``, which Flask answers by
-        running the ``GET`` view: otherwise ``HEAD`` would be a free way
-        around it.
-        """
-        methods = self.methods
-        return methods is None or method in methods or (method == "HEAD" and "GET" in methods)
-
-
-def make_spec(
-    spec: str | DynamicLimit,
-    *,
-    scope: str | None = None,
-    identities: Sequence[IdentitySpec] | None = None,
-    strategy: str | None = None,
-    methods: Iterable[str] | None = None,
-    cost: int | CostFunction = 1,
-    deduct_when: Callable[[Response], bool] | None = None,
-    exempt_when: Callable[[Request], bool] | None = None,
-    shadow: bool = False,
-    on_breach: BreachHook | None = None,
-    penalty: str | None = None,
-    per_method: bool = False,
-    override_defaults: bool | None = None,
-) -> LimitSpec:
-    """Check a limit and its options, and return them as a :class:`LimitSpec`.
-
-    :raises InvalidLimit: quoting the first bad value.
-    """
-    rates = None if callable(spec) else parse_limits(spec)
-    if scope is not None and (not isinstance(scope, str) or not scope):
-        raise InvalidLimit(f"scope {scope!r} must be a non-empty string", spec=scope)
-    checked = None
-    if identities is not None:
-        checked = check_identities(identities)
-        if checked is None:
-            raise InvalidLimit(
-                f"identities {identities!r} must be a non-empty list of "
-                f"{', '.join(map(repr, IDENTITY_NAMES))} or key functions",
-                spec=identities,
-            )
-    if strategy is not None and (not isinstance(strategy, str) or strategy not in STRATEGIES):
-        raise InvalidLimit(f"strategy {strategy!r} must be one of {', '.join(map(repr, STRATEGIES))}", spec=strategy)
-    if not callable(cost):
-        if isinstance(cost, bool) or not isinstance(cost, int) or not 0 <= cost <= MAX_AMOUNT:
-            raise InvalidLimit(
-                f"cost {cost!r} must be an integer from 0 to {MAX_AMOUNT}, or a function of the request", spec=cost
-            )
-        if rates is not None and cost > min(rate.amount for rate in rates):
-            raise InvalidLimit(f"cost {cost} is more than a layer of {spec!r} allows: no request could pass", spec=cost)
-    for name, function in (("deduct_when", deduct_when), ("exempt_when", exempt_when), ("on_breach", on_breach)):
-        if function is not None and not callable(function):
-            raise InvalidLimit(f"{name} {function!r} must be a function", spec=function)
-    for name, flag in (("shadow", shadow), ("per_method", per_method)):
-        if not isinstance(flag, bool):
-            raise InvalidLimit(f"{name} {flag!r} must be True or False", spec=flag)
-    if override_defaults is not None and not isinstance(override_defaults, bool):
-        raise InvalidLimit(
-            f"override_defaults {override_defaults!r} must be True, False, or None for RATELIMIT_DEFAULT_MODE",
-            spec=override_defaults,
-        )
-    return LimitSpec(
-        spec,
-        rates,
-        scope,
-        checked,
-        strategy,
-        _methods(methods),
-        cost,
-        deduct_when,
-        exempt_when,
-        shadow,
-        on_breach,
-        None if penalty is None else parse_penalty(penalty),
-        per_method,
-        override_defaults,
-    )
-
-
-def _methods(methods: Iterable[str] | None) -> frozenset[str] | None:
-    if methods is None:
-        return None
-    if isinstance(methods, str) or not isinstance(methods, Iterable):
-        raise InvalidLimit(f"methods {methods!r} must be a list of HTTP methods, such as ['POST']", spec=methods)
-    items = list(methods)
-    if not items or not all(isinstance(item, str) and _METHOD.fullmatch(item) for item in items):
-        raise InvalidLimit(f"methods {methods!r} must be a non-empty list of HTTP methods", spec=methods)
-    return frozenset(item.upper() for item in items)
 
 
 def limit(

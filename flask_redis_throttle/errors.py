@@ -2,7 +2,9 @@
 
 * :class:`RateLimitError` is the base of everything raised for bad input.
 * :class:`InvalidLimit` and :class:`ConfigurationError` are also
-  :class:`ValueError`, raised at decoration time and at ``init_app``.
+  :class:`ValueError`, raised at decoration time and at ``init_app``. These
+  three are plain Python and live in the core
+  (:mod:`flask_redis_throttle.core.errors`); they are re-exported here.
 * :class:`RateLimitExceeded` is the HTTP 429 a refused request raises. It is
   a :class:`werkzeug.exceptions.TooManyRequests`, so ``@app.errorhandler(429)``
   catches it.
@@ -22,43 +24,12 @@ from werkzeug.http import parse_accept_header
 if TYPE_CHECKING:
     from _typeshed.wsgi import WSGIEnvironment
 
-    from .keys import Identity
-    from .rates import Rate
+    from .core.keys import Identity
+    from .core.rates import Rate
+
+from .core.errors import ConfigurationError, InvalidLimit, RateLimitError
 
 __all__ = ["ConfigurationError", "InvalidLimit", "RateLimitError", "RateLimitExceeded"]
-
-
-class RateLimitError(Exception):
-    """The base class of the errors this extension raises for bad input."""
-
-
-class InvalidLimit(RateLimitError, ValueError):
-    """A limit string or a :func:`~flask_redis_throttle.limit` option is malformed.
-
-    :param message: what is wrong, quoting the bad text and saying what is valid.
-    :param spec: the offending value, as it was given.
-    """
-
-    def __init__(self, message: str, spec: object = None) -> None:
-        super().__init__(message)
-        #: The offending value, as it was given.
-        self.spec = spec
-
-
-class ConfigurationError(RateLimitError, ValueError):
-    """A ``RATELIMIT_*`` setting has a bad value. Raised by ``init_app``.
-
-    :param key: the config key.
-    :param value: the bad value.
-    :param expected: what would be valid.
-    """
-
-    def __init__(self, key: str, value: object, expected: str) -> None:
-        super().__init__(f"{key} = {value!r} is invalid: expected {expected}")
-        #: The config key, such as ``"RATELIMIT_STORAGE_URL"``.
-        self.key = key
-        #: The bad value.
-        self.value = value
 
 
 # Offered in this order so that a client sending ``*/*`` (curl, browsers'

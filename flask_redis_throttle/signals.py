@@ -34,8 +34,8 @@ from blinker import Namespace
 from flask import Flask, Request
 from werkzeug.wrappers import Response
 
-from .keys import Identity
-from .rates import Rate
+from .core.keys import Identity
+from .core.rates import Rate
 
 __all__ = ["Breach", "notify", "rate_limited"]
 

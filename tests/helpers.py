@@ -12,17 +12,20 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from importlib.metadata import entry_points
 from typing import Any
 from unittest import mock
 
+import click
 import pytest
 import redis
+from click.testing import Result
 from flask import Flask, request
 from flask_login import LoginManager, UserMixin
 
 from flask_redis_throttle import RateLimit, limit
+from flask_redis_throttle.core.throttle import Throttle
 from flask_redis_throttle.extension import RateLimitState
-from flask_redis_throttle.throttle import Throttle
 
 #: A second boundary in microseconds, to pin the scripts' clock at.
 T0 = 1_800_000_000 * 1_000_000
@@ -165,6 +168,14 @@ def add_login(app: Flask) -> None:
     def load(req: Any) -> User | None:
         name = request.headers.get("X-User")
         return User(name) if name else None
+
+
+def flask_command(app: Flask, *args: str) -> Result:
+    """Run ``flask <args>`` on ``app`` as the ``flask`` command would: with the
+    commands installed packages register through the ``flask.commands``
+    entry point, which is how ``flask ratelimit`` is found."""
+    commands = {entry.name: entry.load() for entry in entry_points(group="flask.commands")}
+    return app.test_cli_runner().invoke(click.Group("flask", commands=commands), args=list(args), prog_name="flask")
 
 
 def get(client: Any, path: str = "/", ip: str = "192.0.2.1", user: str | None = None, **kwargs: Any) -> Any:

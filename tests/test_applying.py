@@ -10,7 +10,7 @@ from flask.views import MethodView, View
 from helpers import get, install
 
 from flask_redis_throttle import InvalidLimit, exempt, limit
-from flask_redis_throttle.plan import Plan
+from flask_redis_throttle._plan import Plan
 
 
 def views(app: Flask | Blueprint, *names: str) -> None:

@@ -4,20 +4,22 @@ Flask's CLI runner against each storage."""
 from __future__ import annotations
 
 import re
+from importlib.metadata import entry_points
 from typing import Any
 
 import pytest
 import redis
 from click.testing import Result
 from flask import Flask, Request
-from helpers import Clock, add_login, get, install
+from helpers import Clock, add_login, flask_command, get, install
 
 from flask_redis_throttle import Identity, limit
+from flask_redis_throttle._cli import ratelimit
+from flask_redis_throttle._identity import parse_identity, resolvers, spec_name
+from flask_redis_throttle.core.keys import identity_tag
+from flask_redis_throttle.core.reset import BATCH, counter_pattern
+from flask_redis_throttle.core.scripts import STRATEGIES
 from flask_redis_throttle.extension import RateLimitState
-from flask_redis_throttle.identity import parse_identity, resolvers, spec_name
-from flask_redis_throttle.keys import identity_tag
-from flask_redis_throttle.reset import BATCH, counter_pattern
-from flask_redis_throttle.scripts import STRATEGIES
 from flask_redis_throttle.testing import free_port
 
 
@@ -26,7 +28,23 @@ def api_key(request: Request) -> str | None:
 
 
 def run(app: Flask, *args: str) -> Result:
-    return app.test_cli_runner().invoke(args=["ratelimit", *args])
+    return flask_command(app, "ratelimit", *args)
+
+
+def test_the_group_comes_with_the_package_not_with_the_extension() -> None:
+    """``flask ratelimit`` is registered through the ``flask.commands`` entry
+    point: the extension imports no CLI, so nothing is added to ``app.cli``."""
+    [entry] = [entry for entry in entry_points(group="flask.commands") if entry.name == "ratelimit"]
+    assert entry.load() is ratelimit
+    app = Flask(__name__)
+    install(app)
+    assert "ratelimit" not in app.cli.commands
+
+
+def test_on_an_app_without_the_extension_the_commands_say_so() -> None:
+    result = flask_command(Flask(__name__), "ratelimit", "limits")
+    assert result.exit_code == 1
+    assert result.output == "Error: rate limiting is not set up on this app (RateLimit(app) or init_app(app))\n"
 
 
 def ok(app: Flask, *args: str) -> str:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import shop  # tests/shop.py: pytest and a script run here both have this directory on sys.path
 from flask import Flask
-from helpers import T0, Clock, pinned_clock
+from helpers import T0, Clock, flask_command, pinned_clock
 
 CLI_PAGE = Path(__file__).resolve().parent.parent / "docs" / "cli.rst"
 #: The pinned clock's start, in seconds.
@@ -87,7 +87,7 @@ def run_samples(commands: list[str], clock: Clock) -> list[str]:
         args = shlex.split(command.removeprefix("$ flask "))
         # The page's last status sample is the one with Redis down.
         target = down if i == last_status else app
-        result = target.test_cli_runner().invoke(args=args, prog_name="flask")
+        result = flask_command(target, *args)
         outputs.append(pin_times(result.output).rstrip("\n"))
     return outputs
 

@@ -35,7 +35,7 @@ import flask_login
 import pytest
 import redis
 from flask import Blueprint, Flask
-from helpers import add_login, get, install
+from helpers import Clock, add_login, get, install
 
 import flask_redis_throttle
 from flask_redis_throttle import RateLimit, rate_limited
@@ -308,6 +308,34 @@ def test_the_breach_hooks_in_the_docs_see_the_user(app: Flask, caplog) -> None:
     assert [r.getMessage() for r in caplog.records if r.name == "docs_example.security"] == [
         "user alice over 5 per 1 minute"
     ] * 2
+
+
+def test_the_queue_consumer_runs_each_customers_quota_and_defers_the_rest(clock: Clock) -> None:
+    # docs/core.rst, exactly as written: the core alone, on memory://, no app.
+    example = example_of("core.rst", "from flask_redis_throttle import Identity, StorageUnavailable")
+    names: dict[str, Any] = {}
+    exec(compile(example.source, example.id, "exec"), names)
+    ran: list[tuple[str, int]] = []
+    waiting: list[tuple[tuple[str, int], float]] = []
+
+    def handle(customer: str, number: int) -> None:
+        job = {"customer": customer, "number": number}
+        names["handle"](
+            job,
+            lambda job: ran.append((job["customer"], job["number"])),
+            lambda job, seconds: waiting.append(((job["customer"], job["number"]), seconds)),
+        )
+
+    for number in range(6):
+        handle("acme", number)
+    handle("globex", 0)
+    assert ran == [("acme", 0), ("acme", 1), ("acme", 2), ("acme", 3), ("acme", 4), ("globex", 0)]
+    [(job, seconds)] = waiting
+    assert job == ("acme", 5)
+    assert 0 < seconds <= 120
+    clock.advance(seconds)
+    handle("acme", 5)
+    assert ran[-1] == ("acme", 5)
 
 
 def test_the_refusal_log_admin_view_in_the_docs_works(app: Flask) -> None:

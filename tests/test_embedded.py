@@ -27,15 +27,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flask_redis_throttle import Identity
-from flask_redis_throttle.embedded import CURSORS, LUAS, SWEEP, EmbeddedRedis, lua_host
-from flask_redis_throttle.keys import identity_tag
-from flask_redis_throttle.penalties import Penalty
-from flask_redis_throttle.rates import Rate
-from flask_redis_throttle.reset import counter_pattern
-from flask_redis_throttle.scripts import STRATEGIES
-from flask_redis_throttle.storage import Storage
+from flask_redis_throttle.core.embedded import CURSORS, LUAS, SWEEP, EmbeddedRedis, lua_host
+from flask_redis_throttle.core.keys import identity_tag
+from flask_redis_throttle.core.penalties import Penalty
+from flask_redis_throttle.core.rates import Rate
+from flask_redis_throttle.core.reset import counter_pattern
+from flask_redis_throttle.core.scripts import STRATEGIES
+from flask_redis_throttle.core.storage import Storage
+from flask_redis_throttle.core.throttle import Policy, Throttle
 from flask_redis_throttle.testing import RedisServer
-from flask_redis_throttle.throttle import Policy, Throttle
 
 SECOND = 1_000_000
 

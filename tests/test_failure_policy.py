@@ -58,9 +58,9 @@ def test_fail_open_lets_requests_through_and_warns_rarely(down_app: Flask, caplo
 
 
 def test_the_warning_repeats_after_its_interval(down_app: Flask, caplog, monkeypatch) -> None:
-    import flask_redis_throttle.extension as extension
+    import flask_redis_throttle._notices as notices
 
-    monkeypatch.setattr(extension, "WARNING_INTERVAL", 0.0)
+    monkeypatch.setattr(notices, "WARNING_INTERVAL", 0.0)
     install(down_app)
     client = down_app.test_client()
     with caplog.at_level(logging.WARNING, "flask_redis_throttle"):

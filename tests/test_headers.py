@@ -10,7 +10,7 @@ from flask import Flask, jsonify
 from helpers import Clock, get, install
 
 from flask_redis_throttle import RateLimitExceeded, limit
-from flask_redis_throttle.headers import legacy_headers, retry_after_value
+from flask_redis_throttle._headers import legacy_headers, retry_after_value
 
 
 def limited(app: Flask, spec: str = "2/m", **config: object) -> None:

@@ -11,12 +11,13 @@ from typing import Any
 import pytest
 from flask import Flask, Request, request
 from flask_login import LoginManager, UserMixin
-from helpers import get, install
+from helpers import flask_command, get, install
 from werkzeug.middleware.proxy_fix import ProxyFix
 
-from flask_redis_throttle import identity, limit
-from flask_redis_throttle.identity import parse_identity
-from flask_redis_throttle.keys import MAX_VALUE_LENGTH, loggable
+from flask_redis_throttle import _identity as identity
+from flask_redis_throttle import limit
+from flask_redis_throttle._identity import parse_identity
+from flask_redis_throttle.core.keys import MAX_VALUE_LENGTH, loggable
 
 #: How long a warning may be besides the request value it quotes.
 MESSAGE_TEXT = 300
@@ -281,7 +282,7 @@ def test_the_refusals_command_escapes_identities(app: Flask) -> None:
     install(app)
     client = app.test_client()
     assert [client.post("/", data=HOSTILE).status_code for _ in range(2)] == [200, 429]
-    result = app.test_cli_runner().invoke(args=["ratelimit", "refusals"])
+    result = flask_command(app, "ratelimit", "refusals")
     assert result.exit_code == 0, result.output
     assert "\x1b" not in result.output
     assert "\r" not in result.output

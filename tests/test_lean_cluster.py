@@ -1,4 +1,4 @@
-"""The lean client path on a real Redis Cluster (:class:`flask_redis_throttle.wire.LeanCluster`):
+"""The lean client path on a real Redis Cluster (:class:`flask_redis_throttle.core.wire.LeanCluster`):
 it is really taken, it decides as redis-py's cluster pipeline does, and
 every call that meets a redirect, a flushed script cache, a dead node or a
 timeout is handed to redis-py only where the node did not run it, so that
@@ -20,11 +20,12 @@ from flask import Flask
 from helpers import get, join_all, limited_app
 from servers import RedisCluster, redis_cluster, redis_command
 
-from flask_redis_throttle import Identity, wire
-from flask_redis_throttle.rates import parse_limits
-from flask_redis_throttle.storage import Storage
+from flask_redis_throttle import Identity
+from flask_redis_throttle.core import wire
+from flask_redis_throttle.core.rates import parse_limits
+from flask_redis_throttle.core.storage import Storage
+from flask_redis_throttle.core.throttle import Policy
 from flask_redis_throttle.testing import RedisServer
-from flask_redis_throttle.throttle import Policy
 
 pytestmark = pytest.mark.redis
 
@@ -361,4 +362,4 @@ def test_eval_after_noscript_is_encoded_as_redis_py_encodes_it() -> None:
     script = "return redis.call('TIME')"
     for command, text in (("EVAL", script), ("EVALSHA", "a" * 40)):
         expected = b"".join(packer(command, text, 2, *keys, *args))
-        assert wire._pack(command, text, keys, args) == expected
+        assert wire.cluster._pack(command, text, keys, args) == expected

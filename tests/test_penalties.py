@@ -11,8 +11,8 @@ from flask import Flask, Response, request
 from helpers import Clock, get, install
 
 from flask_redis_throttle import InvalidLimit, RateLimitExceeded, limit, refusal_log
+from flask_redis_throttle.core.penalties import Penalty, parse_penalty
 from flask_redis_throttle.extension import RateLimitState
-from flask_redis_throttle.penalties import Penalty, parse_penalty
 
 
 @pytest.mark.parametrize(

@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 from models import BUCKETS, MODELS, Counter, decide, distinct
 
 from flask_redis_throttle import Identity
-from flask_redis_throttle.rates import Rate
-from flask_redis_throttle.scripts import STRATEGIES
-from flask_redis_throttle.storage import Storage
-from flask_redis_throttle.throttle import Policy, Throttle
+from flask_redis_throttle.core.rates import Rate
+from flask_redis_throttle.core.scripts import STRATEGIES
+from flask_redis_throttle.core.storage import Storage
+from flask_redis_throttle.core.throttle import Policy, Throttle
 
 SECOND = 1_000_000
 

@@ -11,7 +11,7 @@ from flask import Flask
 from helpers import get, install
 
 from flask_redis_throttle import InvalidLimit, Rate, limit, parse_limits
-from flask_redis_throttle.rates import MAX_LAYERS, MAX_LIMIT_LENGTH
+from flask_redis_throttle.core.rates import MAX_LAYERS, MAX_LIMIT_LENGTH
 
 
 @pytest.mark.parametrize(

@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 from servers import RedisCluster
 
 from flask_redis_throttle import RateLimitExceeded, RefusalLog, limit, refusal_log
-from flask_redis_throttle.keys import identity_tag
-from flask_redis_throttle.refusals import CLUSTER_SHARDS, MAX_VALUE_LENGTH, Attribution
-from flask_redis_throttle.scripts import STRATEGIES
-from flask_redis_throttle.storage import Storage
+from flask_redis_throttle.core.keys import identity_tag
+from flask_redis_throttle.core.refusals import CLUSTER_SHARDS, MAX_VALUE_LENGTH, Attribution
+from flask_redis_throttle.core.scripts import STRATEGIES
+from flask_redis_throttle.core.storage import Storage
 
 
 def limited(app: Flask, spec: str = "1/m", **options: object) -> None:

@@ -11,7 +11,7 @@ from flask import Flask
 from helpers import Clock, add_login, align_to_window, get, install
 
 from flask_redis_throttle import ConfigurationError, limit
-from flask_redis_throttle.scripts import STRATEGIES
+from flask_redis_throttle.core.scripts import STRATEGIES
 
 # "2/10s", requests at these seconds: each strategy's answer, as
 # (status, Retry-After or None).

@@ -11,9 +11,9 @@ import redis
 from helpers import T0, Clock
 
 from flask_redis_throttle import Identity, parse_limits
-from flask_redis_throttle.scripts import STRATEGIES
-from flask_redis_throttle.storage import Storage
-from flask_redis_throttle.throttle import Decision, Policy, Throttle
+from flask_redis_throttle.core.scripts import STRATEGIES
+from flask_redis_throttle.core.storage import Storage
+from flask_redis_throttle.core.throttle import Decision, Policy, Throttle
 
 IP = Identity("ip", "192.0.2.1")
 USER = Identity("user", "42")
@@ -188,8 +188,8 @@ def test_counts_from_an_old_window_never_leak(throttle: Throttle, hit: Hit) -> N
 
 
 def test_storage_errors_become_storage_unavailable() -> None:
+    from flask_redis_throttle.core.throttle import StorageUnavailable
     from flask_redis_throttle.testing import free_port
-    from flask_redis_throttle.throttle import StorageUnavailable
 
     throttle = Throttle(Storage.from_url(f"redis://127.0.0.1:{free_port()}/0"))
     with pytest.raises(StorageUnavailable) as info:
@@ -205,8 +205,8 @@ def test_prefix_with_braces_is_refused() -> None:
 def test_counters_of_the_old_layout_are_not_read(throttle: Throttle, hit: Hit, clock: Clock) -> None:
     """0.2 kept a key per layer, ``...:<scope>:fw:1m``; 0.3 neither reads
     nor writes it, and a reset of the scope deletes it too."""
-    from flask_redis_throttle.keys import identity_tag
-    from flask_redis_throttle.reset import reset_identity
+    from flask_redis_throttle.core.keys import identity_tag
+    from flask_redis_throttle.core.reset import reset_identity
 
     old = f"rl:{{{identity_tag('ip', IP.value)}}}:s:fw:1m"
     client = throttle.storage.client

@@ -1,4 +1,4 @@
-"""The lean client path (:mod:`flask_redis_throttle.wire`) on real servers:
+"""The lean client path (:mod:`flask_redis_throttle.core.wire`) on real servers:
 it is really taken, it counts exactly, and every way a connection can fail
 under it is handed to redis-py's normal path only where nothing can be
 counted twice."""
@@ -17,8 +17,9 @@ from helpers import evalsha_calls, get, install, join_all
 from redis._parsers import _RESP2Parser
 from servers import redis_command, redis_sentinel_group, tls_proxy
 
-from flask_redis_throttle import RateLimit, limit, wire
-from flask_redis_throttle.storage import Storage
+from flask_redis_throttle import RateLimit, limit
+from flask_redis_throttle.core import wire
+from flask_redis_throttle.core.storage import Storage
 from flask_redis_throttle.testing import RedisServer, redis_server
 
 pytestmark = pytest.mark.redis
@@ -221,7 +222,7 @@ def test_a_forked_child_uses_connections_of_its_own(server: RedisServer) -> None
 def test_without_hiredis_the_lean_path_uses_redis_pys_parser(
     server: RedisServer, monkeypatch: pytest.MonkeyPatch, commands: list[tuple[Any, ...]]
 ) -> None:
-    monkeypatch.setattr(wire, "hiredis", None)
+    monkeypatch.setattr(wire.connection, "hiredis", None)
     pool = redis.ConnectionPool.from_url(server.url, parser_class=_RESP2Parser, socket_timeout=0.5)
     client = redis.Redis(connection_pool=pool)
     app = limited_app(spec="3/m", client=client)

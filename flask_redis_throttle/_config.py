@@ -13,10 +13,10 @@ from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-from .decorators import LimitSpec, make_spec
+from ._identity import IDENTITY_NAMES, IdentitySpec, check_identities
+from ._spec import LimitSpec, make_spec
+from .core.scripts import STRATEGIES
 from .errors import ConfigurationError, InvalidLimit
-from .identity import IDENTITY_NAMES, IdentitySpec, check_identities
-from .scripts import STRATEGIES
 from .signals import Breach
 
 __all__ = [

@@ -1,7 +1,7 @@
 """Deleting one identity's counters, found with ``SCAN``.
 
 Every counter of an identity carries its hash tag, ``<prefix>{<tag>}:``, and
-then its scope (see :mod:`flask_redis_throttle.keys`), so one glob pattern
+then its scope (see :mod:`flask_redis_throttle.core.keys`), so one glob pattern
 finds all of them, or those of one scope. ``SCAN`` walks the keyspace a slice
 at a time, so a large Redis is never blocked the way ``KEYS`` would block it;
 on a Redis Cluster client, redis-py's ``scan_iter`` walks every primary.
@@ -17,12 +17,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-from .keys import Identity, escape_scope, identity_tag
-
-if TYPE_CHECKING:
-    from .throttle import Throttle
+from .keys import Identity, escape_scope
 
 __all__ = ["counter_pattern", "delete_counters", "glob_escape", "reset_identity"]
 
@@ -47,7 +44,7 @@ def counter_pattern(prefix: str, tag: str, scope: str | None = None) -> str:
     """The ``SCAN`` pattern of an identity's counters, in one scope or all.
 
     :param prefix: the key prefix (``RATELIMIT_KEY_PREFIX``).
-    :param tag: the identity's hash tag, from :func:`~flask_redis_throttle.keys.identity_tag`.
+    :param tag: the identity's hash tag, from :func:`~flask_redis_throttle.core.keys.identity_tag`.
     :param scope: only this scope's counters, or None for every scope.
     """
     head = f"{prefix}{{{tag}}}:"
@@ -82,19 +79,17 @@ def delete_counters(client: _Client, pattern: str) -> int:
     return deleted
 
 
-def reset_identity(throttle: Throttle, identity: Identity, scopes: Iterable[str | None] = (None,)) -> int:
-    """Delete ``identity``'s counters (and penalties) in each of ``scopes``
-    (None for every scope), and forget this process's cached refusals.
+class _Resettable(Protocol):
+    def reset(self, identity: Identity, scopes: Iterable[str | None]) -> int: ...
 
-    Other processes' block caches trust a refusal for up to a second more
-    (see :mod:`flask_redis_throttle.blocks`).
+
+def reset_identity(throttle: _Resettable, identity: Identity, scopes: Iterable[str | None] = (None,)) -> int:
+    """Delete ``identity``'s counters (and penalties) in each of ``scopes``
+    (None for every scope), and forget this process's cached refusals: what
+    :meth:`Throttle.reset <flask_redis_throttle.core.throttle.Throttle.reset>`
+    does, which this calls.
 
     :returns: how many keys were deleted.
     :raises redis.RedisError: if Redis cannot answer.
     """
-    tag = identity_tag(identity.kind, identity.value, throttle.secret)
-    client = throttle.storage.client
-    deleted = sum(delete_counters(client, counter_pattern(throttle.prefix, tag, scope)) for scope in scopes)
-    if throttle.blocks is not None:
-        throttle.blocks.clear()
-    return deleted
+    return throttle.reset(identity, scopes)

@@ -49,9 +49,9 @@ _GRAMMAR = (
 class Rate:
     """One layer of a limit: at most ``amount`` requests every ``period`` seconds.
 
-    :param amount: the quota, from 1 to :data:`~flask_redis_throttle.rates.MAX_AMOUNT`.
+    :param amount: the quota, from 1 to :data:`~flask_redis_throttle.core.rates.MAX_AMOUNT`.
     :param period: the window length in whole seconds, from 1 to
-        :data:`~flask_redis_throttle.rates.MAX_PERIOD`.
+        :data:`~flask_redis_throttle.core.rates.MAX_PERIOD`.
     """
 
     amount: int

@@ -6,7 +6,9 @@ the next request would find it, whatever the strategy. Its reply names one
 counter only, so each layer is asked about on its own: one round trip per
 layer.
 
-This module imports neither Flask nor Redis.
+This module imports no Flask (it is part of the core); it reads through a
+:class:`~flask_redis_throttle.core.throttle.Throttle`, and so through its
+storage.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ This module works without Flask::
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
@@ -20,8 +20,10 @@ from .blocks import Block, BlockCache
 from .breaker import CircuitBreaker
 from .codec import Reply, entry
 from .keys import Identity, escape_scope, identity_tag
+from .local import LocalFolder, folder_of
 from .penalties import Penalty, penalty_suffix
 from .rates import Rate
+from .reset import counter_pattern, delete_counters
 from .scripts import STRATEGIES
 from .storage import STORAGE_ERRORS, NodeFailure, Storage
 
@@ -53,9 +55,9 @@ class Policy:
     :param scope: the name counters are kept under; requests in the same scope
         share counters. By default the Flask layer uses the endpoint.
     :param strategy: the algorithm, a key of
-        :data:`~flask_redis_throttle.scripts.STRATEGIES`.
+        :data:`~flask_redis_throttle.core.scripts.STRATEGIES`.
     :param penalty: blocks an identity that keeps hitting this limit (see
-        :mod:`flask_redis_throttle.penalties`); None for no penalty.
+        :mod:`flask_redis_throttle.core.penalties`); None for no penalty.
     """
 
     rates: tuple[Rate, ...]
@@ -67,7 +69,7 @@ class Policy:
     #: scope and strategy (see ``lua/packed.lua``).
     suffix: str = field(init=False, repr=False)
     #: The policy's entry in a script's plan, the same for every identity
-    #: (see :func:`~flask_redis_throttle.codec.entry`).
+    #: (see :func:`~flask_redis_throttle.core.codec.entry`).
     entry: str = field(init=False, repr=False)
     #: ``}:<scope>:pn``, the suffix of the penalty keys; empty without a penalty.
     penalty_suffix: str = field(init=False, repr=False)
@@ -122,17 +124,17 @@ class Decision:
 
 
 class Throttle:
-    """Decides requests against a :class:`~flask_redis_throttle.storage.Storage`, one round trip each.
+    """Decides requests against a :class:`~flask_redis_throttle.core.storage.Storage`, one round trip each.
 
     :param storage: where the counters live.
     :param prefix: put in front of every key; it must not contain braces.
     :param secret: keys the digest of identities in keys (see
-        :func:`~flask_redis_throttle.keys.identity_tag`); empty for none.
+        :func:`~flask_redis_throttle.core.keys.identity_tag`); empty for none.
     :param blocks: remembers refusals, so that a blocked client's further
         requests are refused without asking Redis (see
-        :class:`~flask_redis_throttle.blocks.BlockCache`); None for no cache.
+        :class:`~flask_redis_throttle.core.blocks.BlockCache`); None for no cache.
     :param breaker: stops calling a Redis that keeps failing (see
-        :class:`~flask_redis_throttle.breaker.CircuitBreaker`); None to call
+        :class:`~flask_redis_throttle.core.breaker.CircuitBreaker`); None to call
         it on every request. On a cluster it guards finding the nodes, and
         each node gets a breaker like it of its own, so that a dead node
         does not stop the others from deciding.
@@ -172,7 +174,45 @@ class Throttle:
 
     def key(self, policy: Policy, identity: Identity) -> str:
         """The Redis key that holds every layer of ``identity`` under ``policy``."""
-        return self._head + identity_tag(identity.kind, identity.value, self.secret) + policy.suffix
+        return self._head + self.tag(identity) + policy.suffix
+
+    def tag(self, identity: Identity) -> str:
+        """``identity``'s hash tag in keys: every key of it carries ``{<tag>}``."""
+        return identity_tag(identity.kind, identity.value, self.secret)
+
+    def keys_of(self, identity: Identity) -> str:
+        """The glob that matches every key of ``identity``, for people to read."""
+        return f"{self._head}{self.tag(identity)}}}:*"
+
+    @property
+    def url(self) -> str:
+        """The storage's URL, as given (with any password: redact it to show it)."""
+        return self.storage.url
+
+    @property
+    def caches_refusals(self) -> bool:
+        """Whether refusals are remembered in process (the block cache)."""
+        return self.blocks is not None
+
+    def local_folder(self) -> LocalFolder | None:
+        """The folder of the ``local://`` server the storage runs on; None on any other storage."""
+        return folder_of(self.storage.client)
+
+    def reset(self, identity: Identity, scopes: Iterable[str | None] = (None,)) -> int:
+        """Delete ``identity``'s counters (and penalties) in each of ``scopes``
+        (None for every scope), and forget this process's cached refusals.
+
+        Other processes' block caches trust a refusal for up to a second more
+        (see :mod:`flask_redis_throttle.core.blocks`).
+
+        :returns: how many keys were deleted.
+        :raises redis.RedisError: if Redis cannot answer.
+        """
+        client, tag = self.storage.client, self.tag(identity)
+        deleted = sum(delete_counters(client, counter_pattern(self.prefix, tag, scope)) for scope in scopes)
+        if self.blocks is not None:
+            self.blocks.clear()
+        return deleted
 
     def hit(self, checks: Sequence[Check], cost: int = 1) -> Decision:
         """Check every layer of every identity of every check, in one script
@@ -240,7 +280,7 @@ class Throttle:
         A call held back by any of them is not made; a failed call counts
         against the nodes that failed only, and closes the breakers of the
         nodes that answered (see
-        :class:`~flask_redis_throttle.storage.NodeFailure`).
+        :class:`~flask_redis_throttle.core.storage.NodeFailure`).
 
         Any exception counts as a failure, not only Redis's: a client built
         with a bad option may raise :class:`TypeError` on every call, and

@@ -17,7 +17,7 @@ An endpoint's limits come from three places, in this order:
 
 Static file endpoints never get a limit. Of those limits, a plan keeps the
 ones whose ``methods`` include the request's method, each compiled into a
-:class:`PlannedLimit`: its :class:`~flask_redis_throttle.throttle.Policy`
+:class:`PlannedLimit`: its :class:`~flask_redis_throttle.core.throttle.Policy`
 (unless it is dynamic), its identity resolvers, and its options. A plan
 that uses no per-request option is *simple*: its one batch is built by a
 loop as short as it was before any option existed.
@@ -27,21 +27,20 @@ This module imports Flask (for types) but makes no Redis call.
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Container, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from flask import Flask, Request, Response
-from flask.views import http_method_funcs
 
-from .config import Settings
-from .decorators import EXEMPT_ATTRIBUTE, LIMITS_ATTRIBUTE, LimitSpec
+from ._config import Settings
+from ._headers import Labels
+from ._identity import IdentitySpec, Resolver, Warn, resolvers
+from ._sources import class_view_limits, limits_of
+from ._spec import LimitSpec
+from .core.keys import Identity, loggable
+from .core.rates import parse_limits
+from .core.throttle import Check, Policy
 from .errors import InvalidLimit
-from .headers import Labels
-from .identity import IdentitySpec, Resolver, Warn, resolvers
-from .keys import Identity, loggable
-from .rates import parse_limits
-from .throttle import Check, Policy
 
 __all__ = [
     "Batch",
@@ -304,9 +303,9 @@ def compile_plan(app: Flask, endpoint: str, method: str, settings: Settings, war
     """The plan of ``endpoint`` for requests of ``method``, or None if no limit applies.
 
     :param warn: how its identities warn of a logged-in user without an id
-        (see :func:`~flask_redis_throttle.identity.resolvers`).
+        (see :func:`~flask_redis_throttle._identity.resolvers`).
     """
-    found = _limits_of(app, endpoint, settings)
+    found = limits_of(app, endpoint, settings)
     logins = hasattr(app, "login_manager")
     taken: list[tuple[str, str, frozenset[int] | None]] = []
     limits = []
@@ -360,97 +359,6 @@ def per_method_scope(scope: str, method: str) -> str:
     ``items@POST``. ``HEAD`` counts with ``GET``, since Flask answers it by
     running the ``GET`` view: otherwise it would double the quota."""
     return f"{scope}@{'GET' if method == 'HEAD' else method}"
-
-
-def _limits_of(app: Flask, endpoint: str, settings: Settings) -> list[tuple[LimitSpec, str]]:
-    """Every limit of ``endpoint``, whatever the method, with where it was written."""
-    view = app.view_functions.get(endpoint)
-    if view is None or endpoint == "static" or endpoint.endswith(".static"):
-        return []
-    found = [(spec, "view") for spec in getattr(view, LIMITS_ATTRIBUTE, ())]
-    view_class = getattr(view, "view_class", None)
-    if isinstance(view_class, type):
-        found += [(spec, "view") for spec in class_view_limits(view_class)]
-    inherits = not getattr(view, EXEMPT_ATTRIBUTE, False)
-    if inherits:
-        for name in _blueprints(app, endpoint):
-            blueprint = app.blueprints[name]
-            found += [(spec, f"blueprint {name}") for spec in getattr(blueprint, LIMITS_ATTRIBUTE, ())]
-            if getattr(blueprint, EXEMPT_ATTRIBUTE, False):
-                inherits = False
-                break
-    if not inherits:
-        return found
-    default = settings.default
-    if default is not None and not _overrides_default([spec for spec, _ in found], settings.default_mode):
-        found.append((default, "RATELIMIT_DEFAULT"))
-    if settings.application is not None:
-        found.append((settings.application, "RATELIMIT_APPLICATION"))
-    return found
-
-
-def _overrides_default(own: list[LimitSpec], mode: str) -> bool:
-    """Whether a view with the limits ``own`` loses ``RATELIMIT_DEFAULT``: if
-    any of them overrides it, by its ``override_defaults`` or, when that is
-    None, by ``RATELIMIT_DEFAULT_MODE`` (``"replace"`` overrides). As in
-    Flask-Limiter, the default stays only if every limit lets it."""
-    return any(mode == "replace" if spec.override_defaults is None else spec.override_defaults for spec in own)
-
-
-def class_view_limits(view_class: type) -> list[LimitSpec]:
-    """The limits put on the methods of a class-based view: those of
-    ``dispatch_request`` apply to every method, those of a handler (``get``,
-    ``post``...) to its HTTP method only (``get``'s to ``HEAD`` too, which
-    :class:`~flask.views.MethodView` answers with ``get``), in that order,
-    handlers by name.
-
-    :raises TypeError: for a limit that would never apply, rather than
-        ignore it silently: on a method that handles no request, an
-        :func:`~flask_redis_throttle.exempt` on a method (exempt the class
-        through its ``decorators``), or a handler's limit whose ``methods=``
-        leaves out the handler's own method.
-    """
-    handlers: dict[str, frozenset[str] | None] = {"dispatch_request": None}
-    handlers |= {name: frozenset({name.upper()}) for name in sorted(http_method_funcs)}
-    found: list[LimitSpec] = []
-    for name, methods in handlers.items():
-        for spec in getattr(getattr(view_class, name, None), LIMITS_ATTRIBUTE, ()):
-            if methods is not None:
-                if spec.methods is not None and not spec.methods & methods:
-                    raise TypeError(
-                        f"limit {spec.spec!r} on {view_class.__qualname__}.{name}() has methods "
-                        f"{sorted(spec.methods)!r}, which leave out {name.upper()}: it would never apply"
-                    )
-                spec = dataclasses.replace(spec, methods=methods)
-            found.append(spec)
-    _check_class_view(view_class, handlers)
-    return found
-
-
-def _check_class_view(view_class: type, handlers: Container[str]) -> None:
-    """Refuse limits and exemptions a class-based view would silently ignore."""
-    for name in dir(view_class):
-        attribute = getattr(view_class, name, None)
-        if getattr(attribute, EXEMPT_ATTRIBUTE, False):
-            raise TypeError(
-                f"exempt() on {view_class.__qualname__}.{name}() is never applied: exempt the whole view with "
-                f"`decorators = [exempt]` on {view_class.__qualname__}"
-            )
-        if name not in handlers and getattr(attribute, LIMITS_ATTRIBUTE, None):
-            raise TypeError(
-                f"limit() on {view_class.__qualname__}.{name}() is never applied: {name}() handles no request. "
-                "Put it on get(), post()... or dispatch_request(), or in the class's `decorators`"
-            )
-
-
-def _blueprints(app: Flask, endpoint: str) -> Iterator[str]:
-    """The names of the blueprints ``endpoint`` belongs to, innermost first,
-    as ``request.blueprints`` would give them: ``"parent.child"``, ``"parent"``."""
-    name = endpoint.rpartition(".")[0]
-    while name:
-        if name in app.blueprints:
-            yield name
-        name = name.rpartition(".")[0]
 
 
 def _default_scope(

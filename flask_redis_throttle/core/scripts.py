@@ -13,7 +13,7 @@ parts only. Production Redis and the embedded ``memory://`` store run the
 very same text.
 
 What the scripts are sent and what they reply is written and read in one
-place, :mod:`flask_redis_throttle.codec`.
+place, :mod:`flask_redis_throttle.core.codec`.
 
 This module is pure Python: it imports neither Flask nor Redis.
 """

@@ -77,7 +77,7 @@ def parse_penalty(spec: str) -> Penalty:
     the last value would hide.
 
     :raises InvalidLimit: quoting ``spec``, if it is malformed, longer than
-        :data:`~flask_redis_throttle.rates.MAX_LIMIT_LENGTH`, repeats a part,
+        :data:`~flask_redis_throttle.core.rates.MAX_LIMIT_LENGTH`, repeats a part,
         has a factor below 1 or above :data:`MAX_FACTOR`, a ``max`` without
         a factor above 1, or a longest block shorter than the first or
         longer than 366 days.

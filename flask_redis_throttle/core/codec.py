@@ -27,6 +27,8 @@ __all__ = ["Part", "Reply", "entry", "hash_tag", "merge", "refund_of", "split"]
 
 #: The arguments of one script call: now, cost and the plan.
 Args = Sequence[int | str]
+#: One script call: its keys and its arguments.
+Call = tuple[Sequence[str], Sequence[int | str]]
 
 
 def entry(code: str, rates: Iterable[Rate], penalty: tuple[int, int, int] | None = None) -> str:
@@ -53,7 +55,7 @@ class Reply(NamedTuple):
     :param now: the time the script decided at, in microseconds; a refund of
         this request must be sent with it.
     :param penalized: whether the deciding layer refused because its
-        identity is blocked by a penalty (see :mod:`flask_redis_throttle.penalties`).
+        identity is blocked by a penalty (see :mod:`flask_redis_throttle.core.penalties`).
     """
 
     admitted: bool
@@ -132,6 +134,24 @@ def refund_of(part: Part, reply: Sequence[int], cost: int) -> tuple[list[str], l
     """The call that gives back ``cost`` that ``part`` took when it was
     admitted with ``reply``: the same keys and plan, at the time it decided."""
     return part.keys, [reply[5], -cost, part.args[2]]
+
+
+def settle(parts: Sequence[Part], replies: Sequence[Sequence[int]]) -> tuple[list[int], list[Call]]:
+    """The reply one call over every part's keys would have given, and the
+    calls that give back what the parts that admitted took, when another
+    part refused: a request is admitted whole or not at all.
+
+    A refund (a negative cost) replies the same from every part, and is
+    never refunded; nor is a request that cost nothing.
+    """
+    cost = parts[0].args[1]
+    if isinstance(cost, int) and cost < 0:
+        return list(replies[0]), []
+    reply = merge(parts, replies)
+    refunds: list[Call] = []
+    if reply[0] == 0 and isinstance(cost, int) and cost > 0:
+        refunds = [refund_of(part, got, cost) for part, got in zip(parts, replies, strict=True) if got[0] == 1]
+    return reply, refunds
 
 
 def merge(parts: Sequence[Part], replies: Sequence[Sequence[int]]) -> list[int]:

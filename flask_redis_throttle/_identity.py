@@ -33,7 +33,7 @@ from typing import Any
 
 from flask import Request
 
-from .keys import Identity, loggable
+from .core.keys import Identity, loggable
 
 try:
     from flask_login import current_user

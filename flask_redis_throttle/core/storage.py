@@ -2,9 +2,9 @@
 
 ``memory://`` is the embedded default: a keyspace in this process, running
 the same Lua scripts through lupa (Lua 5.1, as in Redis); see
-:mod:`flask_redis_throttle.embedded`. Its counts
+:mod:`flask_redis_throttle.core.embedded`. Its counts
 are per process, so every worker of a multi-process server counts on its own.
-How clients are built from URLs is in :mod:`flask_redis_throttle.clients`.
+How clients are built from URLs is in :mod:`flask_redis_throttle.core.clients`.
 
 This module imports Redis but not Flask.
 """
@@ -23,7 +23,7 @@ from redis.cluster import RedisCluster
 from redis.exceptions import ClusterError, NoScriptError, SlotNotCoveredError, TryAgainError
 
 from .clients import DEFAULT_CLIENT_OPTIONS, client_from_url, redact
-from .codec import hash_tag, merge, refund_of, split
+from .codec import Call, hash_tag, settle, split
 from .local import folder_of
 from .scripts import script_source
 from .wire import STORAGE_ERRORS, LeanClient, LeanCluster, Replay, lean_client
@@ -34,9 +34,6 @@ logger = logging.getLogger("flask_redis_throttle")
 
 #: The node, in :meth:`Storage.nodes`, of keys whose slot no node serves.
 UNCOVERED = "uncovered slots"
-
-#: One script call: its keys and its arguments.
-Call = tuple[Sequence[str], Sequence[int | str]]
 
 #: How long, in seconds, a cluster script call whose keys a slot migration
 #: has split between two nodes is sent again (see :func:`_split_by_migration`),
@@ -89,7 +86,7 @@ class Storage:
         self.cluster = isinstance(client, RedisCluster) if cluster is None else cluster
         #: One script per set of strategies that requests have used together.
         self._scripts: dict[frozenset[str], _Script] = {}
-        #: The lean path of the calls (see :mod:`flask_redis_throttle.wire`):
+        #: The lean path of the calls (see :mod:`flask_redis_throttle.core.wire`):
         #: a single node's, or a cluster's (which checks on first use whether
         #: it fits the nodes' clients); None for clients it does not fit.
         self.lean: LeanClient | LeanCluster | None = LeanCluster(client) if self.cluster else lean_client(client)
@@ -97,7 +94,7 @@ class Storage:
     @classmethod
     def from_url(cls, url: str, options: Mapping[str, Any] | None = None, instance_path: str | None = None) -> Storage:
         """Build a storage from ``RATELIMIT_STORAGE_URL`` and ``RATELIMIT_STORAGE_OPTIONS``
-        (see :func:`~flask_redis_throttle.clients.client_from_url`); ``local://``
+        (see :func:`~flask_redis_throttle.core.clients.client_from_url`); ``local://``
         keeps its server in ``instance_path`` unless the URL names a folder.
 
         Nothing is sent to Redis here: a Redis that is down at start-up must
@@ -212,17 +209,12 @@ class Storage:
         if len(parts) == 1:
             return self._evaluate_one(strategies, keys, args)
         replies = self.evaluate_many(strategies, [(part.keys, part.args) for part in parts])
-        cost = args[1]
-        if isinstance(cost, int) and cost < 0:
-            return replies[0]  # a refund; every call replied the same
-        reply = merge(parts, replies)
-        if reply[0] == 0 and isinstance(cost, int) and cost > 0:
-            refunds = [refund_of(part, got, cost) for part, got in zip(parts, replies, strict=True) if got[0] == 1]
-            if refunds:
-                try:
-                    self.evaluate_many(strategies, refunds)
-                except STORAGE_ERRORS as error:
-                    logger.warning("could not refund a request refused on another node (%s): %d lost", error, cost)
+        reply, refunds = settle(parts, replies)
+        if refunds:
+            try:
+                self.evaluate_many(strategies, refunds)
+            except STORAGE_ERRORS as error:
+                logger.warning("could not refund a request refused on another node (%s): %d lost", error, args[1])
         return reply
 
     def evaluate_many(self, strategies: frozenset[str], calls: Sequence[Call]) -> list[list[int]]:

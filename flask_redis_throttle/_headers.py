@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from email.utils import formatdate
 from typing import TYPE_CHECKING
 
-from .rates import Rate
+from .core.rates import Rate
 
 if TYPE_CHECKING:
-    from .throttle import Policy
+    from .core.throttle import Policy
 
 __all__ = ["Labels", "legacy_headers", "policy_header", "retry_after_value", "state_header"]
 

@@ -19,7 +19,7 @@ script has refused: writing it from inside the script would mean sending the
 request's raw identities with every request, which admitted requests would
 pay for, and a key outside the identity's cluster slot.
 
-This module imports Redis but not Flask::
+This module imports Redis but not Flask, and is usable without an app::
 
     log = RefusalLog(redis.Redis(), "rl:refusals")
     for refusal in log.recent(10):
@@ -354,7 +354,7 @@ def _shard_key(key: str, shard: int, shards: int) -> str:
     ``<key>:<shard>.0``, ``<key>:<shard>.1``... whose slot is in the shard's
     equal part of the slots, so that every master of an evenly split
     cluster holds some streams. No braces: a key with a hash tag is an
-    identity's counter (see :mod:`flask_redis_throttle.keys`)."""
+    identity's counter (see :mod:`flask_redis_throttle.core.keys`)."""
     for n in itertools.count():
         name = f"{key}:{shard}.{n}"
         if key_slot(name.encode()) * shards // REDIS_CLUSTER_HASH_SLOTS == shard:

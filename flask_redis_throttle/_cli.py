@@ -1,0 +1,255 @@
+"""``flask ratelimit``: see the limits, an identity's counters and the
+refusal log, and reset an identity's counters, from the command line.
+
+The group is registered with Flask's command line through the
+``flask.commands`` entry point (see ``pyproject.toml``), so the ``flask``
+command of any app has it once the package is installed; the extension does
+not import this module. Each command works through the app's own state, so it sees the
+same counters as the app (and, for ``memory://``, the same in-process store).
+See :doc:`/cli`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import click
+import redis
+from flask import current_app
+from flask.cli import AppGroup
+
+from ._console import duration, parse_moment, table, utc
+from ._reports import (
+    LIMITS_HEADER,
+    STATUS_HEADER,
+    find_endpoint,
+    find_identity,
+    limit_rows,
+    nothing_counts,
+    reset_counters,
+    status_rows,
+)
+from ._state import EXTENSION_KEY, RateLimitState
+from .core.clients import redact
+from .core.keys import Identity, loggable
+from .core.local import LocalFolder, server_status, stop_server
+from .core.refusals import RefusalLog
+from .core.throttle import StorageUnavailable, Throttle
+
+__all__ = ["ratelimit"]
+
+ratelimit = AppGroup("ratelimit", help="Inspect and reset rate limits.")
+
+
+@ratelimit.command("limits")
+@click.option("--limited", is_flag=True, help="Show only the routes that have limits.")
+def limits_command(limited: bool) -> None:
+    """List every route with its limits: layers, strategy, scope and identities.
+
+    Views without @limit have RATELIMIT_DEFAULT, if it is set; static files
+    are never limited.
+    """
+    state = _state()
+    if not state.settings.enabled:
+        click.echo("note: RATELIMIT_ENABLED is False, so none of these limits is enforced.", err=True)
+    rows = limit_rows(state, limited)
+    if not rows:
+        click.echo("No route has limits." if limited else "The app has no routes.")
+        return
+    click.echo(table(LIMITS_HEADER, rows))
+
+
+@ratelimit.command("status")
+@click.argument("identity")
+@click.option("--endpoint", "-e", metavar="ENDPOINT", help="Only this endpoint's limits.")
+def status_command(identity: str, endpoint: str | None) -> None:
+    """Show what IDENTITY has used of each layer, what remains and when it resets.
+
+    IDENTITY is ip:<address>, user:<id> or <key function>:<value>. Nothing
+    is counted: the counters are read as a request would find them.
+    """
+    state = _state()
+    throttle = _throttle(state)
+    who = _identity(identity, state)
+    if endpoint is not None:
+        endpoint = _endpoint(endpoint)
+    with _storage(throttle):
+        rows = status_rows(state, throttle, who, endpoint)
+    if not rows:
+        click.echo(nothing_counts(state, endpoint, who))
+        return
+    click.echo(f"{who}  (keys {throttle.keys_of(who)})")
+    click.echo(table(STATUS_HEADER, rows))
+
+
+@ratelimit.command("reset")
+@click.argument("identity")
+@click.option("--endpoint", "-e", metavar="ENDPOINT", help="Only the counters of this endpoint's scopes.")
+def reset_command(identity: str, endpoint: str | None) -> None:
+    """Delete IDENTITY's counters, in every scope or only ENDPOINT's.
+
+    App servers may refuse the identity for up to a second more: their
+    block caches trust a refusal that long.
+    """
+    state = _state()
+    throttle = _throttle(state)
+    who = _identity(identity, state)
+    if endpoint is not None:
+        endpoint = _endpoint(endpoint)
+    with _storage(throttle):
+        reset = reset_counters(state, throttle, who, endpoint)
+    if reset is None:
+        click.echo(nothing_counts(state, endpoint, who) + " Nothing to reset.")
+        return
+    click.echo(reset.message)
+    if throttle.caches_refusals and reset.deleted:
+        click.echo("App servers' block caches may go on refusing it for up to 1 second.")
+
+
+@ratelimit.command("refusals")
+@click.option("--top", default=10, show_default=True, type=click.IntRange(min=0), help="How many identities.")
+@click.option("--recent", default=20, show_default=True, type=click.IntRange(min=0), help="How many refusals.")
+@click.option("--since", metavar="TIME", help="Only refusals since then: an ISO time, or a span such as 10m, 1h, 2d.")
+def refusals_command(top: int, recent: int, since: str | None) -> None:
+    """Show the most refused identities and the latest refusals, from the refusal log."""
+    state = _state()
+    throttle = _throttle(state)
+    log = _refusal_log(state)
+    moment = None
+    if since is not None:
+        try:
+            moment = parse_moment(since, time.time())
+        except ValueError as error:
+            raise click.BadParameter(str(error), param_hint="'--since'") from None
+    with _storage(throttle):
+        ranking = log.top(top, since=moment) if top else []
+        latest = log.recent(recent, since=moment) if recent else []
+    period = f" since {utc(moment)} UTC" if moment is not None else ""
+    if not ranking and not latest:
+        click.echo(f"No refusals{period}.")
+        return
+    if ranking:
+        click.echo(f"Most refused identities{period}:")
+        click.echo(table(("IDENTITY", "REFUSALS"), [(loggable(identity), str(count)) for identity, count in ranking]))
+    if latest:
+        if ranking:
+            click.echo()
+        click.echo(f"Latest refusals{period}, newest first:")
+        # The identity whose counter refused, apart from the others present.
+        header = ("TIME (UTC)", "ENDPOINT", "SCOPE", "LAYER", "STRATEGY", "REFUSED BY", "RETRY AFTER", "ALSO PRESENT")
+        rows = [
+            (
+                utc(r.time),
+                r.endpoint,
+                r.scope,
+                r.layer,
+                r.strategy,
+                loggable(r.identity),
+                duration(r.retry_after),
+                ", ".join(map(loggable, r.others)),
+            )
+            for r in latest
+        ]
+        click.echo(table(header, rows))
+
+
+server = AppGroup("server", help="Show or stop the local:// server this host's workers share.")
+ratelimit.add_command(server)
+
+
+@server.command("status")
+def server_status_command() -> None:
+    """Show whether the app's local:// server runs: its pid, version, uptime,
+    clients and memory. Nothing is started. Exits 1 when it is not running.
+    """
+    folder = _local_folder(_state())
+    try:
+        status = server_status(folder)
+    except redis.RedisError as error:
+        raise click.ClickException(f"the local server at {folder.socket} does not answer: {error}") from None
+    if not status.running:
+        click.echo(f"not running (socket {folder.socket}); the next request that needs it starts it")
+        raise SystemExit(1)
+    rows = [
+        ("server", f"{status.product} {status.version}"),
+        ("pid", str(status.pid)),
+        ("socket", folder.socket),
+        ("log", folder.log),
+        ("uptime", duration(status.uptime)),
+        ("clients", str(status.clients)),
+        ("memory", status.memory),
+    ]
+    click.echo(table(("state", "running"), rows))
+
+
+@server.command("stop")
+def server_stop_command() -> None:
+    """Stop the app's local:// server; its counters are lost. Workers that
+    are still serving start it again at their next request that needs it.
+    """
+    folder = _local_folder(_state())
+    try:
+        pid = stop_server(folder)
+    except redis.RedisError as error:
+        raise click.ClickException(str(error)) from None
+    click.echo(f"stopped the local server (pid {pid})" if pid is not None else "not running; nothing to stop")
+
+
+def _local_folder(state: RateLimitState) -> LocalFolder:
+    """The folder of the app's local:// server.
+
+    :raises click.ClickException: when the app's storage is not ``local://``.
+    """
+    throttle = _throttle(state)
+    folder = throttle.local_folder()
+    if folder is None:
+        raise click.ClickException(
+            f"the app's rate limit storage is {throttle.url}, not a local:// server "
+            "(set RATELIMIT_STORAGE_URL = 'local://')"
+        )
+    return folder
+
+
+def _state() -> RateLimitState:
+    state: RateLimitState | None = current_app.extensions.get(EXTENSION_KEY)
+    if state is None:
+        raise click.ClickException("rate limiting is not set up on this app (RateLimit(app) or init_app(app))")
+    return state
+
+
+def _throttle(state: RateLimitState) -> Throttle:
+    if state.throttle is None:
+        raise click.ClickException("rate limiting is disabled on this app (RATELIMIT_ENABLED is False)")
+    return state.throttle
+
+
+def _refusal_log(state: RateLimitState) -> RefusalLog:
+    if state.refusals is None:
+        raise click.ClickException("this app keeps no refusal log (RATELIMIT_REFUSAL_LOG_SIZE is 0)")
+    return state.refusals
+
+
+def _identity(text: str, state: RateLimitState) -> Identity:
+    try:
+        return find_identity(text, state)
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="'IDENTITY'") from None
+
+
+def _endpoint(name: str) -> str:
+    try:
+        return find_endpoint(name)
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="'--endpoint'") from None
+
+
+@contextmanager
+def _storage(throttle: Throttle) -> Iterator[None]:
+    """Turn Redis failures into a message and a non-zero exit."""
+    try:
+        yield
+    except (StorageUnavailable, redis.RedisError) as error:
+        reason = error.__cause__ if isinstance(error, StorageUnavailable) else error
+        raise click.ClickException(f"rate limit storage unavailable at {redact(throttle.url)}: {reason}") from None

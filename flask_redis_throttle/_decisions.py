@@ -1,0 +1,83 @@
+"""Small rules about decisions that the request hooks and
+:func:`~flask_redis_throttle.current_limit` share: which of two decisions the
+headers show, what an inspection says of a request's real cost, a request
+over a layer's whole quota, and a decision's metrics label.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, NamedTuple
+
+from .core.keys import Identity
+from .core.rates import Rate
+from .core.throttle import Check, Decision, Policy
+
+if TYPE_CHECKING:
+    from ._plan import Batch, PlannedLimit
+
+__all__ = ["_OverQuota", "_at_cost", "_limit_of", "_outcome", "_over_quota", "_tighter"]
+
+
+def _outcome(decision: Decision, shadow: bool) -> str:
+    """The ``outcome`` label of a decision Redis, the block cache or the fallback made."""
+    if decision.fallback:
+        return "fallback"
+    if decision.admitted:
+        return "admitted"
+    if shadow:
+        return "shadow_refused"
+    return "blocked_in_process" if decision.cached else "refused"
+
+
+def _limit_of(policy: Policy, batch: Batch) -> PlannedLimit | None:
+    """The limit of ``batch`` whose check has ``policy``."""
+    for limit, (checked, _) in zip(batch.limits, batch.checks, strict=True):
+        if checked is policy:
+            return limit
+    return None
+
+
+class _OverQuota(NamedTuple):
+    """A layer whose whole quota is less than a request's cost."""
+
+    policy: Policy
+    layer: Rate
+    #: The first identity the layer counts, to name in the 429 and the hooks.
+    identity: Identity
+    cost: int
+
+
+def _over_quota(checks: Sequence[Check], cost: int) -> _OverQuota | None:
+    """The first layer of ``checks`` whose whole quota is less than ``cost``:
+    a request of that cost can never pass it, whatever it waits. A fixed cost
+    is checked against fixed limits when decorating; this catches a cost
+    function's value, or a fixed cost over a dynamic limit's quota."""
+    for policy, identities in checks:
+        for rate in policy.rates:
+            if rate.amount < cost:
+                return _OverQuota(policy, rate, identities[0], cost)
+    return None
+
+
+def _at_cost(inspected: Decision, cost: int) -> Decision:
+    """What an inspection at cost 0 says of a request of ``cost``: refused
+    if it fits at cost 0 but not at its real cost; it will fit, at the
+    latest, once the counter is back to full."""
+    if inspected.admitted and inspected.remaining < cost:
+        return dataclasses.replace(inspected, admitted=False, retry_after=inspected.reset)
+    return inspected
+
+
+def _tighter(first: Decision, second: Decision) -> Decision:
+    """Of two decisions, the one the headers should show, chosen as the script
+    chooses its deciding counter: a refusal over an admission, then the
+    longest wait, or the least quota left and the later reset."""
+    if first.admitted != second.admitted:
+        return second if first.admitted else first
+    if not first.admitted:
+        return second if second.retry_after > first.retry_after else first
+    if second.remaining != first.remaining:
+        return second if second.remaining < first.remaining else first
+    return second if second.reset > first.reset else first

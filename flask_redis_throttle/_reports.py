@@ -1,0 +1,231 @@
+"""What the CLI and the dashboard both show: the table of limits, what an
+identity has used, a reset, and finding the identity or endpoint an operator
+typed. Plain values and exceptions: the CLI prints them, the dashboard
+renders them.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from flask import current_app
+from werkzeug.routing import Rule
+
+from ._console import duration
+from ._identity import parse_identity, spec_kinds, spec_name
+from ._state import RateLimitState
+from .core.keys import Identity
+from .core.rates import Rate
+from .core.throttle import Throttle
+from .core.usage import usage
+
+if TYPE_CHECKING:
+    from ._plan import Plan, PlannedLimit
+
+
+__all__ = [
+    "LIMITS_HEADER",
+    "STATUS_HEADER",
+    "Reset",
+    "find_endpoint",
+    "find_identity",
+    "limit_rows",
+    "nothing_counts",
+    "reset_counters",
+    "status_rows",
+]
+
+
+#: The columns of ``flask ratelimit limits``, and of the dashboard's limits.
+LIMITS_HEADER = ("RULE", "METHODS", "ENDPOINT", "LIMIT", "STRATEGY", "SCOPE", "IDENTITIES")
+
+
+def limit_rows(state: RateLimitState, limited: bool = False) -> list[tuple[str, ...]]:
+    """Every route of the current app with its limits, one row per limit,
+    as ``flask ratelimit limits`` prints them and the dashboard shows them.
+
+    :param limited: leave out the routes without limits.
+    """
+    rows: list[tuple[str, ...]] = []
+    for rule in sorted(current_app.url_map.iter_rules(), key=lambda rule: (rule.rule, rule.endpoint)):
+        # Methods with the same limits share a row.
+        groups: dict[tuple[tuple[str, ...], ...], list[str]] = {}
+        for method in _methods(rule):
+            groups.setdefault(_limit_cells(_limits(state.plan(rule.endpoint, method))), []).append(method)
+        for cells, methods in groups.items():
+            if limited and not cells:
+                continue
+            route = (rule.rule, ",".join(methods), rule.endpoint)
+            for cell in cells or (("no limit", "", "", ""),):
+                rows.append((*route, *cell))
+                route = ("", "", "")
+    return rows
+
+
+#: The columns of ``flask ratelimit status``, and of the dashboard's lookup.
+STATUS_HEADER = ("ENDPOINT", "SCOPE", "STRATEGY", "LAYER", "USED", "REMAINING", "RESETS IN")
+
+
+def status_rows(
+    state: RateLimitState, throttle: Throttle, who: Identity, endpoint: str | None
+) -> list[tuple[str, ...]]:
+    """What ``who`` has used of each layer that counts it, as ``flask
+    ratelimit status`` prints it and the dashboard's lookup shows it.
+    Nothing is counted.
+
+    :param endpoint: only this endpoint's limits, or None for every endpoint's.
+    :raises StorageUnavailable: if Redis cannot answer.
+    """
+    endpoints = sorted(current_app.view_functions) if endpoint is None else [endpoint]
+    rows: list[tuple[str, ...]] = []
+    for name in endpoints:
+        for limit in _counting(state, name, who):
+            head = (name, limit.scope, limit.strategy)
+            if limit.policy is None:
+                rows.append((*head, "dynamic: not known outside a request", "", "", ""))
+                continue
+            for layer in usage(throttle, limit.policy, who):
+                reset = duration(layer.reset) if layer.used else "-"
+                rows.append((*head, _layer(layer.layer), str(layer.used), str(layer.remaining), reset))
+                head = ("", "", "")
+    return rows
+
+
+@dataclass(frozen=True)
+class Reset:
+    """What :func:`reset_counters` deleted.
+
+    :param identity: whose counters.
+    :param endpoint: the endpoint whose scopes were reset, or None for every scope.
+    :param scopes: those scopes; ``[None]`` for every scope.
+    :param deleted: how many counter keys were deleted.
+    """
+
+    identity: Identity
+    endpoint: str | None
+    scopes: list[str | None]
+    deleted: int
+
+    @property
+    def message(self) -> str:
+        """One line saying what was deleted, for the CLI and the dashboard."""
+        scopes = self.scopes
+        where = (
+            "every scope" if self.endpoint is None else f"scope{'s' * (len(scopes) > 1)} {', '.join(map(repr, scopes))}"
+        )
+        return f"Deleted {self.deleted} counter key{'' if self.deleted == 1 else 's'} of {self.identity} in {where}."
+
+
+def reset_counters(state: RateLimitState, throttle: Throttle, who: Identity, endpoint: str | None) -> Reset | None:
+    """Delete ``who``'s counters, in every scope or only ``endpoint``'s, and
+    clear this process's block cache; as ``flask ratelimit reset`` and the
+    dashboard's reset button do.
+
+    :returns: what was deleted; None if no limit of ``endpoint`` counts ``who``.
+    :raises redis.RedisError: if Redis cannot answer.
+    """
+    scopes: list[str | None] = [None]
+    if endpoint is not None:
+        scopes = list(dict.fromkeys(limit.scope for limit in _counting(state, endpoint, who)))
+        if not scopes:
+            return None
+    return Reset(who, endpoint, scopes, throttle.reset(who, scopes))
+
+
+def find_identity(text: str, state: RateLimitState) -> Identity:
+    """The identity written as ``text``; key functions may go by their short names.
+
+    :raises ValueError: if ``text`` is not one, saying what would be.
+    """
+    kinds = {
+        spec_name(spec)
+        for endpoint in current_app.view_functions
+        for limit in _endpoint_limits(state, endpoint)
+        for spec in limit.identities
+        if not isinstance(spec, str)
+    }
+    return parse_identity(text, state.settings.ipv6_prefix, sorted(kinds))
+
+
+def find_endpoint(name: str) -> str:
+    """``name``, if the current app has such an endpoint.
+
+    :raises ValueError: if it has not, naming the closest ones.
+    """
+    if name not in current_app.view_functions:
+        close = difflib.get_close_matches(name, current_app.view_functions, n=3)
+        hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else "; `flask ratelimit limits` lists them"
+        raise ValueError(f"no endpoint {name!r}{hint}")
+    return name
+
+
+def _methods(rule: Rule) -> list[str]:
+    """The methods of ``rule`` worth showing: not the HEAD that Flask adds to
+    GET, nor the OPTIONS it answers itself, which are never limited."""
+    methods = set(rule.methods or ())
+    if "GET" in methods:
+        methods.discard("HEAD")
+    if getattr(rule, "provide_automatic_options", False):
+        methods.discard("OPTIONS")
+    return sorted(methods)
+
+
+def _limits(plan: Plan | None) -> list[PlannedLimit]:
+    return [] if plan is None else list(plan.limits)
+
+
+def _endpoint_limits(state: RateLimitState, endpoint: str) -> list[PlannedLimit]:
+    """The limits of ``endpoint`` over all its methods, each limit once."""
+    methods = {method for rule in current_app.url_map.iter_rules(endpoint) for method in _methods(rule)}
+    found: dict[tuple[object, ...], PlannedLimit] = {}
+    for method in sorted(methods) or ["GET"]:
+        for limit in _limits(state.plan(endpoint, method)):
+            rates = limit.policy.rates if limit.policy is not None else limit.spec.spec
+            found.setdefault((rates, limit.scope, limit.strategy, limit.identities), limit)
+    return list(found.values())
+
+
+def _counting(state: RateLimitState, endpoint: str, identity: Identity) -> list[PlannedLimit]:
+    """The limits of ``endpoint`` that count identities of ``identity``'s kind."""
+    return [
+        limit
+        for limit in _endpoint_limits(state, endpoint)
+        if identity.kind in {kind for spec in limit.identities for kind in spec_kinds(spec)}
+    ]
+
+
+def nothing_counts(state: RateLimitState, endpoint: str | None, identity: Identity) -> str:
+    if endpoint is None:
+        return f"No limit of this app counts {identity.kind} identities."
+    if not _endpoint_limits(state, endpoint):
+        return f"Endpoint {endpoint!r} has no limits."
+    return f"No limit of endpoint {endpoint!r} counts {identity.kind} identities."
+
+
+def _limit_cells(limits: list[PlannedLimit]) -> tuple[tuple[str, ...], ...]:
+    return tuple(
+        (
+            _limit_text(limit),
+            limit.strategy,
+            limit.scope,
+            ", ".join(spec_name(spec) for spec in limit.identities),
+        )
+        for limit in limits
+    )
+
+
+def _limit_text(limit: PlannedLimit) -> str:
+    """The layers, or the function of a dynamic limit, with the options that
+    change how it counts."""
+    if limit.policy is None:
+        text = f"dynamic: {getattr(limit.spec.spec, '__qualname__', 'function')}()"
+    else:
+        text = ";".join(_layer(rate) for rate in limit.policy.rates)
+    notes = [note for note in (limit.shadow and "shadow", limit.source != "view" and limit.source) if note]
+    return f"{text} ({', '.join(notes)})" if notes else text
+
+
+def _layer(rate: Rate) -> str:
+    return f"{rate.amount}/{rate.name}"

@@ -1,0 +1,334 @@
+"""The rate limiting state of one app, and the request hooks it installs.
+
+:class:`RateLimitState` lives at ``app.extensions["ratelimit"]``; see
+:mod:`flask_redis_throttle.extension` for a request's path through it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable, Sequence
+from time import perf_counter
+from typing import Any, NoReturn
+
+from flask import Flask, Request, Response, g, request
+from werkzeug.exceptions import ServiceUnavailable
+
+from ._config import Settings
+from ._decisions import _at_cost, _outcome, _over_quota, _tighter
+from ._headers import Labels, legacy_headers, retry_after_value
+from ._metrics import Metrics
+from ._plan import Batch, Plan, Problem, compile_plan, matching
+from ._refusing import Refusing
+from .core.factory import build_refusal_log, build_throttle
+from .core.refusals import RefusalLog
+from .core.storage import STORAGE_ERRORS, Storage
+from .core.throttle import Check, Decision, StorageUnavailable, Throttle
+from .errors import RateLimitExceeded
+
+__all__ = ["EXTENSION_KEY", "OUTCOME_ATTRIBUTE", "Outcome", "RateLimitState", "RequestFilter"]
+
+#: A request filter: given the request, True to leave it unlimited.
+RequestFilter = Callable[[Request], bool]
+
+#: The key of this extension's state in ``app.extensions``.
+EXTENSION_KEY = "ratelimit"
+
+#: The attribute of ``g`` that holds a request's :class:`Outcome`.
+OUTCOME_ATTRIBUTE = "_ratelimit"
+
+
+@dataclasses.dataclass(slots=True)
+class Outcome:
+    """What ``before_request`` leaves in ``g`` for ``after_request`` and
+    :func:`~flask_redis_throttle.current_limit`."""
+
+    #: The names of the layers in play, and the ``RateLimit-Policy`` value.
+    labels: Labels
+    #: The decision the headers show.
+    decision: Decision
+    #: Whether the response gets a ``Retry-After``: a refusal that can pass later.
+    retry: bool = False
+    #: The deferred batches to count once the response is known, if any.
+    deferred: list[Batch] | None = None
+
+
+class RateLimitState(Refusing):
+    """The rate limiting state of one app, found at ``app.extensions["ratelimit"]``.
+
+    :param app: the app.
+    :param settings: its validated settings.
+    :param filters: the request filters (see :meth:`RateLimit.request_filter`).
+    :param client: a Redis client to use instead of ``RATELIMIT_STORAGE_URL``.
+    :param metrics: where to count decisions; None for no metrics.
+
+    It is the :class:`~flask_redis_throttle.core.breaker.BreakerListener` of its
+    circuit breakers: it logs their opening and closing, and exports them
+    (see :class:`~flask_redis_throttle._notices.Notices`).
+    """
+
+    def __init__(
+        self,
+        app: Flask,
+        settings: Settings,
+        filters: list[RequestFilter] | None = None,
+        client: Any = None,
+        metrics: Metrics | None = None,
+    ) -> None:
+        super().__init__()
+        self.app = app
+        self.settings = settings
+        self.metrics = metrics
+        #: The request filters; any that returns True leaves a request unlimited.
+        self.filters: list[RequestFilter] = filters if filters is not None else []
+        #: The core decider; tests may override its ``now`` to pin time. When
+        #: ``RATELIMIT_ENABLED`` is off there is none, and no storage either.
+        self.throttle: Throttle | None = None
+        #: Who hit the limits (see :doc:`/refusals`); None when disabled.
+        self.refusals: RefusalLog | None = None
+        if settings.enabled:
+            if client is not None:
+                storage = Storage(client)
+            else:
+                storage = Storage.from_url(settings.storage_url, settings.storage_options, app.instance_path)
+            self.throttle = build_throttle(
+                storage,
+                settings.key_prefix,
+                settings.key_secret,
+                block_cache_size=settings.block_cache_size,
+                breaker_threshold=settings.breaker_threshold,
+                breaker_backoff=settings.breaker_backoff,
+                breaker_max_backoff=settings.breaker_max_backoff,
+                fallback=settings.fallback,
+                listener=self,
+            )
+            if settings.refusal_log_size:
+                key = settings.key_prefix + "refusals"
+                self.refusals = build_refusal_log(storage, key, settings.refusal_log_size)
+        # Keys are real endpoints and the methods their rules accept (Flask
+        # answers any other method 405 with no endpoint), so this is bounded.
+        self._plans: dict[tuple[str, str], Plan | None] = {}
+        if self.throttle is not None and self.throttle.breaker is not None:
+            self.breaker_added(self.throttle.breaker.name)
+
+    def plan(self, endpoint: str | None, method: str = "GET") -> Plan | None:
+        """The compiled plan of ``endpoint`` for requests of ``method``.
+
+        Compiled on first use and kept, whether by a request or by this call.
+        Each of its :attr:`~flask_redis_throttle._plan.Plan.limits` gives its
+        policy, scope, strategy, identities, source and options.
+
+        :returns: None when no limit applies: the endpoint is unknown,
+            static, exempt or unlimited, or has no limit for ``method``.
+        """
+        if endpoint is None:
+            return None
+        key = (endpoint, method.upper())
+        try:
+            return self._plans[key]
+        except KeyError:
+            plan = self._plans[key] = compile_plan(self.app, key[0], key[1], self.settings, self._warn)
+            return plan
+
+    def before_request(self) -> None:
+        """Decide the request; raise :class:`RateLimitExceeded` if it is refused."""
+        # This runs before every request: the request is fetched from its
+        # context proxy once, and a simple plan's one batch is built by plain loops.
+        req: Request = request._get_current_object()  # type: ignore[attr-defined]
+        if not self._announced:
+            self.announce()
+        if req.method == "OPTIONS" and getattr(req.url_rule, "provide_automatic_options", False):
+            return  # Flask answers these itself (CORS preflights); they cost nothing
+        endpoint = req.endpoint
+        if endpoint is None:
+            return  # 404 and 405
+        try:
+            plan = self._plans[endpoint, req.method]
+        except KeyError:
+            plan = self.plan(endpoint, req.method)
+        if plan is None or self.throttle is None:
+            return
+        if self.filters and any(accept(req) for accept in self.filters):
+            return
+        batches, labels, problems = plan.prepare(req)
+        if problems:
+            self._problems(problems)
+        if batches:
+            self._decide(req, endpoint, labels, batches, self.throttle)
+
+    def _decide(
+        self, req: Request, endpoint: str, labels: Labels, batches: Sequence[Batch], throttle: Throttle
+    ) -> None:
+        """Decide the request's batches, one script call each, and leave the
+        :class:`Outcome` in ``g``; raise the 429 at the first enforced refusal."""
+        shown: Decision | None = None
+        deferred: list[Batch] | None = None
+        metrics = self.metrics
+        for batch in batches:
+            started = perf_counter() if metrics is not None else 0.0
+            try:
+                # Where every batch is decided; a deferred one is only inspected, at cost 0.
+                decision = throttle.hit(batch.checks, 0 if batch.deferred else batch.cost)
+                deduct_later = batch.deferred
+                if deduct_later:
+                    decision, deduct_later = self._inspected(batch, decision, throttle)
+            except StorageUnavailable as error:
+                if metrics is not None:
+                    self._record_failure(metrics, endpoint, batch.checks, started)
+                self._storage_unavailable(error)
+                return
+            if decision.fallback:
+                self._fallback_decided()
+            elif self._failing and not decision.cached:  # the block cache did not ask Redis
+                self._recovered()
+            if metrics is not None:
+                outcome = _outcome(decision, batch.shadow)
+                metrics.decided(endpoint, decision.policy.scope, outcome, perf_counter() - started)
+            shown = decision if shown is None else _tighter(shown, decision)
+            if decision.admitted:
+                if deduct_later:
+                    if deferred is None:
+                        deferred = []
+                    deferred.append(batch)
+                continue
+            if batch.shadow:
+                self._breach(req, endpoint, batch, decision, True, _over_quota(batch.checks, batch.cost))
+                continue
+            self._refuse(req, endpoint, labels, shown, batch, decision)
+        if shown is not None:
+            setattr(g._get_current_object(), OUTCOME_ATTRIBUTE, Outcome(labels, shown, False, deferred))
+
+    def _inspected(self, batch: Batch, decision: Decision, throttle: Throttle) -> tuple[Decision, bool]:
+        """The decision on a deferred batch, inspected at cost 0: refused if
+        its real cost does not fit; and whether to count it after the response."""
+        if not decision.admitted or decision.remaining >= batch.cost:
+            return decision, True
+        if batch.penalized:
+            # Only a real hit lets the script see the offence and start a
+            # penalty. It is refused and writes nothing else; should room
+            # have appeared meanwhile, it is counted now, and there is
+            # nothing left to deduct.
+            return throttle.hit(batch.checks, batch.cost), False
+        return _at_cost(decision, batch.cost), True
+
+    def after_request(self, response: Response) -> Response:
+        """Count deferred limits whose ``deduct_when`` matches, and add the
+        headers: ``RateLimit-Policy`` and ``RateLimit`` (and the legacy ones
+        if asked for), and ``Retry-After`` to a refusal that can pass later."""
+        outcome: Outcome | None = g._get_current_object().pop(OUTCOME_ATTRIBUTE, None)
+        if outcome is None:
+            return response
+        decision = outcome.decision
+        if outcome.deferred:
+            decision = self._deduct(outcome.deferred, response, decision)
+        settings = self.settings
+        if outcome.retry:
+            value = retry_after_value(decision.retry_after, settings.retry_after_http_date, time.time())
+            response.headers.setdefault("Retry-After", value)
+        if settings.headers_enabled:
+            headers = response.headers
+            labels = outcome.labels
+            headers.set("RateLimit-Policy", labels.policy_header)
+            headers.set("RateLimit", labels.state(decision.policy, decision.layer, decision.remaining, decision.reset))
+            if settings.headers_legacy:
+                for header, value in legacy_headers(
+                    decision.layer.amount, decision.remaining, decision.reset, time.time()
+                ):
+                    headers.set(header, value)
+        return response
+
+    def _deduct(self, deferred: list[Batch], response: Response, shown: Decision) -> Decision:
+        """Count the deferred limits that ``response`` matches; return the
+        decision the headers show."""
+        assert self.throttle is not None
+        for batch in matching(deferred, response):
+            try:
+                decision = self.throttle.hit(batch.checks, batch.cost)
+            except StorageUnavailable as error:
+                self._outage(f"rate limit storage unavailable ({error}); a response's deduction is lost")
+                continue
+            # Refused here means others took the room since the inspection:
+            # this request goes uncounted (see "deduct_when" in docs/limits).
+            shown = _tighter(shown, decision)
+        return shown
+
+    def _refuse(
+        self, req: Request, endpoint: str, labels: Labels, shown: Decision, batch: Batch, decision: Decision
+    ) -> NoReturn:
+        """Log and report the refusal ``decision`` of ``batch``, leave
+        ``shown`` for the headers, and raise the 429.
+
+        A request that costs more than a layer's whole quota can never pass:
+        it gets no ``Retry-After``, since any would promise a pass that will
+        not come, and its 429 says why.
+
+        An ``on_breach`` hook's response replaces the 429's body and status;
+        an error handler for 429 still sees the exception first.
+        """
+        over = _over_quota(batch.checks, batch.cost)
+        setattr(g._get_current_object(), OUTCOME_ATTRIBUTE, Outcome(labels, shown, over is None))
+        replacement = self._breach(req, endpoint, batch, decision, False, over)
+        if over is not None:
+            error = RateLimitExceeded(
+                over.layer, over.identity, 0, over.policy.scope, penalized=decision.penalized, cost=batch.cost
+            )
+        else:
+            header = None
+            if self.settings.retry_after_http_date:
+                header = retry_after_value(decision.retry_after, True, time.time())
+            error = RateLimitExceeded(
+                decision.layer,
+                decision.identity,
+                decision.retry_after,
+                decision.policy.scope,
+                header,
+                decision.penalized,
+            )
+        # werkzeug sends an HTTPException's response, when it has one, instead of its own.
+        error.response = replacement
+        raise error
+
+    def _problems(self, problems: Sequence[Problem]) -> None:
+        """Warn about bad costs and dynamic limits; a bad dynamic limit
+        answers 503 when failing closed, as an unreachable Redis does."""
+        fail_open = self.settings.fail_open
+        unusable = False
+        for kind, message in problems:
+            if kind == "limit":
+                unusable = True
+                message += "; skipping it for this request" if fail_open else "; answering 503"
+            self._warn(message, kind)
+        if unusable and not fail_open:
+            raise ServiceUnavailable("Rate limiting is unavailable; try again shortly.", retry_after=1)
+
+    def _storage_unavailable(self, error: StorageUnavailable) -> None:
+        """Let the request through or answer 503, as ``RATELIMIT_FAIL_OPEN``
+        says, with a warning. An error that is not Redis's (a bug, or a
+        client built with a bad option) is logged with its traceback."""
+        outcome = "letting requests through" if self.settings.fail_open else "answering 503"
+        cause = error.__cause__
+        unexpected = cause if cause is not None and not isinstance(cause, STORAGE_ERRORS) else None
+        self._outage(f"rate limit storage unavailable ({error}); {outcome}", exc_info=unexpected)
+        if not self.settings.fail_open:
+            retry_after = max(1, math.ceil(error.retry_in))
+            raise ServiceUnavailable("Rate limiting is unavailable; try again shortly.", retry_after=retry_after)
+
+    def _fallback_decided(self) -> None:
+        assert self.throttle is not None
+        self._outage(f"rate limit storage unavailable ({self.throttle.url}); limiting per process in memory")
+
+    def _record_failure(self, metrics: Metrics, endpoint: str, checks: Sequence[Check], started: float) -> None:
+        """Count a decision Redis failed, under the scope of its first limit."""
+        outcome = "fail_open" if self.settings.fail_open else "fail_closed"
+        metrics.decided(endpoint, checks[0][0].scope, outcome, perf_counter() - started)
+
+    def limited_endpoints(self) -> set[str]:
+        """The endpoints of the app that have a limit for some method."""
+        return {
+            rule.endpoint
+            for rule in self.app.url_map.iter_rules()
+            for method in rule.methods or ()
+            if self.plan(rule.endpoint, method) is not None
+        }

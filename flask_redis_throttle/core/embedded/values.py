@@ -1,0 +1,239 @@
+"""The values of the embedded store and the words of its commands: the
+reply and error types, number parsing as Redis parses, glob patterns, and the
+sorted set and stream types.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from bisect import bisect_left, insort
+from collections.abc import Callable, Iterable
+from functools import lru_cache
+from typing import Any, TypeVar
+
+import redis
+from redis._parsers.base import BaseParser
+
+_T = TypeVar("_T")
+
+_INT = re.compile(rb"-?(?:0|[1-9][0-9]*)\Z")
+_INT64 = (-(2**63), 2**63 - 1)
+_FLOAT = re.compile(rb"\s*[-+]?(?:inf|infinity|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:e[-+]?[0-9]+)?)\Z", re.IGNORECASE)
+_MAX_SEQ = 2**64 - 1
+#: SET's expiry options: the deadline is base * now + scale * amount, in ms.
+_EXPIRY_OPTIONS = {b"EX": (1000, 1), b"PX": (1, 1), b"EXAT": (1000, 0), b"PXAT": (1, 0)}
+
+WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
+SYNTAX = "ERR syntax error"
+NOT_INTEGER = "ERR value is not an integer or out of range"
+NOT_FLOAT = "ERR value is not a valid float"
+OVERFLOW = "ERR increment or decrement would overflow"
+BAD_STREAM_ID = "ERR Invalid stream ID specified as stream command argument"
+
+
+class Status(bytes):
+    """A status reply (``+OK``), which Lua sees as ``{ok = ...}`` and a
+    client as its bytes."""
+
+
+class CommandError(Exception):
+    """An error reply: ``message`` as Redis sends it, error code first."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def response_error(message: str) -> redis.RedisError:
+    """The exception redis-py raises for the error reply ``message``
+    (a :class:`~redis.exceptions.NoScriptError` for ``NOSCRIPT``, the code
+    ``ERR`` left out of the message, as redis-py does)."""
+    error: redis.RedisError = BaseParser.parse_error(message)  # type: ignore[no-untyped-call]
+    return error
+
+
+OK = Status(b"OK")
+
+
+def _arity(name: bytes) -> CommandError:
+    return CommandError(f"ERR wrong number of arguments for '{name.decode('utf-8', 'replace').lower()}' command")
+
+
+def _integer(value: bytes, error: str = NOT_INTEGER) -> int:
+    """``value`` as Redis reads a 64-bit integer: no sign but ``-``, no
+    leading zero, no spaces."""
+    if _INT.match(value):
+        number = int(value)
+        if _INT64[0] <= number <= _INT64[1]:
+            return number
+    raise CommandError(error)
+
+
+def _float(value: bytes, error: str = NOT_FLOAT) -> float:
+    """``value`` as Redis reads a score (``inf`` and ``-inf`` included)."""
+    if not _FLOAT.match(value):
+        raise CommandError(error)
+    return float(value)
+
+
+def format_score(score: float) -> bytes:
+    """A score as Redis replies it: whole numbers without a point, others
+    with 17 significant digits (``%.17g``), infinities as ``inf``/``-inf``."""
+    if score == score and abs(score) != float("inf") and score.is_integer() and abs(score) < 1e17:
+        return b"%d" % int(score)
+    if score == float("inf"):
+        return b"inf"
+    if score == float("-inf"):
+        return b"-inf"
+    return b"%.17g" % score
+
+
+def _bound(value: bytes) -> tuple[float, bool]:
+    """A score range bound: its score, and whether it is exclusive (``(``)."""
+    exclusive = value.startswith(b"(")
+    text = value[1:] if exclusive else value
+    if not _FLOAT.match(text) or text.strip() != text:
+        raise CommandError("ERR min or max is not a float")
+    return float(text), exclusive
+
+
+@lru_cache(maxsize=256)
+def glob(pattern: bytes) -> Callable[[bytes], Any] | None:
+    """The matcher of a Redis glob pattern (``*``, ``?``, ``[...]`` with ``^``
+    and ranges, ``\\`` escapes); None for ``*``, which matches everything."""
+    if pattern == b"*":
+        return None
+    out, i, n = [], 0, len(pattern)
+    while i < n:
+        char = pattern[i : i + 1]
+        i += 1
+        if char == b"*":
+            out.append(b".*")
+        elif char == b"?":
+            out.append(b".")
+        elif char == b"\\" and i < n:
+            out.append(re.escape(pattern[i : i + 1]))
+            i += 1
+        elif char == b"[":
+            i = _glob_class(pattern, i, out)
+        else:
+            out.append(re.escape(char))
+    return re.compile(b"".join(out) + rb"\Z", re.DOTALL).match
+
+
+def _glob_class(pattern: bytes, i: int, out: list[bytes]) -> int:
+    """Translate the ``[...]`` class starting at ``i``, just after ``[``, as
+    Redis's ``stringmatchlen`` reads it (an unclosed class runs to the end);
+    return where the pattern goes on."""
+    n = len(pattern)
+    negate = i < n and pattern[i : i + 1] == b"^"
+    if negate:
+        i += 1
+    parts: list[bytes] = []
+    while i < n and pattern[i : i + 1] != b"]":
+        if pattern[i : i + 1] == b"\\" and i + 1 < n:
+            parts.append(re.escape(pattern[i + 1 : i + 2]))
+            i += 2
+        elif i + 2 < n and pattern[i + 1 : i + 2] == b"-":
+            low, high = sorted((pattern[i], pattern[i + 2]))
+            parts.append(re.escape(bytes([low])) + b"-" + re.escape(bytes([high])))
+            i += 3
+        else:
+            parts.append(re.escape(pattern[i : i + 1]))
+            i += 1
+    body = b"".join(parts)
+    if not body:
+        out.append(b"[^\\s\\S]" if not negate else b"[\\s\\S]")
+    else:
+        out.append(b"[" + (b"^" if negate else b"") + body + b"]")
+    return i + 1
+
+
+class ZSet:
+    """A sorted set: each member's score, and (score, member) pairs in
+    Redis's order (by score, then by member's bytes)."""
+
+    __slots__ = ("items", "scores")
+
+    def __init__(self) -> None:
+        self.scores: dict[bytes, float] = {}
+        self.items: list[tuple[float, bytes]] = []
+
+    def add(self, member: bytes, score: float) -> None:
+        old = self.scores.get(member)
+        if old is not None:
+            if old == score:
+                return
+            self.remove(member)
+        self.scores[member] = score
+        insort(self.items, (score, member))
+
+    def remove(self, member: bytes) -> bool:
+        score = self.scores.pop(member, None)
+        if score is None:
+            return False
+        del self.items[bisect_left(self.items, (score, member))]
+        return True
+
+    def span(self, low: tuple[float, bool], high: tuple[float, bool]) -> tuple[int, int]:
+        """The indexes ``[start, stop)`` of the items in a score range."""
+        start = self._first(low[0], after=low[1])
+        stop = self._first(high[0], after=not high[1])
+        return start, max(start, stop)
+
+    def _first(self, score: float, after: bool) -> int:
+        """The index of the first item whose score is at least ``score``
+        (above it if ``after``). A one-item tuple sorts before every item of
+        its score, so no key function is needed; the next float up turns
+        "above" into "at least"."""
+        if after:
+            if score == math.inf:
+                return len(self.items)
+            score = math.nextafter(score, math.inf)
+        return bisect_left(self.items, (score,))
+
+
+class Stream:
+    """A stream: entries in ID order, each its ``(ms, seq)`` ID and its
+    flat field/value list, and the last ID ever given."""
+
+    __slots__ = ("entries", "last")
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[tuple[int, int], list[bytes]]] = []
+        self.last = (0, 0)
+
+
+def _stream_id(value: bytes, default_seq: int, exclusive_ok: bool = True) -> tuple[tuple[int, int], bool]:
+    """An ID bound of XRANGE: ``-``, ``+``, ``ms`` or ``ms-seq``, maybe
+    after ``(``. Returns the ID and whether it is exclusive."""
+    exclusive = exclusive_ok and value.startswith(b"(")
+    text = value[1:] if exclusive else value
+    if text == b"-":
+        return (0, 0), exclusive
+    if text == b"+":
+        return (_MAX_SEQ, _MAX_SEQ), exclusive
+    ms, dash, seq = text.partition(b"-")
+    try:
+        if not ms.isdigit() or (dash and not seq.isdigit()):
+            raise ValueError
+        parsed = (int(ms), int(seq) if dash else default_seq)
+    except ValueError:
+        raise CommandError(BAD_STREAM_ID) from None
+    if parsed[0] > _MAX_SEQ or parsed[1] > _MAX_SEQ:
+        raise CommandError(BAD_STREAM_ID)
+    return parsed, exclusive
+
+
+def _format_id(entry_id: tuple[int, int]) -> bytes:
+    return b"%d-%d" % entry_id
+
+
+def _members(items: Iterable[tuple[float, bytes]], scores: bool) -> list[bytes]:
+    if scores:
+        return [part for score, member in items for part in (member, format_score(score))]
+    return [member for _, member in items]
+
+
+_TYPES: dict[type, bytes] = {bytes: b"string", dict: b"hash", ZSet: b"zset", Stream: b"stream"}

@@ -1,0 +1,46 @@
+"""The exceptions the core raises for bad input, free of HTTP.
+
+* :class:`RateLimitError` is the base of everything raised for bad input.
+* :class:`InvalidLimit` and :class:`ConfigurationError` are also
+  :class:`ValueError`, raised at decoration time and at ``init_app``.
+
+The HTTP 429 a refused request raises, ``RateLimitExceeded``, is Werkzeug's
+and lives one layer up, in :mod:`flask_redis_throttle.errors`.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ConfigurationError", "InvalidLimit", "RateLimitError"]
+
+
+class RateLimitError(Exception):
+    """The base class of the errors this extension raises for bad input."""
+
+
+class InvalidLimit(RateLimitError, ValueError):
+    """A limit string or a :func:`~flask_redis_throttle.limit` option is malformed.
+
+    :param message: what is wrong, quoting the bad text and saying what is valid.
+    :param spec: the offending value, as it was given.
+    """
+
+    def __init__(self, message: str, spec: object = None) -> None:
+        super().__init__(message)
+        #: The offending value, as it was given.
+        self.spec = spec
+
+
+class ConfigurationError(RateLimitError, ValueError):
+    """A ``RATELIMIT_*`` setting has a bad value. Raised by ``init_app``.
+
+    :param key: the config key.
+    :param value: the bad value.
+    :param expected: what would be valid.
+    """
+
+    def __init__(self, key: str, value: object, expected: str) -> None:
+        super().__init__(f"{key} = {value!r} is invalid: expected {expected}")
+        #: The config key, such as ``"RATELIMIT_STORAGE_URL"``.
+        self.key = key
+        #: The bad value.
+        self.value = value

@@ -1,0 +1,67 @@
+"""Building the core in one call: a throttle with its block cache, breaker
+and fallback, and the refusal log beside it.
+
+The Flask extension builds its core here from its settings, and so can any
+other program (see :doc:`/core`): nothing here knows about Flask.
+"""
+
+from __future__ import annotations
+
+from .blocks import BlockCache
+from .breaker import BreakerListener, CircuitBreaker
+from .clients import embedded_client
+from .refusals import CLUSTER_SHARDS, RefusalLog
+from .storage import Storage
+from .throttle import Throttle
+
+__all__ = ["build_refusal_log", "build_throttle"]
+
+
+def build_throttle(
+    storage: Storage | str,
+    prefix: str = "rl:",
+    secret: bytes = b"",
+    *,
+    block_cache_size: int = 0,
+    breaker_threshold: int = 0,
+    breaker_backoff: float = 1.0,
+    breaker_max_backoff: float = 30.0,
+    fallback: bool = False,
+    listener: BreakerListener | None = None,
+) -> Throttle:
+    """A :class:`~flask_redis_throttle.core.throttle.Throttle` on ``storage``.
+
+    :param storage: a storage, or its URL (such as ``"memory://"`` or
+        ``"redis://localhost:6379/0"``; see :doc:`/deployment`).
+    :param prefix: put in front of every key.
+    :param secret: keys the digest of identities in keys; empty for none.
+    :param block_cache_size: how many refusals to remember in process; 0 for
+        no block cache (see :doc:`/blocks`).
+    :param breaker_threshold: failures in a row that open the circuit
+        breaker; 0 for no breaker.
+    :param breaker_backoff: the first wait, in seconds, before an open breaker
+        lets a probe through.
+    :param breaker_max_backoff: the longest such wait, in seconds.
+    :param fallback: decide in process memory while the storage is
+        unavailable, instead of raising ``StorageUnavailable``.
+    :param listener: told when a breaker opens and closes.
+    """
+    if isinstance(storage, str):
+        storage = Storage.from_url(storage)
+    blocks = BlockCache(block_cache_size) if block_cache_size else None
+    breaker = None
+    if breaker_threshold:
+        breaker = CircuitBreaker(
+            breaker_threshold, breaker_backoff, breaker_max_backoff, name=storage.url, listener=listener
+        )
+    spare = None
+    if fallback:
+        spare = Throttle(Storage(embedded_client(warn=False), "memory://"), prefix, secret)
+    return Throttle(storage, prefix, secret, blocks, breaker, spare)
+
+
+def build_refusal_log(storage: Storage, key: str, size: int) -> RefusalLog:
+    """The refusal log at ``key`` on ``storage``, capped at about ``size``
+    entries; sharded on a cluster, so that its writes spread over the nodes."""
+    shards = CLUSTER_SHARDS if storage.cluster else 1
+    return RefusalLog(storage.client, key, size, shards)

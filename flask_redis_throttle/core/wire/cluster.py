@@ -1,0 +1,261 @@
+"""The lean path on a Redis Cluster: a request's script calls grouped by
+node, one send to each node involved and one parse per reply, routed by
+redis-py's own slot map; what the path cannot do is handed back to
+redis-py, call by call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import suppress
+from functools import lru_cache
+from typing import Any
+
+import redis
+from redis.crc import key_slot
+from redis.exceptions import (
+    AskError,
+    BusyLoadingError,
+    ClusterDownError,
+    TryAgainError,
+)
+
+from ..codec import hash_tag
+from . import connection
+from .connection import (
+    KEY_CACHE_SIZE,
+    STORAGE_ERRORS,
+    Call,
+    Replay,
+    _bulk,
+    _bulks,
+    _drop,
+    _pool_fits,
+    _read_reply,
+    pack_evalsha,
+)
+
+__all__ = ["LeanCluster", "key_slot_of"]
+
+_NOT_RUN = (AskError, TryAgainError, ClusterDownError, BusyLoadingError)
+
+
+@lru_cache(maxsize=KEY_CACHE_SIZE)
+def _tag_slot(tag: str) -> int:
+    return int(key_slot(tag.encode()))
+
+
+@lru_cache(maxsize=KEY_CACHE_SIZE)
+def key_slot_of(key: str) -> int:
+    """The cluster slot of ``key``: worked out once per hash tag (an
+    identity's keys all share one), and kept, like each key's, in a bounded
+    LRU, so that a returning identity's keys cost one lookup each."""
+    return _tag_slot(hash_tag(key))
+
+
+class LeanCluster:
+    """Script calls to a Redis Cluster as one send per node and one parse per
+    call, on connections taken from redis-py's per-node pools.
+
+    Each call's node comes from redis-py's own slot map
+    (``client.nodes_manager.slots_cache``), read on every request, so a map
+    that redis-py refreshes (after a MOVED it followed, a failed node, a
+    failover) is the one the next request uses. The calls for every node
+    involved are written before any reply is read, so that the round trips
+    overlap, as in redis-py's cluster pipeline.
+
+    A call is handed to redis-py's cluster client, aimed at the node it was
+    meant for, only when that node certainly did not run it: no connection
+    could be had, the send failed, or the node answered with an error that
+    means it did not run the command (:data:`_NOT_RUN`: MOVED, ASK,
+    TRYAGAIN, CLUSTERDOWN, LOADING). redis-py then reconnects, follows the
+    redirect and refreshes its slot map. A timeout or a lost connection
+    after the send is never replayed, since the script may have run: the
+    call fails, and the slot map is refreshed as redis-py would.
+
+    :param client: a :class:`redis.cluster.RedisCluster`, or a stand-in that
+        builds one on first use (see :class:`~flask_redis_throttle.core.clients.LazyClient`).
+    """
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        #: Whether this path fits the cluster's node connections (see
+        #: :func:`lean_client`); None until the cluster client exists.
+        self._fits: bool | None = None
+        #: The cluster client's ``nodes_manager``, which keeps the slot map.
+        self._manager: Any = None
+
+    def fits(self) -> bool:
+        """Whether the node clients are ones this path can speak for: redis-py's
+        own connection classes, RESP2, no client-side cache, and hiredis.
+
+        :raises redis.RedisError: when the cluster client cannot be built.
+        """
+        if self._fits is None:
+            manager = self._manager = getattr(self.client, "nodes_manager", None)
+            nodes = list(getattr(manager, "nodes_cache", {}).values())
+            self._fits = (
+                connection.hiredis is not None
+                and bool(nodes)
+                and _pool_fits(self.client.get_redis_connection(nodes[0]).connection_pool)
+            )
+        return self._fits
+
+    def nodes_of(self, keys: Sequence[str]) -> list[str]:
+        """The nodes (``host:port``) that serve ``keys`` in redis-py's slot
+        map, each once, in the keys' order; ``""`` for keys no node serves.
+        Nothing is sent. Call :meth:`fits` first."""
+        slots = self._manager.slots_cache
+        names: dict[str, None] = {}
+        for key in keys:
+            owners = slots.get(key_slot_of(key))
+            names[owners[0].name if owners else ""] = None
+        return list(names)
+
+    def evalsha(self, sha: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """Run the script ``sha`` once on the node of ``keys``; return its
+        reply or raise its error, as redis-py's ``evalsha`` would.
+
+        :raises Replay: when this path does not fit the cluster's clients,
+            so the call is to be made through redis-py's normal path.
+        """
+        if not self.fits():
+            raise Replay("the lean path does not fit this cluster client")
+        results, _ = self.run("EVALSHA", sha, [(keys, args)])
+        if isinstance(results[0], Exception):
+            raise results[0]
+        return results[0]
+
+    def run(self, command: str, script: str, calls: Sequence[Call]) -> tuple[list[Any], list[str]]:
+        """Send ``command`` (EVALSHA with a script's SHA, or EVAL with its
+        source) once per call; each call's keys must share one slot.
+
+        :returns: each call's reply or exception, and the node (``host:port``)
+            each call was sent to (``""`` when its slot has no node in the
+            map; redis-py was then asked to find one).
+        """
+        slots = self._manager.slots_cache
+        replies: list[Any] = [None] * len(calls)
+        names = [""] * len(calls)
+        groups: dict[str, tuple[Any, list[int]]] = {}
+        handover: list[tuple[int, Any]] = []
+        for i, (keys, _) in enumerate(calls):
+            owners = slots.get(key_slot_of(keys[0]))
+            if not owners:
+                handover.append((i, None))
+                continue
+            node = owners[0]
+            names[i] = node.name
+            group = groups.get(node.name)
+            if group is None:
+                groups[node.name] = (node, [i])
+            else:
+                group[1].append(i)
+        # Everything is encoded before anything is sent: a value that cannot
+        # be encoded fails the request before any node counts it.
+        payloads = {name: [_pack(command, script, *calls[i]) for i in indices] for name, (_, indices) in groups.items()}
+        sent: list[tuple[Any, Any, Any, list[int]]] = []
+        try:
+            for name, (node, indices) in groups.items():
+                pool = (node.redis_connection or self.client.get_redis_connection(node)).connection_pool
+                try:
+                    # A connection that cannot be had, or a send that
+                    # failed, leaves the node without the whole command.
+                    conn = pool.get_connection()
+                except redis.TimeoutError as error:
+                    # A node that does not answer its handshake in time
+                    # would make redis-py wait as long again: it fails here.
+                    self._node_failed(node, refresh=False)
+                    for i in indices:
+                        replies[i] = error
+                    continue
+                except redis.ConnectionError:
+                    handover += [(i, node) for i in indices]
+                    continue
+                try:
+                    conn.send_packed_command(payloads[name])
+                except (redis.ConnectionError, redis.TimeoutError):
+                    pool.release(conn)  # send_packed_command disconnected it
+                    handover += [(i, node) for i in indices]
+                    continue
+                except BaseException:
+                    conn.disconnect()
+                    pool.release(conn)
+                    raise
+                sent.append((node, pool, conn, indices))
+            while sent:
+                node, pool, conn, indices = sent[0]
+                self._read_node(node, conn, indices, replies, handover)
+                del sent[0]
+                pool.release(conn)
+        finally:
+            for _, pool, conn, _ in sent:
+                # Written to but not read whole: its replies would be read
+                # by the next command on it.
+                conn.disconnect()
+                _drop(conn)
+                pool.release(conn)
+        for i, target in handover:
+            replies[i] = self._redis_py(command, script, calls[i], target)
+        return replies, names
+
+    def _read_node(self, node: Any, conn: Any, indices: list[int], replies: list[Any], handover: list[Any]) -> None:
+        """Read the replies of ``indices``' calls from ``conn``, in order."""
+        for n, i in enumerate(indices):
+            try:
+                reply = _read_reply(conn)
+            except (redis.ConnectionError, redis.TimeoutError) as error:
+                # Sent, and perhaps run: never replayed.
+                conn.disconnect()
+                self._node_failed(node, refresh=not isinstance(error, redis.TimeoutError))
+                for j in indices[n:]:
+                    replies[j] = error
+                return
+            if isinstance(reply, connection.hiredis.ReplyError):
+                reply = conn._parser.parse_error(str(reply))
+                if isinstance(reply, _NOT_RUN):
+                    handover.append((i, node))
+                    continue
+            replies[i] = reply
+
+    def _node_failed(self, node: Any, refresh: bool) -> None:
+        """What redis-py's cluster client does when a node's connection fails
+        or times out: drop the node's idle connections, try it last, and,
+        with ``refresh``, refresh the slot map (which finds a promoted
+        replica). A node that timed out is not refreshed from: the refresh
+        may ask that very node, and the request would wait a second
+        timeout for it (a dead node's next request refreshes the map)."""
+        manager = self.client.nodes_manager
+        pool = getattr(node.redis_connection, "connection_pool", None)
+        if pool is not None:
+            with pool._lock:
+                pool.update_active_connections_for_reconnect()
+                pool.disconnect_free_connections()
+        manager.move_node_to_end_of_cached_nodes(node.name)
+        if refresh:
+            # When no node answers, the next request's call fails on its own.
+            with suppress(*STORAGE_ERRORS):
+                manager.initialize(last_failed_node_name=node.name)
+
+    def _redis_py(self, command: str, script: str, call: Call, node: Any) -> Any:
+        """Make a call that did not run through redis-py's cluster client:
+        aimed at ``node``, so that redis-py follows a redirect from it but
+        does not replay a timeout; or, when the slot has no node in the map,
+        wherever redis-py finds one."""
+        keys, args = call
+        target = {} if node is None else {"target_nodes": node}
+        try:
+            return self.client.execute_command(command, script, len(keys), *keys, *args, **target)
+        except STORAGE_ERRORS as error:
+            return error
+
+
+def _pack(command: str, script: str, keys: Sequence[str], args: Sequence[Any]) -> bytes:
+    """The RESP bytes of ``command script len(keys) *keys *args``, for
+    EVALSHA (pre-encoded: see :func:`pack_evalsha`) or EVAL (rare: only
+    after NOSCRIPT)."""
+    if command == "EVALSHA":
+        return pack_evalsha(script, keys, args)
+    keys, args = tuple(keys), tuple(args)
+    head = b"*%d\r\n%b%b%b" % (3 + len(keys) + len(args), _bulk(command), _bulk(script), _bulk(len(keys)))
+    return b"".join((head, _bulks(keys, ()), _bulks(args, tuple(map(type, args)))))

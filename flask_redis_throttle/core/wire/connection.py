@@ -1,0 +1,261 @@
+"""The lean path on one connection: a script call packed as pre-encoded
+bytes, sent at once, and its reply read by a hiredis reader kept on the
+connection (or by redis-py's parser without hiredis).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
+
+import redis
+from redis.connection import Connection, SSLConnection, UnixDomainSocketConnection
+from redis.exceptions import (
+    ReadOnlyError,
+    RedisClusterException,
+)
+from redis.sentinel import SentinelManagedConnection, SentinelManagedSSLConnection
+
+from ..local import LocalConnection
+
+hiredis: Any
+try:  # pragma: no cover - which branch runs depends on the install
+    import hiredis
+except ImportError:  # pragma: no cover
+    hiredis = None
+
+__all__ = ["CONNECTIONS", "KEY_CACHE_SIZE", "STORAGE_ERRORS", "LeanClient", "Replay", "lean_client", "pack_evalsha"]
+
+#: What a client raises when Redis cannot answer: redis-py's errors, and the
+#: cluster client's own, which does not derive from them.
+STORAGE_ERRORS = (redis.RedisError, RedisClusterException)
+
+#: How many encoded keys and arguments are kept (each, and each request's
+#: keys and arguments together): enough for the identities of a busy minute,
+#: bounded so that a flood of new identities cannot grow the process.
+KEY_CACHE_SIZE = 8192
+
+#: The connection classes whose socket and parser this path knows: redis-py's
+#: own, over TCP, TLS, a Unix socket, and to a Sentinel's master, and
+#: ``local://``'s, which only connects differently. Exact classes only: a
+#: subclass may change how commands are sent.
+CONNECTIONS: frozenset[type] = frozenset(
+    {
+        Connection,
+        SSLConnection,
+        UnixDomainSocketConnection,
+        SentinelManagedConnection,
+        SentinelManagedSSLConnection,
+        LocalConnection,
+    }
+)
+
+#: The attribute, on a redis-py connection, of its hiredis reader for this path.
+_READER = "_flask_redis_throttle_reader"
+
+_RECV_SIZE = 65536
+
+
+class Replay(redis.ConnectionError):
+    """The lean call failed where redis-py's own :class:`~redis.retry.Retry`
+    would try again, so the caller should make the call again through
+    redis-py's normal path (the failed connection was disconnected); or,
+    on a cluster, the lean path does not fit the client and sent nothing.
+
+    Only connection errors are replayed, never a timeout: a timed-out script
+    may have run, and running it again would count the request twice.
+    """
+
+
+def lean_client(client: Any) -> LeanClient | None:
+    """The lean path for ``client``, or None when it does not fit it.
+
+    It fits a :class:`redis.Redis` on a pool of one of redis-py's own
+    connection classes (:data:`CONNECTIONS`) speaking RESP2. A cluster, a
+    RESP3 client, a single-connection client, the embedded store and custom
+    connection classes stay on redis-py's normal path.
+    """
+    if not isinstance(client, redis.Redis) or getattr(client, "connection", None) is not None:
+        return None
+    pool = getattr(client, "connection_pool", None)
+    return LeanClient(pool) if _pool_fits(pool) else None
+
+
+@lru_cache(maxsize=KEY_CACHE_SIZE)
+def _bulk(value: str | int | float | bytes) -> bytes:
+    """``value`` as a RESP bulk string, encoded as redis-py's encoder would."""
+    if isinstance(value, bytes):
+        data = value
+    elif isinstance(value, str):
+        data = value.encode()
+    elif isinstance(value, bool):
+        raise redis.DataError(f"Invalid input of type: 'bool' ({value!r}): convert it to a number or a string first")
+    elif isinstance(value, int):
+        data = str(value).encode()
+    else:
+        data = repr(value).encode()
+    return b"$%d\r\n%b\r\n" % (len(data), data)
+
+
+@lru_cache(maxsize=KEY_CACHE_SIZE)
+def _bulks(values: tuple[Any, ...], types: tuple[type, ...]) -> bytes:
+    """``values`` as RESP bulk strings, one after the other: an identity's
+    keys, or a plan's arguments. ``types`` is part of the cache key, since
+    ``1``, ``1.0`` and ``True`` are equal but not encoded alike."""
+    return b"".join(map(_bulk, values))
+
+
+@lru_cache(maxsize=256)
+def _head(sha: str, keys: int, args: int) -> bytes:
+    """``EVALSHA sha numkeys``, with the count of the whole command."""
+    return b"*%d\r\n$7\r\nEVALSHA\r\n%b%b" % (3 + keys + args, _bulk(sha), _bulk(keys))
+
+
+def pack_evalsha(sha: str, keys: Sequence[str], args: Sequence[Any]) -> bytes:
+    """The RESP bytes of ``EVALSHA sha len(keys) *keys *args``."""
+    keys, args = tuple(keys), tuple(args)
+    # Keys are strings, which equal no value of another type: no types needed.
+    return b"".join((_head(sha, len(keys), len(args)), _bulks(keys, ()), _bulks(args, tuple(map(type, args)))))
+
+
+class LeanClient:
+    """Script calls as one send and one parse on a pooled connection.
+
+    :param pool: the :class:`redis.ConnectionPool` of the client.
+    """
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+        #: Whether replies are parsed here by hiredis; without it, by the
+        #: connection's own parser (redis-py's pure-Python one).
+        self.hiredis = hiredis is not None
+
+    def evalsha(self, sha: str, keys: Any, args: Any) -> Any:
+        """Run the script ``sha`` once and return its reply.
+
+        :raises Replay: when the call failed on a connection error that
+            redis-py's own retry would retry; the caller makes it again
+            through the normal path.
+        :raises redis.RedisError: any other error, as redis-py would raise
+            it (a :class:`~redis.exceptions.NoScriptError` included: the
+            connection stays usable).
+        """
+        command = pack_evalsha(sha, keys, args)
+        pool = self.pool
+        # A connection that cannot be had was sent nothing; redis-py's own
+        # path does not retry this either.
+        conn = pool.get_connection()
+        try:
+            conn.send_packed_command([command])
+            reply = self._read(conn) if self.hiredis else conn.read_response()
+        except redis.ConnectionError as error:
+            conn.disconnect()
+            if _retried(conn, error):
+                raise Replay(str(error)) from error
+            raise
+        except BaseException:
+            # A half-read reply would be read by the next command.
+            conn.disconnect()
+            raise
+        finally:
+            pool.release(conn)
+        return reply
+
+    def _read(self, conn: Any) -> Any:
+        """Read one reply with the connection's hiredis reader."""
+        reply = _read_reply(conn)
+        if isinstance(reply, hiredis.ReplyError):
+            raise self._error(conn, str(reply))
+        return reply
+
+    @staticmethod
+    def _error(conn: Any, message: str) -> redis.RedisError:
+        """The exception redis-py raises for the error reply ``message``.
+
+        A master that has become a replica answers READONLY: the connection
+        to a Sentinel's master is dropped and the error is a connection
+        error, so the call is replayed on the new master, as redis-py does.
+        """
+        error: redis.RedisError = conn._parser.parse_error(message)
+        sentinel = isinstance(conn, SentinelManagedConnection)
+        if isinstance(error, ReadOnlyError) and sentinel and conn.connection_pool.is_master:
+            conn.disconnect()
+            return redis.ConnectionError("The previous master is now a slave")
+        return error
+
+
+def _retried(conn: Any, error: Exception) -> bool:
+    """Whether redis-py's command path would try ``error`` again on ``conn``."""
+    retry = getattr(conn, "retry", None)
+    if retry is None or isinstance(error, redis.TimeoutError):
+        return False
+    return isinstance(error, retry._supported_errors) and retry.get_retries() != 0
+
+
+def _where(conn: Any) -> str:
+    try:
+        return str(conn._host_error())
+    except Exception:  # pragma: no cover - only for the message
+        return "the server"
+
+
+def _read_reply(conn: Any) -> Any:
+    """Read one reply with the connection's hiredis reader; an error reply
+    is returned as a :class:`hiredis.ReplyError`, not raised.
+
+    :raises redis.TimeoutError: when the socket timed out.
+    :raises redis.ConnectionError: when the connection failed or was closed.
+    """
+    reader = conn.__dict__.get(_READER)
+    if reader is None:
+        reader = hiredis.Reader()
+        setattr(conn, _READER, reader)
+    sock = conn._sock
+    try:
+        reply = reader.gets()
+        while reply is False:
+            data = sock.recv(_RECV_SIZE)
+            if not data:
+                raise redis.ConnectionError("Connection closed by server.")
+            reader.feed(data)
+            reply = reader.gets()
+    except TimeoutError:  # socket.timeout
+        _drop(conn)
+        raise redis.TimeoutError(f"Timeout reading from {_where(conn)}") from None
+    except OSError as error:
+        _drop(conn)
+        raise redis.ConnectionError(f"Error while reading from {_where(conn)} : {error.args}") from error
+    except BaseException:
+        _drop(conn)
+        raise
+    if conn.health_check_interval:
+        conn.next_health_check = time.monotonic() + conn.health_check_interval
+    return reply
+
+
+def _drop(conn: Any) -> None:
+    """Forget the reader of a connection whose reply was not read whole."""
+    conn.__dict__.pop(_READER, None)
+
+
+# -- Redis Cluster -------------------------------------------------------------
+
+#: One script call: its keys and its arguments (as in :mod:`~flask_redis_throttle.core.storage`).
+Call = tuple[Sequence[str], Sequence[Any]]
+
+#: Error replies that say the node did not run the command, and that
+#: redis-py's cluster client knows how to follow: a redirect (MOVED, ASK), a
+#: slot in the middle of a migration (TRYAGAIN), a cluster or master that is
+#: down for now (CLUSTERDOWN, MASTERDOWN), a node loading its data (LOADING).
+
+
+def _pool_fits(pool: Any) -> bool:
+    """Whether this module can speak on ``pool``'s connections: see :func:`lean_client`."""
+    return (
+        isinstance(pool, redis.ConnectionPool)
+        and pool.connection_class in CONNECTIONS
+        and str(pool.connection_kwargs.get("protocol") or 2) == "2"
+        and getattr(pool, "cache", None) is None
+    )

@@ -1,0 +1,175 @@
+"""The package's import layers, read from the source with ``ast``.
+
+The core (``flask_redis_throttle/core/``) is usable without Flask, so it must
+not import Flask, Werkzeug or Flask-Login, nor anything of the package above
+it; no two modules may import each other, however indirectly; and the module
+map in ``docs/architecture.rst`` must list exactly the modules in the tree.
+Every import counts, wherever it is written: at the top, inside a function,
+or under ``TYPE_CHECKING``, since each of them is a dependency a reader has to
+follow.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "flask_redis_throttle"
+NAME = "flask_redis_throttle"
+CORE = f"{NAME}.core"
+FLASK_ONLY = ("flask", "werkzeug", "flask_login")
+#: What the core holds, at least: a check that passes on a tree without a
+#: core would prove nothing.
+CORE_MODULES = ("rates", "keys", "codec", "scripts", "storage", "clients", "throttle", "blocks", "breaker", "penalties")
+
+
+def module_name(path: Path) -> str:
+    """The dotted name of the module at ``path``."""
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the package, by dotted name."""
+    return {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imported(name: str, path: Path, known: set[str]) -> Iterator[str]:
+    """Every module that the module ``name`` imports, as absolute names.
+
+    ``from .x import y`` imports ``x.y`` when that is a module of the package,
+    else ``x``.
+    """
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text("utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, *([base] if base else [])])
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                yield full if full in known else base
+
+
+def graph() -> dict[str, set[str]]:
+    """The package's modules, each with the modules of the package it imports."""
+    found = modules()
+    known = set(found)
+    return {
+        name: {target for target in imported(name, path, known) if target in known and target != name}
+        for name, path in found.items()
+    }
+
+
+def test_the_core_imports_neither_flask_nor_the_layers_above_it() -> None:
+    found = modules()
+    known = set(found)
+    assert {f"{CORE}.{name}" for name in CORE_MODULES} <= known
+    wrong = sorted(
+        f"{name} imports {target}"
+        for name, path in found.items()
+        if name == CORE or name.startswith(f"{CORE}.")
+        for target in imported(name, path, known)
+        if target.split(".")[0] in FLASK_ONLY
+        or (target.split(".")[0] == NAME and target != CORE and not target.startswith(f"{CORE}."))
+    )
+    assert wrong == []
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(edges[node]):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_module_of_the_package_imports_itself_through_others() -> None:
+    assert cycles(graph()) == []
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    """Without this, an empty answer above could mean a finder that finds nothing."""
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def mapped_modules() -> set[str]:
+    """The modules the module map of ``docs/architecture.rst`` lists, as paths
+    in the package such as ``core/rates.py``."""
+    text = (ROOT / "docs" / "architecture.rst").read_text("utf-8")
+    match = re.search(r"^Module map\n-+\n(.*?)(?=^\S[^\n]*\n[-=]{3,}\n)", text, re.S | re.M)
+    assert match, "docs/architecture.rst has no 'Module map' section"
+    rows = re.findall(r"^   \* - (.*(?:\n       .*)*)", match.group(1), re.M)
+    return {path for row in rows for path in re.findall(r"``([\w/]+\.py)``", row)}
+
+
+def test_the_module_map_lists_exactly_the_modules_in_the_tree() -> None:
+    tree = {path.relative_to(PACKAGE).as_posix() for path in modules().values()}
+    assert mapped_modules() == tree
+
+
+@pytest.mark.parametrize("name", sorted(modules()))
+def test_a_module_imports_only_what_exists(name: str) -> None:
+    """The graph above ignores names it does not know: make sure each import
+    of the package it sees names a real module."""
+    found = modules()
+    known = set(found)
+    missing = sorted(
+        target for target in imported(name, found[name], known) if target.split(".")[0] == NAME and target not in known
+    )
+    assert missing == []
+
+
+def test_no_module_is_over_400_lines() -> None:
+    """``testing.py`` aside, which holds the test servers."""
+    long = {
+        path.relative_to(PACKAGE).as_posix(): lines
+        for path in modules().values()
+        if path.name != "testing.py" and (lines := len(path.read_text("utf-8").splitlines())) > 400
+    }
+    assert long == {}
+
+
+def test_storage_unavailable_is_exported_with_the_rest_of_the_public_api() -> None:
+    """The docs catch it from the package (``except StorageUnavailable``) in examples."""
+    import flask_redis_throttle
+    from flask_redis_throttle.core.throttle import StorageUnavailable
+
+    assert "StorageUnavailable" in flask_redis_throttle.__all__
+    assert flask_redis_throttle.StorageUnavailable is StorageUnavailable
