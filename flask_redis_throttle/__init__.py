@@ -1,26 +1,26 @@
 """flask-redis-throttle: layered rate limits for Flask, decided in one Redis round trip."""
 
 from .core.keys import Identity
-from .core.rates import Rate, parse_limits
+from .core.rates import Layer, parse_limits
 from .core.refusals import Refusal, RefusalLog
 from .core.throttle import StorageUnavailable
 from .current import CurrentLimit, check, current_limit
 from .decorators import exempt, limit
-from .errors import ConfigurationError, InvalidLimit, RateLimitError, RateLimitExceeded
+from .errors import ConfigurationError, InputError, InvalidLimit, RateLimitExceeded
 from .extension import RateLimit, refusal_log
-from .signals import Breach, rate_limited
+from .signals import RefusalEvent, request_refused
 
 __all__ = [
-    "Breach",
     "ConfigurationError",
     "CurrentLimit",
     "Identity",
+    "InputError",
     "InvalidLimit",
-    "Rate",
+    "Layer",
     "RateLimit",
-    "RateLimitError",
     "RateLimitExceeded",
     "Refusal",
+    "RefusalEvent",
     "RefusalLog",
     "StorageUnavailable",
     "check",
@@ -28,8 +28,8 @@ __all__ = [
     "exempt",
     "limit",
     "parse_limits",
-    "rate_limited",
     "refusal_log",
+    "request_refused",
 ]
 
 __version__ = "0.2.0"

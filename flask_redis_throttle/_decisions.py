@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from .core.keys import Identity
-from .core.rates import Rate
+from .core.rates import Layer
 from .core.throttle import Check, Decision, Policy
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ class _OverQuota(NamedTuple):
     """A layer whose whole quota is less than a request's cost."""
 
     policy: Policy
-    layer: Rate
+    layer: Layer
     #: The first identity the layer counts, to name in the 429 and the hooks.
     identity: Identity
     cost: int
@@ -55,9 +55,9 @@ def _over_quota(checks: Sequence[Check], cost: int) -> _OverQuota | None:
     is checked against fixed limits when decorating; this catches a cost
     function's value, or a fixed cost over a dynamic limit's quota."""
     for policy, identities in checks:
-        for rate in policy.rates:
-            if rate.amount < cost:
-                return _OverQuota(policy, rate, identities[0], cost)
+        for layer in policy.layers:
+            if layer.quota < cost:
+                return _OverQuota(policy, layer, identities[0], cost)
     return None
 
 

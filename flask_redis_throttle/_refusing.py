@@ -1,5 +1,5 @@
-"""What happens to a refused request besides its 429: the breach hooks (the
-``on_breach`` functions and the ``rate_limited`` signal), the warning for a
+"""What happens to a refused request besides its 429: the refusal hooks (the
+``on_breach`` functions and the ``request_refused`` signal), the warning for a
 cost no layer can ever allow, and the refusal log's entry.
 
 :class:`Refusing` is the part of each app's
@@ -21,13 +21,13 @@ from ._plan import Batch
 from .core.keys import loggable
 from .core.refusals import RefusalLog
 from .core.throttle import Check, Decision, StorageUnavailable, Throttle
-from .signals import Breach, notify, rate_limited
+from .signals import RefusalEvent, notify, request_refused
 
 __all__ = ["Refusing"]
 
 
 class Refusing(Notices):
-    """The breach hooks and the refusal log of one app's rate limiting state.
+    """The refusal hooks and the refusal log of one app's rate limiting state.
 
     A subclass sets :attr:`app`, :attr:`settings`, :attr:`throttle` and
     :attr:`refusals`.
@@ -38,10 +38,10 @@ class Refusing(Notices):
     throttle: Throttle | None
     refusals: RefusalLog | None
 
-    def _breach(
+    def _report_refusal(
         self, req: Request, endpoint: str, batch: Batch, decision: Decision, shadow: bool, over: _OverQuota | None
     ) -> AnyResponse | None:
-        """Log a refusal of ``batch``, real or shadow, and tell the breach hooks.
+        """Log a refusal of ``batch``, real or shadow, and tell the refusal hooks.
 
         :returns: the response an ``on_breach`` hook returned, to send
             instead of the 429; None if none did, or for a shadow refusal.
@@ -77,14 +77,14 @@ class Refusing(Notices):
                 self._log_refusal(endpoint, batch.checks, decision, shadow)
         limit = _limit_of(decision.policy, batch)
         hook = limit.spec.on_breach if limit is not None else None
-        if hook is not None or self.settings.on_breach is not None or rate_limited.receivers:
+        if hook is not None or self.settings.on_breach is not None or request_refused.receivers:
             if over is None:
                 policy, layer, identity = decision.policy, decision.layer, decision.identity
                 retry_after: int | None = max(1, math.ceil(decision.retry_after))
             else:
                 policy, layer, identity, retry_after = over.policy, over.layer, over.identity, None
-            breach = Breach(req, endpoint, policy.scope, identity, layer, retry_after, shadow, decision.penalized)
-            response = notify(self.app, breach, (hook, self.settings.on_breach))
+            event = RefusalEvent(req, endpoint, policy.scope, identity, layer, retry_after, shadow, decision.penalized)
+            response = notify(self.app, event, (hook, self.settings.on_breach))
             return None if shadow else response
         return None
 
@@ -123,7 +123,7 @@ class Refusing(Notices):
                 lambda: refusals.record(
                     endpoint=endpoint,
                     scope=decision.policy.scope,
-                    layer=f"{decision.layer.amount}/{decision.layer.name}",
+                    layer=f"{decision.layer.quota}/{decision.layer.name}",
                     strategy=decision.policy.strategy,
                     identity=str(decision.identity),
                     identities=identities,

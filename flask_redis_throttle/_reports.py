@@ -17,7 +17,7 @@ from ._console import duration
 from ._identity import parse_identity, spec_kinds, spec_name
 from ._state import RateLimitState
 from .core.keys import Identity
-from .core.rates import Rate
+from .core.rates import Layer
 from .core.throttle import Throttle
 from .core.usage import usage
 
@@ -182,8 +182,8 @@ def _endpoint_limits(state: RateLimitState, endpoint: str) -> list[PlannedLimit]
     found: dict[tuple[object, ...], PlannedLimit] = {}
     for method in sorted(methods) or ["GET"]:
         for limit in _limits(state.plan(endpoint, method)):
-            rates = limit.policy.rates if limit.policy is not None else limit.spec.spec
-            found.setdefault((rates, limit.scope, limit.strategy, limit.identities), limit)
+            layers = limit.policy.layers if limit.policy is not None else limit.spec.limit
+            found.setdefault((layers, limit.scope, limit.strategy, limit.identities), limit)
     return list(found.values())
 
 
@@ -220,12 +220,12 @@ def _limit_text(limit: PlannedLimit) -> str:
     """The layers, or the function of a dynamic limit, with the options that
     change how it counts."""
     if limit.policy is None:
-        text = f"dynamic: {getattr(limit.spec.spec, '__qualname__', 'function')}()"
+        text = f"dynamic: {getattr(limit.spec.limit, '__qualname__', 'function')}()"
     else:
-        text = ";".join(_layer(rate) for rate in limit.policy.rates)
+        text = ";".join(_layer(layer) for layer in limit.policy.layers)
     notes = [note for note in (limit.shadow and "shadow", limit.source != "view" and limit.source) if note]
     return f"{text} ({', '.join(notes)})" if notes else text
 
 
-def _layer(rate: Rate) -> str:
-    return f"{rate.amount}/{rate.name}"
+def _layer(layer: Layer) -> str:
+    return f"{layer.quota}/{layer.name}"

@@ -76,7 +76,7 @@ def class_view_limits(view_class: type) -> list[LimitSpec]:
             if methods is not None:
                 if spec.methods is not None and not spec.methods & methods:
                     raise TypeError(
-                        f"limit {spec.spec!r} on {view_class.__qualname__}.{name}() has methods "
+                        f"limit {spec.limit!r} on {view_class.__qualname__}.{name}() has methods "
                         f"{sorted(spec.methods)!r}, which leave out {name.upper()}: it would never apply"
                     )
                 spec = dataclasses.replace(spec, methods=methods)

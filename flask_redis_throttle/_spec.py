@@ -16,21 +16,21 @@ from flask import Request, Response
 
 from ._identity import IDENTITY_NAMES, IdentitySpec, check_identities
 from .core.penalties import Penalty, parse_penalty
-from .core.rates import MAX_AMOUNT, Rate, parse_limits
+from .core.rates import MAX_QUOTA, Layer, parse_limits
 from .core.scripts import STRATEGIES
 from .errors import InvalidLimit
 
 if TYPE_CHECKING:
-    from .signals import Breach
+    from .signals import RefusalEvent
 
-__all__ = ["BreachHook", "CostFunction", "DynamicLimit", "LimitSpec", "make_spec"]
+__all__ = ["CostFunction", "DynamicLimit", "LimitSpec", "RefusalHook", "make_spec"]
 
 #: A dynamic limit: given the request, a limit string, or None for no limit.
 DynamicLimit = Callable[[Request], "str | None"]
 #: A cost function: given the request, how much quota it takes.
 CostFunction = Callable[[Request], int]
-#: Called with a :class:`~flask_redis_throttle.signals.Breach` when a limit refuses.
-BreachHook = Callable[["Breach"], object]
+#: Called with a :class:`~flask_redis_throttle.signals.RefusalEvent` when a limit refuses.
+RefusalHook = Callable[["RefusalEvent"], object]
 
 # An HTTP method is a token (RFC 9110): letters, mostly.
 _METHOD = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")
@@ -41,8 +41,8 @@ class LimitSpec:
     """One limit, as written in a :func:`limit` or ``RATELIMIT_DEFAULT``,
     parsed and validated. See :func:`limit` for what each option means.
 
-    :param spec: the limit string as written, or the dynamic limit function.
-    :param rates: its layers; None for a dynamic limit, whose layers are
+    :param limit: the limit string as written, or the dynamic limit function.
+    :param layers: its layers; None for a dynamic limit, whose layers are
         known only per request.
     :param scope: the counters' scope, or None for the endpoint name.
     :param identities: whom it counts, or None for ``RATELIMIT_IDENTITIES``.
@@ -62,8 +62,8 @@ class LimitSpec:
         ``RATELIMIT_DEFAULT_MODE`` (None).
     """
 
-    spec: str | DynamicLimit
-    rates: tuple[Rate, ...] | None
+    limit: str | DynamicLimit
+    layers: tuple[Layer, ...] | None
     scope: str | None = None
     identities: tuple[IdentitySpec, ...] | None = None
     strategy: str | None = None
@@ -72,7 +72,7 @@ class LimitSpec:
     deduct_when: Callable[[Response], bool] | None = None
     exempt_when: Callable[[Request], bool] | None = None
     shadow: bool = False
-    on_breach: BreachHook | None = None
+    on_breach: RefusalHook | None = None
     penalty: Penalty | None = None
     per_method: bool = False
     override_defaults: bool | None = None
@@ -80,7 +80,7 @@ class LimitSpec:
     @property
     def dynamic(self) -> bool:
         """Whether the limit string comes from a function, per request."""
-        return self.rates is None
+        return self.layers is None
 
     def applies_to(self, method: str) -> bool:
         """Whether the limit applies to requests of ``method`` (upper case).
@@ -104,7 +104,7 @@ def make_spec(
     deduct_when: Callable[[Response], bool] | None = None,
     exempt_when: Callable[[Request], bool] | None = None,
     shadow: bool = False,
-    on_breach: BreachHook | None = None,
+    on_breach: RefusalHook | None = None,
     penalty: str | None = None,
     per_method: bool = False,
     override_defaults: bool | None = None,
@@ -128,11 +128,11 @@ def make_spec(
     if strategy is not None and (not isinstance(strategy, str) or strategy not in STRATEGIES):
         raise InvalidLimit(f"strategy {strategy!r} must be one of {', '.join(map(repr, STRATEGIES))}", spec=strategy)
     if not callable(cost):
-        if isinstance(cost, bool) or not isinstance(cost, int) or not 0 <= cost <= MAX_AMOUNT:
+        if isinstance(cost, bool) or not isinstance(cost, int) or not 0 <= cost <= MAX_QUOTA:
             raise InvalidLimit(
-                f"cost {cost!r} must be an integer from 0 to {MAX_AMOUNT}, or a function of the request", spec=cost
+                f"cost {cost!r} must be an integer from 0 to {MAX_QUOTA}, or a function of the request", spec=cost
             )
-        if rates is not None and cost > min(rate.amount for rate in rates):
+        if rates is not None and cost > min(layer.quota for layer in rates):
             raise InvalidLimit(f"cost {cost} is more than a layer of {spec!r} allows: no request could pass", spec=cost)
     for name, function in (("deduct_when", deduct_when), ("exempt_when", exempt_when), ("on_breach", on_breach)):
         if function is not None and not callable(function):

@@ -18,7 +18,7 @@ from werkzeug.exceptions import ServiceUnavailable
 
 from ._config import Settings
 from ._decisions import _at_cost, _outcome, _over_quota, _tighter
-from ._headers import Labels, legacy_headers, retry_after_value
+from ._headers import LayerNames, legacy_headers, retry_after_value
 from ._metrics import Metrics
 from ._plan import Batch, Plan, Problem, compile_plan, matching
 from ._refusing import Refusing
@@ -46,7 +46,7 @@ class Outcome:
     :func:`~flask_redis_throttle.current_limit`."""
 
     #: The names of the layers in play, and the ``RateLimit-Policy`` value.
-    labels: Labels
+    labels: LayerNames
     #: The decision the headers show.
     decision: Decision
     #: Whether the response gets a ``Retry-After``: a refusal that can pass later.
@@ -159,7 +159,7 @@ class RateLimitState(Refusing):
             self._decide(req, endpoint, labels, batches, self.throttle)
 
     def _decide(
-        self, req: Request, endpoint: str, labels: Labels, batches: Sequence[Batch], throttle: Throttle
+        self, req: Request, endpoint: str, labels: LayerNames, batches: Sequence[Batch], throttle: Throttle
     ) -> None:
         """Decide the request's batches, one script call each, and leave the
         :class:`Outcome` in ``g``; raise the 429 at the first enforced refusal."""
@@ -194,7 +194,7 @@ class RateLimitState(Refusing):
                     deferred.append(batch)
                 continue
             if batch.shadow:
-                self._breach(req, endpoint, batch, decision, True, _over_quota(batch.checks, batch.cost))
+                self._report_refusal(req, endpoint, batch, decision, True, _over_quota(batch.checks, batch.cost))
                 continue
             self._refuse(req, endpoint, labels, shown, batch, decision)
         if shown is not None:
@@ -234,7 +234,7 @@ class RateLimitState(Refusing):
             headers.set("RateLimit", labels.state(decision.policy, decision.layer, decision.remaining, decision.reset))
             if settings.headers_legacy:
                 for header, value in legacy_headers(
-                    decision.layer.amount, decision.remaining, decision.reset, time.time()
+                    decision.layer.quota, decision.remaining, decision.reset, time.time()
                 ):
                     headers.set(header, value)
         return response
@@ -255,7 +255,7 @@ class RateLimitState(Refusing):
         return shown
 
     def _refuse(
-        self, req: Request, endpoint: str, labels: Labels, shown: Decision, batch: Batch, decision: Decision
+        self, req: Request, endpoint: str, labels: LayerNames, shown: Decision, batch: Batch, decision: Decision
     ) -> NoReturn:
         """Log and report the refusal ``decision`` of ``batch``, leave
         ``shown`` for the headers, and raise the 429.
@@ -269,7 +269,7 @@ class RateLimitState(Refusing):
         """
         over = _over_quota(batch.checks, batch.cost)
         setattr(g._get_current_object(), OUTCOME_ATTRIBUTE, Outcome(labels, shown, over is None))
-        replacement = self._breach(req, endpoint, batch, decision, False, over)
+        replacement = self._report_refusal(req, endpoint, batch, decision, False, over)
         if over is not None:
             error = RateLimitExceeded(
                 over.layer, over.identity, 0, over.policy.scope, penalized=decision.penalized, cost=batch.cost

@@ -22,7 +22,7 @@ from ._decisions import _at_cost, _tighter
 from ._plan import Plan, PlannedLimit
 from ._state import EXTENSION_KEY, OUTCOME_ATTRIBUTE, Outcome, RateLimitState
 from .core.keys import Identity
-from .core.rates import Rate
+from .core.rates import Layer
 from .core.throttle import Decision, Policy, StorageUnavailable
 
 __all__ = ["CurrentLimit", "check", "current_limit"]
@@ -50,7 +50,7 @@ class CurrentLimit:
 
     limit: PlannedLimit | None
     scope: str
-    layer: Rate
+    layer: Layer
     identity: Identity
     remaining: int
     reset: float
@@ -104,7 +104,7 @@ def check(endpoint: str | None = None, method: str | None = None) -> CurrentLimi
     throttle as requests; a request whose cost is more than a counter has
     left is ``breached``. Shadow limits are left out, since they never
     refuse. Nothing is logged, no hook is called and nothing is raised for
-    a breach: what to do is the caller's choice.
+    a refusal: what to do is the caller's choice.
 
     .. code-block:: python
 

@@ -15,15 +15,15 @@ from typing import Any, TypeVar
 from flask import Blueprint, Flask, Request, Response
 
 from ._identity import IdentitySpec
-from ._spec import BreachHook, CostFunction, DynamicLimit, LimitSpec, make_spec
+from ._spec import CostFunction, DynamicLimit, LimitSpec, RefusalHook, make_spec
 
 __all__ = [
     "EXEMPT_ATTRIBUTE",
     "LIMITS_ATTRIBUTE",
-    "BreachHook",
     "CostFunction",
     "DynamicLimit",
     "LimitSpec",
+    "RefusalHook",
     "exempt",
     "limit",
     "make_spec",
@@ -49,7 +49,7 @@ def limit(
     deduct_when: Callable[[Response], bool] | None = None,
     exempt_when: Callable[[Request], bool] | None = None,
     shadow: bool = False,
-    on_breach: BreachHook | None = None,
+    on_breach: RefusalHook | None = None,
     penalty: str | None = None,
     per_method: bool = False,
     override_defaults: bool | None = None,
@@ -90,7 +90,7 @@ def limit(
     :param shadow: log refusals, send the headers and the hooks, but let
         the request through (a dry run).
     :param on_breach: a function called with a
-        :class:`~flask_redis_throttle.signals.Breach` when this limit refuses
+        :class:`~flask_redis_throttle.signals.RefusalEvent` when this limit refuses
         a request.
     :param penalty: block an identity that keeps hitting this limit for an
         escalating time, such as ``"1m;x2;max=1h"``: a minute after its

@@ -1,6 +1,6 @@
 """The exceptions of flask-redis-throttle, in one small hierarchy.
 
-* :class:`RateLimitError` is the base of everything raised for bad input.
+* :class:`InputError` is the base of everything raised for bad input.
 * :class:`InvalidLimit` and :class:`ConfigurationError` are also
   :class:`ValueError`, raised at decoration time and at ``init_app``. These
   three are plain Python and live in the core
@@ -25,11 +25,11 @@ if TYPE_CHECKING:
     from _typeshed.wsgi import WSGIEnvironment
 
     from .core.keys import Identity
-    from .core.rates import Rate
+    from .core.rates import Layer
 
-from .core.errors import ConfigurationError, InvalidLimit, RateLimitError
+from .core.errors import ConfigurationError, InputError, InvalidLimit
 
-__all__ = ["ConfigurationError", "InvalidLimit", "RateLimitError", "RateLimitExceeded"]
+__all__ = ["ConfigurationError", "InputError", "InvalidLimit", "RateLimitExceeded"]
 
 
 # Offered in this order so that a client sending ``*/*`` (curl, browsers'
@@ -91,7 +91,7 @@ class RateLimitExceeded(TooManyRequests):
 
     def __init__(
         self,
-        layer: Rate,
+        layer: Layer,
         identity: Identity,
         retry_after: float,
         scope: str,
@@ -101,7 +101,7 @@ class RateLimitExceeded(TooManyRequests):
     ) -> None:
         seconds = None if cost is not None else max(1, math.ceil(retry_after))
         super().__init__(_description(layer, seconds, penalized, cost), retry_after=seconds)
-        #: The :class:`~flask_redis_throttle.Rate` that refused the request.
+        #: The :class:`~flask_redis_throttle.Layer` that refused the request.
         self.layer = layer
         #: The :class:`~flask_redis_throttle.Identity` whose counter was full.
         self.identity = identity
@@ -167,7 +167,7 @@ class RateLimitExceeded(TooManyRequests):
         return headers
 
 
-def _description(layer: Rate, seconds: int | None, penalized: bool, cost: int | None) -> str:
+def _description(layer: Layer, seconds: int | None, penalized: bool, cost: int | None) -> str:
     """The one-line message of a refusal: the body's text and ``detail``."""
     if seconds is None:
         return (

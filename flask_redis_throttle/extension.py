@@ -13,7 +13,7 @@ A request's path through the hooks:
 3. :meth:`Throttle.hit <flask_redis_throttle.core.throttle.Throttle.hit>` decides
    every layer of every identity in one script call (a plan that uses
    per-request options may take more, see :doc:`/limits`);
-4. a refusal is logged, told to the breach hooks, and raises
+4. a refusal is logged, told to the refusal hooks, and raises
    :class:`~flask_redis_throttle.RateLimitExceeded` (429);
 5. ``after_request`` counts the requests whose ``deduct_when`` matches their
    response, and adds the headers, to the view's response or to the 429.

@@ -30,7 +30,7 @@ from flask_redis_throttle import Identity
 from flask_redis_throttle.core.embedded import CURSORS, LUAS, SWEEP, EmbeddedRedis, lua_host
 from flask_redis_throttle.core.keys import identity_tag
 from flask_redis_throttle.core.penalties import Penalty
-from flask_redis_throttle.core.rates import Rate
+from flask_redis_throttle.core.rates import Layer
 from flask_redis_throttle.core.reset import counter_pattern
 from flask_redis_throttle.core.scripts import STRATEGIES
 from flask_redis_throttle.core.storage import Storage
@@ -638,7 +638,7 @@ def test_the_scripts_reply_as_on_redis(
     names = [data.draw(st.sampled_from(list(STRATEGIES))) if strategy == "mixed" else strategy for _ in layers]
     penalty = data.draw(penalties)
     policies = [
-        Policy((Rate(quota, period),), f"s{i}", name, penalty)
+        Policy((Layer(quota, period),), f"s{i}", name, penalty)
         for i, ((quota, period), name) in enumerate(zip(layers, names, strict=True))
     ]
     prefix = f"p{next(_prefixes)}:"  # a fresh prefix per example keeps examples apart on the server
@@ -684,7 +684,7 @@ def test_memory_stays_bounded_under_a_stream_of_new_identities(clock: Clock) -> 
     keyspace_clock = FakeTime()
     storage = Storage(EmbeddedRedis(keyspace_clock))
     throttle = Throttle(storage)
-    policy = Policy((Rate(1, 1),), "s", "fixed-window")
+    policy = Policy((Layer(1, 1),), "s", "fixed-window")
     sizes = []
     for n in range(20_000):
         keyspace_clock.at += 0.001

@@ -1,6 +1,6 @@
 """The exceptions the core raises for bad input, free of HTTP.
 
-* :class:`RateLimitError` is the base of everything raised for bad input.
+* :class:`InputError` is the base of everything raised for bad input.
 * :class:`InvalidLimit` and :class:`ConfigurationError` are also
   :class:`ValueError`, raised at decoration time and at ``init_app``.
 
@@ -10,14 +10,14 @@ and lives one layer up, in :mod:`flask_redis_throttle.errors`.
 
 from __future__ import annotations
 
-__all__ = ["ConfigurationError", "InvalidLimit", "RateLimitError"]
+__all__ = ["ConfigurationError", "InputError", "InvalidLimit"]
 
 
-class RateLimitError(Exception):
+class InputError(Exception):
     """The base class of the errors this extension raises for bad input."""
 
 
-class InvalidLimit(RateLimitError, ValueError):
+class InvalidLimit(InputError, ValueError):
     """A limit string or a :func:`~flask_redis_throttle.limit` option is malformed.
 
     :param message: what is wrong, quoting the bad text and saying what is valid.
@@ -30,7 +30,7 @@ class InvalidLimit(RateLimitError, ValueError):
         self.spec = spec
 
 
-class ConfigurationError(RateLimitError, ValueError):
+class ConfigurationError(InputError, ValueError):
     """A ``RATELIMIT_*`` setting has a bad value. Raised by ``init_app``.
 
     :param key: the config key.
