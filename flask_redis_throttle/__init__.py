@@ -2,32 +2,32 @@
 
 from .current import CurrentLimit, check, current_limit
 from .decorators import exempt, limit
-from .errors import ConfigurationError, InvalidLimit, RateLimitError, RateLimitExceeded
+from .errors import ConfigurationError, InputError, InvalidLimit, RateLimitExceeded
 from .extension import RateLimit, refusal_log
 from .keys import Identity
-from .rates import Rate, parse_limits
+from .rates import Layer, parse_limits
 from .refusals import Refusal, RefusalLog
-from .signals import Breach, rate_limited
+from .signals import RefusalEvent, request_refused
 
 __all__ = [
-    "Breach",
     "ConfigurationError",
     "CurrentLimit",
     "Identity",
+    "InputError",
     "InvalidLimit",
-    "Rate",
+    "Layer",
     "RateLimit",
-    "RateLimitError",
     "RateLimitExceeded",
     "Refusal",
+    "RefusalEvent",
     "RefusalLog",
     "check",
     "current_limit",
     "exempt",
     "limit",
     "parse_limits",
-    "rate_limited",
     "refusal_log",
+    "request_refused",
 ]
 
 __version__ = "0.2.0"

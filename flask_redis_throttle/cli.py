@@ -27,7 +27,7 @@ from .console import duration, parse_moment, table, utc
 from .identity import parse_identity, spec_kinds, spec_name
 from .keys import Identity, identity_tag, loggable
 from .local import LocalFolder, folder_of, server_status, stop_server
-from .rates import Rate
+from .rates import Layer
 from .refusals import RefusalLog
 from .reset import reset_identity
 from .throttle import StorageUnavailable, Throttle
@@ -387,7 +387,7 @@ def _endpoint_limits(state: RateLimitState, endpoint: str) -> list[PlannedLimit]
     found: dict[tuple[object, ...], PlannedLimit] = {}
     for method in sorted(methods) or ["GET"]:
         for limit in _limits(state.plan(endpoint, method)):
-            rates = limit.policy.rates if limit.policy is not None else limit.spec.spec
+            rates = limit.policy.layers if limit.policy is not None else limit.spec.limit
             found.setdefault((rates, limit.scope, limit.strategy, limit.identities), limit)
     return list(found.values())
 
@@ -425,15 +425,15 @@ def _limit_text(limit: PlannedLimit) -> str:
     """The layers, or the function of a dynamic limit, with the options that
     change how it counts."""
     if limit.policy is None:
-        text = f"dynamic: {getattr(limit.spec.spec, '__qualname__', 'function')}()"
+        text = f"dynamic: {getattr(limit.spec.limit, '__qualname__', 'function')}()"
     else:
-        text = ";".join(_layer(rate) for rate in limit.policy.rates)
+        text = ";".join(_layer(rate) for rate in limit.policy.layers)
     notes = [note for note in (limit.shadow and "shadow", limit.source != "view" and limit.source) if note]
     return f"{text} ({', '.join(notes)})" if notes else text
 
 
-def _layer(rate: Rate) -> str:
-    return f"{rate.amount}/{rate.name}"
+def _layer(rate: Layer) -> str:
+    return f"{rate.quota}/{rate.name}"
 
 
 def _tag(throttle: Throttle, identity: Identity) -> str:

@@ -17,7 +17,7 @@ from .decorators import LimitSpec, make_spec
 from .errors import ConfigurationError, InvalidLimit
 from .identity import IDENTITY_NAMES, IdentitySpec, check_identities
 from .scripts import STRATEGIES
-from .signals import Breach
+from .signals import RefusalEvent
 
 __all__ = [
     "APPLICATION_SCOPE",
@@ -94,11 +94,11 @@ FLASK_LIMITER_SETTINGS: dict[str, tuple[str | None, str]] = {
     "RATELIMIT_HEADER_RETRY_AFTER_VALUE": ("RATELIMIT_RETRY_AFTER", "'http-date' or 'seconds'"),
     "RATELIMIT_SWALLOW_ERRORS": ("RATELIMIT_FAIL_OPEN", "True by default here"),
     "RATELIMIT_FAIL_ON_FIRST_BREACH": (None, "none is needed: every limit is decided at once"),
-    "RATELIMIT_ON_BREACH_CALLBACK": ("RATELIMIT_ON_BREACH", "called with a Breach"),
+    "RATELIMIT_ON_BREACH_CALLBACK": ("RATELIMIT_ON_BREACH", "called with a RefusalEvent"),
     "RATELIMIT_IN_MEMORY_FALLBACK": ("RATELIMIT_FALLBACK", "True or False"),
     "RATELIMIT_IN_MEMORY_FALLBACK_ENABLED": ("RATELIMIT_FALLBACK", "True or False"),
     "RATELIMIT_META": (None, "use @limit(..., penalty=...)"),
-    "RATELIMIT_ON_META_BREACH_CALLBACK": (None, "use @limit(..., penalty=...) and the breach hooks"),
+    "RATELIMIT_ON_META_BREACH_CALLBACK": (None, "use @limit(..., penalty=...) and the refusal hooks"),
     "RATELIMIT_REQUEST_IDENTIFIER": (None, "counters are named after the endpoint, or the limit's scope="),
 }
 
@@ -132,7 +132,7 @@ class Settings:
     breaker_max_backoff: float
     fallback: bool
     shadow: bool
-    on_breach: Callable[[Breach], object] | None
+    on_breach: Callable[[RefusalEvent], object] | None
 
     @classmethod
     def from_config(cls, config: MutableMapping[str, Any]) -> Settings:
@@ -190,7 +190,7 @@ class Settings:
             raise ConfigurationError("RATELIMIT_RETRY_AFTER", retry_after, " or ".join(map(repr, RETRY_AFTER_FORMATS)))
         on_breach = config["RATELIMIT_ON_BREACH"]
         if on_breach is not None and not callable(on_breach):
-            raise ConfigurationError("RATELIMIT_ON_BREACH", on_breach, "None or a function that takes a Breach")
+            raise ConfigurationError("RATELIMIT_ON_BREACH", on_breach, "None or a function that takes a RefusalEvent")
         secret = config["RATELIMIT_KEY_SECRET"]
         if secret is not None and (not isinstance(secret, (str, bytes)) or not secret):
             raise ConfigurationError("RATELIMIT_KEY_SECRET", secret, "None, or a non-empty str or bytes")

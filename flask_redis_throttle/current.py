@@ -21,7 +21,7 @@ from flask import current_app, g, request
 from .extension import EXTENSION_KEY, OUTCOME_ATTRIBUTE, Outcome, RateLimitState, _at_cost, _tighter
 from .keys import Identity
 from .plan import Plan, PlannedLimit
-from .rates import Rate
+from .rates import Layer
 from .throttle import Decision, Policy, StorageUnavailable
 
 __all__ = ["CurrentLimit", "check", "current_limit"]
@@ -49,7 +49,7 @@ class CurrentLimit:
 
     limit: PlannedLimit | None
     scope: str
-    layer: Rate
+    layer: Layer
     identity: Identity
     remaining: int
     reset: float
@@ -103,7 +103,7 @@ def check(endpoint: str | None = None, method: str | None = None) -> CurrentLimi
     throttle as requests; a request whose cost is more than a counter has
     left is ``breached``. Shadow limits are left out, since they never
     refuse. Nothing is logged, no hook is called and nothing is raised for
-    a breach: what to do is the caller's choice.
+    a refusal: what to do is the caller's choice.
 
     .. code-block:: python
 

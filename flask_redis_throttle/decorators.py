@@ -19,19 +19,19 @@ from flask import Blueprint, Flask, Request, Response
 from .errors import InvalidLimit
 from .identity import IDENTITY_NAMES, IdentitySpec, check_identities
 from .penalties import Penalty, parse_penalty
-from .rates import MAX_AMOUNT, Rate, parse_limits
+from .rates import MAX_QUOTA, Layer, parse_limits
 from .scripts import STRATEGIES
 
 if TYPE_CHECKING:
-    from .signals import Breach
+    from .signals import RefusalEvent
 
 __all__ = [
     "EXEMPT_ATTRIBUTE",
     "LIMITS_ATTRIBUTE",
-    "BreachHook",
     "CostFunction",
     "DynamicLimit",
     "LimitSpec",
+    "RefusalHook",
     "exempt",
     "limit",
     "make_spec",
@@ -46,8 +46,8 @@ EXEMPT_ATTRIBUTE = "__ratelimit_exempt__"
 DynamicLimit = Callable[[Request], "str | None"]
 #: A cost function: given the request, how much quota it takes.
 CostFunction = Callable[[Request], int]
-#: Called with a :class:`~flask_redis_throttle.signals.Breach` when a limit refuses.
-BreachHook = Callable[["Breach"], object]
+#: Called with a :class:`~flask_redis_throttle.signals.RefusalEvent` when a limit refuses.
+RefusalHook = Callable[["RefusalEvent"], object]
 
 #: What the decorators accept: a view function or a blueprint.
 Target = TypeVar("Target", bound="Callable[..., Any] | Blueprint")
@@ -61,8 +61,8 @@ class LimitSpec:
     """One limit, as written in a :func:`limit` or ``RATELIMIT_DEFAULT``,
     parsed and validated. See :func:`limit` for what each option means.
 
-    :param spec: the limit string as written, or the dynamic limit function.
-    :param rates: its layers; None for a dynamic limit, whose layers are
+    :param limit: the limit string as written, or the dynamic limit function.
+    :param layers: its layers; None for a dynamic limit, whose layers are
         known only per request.
     :param scope: the counters' scope, or None for the endpoint name.
     :param identities: whom it counts, or None for ``RATELIMIT_IDENTITIES``.
@@ -82,8 +82,8 @@ class LimitSpec:
         ``RATELIMIT_DEFAULT_MODE`` (None).
     """
 
-    spec: str | DynamicLimit
-    rates: tuple[Rate, ...] | None
+    limit: str | DynamicLimit
+    layers: tuple[Layer, ...] | None
     scope: str | None = None
     identities: tuple[IdentitySpec, ...] | None = None
     strategy: str | None = None
@@ -92,7 +92,7 @@ class LimitSpec:
     deduct_when: Callable[[Response], bool] | None = None
     exempt_when: Callable[[Request], bool] | None = None
     shadow: bool = False
-    on_breach: BreachHook | None = None
+    on_breach: RefusalHook | None = None
     penalty: Penalty | None = None
     per_method: bool = False
     override_defaults: bool | None = None
@@ -100,7 +100,7 @@ class LimitSpec:
     @property
     def dynamic(self) -> bool:
         """Whether the limit string comes from a function, per request."""
-        return self.rates is None
+        return self.layers is None
 
     def applies_to(self, method: str) -> bool:
         """Whether the limit applies to requests of ``method`` (upper case).
@@ -124,7 +124,7 @@ def make_spec(
     deduct_when: Callable[[Response], bool] | None = None,
     exempt_when: Callable[[Request], bool] | None = None,
     shadow: bool = False,
-    on_breach: BreachHook | None = None,
+    on_breach: RefusalHook | None = None,
     penalty: str | None = None,
     per_method: bool = False,
     override_defaults: bool | None = None,
@@ -148,11 +148,11 @@ def make_spec(
     if strategy is not None and (not isinstance(strategy, str) or strategy not in STRATEGIES):
         raise InvalidLimit(f"strategy {strategy!r} must be one of {', '.join(map(repr, STRATEGIES))}", spec=strategy)
     if not callable(cost):
-        if isinstance(cost, bool) or not isinstance(cost, int) or not 0 <= cost <= MAX_AMOUNT:
+        if isinstance(cost, bool) or not isinstance(cost, int) or not 0 <= cost <= MAX_QUOTA:
             raise InvalidLimit(
-                f"cost {cost!r} must be an integer from 0 to {MAX_AMOUNT}, or a function of the request", spec=cost
+                f"cost {cost!r} must be an integer from 0 to {MAX_QUOTA}, or a function of the request", spec=cost
             )
-        if rates is not None and cost > min(rate.amount for rate in rates):
+        if rates is not None and cost > min(rate.quota for rate in rates):
             raise InvalidLimit(f"cost {cost} is more than a layer of {spec!r} allows: no request could pass", spec=cost)
     for name, function in (("deduct_when", deduct_when), ("exempt_when", exempt_when), ("on_breach", on_breach)):
         if function is not None and not callable(function):
@@ -205,7 +205,7 @@ def limit(
     deduct_when: Callable[[Response], bool] | None = None,
     exempt_when: Callable[[Request], bool] | None = None,
     shadow: bool = False,
-    on_breach: BreachHook | None = None,
+    on_breach: RefusalHook | None = None,
     penalty: str | None = None,
     per_method: bool = False,
     override_defaults: bool | None = None,
@@ -246,7 +246,7 @@ def limit(
     :param shadow: log refusals, send the headers and the hooks, but let
         the request through (a dry run).
     :param on_breach: a function called with a
-        :class:`~flask_redis_throttle.signals.Breach` when this limit refuses
+        :class:`~flask_redis_throttle.signals.RefusalEvent` when this limit refuses
         a request.
     :param penalty: block an identity that keeps hitting this limit for an
         escalating time, such as ``"1m;x2;max=1h"``: a minute after its

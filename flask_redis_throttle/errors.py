@@ -1,6 +1,6 @@
 """The exceptions of flask-redis-throttle, in one small hierarchy.
 
-* :class:`RateLimitError` is the base of everything raised for bad input.
+* :class:`InputError` is the base of everything raised for bad input.
 * :class:`InvalidLimit` and :class:`ConfigurationError` are also
   :class:`ValueError`, raised at decoration time and at ``init_app``.
 * :class:`RateLimitExceeded` is the HTTP 429 a refused request raises. It is
@@ -23,16 +23,16 @@ if TYPE_CHECKING:
     from _typeshed.wsgi import WSGIEnvironment
 
     from .keys import Identity
-    from .rates import Rate
+    from .rates import Layer
 
-__all__ = ["ConfigurationError", "InvalidLimit", "RateLimitError", "RateLimitExceeded"]
+__all__ = ["ConfigurationError", "InputError", "InvalidLimit", "RateLimitExceeded"]
 
 
-class RateLimitError(Exception):
+class InputError(Exception):
     """The base class of the errors this extension raises for bad input."""
 
 
-class InvalidLimit(RateLimitError, ValueError):
+class InvalidLimit(InputError, ValueError):
     """A limit string or a :func:`~flask_redis_throttle.limit` option is malformed.
 
     :param message: what is wrong, quoting the bad text and saying what is valid.
@@ -45,7 +45,7 @@ class InvalidLimit(RateLimitError, ValueError):
         self.spec = spec
 
 
-class ConfigurationError(RateLimitError, ValueError):
+class ConfigurationError(InputError, ValueError):
     """A ``RATELIMIT_*`` setting has a bad value. Raised by ``init_app``.
 
     :param key: the config key.
@@ -120,7 +120,7 @@ class RateLimitExceeded(TooManyRequests):
 
     def __init__(
         self,
-        layer: Rate,
+        layer: Layer,
         identity: Identity,
         retry_after: float,
         scope: str,
@@ -130,7 +130,7 @@ class RateLimitExceeded(TooManyRequests):
     ) -> None:
         seconds = None if cost is not None else max(1, math.ceil(retry_after))
         super().__init__(_description(layer, seconds, penalized, cost), retry_after=seconds)
-        #: The :class:`~flask_redis_throttle.Rate` that refused the request.
+        #: The :class:`~flask_redis_throttle.Layer` that refused the request.
         self.layer = layer
         #: The :class:`~flask_redis_throttle.Identity` whose counter was full.
         self.identity = identity
@@ -196,7 +196,7 @@ class RateLimitExceeded(TooManyRequests):
         return headers
 
 
-def _description(layer: Rate, seconds: int | None, penalized: bool, cost: int | None) -> str:
+def _description(layer: Layer, seconds: int | None, penalized: bool, cost: int | None) -> str:
     """The one-line message of a refusal: the body's text and ``detail``."""
     if seconds is None:
         return (

@@ -10,7 +10,7 @@ A request's path through it:
 3. :meth:`Throttle.hit <flask_redis_throttle.throttle.Throttle.hit>` decides
    every layer of every identity in one script call (a plan that uses
    per-request options may take more, see :doc:`/limits`);
-4. a refusal is logged, told to the breach hooks, and raises
+4. a refusal is logged, told to the refusal hooks, and raises
    :class:`~flask_redis_throttle.RateLimitExceeded` (429);
 5. ``after_request`` counts the requests whose ``deduct_when`` matches their
    response, and adds the headers, to the view's response or to the 429.
@@ -37,15 +37,15 @@ from .cli import ratelimit as ratelimit_cli
 from .clients import embedded_client
 from .config import Settings
 from .errors import RateLimitExceeded
-from .headers import Labels, legacy_headers, retry_after_value
+from .headers import LayerNames, legacy_headers, retry_after_value
 from .identity import parse_identity
 from .keys import Identity, identity_tag, loggable
 from .metrics import Metrics, metrics_for
 from .plan import Batch, Plan, PlannedLimit, Problem, compile_plan, matching
-from .rates import Rate
+from .rates import Layer
 from .refusals import CLUSTER_SHARDS, RefusalLog
 from .reset import reset_identity
-from .signals import Breach, notify, rate_limited
+from .signals import RefusalEvent, notify, request_refused
 from .storage import STORAGE_ERRORS, Storage
 from .throttle import Check, Decision, Policy, StorageUnavailable, Throttle
 
@@ -78,7 +78,7 @@ class Outcome:
     :func:`~flask_redis_throttle.current_limit`."""
 
     #: The names of the layers in play, and the ``RateLimit-Policy`` value.
-    labels: Labels
+    labels: LayerNames
     #: The decision the headers show.
     decision: Decision
     #: Whether the response gets a ``Retry-After``: a refusal that can pass later.
@@ -326,7 +326,7 @@ class RateLimitState:
             self._decide(req, endpoint, labels, batches, self.throttle)
 
     def _decide(
-        self, req: Request, endpoint: str, labels: Labels, batches: Sequence[Batch], throttle: Throttle
+        self, req: Request, endpoint: str, labels: LayerNames, batches: Sequence[Batch], throttle: Throttle
     ) -> None:
         """Decide the request's batches, one script call each, and leave the
         :class:`Outcome` in ``g``; raise the 429 at the first enforced refusal."""
@@ -361,7 +361,7 @@ class RateLimitState:
                     deferred.append(batch)
                 continue
             if batch.shadow:
-                self._breach(req, endpoint, batch, decision, True, _over_quota(batch.checks, batch.cost))
+                self._report_refusal(req, endpoint, batch, decision, True, _over_quota(batch.checks, batch.cost))
                 continue
             self._refuse(req, endpoint, labels, shown, batch, decision)
         if shown is not None:
@@ -401,7 +401,7 @@ class RateLimitState:
             headers.set("RateLimit", labels.state(decision.policy, decision.layer, decision.remaining, decision.reset))
             if settings.headers_legacy:
                 for header, value in legacy_headers(
-                    decision.layer.amount, decision.remaining, decision.reset, time.time()
+                    decision.layer.quota, decision.remaining, decision.reset, time.time()
                 ):
                     headers.set(header, value)
         return response
@@ -422,7 +422,7 @@ class RateLimitState:
         return shown
 
     def _refuse(
-        self, req: Request, endpoint: str, labels: Labels, shown: Decision, batch: Batch, decision: Decision
+        self, req: Request, endpoint: str, labels: LayerNames, shown: Decision, batch: Batch, decision: Decision
     ) -> NoReturn:
         """Log and report the refusal ``decision`` of ``batch``, leave
         ``shown`` for the headers, and raise the 429.
@@ -436,7 +436,7 @@ class RateLimitState:
         """
         over = _over_quota(batch.checks, batch.cost)
         setattr(g._get_current_object(), OUTCOME_ATTRIBUTE, Outcome(labels, shown, over is None))
-        replacement = self._breach(req, endpoint, batch, decision, False, over)
+        replacement = self._report_refusal(req, endpoint, batch, decision, False, over)
         if over is not None:
             error = RateLimitExceeded(
                 over.layer, over.identity, 0, over.policy.scope, penalized=decision.penalized, cost=batch.cost
@@ -457,10 +457,10 @@ class RateLimitState:
         error.response = replacement
         raise error
 
-    def _breach(
+    def _report_refusal(
         self, req: Request, endpoint: str, batch: Batch, decision: Decision, shadow: bool, over: _OverQuota | None
     ) -> AnyResponse | None:
-        """Log a refusal of ``batch``, real or shadow, and tell the breach hooks.
+        """Log a refusal of ``batch``, real or shadow, and tell the refusal hooks.
 
         :returns: the response an ``on_breach`` hook returned, to send
             instead of the 429; None if none did, or for a shadow refusal.
@@ -496,14 +496,14 @@ class RateLimitState:
                 self._log_refusal(endpoint, batch.checks, decision, shadow)
         limit = _limit_of(decision.policy, batch)
         hook = limit.spec.on_breach if limit is not None else None
-        if hook is not None or self.settings.on_breach is not None or rate_limited.receivers:
+        if hook is not None or self.settings.on_breach is not None or request_refused.receivers:
             if over is None:
                 policy, layer, identity = decision.policy, decision.layer, decision.identity
                 retry_after: int | None = max(1, math.ceil(decision.retry_after))
             else:
                 policy, layer, identity, retry_after = over.policy, over.layer, over.identity, None
-            breach = Breach(req, endpoint, policy.scope, identity, layer, retry_after, shadow, decision.penalized)
-            response = notify(self.app, breach, (hook, self.settings.on_breach))
+            event = RefusalEvent(req, endpoint, policy.scope, identity, layer, retry_after, shadow, decision.penalized)
+            response = notify(self.app, event, (hook, self.settings.on_breach))
             return None if shadow else response
         return None
 
@@ -542,7 +542,7 @@ class RateLimitState:
                 lambda: refusals.record(
                     endpoint=endpoint,
                     scope=decision.policy.scope,
-                    layer=f"{decision.layer.amount}/{decision.layer.name}",
+                    layer=f"{decision.layer.quota}/{decision.layer.name}",
                     strategy=decision.policy.strategy,
                     identity=str(decision.identity),
                     identities=identities,
@@ -724,7 +724,7 @@ class _OverQuota(NamedTuple):
     """A layer whose whole quota is less than a request's cost."""
 
     policy: Policy
-    layer: Rate
+    layer: Layer
     #: The first identity the layer counts, to name in the 429 and the hooks.
     identity: Identity
     cost: int
@@ -736,8 +736,8 @@ def _over_quota(checks: Sequence[Check], cost: int) -> _OverQuota | None:
     is checked against fixed limits when decorating; this catches a cost
     function's value, or a fixed cost over a dynamic limit's quota."""
     for policy, identities in checks:
-        for rate in policy.rates:
-            if rate.amount < cost:
+        for rate in policy.layers:
+            if rate.quota < cost:
                 return _OverQuota(policy, rate, identities[0], cost)
     return None
 

@@ -20,17 +20,17 @@ from dataclasses import dataclass, field
 from email.utils import formatdate
 from typing import TYPE_CHECKING
 
-from .rates import Rate
+from .rates import Layer
 
 if TYPE_CHECKING:
     from .throttle import Policy
 
-__all__ = ["Labels", "legacy_headers", "policy_header", "retry_after_value", "state_header"]
+__all__ = ["LayerNames", "legacy_headers", "policy_header", "retry_after_value", "state_header"]
 
 
-def policy_header(layers: Iterable[tuple[str, Rate]]) -> str:
+def policy_header(layers: Iterable[tuple[str, Layer]]) -> str:
     """The ``RateLimit-Policy`` value for named layers."""
-    return ", ".join(f'"{name}";q={rate.amount};w={rate.period}' for name, rate in layers)
+    return ", ".join(f'"{name}";q={rate.quota};w={rate.window}' for name, rate in layers)
 
 
 def state_header(name: str, remaining: int, reset: float) -> str:
@@ -49,7 +49,7 @@ def _state(head: str, remaining: int, reset: float) -> str:
 
 
 @dataclass(frozen=True)
-class Labels:
+class LayerNames:
     """The names of the layers of the policies that apply to a response, and
     the ``RateLimit-Policy`` value that lists them.
 
@@ -74,27 +74,27 @@ class Labels:
         object.__setattr__(self, "heads", heads)
 
     @classmethod
-    def of(cls, policies: Sequence[Policy]) -> Labels:
+    def of(cls, policies: Sequence[Policy]) -> LayerNames:
         """Name every layer of ``policies``, in order."""
         names: dict[tuple[int, int], str] = {}
         layers = []
         for policy in policies:
-            for rate in policy.rates:
+            for rate in policy.layers:
                 name = rate.name
                 if name in names.values():
                     name = f"{name}-{len(names) + 1}"
-                names[id(policy), rate.period] = name
+                names[id(policy), rate.window] = name
                 layers.append((name, rate))
         return cls(policy_header(layers), names, tuple(policies))
 
-    def name(self, policy: Policy, rate: Rate) -> str:
+    def name(self, policy: Policy, rate: Layer) -> str:
         """The name of one layer of one of the policies."""
-        return self.names[id(policy), rate.period]
+        return self.names[id(policy), rate.window]
 
-    def state(self, policy: Policy, rate: Rate, remaining: int, reset: float) -> str:
+    def state(self, policy: Policy, rate: Layer, remaining: int, reset: float) -> str:
         """The ``RateLimit`` value for one layer of one of the policies
         (see :func:`state_header`)."""
-        return _state(self.heads[id(policy), rate.period], remaining, reset)
+        return _state(self.heads[id(policy), rate.window], remaining, reset)
 
 
 def legacy_headers(quota: int, remaining: int, reset: float, now: float) -> list[tuple[str, str]]:

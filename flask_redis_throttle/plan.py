@@ -37,7 +37,7 @@ from flask.views import http_method_funcs
 from .config import Settings
 from .decorators import EXEMPT_ATTRIBUTE, LIMITS_ATTRIBUTE, LimitSpec
 from .errors import InvalidLimit
-from .headers import Labels
+from .headers import LayerNames
 from .identity import IdentitySpec, Resolver, Warn, resolvers
 from .keys import Identity, loggable
 from .rates import parse_limits
@@ -103,7 +103,7 @@ class PlannedLimit:
         """
         if self.policy is not None:
             return self.policy
-        value = self.spec.spec(request)  # type: ignore[operator]
+        value = self.spec.limit(request)  # type: ignore[operator]
         if value is None:
             return None
         if not isinstance(value, str):
@@ -138,7 +138,7 @@ class PlannedLimit:
 
     def describe(self) -> str:
         """The limit and where it comes from, for messages."""
-        spec = self.spec.spec
+        spec = self.spec.limit
         written = repr(spec) if isinstance(spec, str) else qualified_name(spec)
         return f"limit {written} ({self.source}, scope {self.scope!r})"
 
@@ -194,15 +194,15 @@ class Plan:
     endpoint: str
     method: str
     limits: tuple[PlannedLimit, ...]
-    labels: Labels | None
+    labels: LayerNames | None
     simple: bool
     #: Each limit's policy and identity resolvers, for simple plans.
     checks: tuple[tuple[Policy, tuple[Resolver, ...]], ...] = field(repr=False)
     #: The cost every limit has, for simple plans.
     cost: int = 1
-    _labels: dict[tuple[Policy, ...], Labels] = field(default_factory=dict, repr=False)
+    _labels: dict[tuple[Policy, ...], LayerNames] = field(default_factory=dict, repr=False)
 
-    def prepare(self, request: Request) -> tuple[Sequence[Batch], Labels, Sequence[Problem]]:
+    def prepare(self, request: Request) -> tuple[Sequence[Batch], LayerNames, Sequence[Problem]]:
         """Work out a request's script calls.
 
         A simple plan makes one batch, of every limit one of whose identities
@@ -269,12 +269,12 @@ class Plan:
             limits = tuple(limit for limit in limits if id(limit.policy) in kept)
         return (Batch(self.cost, False, False, checks, limits),)
 
-    def _labels_of(self, policies: tuple[Policy, ...]) -> Labels:
+    def _labels_of(self, policies: tuple[Policy, ...]) -> LayerNames:
         labels = self._labels.get(policies)
         if labels is None:
             if len(self._labels) >= DYNAMIC_CACHE_SIZE:
                 self._labels.clear()
-            labels = self._labels[policies] = Labels.of(policies)
+            labels = self._labels[policies] = LayerNames.of(policies)
         return labels
 
 
@@ -312,7 +312,7 @@ def compile_plan(app: Flask, endpoint: str, method: str, settings: Settings, war
     limits = []
     for position, (spec, source) in enumerate(found, 1):
         strategy = spec.strategy or settings.strategy
-        periods = None if spec.rates is None else frozenset(rate.period for rate in spec.rates)
+        periods = None if spec.layers is None else frozenset(rate.window for rate in spec.layers)
         scope = spec.scope or _default_scope(endpoint, position, strategy, periods, taken)
         # Scopes are given over all the endpoint's limits, whatever their
         # methods, so that a limit keeps its counters for every method.
@@ -331,7 +331,7 @@ def compile_plan(app: Flask, endpoint: str, method: str, settings: Settings, war
                 identities=identities,
                 resolvers=resolvers(identities, settings.ipv6_prefix, logins, warn),
                 shadow=spec.shadow or settings.shadow,
-                policy=None if spec.rates is None else Policy(spec.rates, scope, strategy, spec.penalty),
+                policy=None if spec.layers is None else Policy(spec.layers, scope, strategy, spec.penalty),
             )
         )
     if not limits:
@@ -348,7 +348,7 @@ def compile_plan(app: Flask, endpoint: str, method: str, settings: Settings, war
         endpoint=endpoint,
         method=method,
         limits=tuple(limits),
-        labels=Labels.of(policies) if len(policies) == len(limits) else None,
+        labels=LayerNames.of(policies) if len(policies) == len(limits) else None,
         simple=simple,
         checks=checks,
         cost=cost if simple else 1,  # type: ignore[arg-type]
@@ -418,7 +418,7 @@ def class_view_limits(view_class: type) -> list[LimitSpec]:
             if methods is not None:
                 if spec.methods is not None and not spec.methods & methods:
                     raise TypeError(
-                        f"limit {spec.spec!r} on {view_class.__qualname__}.{name}() has methods "
+                        f"limit {spec.limit!r} on {view_class.__qualname__}.{name}() has methods "
                         f"{sorted(spec.methods)!r}, which leave out {name.upper()}: it would never apply"
                     )
                 spec = dataclasses.replace(spec, methods=methods)

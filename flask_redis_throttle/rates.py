@@ -1,4 +1,4 @@
-"""Parsing limit strings such as ``"10/s;120/m;240/h"`` into :class:`Rate` layers.
+"""Parsing limit strings such as ``"10/s;120/m;240/h"`` into :class:`Layer` layers.
 
 This module is pure Python: it imports neither Flask nor Redis.
 """
@@ -9,12 +9,12 @@ from dataclasses import dataclass
 
 from .errors import InvalidLimit
 
-__all__ = ["MAX_AMOUNT", "MAX_LAYERS", "MAX_LIMIT_LENGTH", "MAX_PERIOD", "Rate", "parse_duration", "parse_limits"]
+__all__ = ["MAX_LAYERS", "MAX_LIMIT_LENGTH", "MAX_QUOTA", "MAX_WINDOW", "Layer", "parse_duration", "parse_limits"]
 
 #: The largest quota one layer may have. Anything above is surely a typo.
-MAX_AMOUNT = 1_000_000_000
+MAX_QUOTA = 1_000_000_000
 #: The longest window one layer may have, in seconds (366 days).
-MAX_PERIOD = 366 * 86_400
+MAX_WINDOW = 366 * 86_400
 #: The longest limit string, in characters. Limits can come from data (a
 #: dynamic limit's function), so anything longer is rejected by its length
 #: alone, before it is looked at: parsing takes time linear in this at most.
@@ -46,16 +46,16 @@ _GRAMMAR = (
 
 
 @dataclass(frozen=True, slots=True)
-class Rate:
-    """One layer of a limit: at most ``amount`` requests every ``period`` seconds.
+class Layer:
+    """One layer of a limit: at most ``quota`` requests every ``window`` seconds.
 
-    :param amount: the quota, from 1 to :data:`~flask_redis_throttle.rates.MAX_AMOUNT`.
-    :param period: the window length in whole seconds, from 1 to
-        :data:`~flask_redis_throttle.rates.MAX_PERIOD`.
+    :param quota: the quota, from 1 to :data:`~flask_redis_throttle.rates.MAX_QUOTA`.
+    :param window: the window length in whole seconds, from 1 to
+        :data:`~flask_redis_throttle.rates.MAX_WINDOW`.
     """
 
-    amount: int
-    period: int
+    quota: int
+    window: int
 
     @property
     def name(self) -> str:
@@ -64,22 +64,22 @@ class Rate:
         It names the layer in the ``RateLimit`` headers and in Redis keys.
         """
         for unit, seconds in (("d", 86_400), ("h", 3_600), ("m", 60)):
-            if self.period % seconds == 0:
-                return f"{self.period // seconds}{unit}"
-        return f"{self.period}s"
+            if self.window % seconds == 0:
+                return f"{self.window // seconds}{unit}"
+        return f"{self.window}s"
 
     def __str__(self) -> str:
         words = {"d": "day", "h": "hour", "m": "minute", "s": "second"}
         name = self.name
         count, unit = int(name[:-1]), words[name[-1]]
-        return f"{self.amount} per {count} {unit}{'' if count == 1 else 's'}"
+        return f"{self.quota} per {count} {unit}{'' if count == 1 else 's'}"
 
 
-def parse_limits(spec: str) -> tuple[Rate, ...]:
+def parse_limits(spec: str) -> tuple[Layer, ...]:
     """Parse a limit string into its layers.
 
     >>> parse_limits("10/s;120/m")
-    (Rate(amount=10, period=1), Rate(amount=120, period=60))
+    (Layer(quota=10, window=1), Layer(quota=120, window=60))
 
     It reads the string once, left to right, without backtracking, and
     rejects one longer than :data:`MAX_LIMIT_LENGTH` by its length alone, so
@@ -103,15 +103,15 @@ def parse_limits(spec: str) -> tuple[Rate, ...]:
             f"limit {_start(spec)} has {len(layers)} layers; a limit has at most {MAX_LAYERS}", spec=spec
         )
     rates = tuple(_parse_layer(layer, spec) for layer in layers)
-    periods: set[int] = set()
+    windows: set[int] = set()
     for rate in rates:
-        if rate.period in periods:
+        if rate.window in windows:
             raise InvalidLimit(
                 f"limit {spec!r} has more than one layer with a {rate.name} window; "
                 "give each layer its own window (only the smallest quota would matter)",
                 spec=spec,
             )
-        periods.add(rate.period)
+        windows.add(rate.window)
     return rates
 
 
@@ -173,7 +173,7 @@ def _scan_layer(text: str) -> tuple[str, str, str] | None:
     """The quota's digits, the multiple's (maybe empty) and the unit of a
     layer such as ``5/2m`` or ``5 per 2 minutes``; None if it is malformed."""
     scan = _Scanner(text)
-    amount = scan.run(_DIGITS)
+    quota = scan.run(_DIGITS)
     spaced = scan.run(_SPACES)
     if not scan.word("/") and not (spaced and scan.word("per") and scan.run(_SPACES)):
         return None
@@ -181,9 +181,9 @@ def _scan_layer(text: str) -> tuple[str, str, str] | None:
     multiple = scan.run(_DIGITS)
     scan.run(_SPACES)
     unit = scan.run(_LETTERS)
-    if not amount or not unit or not scan.done:
+    if not quota or not unit or not scan.done:
         return None
-    return amount, multiple, unit
+    return quota, multiple, unit
 
 
 def read_number(digits: str, most: int) -> int:
@@ -196,7 +196,7 @@ def read_number(digits: str, most: int) -> int:
     return int(significant or "0")
 
 
-def _parse_layer(layer: str, spec: str) -> Rate:
+def _parse_layer(layer: str, spec: str) -> Layer:
     text = layer.strip()
     if not text:
         raise InvalidLimit(f"limit {spec!r} has an empty layer; {_GRAMMAR}", spec=spec)
@@ -204,20 +204,20 @@ def _parse_layer(layer: str, spec: str) -> Rate:
     unit = scanned and _UNITS.get(scanned[2].lower())
     if scanned is None or unit is None:
         raise InvalidLimit(f"invalid layer {text!r} in limit {spec!r}; {_GRAMMAR}", spec=spec)
-    amount = read_number(scanned[0], MAX_AMOUNT)
-    period = read_number(scanned[1] or "1", MAX_PERIOD) * unit
-    if not 1 <= amount <= MAX_AMOUNT:
+    quota = read_number(scanned[0], MAX_QUOTA)
+    window = read_number(scanned[1] or "1", MAX_WINDOW) * unit
+    if not 1 <= quota <= MAX_QUOTA:
         raise InvalidLimit(
-            f"invalid layer {text!r} in limit {spec!r}: the quota must be from 1 to {MAX_AMOUNT}",
+            f"invalid layer {text!r} in limit {spec!r}: the quota must be from 1 to {MAX_QUOTA}",
             spec=spec,
         )
-    if not 1 <= period <= MAX_PERIOD:
+    if not 1 <= window <= MAX_WINDOW:
         raise InvalidLimit(
             f"invalid layer {text!r} in limit {spec!r}: "
-            f"the window must be from 1 second to {MAX_PERIOD // 86_400} days",
+            f"the window must be from 1 second to {MAX_WINDOW // 86_400} days",
             spec=spec,
         )
-    return Rate(amount, period)
+    return Layer(quota, window)
 
 
 def parse_duration(text: str) -> int:
@@ -228,17 +228,17 @@ def parse_duration(text: str) -> int:
 
     :raises InvalidLimit: if ``text`` is not a number and one of the units of
         a limit's layers, or is not from 1 second to 366 days
-        (:data:`MAX_PERIOD`), or is longer than :data:`MAX_LIMIT_LENGTH`.
+        (:data:`MAX_WINDOW`), or is longer than :data:`MAX_LIMIT_LENGTH`.
     """
     if isinstance(text, str):
         check_length(text, "duration")
         scan = _Scanner(text.strip())
-        amount, _, unit = scan.run(_DIGITS), scan.run(_SPACES), _UNITS.get(scan.run(_LETTERS).lower())
-        if amount and unit and scan.done:
-            seconds = read_number(amount, MAX_PERIOD) * unit
-            if not 1 <= seconds <= MAX_PERIOD:
+        quota, _, unit = scan.run(_DIGITS), scan.run(_SPACES), _UNITS.get(scan.run(_LETTERS).lower())
+        if quota and unit and scan.done:
+            seconds = read_number(quota, MAX_WINDOW) * unit
+            if not 1 <= seconds <= MAX_WINDOW:
                 raise InvalidLimit(
-                    f"invalid duration {text!r}: it must be from 1 second to {MAX_PERIOD // 86_400} days", spec=text
+                    f"invalid duration {text!r}: it must be from 1 second to {MAX_WINDOW // 86_400} days", spec=text
                 )
             return seconds
     raise InvalidLimit(

@@ -1,17 +1,17 @@
-"""Breach hooks: the :data:`rate_limited` signal, and ``on_breach`` functions.
+"""Refusal hooks: the :data:`request_refused` signal, and ``on_breach`` functions.
 
 When a limit refuses a request (or would have, in shadow mode), the
 extension calls the limit's ``on_breach``, then ``RATELIMIT_ON_BREACH``, with
-a :class:`Breach`, then sends :data:`rate_limited` in Flask's signal style,
-with the app as sender and every field of the breach as a keyword argument.
+a :class:`RefusalEvent`, then sends :data:`request_refused` in Flask's signal style,
+with the app as sender and every field of the event as a keyword argument.
 Receivers take ``**extra``, so that a field added later does not make them
 raise ``TypeError`` on every refusal::
 
-    from flask_redis_throttle.signals import rate_limited
+    from flask_redis_throttle.signals import request_refused
 
-    @rate_limited.connect_via(app)
-    def count_breach(sender, identity, layer, **extra):
-        metrics.increment("rate_limited", tags=[identity.kind])
+    @request_refused.connect_via(app)
+    def count_refusal(sender, identity, layer, **extra):
+        metrics.increment("request_refused", tags=[identity.kind])
 
 An ``on_breach`` function may return a response (a :class:`flask.Response`)
 to send instead of the 429, as in Flask-Limiter: the first one returned,
@@ -35,23 +35,23 @@ from flask import Flask, Request
 from werkzeug.wrappers import Response
 
 from .keys import Identity
-from .rates import Rate
+from .rates import Layer
 
-__all__ = ["Breach", "notify", "rate_limited"]
+__all__ = ["RefusalEvent", "notify", "request_refused"]
 
 logger = logging.getLogger("flask_redis_throttle")
 
 _signals = Namespace()
 
 #: Sent with the app as sender each time a limit refuses a request, with the
-#: fields of :class:`Breach` as keyword arguments; receivers should accept
+#: fields of :class:`RefusalEvent` as keyword arguments; receivers should accept
 #: ``**extra`` for fields added later.
-rate_limited = _signals.signal("rate-limited")
+request_refused = _signals.signal("request-refused")
 
 
 @dataclass(frozen=True)
-class Breach:
-    """A refusal, as the breach hooks see it.
+class RefusalEvent:
+    """A refusal, as the refusal hooks see it.
 
     :param request: the refused request.
     :param endpoint: its endpoint.
@@ -72,14 +72,16 @@ class Breach:
     endpoint: str
     scope: str
     identity: Identity
-    layer: Rate
+    layer: Layer
     retry_after: int | None
     shadow: bool = False
     penalized: bool = False
 
 
-def notify(app: Flask, breach: Breach, hooks: Iterable[Callable[[Breach], object] | None]) -> Response | None:
-    """Call each hook with ``breach``, then send :data:`rate_limited`.
+def notify(
+    app: Flask, event: RefusalEvent, hooks: Iterable[Callable[[RefusalEvent], object] | None]
+) -> Response | None:
+    """Call each hook with ``event``, then send :data:`request_refused`.
 
     An exception in a hook or a receiver is logged with its traceback, and
     the next one is called.
@@ -92,29 +94,29 @@ def notify(app: Flask, breach: Breach, hooks: Iterable[Callable[[Breach], object
         if hook is None:
             continue
         try:
-            returned = hook(breach)
+            returned = hook(event)
         except Exception:
             logger.exception("on_breach hook %r failed; the refusal stands", hook)
             continue
         if response is None and isinstance(returned, Response):
             response = returned
-    if rate_limited.receivers:
-        _send(app, breach)
+    if request_refused.receivers:
+        _send(app, event)
     return response
 
 
-def _send(app: Flask, breach: Breach) -> None:
-    """Send :data:`rate_limited` to each receiver of ``app``'s, logging their failures."""
-    fields = {field.name: getattr(breach, field.name) for field in dataclasses.fields(breach)}
-    for receiver in rate_limited.receivers_for(app):
+def _send(app: Flask, event: RefusalEvent) -> None:
+    """Send :data:`request_refused` to each receiver of ``app``'s, logging their failures."""
+    fields = {field.name: getattr(event, field.name) for field in dataclasses.fields(event)}
+    for receiver in request_refused.receivers_for(app):
         try:
             receiver(app, **fields)
         except TypeError:
             logger.exception(
-                "rate_limited receiver %r failed; the refusal stands. Receivers get every field of Breach "
+                "request_refused receiver %r failed; the refusal stands. Receivers get every field of RefusalEvent "
                 "as a keyword argument (%s): if it does not take them all, add **extra",
                 receiver,
                 ", ".join(fields),
             )
         except Exception:
-            logger.exception("rate_limited receiver %r failed; the refusal stands", receiver)
+            logger.exception("request_refused receiver %r failed; the refusal stands", receiver)

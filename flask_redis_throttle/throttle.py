@@ -21,7 +21,7 @@ from .breaker import CircuitBreaker
 from .codec import Reply, entry
 from .keys import Identity, escape_scope, identity_tag
 from .penalties import Penalty, penalty_suffix
-from .rates import Rate
+from .rates import Layer
 from .scripts import STRATEGIES
 from .storage import STORAGE_ERRORS, NodeFailure, Storage
 
@@ -49,7 +49,7 @@ class Policy:
     """A limit ready to be sent: its layers, scope and strategy, and the parts
     of its keys and script arguments that never change between requests.
 
-    :param rates: the layers; a request passes only if each has room.
+    :param layers: the layers; a request passes only if each has room.
     :param scope: the name counters are kept under; requests in the same scope
         share counters. By default the Flask layer uses the endpoint.
     :param strategy: the algorithm, a key of
@@ -58,7 +58,7 @@ class Policy:
         :mod:`flask_redis_throttle.penalties`); None for no penalty.
     """
 
-    rates: tuple[Rate, ...]
+    layers: tuple[Layer, ...]
     scope: str
     strategy: str = "fixed-window"
     penalty: Penalty | None = None
@@ -81,7 +81,7 @@ class Policy:
         penalty = self.penalty
         blocks = None if penalty is None else (penalty.first, penalty.factor, penalty.longest)
         object.__setattr__(self, "suffix", f"}}:{escape_scope(self.scope)}:{code}")
-        object.__setattr__(self, "entry", entry(code, self.rates, blocks))
+        object.__setattr__(self, "entry", entry(code, self.layers, blocks))
         object.__setattr__(self, "penalty_suffix", "" if penalty is None else penalty_suffix(self.scope))
         object.__setattr__(self, "strategies", frozenset([self.strategy]))
 
@@ -111,7 +111,7 @@ class Decision:
 
     admitted: bool
     policy: Policy
-    layer: Rate
+    layer: Layer
     identity: Identity
     remaining: int
     reset: float
@@ -330,7 +330,7 @@ def _layers(checks: Sequence[Check], keys: Sequence[str]) -> list[tuple[str, int
     for policy, identities in checks:
         for _ in identities:
             key = next(keys_left)
-            layers += [(f"{key}={rate.period}", rate.amount) for rate in policy.rates]
+            layers += [(f"{key}={rate.window}", rate.quota) for rate in policy.layers]
     return layers
 
 
@@ -338,13 +338,13 @@ def _decision(reply: Reply, checks: Sequence[Check], cached: bool = False) -> De
     """Find the policy, identity and layer of the reply's deciding counter."""
     index = reply.layer
     for policy, identities in checks:
-        size = len(identities) * len(policy.rates)
+        size = len(identities) * len(policy.layers)
         if index < size:
-            who, layer = divmod(index, len(policy.rates))
+            who, layer = divmod(index, len(policy.layers))
             return Decision(
                 reply.admitted,
                 policy,
-                policy.rates[layer],
+                policy.layers[layer],
                 identities[who],
                 reply.remaining,
                 reply.reset,

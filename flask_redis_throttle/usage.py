@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .keys import Identity
-from .rates import Rate
+from .rates import Layer
 from .throttle import Policy, Throttle
 
 __all__ = ["LayerUsage", "usage"]
@@ -32,14 +32,14 @@ class LayerUsage:
     """
 
     policy: Policy
-    layer: Rate
+    layer: Layer
     remaining: int
     reset: float
 
     @property
     def used(self) -> int:
         """The quota in use: the layer's quota less what remains."""
-        return self.layer.amount - self.remaining
+        return self.layer.quota - self.remaining
 
 
 def usage(throttle: Throttle, policy: Policy, identity: Identity) -> list[LayerUsage]:
@@ -51,10 +51,10 @@ def usage(throttle: Throttle, policy: Policy, identity: Identity) -> list[LayerU
     :raises StorageUnavailable: if Redis could not answer.
     """
     layers = []
-    for rate in policy.rates:
+    for rate in policy.layers:
         # A one-layer policy with the same scope and strategy has the same key.
         one = Policy((rate,), policy.scope, policy.strategy)
         decision = throttle.hit([(one, [identity])], cost=0)
-        reset = decision.reset if decision.remaining < rate.amount else 0.0
+        reset = decision.reset if decision.remaining < rate.quota else 0.0
         layers.append(LayerUsage(policy, rate, decision.remaining, reset))
     return layers

@@ -282,11 +282,11 @@ def test_plan_describes_each_limit(app: Flask) -> None:
     assert [limit.source for limit in post_plan.limits] == ["view", "view", "blueprint api"]
     first, dynamic, shared = post_plan.limits
     assert first.policy is not None
-    assert [str(rate) for rate in first.policy.rates] == ["10 per 1 second", "100 per 1 minute"]
+    assert [str(rate) for rate in first.policy.layers] == ["10 per 1 second", "100 per 1 minute"]
     assert (first.scope, first.strategy, first.identities) == ("api.items", "gcra", (api_key,))
     assert dynamic.dynamic
     assert dynamic.policy is None
-    assert dynamic.spec.spec is quota
+    assert dynamic.spec.limit is quota
     assert (dynamic.shadow, dynamic.spec.cost, dynamic.spec.methods) == (True, 3, frozenset({"POST"}))
     assert dynamic.identities == ("ip", "user")
     assert shared.scope == "api"

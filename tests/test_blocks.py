@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from flask_redis_throttle import ConfigurationError, Identity, limit, refusal_log
 from flask_redis_throttle.blocks import MAX_AGE, Block, BlockCache
-from flask_redis_throttle.rates import Rate
+from flask_redis_throttle.rates import Layer
 from flask_redis_throttle.scripts import STRATEGIES
 from flask_redis_throttle.storage import Storage
 from flask_redis_throttle.throttle import Policy, Throttle
@@ -93,7 +93,7 @@ def test_other_quotas_on_a_shared_scope_are_not_blocked(app: Flask) -> None:
 
 def test_a_cheaper_request_asks_redis(storage: Storage) -> None:
     throttle = Throttle(storage, blocks=BlockCache(10))
-    policy = Policy((Rate(3, 60),), "s")
+    policy = Policy((Layer(3, 60),), "s")
     ip = [Identity("ip", "192.0.2.1")]
     assert throttle.hit([(policy, ip)], cost=2).admitted
     refused = throttle.hit([(policy, ip)], cost=2)
@@ -161,7 +161,7 @@ def test_the_cache_never_changes_a_decision(
     scope = f"c{next(_scopes)}"
     plain = Throttle(storage, prefix="plain:")
     cached = Throttle(storage, prefix="cached:", blocks=BlockCache(100))
-    policy = Policy(tuple(Rate(q, p) for q, p in layers), scope, strategy)
+    policy = Policy(tuple(Layer(q, p) for q, p in layers), scope, strategy)
     people = (Identity("ip", "192.0.2.1"), Identity("user", "ann"))
     at = 0
     for gap, who, cost in steps:

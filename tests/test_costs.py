@@ -9,7 +9,7 @@ import pytest
 from conftest import get, install
 from flask import Flask, Request, Response, abort, g, request
 
-from flask_redis_throttle import Breach, Rate, limit
+from flask_redis_throttle import Layer, RefusalEvent, limit
 from flask_redis_throttle.extension import RateLimitState
 
 
@@ -204,10 +204,10 @@ def batch_size(request: Request) -> int:
 
 def test_a_request_costing_more_than_the_quota_can_never_pass(app: Flask, caplog) -> None:
     # No Retry-After: none would be true. The body and a warning say why.
-    breaches: list[Breach] = []
+    events: list[RefusalEvent] = []
 
     @app.post("/batch")
-    @limit("5/m;100/h", cost=batch_size, on_breach=breaches.append)
+    @limit("5/m;100/h", cost=batch_size, on_breach=events.append)
     def batch() -> str:
         return "ok"
 
@@ -228,7 +228,7 @@ def test_a_request_costing_more_than_the_quota_can_never_pass(app: Flask, caplog
         "a request to batch costs 6, more than the whole quota of 5 per 1 minute "
         "of limit '5/m;100/h' (view, scope 'batch'): it can never pass; refused without Retry-After"
     )
-    assert [(b.layer, b.retry_after, b.scope) for b in breaches] == [(Rate(5, 60), None, "batch")] * 2
+    assert [(b.layer, b.retry_after, b.scope) for b in events] == [(Layer(5, 60), None, "batch")] * 2
     # The quota is whole: a request that fits it passes.
     assert client.post("/batch", json=[1] * 5).status_code == 200
 
@@ -254,10 +254,10 @@ def test_a_fixed_cost_over_a_dynamic_quota_can_never_pass(app: Flask, caplog, re
 
 
 def test_a_shadow_limit_a_request_could_never_pass_says_so(app: Flask, caplog) -> None:
-    breaches: list[Breach] = []
+    events: list[RefusalEvent] = []
 
     @app.post("/batch")
-    @limit("5/m", cost=batch_size, shadow=True, on_breach=breaches.append)
+    @limit("5/m", cost=batch_size, shadow=True, on_breach=events.append)
     def batch() -> str:
         return "ok"
 
@@ -268,7 +268,7 @@ def test_a_shadow_limit_a_request_could_never_pass_says_so(app: Flask, caplog) -
     assert "Retry-After" not in response.headers
     messages = [r.getMessage() for r in caplog.records]
     assert any(m.startswith("shadow mode: ip:") and "costs 6, more than the whole quota" in m for m in messages)
-    assert [(b.layer, b.retry_after, b.shadow) for b in breaches] == [(Rate(5, 60), None, True)]
+    assert [(b.layer, b.retry_after, b.shadow) for b in events] == [(Layer(5, 60), None, True)]
 
 
 def test_a_deferred_request_costing_more_than_the_quota_can_never_pass(app: Flask, caplog) -> None:

@@ -10,7 +10,7 @@ import pytest
 from conftest import Clock, get, install
 from flask import Flask, jsonify, render_template_string
 
-from flask_redis_throttle import CurrentLimit, Rate, check, current_limit, exempt, limit
+from flask_redis_throttle import CurrentLimit, Layer, check, current_limit, exempt, limit
 from flask_redis_throttle.testing import free_port
 
 
@@ -56,7 +56,7 @@ def test_a_template_reads_it_as_a_global(app: Flask) -> None:
     @limit("5/m")
     def index() -> str:
         return render_template_string(
-            "{% set found = current_limit() %}{{ found.remaining }} of {{ found.layer.amount }} left"
+            "{% set found = current_limit() %}{{ found.remaining }} of {{ found.layer.quota }} left"
         )
 
     @app.get("/free")
@@ -204,7 +204,7 @@ def test_current_limit_names_the_identity_and_layer_that_decide(app: Flask) -> N
         return {"identity": str(found.identity), "layer": str(found.layer)}
 
     install(app)
-    assert get(app.test_client()).get_json() == {"identity": "ip:192.0.2.1", "layer": str(Rate(2, 3600))}
+    assert get(app.test_client()).get_json() == {"identity": "ip:192.0.2.1", "layer": str(Layer(2, 3600))}
 
 
 def test_the_scope_of_a_per_method_limit(app: Flask) -> None:

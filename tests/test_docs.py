@@ -10,7 +10,7 @@ or option the docs show but the code rejects fails here. Each
 the package's docstrings, which the API page shows. A few examples need more
 than a namespace can give; :data:`SKIP` lists them, each with its reason.
 
-The examples whose whole point is behaviour (the breach receiver, the
+The examples whose whole point is behaviour (the refusal receiver, the
 refusal log's admin view) are also run through real requests on every
 storage, below.
 """
@@ -38,7 +38,7 @@ from conftest import add_login, get, install
 from flask import Blueprint, Flask
 
 import flask_redis_throttle
-from flask_redis_throttle import RateLimit, rate_limited
+from flask_redis_throttle import RateLimit, request_refused
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -181,7 +181,7 @@ def disconnect_receivers(names: dict[str, Any]) -> None:
     """Disconnect whatever the example connected to the signal."""
     for value in list(names.values()):
         if callable(value):
-            rate_limited.disconnect(value)
+            request_refused.disconnect(value)
 
 
 def test_the_docs_have_examples() -> None:
@@ -267,7 +267,7 @@ def post(client: Any, path: str, ip: str = "192.0.2.1", **kwargs: Any) -> int:
 def test_the_breach_receiver_in_the_docs_counts_every_refusal(app: Flask) -> None:
     # docs/responses.rst, exactly as written: a receiver that leaves out a
     # field the signal sends raises TypeError and never counts.
-    example = example_of("responses.rst", "from flask_redis_throttle import limit, rate_limited")
+    example = example_of("responses.rst", "from flask_redis_throttle import limit, request_refused")
     names = namespace(app)
     add_login(app)
     answer_placeholders(app)
@@ -282,14 +282,14 @@ def test_the_breach_receiver_in_the_docs_counts_every_refusal(app: Flask) -> Non
     assert (
         names["statsd"].sent
         == [
-            ("rate_limited", ["endpoint:login", "shadow:False", "penalized:False"]),
+            ("request_refused", ["endpoint:login", "shadow:False", "penalized:False"]),
         ]
         * 2
     )
 
 
 def test_the_breach_hooks_in_the_docs_see_the_user(app: Flask, caplog) -> None:
-    example = example_of("responses.rst", "from flask_redis_throttle import limit, rate_limited")
+    example = example_of("responses.rst", "from flask_redis_throttle import limit, request_refused")
     names = namespace(app)
     add_login(app)
     answer_placeholders(app)

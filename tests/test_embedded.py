@@ -30,7 +30,7 @@ from flask_redis_throttle import Identity
 from flask_redis_throttle.embedded import CURSORS, LUAS, SWEEP, EmbeddedRedis, lua_host
 from flask_redis_throttle.keys import identity_tag
 from flask_redis_throttle.penalties import Penalty
-from flask_redis_throttle.rates import Rate
+from flask_redis_throttle.rates import Layer
 from flask_redis_throttle.reset import counter_pattern
 from flask_redis_throttle.scripts import STRATEGIES
 from flask_redis_throttle.storage import Storage
@@ -646,7 +646,7 @@ def test_the_scripts_reply_as_on_redis(
     names = [data.draw(st.sampled_from(list(STRATEGIES))) if strategy == "mixed" else strategy for _ in layers]
     penalty = data.draw(penalties)
     policies = [
-        Policy((Rate(quota, period),), f"s{i}", name, penalty)
+        Policy((Layer(quota, period),), f"s{i}", name, penalty)
         for i, ((quota, period), name) in enumerate(zip(layers, names, strict=True))
     ]
     prefix = f"p{next(_prefixes)}:"  # a fresh prefix per example keeps examples apart on the server
@@ -692,7 +692,7 @@ def test_memory_stays_bounded_under_a_stream_of_new_identities() -> None:
     clock = FakeTime()
     storage = Storage(EmbeddedRedis(clock))
     throttle = Pinned(storage)
-    policy = Policy((Rate(1, 1),), "s", "fixed-window")
+    policy = Policy((Layer(1, 1),), "s", "fixed-window")
     sizes = []
     for n in range(20_000):
         clock.at += 0.001

@@ -1,4 +1,4 @@
-"""Breach hooks: the rate_limited signal and on_breach functions."""
+"""Refusal hooks: the request_refused signal and on_breach functions."""
 
 from __future__ import annotations
 
@@ -10,20 +10,20 @@ import pytest
 from conftest import get, install
 from flask import Flask, Response, jsonify
 
-from flask_redis_throttle import Breach, Identity, Rate, RateLimitExceeded, limit, rate_limited
+from flask_redis_throttle import Identity, Layer, RateLimitExceeded, RefusalEvent, limit, request_refused
 
 
 @pytest.fixture
 def received() -> Iterator[list[tuple[Any, dict[str, Any]]]]:
-    """What the rate_limited signal sends, while the test runs."""
+    """What the request_refused signal sends, while the test runs."""
     seen: list[tuple[Any, dict[str, Any]]] = []
 
     def receiver(sender: Any, **fields: Any) -> None:
         seen.append((sender, fields))
 
-    rate_limited.connect(receiver)
+    request_refused.connect(receiver)
     yield seen
-    rate_limited.disconnect(receiver)
+    request_refused.disconnect(receiver)
 
 
 def test_the_signal_tells_who_hit_which_limit(app: Flask, received) -> None:
@@ -41,16 +41,16 @@ def test_the_signal_tells_who_hit_which_limit(app: Flask, received) -> None:
     assert sender is app
     assert fields["request"].path == "/"
     assert fields["identity"] == Identity("ip", "192.0.2.1")
-    assert fields["layer"] == Rate(1, 60)
+    assert fields["layer"] == Layer(1, 60)
     assert fields["retry_after"] == 60
     assert (fields["scope"], fields["endpoint"], fields["shadow"]) == ("search", "index", False)
 
 
 def test_on_breach_per_limit_and_for_the_app(app: Flask) -> None:
-    calls: list[tuple[str, Breach]] = []
+    calls: list[tuple[str, RefusalEvent]] = []
 
     @app.get("/")
-    @limit("1/m", on_breach=lambda breach: calls.append(("limit", breach)))
+    @limit("1/m", on_breach=lambda event: calls.append(("limit", event)))
     def index() -> str:
         return "ok"
 
@@ -59,11 +59,11 @@ def test_on_breach_per_limit_and_for_the_app(app: Flask) -> None:
     def other() -> str:
         return "ok"
 
-    install(app, RATELIMIT_ON_BREACH=lambda breach: calls.append(("app", breach)))
+    install(app, RATELIMIT_ON_BREACH=lambda event: calls.append(("app", event)))
     client = app.test_client()
     for path in ("/", "/", "/other", "/other"):
         get(client, path)
-    assert [(where, breach.endpoint, breach.shadow) for where, breach in calls] == [
+    assert [(where, event.endpoint, event.shadow) for where, event in calls] == [
         ("limit", "index", False),
         ("app", "index", False),
         ("app", "other", True),
@@ -80,8 +80,8 @@ def test_a_failing_hook_does_not_turn_the_429_into_a_500(app: Flask, caplog) -> 
     def later(sender: Any, **fields: Any) -> None:
         after.append(fields["endpoint"])
 
-    rate_limited.connect(broken)
-    rate_limited.connect(later)
+    request_refused.connect(broken)
+    request_refused.connect(later)
     try:
 
         @app.get("/")
@@ -95,8 +95,8 @@ def test_a_failing_hook_does_not_turn_the_429_into_a_500(app: Flask, caplog) -> 
         with caplog.at_level(logging.ERROR, "flask_redis_throttle"):
             response = get(client)
     finally:
-        rate_limited.disconnect(broken)
-        rate_limited.disconnect(later)
+        request_refused.disconnect(broken)
+        request_refused.disconnect(later)
     assert response.status_code == 429
     failures = [r for r in caplog.records if r.exc_info and "hook bug" in str(r.exc_info[1])]
     assert len(failures) == 3  # the limit's hook, the app's, and the receiver
@@ -108,7 +108,7 @@ def test_a_receiver_that_does_not_take_every_field_is_told_to_add_extra(app: Fla
     def count(sender, request, endpoint, scope, identity, layer, retry_after, shadow):  # type: ignore[no-untyped-def]
         raise AssertionError("never called: blinker passes penalized too")
 
-    rate_limited.connect(count)
+    request_refused.connect(count)
     try:
 
         @app.get("/")
@@ -122,7 +122,7 @@ def test_a_receiver_that_does_not_take_every_field_is_told_to_add_extra(app: Fla
         with caplog.at_level(logging.ERROR, "flask_redis_throttle"):
             assert get(client).status_code == 429
     finally:
-        rate_limited.disconnect(count)
+        request_refused.disconnect(count)
     [record] = [r for r in caplog.records if r.exc_info]
     assert isinstance(record.exc_info[1], TypeError)  # type: ignore[index]
     assert "penalized" in str(record.exc_info[1])  # type: ignore[index]
@@ -133,8 +133,8 @@ def test_a_receiver_that_does_not_take_every_field_is_told_to_add_extra(app: Fla
 
 
 def test_on_breach_may_return_a_response_that_replaces_the_429(app: Flask, clock) -> None:
-    def friendly(breach: Breach) -> Response:
-        return jsonify(error="slow down", identity=str(breach.identity), retry_after=breach.retry_after)
+    def friendly(event: RefusalEvent) -> Response:
+        return jsonify(error="slow down", identity=str(event.identity), retry_after=event.retry_after)
 
     @app.get("/")
     @limit("1/m", identities=["ip"], on_breach=friendly)
@@ -154,21 +154,21 @@ def test_on_breach_may_return_a_response_that_replaces_the_429(app: Flask, clock
 
 def test_the_limits_response_wins_over_the_apps(app: Flask) -> None:
     @app.get("/")
-    @limit("1/m", on_breach=lambda breach: Response("limit", status=429))
+    @limit("1/m", on_breach=lambda event: Response("limit", status=429))
     def index() -> str:
         return "ok"
 
     @app.get("/other")
-    @limit("1/m", on_breach=lambda breach: None)
+    @limit("1/m", on_breach=lambda event: None)
     def other() -> str:
         return "ok"
 
     @app.get("/ignored")
-    @limit("1/m", on_breach=lambda breach: "not a response")
+    @limit("1/m", on_breach=lambda event: "not a response")
     def ignored() -> str:
         return "ok"
 
-    install(app, RATELIMIT_ON_BREACH=lambda breach: Response("app", status=503))
+    install(app, RATELIMIT_ON_BREACH=lambda event: Response("app", status=503))
     client = app.test_client()
     bodies = []
     for path in ("/", "/other", "/ignored"):
@@ -180,12 +180,12 @@ def test_the_limits_response_wins_over_the_apps(app: Flask) -> None:
 
 def test_a_hooks_response_is_ignored_in_shadow_mode_and_when_not_a_response(app: Flask) -> None:
     @app.get("/")
-    @limit("1/m", shadow=True, on_breach=lambda breach: Response("blocked", status=403))
+    @limit("1/m", shadow=True, on_breach=lambda event: Response("blocked", status=403))
     def index() -> str:
         return "ok"
 
     @app.get("/text")
-    @limit("1/m", on_breach=lambda breach: "blocked")
+    @limit("1/m", on_breach=lambda event: "blocked")
     def text() -> str:
         return "ok"
 
@@ -199,7 +199,7 @@ def test_a_hooks_response_is_ignored_in_shadow_mode_and_when_not_a_response(app:
 
 
 def test_a_failing_hook_does_not_stop_the_next_ones_response(app: Flask, caplog) -> None:
-    def broken(breach: Breach) -> None:
+    def broken(event: RefusalEvent) -> None:
         raise RuntimeError("hook bug")
 
     @app.get("/")
@@ -207,7 +207,7 @@ def test_a_failing_hook_does_not_stop_the_next_ones_response(app: Flask, caplog)
     def index() -> str:
         return "ok"
 
-    install(app, RATELIMIT_ON_BREACH=lambda breach: Response("app", status=429))
+    install(app, RATELIMIT_ON_BREACH=lambda event: Response("app", status=429))
     client = app.test_client()
     get(client)
     with caplog.at_level(logging.ERROR, "flask_redis_throttle"):
@@ -218,7 +218,7 @@ def test_a_failing_hook_does_not_stop_the_next_ones_response(app: Flask, caplog)
 
 def test_an_error_handler_still_sees_the_refusal_first(app: Flask) -> None:
     @app.get("/")
-    @limit("1/m", on_breach=lambda breach: Response("hook", status=429))
+    @limit("1/m", on_breach=lambda event: Response("hook", status=429))
     def index() -> str:
         return "ok"
 
@@ -236,7 +236,7 @@ def test_an_error_handler_still_sees_the_refusal_first(app: Flask) -> None:
 
 def test_a_response_for_a_request_that_can_never_pass(app: Flask) -> None:
     @app.post("/batch")
-    @limit(lambda request: "2/m", cost=3, on_breach=lambda breach: jsonify(never=breach.retry_after is None))
+    @limit(lambda request: "2/m", cost=3, on_breach=lambda event: jsonify(never=event.retry_after is None))
     def batch() -> str:
         return "ok"
 

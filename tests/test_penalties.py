@@ -142,13 +142,13 @@ def test_an_offence_is_forgotten_a_longest_block_after_its_block(app: Flask, clo
 
 
 def test_a_penalty_refusal_is_told_apart(app: Flask, caplog, clock: Clock) -> None:
-    breaches: list[Any] = []
+    events: list[Any] = []
 
     @app.errorhandler(RateLimitExceeded)
     def too_many(error: RateLimitExceeded) -> Any:
         return {"penalized": error.penalized, "detail": error.description}, 429
 
-    penalized_app(app, on_breach=breaches.append)
+    penalized_app(app, on_breach=events.append)
     client = app.test_client()
     offend(client, clock, 0.0)
     clock.set(2.0)
@@ -157,7 +157,7 @@ def test_a_penalty_refusal_is_told_apart(app: Flask, caplog, clock: Clock) -> No
         "penalized": True,
         "detail": "Rate limit exceeded too often: 2 per 1 second. Try again in 8 seconds.",
     }
-    assert [breach.penalized for breach in breaches] == [True, True]
+    assert [event.penalized for event in events] == [True, True]
     with app.app_context():
         assert [refusal.penalized for refusal in refusal_log().recent()] == [True, True]
 

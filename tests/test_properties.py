@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from models import BUCKETS, MODELS, Counter, decide, distinct
 
 from flask_redis_throttle import Identity
-from flask_redis_throttle.rates import Rate
+from flask_redis_throttle.rates import Layer
 from flask_redis_throttle.scripts import STRATEGIES
 from flask_redis_throttle.storage import Storage
 from flask_redis_throttle.throttle import Policy, Throttle
@@ -71,7 +71,7 @@ def test_scripts_match_models_and_keep_promises(
     # same layer would be, and its layer must be counted once.
     scope = f"p{next(_scopes)}"
     names = [data.draw(st.sampled_from(list(STRATEGIES))) if strategy == "mixed" else strategy for _ in layers]
-    policies = [Policy((Rate(q, p),), scope, name) for (q, p), name in zip(layers, names, strict=True)]
+    policies = [Policy((Layer(q, p),), scope, name) for (q, p), name in zip(layers, names, strict=True)]
     if duplicate:
         policies.append(policies[0])
     throttle = Throttle(storage)
@@ -156,7 +156,7 @@ def test_a_refund_restores_every_inspection(storage: Storage, strategy: str, cos
     through up to full: an inspection afterwards matches one before to the
     microsecond. 3/s makes GCRA's interval a third of a microsecond short of
     whole, so its remainder carries and the refund must borrow."""
-    policy = Policy((Rate(3, 1), Rate(4, 2)), f"r{next(_scopes)}", strategy)
+    policy = Policy((Layer(3, 1), Layer(4, 2)), f"r{next(_scopes)}", strategy)
     keys = [Throttle(storage).key(policy, IDENTITIES[0])]
     now = T0 + SECOND // 3
 

@@ -10,7 +10,7 @@ import pytest
 from conftest import get, install
 from flask import Flask
 
-from flask_redis_throttle import InvalidLimit, Rate, limit, parse_limits
+from flask_redis_throttle import InvalidLimit, Layer, limit, parse_limits
 from flask_redis_throttle.rates import MAX_LAYERS, MAX_LIMIT_LENGTH
 
 
@@ -37,7 +37,7 @@ from flask_redis_throttle.rates import MAX_LAYERS, MAX_LIMIT_LENGTH
     ],
 )
 def test_valid(spec: str, expected: list[tuple[int, int]]) -> None:
-    assert parse_limits(spec) == tuple(Rate(amount, period) for amount, period in expected)
+    assert parse_limits(spec) == tuple(Layer(amount, period) for amount, period in expected)
 
 
 @pytest.mark.parametrize(
@@ -96,17 +96,17 @@ def test_decorator_validates_when_applied() -> None:
 @pytest.mark.parametrize(
     ("rate", "name", "text"),
     [
-        (Rate(10, 1), "1s", "10 per 1 second"),
-        (Rate(5, 2), "2s", "5 per 2 seconds"),
-        (Rate(5, 90), "90s", "5 per 90 seconds"),
-        (Rate(120, 60), "1m", "120 per 1 minute"),
-        (Rate(5, 120), "2m", "5 per 2 minutes"),
-        (Rate(1, 3_600), "1h", "1 per 1 hour"),
-        (Rate(1, 86_400), "1d", "1 per 1 day"),
-        (Rate(1, 172_800), "2d", "1 per 2 days"),
+        (Layer(10, 1), "1s", "10 per 1 second"),
+        (Layer(5, 2), "2s", "5 per 2 seconds"),
+        (Layer(5, 90), "90s", "5 per 90 seconds"),
+        (Layer(120, 60), "1m", "120 per 1 minute"),
+        (Layer(5, 120), "2m", "5 per 2 minutes"),
+        (Layer(1, 3_600), "1h", "1 per 1 hour"),
+        (Layer(1, 86_400), "1d", "1 per 1 day"),
+        (Layer(1, 172_800), "2d", "1 per 2 days"),
     ],
 )
-def test_names(rate: Rate, name: str, text: str) -> None:
+def test_names(rate: Layer, name: str, text: str) -> None:
     assert rate.name == name
     assert str(rate) == text
 
@@ -143,18 +143,18 @@ def test_numbers_are_never_converted_in_full(spec: str) -> None:
 
 
 def test_leading_zeros_do_not_count_against_a_number() -> None:
-    assert parse_limits("0" * 900 + "5/0" + "0" * 90 + "2m") == (Rate(5, 120),)
+    assert parse_limits("0" * 900 + "5/0" + "0" * 90 + "2m") == (Layer(5, 120),)
 
 
 @pytest.mark.parametrize(
     ("spec", "expected"),
     [
-        ("1/s" + " " * (MAX_LIMIT_LENGTH - 3), (Rate(1, 1),)),
-        ("1" + " " * (MAX_LIMIT_LENGTH - 3) + "/s", (Rate(1, 1),)),
-        ("1" + " " * (MAX_LIMIT_LENGTH - 9) + "per    s", (Rate(1, 1),)),
+        ("1/s" + " " * (MAX_LIMIT_LENGTH - 3), (Layer(1, 1),)),
+        ("1" + " " * (MAX_LIMIT_LENGTH - 3) + "/s", (Layer(1, 1),)),
+        ("1" + " " * (MAX_LIMIT_LENGTH - 9) + "per    s", (Layer(1, 1),)),
     ],
 )
-def test_the_longest_limit_string_is_parsed(spec: str, expected: tuple[Rate, ...]) -> None:
+def test_the_longest_limit_string_is_parsed(spec: str, expected: tuple[Layer, ...]) -> None:
     assert len(spec) == MAX_LIMIT_LENGTH
     assert parse_limits(spec) == expected
 
@@ -192,7 +192,7 @@ def test_a_limit_string_over_the_longest_is_rejected_by_its_length(spec: str) ->
 
 def test_the_most_layers() -> None:
     spec = ";".join(f"1/{n}s" for n in range(1, MAX_LAYERS + 1))
-    assert [rate.period for rate in parse_limits(spec)] == list(range(1, MAX_LAYERS + 1))
+    assert [rate.window for rate in parse_limits(spec)] == list(range(1, MAX_LAYERS + 1))
 
 
 def test_more_layers_than_the_most_are_rejected_before_any_is_parsed() -> None:

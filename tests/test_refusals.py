@@ -242,7 +242,7 @@ def test_the_log_holds_exactly_the_latest_refusals(
         ids = (f"ip:{request.remote_addr}",) + (
             (f"user:{request.headers['X-User']}",) if "X-User" in request.headers else ()
         )
-        refused.append((str(error.identity), f"{error.layer.amount}/{error.layer.name}", ids))
+        refused.append((str(error.identity), f"{error.layer.quota}/{error.layer.name}", ids))
         return error.get_response()
 
     install(app, RATELIMIT_STRATEGY=strategy, RATELIMIT_REFUSAL_LOG_SIZE=size, RATELIMIT_BLOCK_CACHE_SIZE=0)

@@ -9,7 +9,7 @@ import pytest
 from conftest import Clock, add_login, align_to_window, get, install
 from flask import Flask, Request, jsonify
 
-from flask_redis_throttle import Identity, Rate, RateLimitExceeded, limit
+from flask_redis_throttle import Identity, Layer, RateLimitExceeded, limit
 
 
 def limited_app(app: Flask, spec: str = "3/s;5/m", **options: object) -> None:
@@ -252,7 +252,7 @@ def test_refusal_is_a_page_for_browsers(app: Flask, accept: str, clock: Clock) -
 def test_the_page_escapes_what_it_shows(app: Flask) -> None:
     # The description is made of numbers today, but it is escaped all the
     # same, should it ever carry something a client chose.
-    error = RateLimitExceeded(Rate(1, 60), Identity("ip", "192.0.2.1"), 1.0, "s")
+    error = RateLimitExceeded(Layer(1, 60), Identity("ip", "192.0.2.1"), 1.0, "s")
     error.description = "<b>"
     body = error.get_body({"HTTP_ACCEPT": "text/html"})
     assert "&lt;b&gt;" in body
@@ -330,10 +330,10 @@ def test_custom_429_handler_gets_the_details(app: Flask, clock: Clock) -> None:
 
 
 def test_exception_attributes() -> None:
-    error = RateLimitExceeded(Rate(1, 60), Identity("user", "7"), 0.2, "api")
+    error = RateLimitExceeded(Layer(1, 60), Identity("user", "7"), 0.2, "api")
     assert error.code == 429
     assert error.retry_after == 1
-    assert error.layer == Rate(1, 60)
+    assert error.layer == Layer(1, 60)
     assert str(error.identity) == "user:7"
 
 
