@@ -1,5 +1,6 @@
 """flask-redis-throttle: layered rate limits for Flask, decided in one Redis round trip."""
 
+from ._deprecated import renamed
 from .current import CurrentLimit, check, current_limit
 from .decorators import exempt, limit
 from .errors import ConfigurationError, InputError, InvalidLimit, RateLimitExceeded
@@ -31,3 +32,16 @@ __all__ = [
 ]
 
 __version__ = "0.2.0"
+
+
+#: The old names of renamed things, answered with a DeprecationWarning.
+_RENAMED = {
+    "Breach": "RefusalEvent",  # old name
+    "Rate": "Layer",  # old name
+    "RateLimitError": "InputError",  # old name
+    "rate_limited": "request_refused",  # old name
+}
+
+
+def __getattr__(name: str) -> object:
+    return renamed(__name__, name, _RENAMED, globals())

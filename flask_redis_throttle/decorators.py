@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from flask import Blueprint, Flask, Request, Response
 
+from ._deprecated import renamed, warn_renamed
 from .errors import InvalidLimit
 from .identity import IDENTITY_NAMES, IdentitySpec, check_identities
 from .penalties import Penalty, parse_penalty
@@ -101,6 +102,18 @@ class LimitSpec:
     def dynamic(self) -> bool:
         """Whether the limit string comes from a function, per request."""
         return self.layers is None
+
+    @property
+    def spec(self) -> str | DynamicLimit:  # old name
+        """Deprecated: :attr:`limit`."""
+        warn_renamed("LimitSpec.spec", "LimitSpec.limit")  # old name
+        return self.limit
+
+    @property
+    def rates(self) -> tuple[Layer, ...] | None:  # old name
+        """Deprecated: :attr:`layers`."""
+        warn_renamed("LimitSpec.rates", "LimitSpec.layers")  # old name
+        return self.layers
 
     def applies_to(self, method: str) -> bool:
         """Whether the limit applies to requests of ``method`` (upper case).
@@ -330,3 +343,11 @@ def _check_target(target: object, name: str) -> None:
         )
     if not (callable(target) or isinstance(target, Blueprint)):
         raise TypeError(f"{name}() takes a view function or a blueprint, not {target!r}")
+
+
+#: The old names of renamed things, answered with a DeprecationWarning.
+_RENAMED = {"BreachHook": "RefusalHook"}  # old name
+
+
+def __getattr__(name: str) -> object:
+    return renamed(__name__, name, _RENAMED, globals())

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from email.utils import formatdate
 from typing import TYPE_CHECKING
 
+from ._deprecated import renamed
 from .rates import Layer
 
 if TYPE_CHECKING:
@@ -126,3 +127,11 @@ def retry_after_value(retry_after: float, http_date: bool, now: float) -> str:
     if http_date:
         return formatdate(math.ceil(now + max(retry_after, 1)), usegmt=True)
     return str(max(1, math.ceil(retry_after)))
+
+
+#: The old names of renamed things, answered with a DeprecationWarning.
+_RENAMED = {"Labels": "LayerNames"}  # old name
+
+
+def __getattr__(name: str) -> object:
+    return renamed(__name__, name, _RENAMED, globals())

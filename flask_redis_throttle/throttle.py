@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
+from ._deprecated import warn_renamed
 from .blocks import Block, BlockCache
 from .breaker import CircuitBreaker
 from .codec import Reply, entry
@@ -84,6 +85,12 @@ class Policy:
         object.__setattr__(self, "entry", entry(code, self.layers, blocks))
         object.__setattr__(self, "penalty_suffix", "" if penalty is None else penalty_suffix(self.scope))
         object.__setattr__(self, "strategies", frozenset([self.strategy]))
+
+    @property
+    def rates(self) -> tuple[Layer, ...]:  # old name
+        """Deprecated: :attr:`layers`."""
+        warn_renamed("Policy.rates", "Policy.layers")  # old name
+        return self.layers
 
 
 #: One limit to check for a request: a policy and the identities it applies to.
