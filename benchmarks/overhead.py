@@ -184,7 +184,7 @@ def metrics_alone(variants: list[Variant], rounds: int, calls: int = 2000) -> li
 
     app = next(v.app for v in variants if v.name == "ours")
     state = app.extensions["ratelimit"]  # type: ignore[union-attr]
-    policy = state.plan("index", "GET").checks[0][0]
+    policy = state.plan("index", "GET").unresolved[0][0]
     decision = state.throttle.hit([(policy, [Identity("ip", CLIENT_IP)])], 0)  # inspects: counts nothing
     metrics = Metrics(CollectorRegistry())
     samples = []

@@ -48,6 +48,7 @@ __all__ = [
     "Plan",
     "PlannedLimit",
     "Problem",
+    "UnresolvedCheck",
     "class_view_limits",
     "compile_plan",
     "matching",
@@ -58,6 +59,11 @@ __all__ = [
 #: more, and the cache starts again, so its memory stays bounded whatever
 #: the function returns.
 DYNAMIC_CACHE_SIZE = 256
+
+#: A check before its identities are known: a limit's policy, and the
+#: resolvers that find its identities in a request. Resolving them turns it
+#: into a :data:`~flask_redis_throttle.throttle.Check`.
+UnresolvedCheck = tuple[Policy, tuple[Resolver, ...]]
 
 #: A problem found with a request's limits: ``"cost"`` or ``"limit"``, and a message.
 Problem = tuple[str, str]
@@ -188,7 +194,7 @@ class Plan:
         since its layers are known only per request.
     :param simple: True when no limit is dynamic, shadow or deferred, has an
         ``exempt_when`` or a cost function, and all have the same cost: then
-        :attr:`checks` and :attr:`cost` are all a request needs.
+        :attr:`unresolved` and :attr:`cost` are all a request needs.
     """
 
     endpoint: str
@@ -197,7 +203,7 @@ class Plan:
     labels: LayerNames | None
     simple: bool
     #: Each limit's policy and identity resolvers, for simple plans.
-    checks: tuple[tuple[Policy, tuple[Resolver, ...]], ...] = field(repr=False)
+    unresolved: tuple[UnresolvedCheck, ...] = field(repr=False)
     #: The cost every limit has, for simple plans.
     cost: int = 1
     _labels: dict[tuple[Policy, ...], LayerNames] = field(default_factory=dict, repr=False)
@@ -252,7 +258,7 @@ class Plan:
     def _simple_batch(self, request: Request) -> tuple[Batch, ...]:
         """The one batch of a simple plan, in a tuple; none if no identity applies."""
         checks: list[Check] = []
-        for policy, found in self.checks:
+        for policy, found in self.unresolved:
             identities = []
             for resolve in found:  # what _identities does, without a call per limit
                 identity = resolve(request)
@@ -343,14 +349,14 @@ def compile_plan(app: Flask, endpoint: str, method: str, settings: Settings, war
         limit.policy is None or limit.shadow or limit.spec.exempt_when or limit.spec.deduct_when for limit in limits
     )
     policies = [limit.policy for limit in limits if limit.policy is not None]
-    checks = tuple(zip(policies, [limit.resolvers for limit in limits], strict=True)) if simple else ()
+    unresolved = tuple(zip(policies, [limit.resolvers for limit in limits], strict=True)) if simple else ()
     return Plan(
         endpoint=endpoint,
         method=method,
         limits=tuple(limits),
         labels=LayerNames.of(policies) if len(policies) == len(limits) else None,
         simple=simple,
-        checks=checks,
+        unresolved=unresolved,
         cost=cost if simple else 1,  # type: ignore[arg-type]
     )
 
