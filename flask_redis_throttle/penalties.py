@@ -57,7 +57,7 @@ class Penalty:
         if not self.longest:
             object.__setattr__(self, "longest", self.first)
 
-    def block(self, level: int) -> int:
+    def duration(self, level: int) -> int:
         """The block of the ``level``-th offence in a row (1 for the first), in seconds."""
         block = self.first
         for _ in range(level - 1):

@@ -76,8 +76,8 @@ def test_huge_penalties_are_invalid_limits_not_bare_value_errors(spec: str) -> N
 
 def test_blocks_escalate_up_to_the_longest() -> None:
     penalty = parse_penalty("1m;x2;max=5m")
-    assert [penalty.block(level) for level in range(1, 6)] == [60, 120, 240, 300, 300]
-    assert [parse_penalty("1m").block(level) for level in (1, 9)] == [60, 60]
+    assert [penalty.duration(level) for level in range(1, 6)] == [60, 120, 240, 300, 300]
+    assert [parse_penalty("1m").duration(level) for level in (1, 9)] == [60, 60]
 
 
 def penalized_app(app: Flask, **options: Any) -> None:
