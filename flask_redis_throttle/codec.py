@@ -32,7 +32,7 @@ Args = Sequence[int | str]
 def entry(code: str, rates: Iterable[Layer], penalty: tuple[int, int, int] | None = None) -> str:
     """The plan entry of one identity under one limit: the strategy's
     ``code``, each layer as ``quota/window`` (whole seconds), and the
-    penalty's first block, factor and longest block, if any."""
+    penalty's first duration, factor and longest duration, if any."""
     text = code + ",".join(f"{rate.quota}/{rate.window}" for rate in rates)
     if penalty is not None:
         text += "!" + ",".join(map(str, penalty))
@@ -53,7 +53,7 @@ class Reply(NamedTuple):
     :param now: the time the script decided at, in microseconds; a refund of
         this request must be sent with it.
     :param penalized: whether the deciding layer refused because its
-        identity is blocked by a penalty (see :mod:`flask_redis_throttle.penalties`).
+        identity serves a penalty (see :mod:`flask_redis_throttle.penalties`).
     """
 
     admitted: bool

@@ -76,7 +76,7 @@ class LimitSpec:
         returns True.
     :param shadow: whether a refusal is only logged, never enforced.
     :param on_breach: called when this limit refuses a request.
-    :param penalty: blocks identities that keep hitting the limit.
+    :param penalty: refuses identities that keep hitting the limit for longer.
     :param per_method: whether each HTTP method counts on its own.
     :param override_defaults: whether the limit drops ``RATELIMIT_DEFAULT``
         from its views (True), keeps it (False), or follows
@@ -261,7 +261,7 @@ def limit(
     :param on_breach: a function called with a
         :class:`~flask_redis_throttle.signals.RefusalEvent` when this limit refuses
         a request.
-    :param penalty: block an identity that keeps hitting this limit for an
+    :param penalty: refuse an identity that keeps hitting this limit for an
         escalating time, such as ``"1m;x2;max=1h"``: a minute after its
         first refusal, then two, four... up to an hour (see :ref:`penalties`).
     :param per_method: count each HTTP method on its own: ``GET`` and

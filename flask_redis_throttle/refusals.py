@@ -81,7 +81,7 @@ class Refusal:
     :param retry_after: seconds until the request would have passed.
     :param shadow: True if the limit was in shadow mode, so the request was
         let through after all.
-    :param penalized: True if the identity was blocked by a penalty.
+    :param penalized: True if the identity served a penalty.
     """
 
     id: str
@@ -212,7 +212,7 @@ class RefusalLog:
         """Append one refusal, trimming its stream to the log's size: one ``XADD``.
 
         :param shadow: whether the refusing limit was in shadow mode.
-        :param penalized: whether the identity was blocked by a penalty.
+        :param penalized: whether the identity served a penalty.
         :param stream: the stream to write to, from :meth:`shard`; by
             default ``shard(identity)``.
 

@@ -65,8 +65,8 @@ class RefusalEvent:
         ``Retry-After``).
     :param shadow: True if the limit is in shadow mode, so the request was
         let through after all.
-    :param penalized: True if the identity was refused because it is
-        blocked by the limit's penalty (or has just been).
+    :param penalized: True if the identity was refused because it serves a
+        penalty of the limit (or has just been given one).
     """
 
     request: Request

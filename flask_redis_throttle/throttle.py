@@ -55,7 +55,7 @@ class Policy:
         share counters. By default the Flask layer uses the endpoint.
     :param strategy: the algorithm, a key of
         :data:`~flask_redis_throttle.scripts.STRATEGIES`.
-    :param penalty: blocks an identity that keeps hitting this limit (see
+    :param penalty: refuses an identity that keeps hitting this limit for longer (see
         :mod:`flask_redis_throttle.penalties`); None for no penalty.
     """
 
@@ -80,9 +80,9 @@ class Policy:
             raise ValueError(f"unknown strategy {self.strategy!r}; expected one of {', '.join(STRATEGIES)}")
         code = STRATEGIES[self.strategy].code
         penalty = self.penalty
-        blocks = None if penalty is None else (penalty.first, penalty.factor, penalty.longest)
+        durations = None if penalty is None else (penalty.first, penalty.factor, penalty.longest)
         object.__setattr__(self, "suffix", f"}}:{escape_scope(self.scope)}:{code}")
-        object.__setattr__(self, "entry", entry(code, self.layers, blocks))
+        object.__setattr__(self, "entry", entry(code, self.layers, durations))
         object.__setattr__(self, "penalty_suffix", "" if penalty is None else penalty_suffix(self.scope))
         object.__setattr__(self, "strategies", frozenset([self.strategy]))
 
@@ -110,8 +110,8 @@ class Decision:
     :param reset: seconds until that counter is back to its full quota.
     :param retry_after: seconds until the request would pass; 0 when admitted.
     :param cached: True if the block cache refused it without asking Redis.
-    :param penalized: True if it was refused because the identity is blocked
-        by the policy's penalty.
+    :param penalized: True if it was refused because the identity serves a
+        penalty of the policy.
     :param fallback: True if Redis was unavailable and the in-process
         fallback store decided it.
     """

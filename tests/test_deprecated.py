@@ -11,6 +11,7 @@ import flask_redis_throttle
 from flask_redis_throttle import InputError, Layer, RefusalEvent, request_refused
 from flask_redis_throttle.decorators import RefusalHook, make_spec
 from flask_redis_throttle.headers import LayerNames
+from flask_redis_throttle.penalties import parse_penalty
 from flask_redis_throttle.rates import MAX_QUOTA, MAX_WINDOW
 from flask_redis_throttle.throttle import Policy
 
@@ -64,3 +65,8 @@ def test_an_unknown_name_is_still_an_attribute_error() -> None:
 def test_an_old_attribute_is_the_new_one_with_a_warning(thing: object, old: str, new: str, value: object) -> None:
     with pytest.warns(DeprecationWarning, match=rf"\.{old} is deprecated; use {new}$"):
         assert getattr(thing, old) == value
+
+
+def test_an_old_method_is_the_new_one_with_a_warning() -> None:
+    with pytest.warns(DeprecationWarning, match=r"^Penalty\.block is deprecated; use Penalty\.duration$"):
+        assert parse_penalty("1m;x2").block(3) == 240
