@@ -50,6 +50,7 @@ from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
+from ._checks import is_integer, is_number
 from .embedded import EmbeddedRedis
 from .errors import ConfigurationError
 from .local import MAX_SOCKET_PATH, LocalConnection, LocalFolder, find_server_binary
@@ -383,11 +384,11 @@ def _timeout(value: Any) -> bool:
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return is_number(value)
 
 
 def _count(value: Any, least: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+    return is_integer(value) and value >= least
 
 
 def _errors(value: Any) -> bool:

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from flask import Flask, Request, Response
 from flask.views import http_method_funcs
 
+from ._checks import is_integer
 from .config import Settings
 from .decorators import EXEMPT_ATTRIBUTE, LIMITS_ATTRIBUTE, LimitSpec
 from .errors import InvalidLimit
@@ -136,7 +137,7 @@ class PlannedLimit:
         if not callable(cost):
             return cost
         value = cost(request)
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        if is_integer(value) and value >= 0:
             return value
         name, returned = qualified_name(cost), loggable(repr(value))
         problems.append(("cost", f"the cost function {name} of {self.describe()} returned {returned}; it counts as 1"))

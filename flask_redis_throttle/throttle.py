@@ -23,7 +23,7 @@ from .codec import Reply, entry
 from .keys import Identity, escape_scope, identity_tag
 from .penalties import Penalty, penalty_suffix
 from .rates import Layer
-from .scripts import STRATEGIES
+from .scripts import STRATEGIES, STRATEGY_NAMES, is_strategy
 from .storage import STORAGE_ERRORS, NodeFailure, Storage
 
 __all__ = ["Check", "Decision", "Policy", "StorageUnavailable", "Throttle"]
@@ -76,8 +76,8 @@ class Policy:
     strategies: frozenset[str] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.strategy not in STRATEGIES:
-            raise ValueError(f"unknown strategy {self.strategy!r}; expected one of {', '.join(STRATEGIES)}")
+        if not is_strategy(self.strategy):
+            raise ValueError(f"unknown strategy {self.strategy!r}; expected one of {STRATEGY_NAMES}")
         code = STRATEGIES[self.strategy].code
         penalty = self.penalty
         durations = None if penalty is None else (penalty.first, penalty.factor, penalty.longest)
