@@ -10,18 +10,26 @@ here, when the decorator is applied, so that a typo fails at import time.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 from flask import Blueprint, Flask, Request, Response
 
+from ._checks import is_integer
 from ._deprecated import renamed, warn_renamed
 from .errors import InvalidLimit
 from .identity import IDENTITY_NAMES, IdentitySpec, check_identities
 from .penalties import Penalty, parse_penalty
 from .rates import MAX_QUOTA, Layer, parse_limits
-from .scripts import STRATEGIES
+from .scripts import STRATEGY_NAMES, is_strategy
+
+if sys.version_info >= (3, 11):
+    from typing import Unpack
+elif TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 if TYPE_CHECKING:
     from .signals import RefusalEvent
@@ -31,6 +39,7 @@ __all__ = [
     "LIMITS_ATTRIBUTE",
     "CostFunction",
     "DynamicLimit",
+    "LimitOptions",
     "LimitSpec",
     "RefusalHook",
     "exempt",
@@ -126,74 +135,110 @@ class LimitSpec:
         return methods is None or method in methods or (method == "HEAD" and "GET" in methods)
 
 
-def make_spec(
-    spec: str | DynamicLimit,
-    *,
-    scope: str | None = None,
-    identities: Sequence[IdentitySpec] | None = None,
-    strategy: str | None = None,
-    methods: Iterable[str] | None = None,
-    cost: int | CostFunction = 1,
-    deduct_when: Callable[[Response], bool] | None = None,
-    exempt_when: Callable[[Request], bool] | None = None,
-    shadow: bool = False,
-    on_breach: RefusalHook | None = None,
-    penalty: str | None = None,
-    per_method: bool = False,
-    override_defaults: bool | None = None,
-) -> LimitSpec:
+class LimitOptions(TypedDict, total=False):
+    """The options of a limit, by name and type: written once, here, for
+    :func:`limit`, ``RATELIMIT_DEFAULT`` and :func:`make_spec`, and each
+    checked once, by :func:`make_spec`. See :func:`limit` for what each
+    means; one left out takes the default of :class:`LimitSpec`."""
+
+    scope: str | None
+    identities: Sequence[IdentitySpec] | None
+    strategy: str | None
+    methods: Iterable[str] | None
+    cost: int | CostFunction
+    deduct_when: Callable[[Response], bool] | None
+    exempt_when: Callable[[Request], bool] | None
+    shadow: bool
+    on_breach: RefusalHook | None
+    penalty: str | None
+    per_method: bool
+    override_defaults: bool | None
+
+
+def make_spec(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> LimitSpec:
     """Check a limit and its options, and return them as a :class:`LimitSpec`.
 
-    :raises InvalidLimit: quoting the first bad value.
+    :param spec: the limit string, or the dynamic limit's function.
+    :param options: the :class:`LimitOptions` given, which :func:`limit` takes.
+    :raises InvalidLimit: quoting the first bad value found.
+    :raises TypeError: for an option that does not exist, as Python would
+        for a keyword argument.
     """
-    rates = None if callable(spec) else parse_limits(spec)
+    given: dict[str, Any] = dict(options)
+    for name in sorted(given.keys() - _CHECKS.keys()):
+        raise TypeError(f"limit() got an unexpected keyword argument {name!r}")
+    layers = None if callable(spec) else parse_limits(spec)
+    checked: dict[str, Any] = {}
+    for name, check in _CHECKS.items():
+        if name in given:
+            checked[name] = check(given[name])
+            if name == "cost":
+                _check_cost_fits(checked[name], layers, spec)
+    return LimitSpec(spec, layers, **checked)
+
+
+def _scope(scope: object) -> str | None:
     if scope is not None and (not isinstance(scope, str) or not scope):
         raise InvalidLimit(f"scope {scope!r} must be a non-empty string", spec=scope)
-    checked = None
-    if identities is not None:
-        checked = check_identities(identities)
-        if checked is None:
-            raise InvalidLimit(
-                f"identities {identities!r} must be a non-empty list of "
-                f"{', '.join(map(repr, IDENTITY_NAMES))} or key functions",
-                spec=identities,
-            )
-    if strategy is not None and (not isinstance(strategy, str) or strategy not in STRATEGIES):
-        raise InvalidLimit(f"strategy {strategy!r} must be one of {', '.join(map(repr, STRATEGIES))}", spec=strategy)
-    if not callable(cost):
-        if isinstance(cost, bool) or not isinstance(cost, int) or not 0 <= cost <= MAX_QUOTA:
-            raise InvalidLimit(
-                f"cost {cost!r} must be an integer from 0 to {MAX_QUOTA}, or a function of the request", spec=cost
-            )
-        if rates is not None and cost > min(rate.quota for rate in rates):
-            raise InvalidLimit(f"cost {cost} is more than a layer of {spec!r} allows: no request could pass", spec=cost)
-    for name, function in (("deduct_when", deduct_when), ("exempt_when", exempt_when), ("on_breach", on_breach)):
-        if function is not None and not callable(function):
-            raise InvalidLimit(f"{name} {function!r} must be a function", spec=function)
-    for name, flag in (("shadow", shadow), ("per_method", per_method)):
-        if not isinstance(flag, bool):
-            raise InvalidLimit(f"{name} {flag!r} must be True or False", spec=flag)
+    return scope
+
+
+def _identities(identities: Any) -> tuple[IdentitySpec, ...] | None:
+    if identities is None:
+        return None
+    checked = check_identities(identities)
+    if checked is None:
+        raise InvalidLimit(
+            f"identities {identities!r} must be a non-empty list of "
+            f"{', '.join(map(repr, IDENTITY_NAMES))} or key functions",
+            spec=identities,
+        )
+    return checked
+
+
+def _strategy(strategy: object) -> str | None:
+    if strategy is not None and not is_strategy(strategy):
+        raise InvalidLimit(f"strategy {strategy!r} must be one of {STRATEGY_NAMES}", spec=strategy)
+    return strategy
+
+
+def _cost(cost: Any) -> int | CostFunction:
+    if not callable(cost) and not (is_integer(cost) and 0 <= cost <= MAX_QUOTA):
+        raise InvalidLimit(
+            f"cost {cost!r} must be an integer from 0 to {MAX_QUOTA}, or a function of the request", spec=cost
+        )
+    return cost  # type: ignore[no-any-return]
+
+
+def _check_cost_fits(cost: int | CostFunction, layers: tuple[Layer, ...] | None, spec: str | DynamicLimit) -> None:
+    """Refuse a fixed cost that no request could pay: more than a layer's whole quota."""
+    if not callable(cost) and layers is not None and cost > min(layer.quota for layer in layers):
+        raise InvalidLimit(f"cost {cost} is more than a layer of {spec!r} allows: no request could pass", spec=cost)
+
+
+def _function(name: str, function: Any) -> Any:
+    if function is not None and not callable(function):
+        raise InvalidLimit(f"{name} {function!r} must be a function", spec=function)
+    return function
+
+
+def _flag(name: str, flag: object) -> bool:
+    if not isinstance(flag, bool):
+        raise InvalidLimit(f"{name} {flag!r} must be True or False", spec=flag)
+    return flag
+
+
+def _override_defaults(override_defaults: object) -> bool | None:
     if override_defaults is not None and not isinstance(override_defaults, bool):
         raise InvalidLimit(
             f"override_defaults {override_defaults!r} must be True, False, or None for RATELIMIT_DEFAULT_MODE",
             spec=override_defaults,
         )
-    return LimitSpec(
-        spec,
-        rates,
-        scope,
-        checked,
-        strategy,
-        _methods(methods),
-        cost,
-        deduct_when,
-        exempt_when,
-        shadow,
-        on_breach,
-        None if penalty is None else parse_penalty(penalty),
-        per_method,
-        override_defaults,
-    )
+    return override_defaults
+
+
+def _penalty(penalty: str | None) -> Penalty | None:
+    return None if penalty is None else parse_penalty(penalty)
 
 
 def _methods(methods: Iterable[str] | None) -> frozenset[str] | None:
@@ -207,22 +252,26 @@ def _methods(methods: Iterable[str] | None) -> frozenset[str] | None:
     return frozenset(item.upper() for item in items)
 
 
-def limit(
-    spec: str | DynamicLimit,
-    *,
-    scope: str | None = None,
-    identities: Sequence[IdentitySpec] | None = None,
-    strategy: str | None = None,
-    methods: Iterable[str] | None = None,
-    cost: int | CostFunction = 1,
-    deduct_when: Callable[[Response], bool] | None = None,
-    exempt_when: Callable[[Request], bool] | None = None,
-    shadow: bool = False,
-    on_breach: RefusalHook | None = None,
-    penalty: str | None = None,
-    per_method: bool = False,
-    override_defaults: bool | None = None,
-) -> Callable[[Target], Target]:
+#: Each option's check, which returns the value :class:`LimitSpec` keeps, in
+#: the order they are checked: a call with two bad options is told of the
+#: first. Its keys are :class:`LimitOptions`'.
+_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "scope": _scope,
+    "identities": _identities,
+    "strategy": _strategy,
+    "cost": _cost,
+    "deduct_when": partial(_function, "deduct_when"),
+    "exempt_when": partial(_function, "exempt_when"),
+    "on_breach": partial(_function, "on_breach"),
+    "shadow": partial(_flag, "shadow"),
+    "per_method": partial(_flag, "per_method"),
+    "override_defaults": _override_defaults,
+    "methods": _methods,
+    "penalty": _penalty,
+}
+
+
+def limit(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> Callable[[Target], Target]:
     """Limit a view, or every view of a blueprint. A request passes only if
     every layer of every identity has room.
 
@@ -280,21 +329,7 @@ def limit(
         ``post``...) or in the class's ``decorators`` (see
         :ref:`class-based-views`).
     """
-    entry = make_spec(
-        spec,
-        scope=scope,
-        identities=identities,
-        strategy=strategy,
-        methods=methods,
-        cost=cost,
-        deduct_when=deduct_when,
-        exempt_when=exempt_when,
-        shadow=shadow,
-        on_breach=on_breach,
-        penalty=penalty,
-        per_method=per_method,
-        override_defaults=override_defaults,
-    )
+    entry = make_spec(spec, **options)
 
     def decorate(target: Target) -> Target:
         _check_target(target, "limit")
