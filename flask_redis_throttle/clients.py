@@ -27,7 +27,7 @@ the app from starting. Everything redis-py would take without a word and fail
 on at the first command (a query parameter no connection takes, a database
 that is not a number, a timeout of ``"fast"``) is checked here instead, by
 building one connection object of each kind the client will make, without
-connecting it. This module imports Redis but not Flask.
+connecting it. This module imports Redis, and needs no Flask app.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ On a Redis Cluster the entries of different identities may live on
 different nodes: :func:`split` cuts a call into one call per hash tag, and
 :func:`merge` makes of their replies the reply one call would have given.
 
-This module is pure Python: it imports neither Flask nor Redis.
+This module makes no Redis call and needs no Flask app.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ in seconds. ``RateLimit: "1s";r=3;t=1`` gives the most constrained layer:
 Optionally, the older ``X-RateLimit-Limit``, ``-Remaining`` and ``-Reset``
 headers, and ``Retry-After`` as an HTTP-date rather than seconds.
 
-This module is pure Python: it imports neither Flask nor Redis.
+This module makes no Redis call and needs no Flask app.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ penalized limit and identity (see ``lua/penalty.lua``), so it costs no round
 trip. Every penalty key expires at most two longest penalties after it was
 written.
 
-This module is pure Python: it imports neither Flask nor Redis.
+This module makes no Redis call and needs no Flask app.
 """
 
 from __future__ import annotations

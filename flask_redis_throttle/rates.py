@@ -1,6 +1,6 @@
 """Parsing limit strings such as ``"10/s;120/m;240/h"`` into :class:`Layer` layers.
 
-This module is pure Python: it imports neither Flask nor Redis.
+This module makes no Redis call and needs no Flask app.
 """
 
 from __future__ import annotations

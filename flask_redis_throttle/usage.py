@@ -6,7 +6,8 @@ the next request would find it, whatever the strategy. Its reply names one
 counter only, so each layer is asked about on its own: one round trip per
 layer.
 
-This module imports neither Flask nor Redis.
+This module needs no Flask app, and calls Redis only through a
+:class:`~flask_redis_throttle.throttle.Throttle`.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ keeps its reconnect and :class:`~redis.retry.Retry` handling: see
 client, a connection class of its own, the embedded ``memory://`` store) never takes it: see
 :func:`lean_client`.
 
-This module imports Redis but not Flask.
+This module imports Redis, and needs no Flask app.
 """
 
 from __future__ import annotations
