@@ -1,7 +1,7 @@
 """The refusal log: who hit the limits, kept in capped Redis streams.
 
-Seeds 002 and 003 keep metadata about the clients behind a limit. We keep it
-apart from the counters: one stream per app, ``<prefix>refusals``, trimmed to
+Who was refused is kept apart from the counters, so that admitted requests
+never pay for it: one stream per app, ``<prefix>refusals``, trimmed to
 ``RATELIMIT_REFUSAL_LOG_SIZE`` entries, so its memory is bounded however many
 clients are refused. Each entry's ID is Redis's own clock in milliseconds.
 
