@@ -387,8 +387,8 @@ def _endpoint_limits(state: RateLimitState, endpoint: str) -> list[PlannedLimit]
     found: dict[tuple[object, ...], PlannedLimit] = {}
     for method in sorted(methods) or ["GET"]:
         for limit in _limits(state.plan(endpoint, method)):
-            rates = limit.policy.layers if limit.policy is not None else limit.spec.limit
-            found.setdefault((rates, limit.scope, limit.strategy, limit.identities), limit)
+            layers = limit.policy.layers if limit.policy is not None else limit.spec.limit
+            found.setdefault((layers, limit.scope, limit.strategy, limit.identities), limit)
     return list(found.values())
 
 
@@ -427,13 +427,13 @@ def _limit_text(limit: PlannedLimit) -> str:
     if limit.policy is None:
         text = f"dynamic: {getattr(limit.spec.limit, '__qualname__', 'function')}()"
     else:
-        text = ";".join(_layer(rate) for rate in limit.policy.layers)
+        text = ";".join(_layer(layer) for layer in limit.policy.layers)
     notes = [note for note in (limit.shadow and "shadow", limit.source != "view" and limit.source) if note]
     return f"{text} ({', '.join(notes)})" if notes else text
 
 
-def _layer(rate: Layer) -> str:
-    return f"{rate.quota}/{rate.name}"
+def _layer(layer: Layer) -> str:
+    return f"{layer.quota}/{layer.name}"
 
 
 def _tag(throttle: Throttle, identity: Identity) -> str:

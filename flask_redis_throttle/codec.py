@@ -29,11 +29,11 @@ __all__ = ["Part", "Reply", "entry", "hash_tag", "merge", "refund_of", "split"]
 Args = Sequence[int | str]
 
 
-def entry(code: str, rates: Iterable[Layer], penalty: tuple[int, int, int] | None = None) -> str:
+def entry(code: str, layers: Iterable[Layer], penalty: tuple[int, int, int] | None = None) -> str:
     """The plan entry of one identity under one limit: the strategy's
     ``code``, each layer as ``quota/window`` (whole seconds), and the
     penalty's first duration, factor and longest duration, if any."""
-    text = code + ",".join(f"{rate.quota}/{rate.window}" for rate in rates)
+    text = code + ",".join(f"{layer.quota}/{layer.window}" for layer in layers)
     if penalty is not None:
         text += "!" + ",".join(map(str, penalty))
     return text

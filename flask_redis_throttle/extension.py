@@ -736,9 +736,9 @@ def _over_quota(checks: Sequence[Check], cost: int) -> _OverQuota | None:
     is checked against fixed limits when decorating; this catches a cost
     function's value, or a fixed cost over a dynamic limit's quota."""
     for policy, identities in checks:
-        for rate in policy.layers:
-            if rate.quota < cost:
-                return _OverQuota(policy, rate, identities[0], cost)
+        for layer in policy.layers:
+            if layer.quota < cost:
+                return _OverQuota(policy, layer, identities[0], cost)
     return None
 
 

@@ -31,7 +31,7 @@ __all__ = ["LayerNames", "legacy_headers", "policy_header", "retry_after_value",
 
 def policy_header(layers: Iterable[tuple[str, Layer]]) -> str:
     """The ``RateLimit-Policy`` value for named layers."""
-    return ", ".join(f'"{name}";q={rate.quota};w={rate.window}' for name, rate in layers)
+    return ", ".join(f'"{name}";q={layer.quota};w={layer.window}' for name, layer in layers)
 
 
 def state_header(name: str, remaining: int, reset: float) -> str:
@@ -80,22 +80,22 @@ class LayerNames:
         names: dict[tuple[int, int], str] = {}
         layers = []
         for policy in policies:
-            for rate in policy.layers:
-                name = rate.name
+            for layer in policy.layers:
+                name = layer.name
                 if name in names.values():
                     name = f"{name}-{len(names) + 1}"
-                names[id(policy), rate.window] = name
-                layers.append((name, rate))
+                names[id(policy), layer.window] = name
+                layers.append((name, layer))
         return cls(policy_header(layers), names, tuple(policies))
 
-    def name(self, policy: Policy, rate: Layer) -> str:
+    def name(self, policy: Policy, layer: Layer) -> str:
         """The name of one layer of one of the policies."""
-        return self.names[id(policy), rate.window]
+        return self.names[id(policy), layer.window]
 
-    def state(self, policy: Policy, rate: Layer, remaining: int, reset: float) -> str:
+    def state(self, policy: Policy, layer: Layer, remaining: int, reset: float) -> str:
         """The ``RateLimit`` value for one layer of one of the policies
         (see :func:`state_header`)."""
-        return _state(self.heads[id(policy), rate.window], remaining, reset)
+        return _state(self.heads[id(policy), layer.window], remaining, reset)
 
 
 def legacy_headers(quota: int, remaining: int, reset: float, now: float) -> list[tuple[str, str]]:

@@ -117,12 +117,12 @@ class PlannedLimit:
             raise InvalidLimit(f"a dynamic limit must return a limit string or None, not {value!r}", spec=value)
         policy = self._policies.get(value)
         if policy is None:
-            rates = parse_limits(value)
+            layers = parse_limits(value)
             if len(self._policies) >= DYNAMIC_CACHE_SIZE:
                 self._policies.clear()
             # Every string shares the scope, so a client whose limit changes
             # (a new pricing plan) keeps what it has used so far.
-            policy = self._policies[value] = Policy(rates, self.scope, self.strategy, self.spec.penalty)
+            policy = self._policies[value] = Policy(layers, self.scope, self.strategy, self.spec.penalty)
         return policy
 
     def owns(self, policy: Policy) -> bool:
@@ -319,7 +319,7 @@ def compile_plan(app: Flask, endpoint: str, method: str, settings: Settings, war
     limits = []
     for position, (spec, source) in enumerate(found, 1):
         strategy = spec.strategy or settings.strategy
-        periods = None if spec.layers is None else frozenset(rate.window for rate in spec.layers)
+        periods = None if spec.layers is None else frozenset(layer.window for layer in spec.layers)
         scope = spec.scope or _default_scope(endpoint, position, strategy, periods, taken)
         # Scopes are given over all the endpoint's limits, whatever their
         # methods, so that a limit keeps its counters for every method.

@@ -115,17 +115,17 @@ def parse_limits(spec: str) -> tuple[Layer, ...]:
         raise InvalidLimit(
             f"limit {_start(spec)} has {len(layers)} layers; a limit has at most {MAX_LAYERS}", spec=spec
         )
-    rates = tuple(_parse_layer(layer, spec) for layer in layers)
+    parsed = tuple(_parse_layer(layer, spec) for layer in layers)
     windows: set[int] = set()
-    for rate in rates:
-        if rate.window in windows:
+    for layer in parsed:
+        if layer.window in windows:
             raise InvalidLimit(
-                f"limit {spec!r} has more than one layer with a {rate.name} window; "
+                f"limit {spec!r} has more than one layer with a {layer.name} window; "
                 "give each layer its own window (only the smallest quota would matter)",
                 spec=spec,
             )
-        windows.add(rate.window)
-    return rates
+        windows.add(layer.window)
+    return parsed
 
 
 def check_length(spec: str, what: str) -> None:

@@ -337,7 +337,7 @@ def _layers(checks: Sequence[Check], keys: Sequence[str]) -> list[tuple[str, int
     for policy, identities in checks:
         for _ in identities:
             key = next(keys_left)
-            layers += [(f"{key}={rate.window}", rate.quota) for rate in policy.layers]
+            layers += [(f"{key}={layer.window}", layer.quota) for layer in policy.layers]
     return layers
 
 

@@ -52,10 +52,10 @@ def usage(throttle: Throttle, policy: Policy, identity: Identity) -> list[LayerU
     :raises StorageUnavailable: if Redis could not answer.
     """
     layers = []
-    for rate in policy.layers:
+    for layer in policy.layers:
         # A one-layer policy with the same scope and strategy has the same key.
-        one = Policy((rate,), policy.scope, policy.strategy)
+        one = Policy((layer,), policy.scope, policy.strategy)
         decision = throttle.hit([(one, [identity])], cost=0)
-        reset = decision.reset if decision.remaining < rate.quota else 0.0
-        layers.append(LayerUsage(policy, rate, decision.remaining, reset))
+        reset = decision.reset if decision.remaining < layer.quota else 0.0
+        layers.append(LayerUsage(policy, layer, decision.remaining, reset))
     return layers

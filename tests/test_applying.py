@@ -282,7 +282,7 @@ def test_plan_describes_each_limit(app: Flask) -> None:
     assert [limit.source for limit in post_plan.limits] == ["view", "view", "blueprint api"]
     first, dynamic, shared = post_plan.limits
     assert first.policy is not None
-    assert [str(rate) for rate in first.policy.layers] == ["10 per 1 second", "100 per 1 minute"]
+    assert [str(layer) for layer in first.policy.layers] == ["10 per 1 second", "100 per 1 minute"]
     assert (first.scope, first.strategy, first.identities) == ("api.items", "gcra", (api_key,))
     assert dynamic.dynamic
     assert dynamic.policy is None

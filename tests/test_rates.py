@@ -94,7 +94,7 @@ def test_decorator_validates_when_applied() -> None:
 
 
 @pytest.mark.parametrize(
-    ("rate", "name", "text"),
+    ("layer", "name", "text"),
     [
         (Layer(10, 1), "1s", "10 per 1 second"),
         (Layer(5, 2), "2s", "5 per 2 seconds"),
@@ -106,9 +106,9 @@ def test_decorator_validates_when_applied() -> None:
         (Layer(1, 172_800), "2d", "1 per 2 days"),
     ],
 )
-def test_names(rate: Layer, name: str, text: str) -> None:
-    assert rate.name == name
-    assert str(rate) == text
+def test_names(layer: Layer, name: str, text: str) -> None:
+    assert layer.name == name
+    assert str(layer) == text
 
 
 # Limit strings can come from data (dynamic limits), so the parser has
@@ -192,7 +192,7 @@ def test_a_limit_string_over_the_longest_is_rejected_by_its_length(spec: str) ->
 
 def test_the_most_layers() -> None:
     spec = ";".join(f"1/{n}s" for n in range(1, MAX_LAYERS + 1))
-    assert [rate.window for rate in parse_limits(spec)] == list(range(1, MAX_LAYERS + 1))
+    assert [layer.window for layer in parse_limits(spec)] == list(range(1, MAX_LAYERS + 1))
 
 
 def test_more_layers_than_the_most_are_rejected_before_any_is_parsed() -> None:
