@@ -15,7 +15,8 @@ from typing import Any
 
 from ._identity import IDENTITY_NAMES, IdentitySpec, check_identities
 from ._spec import LimitSpec, make_spec
-from .core.scripts import STRATEGIES
+from .core.checks import is_integer, is_number
+from .core.scripts import STRATEGY_NAMES, is_strategy
 from .errors import ConfigurationError, InvalidLimit
 from .signals import RefusalEvent
 
@@ -195,8 +196,8 @@ class Settings:
         if secret is not None and (not isinstance(secret, (str, bytes)) or not secret):
             raise ConfigurationError("RATELIMIT_KEY_SECRET", secret, "None, or a non-empty str or bytes")
         strategy = config["RATELIMIT_STRATEGY"]
-        if not isinstance(strategy, str) or strategy not in STRATEGIES:
-            raise ConfigurationError("RATELIMIT_STRATEGY", strategy, f"one of {', '.join(map(repr, STRATEGIES))}")
+        if not is_strategy(strategy):
+            raise ConfigurationError("RATELIMIT_STRATEGY", strategy, f"one of {STRATEGY_NAMES}")
         log_size = count("RATELIMIT_REFUSAL_LOG_SIZE", "0 to keep no log", MAX_REFUSAL_LOG_SIZE)
         cache_size = count("RATELIMIT_BLOCK_CACHE_SIZE", "0 for no cache")
         threshold = count("RATELIMIT_BREAKER_THRESHOLD", "0 for no circuit breaker")
@@ -236,7 +237,7 @@ class Settings:
 
 def _seconds(value: Any) -> bool:
     """Whether ``value`` is a finite number of seconds above 0 (and not a bool)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf
+    return is_number(value) and 0 < value < math.inf
 
 
 def _warn_unknown(config: Mapping[str, Any]) -> None:
@@ -273,4 +274,4 @@ def _limit(config: Mapping[str, Any], key: str, scope: str | None = None) -> Lim
 
 def _count(value: Any) -> bool:
     """Whether ``value`` is an integer of 0 or more (and not a bool)."""
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return is_integer(value) and value >= 0

@@ -9,7 +9,7 @@ in seconds. ``RateLimit: "1s";r=3;t=1`` gives the most constrained layer:
 Optionally, the older ``X-RateLimit-Limit``, ``-Remaining`` and ``-Reset``
 headers, and ``Retry-After`` as an HTTP-date rather than seconds.
 
-This module is pure Python: it imports neither Flask nor Redis.
+This module makes no Redis call and needs no Flask app.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from email.utils import formatdate
 from typing import TYPE_CHECKING
 
+from .core.deprecated import renamed
 from .core.rates import Layer
 
 if TYPE_CHECKING:
@@ -126,3 +127,11 @@ def retry_after_value(retry_after: float, http_date: bool, now: float) -> str:
     if http_date:
         return formatdate(math.ceil(now + max(retry_after, 1)), usegmt=True)
     return str(max(1, math.ceil(retry_after)))
+
+
+#: The old names of renamed things, answered with a DeprecationWarning.
+_RENAMED = {"Labels": "LayerNames"}  # old name
+
+
+def __getattr__(name: str) -> object:
+    return renamed(__name__, name, _RENAMED, globals())

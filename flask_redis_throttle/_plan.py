@@ -37,6 +37,7 @@ from ._headers import LayerNames
 from ._identity import IdentitySpec, Resolver, Warn, resolvers
 from ._sources import class_view_limits, limits_of
 from ._spec import LimitSpec
+from .core.checks import is_integer
 from .core.keys import Identity, loggable
 from .core.rates import parse_limits
 from .core.throttle import Check, Policy
@@ -47,6 +48,7 @@ __all__ = [
     "Plan",
     "PlannedLimit",
     "Problem",
+    "UnresolvedCheck",
     "class_view_limits",
     "compile_plan",
     "matching",
@@ -57,6 +59,11 @@ __all__ = [
 #: more, and the cache starts again, so its memory stays bounded whatever
 #: the function returns.
 DYNAMIC_CACHE_SIZE = 256
+
+#: A check before its identities are known: a limit's policy, and the
+#: resolvers that find its identities in a request. Resolving them turns it
+#: into a :data:`~flask_redis_throttle.core.throttle.Check`.
+UnresolvedCheck = tuple[Policy, tuple[Resolver, ...]]
 
 #: A problem found with a request's limits: ``"cost"`` or ``"limit"``, and a message.
 Problem = tuple[str, str]
@@ -129,7 +136,7 @@ class PlannedLimit:
         if not callable(cost):
             return cost
         value = cost(request)
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        if is_integer(value) and value >= 0:
             return value
         name, returned = qualified_name(cost), loggable(repr(value))
         problems.append(("cost", f"the cost function {name} of {self.describe()} returned {returned}; it counts as 1"))
@@ -187,7 +194,7 @@ class Plan:
         since its layers are known only per request.
     :param simple: True when no limit is dynamic, shadow or deferred, has an
         ``exempt_when`` or a cost function, and all have the same cost: then
-        :attr:`checks` and :attr:`cost` are all a request needs.
+        :attr:`unresolved` and :attr:`cost` are all a request needs.
     """
 
     endpoint: str
@@ -196,7 +203,7 @@ class Plan:
     labels: LayerNames | None
     simple: bool
     #: Each limit's policy and identity resolvers, for simple plans.
-    checks: tuple[tuple[Policy, tuple[Resolver, ...]], ...] = field(repr=False)
+    unresolved: tuple[UnresolvedCheck, ...] = field(repr=False)
     #: The cost every limit has, for simple plans.
     cost: int = 1
     _labels: dict[tuple[Policy, ...], LayerNames] = field(default_factory=dict, repr=False)
@@ -251,7 +258,7 @@ class Plan:
     def _simple_batch(self, request: Request) -> tuple[Batch, ...]:
         """The one batch of a simple plan, in a tuple; none if no identity applies."""
         checks: list[Check] = []
-        for policy, found in self.checks:
+        for policy, found in self.unresolved:
             identities = []
             for resolve in found:  # what _identities does, without a call per limit
                 identity = resolve(request)
@@ -342,14 +349,14 @@ def compile_plan(app: Flask, endpoint: str, method: str, settings: Settings, war
         limit.policy is None or limit.shadow or limit.spec.exempt_when or limit.spec.deduct_when for limit in limits
     )
     policies = [limit.policy for limit in limits if limit.policy is not None]
-    checks = tuple(zip(policies, [limit.resolvers for limit in limits], strict=True)) if simple else ()
+    unresolved = tuple(zip(policies, [limit.resolvers for limit in limits], strict=True)) if simple else ()
     return Plan(
         endpoint=endpoint,
         method=method,
         limits=tuple(limits),
         labels=LayerNames.of(policies) if len(policies) == len(limits) else None,
         simple=simple,
-        checks=checks,
+        unresolved=unresolved,
         cost=cost if simple else 1,  # type: ignore[arg-type]
     )
 

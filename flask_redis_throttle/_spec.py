@@ -1,5 +1,6 @@
 """One limit, as written in a :func:`~flask_redis_throttle.limit` or
-``RATELIMIT_DEFAULT``: its options checked and kept in a :class:`LimitSpec`.
+``RATELIMIT_DEFAULT``: its options, defined once in :class:`LimitOptions`,
+checked once each and kept in a :class:`LimitSpec`.
 
 The decorators record these on views, and the settings read the default
 and application limits with them; neither needs the other.
@@ -8,22 +9,31 @@ and application limits with them; neither needs the other.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from flask import Request, Response
 
 from ._identity import IDENTITY_NAMES, IdentitySpec, check_identities
+from .core.checks import is_integer
+from .core.deprecated import warn_renamed
 from .core.penalties import Penalty, parse_penalty
 from .core.rates import MAX_QUOTA, Layer, parse_limits
-from .core.scripts import STRATEGIES
+from .core.scripts import STRATEGY_NAMES, is_strategy
 from .errors import InvalidLimit
+
+if sys.version_info >= (3, 11):
+    from typing import Unpack
+elif TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 if TYPE_CHECKING:
     from .signals import RefusalEvent
 
-__all__ = ["CostFunction", "DynamicLimit", "LimitSpec", "RefusalHook", "make_spec"]
+__all__ = ["CostFunction", "DynamicLimit", "LimitOptions", "LimitSpec", "RefusalHook", "make_spec"]
 
 #: A dynamic limit: given the request, a limit string, or None for no limit.
 DynamicLimit = Callable[[Request], "str | None"]
@@ -55,7 +65,7 @@ class LimitSpec:
         returns True.
     :param shadow: whether a refusal is only logged, never enforced.
     :param on_breach: called when this limit refuses a request.
-    :param penalty: blocks identities that keep hitting the limit.
+    :param penalty: refuses identities that keep hitting the limit for longer.
     :param per_method: whether each HTTP method counts on its own.
     :param override_defaults: whether the limit drops ``RATELIMIT_DEFAULT``
         from its views (True), keeps it (False), or follows
@@ -82,6 +92,18 @@ class LimitSpec:
         """Whether the limit string comes from a function, per request."""
         return self.layers is None
 
+    @property
+    def spec(self) -> str | DynamicLimit:  # old name
+        """Deprecated: :attr:`limit`."""
+        warn_renamed("LimitSpec.spec", "LimitSpec.limit")  # old name
+        return self.limit
+
+    @property
+    def rates(self) -> tuple[Layer, ...] | None:  # old name
+        """Deprecated: :attr:`layers`."""
+        warn_renamed("LimitSpec.rates", "LimitSpec.layers")  # old name
+        return self.layers
+
     def applies_to(self, method: str) -> bool:
         """Whether the limit applies to requests of ``method`` (upper case).
 
@@ -93,74 +115,110 @@ class LimitSpec:
         return methods is None or method in methods or (method == "HEAD" and "GET" in methods)
 
 
-def make_spec(
-    spec: str | DynamicLimit,
-    *,
-    scope: str | None = None,
-    identities: Sequence[IdentitySpec] | None = None,
-    strategy: str | None = None,
-    methods: Iterable[str] | None = None,
-    cost: int | CostFunction = 1,
-    deduct_when: Callable[[Response], bool] | None = None,
-    exempt_when: Callable[[Request], bool] | None = None,
-    shadow: bool = False,
-    on_breach: RefusalHook | None = None,
-    penalty: str | None = None,
-    per_method: bool = False,
-    override_defaults: bool | None = None,
-) -> LimitSpec:
+class LimitOptions(TypedDict, total=False):
+    """The options of a limit, by name and type: written once, here, for
+    :func:`limit`, ``RATELIMIT_DEFAULT`` and :func:`make_spec`, and each
+    checked once, by :func:`make_spec`. See :func:`limit` for what each
+    means; one left out takes the default of :class:`LimitSpec`."""
+
+    scope: str | None
+    identities: Sequence[IdentitySpec] | None
+    strategy: str | None
+    methods: Iterable[str] | None
+    cost: int | CostFunction
+    deduct_when: Callable[[Response], bool] | None
+    exempt_when: Callable[[Request], bool] | None
+    shadow: bool
+    on_breach: RefusalHook | None
+    penalty: str | None
+    per_method: bool
+    override_defaults: bool | None
+
+
+def make_spec(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> LimitSpec:
     """Check a limit and its options, and return them as a :class:`LimitSpec`.
 
-    :raises InvalidLimit: quoting the first bad value.
+    :param spec: the limit string, or the dynamic limit's function.
+    :param options: the :class:`LimitOptions` given, which :func:`limit` takes.
+    :raises InvalidLimit: quoting the first bad value found.
+    :raises TypeError: for an option that does not exist, as Python would
+        for a keyword argument.
     """
-    rates = None if callable(spec) else parse_limits(spec)
+    given: dict[str, Any] = dict(options)
+    for name in sorted(given.keys() - _CHECKS.keys()):
+        raise TypeError(f"limit() got an unexpected keyword argument {name!r}")
+    layers = None if callable(spec) else parse_limits(spec)
+    checked: dict[str, Any] = {}
+    for name, check in _CHECKS.items():
+        if name in given:
+            checked[name] = check(given[name])
+            if name == "cost":
+                _check_cost_fits(checked[name], layers, spec)
+    return LimitSpec(spec, layers, **checked)
+
+
+def _scope(scope: object) -> str | None:
     if scope is not None and (not isinstance(scope, str) or not scope):
         raise InvalidLimit(f"scope {scope!r} must be a non-empty string", spec=scope)
-    checked = None
-    if identities is not None:
-        checked = check_identities(identities)
-        if checked is None:
-            raise InvalidLimit(
-                f"identities {identities!r} must be a non-empty list of "
-                f"{', '.join(map(repr, IDENTITY_NAMES))} or key functions",
-                spec=identities,
-            )
-    if strategy is not None and (not isinstance(strategy, str) or strategy not in STRATEGIES):
-        raise InvalidLimit(f"strategy {strategy!r} must be one of {', '.join(map(repr, STRATEGIES))}", spec=strategy)
-    if not callable(cost):
-        if isinstance(cost, bool) or not isinstance(cost, int) or not 0 <= cost <= MAX_QUOTA:
-            raise InvalidLimit(
-                f"cost {cost!r} must be an integer from 0 to {MAX_QUOTA}, or a function of the request", spec=cost
-            )
-        if rates is not None and cost > min(layer.quota for layer in rates):
-            raise InvalidLimit(f"cost {cost} is more than a layer of {spec!r} allows: no request could pass", spec=cost)
-    for name, function in (("deduct_when", deduct_when), ("exempt_when", exempt_when), ("on_breach", on_breach)):
-        if function is not None and not callable(function):
-            raise InvalidLimit(f"{name} {function!r} must be a function", spec=function)
-    for name, flag in (("shadow", shadow), ("per_method", per_method)):
-        if not isinstance(flag, bool):
-            raise InvalidLimit(f"{name} {flag!r} must be True or False", spec=flag)
+    return scope
+
+
+def _identities(identities: Any) -> tuple[IdentitySpec, ...] | None:
+    if identities is None:
+        return None
+    checked = check_identities(identities)
+    if checked is None:
+        raise InvalidLimit(
+            f"identities {identities!r} must be a non-empty list of "
+            f"{', '.join(map(repr, IDENTITY_NAMES))} or key functions",
+            spec=identities,
+        )
+    return checked
+
+
+def _strategy(strategy: object) -> str | None:
+    if strategy is not None and not is_strategy(strategy):
+        raise InvalidLimit(f"strategy {strategy!r} must be one of {STRATEGY_NAMES}", spec=strategy)
+    return strategy
+
+
+def _cost(cost: Any) -> int | CostFunction:
+    if not callable(cost) and not (is_integer(cost) and 0 <= cost <= MAX_QUOTA):
+        raise InvalidLimit(
+            f"cost {cost!r} must be an integer from 0 to {MAX_QUOTA}, or a function of the request", spec=cost
+        )
+    return cost  # type: ignore[no-any-return]
+
+
+def _check_cost_fits(cost: int | CostFunction, layers: tuple[Layer, ...] | None, spec: str | DynamicLimit) -> None:
+    """Refuse a fixed cost that no request could pay: more than a layer's whole quota."""
+    if not callable(cost) and layers is not None and cost > min(layer.quota for layer in layers):
+        raise InvalidLimit(f"cost {cost} is more than a layer of {spec!r} allows: no request could pass", spec=cost)
+
+
+def _function(name: str, function: Any) -> Any:
+    if function is not None and not callable(function):
+        raise InvalidLimit(f"{name} {function!r} must be a function", spec=function)
+    return function
+
+
+def _flag(name: str, flag: object) -> bool:
+    if not isinstance(flag, bool):
+        raise InvalidLimit(f"{name} {flag!r} must be True or False", spec=flag)
+    return flag
+
+
+def _override_defaults(override_defaults: object) -> bool | None:
     if override_defaults is not None and not isinstance(override_defaults, bool):
         raise InvalidLimit(
             f"override_defaults {override_defaults!r} must be True, False, or None for RATELIMIT_DEFAULT_MODE",
             spec=override_defaults,
         )
-    return LimitSpec(
-        spec,
-        rates,
-        scope,
-        checked,
-        strategy,
-        _methods(methods),
-        cost,
-        deduct_when,
-        exempt_when,
-        shadow,
-        on_breach,
-        None if penalty is None else parse_penalty(penalty),
-        per_method,
-        override_defaults,
-    )
+    return override_defaults
+
+
+def _penalty(penalty: str | None) -> Penalty | None:
+    return None if penalty is None else parse_penalty(penalty)
 
 
 def _methods(methods: Iterable[str] | None) -> frozenset[str] | None:
@@ -172,3 +230,22 @@ def _methods(methods: Iterable[str] | None) -> frozenset[str] | None:
     if not items or not all(isinstance(item, str) and _METHOD.fullmatch(item) for item in items):
         raise InvalidLimit(f"methods {methods!r} must be a non-empty list of HTTP methods", spec=methods)
     return frozenset(item.upper() for item in items)
+
+
+#: Each option's check, which returns the value :class:`LimitSpec` keeps, in
+#: the order they are checked: a call with two bad options is told of the
+#: first. Its keys are :class:`LimitOptions`'.
+_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "scope": _scope,
+    "identities": _identities,
+    "strategy": _strategy,
+    "cost": _cost,
+    "deduct_when": partial(_function, "deduct_when"),
+    "exempt_when": partial(_function, "exempt_when"),
+    "on_breach": partial(_function, "on_breach"),
+    "shadow": partial(_flag, "shadow"),
+    "per_method": partial(_flag, "per_method"),
+    "override_defaults": _override_defaults,
+    "methods": _methods,
+    "penalty": _penalty,
+}

@@ -9,19 +9,26 @@ here, when the decorator is applied, so that a typo fails at import time.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from flask import Blueprint, Flask, Request, Response
+from flask import Blueprint, Flask
 
-from ._identity import IdentitySpec
-from ._spec import CostFunction, DynamicLimit, LimitSpec, RefusalHook, make_spec
+from ._spec import CostFunction, DynamicLimit, LimitOptions, LimitSpec, RefusalHook, make_spec
+from .core.deprecated import renamed
+
+if sys.version_info >= (3, 11):
+    from typing import Unpack
+elif TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = [
     "EXEMPT_ATTRIBUTE",
     "LIMITS_ATTRIBUTE",
     "CostFunction",
     "DynamicLimit",
+    "LimitOptions",
     "LimitSpec",
     "RefusalHook",
     "exempt",
@@ -34,26 +41,12 @@ LIMITS_ATTRIBUTE = "__ratelimits__"
 #: The attribute of a view function or blueprint that marks it exempt.
 EXEMPT_ATTRIBUTE = "__ratelimit_exempt__"
 
+
 #: What the decorators accept: a view function or a blueprint.
 Target = TypeVar("Target", bound="Callable[..., Any] | Blueprint")
 
 
-def limit(
-    spec: str | DynamicLimit,
-    *,
-    scope: str | None = None,
-    identities: Sequence[IdentitySpec] | None = None,
-    strategy: str | None = None,
-    methods: Iterable[str] | None = None,
-    cost: int | CostFunction = 1,
-    deduct_when: Callable[[Response], bool] | None = None,
-    exempt_when: Callable[[Request], bool] | None = None,
-    shadow: bool = False,
-    on_breach: RefusalHook | None = None,
-    penalty: str | None = None,
-    per_method: bool = False,
-    override_defaults: bool | None = None,
-) -> Callable[[Target], Target]:
+def limit(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> Callable[[Target], Target]:
     """Limit a view, or every view of a blueprint. A request passes only if
     every layer of every identity has room.
 
@@ -92,7 +85,7 @@ def limit(
     :param on_breach: a function called with a
         :class:`~flask_redis_throttle.signals.RefusalEvent` when this limit refuses
         a request.
-    :param penalty: block an identity that keeps hitting this limit for an
+    :param penalty: refuse an identity that keeps hitting this limit for an
         escalating time, such as ``"1m;x2;max=1h"``: a minute after its
         first refusal, then two, four... up to an hour (see :ref:`penalties`).
     :param per_method: count each HTTP method on its own: ``GET`` and
@@ -111,21 +104,7 @@ def limit(
         ``post``...) or in the class's ``decorators`` (see
         :ref:`class-based-views`).
     """
-    entry = make_spec(
-        spec,
-        scope=scope,
-        identities=identities,
-        strategy=strategy,
-        methods=methods,
-        cost=cost,
-        deduct_when=deduct_when,
-        exempt_when=exempt_when,
-        shadow=shadow,
-        on_breach=on_breach,
-        penalty=penalty,
-        per_method=per_method,
-        override_defaults=override_defaults,
-    )
+    entry = make_spec(spec, **options)
 
     def decorate(target: Target) -> Target:
         _check_target(target, "limit")
@@ -174,3 +153,11 @@ def _check_target(target: object, name: str) -> None:
         )
     if not (callable(target) or isinstance(target, Blueprint)):
         raise TypeError(f"{name}() takes a view function or a blueprint, not {target!r}")
+
+
+#: The old names of renamed things, answered with a DeprecationWarning.
+_RENAMED = {"BreachHook": "RefusalHook"}  # old name
+
+
+def __getattr__(name: str) -> object:
+    return renamed(__name__, name, _RENAMED, globals())

@@ -21,6 +21,8 @@ from werkzeug.datastructures import MIMEAccept
 from werkzeug.exceptions import TooManyRequests
 from werkzeug.http import parse_accept_header
 
+from .core.deprecated import renamed
+
 if TYPE_CHECKING:
     from _typeshed.wsgi import WSGIEnvironment
 
@@ -81,7 +83,7 @@ class RateLimitExceeded(TooManyRequests):
     :param retry_after_header: the ``Retry-After`` value, when it is not
         ``retry_after`` in seconds (an HTTP-date, with
         ``RATELIMIT_RETRY_AFTER = "http-date"``).
-    :param penalized: whether the identity is blocked by the limit's penalty
+    :param penalized: whether the identity serves a penalty of the limit
         for hitting it repeatedly.
     :param cost: the request's cost, when it is more than the whole quota of
         ``layer``: then it can never pass, and there is no ``Retry-After``
@@ -112,7 +114,7 @@ class RateLimitExceeded(TooManyRequests):
         #: The ``Retry-After`` header's value: ``retry_after``, or an
         #: HTTP-date; None when the request can never pass.
         self.retry_after_header = None if seconds is None else retry_after_header or str(seconds)
-        #: Whether the identity is blocked by a penalty.
+        #: Whether the identity serves a penalty.
         self.penalized = penalized
         #: The request's cost if it is more than the layer's whole quota, else None.
         self.cost = cost
@@ -175,3 +177,11 @@ def _description(layer: Layer, seconds: int | None, penalized: bool, cost: int |
         )
     exceeded = "Rate limit exceeded too often" if penalized else "Rate limit exceeded"
     return f"{exceeded}: {layer}. Try again in {seconds} second{'' if seconds == 1 else 's'}."
+
+
+#: The old names of renamed things, answered with a DeprecationWarning.
+_RENAMED = {"RateLimitError": "InputError"}  # old name
+
+
+def __getattr__(name: str) -> object:
+    return renamed(__name__, name, _RENAMED, globals())

@@ -34,6 +34,7 @@ from blinker import Namespace
 from flask import Flask, Request
 from werkzeug.wrappers import Response
 
+from .core.deprecated import renamed
 from .core.keys import Identity
 from .core.rates import Layer
 
@@ -64,8 +65,8 @@ class RefusalEvent:
         ``Retry-After``).
     :param shadow: True if the limit is in shadow mode, so the request was
         let through after all.
-    :param penalized: True if the identity was refused because it is
-        blocked by the limit's penalty (or has just been).
+    :param penalized: True if the identity was refused because it serves a
+        penalty of the limit (or has just been given one).
     """
 
     request: Request
@@ -120,3 +121,11 @@ def _send(app: Flask, event: RefusalEvent) -> None:
             )
         except Exception:
             logger.exception("request_refused receiver %r failed; the refusal stands", receiver)
+
+
+#: The old names of renamed things, answered with a DeprecationWarning.
+_RENAMED = {"Breach": "RefusalEvent", "rate_limited": "request_refused"}  # old name
+
+
+def __getattr__(name: str) -> object:
+    return renamed(__name__, name, _RENAMED, globals())

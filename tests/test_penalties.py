@@ -162,7 +162,7 @@ def test_a_penalty_key_always_expires(app: Flask, clock: Clock) -> None:
     [key] = redis_client.keys("*:pn")
     assert key.decode().endswith("}:index:pn")
     assert redis_client.get(key).startswith(b"1:")
-    # The block (10 s) and then the longest block (40 s) to remember it.
+    # The penalty (10 s) and then the longest penalty (40 s) to remember it.
     assert 49_000 < redis_client.pttl(key) <= 50_000
 
 

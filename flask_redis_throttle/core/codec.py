@@ -12,7 +12,7 @@ On a Redis Cluster the entries of different identities may live on
 different nodes: :func:`split` cuts a call into one call per hash tag, and
 :func:`merge` makes of their replies the reply one call would have given.
 
-This module is pure Python: it imports neither Flask nor Redis.
+This module makes no Redis call and needs no Flask app.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ Call = tuple[Sequence[str], Sequence[int | str]]
 def entry(code: str, layers: Iterable[Layer], penalty: tuple[int, int, int] | None = None) -> str:
     """The plan entry of one identity under one limit: the strategy's
     ``code``, each layer as ``quota/window`` (whole seconds), and the
-    penalty's first block, factor and longest block, if any."""
+    penalty's first duration, factor and longest duration, if any."""
     text = code + ",".join(f"{layer.quota}/{layer.window}" for layer in layers)
     if penalty is not None:
         text += "!" + ",".join(map(str, penalty))
@@ -55,7 +55,7 @@ class Reply(NamedTuple):
     :param now: the time the script decided at, in microseconds; a refund of
         this request must be sent with it.
     :param penalized: whether the deciding layer refused because its
-        identity is blocked by a penalty (see :mod:`flask_redis_throttle.core.penalties`).
+        identity serves a penalty (see :mod:`flask_redis_throttle.core.penalties`).
     """
 
     admitted: bool

@@ -1,18 +1,19 @@
-"""Penalties: an identity that keeps hitting a limit is blocked for an
+"""Penalties: an identity that keeps hitting a limit is refused for an
 escalating time.
 
 ``@limit("10/m", penalty="1m;x2;max=1h")``: the first time a client is
-refused by that limit, it is blocked from it for a minute; if it is refused
-again within an hour of that block's end, for two minutes, then four, and so
-on up to an hour. While blocked, every request it sends under that limit is
-refused, with a ``Retry-After`` that covers the block.
+refused by that limit, it serves a penalty of a minute; if it is refused
+again within an hour of that penalty's end, two minutes, then four, and so
+on up to an hour. While it serves one, every request it sends under that
+limit is refused, with a ``Retry-After`` that covers the penalty. ("Block"
+is the block cache's word, not a penalty's.)
 
 It is decided in the same script call as the limits, with one more key per
 penalized limit and identity (see ``lua/penalty.lua``), so it costs no round
-trip. Every penalty key expires at most two longest blocks after it was
+trip. Every penalty key expires at most two longest penalties after it was
 written.
 
-This module is pure Python: it imports neither Flask nor Redis.
+This module makes no Redis call and needs no Flask app.
 """
 
 from __future__ import annotations
@@ -20,31 +21,32 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from .deprecated import warn_renamed
 from .errors import InvalidLimit
 from .keys import escape_scope, identity_tag
 from .rates import check_length, parse_duration, read_number
 
 __all__ = ["MAX_FACTOR", "Penalty", "parse_penalty", "penalty_key", "penalty_suffix"]
 
-#: The largest factor between two blocks.
+#: The largest factor between two penalties in a row.
 MAX_FACTOR = 1000
 
 
 _GRAMMAR = (
-    "expected a first block such as '1m', then optionally ';x2' (each further block twice as long) "
-    "and ';max=1h' (the longest block), as in '1m;x2;max=1h'"
+    "expected a first penalty such as '1m', then optionally ';x2' (each further penalty twice as long) "
+    "and ';max=1h' (the longest penalty), as in '1m;x2;max=1h'"
 )
 
 
 @dataclass(frozen=True)
 class Penalty:
-    """How long a repeat offender is blocked.
+    """How long a repeat offender is refused.
 
-    :param first: the first block, in seconds.
-    :param factor: each further block is this many times the one before; 1
-        blocks for ``first`` every time.
-    :param longest: the longest block, in seconds. A level of offence is
-        remembered for this long after its block ends.
+    :param first: the first penalty's duration, in seconds.
+    :param factor: each further penalty is this many times the one before;
+        1 keeps every penalty at ``first``.
+    :param longest: the longest penalty, in seconds. A level of offence is
+        remembered for this long after its penalty ends.
     :param spec: the penalty as written.
     """
 
@@ -58,20 +60,25 @@ class Penalty:
             object.__setattr__(self, "longest", self.first)
 
     def duration(self, level: int) -> int:
-        """The block of the ``level``-th offence in a row (1 for the first), in seconds."""
-        block = self.first
+        """The penalty of the ``level``-th offence in a row (1 for the first), in seconds."""
+        duration = self.first
         for _ in range(level - 1):
-            if block >= self.longest or self.factor == 1:
+            if duration >= self.longest or self.factor == 1:
                 break
-            block *= self.factor
-        return min(block, self.longest)
+            duration *= self.factor
+        return min(duration, self.longest)
+
+    def block(self, level: int) -> int:  # old name
+        """Deprecated: :meth:`duration`."""
+        warn_renamed("Penalty.block", "Penalty.duration")  # old name
+        return self.duration(level)
 
 
 def parse_penalty(spec: str) -> Penalty:
     """Parse a penalty such as ``"1m"``, ``"30s;x3"`` or ``"1m;x2;max=1h"``.
 
-    Without ``max``, blocks escalate up to a day (or stay at the first block
-    if that is longer); without a factor, every block is the first one. Each
+    Without ``max``, penalties escalate up to a day (or stay at the first
+    if that is longer); without a factor, every penalty is the first one. Each
     part may be given once, and ``max`` only with a factor above 1: a
     repeated part, or a ``max`` that changes nothing, is a typo that taking
     the last value would hide.
@@ -79,7 +86,7 @@ def parse_penalty(spec: str) -> Penalty:
     :raises InvalidLimit: quoting ``spec``, if it is malformed, longer than
         :data:`~flask_redis_throttle.core.rates.MAX_LIMIT_LENGTH`, repeats a part,
         has a factor below 1 or above :data:`MAX_FACTOR`, a ``max`` without
-        a factor above 1, or a longest block shorter than the first or
+        a factor above 1, or a longest penalty shorter than the first or
         longer than 366 days.
     """
     if not isinstance(spec, str) or not spec.strip():
@@ -97,18 +104,18 @@ def parse_penalty(spec: str) -> Penalty:
     longest = parts.get("max", 0)
     if longest and factor == 1:
         raise InvalidLimit(
-            f"penalty {spec!r}: max has no effect without a factor above 1 (every block is the first); {_GRAMMAR}",
+            f"penalty {spec!r}: max has no effect without a factor above 1 (every penalty is the first); {_GRAMMAR}",
             spec=spec,
         )
     if not longest:
         longest = max(first, 86_400) if factor > 1 else first
     if longest < first:
-        raise InvalidLimit(f"penalty {spec!r}: the longest block is shorter than the first", spec=spec)
+        raise InvalidLimit(f"penalty {spec!r}: the longest penalty is shorter than the first", spec=spec)
     return Penalty(first, factor, longest, spec)
 
 
 def _option(option: str, spec: str) -> tuple[str, int]:
-    """One part after the first block: ``("the factor", 2)`` for ``x2``,
+    """One part after the first penalty: ``("the factor", 2)`` for ``x2``,
     ``("max", 3600)`` for ``max=1h``."""
     digits = option[1:].strip()
     if option[:1] in ("x", "X") and digits.isascii() and digits.isdigit():

@@ -1,7 +1,7 @@
 """The refusal log: who hit the limits, kept in capped Redis streams.
 
-Seeds 002 and 003 keep metadata about the clients behind a limit. We keep it
-apart from the counters: one stream per app, ``<prefix>refusals``, trimmed to
+Who was refused is kept apart from the counters, so that admitted requests
+never pay for it: one stream per app, ``<prefix>refusals``, trimmed to
 ``RATELIMIT_REFUSAL_LOG_SIZE`` entries, so its memory is bounded however many
 clients are refused. Each entry's ID is Redis's own clock in milliseconds.
 
@@ -81,7 +81,7 @@ class Refusal:
     :param retry_after: seconds until the request would have passed.
     :param shadow: True if the limit was in shadow mode, so the request was
         let through after all.
-    :param penalized: True if the identity was blocked by a penalty.
+    :param penalized: True if the identity served a penalty.
     """
 
     id: str
@@ -212,7 +212,7 @@ class RefusalLog:
         """Append one refusal, trimming its stream to the log's size: one ``XADD``.
 
         :param shadow: whether the refusing limit was in shadow mode.
-        :param penalized: whether the identity was blocked by a penalty.
+        :param penalized: whether the identity served a penalty.
         :param stream: the stream to write to, from :meth:`shard`; by
             default ``shard(identity)``.
 

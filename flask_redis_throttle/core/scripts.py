@@ -24,8 +24,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
+from typing import TypeGuard
 
-__all__ = ["STRATEGIES", "Strategy", "script_source"]
+__all__ = ["STRATEGIES", "STRATEGY_NAMES", "Strategy", "is_strategy", "script_source"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +54,15 @@ STRATEGIES: dict[str, Strategy] = {
         Strategy("gcra", "gcra.lua", "gc"),
     )
 }
+
+#: The strategies' names, quoted, for messages: ``'fixed-window', ...``.
+STRATEGY_NAMES = ", ".join(map(repr, STRATEGIES))
+
+
+def is_strategy(value: object) -> TypeGuard[str]:
+    """Whether ``value`` names a strategy: the one check of
+    ``RATELIMIT_STRATEGY``, ``@limit(strategy=...)`` and a policy's."""
+    return isinstance(value, str) and value in STRATEGIES
 
 
 def script_source(names: Iterable[str]) -> str:

@@ -6,7 +6,7 @@ the same Lua scripts through lupa (Lua 5.1, as in Redis); see
 are per process, so every worker of a multi-process server counts on its own.
 How clients are built from URLs is in :mod:`flask_redis_throttle.core.clients`.
 
-This module imports Redis but not Flask.
+This module imports Redis, and needs no Flask app.
 """
 
 from __future__ import annotations

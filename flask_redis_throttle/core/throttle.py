@@ -1,12 +1,5 @@
-"""The core: decide a request against every layer of every identity in one call.
-
-This module works without Flask::
-
-    throttle = Throttle(Storage.from_url("redis://localhost:6379/0"))
-    policy = Policy(parse_limits("10/s;120/m"), scope="api")
-    decision = throttle.hit([(policy, [Identity("ip", "192.0.2.1")])])
-    if not decision.admitted:
-        print("retry in", decision.retry_after, "seconds")
+"""The core: decide a request against every layer of every identity in one
+call. It works without Flask; docs/core.rst shows it on its own.
 """
 
 from __future__ import annotations
@@ -19,12 +12,13 @@ from typing import TypeVar
 from .blocks import Block, BlockCache
 from .breaker import CircuitBreaker
 from .codec import Reply, entry
+from .deprecated import warn_renamed
 from .keys import Identity, escape_scope, identity_tag
 from .local import LocalFolder, folder_of
 from .penalties import Penalty, penalty_suffix
 from .rates import Layer
 from .reset import counter_pattern, delete_counters
-from .scripts import STRATEGIES
+from .scripts import STRATEGIES, STRATEGY_NAMES, is_strategy
 from .storage import STORAGE_ERRORS, NodeFailure, Storage
 
 __all__ = ["Check", "Decision", "Policy", "StorageUnavailable", "Throttle"]
@@ -56,7 +50,7 @@ class Policy:
         share counters. By default the Flask layer uses the endpoint.
     :param strategy: the algorithm, a key of
         :data:`~flask_redis_throttle.core.scripts.STRATEGIES`.
-    :param penalty: blocks an identity that keeps hitting this limit (see
+    :param penalty: refuses an identity that keeps hitting this limit for longer (see
         :mod:`flask_redis_throttle.core.penalties`); None for no penalty.
     """
 
@@ -77,15 +71,21 @@ class Policy:
     strategies: frozenset[str] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.strategy not in STRATEGIES:
-            raise ValueError(f"unknown strategy {self.strategy!r}; expected one of {', '.join(STRATEGIES)}")
+        if not is_strategy(self.strategy):
+            raise ValueError(f"unknown strategy {self.strategy!r}; expected one of {STRATEGY_NAMES}")
         code = STRATEGIES[self.strategy].code
         penalty = self.penalty
-        blocks = None if penalty is None else (penalty.first, penalty.factor, penalty.longest)
+        durations = None if penalty is None else (penalty.first, penalty.factor, penalty.longest)
         object.__setattr__(self, "suffix", f"}}:{escape_scope(self.scope)}:{code}")
-        object.__setattr__(self, "entry", entry(code, self.layers, blocks))
+        object.__setattr__(self, "entry", entry(code, self.layers, durations))
         object.__setattr__(self, "penalty_suffix", "" if penalty is None else penalty_suffix(self.scope))
         object.__setattr__(self, "strategies", frozenset([self.strategy]))
+
+    @property
+    def rates(self) -> tuple[Layer, ...]:  # old name
+        """Deprecated: :attr:`layers`."""
+        warn_renamed("Policy.rates", "Policy.layers")  # old name
+        return self.layers
 
 
 #: One limit to check for a request: a policy and the identities it applies to.
@@ -105,8 +105,8 @@ class Decision:
     :param reset: seconds until that counter is back to its full quota.
     :param retry_after: seconds until the request would pass; 0 when admitted.
     :param cached: True if the block cache refused it without asking Redis.
-    :param penalized: True if it was refused because the identity is blocked
-        by the policy's penalty.
+    :param penalized: True if it was refused because the identity serves a
+        penalty of the policy.
     :param fallback: True if Redis was unavailable and the in-process
         fallback store decided it.
     """

@@ -19,6 +19,7 @@ import redis
 from redis.cluster import RedisCluster
 from redis.retry import Retry
 
+from .checks import is_integer, is_number
 from .errors import ConfigurationError
 
 __all__ = [
@@ -206,15 +207,11 @@ def _check_hosts_url(scheme: str, url: str) -> None:
 
 
 def _timeout(value: Any) -> bool:
-    return value is None or (_number(value) and 0 < value < math.inf)
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return value is None or (is_number(value) and 0 < value < math.inf)
 
 
 def _count(value: Any, least: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+    return is_integer(value) and value >= least
 
 
 def _errors(value: Any) -> bool:
@@ -232,7 +229,10 @@ _VALUE_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "socket_connect_timeout": (_timeout, "None or a number of seconds above 0"),
     "retry": (lambda value: value is None or isinstance(value, Retry), "None or a redis.retry.Retry"),
     "retry_on_error": (_errors, "a list of exception classes"),
-    "health_check_interval": (lambda value: _number(value) and 0 <= value < math.inf, "a number of seconds, 0 or more"),
+    "health_check_interval": (
+        lambda value: is_number(value) and 0 <= value < math.inf,
+        "a number of seconds, 0 or more",
+    ),
     "max_connections": (lambda value: value is None or _count(value, 1), "None or an integer of 1 or more"),
     "db": (lambda value: _count(value, 0), "an integer of 0 or more"),
     "min_other_sentinels": (lambda value: _count(value, 0), "an integer of 0 or more"),

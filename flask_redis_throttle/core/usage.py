@@ -6,9 +6,8 @@ the next request would find it, whatever the strategy. Its reply names one
 counter only, so each layer is asked about on its own: one round trip per
 layer.
 
-This module imports no Flask (it is part of the core); it reads through a
-:class:`~flask_redis_throttle.core.throttle.Throttle`, and so through its
-storage.
+This module needs no Flask app, and calls Redis only through a
+:class:`~flask_redis_throttle.core.throttle.Throttle`.
 """
 
 from __future__ import annotations

@@ -1,0 +1,36 @@
+"""Deprecated names: the old name of a renamed class, function or value
+still works, with a :class:`DeprecationWarning` that names the new one.
+
+A module that renamed something keeps a map of its old names and answers
+them from its ``__getattr__`` (PEP 562)::
+
+    _RENAMED = {"Old": "New"}
+
+
+    def __getattr__(name: str) -> object:
+        return renamed(__name__, name, _RENAMED, globals())
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+
+__all__ = ["renamed", "warn_renamed"]
+
+
+def warn_renamed(old: str, new: str) -> None:
+    """Warn that ``old`` is deprecated, pointing at the code that used it."""
+    warnings.warn(f"{old} is deprecated; use {new}", DeprecationWarning, stacklevel=3)
+
+
+def renamed(module: str, name: str, renames: Mapping[str, str], namespace: Mapping[str, object]) -> object:
+    """What the old name ``name`` of ``module`` now is, with a warning.
+
+    :raises AttributeError: if ``name`` is not an old name, as a module does.
+    """
+    new = renames.get(name)
+    if new is None:
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+    warnings.warn(f"{module}.{name} is deprecated; use {module}.{new}", DeprecationWarning, stacklevel=3)
+    return namespace[new]
