@@ -563,7 +563,7 @@ def test_bad_options_raise_when_decorating(options: dict[str, Any]) -> None:
 
 
 def test_unknown_limit_options_raise_when_decorating() -> None:
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="unexpected keyword argument 'error_message'"):
         limit("1/s", error_message="slow down")  # type: ignore[call-arg]
 
 
