@@ -13,6 +13,7 @@ from typing import Any
 
 import redis
 
+from ..checks import is_integer
 from .keyspace import Keyspace
 from .lua import forget_hosts, lua_host
 from .values import (
@@ -58,7 +59,7 @@ def encode(value: Any) -> bytes:
         return bytes(value)
     if isinstance(value, str):
         return str(value).encode()
-    if isinstance(value, int) and not isinstance(value, bool):
+    if is_integer(value):
         return b"%d" % value
     raise redis.DataError(
         f"Invalid input of type: '{type(value).__name__}'. Convert to a bytes, string, int or float first."
