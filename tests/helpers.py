@@ -22,8 +22,9 @@ import redis
 from click.testing import Result
 from flask import Flask, request
 from flask_login import LoginManager, UserMixin
+from hypothesis import strategies as st
 
-from flask_redis_throttle import RateLimit, limit
+from flask_redis_throttle import Identity, RateLimit, limit
 from flask_redis_throttle.core.throttle import Throttle
 from flask_redis_throttle.extension import RateLimitState
 
@@ -194,3 +195,42 @@ def extension_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecor
     without the circuit breakers' opening and closing, which go to
     ``flask_redis_throttle.breaker`` and are checked in test_logging.py."""
     return [r for r in caplog.records if r.name != "flask_redis_throttle.breaker"]
+
+
+# --- the scripts stepped through requests, for the property tests ---------------------------------
+
+#: A second, in the scripts' microseconds.
+SECOND = 1_000_000
+
+#: Gaps between requests: often within a sub-bucket, sometimes exactly on or
+#: one microsecond around the boundaries that matter, sometimes long.
+gaps = st.one_of(
+    st.integers(0, SECOND // 4),
+    st.sampled_from([0, 1, SECOND // 10 - 1, SECOND // 10, SECOND // 3, SECOND - 1, SECOND, 2 * SECOND]),
+    st.integers(0, 4 * SECOND),
+)
+#: A limit's layers, as (quota, window in seconds), windows distinct.
+layer_lists = st.lists(
+    st.tuples(st.sampled_from([1, 1, 2, 3, 5]), st.sampled_from([1, 2, 3, 60])),
+    min_size=1,
+    max_size=3,
+    unique_by=lambda r: r[1],
+)
+#: The two identities a step's request may come from, by number.
+STEP_IDENTITIES = (Identity("ip", "192.0.2.1"), Identity("user", "42"))
+
+
+def request_steps(max_size: int) -> st.SearchStrategy[list[tuple[int, int, tuple[int, ...], bool]]]:
+    """Requests one after another: each its gap after the last, its cost
+    (0 inspects), which of :data:`STEP_IDENTITIES` send it, and whether it is
+    refunded at once, as a cluster does."""
+    return st.lists(
+        st.tuples(
+            gaps,
+            st.sampled_from([1, 1, 1, 1, 2, 3, 0, 7]),
+            st.sampled_from([(0,), (1,), (0, 1)]),
+            st.sampled_from([False, False, False, True]),
+        ),
+        min_size=1,
+        max_size=max_size,
+    )

@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 import redis
 from flask import Flask
-from helpers import T0, Clock, get, install, join_all
+from helpers import SECOND, T0, Clock, get, install, join_all, layer_lists, request_steps
+from helpers import STEP_IDENTITIES as IDENTITIES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -36,8 +37,6 @@ from flask_redis_throttle.core.scripts import STRATEGIES
 from flask_redis_throttle.core.storage import Storage
 from flask_redis_throttle.core.throttle import Policy, Throttle
 from flask_redis_throttle.testing import RedisServer
-
-SECOND = 1_000_000
 
 
 @pytest.fixture(params=LUAS)
@@ -571,32 +570,11 @@ def test_time_is_the_clock_as_in_redis(real: Raw) -> None:
 
 # --- the package's scripts, step by step, on both -----------------------------------------------
 
-gaps = st.one_of(
-    st.integers(0, SECOND // 4),
-    st.sampled_from([0, 1, SECOND // 10 - 1, SECOND // 10, SECOND - 1, SECOND, 2 * SECOND]),
-    st.integers(0, 4 * SECOND),
-)
-layer_lists = st.lists(
-    st.tuples(st.sampled_from([1, 1, 2, 3, 5]), st.sampled_from([1, 2, 3, 60])),
-    min_size=1,
-    max_size=3,
-    unique_by=lambda r: r[1],
-)
 penalties = st.one_of(
     st.none(),
     st.builds(Penalty, st.sampled_from([1, 2, 5]), st.sampled_from([1, 2, 3]), st.sampled_from([0, 10, 60])),
 )
-steps = st.lists(
-    st.tuples(
-        gaps,
-        st.sampled_from([1, 1, 1, 1, 2, 3, 0, 7]),
-        st.sampled_from([(0,), (1,), (0, 1)]),
-        st.sampled_from([False, False, False, True]),  # refund it at once
-    ),
-    min_size=1,
-    max_size=30,
-)
-IDENTITIES = (Identity("ip", "192.0.2.1"), Identity("user", "42"))
+steps = request_steps(max_size=30)
 _prefixes = itertools.count()
 
 

@@ -12,49 +12,24 @@ import itertools
 import math
 
 import pytest
-from helpers import T0
+from helpers import SECOND, T0, layer_lists, request_steps
+from helpers import STEP_IDENTITIES as IDENTITIES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from models import BUCKETS, MODELS, Counter, decide, distinct
 
-from flask_redis_throttle import Identity
 from flask_redis_throttle.core.rates import Layer
 from flask_redis_throttle.core.scripts import STRATEGIES
 from flask_redis_throttle.core.storage import Storage
 from flask_redis_throttle.core.throttle import Policy, Throttle
 
-SECOND = 1_000_000
-
-# Gaps between requests: often within a sub-bucket, sometimes exactly on or
-# one microsecond around the boundaries that matter, sometimes long.
-gaps = st.one_of(
-    st.integers(0, SECOND // 4),
-    st.sampled_from([0, 1, SECOND // 10 - 1, SECOND // 10, SECOND // 3, SECOND - 1, SECOND, 2 * SECOND]),
-    st.integers(0, 4 * SECOND),
-)
-layers = st.lists(
-    st.tuples(st.sampled_from([1, 1, 2, 3, 5]), st.sampled_from([1, 2, 3, 60])),
-    min_size=1,
-    max_size=3,
-    unique_by=lambda r: r[1],
-)
-steps = st.lists(
-    st.tuples(
-        gaps,
-        st.sampled_from([1, 1, 1, 1, 2, 3, 0, 7]),
-        st.sampled_from([(0,), (1,), (0, 1)]),
-        st.sampled_from([False, False, False, True]),  # refund it at once, as a cluster does
-    ),
-    min_size=1,
-    max_size=40,
-)
-IDENTITIES = (Identity("ip", "192.0.2.1"), Identity("user", "42"))
+steps = request_steps(max_size=40)
 _scopes = itertools.count()
 
 
 @pytest.mark.parametrize("strategy", [*STRATEGIES, "mixed"])
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(layers=layers, steps=steps, start=st.integers(0, 2 * SECOND), duplicate=st.booleans(), data=st.data())
+@given(layers=layer_lists, steps=steps, start=st.integers(0, 2 * SECOND), duplicate=st.booleans(), data=st.data())
 def test_scripts_match_models_and_keep_promises(
     storage: Storage,
     strategy: str,
