@@ -16,12 +16,11 @@
 local strategy = {}
 
 function strategy.load(key)
-  return packed.load(key, '(%d+)=(%d+):(%d+)')
+  return packed.load(key, '^(%d+):(%d+)')
 end
 
 -- Check each layer of `entry`, numbering them on from i.
 function strategy.check(state, entry, i)
-  local windows, counts = state.a, state.b
   for quota, name in gmatch(entry, '(%d+)/(%d+)') do
     i = i + 1
     quota = tonumber(quota)
@@ -30,7 +29,13 @@ function strategy.check(state, entry, i)
     local elapsed = fmod(now, period)
     local window = (now - elapsed) / period
     local reset = period - elapsed
-    local used = tonumber(windows[name]) == window and tonumber(counts[name]) or 0
+    -- The record's window, as read, is written back as it is: one number
+    -- less to format.
+    local counted, count = fields(state, name)
+    local used = 0
+    if tonumber(counted) == window then
+      used, window = tonumber(count), counted
+    end
     resets[i] = reset
     if used + cost <= quota then
       fits[i], remaining[i], retries[i] = true, quota - used - cost, 0
@@ -47,14 +52,14 @@ end
 function strategy.refund(state, entry, given)
   -- Only the window the request was counted in: a count can never be given
   -- back to a later window.
-  local windows, counts = state.a, state.b
   for _, name in gmatch(entry, '(%d+)/(%d+)') do
     local period = name * 1000000
     local elapsed = fmod(now, period)
     local window = (now - elapsed) / period
-    local used = tonumber(windows[name]) == window and tonumber(counts[name]) or 0
+    local counted, count = fields(state, name)
+    local used = tonumber(counted) == window and tonumber(count) or 0
     if used > 0 and packed.first_refund(state, name) then
-      note(state, name, name .. '=' .. window .. ':' .. math.max(used - given, 0), period - elapsed)
+      note(state, name, name .. '=' .. counted .. ':' .. math.max(used - given, 0), period - elapsed)
     end
   end
 end

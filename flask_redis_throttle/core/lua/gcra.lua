@@ -21,7 +21,7 @@
 local strategy = {}
 
 function strategy.load(key)
-  return packed.load(key, '(%d+)=(%x+):?(%d*)')
+  return packed.load(key, '^(%x+):?(%d*)')
 end
 
 -- Layer `name`'s part of the packed string, for the TAT (at, part). Every
@@ -35,7 +35,6 @@ end
 
 -- Check each layer of `entry`, numbering them on from i.
 function strategy.check(state, entry, i)
-  local ats, parts = state.a, state.b
   for quota, name in gmatch(entry, '(%d+)/(%d+)') do
     i = i + 1
     quota = tonumber(quota)
@@ -43,9 +42,9 @@ function strategy.check(state, entry, i)
     quotas[i], periods[i] = quota, period
     -- The TAT as (at, part), never before now.
     local at, part = now, 0
-    local a = ats[name]
+    local a, p = fields(state, name)
     if a then
-      local p = tonumber(parts[name]) or 0
+      p = tonumber(p) or 0
       a = tonumber(a, 16)
       if a > now or (a == now and p > 0) then
         at, part = a, p
@@ -81,16 +80,16 @@ function strategy.refund(state, entry, given)
   -- Move the TAT back by given * T, borrowing whole microseconds when the
   -- remainder would go below zero. A TAT that ends up at or before `now`
   -- means no debt at all, which check() already reads that way.
-  local ats, parts = state.a, state.b
   for quota, name in gmatch(entry, '(%d+)/(%d+)') do
-    if ats[name] and packed.first_refund(state, name) then
+    local a, p = fields(state, name)
+    if a and packed.first_refund(state, name) then
       quota = tonumber(quota)
       local period = name * 1000000
       local share = fmod(period, quota)
       local step = (period - share) / quota
-      local part = (tonumber(parts[name]) or 0) - given * share
+      local part = (tonumber(p) or 0) - given * share
       local borrow = part < 0 and math.ceil(-part / quota) or 0
-      local at = tonumber(ats[name], 16) - given * step - borrow
+      local at = tonumber(a, 16) - given * step - borrow
       note(state, name, part_of(name, at, part + borrow * quota), at - now + 1)
     end
   end

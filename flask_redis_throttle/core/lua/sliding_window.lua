@@ -18,7 +18,7 @@ local BUCKETS = 10
 local strategy = {}
 
 function strategy.load(key)
-  return packed.load(key, '(%d+)=(%d+):([%d,]+)')
+  return packed.load(key, '^(%d+):([%d,]+)')
 end
 
 -- The counts of a record ("<newest>", "<count>,<count>,..."), newest first,
@@ -60,7 +60,6 @@ end
 -- whole seconds, so a sub-bucket is whole microseconds; sub-bucket numbers
 -- stay below 10^14, which Lua writes exactly.
 function strategy.check(state, entry, i)
-  local newests, lists = state.a, state.b
   for quota, name in gmatch(entry, '(%d+)/(%d+)') do
     i = i + 1
     quota = tonumber(quota)
@@ -69,7 +68,7 @@ function strategy.check(state, entry, i)
     local width = period / BUCKETS
     local current = (now - fmod(now, width)) / width
     local oldest = current - BUCKETS
-    local counts, first = counts_of(newests[name], lists[name])
+    local counts, first = counts_of(fields(state, name))
     -- Sub-buckets after the current one only exist if the clock went back;
     -- counting them too keeps the promise.
     local used, newest = 0, nil
@@ -111,11 +110,10 @@ end
 
 function strategy.refund(state, entry, given)
   -- Take it out of the sub-bucket it went into, if that is still kept.
-  local newests, lists = state.a, state.b
   for _, name in gmatch(entry, '(%d+)/(%d+)') do
     local width = name * 1000000 / BUCKETS
     local current = (now - fmod(now, width)) / width
-    local counts, first = counts_of(newests[name], lists[name])
+    local counts, first = counts_of(fields(state, name))
     local at = first and first - current + 1
     if at and counts[at] and packed.first_refund(state, name) then
       counts[at] = math.max(counts[at] - given, 0)
