@@ -12,6 +12,12 @@ string share ``lua/packed.lua``. A request whose limits all use one strategy
 parts only. Production Redis and the embedded ``memory://`` store run the
 very same text.
 
+The usual request also has a faster form: a strategy with a file under
+``lua/flat/`` decides, in one pass and with the same arguments, reply and
+records, every call that :func:`fits_flat` admits (one strategy, no penalty,
+no key twice, counting or inspecting). Building the tables and functions the
+general script composes costs Redis more than the decision itself.
+
 What the scripts are sent and what they reply is written and read in one
 place, :mod:`flask_redis_throttle.core.codec`.
 
@@ -20,13 +26,13 @@ This module is pure Python: it imports neither Flask nor Redis.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
 from typing import TypeGuard
 
-__all__ = ["STRATEGIES", "STRATEGY_NAMES", "Strategy", "is_strategy", "script_source"]
+__all__ = ["STRATEGIES", "STRATEGY_NAMES", "Strategy", "fits_flat", "is_strategy", "script_source"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,21 +43,23 @@ class Strategy:
     :param filename: its file under ``lua/``.
     :param code: two letters that name it in Redis keys and in the script's
         plan; codes never change, or counters would be lost.
+    :param flat: whether it has a flat script, ``lua/flat/<filename>``.
     """
 
     name: str
     filename: str
     code: str
+    flat: bool = False
 
 
 #: Every strategy, by name.
 STRATEGIES: dict[str, Strategy] = {
     strategy.name: strategy
     for strategy in (
-        Strategy("fixed-window", "fixed_window.lua", "fw"),
-        Strategy("sliding-window", "sliding_window.lua", "sw"),
+        Strategy("fixed-window", "fixed_window.lua", "fw", flat=True),
+        Strategy("sliding-window", "sliding_window.lua", "sw", flat=True),
         Strategy("sliding-log", "sliding_log.lua", "sl"),
-        Strategy("gcra", "gcra.lua", "gc"),
+        Strategy("gcra", "gcra.lua", "gc", flat=True),
     )
 }
 
@@ -65,12 +73,42 @@ def is_strategy(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and value in STRATEGIES
 
 
-def script_source(names: Iterable[str]) -> str:
-    """The full Lua text for a request that uses the strategies ``names``.
+def script_source(names: Iterable[str], flat: bool = False) -> str:
+    """The full Lua text for a request that uses the strategies ``names``;
+    with ``flat``, the flat script of the one strategy ``names`` holds.
 
-    :raises KeyError: for an unknown strategy.
+    :raises KeyError: for an unknown strategy, or with ``flat``, for one with
+        no flat script.
     """
+    if flat:
+        return _flat_source(*names)
     return _source(frozenset(names))
+
+
+def fits_flat(names: frozenset[str], keys: Sequence[str], args: Sequence[int | str]) -> bool:
+    """Whether the flat script decides the call ``keys``, ``args`` (as the
+    scripts take them: now, cost, plan) of a request using the strategies
+    ``names`` exactly as the general script would: one strategy that has a
+    flat script, a cost of 0 or more, no penalty in the plan and no key
+    twice (two limits sharing a scope, whose records the general script
+    merges)."""
+    if len(names) != 1 or not _FLAT.issuperset(names):
+        return False
+    cost, plan = args[1], args[2]
+    counts = isinstance(cost, int) and cost >= 0
+    return counts and isinstance(plan, str) and "!" not in plan and len(set(keys)) == len(keys)
+
+
+#: The strategies that have a flat script.
+_FLAT = frozenset(strategy.name for strategy in STRATEGIES.values() if strategy.flat)
+
+
+@cache
+def _flat_source(name: str) -> str:
+    strategy = STRATEGIES[name]
+    if not strategy.flat:
+        raise KeyError(name)
+    return (files(__package__) / "lua" / "flat" / strategy.filename).read_text("utf-8")
 
 
 @cache

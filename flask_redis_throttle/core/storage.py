@@ -25,7 +25,7 @@ from redis.exceptions import ClusterError, NoScriptError, SlotNotCoveredError, T
 from .clients import DEFAULT_CLIENT_OPTIONS, client_from_url, redact
 from .codec import Call, hash_tag, settle, split
 from .local import folder_of
-from .scripts import script_source
+from .scripts import fits_flat, script_source
 from .wire import STORAGE_ERRORS, LeanClient, LeanCluster, Replay, lean_client
 
 __all__ = ["DEFAULT_CLIENT_OPTIONS", "STORAGE_ERRORS", "Call", "NodeFailure", "Storage"]
@@ -84,8 +84,9 @@ class Storage:
         #: Whether keys with different hash tags may live on different nodes,
         #: so that one script cannot touch them all.
         self.cluster = isinstance(client, RedisCluster) if cluster is None else cluster
-        #: One script per set of strategies that requests have used together.
-        self._scripts: dict[frozenset[str], _Script] = {}
+        #: One script per set of strategies that requests have used
+        #: together, and whether it is the flat one.
+        self._scripts: dict[tuple[frozenset[str], bool], _Script] = {}
         #: The lean path of the calls (see :mod:`flask_redis_throttle.core.wire`):
         #: a single node's, or a cluster's (which checks on first use whether
         #: it fits the nodes' clients); None for clients it does not fit.
@@ -140,11 +141,14 @@ class Storage:
             return UNCOVERED
         return f"{node.host}:{node.port}"
 
-    def _script(self, strategies: frozenset[str]) -> _Script:
-        script = self._scripts.get(strategies)
+    def _script(self, strategies: frozenset[str], calls: Sequence[Call]) -> _Script:
+        """The script for ``calls``: the flat one when it fits them all (see
+        :func:`~flask_redis_throttle.core.scripts.fits_flat`)."""
+        flat = all(fits_flat(strategies, keys, args) for keys, args in calls)
+        script = self._scripts.get((strategies, flat))
         if script is None:
-            text = script_source(strategies)
-            script = self._scripts[strategies] = _Script(text, hashlib.sha1(text.encode()).hexdigest())
+            text = script_source(strategies, flat)
+            script = self._scripts[strategies, flat] = _Script(text, hashlib.sha1(text.encode()).hexdigest())
         return script
 
     def evaluate(self, strategies: frozenset[str], keys: Sequence[str], args: Sequence[int | str]) -> list[int]:
@@ -172,7 +176,7 @@ class Storage:
         return self._evaluate_one(strategies, keys, args)
 
     def _evaluate_one(self, strategies: frozenset[str], keys: Sequence[str], args: Sequence[int | str]) -> list[int]:
-        script = self._script(strategies)
+        script = self._script(strategies, ((keys, args),))
         result: list[int]
         try:
             if self.lean is not None:
@@ -230,7 +234,7 @@ class Storage:
             (those that were answered took effect).
         :raises redis.RedisError: when no call was answered.
         """
-        script = self._script(strategies)
+        script = self._script(strategies, calls)
         try:
             results, nodes = self._send(calls, "EVALSHA", script.sha)
         except (redis.ConnectionError, redis.TimeoutError) as error:

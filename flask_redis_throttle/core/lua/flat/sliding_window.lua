@@ -1,0 +1,144 @@
+-- Sliding window, flat: the whole request in one pass, for the usual
+-- request (see scripts.py for when it runs): every limit uses the sliding
+-- window, none has a penalty, no two of its keys are the same, and it
+-- counts or inspects (a cost of 0 or more). It takes the arguments and
+-- gives the reply of main.lua, decides exactly as sliding_window.lua does
+-- there (which explains the sub-buckets), and reads and writes the same
+-- packed records (see packed.lua), so the two can take turns on one key;
+-- tests/test_flat.py holds them to that. It builds no table per key or
+-- layer and no function: two scratch lists serve every layer.
+
+local BUCKETS = 10
+
+local now = tonumber(ARGV[1])
+if not now then
+  local time = redis.call('TIME')
+  now = time[1] * 1000000 + time[2]
+end
+local cost = tonumber(ARGV[2])
+local concat, find, fmod, gmatch, max, min, tonumber =
+  table.concat, string.find, math.fmod, string.gmatch, math.max, math.min, tonumber
+
+local admitted, layer = true, 0
+local pick, pick_remaining, pick_reset, pick_retry = 0, 0, 0, -1
+-- The value each key gets if the request is admitted, and its life.
+local values, lives = {}, {}
+local parts = {}
+-- A record's counts, newest first (`size` of them), and a new record's.
+local counts, list = {}, {}
+
+local e = 0
+for entry in gmatch(ARGV[3], '%S+') do
+  e = e + 1
+  local value = redis.call('GET', KEYS[e])
+  value = value and ' ' .. value or ''
+  local n, matched, life = 0, 0, 0
+  for quota, name in gmatch(entry, '(%d+)/(%d+)') do
+    layer = layer + 1
+    quota = tonumber(quota)
+    local period = name * 1000000
+    local width = period / BUCKETS
+    local current = (now - fmod(now, width)) / width
+    local oldest = current - BUCKETS
+    -- The record: `first` is its newest sub-bucket's number, nil for none.
+    local first, size = nil, 0
+    local found = find(value, ' ' .. name .. '=', 1, true)
+    if found then
+      local _, last, newest, text = find(value, '^(%d+):([%d,]+)', found + #name + 2)
+      if last then
+        matched = matched + last - found + 1
+        first = tonumber(newest)
+        for count in gmatch(text, '%d+') do
+          size = size + 1
+          counts[size] = tonumber(count)
+        end
+      end
+    end
+    local used, newest = 0, nil
+    for k = 1, size do
+      local number, count = first - k + 1, counts[k]
+      if number >= oldest and count > 0 then
+        used = used + count
+        newest = newest or number
+      end
+    end
+    local fit, left, reset, retry = used + cost <= quota, 0, 0, 0
+    if fit then
+      left = quota - used - cost
+      reset = (max(newest or current, current) + BUCKETS + 1) * width - now
+    else
+      local rest = used
+      for number = oldest, first or oldest - 1 do
+        local count = counts[first - number + 1]
+        count = first - number + 1 <= size and count or 0
+        rest = rest - count
+        if count > 0 and rest + cost <= quota then
+          retry = (number + BUCKETS + 1) * width - now
+          break
+        end
+      end
+      left = max(quota - used, 0)
+      reset = newest and (newest + BUCKETS + 1) * width - now or 0
+    end
+    if cost > quota then
+      fit, retry = false, period
+    end
+    if not fit then
+      if admitted or retry > pick_retry then
+        pick, pick_remaining, pick_reset, pick_retry = layer, left, reset, retry
+      end
+      admitted = false
+    elseif admitted and (pick == 0 or left < pick_remaining or (left == pick_remaining and reset > pick_reset)) then
+      pick, pick_remaining, pick_reset, pick_retry = layer, left, reset, retry
+    end
+    if admitted and cost > 0 then
+      -- The counts from the newest sub-bucket down to the oldest still
+      -- kept, this request's added; trailing zeros left out.
+      local top = max(first or current, current)
+      local low = max(oldest, min(current, first and first - size + 1 or current))
+      local length, last = 0, 0
+      for number = top, low, -1 do
+        local k = first and first - number + 1
+        local count = (k and k >= 1 and k <= size) and counts[k] or 0
+        if number == current then
+          count = count + cost
+        end
+        length = length + 1
+        list[length] = count
+        if count > 0 then
+          last = length
+        end
+      end
+      n = n + 1
+      parts[n] = name .. '=' .. top .. ':' .. concat(list, ',', 1, last)
+      local ends = (top + BUCKETS + 1) * width - now
+      if ends > life then
+        life = ends
+      end
+    end
+  end
+  if admitted and cost > 0 then
+    if matched ~= #value then
+      -- Records other limits that share the scope wrote: kept while live.
+      local names = ',' .. string.sub(entry, 3) .. ','
+      for name, newest, text in gmatch(value, ' (%d+)=(%d+):([%d,]+)') do
+        local left = (newest + BUCKETS + 1) * (name * 1000000 / BUCKETS) - now
+        if left > 0 and not find(names, '/' .. name .. ',', 1, true) then
+          n = n + 1
+          parts[n] = name .. '=' .. newest .. ':' .. text
+          if left > life then
+            life = left
+          end
+        end
+      end
+    end
+    values[e], lives[e] = concat(parts, ' ', 1, n), life
+  end
+end
+
+if admitted and cost > 0 then
+  for k = 1, e do
+    redis.call('SET', KEYS[k], values[k], 'PX', math.ceil(lives[k] / 1000) + 1000)
+  end
+end
+return {admitted and 1 or 0, pick, pick_remaining, math.ceil(pick_reset), math.ceil(pick_retry), now}

@@ -1,0 +1,137 @@
+"""The flat scripts: the fast form of a strategy for the usual request must
+decide, and write, exactly as the general script does, on memory://, a real
+Redis and a cluster, so that either may follow the other on a key.
+
+Two copies of the same traffic run side by side, each in its own scope: one
+always through the general script, the other through the flat script or
+the general one as Hypothesis draws. Their replies must be equal, and so
+must the records they leave. A second limit shares the scope, so the flat
+script also meets records it must keep without reading them; refunds, which
+only the general script makes, undo what the flat one counted.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+from unittest import mock
+
+import pytest
+from helpers import SECOND, T0, layer_lists, request_steps
+from helpers import STEP_IDENTITIES as IDENTITIES
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from flask_redis_throttle.core import scripts
+from flask_redis_throttle.core import storage as storage_module
+from flask_redis_throttle.core.rates import Layer
+from flask_redis_throttle.core.storage import Storage
+from flask_redis_throttle.core.throttle import Policy, Throttle
+
+FLAT = [name for name, strategy in scripts.STRATEGIES.items() if strategy.flat]
+_scopes = itertools.count()
+
+
+@contextmanager
+def general_only() -> Iterator[None]:
+    """Every call in the block goes through the general script."""
+    with mock.patch.object(storage_module, "fits_flat", return_value=False):
+        yield
+
+
+@contextmanager
+def counting_flat() -> Iterator[list[bool]]:
+    """Records, for each call in the block, whether it was flat."""
+    seen: list[bool] = []
+    real = scripts.fits_flat
+
+    def fits(*args: Any) -> bool:
+        seen.append(real(*args))
+        return seen[-1]
+
+    with mock.patch.object(storage_module, "fits_flat", fits):
+        yield seen
+
+
+def records(storage: Storage, key: str) -> set[str]:
+    """The records of a packed key, in any order."""
+    value = storage.client.get(key)
+    return set(value.decode().split()) if value else set()
+
+
+@pytest.mark.parametrize("strategy", FLAT)
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    layers=layer_lists,
+    others=layer_lists,
+    steps=request_steps(max_size=30),
+    flat=st.lists(st.booleans(), min_size=30, max_size=30),
+    start=st.integers(0, 2 * SECOND),
+)
+def test_the_flat_script_decides_and_writes_as_the_general_one(
+    storage: Storage,
+    strategy: str,
+    layers: list[tuple[int, int]],
+    others: list[tuple[int, int]],
+    steps: list[tuple[int, int, tuple[int, ...], bool]],
+    flat: list[bool],
+    start: int,
+) -> None:
+    throttle = Throttle(storage)
+    n = next(_scopes)
+    copies = {}
+    for copy in ("general", "mixed"):
+        scope = f"flat{n}{copy}"
+        # The other limit's layers share the key; its windows may clash.
+        copies[copy] = (
+            Policy(tuple(Layer(q, p) for q, p in layers), scope, strategy),
+            Policy(tuple(Layer(q, p) for q, p in others), scope, strategy),
+        )
+    names = frozenset([strategy])
+    now = T0 + start
+    used_flat = 0
+    for (gap, cost, who, refund), use_flat in zip(steps, flat, strict=False):
+        now += gap
+        replies = {}
+        for copy, (policy, _) in copies.items():
+            keys = [throttle.key(policy, IDENTITIES[w]) for w in who]
+            args = [now, cost, " ".join([policy.entry] * len(keys))]
+            if copy == "mixed" and use_flat:
+                with counting_flat() as seen:
+                    replies[copy] = list(storage.evaluate(names, keys, args))
+                # (On a cluster, a refund of the nodes that admitted a request
+                # another refused follows: it is general.)
+                assert seen, (keys, args)
+                assert seen[0], (keys, args)
+                used_flat += 1
+            else:
+                with general_only():
+                    replies[copy] = list(storage.evaluate(names, keys, args))
+            if refund and replies[copy][0] == 1 and cost > 0:
+                # The general script gives back what either counted.
+                assert list(storage.evaluate(names, keys, [now, -cost, args[2]])) == [1, 0, 0, 0, 0, now]
+            if refund:
+                # The other limit writes its own records into the same keys.
+                other = copies[copy][1]
+                with general_only():
+                    storage.evaluate(names, keys, [now, 1, " ".join([other.entry] * len(keys))])
+        assert replies["general"] == replies["mixed"], (now - T0, cost, who)
+        for w in who:
+            general, mixed = (throttle.key(copies[c][0], IDENTITIES[w]) for c in ("general", "mixed"))
+            assert records(storage, general) == records(storage, mixed), (now - T0, cost, who)
+    assert used_flat == sum(flat[: len(steps)])
+
+
+@pytest.mark.parametrize("strategy", FLAT)
+def test_the_flat_script_takes_only_the_calls_it_decides_alike(strategy: str) -> None:
+    """Two limits sharing a key, a penalty, a refund, a second strategy:
+    each goes through the general script."""
+    names, keys, plan = frozenset([strategy]), ["a", "b"], "fw1/1 fw1/1"
+    assert scripts.fits_flat(names, keys, [T0, 1, plan])
+    assert scripts.fits_flat(names, keys, [T0, 0, plan])
+    assert not scripts.fits_flat(names, ["a", "a"], [T0, 1, plan])
+    assert not scripts.fits_flat(names, keys, [T0, -1, plan])
+    assert not scripts.fits_flat(names, keys, [T0, 1, "fw1/1!60,2,3600 fw1/1"])
+    assert not scripts.fits_flat(names | {"sliding-log"}, keys, [T0, 1, plan])
