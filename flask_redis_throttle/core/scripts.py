@@ -58,7 +58,7 @@ STRATEGIES: dict[str, Strategy] = {
     for strategy in (
         Strategy("fixed-window", "fixed_window.lua", "fw", flat=True),
         Strategy("sliding-window", "sliding_window.lua", "sw", flat=True),
-        Strategy("sliding-log", "sliding_log.lua", "sl"),
+        Strategy("sliding-log", "sliding_log.lua", "sl", flat=True),
         Strategy("gcra", "gcra.lua", "gc", flat=True),
     )
 }

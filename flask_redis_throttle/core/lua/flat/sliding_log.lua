@@ -1,0 +1,87 @@
+-- Sliding log, flat: the whole request in one pass, for the usual request
+-- (see scripts.py for when it runs): every limit uses the sliding log, none
+-- has a penalty, no two of its keys are the same, and it counts or
+-- inspects (a cost of 0 or more). It takes the arguments and gives the
+-- reply of main.lua, decides exactly as sliding_log.lua does there (which
+-- explains the sorted set and its "w" member), and writes the same
+-- entries, so the two can take turns on one key; tests/test_flat.py holds
+-- them to that. It builds no table per key or layer and no function.
+
+local now = tonumber(ARGV[1])
+if not now then
+  local time = redis.call('TIME')
+  now = time[1] * 1000000 + time[2]
+end
+local cost = tonumber(ARGV[2])
+local format, gmatch, max, tonumber = string.format, string.gmatch, math.max, tonumber
+
+local admitted, layer = true, 0
+local pick, pick_remaining, pick_reset, pick_retry = 0, 0, 0, -1
+-- The longest window of each key's layers that counted the request.
+local horizons = {}
+
+local e = 0
+for entry in gmatch(ARGV[3], '%S+') do
+  e = e + 1
+  local key, horizon = KEYS[e], 0
+  for quota, name in gmatch(entry, '(%d+)/(%d+)') do
+    layer = layer + 1
+    quota = tonumber(quota)
+    local period = name * 1000000
+    local since = format('(%.0f', now - period)
+    local used = redis.call('ZCOUNT', key, since, '+inf')
+    local fit, left, reset, retry = used + cost <= quota, 0, period, 0
+    if fit then
+      left = quota - used - cost
+      horizon = max(horizon, period)
+    else
+      local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+      local stamp = tonumber(newest[2])
+      if cost <= quota then
+        local excess = used + cost - quota
+        local oldest = redis.call('ZRANGEBYSCORE', key, since, '+inf', 'WITHSCORES', 'LIMIT', excess - 1, 1)
+        retry = tonumber(oldest[2]) + period - now
+      end
+      left = max(quota - used, 0)
+      reset = stamp and stamp > 0 and max(stamp + period - now, 0) or 0
+    end
+    if cost > quota then
+      fit, retry = false, period
+    end
+    if not fit then
+      if admitted or retry > pick_retry then
+        pick, pick_remaining, pick_reset, pick_retry = layer, left, reset, retry
+      end
+      admitted = false
+    elseif admitted and (pick == 0 or left < pick_remaining or (left == pick_remaining and reset > pick_reset)) then
+      pick, pick_remaining, pick_reset, pick_retry = layer, left, reset, retry
+    end
+  end
+  horizons[e] = horizon
+end
+
+if admitted and cost > 0 then
+  local stamp = format('%.0f', now)
+  for k = 1, e do
+    local key = KEYS[k]
+    local stored = -(tonumber(redis.call('ZSCORE', key, 'w')) or 0) * 1000000
+    local horizon = max(horizons[k], stored)
+    if horizon > stored then
+      redis.call('ZADD', key, format('%.0f', -horizon / 1000000), 'w')
+    end
+    redis.call('ZREMRANGEBYSCORE', key, 0, format('%.0f', now - horizon))
+    -- Members are unique: "<time>:<number>", numbered on from the entries
+    -- already stamped with this time.
+    local before = redis.call('ZCOUNT', key, stamp, stamp)
+    for first = 1, cost, 100 do
+      local entries = {}
+      for n = first, math.min(first + 99, cost) do
+        entries[#entries + 1] = stamp
+        entries[#entries + 1] = stamp .. ':' .. (before + n)
+      end
+      redis.call('ZADD', key, unpack(entries))
+    end
+    redis.call('PEXPIRE', key, math.ceil(horizon / 1000) + 1000)
+  end
+end
+return {admitted and 1 or 0, pick, pick_remaining, math.ceil(pick_reset), math.ceil(pick_retry), now}
