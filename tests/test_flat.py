@@ -83,6 +83,15 @@ def records(storage: Storage, key: str) -> set[Any]:
     flat=[True] * 30,
     start=0,
 )
+# A sub-bucket emptied by a refund, then the one before it aged out: the
+# record left has trailing zeros to drop.
+@example(
+    layers=[(5, 1)],
+    others=[(1, 60)],
+    steps=[(0, 1, (0,), False), (SECOND // 10, 1, (0,), True), (SECOND + SECOND // 20, 1, (0,), False)],
+    flat=[True] * 30,
+    start=0,
+)
 def test_the_flat_script_decides_and_writes_as_the_general_one(
     storage: Storage,
     strategy: str,

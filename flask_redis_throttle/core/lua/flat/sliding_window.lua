@@ -5,8 +5,9 @@
 -- gives the reply of main.lua, decides exactly as sliding_window.lua does
 -- there (which explains the sub-buckets), and reads and writes the same
 -- packed records (see packed.lua), so the two can take turns on one key;
--- tests/test_flat.py holds them to that. It builds no table per key or
--- layer and no function: two scratch lists serve every layer.
+-- tests/test_flat.py holds them to that. It builds no table per key, and
+-- formats as few numbers as it can: most of a record is written back as
+-- it was read.
 
 local BUCKETS = 10
 
@@ -24,8 +25,66 @@ local pick, pick_remaining, pick_reset, pick_retry = 0, 0, 0, -1
 -- The value each key gets if the request is admitted, and its life.
 local values, lives = {}, {}
 local parts = {}
--- A record's counts, newest first (`size` of them), and a new record's.
-local counts, list = {}, {}
+-- A record's counts, newest first, and where each ends in its text (made
+-- with room for all of them: growing them one by one costs more).
+local counts, ends = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+
+-- Read the counts of a record's list ("<count>,<count>,...") into `counts`
+-- and `ends`, digit by digit: one call for all its characters, where a
+-- pattern match and a conversion per count cost ten times as much. Returns
+-- how many there are.
+local function parse(list)
+  local chars, size, count = {string.byte(list, 1, -1)}, 1, 0
+  for k = 1, #chars do
+    local char = chars[k]
+    if char == 44 then -- ','
+      counts[size], ends[size] = count, k - 1
+      size, count = size + 1, 0
+    else
+      count = count * 10 + char - 48
+    end
+  end
+  counts[size], ends[size] = count, #chars
+  return size
+end
+
+-- The new list of a layer that counts this request: from sub-bucket
+-- `current` down to the oldest still kept, trailing zeros left out. The
+-- record read (`first`, its `size` counts, its `text`) is reused as text,
+-- so only the current sub-bucket's count is written out anew.
+local function counted(first, size, text, current, oldest)
+  if not first or first > current then
+    -- No record, or one from a clock that went back: count by number.
+    local list, length, last = {}, 0, 0
+    for number = max(first or current, current), max(oldest, min(current, first and first - size + 1 or current)), -1 do
+      local k = first and first - number + 1
+      local count = (k and k >= 1 and k <= size) and counts[k] or 0
+      if number == current then
+        count = count + cost
+      end
+      length = length + 1
+      list[length] = count
+      if count > 0 then
+        last = length
+      end
+    end
+    return concat(list, ',', 1, last)
+  end
+  -- Sub-buckets first down to first - keep + 1 are still in the window;
+  -- the current one's count, if the record has it, goes to the head.
+  local keep, skip = min(size, first - oldest + 1), first == current and 1 or 0
+  while keep > skip and counts[keep] == 0 do
+    keep = keep - 1
+  end
+  local head = (skip == 1 and counts[1] or 0) + cost
+  -- (A digit is one character: no number to format.)
+  head = head < 10 and string.char(48 + head) or tostring(head)
+  if keep <= skip then
+    return head
+  end
+  local tail = string.sub(text, skip == 1 and ends[1] + 2 or 1, ends[keep])
+  return head .. string.rep(',0', current - first - 1 + skip) .. ',' .. tail
+end
 
 local e = 0
 for entry in gmatch(ARGV[3], '%S+') do
@@ -41,17 +100,13 @@ for entry in gmatch(ARGV[3], '%S+') do
     local current = (now - fmod(now, width)) / width
     local oldest = current - BUCKETS
     -- The record: `first` is its newest sub-bucket's number, nil for none.
-    local first, size = nil, 0
+    local first, size, text, top = nil, 0, nil, nil
     local found = find(value, ' ' .. name .. '=', 1, true)
     if found then
-      local _, last, newest, text = find(value, '^(%d+):([%d,]+)', found + #name + 2)
+      local _, last, newest, list = find(value, '^(%d+):([%d,]+)', found + #name + 2)
       if last then
         matched = matched + last - found + 1
-        first = tonumber(newest)
-        for count in gmatch(text, '%d+') do
-          size = size + 1
-          counts[size] = tonumber(count)
-        end
+        first, size, text, top = tonumber(newest), parse(list), list, newest
       end
     end
     local used, newest = 0, nil
@@ -92,28 +147,13 @@ for entry in gmatch(ARGV[3], '%S+') do
       pick, pick_remaining, pick_reset, pick_retry = layer, left, reset, retry
     end
     if admitted and cost > 0 then
-      -- The counts from the newest sub-bucket down to the oldest still
-      -- kept, this request's added; trailing zeros left out.
-      local top = max(first or current, current)
-      local low = max(oldest, min(current, first and first - size + 1 or current))
-      local length, last = 0, 0
-      for number = top, low, -1 do
-        local k = first and first - number + 1
-        local count = (k and k >= 1 and k <= size) and counts[k] or 0
-        if number == current then
-          count = count + cost
-        end
-        length = length + 1
-        list[length] = count
-        if count > 0 then
-          last = length
-        end
-      end
+      -- The newest sub-bucket: the record's, as read, if it is current.
+      local newest = max(first or current, current)
       n = n + 1
-      parts[n] = name .. '=' .. top .. ':' .. concat(list, ',', 1, last)
-      local ends = (top + BUCKETS + 1) * width - now
-      if ends > life then
-        life = ends
+      parts[n] = name .. '=' .. (newest == first and top or newest) .. ':' .. counted(first, size, text, current, oldest)
+      local expires = (newest + BUCKETS + 1) * width - now
+      if expires > life then
+        life = expires
       end
     end
   end
