@@ -11,6 +11,7 @@ from helpers import get, install
 
 from flask_redis_throttle import InvalidLimit, exempt, limit
 from flask_redis_throttle._plan import Plan
+from flask_redis_throttle.core.scripts import STRATEGIES
 
 
 def views(app: Flask | Blueprint, *names: str) -> None:
@@ -595,3 +596,22 @@ def test_a_limit_on_some_methods_still_overrides_the_default_for_the_others(app:
     client = app.test_client()
     assert statuses(client, 3, "/items") == [200, 200, 200]
     assert statuses(client, 2, "/kept") == [200, 429]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_two_limits_on_one_key_count_each_request_once(app: Flask, statuses, strategy: str) -> None:
+    """Two limits of one view in one scope and strategy share each
+    identity's key: the script reads it once, keeps both limits' layers in
+    it, and counts a request once in each, so 3/s admits three, not four."""
+
+    @app.get("/")
+    @limit("3/s", scope="shared", strategy=strategy)
+    @limit("10/m", scope="shared", strategy=strategy)
+    def view() -> str:
+        return "ok"
+
+    install(app)
+    client = app.test_client()
+    assert statuses(client, 5) == [200, 200, 200, 429, 429]
+    response = get(client, "/", ip="192.0.2.9")
+    assert response.headers["RateLimit"].startswith('"1s";r=2;')
