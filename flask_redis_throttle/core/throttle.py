@@ -319,8 +319,11 @@ class Throttle:
                     raw = Reply.refused(index, block.remaining, block.reset - sent, block.until - sent, block.penalized)
                     return _decision(Reply.decode(raw), checks, cached=True)
         strategies = checks[0][0].strategies if len(checks) == 1 else frozenset([p.strategy for p, _ in checks])
+        if penalty_keys:
+            keys += penalty_keys  # after every counter's key: _layers reads only those
+        storage = self.storage
         try:
-            raw = self._evaluate(strategies, keys + penalty_keys, args)
+            raw = self.call(lambda: storage.evaluate(strategies, keys, args), keys)
         except StorageUnavailable:
             if self.fallback is None:
                 raise
@@ -333,10 +336,6 @@ class Throttle:
             layer, quota = (layers or _layers(checks, keys))[reply.layer]
             blocks.add(layer, Block.after(sent, quota, cost, raw[2], raw[4], raw[3], reply.penalized))
         return _decision(reply, checks)
-
-    def _evaluate(self, strategies: frozenset[str], keys: list[str], args: list[int | str]) -> list[int]:
-        """Run the script, through the breaker of each node the keys live on."""
-        return self.call(lambda: self.storage.evaluate(strategies, keys, args), keys)
 
     def call(self, function: Callable[[], _T], keys: Sequence[str]) -> _T:
         """Make one Redis call that touches ``keys``, the script or any
@@ -361,7 +360,19 @@ class Throttle:
                 return function()
             except Exception as error:
                 raise StorageUnavailable(self._failed(error)) from error
-        breakers = self._breakers(keys, breaker) if self.storage.cluster else {"": breaker}
+        if not self.storage.cluster:
+            # One server, one breaker: every request's path, so without a
+            # cluster's bookkeeping of the breakers allowed and answered.
+            if not breaker.allow():
+                raise _held_back(self.storage.url, breaker)
+            try:
+                result = function()
+            except Exception as error:
+                _settle({"": breaker}, error)
+                raise StorageUnavailable(self._failed(error), breaker.retry_in()) from error
+            breaker.success()
+            return result
+        breakers = self._breakers(keys, breaker)
         allowed: list[CircuitBreaker] = []
         for node, guard in breakers.items():
             if not guard.allow():
