@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, fields, replace
-from functools import lru_cache
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from .blocks import Block, BlockCache
 from .breaker import CircuitBreaker
 from .codec import Reply, entry
 from .deprecated import warn_renamed
-from .keys import CACHED_VALUE_LENGTH, Identity, escape_scope, identity_tag
+from .keys import CACHED_VALUE_LENGTH, Identity, cached_counter_key, counter_key, escape_scope, identity_tag
 from .local import LocalFolder, folder_of
 from .penalties import Penalty, penalty_suffix
 from .rates import Layer
@@ -25,11 +24,6 @@ from .storage import STORAGE_ERRORS, NodeFailure, Storage
 __all__ = ["Check", "Decision", "Policy", "StorageUnavailable", "Throttle"]
 
 _T = TypeVar("_T")
-
-#: How many keys a throttle keeps made, by identity and policy: enough for
-#: the identities of a busy minute, bounded so that a flood of new
-#: identities cannot grow the process.
-KEY_CACHE_SIZE = 8192
 
 
 class StorageUnavailable(Exception):
@@ -129,57 +123,6 @@ class Decision:
     fallback: bool = False
 
 
-def _decision_maker() -> Callable[[bool, Policy, Layer, Identity, int, float, float, bool, bool], Decision]:
-    """A function that makes the :class:`Decision` ``Decision(admitted, ...,
-    penalized)`` would, at half the cost, for the hot path: a frozen
-    dataclass's ``__init__`` sets each field through ``object.__setattr__``,
-    where it calls each slot's own setter, looked up once here."""
-    new: Callable[[type[Decision]], Decision] = object.__new__
-    # In the order of the fields; a field added there fails here, at import.
-    (
-        set_admitted,
-        set_policy,
-        set_layer,
-        set_identity,
-        set_remaining,
-        set_reset,
-        set_retry_after,
-        set_cached,
-        set_penalized,
-        set_fallback,
-    ) = (vars(Decision)[each.name].__set__ for each in fields(Decision))
-
-    def decided(
-        admitted: bool,
-        policy: Policy,
-        layer: Layer,
-        identity: Identity,
-        remaining: int,
-        reset: float,
-        retry_after: float,
-        cached: bool,
-        penalized: bool,
-    ) -> Decision:
-        decision = new(Decision)
-        set_admitted(decision, admitted)
-        set_policy(decision, policy)
-        set_layer(decision, layer)
-        set_identity(decision, identity)
-        set_remaining(decision, remaining)
-        set_reset(decision, reset)
-        set_retry_after(decision, retry_after)
-        set_cached(decision, cached)
-        set_penalized(decision, penalized)
-        set_fallback(decision, False)
-        return decision
-
-    return decided
-
-
-#: Makes a :class:`Decision` from its fields but ``fallback`` (False).
-_decided = _decision_maker()
-
-
 class Throttle:
     """Decides requests against a :class:`~flask_redis_throttle.core.storage.Storage`, one round trip each.
 
@@ -218,9 +161,6 @@ class Throttle:
         self.breaker = breaker
         self.fallback = fallback
         self._head = prefix + "{"
-        #: The key of an identity (its kind and value) under a policy (its
-        #: suffix), made once: a request's keys are then one lookup each.
-        self._key = lru_cache(maxsize=KEY_CACHE_SIZE)(self._make_key)
         #: A cluster's breakers by node (``host:port``), made on first use.
         self._node_breakers: dict[str, CircuitBreaker] = {}
 
@@ -235,10 +175,6 @@ class Throttle:
     def key(self, policy: Policy, identity: Identity) -> str:
         """The Redis key that holds every layer of ``identity`` under ``policy``."""
         return self._head + self.tag(identity) + policy.suffix
-
-    def _make_key(self, kind: str, value: str, suffix: str) -> str:
-        """The key of the identity ``kind``/``value`` under a policy's ``suffix``."""
-        return self._head + identity_tag(kind, value, self.secret) + suffix
 
     def tag(self, identity: Identity) -> str:
         """``identity``'s hash tag in keys: every key of it carries ``{<tag>}``."""
@@ -288,20 +224,18 @@ class Throttle:
         :raises StorageUnavailable: if Redis could not answer (or the breaker
             is open) and there is no fallback.
         """
-        key_of, make_key = self._key, self._make_key
+        head, secret = self._head, self.secret
         keys: list[str] = []
         entries: list[str] = []
         penalty_keys: list[str] = []
         for policy, identities in checks:
-            suffix, entry, penalty_suffix = policy.suffix, policy.entry, policy.penalty_suffix
             for identity in identities:
                 kind, value = identity.kind, identity.value
-                # A long value's key is not kept, as its tag is not (see core.keys).
-                make = key_of if len(value) <= CACHED_VALUE_LENGTH else make_key
-                keys.append(make(kind, value, suffix))
-                entries.append(entry)
-                if penalty_suffix:
-                    penalty_keys.append(make(kind, value, penalty_suffix))
+                make = cached_counter_key if len(value) <= CACHED_VALUE_LENGTH else counter_key
+                keys.append(make(head, kind, value, secret, policy.suffix))
+                entries.append(policy.entry)
+                if policy.penalty_suffix:
+                    penalty_keys.append(make(head, kind, value, secret, policy.penalty_suffix))
         now = self.now()
         args: list[int | str] = ["" if now is None else now, cost, " ".join(entries)]
         blocks = self.blocks
@@ -319,11 +253,9 @@ class Throttle:
                     raw = Reply.refused(index, block.remaining, block.reset - sent, block.until - sent, block.penalized)
                     return _decision(Reply.decode(raw), checks, cached=True)
         strategies = checks[0][0].strategies if len(checks) == 1 else frozenset([p.strategy for p, _ in checks])
-        if penalty_keys:
-            keys += penalty_keys  # after every counter's key: _layers reads only those
-        storage = self.storage
+        keys += penalty_keys  # after every counter's key: _layers reads only those
         try:
-            raw = self.call(lambda: storage.evaluate(strategies, keys, args), keys)
+            raw = self.call(lambda: self.storage.evaluate(strategies, keys, args), keys)
         except StorageUnavailable:
             if self.fallback is None:
                 raise
@@ -361,8 +293,7 @@ class Throttle:
             except Exception as error:
                 raise StorageUnavailable(self._failed(error)) from error
         if not self.storage.cluster:
-            # One server, one breaker: every request's path, so without a
-            # cluster's bookkeeping of the breakers allowed and answered.
+            # One server's one breaker: no cluster's bookkeeping of nodes.
             if not breaker.allow():
                 raise _held_back(self.storage.url, breaker)
             try:
@@ -443,27 +374,21 @@ def _held_back(where: str, breaker: CircuitBreaker) -> StorageUnavailable:
 def _layers(checks: Sequence[Check], keys: Sequence[str]) -> list[tuple[str, int]]:
     """Each layer of the request, in the plan's order, as the block cache
     knows it: ``<key>=<window>``, and its quota."""
-    layers: list[tuple[str, int]] = []
-    keys_left = iter(keys)
-    for policy, identities in checks:
-        for _ in identities:
-            key = next(keys_left)
-            layers += [(f"{key}={layer.window}", layer.quota) for layer in policy.layers]
-    return layers
+    keyed = zip(keys, [policy.layers for policy, identities in checks for _ in identities], strict=False)
+    return [(f"{key}={layer.window}", layer.quota) for key, layers in keyed for layer in layers]
 
 
 def _decision(reply: Reply, checks: Sequence[Check], cached: bool = False) -> Decision:
     """Find the policy, identity and layer of the reply's deciding counter."""
     index = reply.layer
     for policy, identities in checks:
-        layers = policy.layers
-        size = len(identities) * len(layers)
+        size = len(identities) * len(policy.layers)
         if index < size:
-            who, layer = divmod(index, len(layers))
-            return _decided(
+            who, layer = divmod(index, len(policy.layers))
+            return Decision(
                 reply.admitted,
                 policy,
-                layers[layer],
+                policy.layers[layer],
                 identities[who],
                 reply.remaining,
                 reply.reset,
