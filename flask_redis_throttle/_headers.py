@@ -15,6 +15,7 @@ This module makes no Redis call and needs no Flask app.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from email.utils import formatdate
@@ -24,9 +25,11 @@ from .core.deprecated import renamed
 from .core.rates import Layer
 
 if TYPE_CHECKING:
-    from .core.throttle import Policy
+    from werkzeug.datastructures import Headers
 
-__all__ = ["LayerNames", "legacy_headers", "policy_header", "retry_after_value", "state_header"]
+    from .core.throttle import Decision, Policy
+
+__all__ = ["LayerNames", "legacy_headers", "policy_header", "retry_after_value", "set_headers", "state_header"]
 
 
 def policy_header(layers: Iterable[tuple[str, Layer]]) -> str:
@@ -95,7 +98,34 @@ class LayerNames:
     def state(self, policy: Policy, layer: Layer, remaining: int, reset: float) -> str:
         """The ``RateLimit`` value for one layer of one of the policies
         (see :func:`state_header`)."""
-        return _state(self.heads[id(policy), layer.window], remaining, reset)
+        # _state's format, inlined: this runs once per response.
+        return f"{self.heads[id(policy), layer.window]}{max(remaining, 0)};t={math.ceil(reset)}"
+
+
+#: The headers :func:`set_headers` always sets, in lower case.
+_NAMES = frozenset(["ratelimit-policy", "ratelimit"])
+
+
+def set_headers(headers: Headers, labels: LayerNames, decision: Decision, legacy: bool) -> None:
+    """Set ``RateLimit-Policy`` and ``RateLimit`` on a response's
+    ``headers``, replacing any it has (and the ``X-RateLimit-*`` ones, if
+    ``legacy``).
+
+    A response nearly never has them already: then they are added, which
+    is what setting them does, without searching the headers once for each.
+    """
+    state = labels.state(decision.policy, decision.layer, decision.remaining, decision.reset)
+    for name, _value in headers:
+        if name.lower() in _NAMES:
+            headers.set("RateLimit-Policy", labels.policy_header)
+            headers.set("RateLimit", state)
+            break
+    else:
+        headers.add("RateLimit-Policy", labels.policy_header)
+        headers.add("RateLimit", state)
+    if legacy:
+        for header, value in legacy_headers(decision.layer.quota, decision.remaining, decision.reset, time.time()):
+            headers.set(header, value)
 
 
 def legacy_headers(quota: int, remaining: int, reset: float, now: float) -> list[tuple[str, str]]:

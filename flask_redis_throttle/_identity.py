@@ -33,7 +33,7 @@ from typing import Any
 
 from flask import Request
 
-from .core.keys import Identity, loggable
+from .core.keys import CACHED_VALUE_LENGTH, Identity, loggable
 
 try:
     from flask_login import current_user
@@ -95,10 +95,10 @@ def resolvers(
     :param warn: how to warn of a logged-in user without an id; by default,
         a warning for each such request.
     """
-    ip = partial(_ip, ipv6_prefix=ipv6_prefix)
+    ip = _ip_resolver(ipv6_prefix)
     user: Resolver = partial(_user, warn=warn or _log) if logins and current_user is not None else _nobody
     built_in: dict[str, Resolver] = {"ip": ip, "user": user, "user-or-ip": lambda r: user(r) or ip(r)}
-    return tuple(built_in[spec] if isinstance(spec, str) else partial(_custom, spec, spec_name(spec)) for spec in specs)
+    return tuple(built_in[spec] if isinstance(spec, str) else _custom_resolver(spec, spec_name(spec)) for spec in specs)
 
 
 def spec_name(spec: IdentitySpec) -> str:
@@ -171,11 +171,31 @@ def _parse_address(value: str, ipv6_prefix: int) -> str:
     return _address_group(address, ipv6_prefix)
 
 
-def _ip(request: Request, ipv6_prefix: int) -> Identity:
-    address = request.remote_addr or ""
-    if ":" in address:  # IPv6, or a port: a plain IPv4 address is counted as it is
-        address = _client_address(address, ipv6_prefix)
-    return Identity("ip", address)
+#: How many identities are kept made, by kind and value: enough for the
+#: clients of a busy minute, bounded so that a flood of new ones cannot grow
+#: the process. A request's identities are then one lookup each.
+IDENTITY_CACHE_SIZE = 4096
+
+_known = lru_cache(maxsize=IDENTITY_CACHE_SIZE)(Identity)
+
+
+def _identity(kind: str, value: str) -> Identity:
+    """The identity ``kind``/``value``, kept unless its value is too long
+    to keep (as its tag is not: see :mod:`flask_redis_throttle.core.keys`)."""
+    return _known(kind, value) if len(value) <= CACHED_VALUE_LENGTH else Identity(kind, value)
+
+
+def _ip_resolver(ipv6_prefix: int) -> Resolver:
+    """The resolver of the ``ip`` identity: a closure rather than a
+    ``partial`` with a keyword, which builds a dict on every call."""
+
+    def ip(request: Request) -> Identity:
+        address = request.remote_addr or ""
+        if ":" in address:  # IPv6, or a port: a plain IPv4 address is counted as it is
+            address = _client_address(address, ipv6_prefix)
+        return _known("ip", address) if len(address) <= CACHED_VALUE_LENGTH else Identity("ip", address)
+
+    return ip
 
 
 def _client_address(text: str, prefix: int) -> str:
@@ -244,7 +264,7 @@ def _user(request: Request, warn: Warn) -> Identity | None:
         asked = "current_user.get_id()"
         user_id = current_user.get_id()
         if user_id is not None:
-            return Identity("user", str(user_id))
+            return _identity("user", str(user_id))
         problem = "returned None for a logged-in user"
     except Exception as error:  # the app's user loader or class, whatever it raises
         problem = f"raised {loggable(repr(error))}"
@@ -260,11 +280,17 @@ def _nobody(request: Request) -> None:
     return None
 
 
-def _custom(function: KeyFunction, kind: str, request: Request) -> Identity | None:
-    value = function(request)
-    if value is None:
-        return None
-    return Identity(kind, str(value))
+def _custom_resolver(function: KeyFunction, kind: str) -> Resolver:
+    """The resolver of a key function's identity, of kind ``kind``."""
+
+    def custom(request: Request) -> Identity | None:
+        value = function(request)
+        if value is None:
+            return None
+        text = str(value)
+        return _known(kind, text) if len(text) <= CACHED_VALUE_LENGTH else Identity(kind, text)
+
+    return custom
 
 
 def _function_name(function: KeyFunction) -> str:

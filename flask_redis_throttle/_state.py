@@ -18,7 +18,7 @@ from werkzeug.exceptions import ServiceUnavailable
 
 from ._config import Settings
 from ._decisions import _at_cost, _outcome, _over_quota, _tighter
-from ._headers import LayerNames, legacy_headers, retry_after_value
+from ._headers import LayerNames, retry_after_value, set_headers
 from ._metrics import Metrics
 from ._plan import Batch, Plan, Problem, compile_plan, matching
 from ._refusing import Refusing
@@ -228,15 +228,7 @@ class RateLimitState(Refusing):
             value = retry_after_value(decision.retry_after, settings.retry_after_http_date, time.time())
             response.headers.setdefault("Retry-After", value)
         if settings.headers_enabled:
-            headers = response.headers
-            labels = outcome.labels
-            headers.set("RateLimit-Policy", labels.policy_header)
-            headers.set("RateLimit", labels.state(decision.policy, decision.layer, decision.remaining, decision.reset))
-            if settings.headers_legacy:
-                for header, value in legacy_headers(
-                    decision.layer.quota, decision.remaining, decision.reset, time.time()
-                ):
-                    headers.set(header, value)
+            set_headers(response.headers, outcome.labels, decision, settings.headers_legacy)
         return response
 
     def _deduct(self, deferred: list[Batch], response: Response, shown: Decision) -> Decision:

@@ -100,3 +100,21 @@ def test_legacy_reset_rounds_up() -> None:
         ("X-RateLimit-Remaining", "0"),
         ("X-RateLimit-Reset", "1002"),
     ]
+
+
+@pytest.mark.parametrize("name", ["RateLimit", "ratelimit-policy"])
+def test_headers_the_view_set_are_replaced_not_repeated(app: Flask, clock: Clock, name: str) -> None:
+    """The headers are added when the response has none of them (nearly
+    always), and replace any the view set: a response has one of each."""
+
+    @app.get("/")
+    @limit("2/m")
+    def index() -> tuple[str, dict[str, str]]:
+        return "ok", {name: "the view's", "X-Other": "kept"}
+
+    install(app)
+    clock.set(15.5)
+    response = get(app.test_client())
+    assert response.headers.getlist("RateLimit") == ['"1m";r=1;t=45']
+    assert response.headers.getlist("RateLimit-Policy") == ['"1m";q=2;w=60']
+    assert response.headers["X-Other"] == "kept"

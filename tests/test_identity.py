@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -14,10 +15,10 @@ from flask_login import LoginManager, UserMixin
 from helpers import flask_command, get, install
 from werkzeug.middleware.proxy_fix import ProxyFix
 
+from flask_redis_throttle import Identity, limit
 from flask_redis_throttle import _identity as identity
-from flask_redis_throttle import limit
 from flask_redis_throttle._identity import parse_identity
-from flask_redis_throttle.core.keys import MAX_VALUE_LENGTH, loggable
+from flask_redis_throttle.core.keys import CACHED_VALUE_LENGTH, MAX_VALUE_LENGTH, loggable
 
 #: How long a warning may be besides the request value it quotes.
 MESSAGE_TEXT = 300
@@ -129,6 +130,41 @@ def test_the_address_cache_keeps_only_short_valid_addresses() -> None:
     assert group.cache_info().currsize == size
     assert get(client, ip="2001:db8:ffff:1::1").status_code == 200
     assert group.cache_info().currsize == size
+
+
+def test_the_identity_cache_is_bounded_and_keeps_no_long_values() -> None:
+    """Identities are kept by kind and value, so that a returning client
+    costs one lookup; a flood of new ones does not grow the cache past its
+    bound, and a value too long to keep is made afresh."""
+    # What is cached does not depend on the storage: memory:// only.
+    app = Flask("cache")
+    app.config.update(TESTING=True, RATELIMIT_STORAGE_URL="memory://")
+
+    def token(req: Request) -> str:
+        return req.headers["X-Token"]
+
+    @app.get("/")
+    @limit("1000000/m", identities=["ip", token])
+    def index() -> str:
+        return "ok"
+
+    install(app)
+    client = app.test_client()
+    known = identity._known
+    known.cache_clear()
+    for _ in range(2):
+        assert get(client, ip="198.51.100.1", headers={"X-Token": "a"}).status_code == 200
+    assert known.cache_info().currsize == 2
+    long_token = "t" * (CACHED_VALUE_LENGTH + 1)
+    assert get(client, ip="198.51.100.1", headers={"X-Token": long_token}).status_code == 200
+    assert known.cache_info().currsize == 2
+    # Filled the way requests fill it, without the app: thousands of
+    # requests would only make the test slow.
+    [resolve] = identity.resolvers(["ip"], 64, False)
+    for n in range(identity.IDENTITY_CACHE_SIZE + 100):
+        address = f"10.{n // 65536}.{n // 256 % 256}.{n % 256}"
+        assert resolve(SimpleNamespace(remote_addr=address)) == Identity("ip", address)  # type: ignore[arg-type]
+    assert known.cache_info().currsize == identity.IDENTITY_CACHE_SIZE
 
 
 class Broken(UserMixin):

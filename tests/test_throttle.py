@@ -11,6 +11,9 @@ import redis
 from helpers import T0, Clock
 
 from flask_redis_throttle import Identity, parse_limits
+from flask_redis_throttle.core import keys as keys_module
+from flask_redis_throttle.core.keys import CACHED_VALUE_LENGTH, identity_tag
+from flask_redis_throttle.core.penalties import Penalty
 from flask_redis_throttle.core.scripts import STRATEGIES
 from flask_redis_throttle.core.storage import Storage
 from flask_redis_throttle.core.throttle import Decision, Policy, Throttle
@@ -214,3 +217,43 @@ def test_counters_of_the_old_layout_are_not_read(throttle: Throttle, hit: Hit, c
     assert [hit("5/m", at=0).admitted for _ in range(6)] == [True] * 5 + [False]
     assert client.get(old) == f"{T0 // 60_000_000}:5".encode()
     assert reset_identity(throttle, IP, ["s"]) == 2
+
+
+def test_request_keys_are_kept_in_a_bounded_cache(
+    storage: Storage, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request's keys (penalty keys too) are made once per identity and
+    policy and kept; a flood of new identities does not grow that cache
+    past its bound, and a value too long for the tag cache is not kept
+    here either."""
+    throttle = Throttle(storage, prefix="bounded:", secret=b"s3cret")
+    policy = Policy(parse_limits("5/s"), "s", penalty=Penalty(60))
+    sent: list[list[str]] = []
+    evaluate = storage.evaluate
+
+    def recording(strategies: frozenset[str], keys: list[str], args: list[int | str]) -> list[int]:
+        sent.append(list(keys))
+        return evaluate(strategies, keys, args)
+
+    monkeypatch.setattr(storage, "evaluate", recording)
+    cache = keys_module.cached_counter_key
+    cache.cache_clear()
+    clock.set(0)
+    for who in [Identity("user", "0"), Identity("user", "1"), Identity("user", "0")]:
+        assert throttle.hit([(policy, [who])]).admitted
+        head = "bounded:{" + identity_tag(who.kind, who.value, b"s3cret")
+        assert sent[-1] == [head + policy.suffix, head + policy.penalty_suffix]
+        assert sent[-1][0] == throttle.key(policy, who)
+    assert cache.cache_info().currsize == 4
+    long_value = Identity("user", "x" * (CACHED_VALUE_LENGTH + 1))
+    assert throttle.hit([(policy, [long_value])]).admitted
+    assert sent[-1][0] == throttle.key(policy, long_value)
+    assert cache.cache_info().currsize == 4
+    # A flood, sent to a stand-in for the storage: many thousand script
+    # calls would only make the test slow.
+    monkeypatch.setattr(storage, "evaluate", lambda strategies, keys, args: [1, 1, 4, 1_000_000, 0, T0])
+    size = cache.cache_info().maxsize
+    assert size is not None
+    for number in range(size):
+        throttle.hit([(policy, [Identity("user", str(number))])])
+    assert cache.cache_info().currsize == size

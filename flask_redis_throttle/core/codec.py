@@ -25,6 +25,8 @@ from .rates import Layer
 
 __all__ = ["Part", "Reply", "entry", "hash_tag", "merge", "refund_of", "split"]
 
+_new_tuple = tuple.__new__
+
 #: The arguments of one script call: now, cost and the plan.
 Args = Sequence[int | str]
 #: One script call: its keys and its arguments.
@@ -72,7 +74,10 @@ class Reply(NamedTuple):
         when some entry has a penalty."""
         admitted, index, remaining, reset_us, retry_us, now = raw[:6]
         penalized = len(raw) > 6 and raw[6] == 1
-        return cls(admitted == 1, index - 1, remaining, reset_us / 1e6, retry_us / 1e6, int(now), penalized)
+        # tuple.__new__ rather than the named tuple's own __new__, a Python
+        # function: this runs once per request.
+        fields = (admitted == 1, index - 1, remaining, reset_us / 1e6, retry_us / 1e6, int(now), penalized)
+        return _new_tuple(cls, fields)
 
     @staticmethod
     def refused(index: int, remaining: int, reset: int, retry: int, penalized: bool) -> list[int]:

@@ -31,7 +31,16 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-__all__ = ["MAX_VALUE_LENGTH", "Identity", "cut", "escape_scope", "identity_tag", "loggable"]
+__all__ = [
+    "MAX_VALUE_LENGTH",
+    "Identity",
+    "cached_counter_key",
+    "counter_key",
+    "cut",
+    "escape_scope",
+    "identity_tag",
+    "loggable",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +90,19 @@ def identity_tag(kind: str, value: str, secret: bytes = b"") -> str:
     if len(value) <= CACHED_VALUE_LENGTH:
         return _cached_tag(kind, value, secret)
     return _tag(kind, value, secret)
+
+
+def counter_key(head: str, kind: str, value: str, secret: bytes, suffix: str) -> str:
+    """A counter's key: ``head`` (the prefix and ``{``), the tag of the
+    identity ``kind``/``value`` (see :func:`identity_tag`), then ``suffix``
+    (``}``, the scope and the rest)."""
+    return head + identity_tag(kind, value, secret) + suffix
+
+
+#: :func:`counter_key`, kept: a returning client's keys are one lookup each.
+#: Bounded like the tags, and for values no longer than
+#: :data:`CACHED_VALUE_LENGTH` only, which its callers check.
+cached_counter_key = lru_cache(maxsize=8192)(counter_key)
 
 
 @lru_cache(maxsize=16)

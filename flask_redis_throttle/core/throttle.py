@@ -13,7 +13,7 @@ from .blocks import Block, BlockCache
 from .breaker import CircuitBreaker
 from .codec import Reply, entry
 from .deprecated import warn_renamed
-from .keys import Identity, escape_scope, identity_tag
+from .keys import CACHED_VALUE_LENGTH, Identity, cached_counter_key, counter_key, escape_scope, identity_tag
 from .local import LocalFolder, folder_of
 from .penalties import Penalty, penalty_suffix
 from .rates import Layer
@@ -230,11 +230,12 @@ class Throttle:
         penalty_keys: list[str] = []
         for policy, identities in checks:
             for identity in identities:
-                tag = head + identity_tag(identity.kind, identity.value, secret)
-                keys.append(tag + policy.suffix)
+                kind, value = identity.kind, identity.value
+                make = cached_counter_key if len(value) <= CACHED_VALUE_LENGTH else counter_key
+                keys.append(make(head, kind, value, secret, policy.suffix))
                 entries.append(policy.entry)
                 if policy.penalty_suffix:
-                    penalty_keys.append(tag + policy.penalty_suffix)
+                    penalty_keys.append(make(head, kind, value, secret, policy.penalty_suffix))
         now = self.now()
         args: list[int | str] = ["" if now is None else now, cost, " ".join(entries)]
         blocks = self.blocks
@@ -252,8 +253,9 @@ class Throttle:
                     raw = Reply.refused(index, block.remaining, block.reset - sent, block.until - sent, block.penalized)
                     return _decision(Reply.decode(raw), checks, cached=True)
         strategies = checks[0][0].strategies if len(checks) == 1 else frozenset([p.strategy for p, _ in checks])
+        keys += penalty_keys  # after every counter's key: _layers reads only those
         try:
-            raw = self._evaluate(strategies, keys + penalty_keys, args)
+            raw = self.call(lambda: self.storage.evaluate(strategies, keys, args), keys)
         except StorageUnavailable:
             if self.fallback is None:
                 raise
@@ -266,10 +268,6 @@ class Throttle:
             layer, quota = (layers or _layers(checks, keys))[reply.layer]
             blocks.add(layer, Block.after(sent, quota, cost, raw[2], raw[4], raw[3], reply.penalized))
         return _decision(reply, checks)
-
-    def _evaluate(self, strategies: frozenset[str], keys: list[str], args: list[int | str]) -> list[int]:
-        """Run the script, through the breaker of each node the keys live on."""
-        return self.call(lambda: self.storage.evaluate(strategies, keys, args), keys)
 
     def call(self, function: Callable[[], _T], keys: Sequence[str]) -> _T:
         """Make one Redis call that touches ``keys``, the script or any
@@ -294,7 +292,18 @@ class Throttle:
                 return function()
             except Exception as error:
                 raise StorageUnavailable(self._failed(error)) from error
-        breakers = self._breakers(keys, breaker) if self.storage.cluster else {"": breaker}
+        if not self.storage.cluster:
+            # One server's one breaker: no cluster's bookkeeping of nodes.
+            if not breaker.allow():
+                raise _held_back(self.storage.url, breaker)
+            try:
+                result = function()
+            except Exception as error:
+                _settle({"": breaker}, error)
+                raise StorageUnavailable(self._failed(error), breaker.retry_in()) from error
+            breaker.success()
+            return result
+        breakers = self._breakers(keys, breaker)
         allowed: list[CircuitBreaker] = []
         for node, guard in breakers.items():
             if not guard.allow():
@@ -365,13 +374,8 @@ def _held_back(where: str, breaker: CircuitBreaker) -> StorageUnavailable:
 def _layers(checks: Sequence[Check], keys: Sequence[str]) -> list[tuple[str, int]]:
     """Each layer of the request, in the plan's order, as the block cache
     knows it: ``<key>=<window>``, and its quota."""
-    layers: list[tuple[str, int]] = []
-    keys_left = iter(keys)
-    for policy, identities in checks:
-        for _ in identities:
-            key = next(keys_left)
-            layers += [(f"{key}={layer.window}", layer.quota) for layer in policy.layers]
-    return layers
+    keyed = zip(keys, [policy.layers for policy, identities in checks for _ in identities], strict=False)
+    return [(f"{key}={layer.window}", layer.quota) for key, layers in keyed for layer in layers]
 
 
 def _decision(reply: Reply, checks: Sequence[Check], cached: bool = False) -> Decision:
