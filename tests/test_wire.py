@@ -16,6 +16,8 @@ import redis
 from flask import Flask
 from helpers import evalsha_calls, get, install, join_all
 from redis._parsers import _RESP2Parser
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 from servers import redis_command, redis_sentinel_group, tls_proxy
 
 from flask_redis_throttle import RateLimit, limit
@@ -477,9 +479,7 @@ def test_a_disconnected_pool_closes_kept_connections_and_the_next_request_reconn
 
 
 def test_a_server_restarted_between_two_requests_is_reconnected_to(commands: list[tuple[Any, ...]]) -> None:
-    server = RedisServer()
-    server.start()
-    try:
+    with redis_server() as server:
         app = limited_app(server.url, "5/m")
         web = app.test_client()
         assert [remaining(get(web)) for _ in range(2)] == [4, 3]
@@ -494,8 +494,24 @@ def test_a_server_restarted_between_two_requests_is_reconnected_to(commands: lis
         assert [remaining(get(web)) for _ in range(2)] == [3, 2]
         assert scripts(commands) == ["EVALSHA", "EVAL"]  # back on the lean path
         storage_of(app).close()
-    finally:
-        server.close()
+
+
+def test_without_retries_a_restart_is_found_before_the_send(commands: list[tuple[Any, ...]]) -> None:
+    with redis_server() as server:
+        options = {"retry": Retry(NoBackoff(), 0)}
+        app = limited_app(server.url, "5/m", RATELIMIT_STORAGE_OPTIONS=options)
+        web = app.test_client()
+        assert [remaining(get(web)) for _ in range(2)] == [4, 3]
+        server.stop()
+        server.start()
+        del commands[:]
+        # redis-py is told not to retry, so a failed call could not be
+        # replayed: the kept connection is polled before the send, as the
+        # pool polls its own, and the request is decided on a new one.
+        assert remaining(get(web)) == 4
+        assert scripts(commands) == ["EVAL"]
+        assert [remaining(get(web)) for _ in range(2)] == [3, 2]
+        storage_of(app).close()
 
 
 def test_a_kept_connection_is_health_checked(server: RedisServer) -> None:

@@ -6,6 +6,7 @@ connection (or by redis-py's parser without hiredis).
 from __future__ import annotations
 
 import os
+import select
 import time
 import weakref
 from collections.abc import Sequence
@@ -175,6 +176,9 @@ class LeanClient:
         #: whose check is only the process id (see :func:`_forget_after_fork`).
         owns = type(pool).owns_connection
         self._owns = None if owns is redis.ConnectionPool.owns_connection else pool.owns_connection
+        #: The ``Retry`` :meth:`_polls` last looked at, and what it found.
+        self._retry: Any = None
+        self._poll = False
         _CLIENTS.add(self)
 
     def evalsha(self, sha: str, keys: Any, args: Any) -> Any:
@@ -221,16 +225,38 @@ class LeanClient:
         the pool's checkout connects it as redis-py does (a Sentinel
         master's asks the sentinels where the master is, which a bare
         reconnect on send would not) and drops one to a former master.
+
+        One the server closed while it sat idle (a restart, Redis's
+        ``timeout``) is found by the call's send or read, which is then
+        replayed. Where redis-py's ``Retry`` would not replay it, the socket
+        is polled first, as the pool's checkout does: see :meth:`_polls`.
         """
         try:
             conn = self._free.pop()
         except IndexError:
             return self.pool.get_connection()
         owns = self._owns
-        if conn._sock is None or (owns is not None and not owns(conn)):
+        sock = conn._sock
+        if (
+            sock is None
+            or (owns is not None and not owns(conn))
+            or (self._polls(conn) and select.select([sock], (), (), 0)[0])
+        ):
             self.pool.release(conn)
             return self.pool.get_connection()
         return conn
+
+    def _polls(self, conn: Any) -> bool:
+        """Whether a kept connection is polled before use: only when a call
+        that meets a closed connection would not be replayed (retries
+        turned off), since the poll costs a system call on every request.
+        Worked out again only when the connection's ``Retry`` changes
+        (``pool.set_retry``)."""
+        retry = conn.retry
+        if retry is not self._retry:
+            self._poll = not _retried(conn, redis.ConnectionError("closed by the server"))
+            self._retry = retry
+        return self._poll
 
     def _checkin(self, conn: Any) -> None:
         """Keep ``conn``, whose reply was read whole, for the next call.
