@@ -143,9 +143,10 @@ class LeanClient:
     A connection whose call read its reply whole is kept here for the next
     call instead of going back to the pool: the pool's checkout and release
     take its lock, record metrics and poll the idle socket for stray data,
-    which together cost a third of a loopback round trip. A kept connection
-    is known clean (a call that failed in any way disconnects its connection
-    and gives it back to the pool), so the poll would find nothing.
+    which together cost about a third of a ``PING``. A kept connection is
+    known clean (a call that failed in any way disconnects its connection
+    and gives it back to the pool), so the poll could only find one that
+    the server closed while it sat idle, which the call finds too.
 
     The pool still counts a kept connection as in use, so ``pool.disconnect()``
     (``client.close()``, the app's reset) closes it too, and ``max_connections``
