@@ -6,6 +6,7 @@ counted twice."""
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 from typing import Any
@@ -15,6 +16,8 @@ import redis
 from flask import Flask
 from helpers import evalsha_calls, get, install, join_all
 from redis._parsers import _RESP2Parser
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 from servers import redis_command, redis_sentinel_group, tls_proxy
 
 from flask_redis_throttle import RateLimit, limit
@@ -85,6 +88,33 @@ def scripts(commands: list[tuple[Any, ...]]) -> list[str]:
 
 def remaining(response: Any) -> int:
     return int(response.headers.get("X-RateLimit-Remaining", -1))
+
+
+def kept(app: Flask) -> list[Any]:
+    """The connections the app's lean path keeps between requests."""
+    lean = storage_of(app).lean
+    assert isinstance(lean, wire.LeanClient)
+    return lean._free
+
+
+def local_port(conn: Any) -> int:
+    """The local port of ``conn``'s socket: a new connection has a new one."""
+    port: int = conn._sock.getsockname()[1]
+    return port
+
+
+def wait_for_child(pid: int, deadline: float) -> int:
+    """The exit status of the child ``pid``, killed if it has not exited
+    within ``deadline`` seconds."""
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    pytest.fail(f"the forked child did not exit within {deadline} s")
 
 
 def statuses(app: Flask, n: int, ip: str = "192.0.2.1") -> list[int]:
@@ -193,29 +223,33 @@ def test_a_timeout_on_the_lean_path_is_not_replayed(
 def test_a_forked_child_uses_connections_of_its_own(server: RedisServer) -> None:
     app = limited_app(server.url, "5/m")
     storage = storage_of(app)
-    assert remaining(get(app.test_client())) == 4
-    parent = storage.client.connection_pool._available_connections[0]
+    web = app.test_client()
+    assert [remaining(get(web)) for _ in range(2)] == [4, 3]
+    [parent] = kept(app)  # the lean path's connection, kept between requests
+    port = local_port(parent)
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child reports through the pipe
         try:
             response = get(app.test_client())
-            child = storage.client.connection_pool._available_connections[0]
-            report = f"{response.status_code} {remaining(response)} {child is parent}"
+            [child] = kept(app)
+            report = f"{response.status_code} {remaining(response)} {child is parent} {local_port(child) == port}"
         except BaseException as error:
             report = repr(error)
         os.write(write, report.encode())
         os._exit(0)
     os.close(write)
-    _, status = os.waitpid(pid, 0)
+    status = wait_for_child(pid, deadline=30)
     report = os.read(read, 1000).decode()
     os.close(read)
     assert status == 0
     # Counted once in the child, on a connection of its own: the parent's
     # socket was never read by two processes.
-    assert report == "200 3 False"
-    assert [remaining(get(app.test_client())) for _ in range(3)] == [2, 1, 0]
-    assert storage.client.connection_pool._available_connections[0] is parent
+    assert report == "200 2 False False"
+    assert [remaining(get(web)) for _ in range(2)] == [1, 0]
+    # The parent kept its own connection, which still reads its own replies.
+    assert kept(app) == [parent]
+    assert local_port(parent) == port
     storage.close()
 
 
@@ -285,35 +319,51 @@ def test_keys_and_arguments_are_encoded_as_redis_py_encodes_them() -> None:
         wire.pack_evalsha("a" * 40, keys, [1, True])
 
 
+def close_sentinel_app(app: Flask) -> None:
+    """Close the app's storage and its connections to the sentinels, which
+    the storage's close leaves open: left to the garbage collector, an open
+    socket can be finalized before its connection closes it, a ResourceWarning."""
+    client = storage_of(app).client
+    for sentinel in client.connection_pool.sentinel_manager.sentinels:
+        sentinel.close()
+    client.close()
+
+
+def fail_over(group: Any) -> tuple[int, int]:
+    """Fail ``group``'s master over to its replica, once the replica holds
+    every write, and wait until the sentinel names the new master and the
+    old one is a replica. Returns the old and the new master's ports."""
+    old, new = group.master.port, group.replica.port
+    # The replica must hold the counts before it is promoted.
+    written = int(redis_command(old, "INFO", "replication").split("master_repl_offset:")[1].split()[0])
+    deadline = time.monotonic() + 10
+    while int(redis_command(new, "INFO", "replication").split("slave_repl_offset:")[1].split()[0]) < written:
+        assert time.monotonic() < deadline, "the replica did not catch up"
+        time.sleep(0.02)
+    redis_command(group.sentinel_port, "SENTINEL", "FAILOVER", group.service)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        master = redis_command(group.sentinel_port, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", group.service)
+        if isinstance(master, list) and master[1] == str(new) and redis_command(old, "ROLE")[0] == "slave":
+            return old, new
+        time.sleep(0.05)
+    pytest.fail("the sentinel did not fail over")
+
+
 def test_a_sentinel_failover_moves_the_lean_path_to_the_new_master() -> None:
     with redis_sentinel_group() as group:
         app = limited_app(group.url, "5/m")
         assert storage_of(app).lean is not None
         web = app.test_client()
         assert [remaining(get(web)) for _ in range(2)] == [4, 3]
-        old, new = group.master.port, group.replica.port
-        # The replica must hold the counts before it is promoted.
-        written = int(redis_command(old, "INFO", "replication").split("master_repl_offset:")[1].split()[0])
-        deadline = time.monotonic() + 10
-        while int(redis_command(new, "INFO", "replication").split("slave_repl_offset:")[1].split()[0]) < written:
-            assert time.monotonic() < deadline, "the replica did not catch up"
-            time.sleep(0.02)
         # A graceful failover: the old master lives on as a replica, and the
-        # pooled connection to it is either closed by the sentinel or
+        # kept connection to it is either closed by the sentinel or
         # answered READONLY; either way the next request is decided on the
         # new master, which has the replicated counts.
-        redis_command(group.sentinel_port, "SENTINEL", "FAILOVER", group.service)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            master = redis_command(group.sentinel_port, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", group.service)
-            if isinstance(master, list) and master[1] == str(new) and redis_command(old, "ROLE")[0] == "slave":
-                break
-            time.sleep(0.05)
-        else:
-            pytest.fail("the sentinel did not fail over")
+        fail_over(group)
         assert [remaining(get(web)) for _ in range(3)] == [2, 1, 0]
         assert get(web).status_code == 429
-        storage_of(app).close()
+        close_sentinel_app(app)
 
 
 def test_clients_the_lean_path_does_not_fit_stay_on_redis_pys_path(server: RedisServer) -> None:
@@ -331,3 +381,229 @@ def test_clients_the_lean_path_does_not_fit_stay_on_redis_pys_path(server: Redis
     plain = redis.Redis.from_url(server.url)
     assert wire.lean_client(plain) is not None
     plain.close()
+
+
+# -- Connections kept between calls ------------------------------------------
+
+
+def checkouts(pool: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Each ``get_connection`` and ``release`` made on ``pool`` from now on."""
+    calls: list[str] = []
+    for name in ("get_connection", "release"):
+        original = getattr(pool, name)
+
+        def spy(*args: Any, _name: str = name, _original: Any = original, **kwargs: Any) -> Any:
+            calls.append(_name)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(pool, name, spy)
+    return calls
+
+
+def test_a_kept_connection_serves_every_request_without_the_pool(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch, commands: list[tuple[Any, ...]]
+) -> None:
+    app = limited_app(server.url, "100/m")
+    pool = storage_of(app).client.connection_pool
+    web = app.test_client()
+    # The first request meets NOSCRIPT and loads the script through
+    # redis-py's path; the second takes the connection back from the pool.
+    assert [remaining(get(web)) for _ in range(2)] == [99, 98]
+    [conn] = kept(app)
+    port = local_port(conn)
+    calls = checkouts(pool, monkeypatch)
+    del commands[:]
+    assert [remaining(get(web)) for _ in range(50)] == list(range(97, 47, -1))
+    # One connection served them all, never checked out of the pool again
+    # nor reconnected.
+    assert calls == []
+    assert scripts(commands) == []
+    assert kept(app) == [conn]
+    assert local_port(conn) == port
+    assert pool._created_connections == 1
+    storage_of(app).close()
+
+
+def test_threads_share_a_bounded_set_of_kept_connections(server: RedisServer) -> None:
+    app = limited_app(server.url, "100/m")
+    pool = storage_of(app).client.connection_pool
+    results: list[int] = []
+    lock = threading.Lock()
+    threads_n = wire.KEEP + 4
+
+    def hammer() -> None:
+        web = app.test_client()
+        mine = [get(web).status_code for _ in range(20)]
+        with lock:
+            results.extend(mine)
+
+    threads = [threading.Thread(target=hammer) for _ in range(threads_n)]
+    for thread in threads:
+        thread.start()
+    join_all(threads, deadline=60, what="the request threads")
+    assert sorted(results) == [200] * 100 + [429] * (20 * threads_n - 100)
+    # A thread holds one connection at a time, and at most KEEP more are
+    # kept idle (redis-py's path, the refusals' log here, cannot take them);
+    # the rest are idle in the pool, and none is lost: the pool counts
+    # every kept one as in use.
+    assert pool._created_connections <= threads_n + wire.KEEP
+    assert 1 <= len(kept(app)) <= wire.KEEP
+    assert len(kept(app)) + len(pool._available_connections) == pool._created_connections
+    assert pool._in_use_connections == set(kept(app))
+    storage_of(app).close()
+
+
+def test_a_small_pool_keeps_half_its_connections_free_for_redis_py(server: RedisServer) -> None:
+    app = limited_app(server.url, "100/m", RATELIMIT_STORAGE_OPTIONS={"max_connections": 3})
+    lean = storage_of(app).lean
+    assert isinstance(lean, wire.LeanClient)
+    assert lean._keep == 1
+    assert statuses(app, 3) == [200] * 3
+    assert len(kept(app)) == 1
+    single = limited_app(server.url, "100/m", RATELIMIT_STORAGE_OPTIONS={"max_connections": 1})
+    # A pool of one keeps nothing: redis-py's path (EVAL after NOSCRIPT,
+    # the refusal's log) still finds its one connection.
+    assert statuses(single, 3, ip="192.0.2.2") == [200] * 3
+    assert kept(single) == []
+    for each in (app, single):
+        storage_of(each).close()
+
+
+def test_a_disconnected_pool_closes_kept_connections_and_the_next_request_reconnects(
+    server: RedisServer, commands: list[tuple[Any, ...]]
+) -> None:
+    app = limited_app(server.url, "5/m")
+    web = app.test_client()
+    assert [remaining(get(web)) for _ in range(2)] == [4, 3]
+    [conn] = kept(app)
+    port = local_port(conn)
+    storage_of(app).client.close()  # the pool's disconnect(): kept connections too
+    assert conn._sock is None
+    del commands[:]
+    assert [remaining(get(web)) for _ in range(3)] == [2, 1, 0]
+    # Decided on the lean path, on a fresh connection, not replayed.
+    assert scripts(commands) == []
+    [again] = kept(app)
+    assert local_port(again) != port
+    storage_of(app).close()
+
+
+def test_a_server_restarted_between_two_requests_is_reconnected_to(commands: list[tuple[Any, ...]]) -> None:
+    with redis_server() as server:
+        app = limited_app(server.url, "5/m")
+        web = app.test_client()
+        assert [remaining(get(web)) for _ in range(2)] == [4, 3]
+        server.stop()
+        server.start()
+        del commands[:]
+        # The kept connection's server is gone: the call fails on it and is
+        # made again through redis-py, which reconnects, then loads the
+        # script the new server lacks. The restart lost the counts.
+        assert remaining(get(web)) == 4
+        assert scripts(commands) == ["EVALSHA", "EVAL"]
+        assert [remaining(get(web)) for _ in range(2)] == [3, 2]
+        assert scripts(commands) == ["EVALSHA", "EVAL"]  # back on the lean path
+        storage_of(app).close()
+
+
+def test_without_retries_a_restart_is_found_before_the_send(commands: list[tuple[Any, ...]]) -> None:
+    with redis_server() as server:
+        options = {"retry": Retry(NoBackoff(), 0)}
+        app = limited_app(server.url, "5/m", RATELIMIT_STORAGE_OPTIONS=options)
+        web = app.test_client()
+        assert [remaining(get(web)) for _ in range(2)] == [4, 3]
+        server.stop()
+        server.start()
+        del commands[:]
+        # redis-py is told not to retry, so a failed call could not be
+        # replayed: the kept connection is polled before the send, as the
+        # pool polls its own, and the request is decided on a new one.
+        assert remaining(get(web)) == 4
+        assert scripts(commands) == ["EVAL"]
+        assert [remaining(get(web)) for _ in range(2)] == [3, 2]
+        storage_of(app).close()
+
+
+def test_a_kept_connection_is_health_checked(server: RedisServer) -> None:
+    app = limited_app(server.url, "5/m", RATELIMIT_STORAGE_OPTIONS={"health_check_interval": 0.05})
+    web = app.test_client()
+    assert [remaining(get(web)) for _ in range(2)] == [4, 3]
+    assert len(kept(app)) == 1
+    admin = redis.Redis.from_url(server.url)
+    time.sleep(0.2)  # past the interval: the next send PINGs first
+    before = int(admin.info("commandstats").get("cmdstat_ping", {}).get("calls", 0))
+    assert remaining(get(web)) == 2
+    assert int(admin.info("commandstats").get("cmdstat_ping", {}).get("calls", 0)) - before == 1
+    admin.close()
+    storage_of(app).close()
+
+
+def test_after_a_failover_a_disconnected_pool_reaches_the_new_master(commands: list[tuple[Any, ...]]) -> None:
+    with redis_sentinel_group() as group:
+        app = limited_app(group.url, "5/m")
+        web = app.test_client()
+        assert [remaining(get(web)) for _ in range(2)] == [4, 3]
+        old, new = fail_over(group)
+        # The app resets its connections, as after a failover it noticed:
+        # the kept one, to the old master, is closed with the rest.
+        storage_of(app).client.connection_pool.disconnect()
+        redis_command(old, "CONFIG", "RESETSTAT")
+        del commands[:]
+        assert [remaining(get(web)) for _ in range(3)] == [2, 1, 0]
+        # It reconnected to the master the sentinel names, not to its old
+        # address: the old master saw no call, and nothing was replayed.
+        assert "cmdstat_evalsha" not in str(redis_command(old, "INFO", "commandstats"))
+        assert scripts(commands) == ["EVAL"]  # the new master had not run the script
+        assert [conn.port for conn in kept(app)] == [new]
+        close_sentinel_app(app)
+
+
+class Token:
+    """A streaming credential provider's new token, for the default user
+    (which has no password, so any password authenticates it)."""
+
+    def try_get(self, name: str) -> str:
+        return "default"
+
+    def get_value(self) -> str:
+        return "any"
+
+
+def test_a_kept_connection_given_a_new_token_is_reauthenticated(server: RedisServer) -> None:
+    app = limited_app(server.url, "5/m")
+    web = app.test_client()
+    assert [remaining(get(web)) for _ in range(2)] == [4, 3]
+    [conn] = kept(app)
+    admin = redis.Redis.from_url(server.url)
+    auths = int(admin.info("commandstats").get("cmdstat_auth", {}).get("calls", 0))
+    # What redis-py does when the provider streams a new token: idle pooled
+    # connections authenticate at once, ones in use (a kept one is) when
+    # they are released.
+    storage_of(app).client.connection_pool.re_auth_callback(Token())
+    assert remaining(get(web)) == 2
+    assert int(admin.info("commandstats").get("cmdstat_auth", {}).get("calls", 0)) - auths == 1
+    assert conn._re_auth_token is None
+    assert [remaining(get(web)) for _ in range(2)] == [1, 0]
+    admin.close()
+    storage_of(app).close()
+
+
+def test_after_a_failover_a_kept_connection_to_the_old_master_is_dropped(commands: list[tuple[Any, ...]]) -> None:
+    with redis_sentinel_group() as group:
+        app = limited_app(group.url, "5/m")
+        web = app.test_client()
+        assert [remaining(get(web)) for _ in range(2)] == [4, 3]
+        old, new = fail_over(group)
+        # A connection the pool makes asks the sentinel, and so the pool
+        # learns the new master; the kept connection still points at the
+        # old one, which its release would drop, as the pool's own do.
+        assert storage_of(app).client.ping()
+        redis_command(old, "CONFIG", "RESETSTAT")
+        del commands[:]
+        assert [remaining(get(web)) for _ in range(3)] == [2, 1, 0]
+        # Not sent to the old master (whose sentinel closed it), so not
+        # replayed: the new master only had to be sent the script.
+        assert "cmdstat_evalsha" not in str(redis_command(old, "INFO", "commandstats"))
+        assert scripts(commands) == ["EVAL"]
+        assert [conn.port for conn in kept(app)] == [new]
+        close_sentinel_app(app)

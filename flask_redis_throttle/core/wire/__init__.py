@@ -11,10 +11,13 @@ module sends it as pre-encoded bytes instead:
 * each key and argument is encoded once and kept in a bounded LRU, since the
   same identities' keys and the same plan's arguments come back request
   after request;
-* the connection comes from, and goes back to, the client's pool through
-  ``get_connection``/``release``, so redis-py still connects, authenticates,
-  speaks TLS, follows Sentinel, checks the connection before use and starts
-  a fresh pool in a forked child;
+* the connection comes from the client's pool through ``get_connection``,
+  so redis-py still connects, authenticates, speaks TLS, follows Sentinel
+  and checks the connection before use; after a call that read its reply
+  whole, it is kept for the next call rather than released, which skips the
+  pool's lock, metrics and socket poll (see
+  :class:`~flask_redis_throttle.core.wire.connection.LeanClient`), and
+  forgotten in a forked child, whose pool starts afresh;
 * the reply is parsed by a hiredis reader kept on the connection, or by
   redis-py's own parser when hiredis is not installed.
 
@@ -35,6 +38,7 @@ from __future__ import annotations
 from .cluster import LeanCluster, key_slot_of
 from .connection import (
     CONNECTIONS,
+    KEEP,
     KEY_CACHE_SIZE,
     STORAGE_ERRORS,
     LeanClient,
@@ -45,6 +49,7 @@ from .connection import (
 
 __all__ = [
     "CONNECTIONS",
+    "KEEP",
     "KEY_CACHE_SIZE",
     "STORAGE_ERRORS",
     "LeanClient",

@@ -5,7 +5,10 @@ connection (or by redis-py's parser without hiredis).
 
 from __future__ import annotations
 
+import os
+import select
 import time
+import weakref
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
@@ -26,7 +29,16 @@ try:  # pragma: no cover - which branch runs depends on the install
 except ImportError:  # pragma: no cover
     hiredis = None
 
-__all__ = ["CONNECTIONS", "KEY_CACHE_SIZE", "STORAGE_ERRORS", "LeanClient", "Replay", "lean_client", "pack_evalsha"]
+__all__ = [
+    "CONNECTIONS",
+    "KEEP",
+    "KEY_CACHE_SIZE",
+    "STORAGE_ERRORS",
+    "LeanClient",
+    "Replay",
+    "lean_client",
+    "pack_evalsha",
+]
 
 #: What a client raises when Redis cannot answer: redis-py's errors, and the
 #: cluster client's own, which does not derive from them.
@@ -51,6 +63,11 @@ CONNECTIONS: frozenset[type] = frozenset(
         LocalConnection,
     }
 )
+
+#: How many connections a :class:`LeanClient` keeps between calls, at most:
+#: one per thread making a call at the same time, up to a gthread worker's
+#: usual count. More threads than this still share the pool's.
+KEEP = 8
 
 #: The attribute, on a redis-py connection, of its hiredis reader for this path.
 _READER = "_flask_redis_throttle_reader"
@@ -123,6 +140,19 @@ def pack_evalsha(sha: str, keys: Sequence[str], args: Sequence[Any]) -> bytes:
 class LeanClient:
     """Script calls as one send and one parse on a pooled connection.
 
+    A connection whose call read its reply whole is kept here for the next
+    call instead of going back to the pool: the pool's checkout and release
+    take its lock, record metrics and poll the idle socket for stray data,
+    which together cost about a third of a ``PING``. A kept connection is
+    known clean (a call that failed in any way disconnects its connection
+    and gives it back to the pool), so the poll could only find one that
+    the server closed while it sat idle, which the call finds too.
+
+    The pool still counts a kept connection as in use, so ``pool.disconnect()``
+    (``client.close()``, the app's reset) closes it too, and ``max_connections``
+    counts it. See :meth:`_checkout` for how a kept connection is checked
+    before it is used, and :func:`_forget_after_fork` for a forked child.
+
     :param pool: the :class:`redis.ConnectionPool` of the client.
     """
 
@@ -131,6 +161,26 @@ class LeanClient:
         #: Whether replies are parsed here by hiredis; without it, by the
         #: connection's own parser (redis-py's pure-Python one).
         self.hiredis = hiredis is not None
+        #: The connections kept between calls. ``list.pop`` and
+        #: ``list.append`` are atomic under the GIL, so threads share it
+        #: without a lock, and a connection is popped by one thread at a time.
+        self._free: list[Any] = []
+        #: How many are kept: at most :data:`KEEP`, and at most half the
+        #: pool's ``max_connections``. A kept connection is in use in the
+        #: pool's eyes, so the other half stays for redis-py's path (``EVAL``
+        #: after ``NOSCRIPT``, a replay, the refusals' log) and the app's own
+        #: use of a shared client, which would otherwise find a small pool
+        #: taken by idle connections kept here.
+        self._keep = min(KEEP, pool.max_connections // 2)
+        #: A Sentinel pool's ownership check (is the connection to the
+        #: current master?), which its ``release`` makes; None for a pool
+        #: whose check is only the process id (see :func:`_forget_after_fork`).
+        owns = type(pool).owns_connection
+        self._owns = None if owns is redis.ConnectionPool.owns_connection else pool.owns_connection
+        #: The ``Retry`` :meth:`_polls` last looked at, and what it found.
+        self._retry: Any = None
+        self._poll = False
+        _CLIENTS.add(self)
 
     def evalsha(self, sha: str, keys: Any, args: Any) -> Any:
         """Run the script ``sha`` once and return its reply.
@@ -139,36 +189,101 @@ class LeanClient:
             redis-py's own retry would retry; the caller makes it again
             through the normal path.
         :raises redis.RedisError: any other error, as redis-py would raise
-            it (a :class:`~redis.exceptions.NoScriptError` included: the
-            connection stays usable).
+            it (a :class:`~redis.exceptions.NoScriptError` included).
         """
         command = pack_evalsha(sha, keys, args)
-        pool = self.pool
         # A connection that cannot be had was sent nothing; redis-py's own
         # path does not retry this either.
-        conn = pool.get_connection()
+        conn = self._checkout()
         try:
             conn.send_packed_command([command])
-            reply = self._read(conn) if self.hiredis else conn.read_response()
+            if self.hiredis:
+                # Read here rather than in a method of its own: one call
+                # fewer on every request.
+                reply = _read_reply(conn)
+                if isinstance(reply, hiredis.ReplyError):
+                    raise self._error(conn, str(reply))
+            else:
+                reply = conn.read_response()
         except redis.ConnectionError as error:
-            conn.disconnect()
+            self._discard(conn)
             if _retried(conn, error):
                 raise Replay(str(error)) from error
             raise
         except BaseException:
             # A half-read reply would be read by the next command.
-            conn.disconnect()
+            self._discard(conn)
             raise
-        finally:
-            pool.release(conn)
+        self._checkin(conn)
         return reply
 
-    def _read(self, conn: Any) -> Any:
-        """Read one reply with the connection's hiredis reader."""
-        reply = _read_reply(conn)
-        if isinstance(reply, hiredis.ReplyError):
-            raise self._error(conn, str(reply))
-        return reply
+    def _checkout(self) -> Any:
+        """A kept connection, else one from the pool.
+
+        A kept connection that ``pool.disconnect()`` closed, or, on a
+        Sentinel pool, one to an address that is no longer the master's, is
+        given back to the pool and a connection checked out of it instead:
+        the pool's checkout connects it as redis-py does (a Sentinel
+        master's asks the sentinels where the master is, which a bare
+        reconnect on send would not) and drops one to a former master.
+
+        One the server closed while it sat idle (a restart, Redis's
+        ``timeout``) is found by the call's send or read, which is then
+        replayed. Where redis-py's ``Retry`` would not replay it, the socket
+        is polled first, as the pool's checkout does: see :meth:`_polls`.
+        """
+        try:
+            conn = self._free.pop()
+        except IndexError:
+            return self.pool.get_connection()
+        owns = self._owns
+        sock = conn._sock
+        if (
+            sock is None
+            or (owns is not None and not owns(conn))
+            or (self._polls(conn) and select.select([sock], (), (), 0)[0])
+        ):
+            self.pool.release(conn)
+            return self.pool.get_connection()
+        return conn
+
+    def _polls(self, conn: Any) -> bool:
+        """Whether a kept connection is polled before use: only when a call
+        that meets a closed connection would not be replayed (retries
+        turned off), since the poll costs a system call on every request.
+        Worked out again only when the connection's ``Retry`` changes
+        (``pool.set_retry``)."""
+        retry = conn.retry
+        if retry is not self._retry:
+            self._poll = not _retried(conn, redis.ConnectionError("closed by the server"))
+            self._retry = retry
+        return self._poll
+
+    def _checkin(self, conn: Any) -> None:
+        """Keep ``conn``, whose reply was read whole, for the next call.
+
+        A connection with a new token to authenticate with (a streaming
+        credential provider's) goes back to the pool, whose release
+        re-authenticates it. Past :attr:`_keep`, one goes back to the pool:
+        threads appending at the same instant may each trim one, which only
+        leaves one fewer kept.
+        """
+        if conn._re_auth_token is not None:
+            self.pool.release(conn)
+            return
+        free = self._free
+        free.append(conn)
+        if len(free) > self._keep:
+            try:
+                extra = free.pop()
+            except IndexError:  # pragma: no cover - another thread took it
+                return
+            self.pool.release(extra)
+
+    def _discard(self, conn: Any) -> None:
+        """Close a connection whose call failed and give it back to the pool."""
+        conn.disconnect()
+        self.pool.release(conn)
 
     @staticmethod
     def _error(conn: Any, message: str) -> redis.RedisError:
@@ -184,6 +299,28 @@ class LeanClient:
             conn.disconnect()
             return redis.ConnectionError("The previous master is now a slave")
         return error
+
+
+#: Every :class:`LeanClient`, weakly, for :func:`_forget_after_fork`.
+_CLIENTS: weakref.WeakSet[LeanClient] = weakref.WeakSet()
+
+
+def _forget_after_fork() -> None:
+    """In a forked child (gunicorn ``--preload``), forget the connections
+    every :class:`LeanClient` kept: their sockets are the parent's, and a
+    reply read by two processes would be read by the wrong one. The pool
+    starts afresh in the child too (redis-py's ``_checkpid``), so the child
+    connects anew. Nothing is closed: dropped, the connections close only
+    the child's copies of the sockets, as redis-py's own reset does.
+
+    A hook rather than a process id check on every call: ``os.getpid`` is a
+    system call, and the hook costs nothing until a fork.
+    """
+    for client in list(_CLIENTS):
+        client._free = []
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def _retried(conn: Any, error: Exception) -> bool:
