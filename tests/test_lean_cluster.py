@@ -163,6 +163,56 @@ def test_the_lean_path_is_taken(cluster: RedisCluster, redis_py_calls: list[tupl
     assert stats(user_node.port) == {"evalsha": 7, "eval": 1}
 
 
+def node_pools(app: Flask) -> dict[int, Any]:
+    """Each master's connection pool in the app's cluster client, by port."""
+    client = storage_of(app).client
+    return {int(node.port): client.get_redis_connection(node).connection_pool for node in client.get_primaries()}
+
+
+def test_each_node_keeps_a_connection_for_the_next_request(
+    cluster: RedisCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the first request, every request reuses the connection each
+    node kept: no node's pool is asked for one, or given one back."""
+    app = limited_app(cluster.url, "100/m")
+    ip, ip_node, user_node = on_two_nodes(app, cluster)
+    web = app.test_client()
+    assert [get(web, ip=ip, user="ann").status_code for _ in range(2)] == [200, 200]
+    calls: list[tuple[int, str]] = []
+    for port, pool in node_pools(app).items():
+        for name in ("get_connection", "release"):
+            original = getattr(pool, name)
+
+            def spy(*args: Any, _name: str = name, _port: int = port, _original: Any = original, **kw: Any) -> Any:
+                calls.append((_port, _name))
+                return _original(*args, **kw)
+
+            monkeypatch.setattr(pool, name, spy)
+    assert [remaining(get(web, ip=ip, user="ann")) for _ in range(30)] == list(range(97, 67, -1))
+    assert calls == []
+    pools = node_pools(app)
+    assert [len(wire.cluster.lean_of(pools[node.port])._free) for node in (ip_node, user_node)] == [1, 1]
+    storage_of(app).close()
+
+
+def test_a_node_marked_for_reconnection_gives_its_kept_connection_back(cluster: RedisCluster) -> None:
+    """What redis-py does to a failed node's pool (marking the connections
+    in use for reconnection) reaches a kept connection: the next request
+    gets a fresh one, and is decided."""
+    app = limited_app(cluster.url, "100/m")
+    ip, ip_node, _ = on_two_nodes(app, cluster)
+    web = app.test_client()
+    assert get(web, ip=ip, user="ann").status_code == 200
+    pool = node_pools(app)[ip_node.port]
+    [kept] = wire.cluster.lean_of(pool)._free
+    port = kept._sock.getsockname()[1]
+    pool.update_active_connections_for_reconnect()
+    assert remaining(get(web, ip=ip, user="ann")) == 98
+    [fresh] = wire.cluster.lean_of(pool)._free
+    assert fresh._sock.getsockname()[1] != port
+    storage_of(app).close()
+
+
 def test_threads_count_exactly_on_the_lean_cluster_path(cluster: RedisCluster) -> None:
     """Six threads share the path's pooled node connections: every request
     is decided, and exactly the quota is admitted."""

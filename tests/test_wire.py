@@ -344,7 +344,12 @@ def fail_over(group: Any) -> tuple[int, int]:
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         master = redis_command(group.sentinel_port, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", group.service)
-        if isinstance(master, list) and master[1] == str(new) and redis_command(old, "ROLE")[0] == "slave":
+        try:
+            demoted = redis_command(old, "ROLE")[0] == "slave"
+        except OSError:
+            # The old master drops its clients as it turns into a replica.
+            demoted = False
+        if isinstance(master, list) and master[1] == str(new) and demoted:
             return old, new
         time.sleep(0.05)
     pytest.fail("the sentinel did not fail over")
@@ -421,6 +426,23 @@ def test_a_kept_connection_serves_every_request_without_the_pool(
     assert kept(app) == [conn]
     assert local_port(conn) == port
     assert pool._created_connections == 1
+    storage_of(app).close()
+
+
+def test_a_connection_marked_for_reconnection_is_not_kept_in_use(server: RedisServer) -> None:
+    """redis-py marks the connections a pool has in use for reconnection
+    when their server moves (maintenance notifications, a failed cluster
+    node): a kept connection so marked goes back to the pool, which closes
+    it, and the next request is decided on a fresh one."""
+    app = limited_app(server.url, "100/m")
+    web = app.test_client()
+    assert [remaining(get(web)) for _ in range(2)] == [99, 98]
+    [conn] = kept(app)
+    port = local_port(conn)
+    storage_of(app).client.connection_pool.update_active_connections_for_reconnect()
+    assert remaining(get(web)) == 97
+    [fresh] = kept(app)
+    assert local_port(fresh) != port
     storage_of(app).close()
 
 

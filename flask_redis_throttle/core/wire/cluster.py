@@ -6,6 +6,7 @@ redis-py, call by call.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from contextlib import suppress
 from functools import lru_cache
@@ -26,6 +27,7 @@ from .connection import (
     KEY_CACHE_SIZE,
     STORAGE_ERRORS,
     Call,
+    LeanClient,
     Replay,
     _bulk,
     _bulks,
@@ -37,7 +39,29 @@ from .connection import (
 
 __all__ = ["LeanCluster", "key_slot_of"]
 
+#: Error replies that say the node did not run the command, and that
+#: redis-py's cluster client knows how to follow: a redirect (ASK; MOVED is
+#: an AskError too), a slot in the middle of a migration (TRYAGAIN), a
+#: cluster or master that is down for now (CLUSTERDOWN, MASTERDOWN), a node
+#: loading its data (LOADING).
 _NOT_RUN = (AskError, TryAgainError, ClusterDownError, BusyLoadingError)
+
+
+#: The attribute, on a node's pool, of its :class:`LeanClient`.
+_LEAN = "_flask_redis_throttle_lean"
+_MADE = threading.Lock()
+
+
+def lean_of(pool: Any) -> LeanClient:
+    """The :class:`LeanClient` that keeps the connections of one node's
+    ``pool`` between calls (see :class:`LeanClient`): kept on the pool
+    itself, since node pools come and go with the slot map."""
+    lean: LeanClient | None = pool.__dict__.get(_LEAN)
+    if lean is None:
+        with _MADE:
+            lean = pool.__dict__.get(_LEAN) or LeanClient(pool)
+            setattr(pool, _LEAN, lean)
+    return lean
 
 
 @lru_cache(maxsize=KEY_CACHE_SIZE)
@@ -157,11 +181,11 @@ class LeanCluster:
         sent: list[tuple[Any, Any, Any, list[int]]] = []
         try:
             for name, (node, indices) in groups.items():
-                pool = (node.redis_connection or self.client.get_redis_connection(node)).connection_pool
+                pool = lean_of((node.redis_connection or self.client.get_redis_connection(node)).connection_pool)
                 try:
                     # A connection that cannot be had, or a send that
                     # failed, leaves the node without the whole command.
-                    conn = pool.get_connection()
+                    conn = pool.checkout()
                 except redis.TimeoutError as error:
                     # A node that does not answer its handshake in time
                     # would make redis-py wait as long again: it fails here.
@@ -175,32 +199,32 @@ class LeanCluster:
                 try:
                     conn.send_packed_command(payloads[name])
                 except (redis.ConnectionError, redis.TimeoutError):
-                    pool.release(conn)  # send_packed_command disconnected it
+                    pool.discard(conn)  # send_packed_command disconnected it
                     handover += [(i, node) for i in indices]
                     continue
                 except BaseException:
-                    conn.disconnect()
-                    pool.release(conn)
+                    pool.discard(conn)
                     raise
                 sent.append((node, pool, conn, indices))
             while sent:
                 node, pool, conn, indices = sent[0]
-                self._read_node(node, conn, indices, replies, handover)
+                read = self._read_node(node, conn, indices, replies, handover)
                 del sent[0]
-                pool.release(conn)
+                # Kept for the next request only if every reply was read.
+                pool.checkin(conn) if read else pool.discard(conn)
         finally:
             for _, pool, conn, _ in sent:
                 # Written to but not read whole: its replies would be read
                 # by the next command on it.
-                conn.disconnect()
                 _drop(conn)
-                pool.release(conn)
+                pool.discard(conn)
         for i, target in handover:
             replies[i] = self._redis_py(command, script, calls[i], target)
         return replies, names
 
-    def _read_node(self, node: Any, conn: Any, indices: list[int], replies: list[Any], handover: list[Any]) -> None:
-        """Read the replies of ``indices``' calls from ``conn``, in order."""
+    def _read_node(self, node: Any, conn: Any, indices: list[int], replies: list[Any], handover: list[Any]) -> bool:
+        """Read the replies of ``indices``' calls from ``conn``, in order;
+        whether all were read."""
         for n, i in enumerate(indices):
             try:
                 reply = _read_reply(conn)
@@ -210,13 +234,14 @@ class LeanCluster:
                 self._node_failed(node, refresh=not isinstance(error, redis.TimeoutError))
                 for j in indices[n:]:
                     replies[j] = error
-                return
+                return False
             if isinstance(reply, connection.hiredis.ReplyError):
                 reply = conn._parser.parse_error(str(reply))
                 if isinstance(reply, _NOT_RUN):
                     handover.append((i, node))
                     continue
             replies[i] = reply
+        return True
 
     def _node_failed(self, node: Any, refresh: bool) -> None:
         """What redis-py's cluster client does when a node's connection fails

@@ -150,7 +150,7 @@ class LeanClient:
 
     The pool still counts a kept connection as in use, so ``pool.disconnect()``
     (``client.close()``, the app's reset) closes it too, and ``max_connections``
-    counts it. See :meth:`_checkout` for how a kept connection is checked
+    counts it. See :meth:`checkout` for how a kept connection is checked
     before it is used, and :func:`_forget_after_fork` for a forked child.
 
     :param pool: the :class:`redis.ConnectionPool` of the client.
@@ -177,6 +177,8 @@ class LeanClient:
         #: whose check is only the process id (see :func:`_forget_after_fork`).
         owns = type(pool).owns_connection
         self._owns = None if owns is redis.ConnectionPool.owns_connection else pool.owns_connection
+        #: Whether its connections can be marked for reconnection (redis-py 6+).
+        self._reconnects = hasattr(pool.connection_class, "should_reconnect")
         #: The ``Retry`` :meth:`_polls` last looked at, and what it found.
         self._retry: Any = None
         self._poll = False
@@ -194,7 +196,7 @@ class LeanClient:
         command = pack_evalsha(sha, keys, args)
         # A connection that cannot be had was sent nothing; redis-py's own
         # path does not retry this either.
-        conn = self._checkout()
+        conn = self.checkout()
         try:
             conn.send_packed_command([command])
             if self.hiredis:
@@ -206,23 +208,24 @@ class LeanClient:
             else:
                 reply = conn.read_response()
         except redis.ConnectionError as error:
-            self._discard(conn)
+            self.discard(conn)
             if _retried(conn, error):
                 raise Replay(str(error)) from error
             raise
         except BaseException:
             # A half-read reply would be read by the next command.
-            self._discard(conn)
+            self.discard(conn)
             raise
-        self._checkin(conn)
+        self.checkin(conn)
         return reply
 
-    def _checkout(self) -> Any:
+    def checkout(self) -> Any:
         """A kept connection, else one from the pool.
 
-        A kept connection that ``pool.disconnect()`` closed, or, on a
-        Sentinel pool, one to an address that is no longer the master's, is
-        given back to the pool and a connection checked out of it instead:
+        A kept connection that ``pool.disconnect()`` closed, one the pool
+        marked for reconnection (a node that moved, a failed cluster node),
+        or, on a Sentinel pool, one to an address that is no longer the
+        master's, is given back to the pool and one checked out instead:
         the pool's checkout connects it as redis-py does (a Sentinel
         master's asks the sentinels where the master is, which a bare
         reconnect on send would not) and drops one to a former master.
@@ -241,6 +244,7 @@ class LeanClient:
         if (
             sock is None
             or (owns is not None and not owns(conn))
+            or (self._reconnects and conn.should_reconnect())
             or (self._polls(conn) and select.select([sock], (), (), 0)[0])
         ):
             self.pool.release(conn)
@@ -259,7 +263,7 @@ class LeanClient:
             self._retry = retry
         return self._poll
 
-    def _checkin(self, conn: Any) -> None:
+    def checkin(self, conn: Any) -> None:
         """Keep ``conn``, whose reply was read whole, for the next call.
 
         A connection with a new token to authenticate with (a streaming
@@ -268,7 +272,7 @@ class LeanClient:
         threads appending at the same instant may each trim one, which only
         leaves one fewer kept.
         """
-        if conn._re_auth_token is not None:
+        if getattr(conn, "_re_auth_token", None) is not None:
             self.pool.release(conn)
             return
         free = self._free
@@ -280,7 +284,7 @@ class LeanClient:
                 return
             self.pool.release(extra)
 
-    def _discard(self, conn: Any) -> None:
+    def discard(self, conn: Any) -> None:
         """Close a connection whose call failed and give it back to the pool."""
         conn.disconnect()
         self.pool.release(conn)
@@ -377,15 +381,8 @@ def _drop(conn: Any) -> None:
     conn.__dict__.pop(_READER, None)
 
 
-# -- Redis Cluster -------------------------------------------------------------
-
 #: One script call: its keys and its arguments (as in :mod:`~flask_redis_throttle.core.storage`).
 Call = tuple[Sequence[str], Sequence[Any]]
-
-#: Error replies that say the node did not run the command, and that
-#: redis-py's cluster client knows how to follow: a redirect (MOVED, ASK), a
-#: slot in the middle of a migration (TRYAGAIN), a cluster or master that is
-#: down for now (CLUSTERDOWN, MASTERDOWN), a node loading its data (LOADING).
 
 
 def _pool_fits(pool: Any) -> bool:
