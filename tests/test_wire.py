@@ -320,13 +320,21 @@ def test_keys_and_arguments_are_encoded_as_redis_py_encodes_them() -> None:
 
 
 def close_sentinel_app(app: Flask) -> None:
-    """Close the app's storage and its connections to the sentinels, which
-    the storage's close leaves open: left to the garbage collector, an open
-    socket can be finalized before its connection closes it, a ResourceWarning."""
-    client = storage_of(app).client
-    for sentinel in client.connection_pool.sentinel_manager.sentinels:
-        sentinel.close()
-    client.close()
+    """Close the app's storage, which closes its connections to the
+    sentinels too: left to the garbage collector, an open socket can be
+    finalized before its connection closes it, a ResourceWarning."""
+    storage = storage_of(app)
+    sentinels = storage.client.connection_pool.sentinel_manager.sentinels
+    storage.close()
+    open_sockets = [c for s in sentinels for c in s.connection_pool._available_connections if c._sock is not None]
+    assert open_sockets == []
+
+
+def test_closing_the_storage_closes_its_connections_to_the_sentinels() -> None:
+    with redis_sentinel_group() as group:
+        app = limited_app(group.url, "5/m")
+        assert get(app.test_client()).status_code == 200
+        close_sentinel_app(app)
 
 
 def fail_over(group: Any) -> tuple[int, int]:

@@ -111,11 +111,18 @@ class Storage:
         return cls(client, where, cluster=url.startswith("redis+cluster:"))
 
     def close(self) -> None:
-        """Close the client's connections (a cluster client's to every node).
+        """Close the client's connections (a cluster client's to every node,
+        a Sentinel client's to the sentinels too).
 
         Apps need not call this; it is for tests and scripts that make many
         storages. A cluster client that was never used is not built for it.
         """
+        # Only a built redis.Redis is asked for its pool: a cluster client
+        # that was never used would be built by the question.
+        if isinstance(self.client, redis.Redis):
+            manager = getattr(self.client.connection_pool, "sentinel_manager", None)
+            for sentinel in getattr(manager, "sentinels", ()):
+                sentinel.close()
         close = getattr(self.client, "close", None)
         if close is not None:
             close()
