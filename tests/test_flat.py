@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 from contextlib import contextmanager
+from importlib.resources import files
 from typing import Any
 from unittest import mock
 
@@ -158,3 +159,14 @@ def test_the_flat_script_takes_only_the_calls_it_decides_alike(strategy: str) ->
     assert not scripts.fits_flat(names, keys, [T0, 1, "fw1/1!60,2,3600 fw1/1"])
     other = next(name for name in scripts.STRATEGIES if name != strategy)
     assert not scripts.fits_flat(names | {other}, keys, [T0, 1, plan])
+
+
+@pytest.mark.parametrize("flat", [False, True], ids=["general", "flat"])
+@pytest.mark.parametrize("name", FLAT)
+def test_each_script_holds_the_deciding_layers_choice_once_as_text(name: str, flat: bool) -> None:
+    """``-- include: decide.lua`` is replaced by the file's text: a line left
+    as it is would be a comment, and no layer would ever refuse."""
+    source = scripts.script_source([name], flat=flat)
+    decide = (files(scripts.__package__) / "lua" / "decide.lua").read_text("utf-8")
+    assert "-- include:" not in source
+    assert source.count(decide) == 1

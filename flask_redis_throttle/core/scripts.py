@@ -2,21 +2,28 @@
 
 Each strategy is a file under ``lua/`` that defines a table of functions,
 ``load``, ``check``, ``refund`` and ``store`` (see ``lua/main.lua`` for
-their contract). A script is ``lua/prelude.lua`` (the clock, the cost, and
-the tables every layer's verdict goes in), then the strategy files a request
+their contract). A script is ``lua/prelude.lua`` (the clock, the cost and
+the reply) and ``lua/layers.lua`` (the tables every layer's verdict goes
+in), ``lua/records.lua`` and ``lua/packed.lua`` (the one string per key in
+which most strategies keep their layers), then the strategy files a request
 needs, each registered under its code, then ``lua/penalty.lua`` and
 ``lua/main.lua``, which hold what every strategy shares: reading the plan,
-checking every layer before writing any, penalties and the reply. The strategies that pack their layers into one
-string share ``lua/packed.lua``. A request whose limits all use one strategy
-(the usual case) runs a script made of that strategy's file and the shared
-parts only. Production Redis and the embedded ``memory://`` store run the
-very same text.
+checking every layer before writing any, penalties and the reply. A request
+whose limits all use one strategy runs a script made of that strategy's
+file and the shared parts only. Production Redis and the embedded
+``memory://`` store run the very same text.
 
 The usual request also has a faster form: a strategy with a file under
 ``lua/flat/`` decides, in one pass and with the same arguments, reply and
 records, every call that :func:`fits_flat` admits (one strategy, no penalty,
 no key twice, counting or inspecting). Building the tables and functions the
-general script composes costs Redis more than the decision itself.
+general script composes costs Redis more than the decision itself. A flat
+script is ``lua/prelude.lua``, ``lua/records.lua`` for a packed strategy, and
+its own file.
+
+A line ``-- include: <file>`` in a script's file stands for that file's
+text: the general and the flat scripts include ``lua/decide.lua`` where they
+decide each layer, so the choice is written once and costs no call.
 
 What the scripts are sent and what they reply is written and read in one
 place, :mod:`flask_redis_throttle.core.codec`.
@@ -26,6 +33,7 @@ This module is pure Python: it imports neither Flask nor Redis.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -44,12 +52,15 @@ class Strategy:
     :param code: two letters that name it in Redis keys and in the script's
         plan; codes never change, or counters would be lost.
     :param flat: whether it has a flat script, ``lua/flat/<filename>``.
+    :param packed: whether it keeps its layers in one string per key, with
+        ``lua/packed.lua``.
     """
 
     name: str
     filename: str
     code: str
     flat: bool = False
+    packed: bool = True
 
 
 #: Every strategy, by name.
@@ -58,7 +69,7 @@ STRATEGIES: dict[str, Strategy] = {
     for strategy in (
         Strategy("fixed-window", "fixed_window.lua", "fw", flat=True),
         Strategy("sliding-window", "sliding_window.lua", "sw", flat=True),
-        Strategy("sliding-log", "sliding_log.lua", "sl", flat=True),
+        Strategy("sliding-log", "sliding_log.lua", "sl", flat=True, packed=False),
         Strategy("gcra", "gcra.lua", "gc", flat=True),
     )
 }
@@ -108,22 +119,27 @@ def _flat_source(name: str) -> str:
     strategy = STRATEGIES[name]
     if not strategy.flat:
         raise KeyError(name)
-    return (files(__package__) / "lua" / "flat" / strategy.filename).read_text("utf-8")
+    parts = ["prelude.lua"] + (["records.lua"] if strategy.packed else []) + [f"flat/{strategy.filename}"]
+    return "\n".join(map(_text, parts))
 
 
 @cache
 def _source(names: frozenset[str]) -> str:
-    lua = files(__package__) / "lua"
-    parts = [lua.joinpath("prelude.lua").read_text("utf-8"), lua.joinpath("packed.lua").read_text("utf-8")]
+    parts = [_text(part) for part in ("prelude.lua", "layers.lua", "records.lua", "packed.lua")]
     for name in sorted(names):
         strategy = STRATEGIES[name]
         # Each file's locals stay in its own block; the table is registered.
-        parts += [
-            "do",
-            lua.joinpath(strategy.filename).read_text("utf-8"),
-            f"strategies.{strategy.code} = strategy",
-            "end",
-        ]
-    parts.append(lua.joinpath("penalty.lua").read_text("utf-8"))
-    parts.append(lua.joinpath("main.lua").read_text("utf-8"))
+        parts += ["do", _text(strategy.filename), f"strategies.{strategy.code} = strategy", "end"]
+    parts += [_text("penalty.lua"), _text("main.lua")]
     return "\n".join(parts)
+
+
+#: A line that stands for a file's text: "-- include: <file under lua/>".
+_INCLUDE = re.compile(r"^[ \t]*-- include: (\S+)[ \t]*$", re.MULTILINE)
+
+
+def _text(path: str) -> str:
+    """The text of ``lua/<path>``, each include line replaced by its file's
+    text (once: included files include nothing)."""
+    lua = files(__package__) / "lua"
+    return _INCLUDE.sub(lambda match: lua.joinpath(match[1]).read_text("utf-8"), lua.joinpath(path).read_text("utf-8"))

@@ -16,7 +16,7 @@
 local strategy = {}
 
 function strategy.load(key)
-  return packed.load(key, '^(%d+):(%d+)')
+  return packed.load(key, '(%d+):(%d+)')
 end
 
 -- Check each layer of `entry`, numbering them on from i.

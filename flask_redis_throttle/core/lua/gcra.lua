@@ -21,7 +21,7 @@
 local strategy = {}
 
 function strategy.load(key)
-  return packed.load(key, '^(%x+):?(%d*)')
+  return packed.load(key, '(%x+):?(%d*)')
 end
 
 -- Layer `name`'s part of the packed string, for the TAT (at, part). Every

@@ -1,7 +1,8 @@
 -- What every request shares, whatever its strategies: reading the plan,
 -- checking every layer before writing anything, penalties, and the reply.
--- The loader puts prelude.lua first, then packed.lua and the files of the
--- strategies the request uses (see scripts.py), then penalty.lua and this.
+-- The loader puts prelude.lua and layers.lua first, then packed.lua and
+-- the files of the strategies the request uses (see scripts.py), then
+-- penalty.lua and this.
 -- Each strategy registers a table under its two-letter code in
 -- `strategies`, with these functions:
 --
@@ -11,7 +12,7 @@
 --     share (the same identity, scope and strategy) is read once
 --   check(state, entry, i) -> i
 --     checks each layer of the plan entry `entry`, numbering them on from
---     i, and fills the layer tables of prelude.lua for each (see there):
+--     i, and fills the layer tables of layers.lua for each (see there):
 --       fits       true if `cost` more requests fit in this layer now
 --       remaining  the quota left: after this request if it fits, else as it is
 --       resets     microseconds until the layer is back to its full quota
@@ -117,30 +118,19 @@ if punished then
   groups, blocked = penalties.load(punished, keys, now)
 end
 
-local admitted = true
 local missed = groups and {}
-local pick, pick_remaining, pick_reset, pick_retry = 0, 0, 0, -1
-for i = 1, layers do
-  local fit, left, reset, retry = fits[i], remaining[i], resets[i], retries[i]
-  if cost > quotas[i] then
-    fit, retry = false, periods[i]
+for layer = 1, layers do
+  local fit, left, reset, retry = fits[layer], remaining[layer], resets[layer], retries[layer]
+  if cost > quotas[layer] then
+    fit, retry = false, periods[layer]
   end
   if missed then
-    missed[i] = not fit
+    missed[layer] = not fit
   end
-  if blocked[i] then
-    fit, left, retry = false, 0, math.max(retry, blocked[i])
+  if blocked[layer] then
+    fit, left, retry = false, 0, math.max(retry, blocked[layer])
   end
-  local better
-  if not fit then
-    better = admitted or retry > pick_retry
-    admitted = false
-  elseif admitted then
-    better = pick == 0 or left < pick_remaining or (left == pick_remaining and reset > pick_reset)
-  end
-  if better then
-    pick, pick_remaining, pick_reset, pick_retry = i, left, reset, retry
-  end
+  -- include: decide.lua
 end
 
 local penalized = blocked[pick] ~= nil
@@ -156,8 +146,8 @@ if admitted and cost > 0 then
   store_all()
 end
 
-local reply = {admitted and 1 or 0, pick, pick_remaining, math.ceil(pick_reset), math.ceil(pick_retry), now}
+local answer = reply()
 if groups then
-  reply[7] = penalized and 1 or 0
+  answer[7] = penalized and 1 or 0
 end
-return reply
+return answer

@@ -18,7 +18,7 @@ local BUCKETS = 10
 local strategy = {}
 
 function strategy.load(key)
-  return packed.load(key, '^(%d+):([%d,]+)')
+  return packed.load(key, '(%d+):([%d,]+)')
 end
 
 -- The counts of a record ("<newest>", "<count>,<count>,..."), newest first,

@@ -5,20 +5,13 @@
 -- reply of main.lua, decides exactly as sliding_log.lua does there (which
 -- explains the sorted set and its "w" member), and writes the same
 -- entries, so the two can take turns on one key; tests/test_flat.py holds
--- them to that. It builds no table per key or layer and no function, and
--- writes times with '%d' (whole microseconds, formatted as integers, which
--- costs a fraction of '%.0f'; the text is the same).
+-- them to that. prelude.lua comes first. It builds no table per key or
+-- layer and no function, and writes times with '%d' (whole microseconds,
+-- formatted as integers, which costs a fraction of '%.0f'; the text is the
+-- same).
 
-local now = tonumber(ARGV[1])
-if not now then
-  local time = redis.call('TIME')
-  now = time[1] * 1000000 + time[2]
-end
-local cost = tonumber(ARGV[2])
-local format, gmatch, max, tonumber = string.format, string.gmatch, math.max, tonumber
-
-local admitted, layer = true, 0
-local pick, pick_remaining, pick_reset, pick_retry = 0, 0, 0, -1
+local format, max, tonumber = string.format, math.max, tonumber
+local layer = 0
 -- The longest window of each key's layers that counted the request.
 local horizons = {}
 
@@ -28,7 +21,7 @@ for entry in gmatch(ARGV[3], '%S+') do
   local key, horizon = KEYS[e], 0
   for quota, name in gmatch(entry, '(%d+)/(%d+)') do
     layer = layer + 1
-    quota = tonumber(quota)
+    quota = quota + 0
     local period = name * 1000000
     local since = format('(%d', now - period)
     local used = redis.call('ZCOUNT', key, since, '+inf')
@@ -50,14 +43,7 @@ for entry in gmatch(ARGV[3], '%S+') do
     if cost > quota then
       fit, retry = false, period
     end
-    if not fit then
-      if admitted or retry > pick_retry then
-        pick, pick_remaining, pick_reset, pick_retry = layer, left, reset, retry
-      end
-      admitted = false
-    elseif admitted and (pick == 0 or left < pick_remaining or (left == pick_remaining and reset > pick_reset)) then
-      pick, pick_remaining, pick_reset, pick_retry = layer, left, reset, retry
-    end
+    -- include: decide.lua
   end
   horizons[e] = horizon
 end
@@ -86,4 +72,4 @@ if admitted and cost > 0 then
     redis.call('PEXPIRE', key, math.ceil(horizon / 1000) + 1000)
   end
 end
-return {admitted and 1 or 0, pick, pick_remaining, math.ceil(pick_reset), math.ceil(pick_retry), now}
+return reply()

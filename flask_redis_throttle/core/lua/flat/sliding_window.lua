@@ -1,30 +1,22 @@
 -- Sliding window, flat: the whole request in one pass, for the usual
 -- request (see scripts.py for when it runs): every limit uses the sliding
 -- window, none has a penalty, no two of its keys are the same, and it
--- counts or inspects (a cost of 0 or more). It takes the arguments and
--- gives the reply of main.lua, decides exactly as sliding_window.lua does
--- there (which explains the sub-buckets), and reads and writes the same
--- packed records (see packed.lua), so the two can take turns on one key;
--- tests/test_flat.py holds them to that. It builds no table per key, and
--- formats as few numbers as it can: most of a record is written back as
--- it was read.
+-- counts or inspects (a cost of 0 or more). prelude.lua and records.lua
+-- come first. It takes the arguments and gives the reply of main.lua,
+-- decides exactly as sliding_window.lua does there (which explains the
+-- sub-buckets), and reads and writes the same packed records, so the two
+-- can take turns on one key; tests/test_flat.py holds them to that. It
+-- builds no table per key, and formats as few numbers as it can: most of a
+-- record is written back as it was read.
 
 local BUCKETS = 10
+-- The record's patterns, as packed.lua's patterns() makes them.
+local ANCHORED, NAMED, WHOLE = '^(%d+)=(%d+):([%d,]+) ?', '=(%d+):([%d,]+)', '^(%d+):([%d,]+)'
+local concat, max, min = table.concat, math.max, math.min
 
-local now = tonumber(ARGV[1])
-if not now then
-  local time = redis.call('TIME')
-  now = time[1] * 1000000 + time[2]
-end
-local cost = tonumber(ARGV[2])
-local concat, find, fmod, gmatch, max, min, tonumber =
-  table.concat, string.find, math.fmod, string.gmatch, math.max, math.min, tonumber
-
-local admitted, layer = true, 0
-local pick, pick_remaining, pick_reset, pick_retry = 0, 0, 0, -1
 -- The value each key gets if the request is admitted, and its life.
-local values, lives = {}, {}
-local parts = {}
+local values, lives, parts = {}, {}, {}
+local writes = cost > 0
 -- A record's counts, newest first, and where each ends in its text (made
 -- with room for all of them: growing them one by one costs more).
 local counts, ends = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
@@ -86,28 +78,23 @@ local function counted(first, size, text, current, oldest)
   return head .. string.rep(',0', current - first - 1 + skip) .. ',' .. tail
 end
 
-local e = 0
+local layer, e = 0, 0
 for entry in gmatch(ARGV[3], '%S+') do
   e = e + 1
-  local value = redis.call('GET', KEYS[e])
-  value = value and ' ' .. value or ''
-  local n, matched, life = 0, 0, 0
+  local value = redis.call('GET', KEYS[e]) or ''
+  local n, longest, at = 0, 0, 1
   for quota, name in gmatch(entry, '(%d+)/(%d+)') do
     layer = layer + 1
-    quota = tonumber(quota)
+    quota = quota + 0
     local period = name * 1000000
     local width = period / BUCKETS
     local current = (now - fmod(now, width)) / width
     local oldest = current - BUCKETS
     -- The record: `first` is its newest sub-bucket's number, nil for none.
-    local first, size, text, top = nil, 0, nil, nil
-    local found = find(value, ' ' .. name .. '=', 1, true)
-    if found then
-      local _, last, newest, list = find(value, '^(%d+):([%d,]+)', found + #name + 2)
-      if last then
-        matched = matched + last - found + 1
-        first, size, text, top = tonumber(newest), parse(list), list, newest
-      end
+    local first, size, top, text = nil, 0, nil, nil
+    top, text, at = read(value, at, name, ANCHORED, NAMED)
+    if top then
+      first, size = top + 0, parse(text)
     end
     local used, newest = 0, nil
     for k = 1, size do
@@ -138,47 +125,34 @@ for entry in gmatch(ARGV[3], '%S+') do
     if cost > quota then
       fit, retry = false, period
     end
-    if not fit then
-      if admitted or retry > pick_retry then
-        pick, pick_remaining, pick_reset, pick_retry = layer, left, reset, retry
-      end
-      admitted = false
-    elseif admitted and (pick == 0 or left < pick_remaining or (left == pick_remaining and reset > pick_reset)) then
-      pick, pick_remaining, pick_reset, pick_retry = layer, left, reset, retry
-    end
-    if admitted and cost > 0 then
+    -- include: decide.lua
+    if admitted and writes then
       -- The newest sub-bucket: the record's, as read, if it is current.
       local newest = max(first or current, current)
       n = n + 1
       parts[n] = name .. '=' .. (newest == first and top or newest) .. ':' .. counted(first, size, text, current, oldest)
       local expires = (newest + BUCKETS + 1) * width - now
-      if expires > life then
-        life = expires
+      if expires > longest then
+        longest = expires
       end
     end
   end
-  if admitted and cost > 0 then
-    if matched ~= #value then
-      -- Records other limits that share the scope wrote: kept while live.
-      local names = ',' .. string.sub(entry, 3) .. ','
-      for name, newest, text in gmatch(value, ' (%d+)=(%d+):([%d,]+)') do
-        local left = (newest + BUCKETS + 1) * (name * 1000000 / BUCKETS) - now
-        if left > 0 and not find(names, '/' .. name .. ',', 1, true) then
-          n = n + 1
-          parts[n] = name .. '=' .. newest .. ':' .. text
-          if left > life then
-            life = left
-          end
-        end
+  if admitted and writes then
+    if at <= #value then
+      -- Records other limits that share the scope wrote: kept while their
+      -- newest sub-bucket is in their window (as in sliding_window.lua).
+      local function life(newest, list, period)
+        return (newest + BUCKETS + 1) * (period / BUCKETS) - now
       end
+      n, longest = keep(value, WHOLE, life, written(entry), parts, n, longest)
     end
-    values[e], lives[e] = concat(parts, ' ', 1, n), life
+    values[e], lives[e] = concat(parts, ' ', 1, n), longest
   end
 end
 
-if admitted and cost > 0 then
+if admitted and writes then
   for k = 1, e do
-    redis.call('SET', KEYS[k], values[k], 'PX', math.ceil(lives[k] / 1000) + 1000)
+    set(KEYS[k], values[k], lives[k])
   end
 end
-return {admitted and 1 or 0, pick, pick_remaining, math.ceil(pick_reset), math.ceil(pick_retry), now}
+return reply()
