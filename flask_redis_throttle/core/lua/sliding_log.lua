@@ -13,6 +13,8 @@
 -- window's length, and a refusal only when that would be broken. Memory: an
 -- entry per request in the longest window, so this suits small quotas.
 
+-- include: log.lua
+
 local strategy = {}
 
 function strategy.load(key)
@@ -74,28 +76,7 @@ function strategy.refund(state, entry, given)
 end
 
 function strategy.store(state)
-  local key, added = state.key, state.add
-  if not added then
-    return
+  if state.add then
+    add_entries(state.key, state.horizon, state.add)
   end
-  -- The longest window of any limit that counts in this set.
-  local stored = -(tonumber(redis.call('ZSCORE', key, 'w')) or 0) * 1000000
-  local horizon = math.max(state.horizon, stored)
-  if horizon > stored then
-    redis.call('ZADD', key, string.format('%.0f', -horizon / 1000000), 'w')
-  end
-  redis.call('ZREMRANGEBYSCORE', key, 0, string.format('%.0f', now - horizon))
-  -- Members must be unique: "<time>:<number>", numbered on from the entries
-  -- already stamped with this time.
-  local stamp = string.format('%.0f', now)
-  local before = redis.call('ZCOUNT', key, stamp, stamp)
-  for first = 1, added, 100 do
-    local entries = {}
-    for n = first, math.min(first + 99, added) do
-      entries[#entries + 1] = stamp
-      entries[#entries + 1] = stamp .. ':' .. (before + n)
-    end
-    redis.call('ZADD', key, unpack(entries))
-  end
-  redis.call('PEXPIRE', key, math.ceil(horizon / 1000) + 1000)
 end

@@ -6,11 +6,11 @@
 -- explains the sorted set and its "w" member), and writes the same
 -- entries, so the two can take turns on one key; tests/test_flat.py holds
 -- them to that. prelude.lua comes first. It builds no table per key or
--- layer and no function, and writes times with '%d' (whole microseconds,
--- formatted as integers, which costs a fraction of '%.0f'; the text is the
--- same).
+-- layer, and writes the entries as sliding_log.lua does, with the same
+-- function (log.lua).
 
 local format, max, tonumber = string.format, math.max, tonumber
+-- include: log.lua
 local layer = 0
 -- The longest window of each key's layers that counted the request.
 local horizons = {}
@@ -49,27 +49,8 @@ for entry in gmatch(ARGV[3], '%S+') do
 end
 
 if admitted and cost > 0 then
-  local stamp = format('%d', now)
   for k = 1, e do
-    local key = KEYS[k]
-    local stored = -(tonumber(redis.call('ZSCORE', key, 'w')) or 0) * 1000000
-    local horizon = max(horizons[k], stored)
-    if horizon > stored then
-      redis.call('ZADD', key, format('%d', -horizon / 1000000), 'w')
-    end
-    redis.call('ZREMRANGEBYSCORE', key, 0, format('%d', now - horizon))
-    -- Members are unique: "<time>:<number>", numbered on from the entries
-    -- already stamped with this time.
-    local before = redis.call('ZCOUNT', key, stamp, stamp)
-    for first = 1, cost, 100 do
-      local entries = {}
-      for n = first, math.min(first + 99, cost) do
-        entries[#entries + 1] = stamp
-        entries[#entries + 1] = stamp .. ':' .. (before + n)
-      end
-      redis.call('ZADD', key, unpack(entries))
-    end
-    redis.call('PEXPIRE', key, math.ceil(horizon / 1000) + 1000)
+    add_entries(KEYS[k], horizons[k], cost)
   end
 end
 return reply()
