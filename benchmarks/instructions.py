@@ -24,11 +24,22 @@ It needs valgrind (``apt-get install valgrind``) and is not part of CI::
 
 Every limit has three layers and two identities, as in ``overhead.py``, and
 every request is admitted.
+
+``--cluster`` also counts ours on a 3-master Redis Cluster, every node under
+callgrind, with the two identities on two masters as in ``suite.py``'s
+cluster section, beside ours on the single node: the cluster's decision is
+one script call per node, and each call pays the fixed price of a call
+(the command, ``TIME``, the reply) again. ``suite.py`` prices the same from
+``INFO commandstats``, whose times on a loaded 2-core machine also hold
+the time a node waits for a core while the other runs::
+
+    python benchmarks/instructions.py --cluster --requests 200
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import subprocess
@@ -52,7 +63,7 @@ from harness import (
     render_table,
 )
 
-from flask_redis_throttle.testing import find_redis_server, free_port
+from flask_redis_throttle.testing import SERVER_VARIABLE, find_redis_server, free_port
 
 
 class Callgrind:
@@ -92,12 +103,7 @@ class Callgrind:
         client.close()
 
     def _control(self, *args: str) -> None:
-        subprocess.run(
-            ["callgrind_control", *args, str(self.process.pid)],
-            check=True,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        _control(self.process.pid, *args)
 
     def count(self, variant: Variant, requests: int) -> float:
         """Instructions the server ran per request of ``variant``."""
@@ -107,13 +113,9 @@ class Callgrind:
         self._control("-i", "off")
         self._control("-d")
         dumps = sorted(self.out.parent.glob(self.out.name + ".*"), key=lambda path: path.stat().st_mtime)
-        text = dumps[-1].read_text()
+        total = _totals(dumps[-1])
         dumps[-1].unlink()
-        # "totals", not "summary": after a zeroing the summary underflows.
-        match = re.search(r"^totals: (\d+)", text, re.M)
-        if match is None:
-            raise RuntimeError(f"no instruction count in {dumps[-1]}")
-        return int(match[1]) / requests
+        return total / requests
 
     def stop(self) -> None:
         self.process.terminate()
@@ -130,6 +132,73 @@ def callgrind() -> Iterator[Callgrind]:
             server.stop()
 
 
+def _control(pid: int, *args: str) -> None:
+    """Tell the callgrind running as ``pid`` to ``args`` (see ``callgrind_control``)."""
+    subprocess.run(
+        ["callgrind_control", *args, str(pid)], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+
+
+def _totals(dump: Path) -> int:
+    """The instructions a callgrind dump counted."""
+    # "totals", not "summary": after a zeroing the summary underflows.
+    match = re.search(r"^totals: (\d+)", dump.read_text(), re.M)
+    if match is None:
+        raise RuntimeError(f"no instruction count in {dump}")
+    return int(match[1])
+
+
+def cluster_counts(single: Callgrind, requests: int) -> tuple[float, float, int]:
+    """Ours per decision on a 3-master cluster whose nodes run under callgrind
+    (summed over the nodes), and on ``single``; and how many nodes the
+    cluster's requests ran on."""
+    # The cluster launcher serves the tests and the suite alike.
+    sys.path.append(str(Path(__file__).resolve().parent.parent))
+    from suite import two_node_user
+
+    from tests.servers import RedisCluster
+
+    with tempfile.TemporaryDirectory() as folder:
+        wrapper = Path(folder, "redis-server")
+        counting = f"valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file={folder}/cg.%p"
+        wrapper.write_text(f'#!/bin/sh\nexec {counting} "{find_redis_server()}" "$@"\n')
+        wrapper.chmod(0o755)
+        os.environ[SERVER_VARIABLE], real = str(wrapper), os.environ.get(SERVER_VARIABLE)
+        cluster = RedisCluster(3)
+        try:
+            cluster.start(timeout=180)
+        finally:
+            if real is None:
+                del os.environ[SERVER_VARIABLE]
+            else:
+                os.environ[SERVER_VARIABLE] = real
+        try:
+            user, _ = two_node_user(cluster.url)
+            environ = base_environ(user=user)
+            ours = our_variant("cluster", "ours on the cluster", cluster.url, environ, "rlc:")
+            alone = our_variant("single", "ours on one node", single.url, environ, "rls:")
+            pids = [node.pid for node in cluster.masters()]
+            for variant in (ours, alone):
+                check(variant, environ)
+                variant.run(20)
+            on_one = single.count(alone, requests)
+            for pid in pids:
+                _control(pid, "-i", "on")
+                _control(pid, "-z")
+            ours.run(requests)
+            counts = []
+            for pid in pids:
+                _control(pid, "-i", "off")
+                _control(pid, "-d")
+                dumps = sorted(Path(folder).glob(f"cg.{pid}.*"), key=lambda path: path.stat().st_mtime)
+                counts.append(_totals(dumps[-1]))
+        finally:
+            cluster.close()
+    # A node the requests never reached counted only its own housekeeping.
+    busy = [count for count in counts if count > requests * 10_000]
+    return sum(busy) / requests, on_one, len(busy)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=300, help="requests counted per variant (default 300)")
@@ -137,6 +206,9 @@ def main() -> None:
         "--strategies",
         default="fixed-window",
         help="Flask-Limiter's strategies, each beside ours like for like, comma-separated, or 'all'",
+    )
+    parser.add_argument(
+        "--cluster", action="store_true", help="also count ours on a 3-master cluster beside one node (slow to start)"
     )
     args = parser.parse_args()
     theirs = FLASK_LIMITER_STRATEGIES if args.strategies == "all" else tuple(args.strategies.split(","))
@@ -159,8 +231,15 @@ def main() -> None:
             share = ratio(counts[0], counts[1]) or 0.0
             pair_name = f"ours {ours}, Flask-Limiter {strategy}"
             rows.append([pair_name, f"{counts[0]:,.0f}", f"{counts[1]:,.0f}", f"{share:.2f}x"])
+        if args.cluster:
+            on_cluster, on_one, nodes = cluster_counts(server, args.requests)
     print(f"Instructions redis-server ran per decision, 3 layers x 2 identities, {args.requests} requests each:\n")
     print(render_table(["variants", "ours", "Flask-Limiter", "ours / theirs"], rows))
+    if args.cluster:
+        print(f"\nOurs fixed-window on a 3-master cluster, the identities on {nodes} nodes:\n")
+        share = f"{ratio(on_cluster, on_one) or 0.0:.2f}x"
+        table = [["ours fixed-window", f"{on_cluster:,.0f}", f"{on_one:,.0f}", share]]
+        print(render_table(["variant", "cluster (all nodes)", "one node", "cluster / one node"], table))
 
 
 if __name__ == "__main__":
