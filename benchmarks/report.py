@@ -296,7 +296,9 @@ def rst_shows(report: Report) -> str:
     if "cluster" in sections:
         items.append(
             f"**Redis Cluster.** {cluster_sentence(report)} Each identity's script runs on its own node, so a "
-            "request whose identities live on two nodes runs two scripts: Redis pays a script's fixed cost twice."
+            "request whose identities live on two nodes runs two scripts: Redis pays a script's fixed cost twice. "
+            "On a 2-core machine running three nodes and the app, Redis's time also holds each node's wait for a "
+            "core; ``benchmarks/instructions.py --cluster`` counts the work alone, in instructions."
         )
     if "results" in sections.get("e2e", {}):
         e2e = sections["e2e"]["results"]
