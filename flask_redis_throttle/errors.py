@@ -161,9 +161,10 @@ class RateLimitExceeded(TooManyRequests):
     def get_headers(
         self, environ: WSGIEnvironment | None = None, scope: dict[str, Any] | None = None
     ) -> list[tuple[str, str]]:
-        """``Content-Type`` to match the body, and ``Retry-After`` unless the
-        request can never pass."""
-        headers = [("Content-Type", self._content_type(environ))]
+        """``Content-Type`` to match the body, ``Vary: Accept`` since the body
+        depends on it (a shared cache must not give a JSON client the page),
+        and ``Retry-After`` unless the request can never pass."""
+        headers = [("Content-Type", self._content_type(environ)), ("Vary", "Accept")]
         if self.retry_after_header is not None:
             headers.append(("Retry-After", self.retry_after_header))
         return headers

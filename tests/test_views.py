@@ -249,6 +249,18 @@ def test_refusal_is_a_page_for_browsers(app: Flask, accept: str, clock: Clock) -
     assert "<script" not in page
 
 
+@pytest.mark.parametrize("accept", [None, "application/json", BROWSERS[0]])
+def test_a_refusal_varies_by_accept_for_caches(app: Flask, accept: str | None) -> None:
+    # Its body depends on Accept: a shared cache that kept the page must not
+    # hand it to a JSON client.
+    limited_app(app, "1/m")
+    client = app.test_client()
+    get(client)
+    response = get(client, headers={"Accept": accept} if accept else {})
+    assert response.status_code == 429
+    assert "accept" in response.vary.as_set()
+
+
 def test_the_page_escapes_what_it_shows(app: Flask) -> None:
     # The description is made of numbers today, but it is escaped all the
     # same, should it ever carry something a client chose.

@@ -65,5 +65,6 @@ end
 
 -- Write `value` to `key`, to be kept `life` microseconds and a second.
 local function set(key, value, life)
-  redis.call('SET', key, value, 'PX', math.ceil(life / 1000) + 1000)
+  -- (A number Redis is given is formatted with '%.17g'; '%d' costs less.)
+  redis.call('SET', key, value, 'PX', string.format('%d', math.ceil(life / 1000) + 1000))
 end
