@@ -6,6 +6,7 @@ counted twice."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 import time
@@ -413,15 +414,42 @@ def checkouts(pool: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return calls
 
 
+def started(url: str, spec: str = "5/m", **config: Any) -> tuple[Flask, Any]:
+    """An app on ``url`` limiting ``/`` to ``spec``, and its test client, after
+    two requests: the first meets NOSCRIPT and loads the script through
+    redis-py's path, the second leaves the app a kept connection."""
+    app = limited_app(url, spec, **config)
+    web = app.test_client()
+    quota = int(spec.split("/")[0])
+    assert [remaining(get(web)) for _ in range(2)] == [quota - 1, quota - 2]
+    return app, web
+
+
+def calls(port: int, command: str) -> int:
+    """How many times the server on ``port`` ran ``command`` (lower case)."""
+    stats = str(redis_command(port, "INFO", "commandstats"))
+    found = re.search(rf"cmdstat_{command}:calls=(\d+)", stats)
+    return int(found[1]) if found else 0
+
+
+def assert_the_new_master_decides(app: Flask, web: Any, old: int, new: int, commands: list[tuple[Any, ...]]) -> None:
+    """After a failover from ``old`` to ``new``, the next requests are decided
+    on the new master, on a kept connection to it: the old master saw no
+    call, and nothing was replayed (the new master only had to be sent the
+    script)."""
+    redis_command(old, "CONFIG", "RESETSTAT")
+    del commands[:]
+    assert [remaining(get(web)) for _ in range(3)] == [2, 1, 0]
+    assert calls(old, "evalsha") == 0
+    assert scripts(commands) == ["EVAL"]
+    assert [conn.port for conn in kept(app)] == [new]
+
+
 def test_a_kept_connection_serves_every_request_without_the_pool(
     server: RedisServer, monkeypatch: pytest.MonkeyPatch, commands: list[tuple[Any, ...]]
 ) -> None:
-    app = limited_app(server.url, "100/m")
+    app, web = started(server.url, "100/m")
     pool = storage_of(app).client.connection_pool
-    web = app.test_client()
-    # The first request meets NOSCRIPT and loads the script through
-    # redis-py's path; the second takes the connection back from the pool.
-    assert [remaining(get(web)) for _ in range(2)] == [99, 98]
     [conn] = kept(app)
     port = local_port(conn)
     calls = checkouts(pool, monkeypatch)
@@ -442,9 +470,7 @@ def test_a_connection_marked_for_reconnection_is_not_kept_in_use(server: RedisSe
     when their server moves (maintenance notifications, a failed cluster
     node): a kept connection so marked goes back to the pool, which closes
     it, and the next request is decided on a fresh one."""
-    app = limited_app(server.url, "100/m")
-    web = app.test_client()
-    assert [remaining(get(web)) for _ in range(2)] == [99, 98]
+    app, web = started(server.url, "100/m")
     [conn] = kept(app)
     port = local_port(conn)
     storage_of(app).client.connection_pool.update_active_connections_for_reconnect()
@@ -502,9 +528,7 @@ def test_a_small_pool_keeps_half_its_connections_free_for_redis_py(server: Redis
 def test_a_disconnected_pool_closes_kept_connections_and_the_next_request_reconnects(
     server: RedisServer, commands: list[tuple[Any, ...]]
 ) -> None:
-    app = limited_app(server.url, "5/m")
-    web = app.test_client()
-    assert [remaining(get(web)) for _ in range(2)] == [4, 3]
+    app, web = started(server.url, "5/m")
     [conn] = kept(app)
     port = local_port(conn)
     storage_of(app).client.close()  # the pool's disconnect(): kept connections too
@@ -520,9 +544,7 @@ def test_a_disconnected_pool_closes_kept_connections_and_the_next_request_reconn
 
 def test_a_server_restarted_between_two_requests_is_reconnected_to(commands: list[tuple[Any, ...]]) -> None:
     with redis_server() as server:
-        app = limited_app(server.url, "5/m")
-        web = app.test_client()
-        assert [remaining(get(web)) for _ in range(2)] == [4, 3]
+        app, web = started(server.url, "5/m")
         server.stop()
         server.start()
         del commands[:]
@@ -539,9 +561,7 @@ def test_a_server_restarted_between_two_requests_is_reconnected_to(commands: lis
 def test_without_retries_a_restart_is_found_before_the_send(commands: list[tuple[Any, ...]]) -> None:
     with redis_server() as server:
         options = {"retry": Retry(NoBackoff(), 0)}
-        app = limited_app(server.url, "5/m", RATELIMIT_STORAGE_OPTIONS=options)
-        web = app.test_client()
-        assert [remaining(get(web)) for _ in range(2)] == [4, 3]
+        app, web = started(server.url, "5/m", RATELIMIT_STORAGE_OPTIONS=options)
         server.stop()
         server.start()
         del commands[:]
@@ -555,36 +575,24 @@ def test_without_retries_a_restart_is_found_before_the_send(commands: list[tuple
 
 
 def test_a_kept_connection_is_health_checked(server: RedisServer) -> None:
-    app = limited_app(server.url, "5/m", RATELIMIT_STORAGE_OPTIONS={"health_check_interval": 0.05})
-    web = app.test_client()
-    assert [remaining(get(web)) for _ in range(2)] == [4, 3]
+    app, web = started(server.url, "5/m", RATELIMIT_STORAGE_OPTIONS={"health_check_interval": 0.05})
     assert len(kept(app)) == 1
-    admin = redis.Redis.from_url(server.url)
     time.sleep(0.2)  # past the interval: the next send PINGs first
-    before = int(admin.info("commandstats").get("cmdstat_ping", {}).get("calls", 0))
+    before = calls(server.port, "ping")
     assert remaining(get(web)) == 2
-    assert int(admin.info("commandstats").get("cmdstat_ping", {}).get("calls", 0)) - before == 1
-    admin.close()
+    assert calls(server.port, "ping") - before == 1
     storage_of(app).close()
 
 
 def test_after_a_failover_a_disconnected_pool_reaches_the_new_master(commands: list[tuple[Any, ...]]) -> None:
     with redis_sentinel_group() as group:
-        app = limited_app(group.url, "5/m")
-        web = app.test_client()
-        assert [remaining(get(web)) for _ in range(2)] == [4, 3]
+        app, web = started(group.url, "5/m")
         old, new = fail_over(group)
         # The app resets its connections, as after a failover it noticed:
-        # the kept one, to the old master, is closed with the rest.
+        # the kept one, to the old master, is closed with the rest, and the
+        # new ones connect to the master the sentinel names.
         storage_of(app).client.connection_pool.disconnect()
-        redis_command(old, "CONFIG", "RESETSTAT")
-        del commands[:]
-        assert [remaining(get(web)) for _ in range(3)] == [2, 1, 0]
-        # It reconnected to the master the sentinel names, not to its old
-        # address: the old master saw no call, and nothing was replayed.
-        assert "cmdstat_evalsha" not in str(redis_command(old, "INFO", "commandstats"))
-        assert scripts(commands) == ["EVAL"]  # the new master had not run the script
-        assert [conn.port for conn in kept(app)] == [new]
+        assert_the_new_master_decides(app, web, old, new, commands)
         close_sentinel_app(app)
 
 
@@ -600,40 +608,27 @@ class Token:
 
 
 def test_a_kept_connection_given_a_new_token_is_reauthenticated(server: RedisServer) -> None:
-    app = limited_app(server.url, "5/m")
-    web = app.test_client()
-    assert [remaining(get(web)) for _ in range(2)] == [4, 3]
+    app, web = started(server.url, "5/m")
     [conn] = kept(app)
-    admin = redis.Redis.from_url(server.url)
-    auths = int(admin.info("commandstats").get("cmdstat_auth", {}).get("calls", 0))
+    auths = calls(server.port, "auth")
     # What redis-py does when the provider streams a new token: idle pooled
     # connections authenticate at once, ones in use (a kept one is) when
     # they are released.
     storage_of(app).client.connection_pool.re_auth_callback(Token())
     assert remaining(get(web)) == 2
-    assert int(admin.info("commandstats").get("cmdstat_auth", {}).get("calls", 0)) - auths == 1
+    assert calls(server.port, "auth") - auths == 1
     assert conn._re_auth_token is None
     assert [remaining(get(web)) for _ in range(2)] == [1, 0]
-    admin.close()
     storage_of(app).close()
 
 
 def test_after_a_failover_a_kept_connection_to_the_old_master_is_dropped(commands: list[tuple[Any, ...]]) -> None:
     with redis_sentinel_group() as group:
-        app = limited_app(group.url, "5/m")
-        web = app.test_client()
-        assert [remaining(get(web)) for _ in range(2)] == [4, 3]
+        app, web = started(group.url, "5/m")
         old, new = fail_over(group)
         # A connection the pool makes asks the sentinel, and so the pool
         # learns the new master; the kept connection still points at the
-        # old one, which its release would drop, as the pool's own do.
+        # old one, which is dropped before use, as the pool drops its own.
         assert storage_of(app).client.ping()
-        redis_command(old, "CONFIG", "RESETSTAT")
-        del commands[:]
-        assert [remaining(get(web)) for _ in range(3)] == [2, 1, 0]
-        # Not sent to the old master (whose sentinel closed it), so not
-        # replayed: the new master only had to be sent the script.
-        assert "cmdstat_evalsha" not in str(redis_command(old, "INFO", "commandstats"))
-        assert scripts(commands) == ["EVAL"]
-        assert [conn.port for conn in kept(app)] == [new]
+        assert_the_new_master_decides(app, web, old, new, commands)
         close_sentinel_app(app)
