@@ -286,3 +286,24 @@ def test_a_request_shape_is_laid_out_once_and_the_layouts_are_bounded(
         assert len(throttle._layouts) <= 3
         for _layout, _strategies, policies in throttle._layouts.values():
             assert all(isinstance(kept, Policy) for kept in policies)
+
+
+def test_the_hot_path_makes_decisions_equal_to_the_dataclass_own() -> None:
+    """The decision hit builds without Decision's __init__ is the one its
+    __init__ would build: equal, frozen, and with every field set."""
+    import dataclasses
+
+    from flask_redis_throttle.core.rates import Layer
+    from flask_redis_throttle.core.slots import filler
+
+    policy = Policy(parse_limits("5/s"), "s")
+    values = (True, policy, Layer(5, 1), Identity("ip", "1.2.3.4"), 4, 0.5, 0.0, False, True, False)
+    made = filler(Decision)(*values)
+    assert type(made) is Decision
+    assert made == Decision(*values)
+    assert dataclasses.astuple(made) == dataclasses.astuple(Decision(*values))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.admitted = False  # type: ignore[misc]
+    assert dataclasses.replace(made, fallback=True).fallback
+    with pytest.raises(TypeError, match="ten fields"):
+        filler(Identity)

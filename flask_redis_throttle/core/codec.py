@@ -23,9 +23,12 @@ from typing import NamedTuple
 
 from .rates import Layer
 
-__all__ = ["Layout", "Part", "Reply", "entry", "hash_tag", "merge", "refund_of", "split"]
+__all__ = ["LAYOUT_CACHE_SIZE", "Layout", "Part", "Reply", "entry", "hash_tag", "merge", "refund_of", "split"]
 
 _new_tuple = tuple.__new__
+
+#: How many request shapes' layouts a throttle keeps (see :class:`Layout`).
+LAYOUT_CACHE_SIZE = 256
 
 #: The arguments of one script call: now, cost and the plan.
 Args = Sequence[int | str]

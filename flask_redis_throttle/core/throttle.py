@@ -11,7 +11,7 @@ from typing import TypeVar
 
 from .blocks import Block, BlockCache
 from .breaker import CircuitBreaker
-from .codec import Layout, Reply, entry
+from .codec import LAYOUT_CACHE_SIZE, Layout, Reply, entry
 from .deprecated import warn_renamed
 from .keys import CACHED_VALUE_LENGTH, Identity, cached_counter_key, escape_scope, identity_tag, kept_counter_key
 from .local import LocalFolder, folder_of
@@ -19,14 +19,12 @@ from .penalties import Penalty, penalty_suffix
 from .rates import Layer
 from .reset import counter_pattern, delete_counters
 from .scripts import STRATEGIES, STRATEGY_NAMES, is_strategy
+from .slots import filler
 from .storage import STORAGE_ERRORS, NodeFailure, Storage
 
 __all__ = ["Check", "Decision", "Policy", "StorageUnavailable", "Throttle"]
 
 _T = TypeVar("_T")
-
-#: How many request shapes' layouts a throttle keeps (see :meth:`Throttle._layout`).
-LAYOUT_CACHE_SIZE = 256
 
 
 class StorageUnavailable(Exception):
@@ -124,6 +122,9 @@ class Decision:
     cached: bool = False
     penalized: bool = False
     fallback: bool = False
+
+
+_Decision = filler(Decision)  # Decision(...), at twice the speed: once per request
 
 
 class Throttle:
@@ -245,17 +246,15 @@ class Throttle:
         now = self.now()
         args: list[int | str] = ["" if now is None else now, cost, layout.plan]
         blocks = self.blocks
-        sent = 0
-        if blocks is not None:
-            # The block cache's clock, in microseconds: this process's
-            # monotonic clock, or the pinned time when tests pin it.
-            sent = time.monotonic_ns() // 1000 if now is None else now
-            if blocks and cost > 0:
-                found = blocks.find(layout.layers(keys), cost, sent)
-                if found is not None:
-                    index, block = found
-                    raw = Reply.refused(index, block.remaining, block.reset - sent, block.until - sent, block.penalized)
-                    return _decision(Reply.decode(raw), checks, layout, cached=True)
+        # The block cache's clock, in microseconds: this process's
+        # monotonic clock, or the pinned time when tests pin it.
+        sent = time.monotonic_ns() // 1000 if now is None else now
+        if blocks and cost > 0:  # a cache that holds blocks
+            found = blocks.find(layout.layers(keys), cost, sent)
+            if found is not None:
+                index, block = found
+                raw = Reply.refused(index, block.remaining, block.reset - sent, block.until - sent, block.penalized)
+                return _decision(Reply.decode(raw), checks, layout, cached=True)
         if layout.penalized:
             keys += _penalty_keys(checks, head, secret)  # after every counter's key
         try:
@@ -396,5 +395,5 @@ def _decision(reply: Reply, checks: Sequence[Check], layout: Layout, cached: boo
     """Find the policy, identity and layer of the reply's deciding counter."""
     number, who, n = layout.places[reply.layer]
     policy, identities = checks[number]
-    admitted, _, remaining, reset, retry, _, penalized = reply
-    return Decision(admitted, policy, policy.layers[n], identities[who], remaining, reset, retry, cached, penalized)
+    admitted, _, left, reset, retry, _, penalized = reply
+    return _Decision(admitted, policy, policy.layers[n], identities[who], left, reset, retry, cached, penalized, False)
