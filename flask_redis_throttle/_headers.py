@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from email.utils import formatdate
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .core.deprecated import renamed
 from .core.rates import Layer
@@ -121,14 +121,15 @@ def set_headers(headers: Headers, labels: LayerNames, decision: Decision, legacy
     policy, layer, remaining = decision.policy, decision.layer, decision.remaining
     # LayerNames.state, inlined: this runs once per response.
     state = f"{labels.heads[id(policy), layer.window]}{remaining if remaining > 0 else 0};t={math.ceil(decision.reset)}"
-    items = getattr(headers, "_list", None)
-    for name, _value in headers:
+    items: Any = getattr(headers, "_list", None)  # Werkzeug's own list, if it has one
+    own = type(items) is list
+    for name, _value in items if own else headers:
         if name.lower() in _NAMES:
             headers.set("RateLimit-Policy", labels.policy_header)
             headers.set("RateLimit", state)
             break
     else:
-        if type(items) is list:
+        if own:
             items += ((_POLICY, labels.policy_header), (_STATE, state))
         else:
             headers.add(_POLICY, labels.policy_header)
