@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from email.utils import formatdate
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .core.deprecated import renamed
 from .core.rates import Layer
@@ -104,6 +104,7 @@ class LayerNames:
 
 #: The headers :func:`set_headers` always sets, in lower case.
 _NAMES = frozenset(["ratelimit-policy", "ratelimit"])
+_POLICY, _STATE = "RateLimit-Policy", "RateLimit"
 
 
 def set_headers(headers: Headers, labels: LayerNames, decision: Decision, legacy: bool) -> None:
@@ -113,18 +114,28 @@ def set_headers(headers: Headers, labels: LayerNames, decision: Decision, legacy
 
     A response nearly never has them already: then they are added, which
     is what setting them does, without searching the headers once for each.
+    They are appended to Werkzeug's list of the headers itself, when it has
+    one: its ``add`` checks each value for newlines, which these, made here
+    of numbers and the layers' names, cannot hold.
     """
-    state = labels.state(decision.policy, decision.layer, decision.remaining, decision.reset)
-    for name, _value in headers:
+    policy, layer, remaining = decision.policy, decision.layer, decision.remaining
+    # LayerNames.state, inlined: this runs once per response.
+    state = f"{labels.heads[id(policy), layer.window]}{remaining if remaining > 0 else 0};t={math.ceil(decision.reset)}"
+    items: Any = getattr(headers, "_list", None)  # Werkzeug's own list, if it has one
+    own = type(items) is list
+    for name, _value in items if own else headers:
         if name.lower() in _NAMES:
             headers.set("RateLimit-Policy", labels.policy_header)
             headers.set("RateLimit", state)
             break
     else:
-        headers.add("RateLimit-Policy", labels.policy_header)
-        headers.add("RateLimit", state)
+        if own:
+            items += ((_POLICY, labels.policy_header), (_STATE, state))
+        else:
+            headers.add(_POLICY, labels.policy_header)
+            headers.add(_STATE, state)
     if legacy:
-        for header, value in legacy_headers(decision.layer.quota, decision.remaining, decision.reset, time.time()):
+        for header, value in legacy_headers(layer.quota, remaining, decision.reset, time.time()):
             headers.set(header, value)
 
 

@@ -171,3 +171,18 @@ def test_the_cache_never_changes_a_decision(
 def test_a_cache_needs_room_for_one_entry() -> None:
     with pytest.raises(ValueError, match="at least one entry"):
         BlockCache(0)
+
+
+def test_the_entries_are_the_cache_s_own_blocks_through_adding_and_clearing() -> None:
+    """The hot path asks ``entries`` whether any block is held: it must be
+    the live dict, whatever is added, evicted or cleared."""
+    cache = BlockCache(2)
+    entries = cache.entries
+    assert not entries
+    for key in ("a=1", "b=1", "c=1"):
+        cache.add(key, Block(5, 1, 0, 10, 10, 10))
+    assert cache.entries is entries
+    assert sorted(entries) == ["b=1", "c=1"]
+    cache.clear()
+    assert cache.entries is entries
+    assert not entries

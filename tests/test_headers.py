@@ -118,3 +118,40 @@ def test_headers_the_view_set_are_replaced_not_repeated(app: Flask, clock: Clock
     assert response.headers.getlist("RateLimit") == ['"1m";r=1;t=45']
     assert response.headers.getlist("RateLimit-Policy") == ['"1m";q=2;w=60']
     assert response.headers["X-Other"] == "kept"
+
+
+def test_the_headers_are_set_alike_on_werkzeug_headers_and_any_other() -> None:
+    """Appended to Werkzeug's own list when there is one; else added, and
+    set in place of ones the response already has, on either."""
+    from werkzeug.datastructures import Headers
+
+    from flask_redis_throttle._headers import LayerNames, set_headers
+    from flask_redis_throttle.core.keys import Identity
+    from flask_redis_throttle.core.rates import parse_limits
+    from flask_redis_throttle.core.throttle import Decision, Policy
+
+    class Other:
+        """Headers with Werkzeug's methods but not its list."""
+
+        def __init__(self, *items: tuple[str, str]) -> None:
+            self.items = Headers(list(items))
+
+        def __iter__(self):  # type: ignore[no-untyped-def]
+            return iter(self.items)
+
+        def add(self, name: str, value: str) -> None:
+            self.items.add(name, value)
+
+        def set(self, name: str, value: str) -> None:
+            self.items.set(name, value)
+
+    policy = Policy(parse_limits("10/s;100/m"), "s")
+    labels = LayerNames.of([policy])
+    decision = Decision(True, policy, policy.layers[1], Identity("ip", "1.2.3.4"), -1, 59.2, 0.0)
+    expected = [("RateLimit-Policy", '"1s";q=10;w=1, "1m";q=100;w=60'), ("RateLimit", '"1m";r=0;t=60')]
+    for headers in (Headers([("Content-Type", "text/plain")]), Other(("Content-Type", "text/plain"))):
+        set_headers(headers, labels, decision, False)  # type: ignore[arg-type]
+        assert list(headers)[1:] == expected
+    for headers in (Headers([("ratelimit", "old")]), Other(("ratelimit", "old"))):
+        set_headers(headers, labels, decision, False)  # type: ignore[arg-type]
+        assert sorted(headers) == sorted(expected)

@@ -257,3 +257,53 @@ def test_request_keys_are_kept_in_a_bounded_cache(
     for number in range(size):
         throttle.hit([(policy, [Identity("user", str(number))])])
     assert cache.cache_info().currsize == size
+
+
+def test_a_request_shape_is_laid_out_once_and_the_layouts_are_bounded(
+    storage: Storage, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plan and reply layout of a request depend only on its policies and
+    how many identities each has: made once, and kept in a bounded cache
+    that also keeps its policies, so that no new policy can take their ids."""
+    from flask_redis_throttle.core import throttle as throttle_module
+
+    throttle = Throttle(storage, prefix="shapes:")
+    clock.set(0)
+    policy = Policy(parse_limits("100/s;1000/m"), "s")
+    ids = [Identity("ip", "1.2.3.4"), Identity("user", "7")]
+    first = throttle.hit([(policy, ids)])
+    assert len(throttle._layouts) == 1
+    again = throttle.hit([(policy, ids)])
+    assert len(throttle._layouts) == 1
+    assert (first.remaining, again.remaining) == (99, 98)
+    assert throttle.hit([(policy, ids[:1])]).remaining == 97
+    assert len(throttle._layouts) == 2
+    monkeypatch.setattr(throttle_module, "LAYOUT_CACHE_SIZE", 3)
+    for quota in range(10):
+        dynamic = Policy(parse_limits(f"{quota + 1}/s"), f"d{quota}")
+        decision = throttle.hit([(dynamic, ids[:1]), (policy, ids[1:])])
+        assert decision.admitted
+        assert len(throttle._layouts) <= 3
+        for _layout, _strategies, policies in throttle._layouts.values():
+            assert all(isinstance(kept, Policy) for kept in policies)
+
+
+def test_the_hot_path_makes_decisions_equal_to_the_dataclass_own() -> None:
+    """The decision hit builds without Decision's __init__ is the one its
+    __init__ would build: equal, frozen, and with every field set."""
+    import dataclasses
+
+    from flask_redis_throttle.core.rates import Layer
+    from flask_redis_throttle.core.slots import filler
+
+    policy = Policy(parse_limits("5/s"), "s")
+    values = (True, policy, Layer(5, 1), Identity("ip", "1.2.3.4"), 4, 0.5, 0.0, False, True, False)
+    made = filler(Decision)(*values)
+    assert type(made) is Decision
+    assert made == Decision(*values)
+    assert dataclasses.astuple(made) == dataclasses.astuple(Decision(*values))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.admitted = False  # type: ignore[misc]
+    assert dataclasses.replace(made, fallback=True).fallback
+    with pytest.raises(TypeError, match="ten fields"):
+        filler(Identity)

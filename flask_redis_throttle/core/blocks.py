@@ -23,6 +23,7 @@ This module is pure Python: it imports neither Flask nor Redis.
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 __all__ = ["MAX_AGE", "Block", "BlockCache"]
@@ -81,6 +82,10 @@ class BlockCache:
             raise ValueError(f"a block cache holds at least one entry, not {size}")
         self.size = size
         self._blocks: dict[str, Block] = {}
+        #: The blocks, by ``<key>=<window>``: the same dict, never replaced,
+        #: to read only. Whether it is empty is every request's test, and
+        #: ``len(cache)`` would make it a Python call.
+        self.entries: Mapping[str, Block] = self._blocks
         self._lock = threading.Lock()
 
     def __len__(self) -> int:

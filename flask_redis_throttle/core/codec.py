@@ -23,9 +23,12 @@ from typing import NamedTuple
 
 from .rates import Layer
 
-__all__ = ["Part", "Reply", "entry", "hash_tag", "merge", "refund_of", "split"]
+__all__ = ["LAYOUT_CACHE_SIZE", "Layout", "Part", "Reply", "entry", "hash_tag", "merge", "refund_of", "split"]
 
 _new_tuple = tuple.__new__
+
+#: How many request shapes' layouts a throttle keeps (see :class:`Layout`).
+LAYOUT_CACHE_SIZE = 256
 
 #: The arguments of one script call: now, cost and the plan.
 Args = Sequence[int | str]
@@ -41,6 +44,49 @@ def entry(code: str, layers: Iterable[Layer], penalty: tuple[int, int, int] | No
     if penalty is not None:
         text += "!" + ",".join(map(str, penalty))
     return text
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """What a script call looks like apart from who it counts: its plan, and
+    where each layer of the reply is. It depends only on the limits and on
+    how many identities each has, so it is made once for each such request
+    shape and kept (see :class:`~flask_redis_throttle.core.throttle.Throttle`).
+
+    :param plan: the plan argument, one entry per counter's key.
+    :param penalized: whether some entry has a penalty, so that penalty keys
+        follow the counters' keys.
+    :param places: for each layer of the plan, in order: the number of its
+        limit among the request's, of its identity among the limit's, and of
+        the layer among the limit's layers.
+    :param windows: for each layer, in order: the number of its counter's
+        key, its window in seconds and its quota.
+    """
+
+    plan: str
+    penalized: bool
+    places: tuple[tuple[int, int, int], ...]
+    windows: tuple[tuple[int, int, int], ...]
+
+    @classmethod
+    def of(cls, limits: Iterable[tuple[str, int, Sequence[Layer]]]) -> Layout:
+        """The layout of a call over ``limits``: each its plan entry (see
+        :func:`entry`), how many identities it counts, and its layers."""
+        entries: list[str] = []
+        places: list[tuple[int, int, int]] = []
+        windows: list[tuple[int, int, int]] = []
+        for number, (text, identities, layers) in enumerate(limits):
+            for who in range(identities):
+                places += [(number, who, n) for n in range(len(layers))]
+                windows += [(len(entries), layer.window, layer.quota) for layer in layers]
+                entries.append(text)
+        penalized = any("!" in text for text in entries)
+        return cls(" ".join(entries), penalized, tuple(places), tuple(windows))
+
+    def layers(self, keys: Sequence[str]) -> list[tuple[str, int]]:
+        """Each layer of a call on ``keys``, in the plan's order, as the
+        block cache knows it: ``<key>=<window>``, and its quota."""
+        return [(f"{keys[key]}={window}", quota) for key, window, quota in self.windows]
 
 
 class Reply(NamedTuple):

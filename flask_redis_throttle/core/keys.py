@@ -39,6 +39,7 @@ __all__ = [
     "cut",
     "escape_scope",
     "identity_tag",
+    "kept_counter_key",
     "loggable",
 ]
 
@@ -103,6 +104,13 @@ def counter_key(head: str, kind: str, value: str, secret: bytes, suffix: str) ->
 #: Bounded like the tags, and for values no longer than
 #: :data:`CACHED_VALUE_LENGTH` only, which its callers check.
 cached_counter_key = lru_cache(maxsize=8192)(counter_key)
+
+
+def kept_counter_key(head: str, kind: str, value: str, secret: bytes, suffix: str) -> str:
+    """:func:`counter_key`, through :func:`cached_counter_key` for a value
+    short enough to keep."""
+    make = cached_counter_key if len(value) <= CACHED_VALUE_LENGTH else counter_key
+    return make(head, kind, value, secret, suffix)
 
 
 @lru_cache(maxsize=16)

@@ -41,6 +41,9 @@ UNCOVERED = "uncovered slots"
 MIGRATION_PATIENCE = 1.0
 MIGRATION_PAUSE = 0.05
 
+#: How many (strategies, cost, plan) a storage remembers the fit of the flat script for.
+FLAT_CACHE_SIZE = 1024
+
 
 class NodeFailure(redis.RedisError):
     """Some of the pipelined calls of a cluster request failed, and others
@@ -87,6 +90,9 @@ class Storage:
         #: One script per set of strategies that requests have used
         #: together, and whether it is the flat one.
         self._scripts: dict[tuple[frozenset[str], bool], _Script] = {}
+        #: Whether the flat script fits calls of some strategies, cost and
+        #: plan whose keys do not repeat (see :meth:`_fits_flat`).
+        self._flat: dict[tuple[frozenset[str], int, int | str], bool] = {}
         #: The lean path of the calls (see :mod:`flask_redis_throttle.core.wire`):
         #: a single node's, or a cluster's (which checks on first use whether
         #: it fits the nodes' clients); None for clients it does not fit.
@@ -151,12 +157,29 @@ class Storage:
     def _script(self, strategies: frozenset[str], calls: Sequence[Call]) -> _Script:
         """The script for ``calls``: the flat one when it fits them all (see
         :func:`~flask_redis_throttle.core.scripts.fits_flat`)."""
-        flat = all(fits_flat(strategies, keys, args) for keys, args in calls)
-        script = self._scripts.get((strategies, flat))
-        if script is None:
-            text = script_source(strategies, flat)
-            script = self._scripts[strategies, flat] = _Script(text, hashlib.sha1(text.encode()).hexdigest())
+        flat = all(self._fits_flat(strategies, keys, args) for keys, args in calls)
+        return self._scripts.get((strategies, flat)) or self._load(strategies, flat)
+
+    def _load(self, strategies: frozenset[str], flat: bool) -> _Script:
+        text = script_source(strategies, flat)
+        script = self._scripts[strategies, flat] = _Script(text, hashlib.sha1(text.encode()).hexdigest())
         return script
+
+    def _fits_flat(self, strategies: frozenset[str], keys: Sequence[str], args: Sequence[int | str]) -> bool:
+        """:func:`~flask_redis_throttle.core.scripts.fits_flat`, kept: its
+        answer depends on the keys only through whether one repeats, and
+        else on the strategies, the cost and the plan, which a request
+        shares with every other of its endpoint. Bounded, since costs and
+        dynamic limits' plans are many."""
+        cost, plan = args[1], args[2]
+        if type(cost) is not int:  # 1.0 equals 1, and would share its answer
+            return fits_flat(strategies, keys, args)
+        fits = self._flat.get((strategies, cost, plan))
+        if fits is None:
+            if len(self._flat) >= FLAT_CACHE_SIZE:
+                self._flat.clear()
+            fits = self._flat[strategies, cost, plan] = fits_flat(strategies, (), args)
+        return fits and len(set(keys)) == len(keys)
 
     def evaluate(self, strategies: frozenset[str], keys: Sequence[str], args: Sequence[int | str]) -> list[int]:
         """Run the script for ``strategies`` once: one EVALSHA, one round trip.
@@ -183,7 +206,8 @@ class Storage:
         return self._evaluate_one(strategies, keys, args)
 
     def _evaluate_one(self, strategies: frozenset[str], keys: Sequence[str], args: Sequence[int | str]) -> list[int]:
-        script = self._script(strategies, ((keys, args),))
+        flat = self._fits_flat(strategies, keys, args)
+        script = self._scripts.get((strategies, flat)) or self._load(strategies, flat)
         result: list[int]
         try:
             if self.lean is not None:

@@ -7,23 +7,25 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TypeVar
+from typing import ParamSpec, TypeVar
 
 from .blocks import Block, BlockCache
 from .breaker import CircuitBreaker
-from .codec import Reply, entry
+from .codec import LAYOUT_CACHE_SIZE, Layout, Reply, entry
 from .deprecated import warn_renamed
-from .keys import CACHED_VALUE_LENGTH, Identity, cached_counter_key, counter_key, escape_scope, identity_tag
+from .keys import CACHED_VALUE_LENGTH, Identity, cached_counter_key, escape_scope, identity_tag, kept_counter_key
 from .local import LocalFolder, folder_of
 from .penalties import Penalty, penalty_suffix
 from .rates import Layer
 from .reset import counter_pattern, delete_counters
 from .scripts import STRATEGIES, STRATEGY_NAMES, is_strategy
+from .slots import filler
 from .storage import STORAGE_ERRORS, NodeFailure, Storage
 
 __all__ = ["Check", "Decision", "Policy", "StorageUnavailable", "Throttle"]
 
 _T = TypeVar("_T")
+_P = ParamSpec("_P")
 
 
 class StorageUnavailable(Exception):
@@ -123,6 +125,9 @@ class Decision:
     fallback: bool = False
 
 
+_Decision = filler(Decision)  # Decision(...), at twice the speed: once per request
+
+
 class Throttle:
     """Decides requests against a :class:`~flask_redis_throttle.core.storage.Storage`, one round trip each.
 
@@ -163,6 +168,9 @@ class Throttle:
         self._head = prefix + "{"
         #: A cluster's breakers by node (``host:port``), made on first use.
         self._node_breakers: dict[str, CircuitBreaker] = {}
+        #: Each request shape's layout, strategies and policies, by the
+        #: policies' ids and identity counts (see :meth:`_layout`).
+        self._layouts: dict[tuple[int, ...], tuple[Layout, frozenset[str], tuple[Policy, ...]]] = {}
 
     def now(self) -> int | None:
         """The time to decide at, in microseconds, or None for Redis ``TIME``.
@@ -226,36 +234,32 @@ class Throttle:
         """
         head, secret = self._head, self.secret
         keys: list[str] = []
-        entries: list[str] = []
-        penalty_keys: list[str] = []
+        shape: list[int] = []
         for policy, identities in checks:
+            shape += (id(policy), len(identities))
+            suffix = policy.suffix
             for identity in identities:
-                kind, value = identity.kind, identity.value
-                make = cached_counter_key if len(value) <= CACHED_VALUE_LENGTH else counter_key
-                keys.append(make(head, kind, value, secret, policy.suffix))
-                entries.append(policy.entry)
-                if policy.penalty_suffix:
-                    penalty_keys.append(make(head, kind, value, secret, policy.penalty_suffix))
+                value = identity.value
+                make = cached_counter_key if len(value) <= CACHED_VALUE_LENGTH else kept_counter_key
+                keys.append(make(head, identity.kind, value, secret, suffix))
+        known = self._layouts.get(tuple(shape))
+        layout, strategies = known[:2] if known is not None else self._layout(checks, tuple(shape))
         now = self.now()
-        args: list[int | str] = ["" if now is None else now, cost, " ".join(entries)]
+        args: list[int | str] = ["" if now is None else now, cost, layout.plan]
         blocks = self.blocks
-        sent = 0
-        layers: list[tuple[str, int]] = []
-        if blocks is not None:
-            # The block cache's clock, in microseconds: this process's
-            # monotonic clock, or the pinned time when tests pin it.
-            sent = time.monotonic_ns() // 1000 if now is None else now
-            if blocks and cost > 0:
-                layers = _layers(checks, keys)
-                found = blocks.find(layers, cost, sent)
-                if found is not None:
-                    index, block = found
-                    raw = Reply.refused(index, block.remaining, block.reset - sent, block.until - sent, block.penalized)
-                    return _decision(Reply.decode(raw), checks, cached=True)
-        strategies = checks[0][0].strategies if len(checks) == 1 else frozenset([p.strategy for p, _ in checks])
-        keys += penalty_keys  # after every counter's key: _layers reads only those
+        # The block cache's clock, in microseconds: this process's
+        # monotonic clock, or the pinned time when tests pin it.
+        sent = time.monotonic_ns() // 1000 if now is None else now
+        if blocks is not None and blocks.entries and cost > 0:
+            found = blocks.find(layout.layers(keys), cost, sent)
+            if found is not None:
+                index, block = found
+                raw = Reply.refused(index, block.remaining, block.reset - sent, block.until - sent, block.penalized)
+                return _decision(Reply.decode(raw), checks, layout, cached=True)
+        if layout.penalized:
+            keys += _penalty_keys(checks, head, secret)  # after every counter's key
         try:
-            raw = self.call(lambda: self.storage.evaluate(strategies, keys, args), keys)
+            raw = self.call(self.storage.evaluate, keys, strategies, keys, args)  # no closure: locals stay fast
         except StorageUnavailable:
             if self.fallback is None:
                 raise
@@ -265,14 +269,25 @@ class Throttle:
         if blocks is not None and not reply.admitted and cost > 0:
             # Redis ran the script at or after `sent`, so the layer is full
             # until at least `sent + retry_after`.
-            layer, quota = (layers or _layers(checks, keys))[reply.layer]
+            layer, quota = layout.layers(keys)[reply.layer]
             blocks.add(layer, Block.after(sent, quota, cost, raw[2], raw[4], raw[3], reply.penalized))
-        return _decision(reply, checks)
+        return _decision(reply, checks, layout)
 
-    def call(self, function: Callable[[], _T], keys: Sequence[str]) -> _T:
-        """Make one Redis call that touches ``keys``, the script or any
-        other write (the refusal log's), through the circuit breaker: while
-        it is open, nothing is sent.
+    def _layout(self, checks: Sequence[Check], shape: tuple[int, ...]) -> tuple[Layout, frozenset[str]]:
+        """The layout and strategies of the requests of ``shape``, made and
+        kept with their policies, so that no other policy can have their ids
+        meanwhile; bounded, since a dynamic limit makes policies."""
+        layout = Layout.of((policy.entry, len(identities), policy.layers) for policy, identities in checks)
+        strategies = checks[0][0].strategies if len(checks) == 1 else frozenset([p.strategy for p, _ in checks])
+        if len(self._layouts) >= LAYOUT_CACHE_SIZE:
+            self._layouts.clear()
+        self._layouts[shape] = (layout, strategies, tuple(policy for policy, _ in checks))
+        return layout, strategies
+
+    def call(self, function: Callable[_P, _T], keys: Sequence[str], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        """Make one Redis call, ``function(*args, **kwargs)``, that touches ``keys``,
+        the script or any other write (the refusal log's), through the
+        circuit breaker: while it is open, nothing is sent.
 
         On a cluster, each node the keys live on has a breaker of its own.
         A call held back by any of them is not made; a failed call counts
@@ -289,7 +304,7 @@ class Throttle:
         breaker = self.breaker
         if breaker is None:
             try:
-                return function()
+                return function(*args, **kwargs)
             except Exception as error:
                 raise StorageUnavailable(self._failed(error)) from error
         if not self.storage.cluster:
@@ -297,7 +312,7 @@ class Throttle:
             if not breaker.allow():
                 raise _held_back(self.storage.url, breaker)
             try:
-                result = function()
+                result = function(*args, **kwargs)
             except Exception as error:
                 _settle({"": breaker}, error)
                 raise StorageUnavailable(self._failed(error), breaker.retry_in()) from error
@@ -312,7 +327,7 @@ class Throttle:
                 raise _held_back(f"{self.storage.url}{' node ' + node if node else ''}", guard)
             allowed.append(guard)
         try:
-            result = function()
+            result = function(*args, **kwargs)
         except Exception as error:
             _settle(breakers, error)
             retry_in = max(guard.retry_in() for guard in breakers.values())
@@ -371,30 +386,15 @@ def _held_back(where: str, breaker: CircuitBreaker) -> StorageUnavailable:
     return StorageUnavailable(f"{where}: not called for {retry_in:.1f} s more (circuit open)", retry_in)
 
 
-def _layers(checks: Sequence[Check], keys: Sequence[str]) -> list[tuple[str, int]]:
-    """Each layer of the request, in the plan's order, as the block cache
-    knows it: ``<key>=<window>``, and its quota."""
-    keyed = zip(keys, [policy.layers for policy, identities in checks for _ in identities], strict=False)
-    return [(f"{key}={layer.window}", layer.quota) for key, layers in keyed for layer in layers]
+def _penalty_keys(checks: Sequence[Check], head: str, secret: bytes) -> list[str]:
+    """The penalty keys of the checks whose policy has a penalty, in order."""
+    found = [(policy.penalty_suffix, who) for policy, ids in checks if policy.penalty_suffix for who in ids]
+    return [kept_counter_key(head, who.kind, who.value, secret, suffix) for suffix, who in found]
 
 
-def _decision(reply: Reply, checks: Sequence[Check], cached: bool = False) -> Decision:
+def _decision(reply: Reply, checks: Sequence[Check], layout: Layout, cached: bool = False) -> Decision:
     """Find the policy, identity and layer of the reply's deciding counter."""
-    index = reply.layer
-    for policy, identities in checks:
-        size = len(identities) * len(policy.layers)
-        if index < size:
-            who, layer = divmod(index, len(policy.layers))
-            return Decision(
-                reply.admitted,
-                policy,
-                policy.layers[layer],
-                identities[who],
-                reply.remaining,
-                reply.reset,
-                reply.retry_after,
-                cached,
-                reply.penalized,
-            )
-        index -= size
-    raise ValueError(f"script reply names layer {reply.layer}, beyond the {len(checks)} checks sent")
+    number, who, n = layout.places[reply.layer]
+    policy, identities = checks[number]
+    admitted, _, left, reset, retry, _, penalized = reply
+    return _Decision(admitted, policy, policy.layers[n], identities[who], left, reset, retry, cached, penalized, False)
