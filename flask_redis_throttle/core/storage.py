@@ -26,7 +26,8 @@ from .clients import DEFAULT_CLIENT_OPTIONS, client_from_url, redact
 from .codec import Call, hash_tag, settle, split
 from .local import folder_of
 from .scripts import fits_flat, script_source
-from .wire import STORAGE_ERRORS, LeanClient, LeanCluster, Replay, lean_client
+from .wire import KEY_CACHE_SIZE, STORAGE_ERRORS, LeanClient, LeanCluster, Replay, lean_client
+from .wire.cluster import Layout
 
 __all__ = ["DEFAULT_CLIENT_OPTIONS", "STORAGE_ERRORS", "Call", "NodeFailure", "Storage"]
 
@@ -87,6 +88,9 @@ class Storage:
         #: One script per set of strategies that requests have used
         #: together, and whether it is the flat one.
         self._scripts: dict[tuple[frozenset[str], bool], _Script] = {}
+        #: A cluster request's calls, by its strategies, keys and arguments
+        #: (see :meth:`_layout`).
+        self._layouts: dict[tuple[Any, ...], Layout] = {}
         #: The lean path of the calls (see :mod:`flask_redis_throttle.core.wire`):
         #: a single node's, or a cluster's (which checks on first use whether
         #: it fits the nodes' clients); None for clients it does not fit.
@@ -216,10 +220,13 @@ class Storage:
 
         Each call is atomic on its own; the whole is not (see :ref:`cluster`).
         """
-        parts = split(keys, args)
+        layout = self._layout(keys, args)
+        parts = layout.parts
         if len(parts) == 1:
             return self._evaluate_one(strategies, keys, args)
-        replies = self.evaluate_many(strategies, [(part.keys, part.args) for part in parts])
+        # The flat script fits the parts if and only if it fits the whole.
+        script = self._script(strategies, ((keys, args),))
+        replies = self.evaluate_many(strategies, layout.calls, (script, layout))
         reply, refunds = settle(parts, replies)
         if refunds:
             try:
@@ -228,7 +235,25 @@ class Storage:
                 logger.warning("could not refund a request refused on another node (%s): %d lost", error, args[1])
         return reply
 
-    def evaluate_many(self, strategies: frozenset[str], calls: Sequence[Call]) -> list[list[int]]:
+    def _layout(self, keys: Sequence[str], args: Sequence[int | str]) -> Layout:
+        """The :class:`~flask_redis_throttle.core.wire.cluster.Layout` of a
+        cluster request: worked out on its keys' first request under its
+        plan, and kept (the time is ``""`` outside tests). The arguments'
+        types are in the key: ``1``, ``1.0`` and ``True`` are equal but not
+        encoded alike. Past :data:`~flask_redis_throttle.core.wire.KEY_CACHE_SIZE`,
+        all are forgotten at once: a flood of identities cannot grow the process."""
+        key = (tuple(keys), tuple(args), tuple(map(type, args)))
+        layout = self._layouts.get(key)
+        if layout is None:
+            layout = Layout.of(split(keys, args))
+            if len(self._layouts) >= KEY_CACHE_SIZE:
+                self._layouts.clear()
+            self._layouts[key] = layout
+        return layout
+
+    def evaluate_many(
+        self, strategies: frozenset[str], calls: Sequence[Call], known: tuple[_Script, Layout] | None = None
+    ) -> list[list[int]]:
         """Run the script once per call, pipelined: on a cluster, one round
         trip to each node that holds some of the keys.
 
@@ -240,16 +265,24 @@ class Storage:
         :raises NodeFailure: when some calls were answered and others not
             (those that were answered took effect).
         :raises redis.RedisError: when no call was answered.
+
+        ``known``, when given, is the script and the layout of ``calls`` (see :meth:`_layout`).
         """
-        script = self._script(strategies, calls)
+        script, layout = (self._script(strategies, calls), None) if known is None else known
         try:
-            results, nodes = self._send(calls, "EVALSHA", script.sha)
+            results, nodes = self._send(calls, "EVALSHA", script.sha, layout)
         except (redis.ConnectionError, redis.TimeoutError) as error:
             # A cluster pipeline that cannot connect to one of its nodes
             # fails as a whole, before sending anything.
             if not self.cluster or len(calls) < 2:
                 raise
             raise self._blame(error, calls) from error
+        for result in results:
+            if isinstance(result, Exception):
+                break
+        else:
+            # Every call answered: nothing to make again or to wait for.
+            return results
         missing = [i for i, result in enumerate(results) if isinstance(result, NoScriptError)]
         if missing:
             again, _ = self._send([calls[i] for i in missing], "EVAL", script.text)
@@ -267,12 +300,15 @@ class Storage:
             raise NodeFailure(first, failing, frozenset(nodes) - failing)
         return results
 
-    def _send(self, calls: Sequence[Call], command: str, script: str) -> tuple[list[Any], list[str] | None]:
+    def _send(
+        self, calls: Sequence[Call], command: str, script: str, layout: Layout | None = None
+    ) -> tuple[list[Any], list[str] | None]:
         """Each call's reply or error: on a cluster's lean path when it fits,
         with the node each call was sent to; else in one redis-py pipeline."""
         lean = self.lean
         if isinstance(lean, LeanCluster) and lean.fits():
-            results, nodes = lean.run(command, script, calls)
+            packed, slots = (None, None) if layout is None else (layout.packed_for(script), layout.slots)
+            results, nodes = lean.run(command, script, calls, packed, slots)
             return results, [node or UNCOVERED for node in nodes]
         return self._pipelined(calls, command, script), None
 

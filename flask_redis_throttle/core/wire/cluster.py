@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from contextlib import suppress
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -21,7 +22,7 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from ..codec import hash_tag
+from ..codec import Part, hash_tag
 from . import connection
 from .connection import (
     KEY_CACHE_SIZE,
@@ -37,7 +38,7 @@ from .connection import (
     pack_evalsha,
 )
 
-__all__ = ["LeanCluster", "key_slot_of"]
+__all__ = ["Layout", "LeanCluster", "key_slot_of"]
 
 #: Error replies that say the node did not run the command, and that
 #: redis-py's cluster client knows how to follow: a redirect (ASK; MOVED is
@@ -75,6 +76,49 @@ def key_slot_of(key: str) -> int:
     identity's keys all share one), and kept, like each key's, in a bounded
     LRU, so that a returning identity's keys cost one lookup each."""
     return _tag_slot(hash_tag(key))
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """A cluster request's calls, worked out once for its keys and
+    arguments and kept by the storage: the same identities come back under
+    the same plan request after request, and nothing here depends on more.
+    Each call's node is not part of it: it is read from the slot map on
+    every request (see :meth:`LeanCluster.run`).
+
+    :param parts: the request split by hash tag (see :func:`~flask_redis_throttle.core.codec.split`).
+    :param calls: each part's keys and arguments, as sent.
+    :param slots: each call's cluster slot.
+    :param packed: each call's ``EVALSHA``, pre-encoded, by script SHA
+        (see :meth:`packed_for`).
+    """
+
+    parts: list[Part]
+    calls: list[Call]
+    slots: list[int]
+    packed: dict[str, list[bytes] | None]
+
+    @classmethod
+    def of(cls, parts: list[Part]) -> Layout:
+        """The layout of ``parts``."""
+        calls: list[Call] = [(part.keys, part.args) for part in parts]
+        return cls(parts, calls, [key_slot_of(part.keys[0]) for part in parts], {})
+
+    def packed_for(self, sha: str) -> list[bytes] | None:
+        """Each call's ``EVALSHA`` of the script ``sha``, encoded on first use;
+        None when some argument cannot be encoded (the calls then fail as
+        they would unencoded)."""
+        try:
+            return self.packed[sha]
+        except KeyError:
+            pass
+        packed: list[bytes] | None
+        try:
+            packed = [pack_evalsha(sha, *call) for call in self.calls]
+        except redis.DataError:
+            packed = None
+        self.packed[sha] = packed
+        return packed
 
 
 class LeanCluster:
@@ -150,37 +194,52 @@ class LeanCluster:
             raise results[0]
         return results[0]
 
-    def run(self, command: str, script: str, calls: Sequence[Call]) -> tuple[list[Any], list[str]]:
+    def run(
+        self,
+        command: str,
+        script: str,
+        calls: Sequence[Call],
+        packed: Sequence[bytes] | None = None,
+        slots: Sequence[int] | None = None,
+    ) -> tuple[list[Any], list[str]]:
         """Send ``command`` (EVALSHA with a script's SHA, or EVAL with its
         source) once per call; each call's keys must share one slot.
+
+        ``packed`` and ``slots``, when given, are each call's bytes and slot,
+        worked out once for a request's layout and kept (see
+        :meth:`~flask_redis_throttle.core.storage.Storage._layout`); the
+        node of each slot is still read from the slot map on every call.
 
         :returns: each call's reply or exception, and the node (``host:port``)
             each call was sent to (``""`` when its slot has no node in the
             map; redis-py was then asked to find one).
         """
-        slots = self._manager.slots_cache
-        replies: list[Any] = [None] * len(calls)
-        names = [""] * len(calls)
-        groups: dict[str, tuple[Any, list[int]]] = {}
+        owners_of = self._manager.slots_cache.get
+        count = len(calls)
+        replies: list[Any] = [None] * count
+        names = [""] * count
+        # Each node's name, node, calls and bytes.
+        groups: dict[str, tuple[Any, list[int], list[bytes]]] = {}
         handover: list[tuple[int, Any]] = []
-        for i, (keys, _) in enumerate(calls):
-            owners = slots.get(key_slot_of(keys[0]))
+        for i in range(count):
+            owners = owners_of(key_slot_of(calls[i][0][0]) if slots is None else slots[i])
             if not owners:
                 handover.append((i, None))
                 continue
             node = owners[0]
-            names[i] = node.name
-            group = groups.get(node.name)
+            name = names[i] = node.name
+            # Everything is encoded before anything is sent: a value that
+            # cannot be encoded fails the request before any node counts it.
+            data = _pack(command, script, *calls[i]) if packed is None else packed[i]
+            group = groups.get(name)
             if group is None:
-                groups[node.name] = (node, [i])
+                groups[name] = (node, [i], [data])
             else:
                 group[1].append(i)
-        # Everything is encoded before anything is sent: a value that cannot
-        # be encoded fails the request before any node counts it.
-        payloads = {name: [_pack(command, script, *calls[i]) for i in indices] for name, (_, indices) in groups.items()}
+                group[2].append(data)
         sent: list[tuple[Any, Any, Any, list[int]]] = []
         try:
-            for name, (node, indices) in groups.items():
+            for node, indices, payload in groups.values():
                 pool = lean_of((node.redis_connection or self.client.get_redis_connection(node)).connection_pool)
                 try:
                     # A connection that cannot be had, or a send that
@@ -197,7 +256,8 @@ class LeanCluster:
                     handover += [(i, node) for i in indices]
                     continue
                 try:
-                    conn.send_packed_command(payloads[name])
+                    # One write per node, whatever its count of calls.
+                    conn.send_packed_command(payload if len(payload) == 1 else [b"".join(payload)])
                 except (redis.ConnectionError, redis.TimeoutError):
                     pool.discard(conn)  # send_packed_command disconnected it
                     handover += [(i, node) for i in indices]
