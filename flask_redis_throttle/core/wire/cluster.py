@@ -6,6 +6,7 @@ redis-py, call by call.
 
 from __future__ import annotations
 
+import select
 import threading
 from collections.abc import Sequence
 from contextlib import suppress
@@ -237,23 +238,18 @@ class LeanCluster:
             else:
                 group[1].append(i)
                 group[2].append(data)
-        sent: list[tuple[Any, Any, Any, list[int]]] = []
+        taken: list[tuple[Any, list[int], list[bytes], LeanClient, Any]] = []
+        sent: list[tuple[Any, LeanClient, Any, list[int]]] = []
         try:
             for node, indices, payload in groups.values():
                 pool = lean_of((node.redis_connection or self.client.get_redis_connection(node)).connection_pool)
-                try:
-                    # A connection that cannot be had, or a send that
-                    # failed, leaves the node without the whole command.
-                    conn = pool.checkout()
-                except redis.TimeoutError as error:
-                    # A node that does not answer its handshake in time
-                    # would make redis-py wait as long again: it fails here.
-                    self._node_failed(node, refresh=False)
-                    for i in indices:
-                        replies[i] = error
-                    continue
-                except redis.ConnectionError:
-                    handover += [(i, node) for i in indices]
+                conn = self._take(pool, False, node, indices, replies, handover)
+                if conn is not None:
+                    taken.append((node, indices, payload, pool, conn))
+            self._poll(taken, replies, handover)
+            while taken:
+                node, indices, payload, pool, conn = taken.pop(0)
+                if conn is None:
                     continue
                 try:
                     # One write per node, whatever its count of calls.
@@ -278,9 +274,47 @@ class LeanCluster:
                 # by the next command on it.
                 _drop(conn)
                 pool.discard(conn)
+            for _, _, _, pool, conn in taken:
+                if conn is not None:  # taken, never written to
+                    pool.checkin(conn)
         for i, target in handover:
             replies[i] = self._redis_py(command, script, calls[i], target)
         return replies, names
+
+    def _take(
+        self, pool: LeanClient, poll: bool, node: Any, indices: list[int], replies: list[Any], handover: list[Any]
+    ) -> Any:
+        """A connection to ``node`` from its ``pool`` (see :meth:`LeanClient.checkout`),
+        or None when none could be had: its calls, ``indices``, then fail
+        or are handed to redis-py."""
+        try:
+            return pool.checkout(poll)
+        except redis.TimeoutError as error:
+            # A node that does not answer its handshake in time would make
+            # redis-py wait as long again: it fails here.
+            self._node_failed(node, refresh=False)
+            for i in indices:
+                replies[i] = error
+        except redis.ConnectionError:
+            handover += [(i, node) for i in indices]
+        return None
+
+    def _poll(self, taken: list[Any], replies: list[Any], handover: list[Any]) -> None:
+        """Poll the kept connections in ``taken`` that their pools poll (see
+        :meth:`LeanClient._polls`), all in one system call rather than one
+        per node; one with something to read (the server closed it while
+        it sat idle) goes back to its pool, and another is taken in its
+        place (None when none can be had)."""
+        socks = [conn._sock for _, _, _, pool, conn in taken if conn._sock is not None and pool._polls(conn)]
+        if not socks:
+            return
+        ready = select.select(socks, (), (), 0)[0]
+        for n, (node, indices, payload, pool, conn) in enumerate(taken):
+            if ready and conn._sock in ready:
+                pool.pool.release(conn)
+                # No longer this call's, whatever the next checkout raises.
+                taken[n] = (node, indices, payload, pool, None)
+                taken[n] = (node, indices, payload, pool, self._take(pool, True, node, indices, replies, handover))
 
     def _read_node(self, node: Any, conn: Any, indices: list[int], replies: list[Any], handover: list[Any]) -> bool:
         """Read the replies of ``indices``' calls from ``conn``, in order;
