@@ -142,7 +142,7 @@ class Storage:
         """
         lean = self.lean
         if isinstance(lean, LeanCluster) and lean.fits():
-            return [node or UNCOVERED for node in lean.nodes_of(keys)]
+            return lean.nodes_of(keys, UNCOVERED)
         return list(dict.fromkeys(self._node_of(key) for key in {hash_tag(key): key for key in keys}.values()))
 
     def _node_of(self, key: str) -> str:

@@ -170,15 +170,15 @@ class LeanCluster:
             )
         return self._fits
 
-    def nodes_of(self, keys: Sequence[str]) -> list[str]:
+    def nodes_of(self, keys: Sequence[str], uncovered: str = "") -> list[str]:
         """The nodes (``host:port``) that serve ``keys`` in redis-py's slot
-        map, each once, in the keys' order; ``""`` for keys no node serves.
-        Nothing is sent. Call :meth:`fits` first."""
-        slots = self._manager.slots_cache
+        map, each once, in the keys' order; ``uncovered`` for keys no node
+        serves. Nothing is sent. Call :meth:`fits` first."""
+        owners_of = self._manager.slots_cache.get
         names: dict[str, None] = {}
         for key in keys:
-            owners = slots.get(key_slot_of(key))
-            names[owners[0].name if owners else ""] = None
+            owners = owners_of(key_slot_of(key))
+            names[owners[0].name if owners else uncovered] = None
         return list(names)
 
     def evalsha(self, sha: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
