@@ -631,8 +631,8 @@ def counting_commands() -> Iterator[Counter[str]]:
     # it hands to redis-py is counted again through the methods above).
     lean_run: Callable[..., Any] = LeanCluster.run
 
-    def counted_lean_run(self: Any, command: str, script: str, calls: Sequence[Any]) -> Any:
-        replies = lean_run(self, command, script, calls)
+    def counted_lean_run(self: Any, command: str, script: str, calls: Sequence[Any], *known: Any) -> Any:
+        replies = lean_run(self, command, script, calls, *known)
         counter[command] += len(calls)
         counter["#replies"] += len(calls)
         return replies

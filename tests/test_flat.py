@@ -26,7 +26,6 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from flask_redis_throttle.core import scripts
-from flask_redis_throttle.core import storage as storage_module
 from flask_redis_throttle.core.rates import Layer
 from flask_redis_throttle.core.storage import Storage
 from flask_redis_throttle.core.throttle import Policy, Throttle
@@ -38,7 +37,7 @@ _scopes = itertools.count()
 @contextmanager
 def general_only() -> Iterator[None]:
     """Every call in the block goes through the general script."""
-    with mock.patch.object(storage_module.Storage, "_fits_flat", return_value=False):
+    with mock.patch.object(scripts.ScriptCache, "fits_flat", return_value=False):
         yield
 
 
@@ -46,14 +45,14 @@ def general_only() -> Iterator[None]:
 def counting_flat() -> Iterator[list[bool]]:
     """Records, for each call in the block, whether it was flat."""
     seen: list[bool] = []
-    real = storage_module.Storage._fits_flat
+    real = scripts.ScriptCache.fits_flat
 
     def fits(*args: Any) -> bool:
         seen.append(real(*args))
         return seen[-1]
 
     # The storage's own test, which keeps fits_flat's answers: the script it picks.
-    with mock.patch.object(storage_module.Storage, "_fits_flat", fits):
+    with mock.patch.object(scripts.ScriptCache, "fits_flat", fits):
         yield seen
 
 
@@ -178,13 +177,14 @@ def test_the_storage_keeps_the_flat_fit_of_a_plan_but_not_of_its_keys(storage: S
     storage asks fits_flat once for them; whether its keys repeat is the
     request's own, and asked every time."""
     names, plan = frozenset(["fixed-window"]), "fw5/1 fw5/1"
-    with mock.patch.object(storage_module, "fits_flat", wraps=scripts.fits_flat) as fits:
-        assert storage._fits_flat(names, ["k1", "k2"], [T0, 1, plan])
-        assert storage._fits_flat(names, ["k3", "k4"], [T0, 1, plan])
-        assert not storage._fits_flat(names, ["k5", "k5"], [T0, 1, plan])
+    kept = storage.scripts
+    with mock.patch.object(scripts, "fits_flat", wraps=scripts.fits_flat) as fits:
+        assert kept.fits_flat(names, ["k1", "k2"], [T0, 1, plan])
+        assert kept.fits_flat(names, ["k3", "k4"], [T0, 1, plan])
+        assert not kept.fits_flat(names, ["k5", "k5"], [T0, 1, plan])
         assert fits.call_count == 1
-        assert not storage._fits_flat(names, ["k1", "k2"], [T0, -1, plan])
+        assert not kept.fits_flat(names, ["k1", "k2"], [T0, -1, plan])
         assert fits.call_count == 2
         # A cost of another type is never answered from the cache: 1.0 == 1.
-        assert not storage._fits_flat(names, ["k1", "k2"], [T0, 1.0, plan])  # type: ignore[list-item]
+        assert not kept.fits_flat(names, ["k1", "k2"], [T0, 1.0, plan])  # type: ignore[list-item]
         assert fits.call_count == 3

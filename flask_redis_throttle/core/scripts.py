@@ -21,6 +21,9 @@ general script composes costs Redis more than the decision itself. A flat
 script is ``lua/prelude.lua``, ``lua/records.lua`` for a packed strategy, and
 its own file.
 
+A storage sends them through a :class:`ScriptCache`, which makes each script
+once and picks the flat or the general one for each call.
+
 A line ``-- include: <file>`` in a script's file stands for that file's
 text: the general and the flat scripts include ``lua/decide.lua`` where they
 decide each layer, so the choice is written once and costs no call.
@@ -33,6 +36,7 @@ This module is pure Python: it imports neither Flask nor Redis.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -40,7 +44,16 @@ from functools import cache
 from importlib.resources import files
 from typing import TypeGuard
 
-__all__ = ["STRATEGIES", "STRATEGY_NAMES", "Strategy", "fits_flat", "is_strategy", "script_source"]
+__all__ = [
+    "STRATEGIES",
+    "STRATEGY_NAMES",
+    "Script",
+    "ScriptCache",
+    "Strategy",
+    "fits_flat",
+    "is_strategy",
+    "script_source",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +121,56 @@ def fits_flat(names: frozenset[str], keys: Sequence[str], args: Sequence[int | s
     cost, plan = args[1], args[2]
     counts = isinstance(cost, int) and cost >= 0
     return counts and isinstance(plan, str) and "!" not in plan and len(set(keys)) == len(keys)
+
+
+#: How many (strategies, cost, plan) a :class:`ScriptCache` remembers the
+#: flat script's fit of.
+FLAT_CACHE_SIZE = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """A script's text, and the SHA1 that ``EVALSHA`` names it by."""
+
+    text: str
+    sha: str
+
+
+class ScriptCache:
+    """The scripts one storage sends, each made once, and which one a call
+    takes: the flat script when it fits (see :func:`fits_flat`), else the
+    general one of the call's strategies."""
+
+    def __init__(self) -> None:
+        self._scripts: dict[tuple[frozenset[str], bool], Script] = {}
+        #: Whether the flat script fits calls of some strategies, cost and
+        #: plan whose keys do not repeat (see :meth:`fits_flat`).
+        self._flat: dict[tuple[frozenset[str], int, int | str], bool] = {}
+
+    def choose(self, strategies: frozenset[str], calls: Sequence[tuple[Sequence[str], Sequence[int | str]]]) -> Script:
+        """The script for ``calls`` (keys and arguments each) of a request
+        using ``strategies``: the flat one when it fits them all."""
+        flat = all(self.fits_flat(strategies, keys, args) for keys, args in calls)
+        script = self._scripts.get((strategies, flat))
+        if script is None:
+            text = script_source(strategies, flat)
+            script = self._scripts[strategies, flat] = Script(text, hashlib.sha1(text.encode()).hexdigest())
+        return script
+
+    def fits_flat(self, strategies: frozenset[str], keys: Sequence[str], args: Sequence[int | str]) -> bool:
+        """:func:`fits_flat`, kept: its answer depends on the keys only
+        through whether one repeats, and else on the strategies, the cost
+        and the plan, which a request shares with every other of its
+        endpoint. Bounded, since costs and dynamic limits' plans are many."""
+        cost, plan = args[1], args[2]
+        if type(cost) is not int:  # 1.0 equals 1, and would share its answer
+            return fits_flat(strategies, keys, args)
+        fits = self._flat.get((strategies, cost, plan))
+        if fits is None:
+            if len(self._flat) >= FLAT_CACHE_SIZE:
+                self._flat.clear()
+            fits = self._flat[strategies, cost, plan] = fits_flat(strategies, (), args)
+        return fits and len(set(keys)) == len(keys)
 
 
 #: The strategies that have a flat script.

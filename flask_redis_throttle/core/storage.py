@@ -11,11 +11,9 @@ This module imports Redis, and needs no Flask app.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -25,8 +23,9 @@ from redis.exceptions import ClusterError, NoScriptError, SlotNotCoveredError, T
 from .clients import DEFAULT_CLIENT_OPTIONS, client_from_url, redact
 from .codec import Call, hash_tag, settle, split
 from .local import folder_of
-from .scripts import fits_flat, script_source
-from .wire import STORAGE_ERRORS, LeanClient, LeanCluster, Replay, lean_client
+from .scripts import Script, ScriptCache
+from .wire import KEY_CACHE_SIZE, STORAGE_ERRORS, LeanClient, LeanCluster, Replay, lean_client
+from .wire.cluster import Layout
 
 __all__ = ["DEFAULT_CLIENT_OPTIONS", "STORAGE_ERRORS", "Call", "NodeFailure", "Storage"]
 
@@ -40,9 +39,6 @@ UNCOVERED = "uncovered slots"
 #: and the pause before each new try.
 MIGRATION_PATIENCE = 1.0
 MIGRATION_PAUSE = 0.05
-
-#: How many (strategies, cost, plan) a storage remembers the fit of the flat script for.
-FLAT_CACHE_SIZE = 1024
 
 
 class NodeFailure(redis.RedisError):
@@ -64,12 +60,6 @@ class NodeFailure(redis.RedisError):
         self.__cause__ = error
 
 
-@dataclass(frozen=True, slots=True)
-class _Script:
-    text: str
-    sha: str
-
-
 class Storage:
     """A Redis client and the rate limit scripts registered on it.
 
@@ -87,12 +77,11 @@ class Storage:
         #: Whether keys with different hash tags may live on different nodes,
         #: so that one script cannot touch them all.
         self.cluster = isinstance(client, RedisCluster) if cluster is None else cluster
-        #: One script per set of strategies that requests have used
-        #: together, and whether it is the flat one.
-        self._scripts: dict[tuple[frozenset[str], bool], _Script] = {}
-        #: Whether the flat script fits calls of some strategies, cost and
-        #: plan whose keys do not repeat (see :meth:`_fits_flat`).
-        self._flat: dict[tuple[frozenset[str], int, int | str], bool] = {}
+        #: The scripts sent, and which one each call takes.
+        self.scripts = ScriptCache()
+        #: A cluster request's calls, by its strategies, keys and arguments
+        #: (see :meth:`_layout`).
+        self._layouts: dict[tuple[Any, ...], Layout] = {}
         #: The lean path of the calls (see :mod:`flask_redis_throttle.core.wire`):
         #: a single node's, or a cluster's (which checks on first use whether
         #: it fits the nodes' clients); None for clients it does not fit.
@@ -144,7 +133,7 @@ class Storage:
         """
         lean = self.lean
         if isinstance(lean, LeanCluster) and lean.fits():
-            return [node or UNCOVERED for node in lean.nodes_of(keys)]
+            return lean.nodes_of(keys, UNCOVERED)
         return list(dict.fromkeys(self._node_of(key) for key in {hash_tag(key): key for key in keys}.values()))
 
     def _node_of(self, key: str) -> str:
@@ -153,33 +142,6 @@ class Storage:
         except SlotNotCoveredError:
             return UNCOVERED
         return f"{node.host}:{node.port}"
-
-    def _script(self, strategies: frozenset[str], calls: Sequence[Call]) -> _Script:
-        """The script for ``calls``: the flat one when it fits them all (see
-        :func:`~flask_redis_throttle.core.scripts.fits_flat`)."""
-        flat = all(self._fits_flat(strategies, keys, args) for keys, args in calls)
-        return self._scripts.get((strategies, flat)) or self._load(strategies, flat)
-
-    def _load(self, strategies: frozenset[str], flat: bool) -> _Script:
-        text = script_source(strategies, flat)
-        script = self._scripts[strategies, flat] = _Script(text, hashlib.sha1(text.encode()).hexdigest())
-        return script
-
-    def _fits_flat(self, strategies: frozenset[str], keys: Sequence[str], args: Sequence[int | str]) -> bool:
-        """:func:`~flask_redis_throttle.core.scripts.fits_flat`, kept: its
-        answer depends on the keys only through whether one repeats, and
-        else on the strategies, the cost and the plan, which a request
-        shares with every other of its endpoint. Bounded, since costs and
-        dynamic limits' plans are many."""
-        cost, plan = args[1], args[2]
-        if type(cost) is not int:  # 1.0 equals 1, and would share its answer
-            return fits_flat(strategies, keys, args)
-        fits = self._flat.get((strategies, cost, plan))
-        if fits is None:
-            if len(self._flat) >= FLAT_CACHE_SIZE:
-                self._flat.clear()
-            fits = self._flat[strategies, cost, plan] = fits_flat(strategies, (), args)
-        return fits and len(set(keys)) == len(keys)
 
     def evaluate(self, strategies: frozenset[str], keys: Sequence[str], args: Sequence[int | str]) -> list[int]:
         """Run the script for ``strategies`` once: one EVALSHA, one round trip.
@@ -206,8 +168,7 @@ class Storage:
         return self._evaluate_one(strategies, keys, args)
 
     def _evaluate_one(self, strategies: frozenset[str], keys: Sequence[str], args: Sequence[int | str]) -> list[int]:
-        flat = self._fits_flat(strategies, keys, args)
-        script = self._scripts.get((strategies, flat)) or self._load(strategies, flat)
+        script = self.scripts.choose(strategies, ((keys, args),))
         result: list[int]
         try:
             if self.lean is not None:
@@ -240,10 +201,13 @@ class Storage:
 
         Each call is atomic on its own; the whole is not (see :ref:`cluster`).
         """
-        parts = split(keys, args)
+        layout = self._layout(keys, args)
+        parts = layout.parts
         if len(parts) == 1:
             return self._evaluate_one(strategies, keys, args)
-        replies = self.evaluate_many(strategies, [(part.keys, part.args) for part in parts])
+        # The flat script fits the parts if and only if it fits the whole.
+        script = self.scripts.choose(strategies, ((keys, args),))
+        replies = self.evaluate_many(strategies, layout.calls, (script, layout))
         reply, refunds = settle(parts, replies)
         if refunds:
             try:
@@ -252,7 +216,25 @@ class Storage:
                 logger.warning("could not refund a request refused on another node (%s): %d lost", error, args[1])
         return reply
 
-    def evaluate_many(self, strategies: frozenset[str], calls: Sequence[Call]) -> list[list[int]]:
+    def _layout(self, keys: Sequence[str], args: Sequence[int | str]) -> Layout:
+        """The :class:`~flask_redis_throttle.core.wire.cluster.Layout` of a
+        cluster request: worked out on its keys' first request under its
+        plan, and kept (the time is ``""`` outside tests). The arguments'
+        types are in the key: ``1``, ``1.0`` and ``True`` are equal but not
+        encoded alike. Past :data:`~flask_redis_throttle.core.wire.KEY_CACHE_SIZE`,
+        all are forgotten at once: a flood of identities cannot grow the process."""
+        key = (tuple(keys), tuple(args), tuple(map(type, args)))
+        layout = self._layouts.get(key)
+        if layout is None:
+            layout = Layout.of(split(keys, args))
+            if len(self._layouts) >= KEY_CACHE_SIZE:
+                self._layouts.clear()
+            self._layouts[key] = layout
+        return layout
+
+    def evaluate_many(
+        self, strategies: frozenset[str], calls: Sequence[Call], known: tuple[Script, Layout] | None = None
+    ) -> list[list[int]]:
         """Run the script once per call, pipelined: on a cluster, one round
         trip to each node that holds some of the keys.
 
@@ -264,16 +246,24 @@ class Storage:
         :raises NodeFailure: when some calls were answered and others not
             (those that were answered took effect).
         :raises redis.RedisError: when no call was answered.
+
+        ``known``, when given, is the script and the layout of ``calls`` (see :meth:`_layout`).
         """
-        script = self._script(strategies, calls)
+        script, layout = (self.scripts.choose(strategies, calls), None) if known is None else known
         try:
-            results, nodes = self._send(calls, "EVALSHA", script.sha)
+            results, nodes = self._send(calls, "EVALSHA", script.sha, layout)
         except (redis.ConnectionError, redis.TimeoutError) as error:
             # A cluster pipeline that cannot connect to one of its nodes
             # fails as a whole, before sending anything.
             if not self.cluster or len(calls) < 2:
                 raise
             raise self._blame(error, calls) from error
+        for result in results:
+            if isinstance(result, Exception):
+                break
+        else:
+            # Every call answered: nothing to make again or to wait for.
+            return results
         missing = [i for i, result in enumerate(results) if isinstance(result, NoScriptError)]
         if missing:
             again, _ = self._send([calls[i] for i in missing], "EVAL", script.text)
@@ -291,16 +281,19 @@ class Storage:
             raise NodeFailure(first, failing, frozenset(nodes) - failing)
         return results
 
-    def _send(self, calls: Sequence[Call], command: str, script: str) -> tuple[list[Any], list[str] | None]:
+    def _send(
+        self, calls: Sequence[Call], command: str, script: str, layout: Layout | None = None
+    ) -> tuple[list[Any], list[str] | None]:
         """Each call's reply or error: on a cluster's lean path when it fits,
         with the node each call was sent to; else in one redis-py pipeline."""
         lean = self.lean
         if isinstance(lean, LeanCluster) and lean.fits():
-            results, nodes = lean.run(command, script, calls)
+            packed, slots = (None, None) if layout is None else (layout.packed_for(script), layout.slots)
+            results, nodes = lean.run(command, script, calls, packed, slots)
             return results, [node or UNCOVERED for node in nodes]
         return self._pipelined(calls, command, script), None
 
-    def _wait_for_migrations(self, calls: Sequence[Call], results: list[Any], script: _Script) -> None:
+    def _wait_for_migrations(self, calls: Sequence[Call], results: list[Any], script: Script) -> None:
         """Send again the calls whose keys a slot migration split (see
         :func:`_split_by_migration`), putting their new replies or errors in
         ``results``: after :data:`MIGRATION_PAUSE`, again and again for up

@@ -6,9 +6,11 @@ redis-py, call by call.
 
 from __future__ import annotations
 
+import select
 import threading
 from collections.abc import Sequence
 from contextlib import suppress
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -21,7 +23,7 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from ..codec import hash_tag
+from ..codec import Part, hash_tag
 from . import connection
 from .connection import (
     KEY_CACHE_SIZE,
@@ -37,7 +39,7 @@ from .connection import (
     pack_evalsha,
 )
 
-__all__ = ["LeanCluster", "key_slot_of"]
+__all__ = ["Layout", "LeanCluster", "key_slot_of"]
 
 #: Error replies that say the node did not run the command, and that
 #: redis-py's cluster client knows how to follow: a redirect (ASK; MOVED is
@@ -75,6 +77,49 @@ def key_slot_of(key: str) -> int:
     identity's keys all share one), and kept, like each key's, in a bounded
     LRU, so that a returning identity's keys cost one lookup each."""
     return _tag_slot(hash_tag(key))
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """A cluster request's calls, worked out once for its keys and
+    arguments and kept by the storage: the same identities come back under
+    the same plan request after request, and nothing here depends on more.
+    Each call's node is not part of it: it is read from the slot map on
+    every request (see :meth:`LeanCluster.run`).
+
+    :param parts: the request split by hash tag (see :func:`~flask_redis_throttle.core.codec.split`).
+    :param calls: each part's keys and arguments, as sent.
+    :param slots: each call's cluster slot.
+    :param packed: each call's ``EVALSHA``, pre-encoded, by script SHA
+        (see :meth:`packed_for`).
+    """
+
+    parts: list[Part]
+    calls: list[Call]
+    slots: list[int]
+    packed: dict[str, list[bytes] | None]
+
+    @classmethod
+    def of(cls, parts: list[Part]) -> Layout:
+        """The layout of ``parts``."""
+        calls: list[Call] = [(part.keys, part.args) for part in parts]
+        return cls(parts, calls, [key_slot_of(part.keys[0]) for part in parts], {})
+
+    def packed_for(self, sha: str) -> list[bytes] | None:
+        """Each call's ``EVALSHA`` of the script ``sha``, encoded on first use;
+        None when some argument cannot be encoded (the calls then fail as
+        they would unencoded)."""
+        try:
+            return self.packed[sha]
+        except KeyError:
+            pass
+        packed: list[bytes] | None
+        try:
+            packed = [pack_evalsha(sha, *call) for call in self.calls]
+        except redis.DataError:
+            packed = None
+        self.packed[sha] = packed
+        return packed
 
 
 class LeanCluster:
@@ -125,15 +170,15 @@ class LeanCluster:
             )
         return self._fits
 
-    def nodes_of(self, keys: Sequence[str]) -> list[str]:
+    def nodes_of(self, keys: Sequence[str], uncovered: str = "") -> list[str]:
         """The nodes (``host:port``) that serve ``keys`` in redis-py's slot
-        map, each once, in the keys' order; ``""`` for keys no node serves.
-        Nothing is sent. Call :meth:`fits` first."""
-        slots = self._manager.slots_cache
+        map, each once, in the keys' order; ``uncovered`` for keys no node
+        serves. Nothing is sent. Call :meth:`fits` first."""
+        owners_of = self._manager.slots_cache.get
         names: dict[str, None] = {}
         for key in keys:
-            owners = slots.get(key_slot_of(key))
-            names[owners[0].name if owners else ""] = None
+            owners = owners_of(key_slot_of(key))
+            names[owners[0].name if owners else uncovered] = None
         return list(names)
 
     def evalsha(self, sha: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
@@ -150,54 +195,65 @@ class LeanCluster:
             raise results[0]
         return results[0]
 
-    def run(self, command: str, script: str, calls: Sequence[Call]) -> tuple[list[Any], list[str]]:
+    def run(
+        self,
+        command: str,
+        script: str,
+        calls: Sequence[Call],
+        packed: Sequence[bytes] | None = None,
+        slots: Sequence[int] | None = None,
+    ) -> tuple[list[Any], list[str]]:
         """Send ``command`` (EVALSHA with a script's SHA, or EVAL with its
         source) once per call; each call's keys must share one slot.
+
+        ``packed`` and ``slots``, when given, are each call's bytes and slot,
+        worked out once for a request's layout and kept (see
+        :meth:`~flask_redis_throttle.core.storage.Storage._layout`); the
+        node of each slot is still read from the slot map on every call.
 
         :returns: each call's reply or exception, and the node (``host:port``)
             each call was sent to (``""`` when its slot has no node in the
             map; redis-py was then asked to find one).
         """
-        slots = self._manager.slots_cache
-        replies: list[Any] = [None] * len(calls)
-        names = [""] * len(calls)
-        groups: dict[str, tuple[Any, list[int]]] = {}
+        owners_of = self._manager.slots_cache.get
+        count = len(calls)
+        replies: list[Any] = [None] * count
+        names = [""] * count
+        # Each node's name, node, calls and bytes.
+        groups: dict[str, tuple[Any, list[int], list[bytes]]] = {}
         handover: list[tuple[int, Any]] = []
-        for i, (keys, _) in enumerate(calls):
-            owners = slots.get(key_slot_of(keys[0]))
+        for i in range(count):
+            owners = owners_of(key_slot_of(calls[i][0][0]) if slots is None else slots[i])
             if not owners:
                 handover.append((i, None))
                 continue
             node = owners[0]
-            names[i] = node.name
-            group = groups.get(node.name)
+            name = names[i] = node.name
+            # Everything is encoded before anything is sent: a value that
+            # cannot be encoded fails the request before any node counts it.
+            data = _pack(command, script, *calls[i]) if packed is None else packed[i]
+            group = groups.get(name)
             if group is None:
-                groups[node.name] = (node, [i])
+                groups[name] = (node, [i], [data])
             else:
                 group[1].append(i)
-        # Everything is encoded before anything is sent: a value that cannot
-        # be encoded fails the request before any node counts it.
-        payloads = {name: [_pack(command, script, *calls[i]) for i in indices] for name, (_, indices) in groups.items()}
-        sent: list[tuple[Any, Any, Any, list[int]]] = []
+                group[2].append(data)
+        taken: list[tuple[Any, list[int], list[bytes], LeanClient, Any]] = []
+        sent: list[tuple[Any, LeanClient, Any, list[int]]] = []
         try:
-            for name, (node, indices) in groups.items():
+            for node, indices, payload in groups.values():
                 pool = lean_of((node.redis_connection or self.client.get_redis_connection(node)).connection_pool)
-                try:
-                    # A connection that cannot be had, or a send that
-                    # failed, leaves the node without the whole command.
-                    conn = pool.checkout()
-                except redis.TimeoutError as error:
-                    # A node that does not answer its handshake in time
-                    # would make redis-py wait as long again: it fails here.
-                    self._node_failed(node, refresh=False)
-                    for i in indices:
-                        replies[i] = error
-                    continue
-                except redis.ConnectionError:
-                    handover += [(i, node) for i in indices]
+                conn = self._take(pool, False, node, indices, replies, handover)
+                if conn is not None:
+                    taken.append((node, indices, payload, pool, conn))
+            self._poll(taken, replies, handover)
+            while taken:
+                node, indices, payload, pool, conn = taken.pop(0)
+                if conn is None:
                     continue
                 try:
-                    conn.send_packed_command(payloads[name])
+                    # One write per node, whatever its count of calls.
+                    conn.send_packed_command(payload if len(payload) == 1 else [b"".join(payload)])
                 except (redis.ConnectionError, redis.TimeoutError):
                     pool.discard(conn)  # send_packed_command disconnected it
                     handover += [(i, node) for i in indices]
@@ -218,9 +274,47 @@ class LeanCluster:
                 # by the next command on it.
                 _drop(conn)
                 pool.discard(conn)
+            for _, _, _, pool, conn in taken:
+                if conn is not None:  # taken, never written to
+                    pool.checkin(conn)
         for i, target in handover:
             replies[i] = self._redis_py(command, script, calls[i], target)
         return replies, names
+
+    def _take(
+        self, pool: LeanClient, poll: bool, node: Any, indices: list[int], replies: list[Any], handover: list[Any]
+    ) -> Any:
+        """A connection to ``node`` from its ``pool`` (see :meth:`LeanClient.checkout`),
+        or None when none could be had: its calls, ``indices``, then fail
+        or are handed to redis-py."""
+        try:
+            return pool.checkout(poll)
+        except redis.TimeoutError as error:
+            # A node that does not answer its handshake in time would make
+            # redis-py wait as long again: it fails here.
+            self._node_failed(node, refresh=False)
+            for i in indices:
+                replies[i] = error
+        except redis.ConnectionError:
+            handover += [(i, node) for i in indices]
+        return None
+
+    def _poll(self, taken: list[Any], replies: list[Any], handover: list[Any]) -> None:
+        """Poll the kept connections in ``taken`` that their pools poll (see
+        :meth:`LeanClient._polls`), all in one system call rather than one
+        per node; one with something to read (the server closed it while
+        it sat idle) goes back to its pool, and another is taken in its
+        place (None when none can be had)."""
+        socks = [conn._sock for _, _, _, pool, conn in taken if conn._sock is not None and pool._polls(conn)]
+        if not socks:
+            return
+        ready = select.select(socks, (), (), 0)[0]
+        for n, (node, indices, payload, pool, conn) in enumerate(taken):
+            if ready and conn._sock in ready:
+                pool.pool.release(conn)
+                # No longer this call's, whatever the next checkout raises.
+                taken[n] = (node, indices, payload, pool, None)
+                taken[n] = (node, indices, payload, pool, self._take(pool, True, node, indices, replies, handover))
 
     def _read_node(self, node: Any, conn: Any, indices: list[int], replies: list[Any], handover: list[Any]) -> bool:
         """Read the replies of ``indices``' calls from ``conn``, in order;

@@ -219,8 +219,10 @@ class LeanClient:
         self.checkin(conn)
         return reply
 
-    def checkout(self) -> Any:
-        """A kept connection, else one from the pool.
+    def checkout(self, poll: bool = True) -> Any:
+        """A kept connection, else one from the pool; with ``poll`` False,
+        a kept one is not polled here (see :meth:`_polls`): the cluster's
+        path polls the connections of every node at once.
 
         A kept connection that ``pool.disconnect()`` closed, one the pool
         marked for reconnection (a node that moved, a failed cluster node),
@@ -245,7 +247,7 @@ class LeanClient:
             sock is None
             or (owns is not None and not owns(conn))
             or (self._reconnects and conn.should_reconnect())
-            or (self._polls(conn) and select.select([sock], (), (), 0)[0])
+            or (poll and self._polls(conn) and select.select([sock], (), (), 0)[0])
         ):
             self.pool.release(conn)
             return self.pool.get_connection()
