@@ -5,11 +5,13 @@ counted twice."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import signal
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -221,7 +223,17 @@ def test_a_timeout_on_the_lean_path_is_not_replayed(
     storage_of(app).close()
 
 
-def test_a_forked_child_uses_connections_of_its_own(server: RedisServer) -> None:
+def libc_fork() -> int:
+    """fork(2) itself, as uWSGI forks its workers: Python's at-fork hooks
+    (``os.register_at_fork``) do not run in the child."""
+    pid: int = ctypes.CDLL(None, use_errno=True).fork()
+    if pid < 0:
+        raise OSError(ctypes.get_errno(), "fork failed")
+    return pid
+
+
+@pytest.mark.parametrize("fork", [os.fork, libc_fork], ids=["os.fork", "fork(2), as uWSGI"])
+def test_a_forked_child_uses_connections_of_its_own(server: RedisServer, fork: Callable[[], int]) -> None:
     app = limited_app(server.url, "5/m")
     storage = storage_of(app)
     web = app.test_client()
@@ -229,7 +241,7 @@ def test_a_forked_child_uses_connections_of_its_own(server: RedisServer) -> None
     [parent] = kept(app)  # the lean path's connection, kept between requests
     port = local_port(parent)
     read, write = os.pipe()
-    pid = os.fork()
+    pid = fork()
     if pid == 0:  # pragma: no cover - the child reports through the pipe
         try:
             response = get(app.test_client())

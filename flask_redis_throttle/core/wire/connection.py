@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import select
 import time
-import weakref
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
@@ -151,7 +150,7 @@ class LeanClient:
     The pool still counts a kept connection as in use, so ``pool.disconnect()``
     (``client.close()``, the app's reset) closes it too, and ``max_connections``
     counts it. See :meth:`checkout` for how a kept connection is checked
-    before it is used, and :func:`_forget_after_fork` for a forked child.
+    before it is used, and a forked child.
 
     :param pool: the :class:`redis.ConnectionPool` of the client.
     """
@@ -174,7 +173,7 @@ class LeanClient:
         self._keep = min(KEEP, pool.max_connections // 2)
         #: A Sentinel pool's ownership check (is the connection to the
         #: current master?), which its ``release`` makes; None for a pool
-        #: whose check is only the process id (see :func:`_forget_after_fork`).
+        #: whose check is only the process id (see :meth:`checkout`).
         owns = type(pool).owns_connection
         self._owns = None if owns is redis.ConnectionPool.owns_connection else pool.owns_connection
         #: Whether its connections can be marked for reconnection (redis-py 6+).
@@ -182,7 +181,8 @@ class LeanClient:
         #: The ``Retry`` :meth:`_polls` last looked at, and what it found.
         self._retry: Any = None
         self._poll = False
-        _CLIENTS.add(self)
+        #: The process the kept connections belong to (see :meth:`checkout`).
+        self._pid = os.getpid()
 
     def evalsha(self, sha: str, keys: Any, args: Any) -> Any:
         """Run the script ``sha`` once and return its reply.
@@ -236,7 +236,18 @@ class LeanClient:
         ``timeout``) is found by the call's send or read, which is then
         replayed. Where redis-py's ``Retry`` would not replay it, the socket
         is polled first, as the pool's checkout does: see :meth:`_polls`.
+
+        In a forked child, the kept connections are the parent's: a reply
+        read by two processes would be read by the wrong one. The child
+        forgets them (it does not close them: that would close only its
+        copies of the sockets, as redis-py's own reset does), and its pool
+        starts afresh too (redis-py's ``_checkpid``). The process id is
+        checked on every call, as the pool's checkout checks it, rather than
+        in an ``os.register_at_fork`` hook: uWSGI forks its workers without
+        running those.
         """
+        if self._pid != os.getpid():
+            self._free, self._pid = [], os.getpid()
         try:
             conn = self._free.pop()
         except IndexError:
@@ -305,28 +316,6 @@ class LeanClient:
             conn.disconnect()
             return redis.ConnectionError("The previous master is now a slave")
         return error
-
-
-#: Every :class:`LeanClient`, weakly, for :func:`_forget_after_fork`.
-_CLIENTS: weakref.WeakSet[LeanClient] = weakref.WeakSet()
-
-
-def _forget_after_fork() -> None:
-    """In a forked child (gunicorn ``--preload``), forget the connections
-    every :class:`LeanClient` kept: their sockets are the parent's, and a
-    reply read by two processes would be read by the wrong one. The pool
-    starts afresh in the child too (redis-py's ``_checkpid``), so the child
-    connects anew. Nothing is closed: dropped, the connections close only
-    the child's copies of the sockets, as redis-py's own reset does.
-
-    A hook rather than a process id check on every call: ``os.getpid`` is a
-    system call, and the hook costs nothing until a fork.
-    """
-    for client in list(_CLIENTS):
-        client._free = []
-
-
-os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def _retried(conn: Any, error: Exception) -> bool:
