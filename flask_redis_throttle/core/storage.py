@@ -25,7 +25,7 @@ from .codec import Call, hash_tag, settle, split
 from .local import folder_of
 from .scripts import Script, ScriptCache
 from .wire import KEY_CACHE_SIZE, STORAGE_ERRORS, LeanClient, LeanCluster, Replay, lean_client
-from .wire.cluster import Layout
+from .wire.cluster import Fanout
 
 __all__ = ["DEFAULT_CLIENT_OPTIONS", "STORAGE_ERRORS", "Call", "NodeFailure", "Storage"]
 
@@ -79,9 +79,8 @@ class Storage:
         self.cluster = isinstance(client, RedisCluster) if cluster is None else cluster
         #: The scripts sent, and which one each call takes.
         self.scripts = ScriptCache()
-        #: A cluster request's calls, by its strategies, keys and arguments
-        #: (see :meth:`_layout`).
-        self._layouts: dict[tuple[Any, ...], Layout] = {}
+        #: A cluster request's calls, by its keys and arguments (see :meth:`_fanout`).
+        self._fanouts: dict[tuple[Any, ...], Fanout] = {}
         #: The lean path of the calls (see :mod:`flask_redis_throttle.core.wire`):
         #: a single node's, or a cluster's (which checks on first use whether
         #: it fits the nodes' clients); None for clients it does not fit.
@@ -201,13 +200,13 @@ class Storage:
 
         Each call is atomic on its own; the whole is not (see :ref:`cluster`).
         """
-        layout = self._layout(keys, args)
-        parts = layout.parts
+        fanout = self._fanout(keys, args)
+        parts = fanout.parts
         if len(parts) == 1:
             return self._evaluate_one(strategies, keys, args)
         # The flat script fits the parts if and only if it fits the whole.
         script = self.scripts.choose(strategies, ((keys, args),))
-        replies = self.evaluate_many(strategies, layout.calls, (script, layout))
+        replies = self.evaluate_many(strategies, fanout.calls, (script, fanout))
         reply, refunds = settle(parts, replies)
         if refunds:
             try:
@@ -216,24 +215,24 @@ class Storage:
                 logger.warning("could not refund a request refused on another node (%s): %d lost", error, args[1])
         return reply
 
-    def _layout(self, keys: Sequence[str], args: Sequence[int | str]) -> Layout:
-        """The :class:`~flask_redis_throttle.core.wire.cluster.Layout` of a
+    def _fanout(self, keys: Sequence[str], args: Sequence[int | str]) -> Fanout:
+        """The :class:`~flask_redis_throttle.core.wire.cluster.Fanout` of a
         cluster request: worked out on its keys' first request under its
         plan, and kept (the time is ``""`` outside tests). The arguments'
         types are in the key: ``1``, ``1.0`` and ``True`` are equal but not
         encoded alike. Past :data:`~flask_redis_throttle.core.wire.KEY_CACHE_SIZE`,
         all are forgotten at once: a flood of identities cannot grow the process."""
         key = (tuple(keys), tuple(args), tuple(map(type, args)))
-        layout = self._layouts.get(key)
-        if layout is None:
-            layout = Layout.of(split(keys, args))
-            if len(self._layouts) >= KEY_CACHE_SIZE:
-                self._layouts.clear()
-            self._layouts[key] = layout
-        return layout
+        fanout = self._fanouts.get(key)
+        if fanout is None:
+            fanout = Fanout.of(split(keys, args))
+            if len(self._fanouts) >= KEY_CACHE_SIZE:
+                self._fanouts.clear()
+            self._fanouts[key] = fanout
+        return fanout
 
     def evaluate_many(
-        self, strategies: frozenset[str], calls: Sequence[Call], known: tuple[Script, Layout] | None = None
+        self, strategies: frozenset[str], calls: Sequence[Call], known: tuple[Script, Fanout] | None = None
     ) -> list[list[int]]:
         """Run the script once per call, pipelined: on a cluster, one round
         trip to each node that holds some of the keys.
@@ -247,11 +246,11 @@ class Storage:
             (those that were answered took effect).
         :raises redis.RedisError: when no call was answered.
 
-        ``known``, when given, is the script and the layout of ``calls`` (see :meth:`_layout`).
+        ``known``, when given, is the script and the fan-out of ``calls`` (see :meth:`_fanout`).
         """
-        script, layout = (self.scripts.choose(strategies, calls), None) if known is None else known
+        script, fanout = (self.scripts.choose(strategies, calls), None) if known is None else known
         try:
-            results, nodes = self._send(calls, "EVALSHA", script.sha, layout)
+            results, nodes = self._send(calls, "EVALSHA", script.sha, fanout)
         except (redis.ConnectionError, redis.TimeoutError) as error:
             # A cluster pipeline that cannot connect to one of its nodes
             # fails as a whole, before sending anything.
@@ -282,13 +281,15 @@ class Storage:
         return results
 
     def _send(
-        self, calls: Sequence[Call], command: str, script: str, layout: Layout | None = None
+        self, calls: Sequence[Call], command: str, script: str, fanout: Fanout | None = None
     ) -> tuple[list[Any], list[str] | None]:
         """Each call's reply or error: on a cluster's lean path when it fits,
-        with the node each call was sent to; else in one redis-py pipeline."""
+        with the node each call was sent to; else in one redis-py pipeline.
+        ``fanout``, given with ``EVALSHA`` only, holds the calls' slots and
+        their ``EVALSHA`` of ``script``, encoded once."""
         lean = self.lean
         if isinstance(lean, LeanCluster) and lean.fits():
-            packed, slots = (None, None) if layout is None else (layout.packed_for(script), layout.slots)
+            packed, slots = (None, None) if fanout is None else (fanout.packed_for(script), fanout.slots)
             results, nodes = lean.run(command, script, calls, packed, slots)
             return results, [node or UNCOVERED for node in nodes]
         return self._pipelined(calls, command, script), None

@@ -39,7 +39,7 @@ from .connection import (
     pack_evalsha,
 )
 
-__all__ = ["Layout", "LeanCluster", "key_slot_of"]
+__all__ = ["Fanout", "LeanCluster", "key_slot_of"]
 
 #: Error replies that say the node did not run the command, and that
 #: redis-py's cluster client knows how to follow: a redirect (ASK; MOVED is
@@ -80,8 +80,8 @@ def key_slot_of(key: str) -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class Layout:
-    """A cluster request's calls, worked out once for its keys and
+class Fanout:
+    """A cluster request's calls, one per hash tag, worked out once for its keys and
     arguments and kept by the storage: the same identities come back under
     the same plan request after request, and nothing here depends on more.
     Each call's node is not part of it: it is read from the slot map on
@@ -100,8 +100,8 @@ class Layout:
     packed: dict[str, list[bytes] | None]
 
     @classmethod
-    def of(cls, parts: list[Part]) -> Layout:
-        """The layout of ``parts``."""
+    def of(cls, parts: list[Part]) -> Fanout:
+        """The fan-out of ``parts``."""
         calls: list[Call] = [(part.keys, part.args) for part in parts]
         return cls(parts, calls, [key_slot_of(part.keys[0]) for part in parts], {})
 
@@ -207,8 +207,8 @@ class LeanCluster:
         source) once per call; each call's keys must share one slot.
 
         ``packed`` and ``slots``, when given, are each call's bytes and slot,
-        worked out once for a request's layout and kept (see
-        :meth:`~flask_redis_throttle.core.storage.Storage._layout`); the
+        worked out once for a request's fan-out and kept (see
+        :meth:`~flask_redis_throttle.core.storage.Storage._fanout`); the
         node of each slot is still read from the slot map on every call.
 
         :returns: each call's reply or exception, and the node (``host:port``)
