@@ -118,15 +118,14 @@ def set_headers(headers: Headers, labels: LayerNames, decision: Decision, legacy
     one: its ``add`` checks each value for newlines, which these, made here
     of numbers and the layers' names, cannot hold.
     """
-    policy, layer, remaining = decision.policy, decision.layer, decision.remaining
-    # LayerNames.state, inlined: this runs once per response.
-    state = f"{labels.heads[id(policy), layer.window]}{remaining if remaining > 0 else 0};t={math.ceil(decision.reset)}"
+    layer, remaining = decision.layer, decision.remaining
+    state = labels.state(decision.policy, layer, remaining, decision.reset)
     items: Any = getattr(headers, "_list", None)  # Werkzeug's own list, if it has one
     own = type(items) is list
     for name, _value in items if own else headers:
         if name.lower() in _NAMES:
-            headers.set("RateLimit-Policy", labels.policy_header)
-            headers.set("RateLimit", state)
+            headers.set(_POLICY, labels.policy_header)
+            headers.set(_STATE, state)
             break
     else:
         if own:

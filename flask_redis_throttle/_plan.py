@@ -226,7 +226,7 @@ class Plan:
         """
         labels = self.labels
         if self.simple and labels is not None:
-            return self.simple_batch(request), labels, ()
+            return self._simple_batch(request), labels, ()
         problems: list[Problem] = []
         groups: dict[tuple[bool, bool, int], tuple[list[Check], list[PlannedLimit]]] = {}
         policies: list[Policy] = []
@@ -255,9 +255,8 @@ class Plan:
         batches.sort(key=lambda batch: (batch.shadow, not batch.deferred))
         return batches, labels or self._labels_of(tuple(policies)), problems
 
-    def simple_batch(self, request: Request) -> tuple[Batch, ...]:
-        """What :meth:`prepare` makes of a simple plan with labels: its one
-        batch, in a tuple; none if no identity applies."""
+    def _simple_batch(self, request: Request) -> tuple[Batch, ...]:
+        """The one batch of a simple plan, in a tuple; none if no identity applies."""
         checks: list[Check] = []
         for policy, found in self.unresolved:
             identities = []

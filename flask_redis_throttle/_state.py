@@ -152,14 +152,9 @@ class RateLimitState(Refusing):
             return
         if self.filters and any(accept(req) for accept in self.filters):
             return
-        labels = plan.labels
-        batches: Sequence[Batch]
-        if plan.simple and labels is not None:
-            batches = plan.simple_batch(req)  # what prepare does for it, one call fewer
-        else:
-            batches, labels, problems = plan.prepare(req)
-            if problems:
-                self._problems(problems)
+        batches, labels, problems = plan.prepare(req)
+        if problems:
+            self._problems(problems)
         if batches:
             self._decide(req, endpoint, labels, batches, self.throttle)
 
