@@ -37,6 +37,7 @@ from ._headers import LayerNames
 from ._identity import IdentitySpec, Resolver, Warn, resolvers
 from ._sources import class_view_limits, limits_of
 from ._spec import LimitSpec
+from .core.bounded import remember
 from .core.checks import is_integer
 from .core.keys import Identity, loggable
 from .core.rates import parse_limits
@@ -116,12 +117,10 @@ class PlannedLimit:
             raise InvalidLimit(f"a dynamic limit must return a limit string or None, not {value!r}", spec=value)
         policy = self._policies.get(value)
         if policy is None:
-            layers = parse_limits(value)
-            if len(self._policies) >= DYNAMIC_CACHE_SIZE:
-                self._policies.clear()
             # Every string shares the scope, so a client whose limit changes
             # (a new pricing plan) keeps what it has used so far.
-            policy = self._policies[value] = Policy(layers, self.scope, self.strategy, self.spec.penalty)
+            policy = Policy(parse_limits(value), self.scope, self.strategy, self.spec.penalty)
+            remember(self._policies, value, policy, DYNAMIC_CACHE_SIZE)
         return policy
 
     def owns(self, policy: Policy) -> bool:
@@ -278,9 +277,7 @@ class Plan:
     def _labels_of(self, policies: tuple[Policy, ...]) -> LayerNames:
         labels = self._labels.get(policies)
         if labels is None:
-            if len(self._labels) >= DYNAMIC_CACHE_SIZE:
-                self._labels.clear()
-            labels = self._labels[policies] = LayerNames.of(policies)
+            labels = remember(self._labels, policies, LayerNames.of(policies), DYNAMIC_CACHE_SIZE)
         return labels
 
 

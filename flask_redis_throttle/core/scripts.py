@@ -44,6 +44,8 @@ from functools import cache
 from importlib.resources import files
 from typing import TypeGuard
 
+from .bounded import remember
+
 __all__ = [
     "STRATEGIES",
     "STRATEGY_NAMES",
@@ -167,9 +169,7 @@ class ScriptCache:
             return fits_flat(strategies, keys, args)
         fits = self._flat.get((strategies, cost, plan))
         if fits is None:
-            if len(self._flat) >= FLAT_CACHE_SIZE:
-                self._flat.clear()
-            fits = self._flat[strategies, cost, plan] = fits_flat(strategies, (), args)
+            fits = remember(self._flat, (strategies, cost, plan), fits_flat(strategies, (), args), FLAT_CACHE_SIZE)
         return fits and len(set(keys)) == len(keys)
 
 

@@ -20,6 +20,7 @@ import redis
 from redis.cluster import RedisCluster
 from redis.exceptions import ClusterError, NoScriptError, SlotNotCoveredError, TryAgainError
 
+from .bounded import remember
 from .clients import DEFAULT_CLIENT_OPTIONS, client_from_url, redact
 from .codec import Call, hash_tag, settle, split
 from .local import folder_of
@@ -225,10 +226,7 @@ class Storage:
         key = (tuple(keys), tuple(args), tuple(map(type, args)))
         fanout = self._fanouts.get(key)
         if fanout is None:
-            fanout = Fanout.of(split(keys, args))
-            if len(self._fanouts) >= KEY_CACHE_SIZE:
-                self._fanouts.clear()
-            self._fanouts[key] = fanout
+            fanout = remember(self._fanouts, key, Fanout.of(split(keys, args)), KEY_CACHE_SIZE)
         return fanout
 
     def evaluate_many(

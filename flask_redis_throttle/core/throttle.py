@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import ParamSpec, TypeVar
 
 from .blocks import Block, BlockCache
+from .bounded import remember
 from .breaker import CircuitBreaker
 from .codec import LAYOUT_CACHE_SIZE, Layout, Reply, entry
 from .deprecated import warn_renamed
@@ -279,9 +280,7 @@ class Throttle:
         meanwhile; bounded, since a dynamic limit makes policies."""
         layout = Layout.of((policy.entry, len(identities), policy.layers) for policy, identities in checks)
         strategies = checks[0][0].strategies if len(checks) == 1 else frozenset([p.strategy for p, _ in checks])
-        if len(self._layouts) >= LAYOUT_CACHE_SIZE:
-            self._layouts.clear()
-        self._layouts[shape] = (layout, strategies, tuple(policy for policy, _ in checks))
+        remember(self._layouts, shape, (layout, strategies, tuple(policy for policy, _ in checks)), LAYOUT_CACHE_SIZE)
         return layout, strategies
 
     def call(self, function: Callable[_P, _T], keys: Sequence[str], *args: _P.args, **kwargs: _P.kwargs) -> _T:
