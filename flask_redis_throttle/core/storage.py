@@ -288,8 +288,7 @@ class Storage:
         lean = self.lean
         if isinstance(lean, LeanCluster) and lean.fits():
             packed, slots = (None, None) if fanout is None else (fanout.packed_for(script), fanout.slots)
-            results, nodes = lean.run(command, script, calls, packed, slots)
-            return results, [node or UNCOVERED for node in nodes]
+            return lean.run(command, script, calls, packed, slots, UNCOVERED)
         return self._pipelined(calls, command, script), None
 
     def _wait_for_migrations(self, calls: Sequence[Call], results: list[Any], script: Script) -> None:

@@ -202,6 +202,7 @@ class LeanCluster:
         calls: Sequence[Call],
         packed: Sequence[bytes] | None = None,
         slots: Sequence[int] | None = None,
+        uncovered: str = "",
     ) -> tuple[list[Any], list[str]]:
         """Send ``command`` (EVALSHA with a script's SHA, or EVAL with its
         source) once per call; each call's keys must share one slot.
@@ -212,13 +213,13 @@ class LeanCluster:
         node of each slot is still read from the slot map on every call.
 
         :returns: each call's reply or exception, and the node (``host:port``)
-            each call was sent to (``""`` when its slot has no node in the
-            map; redis-py was then asked to find one).
+            each call was sent to (``uncovered`` when its slot has no node
+            in the map; redis-py was then asked to find one).
         """
         owners_of = self._manager.slots_cache.get
         count = len(calls)
         replies: list[Any] = [None] * count
-        names = [""] * count
+        names = [uncovered] * count
         # Each node's name, node, calls and bytes.
         groups: dict[str, tuple[Any, list[int], list[bytes]]] = {}
         handover: list[tuple[int, Any]] = []
@@ -309,8 +310,10 @@ class LeanCluster:
         if not socks:
             return
         ready = select.select(socks, (), (), 0)[0]
+        if not ready:  # as on nearly every request
+            return
         for n, (node, indices, payload, pool, conn) in enumerate(taken):
-            if ready and conn._sock in ready:
+            if conn._sock in ready:
                 pool.pool.release(conn)
                 # No longer this call's, whatever the next checkout raises.
                 taken[n] = (node, indices, payload, pool, None)
