@@ -213,7 +213,8 @@ def merge(parts: Sequence[Part], replies: Sequence[Sequence[int]]) -> list[int]:
     The penalty flag is there if any part replied with one.
     """
     # Plain loops, and the merged reply built once: this runs on every
-    # cluster request, and all() and any() over generators cost a third more.
+    # cluster request, and all() and any() over generators, with a new
+    # list at every better rank, took half as long again.
     admitted, flagged = True, False
     for reply in replies:
         if reply[0] != 1:
