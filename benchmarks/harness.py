@@ -435,6 +435,46 @@ def floor_variant(
     return app_variant(name, label, floor_app(clients), environ)
 
 
+def call_variants(url: str, environ: Environ) -> list[Variant]:
+    """``call`` and ``round-trip``: ours' fixed-window script call alone, and an
+    empty script's, each made from a ``before_request`` hook on our lean path
+    and nothing else of ours, to split ours' added time three ways: the round
+    trip (``round-trip``), our script over it (``call`` - ``round-trip``) and
+    our Python (ours - ``call``).
+
+    ``call`` sends exactly the call ours makes for ``environ``'s request,
+    caught once from an app of its own (with a key prefix of its own, so that
+    its counters are its own). ``round-trip``'s script only returns a reply of
+    the same shape. None when the storage has no lean client (no hiredis)."""
+    app = our_app(url, "rl-call:")
+    lean = our_storage(app).lean
+    if not isinstance(lean, LeanClient):
+        return []
+    calls: list[tuple[str, Any, Any]] = []
+    evalsha = lean.evalsha
+
+    def caught(sha: str, keys: Any, args: Any) -> Any:
+        calls.append((sha, keys, args))
+        return evalsha(sha, keys, args)
+
+    lean.evalsha = caught  # type: ignore[method-assign]
+    probe(app, environ)
+    del lean.evalsha  # the class's again, which the counting wraps
+    sha, keys, args = calls[0]
+    empty = redis.Redis.from_url(url, **client_options()).script_load("return {1, 1, 1, 1, 1, 1}")
+
+    def call() -> None:
+        lean.evalsha(sha, keys, args)
+
+    def round_trip() -> None:
+        lean.evalsha(empty, keys[:1], ())
+
+    return [
+        app_variant("call", "hook: ours' fixed-window script call alone", bare_app("call", call), environ),
+        app_variant("round-trip", "hook: an empty script's call", bare_app("round-trip", round_trip), environ),
+    ]
+
+
 def refusing_variant(environ: Environ) -> Variant:
     """No limiter, Flask answering 429 itself: what any refusal costs."""
     app = bare_app("refusing", refuse)

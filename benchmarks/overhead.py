@@ -8,7 +8,9 @@ yardstick), ``bare`` (the Flask app, no limiter), ``floor`` (the app plus one
 ``PING`` in a ``before_request`` hook: the least any Redis-backed limiter
 adds), ``ours`` (``@limit(SPEC, identities=["ip", user_key])``), ``ours-py``
 (the same, Redis's reply canned: our Python alone), with ``--metrics``
-``ours-m`` and ``ours-py-m`` (both with Prometheus metrics on), and ``fl-*``
+``ours-m`` and ``ours-py-m`` (both with Prometheus metrics on), with
+``--split`` ``call`` and ``round-trip`` (ours' script call alone, and an
+empty script's, each from a hook: see :func:`harness.call_variants`), and ``fl-*``
 (Flask-Limiter, once per strategy). Every limit has three layers and two
 identities, with quotas so large that every request is admitted: this
 measures the price of the common case.
@@ -22,6 +24,7 @@ says how they work. Run it from the repository root::
     python benchmarks/overhead.py --rounds 600 --json overhead.json
     python benchmarks/overhead.py --profile 3000   # and cProfile our requests
     python benchmarks/overhead.py --metrics        # and the cost of Prometheus metrics
+    python benchmarks/overhead.py --split          # and ours split: round trip, script, Python
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from harness import (
     Variant,
     base_environ,
     breakdown,
+    call_variants,
     client_options,
     describe,
     flask_limiter_variant,
@@ -101,7 +105,9 @@ def can_replies(app: Flask) -> bool:
     return True
 
 
-def build_variants(url: str, environ: Environ, strategies: tuple[str, ...], metrics: bool = False) -> list[Variant]:
+def build_variants(
+    url: str, environ: Environ, strategies: tuple[str, ...], metrics: bool = False, split: bool = False
+) -> list[Variant]:
     variants = [*yardsticks(url, environ), floor_variant([url], environ, "Flask app + 1 PING/request")]
     ours = [
         ("ours", "flask-redis-throttle", "rl:", False),
@@ -122,6 +128,8 @@ def build_variants(url: str, environ: Environ, strategies: tuple[str, ...], metr
                 continue
             variant.key_pattern = None  # its keys are those of its one real call
         variants.append(variant)
+    if split:
+        variants += call_variants(url, environ)
     variants += [flask_limiter_variant(url, environ, strategy) for strategy in strategies]
     return variants
 
@@ -201,6 +209,14 @@ def summarize(
     for name, entry in results.items():
         if name.startswith("fl-"):
             entry["vs_ours"] = ratio(entry["added_us"], ours["added_us"])
+    if "call" in by_name:
+        # Paired by round, as added time is.
+        call = by_name["call"].samples
+        ours["split_us"] = {
+            "round_trip": results["round-trip"]["added_us"],
+            "script": statistics.median(paired(call, by_name["round-trip"].samples)),
+            "python": statistics.median(paired(by_name["ours"].samples, call)),
+        }
     return results
 
 
@@ -248,8 +264,9 @@ def reproduce_command(args: argparse.Namespace) -> str:
         command += [f"--{option}", str(getattr(args, option))]
     if args.strategies != FLASK_LIMITER_STRATEGIES:
         command += ["--strategies", ",".join(args.strategies)]
-    if args.metrics:
-        command.append("--metrics")
+    for flag in ("metrics", "split"):
+        if getattr(args, flag):
+            command.append(f"--{flag}")
     return shlex.join(command)
 
 
@@ -282,6 +299,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="also time ours with Prometheus metrics on (ours-m, ours-py-m): their cost per request",
     )
+    parser.add_argument(
+        "--split",
+        action="store_true",
+        help="also time ours' script call alone and an empty script's, each from a hook (call, round-trip): "
+        "ours' added time split into the round trip, the script and our Python",
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the results, as JSON, to PATH")
     parser.add_argument(
         "--profile",
@@ -310,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     with redis_server() as server:
         admin = redis.Redis.from_url(server.url, **client_options())
         server_version = admin.info("server")["redis_version"]
-        variants = build_variants(server.url, environ, args.strategies, args.metrics)
+        variants = build_variants(server.url, environ, args.strategies, args.metrics, args.split)
         prepare(variants, environ, args.batch)
         parsers = {v.name: parser_name(v.client) for v in variants if v.client is not None}
         print(
@@ -371,6 +394,15 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"Of ours, {python_us:.1f} us is our Python with Redis's reply canned; "
             f"Redis runs our script in {fmt(ours['server_us_per_script'])} us of its own time per call."
+        )
+    if "split_us" in ours:
+        split = ours["split_us"]
+        print(
+            f"Ours split, paired by round: the round trip of an empty script's call {split['round_trip']:.1f} us "
+            f"(round-trip), our script over it {split['script']:.1f} us (call - round-trip), our Python "
+            f"{split['python']:.1f} us (ours - call); in PINGs "
+            + " + ".join(f"{split[part] / ping:.2f}" for part in ("round_trip", "script", "python"))
+            + "."
         )
     print(f"A PING timed alone: median {ping_single:.1f} us (the table's PING is the mean over a batch).")
     if "metrics_alone_us" in results.get("ours-m", {}):
