@@ -102,8 +102,9 @@ class LayerNames:
         return f"{self.heads[id(policy), layer.window]}{max(remaining, 0)};t={math.ceil(reset)}"
 
 
-#: The headers :func:`set_headers` always sets, in lower case.
+#: The headers :func:`set_headers` sets, in lower case: always, and with the legacy ones.
 _NAMES = frozenset(["ratelimit-policy", "ratelimit"])
+_LEGACY_NAMES = _NAMES | {"x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"}
 _POLICY, _STATE = "RateLimit-Policy", "RateLimit"
 
 
@@ -112,30 +113,32 @@ def set_headers(headers: Headers, labels: LayerNames, decision: Decision, legacy
     ``headers``, replacing any it has (and the ``X-RateLimit-*`` ones, if
     ``legacy``).
 
-    A response nearly never has them already: then they are added, which
-    is what setting them does, without searching the headers once for each.
-    They are appended to Werkzeug's list of the headers itself, when it has
-    one: its ``add`` checks each value for newlines, which these, made here
-    of numbers and the layers' names, cannot hold.
+    A response nearly never has any of them already: then they are added,
+    which is what setting them does, without searching the headers once for
+    each. They are appended to Werkzeug's list of the headers itself, when
+    it has one: its ``add`` checks each value for newlines, which these,
+    made here of numbers and the layers' names, cannot hold.
     """
     layer, remaining = decision.layer, decision.remaining
-    state = labels.state(decision.policy, layer, remaining, decision.reset)
+    values = [
+        (_POLICY, labels.policy_header),
+        (_STATE, labels.state(decision.policy, layer, remaining, decision.reset)),
+    ]
+    if legacy:
+        values += legacy_headers(layer.quota, remaining, decision.reset, time.time())
+    names = _LEGACY_NAMES if legacy else _NAMES
     items: Any = getattr(headers, "_list", None)  # Werkzeug's own list, if it has one
     own = type(items) is list
     for name, _value in items if own else headers:
-        if name.lower() in _NAMES:
-            headers.set(_POLICY, labels.policy_header)
-            headers.set(_STATE, state)
-            break
+        if name.lower() in names:
+            for header, value in values:
+                headers.set(header, value)
+            return
+    if own:
+        items += values
     else:
-        if own:
-            items += ((_POLICY, labels.policy_header), (_STATE, state))
-        else:
-            headers.add(_POLICY, labels.policy_header)
-            headers.add(_STATE, state)
-    if legacy:
-        for header, value in legacy_headers(layer.quota, remaining, decision.reset, time.time()):
-            headers.set(header, value)
+        for header, value in values:
+            headers.add(header, value)
 
 
 def legacy_headers(quota: int, remaining: int, reset: float, now: float) -> list[tuple[str, str]]:

@@ -259,10 +259,13 @@ def _user(request: Request, warn: Warn) -> Identity | None:
     would give a 500, or put everyone without an id under the user "None"."""
     asked = "current_user.is_authenticated"
     try:
-        if not current_user.is_authenticated:
+        # The proxy is resolved once: each use of it finds the user anew,
+        # through Flask-Login's lookup, which costs a few microseconds.
+        user = current_user._get_current_object()
+        if not user.is_authenticated:
             return None
         asked = "current_user.get_id()"
-        user_id = current_user.get_id()
+        user_id = user.get_id()
         if user_id is not None:
             return _identity("user", str(user_id))
         problem = "returned None for a logged-in user"

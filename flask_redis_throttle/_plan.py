@@ -205,7 +205,7 @@ class Plan:
     unresolved: tuple[UnresolvedCheck, ...] = field(repr=False)
     #: The cost every limit has, for simple plans.
     cost: int = 1
-    _labels: dict[tuple[Policy, ...], LayerNames] = field(default_factory=dict, repr=False)
+    _labels: dict[tuple[int, ...], LayerNames] = field(default_factory=dict, repr=False)
 
     def prepare(self, request: Request) -> tuple[Sequence[Batch], LayerNames, Sequence[Problem]]:
         """Work out a request's script calls.
@@ -275,9 +275,16 @@ class Plan:
         return (Batch(self.cost, False, False, checks, limits),)
 
     def _labels_of(self, policies: tuple[Policy, ...]) -> LayerNames:
-        labels = self._labels.get(policies)
+        """The header names of ``policies``, kept by the policies' ids, as
+        :class:`LayerNames` names their layers: a dynamic limit's policy made
+        again after its cache was forgotten is equal to the old one but not
+        it, and must not be given names made for the old one. The names keep
+        their policies, so no other policy can have their ids meanwhile.
+        Keyed by ids, a lookup also hashes no policy, layer by layer."""
+        key = tuple(map(id, policies))
+        labels = self._labels.get(key)
         if labels is None:
-            labels = remember(self._labels, policies, LayerNames.of(policies), DYNAMIC_CACHE_SIZE)
+            labels = remember(self._labels, key, LayerNames.of(policies), DYNAMIC_CACHE_SIZE)
         return labels
 
 

@@ -186,3 +186,51 @@ def test_the_entries_are_the_cache_s_own_blocks_through_adding_and_clearing() ->
     cache.clear()
     assert cache.entries is entries
     assert not entries
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    size=st.integers(1, 4),
+    steps=st.lists(
+        st.tuples(
+            st.sampled_from(["add", "find", "clear"]),
+            st.sampled_from(["a=1", "a=60", "b=1", "b:x=60", "c"]),
+            st.integers(0, 3),
+        ),
+        max_size=30,
+    ),
+)
+def test_blocked_keys_are_the_counters_of_the_entries(size: int, steps: list[tuple[str, str, int]]) -> None:
+    """The hot path asks ``blocked_keys`` whether any of a request's keys
+    has an entry before it names the request's layers: through adding,
+    replacing, evicting, expiring and clearing, it holds each entry's
+    counter (its name up to the last ``=``), and no other."""
+    cache = BlockCache(size)
+    view = cache.blocked_keys
+    for action, name, at in steps:
+        if action == "add":
+            cache.add(name, Block(1, 1, 0, 2, 2, at + 1))  # trusted until at + 1
+        elif action == "find":
+            cache.find([(name, 1)], 1, at)  # drops the entry if it expired
+        else:
+            cache.clear()
+        assert cache.blocked_keys is view
+        assert set(view) == {key.rpartition("=")[0] or key for key in cache.entries}
+
+
+def test_a_request_with_one_blocked_key_among_others_is_refused_from_the_cache(storage: Storage) -> None:
+    """While another client is blocked too, the request whose user is
+    blocked and whose address is not is still refused in process."""
+    throttle = Throttle(storage, blocks=BlockCache(10))
+    policy = Policy((Layer(1, 60),), "s1")
+    other = [Identity("ip", "198.51.100.9")]
+    assert throttle.hit([(policy, other)]).admitted
+    assert not throttle.hit([(policy, other)]).admitted  # blocks the other client
+    ann = [Identity("user", "ann")]
+    assert throttle.hit([(policy, ann)]).admitted
+    assert not throttle.hit([(policy, ann)]).admitted  # blocks ann
+    fresh = throttle.hit([(policy, [Identity("ip", "192.0.2.7"), *ann])])
+    assert not fresh.admitted
+    assert fresh.cached
+    assert fresh.identity == ann[0]
+    assert throttle.hit([(policy, [Identity("ip", "192.0.2.8")])]).admitted  # not blocked: Redis admits

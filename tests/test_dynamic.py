@@ -171,3 +171,38 @@ def test_an_api_key_recipe(app: Flask) -> None:
     assert [call("k-bob", ip="192.0.2.9") for _ in range(3)] == [200, 200, 200]
     # Without a key, or with a made-up one, a client is limited by its IP.
     assert [call(None), call("k-made-up"), call(None, ip="192.0.2.2")] == [200, 429, 200]
+
+
+def test_a_dynamic_policy_made_again_after_its_cache_was_forgotten_gets_its_own_header_names(
+    app: Flask, monkeypatch
+) -> None:
+    """The header names of a request's policies are kept by those policies'
+    identity, not by their equality: a dynamic limit's string whose policy
+    was forgotten (its cache filled up) and made again is a new, equal
+    policy, and names kept for the old one do not name its layers. Keyed by
+    equality, this request's headers failed with a KeyError."""
+    monkeypatch.setattr(plan_module, "DYNAMIC_CACHE_SIZE", 4)
+
+    @app.get("/")
+    @limit(lambda request: request.headers["X-A"])
+    @limit(lambda request: request.headers["X-B"], scope="b")
+    def index() -> str:
+        return "ok"
+
+    install(app)
+    client = app.test_client()
+
+    def send(a: str, b: str) -> Any:
+        response = get(client, headers={"X-A": a, "X-B": b})
+        assert response.status_code == 200
+        return response
+
+    steps = [("100/h", f"{1000 + i}/d") for i in range(3)]  # the names of 3 pairs kept
+    steps += [(f"{200 + i}/h", "1000/d") for i in range(2)]  # 4 kept, then forgotten: 1 left
+    steps += [("100/h", "1000/d")]  # kept again, with A's first policy
+    steps += [(f"{300 + i}/h", "1000/d") for i in range(2)]  # A's policies forgotten, not those names
+    for a, b in steps:
+        send(a, b)
+    response = send("100/h", "1000/d")  # A's policy made again, equal to the first
+    assert response.headers["RateLimit"].startswith('"1h";r=')
+    assert response.headers["RateLimit-Policy"] == '"1h";q=100;w=3600, "1d";q=1000;w=86400'

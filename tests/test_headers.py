@@ -155,3 +155,71 @@ def test_the_headers_are_set_alike_on_werkzeug_headers_and_any_other() -> None:
     for headers in (Headers([("ratelimit", "old")]), Other(("ratelimit", "old"))):
         set_headers(headers, labels, decision, False)  # type: ignore[arg-type]
         assert sorted(headers) == sorted(expected)
+
+
+@pytest.mark.parametrize("name", [None, "RateLimit", "x-ratelimit-remaining", "X-RateLimit-Reset"])
+def test_legacy_headers_the_view_set_are_replaced_not_repeated(app: Flask, clock: Clock, name: str | None) -> None:
+    """With the legacy headers on, all five are appended after the view's
+    when it set none of them, in their order; and each is replaced, not
+    repeated, when it set any one of them."""
+
+    @app.get("/")
+    @limit("2/m")
+    def index() -> tuple[str, dict[str, str]]:
+        return "ok", {"X-Other": "kept"} if name is None else {name: "the view's", "X-Other": "kept"}
+
+    install(app, RATELIMIT_HEADERS_LEGACY=True)
+    clock.set(15.5)
+    response = get(app.test_client())
+    ours = ["RateLimit-Policy", "RateLimit", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"]
+    for header in ours:
+        assert len(response.headers.getlist(header)) == 1
+    assert response.headers["RateLimit"] == '"1m";r=1;t=45'
+    assert response.headers["X-RateLimit-Limit"] == "2"
+    assert response.headers["X-RateLimit-Remaining"] == "1"
+    assert response.headers["X-Other"] == "kept"
+    if name is None:
+        assert [key for key, _value in response.headers][-5:] == ours
+
+
+def test_legacy_headers_are_set_alike_on_werkzeug_headers_and_any_other() -> None:
+    """The legacy headers follow the IETF ones, appended when none of the
+    five is there, and set in place of any that is, on either kind of headers."""
+    from werkzeug.datastructures import Headers
+
+    from flask_redis_throttle._headers import LayerNames, set_headers
+    from flask_redis_throttle.core.keys import Identity
+    from flask_redis_throttle.core.rates import parse_limits
+    from flask_redis_throttle.core.throttle import Decision, Policy
+
+    class Other:
+        """Headers with Werkzeug's methods but not its list."""
+
+        def __init__(self, *items: tuple[str, str]) -> None:
+            self.items = Headers(list(items))
+
+        def __iter__(self):  # type: ignore[no-untyped-def]
+            return iter(self.items)
+
+        def add(self, name: str, value: str) -> None:
+            self.items.add(name, value)
+
+        def set(self, name: str, value: str) -> None:
+            self.items.set(name, value)
+
+    policy = Policy(parse_limits("10/s;100/m"), "s")
+    labels = LayerNames.of([policy])
+    decision = Decision(True, policy, policy.layers[1], Identity("ip", "1.2.3.4"), 7, 59.2, 0.0)
+    ietf = [("RateLimit-Policy", '"1s";q=10;w=1, "1m";q=100;w=60'), ("RateLimit", '"1m";r=7;t=60')]
+    for headers in (Headers([("Content-Type", "text/plain")]), Other(("Content-Type", "text/plain"))):
+        set_headers(headers, labels, decision, True)  # type: ignore[arg-type]
+        added = list(headers)[1:]
+        assert added[:2] == ietf
+        assert [name for name, _ in added[2:]] == ["X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"]
+        assert [value for _, value in added[2:4]] == ["100", "7"]
+    for headers in (Headers([("x-ratelimit-limit", "old")]), Other(("x-ratelimit-limit", "old"))):
+        set_headers(headers, labels, decision, True)  # type: ignore[arg-type]
+        found = list(headers)
+        assert len(found) == 5
+        assert found[0] == ("X-RateLimit-Limit", "100")  # replaced in place
+        assert found[1:3] == ietf

@@ -23,7 +23,7 @@ This module is pure Python: it imports neither Flask nor Redis.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import KeysView, Mapping
 from dataclasses import dataclass
 
 __all__ = ["MAX_AGE", "Block", "BlockCache"]
@@ -86,6 +86,14 @@ class BlockCache:
         #: to read only. Whether it is empty is every request's test, and
         #: ``len(cache)`` would make it a Python call.
         self.entries: Mapping[str, Block] = self._blocks
+        #: How many entries each counter has, by its Redis key.
+        self._counters: dict[str, int] = {}
+        #: The Redis keys of the counters that have an entry, a live view:
+        #: a request none of whose keys is here has no blocked layer, which
+        #: one C-level set test tells, without naming its layers for
+        #: :meth:`find`. Every request pays that naming while any client at
+        #: all is blocked, which a busy server nearly always has.
+        self.blocked_keys: KeysView[str] = self._counters.keys()
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -114,6 +122,7 @@ class BlockCache:
                 with self._lock:
                     if blocks.get(key) is block:
                         del blocks[key]
+                        self._count(key, -1)
                 continue
             if block.quota != quota or block.cost != cost:
                 continue  # another quota on a shared scope, or another cost
@@ -123,13 +132,28 @@ class BlockCache:
 
     def add(self, key: str, block: Block) -> None:
         """Remember that the counter ``key`` is full until ``block.until``."""
+        blocks = self._blocks
         with self._lock:
-            self._blocks.pop(key, None)  # re-inserted as the newest
-            while len(self._blocks) >= self.size:
-                del self._blocks[next(iter(self._blocks))]
-            self._blocks[key] = block
+            if blocks.pop(key, None) is None:  # else re-inserted as the newest
+                self._count(key, 1)
+            while len(blocks) >= self.size:
+                oldest = next(iter(blocks))
+                del blocks[oldest]
+                self._count(oldest, -1)
+            blocks[key] = block
 
     def clear(self) -> None:
         """Forget every block, after counters were reset in Redis, say."""
         with self._lock:
             self._blocks.clear()
+            self._counters.clear()
+
+    def _count(self, key: str, change: int) -> None:
+        """Count an entry ``<Redis key>=<window>`` in or out of its counter's
+        entries (under the lock); a name without ``=`` is its own counter."""
+        counter = key[: key.rfind("=")] if "=" in key else key
+        left = self._counters.get(counter, 0) + change
+        if left:
+            self._counters[counter] = left
+        else:
+            del self._counters[counter]

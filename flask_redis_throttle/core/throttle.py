@@ -251,7 +251,7 @@ class Throttle:
         # The block cache's clock, in microseconds: this process's
         # monotonic clock, or the pinned time when tests pin it.
         sent = time.monotonic_ns() // 1000 if now is None else now
-        if blocks is not None and blocks.entries and cost > 0:
+        if blocks is not None and blocks.entries and cost > 0 and not blocks.blocked_keys.isdisjoint(keys):
             found = blocks.find(layout.layers(keys), cost, sent)
             if found is not None:
                 index, block = found
