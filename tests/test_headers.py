@@ -8,9 +8,13 @@ from email.utils import parsedate_to_datetime
 import pytest
 from flask import Flask, jsonify
 from helpers import Clock, get, install
+from werkzeug.datastructures import Headers
 
 from flask_redis_throttle import RateLimitExceeded, limit
-from flask_redis_throttle._headers import legacy_headers, retry_after_value
+from flask_redis_throttle._headers import LayerNames, legacy_headers, retry_after_value, set_headers
+from flask_redis_throttle.core.keys import Identity
+from flask_redis_throttle.core.rates import parse_limits
+from flask_redis_throttle.core.throttle import Decision, Policy
 
 
 def limited(app: Flask, spec: str = "2/m", **config: object) -> None:
@@ -120,39 +124,39 @@ def test_headers_the_view_set_are_replaced_not_repeated(app: Flask, clock: Clock
     assert response.headers["X-Other"] == "kept"
 
 
+class _OtherHeaders:
+    """Headers with Werkzeug's methods but not its list."""
+
+    def __init__(self, *items: tuple[str, str]) -> None:
+        self.items = Headers(list(items))
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self.items)
+
+    def add(self, name: str, value: str) -> None:
+        self.items.add(name, value)
+
+    def set(self, name: str, value: str) -> None:
+        self.items.set(name, value)
+
+
+def _minute_layer_decision(remaining: int) -> tuple[LayerNames, Decision]:
+    """The header names of a "10/s;100/m" policy, and an admitted decision
+    on its minute layer with ``remaining`` left, 59.2 s before its reset."""
+    policy = Policy(parse_limits("10/s;100/m"), "s")
+    decision = Decision(True, policy, policy.layers[1], Identity("ip", "1.2.3.4"), remaining, 59.2, 0.0)
+    return LayerNames.of([policy]), decision
+
+
 def test_the_headers_are_set_alike_on_werkzeug_headers_and_any_other() -> None:
     """Appended to Werkzeug's own list when there is one; else added, and
     set in place of ones the response already has, on either."""
-    from werkzeug.datastructures import Headers
-
-    from flask_redis_throttle._headers import LayerNames, set_headers
-    from flask_redis_throttle.core.keys import Identity
-    from flask_redis_throttle.core.rates import parse_limits
-    from flask_redis_throttle.core.throttle import Decision, Policy
-
-    class Other:
-        """Headers with Werkzeug's methods but not its list."""
-
-        def __init__(self, *items: tuple[str, str]) -> None:
-            self.items = Headers(list(items))
-
-        def __iter__(self):  # type: ignore[no-untyped-def]
-            return iter(self.items)
-
-        def add(self, name: str, value: str) -> None:
-            self.items.add(name, value)
-
-        def set(self, name: str, value: str) -> None:
-            self.items.set(name, value)
-
-    policy = Policy(parse_limits("10/s;100/m"), "s")
-    labels = LayerNames.of([policy])
-    decision = Decision(True, policy, policy.layers[1], Identity("ip", "1.2.3.4"), -1, 59.2, 0.0)
+    labels, decision = _minute_layer_decision(-1)
     expected = [("RateLimit-Policy", '"1s";q=10;w=1, "1m";q=100;w=60'), ("RateLimit", '"1m";r=0;t=60')]
-    for headers in (Headers([("Content-Type", "text/plain")]), Other(("Content-Type", "text/plain"))):
+    for headers in (Headers([("Content-Type", "text/plain")]), _OtherHeaders(("Content-Type", "text/plain"))):
         set_headers(headers, labels, decision, False)  # type: ignore[arg-type]
         assert list(headers)[1:] == expected
-    for headers in (Headers([("ratelimit", "old")]), Other(("ratelimit", "old"))):
+    for headers in (Headers([("ratelimit", "old")]), _OtherHeaders(("ratelimit", "old"))):
         set_headers(headers, labels, decision, False)  # type: ignore[arg-type]
         assert sorted(headers) == sorted(expected)
 
@@ -185,39 +189,15 @@ def test_legacy_headers_the_view_set_are_replaced_not_repeated(app: Flask, clock
 def test_legacy_headers_are_set_alike_on_werkzeug_headers_and_any_other() -> None:
     """The legacy headers follow the IETF ones, appended when none of the
     five is there, and set in place of any that is, on either kind of headers."""
-    from werkzeug.datastructures import Headers
-
-    from flask_redis_throttle._headers import LayerNames, set_headers
-    from flask_redis_throttle.core.keys import Identity
-    from flask_redis_throttle.core.rates import parse_limits
-    from flask_redis_throttle.core.throttle import Decision, Policy
-
-    class Other:
-        """Headers with Werkzeug's methods but not its list."""
-
-        def __init__(self, *items: tuple[str, str]) -> None:
-            self.items = Headers(list(items))
-
-        def __iter__(self):  # type: ignore[no-untyped-def]
-            return iter(self.items)
-
-        def add(self, name: str, value: str) -> None:
-            self.items.add(name, value)
-
-        def set(self, name: str, value: str) -> None:
-            self.items.set(name, value)
-
-    policy = Policy(parse_limits("10/s;100/m"), "s")
-    labels = LayerNames.of([policy])
-    decision = Decision(True, policy, policy.layers[1], Identity("ip", "1.2.3.4"), 7, 59.2, 0.0)
+    labels, decision = _minute_layer_decision(7)
     ietf = [("RateLimit-Policy", '"1s";q=10;w=1, "1m";q=100;w=60'), ("RateLimit", '"1m";r=7;t=60')]
-    for headers in (Headers([("Content-Type", "text/plain")]), Other(("Content-Type", "text/plain"))):
+    for headers in (Headers([("Content-Type", "text/plain")]), _OtherHeaders(("Content-Type", "text/plain"))):
         set_headers(headers, labels, decision, True)  # type: ignore[arg-type]
         added = list(headers)[1:]
         assert added[:2] == ietf
         assert [name for name, _ in added[2:]] == ["X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"]
         assert [value for _, value in added[2:4]] == ["100", "7"]
-    for headers in (Headers([("x-ratelimit-limit", "old")]), Other(("x-ratelimit-limit", "old"))):
+    for headers in (Headers([("x-ratelimit-limit", "old")]), _OtherHeaders(("x-ratelimit-limit", "old"))):
         set_headers(headers, labels, decision, True)  # type: ignore[arg-type]
         found = list(headers)
         assert len(found) == 5
