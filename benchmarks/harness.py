@@ -445,7 +445,8 @@ def call_variants(url: str, environ: Environ) -> list[Variant]:
     ``call`` sends exactly the call ours makes for ``environ``'s request,
     caught once from an app of its own (with a key prefix of its own, so that
     its counters are its own). ``round-trip``'s script only returns a reply of
-    the same shape. None when the storage has no lean client (no hiredis)."""
+    the same shape. Neither is made when the storage has no lean client (no
+    hiredis). :func:`split` splits ours' time with them."""
     app = our_app(url, "rl-call:")
     lean = our_storage(app).lean
     if not isinstance(lean, LeanClient):
@@ -461,7 +462,7 @@ def call_variants(url: str, environ: Environ) -> list[Variant]:
     probe(app, environ)
     del lean.evalsha  # the class's again, which the counting wraps
     sha, keys, args = calls[0]
-    empty = redis.Redis.from_url(url, **client_options()).script_load("return {1, 1, 1, 1, 1, 1}")
+    empty = redis.Redis(connection_pool=lean.pool).script_load("return {1, 1, 1, 1, 1, 1}")
 
     def call() -> None:
         lean.evalsha(sha, keys, args)
@@ -473,6 +474,24 @@ def call_variants(url: str, environ: Environ) -> list[Variant]:
         app_variant("call", "hook: ours' fixed-window script call alone", bare_app("call", call), environ),
         app_variant("round-trip", "hook: an empty script's call", bare_app("round-trip", round_trip), environ),
     ]
+
+
+def split(variants: Sequence[Variant], ours: str) -> dict[str, float] | None:
+    """The variant ``ours``'s added time split three ways by the
+    :func:`call_variants` timed beside it, each a median over rounds of a
+    difference paired by round, as added time is: the round trip
+    (``round-trip`` - the bare app), our script over it (``call`` -
+    ``round-trip``) and our Python (``ours`` - ``call``); in microseconds.
+    None when the hooks were not timed."""
+    by_name = {v.name: v.samples for v in variants}
+    if "call" not in by_name:
+        return None
+    call, trip = by_name["call"], by_name["round-trip"]
+    return {
+        "round_trip": statistics.median(paired(trip, by_name["bare"])),
+        "script": statistics.median(paired(call, trip)),
+        "python": statistics.median(paired(by_name[ours], call)),
+    }
 
 
 def refusing_variant(environ: Environ) -> Variant:

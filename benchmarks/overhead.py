@@ -69,6 +69,7 @@ from harness import (
     ratio,
     render_table,
     single_pings,
+    split,
     time_and_count,
     yardsticks,
 )
@@ -209,14 +210,9 @@ def summarize(
     for name, entry in results.items():
         if name.startswith("fl-"):
             entry["vs_ours"] = ratio(entry["added_us"], ours["added_us"])
-    if "call" in by_name:
-        # Paired by round, as added time is.
-        call = by_name["call"].samples
-        ours["split_us"] = {
-            "round_trip": results["round-trip"]["added_us"],
-            "script": statistics.median(paired(call, by_name["round-trip"].samples)),
-            "python": statistics.median(paired(by_name["ours"].samples, call)),
-        }
+    parts = split(variants, "ours")
+    if parts is not None:
+        ours["split_us"] = parts
     return results
 
 
@@ -396,12 +392,12 @@ def main(argv: list[str] | None = None) -> int:
             f"Redis runs our script in {fmt(ours['server_us_per_script'])} us of its own time per call."
         )
     if "split_us" in ours:
-        split = ours["split_us"]
+        parts = ours["split_us"]
         print(
-            f"Ours split, paired by round: the round trip of an empty script's call {split['round_trip']:.1f} us "
-            f"(round-trip), our script over it {split['script']:.1f} us (call - round-trip), our Python "
-            f"{split['python']:.1f} us (ours - call); in PINGs "
-            + " + ".join(f"{split[part] / ping:.2f}" for part in ("round_trip", "script", "python"))
+            f"Ours split, paired by round: the round trip of an empty script's call {parts['round_trip']:.1f} us "
+            f"(round-trip), our script over it {parts['script']:.1f} us (call - round-trip), our Python "
+            f"{parts['python']:.1f} us (ours - call); in PINGs "
+            + " + ".join(f"{parts[part] / ping:.2f}" for part in ("round_trip", "script", "python"))
             + "."
         )
     print(f"A PING timed alone: median {ping_single:.1f} us (the table's PING is the mean over a batch).")

@@ -320,25 +320,23 @@ def rst_shows(report: Report) -> str:
 
 
 def rst_where(report: Report) -> str:
-    """Where our fixed-window time goes, from the same run's rows: the
-    ``round-trip`` and ``call`` hooks (see ``harness.call_variants``) split it."""
+    """Where our fixed-window time goes, from the same run's rows: split by
+    the ``round-trip`` and ``call`` hooks (see ``harness.split``)."""
     results = admitted(report)
     ours, floor, ping = results["ours-fixed-window"], results["floor"], results["ping"]
-    trip, call = results["round-trip"], results["call"]
-    script = call["added_us"] - trip["added_us"]
-    python = ours["added_us"] - call["added_us"]
+    parts = ours["split_us"]
     items = [
-        f"about {trip['added_us']:.0f} µs is the round trip, made from inside a request on our lean client path "
+        f"about {parts['round_trip']:.0f} µs is the round trip, made from inside a request on our lean client path "
         "(the *empty script's call* row: a bare app whose ``before_request`` hook sends an ``EVALSHA`` of a "
         f"script that only returns). The same hook sending a redis-py ``PING`` takes {floor['added_us']:.0f} µs "
         f"(the *floor* row), and a ``PING`` timed in a tight loop {ping['per_call_us']:.0f} µs: a request's own "
         "work stands between two round trips;",
-        f"about {script:.0f} µs is our script over that (the *script call alone* row, a hook sending exactly "
+        f"about {parts['script']:.0f} µs is our script over that (the *script call alone* row, a hook sending exactly "
         f"our call, less the round trip). Redis's own time per call is {ours['server_us_per_request']:.0f} µs: "
         "one ``TIME``, then one read and one write per identity, whose three layers share one key;",
-        f"the rest, about {python:.0f} µs, is our Python: finding the identities, building the keys, packing the "
-        "arguments, decoding the reply and formatting the headers. ``python benchmarks/overhead.py`` also times "
-        "it with the script's reply canned, and ``--profile`` shows where it goes.",
+        f"the rest, about {parts['python']:.0f} µs, is our Python: finding the identities, building the keys, "
+        "packing the arguments, decoding the reply and formatting the headers. ``python benchmarks/overhead.py`` "
+        "also times it with the script's reply canned, and ``--profile`` shows where it goes.",
     ]
     return f"Of our fixed-window {ours['added_us']:.0f} µs in this run:\n\n" + "\n".join(bullet(item) for item in items)
 

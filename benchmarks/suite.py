@@ -73,6 +73,7 @@ from harness import (
     ratio,
     refusing_variant,
     render_table,
+    split,
     tally,
     time_and_count,
     user_key,
@@ -227,6 +228,9 @@ def admitted(url: str, admin: redis.Redis, s: Settings) -> dict[str, Any]:
     prepare(variants, environ, s.batch)
     parsers = {v.name: parser_name(v.client) for v in variants if v.client is not None}
     results = time_and_count(variants, admin, s.rounds, s.batch, s.warmup, s.count, keys=True)
+    parts = split(variants, "ours-fixed-window")
+    if parts is not None:
+        results["ours-fixed-window"]["split_us"] = parts
     ours = [results[f"ours-{strategy}"]["added_us"] for strategy in OUR_STRATEGIES]
     for strategy, like in LIKE_FOR_LIKE.items():
         entry = results[f"fl-{strategy}"]
