@@ -568,6 +568,41 @@ def test_time_is_the_clock_as_in_redis(real: Raw) -> None:
     assert mine.keyspace.clock is time.time
 
 
+#: Packs ARGV[2:] with the format ARGV[1], then unpacks it whole, and a
+#: field of it from a later position.
+_STRUCT = """
+local data = struct.pack(ARGV[1], unpack(ARGV, 2))
+local whole = {struct.unpack(ARGV[1], data)}
+for i = 1, #whole do whole[i] = tostring(whole[i]) end
+return {data, whole, {struct.unpack('<I1', data, #data)}}
+"""
+
+
+@pytest.mark.redis
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(fields=st.lists(st.tuples(st.integers(1, 8), st.data()), min_size=1, max_size=6))
+def test_struct_packs_and_unpacks_as_redis_does(real: Raw, lua: str, fields: list[tuple[int, st.DataObject]]) -> None:
+    """The packed records' struct formats (little-endian unsigned integers of
+    1 to 8 bytes) pack and unpack on the embedded store as on Redis: values
+    that fit, values up to 2^53 in fewer bytes (their low bytes are kept),
+    and the position after the data."""
+    values = []
+    for size, data in fields:
+        fitting = st.integers(0, min(2**53, 2 ** (8 * size)) - 1)
+        values.append(data.draw(fitting | st.integers(0, 2**53)))
+    command = ("EVAL", _STRUCT, 0, "<" + "".join(f"I{size}" for size, _ in fields), *values)
+    assert EmbeddedRedis(lua=lua).execute_command(*command) == real.execute_command(*command)
+
+
+def test_struct_refuses_formats_the_scripts_do_not_use() -> None:
+    """Anything but little-endian unsigned integers is an error, not a
+    silently different packing."""
+    store = EmbeddedRedis()
+    for format in ("I4", ">I4", "<i4", "<I9", "<I4x", "<d"):
+        with pytest.raises(redis.ResponseError, match="unsupported format"):
+            store.eval("return struct.pack(ARGV[1], 1)", 0, format)
+
+
 # --- the package's scripts, step by step, on both -----------------------------------------------
 
 penalties = st.one_of(

@@ -42,8 +42,60 @@ local redis = {
   log = function() end,
   LOG_DEBUG = 0, LOG_VERBOSE = 1, LOG_NOTICE = 2, LOG_WARNING = 3,
 }
+-- Redis's struct library, as much of it as the scripts use: formats of
+-- little-endian unsigned integers of 1 to 8 bytes each ('<I4I6I4'), exact
+-- up to 2^53 as every Lua number. pack() keeps the low bytes of a larger
+-- value, as Redis's does; anything else in a format is an error.
+local byte, char, floor = string.byte, string.char, math.floor
+local formats = {}
+local function sizes(format)
+  local list = formats[format]
+  if list == nil then
+    list = {}
+    for n in string.gmatch(string.sub(format, 2), 'I([1-8])') do
+      list[#list + 1] = n + 0
+    end
+    if string.sub(format, 1, 1) ~= '<' or '<' .. string.rep('I_', #list) ~= string.gsub(format, '%d', '_') then
+      error('struct: unsupported format ' .. format, 3)
+    end
+    formats[format] = list
+  end
+  return list
+end
+local struct = {
+  pack = function(format, ...)
+    local list, bytes, m = sizes(format), {}, 0
+    for k = 1, #list do
+      local value = floor(select(k, ...))
+      for _ = 1, list[k] do
+        local low = value % 256
+        m = m + 1
+        bytes[m] = low
+        value = (value - low) / 256
+      end
+    end
+    return char(unpack(bytes, 1, m))
+  end,
+  unpack = function(format, data, at)
+    local list, out = sizes(format), {}
+    at = at or 1
+    for k = 1, #list do
+      local last = at + list[k] - 1
+      if last > #data then
+        error('struct: data string too short', 2)
+      end
+      local value = 0
+      for i = last, at, -1 do
+        value = value * 256 + byte(data, i)
+      end
+      out[k], at = value, last + 1
+    end
+    out[#list + 1] = at
+    return unpack(out, 1, #list + 1)
+  end,
+}
 local env = {
-  redis = redis, string = string, math = math, table = table,
+  redis = redis, string = string, math = math, table = table, struct = struct,
   tonumber = tonumber, tostring = tostring, ipairs = ipairs, pairs = pairs,
   unpack = unpack, type = type, select = select, next = next, error = error,
   assert = assert, pcall = pcall, rawget = rawget, rawset = rawset,
