@@ -220,6 +220,30 @@ layer_lists = st.lists(
 STEP_IDENTITIES = (Identity("ip", "192.0.2.1"), Identity("user", "42"))
 
 
+#: The sizes in bytes of the fields of each packed strategy's records (by
+#: its code, the key's last part), the window first, as its Lua file packs
+#: them: little-endian unsigned integers.
+RECORD_FIELDS = {"fw": (4, 6, 4), "gc": (4, 8, 4), "sw": (4, 6) + (4,) * 11}
+
+
+def packed_records(key: str | bytes, value: bytes | None) -> dict[int, tuple[int, ...]]:
+    """The records of the packed key ``key``'s ``value``: each one's fields
+    after the window, by window."""
+    code = (key.decode() if isinstance(key, bytes) else key).rsplit(":", 1)[1]
+    sizes = RECORD_FIELDS[code]
+    value = value or b""
+    assert len(value) % sum(sizes) == 0, value
+    records = {}
+    at = 0
+    while at < len(value):
+        fields = []
+        for size in sizes:
+            fields.append(int.from_bytes(value[at : at + size], "little"))
+            at += size
+        records[fields[0]] = tuple(fields[1:])
+    return records
+
+
 def request_steps(max_size: int) -> st.SearchStrategy[list[tuple[int, int, tuple[int, ...], bool]]]:
     """Requests one after another: each its gap after the last, its cost
     (0 inspects), which of :data:`STEP_IDENTITIES` send it, and whether it is

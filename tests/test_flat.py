@@ -12,6 +12,7 @@ only the general script makes, undo what the flat one counted.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,12 +21,13 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from helpers import SECOND, T0, layer_lists, request_steps
+from helpers import RECORD_FIELDS, SECOND, T0, layer_lists, request_steps
 from helpers import STEP_IDENTITIES as IDENTITIES
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from flask_redis_throttle.core import scripts
+from flask_redis_throttle.core.codec import entry
 from flask_redis_throttle.core.rates import Layer
 from flask_redis_throttle.core.storage import Storage
 from flask_redis_throttle.core.throttle import Policy, Throttle
@@ -64,7 +66,11 @@ def records(storage: Storage, key: str) -> set[Any]:
         entries = client.eval("return redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')", 1, key)
         return {(entries[i], entries[i + 1]) for i in range(0, len(entries), 2)}
     value = client.get(key)
-    return set(value.decode().split()) if value else set()
+    if not value:
+        return set()
+    size = sum(RECORD_FIELDS[key.rsplit(":", 1)[1]])
+    assert len(value) % size == 0, value
+    return {value[at : at + size] for at in range(0, len(value), size)}
 
 
 @pytest.mark.parametrize("strategy", FLAT)
@@ -90,6 +96,23 @@ def records(storage: Storage, key: str) -> set[Any]:
     layers=[(5, 1)],
     others=[(1, 60)],
     steps=[(0, 1, (0,), False), (SECOND // 10, 1, (0,), True), (SECOND + SECOND // 20, 1, (0,), False)],
+    flat=[True] * 30,
+    start=0,
+)
+# The clock goes back, by less than a window and by more, with a refund
+# there: a sliding window's record then has sub-buckets after the current one.
+@example(
+    layers=[(3, 1), (5, 3)],
+    others=[(1, 60)],
+    steps=[
+        (3 * SECOND, 1, (0,), False),
+        (-SECOND // 2, 1, (0,), False),
+        (-2 * SECOND, 1, (0,), True),
+        (0, 1, (0,), False),
+        (0, 2, (0,), False),
+        (SECOND, 1, (0,), False),
+        (SECOND + SECOND // 10, 1, (0,), False),
+    ],
     flat=[True] * 30,
     start=0,
 )
@@ -120,7 +143,7 @@ def test_the_flat_script_decides_and_writes_as_the_general_one(
         replies = {}
         for copy, (policy, _) in copies.items():
             keys = [throttle.key(policy, IDENTITIES[w]) for w in who]
-            args = [now, cost, " ".join([policy.entry] * len(keys))]
+            args = [now, cost, policy.entry * len(keys)]
             if copy == "mixed" and use_flat:
                 with counting_flat() as seen:
                     replies[copy] = list(storage.evaluate(names, keys, args))
@@ -139,7 +162,7 @@ def test_the_flat_script_decides_and_writes_as_the_general_one(
                 # The other limit writes its own records into the same keys.
                 other = copies[copy][1]
                 with general_only():
-                    storage.evaluate(names, keys, [now, 1, " ".join([other.entry] * len(keys))])
+                    storage.evaluate(names, keys, [now, 1, other.entry * len(keys)])
         assert replies["general"] == replies["mixed"], (now - T0, cost, who)
         for w in who:
             general, mixed = (throttle.key(copies[c][0], IDENTITIES[w]) for c in ("general", "mixed"))
@@ -147,16 +170,43 @@ def test_the_flat_script_decides_and_writes_as_the_general_one(
     assert used_flat == sum(flat[: len(steps)])
 
 
+@pytest.mark.parametrize("flat", [False, True], ids=["general", "flat"])
+def test_a_sliding_window_drops_no_count_when_the_clock_goes_back(storage: Storage, flat: bool) -> None:
+    """A record holds its newest sub-bucket and the ten before it. A request
+    at a time more than ten sub-buckets before the newest is counted in the
+    oldest of them, as late as it can be: so until that one leaves the
+    window, both requests count, where counting it in its own sub-bucket
+    would have let a third in at once."""
+    names, keys, plan = frozenset(["sliding-window"]), [f"sw{next(_scopes)}:sw"], entry("sw", [Layer(2, 1)])
+
+    def call(now: int) -> list[int]:
+        with counting_flat() as seen:
+            reply = list(storage.evaluate(names, keys, [now, 1, plan]))
+        assert seen[0] == flat
+        return reply
+
+    newest = T0 + 5 * SECOND
+    with contextlib.nullcontext() if flat else general_only():
+        assert call(newest)[0] == 1
+        # Two seconds back: twenty sub-buckets before the newest.
+        assert call(newest - 2 * SECOND)[0] == 1
+        # Sub-bucket newest - 10 is counted until sub-bucket newest + 1 begins.
+        assert call(newest) == [0, 1, 0, 11 * SECOND // 10, SECOND // 10, newest]
+        assert call(newest + SECOND // 10 - 1)[0] == 0
+        assert call(newest + SECOND // 10)[0] == 1
+
+
 @pytest.mark.parametrize("strategy", FLAT)
 def test_the_flat_script_takes_only_the_calls_it_decides_alike(strategy: str) -> None:
     """Two limits sharing a key, a penalty, a refund, a second strategy:
     each goes through the general script."""
-    names, keys, plan = frozenset([strategy]), ["a", "b"], "fw1/1 fw1/1"
+    one = entry("fw", [Layer(1, 1)])
+    names, keys, plan = frozenset([strategy]), ["a", "b"], one * 2
     assert scripts.fits_flat(names, keys, [T0, 1, plan])
     assert scripts.fits_flat(names, keys, [T0, 0, plan])
     assert not scripts.fits_flat(names, ["a", "a"], [T0, 1, plan])
     assert not scripts.fits_flat(names, keys, [T0, -1, plan])
-    assert not scripts.fits_flat(names, keys, [T0, 1, "fw1/1!60,2,3600 fw1/1"])
+    assert not scripts.fits_flat(names, keys, [T0, 1, entry("fw", [Layer(1, 1)], (60, 2, 3600)) + one])
     other = next(name for name in scripts.STRATEGIES if name != strategy)
     assert not scripts.fits_flat(names | {other}, keys, [T0, 1, plan])
 
@@ -176,7 +226,7 @@ def test_the_storage_keeps_the_flat_fit_of_a_plan_but_not_of_its_keys(storage: S
     """A request's strategies, cost and plan are its endpoint's, so the
     storage asks fits_flat once for them; whether its keys repeat is the
     request's own, and asked every time."""
-    names, plan = frozenset(["fixed-window"]), "fw5/1 fw5/1"
+    names, plan = frozenset(["fixed-window"]), entry("fw", [Layer(5, 1)]) * 2
     kept = storage.scripts
     with mock.patch.object(scripts, "fits_flat", wraps=scripts.fits_flat) as fits:
         assert kept.fits_flat(names, ["k1", "k2"], [T0, 1, plan])

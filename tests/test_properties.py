@@ -64,7 +64,7 @@ def test_scripts_match_models_and_keep_promises(
                 keys.append(throttle.key(policy, IDENTITIES[w]))
                 entries.append(policy.entry)
                 involved.append(counters[w, i % len(layers)])
-        plan = " ".join(entries)
+        plan = b"".join(entries)
         verdicts = [c.check(now, cost) for c in involved]
         expected = decide(involved, now, cost)
         reply = storage.evaluate(frozenset(names), keys, [now, cost, plan])

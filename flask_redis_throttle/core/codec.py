@@ -4,9 +4,9 @@ and reads their wire format (see ``lua/main.lua`` for the Lua side).
 A call is the keys, one per *entry* (one identity's layers under one
 limit's scope and strategy), then the penalty keys of the entries that have
 a penalty; and three arguments: the time (``""`` for Redis's own clock), the
-cost, and the *plan*, one text entry per key such as ``fw10/1,120/60`` or
-``gc5/60!60,2,3600``. The reply is a flat list of integers that
-:meth:`Reply.decode` reads.
+cost, and the *plan*, the entries one after the other, in binary (see
+:func:`entry`), which the scripts unpack with no text to parse. The reply
+is a flat list of integers that :meth:`Reply.decode` reads.
 
 On a Redis Cluster the entries of different identities may live on
 different nodes: :func:`split` cuts a call into one call per hash tag, and
@@ -17,33 +17,74 @@ This module makes no Redis call and needs no Flask app.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import struct
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from .rates import Layer
 
-__all__ = ["LAYOUT_CACHE_SIZE", "Layout", "Part", "Reply", "entry", "hash_tag", "merge", "refund_of", "split"]
+__all__ = [
+    "LAYOUT_CACHE_SIZE",
+    "Layout",
+    "Part",
+    "Reply",
+    "entries",
+    "entry",
+    "hash_tag",
+    "merge",
+    "penalized",
+    "refund_of",
+    "split",
+]
 
 _new_tuple = tuple.__new__
 
 #: How many request shapes' layouts a throttle keeps (see :class:`Layout`).
 LAYOUT_CACHE_SIZE = 256
 
+#: One argument of a script call.
+Arg = int | str | bytes
 #: The arguments of one script call: now, cost and the plan.
-Args = Sequence[int | str]
+Args = Sequence[Arg]
 #: One script call: its keys and its arguments.
-Call = tuple[Sequence[str], Sequence[int | str]]
+Call = tuple[Sequence[str], Sequence[Arg]]
+
+#: A plan entry's layer (its quota and its window in seconds), and its
+#: penalty (first duration, factor, longest duration): little-endian
+#: unsigned 32-bit integers, as the scripts unpack them with ``struct``.
+_LAYER, _PENALTY = struct.Struct("<II"), struct.Struct("<III")
 
 
-def entry(code: str, layers: Iterable[Layer], penalty: tuple[int, int, int] | None = None) -> str:
+def entry(code: str, layers: Sequence[Layer], penalty: tuple[int, int, int] | None = None) -> bytes:
     """The plan entry of one identity under one limit: the strategy's
-    ``code``, each layer as ``quota/window`` (whole seconds), and the
-    penalty's first duration, factor and longest duration, if any."""
-    text = code + ",".join(f"{layer.quota}/{layer.window}" for layer in layers)
-    if penalty is not None:
-        text += "!" + ",".join(map(str, penalty))
-    return text
+    two-letter ``code``, the number of layers (one byte), each layer's quota
+    and window in whole seconds (4 bytes each), then a byte that says
+    whether a penalty follows, and if one does, its first duration, factor
+    and longest duration (4 bytes each)."""
+    data = code.encode("ascii") + bytes([len(layers)])
+    data += b"".join(_LAYER.pack(layer.quota, layer.window) for layer in layers)
+    if penalty is None:
+        return data + b"\0"
+    return data + b"\1" + _PENALTY.pack(*penalty)
+
+
+def entries(plan: bytes) -> Iterator[tuple[bytes, int, bool]]:
+    """Each entry of ``plan`` (see :func:`entry`), with its number of layers
+    and whether it has a penalty."""
+    at = 0
+    while at < len(plan):
+        count = plan[at + 2]
+        flag = at + 3 + _LAYER.size * count
+        penalty = plan[flag] == 1
+        end = flag + 1 + (_PENALTY.size if penalty else 0)
+        yield plan[at:end], count, penalty
+        at = end
+
+
+def penalized(plan: bytes) -> bool:
+    """Whether some entry of ``plan`` has a penalty."""
+    return any(penalty for _, _, penalty in entries(plan))
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,25 +104,25 @@ class Layout:
         key, its window in seconds and its quota.
     """
 
-    plan: str
+    plan: bytes
     penalized: bool
     places: tuple[tuple[int, int, int], ...]
     windows: tuple[tuple[int, int, int], ...]
 
     @classmethod
-    def of(cls, limits: Iterable[tuple[str, int, Sequence[Layer]]]) -> Layout:
+    def of(cls, limits: Iterable[tuple[bytes, int, Sequence[Layer]]]) -> Layout:
         """The layout of a call over ``limits``: each its plan entry (see
         :func:`entry`), how many identities it counts, and its layers."""
-        entries: list[str] = []
+        texts: list[bytes] = []
         places: list[tuple[int, int, int]] = []
         windows: list[tuple[int, int, int]] = []
         for number, (text, identities, layers) in enumerate(limits):
             for who in range(identities):
                 places += [(number, who, n) for n in range(len(layers))]
-                windows += [(len(entries), layer.window, layer.quota) for layer in layers]
-                entries.append(text)
-        penalized = any("!" in text for text in entries)
-        return cls(" ".join(entries), penalized, tuple(places), tuple(windows))
+                windows += [(len(texts), layer.window, layer.quota) for layer in layers]
+                texts.append(text)
+        plan = b"".join(texts)
+        return cls(plan, penalized(plan), tuple(places), tuple(windows))
 
     def layers(self, keys: Sequence[str]) -> list[tuple[str, int]]:
         """Each layer of a call on ``keys``, in the plan's order, as the
@@ -154,34 +195,34 @@ class Part:
     """
 
     keys: list[str]
-    args: list[int | str]
+    args: list[Arg]
     layers: list[int]
 
 
 def split(keys: Sequence[str], args: Args) -> list[Part]:
     """Cut one call into one call per hash tag, each with the entries (and
     the penalty keys) of that tag, in their order."""
-    now, cost, plan = args[0], args[1], str(args[2])
-    entries = plan.split(" ")
-    count = len(entries)
-    penalty_keys = iter(keys[count:])
-    groups: dict[str, tuple[list[str], list[str], list[str], list[int]]] = {}
+    now, cost, plan = args[0], args[1], args[2]
+    assert isinstance(plan, bytes)
+    parts = list(entries(plan))
+    penalty_keys = iter(keys[len(parts) :])
+    groups: dict[str, tuple[list[str], list[str], list[bytes], list[int]]] = {}
     layer = 0
-    for key, text in zip(keys, entries, strict=False):
+    for key, (text, count, penalty) in zip(keys, parts, strict=False):
         own_keys, penalties, texts, layers = groups.setdefault(hash_tag(key), ([], [], [], []))
         own_keys.append(key)
         texts.append(text)
-        layers.extend(range(layer, layer + text.count("/")))
-        layer += text.count("/")
-        if "!" in text:
+        layers.extend(range(layer, layer + count))
+        layer += count
+        if penalty:
             penalties.append(next(penalty_keys))
     return [
-        Part(own_keys + penalties, [now, cost, " ".join(texts)], layers)
+        Part(own_keys + penalties, [now, cost, b"".join(texts)], layers)
         for own_keys, penalties, texts, layers in groups.values()
     ]
 
 
-def refund_of(part: Part, reply: Sequence[int], cost: int) -> tuple[list[str], list[int | str]]:
+def refund_of(part: Part, reply: Sequence[int], cost: int) -> tuple[list[str], list[Arg]]:
     """The call that gives back ``cost`` that ``part`` took when it was
     admitted with ``reply``: the same keys and plan, at the time it decided."""
     return part.keys, [reply[5], -cost, part.args[2]]

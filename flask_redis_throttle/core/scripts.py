@@ -45,6 +45,7 @@ from importlib.resources import files
 from typing import TypeGuard
 
 from .bounded import remember
+from .codec import Arg, Args, penalized
 
 __all__ = [
     "STRATEGIES",
@@ -111,7 +112,7 @@ def script_source(names: Iterable[str], flat: bool = False) -> str:
     return _source(frozenset(names))
 
 
-def fits_flat(names: frozenset[str], keys: Sequence[str], args: Sequence[int | str]) -> bool:
+def fits_flat(names: frozenset[str], keys: Sequence[str], args: Args) -> bool:
     """Whether the flat script decides the call ``keys``, ``args`` (as the
     scripts take them: now, cost, plan) of a request using the strategies
     ``names`` exactly as the general script would: one strategy that has a
@@ -122,7 +123,7 @@ def fits_flat(names: frozenset[str], keys: Sequence[str], args: Sequence[int | s
         return False
     cost, plan = args[1], args[2]
     counts = isinstance(cost, int) and cost >= 0
-    return counts and isinstance(plan, str) and "!" not in plan and len(set(keys)) == len(keys)
+    return counts and isinstance(plan, bytes) and not penalized(plan) and len(set(keys)) == len(keys)
 
 
 #: How many (strategies, cost, plan) a :class:`ScriptCache` remembers the
@@ -147,9 +148,9 @@ class ScriptCache:
         self._scripts: dict[tuple[frozenset[str], bool], Script] = {}
         #: Whether the flat script fits calls of some strategies, cost and
         #: plan whose keys do not repeat (see :meth:`fits_flat`).
-        self._flat: dict[tuple[frozenset[str], int, int | str], bool] = {}
+        self._flat: dict[tuple[frozenset[str], int, Arg], bool] = {}
 
-    def choose(self, strategies: frozenset[str], calls: Sequence[tuple[Sequence[str], Sequence[int | str]]]) -> Script:
+    def choose(self, strategies: frozenset[str], calls: Sequence[tuple[Sequence[str], Args]]) -> Script:
         """The script for ``calls`` (keys and arguments each) of a request
         using ``strategies``: the flat one when it fits them all."""
         flat = all(self.fits_flat(strategies, keys, args) for keys, args in calls)
@@ -159,7 +160,7 @@ class ScriptCache:
             script = self._scripts[strategies, flat] = Script(text, hashlib.sha1(text.encode()).hexdigest())
         return script
 
-    def fits_flat(self, strategies: frozenset[str], keys: Sequence[str], args: Sequence[int | str]) -> bool:
+    def fits_flat(self, strategies: frozenset[str], keys: Sequence[str], args: Args) -> bool:
         """:func:`fits_flat`, kept: its answer depends on the keys only
         through whether one repeats, and else on the strategies, the cost
         and the plan, which a request shares with every other of its

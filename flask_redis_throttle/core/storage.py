@@ -22,7 +22,7 @@ from redis.exceptions import ClusterError, NoScriptError, SlotNotCoveredError, T
 
 from .bounded import remember
 from .clients import DEFAULT_CLIENT_OPTIONS, client_from_url, redact
-from .codec import Call, hash_tag, settle, split
+from .codec import Args, Call, hash_tag, settle, split
 from .local import folder_of
 from .scripts import Script, ScriptCache
 from .wire import KEY_CACHE_SIZE, STORAGE_ERRORS, LeanClient, LeanCluster, Replay, lean_client
@@ -143,7 +143,7 @@ class Storage:
             return UNCOVERED
         return f"{node.host}:{node.port}"
 
-    def evaluate(self, strategies: frozenset[str], keys: Sequence[str], args: Sequence[int | str]) -> list[int]:
+    def evaluate(self, strategies: frozenset[str], keys: Sequence[str], args: Args) -> list[int]:
         """Run the script for ``strategies`` once: one EVALSHA, one round trip.
 
         When Redis answers NOSCRIPT (after ``SCRIPT FLUSH``, a restart or a
@@ -167,7 +167,7 @@ class Storage:
             return self.evaluate_split(strategies, keys, args)
         return self._evaluate_one(strategies, keys, args)
 
-    def _evaluate_one(self, strategies: frozenset[str], keys: Sequence[str], args: Sequence[int | str]) -> list[int]:
+    def _evaluate_one(self, strategies: frozenset[str], keys: Sequence[str], args: Args) -> list[int]:
         script = self.scripts.choose(strategies, ((keys, args),))
         result: list[int]
         try:
@@ -192,7 +192,7 @@ class Storage:
             [result] = self.evaluate_many(strategies, [(keys, args)])
         return result
 
-    def evaluate_split(self, strategies: frozenset[str], keys: Sequence[str], args: Sequence[int | str]) -> list[int]:
+    def evaluate_split(self, strategies: frozenset[str], keys: Sequence[str], args: Args) -> list[int]:
         """Run the script once per hash tag, pipelined: one round trip to
         each node involved. Then reply as one call over all the keys would:
         admitted only if every call admitted, with the same deciding layer.
@@ -216,7 +216,7 @@ class Storage:
                 logger.warning("could not refund a request refused on another node (%s): %d lost", error, args[1])
         return reply
 
-    def _fanout(self, keys: Sequence[str], args: Sequence[int | str]) -> Fanout:
+    def _fanout(self, keys: Sequence[str], args: Args) -> Fanout:
         """The :class:`~flask_redis_throttle.core.wire.cluster.Fanout` of a
         cluster request: worked out on its keys' first request under its
         plan, and kept (the time is ``""`` outside tests). The arguments'

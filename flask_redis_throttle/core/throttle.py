@@ -12,7 +12,7 @@ from typing import ParamSpec, TypeVar
 from .blocks import Block, BlockCache
 from .bounded import remember
 from .breaker import CircuitBreaker
-from .codec import LAYOUT_CACHE_SIZE, Layout, Reply, entry
+from .codec import LAYOUT_CACHE_SIZE, Arg, Layout, Reply, entry
 from .deprecated import warn_renamed
 from .keys import CACHED_VALUE_LENGTH, Identity, cached_counter_key, escape_scope, identity_tag, kept_counter_key
 from .local import LocalFolder, folder_of
@@ -67,7 +67,7 @@ class Policy:
     suffix: str = field(init=False, repr=False)
     #: The policy's entry in a script's plan, the same for every identity
     #: (see :func:`~flask_redis_throttle.core.codec.entry`).
-    entry: str = field(init=False, repr=False)
+    entry: bytes = field(init=False, repr=False)
     #: ``}:<scope>:pn``, the suffix of the penalty keys; empty without a penalty.
     penalty_suffix: str = field(init=False, repr=False)
     #: The script's strategies when this policy is a request's only one.
@@ -246,7 +246,7 @@ class Throttle:
         known = self._layouts.get(tuple(shape))
         layout, strategies = known[:2] if known is not None else self._layout(checks, tuple(shape))
         now = self.now()
-        args: list[int | str] = ["" if now is None else now, cost, layout.plan]
+        args: list[Arg] = ["" if now is None else now, cost, layout.plan]
         blocks = self.blocks
         # The block cache's clock, in microseconds: this process's
         # monotonic clock, or the pinned time when tests pin it.

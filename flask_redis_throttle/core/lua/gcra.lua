@@ -7,45 +7,34 @@
 -- This is the same as a token bucket of `quota` tokens refilled one every T.
 --
 -- T is rarely a whole number of microseconds (1e6 / 3), so a layer's record
--- keeps the TAT exactly as "<microseconds>:<remainder>", meaning microseconds
--- plus remainder / quota; just "<microseconds>" when the remainder is 0, as
--- it always is when the quota divides the window. The microseconds are
--- written in hexadecimal, 14 characters rather than 16 digits. Every decision and every retry time is then exact
--- integer arithmetic (for a cost of 1 always; for larger costs while
--- cost * quota stays below 2^53).
+-- keeps the TAT exactly as microseconds (8 bytes, after the window) plus a
+-- remainder (4 bytes) meaning remainder / quota of a microsecond; the
+-- remainder is 0 whenever the quota divides the window. Every decision and
+-- every retry time is then exact integer arithmetic (for a cost of 1
+-- always; for larger costs while cost * quota stays below 2^53).
 --
 -- Promise: a burst of at most `quota`, then at most one request per T.
 -- Retry-After is exact. Memory: one packed string per identity and scope
 -- (see packed.lua).
 
 local strategy = {}
+local RECORD, SIZE = '<I4I8I4', 16
 
 function strategy.load(key)
-  return packed.load(key, '(%x+):?(%d*)')
+  return packed.load(key, RECORD, SIZE)
 end
 
--- Layer `name`'s part of the packed string, for the TAT (at, part). Every
--- integer below 2^53 is exact, and %x writes it whole.
-local function part_of(name, at, part)
-  if part > 0 then
-    return string.format('%s=%x:%d', name, at, part)
-  end
-  return string.format('%s=%x', name, at)
-end
-
--- Check each layer of `entry`, numbering them on from i.
-function strategy.check(state, entry, i)
-  for quota, name in gmatch(entry, '(%d+)/(%d+)') do
+-- Check each layer of the entry, numbering them on from i.
+function strategy.check(state, plan, first_layer, last_layer, i)
+  for at = first_layer, last_layer, 8 do
+    local quota, name = unpack_bytes('<I4I4', plan, at)
     i = i + 1
-    quota = tonumber(quota)
     local period = name * 1000000
     quotas[i], periods[i] = quota, period
     -- The TAT as (at, part), never before now.
     local at, part = now, 0
     local a, p = fields(state, name)
     if a then
-      p = tonumber(p) or 0
-      a = tonumber(a, 16)
       if a > now or (a == now and p > 0) then
         at, part = a, p
         if part >= quota then -- the quota was lowered since: round up
@@ -65,7 +54,7 @@ function strategy.check(state, entry, i)
       fits[i], resets[i], retries[i] = true, ahead, 0
       remaining[i] = math.floor(((period - (next_at - now)) * quota - next_part) / period)
       if cost > 0 then
-        note(state, name, part_of(name, next_at, next_part), ahead)
+        note(state, name, pack_bytes(RECORD, name, next_at, next_part), ahead)
       end
     else
       fits[i], retries[i] = false, ahead - period
@@ -76,27 +65,28 @@ function strategy.check(state, entry, i)
   return i
 end
 
-function strategy.refund(state, entry, given)
+function strategy.refund(state, plan, first_layer, last_layer, given)
   -- Move the TAT back by given * T, borrowing whole microseconds when the
   -- remainder would go below zero. A TAT that ends up at or before `now`
   -- means no debt at all, which check() already reads that way.
-  for quota, name in gmatch(entry, '(%d+)/(%d+)') do
+  for at = first_layer, last_layer, 8 do
+    local quota, name = unpack_bytes('<I4I4', plan, at)
     local a, p = fields(state, name)
     if a and packed.first_refund(state, name) then
-      quota = tonumber(quota)
       local period = name * 1000000
       local share = fmod(period, quota)
       local step = (period - share) / quota
-      local part = (tonumber(p) or 0) - given * share
+      local part = p - given * share
       local borrow = part < 0 and math.ceil(-part / quota) or 0
-      local at = tonumber(a, 16) - given * step - borrow
-      note(state, name, part_of(name, at, part + borrow * quota), at - now + 1)
+      local tat = a - given * step - borrow
+      note(state, name, pack_bytes(RECORD, name, tat, part + borrow * quota), tat - now + 1)
     end
   end
 end
 
-local function life(at, part)
-  return tonumber(at, 16) - now + ((tonumber(part) or 0) > 0 and 1 or 0)
+local function life(value, p)
+  local _, at, part = unpack_bytes(RECORD, value, p)
+  return at - now + (part > 0 and 1 or 0)
 end
 
 function strategy.store(state)

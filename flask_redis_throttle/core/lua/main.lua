@@ -10,8 +10,9 @@
 --     reads the key once; every layer of the request kept in it is then
 --     checked against this state, so a key that two of the request's limits
 --     share (the same identity, scope and strategy) is read once
---   check(state, entry, i) -> i
---     checks each layer of the plan entry `entry`, numbering them on from
+--   check(state, plan, first_layer, last_layer, i) -> i
+--     checks each layer of a plan entry, the layers at `first_layer` to
+--     `last_layer` of `plan` (see prelude.lua's entry_at()), numbering them on from
 --     i, and fills the layer tables of layers.lua for each (see there):
 --       fits       true if `cost` more requests fit in this layer now
 --       remaining  the quota left: after this request if it fits, else as it is
@@ -23,19 +24,19 @@
 --     in the state what store() writes if the whole request is admitted,
 --     worked out from what load() read; so a layer two limits share is
 --     counted once however often it is checked. Returns the last number.
---   refund(state, entry, given)
+--   refund(state, plan, first_layer, last_layer, given)
 --     notes that `given`, which a request admitted at `now` took, is handed
---     back to each layer of `entry`, as if it had never been admitted;
+--     back to each layer of the entry, as if it had never been admitted;
 --     `now` is then the time the admitting call decided at. Once per layer
 --     and key, however many limits share them.
 --   store(state)
 --     writes what check() or refund() noted, always with a TTL
 --
 -- A layer's record is found by its name, its window in seconds as the plan
--- gives it, so layers of other limits that share a key are kept. Numbers of
--- 15 digits or more (timestamps have 16) are formatted with '%.0f' or in
--- base 36 before Redis sees them: Lua writes numbers with 14 significant
--- digits.
+-- gives it, so layers of other limits that share a key are kept (see
+-- records.lua). Numbers of 15 digits or more (timestamps have 16) that
+-- Redis is given as text are formatted with '%.0f' first: Lua writes
+-- numbers with 14 significant digits.
 --
 -- Calling convention:
 --   KEYS[e]   the key of plan entry e: one identity's layers under one
@@ -47,11 +48,13 @@
 --   ARGV[2]   the cost of this request; 0 inspects without writing; a
 --             negative cost refunds -cost to every layer, at the `now` of
 --             ARGV[1], which must be the admitting call's
---   ARGV[3]   the plan: one entry per key, separated by spaces, each the
---             strategy's code, then its layers as quota/window (whole
---             seconds) separated by commas, then for a penalty "!" and its
---             first block, factor and longest block, as in
---             "fw10/1,120/60" or "gc5/60!60,2,3600"
+--   ARGV[3]   the plan: one entry per key, one after the other, in binary
+--             (little-endian unsigned integers, as struct packs them):
+--             the strategy's two-letter code, the number of layers (1
+--             byte), each layer's quota and window in whole seconds (4
+--             bytes each), then 1 byte: 1 when the first block, factor
+--             and longest block of a penalty follow (4 bytes each), else
+--             0 (see codec.py's entry())
 --
 -- Every layer is checked before any key is written, and nothing is written
 -- unless all of them have room: a refused request consumes no quota. A
@@ -77,10 +80,13 @@
 local states, loaded = {}, {}
 local layers, punished = 0, nil
 local keys = 0
-for entry in string.gmatch(ARGV[3], '%S+') do
+local plan, at = ARGV[3], 1
+while at <= #plan do
   keys = keys + 1
   local key = KEYS[keys]
-  local strategy = strategies[string.sub(entry, 1, 2)]
+  local strategy = strategies[string.sub(plan, at, at + 1)]
+  local first_layer, last_layer, penalty
+  first_layer, last_layer, penalty, at = entry_at(plan, at)
   local state = states[key]
   if not state then
     state = strategy.load(key)
@@ -89,14 +95,13 @@ for entry in string.gmatch(ARGV[3], '%S+') do
     loaded[#loaded + 1] = state
   end
   if cost < 0 then
-    strategy.refund(state, entry, -cost)
+    strategy.refund(state, plan, first_layer, last_layer, -cost)
   else
-    local first = layers + 1
-    layers = strategy.check(state, entry, layers)
-    local bang = string.find(entry, '!', 3, true)
-    if bang then
+    local from = layers + 1
+    layers = strategy.check(state, plan, first_layer, last_layer, layers)
+    if penalty then
       punished = punished or {}
-      punished[#punished + 1] = {first = first, last = layers, penalty = string.sub(entry, bang + 1)}
+      punished[#punished + 1] = {first = from, last = layers, penalty = {unpack_bytes('<I4I4I4', plan, penalty)}}
     end
   end
 end

@@ -1,42 +1,37 @@
 -- Packed keys, for the general script (see records.lua for the layout):
--- one table per key holds what the request will write, the names of the
--- layers noted, in order, and each one's new record under its name. The
--- strategies' files call these through `packed`.
+-- one table per key holds what the request will write, the windows of the
+-- layers noted, in order, and each one's new record. The strategies' files
+-- call these through `packed`.
 
 local packed = {}
 
--- The patterns of a strategy whose record is `fields`, a pattern with two
--- captures: the next record, read where the last one ended ("^<window>=",
--- the fields, the space after); the fields that follow "=" (for a search by
--- window); and a record alone, anchored.
-local function patterns(fields)
-  return '^(%d+)=' .. fields .. ' ?', '=' .. fields, '^' .. fields
-end
-
--- Read `key`, whose records match `fields` (see patterns()).
-function packed.load(key, fields)
-  local anchored, named, whole = patterns(fields)
+-- Read `key`, whose records are packed as `record` (a struct format whose
+-- first field is the window) and are `size` bytes each.
+function packed.load(key, record, size)
   local value = redis.call('GET', key) or ''
-  return {key = key, value = value, anchored = anchored, named = named, whole = whole, at = 1, life = 0}
+  return {key = key, value = value, record = record, size = size, at = 1, life = 0, names = {}, parts = {}}
 end
 
--- The fields of layer `name`'s record in `state`, as text, or nil when it
--- has none. Notes where the next record starts (see records.lua's read()).
+-- The fields of layer `name`'s record in `state`, the window left out, or
+-- nothing when it has none. Notes where the next record is looked for
+-- first (see records.lua's locate()).
 function packed.fields(state, name)
-  local a, b, at = read(state.value, state.at, name, state.anchored, state.named)
+  local p, at = locate(state.value, state.at, name, state.size)
   state.at = at
-  return a, b
+  if p then
+    return select(2, unpack_bytes(state.record, state.value, p))
+  end
 end
 local fields = packed.fields
 
--- Note the new record of layer `name`, as the whole "<name>=<record>", to be
--- kept `life` more microseconds. (Callers build that string in one go: each
--- new string Lua makes costs, and a record changes with every request.)
+-- Note the new record of layer `name`, packed whole, to be kept `life` more
+-- microseconds.
 local function note(state, name, part, life)
-  if state[name] == nil then
-    state[#state + 1] = name
+  local parts = state.parts
+  if parts[name] == nil then
+    state.names[#state.names + 1] = name
   end
-  state[name] = part
+  parts[name] = part
   if life > state.life then
     state.life = life
   end
@@ -62,20 +57,21 @@ end
 -- value was read once, in order (the usual case: one limit per scope),
 -- none is left.
 function packed.store(state, life)
-  local count = #state
+  local names, noted = state.names, state.parts
+  local count = #names
   if count == 0 then
     return
   end
   local parts, longest = {}, state.life
   for k = 1, count do
-    parts[k] = state[state[k]]
+    parts[k] = noted[names[k]]
   end
   local value = state.value
   if state.at <= #value then
-    local function noted(name)
-      return state[name] ~= nil
+    local function written(name)
+      return noted[name] ~= nil
     end
-    count, longest = keep(value, state.whole, life, noted, parts, count, longest)
+    count, longest = keep(value, state.size, life, written, parts, count, longest)
   end
-  set(state.key, table.concat(parts, ' ', 1, count), longest)
+  set(state.key, table.concat(parts, '', 1, count), longest)
 end

@@ -3,8 +3,8 @@
 -- penalties.load() before it checks the layers and penalties.punish() when
 -- it refuses a request.
 --
--- A plan entry with a penalty ("!<first>,<factor>,<longest>", whole seconds
--- for the blocks) has one more key, its penalty key, in the identity's
+-- A plan entry with a penalty (its first block, factor and longest block,
+-- whole seconds for the blocks) has one more key, its penalty key, in the identity's
 -- {hash tag} like its counters; the penalty keys follow the entries' keys,
 -- in the order of the entries. The value is "<level>:<until>": how many
 -- offences in a row, and when the current block ends, in microseconds.
@@ -20,19 +20,19 @@
 local penalties = {}
 
 -- The penalty groups, one per punished entry ({first, last, penalty}: its
--- first and last layer, and the text after "!"), and the wait of every layer
+-- first and last layer, and its penalty's three numbers), and the wait of every layer
 -- that is blocked now. `keys` is how many keys the entries have.
 function penalties.load(punished, keys, now)
   local groups, blocked = {}, {}
   for j, entry in ipairs(punished) do
-    local first, factor, longest = string.match(entry.penalty, '^(%d+),(%d+),(%d+)$')
+    local first, factor, longest = unpack(entry.penalty)
     local group = {
       key = KEYS[keys + j],
       first = entry.first,
       last = entry.last,
-      base = tonumber(first) * 1000000,
-      factor = tonumber(factor),
-      longest = tonumber(longest) * 1000000,
+      base = first * 1000000,
+      factor = factor,
+      longest = longest * 1000000,
       level = 0,
       blocked = false,
     }

@@ -1,13 +1,18 @@
 -- Packed keys: fixed-window, sliding-window and GCRA keep every layer of an
--- identity under one scope in one string, a record per layer, separated by
--- spaces: "<window>=<record>", where <window> is the layer's window in whole
--- seconds and <record> is the strategy's own. A layer's record is found by
--- its window, so records that other limits sharing the scope wrote are kept
--- (while they are live). One GET and at most one SET per key, whatever the
--- number of layers. The key's TTL is the longest live record's, plus a
--- second: the second means a key is never gone early when the time a script
--- decides at is a moment behind Redis's expiry clock, as it is when tests
--- pin the time.
+-- identity under one scope in one string, a record per layer, one after
+-- the other. A record is packed with Redis's struct library, as
+-- little-endian unsigned integers of sizes fixed per strategy: first the
+-- layer's window in whole seconds ('<I4'), then the strategy's own fields
+-- (its file says which). A layer's record is found by its window, so
+-- records that other limits sharing the scope wrote are kept (while they
+-- are live). One GET and at most one SET per key, whatever the number of
+-- layers. Binary rather than text: a number read from text costs Redis a
+-- strtod() and one written a sprintf(), a pattern finds a record by
+-- matching it character by character, and struct does none of that.
+--
+-- The key's TTL is the longest live record's, plus a second: the second
+-- means a key is never gone early when the time a script decides at is a
+-- moment behind Redis's expiry clock, as it is when tests pin the time.
 --
 -- This file is what the general script (with packed.lua) and the flat
 -- scripts (see flat/) share: finding a layer's record, keeping the records
@@ -15,36 +20,43 @@
 -- value in place rather than splitting it into tables, and defines plain
 -- functions (a table of them costs a request more than the calls).
 
--- Layer `name`'s record in `value` (the key's string, '' for none). The
--- records of one limit are written in its plan's order, so each layer's is
--- looked for first where the last one read ended, `at`, with the pattern
--- `anchored`; only then, with `named`, anywhere. Returns the record's two
--- fields as text (nil when it has none), and where the next record starts:
--- after this one if it was at `at`, else `at` still. Once that is past the
--- end, every record of the value was read in order, and none is left for
--- keep() to find.
-local function read(value, at, name, anchored, named)
-  local _, last, found, a, b = find(value, anchored, at)
-  if found == name then
-    return a, b, last + 1
+local pack_bytes = struct.pack
+
+-- Where layer `name`'s record starts in `value` (the key's string, '' for
+-- none), each record `size` bytes long; nil when it has none. The records
+-- of one limit are written in its plan's order, so each layer's is looked
+-- for first where the last one read ended, `at`; only then anywhere.
+-- Returns, second, where the next record is looked for first: after this
+-- one if it was at `at`, else `at` still. Once that is past the end, every
+-- record of the value was read in order, and none is left for keep() to
+-- find.
+local function locate(value, at, name, size)
+  local last = #value - size + 1
+  if at <= last and unpack_bytes('<I4', value, at) == name then
+    return at, at + size
   end
-  _, _, a, b = find(' ' .. value, ' ' .. name .. named)
-  return a, b, at
+  for p = 1, last, size do
+    if unpack_bytes('<I4', value, p) == name then
+      return p, at
+    end
+  end
+  return nil, at
 end
 
--- Add to `parts`, which holds n records, the records of `value` that this
--- request does not write (`written(name)` is false) and that are still
--- live: life(a, b, period) is how many more microseconds the record with
--- fields a, b (as `whole` matches them) must be kept; 0 or less, and it
--- goes. Returns the new n and the longest life, at least `longest`.
-local function keep(value, whole, life, written, parts, n, longest)
-  for name, record in gmatch(' ' .. value, ' (%d+)=(%S+)') do
-    local a, b = string.match(record, whole)
-    if a and not written(name) then
-      local left = life(a, b, name * 1000000)
+-- Add to `parts`, which holds n records, the records of `value` (each
+-- `size` bytes) that this request does not write (`written(name)` is
+-- false) and that are still live: life(value, p, period) is how many more
+-- microseconds the record at p, of a window of `period` microseconds, must
+-- be kept; 0 or less, and it goes. Returns the new n and the longest life,
+-- at least `longest`.
+local function keep(value, size, life, written, parts, n, longest)
+  for p = 1, #value - size + 1, size do
+    local name = unpack_bytes('<I4', value, p)
+    if not written(name) then
+      local left = life(value, p, name * 1000000)
       if left > 0 then
         n = n + 1
-        parts[n] = name .. '=' .. record
+        parts[n] = string.sub(value, p, p + size - 1)
         if left > longest then
           longest = left
         end
@@ -54,12 +66,17 @@ local function keep(value, whole, life, written, parts, n, longest)
   return n, longest
 end
 
--- A flat script's written() for keep(): whether `name` is a layer of the
--- plan entry `entry`, all of whose layers the request writes.
-local function written(entry)
-  local names = ',' .. string.sub(entry, 3) .. ','
+-- A flat script's written() for keep(): whether `name` is the window of
+-- one of the layers at `first_layer` to `last_layer` of the plan, all of
+-- which the request writes.
+local function written(plan, first_layer, last_layer)
   return function(name)
-    return find(names, '/' .. name .. ',', 1, true) ~= nil
+    for at = first_layer + 4, last_layer + 4, 8 do
+      if unpack_bytes('<I4', plan, at) == name then
+        return true
+      end
+    end
+    return false
   end
 end
 

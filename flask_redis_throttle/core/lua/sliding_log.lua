@@ -21,12 +21,12 @@ function strategy.load(key)
   return {key = key, horizon = 0}
 end
 
--- Check each layer of `entry`, numbering them on from i.
-function strategy.check(state, entry, i)
+-- Check each layer of the entry, numbering them on from i.
+function strategy.check(state, plan, first_layer, last_layer, i)
   local key = state.key
-  for quota, name in gmatch(entry, '(%d+)/(%d+)') do
+  for at = first_layer, last_layer, 8 do
+    local quota, name = unpack_bytes('<I4I4', plan, at)
     i = i + 1
-    quota = tonumber(quota)
     local period = name * 1000000
     quotas[i], periods[i] = quota, period
     local since = string.format('(%.0f', now - period)
@@ -56,7 +56,7 @@ function strategy.check(state, entry, i)
   return i
 end
 
-function strategy.refund(state, entry, given)
+function strategy.refund(state, plan, first_layer, last_layer, given)
   -- Once for the whole set: remove `given` entries stamped `now`, the latest
   -- first, so that the "<time>:<number>" members left stay unique.
   if state.refunded then

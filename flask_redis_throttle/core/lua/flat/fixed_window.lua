@@ -9,32 +9,42 @@
 -- no table per key or layer and no function: each one costs more than the
 -- arithmetic.
 
--- The record's patterns, as packed.lua's patterns() makes them.
-local ANCHORED, NAMED, WHOLE = '^(%d+)=(%d+):(%d+) ?', '=(%d+):(%d+)', '^(%d+):(%d+)'
+-- The record, as fixed_window.lua packs it.
+local RECORD, SIZE = '<I4I6I4', 14
 
 -- The value each key gets if the request is admitted, and its life.
 local values, lives, parts = {}, {}, {}
 local writes = cost > 0
-local layer, e = 0, 0
-for entry in gmatch(ARGV[3], '%S+') do
-  e = e + 1
+local layer = 0
+local plan, from = ARGV[3], 1
+for e = 1, #KEYS do
+  -- No entry has a penalty (see prelude.lua's entry_at()).
+  local first_layer, last_layer, _
+  first_layer, last_layer, _, from = entry_at(plan, from)
   local value = redis.call('GET', KEYS[e]) or ''
   local n, longest, at = 0, 0, 1
-  for quota, name in gmatch(entry, '(%d+)/(%d+)') do
+  for layer_at = first_layer, last_layer, 8 do
+    local quota, name = unpack_bytes('<I4I4', plan, layer_at)
     layer = layer + 1
-    quota = quota + 0
     local period = name * 1000000
     local elapsed = fmod(now, period)
     local window = (now - elapsed) / period
     local reset = period - elapsed
-    local counted, count
-    counted, count, at = read(value, at, name, ANCHORED, NAMED)
-    local used = 0
-    -- The record's window, as read, is written back as it is: one number
-    -- less to format.
-    if counted and counted + 0 == window then
-      used, window = count + 0, counted
+    -- The record, looked for where the last one ended first (see locate(),
+    -- which this does first, inline: one call fewer per layer).
+    local found, counted, count
+    if at <= #value - SIZE + 1 then
+      found, counted, count = unpack_bytes(RECORD, value, at)
     end
+    if found == name then
+      at = at + SIZE
+    else
+      found, at = locate(value, at, name, SIZE)
+      if found then
+        found, counted, count = unpack_bytes(RECORD, value, found)
+      end
+    end
+    local used = counted == window and count or 0
     local fit, left, retry = used + cost <= quota, quota - used, 0
     if fit then
       left = left - cost
@@ -47,7 +57,7 @@ for entry in gmatch(ARGV[3], '%S+') do
     -- include: decide.lua
     if admitted and writes then
       n = n + 1
-      parts[n] = name .. '=' .. window .. ':' .. (used + cost)
+      parts[n] = pack_bytes(RECORD, name, window, used + cost)
       if reset > longest then
         longest = reset
       end
@@ -57,17 +67,18 @@ for entry in gmatch(ARGV[3], '%S+') do
     if at <= #value then
       -- Records other limits that share the scope wrote: kept while their
       -- window lasts (as in fixed_window.lua).
-      local function life(window, count, period)
+      local function life(value, p, period)
+        local _, window = unpack_bytes(RECORD, value, p)
         return (window + 1) * period - now
       end
-      n, longest = keep(value, WHOLE, life, written(entry), parts, n, longest)
+      n, longest = keep(value, SIZE, life, written(plan, first_layer, last_layer), parts, n, longest)
     end
-    values[e], lives[e] = table.concat(parts, ' ', 1, n), longest
+    values[e], lives[e] = table.concat(parts, '', 1, n), longest
   end
 end
 
 if admitted and writes then
-  for k = 1, e do
+  for k = 1, #KEYS do
     set(KEYS[k], values[k], lives[k])
   end
 end

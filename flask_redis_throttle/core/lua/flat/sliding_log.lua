@@ -15,13 +15,16 @@ local layer = 0
 -- The longest window of each key's layers that counted the request.
 local horizons = {}
 
-local e = 0
-for entry in gmatch(ARGV[3], '%S+') do
-  e = e + 1
-  local key, horizon = KEYS[e], 0
-  for quota, name in gmatch(entry, '(%d+)/(%d+)') do
+local plan, from = ARGV[3], 1
+local e = #KEYS
+for k = 1, e do
+  -- No entry has a penalty (see prelude.lua's entry_at()).
+  local first_layer, last_layer, _
+  first_layer, last_layer, _, from = entry_at(plan, from)
+  local key, horizon = KEYS[k], 0
+  for at = first_layer, last_layer, 8 do
+    local quota, name = unpack_bytes('<I4I4', plan, at)
     layer = layer + 1
-    quota = quota + 0
     local period = name * 1000000
     local since = format('(%d', now - period)
     local used = redis.call('ZCOUNT', key, since, '+inf')
@@ -45,7 +48,7 @@ for entry in gmatch(ARGV[3], '%S+') do
     end
     -- include: decide.lua
   end
-  horizons[e] = horizon
+  horizons[k] = horizon
 end
 
 if admitted and cost > 0 then

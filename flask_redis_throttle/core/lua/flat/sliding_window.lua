@@ -4,118 +4,86 @@
 -- counts or inspects (a cost of 0 or more). prelude.lua and records.lua
 -- come first. It takes the arguments and gives the reply of main.lua,
 -- decides exactly as sliding_window.lua does there (which explains the
--- sub-buckets), and reads and writes the same packed records, so the two
--- can take turns on one key; tests/test_flat.py holds them to that. It
--- builds no table per key, and formats as few numbers as it can: most of a
--- record is written back as it was read.
+-- sub-buckets and the record), and reads and writes the same packed
+-- records, so the two can take turns on one key; tests/test_flat.py holds
+-- them to that. It builds no table per key or layer: a record is read by
+-- one unpack into locals, and written back as it was read but for what
+-- changes, packed anew (a field read or written costs struct more than
+-- the bytes copied around it). Only a refusal, or a record from a clock
+-- that went back, puts its counts in a table, the one every layer reuses.
 
 local BUCKETS = 10
--- The record's patterns, as packed.lua's patterns() makes them.
-local ANCHORED, NAMED, WHOLE = '^(%d+)=(%d+):([%d,]+) ?', '=(%d+):([%d,]+)', '^(%d+):([%d,]+)'
-local concat, max, min = table.concat, math.max, math.min
+-- The record, as sliding_window.lua packs it.
+local RECORD, SIZE = '<I4I6I4I4I4I4I4I4I4I4I4I4I4', 54
+-- Its window, newest sub-bucket and first count; the counts of no requests.
+local HEAD, ZEROS = '<I4I6I4', string.rep('\0', 4 * BUCKETS)
+local max, min, sub = math.max, math.min, string.sub
 
 -- The value each key gets if the request is admitted, and its life.
 local values, lives, parts = {}, {}, {}
 local writes = cost > 0
--- A record's counts, newest first, and where each ends in its text (made
--- with room for all of them: growing them one by one costs more).
-local counts, ends = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+-- The counts of the record read, newest first, when they are wanted by
+-- number.
+local counts = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 
--- Read the counts of a record's list ("<count>,<count>,...") into `counts`
--- and `ends`, digit by digit: one call for all its characters, where a
--- pattern match and a conversion per count cost ten times as much. Returns
--- how many there are.
-local function parse(list)
-  local chars, size, count = {string.byte(list, 1, -1)}, 1, 0
-  for k = 1, #chars do
-    local char = chars[k]
-    if char == 44 then -- ','
-      counts[size], ends[size] = count, k - 1
-      size, count = size + 1, 0
-    else
-      count = count * 10 + char - 48
-    end
-  end
-  counts[size], ends[size] = count, #chars
-  return size
-end
-
--- The new list of a layer that counts this request: from sub-bucket
--- `current` down to the oldest still kept, trailing zeros left out. The
--- record read (`first`, its `size` counts, its `text`) is reused as text,
--- so only the current sub-bucket's count is written out anew.
-local function counted(first, size, text, current, oldest)
-  if not first or first > current then
-    -- No record, or one from a clock that went back: count by number.
-    local list, length, last = {}, 0, 0
-    for number = max(first or current, current), max(oldest, min(current, first and first - size + 1 or current)), -1 do
-      local k = first and first - number + 1
-      local count = (k and k >= 1 and k <= size) and counts[k] or 0
-      if number == current then
-        count = count + cost
-      end
-      length = length + 1
-      list[length] = count
-      if count > 0 then
-        last = length
-      end
-    end
-    return concat(list, ',', 1, last)
-  end
-  -- Sub-buckets first down to first - keep + 1 are still in the window;
-  -- the current one's count, if the record has it, goes to the head.
-  local keep, skip = min(size, first - oldest + 1), first == current and 1 or 0
-  while keep > skip and counts[keep] == 0 do
-    keep = keep - 1
-  end
-  local head = (skip == 1 and counts[1] or 0) + cost
-  -- (A digit is one character: no number to format.)
-  head = head < 10 and string.char(48 + head) or tostring(head)
-  if keep <= skip then
-    return head
-  end
-  local tail = string.sub(text, skip == 1 and ends[1] + 2 or 1, ends[keep])
-  return head .. string.rep(',0', current - first - 1 + skip) .. ',' .. tail
-end
-
-local layer, e = 0, 0
-for entry in gmatch(ARGV[3], '%S+') do
-  e = e + 1
+local layer = 0
+local plan, from = ARGV[3], 1
+for e = 1, #KEYS do
+  -- No entry has a penalty (see prelude.lua's entry_at()).
+  local first_layer, last_layer, _
+  first_layer, last_layer, _, from = entry_at(plan, from)
   local value = redis.call('GET', KEYS[e]) or ''
   local n, longest, at = 0, 0, 1
-  for quota, name in gmatch(entry, '(%d+)/(%d+)') do
+  for layer_at = first_layer, last_layer, 8 do
+    local quota, name = unpack_bytes('<I4I4', plan, layer_at)
     layer = layer + 1
-    quota = quota + 0
     local period = name * 1000000
     local width = period / BUCKETS
     local current = (now - fmod(now, width)) / width
     local oldest = current - BUCKETS
-    -- The record: `first` is its newest sub-bucket's number, nil for none.
-    local first, size, top, text = nil, 0, nil, nil
-    top, text, at = read(value, at, name, ANCHORED, NAMED)
-    if top then
-      first, size = top + 0, parse(text)
-    end
-    local used, newest = 0, nil
-    for k = 1, size do
-      local number, count = first - k + 1, counts[k]
-      if number >= oldest and count > 0 then
-        used = used + count
-        newest = newest or number
+    -- The record: `first` is its newest sub-bucket's number, nil for none,
+    -- and c1 to c11 its counts, newest first; those up to the `held`-th are
+    -- of sub-buckets from `oldest` on, and `used` is their sum.
+    local p, first, held, used, _ = nil, nil, 0, 0, nil
+    local c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11
+    p, at = locate(value, at, name, SIZE)
+    if p then
+      _, first, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11 = unpack_bytes(RECORD, value, p)
+      held = min(BUCKETS + 1, first - oldest + 1)
+      if held > BUCKETS then
+        used = c1 + c2 + c3 + c4 + c5 + c6 + c7 + c8 + c9 + c10 + c11
+      elseif held > 0 then
+        used = c1 + (held > 1 and c2 or 0) + (held > 2 and c3 or 0) + (held > 3 and c4 or 0)
+          + (held > 4 and c5 or 0) + (held > 5 and c6 or 0) + (held > 6 and c7 or 0)
+          + (held > 7 and c8 or 0) + (held > 8 and c9 or 0) + (held > 9 and c10 or 0)
+          + (held > 10 and c11 or 0)
       end
     end
-    local fit, left, reset, retry = used + cost <= quota, 0, 0, 0
+    local fit, newest = used + cost <= quota, nil
+    if held > 0 and (not fit or first > current) then
+      -- The newest sub-bucket counted, and the counts by number: only a
+      -- refusal, or a record from a clock that went back, needs them (else
+      -- the current sub-bucket is the newest one).
+      local c = counts
+      c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11] = c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11
+      for k = 1, held do
+        if c[k] > 0 then
+          newest = first - k + 1
+          break
+        end
+      end
+    end
+    local left, reset, retry = 0, 0, 0
     if fit then
       left = quota - used - cost
       reset = (max(newest or current, current) + BUCKETS + 1) * width - now
     else
       local rest = used
-      for number = oldest, first or oldest - 1 do
-        local count = counts[first - number + 1]
-        count = first - number + 1 <= size and count or 0
+      for k = held, 1, -1 do
+        local count = counts[k]
         rest = rest - count
         if count > 0 and rest + cost <= quota then
-          retry = (number + BUCKETS + 1) * width - now
+          retry = (first - k + 1 + BUCKETS + 1) * width - now
           break
         end
       end
@@ -127,11 +95,26 @@ for entry in gmatch(ARGV[3], '%S+') do
     end
     -- include: decide.lua
     if admitted and writes then
-      -- The newest sub-bucket: the record's, as read, if it is current.
-      local newest = max(first or current, current)
+      local top, part = max(first or current, current), nil
+      if held <= 0 then
+        -- Nothing of the record is in the window, or there is none.
+        part = pack_bytes(HEAD, name, current, cost) .. ZEROS
+      elseif first >= current then
+        -- Only the count the request goes to changes: the current
+        -- sub-bucket's, or when the clock went back, the one
+        -- sliding_window.lua counts it in.
+        local k = min(first - current, BUCKETS)
+        local q = p + 10 + 4 * k
+        part = sub(value, p, q - 1) .. pack_bytes('<I4', (k == 0 and c1 or counts[k + 1]) + cost) .. sub(value, q + 4, p + SIZE - 1)
+      else
+        -- The counts read move on by current - first places; those that
+        -- move past the last, BUCKETS + 1, are out of the window.
+        local shift = current - first
+        part = pack_bytes(HEAD, name, current, cost) .. sub(ZEROS, 5, 4 * shift) .. sub(value, p + 10, p + SIZE - 1 - 4 * shift)
+      end
       n = n + 1
-      parts[n] = name .. '=' .. (newest == first and top or newest) .. ':' .. counted(first, size, text, current, oldest)
-      local expires = (newest + BUCKETS + 1) * width - now
+      parts[n] = part
+      local expires = (top + BUCKETS + 1) * width - now
       if expires > longest then
         longest = expires
       end
@@ -141,17 +124,18 @@ for entry in gmatch(ARGV[3], '%S+') do
     if at <= #value then
       -- Records other limits that share the scope wrote: kept while their
       -- newest sub-bucket is in their window (as in sliding_window.lua).
-      local function life(newest, list, period)
-        return (newest + BUCKETS + 1) * (period / BUCKETS) - now
+      local function life(value, p, period)
+        local _, top = unpack_bytes('<I4I6', value, p)
+        return (top + BUCKETS + 1) * (period / BUCKETS) - now
       end
-      n, longest = keep(value, WHOLE, life, written(entry), parts, n, longest)
+      n, longest = keep(value, SIZE, life, written(plan, first_layer, last_layer), parts, n, longest)
     end
-    values[e], lives[e] = concat(parts, ' ', 1, n), longest
+    values[e], lives[e] = table.concat(parts, '', 1, n), longest
   end
 end
 
 if admitted and writes then
-  for k = 1, e do
+  for k = 1, #KEYS do
     set(KEYS[k], values[k], lives[k])
   end
 end
