@@ -26,7 +26,9 @@ once and picks the flat or the general one for each call.
 
 A line ``-- include: <file>`` in a script's file stands for that file's
 text: the general and the flat scripts include ``lua/decide.lua`` where they
-decide each layer, so the choice is written once and costs no call.
+decide each layer, so the choice is written once and costs no call; the
+fixed-window and GCRA flat scripts include ``lua/read.lua`` where they read
+a layer's record, for the same reason.
 
 What the scripts are sent and what they reply is written and read in one
 place, :mod:`flask_redis_throttle.core.codec`.

@@ -30,21 +30,9 @@ for e = 1, #KEYS do
     local elapsed = fmod(now, period)
     local window = (now - elapsed) / period
     local reset = period - elapsed
-    -- The record, looked for where the last one ended first (see locate(),
-    -- which this does first, inline: one call fewer per layer).
-    local found, counted, count
-    if at <= #value - SIZE + 1 then
-      found, counted, count = unpack_bytes(RECORD, value, at)
-    end
-    if found == name then
-      at = at + SIZE
-    else
-      found, at = locate(value, at, name, SIZE)
-      if found then
-        found, counted, count = unpack_bytes(RECORD, value, found)
-      end
-    end
-    local used = counted == window and count or 0
+    -- The record: its window number `a` and count `b`.
+    -- include: read.lua
+    local used = a == window and b or 0
     local fit, left, retry = used + cost <= quota, quota - used, 0
     if fit then
       left = left - cost

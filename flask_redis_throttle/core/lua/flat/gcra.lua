@@ -27,25 +27,13 @@ for e = 1, #KEYS do
     local quota, name = unpack_bytes('<I4I4', plan, layer_at)
     layer = layer + 1
     local period = name * 1000000
-    -- The record, looked for where the last one ended first (see locate(),
-    -- which this does first, inline: one call fewer per layer).
-    local found, a, p
-    if at <= #value - SIZE + 1 then
-      found, a, p = unpack_bytes(RECORD, value, at)
-    end
-    if found == name then
-      at = at + SIZE
-    else
-      found, at = locate(value, at, name, SIZE)
-      if found then
-        found, a, p = unpack_bytes(RECORD, value, found)
-      end
-    end
+    -- The record: the TAT's microseconds `a` and remainder `b`.
+    -- include: read.lua
     -- The TAT as (tat, part), never before now.
     local tat, part = now, 0
     if found then
-      if a > now or (a == now and p > 0) then
-        tat, part = a, p
+      if a > now or (a == now and b > 0) then
+        tat, part = a, b
         if part >= quota then
           tat, part = tat + 1, 0
         end
