@@ -204,3 +204,13 @@ def test_shadow_penalties_are_only_logged(app: Flask, caplog, clock: Clock) -> N
         assert retry_after(client) is None
     warnings = [r.getMessage() for r in caplog.records if "shadow" in r.getMessage()]
     assert "(penalty)" in warnings[-1]
+
+
+@pytest.mark.parametrize(
+    ("first", "factor", "longest"),
+    [(0, 1, 0), (2**33, 2, 2**34), (60, 0, 60), (60, 1001, 3600), (60, 2, 30), (60, 2, 10**10)],
+)
+def test_a_penalty_made_in_code_out_of_range_is_refused_when_made(first: int, factor: int, longest: int) -> None:
+    """As a layer: the scripts take a penalty's numbers as 4-byte integers."""
+    with pytest.raises(InvalidLimit, match="the penalties must be whole numbers of seconds"):
+        Penalty(first, factor, longest)

@@ -226,3 +226,16 @@ def test_a_dynamic_limit_over_the_maximums_is_skipped_with_a_warning(app: Flask,
     [warning] = [r.getMessage() for r in caplog.records if "unusable" in r.getMessage()]
     assert f"is {len(returned)} characters long; a limit has at most {MAX_LIMIT_LENGTH}" in warning
     assert len(warning) < 400
+
+
+@pytest.mark.parametrize(
+    ("quota", "window"),
+    [(0, 60), (10**10, 60), (5, 0), (5, 10**10), (True, 60), (5.0, 60), (-1, 60)],
+)
+def test_a_layer_made_in_code_out_of_range_is_refused_when_made(quota: object, window: object) -> None:
+    """A layer is packed into the scripts' plan as 4-byte integers, and a
+    quota of 0 would divide by 0 there: one made in code rather than parsed
+    is refused with the same error a limit string gets, when it is made,
+    not by its first request."""
+    with pytest.raises(InvalidLimit, match="the quota must be a whole number from 1 to 1000000000"):
+        Layer(quota, window)  # type: ignore[arg-type]

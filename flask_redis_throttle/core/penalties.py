@@ -24,7 +24,7 @@ from functools import lru_cache
 from .deprecated import warn_renamed
 from .errors import InvalidLimit
 from .keys import escape_scope, identity_tag
-from .rates import check_length, parse_duration, read_number
+from .rates import MAX_WINDOW, check_length, parse_duration, read_number, whole_number
 
 __all__ = ["MAX_FACTOR", "Penalty", "parse_penalty", "penalty_key", "penalty_suffix"]
 
@@ -48,6 +48,10 @@ class Penalty:
     :param longest: the longest penalty, in seconds. A level of offence is
         remembered for this long after its penalty ends.
     :param spec: the penalty as written.
+    :raises InvalidLimit: when a duration is not a whole number of seconds
+        from 1 to :data:`~flask_redis_throttle.core.rates.MAX_WINDOW`, the
+        longest is shorter than the first, or the factor is not from 1 to
+        :data:`MAX_FACTOR`.
     """
 
     first: int
@@ -58,6 +62,16 @@ class Penalty:
     def __post_init__(self) -> None:
         if not self.longest:
             object.__setattr__(self, "longest", self.first)
+        # As a layer's (see Layer): the scripts take each as a 4-byte integer.
+        if not (whole_number(self.first, MAX_WINDOW) and whole_number(self.factor, MAX_FACTOR)) or not (
+            whole_number(self.longest, MAX_WINDOW) and self.longest >= self.first
+        ):
+            raise InvalidLimit(
+                f"invalid penalty {self.first!r}, x{self.factor!r}, max {self.longest!r}: the penalties must be "
+                f"whole numbers of seconds from 1 to {MAX_WINDOW}, the longest at least the first, and the factor "
+                f"from 1 to {MAX_FACTOR}",
+                spec=self,
+            )
 
     def duration(self, level: int) -> int:
         """The penalty of the ``level``-th offence in a row (1 for the first), in seconds."""

@@ -53,10 +53,22 @@ class Layer:
     :param quota: the quota, from 1 to :data:`~flask_redis_throttle.core.rates.MAX_QUOTA`.
     :param window: the window length in whole seconds, from 1 to
         :data:`~flask_redis_throttle.core.rates.MAX_WINDOW`.
+    :raises InvalidLimit: when either is not a whole number in its range.
     """
 
     quota: int
     window: int
+
+    def __post_init__(self) -> None:
+        # The scripts take each as a 4-byte integer (see codec.entry), and a
+        # quota of 0 would divide by 0: a layer made in code, not parsed, is
+        # refused here, when it is made, rather than by its first request.
+        if not (whole_number(self.quota, MAX_QUOTA) and whole_number(self.window, MAX_WINDOW)):
+            raise InvalidLimit(
+                f"invalid layer {self.quota!r}/{self.window!r}: the quota must be a whole number from 1 to "
+                f"{MAX_QUOTA}, the window a whole number of seconds from 1 to {MAX_WINDOW}",
+                spec=self,
+            )
 
     @property
     def name(self) -> str:
@@ -86,6 +98,11 @@ class Layer:
         name = self.name
         count, unit = int(name[:-1]), words[name[-1]]
         return f"{self.quota} per {count} {unit}{'' if count == 1 else 's'}"
+
+
+def whole_number(value: object, most: int) -> bool:
+    """Whether ``value`` is an int (not a bool) from 1 to ``most``."""
+    return type(value) is int and 1 <= value <= most
 
 
 def parse_limits(spec: str) -> tuple[Layer, ...]:
