@@ -113,7 +113,7 @@ def _role(port: int) -> str:
     return reply[0]
 
 
-def _wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
     """Poll ``condition`` until it is true; connection errors and error replies count as false."""
     deadline = time.monotonic() + timeout
     last_error: Exception | None = None
@@ -274,7 +274,7 @@ class RedisCluster:
                     return False
             return True
 
-        _wait_until(ready, timeout, "the cluster to be ok on every node")
+        wait_until(ready, timeout, "the cluster to be ok on every node")
 
     def masters(self) -> list[RedisServer]:
         """The running nodes that are masters now (a failover can change which)."""
@@ -342,9 +342,9 @@ class RedisSentinelGroup:
         # The sentinel learns of replicas from the master's INFO, which it reads
         # on connecting and then only every 10 seconds: start it once the
         # master lists the replica.
-        _wait_until(self._replica_in_sync, max(0.1, deadline - time.monotonic()), "the replica to sync")
+        wait_until(self._replica_in_sync, max(0.1, deadline - time.monotonic()), "the replica to sync")
         self.sentinel.start()
-        _wait_until(self._sentinel_ready, max(0.1, deadline - time.monotonic()), "the sentinel to see the replica")
+        wait_until(self._sentinel_ready, max(0.1, deadline - time.monotonic()), "the sentinel to see the replica")
 
     def _replica_in_sync(self) -> bool:
         replica = _info(self.replica.port, "replication")
@@ -396,7 +396,7 @@ class RedisSentinelGroup:
         """
         old, new = self.master, self.replica
         old.stop()
-        _wait_until(lambda: self._failed_over_to(new.port), timeout, f"the sentinel to promote port {new.port}")
+        wait_until(lambda: self._failed_over_to(new.port), timeout, f"the sentinel to promote port {new.port}")
         self.master, self.replica = new, old
         return new.port
 
