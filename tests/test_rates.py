@@ -12,6 +12,7 @@ from helpers import get, install
 
 from flask_redis_throttle import InvalidLimit, Layer, limit, parse_limits
 from flask_redis_throttle.core.rates import MAX_LAYERS, MAX_LIMIT_LENGTH
+from flask_redis_throttle.core.throttle import Policy
 
 
 @pytest.mark.parametrize(
@@ -239,3 +240,13 @@ def test_a_layer_made_in_code_out_of_range_is_refused_when_made(quota: object, w
     not by its first request."""
     with pytest.raises(InvalidLimit, match="the quota must be a whole number from 1 to 1000000000"):
         Layer(quota, window)  # type: ignore[arg-type]
+
+
+def test_a_policy_made_in_code_with_too_many_layers_is_refused_when_made() -> None:
+    """The plan counts a limit's layers in one byte: a policy made in code
+    with more layers than a limit string may have gets the same error, not
+    a ValueError from bytes()."""
+    layers = tuple(Layer(1, window) for window in range(1, MAX_LAYERS + 2))
+    assert len(Policy(layers[:MAX_LAYERS], "s").layers) == MAX_LAYERS
+    with pytest.raises(InvalidLimit, match=f"a limit has at most {MAX_LAYERS} layers, not {MAX_LAYERS + 1}"):
+        Policy(layers, "s")

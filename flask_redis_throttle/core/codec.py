@@ -22,7 +22,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from .rates import Layer
+from .errors import InvalidLimit
+from .rates import MAX_LAYERS, Layer
 
 __all__ = [
     "LAYOUT_CACHE_SIZE",
@@ -61,7 +62,13 @@ def entry(code: str, layers: Sequence[Layer], penalty: tuple[int, int, int] | No
     two-letter ``code``, the number of layers (one byte), each layer's quota
     and window in whole seconds (4 bytes each), then a byte that says
     whether a penalty follows, and if one does, its first duration, factor
-    and longest duration (4 bytes each)."""
+    and longest duration (4 bytes each).
+
+    :raises InvalidLimit: for more than :data:`~flask_redis_throttle.core.rates.MAX_LAYERS`
+        layers, as a limit string with as many gets (one byte counts them).
+    """
+    if len(layers) > MAX_LAYERS:
+        raise InvalidLimit(f"a limit has at most {MAX_LAYERS} layers, not {len(layers)}", spec=layers)
     data = code.encode("ascii") + bytes([len(layers)])
     data += b"".join(_LAYER.pack(layer.quota, layer.window) for layer in layers)
     if penalty is None:
