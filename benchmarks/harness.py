@@ -43,7 +43,7 @@ from werkzeug.test import EnvironBuilder
 from flask_redis_throttle import RateLimit, limit
 from flask_redis_throttle.core.clients import DEFAULT_CLIENT_OPTIONS
 from flask_redis_throttle.core.scripts import STRATEGIES
-from flask_redis_throttle.core.wire import LeanClient, LeanCluster
+from flask_redis_throttle.core.wire import LeanClient, LeanCluster, pack_evalsha
 
 try:
     from flask_limiter import Limiter
@@ -451,24 +451,27 @@ def call_variants(url: str, environ: Environ) -> list[Variant]:
     lean = our_storage(app).lean
     if not isinstance(lean, LeanClient):
         return []
-    calls: list[tuple[str, Any, Any]] = []
-    evalsha = lean.evalsha
+    sent: list[bytes] = []
+    send = lean.send
 
-    def caught(sha: str, keys: Any, args: Any) -> Any:
-        calls.append((sha, keys, args))
-        return evalsha(sha, keys, args)
+    def caught(command: bytes) -> Any:
+        sent.append(command)
+        return send(command)
 
-    lean.evalsha = caught  # type: ignore[method-assign]
+    lean.send = caught  # type: ignore[method-assign]
     probe(app, environ)
-    del lean.evalsha  # the class's again, which the counting wraps
-    sha, keys, args = calls[0]
+    del lean.send  # the class's again, which the counting wraps
+    command = sent[-1]  # the request's call, once the script was loaded
     empty = redis.Redis(connection_pool=lean.pool).script_load("return {1, 1, 1, 1, 1, 1}")
+    # Its first key only (the ninth line of the RESP command), packed once as ours is.
+    key = command.split(b"\r\n")[8].decode()
+    empty_call = pack_evalsha(empty, [key], ())
 
     def call() -> None:
-        lean.evalsha(sha, keys, args)
+        lean.send(command)
 
     def round_trip() -> None:
-        lean.evalsha(empty, keys[:1], ())
+        lean.send(empty_call)
 
     return [
         app_variant("call", "hook: ours' fixed-window script call alone", bare_app("call", call), environ),
@@ -678,10 +681,10 @@ def counting_commands() -> Iterator[Counter[str]]:
     # Our lean client path writes pre-encoded EVALSHA bytes and parses the
     # reply itself, past both methods above: one command and one reply for
     # each call that answers (one that fails goes on through the methods above).
-    lean_evalsha: Callable[..., Any] = LeanClient.evalsha
+    lean_send: Callable[..., Any] = LeanClient.send
 
-    def counted_lean_evalsha(self: Any, *args: Any, **kwargs: Any) -> Any:
-        reply = lean_evalsha(self, *args, **kwargs)
+    def counted_lean_send(self: Any, *args: Any, **kwargs: Any) -> Any:
+        reply = lean_send(self, *args, **kwargs)
         counter["EVALSHA"] += 1
         counter["#replies"] += 1
         return reply
@@ -699,7 +702,7 @@ def counting_commands() -> Iterator[Counter[str]]:
     patched = (
         (cls, "send_command", counted_send_command),
         (cls, "read_response", counted_read_response),
-        (LeanClient, "evalsha", counted_lean_evalsha),
+        (LeanClient, "send", counted_lean_send),
         (LeanCluster, "run", counted_lean_run),
     )
     with ExitStack() as patches:

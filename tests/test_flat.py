@@ -44,8 +44,12 @@ def general_only() -> Iterator[None]:
 
 
 @contextmanager
-def counting_flat() -> Iterator[list[bool]]:
-    """Records, for each call in the block, whether it was flat."""
+def counting_flat(storage: Storage) -> Iterator[list[bool]]:
+    """Records, for each call in the block, whether it was flat. The storage
+    keeps the script each call took, by its strategies, cost, plan and keys
+    (on a single node's lean path): that is forgotten first, so that the
+    call in the block picks its script anew."""
+    storage._calls.clear()
     seen: list[bool] = []
     real = scripts.ScriptCache.fits_flat
 
@@ -145,7 +149,7 @@ def test_the_flat_script_decides_and_writes_as_the_general_one(
             keys = [throttle.key(policy, IDENTITIES[w]) for w in who]
             args = [now, cost, policy.entry * len(keys)]
             if copy == "mixed" and use_flat:
-                with counting_flat() as seen:
+                with counting_flat(storage) as seen:
                     replies[copy] = list(storage.evaluate(names, keys, args))
                 # (On a cluster, a refund of the nodes that admitted a request
                 # another refused follows: it is general.)
@@ -180,7 +184,7 @@ def test_a_sliding_window_drops_no_count_when_the_clock_goes_back(storage: Stora
     names, keys, plan = frozenset(["sliding-window"]), [f"sw{next(_scopes)}:sw"], entry("sw", [Layer(2, 1)])
 
     def call(now: int) -> list[int]:
-        with counting_flat() as seen:
+        with counting_flat(storage) as seen:
             reply = list(storage.evaluate(names, keys, [now, 1, plan]))
         assert seen[0] == flat
         return reply

@@ -25,6 +25,8 @@ from servers import redis_command, redis_sentinel_group, tls_proxy
 
 from flask_redis_throttle import RateLimit, limit
 from flask_redis_throttle.core import wire
+from flask_redis_throttle.core.codec import entry
+from flask_redis_throttle.core.rates import Layer
 from flask_redis_throttle.core.storage import Storage
 from flask_redis_throttle.testing import RedisServer, redis_server
 
@@ -330,6 +332,42 @@ def test_keys_and_arguments_are_encoded_as_redis_py_encodes_them() -> None:
         wire.pack_evalsha("a" * 40, keys, [True])
     with pytest.raises(redis.DataError, match="bool"):
         wire.pack_evalsha("a" * 40, keys, [1, True])
+
+
+def test_a_call_packed_around_its_time_is_the_call_packed_whole() -> None:
+    """A call the storage keeps packed but for its time, with the time put
+    in, is byte for byte the command redis-py would send: for Redis's own
+    clock (an empty argument) and for a pinned time."""
+    packer = redis.Connection().pack_command
+    keys, plan = ["rl:{ip:192.0.2.1}:s:fw", "rl:{user:7}:s:fw"], b"fw\x01\x05\x00\x00\x00\x01\x00\x00\x00\x00"
+    for now in ("", 0, 1_800_000_000_000_000):
+        before, after = wire.pack_around("a" * 40, keys, [now, 3, plan])
+        expected = b"".join(packer("EVALSHA", "a" * 40, 2, *keys, now, 3, plan))
+        assert before + wire.pack_time(now) + after == expected
+
+
+def test_a_call_is_packed_once_per_keys_cost_and_plan_and_the_packed_calls_are_bounded(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The storage keeps each call's script and bytes, so that a request
+    like one before is one lookup; a flood of new identities does not grow
+    what it keeps past its bound; and a cost that is not an int (1.0, equal
+    to 1 but sent as 1.0) is packed anew, not sent as 1's bytes."""
+    app = limited_app(server.url, "100/m")
+    storage = storage_of(app)
+    assert statuses(app, 3) == [200] * 3
+    assert len(storage._calls) == 1
+    monkeypatch.setattr("flask_redis_throttle.core.storage.KEY_CACHE_SIZE", 4)
+    web = app.test_client()
+    for number in range(10):
+        assert get(web, ip=f"192.0.2.{number + 10}").status_code == 200
+        assert len(storage._calls) <= 4
+    names, keys = frozenset(["fixed-window"]), ["rl:{ip:x}:float:fw"]
+    plan = entry("fw", [Layer(5, 60)])
+    kept = dict(storage._calls)
+    assert storage.evaluate(names, keys, ["", 1.0, plan])[:3] == [1, 1, 4]
+    assert storage._calls == kept
+    storage.close()
 
 
 def close_sentinel_app(app: Flask) -> None:

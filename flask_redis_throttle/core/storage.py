@@ -25,12 +25,15 @@ from .clients import DEFAULT_CLIENT_OPTIONS, client_from_url, redact
 from .codec import Args, Call, hash_tag, settle, split
 from .local import folder_of
 from .scripts import Script, ScriptCache
-from .wire import KEY_CACHE_SIZE, STORAGE_ERRORS, LeanClient, LeanCluster, Replay, lean_client
+from .wire import KEY_CACHE_SIZE, STORAGE_ERRORS, LeanClient, LeanCluster, Replay, lean_client, pack_around, pack_time
 from .wire.cluster import Fanout
 
 __all__ = ["DEFAULT_CLIENT_OPTIONS", "STORAGE_ERRORS", "Call", "NodeFailure", "Storage"]
 
 logger = logging.getLogger("flask_redis_throttle")
+
+#: A call packed but for its time: the bytes before it and after it.
+Packed = tuple[bytes, bytes]
 
 #: The node, in :meth:`Storage.nodes`, of keys whose slot no node serves.
 UNCOVERED = "uncovered slots"
@@ -82,6 +85,9 @@ class Storage:
         self.scripts = ScriptCache()
         #: A cluster request's calls, by its keys and arguments (see :meth:`_fanout`).
         self._fanouts: dict[tuple[Any, ...], Fanout] = {}
+        #: A single node's calls on the lean path, by strategies, cost, plan
+        #: and keys: the script each takes, and its bytes (see :meth:`_prepared`).
+        self._calls: dict[tuple[Any, ...], tuple[Script, Packed]] = {}
         #: The lean path of the calls (see :mod:`flask_redis_throttle.core.wire`):
         #: a single node's, or a cluster's (which checks on first use whether
         #: it fits the nodes' clients); None for clients it does not fit.
@@ -168,13 +174,15 @@ class Storage:
         return self._evaluate_one(strategies, keys, args)
 
     def _evaluate_one(self, strategies: frozenset[str], keys: Sequence[str], args: Args) -> list[int]:
-        script = self.scripts.choose(strategies, ((keys, args),))
+        script, packed = self._prepared(strategies, keys, args)
         result: list[int]
         try:
-            if self.lean is not None:
+            lean = self.lean
+            if lean is not None:
                 try:
-                    result = self.lean.evalsha(script.sha, keys, args)
-                    return result
+                    if packed is None:  # a cluster's call to one node, or a cost that is not an int
+                        return lean.evalsha(script.sha, keys, args)  # type: ignore[no-any-return]
+                    return lean.send(packed[0] + pack_time(args[0]) + packed[1])  # type: ignore[union-attr,no-any-return]
                 except Replay:
                     # The connection failed where redis-py would retry: its
                     # normal path reconnects (and finds a new Sentinel master).
@@ -191,6 +199,20 @@ class Storage:
             # The script did not run: wait for the keys to be together again.
             [result] = self.evaluate_many(strategies, [(keys, args)])
         return result
+
+    def _prepared(self, strategies: frozenset[str], keys: Sequence[str], args: Args) -> tuple[Script, Packed | None]:
+        """The script a call takes and, on a single node's lean path, the call packed but for its
+        time (see :func:`~flask_redis_throttle.core.wire.pack_around`): kept by strategies, cost,
+        plan and keys, which each request of the same identities to an endpoint brings again."""
+        lean, cost = self.lean, args[1]
+        if not isinstance(lean, LeanClient) or type(cost) is not int:  # 1.0 equals 1, and would share its bytes
+            return self.scripts.choose(strategies, ((keys, args),)), None
+        found = (strategies, cost, args[2], *keys)
+        known = self._calls.get(found)
+        if known is None:
+            script = self.scripts.choose(strategies, ((keys, args),))
+            known = remember(self._calls, found, (script, pack_around(script.sha, keys, args)), KEY_CACHE_SIZE)
+        return known
 
     def evaluate_split(self, strategies: frozenset[str], keys: Sequence[str], args: Args) -> list[int]:
         """Run the script once per hash tag, pipelined: one round trip to
@@ -343,8 +365,7 @@ class Storage:
         pipe = self.client.pipeline(transaction=False)
         for keys, args in calls:
             pipe.execute_command(command, script, len(keys), *keys, *args, **self._route(keys[0]))
-        results: list[Any] = pipe.execute(raise_on_error=False)
-        return results
+        return pipe.execute(raise_on_error=False)  # type: ignore[no-any-return]
 
     def _route(self, key: str) -> dict[str, Any]:
         """For a cluster pipeline, the node to send a script call on ``key``

@@ -6,20 +6,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import ParamSpec, TypeVar
 
 from .blocks import Block, BlockCache
-from .bounded import remember
 from .breaker import CircuitBreaker
-from .codec import LAYOUT_CACHE_SIZE, Arg, Layout, Reply, entry
-from .deprecated import warn_renamed
-from .keys import CACHED_VALUE_LENGTH, Identity, cached_counter_key, escape_scope, identity_tag, kept_counter_key
+from .codec import Arg, Layout, Reply
+from .keys import Identity, identity_tag
 from .local import LocalFolder, folder_of
-from .penalties import Penalty, penalty_suffix
+from .policy import Check, Policy
 from .rates import Layer
+from .ready import ReadyCalls
 from .reset import counter_pattern, delete_counters
-from .scripts import STRATEGIES, STRATEGY_NAMES, is_strategy
 from .slots import filler
 from .storage import STORAGE_ERRORS, NodeFailure, Storage
 
@@ -41,58 +39,6 @@ class StorageUnavailable(Exception):
     def __init__(self, message: str, retry_in: float = 0.0) -> None:
         super().__init__(message)
         self.retry_in = retry_in
-
-
-@dataclass(frozen=True)
-class Policy:
-    """A limit ready to be sent: its layers, scope and strategy, and the parts
-    of its keys and script arguments that never change between requests.
-
-    :param layers: the layers; a request passes only if each has room.
-    :param scope: the name counters are kept under; requests in the same scope
-        share counters. By default the Flask layer uses the endpoint.
-    :param strategy: the algorithm, a key of
-        :data:`~flask_redis_throttle.core.scripts.STRATEGIES`.
-    :param penalty: refuses an identity that keeps hitting this limit for longer (see
-        :mod:`flask_redis_throttle.core.penalties`); None for no penalty.
-    """
-
-    layers: tuple[Layer, ...]
-    scope: str
-    strategy: str = "fixed-window"
-    penalty: Penalty | None = None
-    #: ``}:<scope>:<strategy>``: a key is the prefix, ``{``, an identity's
-    #: tag and this. One key holds every layer of the identity under the
-    #: scope and strategy (see ``lua/packed.lua``).
-    suffix: str = field(init=False, repr=False)
-    #: The policy's entry in a script's plan, the same for every identity
-    #: (see :func:`~flask_redis_throttle.core.codec.entry`).
-    entry: bytes = field(init=False, repr=False)
-    #: ``}:<scope>:pn``, the suffix of the penalty keys; empty without a penalty.
-    penalty_suffix: str = field(init=False, repr=False)
-    #: The script's strategies when this policy is a request's only one.
-    strategies: frozenset[str] = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        if not is_strategy(self.strategy):
-            raise ValueError(f"unknown strategy {self.strategy!r}; expected one of {STRATEGY_NAMES}")
-        code = STRATEGIES[self.strategy].code
-        penalty = self.penalty
-        durations = None if penalty is None else (penalty.first, penalty.factor, penalty.longest)
-        object.__setattr__(self, "suffix", f"}}:{escape_scope(self.scope)}:{code}")
-        object.__setattr__(self, "entry", entry(code, self.layers, durations))
-        object.__setattr__(self, "penalty_suffix", "" if penalty is None else penalty_suffix(self.scope))
-        object.__setattr__(self, "strategies", frozenset([self.strategy]))
-
-    @property
-    def rates(self) -> tuple[Layer, ...]:  # old name
-        """Deprecated: :attr:`layers`."""
-        warn_renamed("Policy.rates", "Policy.layers")  # old name
-        return self.layers
-
-
-#: One limit to check for a request: a policy and the identities it applies to.
-Check = tuple[Policy, Sequence[Identity]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,9 +115,8 @@ class Throttle:
         self._head = prefix + "{"
         #: A cluster's breakers by node (``host:port``), made on first use.
         self._node_breakers: dict[str, CircuitBreaker] = {}
-        #: Each request shape's layout, strategies and policies, by the
-        #: policies' ids and identity counts (see :meth:`_layout`).
-        self._layouts: dict[tuple[int, ...], tuple[Layout, frozenset[str], tuple[Policy, ...]]] = {}
+        #: Each request's call but for its time and cost, made once and kept.
+        self.calls = ReadyCalls(self._head, secret)
 
     def now(self) -> int | None:
         """The time to decide at, in microseconds, or None for Redis ``TIME``.
@@ -233,18 +178,8 @@ class Throttle:
         :raises StorageUnavailable: if Redis could not answer (or the breaker
             is open) and there is no fallback.
         """
-        head, secret = self._head, self.secret
-        keys: list[str] = []
-        shape: list[int] = []
-        for policy, identities in checks:
-            shape += (id(policy), len(identities))
-            suffix = policy.suffix
-            for identity in identities:
-                value = identity.value
-                make = cached_counter_key if len(value) <= CACHED_VALUE_LENGTH else kept_counter_key
-                keys.append(make(head, identity.kind, value, secret, suffix))
-        known = self._layouts.get(tuple(shape))
-        layout, strategies = known[:2] if known is not None else self._layout(checks, tuple(shape))
+        ready = self.calls.of(checks)
+        keys, layout = ready.keys, ready.layout
         now = self.now()
         args: list[Arg] = ["" if now is None else now, cost, layout.plan]
         blocks = self.blocks
@@ -257,10 +192,8 @@ class Throttle:
                 index, block = found
                 raw = Reply.refused(index, block.remaining, block.reset - sent, block.until - sent, block.penalized)
                 return _decision(Reply.decode(raw), checks, layout, cached=True)
-        if layout.penalized:
-            keys += _penalty_keys(checks, head, secret)  # after every counter's key
         try:
-            raw = self.call(self.storage.evaluate, keys, strategies, keys, args)  # no closure: locals stay fast
+            raw = self.call(self.storage.evaluate, keys, ready.strategies, keys, args)  # no closure: locals stay fast
         except StorageUnavailable:
             if self.fallback is None:
                 raise
@@ -273,15 +206,6 @@ class Throttle:
             layer, quota = layout.layers(keys)[reply.layer]
             blocks.add(layer, Block.after(sent, quota, cost, raw[2], raw[4], raw[3], reply.penalized))
         return _decision(reply, checks, layout)
-
-    def _layout(self, checks: Sequence[Check], shape: tuple[int, ...]) -> tuple[Layout, frozenset[str]]:
-        """The layout and strategies of the requests of ``shape``, made and
-        kept with their policies, so that no other policy can have their ids
-        meanwhile; bounded, since a dynamic limit makes policies."""
-        layout = Layout.of((policy.entry, len(identities), policy.layers) for policy, identities in checks)
-        strategies = checks[0][0].strategies if len(checks) == 1 else frozenset([p.strategy for p, _ in checks])
-        remember(self._layouts, shape, (layout, strategies, tuple(policy for policy, _ in checks)), LAYOUT_CACHE_SIZE)
-        return layout, strategies
 
     def call(self, function: Callable[_P, _T], keys: Sequence[str], *args: _P.args, **kwargs: _P.kwargs) -> _T:
         """Make one Redis call, ``function(*args, **kwargs)``, that touches ``keys``,
@@ -383,12 +307,6 @@ def _held_back(where: str, breaker: CircuitBreaker) -> StorageUnavailable:
     """The error for a call that an open breaker kept from ``where``."""
     retry_in = breaker.retry_in()
     return StorageUnavailable(f"{where}: not called for {retry_in:.1f} s more (circuit open)", retry_in)
-
-
-def _penalty_keys(checks: Sequence[Check], head: str, secret: bytes) -> list[str]:
-    """The penalty keys of the checks whose policy has a penalty, in order."""
-    found = [(policy.penalty_suffix, who) for policy, ids in checks if policy.penalty_suffix for who in ids]
-    return [kept_counter_key(head, who.kind, who.value, secret, suffix) for suffix, who in found]
 
 
 def _decision(reply: Reply, checks: Sequence[Check], layout: Layout, cached: bool = False) -> Decision:

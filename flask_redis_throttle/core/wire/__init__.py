@@ -44,7 +44,9 @@ from .connection import (
     LeanClient,
     Replay,
     lean_client,
+    pack_around,
     pack_evalsha,
+    pack_time,
 )
 
 __all__ = [
@@ -57,5 +59,7 @@ __all__ = [
     "Replay",
     "key_slot_of",
     "lean_client",
+    "pack_around",
     "pack_evalsha",
+    "pack_time",
 ]

@@ -23,12 +23,11 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from ..codec import Part, hash_tag
+from ..codec import Call, Part, hash_tag
 from . import connection
 from .connection import (
     KEY_CACHE_SIZE,
     STORAGE_ERRORS,
-    Call,
     LeanClient,
     Replay,
     _bulk,

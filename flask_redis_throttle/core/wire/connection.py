@@ -36,7 +36,9 @@ __all__ = [
     "LeanClient",
     "Replay",
     "lean_client",
+    "pack_around",
     "pack_evalsha",
+    "pack_time",
 ]
 
 #: What a client raises when Redis cannot answer: redis-py's errors, and the
@@ -131,9 +133,23 @@ def _head(sha: str, keys: int, args: int) -> bytes:
 
 def pack_evalsha(sha: str, keys: Sequence[str], args: Sequence[Any]) -> bytes:
     """The RESP bytes of ``EVALSHA sha len(keys) *keys *args``."""
-    keys, args = tuple(keys), tuple(args)
+    if not args:
+        return _head(sha, len(keys), 0) + _bulks(tuple(keys), ())
+    before, after = pack_around(sha, keys, args)
+    return before + pack_time(args[0]) + after
+
+
+def pack_around(sha: str, keys: Sequence[str], args: Sequence[Any]) -> tuple[bytes, bytes]:
+    """:func:`pack_evalsha`'s bytes before its first argument, the time, and
+    after it: a request's call, whose time alone changes between requests."""
+    keys, rest = tuple(keys), tuple(args[1:])
     # Keys are strings, which equal no value of another type: no types needed.
-    return b"".join((_head(sha, len(keys), len(args)), _bulks(keys, ()), _bulks(args, tuple(map(type, args)))))
+    return _head(sha, len(keys), len(rest) + 1) + _bulks(keys, ()), _bulks(rest, tuple(map(type, rest)))
+
+
+def pack_time(now: str | int | bytes) -> bytes:
+    """The time argument of a call packed by :func:`pack_around` (``""`` for Redis's clock)."""
+    return b"$0\r\n\r\n" if now == "" else _bulk(now)
 
 
 class LeanClient:
@@ -185,7 +201,11 @@ class LeanClient:
         self._pid = os.getpid()
 
     def evalsha(self, sha: str, keys: Any, args: Any) -> Any:
-        """Run the script ``sha`` once and return its reply.
+        """Run the script ``sha`` once and return its reply: see :meth:`send`."""
+        return self.send(pack_evalsha(sha, keys, args))
+
+    def send(self, command: bytes) -> Any:
+        """Send one script call, packed (see :func:`pack_evalsha`), and return its reply.
 
         :raises Replay: when the call failed on a connection error that
             redis-py's own retry would retry; the caller makes it again
@@ -193,7 +213,6 @@ class LeanClient:
         :raises redis.RedisError: any other error, as redis-py would raise
             it (a :class:`~redis.exceptions.NoScriptError` included).
         """
-        command = pack_evalsha(sha, keys, args)
         # A connection that cannot be had was sent nothing; redis-py's own
         # path does not retry this either.
         conn = self.checkout()
@@ -353,14 +372,12 @@ def _read_reply(conn: Any) -> Any:
                 raise redis.ConnectionError("Connection closed by server.")
             reader.feed(data)
             reply = reader.gets()
-    except TimeoutError:  # socket.timeout
+    except BaseException as error:
         _drop(conn)
-        raise redis.TimeoutError(f"Timeout reading from {_where(conn)}") from None
-    except OSError as error:
-        _drop(conn)
-        raise redis.ConnectionError(f"Error while reading from {_where(conn)} : {error.args}") from error
-    except BaseException:
-        _drop(conn)
+        if isinstance(error, TimeoutError):  # socket.timeout
+            raise redis.TimeoutError(f"Timeout reading from {_where(conn)}") from None
+        if isinstance(error, OSError):
+            raise redis.ConnectionError(f"Error while reading from {_where(conn)} : {error.args}") from error
         raise
     if conn.health_check_interval:
         conn.next_health_check = time.monotonic() + conn.health_check_interval
@@ -370,10 +387,6 @@ def _read_reply(conn: Any) -> Any:
 def _drop(conn: Any) -> None:
     """Forget the reader of a connection whose reply was not read whole."""
     conn.__dict__.pop(_READER, None)
-
-
-#: One script call: its keys and its arguments (as in :mod:`~flask_redis_throttle.core.storage`).
-Call = tuple[Sequence[str], Sequence[Any]]
 
 
 def _pool_fits(pool: Any) -> bool:
