@@ -23,6 +23,7 @@ from servers import RedisCluster, redis_cluster, redis_command
 from flask_redis_throttle import Identity
 from flask_redis_throttle.core import wire
 from flask_redis_throttle.core.rates import parse_limits
+from flask_redis_throttle.core.scripts import ScriptCache
 from flask_redis_throttle.core.storage import Storage
 from flask_redis_throttle.core.throttle import Policy
 from flask_redis_throttle.testing import RedisServer
@@ -167,6 +168,27 @@ def node_pools(app: Flask) -> dict[int, Any]:
     """Each master's connection pool in the app's cluster client, by port."""
     client = storage_of(app).client
     return {int(node.port): client.get_redis_connection(node).connection_pool for node in client.get_primaries()}
+
+
+def test_a_request_on_two_nodes_chooses_its_script_once_per_fan_out(
+    cluster: RedisCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Which script a request split across nodes takes depends only on what
+    its fan-out is kept by (its keys, cost and plan): it is chosen on the
+    first such request and kept with the fan-out, not chosen again."""
+    app = limited_app(cluster.url, SPEC)
+    ip, _, _ = on_two_nodes(app, cluster)
+    chosen: list[frozenset[str]] = []
+    choose = ScriptCache.choose
+
+    def counted(self: ScriptCache, strategies: frozenset[str], calls: Any) -> Any:
+        chosen.append(strategies)
+        return choose(self, strategies, calls)
+
+    monkeypatch.setattr(ScriptCache, "choose", counted)
+    web = app.test_client()
+    assert [get(web, ip=ip, user="ann").status_code for _ in range(7)] == [200] * 5 + [429] * 2
+    assert chosen == [frozenset(["fixed-window"])]
 
 
 def test_each_node_keeps_a_connection_for_the_next_request(

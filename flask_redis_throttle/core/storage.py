@@ -154,10 +154,9 @@ class Storage:
 
         When Redis answers NOSCRIPT (after ``SCRIPT FLUSH``, a restart or a
         failover), the call is made again with EVAL and the script's source,
-        which cannot meet NOSCRIPT and caches the script for the next calls.
-        Loading the script and calling EVALSHA again would race with any
-        further flush: a flush between the two would leave the request
-        undecided.
+        which cannot meet NOSCRIPT and caches the script for the next calls
+        (rather than loading it and calling EVALSHA again, which would race
+        with any further flush and leave the request undecided).
 
         On a cluster, keys with different hash tags (different identities)
         may live on different nodes, so the script is run once per hash tag,
@@ -224,11 +223,11 @@ class Storage:
         Each call is atomic on its own; the whole is not (see :ref:`cluster`).
         """
         fanout = self._fanout(keys, args)
-        parts = fanout.parts
+        parts, known = fanout.parts, fanout.scripts
         if len(parts) == 1:
             return self._evaluate_one(strategies, keys, args)
-        # The flat script fits the parts if and only if it fits the whole.
-        script = self.scripts.choose(strategies, ((keys, args),))
+        # The flat script fits the parts if and only if it fits the whole; kept with the fan-out.
+        script = known[strategies] = known.get(strategies) or self.scripts.choose(strategies, [(keys, args)])
         replies = self.evaluate_many(strategies, fanout.calls, (script, fanout))
         reply, refunds = settle(parts, replies)
         if refunds:

@@ -10,7 +10,7 @@ import select
 import threading
 from collections.abc import Sequence
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -91,18 +91,21 @@ class Fanout:
     :param slots: each call's cluster slot.
     :param packed: each call's ``EVALSHA``, pre-encoded, by script SHA
         (see :meth:`packed_for`).
+    :param scripts: the script the calls take, by their strategies: the
+        storage's to fill (see :meth:`~flask_redis_throttle.core.storage.Storage.evaluate_split`).
     """
 
     parts: list[Part]
     calls: list[Call]
     slots: list[int]
     packed: dict[str, list[bytes] | None]
+    scripts: dict[frozenset[str], Any] = field(default_factory=dict)
 
     @classmethod
     def of(cls, parts: list[Part]) -> Fanout:
         """The fan-out of ``parts``."""
         calls: list[Call] = [(part.keys, part.args) for part in parts]
-        return cls(parts, calls, [key_slot_of(part.keys[0]) for part in parts], {})
+        return cls(parts, calls, [key_slot_of(part.keys[0]) for part in parts], {}, {})
 
     def packed_for(self, sha: str) -> list[bytes] | None:
         """Each call's ``EVALSHA`` of the script ``sha``, encoded on first use;
