@@ -225,7 +225,8 @@ class Plan:
         """
         labels = self.labels
         if self.simple and labels is not None:
-            return self._simple_batch(request), labels, ()
+            checks = self.checks(request)  # none if no identity applies
+            return ((self.batch(checks),) if checks else ()), labels, ()
         problems: list[Problem] = []
         groups: dict[tuple[bool, bool, int], tuple[list[Check], list[PlannedLimit]]] = {}
         policies: list[Policy] = []
@@ -254,8 +255,9 @@ class Plan:
         batches.sort(key=lambda batch: (batch.shadow, not batch.deferred))
         return batches, labels or self._labels_of(tuple(policies)), problems
 
-    def _simple_batch(self, request: Request) -> tuple[Batch, ...]:
-        """The one batch of a simple plan, in a tuple; none if no identity applies."""
+    def checks(self, request: Request) -> list[Check]:
+        """A simple plan's checks for ``request``: each limit one of whose
+        identities applies, with those identities (see :meth:`batch`)."""
         checks: list[Check] = []
         for policy, found in self.unresolved:
             identities = []
@@ -265,14 +267,16 @@ class Plan:
                     identities.append(identity)
             if identities:
                 checks.append((policy, identities))
-        if not checks:
-            return ()
+        return checks
+
+    def batch(self, checks: list[Check]) -> Batch:
+        """The batch of a simple plan's ``checks`` (see :meth:`checks`)."""
         limits = self.limits
         if len(checks) < len(limits):
             # The limits none of whose identities applies were left out.
             kept = {id(policy) for policy, _found in checks}
             limits = tuple(limit for limit in limits if id(limit.policy) in kept)
-        return (Batch(self.cost, False, False, checks, limits),)
+        return Batch(self.cost, False, False, checks, limits)
 
     def _labels_of(self, policies: tuple[Policy, ...]) -> LayerNames:
         """The header names of ``policies``, kept by the policies' ids, as

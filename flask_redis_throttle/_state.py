@@ -135,7 +135,8 @@ class RateLimitState(Refusing):
     def before_request(self) -> None:
         """Decide the request; raise :class:`RateLimitExceeded` if it is refused."""
         # This runs before every request: the request is fetched from its
-        # context proxy once, and a simple plan's one batch is built by plain loops.
+        # context proxy once, and a simple plan's checks are found by plain
+        # loops and decided by _decide_simple, which builds no batch unless refused.
         req: Request = request._get_current_object()  # type: ignore[attr-defined]
         if not self._announced:
             self.announce()
@@ -152,11 +153,34 @@ class RateLimitState(Refusing):
             return
         if self.filters and any(accept(req) for accept in self.filters):
             return
+        labels = plan.labels
+        if plan.simple and labels is not None and self.metrics is None:
+            checks = plan.checks(req)
+            if checks:
+                self._decide_simple(req, endpoint, labels, plan, checks, self.throttle)
+            return
         batches, labels, problems = plan.prepare(req)
         if problems:
             self._problems(problems)
         if batches:
             self._decide(req, endpoint, labels, batches, self.throttle)
+
+    def _decide_simple(
+        self, req: Request, endpoint: str, labels: LayerNames, plan: Plan, checks: list[Check], throttle: Throttle
+    ) -> None:
+        """:meth:`_decide` for the usual request: a simple plan's one batch,
+        enforced, counted before the view, with no metrics to record. An
+        admitted request builds no :class:`Batch`."""
+        try:
+            decision = throttle.hit(checks, plan.cost)
+        except StorageUnavailable as error:
+            self._storage_unavailable(error)
+            return
+        self._watch(decision)
+        if not decision.admitted:
+            self._refuse(req, endpoint, labels, decision, plan.batch(checks), decision)
+        # What setting the attribute of g does, without its __setattr__, a Python call.
+        g._get_current_object().__dict__[OUTCOME_ATTRIBUTE] = Outcome(labels, decision)
 
     def _decide(
         self, req: Request, endpoint: str, labels: LayerNames, batches: Sequence[Batch], throttle: Throttle
@@ -179,10 +203,7 @@ class RateLimitState(Refusing):
                     self._record_failure(metrics, endpoint, batch.checks, started)
                 self._storage_unavailable(error)
                 return
-            if decision.fallback:
-                self._fallback_decided()
-            elif self._failing and not decision.cached:  # the block cache did not ask Redis
-                self._recovered()
+            self._watch(decision)
             if metrics is not None:
                 outcome = _outcome(decision, batch.shadow)
                 metrics.decided(endpoint, decision.policy.scope, outcome, perf_counter() - started)
@@ -200,6 +221,13 @@ class RateLimitState(Refusing):
         if shown is not None:
             # What setting the attribute of g does, without its __setattr__, a Python call.
             g._get_current_object().__dict__[OUTCOME_ATTRIBUTE] = Outcome(labels, shown, False, deferred)
+
+    def _watch(self, decision: Decision) -> None:
+        """Log that the fallback decided, or that Redis decides again."""
+        if decision.fallback:
+            self._fallback_decided()
+        elif self._failing and not decision.cached:  # the block cache did not ask Redis
+            self._recovered()
 
     def _inspected(self, batch: Batch, decision: Decision, throttle: Throttle) -> tuple[Decision, bool]:
         """The decision on a deferred batch, inspected at cost 0: refused if
