@@ -61,6 +61,7 @@ class Target:
 #: The servers the suite compares, the baseline first.
 TARGETS = (
     Target("none", "no limiter", "none"),
+    Target("floor", "Flask app + 1 PING/request (floor)", "floor"),
     Target("ours", "ours fixed-window", "ours", OUR_HEADER),
     Target("fl", "Flask-Limiter fixed-window", "flask-limiter", FLASK_LIMITER_HEADER),
 )

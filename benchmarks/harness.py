@@ -272,7 +272,9 @@ def flask_limiter_app(url: str, strategy: str, spec: str = FLASK_LIMITER_SPEC) -
 def create_app() -> Flask:
     """The app a gunicorn worker of ``e2e.py`` serves, as the environment asks.
 
-    ``BENCH_LIMITER`` is ``none`` (the default), ``ours`` or ``flask-limiter``;
+    ``BENCH_LIMITER`` is ``none`` (the default), ``floor`` (one ``PING`` per
+    request from a hook: the least any Redis-backed limiter adds), ``ours`` or
+    ``flask-limiter``;
     ``BENCH_STRATEGY`` the strategy (``fixed-window`` unless set);
     ``BENCH_REDIS_URL`` the throwaway redis-server the suite started.
     """
@@ -283,11 +285,13 @@ def create_app() -> Flask:
         return bare_app()
     if not url.startswith("redis://127.0.0.1:"):
         raise RuntimeError(f"BENCH_REDIS_URL must be a loopback redis:// URL, not {url!r}")
+    if limiter == "floor":
+        return floor_app([redis.Redis.from_url(url, **client_options())])
     if limiter == "ours":
         return our_app(url, "rl-e2e:", strategy=strategy)
     if limiter == "flask-limiter":
         return flask_limiter_app(url, strategy)[0]
-    raise RuntimeError(f"BENCH_LIMITER must be one of none, ours, flask-limiter, not {limiter!r}")
+    raise RuntimeError(f"BENCH_LIMITER must be one of none, floor, ours, flask-limiter, not {limiter!r}")
 
 
 # --- driving the apps -----------------------------------------------------------------------------

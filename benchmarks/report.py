@@ -307,6 +307,13 @@ def rst_shows(report: Report) -> str:
             f"throughput ({e2e['none']['requests_per_second']:,.0f} requests per second), Flask-Limiter "
             f"{e2e['fl']['vs_no_limiter']:.0%}. The load generator runs on the same CPUs as gunicorn and Redis, "
             "which shrinks every difference."
+            + (
+                f" The floor, a hook that sends one ``PING`` per request and does nothing else, keeps "
+                f"{e2e['floor']['vs_no_limiter']:.0%}: what any limiter that asks Redis once per request "
+                "keeps at best here."
+                if "floor" in e2e
+                else ""
+            )
         )
     if "local" in sections:
         local = sections["local"]
