@@ -12,7 +12,7 @@ from helpers import get
 
 from flask_redis_throttle import ConfigurationError
 from flask_redis_throttle.cli import ratelimit
-from flask_redis_throttle.compat.flask_limiter import ExemptionScope, Limit, Limiter, RequestLimit
+from flask_redis_throttle.compat.flask_limiter import ExemptionScope, Limit, Limiter, RequestLimit, RouteLimit
 from flask_redis_throttle.compat.flask_limiter.commands import cli
 from flask_redis_throttle.compat.flask_limiter.constants import ConfigVars
 from flask_redis_throttle.compat.flask_limiter.util import get_ipaddr, get_remote_address
@@ -267,3 +267,15 @@ def test_the_cli_groups_are_the_extensions_commands(flask_app: Flask) -> None:
         assert result.exit_code == 0, result.output
         assert "7/1m (RATELIMIT_DEFAULT)" in result.output
     assert cli.name == "limiter"
+
+
+def test_a_route_limit_made_by_hand_limits_its_view(flask_app: Flask, url: str) -> None:
+    limiter = limiter_for(flask_app, url)
+
+    @flask_app.get("/by-hand")
+    @RouteLimit("1/minute", limiter=limiter)
+    def by_hand() -> str:
+        return "ok"
+
+    assert statuses(flask_app.test_client(), 2, "/by-hand") == [200, 429]
+    assert limiter.logger.name == "flask_redis_throttle"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from typing import Any, TypeVar
 
@@ -179,8 +180,13 @@ class RouteLimit(Limit):
     """What :meth:`Limiter.limit` returns: a decorator for a view or a blueprint."""
 
     def __init__(
-        self, limit_value: str | Callable[[], str], override_defaults: bool | None = True, **fields: Any
+        self,
+        limit_value: str | Callable[[], str],
+        override_defaults: bool | None = True,
+        limiter: Limiter | None = None,
+        **fields: Any,
     ) -> None:
+        # ``limiter`` is Flask-Limiter's binding; the extension's limits need none.
         super().__init__(limit_value, **fields)
         # Made now, so that a malformed limit or option fails where it is written.
         self.native = native_limit(self.spec(), override_defaults=override_defaults, **self.options())
@@ -357,6 +363,8 @@ class Limiter:
         }
         self.header_name_mapping = dict(header_name_mapping or {})
         self.auto_check = auto_check
+        #: The extension's logger, where Flask-Limiter's is ``flask-limiter``.
+        self.logger = logging.getLogger("flask_redis_throttle")
         #: The extension that decides every request.
         self.extension = RateLimit()
         if app is not None:
