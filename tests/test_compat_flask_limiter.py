@@ -16,7 +16,7 @@ from flask_redis_throttle.compat.flask_limiter import ExemptionScope, Limit, Lim
 from flask_redis_throttle.compat.flask_limiter.commands import cli
 from flask_redis_throttle.compat.flask_limiter.constants import ConfigVars
 from flask_redis_throttle.compat.flask_limiter.util import get_ipaddr, get_remote_address
-from flask_redis_throttle.testing import RedisServer
+from flask_redis_throttle.testing import RedisServer, free_port
 
 
 @pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
@@ -184,6 +184,8 @@ def test_flask_limiters_settings_are_read_without_a_warning(flask_app: Flask, ur
         ({"storage_uri": "memcached://localhost:11211"}, ConfigVars.STORAGE_URI),
         ({"header_name_mapping": {"X-RateLimit-Limit": "X-Limit"}}, "header_name_mapping"),
         ({"auto_check": False}, "auto_check"),
+        ({"fail_on_first_breach": False}, ConfigVars.FAIL_ON_FIRST_BREACH),
+        ({"in_memory_fallback": ["1/minute"]}, ConfigVars.IN_MEMORY_FALLBACK),
         ({"strategy": "leaky-bucket"}, ConfigVars.STRATEGY),
         ({"default_limits": [Limit("1/minute", per_method=True)]}, ConfigVars.DEFAULT_LIMITS),
     ],
@@ -248,6 +250,8 @@ def test_what_is_refused_at_use_says_so(flask_app: Flask) -> None:
         limiter.reset()
     with pytest.raises(NotImplementedError, match=r"flask_redis_throttle\.check"):
         limiter.check()
+    with pytest.raises(NotImplementedError, match="current_limit is the deciding limit"):
+        assert limiter.current_limits
 
 
 def test_the_util_functions_read_the_request(flask_app: Flask) -> None:
@@ -279,3 +283,22 @@ def test_a_route_limit_made_by_hand_limits_its_view(flask_app: Flask, url: str) 
 
     assert statuses(flask_app.test_client(), 2, "/by-hand") == [200, 429]
     assert limiter.logger.name == "flask_redis_throttle"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        ({}, [503, 503]),  # Flask-Limiter's default: errors are not swallowed
+        ({"swallow_errors": True}, [200, 200]),
+        ({"in_memory_fallback_enabled": True}, [200, 429]),
+    ],
+)
+def test_a_storage_outage_follows_swallow_errors_and_the_fallback(
+    flask_app: Flask, arguments: dict[str, Any], expected: list[int]
+) -> None:
+    down = f"redis://127.0.0.1:{free_port()}/0"
+    limiter_for(
+        flask_app, down, default_limits=["1/minute"], storage_options={"socket_connect_timeout": 0.2}, **arguments
+    )
+    assert statuses(flask_app.test_client(), 2) == expected
+

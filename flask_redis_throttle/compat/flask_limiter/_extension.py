@@ -497,6 +497,14 @@ class Limiter:
         found = current_limit()
         return None if found is None else RequestLimit.current(found, request.endpoint)
 
+    @property
+    def current_limits(self) -> list[RequestLimit]:
+        """Refused: the extension keeps the deciding limit of a request only (:attr:`current_limit`)."""
+        raise NotImplementedError(
+            "limiter.current_limits is not supported: limiter.current_limit is the deciding limit, "
+            f"and the RateLimit-Policy header lists every layer ({SEE})"
+        )
+
     def check(self) -> None:
         """Refused: the extension decides every request before its view; see ``auto_check``."""
         raise NotImplementedError(
@@ -525,21 +533,23 @@ def settings(
         if given(key):
             raise unsupported(key, given(key), why)
     renamed: dict[object, str] = {name: value for name, value in header_name_mapping.items() if name.value != value}
-    for key in (ConfigVars.HEADER_LIMIT, ConfigVars.HEADER_REMAINING, ConfigVars.HEADER_RESET):
+    for key in HEADER_SETTINGS:
         if given(key) is not None:
             renamed[key] = given(key)
     if renamed:
         raise unsupported("header_name_mapping", renamed, "no renaming: the X-RateLimit-* header names are fixed")
     if not auto_check:
         raise unsupported("Limiter(auto_check=False)", False, "True: every request is decided before its view")
+    if given(ConfigVars.FAIL_ON_FIRST_BREACH) is False:
+        raise unsupported(
+            ConfigVars.FAIL_ON_FIRST_BREACH, False, "True: a refused request is counted in no limit, never in some"
+        )
     ours: dict[str, Any] = {
         "RATELIMIT_IDENTITIES": identities(given(ConfigVars.KEY_FUNC)) or ["ip"],
         "RATELIMIT_HEADERS_ENABLED": bool(given(ConfigVars.HEADERS_ENABLED)),
         "RATELIMIT_HEADERS_LEGACY": True,
         "RATELIMIT_FAIL_OPEN": bool(given(ConfigVars.SWALLOW_ERRORS)),
-        "RATELIMIT_FALLBACK": bool(
-            given(ConfigVars.IN_MEMORY_FALLBACK_ENABLED) or given(ConfigVars.IN_MEMORY_FALLBACK)
-        ),
+        "RATELIMIT_FALLBACK": bool(given(ConfigVars.IN_MEMORY_FALLBACK_ENABLED)),
         "RATELIMIT_STORAGE_OPTIONS": dict(given(ConfigVars.STORAGE_OPTIONS) or {}),
         "RATELIMIT_DEFAULT": layered(ConfigVars.DEFAULT_LIMITS, given, ConfigVars.DEFAULT_LIMITS_EXEMPT_WHEN),
         "RATELIMIT_APPLICATION": layered(
@@ -579,7 +589,18 @@ REFUSED = {
     ConfigVars.META_LIMITS: "no meta limits: use a limit's penalty= for an escalating refusal",
     ConfigVars.ON_META_BREACH: "no meta limits: use a limit's penalty= and on_breach=",
     ConfigVars.REQUEST_IDENTIFIER: "none: counters are named after the endpoint, or a shared limit's scope",
+    ConfigVars.IN_MEMORY_FALLBACK: (
+        "no limits of its own: in_memory_fallback_enabled=True decides the app's own limits in process"
+    ),
 }
+
+#: Flask-Limiter's settings that rename a header.
+HEADER_SETTINGS = (
+    ConfigVars.HEADER_LIMIT,
+    ConfigVars.HEADER_REMAINING,
+    ConfigVars.HEADER_RESET,
+    ConfigVars.HEADER_RETRY_AFTER,
+)
 
 
 def layered(key: str, given: Callable[[str], Any], exempt_key: str) -> Any:
