@@ -3,7 +3,10 @@ imports changed, limited by the extension, on memory:// and on Redis."""
 
 from __future__ import annotations
 
+import inspect
 import logging
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -302,3 +305,14 @@ def test_a_storage_outage_follows_swallow_errors_and_the_fallback(
     )
     assert statuses(flask_app.test_client(), 2) == expected
 
+
+def test_the_migration_page_lists_every_argument_and_setting() -> None:
+    page = (Path(__file__).resolve().parent.parent / "docs" / "flask-limiter.rst").read_text(encoding="utf-8")
+    arguments = page.split("``Limiter`` arguments with the shim\n")[1].split("\nFlask-Limiter's settings with")[0]
+    settings = page.split("Flask-Limiter's settings with the shim\n")[1].split("\n``limit``, ``shared_limit``")[0]
+    documented = set(re.findall(r"``(\w+)``", arguments))
+    assert set(inspect.signature(Limiter).parameters) <= documented
+    names = {value for name, value in vars(ConfigVars).items() if name.isupper()}
+    assert names <= set(re.findall(r"``(RATELIMIT_\w+)``", settings))
+    options = set(inspect.signature(Limiter.limit).parameters) - {"self"}
+    assert options <= set(re.findall(r"``(\w+)``", page.split("``limiter.limit(...)`` option")[1]))
