@@ -9,7 +9,8 @@ See :doc:`/flask-limiter` for what maps to what, and what is refused.
 
 from __future__ import annotations
 
-from ._extension import ApplicationLimit, Limit, Limiter, MetaLimit, RequestLimit, RouteLimit
+from ._extension import Limiter
+from ._limits import ApplicationLimit, Limit, MetaLimit, RequestLimit, RouteLimit
 from .constants import ExemptionScope, HeaderNames
 from .errors import RateLimitExceeded
 
