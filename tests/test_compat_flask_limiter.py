@@ -316,3 +316,19 @@ def test_the_migration_page_lists_every_argument_and_setting() -> None:
     assert names <= set(re.findall(r"``(RATELIMIT_\w+)``", settings))
     options = set(inspect.signature(Limiter.limit).parameters) - {"self"}
     assert options <= set(re.findall(r"``(\w+)``", page.split("``limiter.limit(...)`` option")[1]))
+
+
+@pytest.mark.parametrize(
+    ("theirs", "ours", "options"),
+    [
+        ("redis+unix:///tmp/redis.sock", "unix:///tmp/redis.sock", {}),
+        ("rediss+cluster://127.0.0.1:7000", "redis+cluster://127.0.0.1:7000", {"ssl": True}),
+        ("redis+sentinel://127.0.0.1:26379/primary", "redis+sentinel://127.0.0.1:26379/primary", {}),
+    ],
+)
+def test_storage_uris_are_translated_without_connecting(
+    flask_app: Flask, theirs: str, ours: str, options: dict[str, Any]
+) -> None:
+    Limiter(get_remote_address, app=flask_app, storage_uri=theirs)
+    assert flask_app.config["RATELIMIT_STORAGE_URL"] == ours
+    assert flask_app.config["RATELIMIT_STORAGE_OPTIONS"] == options
