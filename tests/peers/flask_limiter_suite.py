@@ -58,7 +58,10 @@ def fetch(folder: Path) -> Path:
     subprocess.run([sys.executable, "-m", "pip", *download, f"flask-limiter=={VERSION}"], check=True)
     (archive,) = folder.glob("*.tar.gz")
     with tarfile.open(archive) as tar:
-        tar.extractall(folder, filter="data")
+        if hasattr(tarfile, "data_filter"):  # Python 3.10.12 and later: refuse links and paths out of the folder
+            tar.extractall(folder, filter="data")
+        else:
+            tar.extractall(folder)  # an sdist fetched from PyPI by pip
     return folder / f"flask_limiter-{VERSION}"
 
 
