@@ -1,0 +1,268 @@
+"""Flask-Limiter's ``Limiter``, translated onto :class:`~flask_redis_throttle.RateLimit`.
+
+Nothing here decides a request. ``Limiter.init_app`` writes the
+extension's own ``RATELIMIT_*`` settings from Flask-Limiter's arguments and
+settings (``_settings.py``), then sets up a
+:class:`~flask_redis_throttle.RateLimit`; ``Limiter.limit`` and
+``Limiter.exempt`` put the extension's own :func:`~flask_redis_throttle.limit`
+and :func:`~flask_redis_throttle.exempt` on the view or blueprint
+(``_limits.py``). Flask-Limiter's functions take no argument and read
+:data:`flask.request`; the extension's take the request: each is wrapped
+once, when it is given, keeping its module and name (key functions count
+under that name). What has no counterpart is refused with a clear error
+when it is given, never ignored; see :doc:`/flask-limiter`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from flask import Flask, Response, request
+
+from ...current import current_limit
+from ...decorators import exempt as native_exempt
+from ...extension import RateLimit
+from ._limits import SEE, Limit, MetaLimit, RequestLimit, RouteLimit, Target, of_request
+from ._settings import THEIR_SETTINGS, settings
+from .constants import ConfigVars, ExemptionScope, HeaderNames
+
+__all__ = ["Limiter"]
+
+#: The flags an exemption must have here: it always drops both.
+EXEMPTION = ExemptionScope.APPLICATION | ExemptionScope.DEFAULT
+
+
+class Limiter:
+    """Flask-Limiter's ``Limiter``, over :class:`~flask_redis_throttle.RateLimit`.
+
+    It takes Flask-Limiter 4.x's arguments; :doc:`/flask-limiter` says what
+    each becomes. One that has no counterpart here raises
+    :class:`~flask_redis_throttle.ConfigurationError` at :meth:`init_app`.
+
+    :param key_func: whom to count: a function of no arguments that returns
+        a string, such as :func:`~.util.get_remote_address`.
+    """
+
+    def __init__(
+        self,
+        key_func: Callable[[], str],
+        *,
+        app: Flask | None = None,
+        default_limits: Sequence[str | Callable[[], str] | Limit] | None = None,
+        default_limits_per_method: bool | None = None,
+        default_limits_exempt_when: Callable[[], bool] | None = None,
+        default_limits_deduct_when: Callable[[Response], bool] | None = None,
+        default_limits_cost: int | Callable[[], int] | None = None,
+        application_limits: Sequence[str | Callable[[], str] | Limit] | None = None,
+        application_limits_per_method: bool | None = None,
+        application_limits_exempt_when: Callable[[], bool] | None = None,
+        application_limits_deduct_when: Callable[[Response], bool] | None = None,
+        application_limits_cost: int | Callable[[], int] | None = None,
+        headers_enabled: bool | None = None,
+        header_name_mapping: Mapping[HeaderNames, str] | None = None,
+        strategy: str | None = None,
+        storage_uri: str | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        auto_check: bool = True,
+        swallow_errors: bool | None = None,
+        fail_on_first_breach: bool | None = None,
+        on_breach: Callable[[RequestLimit], Response | None] | None = None,
+        meta_limits: Sequence[str | Callable[[], str] | MetaLimit] | None = None,
+        on_meta_breach: Callable[[RequestLimit], Response | None] | None = None,
+        in_memory_fallback: Sequence[str] | None = None,
+        in_memory_fallback_enabled: bool | None = None,
+        retry_after: str | None = None,
+        key_prefix: str = "",
+        request_identifier: Callable[..., str] | None = None,
+        enabled: bool = True,
+    ) -> None:
+        self.key_func = key_func
+        self.enabled = enabled
+        # Flask-Limiter's arguments, by its setting names: an argument given
+        # wins over the app's setting, as there.
+        self.arguments: dict[str, Any] = {
+            ConfigVars.KEY_FUNC: key_func,
+            ConfigVars.DEFAULT_LIMITS: default_limits or None,
+            ConfigVars.DEFAULT_LIMITS_PER_METHOD: default_limits_per_method,
+            ConfigVars.DEFAULT_LIMITS_EXEMPT_WHEN: default_limits_exempt_when,
+            ConfigVars.DEFAULT_LIMITS_DEDUCT_WHEN: default_limits_deduct_when,
+            ConfigVars.DEFAULT_LIMITS_COST: default_limits_cost,
+            ConfigVars.APPLICATION_LIMITS: application_limits or None,
+            ConfigVars.APPLICATION_LIMITS_PER_METHOD: application_limits_per_method,
+            ConfigVars.APPLICATION_LIMITS_EXEMPT_WHEN: application_limits_exempt_when,
+            ConfigVars.APPLICATION_LIMITS_DEDUCT_WHEN: application_limits_deduct_when,
+            ConfigVars.APPLICATION_LIMITS_COST: application_limits_cost,
+            ConfigVars.HEADERS_ENABLED: headers_enabled,
+            ConfigVars.STRATEGY: strategy,
+            ConfigVars.STORAGE_URI: storage_uri,
+            ConfigVars.STORAGE_OPTIONS: storage_options,
+            ConfigVars.SWALLOW_ERRORS: swallow_errors,
+            ConfigVars.FAIL_ON_FIRST_BREACH: fail_on_first_breach,
+            ConfigVars.ON_BREACH: on_breach,
+            ConfigVars.META_LIMITS: meta_limits or None,
+            ConfigVars.ON_META_BREACH: on_meta_breach,
+            ConfigVars.IN_MEMORY_FALLBACK: in_memory_fallback or None,
+            ConfigVars.IN_MEMORY_FALLBACK_ENABLED: in_memory_fallback_enabled,
+            ConfigVars.HEADER_RETRY_AFTER_VALUE: retry_after,
+            ConfigVars.KEY_PREFIX: key_prefix or None,
+            ConfigVars.REQUEST_IDENTIFIER: request_identifier,
+        }
+        self.header_name_mapping = dict(header_name_mapping or {})
+        self.auto_check = auto_check
+        #: The extension's logger, where Flask-Limiter's is ``flask-limiter``.
+        self.logger = logging.getLogger("flask_redis_throttle")
+        #: The extension that decides every request.
+        self.extension = RateLimit()
+        if app is not None:
+            self.init_app(app)
+
+    def init_app(self, app: Flask) -> None:
+        """Set up rate limiting on ``app``: the extension's settings from
+        this limiter's arguments and Flask-Limiter's settings, then
+        :meth:`RateLimit.init_app <flask_redis_throttle.RateLimit.init_app>`.
+
+        :raises ConfigurationError: for an argument or setting that has no
+            counterpart here, or a bad value.
+        """
+        config = app.config
+        self.enabled = config.setdefault(ConfigVars.ENABLED, self.enabled)
+        ours = settings(lambda key: self._given(config, key), self.header_name_mapping, self.auto_check)
+        read = {key: config.pop(key) for key in THEIR_SETTINGS & config.keys()}
+        config.update(ours)
+        try:
+            self.extension.init_app(app)
+        finally:
+            config.update(read)
+        app.extensions.setdefault("limiter", set()).add(self)
+
+    def _given(self, config: Mapping[str, Any], key: str) -> Any:
+        value = self.arguments.get(key)
+        return config.get(key) if value is None else value
+
+    def limit(
+        self,
+        limit_value: str | Callable[[], str],
+        *,
+        key_func: Callable[[], str] | None = None,
+        per_method: bool = False,
+        methods: list[str] | None = None,
+        error_message: str | Callable[[], str] | None = None,
+        exempt_when: Callable[[], bool] | None = None,
+        override_defaults: bool = True,
+        deduct_when: Callable[[Response], bool] | None = None,
+        on_breach: Callable[[RequestLimit], Response | None] | None = None,
+        cost: int | Callable[[], int] = 1,
+        scope: str | Callable[[str], str] | None = None,
+        meta_limits: Sequence[str | Callable[[], str] | MetaLimit] | None = None,
+    ) -> RouteLimit:
+        """Limit a view or a blueprint: :func:`flask_redis_throttle.limit`.
+
+        A ``scope`` here only names the limit, as in Flask-Limiter: its
+        counters are still the endpoint's. Use :meth:`shared_limit` to share them.
+        """
+        return RouteLimit(
+            limit_value,
+            override_defaults,
+            key_function=key_func,
+            per_method=per_method,
+            methods=methods,
+            error_message=error_message,
+            exempt_when=exempt_when,
+            deduct_when=deduct_when,
+            on_breach=on_breach,
+            cost=cost,
+            scope=scope,
+            meta_limits=meta_limits,
+        )
+
+    def shared_limit(
+        self,
+        limit_value: str | Callable[[], str],
+        scope: str | Callable[[str], str],
+        *,
+        key_func: Callable[[], str] | None = None,
+        per_method: bool = False,
+        methods: list[str] | None = None,
+        error_message: str | Callable[[], str] | None = None,
+        exempt_when: Callable[[], bool] | None = None,
+        override_defaults: bool = True,
+        deduct_when: Callable[[Response], bool] | None = None,
+        on_breach: Callable[[RequestLimit], Response | None] | None = None,
+        cost: int | Callable[[], int] = 1,
+        meta_limits: Sequence[str | Callable[[], str] | MetaLimit] | None = None,
+    ) -> RouteLimit:
+        """A limit whose counters every view given the same ``scope`` shares."""
+        return RouteLimit(
+            limit_value,
+            override_defaults,
+            key_function=key_func,
+            per_method=per_method,
+            methods=methods,
+            error_message=error_message,
+            exempt_when=exempt_when,
+            deduct_when=deduct_when,
+            on_breach=on_breach,
+            cost=cost,
+            scope=scope,
+            shared=True,
+            meta_limits=meta_limits,
+        )
+
+    def exempt(
+        self,
+        obj: Target | None = None,
+        *,
+        flags: ExemptionScope = ExemptionScope.APPLICATION | ExemptionScope.DEFAULT | ExemptionScope.META,
+    ) -> Any:
+        """Exempt a view or a blueprint: :func:`flask_redis_throttle.exempt`,
+        which drops the default and application limits and those of
+        enclosing blueprints, for nested blueprints too.
+
+        :raises ValueError: if ``flags`` lack ``APPLICATION`` or ``DEFAULT``:
+            an exemption that keeps either is not supported.
+        """
+        if EXEMPTION & flags != EXEMPTION:
+            raise ValueError(
+                f"exempt(flags={flags!r}): an exemption here always drops the default and application limits; "
+                f"flags without ExemptionScope.APPLICATION and ExemptionScope.DEFAULT are not supported ({SEE})"
+            )
+        if obj is None:
+            return native_exempt
+        return native_exempt(obj)
+
+    def request_filter(self, fn: Callable[[], bool]) -> Callable[[], bool]:
+        """Leave the requests for which ``fn()`` is True unlimited."""
+        self.extension.request_filter(of_request(fn))
+        return fn
+
+    @property
+    def current_limit(self) -> RequestLimit | None:
+        """The deciding limit of the current request: :func:`flask_redis_throttle.current_limit`."""
+
+        found = current_limit()
+        return None if found is None else RequestLimit.current(found, request.endpoint)
+
+    @property
+    def current_limits(self) -> list[RequestLimit]:
+        """Refused: the extension keeps the deciding limit of a request only (:attr:`current_limit`)."""
+        raise NotImplementedError(
+            "limiter.current_limits is not supported: limiter.current_limit is the deciding limit, "
+            f"and the RateLimit-Policy header lists every layer ({SEE})"
+        )
+
+    def check(self) -> None:
+        """Refused: the extension decides every request before its view; see ``auto_check``."""
+        raise NotImplementedError(
+            "limiter.check() is not supported: every request is decided before its view; "
+            f"flask_redis_throttle.check() tells whether it would pass without counting it ({SEE})"
+        )
+
+    def reset(self) -> None:
+        """Refused: the storage may be shared; reset one identity with
+        :meth:`RateLimit.reset <flask_redis_throttle.RateLimit.reset>`."""
+        raise NotImplementedError(
+            "limiter.reset() is not supported: it would clear a storage other apps may share; "
+            f"reset one identity with limiter.extension.reset('ip:...') ({SEE})"
+        )

@@ -1,0 +1,248 @@
+"""Flask-Limiter's limit objects (``Limit``, ``RouteLimit``, ``RequestLimit``...)
+as the extension's: each Flask-Limiter limit becomes the keyword arguments
+of :func:`~flask_redis_throttle.limit`, and its functions of nothing
+functions of the request (or of the refusal event), once, when it is given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
+
+from flask import Blueprint, Request, Response
+
+from ...current import CurrentLimit
+from ...decorators import limit as native_limit
+from ...errors import InvalidLimit
+from ...signals import RefusalEvent
+from .util import get_remote_address
+
+__all__ = [
+    "SEE",
+    "ApplicationLimit",
+    "Limit",
+    "MetaLimit",
+    "RequestLimit",
+    "RouteLimit",
+    "breach_hook",
+    "dynamic",
+    "identities",
+    "of_request",
+]
+
+Target = TypeVar("Target", bound="Callable[..., Any] | Blueprint")
+
+#: Where the errors send the reader.
+SEE = "see 'Coming from Flask-Limiter' in the docs"
+
+
+def of_request(function: Callable[[], Any]) -> Callable[[Request], Any]:
+    """Flask-Limiter's function of nothing as the extension's function of
+    the request, under the same module and name."""
+
+    @functools.wraps(function)
+    def called(request: Request) -> Any:
+        return function()
+
+    return called
+
+
+def identities(key_func: Callable[[], str] | None) -> list[Any] | None:
+    """Whom a Flask-Limiter key function counts: the built-in ``"ip"`` for
+    :func:`~.util.get_remote_address`, else the function itself."""
+    if key_func is None:
+        return None
+    if not callable(key_func):
+        raise InvalidLimit(f"key_func {key_func!r} must be a function of no arguments", spec=key_func)
+    if key_func is get_remote_address:
+        return ["ip"]
+    return [of_request(key_func)]
+
+
+@dataclasses.dataclass(eq=False)
+class Limit:
+    """Flask-Limiter's ``Limit``: a default limit, as an item of ``default_limits``.
+
+    Here a default limit is one setting, ``RATELIMIT_DEFAULT``: the items'
+    limit strings are joined, and an item may not have options of its own;
+    one that does is refused at ``init_app``.
+    """
+
+    limit_provider: Callable[[], str] | str
+    key_function: Callable[[], str] | None = None
+    scope: str | Callable[[str], str] | None = None
+    cost: Callable[[], int] | int | None = None
+    shared: bool = False
+    methods: Sequence[str] | None = None
+    per_method: bool = False
+    error_message: str | Callable[[], str] | None = None
+    meta_limits: Iterable[Callable[[], str] | str | MetaLimit] | None = None
+    exempt_when: Callable[[], bool] | None = None
+    deduct_when: Callable[[Response], bool] | None = None
+    on_breach: Callable[[RequestLimit], Response | None] | None = None
+
+    def options(self) -> dict[str, Any]:
+        """The extension's options for this limit: :func:`~flask_redis_throttle.limit`'s keyword arguments.
+
+        :raises InvalidLimit: for an option that has no counterpart.
+        """
+        if self.meta_limits:
+            raise InvalidLimit(
+                f"meta_limits {self.meta_limits!r}: meta limits are not supported; "
+                f"use penalty= for an escalating refusal ({SEE})",
+                spec=self.meta_limits,
+            )
+        if callable(self.scope):
+            raise InvalidLimit(
+                f"scope {self.scope!r}: a scope per request is not supported; use a key_func ({SEE})",
+                spec=self.scope,
+            )
+        options: dict[str, Any] = {}
+        if self.shared:
+            options["scope"] = self.scope
+        if self.key_function is not None:
+            options["identities"] = identities(self.key_function)
+        if self.methods is not None:
+            options["methods"] = list(self.methods)
+        if self.per_method:
+            options["per_method"] = True
+        if self.cost is not None:
+            options["cost"] = of_request(self.cost) if callable(self.cost) else self.cost
+        if self.exempt_when is not None:
+            options["exempt_when"] = of_request(self.exempt_when)
+        if self.deduct_when is not None:
+            options["deduct_when"] = self.deduct_when  # a function of the response in both
+        hook = breach_hook(self.on_breach, self.error_message, self.shared)
+        if hook is not None:
+            options["on_breach"] = hook
+        return options
+
+    def spec(self) -> str | Callable[[Request], str | None]:
+        """The limit string, or the dynamic limit: the function of the request."""
+        provider = self.limit_provider
+        if not callable(provider):
+            return provider
+        return dynamic([provider])
+
+
+@dataclasses.dataclass(eq=False)
+class ApplicationLimit(Limit):
+    """Flask-Limiter's ``ApplicationLimit``: an item of ``application_limits``."""
+
+
+@dataclasses.dataclass(eq=False)
+class MetaLimit(Limit):
+    """Flask-Limiter's ``MetaLimit``. Meta limits are refused here: use a
+    limit's ``penalty=`` (see :ref:`penalties`)."""
+
+
+class RouteLimit(Limit):
+    """What :meth:`Limiter.limit` returns: a decorator for a view or a blueprint."""
+
+    def __init__(
+        self,
+        limit_value: str | Callable[[], str],
+        override_defaults: bool | None = True,
+        limiter: object = None,
+        **fields: Any,
+    ) -> None:
+        # ``limiter`` is Flask-Limiter's binding; the extension's limits need none.
+        super().__init__(limit_value, **fields)
+        # Made now, so that a malformed limit or option fails where it is written.
+        self.native = native_limit(self.spec(), override_defaults=override_defaults, **self.options())
+
+    def __call__(self, target: Target) -> Target:
+        return self.native(target)
+
+    def __enter__(self) -> None:
+        raise NotImplementedError(
+            "limiter.limit(...) as a context manager is not supported: limit the view, or decide "
+            f"outside a request with flask_redis_throttle.core.throttle.Throttle.hit ({SEE})"
+        )
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def dynamic(
+    items: Sequence[str | Callable[[], str]], exempt_when: Callable[[], bool] | None = None
+) -> Callable[[Request], str | None]:
+    """One dynamic limit of several Flask-Limiter limit values: their limit
+    strings joined, or None (no limit) when ``exempt_when`` says so or none
+    returns one. Named after the first function, for the extension's logs."""
+
+    def limits(request: Request) -> str | None:
+        if exempt_when is not None and exempt_when():
+            return None
+        texts = [item() if callable(item) else item for item in items]
+        return ";".join(text for text in texts if text) or None
+
+    named = next((item for item in items if callable(item)), exempt_when)
+    if named is not None:
+        functools.update_wrapper(limits, named, updated=())
+    return limits
+
+
+class RequestLimit:
+    """Flask-Limiter's ``RequestLimit``: a limit as it stands for the
+    current request, from the extension's
+    :class:`~flask_redis_throttle.CurrentLimit` or refusal.
+
+    :param limit: the deciding :class:`~flask_redis_throttle.Layer`
+        (``limit.quota``, ``limit.window``; ``str(limit)`` as ``"10 per 1 minute"``).
+    :param key: whose counter, such as ``"ip:127.0.0.1"``.
+    :param breached: whether it had no room for the request.
+    :param shared: whether it is a shared limit (its scope is not the endpoint's).
+    """
+
+    def __init__(
+        self, limit: Any, key: str, breached: bool, shared: bool, remaining: int = 0, reset_at: float = 0
+    ) -> None:
+        self.limit = limit
+        self.key = key
+        self.breached = breached
+        self.shared = shared
+        self.remaining = remaining
+        self.reset_at = int(reset_at)
+
+    @classmethod
+    def current(cls, found: CurrentLimit, endpoint: str | None) -> RequestLimit:
+        return cls(
+            found.layer,
+            str(found.identity),
+            found.breached,
+            found.scope != endpoint,
+            found.remaining,
+            found.reset_at,
+        )
+
+
+def breach_hook(
+    on_breach: Callable[[RequestLimit], Response | None] | None,
+    error_message: str | Callable[[], str] | None,
+    shared: bool,
+) -> Callable[[RefusalEvent], Response | None] | None:
+    """The extension's ``on_breach`` for Flask-Limiter's ``on_breach``
+    (which takes a :class:`RequestLimit`) and ``error_message`` (the 429's
+    body): a response either returns is sent instead of the 429."""
+    if on_breach is None and error_message is None:
+        return None
+    if on_breach is not None and not callable(on_breach):
+        raise InvalidLimit(f"on_breach {on_breach!r} must be a function", spec=on_breach)
+
+    def hook(event: RefusalEvent) -> Response | None:
+        if on_breach is not None:
+            limit = RequestLimit(event.layer, str(event.identity), True, shared or event.scope != event.endpoint)
+            response = on_breach(limit)
+            if isinstance(response, Response):
+                return response
+        if error_message is None:
+            return None
+        message = error_message() if callable(error_message) else error_message
+        return Response(message, 429, {"Retry-After": str(event.retry_after or 1)})
+
+    if on_breach is not None:
+        functools.update_wrapper(hook, on_breach, updated=())
+    return hook

@@ -1,0 +1,334 @@
+"""flask_redis_throttle.compat.flask_limiter: a Flask-Limiter app, its
+imports changed, limited by the extension, on memory:// and on Redis."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flask import Blueprint, Flask, Response, request
+from helpers import get
+
+from flask_redis_throttle import ConfigurationError
+from flask_redis_throttle.cli import ratelimit
+from flask_redis_throttle.compat.flask_limiter import ExemptionScope, Limit, Limiter, RequestLimit, RouteLimit
+from flask_redis_throttle.compat.flask_limiter.commands import cli
+from flask_redis_throttle.compat.flask_limiter.constants import ConfigVars
+from flask_redis_throttle.compat.flask_limiter.util import get_ipaddr, get_remote_address
+from flask_redis_throttle.testing import RedisServer, free_port
+
+
+@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
+def url(request: pytest.FixtureRequest) -> str:
+    if request.param == "memory":
+        return "memory://"
+    request.getfixturevalue("redis_client")  # flushed
+    server: RedisServer = request.getfixturevalue("redis_server")
+    return server.url
+
+
+@pytest.fixture
+def flask_app() -> Flask:
+    app = Flask("compat")
+    app.config["TESTING"] = True
+
+    @app.get("/")
+    def index() -> str:
+        return "ok"
+
+    return app
+
+
+def limiter_for(app: Flask, url: str, **arguments: Any) -> Limiter:
+    return Limiter(get_remote_address, app=app, storage_uri=url, **arguments)
+
+
+def statuses(client: Any, count: int, path: str = "/", **kwargs: Any) -> list[int]:
+    return [get(client, path, **kwargs).status_code for _ in range(count)]
+
+
+def test_default_limits_are_joined_and_a_view_limit_replaces_them(flask_app: Flask, url: str) -> None:
+    limiter = limiter_for(flask_app, url, default_limits=["3/minute", "2 per second"])
+
+    @flask_app.get("/own")
+    @limiter.limit("1/minute")
+    def own() -> str:
+        return "own"
+
+    client = flask_app.test_client()
+    assert statuses(client, 3) == [200, 200, 429]  # 2 per second decides first
+    assert statuses(client, 2, "/own") == [200, 429]
+
+
+def test_a_key_func_counts_each_of_its_values(flask_app: Flask, url: str) -> None:
+    def tenant() -> str:
+        return request.headers.get("X-Tenant", "none")
+
+    limiter = limiter_for(flask_app, url)
+
+    @flask_app.get("/tenant")
+    @limiter.limit("1/minute", key_func=tenant)
+    def by_tenant() -> str:
+        return "ok"
+
+    client = flask_app.test_client()
+    assert statuses(client, 2, "/tenant", headers={"X-Tenant": "a"}) == [200, 429]
+    assert statuses(client, 1, "/tenant", headers={"X-Tenant": "b"}) == [200]
+
+
+def test_a_shared_limit_shares_its_counters_and_a_scoped_limit_does_not(flask_app: Flask, url: str) -> None:
+    limiter = limiter_for(flask_app, url)
+    shared = limiter.shared_limit("2/minute", scope="search")
+
+    @flask_app.get("/a")
+    @shared
+    def a() -> str:
+        return "a"
+
+    @flask_app.get("/b")
+    @shared
+    def b() -> str:
+        return "b"
+
+    @flask_app.get("/c")
+    @limiter.limit("1/minute", scope="search")
+    def c() -> str:
+        return "c"
+
+    client = flask_app.test_client()
+    assert statuses(client, 1, "/a") + statuses(client, 2, "/b") == [200, 200, 429]
+    assert statuses(client, 1, "/c") == [200]
+
+
+def test_exempt_drops_the_defaults_and_refuses_flags_it_cannot_honour(flask_app: Flask, url: str) -> None:
+    limiter = limiter_for(flask_app, url, default_limits=["1/minute"], application_limits=["1/minute"])
+
+    @flask_app.get("/health")
+    @limiter.exempt
+    def health() -> str:
+        return "ok"
+
+    blueprint = Blueprint("internal", __name__)
+
+    @blueprint.get("/internal")
+    def internal() -> str:
+        return "ok"
+
+    limiter.exempt(blueprint, flags=ExemptionScope.DEFAULT | ExemptionScope.APPLICATION | ExemptionScope.ANCESTORS)
+    flask_app.register_blueprint(blueprint)
+    with pytest.raises(ValueError, match=r"ExemptionScope\.APPLICATION and ExemptionScope\.DEFAULT"):
+        limiter.exempt(flags=ExemptionScope.DEFAULT)
+    client = flask_app.test_client()
+    assert statuses(client, 3, "/health") + statuses(client, 3, "/internal") == [200] * 6
+    assert statuses(client, 2) == [200, 429]
+
+
+def test_functions_of_nothing_read_the_request(flask_app: Flask, url: str) -> None:
+    limiter = limiter_for(
+        flask_app,
+        url,
+        default_limits=[lambda: request.headers.get("X-Quota", "1/minute")],
+        default_limits_exempt_when=lambda: request.headers.get("X-Internal") == "1",
+    )
+    limiter.request_filter(lambda: request.headers.get("X-Filtered") == "1")
+
+    @flask_app.get("/costly")
+    @limiter.limit("3/minute", cost=lambda: int(request.args.get("n", "1")), exempt_when=lambda: "free" in request.args)
+    def costly() -> str:
+        return "ok"
+
+    client = flask_app.test_client()
+    assert statuses(client, 3, headers={"X-Quota": "2/minute"}) == [200, 200, 429]
+    assert statuses(client, 2, headers={"X-Internal": "1"}) == [200, 200]
+    assert statuses(client, 2, headers={"X-Filtered": "1"}) == [200, 200]
+    assert statuses(client, 2, "/costly?n=2") == [200, 429]
+    assert statuses(client, 2, "/costly?free") == [200, 200]
+
+
+def test_headers_are_flask_limiters_when_enabled(flask_app: Flask, url: str) -> None:
+    limiter_for(flask_app, url, default_limits=["5/minute"], headers_enabled=True)
+    response = get(flask_app.test_client())
+    assert response.headers["X-RateLimit-Limit"] == "5"
+    assert response.headers["X-RateLimit-Remaining"] == "4"
+
+
+def test_headers_are_off_by_default_as_in_flask_limiter(flask_app: Flask, url: str) -> None:
+    limiter_for(flask_app, url, default_limits=["5/minute"])
+    assert "X-RateLimit-Limit" not in get(flask_app.test_client()).headers
+
+
+def test_flask_limiters_settings_are_read_without_a_warning(flask_app: Flask, url: str, caplog) -> None:
+    flask_app.config.update(
+        {
+            ConfigVars.STORAGE_URI: url,
+            ConfigVars.DEFAULT_LIMITS: "1/minute",
+            ConfigVars.STRATEGY: "moving-window",
+            ConfigVars.SWALLOW_ERRORS: True,
+        }
+    )
+    with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
+        Limiter(get_remote_address, app=flask_app)
+    assert not [record for record in caplog.records if "Flask-Limiter setting" in record.getMessage()]
+    assert flask_app.config["RATELIMIT_STRATEGY"] == "sliding-log"
+    assert flask_app.config["RATELIMIT_STORAGE_URL"] == url
+    assert flask_app.config[ConfigVars.STORAGE_URI] == url  # kept for the app's own use
+    assert statuses(flask_app.test_client(), 2) == [200, 429]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "refused"),
+    [
+        ({"meta_limits": ["2/day"]}, ConfigVars.META_LIMITS),
+        ({"default_limits_cost": 2}, ConfigVars.DEFAULT_LIMITS_COST),
+        ({"storage_uri": "memcached://localhost:11211"}, ConfigVars.STORAGE_URI),
+        ({"header_name_mapping": {"X-RateLimit-Limit": "X-Limit"}}, "header_name_mapping"),
+        ({"auto_check": False}, "auto_check"),
+        ({"fail_on_first_breach": False}, ConfigVars.FAIL_ON_FIRST_BREACH),
+        ({"in_memory_fallback": ["1/minute"]}, ConfigVars.IN_MEMORY_FALLBACK),
+        ({"strategy": "leaky-bucket"}, ConfigVars.STRATEGY),
+        ({"default_limits": [Limit("1/minute", per_method=True)]}, ConfigVars.DEFAULT_LIMITS),
+    ],
+)
+def test_what_has_no_counterpart_is_refused_at_init_app(flask_app: Flask, arguments: Any, refused: str) -> None:
+    if "header_name_mapping" in arguments:
+        from flask_redis_throttle.compat.flask_limiter import HeaderNames
+
+        arguments = {"header_name_mapping": {HeaderNames.LIMIT: "X-Limit"}}
+    limiter = Limiter(get_remote_address, **arguments)
+    with pytest.raises(ConfigurationError, match=refused):
+        limiter.init_app(flask_app)
+
+
+def test_on_breach_gets_a_request_limit_and_its_response_is_sent(flask_app: Flask, url: str) -> None:
+    limiter = limiter_for(flask_app, url)
+    seen: list[RequestLimit] = []
+
+    def on_breach(limit: RequestLimit) -> Response:
+        seen.append(limit)
+        return Response("slow down", 429)
+
+    @flask_app.get("/hook")
+    @limiter.limit("1/minute", on_breach=on_breach)
+    def hooked() -> str:
+        return "ok"
+
+    @flask_app.get("/message")
+    @limiter.limit("1/minute", error_message=lambda: "no more today")
+    def message() -> str:
+        return "ok"
+
+    client = flask_app.test_client()
+    get(client, "/hook")
+    assert get(client, "/hook").get_data(as_text=True) == "slow down"
+    assert seen[0].breached
+    assert seen[0].key == "ip:192.0.2.1"
+    assert str(seen[0].limit) == "1 per 1 minute"
+    get(client, "/message")
+    refused = get(client, "/message")
+    assert (refused.status_code, refused.get_data(as_text=True)) == (429, "no more today")
+
+
+def test_current_limit_is_a_request_limit(flask_app: Flask, url: str) -> None:
+    limiter = limiter_for(flask_app, url)
+
+    @flask_app.get("/left")
+    @limiter.limit("5/minute")
+    def left() -> dict[str, Any]:
+        found = limiter.current_limit
+        assert found is not None
+        return {"remaining": found.remaining, "breached": found.breached, "shared": found.shared}
+
+    assert get(flask_app.test_client(), "/left").json == {"remaining": 4, "breached": False, "shared": False}
+
+
+def test_what_is_refused_at_use_says_so(flask_app: Flask) -> None:
+    limiter = Limiter(get_remote_address, app=flask_app)
+    with pytest.raises(NotImplementedError, match="context manager"), limiter.limit("1/second"):
+        pass
+    with pytest.raises(NotImplementedError, match="reset one identity"):
+        limiter.reset()
+    with pytest.raises(NotImplementedError, match=r"flask_redis_throttle\.check"):
+        limiter.check()
+    with pytest.raises(NotImplementedError, match="current_limit is the deciding limit"):
+        assert limiter.current_limits
+
+
+def test_the_util_functions_read_the_request(flask_app: Flask) -> None:
+    with flask_app.test_request_context(
+        "/", environ_base={"REMOTE_ADDR": "192.0.2.9"}, headers={"X-Forwarded-For": "198.51.100.1, 10.0.0.1"}
+    ):
+        assert get_remote_address() == "192.0.2.9"
+        assert get_ipaddr() == "198.51.100.1"
+
+
+def test_the_cli_groups_are_the_extensions_commands(flask_app: Flask) -> None:
+    limiter = Limiter(get_remote_address, app=flask_app, default_limits=["7/minute"])
+    assert limiter is not None
+    runner = flask_app.test_cli_runner()
+    for group in (ratelimit, cli):
+        result = runner.invoke(group, ["limits"])
+        assert result.exit_code == 0, result.output
+        assert "7/1m (RATELIMIT_DEFAULT)" in result.output
+    assert cli.name == "limiter"
+
+
+def test_a_route_limit_made_by_hand_limits_its_view(flask_app: Flask, url: str) -> None:
+    limiter = limiter_for(flask_app, url)
+
+    @flask_app.get("/by-hand")
+    @RouteLimit("1/minute", limiter=limiter)
+    def by_hand() -> str:
+        return "ok"
+
+    assert statuses(flask_app.test_client(), 2, "/by-hand") == [200, 429]
+    assert limiter.logger.name == "flask_redis_throttle"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        ({}, [503, 503]),  # Flask-Limiter's default: errors are not swallowed
+        ({"swallow_errors": True}, [200, 200]),
+        ({"in_memory_fallback_enabled": True}, [200, 429]),
+    ],
+)
+def test_a_storage_outage_follows_swallow_errors_and_the_fallback(
+    flask_app: Flask, arguments: dict[str, Any], expected: list[int]
+) -> None:
+    down = f"redis://127.0.0.1:{free_port()}/0"
+    limiter_for(
+        flask_app, down, default_limits=["1/minute"], storage_options={"socket_connect_timeout": 0.2}, **arguments
+    )
+    assert statuses(flask_app.test_client(), 2) == expected
+
+
+def test_the_migration_page_lists_every_argument_and_setting() -> None:
+    page = (Path(__file__).resolve().parent.parent / "docs" / "flask-limiter.rst").read_text(encoding="utf-8")
+    arguments = page.split("``Limiter`` arguments with the shim\n")[1].split("\nFlask-Limiter's settings with")[0]
+    settings = page.split("Flask-Limiter's settings with the shim\n")[1].split("\n``limit``, ``shared_limit``")[0]
+    documented = set(re.findall(r"``(\w+)``", arguments))
+    assert set(inspect.signature(Limiter).parameters) <= documented
+    names = {value for name, value in vars(ConfigVars).items() if name.isupper()}
+    assert names <= set(re.findall(r"``(RATELIMIT_\w+)``", settings))
+    options = set(inspect.signature(Limiter.limit).parameters) - {"self"}
+    assert options <= set(re.findall(r"``(\w+)``", page.split("``limiter.limit(...)`` option")[1]))
+
+
+@pytest.mark.parametrize(
+    ("theirs", "ours", "options"),
+    [
+        ("redis+unix:///tmp/redis.sock", "unix:///tmp/redis.sock", {}),
+        ("rediss+cluster://127.0.0.1:7000", "redis+cluster://127.0.0.1:7000", {"ssl": True}),
+        ("redis+sentinel://127.0.0.1:26379/primary", "redis+sentinel://127.0.0.1:26379/primary", {}),
+    ],
+)
+def test_storage_uris_are_translated_without_connecting(
+    flask_app: Flask, theirs: str, ours: str, options: dict[str, Any]
+) -> None:
+    Limiter(get_remote_address, app=flask_app, storage_uri=theirs)
+    assert flask_app.config["RATELIMIT_STORAGE_URL"] == ours
+    assert flask_app.config["RATELIMIT_STORAGE_OPTIONS"] == options
