@@ -49,6 +49,7 @@ OUTCOMES = (
     "fail_open",  # Redis was unavailable, and RATELIMIT_FAIL_OPEN let it through
     "fail_closed",  # Redis was unavailable: a 503
     "fallback",  # Redis was unavailable, and the in-process fallback decided it
+    "internal_error",  # an error not Redis's (a bug): RATELIMIT_FAIL_OPEN answered it
 )
 
 #: The bounds of ``ratelimit_decision_seconds``'s buckets: a decision takes
@@ -92,7 +93,7 @@ class Metrics:
             multiprocess_mode="livemin",
         )
         #: Each label set's increment, made on first use. Keys are
-        #: endpoints x scopes x 7 outcomes: bounded, like the plans.
+        #: endpoints x scopes x 8 outcomes: bounded, like the plans.
         self._count: dict[tuple[str, str, str], Callable[[float], None]] = {}
         self._observe = _fast_observe(self.seconds) or self.seconds.observe
 

@@ -20,7 +20,7 @@ from ._notices import Notices, logger
 from ._plan import Batch
 from .core.keys import loggable
 from .core.refusals import RefusalLog
-from .core.throttle import Check, Decision, StorageUnavailable, Throttle
+from .core.throttle import Check, Decision, StorageUnavailable, Throttle, UnexpectedError
 from .signals import RefusalEvent, notify, request_refused
 
 __all__ = ["Refusing"]
@@ -134,6 +134,8 @@ class Refusing(Notices):
                 ),
                 (stream,),
             )
+        except UnexpectedError as error:
+            self._internal_error(f"internal error in the refusal log ({error}); the refusal is not logged", error)
         except StorageUnavailable as error:
             # The refusal stands; only its log entry is lost.
             reason = error.__cause__ or error  # Redis's words, or why it was not called

@@ -24,8 +24,8 @@ from ._plan import Batch, Plan, Problem, compile_plan, matching
 from ._refusing import Refusing
 from .core.factory import build_refusal_log, build_throttle
 from .core.refusals import RefusalLog
-from .core.storage import STORAGE_ERRORS, Storage
-from .core.throttle import Check, Decision, StorageUnavailable, Throttle
+from .core.storage import Storage
+from .core.throttle import Check, Decision, StorageUnavailable, Throttle, UnexpectedError
 from .errors import RateLimitExceeded
 
 __all__ = ["EXTENSION_KEY", "OUTCOME_ATTRIBUTE", "Outcome", "RateLimitState", "RequestFilter"]
@@ -200,7 +200,7 @@ class RateLimitState(Refusing):
                     decision, deduct_later = self._inspected(batch, decision, throttle)
             except StorageUnavailable as error:
                 if metrics is not None:
-                    self._record_failure(metrics, endpoint, batch.checks, started)
+                    self._record_failure(metrics, endpoint, batch.checks, started, error)
                 self._storage_unavailable(error)
                 return
             self._watch(decision)
@@ -267,6 +267,10 @@ class RateLimitState(Refusing):
         for batch in matching(deferred, response):
             try:
                 decision = self.throttle.hit(batch.checks, batch.cost)
+            except UnexpectedError as error:
+                lost = "a response's deduction is lost"
+                self._internal_error(f"internal error in rate limiting ({error}); {lost}", error)
+                continue
             except StorageUnavailable as error:
                 self._outage(f"rate limit storage unavailable ({error}); a response's deduction is lost")
                 continue
@@ -326,12 +330,15 @@ class RateLimitState(Refusing):
 
     def _storage_unavailable(self, error: StorageUnavailable) -> None:
         """Let the request through or answer 503, as ``RATELIMIT_FAIL_OPEN``
-        says, with a warning. An error that is not Redis's (a bug, or a
-        client built with a bad option) is logged with its traceback."""
+        says. Redis's failure is an outage, warned of. An error that is not
+        Redis's (:class:`UnexpectedError`: a bug, or a client built with a
+        bad option) is not: it is logged as an internal error, with its
+        traceback, and the request is answered the same way."""
         outcome = "letting requests through" if self.settings.fail_open else "answering 503"
-        cause = error.__cause__
-        unexpected = cause if cause is not None and not isinstance(cause, STORAGE_ERRORS) else None
-        self._outage(f"rate limit storage unavailable ({error}); {outcome}", exc_info=unexpected)
+        if isinstance(error, UnexpectedError):
+            self._internal_error(f"internal error in rate limiting ({error}); {outcome}", error)
+        else:
+            self._outage(f"rate limit storage unavailable ({error}); {outcome}")
         if not self.settings.fail_open:
             retry_after = max(1, math.ceil(error.retry_in))
             raise ServiceUnavailable("Rate limiting is unavailable; try again shortly.", retry_after=retry_after)
@@ -340,9 +347,15 @@ class RateLimitState(Refusing):
         assert self.throttle is not None
         self._outage(f"rate limit storage unavailable ({self.throttle.url}); limiting per process in memory")
 
-    def _record_failure(self, metrics: Metrics, endpoint: str, checks: Sequence[Check], started: float) -> None:
-        """Count a decision Redis failed, under the scope of its first limit."""
-        outcome = "fail_open" if self.settings.fail_open else "fail_closed"
+    def _record_failure(
+        self, metrics: Metrics, endpoint: str, checks: Sequence[Check], started: float, error: StorageUnavailable
+    ) -> None:
+        """Count a decision Redis failed, or an internal error kept from it,
+        under the scope of its first limit."""
+        if isinstance(error, UnexpectedError):
+            outcome = "internal_error"
+        else:
+            outcome = "fail_open" if self.settings.fail_open else "fail_closed"
         metrics.decided(endpoint, checks[0][0].scope, outcome, perf_counter() - started)
 
     def limited_endpoints(self) -> set[str]:

@@ -21,7 +21,7 @@ from .reset import counter_pattern, delete_counters
 from .slots import filler
 from .storage import STORAGE_ERRORS, NodeFailure, Storage
 
-__all__ = ["Check", "Decision", "Policy", "StorageUnavailable", "Throttle"]
+__all__ = ["Check", "Decision", "Policy", "StorageUnavailable", "Throttle", "UnexpectedError"]
 
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
@@ -39,6 +39,19 @@ class StorageUnavailable(Exception):
     def __init__(self, message: str, retry_in: float = 0.0) -> None:
         super().__init__(message)
         self.retry_in = retry_in
+
+
+class UnexpectedError(StorageUnavailable):
+    """The storage path raised an error that is not Redis's: a bug in this
+    package, or a dependency misbehaving (a client built with a bad option
+    that raises :class:`TypeError` on every call, say).
+
+    It is a :class:`StorageUnavailable`, so that whoever answers an
+    unavailable Redis answers it too and no request gets a 500; but it is
+    not an outage: no circuit breaker counts it, no fallback decides it, and
+    the Flask layer logs it as an error (see :ref:`internal-errors`). The
+    original exception is the ``__cause__``.
+    """
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +190,8 @@ class Throttle:
         :param cost: how much quota the request takes; 0 only inspects.
         :raises StorageUnavailable: if Redis could not answer (or the breaker
             is open) and there is no fallback.
+        :raises UnexpectedError: if the storage path raised an error that is
+            not Redis's, fallback or not: a bug is not an outage.
         """
         ready = self.calls.of(checks)
         keys, layout = ready.keys, ready.layout
@@ -194,8 +209,8 @@ class Throttle:
                 return _decision(Reply.decode(raw), checks, layout, cached=True)
         try:
             raw = self.call(self.storage.evaluate, keys, ready.strategies, keys, args)  # no closure: locals stay fast
-        except StorageUnavailable:
-            if self.fallback is None:
+        except StorageUnavailable as error:
+            if self.fallback is None or isinstance(error, UnexpectedError):
                 raise
             decision = self.fallback.hit(checks, cost)
             return replace(decision, fallback=True)
@@ -218,27 +233,35 @@ class Throttle:
         nodes that answered (see
         :class:`~flask_redis_throttle.core.storage.NodeFailure`).
 
-        Any exception counts as a failure, not only Redis's: a client built
-        with a bad option may raise :class:`TypeError` on every call, and
-        that too must be decided by the failure policy, never answered 500.
+        Only Redis's errors (:data:`~flask_redis_throttle.core.storage.STORAGE_ERRORS`)
+        count as failures. Any other exception is a bug, or a dependency
+        misbehaving (a client built with a bad option may raise
+        :class:`TypeError` on every call): it is raised as
+        :class:`UnexpectedError`, which the failure policy still answers,
+        never with a 500, but which no breaker counts, since Redis did not fail.
 
         :raises StorageUnavailable: if the call failed, or a breaker held it back.
+        :raises UnexpectedError: if it raised an error that is not Redis's.
         """
         breaker = self.breaker
         if breaker is None:
             try:
                 return function(*args, **kwargs)
-            except Exception as error:
+            except STORAGE_ERRORS as error:
                 raise StorageUnavailable(self._failed(error)) from error
+            except Exception as error:
+                raise self._unexpected(error, ()) from error
         if not self.storage.cluster:
             # One server's one breaker: no cluster's bookkeeping of nodes.
             if not breaker.allow():
                 raise _held_back(self.storage.url, breaker)
             try:
                 result = function(*args, **kwargs)
-            except Exception as error:
+            except STORAGE_ERRORS as error:
                 _settle({"": breaker}, error)
                 raise StorageUnavailable(self._failed(error), breaker.retry_in()) from error
+            except Exception as error:
+                raise self._unexpected(error, (breaker,)) from error
             breaker.success()
             return result
         breakers = self._breakers(keys, breaker)
@@ -251,20 +274,27 @@ class Throttle:
             allowed.append(guard)
         try:
             result = function(*args, **kwargs)
-        except Exception as error:
+        except STORAGE_ERRORS as error:
             _settle(breakers, error)
             retry_in = max(guard.retry_in() for guard in breakers.values())
             raise StorageUnavailable(self._failed(error), retry_in) from error
+        except Exception as error:
+            raise self._unexpected(error, allowed) from error
         for guard in allowed:
             guard.success()
         return result
 
     def _failed(self, error: Exception) -> str:
-        """What went wrong, for the warning: Redis's own words, or the type
-        of an error no Redis client should raise."""
-        if isinstance(error, STORAGE_ERRORS):
-            return f"{self.storage.url}: {error}"
-        return f"{self.storage.url}: unexpected {type(error).__name__}: {error}"
+        """What went wrong, for the warning: Redis's own words."""
+        return f"{self.storage.url}: {error}"
+
+    def _unexpected(self, error: Exception, breakers: Iterable[CircuitBreaker]) -> UnexpectedError:
+        """The error for a call that raised ``error``, not Redis's: the
+        ``breakers`` that let it through are told nothing, but a probe one
+        of them allowed is given back, so that the next call may probe."""
+        for guard in breakers:
+            guard.abandon()
+        return UnexpectedError(f"{self.storage.url}: unexpected {type(error).__name__}: {error}")
 
     def _breakers(self, keys: Sequence[str], breaker: CircuitBreaker) -> dict[str, CircuitBreaker]:
         """The breakers of the cluster nodes that hold ``keys``, by node.
@@ -278,9 +308,11 @@ class Throttle:
             raise _held_back(self.storage.url, breaker)
         try:
             nodes = self.storage.nodes(keys)
-        except Exception as error:
+        except STORAGE_ERRORS as error:
             breaker.failure()
             raise StorageUnavailable(self._failed(error), breaker.retry_in()) from error
+        except Exception as error:
+            raise self._unexpected(error, (breaker,)) from error
         breaker.success()
         known = self._node_breakers
         return {node: known.get(node) or known.setdefault(node, breaker.like(node)) for node in nodes}
