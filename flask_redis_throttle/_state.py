@@ -135,8 +135,7 @@ class RateLimitState(Refusing):
     def before_request(self) -> None:
         """Decide the request; raise :class:`RateLimitExceeded` if it is refused."""
         # This runs before every request: the request is fetched from its
-        # context proxy once, and a simple plan's checks are found by plain
-        # loops and decided by _decide_simple, which builds no batch unless refused.
+        # context proxy once, and the plan found with one lookup.
         req: Request = request._get_current_object()  # type: ignore[attr-defined]
         if not self._announced:
             self.announce()
@@ -153,57 +152,38 @@ class RateLimitState(Refusing):
             return
         if self.filters and any(accept(req) for accept in self.filters):
             return
-        labels = plan.labels
-        if plan.simple and labels is not None and self.metrics is None:
-            checks = plan.checks(req)
-            if checks:
-                self._decide_simple(req, endpoint, labels, plan, checks, self.throttle)
-            return
         batches, labels, problems = plan.prepare(req)
         if problems:
             self._problems(problems)
         if batches:
             self._decide(req, endpoint, labels, batches, self.throttle)
 
-    def _decide_simple(
-        self, req: Request, endpoint: str, labels: LayerNames, plan: Plan, checks: list[Check], throttle: Throttle
-    ) -> None:
-        """:meth:`_decide` for the usual request: a simple plan's one batch,
-        enforced, counted before the view, with no metrics to record. An
-        admitted request builds no :class:`Batch`."""
-        try:
-            decision = throttle.hit(checks, plan.cost)
-        except StorageUnavailable as error:
-            self._storage_unavailable(error)
-            return
-        self._watch(decision)
-        if not decision.admitted:
-            self._refuse(req, endpoint, labels, decision, plan.batch(checks), decision)
-        # What setting the attribute of g does, without its __setattr__, a Python call.
-        g._get_current_object().__dict__[OUTCOME_ATTRIBUTE] = Outcome(labels, decision)
-
     def _decide(
         self, req: Request, endpoint: str, labels: LayerNames, batches: Sequence[Batch], throttle: Throttle
     ) -> None:
         """Decide the request's batches, one script call each, and leave the
-        :class:`Outcome` in ``g``; raise the 429 at the first enforced refusal."""
+        :class:`Outcome` in ``g``; raise the 429 at the first enforced refusal.
+
+        Every request takes this one path; a simple plan's is its one batch,
+        enforced and counted before the view."""
         shown: Decision | None = None
         deferred: list[Batch] | None = None
         metrics = self.metrics
         for batch in batches:
             started = perf_counter() if metrics is not None else 0.0
             try:
-                # Where every batch is decided; a deferred one is only inspected, at cost 0.
-                decision = throttle.hit(batch.checks, 0 if batch.deferred else batch.cost)
                 deduct_later = batch.deferred
-                if deduct_later:
-                    decision, deduct_later = self._inspected(batch, decision, throttle)
+                if deduct_later:  # only inspected, at cost 0, and counted after the response
+                    decision, deduct_later = self._inspected(batch, throttle)
+                else:
+                    decision = throttle.hit(batch.checks, batch.cost)
             except StorageUnavailable as error:
                 if metrics is not None:
                     self._record_failure(metrics, endpoint, batch.checks, started, error)
                 self._storage_unavailable(error)
                 return
-            self._watch(decision)
+            if decision.fallback or self._failing:
+                self._watch(decision)
             if metrics is not None:
                 outcome = _outcome(decision, batch.shadow)
                 metrics.decided(endpoint, decision.policy.scope, outcome, perf_counter() - started)
@@ -229,9 +209,10 @@ class RateLimitState(Refusing):
         elif self._failing and not decision.cached:  # the block cache did not ask Redis
             self._recovered()
 
-    def _inspected(self, batch: Batch, decision: Decision, throttle: Throttle) -> tuple[Decision, bool]:
+    def _inspected(self, batch: Batch, throttle: Throttle) -> tuple[Decision, bool]:
         """The decision on a deferred batch, inspected at cost 0: refused if
         its real cost does not fit; and whether to count it after the response."""
+        decision = throttle.hit(batch.checks, 0)
         if not decision.admitted or decision.remaining >= batch.cost:
             return decision, True
         if batch.penalized:
