@@ -144,9 +144,8 @@ def _fast_observe(histogram: Any) -> Callable[[float], None] | None:
 
 
 _lock = threading.Lock()
-#: The metrics of each registry, by the registry's id; the registry is kept
-#: alongside, so that its id is not reused while the entry exists.
-_registered: dict[int, tuple[object, Metrics]] = {}
+#: The metrics of each registry (a registry is equal only to itself).
+_registered: dict[CollectorRegistry, Metrics] = {}
 
 
 def metrics_for(registry: CollectorRegistry | None) -> Metrics:
@@ -165,7 +164,7 @@ def metrics_for(registry: CollectorRegistry | None) -> Metrics:
     if not isinstance(registry, prometheus_client.CollectorRegistry):
         raise TypeError(f"metrics={registry!r} must be True, False or a prometheus_client.CollectorRegistry")
     with _lock:
-        found = _registered.get(id(registry))
+        found = _registered.get(registry)
         if found is None:
-            found = _registered[id(registry)] = (registry, Metrics(registry))
-        return found[1]
+            found = _registered[registry] = Metrics(registry)
+        return found

@@ -48,6 +48,9 @@ class Policy:
     penalty_suffix: str = field(init=False, repr=False)
     #: The script's strategies when this policy is a request's only one.
     strategies: frozenset[str] = field(init=False, repr=False)
+    #: The hash of what it is made of, worked out once: a dynamic limit's
+    #: policies are looked up by value on every request.
+    _hash: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not is_strategy(self.strategy):
@@ -59,6 +62,10 @@ class Policy:
         object.__setattr__(self, "entry", entry(code, self.layers, durations))
         object.__setattr__(self, "penalty_suffix", "" if penalty is None else penalty_suffix(self.scope))
         object.__setattr__(self, "strategies", frozenset([self.strategy]))
+        object.__setattr__(self, "_hash", hash((self.layers, self.scope, self.strategy, self.penalty)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @property
     def rates(self) -> tuple[Layer, ...]:  # old name

@@ -10,13 +10,13 @@ from dataclasses import dataclass, replace
 from typing import ParamSpec, TypeVar
 
 from .blocks import Block, BlockCache
+from .bounded import remember
 from .breaker import CircuitBreaker
-from .codec import Arg, Layout, Reply
-from .keys import Identity, identity_tag
+from .codec import LAYOUT_CACHE_SIZE, Arg, Layout, Reply
+from .keys import CACHED_VALUE_LENGTH, Identity, cached_counter_key, counter_key, identity_tag, kept_counter_key
 from .local import LocalFolder, folder_of
 from .policy import Check, Policy
 from .rates import Layer
-from .ready import ReadyCalls
 from .reset import counter_pattern, delete_counters
 from .slots import filler
 from .storage import STORAGE_ERRORS, NodeFailure, Storage
@@ -128,8 +128,10 @@ class Throttle:
         self._head = prefix + "{"
         #: A cluster's breakers by node (``host:port``), made on first use.
         self._node_breakers: dict[str, CircuitBreaker] = {}
-        #: Each request's call but for its time and cost, made once and kept.
-        self.calls = ReadyCalls(self._head, secret)
+        #: The layout and strategies of each request shape: its policies'
+        #: plan entries, and how many identities each has (bounded, since a
+        #: dynamic limit makes policies).
+        self._layouts: dict[tuple[bytes | int, ...], tuple[Layout, frozenset[str]]] = {}
 
     def now(self) -> int | None:
         """The time to decide at, in microseconds, or None for Redis ``TIME``.
@@ -193,8 +195,7 @@ class Throttle:
         :raises UnexpectedError: if the storage path raised an error that is
             not Redis's, fallback or not: a bug is not an outage.
         """
-        ready = self.calls.of(checks)
-        keys, layout = ready.keys, ready.layout
+        keys, layout, strategies = self._prepare(checks)
         now = self.now()
         args: list[Arg] = ["" if now is None else now, cost, layout.plan]
         blocks = self.blocks
@@ -208,7 +209,7 @@ class Throttle:
                 raw = Reply.refused(index, block.remaining, block.reset - sent, block.until - sent, block.penalized)
                 return _decision(Reply.decode(raw), checks, layout, cached=True)
         try:
-            raw = self.call(self.storage.evaluate, keys, ready.strategies, keys, args)  # no closure: locals stay fast
+            raw = self.call(self.storage.evaluate, keys, strategies, keys, args)  # no closure: locals stay fast
         except StorageUnavailable as error:
             if self.fallback is None or isinstance(error, UnexpectedError):
                 raise
@@ -221,6 +222,39 @@ class Throttle:
             layer, quota = layout.layers(keys)[reply.layer]
             blocks.add(layer, Block.after(sent, quota, cost, raw[2], raw[4], raw[3], reply.penalized))
         return _decision(reply, checks, layout)
+
+    def _prepare(self, checks: Sequence[Check]) -> tuple[list[str], Layout, frozenset[str]]:
+        """A request's script call but for its time and cost: every
+        counter's key, in the plan's order, then the penalty keys of the
+        policies that have a penalty; the plan and reply layout; and the
+        strategies of the script it takes.
+
+        Keys come from the bounded key cache (see
+        :func:`~flask_redis_throttle.core.keys.kept_counter_key`); the layout
+        is kept by request shape, and the strategies with it.
+        """
+        head, secret = self._head, self.secret
+        keys: list[str] = []
+        shape: list[bytes | int] = []
+        for policy, identities in checks:
+            shape += (policy.entry, len(identities))
+            suffix = policy.suffix
+            for who in identities:  # what kept_counter_key does, without a call per key
+                value = who.value
+                make = cached_counter_key if len(value) <= CACHED_VALUE_LENGTH else counter_key
+                keys.append(make(head, who.kind, value, secret, suffix))
+        known = self._layouts.get(tuple(shape))
+        if known is None:
+            layout = Layout.of((policy.entry, len(identities), policy.layers) for policy, identities in checks)
+            strategies = checks[0][0].strategies if len(checks) == 1 else frozenset([p.strategy for p, _ in checks])
+            known = remember(self._layouts, tuple(shape), (layout, strategies), LAYOUT_CACHE_SIZE)
+        layout, strategies = known
+        if layout.penalized:  # after every counter's key
+            for policy, identities in checks:
+                if policy.penalty_suffix:
+                    suffix = policy.penalty_suffix
+                    keys += [kept_counter_key(head, who.kind, who.value, secret, suffix) for who in identities]
+        return keys, layout, strategies
 
     def call(self, function: Callable[_P, _T], keys: Sequence[str], *args: _P.args, **kwargs: _P.kwargs) -> _T:
         """Make one Redis call, ``function(*args, **kwargs)``, that touches ``keys``,
