@@ -317,7 +317,7 @@ def test_the_hot_path_makes_decisions_equal_to_the_dataclass_own() -> None:
     import dataclasses
 
     from flask_redis_throttle.core.rates import Layer
-    from flask_redis_throttle.core.slots import filler
+    from flask_redis_throttle.core.throttle import _filler as filler
 
     policy = Policy(parse_limits("5/s"), "s")
     values = (True, policy, Layer(5, 1), Identity("ip", "1.2.3.4"), 4, 0.5, 0.0, False, True, False)

@@ -1,30 +1,102 @@
 """The core: decide a request against every layer of every identity in one
 call. It works without Flask; docs/core.rst shows it on its own.
+
+A :class:`Policy` is a limit ready to be sent; a :data:`Check`, one limit of
+a request with the identities it applies to; :meth:`Throttle.hit` decides a
+request's checks in one script call, and returns its :class:`Decision`.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
-from typing import ParamSpec, TypeVar
+from dataclasses import dataclass, field, replace
+from typing import Any, ParamSpec, TypeVar
 
 from .blocks import Block, BlockCache
 from .bounded import remember
 from .breaker import CircuitBreaker
-from .codec import LAYOUT_CACHE_SIZE, Arg, Layout, Reply
-from .keys import CACHED_VALUE_LENGTH, Identity, cached_counter_key, counter_key, identity_tag, kept_counter_key
+from .codec import LAYOUT_CACHE_SIZE, Arg, Layout, Reply, entry
+from .deprecated import warn_renamed
+from .keys import (
+    CACHED_VALUE_LENGTH,
+    Identity,
+    cached_counter_key,
+    counter_key,
+    escape_scope,
+    identity_tag,
+    kept_counter_key,
+)
 from .local import LocalFolder, folder_of
-from .policy import Check, Policy
+from .penalties import Penalty, penalty_suffix
 from .rates import Layer
 from .reset import counter_pattern, delete_counters
-from .slots import filler
+from .scripts import STRATEGIES, STRATEGY_NAMES, is_strategy
 from .storage import STORAGE_ERRORS, NodeFailure, Storage
 
 __all__ = ["Check", "Decision", "Policy", "StorageUnavailable", "Throttle", "UnexpectedError"]
 
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A limit ready to be sent: its layers, scope and strategy, and the parts
+    of its keys and script arguments that never change between requests.
+
+    :param layers: the layers; a request passes only if each has room.
+    :param scope: the name counters are kept under; requests in the same scope
+        share counters. By default the Flask layer uses the endpoint.
+    :param strategy: the algorithm, a key of
+        :data:`~flask_redis_throttle.core.scripts.STRATEGIES`.
+    :param penalty: refuses an identity that keeps hitting this limit for longer (see
+        :mod:`flask_redis_throttle.core.penalties`); None for no penalty.
+    """
+
+    layers: tuple[Layer, ...]
+    scope: str
+    strategy: str = "fixed-window"
+    penalty: Penalty | None = None
+    #: ``}:<scope>:<strategy>``: a key is the prefix, ``{``, an identity's
+    #: tag and this. One key holds every layer of the identity under the
+    #: scope and strategy (see ``lua/packed.lua``).
+    suffix: str = field(init=False, repr=False)
+    #: The policy's entry in a script's plan, the same for every identity
+    #: (see :func:`~flask_redis_throttle.core.codec.entry`).
+    entry: bytes = field(init=False, repr=False)
+    #: ``}:<scope>:pn``, the suffix of the penalty keys; empty without a penalty.
+    penalty_suffix: str = field(init=False, repr=False)
+    #: The script's strategies when this policy is a request's only one.
+    strategies: frozenset[str] = field(init=False, repr=False)
+    #: The hash of what it is made of, worked out once: a dynamic limit's
+    #: policies are looked up by value on every request.
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not is_strategy(self.strategy):
+            raise ValueError(f"unknown strategy {self.strategy!r}; expected one of {STRATEGY_NAMES}")
+        code = STRATEGIES[self.strategy].code
+        penalty = self.penalty
+        durations = None if penalty is None else (penalty.first, penalty.factor, penalty.longest)
+        object.__setattr__(self, "suffix", f"}}:{escape_scope(self.scope)}:{code}")
+        object.__setattr__(self, "entry", entry(code, self.layers, durations))
+        object.__setattr__(self, "penalty_suffix", "" if penalty is None else penalty_suffix(self.scope))
+        object.__setattr__(self, "strategies", frozenset([self.strategy]))
+        object.__setattr__(self, "_hash", hash((self.layers, self.scope, self.strategy, self.penalty)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    @property
+    def rates(self) -> tuple[Layer, ...]:  # old name
+        """Deprecated: :attr:`layers`."""
+        warn_renamed("Policy.rates", "Policy.layers")  # old name
+        return self.layers
+
+
+#: One limit to check for a request: a policy and the identities it applies to.
+Check = tuple[Policy, Sequence[Identity]]
 
 
 class StorageUnavailable(Exception):
@@ -85,7 +157,44 @@ class Decision:
     fallback: bool = False
 
 
-_Decision = filler(Decision)  # Decision(...), at twice the speed: once per request
+def _filler(cls: type[_T]) -> Callable[..., _T]:
+    """A function that makes a ``cls`` of its ten fields' values, given in
+    their order, as its ``__init__`` would: but without running it, so with
+    no defaults and no ``__post_init__``.
+
+    A frozen dataclass's ``__init__`` sets each field with
+    ``object.__setattr__``, looked up and called once per field, since the
+    class's own ``__setattr__`` refuses. Every request makes one
+    :class:`Decision`, of ten fields: setting its slots through their
+    descriptors instead takes half the time.
+
+    :raises TypeError: if ``cls`` is not a slots dataclass of ten fields.
+    """
+    names = getattr(cls, "__match_args__", ())
+    if len(names) != 10 or getattr(cls, "__slots__", None) is None:
+        raise TypeError(f"{cls.__name__} is not a slots dataclass of ten fields")
+    s0, s1, s2, s3, s4, s5, s6, s7, s8, s9 = (getattr(cls, name).__set__ for name in names)
+    new = object.__new__
+
+    def fill(v0: Any, v1: Any, v2: Any, v3: Any, v4: Any, v5: Any, v6: Any, v7: Any, v8: Any, v9: Any) -> _T:
+        # Unrolled: a loop over the setters costs half of what it saves.
+        made = new(cls)
+        s0(made, v0)
+        s1(made, v1)
+        s2(made, v2)
+        s3(made, v3)
+        s4(made, v4)
+        s5(made, v5)
+        s6(made, v6)
+        s7(made, v7)
+        s8(made, v8)
+        s9(made, v9)
+        return made
+
+    return fill
+
+
+_Decision = _filler(Decision)  # Decision(...), at twice the speed: once per request
 
 
 class Throttle:
