@@ -184,10 +184,12 @@ class RateLimitState(Notices):
                     decision, deduct_later = self._inspected(batch, throttle)
                 else:
                     decision = throttle.hit(batch.checks, batch.cost)
-            except StorageUnavailable as error:
+            except Exception as error:
+                # Redis's failure; or any other error, which is a bug: never a 500 (see _storage_unavailable).
+                failure = error if isinstance(error, StorageUnavailable) else throttle.unexpected(error)
                 if metrics is not None:
-                    self._record_failure(metrics, endpoint, batch.checks, started, error)
-                self._storage_unavailable(error)
+                    self._record_failure(metrics, endpoint, batch.checks, started, failure)
+                self._storage_unavailable(failure)
                 return
             if decision.fallback or self._failing:
                 self._watch(decision)
@@ -255,12 +257,9 @@ class RateLimitState(Notices):
         for batch in matching(deferred, response):
             try:
                 decision = self.throttle.hit(batch.checks, batch.cost)
-            except UnexpectedError as error:
-                lost = "a response's deduction is lost"
-                self._internal_error(f"internal error in rate limiting ({error}); {lost}", error)
-                continue
-            except StorageUnavailable as error:
-                self._outage(f"rate limit storage unavailable ({error}); a response's deduction is lost")
+            except Exception as error:  # as in _decide
+                failure = error if isinstance(error, StorageUnavailable) else self.throttle.unexpected(error)
+                self._storage_failed(failure, "a response's deduction is lost")
                 continue
             # Refused here means others took the room since the inspection:
             # this request goes uncounted (see "deduct_when" in docs/limits).
@@ -425,14 +424,19 @@ class RateLimitState(Notices):
         Redis's (:class:`UnexpectedError`: a bug, or a client built with a
         bad option) is not: it is logged as an internal error, with its
         traceback, and the request is answered the same way."""
-        outcome = "letting requests through" if self.settings.fail_open else "answering 503"
-        if isinstance(error, UnexpectedError):
-            self._internal_error(f"internal error in rate limiting ({error}); {outcome}", error)
-        else:
-            self._outage(f"rate limit storage unavailable ({error}); {outcome}")
+        self._storage_failed(error, "letting requests through" if self.settings.fail_open else "answering 503")
         if not self.settings.fail_open:
             retry_after = max(1, math.ceil(error.retry_in))
             raise ServiceUnavailable("Rate limiting is unavailable; try again shortly.", retry_after=retry_after)
+
+    def _storage_failed(self, error: StorageUnavailable, consequence: str) -> None:
+        """Log that ``error`` kept a request from being decided or counted,
+        and its ``consequence``: Redis's failure as an outage, any other
+        error (:class:`UnexpectedError`) as an internal error."""
+        if isinstance(error, UnexpectedError):
+            self._internal_error(f"internal error in rate limiting ({error}); {consequence}", error)
+        else:
+            self._outage(f"rate limit storage unavailable ({error}); {consequence}")
 
     def _fallback_decided(self) -> None:
         assert self.throttle is not None

@@ -18,6 +18,7 @@ from flask import Flask
 from helpers import extension_records, get, install
 
 from flask_redis_throttle import RateLimit, limit
+from flask_redis_throttle.core.throttle import UnexpectedError
 from flask_redis_throttle.testing import RedisServer, free_port
 
 
@@ -147,7 +148,7 @@ def _raising_evaluate(*args: Any) -> Any:
 @pytest.mark.redis
 @pytest.mark.internal_error
 @pytest.mark.parametrize("fail_open", [True, False], ids=["fail-open", "fail-closed"])
-@pytest.mark.parametrize("fault", ["bad-client-option", "storage-bug"])
+@pytest.mark.parametrize("fault", ["bad-client-option", "storage-bug", "throttle-bug"])
 def test_an_unexpected_error_in_the_storage_follows_the_failure_policy(
     redis_server: RedisServer, fault: str, fail_open: bool, caplog, monkeypatch, internal_errors
 ) -> None:
@@ -166,6 +167,8 @@ def test_an_unexpected_error_in_the_storage_follows_the_failure_policy(
     state = app.extensions["ratelimit"]
     if fault == "storage-bug":
         monkeypatch.setattr(state.throttle.storage, "evaluate", _raising_evaluate)
+    elif fault == "throttle-bug":  # before the call to Redis, outside any breaker
+        monkeypatch.setattr(state.throttle, "_prepare", _raising_evaluate)
     web = app.test_client()
     with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
         responses = [get(web) for _ in range(5)]  # TESTING: an escaping error would raise here
@@ -178,6 +181,8 @@ def test_an_unexpected_error_in_the_storage_follows_the_failure_policy(
     assert record.levelno == logging.ERROR
     assert "unavailable" not in record.getMessage()
     expected = "unexpected AttributeError" if fault == "bad-client-option" else "unexpected TypeError: a bug"
+    assert isinstance(record.exc_info[1], UnexpectedError)
+    assert isinstance(record.exc_info[1].__cause__, AttributeError if fault == "bad-client-option" else TypeError)
     assert f"internal error in rate limiting ({redis_server.url}: {expected}" in record.getMessage()
     assert ("letting requests through" if fail_open else "answering 503") in record.getMessage()
     assert record.exc_info is not None  # the traceback, to find the cause

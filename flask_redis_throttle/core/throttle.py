@@ -393,7 +393,7 @@ class Throttle:
             except STORAGE_ERRORS as error:
                 raise StorageUnavailable(self._failed(error)) from error
             except Exception as error:
-                raise self._unexpected(error, ()) from error
+                raise self.unexpected(error) from error
         if not self.storage.cluster:
             # One server's one breaker: no cluster's bookkeeping of nodes.
             if not breaker.allow():
@@ -404,7 +404,7 @@ class Throttle:
                 _settle({"": breaker}, error)
                 raise StorageUnavailable(self._failed(error), breaker.retry_in()) from error
             except Exception as error:
-                raise self._unexpected(error, (breaker,)) from error
+                raise self.unexpected(error, (breaker,)) from error
             breaker.success()
             return result
         breakers = self._breakers(keys, breaker)
@@ -422,7 +422,7 @@ class Throttle:
             retry_in = max(guard.retry_in() for guard in breakers.values())
             raise StorageUnavailable(self._failed(error), retry_in) from error
         except Exception as error:
-            raise self._unexpected(error, allowed) from error
+            raise self.unexpected(error, allowed) from error
         for guard in allowed:
             guard.success()
         return result
@@ -431,13 +431,16 @@ class Throttle:
         """What went wrong, for the warning: Redis's own words."""
         return f"{self.storage.url}: {error}"
 
-    def _unexpected(self, error: Exception, breakers: Iterable[CircuitBreaker]) -> UnexpectedError:
-        """The error for a call that raised ``error``, not Redis's: the
-        ``breakers`` that let it through are told nothing, but a probe one
-        of them allowed is given back, so that the next call may probe."""
+    def unexpected(self, error: Exception, breakers: Iterable[CircuitBreaker] = ()) -> UnexpectedError:
+        """The :class:`UnexpectedError` for ``error``, which is not Redis's,
+        met on the way to Redis, with ``error`` as its cause. The
+        ``breakers`` that let a call through are told nothing, but a probe
+        one of them allowed is given back, so that the next call may probe."""
         for guard in breakers:
             guard.abandon()
-        return UnexpectedError(f"{self.storage.url}: unexpected {type(error).__name__}: {error}")
+        failure = UnexpectedError(f"{self.storage.url}: unexpected {type(error).__name__}: {error}")
+        failure.__cause__ = error
+        return failure
 
     def _breakers(self, keys: Sequence[str], breaker: CircuitBreaker) -> dict[str, CircuitBreaker]:
         """The breakers of the cluster nodes that hold ``keys``, by node.
@@ -455,7 +458,7 @@ class Throttle:
             breaker.failure()
             raise StorageUnavailable(self._failed(error), breaker.retry_in()) from error
         except Exception as error:
-            raise self._unexpected(error, (breaker,)) from error
+            raise self.unexpected(error, (breaker,)) from error
         breaker.success()
         known = self._node_breakers
         return {node: known.get(node) or known.setdefault(node, breaker.like(node)) for node in nodes}
