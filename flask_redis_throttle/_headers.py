@@ -65,9 +65,10 @@ class LayerNames:
 
     #: The ``RateLimit-Policy`` value.
     policy_header: str
-    #: The name of each layer, by (``id()`` of its policy, window in seconds).
+    #: The name of each layer, by (the policy's place in :attr:`policies`,
+    #: window in seconds).
     names: dict[tuple[int, int], str]
-    #: The policies, kept so that the ids in ``names`` stay theirs.
+    #: The policies, in order.
     policies: tuple[Policy, ...]
     #: The start of each layer's ``RateLimit`` value, by the same keys as
     #: ``names``: made once, so that a response's header is one format.
@@ -82,24 +83,29 @@ class LayerNames:
         """Name every layer of ``policies``, in order."""
         names: dict[tuple[int, int], str] = {}
         layers = []
-        for policy in policies:
+        for place, policy in enumerate(policies):
             for layer in policy.layers:
                 name = layer.name
                 if name in names.values():
                     name = f"{name}-{len(names) + 1}"
-                names[id(policy), layer.window] = name
+                names[place, layer.window] = name
                 layers.append((name, layer))
         return cls(policy_header(layers), names, tuple(policies))
 
     def name(self, policy: Policy, layer: Layer) -> str:
         """The name of one layer of one of the policies."""
-        return self.names[id(policy), layer.window]
+        return self.names[self.policies.index(policy), layer.window]
 
     def state(self, policy: Policy, layer: Layer, remaining: int, reset: float) -> str:
         """The ``RateLimit`` value for one layer of one of the policies
         (see :func:`state_header`)."""
-        # _state's format, inlined: this runs once per response.
-        return f"{self.heads[id(policy), layer.window]}{max(remaining, 0)};t={math.ceil(reset)}"
+        # The policy is found by its place: tuple.index tries each by
+        # identity before equality, so the plan's own policy costs no
+        # comparison of fields, and an equal one (a dynamic limit's, made
+        # again) finds the same names. _state's format, inlined: this runs
+        # once per response.
+        head = self.heads[self.policies.index(policy), layer.window]
+        return f"{head}{max(remaining, 0)};t={math.ceil(reset)}"
 
 
 #: The headers :func:`set_headers` sets, in lower case: always, and with the legacy ones.

@@ -49,6 +49,7 @@ OUTCOMES = (
     "fail_open",  # Redis was unavailable, and RATELIMIT_FAIL_OPEN let it through
     "fail_closed",  # Redis was unavailable: a 503
     "fallback",  # Redis was unavailable, and the in-process fallback decided it
+    "internal_error",  # an error not Redis's (a bug): RATELIMIT_FAIL_OPEN answered it
 )
 
 #: The bounds of ``ratelimit_decision_seconds``'s buckets: a decision takes
@@ -92,7 +93,7 @@ class Metrics:
             multiprocess_mode="livemin",
         )
         #: Each label set's increment, made on first use. Keys are
-        #: endpoints x scopes x 7 outcomes: bounded, like the plans.
+        #: endpoints x scopes x 8 outcomes: bounded, like the plans.
         self._count: dict[tuple[str, str, str], Callable[[float], None]] = {}
         self._observe = _fast_observe(self.seconds) or self.seconds.observe
 
@@ -143,9 +144,8 @@ def _fast_observe(histogram: Any) -> Callable[[float], None] | None:
 
 
 _lock = threading.Lock()
-#: The metrics of each registry, by the registry's id; the registry is kept
-#: alongside, so that its id is not reused while the entry exists.
-_registered: dict[int, tuple[object, Metrics]] = {}
+#: The metrics of each registry (a registry is equal only to itself).
+_registered: dict[CollectorRegistry, Metrics] = {}
 
 
 def metrics_for(registry: CollectorRegistry | None) -> Metrics:
@@ -164,7 +164,7 @@ def metrics_for(registry: CollectorRegistry | None) -> Metrics:
     if not isinstance(registry, prometheus_client.CollectorRegistry):
         raise TypeError(f"metrics={registry!r} must be True, False or a prometheus_client.CollectorRegistry")
     with _lock:
-        found = _registered.get(id(registry))
+        found = _registered.get(registry)
         if found is None:
-            found = _registered[id(registry)] = (registry, Metrics(registry))
-        return found[1]
+            found = _registered[registry] = Metrics(registry)
+        return found

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from ._metrics import Metrics
     from .core.throttle import Throttle
 
-__all__ = ["WARNING_INTERVAL", "Notices"]
+__all__ = ["INTERNAL_ERROR", "WARNING_INTERVAL", "Notices"]
 
 logger = logging.getLogger("flask_redis_throttle")
 #: The circuit breakers' opening and closing, a logger of their own so that
@@ -30,6 +30,13 @@ breaker_logger = logging.getLogger("flask_redis_throttle.breaker")
 
 #: The shortest gap between two warnings of one kind, in seconds.
 WARNING_INTERVAL = 10.0
+
+#: The attribute set on the record of an internal error (see
+#: :meth:`Notices._internal_error`).
+INTERNAL_ERROR = "ratelimit_internal_error"
+
+#: What a left-out line of each level is called, in the next one.
+_NOUNS = {logging.WARNING: "warning", logging.ERROR: "error"}
 
 #: The kinds of warning that an outage of Redis causes; recovery resets their counts.
 _OUTAGE_WARNINGS = frozenset(["storage", "refusal log"])
@@ -65,12 +72,12 @@ class Notices:
         """The endpoints of the app that have a limit for some method."""
         raise NotImplementedError
 
-    def _outage(self, message: str, exc_info: BaseException | None = None) -> None:
+    def _outage(self, message: str) -> None:
         """Warn that Redis failed a request, and count it for the recovery line."""
         with self._warning_lock:
             self._failing = True
             self._failed_requests += 1
-        self._warn(message, exc_info=exc_info)
+        self._warn(message)
 
     def _recovered(self) -> None:
         """Redis decided a request after failing some: log it once, and
@@ -96,6 +103,24 @@ class Notices:
         """Log a warning, at most once per :data:`WARNING_INTERVAL` for each
         kind, with ``exc_info``'s traceback if given, and how many of its
         kind were left out since the last one, if any were."""
+        self._log(logging.WARNING, message, kind, exc_info)
+
+    def _internal_error(self, message: str, error: BaseException) -> None:
+        """Log an error that is neither Redis's nor the app's (a bug, or a
+        dependency misbehaving) at ERROR, with its traceback, spaced out as
+        warnings are, so that a broken path cannot flood the log. Its
+        record carries :data:`INTERNAL_ERROR` (the tests fail on one they
+        did not expect)."""
+        self._log(logging.ERROR, message, "internal error", error, {INTERNAL_ERROR: True})
+
+    def _log(
+        self,
+        level: int,
+        message: str,
+        kind: str,
+        exc_info: BaseException | None = None,
+        extra: dict[str, object] | None = None,
+    ) -> None:
         with self._warning_lock:
             now = self.clock()
             next_warning, unwarned = self._warnings.get(kind, (0.0, 0))
@@ -104,11 +129,8 @@ class Notices:
                 return
             self._warnings[kind] = (now + WARNING_INTERVAL, 0)
         if unwarned:
-            logger.warning(
-                "%s. %d similar warning(s) were not logged since the last one.", message, unwarned, exc_info=exc_info
-            )
-        else:
-            logger.warning("%s.", message, exc_info=exc_info)
+            message = f"{message}. {unwarned} similar {_NOUNS[level]}(s) were not logged since the last one"
+        logger.log(level, "%s.", message, exc_info=exc_info, extra=extra)
 
     def announce(self) -> None:
         """Log the one start-up line: the storage (password redacted), the

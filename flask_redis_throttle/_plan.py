@@ -205,7 +205,7 @@ class Plan:
     unresolved: tuple[UnresolvedCheck, ...] = field(repr=False)
     #: The cost every limit has, for simple plans.
     cost: int = 1
-    _labels: dict[tuple[int, ...], LayerNames] = field(default_factory=dict, repr=False)
+    _labels: dict[tuple[Policy, ...], LayerNames] = field(default_factory=dict, repr=False)
 
     def prepare(self, request: Request) -> tuple[Sequence[Batch], LayerNames, Sequence[Problem]]:
         """Work out a request's script calls.
@@ -225,8 +225,22 @@ class Plan:
         """
         labels = self.labels
         if self.simple and labels is not None:
-            checks = self.checks(request)  # none if no identity applies
-            return ((self.batch(checks),) if checks else ()), labels, ()
+            checks: list[Check] = []
+            for fixed, found in self.unresolved:
+                identities = []
+                for resolve in found:  # what _identities does, without a call per limit
+                    identity = resolve(request)
+                    if identity is not None:
+                        identities.append(identity)
+                if identities:
+                    checks.append((fixed, identities))
+            if not checks:
+                return (), labels, ()
+            limits = self.limits
+            if len(checks) < len(limits):
+                # The limits none of whose identities applies are left out.
+                limits = tuple(limit for limit in limits if any(limit.policy is fixed for fixed, _ in checks))
+            return (Batch(self.cost, False, False, checks, limits),), labels, ()
         problems: list[Problem] = []
         groups: dict[tuple[bool, bool, int], tuple[list[Check], list[PlannedLimit]]] = {}
         policies: list[Policy] = []
@@ -248,47 +262,20 @@ class Plan:
             if not identities:
                 continue
             cost = limit.cost_for(request, problems)
-            checks, limits = groups.setdefault((limit.shadow, limit.spec.deduct_when is not None, cost), ([], []))
-            checks.append((policy, identities))
-            limits.append(limit)
+            grouped, kept = groups.setdefault((limit.shadow, limit.spec.deduct_when is not None, cost), ([], []))
+            grouped.append((policy, identities))
+            kept.append(limit)
         batches = [Batch(cost, shadow, deferred, *lists) for (shadow, deferred, cost), lists in groups.items()]
         batches.sort(key=lambda batch: (batch.shadow, not batch.deferred))
         return batches, labels or self._labels_of(tuple(policies)), problems
 
-    def checks(self, request: Request) -> list[Check]:
-        """A simple plan's checks for ``request``: each limit one of whose
-        identities applies, with those identities (see :meth:`batch`)."""
-        checks: list[Check] = []
-        for policy, found in self.unresolved:
-            identities = []
-            for resolve in found:  # what _identities does, without a call per limit
-                identity = resolve(request)
-                if identity is not None:
-                    identities.append(identity)
-            if identities:
-                checks.append((policy, identities))
-        return checks
-
-    def batch(self, checks: list[Check]) -> Batch:
-        """The batch of a simple plan's ``checks`` (see :meth:`checks`)."""
-        limits = self.limits
-        if len(checks) < len(limits):
-            # The limits none of whose identities applies were left out.
-            kept = {id(policy) for policy, _found in checks}
-            limits = tuple(limit for limit in limits if id(limit.policy) in kept)
-        return Batch(self.cost, False, False, checks, limits)
-
     def _labels_of(self, policies: tuple[Policy, ...]) -> LayerNames:
-        """The header names of ``policies``, kept by the policies' ids, as
-        :class:`LayerNames` names their layers: a dynamic limit's policy made
-        again after its cache was forgotten is equal to the old one but not
-        it, and must not be given names made for the old one. The names keep
-        their policies, so no other policy can have their ids meanwhile.
-        Keyed by ids, a lookup also hashes no policy, layer by layer."""
-        key = tuple(map(id, policies))
-        labels = self._labels.get(key)
+        """The header names of ``policies``, kept by the policies (a
+        dynamic limit's policy made again, equal to the old one, finds the
+        same names)."""
+        labels = self._labels.get(policies)
         if labels is None:
-            labels = remember(self._labels, key, LayerNames.of(policies), DYNAMIC_CACHE_SIZE)
+            labels = remember(self._labels, policies, LayerNames.of(policies), DYNAMIC_CACHE_SIZE)
         return labels
 
 

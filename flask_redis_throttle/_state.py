@@ -1,7 +1,11 @@
 """The rate limiting state of one app, and the request hooks it installs.
 
 :class:`RateLimitState` lives at ``app.extensions["ratelimit"]``; see
-:mod:`flask_redis_throttle.extension` for a request's path through it.
+:mod:`flask_redis_throttle.extension` for a request's path through it. It
+decides requests, and does what follows a refusal besides its 429: the
+refusal hooks (the ``on_breach`` functions and the ``request_refused``
+signal), the warning for a cost no layer can ever allow, and the refusal
+log's entry.
 """
 
 from __future__ import annotations
@@ -15,18 +19,21 @@ from typing import Any, NoReturn
 
 from flask import Flask, Request, Response, g, request
 from werkzeug.exceptions import ServiceUnavailable
+from werkzeug.wrappers import Response as AnyResponse
 
 from ._config import Settings
-from ._decisions import _at_cost, _outcome, _over_quota, _tighter
+from ._decisions import _at_cost, _limit_of, _outcome, _over_quota, _OverQuota, _tighter
 from ._headers import LayerNames, retry_after_value, set_headers
 from ._metrics import Metrics
+from ._notices import Notices, logger
 from ._plan import Batch, Plan, Problem, compile_plan, matching
-from ._refusing import Refusing
 from .core.factory import build_refusal_log, build_throttle
+from .core.keys import loggable
 from .core.refusals import RefusalLog
-from .core.storage import STORAGE_ERRORS, Storage
-from .core.throttle import Check, Decision, StorageUnavailable, Throttle
+from .core.storage import Storage
+from .core.throttle import Check, Decision, StorageUnavailable, Throttle, UnexpectedError
 from .errors import RateLimitExceeded
+from .signals import RefusalEvent, notify, request_refused
 
 __all__ = ["EXTENSION_KEY", "OUTCOME_ATTRIBUTE", "Outcome", "RateLimitState", "RequestFilter"]
 
@@ -55,7 +62,7 @@ class Outcome:
     deferred: list[Batch] | None = None
 
 
-class RateLimitState(Refusing):
+class RateLimitState(Notices):
     """The rate limiting state of one app, found at ``app.extensions["ratelimit"]``.
 
     :param app: the app.
@@ -135,8 +142,7 @@ class RateLimitState(Refusing):
     def before_request(self) -> None:
         """Decide the request; raise :class:`RateLimitExceeded` if it is refused."""
         # This runs before every request: the request is fetched from its
-        # context proxy once, and a simple plan's checks are found by plain
-        # loops and decided by _decide_simple, which builds no batch unless refused.
+        # context proxy once, and the plan found with one lookup.
         req: Request = request._get_current_object()  # type: ignore[attr-defined]
         if not self._announced:
             self.announce()
@@ -153,57 +159,40 @@ class RateLimitState(Refusing):
             return
         if self.filters and any(accept(req) for accept in self.filters):
             return
-        labels = plan.labels
-        if plan.simple and labels is not None and self.metrics is None:
-            checks = plan.checks(req)
-            if checks:
-                self._decide_simple(req, endpoint, labels, plan, checks, self.throttle)
-            return
         batches, labels, problems = plan.prepare(req)
         if problems:
             self._problems(problems)
         if batches:
             self._decide(req, endpoint, labels, batches, self.throttle)
 
-    def _decide_simple(
-        self, req: Request, endpoint: str, labels: LayerNames, plan: Plan, checks: list[Check], throttle: Throttle
-    ) -> None:
-        """:meth:`_decide` for the usual request: a simple plan's one batch,
-        enforced, counted before the view, with no metrics to record. An
-        admitted request builds no :class:`Batch`."""
-        try:
-            decision = throttle.hit(checks, plan.cost)
-        except StorageUnavailable as error:
-            self._storage_unavailable(error)
-            return
-        self._watch(decision)
-        if not decision.admitted:
-            self._refuse(req, endpoint, labels, decision, plan.batch(checks), decision)
-        # What setting the attribute of g does, without its __setattr__, a Python call.
-        g._get_current_object().__dict__[OUTCOME_ATTRIBUTE] = Outcome(labels, decision)
-
     def _decide(
         self, req: Request, endpoint: str, labels: LayerNames, batches: Sequence[Batch], throttle: Throttle
     ) -> None:
         """Decide the request's batches, one script call each, and leave the
-        :class:`Outcome` in ``g``; raise the 429 at the first enforced refusal."""
+        :class:`Outcome` in ``g``; raise the 429 at the first enforced refusal.
+
+        Every request takes this one path; a simple plan's is its one batch,
+        enforced and counted before the view."""
         shown: Decision | None = None
         deferred: list[Batch] | None = None
         metrics = self.metrics
         for batch in batches:
             started = perf_counter() if metrics is not None else 0.0
             try:
-                # Where every batch is decided; a deferred one is only inspected, at cost 0.
-                decision = throttle.hit(batch.checks, 0 if batch.deferred else batch.cost)
                 deduct_later = batch.deferred
-                if deduct_later:
-                    decision, deduct_later = self._inspected(batch, decision, throttle)
-            except StorageUnavailable as error:
+                if deduct_later:  # only inspected, at cost 0, and counted after the response
+                    decision, deduct_later = self._inspected(batch, throttle)
+                else:
+                    decision = throttle.hit(batch.checks, batch.cost)
+            except Exception as error:
+                # Redis's failure; or any other error, which is a bug: never a 500 (see _storage_unavailable).
+                failure = error if isinstance(error, StorageUnavailable) else throttle.unexpected(error)
                 if metrics is not None:
-                    self._record_failure(metrics, endpoint, batch.checks, started)
-                self._storage_unavailable(error)
+                    self._record_failure(metrics, endpoint, batch.checks, started, failure)
+                self._storage_unavailable(failure)
                 return
-            self._watch(decision)
+            if decision.fallback or self._failing:
+                self._watch(decision)
             if metrics is not None:
                 outcome = _outcome(decision, batch.shadow)
                 metrics.decided(endpoint, decision.policy.scope, outcome, perf_counter() - started)
@@ -229,9 +218,10 @@ class RateLimitState(Refusing):
         elif self._failing and not decision.cached:  # the block cache did not ask Redis
             self._recovered()
 
-    def _inspected(self, batch: Batch, decision: Decision, throttle: Throttle) -> tuple[Decision, bool]:
+    def _inspected(self, batch: Batch, throttle: Throttle) -> tuple[Decision, bool]:
         """The decision on a deferred batch, inspected at cost 0: refused if
         its real cost does not fit; and whether to count it after the response."""
+        decision = throttle.hit(batch.checks, 0)
         if not decision.admitted or decision.remaining >= batch.cost:
             return decision, True
         if batch.penalized:
@@ -267,8 +257,9 @@ class RateLimitState(Refusing):
         for batch in matching(deferred, response):
             try:
                 decision = self.throttle.hit(batch.checks, batch.cost)
-            except StorageUnavailable as error:
-                self._outage(f"rate limit storage unavailable ({error}); a response's deduction is lost")
+            except Exception as error:  # as in _decide
+                failure = error if isinstance(error, StorageUnavailable) else self.throttle.unexpected(error)
+                self._storage_failed(failure, "a response's deduction is lost")
                 continue
             # Refused here means others took the room since the inspection:
             # this request goes uncounted (see "deduct_when" in docs/limits).
@@ -311,6 +302,109 @@ class RateLimitState(Refusing):
         error.response = replacement
         raise error
 
+    def _report_refusal(
+        self, req: Request, endpoint: str, batch: Batch, decision: Decision, shadow: bool, over: _OverQuota | None
+    ) -> AnyResponse | None:
+        """Log a refusal of ``batch``, real or shadow, and tell the refusal hooks.
+
+        :returns: the response an ``on_breach`` hook returned, to send
+            instead of the 429; None if none did, or for a shadow refusal.
+
+        :param over: the layer whose whole quota the request's cost exceeds,
+            if any (see :func:`_over_quota`).
+        """
+        if over is not None:
+            self._warn_over_quota(endpoint, over, batch, shadow)
+        if not decision.cached:
+            # A refusal repeated from the block cache was logged when Redis made it.
+            if shadow and over is not None:
+                logger.warning(
+                    "shadow mode: %s on %s would be refused by %s of scope %r: it costs %d, "
+                    "more than the whole quota, so it could never pass",
+                    loggable(str(over.identity)),
+                    endpoint,
+                    over.layer,
+                    over.policy.scope,
+                    over.cost,
+                )
+            elif shadow:
+                logger.warning(
+                    "shadow mode: %s on %s would be refused by %s%s of scope %r for %.3f seconds",
+                    loggable(str(decision.identity)),
+                    endpoint,
+                    decision.layer,
+                    " (penalty)" if decision.penalized else "",
+                    decision.policy.scope,
+                    decision.retry_after,
+                )
+            if self.refusals is not None:
+                self._log_refusal(endpoint, batch.checks, decision, shadow)
+        limit = _limit_of(decision.policy, batch)
+        hook = limit.spec.on_breach if limit is not None else None
+        if hook is not None or self.settings.on_breach is not None or request_refused.receivers:
+            if over is None:
+                policy, layer, identity = decision.policy, decision.layer, decision.identity
+                retry_after: int | None = max(1, math.ceil(decision.retry_after))
+            else:
+                policy, layer, identity, retry_after = over.policy, over.layer, over.identity, None
+            event = RefusalEvent(req, endpoint, policy.scope, identity, layer, retry_after, shadow, decision.penalized)
+            response = notify(self.app, event, (hook, self.settings.on_breach))
+            return None if shadow else response
+        return None
+
+    def _warn_over_quota(self, endpoint: str, over: _OverQuota, batch: Batch, shadow: bool) -> None:
+        """Warn that a request costs more than a layer's whole quota: a bug
+        in a cost function or a dynamic limit, which only the app can fix."""
+        limit = _limit_of(over.policy, batch)
+        which = limit.describe() if limit is not None else f"scope {over.policy.scope!r}"
+        outcome = "shadow mode lets it through" if shadow else "refused without Retry-After"
+        self._warn(
+            f"a request to {endpoint} costs {over.cost}, more than the whole quota of {over.layer} of {which}: "
+            f"it can never pass; {outcome}",
+            "over quota",
+        )
+
+    def _log_refusal(self, endpoint: str, checks: Sequence[Check], decision: Decision, shadow: bool) -> None:
+        """Add the refusal to the log: one ``XADD``, through the circuit
+        breaker like every call to Redis, so that a stalled Redis does not
+        make each refusal wait for it. A refusal the fallback decided is not
+        logged (the fallback's own warning says Redis is unavailable): Redis
+        has just failed that request, or the breaker keeps it out.
+
+        On a cluster it goes to a stream on the node of the refusing
+        identity's counters (see :meth:`RefusalLog.shard`), through that
+        node's breaker."""
+        refusals, throttle = self.refusals, self.throttle
+        assert refusals is not None
+        assert throttle is not None
+        if decision.fallback:
+            return
+        identities = dict.fromkeys(str(identity) for _policy, ids in checks for identity in ids)
+        refusing = decision.identity
+        stream = refusals.shard(throttle.tag(refusing))
+        try:
+            throttle.call(
+                lambda: refusals.record(
+                    endpoint=endpoint,
+                    scope=decision.policy.scope,
+                    layer=f"{decision.layer.quota}/{decision.layer.name}",
+                    strategy=decision.policy.strategy,
+                    identity=str(decision.identity),
+                    identities=identities,
+                    retry_after=decision.retry_after,
+                    shadow=shadow,
+                    penalized=decision.penalized,
+                    stream=stream,
+                ),
+                (stream,),
+            )
+        except UnexpectedError as error:
+            self._internal_error(f"internal error in the refusal log ({error}); the refusal is not logged", error)
+        except StorageUnavailable as error:
+            # The refusal stands; only its log entry is lost.
+            reason = error.__cause__ or error  # Redis's words, or why it was not called
+            self._warn(f"refusal log unavailable ({reason}); the refusal is not logged", "refusal log")
+
     def _problems(self, problems: Sequence[Problem]) -> None:
         """Warn about bad costs and dynamic limits; a bad dynamic limit
         answers 503 when failing closed, as an unreachable Redis does."""
@@ -326,23 +420,37 @@ class RateLimitState(Refusing):
 
     def _storage_unavailable(self, error: StorageUnavailable) -> None:
         """Let the request through or answer 503, as ``RATELIMIT_FAIL_OPEN``
-        says, with a warning. An error that is not Redis's (a bug, or a
-        client built with a bad option) is logged with its traceback."""
-        outcome = "letting requests through" if self.settings.fail_open else "answering 503"
-        cause = error.__cause__
-        unexpected = cause if cause is not None and not isinstance(cause, STORAGE_ERRORS) else None
-        self._outage(f"rate limit storage unavailable ({error}); {outcome}", exc_info=unexpected)
+        says. Redis's failure is an outage, warned of. An error that is not
+        Redis's (:class:`UnexpectedError`: a bug, or a client built with a
+        bad option) is not: it is logged as an internal error, with its
+        traceback, and the request is answered the same way."""
+        self._storage_failed(error, "letting requests through" if self.settings.fail_open else "answering 503")
         if not self.settings.fail_open:
             retry_after = max(1, math.ceil(error.retry_in))
             raise ServiceUnavailable("Rate limiting is unavailable; try again shortly.", retry_after=retry_after)
+
+    def _storage_failed(self, error: StorageUnavailable, consequence: str) -> None:
+        """Log that ``error`` kept a request from being decided or counted,
+        and its ``consequence``: Redis's failure as an outage, any other
+        error (:class:`UnexpectedError`) as an internal error."""
+        if isinstance(error, UnexpectedError):
+            self._internal_error(f"internal error in rate limiting ({error}); {consequence}", error)
+        else:
+            self._outage(f"rate limit storage unavailable ({error}); {consequence}")
 
     def _fallback_decided(self) -> None:
         assert self.throttle is not None
         self._outage(f"rate limit storage unavailable ({self.throttle.url}); limiting per process in memory")
 
-    def _record_failure(self, metrics: Metrics, endpoint: str, checks: Sequence[Check], started: float) -> None:
-        """Count a decision Redis failed, under the scope of its first limit."""
-        outcome = "fail_open" if self.settings.fail_open else "fail_closed"
+    def _record_failure(
+        self, metrics: Metrics, endpoint: str, checks: Sequence[Check], started: float, error: StorageUnavailable
+    ) -> None:
+        """Count a decision Redis failed, or an internal error kept from it,
+        under the scope of its first limit."""
+        if isinstance(error, UnexpectedError):
+            outcome = "internal_error"
+        else:
+            outcome = "fail_open" if self.settings.fail_open else "fail_closed"
         metrics.decided(endpoint, checks[0][0].scope, outcome, perf_counter() - started)
 
     def limited_endpoints(self) -> set[str]:

@@ -23,7 +23,7 @@ from ._plan import Plan, PlannedLimit
 from ._state import EXTENSION_KEY, OUTCOME_ATTRIBUTE, Outcome, RateLimitState
 from .core.keys import Identity
 from .core.rates import Layer
-from .core.throttle import Decision, Policy, StorageUnavailable
+from .core.throttle import Decision, Policy, StorageUnavailable, UnexpectedError
 
 __all__ = ["CurrentLimit", "check", "current_limit"]
 
@@ -137,6 +137,9 @@ def check(endpoint: str | None = None, method: str | None = None) -> CurrentLimi
             continue
         try:
             decision = _at_cost(state.throttle.hit(batch.checks, 0), batch.cost)
+        except UnexpectedError as error:
+            state._internal_error(f"internal error in rate limiting ({error}); check() knows no limit", error)
+            return None
         except StorageUnavailable as error:
             state._warn(f"rate limit storage unavailable ({error}); check() knows no limit")
             return None

@@ -11,6 +11,7 @@ The helpers that tests call (``get``, ``install``, ``Clock`` ...) are in
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,6 +22,7 @@ from flask import Flask
 from helpers import Clock, Statuses, get, pinned_clock
 
 from flask_redis_throttle import testing
+from flask_redis_throttle._notices import INTERNAL_ERROR
 from flask_redis_throttle.core.storage import Storage
 from flask_redis_throttle.extension import RateLimitState
 from flask_redis_throttle.testing import RedisServer
@@ -30,6 +32,13 @@ STORAGES = [
     pytest.param("redis", marks=pytest.mark.redis, id="redis"),
     pytest.param("cluster", marks=pytest.mark.redis, id="cluster"),
 ]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "internal_error: the test provokes an internal error on purpose (see the internal_errors fixture)",
+    )
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -107,6 +116,38 @@ def clock(request: pytest.FixtureRequest) -> Iterator[Clock | None]:
         return
     with pinned_clock() as pinned:
         yield pinned
+
+
+class _Collector(logging.Handler):
+    """Keeps the records of internal errors the extension logs."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.found: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, INTERNAL_ERROR, False):
+            self.found.append(record)
+
+
+@pytest.fixture(autouse=True)
+def internal_errors(request: pytest.FixtureRequest) -> Iterator[list[logging.LogRecord]]:
+    """The internal errors (a bug, not Redis's failure: see "Internal
+    errors" in docs/operations.rst) the extension logged during the test.
+
+    A test in which one is logged fails, unless it is marked
+    ``internal_error``: then it gets them, to check.
+    """
+    collector = _Collector()
+    logger = logging.getLogger("flask_redis_throttle")
+    logger.addHandler(collector)
+    try:
+        yield collector.found
+    finally:
+        logger.removeHandler(collector)
+    if collector.found and not request.node.get_closest_marker("internal_error"):
+        messages = "\n".join(record.getMessage() for record in collector.found)
+        pytest.fail(f"the extension logged {len(collector.found)} internal error(s):\n{messages}", pytrace=False)
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from flask import Flask
 from helpers import extension_records, get, install
 
 from flask_redis_throttle import RateLimit, limit
+from flask_redis_throttle.core.throttle import UnexpectedError
 from flask_redis_throttle.testing import RedisServer, free_port
 
 
@@ -141,23 +142,33 @@ def _broken_client(server: RedisServer) -> redis.Redis:
 
 
 def _raising_evaluate(*args: Any) -> Any:
-    raise RuntimeError("a bug in the storage path")
+    raise TypeError("a bug in the storage path")
 
 
 @pytest.mark.redis
+@pytest.mark.internal_error
 @pytest.mark.parametrize("fail_open", [True, False], ids=["fail-open", "fail-closed"])
-@pytest.mark.parametrize("fault", ["bad-client-option", "storage-bug"])
+@pytest.mark.parametrize("fault", ["bad-client-option", "storage-bug", "throttle-bug"])
 def test_an_unexpected_error_in_the_storage_follows_the_failure_policy(
-    redis_server: RedisServer, fault: str, fail_open: bool, caplog, monkeypatch
+    redis_server: RedisServer, fault: str, fail_open: bool, caplog, monkeypatch, internal_errors
 ) -> None:
+    """A bug is not an outage: the failure policy answers the request, never
+    with a 500, but the error is logged at ERROR (once, however many
+    requests meet it), counted apart in the metrics, and the breaker does
+    not count it as Redis failing."""
+    from prometheus_client import CollectorRegistry
+
     app = Flask("tests")
     app.config.update(TESTING=True, RATELIMIT_FAIL_OPEN=fail_open, RATELIMIT_STORAGE_URL=redis_server.url)
     limited(app, "2/m")
     client = _broken_client(redis_server) if fault == "bad-client-option" else None
-    RateLimit(app, redis=client)
+    registry = CollectorRegistry()
+    RateLimit(app, redis=client, metrics=registry)
+    state = app.extensions["ratelimit"]
     if fault == "storage-bug":
-        state = app.extensions["ratelimit"]
         monkeypatch.setattr(state.throttle.storage, "evaluate", _raising_evaluate)
+    elif fault == "throttle-bug":  # before the call to Redis, outside any breaker
+        monkeypatch.setattr(state.throttle, "_prepare", _raising_evaluate)
     web = app.test_client()
     with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
         responses = [get(web) for _ in range(5)]  # TESTING: an escaping error would raise here
@@ -167,9 +178,33 @@ def test_an_unexpected_error_in_the_storage_follows_the_failure_policy(
         assert [r.status_code for r in responses] == [503] * 5
         assert all(int(r.headers["Retry-After"]) >= 1 for r in responses)
     [record] = extension_records(caplog)
-    expected = "unexpected AttributeError" if fault == "bad-client-option" else "unexpected RuntimeError: a bug"
-    assert expected in record.getMessage()
+    assert record.levelno == logging.ERROR
+    assert "unavailable" not in record.getMessage()
+    expected = "unexpected AttributeError" if fault == "bad-client-option" else "unexpected TypeError: a bug"
+    assert isinstance(record.exc_info[1], UnexpectedError)
+    assert isinstance(record.exc_info[1].__cause__, AttributeError if fault == "bad-client-option" else TypeError)
+    assert f"internal error in rate limiting ({redis_server.url}: {expected}" in record.getMessage()
     assert ("letting requests through" if fail_open else "answering 503") in record.getMessage()
     assert record.exc_info is not None  # the traceback, to find the cause
+    assert internal_errors == [record]
+    assert not state.throttle.breaker.open  # 5 failures in a row would open it: Redis did not fail
+    assert not state._failing  # no outage, so no "recovered" line later
+    labels = {"endpoint": "index", "scope": "index", "outcome": "internal_error"}
+    assert registry.get_sample_value("ratelimit_decisions_total", labels) == 5
     if client is not None:
         client.close()
+
+
+@pytest.mark.redis
+@pytest.mark.internal_error
+def test_an_unexpected_error_is_not_decided_by_the_fallback(redis_server: RedisServer, monkeypatch) -> None:
+    """The fallback stands in for an unavailable Redis, not for a bug:
+    RATELIMIT_FAIL_OPEN answers an internal error, with or without it."""
+    app = Flask("tests")
+    app.config.update(TESTING=True, RATELIMIT_FALLBACK=True, RATELIMIT_STORAGE_URL=redis_server.url)
+    limited(app, "2/m")
+    state = install(app)
+    monkeypatch.setattr(state.throttle.storage, "evaluate", _raising_evaluate)
+    responses = [get(app.test_client()) for _ in range(3)]
+    # The fallback would have refused the third request, with headers.
+    assert [(r.status_code, "RateLimit" in r.headers) for r in responses] == [(200, False)] * 3

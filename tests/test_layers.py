@@ -156,16 +156,6 @@ def test_a_module_imports_only_what_exists(name: str) -> None:
     assert missing == []
 
 
-def test_no_module_is_over_400_lines() -> None:
-    """``testing.py`` aside, which holds the test servers."""
-    long = {
-        path.relative_to(PACKAGE).as_posix(): lines
-        for path in modules().values()
-        if path.name != "testing.py" and (lines := len(path.read_text("utf-8").splitlines())) > 400
-    }
-    assert long == {}
-
-
 def test_storage_unavailable_is_exported_with_the_rest_of_the_public_api() -> None:
     """The docs catch it from the package (``except StorageUnavailable``) in examples."""
     import flask_redis_throttle

@@ -262,66 +262,53 @@ def test_request_keys_are_kept_in_a_bounded_cache(
 def test_a_request_shape_is_laid_out_once_and_the_layouts_are_bounded(
     storage: Storage, clock: Clock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The plan and reply layout of a request depend only on its policies and
-    how many identities each has: made once, and kept in a bounded cache
-    that also keeps its policies, so that no new policy can take their ids."""
-    from flask_redis_throttle.core import ready as ready_module
+    """The plan and reply layout of a request depend only on its policies'
+    plan entries and how many identities each has: made once, kept by
+    those values in a bounded cache, and equal policies share one."""
+    from flask_redis_throttle.core import throttle as throttle_module
 
     throttle = Throttle(storage, prefix="shapes:")
     clock.set(0)
     policy = Policy(parse_limits("100/s;1000/m"), "s")
     ids = [Identity("ip", "1.2.3.4"), Identity("user", "7")]
-    layouts = throttle.calls._layouts
+    layouts = throttle._layouts
     first = throttle.hit([(policy, ids)])
     assert len(layouts) == 1
-    # Other identities, as many: the same shape.
-    again = throttle.hit([(policy, [Identity("ip", "1.2.3.4"), Identity("user", "7")])])
+    # Other identities, as many, and an equal policy made again: the same shape.
+    twin = Policy(parse_limits("100/s;1000/m"), "s")
+    again = throttle.hit([(twin, [Identity("ip", "1.2.3.4"), Identity("user", "7")])])
     assert len(layouts) == 1
     assert (first.remaining, again.remaining) == (99, 98)
     assert throttle.hit([(policy, ids[:1])]).remaining == 97
     assert len(layouts) == 2
-    monkeypatch.setattr(ready_module, "LAYOUT_CACHE_SIZE", 3)
+    monkeypatch.setattr(throttle_module, "LAYOUT_CACHE_SIZE", 3)
     for quota in range(10):
         dynamic = Policy(parse_limits(f"{quota + 1}/s"), f"d{quota}")
         decision = throttle.hit([(dynamic, ids[:1]), (policy, ids[1:])])
         assert decision.admitted
+        assert decision.policy is policy or decision.policy is dynamic
         assert len(layouts) <= 3
-        for _layout, _strategies, policies in layouts.values():
-            assert all(isinstance(kept, Policy) for kept in policies)
 
 
-def test_a_request_call_is_made_once_per_policies_and_identities_and_the_calls_are_bounded(
+def test_a_request_with_a_penalty_sends_its_penalty_keys_after_its_counters(
     storage: Storage, clock: Clock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A request whose policies and identities came before is sent the call
-    made for them then, found by their ids. The call keeps them, so that no
-    new object can take their ids while it is kept; one with an identity
-    too long for the key cache is not kept; and the calls kept are bounded."""
-    from flask_redis_throttle.core import ready as ready_module
-
+    """The keys of a call: every counter's, then the penalty keys of the
+    policies that have one, whether the identity's key is kept or too long
+    for the key cache."""
     throttle = Throttle(storage, prefix="calls:")
-    calls = throttle.calls._calls
     clock.set(0)
     policy = Policy(parse_limits("100/s"), "s", penalty=Penalty(60))
+    plain = Policy(parse_limits("100/s"), "t")
     who = Identity("ip", "1.2.3.4")
-    first = throttle.calls.of([(policy, [who])])
-    assert throttle.calls.of([(policy, [who])]) is first
-    assert first.keys == (throttle.key(policy, who), throttle.key(policy, who).replace(":fw", ":pn"))
-    assert first.checks == ((policy, (who,)),)
-    assert first.checks[0][1][0] is who
-    # An equal identity that is another object: a call of its own, alike.
-    twin = throttle.calls.of([(policy, [Identity("ip", "1.2.3.4")])])
-    assert twin is not first
-    assert twin == first
-    assert [throttle.hit([(policy, [who])]).remaining for _ in range(2)] == [99, 98]
-    kept = len(calls)
     long_value = Identity("user", "x" * (CACHED_VALUE_LENGTH + 1))
-    assert throttle.hit([(policy, [long_value])]).admitted
-    assert len(calls) == kept
-    monkeypatch.setattr(ready_module, "CALL_CACHE_SIZE", 5)
-    for number in range(20):
-        assert throttle.hit([(policy, [Identity("user", str(number))])]).remaining == 99
-        assert len(calls) <= 5
+    keys, layout, strategies = throttle._prepare([(policy, [who, long_value]), (plain, [who])])
+    counters = [throttle.key(policy, who), throttle.key(policy, long_value), throttle.key(plain, who)]
+    penalties = [key.replace(":fw", ":pn") for key in counters[:2]]
+    assert keys == counters + penalties
+    assert layout.penalized
+    assert strategies == frozenset(["fixed-window"])
+    assert [throttle.hit([(policy, [who])]).remaining for _ in range(2)] == [99, 98]
 
 
 def test_the_hot_path_makes_decisions_equal_to_the_dataclass_own() -> None:
@@ -330,7 +317,7 @@ def test_the_hot_path_makes_decisions_equal_to_the_dataclass_own() -> None:
     import dataclasses
 
     from flask_redis_throttle.core.rates import Layer
-    from flask_redis_throttle.core.slots import filler
+    from flask_redis_throttle.core.throttle import _filler as filler
 
     policy = Policy(parse_limits("5/s"), "s")
     values = (True, policy, Layer(5, 1), Identity("ip", "1.2.3.4"), 4, 0.5, 0.0, False, True, False)

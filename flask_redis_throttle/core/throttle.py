@@ -1,30 +1,102 @@
 """The core: decide a request against every layer of every identity in one
 call. It works without Flask; docs/core.rst shows it on its own.
+
+A :class:`Policy` is a limit ready to be sent; a :data:`Check`, one limit of
+a request with the identities it applies to; :meth:`Throttle.hit` decides a
+request's checks in one script call, and returns its :class:`Decision`.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
-from typing import ParamSpec, TypeVar
+from dataclasses import dataclass, field, replace
+from typing import Any, ParamSpec, TypeVar
 
 from .blocks import Block, BlockCache
+from .bounded import remember
 from .breaker import CircuitBreaker
-from .codec import Arg, Layout, Reply
-from .keys import Identity, identity_tag
+from .codec import LAYOUT_CACHE_SIZE, Arg, Layout, Reply, entry
+from .deprecated import warn_renamed
+from .keys import (
+    CACHED_VALUE_LENGTH,
+    Identity,
+    cached_counter_key,
+    counter_key,
+    escape_scope,
+    identity_tag,
+    kept_counter_key,
+)
 from .local import LocalFolder, folder_of
-from .policy import Check, Policy
+from .penalties import Penalty, penalty_suffix
 from .rates import Layer
-from .ready import ReadyCalls
 from .reset import counter_pattern, delete_counters
-from .slots import filler
+from .scripts import STRATEGIES, STRATEGY_NAMES, is_strategy
 from .storage import STORAGE_ERRORS, NodeFailure, Storage
 
-__all__ = ["Check", "Decision", "Policy", "StorageUnavailable", "Throttle"]
+__all__ = ["Check", "Decision", "Policy", "StorageUnavailable", "Throttle", "UnexpectedError"]
 
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A limit ready to be sent: its layers, scope and strategy, and the parts
+    of its keys and script arguments that never change between requests.
+
+    :param layers: the layers; a request passes only if each has room.
+    :param scope: the name counters are kept under; requests in the same scope
+        share counters. By default the Flask layer uses the endpoint.
+    :param strategy: the algorithm, a key of
+        :data:`~flask_redis_throttle.core.scripts.STRATEGIES`.
+    :param penalty: refuses an identity that keeps hitting this limit for longer (see
+        :mod:`flask_redis_throttle.core.penalties`); None for no penalty.
+    """
+
+    layers: tuple[Layer, ...]
+    scope: str
+    strategy: str = "fixed-window"
+    penalty: Penalty | None = None
+    #: ``}:<scope>:<strategy>``: a key is the prefix, ``{``, an identity's
+    #: tag and this. One key holds every layer of the identity under the
+    #: scope and strategy (see ``lua/packed.lua``).
+    suffix: str = field(init=False, repr=False)
+    #: The policy's entry in a script's plan, the same for every identity
+    #: (see :func:`~flask_redis_throttle.core.codec.entry`).
+    entry: bytes = field(init=False, repr=False)
+    #: ``}:<scope>:pn``, the suffix of the penalty keys; empty without a penalty.
+    penalty_suffix: str = field(init=False, repr=False)
+    #: The script's strategies when this policy is a request's only one.
+    strategies: frozenset[str] = field(init=False, repr=False)
+    #: The hash of what it is made of, worked out once: a dynamic limit's
+    #: policies are looked up by value on every request.
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not is_strategy(self.strategy):
+            raise ValueError(f"unknown strategy {self.strategy!r}; expected one of {STRATEGY_NAMES}")
+        code = STRATEGIES[self.strategy].code
+        penalty = self.penalty
+        durations = None if penalty is None else (penalty.first, penalty.factor, penalty.longest)
+        object.__setattr__(self, "suffix", f"}}:{escape_scope(self.scope)}:{code}")
+        object.__setattr__(self, "entry", entry(code, self.layers, durations))
+        object.__setattr__(self, "penalty_suffix", "" if penalty is None else penalty_suffix(self.scope))
+        object.__setattr__(self, "strategies", frozenset([self.strategy]))
+        object.__setattr__(self, "_hash", hash((self.layers, self.scope, self.strategy, self.penalty)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    @property
+    def rates(self) -> tuple[Layer, ...]:  # old name
+        """Deprecated: :attr:`layers`."""
+        warn_renamed("Policy.rates", "Policy.layers")  # old name
+        return self.layers
+
+
+#: One limit to check for a request: a policy and the identities it applies to.
+Check = tuple[Policy, Sequence[Identity]]
 
 
 class StorageUnavailable(Exception):
@@ -39,6 +111,19 @@ class StorageUnavailable(Exception):
     def __init__(self, message: str, retry_in: float = 0.0) -> None:
         super().__init__(message)
         self.retry_in = retry_in
+
+
+class UnexpectedError(StorageUnavailable):
+    """The storage path raised an error that is not Redis's: a bug in this
+    package, or a dependency misbehaving (a client built with a bad option
+    that raises :class:`TypeError` on every call, say).
+
+    It is a :class:`StorageUnavailable`, so that whoever answers an
+    unavailable Redis answers it too and no request gets a 500; but it is
+    not an outage: no circuit breaker counts it, no fallback decides it, and
+    the Flask layer logs it as an error (see :ref:`internal-errors`). The
+    original exception is the ``__cause__``.
+    """
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +157,44 @@ class Decision:
     fallback: bool = False
 
 
-_Decision = filler(Decision)  # Decision(...), at twice the speed: once per request
+def _filler(cls: type[_T]) -> Callable[..., _T]:
+    """A function that makes a ``cls`` of its ten fields' values, given in
+    their order, as its ``__init__`` would: but without running it, so with
+    no defaults and no ``__post_init__``.
+
+    A frozen dataclass's ``__init__`` sets each field with
+    ``object.__setattr__``, looked up and called once per field, since the
+    class's own ``__setattr__`` refuses. Every request makes one
+    :class:`Decision`, of ten fields: setting its slots through their
+    descriptors instead takes half the time.
+
+    :raises TypeError: if ``cls`` is not a slots dataclass of ten fields.
+    """
+    names = getattr(cls, "__match_args__", ())
+    if len(names) != 10 or getattr(cls, "__slots__", None) is None:
+        raise TypeError(f"{cls.__name__} is not a slots dataclass of ten fields")
+    s0, s1, s2, s3, s4, s5, s6, s7, s8, s9 = (getattr(cls, name).__set__ for name in names)
+    new = object.__new__
+
+    def fill(v0: Any, v1: Any, v2: Any, v3: Any, v4: Any, v5: Any, v6: Any, v7: Any, v8: Any, v9: Any) -> _T:
+        # Unrolled: a loop over the setters costs half of what it saves.
+        made = new(cls)
+        s0(made, v0)
+        s1(made, v1)
+        s2(made, v2)
+        s3(made, v3)
+        s4(made, v4)
+        s5(made, v5)
+        s6(made, v6)
+        s7(made, v7)
+        s8(made, v8)
+        s9(made, v9)
+        return made
+
+    return fill
+
+
+_Decision = _filler(Decision)  # Decision(...), at twice the speed: once per request
 
 
 class Throttle:
@@ -115,8 +237,10 @@ class Throttle:
         self._head = prefix + "{"
         #: A cluster's breakers by node (``host:port``), made on first use.
         self._node_breakers: dict[str, CircuitBreaker] = {}
-        #: Each request's call but for its time and cost, made once and kept.
-        self.calls = ReadyCalls(self._head, secret)
+        #: The layout and strategies of each request shape: its policies'
+        #: plan entries, and how many identities each has (bounded, since a
+        #: dynamic limit makes policies).
+        self._layouts: dict[tuple[bytes | int, ...], tuple[Layout, frozenset[str]]] = {}
 
     def now(self) -> int | None:
         """The time to decide at, in microseconds, or None for Redis ``TIME``.
@@ -177,9 +301,10 @@ class Throttle:
         :param cost: how much quota the request takes; 0 only inspects.
         :raises StorageUnavailable: if Redis could not answer (or the breaker
             is open) and there is no fallback.
+        :raises UnexpectedError: if the storage path raised an error that is
+            not Redis's, fallback or not: a bug is not an outage.
         """
-        ready = self.calls.of(checks)
-        keys, layout = ready.keys, ready.layout
+        keys, layout, strategies = self._prepare(checks)
         now = self.now()
         args: list[Arg] = ["" if now is None else now, cost, layout.plan]
         blocks = self.blocks
@@ -193,9 +318,9 @@ class Throttle:
                 raw = Reply.refused(index, block.remaining, block.reset - sent, block.until - sent, block.penalized)
                 return _decision(Reply.decode(raw), checks, layout, cached=True)
         try:
-            raw = self.call(self.storage.evaluate, keys, ready.strategies, keys, args)  # no closure: locals stay fast
-        except StorageUnavailable:
-            if self.fallback is None:
+            raw = self.call(self.storage.evaluate, keys, strategies, keys, args)  # no closure: locals stay fast
+        except StorageUnavailable as error:
+            if self.fallback is None or isinstance(error, UnexpectedError):
                 raise
             decision = self.fallback.hit(checks, cost)
             return replace(decision, fallback=True)
@@ -206,6 +331,39 @@ class Throttle:
             layer, quota = layout.layers(keys)[reply.layer]
             blocks.add(layer, Block.after(sent, quota, cost, raw[2], raw[4], raw[3], reply.penalized))
         return _decision(reply, checks, layout)
+
+    def _prepare(self, checks: Sequence[Check]) -> tuple[list[str], Layout, frozenset[str]]:
+        """A request's script call but for its time and cost: every
+        counter's key, in the plan's order, then the penalty keys of the
+        policies that have a penalty; the plan and reply layout; and the
+        strategies of the script it takes.
+
+        Keys come from the bounded key cache (see
+        :func:`~flask_redis_throttle.core.keys.kept_counter_key`); the layout
+        is kept by request shape, and the strategies with it.
+        """
+        head, secret = self._head, self.secret
+        keys: list[str] = []
+        shape: list[bytes | int] = []
+        for policy, identities in checks:
+            shape += (policy.entry, len(identities))
+            suffix = policy.suffix
+            for who in identities:  # what kept_counter_key does, without a call per key
+                value = who.value
+                make = cached_counter_key if len(value) <= CACHED_VALUE_LENGTH else counter_key
+                keys.append(make(head, who.kind, value, secret, suffix))
+        known = self._layouts.get(tuple(shape))
+        if known is None:
+            layout = Layout.of((policy.entry, len(identities), policy.layers) for policy, identities in checks)
+            strategies = checks[0][0].strategies if len(checks) == 1 else frozenset([p.strategy for p, _ in checks])
+            known = remember(self._layouts, tuple(shape), (layout, strategies), LAYOUT_CACHE_SIZE)
+        layout, strategies = known
+        if layout.penalized:  # after every counter's key
+            for policy, identities in checks:
+                if policy.penalty_suffix:
+                    suffix = policy.penalty_suffix
+                    keys += [kept_counter_key(head, who.kind, who.value, secret, suffix) for who in identities]
+        return keys, layout, strategies
 
     def call(self, function: Callable[_P, _T], keys: Sequence[str], *args: _P.args, **kwargs: _P.kwargs) -> _T:
         """Make one Redis call, ``function(*args, **kwargs)``, that touches ``keys``,
@@ -218,27 +376,35 @@ class Throttle:
         nodes that answered (see
         :class:`~flask_redis_throttle.core.storage.NodeFailure`).
 
-        Any exception counts as a failure, not only Redis's: a client built
-        with a bad option may raise :class:`TypeError` on every call, and
-        that too must be decided by the failure policy, never answered 500.
+        Only Redis's errors (:data:`~flask_redis_throttle.core.storage.STORAGE_ERRORS`)
+        count as failures. Any other exception is a bug, or a dependency
+        misbehaving (a client built with a bad option may raise
+        :class:`TypeError` on every call): it is raised as
+        :class:`UnexpectedError`, which the failure policy still answers,
+        never with a 500, but which no breaker counts, since Redis did not fail.
 
         :raises StorageUnavailable: if the call failed, or a breaker held it back.
+        :raises UnexpectedError: if it raised an error that is not Redis's.
         """
         breaker = self.breaker
         if breaker is None:
             try:
                 return function(*args, **kwargs)
-            except Exception as error:
+            except STORAGE_ERRORS as error:
                 raise StorageUnavailable(self._failed(error)) from error
+            except Exception as error:
+                raise self.unexpected(error) from error
         if not self.storage.cluster:
             # One server's one breaker: no cluster's bookkeeping of nodes.
             if not breaker.allow():
                 raise _held_back(self.storage.url, breaker)
             try:
                 result = function(*args, **kwargs)
-            except Exception as error:
+            except STORAGE_ERRORS as error:
                 _settle({"": breaker}, error)
                 raise StorageUnavailable(self._failed(error), breaker.retry_in()) from error
+            except Exception as error:
+                raise self.unexpected(error, (breaker,)) from error
             breaker.success()
             return result
         breakers = self._breakers(keys, breaker)
@@ -251,20 +417,30 @@ class Throttle:
             allowed.append(guard)
         try:
             result = function(*args, **kwargs)
-        except Exception as error:
+        except STORAGE_ERRORS as error:
             _settle(breakers, error)
             retry_in = max(guard.retry_in() for guard in breakers.values())
             raise StorageUnavailable(self._failed(error), retry_in) from error
+        except Exception as error:
+            raise self.unexpected(error, allowed) from error
         for guard in allowed:
             guard.success()
         return result
 
     def _failed(self, error: Exception) -> str:
-        """What went wrong, for the warning: Redis's own words, or the type
-        of an error no Redis client should raise."""
-        if isinstance(error, STORAGE_ERRORS):
-            return f"{self.storage.url}: {error}"
-        return f"{self.storage.url}: unexpected {type(error).__name__}: {error}"
+        """What went wrong, for the warning: Redis's own words."""
+        return f"{self.storage.url}: {error}"
+
+    def unexpected(self, error: Exception, breakers: Iterable[CircuitBreaker] = ()) -> UnexpectedError:
+        """The :class:`UnexpectedError` for ``error``, which is not Redis's,
+        met on the way to Redis, with ``error`` as its cause. The
+        ``breakers`` that let a call through are told nothing, but a probe
+        one of them allowed is given back, so that the next call may probe."""
+        for guard in breakers:
+            guard.abandon()
+        failure = UnexpectedError(f"{self.storage.url}: unexpected {type(error).__name__}: {error}")
+        failure.__cause__ = error
+        return failure
 
     def _breakers(self, keys: Sequence[str], breaker: CircuitBreaker) -> dict[str, CircuitBreaker]:
         """The breakers of the cluster nodes that hold ``keys``, by node.
@@ -278,9 +454,11 @@ class Throttle:
             raise _held_back(self.storage.url, breaker)
         try:
             nodes = self.storage.nodes(keys)
-        except Exception as error:
+        except STORAGE_ERRORS as error:
             breaker.failure()
             raise StorageUnavailable(self._failed(error), breaker.retry_in()) from error
+        except Exception as error:
+            raise self.unexpected(error, (breaker,)) from error
         breaker.success()
         known = self._node_breakers
         return {node: known.get(node) or known.setdefault(node, breaker.like(node)) for node in nodes}
