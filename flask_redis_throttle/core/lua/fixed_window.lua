@@ -31,13 +31,14 @@ return {
         used = count
       end
     end
+    -- A layer with nothing counted has its full quota now: its reset is 0.
     if used + cost > quota then
-      return false, quota - used, reset, reset
+      return false, quota - used, used > 0 and reset or 0, reset
     end
     if cost > 0 then
       return true, quota - used - cost, reset, 0, pack_bytes(RECORD, name, window, used + cost), reset
     end
-    return true, quota - used, reset, 0
+    return true, quota - used, used > 0 and reset or 0, 0
   end,
 
   -- Only the window the request was counted in: a count can never be given

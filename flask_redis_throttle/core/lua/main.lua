@@ -10,7 +10,8 @@
 --     The verdict of a layer of `quota` per `name` seconds for a request
 --     of `cost` at `now`: fit is true if it fits; left the quota left,
 --     after this request if it fits, else as it is; reset microseconds
---     until the layer is back to its full quota; retry microseconds until
+--     until the layer is back to its full quota, after this request if it
+--     fits (0 when that is now); retry microseconds until
 --     `cost` requests would fit (0 if they do), never early, and exact:
 --     one microsecond sooner would not do. When it fits and cost > 0, also
 --     what to write if the whole request is admitted: the layer's new
@@ -60,15 +61,19 @@
 -- Every layer is checked before any key is written, and nothing is written
 -- unless all of them have room: a refused request consumes no quota. A
 -- request that costs more than a layer's whole quota never fits; its retry
--- is that window.
+-- is that window, and the first such layer in the plan's order decides
+-- the request, whatever the other layers' waits and penalties (the layer
+-- the extension's 429 names: see _decisions.py's _over_quota()).
 --
 -- Reply, a flat array of integers:
 --   [1] 1 if admitted, 0 if refused
 --   [2] the deciding layer, numbered from 1 in the plan's order: when
---       refused, the full layer whose wait is longest; when admitted, the
+--       refused, the first layer whose whole quota is less than the cost,
+--       else the full layer whose wait is longest; when admitted, the
 --       layer with the least quota left (the later reset breaks ties)
 --   [3] the quota that layer has left
---   [4] microseconds until that layer is back to its full quota
+--   [4] microseconds until that layer is back to its full quota: 0 when
+--       it has it, on every strategy
 --   [5] microseconds until the request would pass (0 when admitted)
 --   [6] now: the time it was decided at, for a refund of it later
 --   [7] only when some entry has a penalty: 1 if the deciding layer refused
@@ -89,9 +94,10 @@ local cost = ARGV[2] + 0
 local plan = ARGV[3]
 local byte, sub, unpack_bytes, max = string.byte, string.sub, struct.unpack, math.max
 
--- The deciding layer so far, its verdict, and whether it is refused by a
--- penalty; and whether every layer so far fits.
-local pick, pick_left, pick_reset, pick_retry, pick_penalized = 0, 0, 0, -1, false
+-- The deciding layer so far, its verdict, whether it is refused by a
+-- penalty, and whether the cost is more than its whole quota; and whether
+-- every layer so far fits.
+local pick, pick_left, pick_reset, pick_retry, pick_penalized, pick_over = 0, 0, 0, -1, false, false
 local admitted = true
 
 -- Each key of the request once, in the order of the plan, as five slots:
@@ -176,7 +182,8 @@ while at <= #plan do
     else
       local fit, left, reset, retry
       fit, left, reset, retry, record, life = strategy.check(now, cost, quota, name, key, value, p)
-      if cost > quota then
+      local over = cost > quota
+      if over then
         fit, retry = false, name * 1000000
       end
       local blocked = false
@@ -188,12 +195,13 @@ while at <= #plan do
           fit, left, retry, blocked = false, 0, max(retry, group.wait), true
         end
       end
-      -- The deciding layer: when refused, the full layer whose wait is
+      -- The deciding layer: when refused, the first layer whose whole
+      -- quota is less than the cost, else the full layer whose wait is
       -- longest; when admitted, the one with the least quota left, the
       -- later reset breaking ties.
       if not fit then
-        if admitted or retry > pick_retry then
-          pick, pick_left, pick_reset, pick_retry, pick_penalized = layer, left, reset, retry, blocked
+        if admitted or not pick_over and (over or retry > pick_retry) then
+          pick, pick_left, pick_reset, pick_retry, pick_penalized, pick_over = layer, left, reset, retry, blocked, over
         end
         admitted = false
       elseif admitted and (pick == 0 or left < pick_left or (left == pick_left and reset > pick_reset)) then
@@ -224,7 +232,9 @@ end
 
 if groups and not admitted and cost > 0 then
   -- Block each entry that is not blocked yet and has a layer that refused
-  -- on its own; the wait this refusal gives must cover the longest block.
+  -- on its own; the wait this refusal gives must cover the longest block,
+  -- unless a layer's whole quota is less than the cost: that one still
+  -- decides, as no wait lets the request pass.
   local offender, block = 0, -1
   for _, group in ipairs(groups) do
     if group.missed and group.wait <= 0 then
@@ -234,7 +244,7 @@ if groups and not admitted and cost > 0 then
       end
     end
   end
-  if block > pick_retry then
+  if block > pick_retry and not pick_over then
     pick, pick_left, pick_reset, pick_retry, pick_penalized = offender, 0, block, block, true
   end
 end

@@ -70,10 +70,17 @@ return {
       if cost > 0 then
         return true, quota - used - cost, period, 0, '', period
       end
-      return true, quota - used, period, 0
+      if used == 0 then
+        return true, quota, 0, 0
+      end
     end
+    -- Back to the full quota once the newest entry is out of the window.
     local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
     local stamp = tonumber(newest[2])
+    local reset = stamp and stamp > 0 and max(stamp + period - now, 0) or 0
+    if used + cost <= quota then
+      return true, quota - used, reset, 0
+    end
     local retry = 0
     if cost <= quota then
       -- The request fits once the excess-th oldest entry in the window is
@@ -83,7 +90,6 @@ return {
       local entry = redis.call('ZRANGEBYSCORE', key, since, '+inf', 'WITHSCORES', 'LIMIT', excess - 1, 1)
       retry = tonumber(entry[2]) + period - now
     end
-    local reset = stamp and stamp > 0 and max(stamp + period - now, 0) or 0
     return false, max(quota - used, 0), reset, retry
   end,
 

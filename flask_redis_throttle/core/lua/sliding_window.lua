@@ -97,16 +97,20 @@ return {
       end
       return false, max(quota - used, 0), newest and (newest + BUCKETS + 1) * width - now or 0, retry
     end
+    if cost <= 0 then
+      -- Back to the full quota once the newest sub-bucket counted is out;
+      -- now if none is.
+      local newest = used > 0 and numbered(first, held, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11)
+      return true, quota - used, newest and (newest + BUCKETS + 1) * width - now or 0, 0
+    end
     -- The newest sub-bucket that holds a count, if it is after the current
-    -- one (only when the clock went back); else the current one.
+    -- one (only when the clock went back); else the current one, which
+    -- this request counts in.
     local newest = current
     if held > 0 and first > current then
       newest = max(numbered(first, held, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11) or current, current)
     end
     local reset = (newest + BUCKETS + 1) * width - now
-    if cost <= 0 then
-      return true, quota - used, reset, 0
-    end
     local record
     if held <= 0 then
       -- Nothing of the record is in the window, or there is none.
