@@ -25,9 +25,9 @@
 --
 -- A record is read by one unpack into locals and written back as it was
 -- read but for what changes, packed anew: a field read or written costs
--- struct more than the bytes copied around it. Only a refusal, or a record
--- from a clock that went back, puts its counts in a table, the one every
--- layer reuses.
+-- struct more than the bytes copied around it. Only a refusal, an
+-- inspection of a layer with counts, or a record from a clock that went
+-- back puts its counts in a table, the one every layer reuses.
 
 local BUCKETS = 10
 -- (The window, the newest sub-bucket, and BUCKETS + 1 counts.)
