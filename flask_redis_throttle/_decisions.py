@@ -51,7 +51,10 @@ class _OverQuota(NamedTuple):
 
 def _over_quota(checks: Sequence[Check], cost: int) -> _OverQuota | None:
     """The first layer of ``checks`` whose whole quota is less than ``cost``:
-    a request of that cost can never pass it, whatever it waits. A fixed cost
+    a request of that cost can never pass it, whatever it waits. The script
+    picks the same layer as its deciding one (the first in its plan, which
+    follows ``checks``, their identities and layers in order), so the
+    ``RateLimit`` header names the layer the 429 names. A fixed cost
     is checked against fixed limits when decorating; this catches a cost
     function's value, or a fixed cost over a dynamic limit's quota."""
     for policy, identities in checks:

@@ -43,10 +43,11 @@ class FixedWindow(Counter):
     def check(self, now: int, cost: int) -> Verdict:
         start = now - now % self.period
         used = sum(c for t, c in self.hits if start <= t < start + self.period)
-        reset = start + self.period - now
+        end = start + self.period - now
         if used + cost <= self.quota:
-            return Verdict(True, self.quota - used - cost, reset, 0)
-        return Verdict(False, max(self.quota - used, 0), reset, reset)
+            # Back to the full quota at the window's end; now if nothing is counted.
+            return Verdict(True, self.quota - used - cost, end if used + cost else 0, 0)
+        return Verdict(False, max(self.quota - used, 0), end if used else 0, end)
 
 
 class SlidingWindow(Counter):
@@ -66,8 +67,12 @@ class SlidingWindow(Counter):
         used = sum(c for _, c in counted)
         newest = max((b for b, _ in counted), default=None)
         if used + cost <= self.quota:
-            latest = self.bucket(now) if newest is None else max(newest, self.bucket(now))
-            return Verdict(True, self.quota - used - cost, self.gone(latest, now), 0)
+            # Counted now, the current sub-bucket is the newest; else the newest counted.
+            latest = max(newest, self.bucket(now)) if cost and newest is not None else newest
+            if cost and newest is None:
+                latest = self.bucket(now)
+            reset = 0 if latest is None else self.gone(latest, now)
+            return Verdict(True, self.quota - used - cost, reset, 0)
         # The first sub-bucket boundary at which it would fit, by trying each.
         retry = 0
         for bucket in sorted({b for b, _ in counted}):
@@ -83,16 +88,16 @@ class SlidingLog(Counter):
     def check(self, now: int, cost: int) -> Verdict:
         inside = sorted(t for t, c in self.hits for _ in range(c) if now - self.period < t)
         used = len(inside)
+        newest = max((t for t, _ in self.hits), default=None)
+        reset = 0 if newest is None else max(newest + self.period - now, 0)
         if used + cost <= self.quota:
-            return Verdict(True, self.quota - used - cost, self.period, 0)
+            return Verdict(True, self.quota - used - cost, self.period if cost else reset, 0)
         retry = 0
         # The first moment an entry leaves at which it would fit, by trying each.
         for t in inside:
             if self.fits(t + self.period, cost):
                 retry = t + self.period - now
                 break
-        newest = max((t for t, _ in self.hits), default=None)
-        reset = 0 if newest is None else max(newest + self.period - now, 0)
         return Verdict(False, max(self.quota - used, 0), reset, retry)
 
 
@@ -141,9 +146,15 @@ def decide(counters: list[Counter], now: int, cost: int) -> tuple[int, int, int,
             for counter in distinct(counters):
                 counter.hits.append((now, cost))
     else:
-        # The longest wait among the counters that do not fit; then the first.
+        # The first counter whose whole quota is less than the cost; else
+        # the longest wait among the counters that do not fit, then the first.
         refused = [i for i, v in enumerate(verdicts) if not v.fits]
-        best = min(refused, key=lambda i: (-verdicts[i].retry, i))
+
+        def rank(i: int) -> tuple[bool, int, int]:
+            over = cost > counters[i].quota
+            return (not over, 0 if over else -verdicts[i].retry, i)
+
+        best = min(refused, key=rank)
     v = verdicts[best]
     return (int(admitted), best + 1, v.remaining, v.reset, v.retry)
 

@@ -10,6 +10,7 @@ from flask import Flask, Request, Response, abort, g, request
 from helpers import get, install, packed_records
 
 from flask_redis_throttle import Layer, RefusalEvent, limit
+from flask_redis_throttle.core.scripts import STRATEGIES
 from flask_redis_throttle.extension import RateLimitState
 
 
@@ -218,7 +219,7 @@ def test_a_request_costing_more_than_the_quota_can_never_pass(app: Flask, caplog
         refused = client.post("/batch", json=[1] * 6, headers={"Accept": "application/json"})
     assert refused.status_code == 429
     assert "Retry-After" not in refused.headers
-    assert refused.headers["RateLimit"] == '"1m";r=5;t=60'  # nothing was counted
+    assert refused.headers["RateLimit"] == '"1m";r=5;t=0'  # nothing was counted
     detail = (
         "Rate limit exceeded: this request costs 6, more than the whole quota of 5 per 1 minute; it can never pass."
     )
@@ -232,6 +233,43 @@ def test_a_request_costing_more_than_the_quota_can_never_pass(app: Flask, caplog
     assert [(b.layer, b.retry_after, b.scope) for b in events] == [(Layer(5, 60), None, "batch")] * 2
     # The quota is whole: a request that fits it passes.
     assert client.post("/batch", json=[1] * 5).status_code == 200
+
+
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+@pytest.mark.parametrize("cost", [6, 11], ids=["over-the-minute", "over-both"])
+def test_the_body_the_headers_and_the_problem_name_the_first_layer_a_cost_is_over(
+    app: Flask, strategy: str, cost: int
+) -> None:
+    """With 5/m;10/h, a cost of 6 is over the minute's whole quota only, and
+    11 over both: the body, the problem details and ``RateLimit`` all name
+    the minute, the first layer the cost is over, on every strategy. Its
+    ``t`` is the seconds until it is back to its full quota: 0 while nothing
+    is counted (a fixed window used to give the window's end), more once
+    something is."""
+
+    @app.post("/batch")
+    @limit("5/m;10/h", cost=batch_size, strategy=strategy)
+    def batch() -> str:
+        return "ok"
+
+    install(app)
+    client = app.test_client()
+    detail = f"Rate limit exceeded: this request costs {cost}, more than the whole quota of 5 per 1 minute"
+    text = client.post("/batch", json=[1] * cost)
+    problem = client.post("/batch", json=[1] * cost, headers={"Accept": "application/json"})
+    for refused in (text, problem):
+        assert refused.status_code == 429
+        assert "Retry-After" not in refused.headers
+        assert refused.headers["RateLimit"] == '"1m";r=5;t=0'
+    assert text.get_data(as_text=True).startswith(detail)
+    assert problem.get_json()["detail"].startswith(detail)
+    assert client.post("/batch", json=[1]).status_code == 200
+    # (One more: the block cache keeps the refusal of the cost it was.)
+    refused = client.post("/batch", json=[1] * (cost + 1), headers={"Accept": "application/json"})
+    assert refused.get_json()["detail"].startswith(detail.replace(f"costs {cost}", f"costs {cost + 1}"))
+    name, left, reset = refused.headers["RateLimit"].split(";")
+    assert (name, left) == ('"1m"', "r=4")
+    assert 0 < int(reset.removeprefix("t=")) <= 66
 
 
 @pytest.mark.parametrize("retry_after", ["seconds", "http-date"])

@@ -1,34 +1,24 @@
-"""The Lua scripts, one file per strategy.
+"""The Lua script, one file per strategy.
 
-Each strategy is a file under ``lua/`` that defines a table of functions,
-``load``, ``check``, ``refund`` and ``store`` (see ``lua/main.lua`` for
-their contract). A script is ``lua/prelude.lua`` (the clock, the cost and
-the reply) and ``lua/layers.lua`` (the tables every layer's verdict goes
-in), ``lua/records.lua`` and ``lua/packed.lua`` (the one string per key in
-which most strategies keep their layers), then the strategy files a request
-needs, each registered under its code, then ``lua/penalty.lua`` and
-``lua/main.lua``, which hold what every strategy shares: reading the plan,
-checking every layer before writing any, penalties and the reply. A request
-whose limits all use one strategy runs a script made of that strategy's
-file and the shared parts only. Production Redis and the embedded
-``memory://`` store run the very same text.
-
-The usual request also has a faster form: a strategy with a file under
-``lua/flat/`` decides, in one pass and with the same arguments, reply and
-records, every call that :func:`fits_flat` admits (one strategy, no penalty,
-no key twice, counting or inspecting). Building the tables and functions the
-general script composes costs Redis more than the decision itself. A flat
-script is ``lua/prelude.lua``, ``lua/records.lua`` for a packed strategy, and
-its own file.
+A request's script is ``lua/records.lua`` (finding, keeping and writing the
+records of a packed key), ``lua/penalty.lua`` (reading and writing a
+penalty key), the files of the strategies the request uses, and
+``lua/main.lua``, which reads the plan, decides every layer in one pass,
+writes the keys only if all of them have room, and replies. Each
+strategy's file returns a table of plain functions (``check``, ``refund``,
+and for a packed strategy ``life``, else ``store``: see ``lua/main.lua``
+for their contract), which the script keeps under the strategy's code.
+Every value those functions use is a parameter; what the files before
+``lua/main.lua`` define, it calls, and none of them can see its locals. A
+strategy's decision is thus written once, in its file, and every call runs
+it: inspections, refunds, penalties, mixed strategies and keys shared by
+two limits alike. A request whose limits all use one strategy runs a
+script made of that strategy's file and the shared parts only.
+Production Redis and the embedded ``memory://`` store run the very same
+text.
 
 A storage sends them through a :class:`ScriptCache`, which makes each script
-once and picks the flat or the general one for each call.
-
-A line ``-- include: <file>`` in a script's file stands for that file's
-text: the general and the flat scripts include ``lua/decide.lua`` where they
-decide each layer, so the choice is written once and costs no call; the
-fixed-window and GCRA flat scripts include ``lua/read.lua`` where they read
-a layer's record, for the same reason.
+once.
 
 What the scripts are sent and what they reply is written and read in one
 place, :mod:`flask_redis_throttle.core.codec`.
@@ -39,15 +29,13 @@ This module is pure Python: it imports neither Flask nor Redis.
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
 from typing import TypeGuard
 
-from .bounded import remember
-from .codec import Arg, Args, penalized
+from .codec import Args
 
 __all__ = [
     "STRATEGIES",
@@ -55,7 +43,6 @@ __all__ = [
     "Script",
     "ScriptCache",
     "Strategy",
-    "fits_flat",
     "is_strategy",
     "script_source",
 ]
@@ -69,15 +56,13 @@ class Strategy:
     :param filename: its file under ``lua/``.
     :param code: two letters that name it in Redis keys and in the script's
         plan; codes never change, or counters would be lost.
-    :param flat: whether it has a flat script, ``lua/flat/<filename>``.
-    :param packed: whether it keeps its layers in one string per key, with
-        ``lua/packed.lua``.
+    :param packed: whether it keeps its layers in one string per key (see
+        ``lua/records.lua``).
     """
 
     name: str
     filename: str
     code: str
-    flat: bool = False
     packed: bool = True
 
 
@@ -85,10 +70,10 @@ class Strategy:
 STRATEGIES: dict[str, Strategy] = {
     strategy.name: strategy
     for strategy in (
-        Strategy("fixed-window", "fixed_window.lua", "fw", flat=True),
-        Strategy("sliding-window", "sliding_window.lua", "sw", flat=True),
-        Strategy("sliding-log", "sliding_log.lua", "sl", flat=True, packed=False),
-        Strategy("gcra", "gcra.lua", "gc", flat=True),
+        Strategy("fixed-window", "fixed_window.lua", "fw"),
+        Strategy("sliding-window", "sliding_window.lua", "sw"),
+        Strategy("sliding-log", "sliding_log.lua", "sl", packed=False),
+        Strategy("gcra", "gcra.lua", "gc"),
     )
 }
 
@@ -102,35 +87,12 @@ def is_strategy(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and value in STRATEGIES
 
 
-def script_source(names: Iterable[str], flat: bool = False) -> str:
-    """The full Lua text for a request that uses the strategies ``names``;
-    with ``flat``, the flat script of the one strategy ``names`` holds.
+def script_source(names: Iterable[str]) -> str:
+    """The full Lua text for a request that uses the strategies ``names``.
 
-    :raises KeyError: for an unknown strategy, or with ``flat``, for one with
-        no flat script.
+    :raises KeyError: for an unknown strategy.
     """
-    if flat:
-        return _flat_source(*names)
     return _source(frozenset(names))
-
-
-def fits_flat(names: frozenset[str], keys: Sequence[str], args: Args) -> bool:
-    """Whether the flat script decides the call ``keys``, ``args`` (as the
-    scripts take them: now, cost, plan) of a request using the strategies
-    ``names`` exactly as the general script would: one strategy that has a
-    flat script, a cost of 0 or more, no penalty in the plan and no key
-    twice (two limits sharing a scope, whose records the general script
-    merges)."""
-    if len(names) != 1 or not _FLAT.issuperset(names):
-        return False
-    cost, plan = args[1], args[2]
-    counts = isinstance(cost, int) and cost >= 0
-    return counts and isinstance(plan, bytes) and not penalized(plan) and len(set(keys)) == len(keys)
-
-
-#: How many (strategies, cost, plan) a :class:`ScriptCache` remembers the
-#: flat script's fit of.
-FLAT_CACHE_SIZE = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,70 +104,33 @@ class Script:
 
 
 class ScriptCache:
-    """The scripts one storage sends, each made once, and which one a call
-    takes: the flat script when it fits (see :func:`fits_flat`), else the
-    general one of the call's strategies."""
+    """The scripts one storage sends, each made once: one per set of
+    strategies a request uses."""
 
     def __init__(self) -> None:
-        self._scripts: dict[tuple[frozenset[str], bool], Script] = {}
-        #: Whether the flat script fits calls of some strategies, cost and
-        #: plan whose keys do not repeat (see :meth:`fits_flat`).
-        self._flat: dict[tuple[frozenset[str], int, Arg], bool] = {}
+        self._scripts: dict[frozenset[str], Script] = {}
 
     def choose(self, strategies: frozenset[str], calls: Sequence[tuple[Sequence[str], Args]]) -> Script:
         """The script for ``calls`` (keys and arguments each) of a request
-        using ``strategies``: the flat one when it fits them all."""
-        flat = all(self.fits_flat(strategies, keys, args) for keys, args in calls)
-        script = self._scripts.get((strategies, flat))
+        using ``strategies``: the same for every call of those strategies."""
+        script = self._scripts.get(strategies)
         if script is None:
-            text = script_source(strategies, flat)
-            script = self._scripts[strategies, flat] = Script(text, hashlib.sha1(text.encode()).hexdigest())
+            text = script_source(strategies)
+            script = self._scripts[strategies] = Script(text, hashlib.sha1(text.encode()).hexdigest())
         return script
-
-    def fits_flat(self, strategies: frozenset[str], keys: Sequence[str], args: Args) -> bool:
-        """:func:`fits_flat`, kept: its answer depends on the keys only
-        through whether one repeats, and else on the strategies, the cost
-        and the plan, which a request shares with every other of its
-        endpoint. Bounded, since costs and dynamic limits' plans are many."""
-        cost, plan = args[1], args[2]
-        if type(cost) is not int:  # 1.0 equals 1, and would share its answer
-            return fits_flat(strategies, keys, args)
-        fits = self._flat.get((strategies, cost, plan))
-        if fits is None:
-            fits = remember(self._flat, (strategies, cost, plan), fits_flat(strategies, (), args), FLAT_CACHE_SIZE)
-        return fits and len(set(keys)) == len(keys)
-
-
-#: The strategies that have a flat script.
-_FLAT = frozenset(strategy.name for strategy in STRATEGIES.values() if strategy.flat)
-
-
-@cache
-def _flat_source(name: str) -> str:
-    strategy = STRATEGIES[name]
-    if not strategy.flat:
-        raise KeyError(name)
-    parts = ["prelude.lua"] + (["records.lua"] if strategy.packed else []) + [f"flat/{strategy.filename}"]
-    return "\n".join(map(_text, parts))
 
 
 @cache
 def _source(names: frozenset[str]) -> str:
-    parts = [_text(part) for part in ("prelude.lua", "layers.lua", "records.lua", "packed.lua")]
+    parts = [_text("records.lua"), _text("penalty.lua"), "local strategies = {"]
     for name in sorted(names):
         strategy = STRATEGIES[name]
-        # Each file's locals stay in its own block; the table is registered.
-        parts += ["do", _text(strategy.filename), f"strategies.{strategy.code} = strategy", "end"]
-    parts += [_text("penalty.lua"), _text("main.lua")]
+        # Each file returns its table, and sees nothing of what follows it.
+        parts += [f"{strategy.code} = (function()", _text(strategy.filename), "end)(),"]
+    parts += ["}", _text("main.lua")]
     return "\n".join(parts)
 
 
-#: A line that stands for a file's text: "-- include: <file under lua/>".
-_INCLUDE = re.compile(r"^[ \t]*-- include: (\S+)[ \t]*$", re.MULTILINE)
-
-
 def _text(path: str) -> str:
-    """The text of ``lua/<path>``, each include line replaced by its file's
-    text (once: included files include nothing)."""
-    lua = files(__package__) / "lua"
-    return _INCLUDE.sub(lambda match: lua.joinpath(match[1]).read_text("utf-8"), lua.joinpath(path).read_text("utf-8"))
+    """The text of ``lua/<path>``."""
+    return (files(__package__) / "lua" / path).read_text("utf-8")

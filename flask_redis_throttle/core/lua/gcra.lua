@@ -15,30 +15,24 @@
 --
 -- Promise: a burst of at most `quota`, then at most one request per T.
 -- Retry-After is exact. Memory: one packed string per identity and scope
--- (see packed.lua).
+-- (see records.lua).
 
-local strategy = {}
-local RECORD, SIZE = '<I4I8I4', 16
+local RECORD = '<I4I8I4'
+local unpack_bytes, pack_bytes, fmod, floor = struct.unpack, struct.pack, math.fmod, math.floor
 
-function strategy.load(key)
-  return packed.load(key, RECORD, SIZE)
-end
+return {
+  size = 16,
 
--- Check each layer of the entry, numbering them on from i.
-function strategy.check(state, plan, first_layer, last_layer, i)
-  for at = first_layer, last_layer, 8 do
-    local quota, name = unpack_bytes('<I4I4', plan, at)
-    i = i + 1
+  check = function(now, cost, quota, name, _, value, p)
     local period = name * 1000000
-    quotas[i], periods[i] = quota, period
-    -- The TAT as (at, part), never before now.
-    local at, part = now, 0
-    local a, p = fields(state, name)
-    if a then
-      if a > now or (a == now and p > 0) then
-        at, part = a, p
+    -- The TAT as (tat, part), never before now.
+    local tat, part = now, 0
+    if p then
+      local _, a, b = unpack_bytes(RECORD, value, p)
+      if a > now or (a == now and b > 0) then
+        tat, part = a, b
         if part >= quota then -- the quota was lowered since: round up
-          at, part = at + 1, 0
+          tat, part = tat + 1, 0
         end
       end
     end
@@ -48,47 +42,37 @@ function strategy.check(state, plan, first_layer, last_layer, i)
     local step = (period - share) / quota
     local extra = part + cost * share
     local next_part = fmod(extra, quota)
-    local next_at = at + cost * step + (extra - next_part) / quota
+    local next_at = tat + cost * step + (extra - next_part) / quota
     local ahead = next_at - now + (next_part > 0 and 1 or 0)
-    if ahead <= period then
-      fits[i], resets[i], retries[i] = true, ahead, 0
-      remaining[i] = math.floor(((period - (next_at - now)) * quota - next_part) / period)
-      if cost > 0 then
-        note(state, name, pack_bytes(RECORD, name, next_at, next_part), ahead)
-      end
-    else
-      fits[i], retries[i] = false, ahead - period
-      remaining[i] = math.max(math.floor(((period - (at - now)) * quota - part) / period), 0)
-      resets[i] = at - now + (part > 0 and 1 or 0)
+    if ahead > period then
+      local left = math.max(floor(((period - (tat - now)) * quota - part) / period), 0)
+      return false, left, tat - now + (part > 0 and 1 or 0), ahead - period
     end
-  end
-  return i
-end
+    local left = floor(((period - (next_at - now)) * quota - next_part) / period)
+    if cost > 0 then
+      return true, left, ahead, 0, pack_bytes(RECORD, name, next_at, next_part), ahead
+    end
+    return true, left, ahead, 0
+  end,
 
-function strategy.refund(state, plan, first_layer, last_layer, given)
   -- Move the TAT back by given * T, borrowing whole microseconds when the
   -- remainder would go below zero. A TAT that ends up at or before `now`
   -- means no debt at all, which check() already reads that way.
-  for at = first_layer, last_layer, 8 do
-    local quota, name = unpack_bytes('<I4I4', plan, at)
-    local a, p = fields(state, name)
-    if a and packed.first_refund(state, name) then
+  refund = function(now, given, quota, name, _, value, p)
+    if p then
+      local _, a, b = unpack_bytes(RECORD, value, p)
       local period = name * 1000000
       local share = fmod(period, quota)
       local step = (period - share) / quota
-      local part = p - given * share
+      local part = b - given * share
       local borrow = part < 0 and math.ceil(-part / quota) or 0
       local tat = a - given * step - borrow
-      note(state, name, pack_bytes(RECORD, name, tat, part + borrow * quota), tat - now + 1)
+      return pack_bytes(RECORD, name, tat, part + borrow * quota), tat - now + 1
     end
-  end
-end
+  end,
 
-local function life(value, p)
-  local _, at, part = unpack_bytes(RECORD, value, p)
-  return at - now + (part > 0 and 1 or 0)
-end
-
-function strategy.store(state)
-  packed.store(state, life)
-end
+  life = function(now, value, p)
+    local _, tat, part = unpack_bytes(RECORD, value, p)
+    return tat - now + (part > 0 and 1 or 0)
+  end,
+}

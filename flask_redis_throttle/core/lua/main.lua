@@ -1,42 +1,44 @@
--- What every request shares, whatever its strategies: reading the plan,
--- checking every layer before writing anything, penalties, and the reply.
--- The loader puts prelude.lua and layers.lua first, then packed.lua and
--- the files of the strategies the request uses (see scripts.py), then
--- penalty.lua and this.
--- Each strategy registers a table under its two-letter code in
--- `strategies`, with these functions:
+-- The script: reading the plan, checking every layer before writing
+-- anything, penalties, and the reply. The loader puts records.lua and
+-- penalty.lua first, then the files of the strategies the request uses,
+-- each a table of plain functions kept in `strategies` under its two-letter
+-- code (see scripts.py), then this. Every value a strategy's function uses
+-- is one of its parameters:
 --
---   load(key) -> state
---     reads the key once; every layer of the request kept in it is then
---     checked against this state, so a key that two of the request's limits
---     share (the same identity, scope and strategy) is read once
---   check(state, plan, first_layer, last_layer, i) -> i
---     checks each layer of a plan entry, the layers at `first_layer` to
---     `last_layer` of `plan` (see prelude.lua's entry_at()), numbering them on from
---     i, and fills the layer tables of layers.lua for each (see there):
---       fits       true if `cost` more requests fit in this layer now
---       remaining  the quota left: after this request if it fits, else as it is
---       resets     microseconds until the layer is back to its full quota
---       retries    microseconds until `cost` requests would fit (0 if they
---                  do); never early, and exact: one microsecond sooner
---                  would not do
---     It writes nothing. For each layer that fits, when cost > 0, it notes
---     in the state what store() writes if the whole request is admitted,
---     worked out from what load() read; so a layer two limits share is
---     counted once however often it is checked. Returns the last number.
---   refund(state, plan, first_layer, last_layer, given)
---     notes that `given`, which a request admitted at `now` took, is handed
---     back to each layer of the entry, as if it had never been admitted;
---     `now` is then the time the admitting call decided at. Once per layer
---     and key, however many limits share them.
---   store(state)
---     writes what check() or refund() noted, always with a TTL
+--   check(now, cost, quota, name, key, value, p)
+--       -> fit, left, reset, retry[, record, life]
+--     The verdict of a layer of `quota` per `name` seconds for a request
+--     of `cost` at `now`: fit is true if it fits; left the quota left,
+--     after this request if it fits, else as it is; reset microseconds
+--     until the layer is back to its full quota, after this request if it
+--     fits (0 when that is now); retry microseconds until
+--     `cost` requests would fit (0 if they do), never early, and exact:
+--     one microsecond sooner would not do. When it fits and cost > 0, also
+--     what to write if the whole request is admitted: the layer's new
+--     record, and how many microseconds it must be kept. For a packed
+--     strategy (see records.lua), `value` is the key's string and `p`
+--     where the layer's record starts in it (nil for none); it writes
+--     nothing.
+--   refund(now, given, quota, name, key, value, p) -> record, life
+--     the record of the layer once `given`, which a request admitted at
+--     `now` took, is handed back, as if it had never been admitted;
+--     nothing when there is nothing to give back
+--   size          a packed strategy's record size, in bytes
+--   life(now, value, p, period)
+--     a packed strategy's: how many more microseconds the record at p,
+--     of a window of `period` microseconds, must be kept (see records.lua)
+--   store(now, cost, key, value, life)
+--     a strategy that is not packed writes `key` itself, once, if any of
+--     its layers gave a record: `life` is the longest life they gave
 --
--- A layer's record is found by its name, its window in seconds as the plan
--- gives it, so layers of other limits that share a key are kept (see
+-- Every layer is checked against what its key held before the request:
+-- a key that two of the request's limits share (the same identity, scope
+-- and strategy) is read once, and a layer they share is counted once. Its
+-- records are found by their names, their windows in seconds as the plan
+-- gives them, so layers of other limits that share a key are kept (see
 -- records.lua). Numbers of 15 digits or more (timestamps have 16) that
--- Redis is given as text are formatted with '%.0f' first: Lua writes
--- numbers with 14 significant digits.
+-- Redis is given as text are formatted with '%.0f' or '%d' first: Lua
+-- writes numbers with 14 significant digits.
 --
 -- Calling convention:
 --   KEYS[e]   the key of plan entry e: one identity's layers under one
@@ -59,100 +61,213 @@
 -- Every layer is checked before any key is written, and nothing is written
 -- unless all of them have room: a refused request consumes no quota. A
 -- request that costs more than a layer's whole quota never fits; its retry
--- is that window.
+-- is that window, and the first such layer in the plan's order decides
+-- the request, whatever the other layers' waits and penalties (the layer
+-- the extension's 429 names: see _decisions.py's _over_quota()).
 --
 -- Reply, a flat array of integers:
 --   [1] 1 if admitted, 0 if refused
---   [2] the deciding layer, numbered from 1: when refused, the full layer
---       whose wait is longest; when admitted, the layer with the least
---       quota left (the later reset breaks ties)
+--   [2] the deciding layer, numbered from 1 in the plan's order: when
+--       refused, the first layer whose whole quota is less than the cost,
+--       else the full layer whose wait is longest; when admitted, the
+--       layer with the least quota left (the later reset breaks ties)
 --   [3] the quota that layer has left
---   [4] microseconds until that layer is back to its full quota
+--   [4] microseconds until that layer is back to its full quota: 0 when
+--       it has it, on every strategy
 --   [5] microseconds until the request would pass (0 when admitted)
 --   [6] now: the time it was decided at, for a refund of it later
 --   [7] only when some entry has a penalty: 1 if the deciding layer refused
 --       because of a penalty, else 0
 --
 -- A refund replies {1, 0, 0, 0, 0, now}.
+--
+-- One pass over the plan decides every layer, and builds no table per key
+-- or layer: each one costs Redis more than the arithmetic.
 
--- The plan: each entry's key is loaded once and its layers checked (or,
--- for a refund, given back).
-local states, loaded = {}, {}
-local layers, punished = 0, nil
-local keys = 0
-local plan, at = ARGV[3], 1
+local now = tonumber(ARGV[1])
+if not now then
+  local time = redis.call('TIME')
+  now = time[1] * 1000000 + time[2]
+end
+-- (Arithmetic reads a number from text once; tonumber() reads it twice.)
+local cost = ARGV[2] + 0
+local plan = ARGV[3]
+local byte, sub, unpack_bytes, max = string.byte, string.sub, struct.unpack, math.max
+
+-- The deciding layer so far, its verdict, whether it is refused by a
+-- penalty, and whether the cost is more than its whole quota; and whether
+-- every layer so far fits.
+local pick, pick_left, pick_reset, pick_retry, pick_penalized, pick_over = 0, 0, 0, -1, false, false
+local admitted = true
+
+-- Each key of the request once, in the order of the plan, as five slots:
+-- the key, its strategy, what it held (a packed key's string), and what it
+-- will be written if the request is admitted and how long that lives (nil
+-- for nothing).
+local keys, k = {}, 0
+-- The records an entry writes.
+local parts = {}
+-- The entries that have a penalty, and how many entries the plan has.
+local groups, entries = nil, nil
+
+local layer, e, at = 0, 0, 1
 while at <= #plan do
-  keys = keys + 1
-  local key = KEYS[keys]
-  local strategy = strategies[string.sub(plan, at, at + 1)]
-  local first_layer, last_layer, penalty
-  first_layer, last_layer, penalty, at = entry_at(plan, at)
-  local state = states[key]
-  if not state then
-    state = strategy.load(key)
-    state.strategy = strategy
-    states[key] = state
-    loaded[#loaded + 1] = state
+  e = e + 1
+  local key = KEYS[e]
+  local strategy = strategies[sub(plan, at, at + 1)]
+  local size = strategy.size
+  -- The entry's layers (each its quota and window in seconds, '<I4I4'),
+  -- from `first` to `last`, then its penalty's flag.
+  local first = at + 3
+  local flag = first + 8 * byte(plan, at + 2)
+  local last = flag - 8
+  local penalized = byte(plan, flag) == 1
+  at = penalized and flag + 13 or flag + 1
+  local group = nil
+  if penalized and cost >= 0 then
+    if not entries then
+      -- The penalty keys follow every entry's key.
+      entries = 0
+      local next_at = 1
+      while next_at <= #plan do
+        entries = entries + 1
+        local next_flag = next_at + 3 + 8 * byte(plan, next_at + 2)
+        next_at = next_flag + (byte(plan, next_flag) == 1 and 13 or 1)
+      end
+      groups = {}
+    end
+    local base, factor, longest = unpack_bytes('<I4I4I4', plan, flag + 1)
+    group = {key = KEYS[entries + #groups + 1], base = base * 1000000, factor = factor, longest = longest * 1000000}
+    group.level, group.wait = penalty_of(group.key, now, group.longest)
+    groups[#groups + 1] = group
   end
-  if cost < 0 then
-    strategy.refund(state, plan, first_layer, last_layer, -cost)
-  else
-    local from = layers + 1
-    layers = strategy.check(state, plan, first_layer, last_layer, layers)
-    if penalty then
-      punished = punished or {}
-      punished[#punished + 1] = {first = from, last = layers, penalty = {unpack_bytes('<I4I4I4', plan, penalty)}}
+  -- The key's slots: a key that two limits share is read once.
+  local slot = nil
+  for s = 1, k, 5 do
+    if keys[s] == key then
+      slot = s
+      break
+    end
+  end
+  if not slot then
+    slot, k = k + 1, k + 5
+    keys[slot], keys[slot + 1], keys[slot + 2] = key, strategy, size and redis.call('GET', key) or ''
+  end
+  local value = keys[slot + 2]
+  -- The records this entry writes, the longest life of the key's, where
+  -- the next record is looked for first, and the entry's first layer that
+  -- refused on its own.
+  local n, longest, hint, missed = 0, keys[slot + 4] or 0, 1, nil
+  for layer_at = first, last, 8 do
+    local quota, name = unpack_bytes('<I4I4', plan, layer_at)
+    layer = layer + 1
+    -- Where the layer's record is in a packed key: first looked for where
+    -- the last one read ended, as one limit writes its layers in its
+    -- plan's order.
+    local p = nil
+    if size then
+      if hint <= #value - size + 1 and unpack_bytes('<I4', value, hint) == name then
+        p, hint = hint, hint + size
+      else
+        p = locate(value, name, size)
+      end
+    end
+    local record, life
+    if cost < 0 then
+      record, life = strategy.refund(now, -cost, quota, name, key, value, p)
+      if not record and p then
+        -- Nothing to give back: the record stays as it is.
+        record, life = sub(value, p, p + size - 1), strategy.life(now, value, p, name * 1000000)
+      end
+    else
+      local fit, left, reset, retry
+      fit, left, reset, retry, record, life = strategy.check(now, cost, quota, name, key, value, p)
+      local over = cost > quota
+      if over then
+        fit, retry = false, name * 1000000
+      end
+      local blocked = false
+      if group then
+        if not fit and not missed then
+          missed = layer
+        end
+        if group.wait > 0 then
+          fit, left, retry, blocked = false, 0, max(retry, group.wait), true
+        end
+      end
+      -- The deciding layer: when refused, the first layer whose whole
+      -- quota is less than the cost, else the full layer whose wait is
+      -- longest; when admitted, the one with the least quota left, the
+      -- later reset breaking ties.
+      if not fit then
+        if admitted or not pick_over and (over or retry > pick_retry) then
+          pick, pick_left, pick_reset, pick_retry, pick_penalized, pick_over = layer, left, reset, retry, blocked, over
+        end
+        admitted = false
+      elseif admitted and (pick == 0 or left < pick_left or (left == pick_left and reset > pick_reset)) then
+        pick, pick_left, pick_reset, pick_retry = layer, left, reset, retry
+      end
+    end
+    if record and admitted then
+      n = n + 1
+      parts[n] = record
+      if life > longest then
+        longest = life
+      end
+    end
+  end
+  if group then
+    group.missed = missed
+  end
+  if n > 0 then
+    local pending = keys[slot + 3]
+    if size and (pending or hint <= #value) then
+      -- Records this entry does not write: those of other limits that
+      -- share the key, or an earlier entry's on the same key.
+      n, longest = keep(pending or value, size, strategy.life, now, plan, first, last, parts, n, longest)
+    end
+    keys[slot + 3], keys[slot + 4] = table.concat(parts, '', 1, n), longest
+  end
+end
+
+if groups and not admitted and cost > 0 then
+  -- Block each entry that is not blocked yet and has a layer that refused
+  -- on its own; the wait this refusal gives must cover the longest block,
+  -- unless a layer's whole quota is less than the cost: that one still
+  -- decides, as no wait lets the request pass.
+  local offender, block = 0, -1
+  for _, group in ipairs(groups) do
+    if group.missed and group.wait <= 0 then
+      local this = punish(group.key, now, group.level, group.base, group.factor, group.longest)
+      if this > block then
+        offender, block = group.missed, this
+      end
+    end
+  end
+  if block > pick_retry and not pick_over then
+    pick, pick_left, pick_reset, pick_retry, pick_penalized = offender, 0, block, block, true
+  end
+end
+
+if admitted and cost ~= 0 then
+  -- Write each key the request noted, once, in the order of the plan.
+  for s = 1, k, 5 do
+    local key, strategy, written = keys[s], keys[s + 1], keys[s + 3]
+    if written then
+      if strategy.size then
+        set(key, written, keys[s + 4])
+      else
+        strategy.store(now, cost, key, written, keys[s + 4])
+      end
     end
   end
 end
 
--- Each distinct key once, in the order of the plan.
-local function store_all()
-  for _, state in ipairs(loaded) do
-    state.strategy.store(state)
-  end
-end
-
 if cost < 0 then
-  store_all()
   return {1, 0, 0, 0, 0, now}
 end
-
-local groups, blocked = nil, {}
-if punished then
-  groups, blocked = penalties.load(punished, keys, now)
-end
-
-local missed = groups and {}
-for layer = 1, layers do
-  local fit, left, reset, retry = fits[layer], remaining[layer], resets[layer], retries[layer]
-  if cost > quotas[layer] then
-    fit, retry = false, periods[layer]
-  end
-  if missed then
-    missed[layer] = not fit
-  end
-  if blocked[layer] then
-    fit, left, retry = false, 0, math.max(retry, blocked[layer])
-  end
-  -- include: decide.lua
-end
-
-local penalized = blocked[pick] ~= nil
-if not admitted and cost > 0 and groups then
-  -- The wait this refusal gives must cover the block it starts.
-  local offender, wait = penalties.punish(groups, missed, now)
-  if wait > pick_retry then
-    pick, pick_remaining, pick_reset, pick_retry, penalized = offender, 0, wait, wait, true
-  end
-end
-
-if admitted and cost > 0 then
-  store_all()
-end
-
-local answer = reply()
+local reply = {admitted and 1 or 0, pick, pick_left, math.ceil(pick_reset), math.ceil(pick_retry), now}
 if groups then
-  answer[7] = penalized and 1 or 0
+  reply[7] = pick_penalized and 1 or 0
 end
-return answer
+return reply

@@ -13,150 +13,155 @@
 -- sub-bucket, `top`, in 6 bytes, then the counts of sub-buckets top,
 -- top - 1, ..., top - BUCKETS, 4 bytes each (a quota is at most 10^9):
 -- zeros where none. Memory: one packed string per identity and scope (see
--- packed.lua).
+-- records.lua). The window is whole seconds, so a sub-bucket is whole
+-- microseconds; sub-bucket numbers stay below 10^14, which 6 bytes hold.
+-- Sub-bucket b is counted until sub-bucket b + BUCKETS + 1 begins.
 --
 -- A record's newest sub-bucket is after the current one only when Redis's
 -- clock went back. Its top and counts are then kept as they are, and a
 -- request is counted in the oldest sub-bucket the record holds if its own is
 -- older still: no count is ever dropped, and a request may be counted for
 -- longer than its own sub-bucket would be, never for less.
+--
+-- A record is read by one unpack into locals and written back as it was
+-- read but for what changes, packed anew: a field read or written costs
+-- struct more than the bytes copied around it. Only a refusal, an
+-- inspection of a layer with counts, or a record from a clock that went
+-- back puts its counts in a table, the one every layer reuses.
 
 local BUCKETS = 10
-
-local strategy = {}
 -- (The window, the newest sub-bucket, and BUCKETS + 1 counts.)
 local RECORD, SIZE = '<I4I6I4I4I4I4I4I4I4I4I4I4I4', 54
+-- A record's window, newest sub-bucket and first count; the counts of no
+-- requests.
+local HEAD, ZEROS = '<I4I6I4', string.rep('\0', 4 * BUCKETS)
+local unpack_bytes, pack_bytes, fmod = struct.unpack, struct.pack, math.fmod
+local max, min, sub = math.max, math.min, string.sub
+-- The counts of the record read, newest first, when they are wanted by
+-- number.
+local counts = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 
-function strategy.load(key)
-  return packed.load(key, RECORD, SIZE)
+-- The record at p of `value` (nil for none), in the current sub-bucket
+-- `current`: its newest sub-bucket's number (nil for none), how many of
+-- its counts, newest first, are of sub-buckets still in the window, their
+-- sum, and the counts themselves.
+local function read(value, p, current)
+  if not p then
+    return nil, 0, 0
+  end
+  local _, first, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11 = unpack_bytes(RECORD, value, p)
+  local held, used = min(BUCKETS + 1, first - current + BUCKETS + 1), 0
+  if held > BUCKETS then
+    used = c1 + c2 + c3 + c4 + c5 + c6 + c7 + c8 + c9 + c10 + c11
+  elseif held > 0 then
+    used = c1 + (held > 1 and c2 or 0) + (held > 2 and c3 or 0) + (held > 3 and c4 or 0)
+      + (held > 4 and c5 or 0) + (held > 5 and c6 or 0) + (held > 6 and c7 or 0)
+      + (held > 7 and c8 or 0) + (held > 8 and c9 or 0) + (held > 9 and c10 or 0)
+  end
+  return first, held, used, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11
 end
 
--- The number of layer `name`'s newest sub-bucket in `state`, and the counts
--- of it and of the BUCKETS before it, newest first; nothing for no record.
-local function counts_of(state, name)
-  local first, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11 = fields(state, name)
-  if first then
-    return first, {c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11}
+-- Put a record's counts in `counts`, and return the number of the newest
+-- sub-bucket of its first `held` that holds a count (nil for none).
+local function numbered(first, held, ...)
+  local c = counts
+  c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11] = ...
+  for k = 1, held do
+    if c[k] > 0 then
+      return first - k + 1
+    end
   end
 end
 
--- Layer `name`'s record: sub-bucket `top` and its counts `c`, newest first.
-local function record(name, top, c)
-  return pack_bytes(RECORD, name, top, c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11])
-end
+return {
+  size = SIZE,
 
--- The counts of a record that counts `cost` more in sub-bucket `current`,
--- newest first from max(first, current), from those of the record read
--- (`first`, `counts`, which it changes; nil for none). Sub-buckets older
--- than current - BUCKETS are out of the window and dropped.
-local function counted(first, counts, current)
-  if not first then
-    return {cost, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
-  end
-  if first > current then
-    -- The clock went back: no count is dropped (see above).
-    local k = math.min(first - current, BUCKETS) + 1
-    counts[k] = counts[k] + cost
-    return counts
-  end
-  local shift = math.min(current - first, BUCKETS + 1)
-  for k = BUCKETS + 1, shift + 1, -1 do
-    counts[k] = counts[k - shift]
-  end
-  for k = 1, shift do
-    counts[k] = 0
-  end
-  counts[1] = counts[1] + cost
-  return counts
-end
-
--- Check each layer of the entry, numbering them on from i. The window is
--- whole seconds, so a sub-bucket is whole microseconds; sub-bucket numbers
--- stay below 10^14, which 6 bytes hold.
-function strategy.check(state, plan, first_layer, last_layer, i)
-  for at = first_layer, last_layer, 8 do
-    local quota, name = unpack_bytes('<I4I4', plan, at)
-    i = i + 1
+  check = function(now, cost, quota, name, _, value, p)
     local period = name * 1000000
-    quotas[i], periods[i] = quota, period
     local width = period / BUCKETS
     local current = (now - fmod(now, width)) / width
-    local oldest = current - BUCKETS
-    local first, counts = counts_of(state, name)
-    -- Sub-buckets after the current one only exist if the clock went back;
-    -- counting them too keeps the promise. Counts k = 1, ..., held are of
-    -- sub-buckets from `oldest` on.
-    local used, newest, held = 0, nil, first and math.min(BUCKETS + 1, first - oldest + 1) or 0
-    for k = 1, held do
-      local count = counts[k]
-      if count > 0 then
-        used = used + count
-        newest = newest or first - k + 1
-      end
-    end
-    -- Sub-bucket b is counted until sub-bucket b + BUCKETS + 1 begins.
-    if used + cost <= quota then
-      local top = math.max(first or current, current)
-      local reset = (math.max(newest or current, current) + BUCKETS + 1) * width - now
-      fits[i], remaining[i], resets[i], retries[i] = true, quota - used - cost, reset, 0
-      if cost > 0 then
-        note(state, name, record(name, top, counted(first, counts, current)), (top + BUCKETS + 1) * width - now)
-      end
-    else
+    local first, held, used, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11 = read(value, p, current)
+    if used + cost > quota then
+      local newest = held > 0 and numbered(first, held, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11)
       -- The first sub-bucket boundary at which enough has aged out, the
       -- oldest first (a request costing more than the quota never fits,
       -- which main.lua handles).
-      local retry, left = 0, used
+      local retry, rest = 0, used
       for k = held, 1, -1 do
         local count = counts[k]
-        left = left - count
-        if count > 0 and left + cost <= quota then
+        rest = rest - count
+        if count > 0 and rest + cost <= quota then
           retry = (first - k + 1 + BUCKETS + 1) * width - now
           break
         end
       end
-      fits[i], remaining[i], retries[i] = false, math.max(quota - used, 0), retry
-      resets[i] = newest and (newest + BUCKETS + 1) * width - now or 0
+      return false, max(quota - used, 0), newest and (newest + BUCKETS + 1) * width - now or 0, retry
     end
-  end
-  return i
-end
-
--- Whether every one of `counts` is 0.
-local function empty(counts)
-  for k = 1, BUCKETS + 1 do
-    if counts[k] > 0 then
-      return false
+    if cost <= 0 then
+      -- Back to the full quota once the newest sub-bucket counted is out;
+      -- now if none is.
+      local newest = used > 0 and numbered(first, held, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11)
+      return true, quota - used, newest and (newest + BUCKETS + 1) * width - now or 0, 0
     end
-  end
-  return true
-end
+    -- The newest sub-bucket that holds a count, if it is after the current
+    -- one (only when the clock went back); else the current one, which
+    -- this request counts in.
+    local newest = current
+    if held > 0 and first > current then
+      newest = max(numbered(first, held, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11) or current, current)
+    end
+    local reset = (newest + BUCKETS + 1) * width - now
+    local record
+    if held <= 0 then
+      -- Nothing of the record is in the window, or there is none.
+      record = pack_bytes(HEAD, name, current, cost) .. ZEROS
+    elseif first >= current then
+      -- Only the count the request goes to changes: the current
+      -- sub-bucket's, or when the clock went back, the oldest the record
+      -- holds if its own is older still.
+      local k = min(first - current, BUCKETS)
+      local q = p + 10 + 4 * k
+      record = sub(value, p, q - 1) .. pack_bytes('<I4', (k == 0 and c1 or counts[k + 1]) + cost) .. sub(value, q + 4, p + SIZE - 1)
+    else
+      -- The counts read move on by current - first places; those that move
+      -- past the last, BUCKETS + 1, are out of the window.
+      local shift = current - first
+      record = pack_bytes(HEAD, name, current, cost) .. sub(ZEROS, 5, 4 * shift) .. sub(value, p + 10, p + SIZE - 1 - 4 * shift)
+    end
+    local top = max(first or current, current)
+    return true, quota - used - cost, reset, 0, record, (top + BUCKETS + 1) * width - now
+  end,
 
-function strategy.refund(state, plan, first_layer, last_layer, given)
   -- Take it out of the sub-bucket it went into, if that still holds a
   -- count: the current one, or when the clock went back, the one check()
   -- counted it in.
-  for at = first_layer + 4, last_layer + 4, 8 do
-    local name = unpack_bytes('<I4', plan, at)
+  refund = function(now, given, _, name, _, value, p)
+    if not p then
+      return
+    end
     local width = name * 1000000 / BUCKETS
     local current = (now - fmod(now, width)) / width
-    local first, counts = counts_of(state, name)
-    local k = first and first >= current and math.min(first - current, BUCKETS) + 1
-    if k and counts[k] > 0 and packed.first_refund(state, name) then
-      counts[k] = math.max(counts[k] - given, 0)
-      -- With nothing left, a record of zeros, which is dropped when the key
-      -- is stored.
-      local top = empty(counts) and 0 or first
-      note(state, name, record(name, top, counts), (first + BUCKETS + 1) * width - now)
+    local _, first, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11 = unpack_bytes(RECORD, value, p)
+    local c = {c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11}
+    local k = min(first - current, BUCKETS) + 1
+    if first < current or c[k] == 0 then
+      return
     end
-  end
-end
+    c[k] = max(c[k] - given, 0)
+    -- With nothing left, a record of zeros, which is dropped when the key
+    -- is next written.
+    local top = 0
+    for j = 1, BUCKETS + 1 do
+      if c[j] > 0 then
+        top = first
+      end
+    end
+    local record = pack_bytes(RECORD, name, top, c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11])
+    return record, (first + BUCKETS + 1) * width - now
+  end,
 
-local function life(value, p, period)
-  local _, top = unpack_bytes('<I4I6', value, p)
-  return (top + BUCKETS + 1) * (period / BUCKETS) - now
-end
-
-function strategy.store(state)
-  packed.store(state, life)
-end
+  life = function(now, value, p, period)
+    local _, top = unpack_bytes('<I4I6', value, p)
+    return (top + BUCKETS + 1) * (period / BUCKETS) - now
+  end,
+}
