@@ -22,10 +22,11 @@ an ``authorize`` callable, or when it returns False, every URL of it answers
 
 from __future__ import annotations
 
+import base64
 import hmac
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import redis
@@ -45,7 +46,7 @@ from ._reports import (
     status_rows,
 )
 from ._state import EXTENSION_KEY, RateLimitState
-from .core.keys import loggable
+from .core.keys import MAX_VALUE_LENGTH, loggable
 from .core.throttle import StorageUnavailable
 
 __all__ = ["SESSION_KEY", "blueprint", "chart"]
@@ -89,8 +90,14 @@ def blueprint(authorize: Callable[[], bool] | None = None, name: str = "ratelimi
 
 
 def _index() -> tuple[str, int]:
-    """The page; with ``?identity=`` it also shows that identity's counters."""
+    """The page; with ``?identity=`` (or ``?exact=``, see :func:`_naming`) it
+    also shows that identity's counters."""
     state = _state()
+    status = 200
+    try:
+        identity, problem = _named(request.args), None
+    except ValueError as error:
+        identity, problem, status = "", str(error), 400
     page: dict[str, Any] = {
         "limits_header": LIMITS_HEADER,
         "limits": limit_rows(state),
@@ -99,15 +106,16 @@ def _index() -> tuple[str, int]:
         "csrf_token": _csrf_token(),
         "enabled": state.throttle is not None,
         "logged": state.refusals is not None,
-        "identity": request.args.get("identity", "").strip(),
+        "identity": _shown(identity),
         # "view", not "endpoint": url_for() takes that name itself.
         "endpoint": request.args.get("view", "").strip(),
+        "problem": problem,
+        "max_length": MAX_VALUE_LENGTH,
     }
-    status = 200
     try:
         page.update(_refusals(state))
-        if page["identity"]:
-            page.update(_lookup(state, page["identity"], page["endpoint"] or None))
+        if identity:
+            page.update(_lookup(state, identity, page["endpoint"] or None))
     except ValueError as error:
         page["problem"], status = str(error), 400
     except (StorageUnavailable, redis.RedisError) as error:
@@ -129,7 +137,8 @@ def _refusals(state: RateLimitState) -> dict[str, Any]:
                 "endpoint": r.endpoint,
                 "scope": r.scope,
                 "layer": r.layer,
-                "identity": loggable(r.identity),
+                "identity": _shown(r.identity),
+                "link": _link(r.identity, r.cut),
                 "others": [loggable(other) for other in r.others],
                 "retry_after": duration(r.retry_after),
                 "shadow": r.shadow,
@@ -138,7 +147,12 @@ def _refusals(state: RateLimitState) -> dict[str, Any]:
             for r in latest
         ],
         "top": [
-            (loggable(found.identity), found.refusals, [(loggable(o), n) for o, n in found.others])
+            (
+                _shown(found.identity),
+                _link(found.identity, found.cut),
+                found.refusals,
+                [(loggable(o), n) for o, n in found.others],
+            )
             for found in state.refusals.attributed(TOP, since=now - 3600)
         ],
         "chart": chart(state.refusals.per_minute(now)),
@@ -155,7 +169,11 @@ def _lookup(state: RateLimitState, identity: str, endpoint: str | None) -> dict[
     who = find_identity(identity, state)
     if endpoint is not None:
         find_endpoint(endpoint)
-    return {"who": str(who), "status": status_rows(state, state.throttle, who, endpoint)}
+    return {
+        "who": _shown(str(who)),
+        "naming": _naming(str(who)),
+        "status": status_rows(state, state.throttle, who, endpoint),
+    }
 
 
 def _reset() -> Response:
@@ -169,11 +187,11 @@ def _reset() -> Response:
     if not isinstance(token, str) or not hmac.compare_digest(sent.encode(), token.encode()):
         abort(400, "the reset form's token is missing or stale: reload the dashboard and try again")
     state = _state()
-    identity, endpoint = request.form.get("identity", "").strip(), request.form.get("view", "").strip() or None
+    endpoint = request.form.get("view", "").strip() or None
     if state.throttle is None:
         abort(400, "rate limiting is disabled on this app (RATELIMIT_ENABLED is False)")
     try:
-        who = find_identity(identity, state)
+        who = find_identity(_named(request.form), state)
         if endpoint is not None:
             find_endpoint(endpoint)
     except ValueError as error:
@@ -182,8 +200,53 @@ def _reset() -> Response:
         done = reset_counters(state, state.throttle, who, endpoint)
     except redis.RedisError as error:
         abort(503, f"rate limit storage unavailable: {error}")
-    flash("Nothing to reset: no limit of this endpoint counts it." if done is None else done.message, "ratelimit")
-    return redirect(url_for(".index", identity=identity, view=endpoint, _anchor="lookup"))
+    message = "Nothing to reset: no limit of this endpoint counts it." if done is None else _shown(done.message)
+    flash(message, "ratelimit")
+    return redirect(url_for(".index", **_naming(str(who)), view=endpoint, _anchor="lookup"))
+
+
+def _naming(text: str) -> dict[str, Any]:
+    """The arguments of a link or form that name the identity written as
+    ``text`` exactly: ``identity=<text>`` when a URL and a form keep it as
+    it is, else ``exact=<text>`` in URL-safe base64 of its UTF-8 (lone
+    surrogates included), since a form would turn a newline into two
+    characters and a URL cannot carry a lone surrogate.
+
+    >>> _naming("user:42"), _naming("user:a\\nb")
+    ({'identity': 'user:42'}, {'exact': 'dXNlcjphCmI'})
+    """
+    if text.isprintable() and text == text.strip():
+        return {"identity": text}
+    return {"exact": base64.urlsafe_b64encode(text.encode("utf-8", "surrogatepass")).decode("ascii").rstrip("=")}
+
+
+def _named(values: Mapping[str, str]) -> str:
+    """The identity's text that a query or form names, by :func:`_naming`'s
+    arguments or as an operator typed it (spaces around it dropped).
+
+    :raises ValueError: if ``exact`` is not what :func:`_naming` makes.
+    """
+    exact = values.get("exact")
+    if exact is None:
+        return values.get("identity", "").strip()
+    try:
+        return base64.urlsafe_b64decode(exact + "=" * (-len(exact) % 4)).decode("utf-8", "surrogatepass")
+    except ValueError:  # bad base64 or bad UTF-8
+        raise ValueError("the link's exact= argument names no identity: follow a link of the dashboard") from None
+
+
+def _shown(text: str) -> str:
+    """``text`` as the page shows it: what is not printable (newlines,
+    bidirectional overrides, lone surrogates) as Python escapes it, as in
+    :func:`~flask_redis_throttle.core.keys.loggable`, but not cut."""
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
+
+
+def _link(identity: str, cut: bool) -> str | None:
+    """The lookup of ``identity`` from the refusal log; None if the log cut it."""
+    return None if cut else url_for(".index", **_naming(identity), _anchor="lookup")
 
 
 def _ours(name: str, error: BaseException | None) -> bool:

@@ -29,6 +29,11 @@ This module imports Redis but not Flask, and is usable without an app::
 Each entry names the identity whose counter refused the request apart from
 the others present on it (:attr:`Refusal.others`): only the first is counted
 as refused, so a user over its limit does not make its IP look refused.
+
+The refusing identity is kept exactly, whatever it holds (newlines, control
+characters, lone surrogates), so that it can be looked up and reset as it
+is; unless it is longer than :data:`MAX_VALUE_LENGTH`: then the log keeps
+its first characters and an ellipsis, and says so (:attr:`Refusal.cut`).
 """
 
 from __future__ import annotations
@@ -82,6 +87,11 @@ class Refusal:
     :param shadow: True if the limit was in shadow mode, so the request was
         let through after all.
     :param penalized: True if the identity served a penalty.
+    :param cut: True if ``identity`` was longer than
+        :data:`MAX_VALUE_LENGTH`, so that the log kept only its first
+        characters and an ellipsis: it then names no identity exactly.
+        Otherwise ``identity`` is exact, whatever it holds (newlines,
+        lone surrogates).
     """
 
     id: str
@@ -95,6 +105,7 @@ class Refusal:
     retry_after: float
     shadow: bool = False
     penalized: bool = False
+    cut: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """Every field by name, with ``identities`` as a list: ready for JSON,
@@ -127,11 +138,14 @@ class Attribution:
     :param refusals: how many of them it refused.
     :param others: the other identities present on those requests, each with
         how many of them it was on, most frequent first: not refused by them.
+    :param cut: True if ``identity`` is what the log kept of a longer one
+        (see :attr:`Refusal.cut`).
     """
 
     identity: str
     refusals: int
     others: tuple[tuple[str, int], ...]
+    cut: bool = False
 
 
 class RefusalLog:
@@ -223,12 +237,13 @@ class RefusalLog:
             stream = self.shard(identity)
         elif stream not in self.keys:
             raise ValueError(f"stream {stream!r} is not one of this refusal log's {len(self.keys)} streams")
+        kept = cut(identity)
         fields = {
             "endpoint": endpoint,
             "scope": cut(scope),
             "layer": layer,
             "strategy": strategy,
-            "identity": cut(identity),
+            "identity": kept,
             # JSON's escapes carry any value, lone surrogates included.
             "identities": json.dumps([cut(i) for i in identities]),
             "retry_after": f"{retry_after:.6f}",
@@ -237,6 +252,12 @@ class RefusalLog:
             fields["shadow"] = "1"
         if penalized:
             fields["penalized"] = "1"
+        if kept != identity:
+            fields["cut"] = "1"
+        if not _encodable(kept):
+            # The identity field keeps lone surrogates as their escapes;
+            # this one keeps them, so that the identity can be named exactly.
+            fields["exact"] = json.dumps(kept)
         sharded = len(self.keys) > 1
         if sharded:
             # Where two streams' entries share a millisecond, this orders them.
@@ -291,14 +312,15 @@ class RefusalLog:
         A dashboard shows these apart, so an operator sees that a user
         hammering from one IP was refused, not the IP, and can still find it.
         """
-        tally: Counter[str] = Counter()
-        others: dict[str, Counter[str]] = {}
+        tally: Counter[tuple[str, bool]] = Counter()
+        others: dict[tuple[str, bool], Counter[str]] = {}
         for refusal in self.between(since, until):
-            tally[refusal.identity] += 1
-            others.setdefault(refusal.identity, Counter()).update(refusal.others)
+            refused = (refusal.identity, refusal.cut)
+            tally[refused] += 1
+            others.setdefault(refused, Counter()).update(refusal.others)
         return [
-            Attribution(identity, refusals, tuple(others[identity].most_common()))
-            for identity, refusals in tally.most_common(count)
+            Attribution(refused[0], refusals, tuple(others[refused].most_common()), refused[1])
+            for refused, refusals in tally.most_common(count)
         ]
 
     def per_minute(self, until: float, minutes: int = 60) -> list[int]:
@@ -374,6 +396,15 @@ def _order(entry: tuple[Any, dict[Any, Any]], shard: int) -> _Order:
     return (int(milliseconds), int(written) if written.isdigit() else 0, int(sequence or 0), shard)
 
 
+def _encodable(text: str) -> bool:
+    """Whether ``text`` is kept as it is in UTF-8: no lone surrogates."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _text(value: Any) -> str:
     return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else str(value)
 
@@ -388,9 +419,10 @@ def _decode(entry_id: Any, raw: dict[Any, Any]) -> Refusal:
         scope=fields.get("scope", ""),
         layer=fields.get("layer", ""),
         strategy=fields.get("strategy", ""),
-        identity=fields.get("identity", ""),
+        identity=json.loads(fields["exact"]) if "exact" in fields else fields.get("identity", ""),
         identities=tuple(json.loads(fields.get("identities", "[]"))),
         retry_after=float(fields.get("retry_after", "0")),
         shadow=fields.get("shadow") == "1",
         penalized=fields.get("penalized") == "1",
+        cut=fields.get("cut") == "1",
     )
