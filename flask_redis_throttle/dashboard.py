@@ -28,11 +28,13 @@ import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import redis
 from flask import Blueprint, abort, current_app, flash, redirect, render_template, request, session, url_for
 from markupsafe import Markup
-from werkzeug.exceptions import HTTPException, MethodNotAllowed
+from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
+from werkzeug.routing import RequestRedirect
 from werkzeug.wrappers import Response
 
 from ._console import duration, utc
@@ -62,28 +64,36 @@ def blueprint(authorize: Callable[[], bool] | None = None, name: str = "ratelimi
     """The dashboard, as a blueprint to register at a URL prefix of the app's choice.
 
     :param authorize: called before every request to the dashboard, in the
-        request's context; the dashboard answers only when it returns True.
-        Without it, or when it returns False, every URL answers 404, so that
-        a dashboard showing IP addresses and user ids is never open by
-        default, nor found by probing. It may also raise or abort itself
-        (redirect to a login page, say).
+        request's context, before the app's ``before_request`` functions;
+        the dashboard answers only when it returns True. Without it, or
+        when it returns False, the request is an unknown URL's: a 404 that
+        no limit counts, so that a dashboard showing IP addresses and user
+        ids is never open by default, nor found by probing. It may also
+        raise or abort itself (redirect to a login page, say).
     :param name: the blueprint's name, to register more than one.
     """
     bp = Blueprint(name, __name__, template_folder="templates")
 
-    def check() -> None:
+    def hide(endpoint: str | None, values: object) -> None:
+        """Make a request that ``authorize`` refuses an unknown URL's: a
+        404 that no limit counts and no hook of the dashboard sees.
+
+        A URL value preprocessor runs before every ``before_request``
+        function, the limiter's among them, so the limiter skips the
+        request as it skips any URL that matches no view; the app's own
+        hooks and 404 handler see what they see for an unknown URL."""
         if authorize is None or not authorize():
-            abort(404)
+            request.url_rule, request.view_args, request.routing_exception = None, None, NotFound()
 
-    @bp.before_app_request
-    def hide() -> None:
-        """A dashboard URL asked with a method it does not take answers 404
-        too, not the 405 that would tell a prober the dashboard is there.
-        Flask runs no blueprint hook for such a request, since no rule matched."""
+    @bp.app_url_value_preprocessor
+    def hide_near_misses(endpoint: str | None, values: object) -> None:
+        """A dashboard URL asked with a method it does not take (a 405), or
+        without its trailing slash (a 308 to it), is hidden too: Flask runs
+        no blueprint hook for such a request, since no rule matched."""
         if _ours(name, request.routing_exception):
-            check()
+            hide(endpoint, values)
 
-    bp.before_request(check)
+    bp.url_value_preprocessor(hide)
     bp.add_url_rule("/", "index", _index, methods=["GET"])
     bp.add_url_rule("/reset", "reset", _reset, methods=["POST"])
     return bp
@@ -250,12 +260,19 @@ def _link(identity: str, cut: bool) -> str | None:
 
 
 def _ours(name: str, error: BaseException | None) -> bool:
-    """Whether ``error`` is a 405 of a URL of the blueprint ``name``."""
-    if not isinstance(error, MethodNotAllowed) or not error.valid_methods:
+    """Whether ``error`` is a 405 of a URL of the blueprint ``name``, or a
+    redirect to one."""
+    if isinstance(error, MethodNotAllowed) and error.valid_methods:
+        path, method = None, next(iter(error.valid_methods))
+    elif isinstance(error, RequestRedirect):
+        path, method = unquote(urlsplit(error.new_url).path).removeprefix(request.script_root), None
+    else:
         return False
     adapter = current_app.create_url_adapter(request)
     try:
-        endpoint, _values = adapter.match(method=next(iter(error.valid_methods))) if adapter else ("", {})
+        endpoint, _values = adapter.match(path, method) if adapter else ("", {})
+    except MethodNotAllowed as other:  # the redirect's target does not take this method
+        endpoint, _values = adapter.match(path, next(iter(other.valid_methods or ["GET"]))) if adapter else ("", {})
     except HTTPException:
         return False
     return isinstance(endpoint, str) and endpoint.startswith(f"{name}.")

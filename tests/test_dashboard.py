@@ -111,6 +111,46 @@ def test_without_authorize_every_url_answers_404(app: Flask, path: str) -> None:
     assert client.post(f"{PREFIX}/reset", data={"identity": "ip:192.0.2.1"}).status_code == 404
 
 
+def answer(client: Any, method: str, path: str, user: str | None = None) -> tuple[int, list[tuple[str, str]], bytes]:
+    """Everything a client can see of a response, but its date."""
+    headers = {"X-User": user} if user else {}
+    response = client.open(path, method=method, headers=headers, environ_base={"REMOTE_ADDR": "192.0.2.9"})
+    return response.status_code, sorted((k, v) for k, v in response.headers if k != "Date"), response.data
+
+
+@pytest.mark.parametrize("authorize", [None, admin_only], ids=["no-authorize", "refused"])
+def test_an_unauthorized_client_cannot_tell_the_dashboard_from_an_unknown_url(
+    app: Flask, authorize: Callable[[], bool] | None
+) -> None:
+    # As the docs set it up: a default limit, the dashboard not exempted.
+    @app.after_request
+    def seen(response: Any) -> Any:
+        response.headers["X-Endpoint"] = str(request.endpoint)
+        return response
+
+    shop(app, authorize=authorize, RATELIMIT_DEFAULT="3/m")
+    client = app.test_client()
+    for path in ("", "/", "/reset", "/reset/", "/nothing"):
+        for method in ("GET", "HEAD", "OPTIONS", "POST", "DELETE"):
+            unknown = answer(client, method, "/unknown" + path)
+            assert unknown[0] == 404
+            for user in (None, "alice"):
+                # Five times: the default limit would refuse the fourth.
+                for _ in range(5):
+                    assert answer(client, method, PREFIX + path, user) == unknown, (method, path, user)
+
+
+def test_an_authorized_client_is_limited_as_before(app: Flask) -> None:
+    shop(app, RATELIMIT_DEFAULT="3/m")
+    client = app.test_client()
+    assert client.get(PREFIX, headers={"X-User": "admin"}).status_code == 308
+    assert client.delete(f"{PREFIX}/", headers={"X-User": "admin"}).status_code == 405
+    responses = [client.get(f"{PREFIX}/", headers={"X-User": "admin"}) for _ in range(4)]
+    assert [response.status_code for response in responses] == [200, 200, 200, 429]
+    assert all("RateLimit" in response.headers for response in responses)
+    assert "Retry-After" in responses[-1].headers
+
+
 def test_a_refused_authorization_answers_404_as_if_there_were_no_dashboard(app: Flask) -> None:
     shop(app)
     client = app.test_client()
