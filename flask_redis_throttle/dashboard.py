@@ -38,6 +38,7 @@ from werkzeug.routing import RequestRedirect
 from werkzeug.wrappers import Response
 
 from ._console import duration, utc
+from ._identity import parse_identity
 from ._reports import (
     LIMITS_HEADER,
     STATUS_HEADER,
@@ -48,7 +49,7 @@ from ._reports import (
     status_rows,
 )
 from ._state import EXTENSION_KEY, RateLimitState
-from .core.keys import MAX_VALUE_LENGTH, loggable
+from .core.keys import MAX_VALUE_LENGTH, Identity, loggable
 from .core.throttle import StorageUnavailable
 
 __all__ = ["SESSION_KEY", "blueprint", "chart"]
@@ -103,11 +104,6 @@ def _index() -> tuple[str, int]:
     """The page; with ``?identity=`` (or ``?exact=``, see :func:`_naming`) it
     also shows that identity's counters."""
     state = _state()
-    status = 200
-    try:
-        identity, problem = _named(request.args), None
-    except ValueError as error:
-        identity, problem, status = "", str(error), 400
     page: dict[str, Any] = {
         "limits_header": LIMITS_HEADER,
         "limits": limit_rows(state),
@@ -116,16 +112,18 @@ def _index() -> tuple[str, int]:
         "csrf_token": _csrf_token(),
         "enabled": state.throttle is not None,
         "logged": state.refusals is not None,
-        "identity": _shown(identity),
+        "identity": request.args.get("identity", "").strip(),
         # "view", not "endpoint": url_for() takes that name itself.
         "endpoint": request.args.get("view", "").strip(),
-        "problem": problem,
         "max_length": MAX_VALUE_LENGTH,
     }
+    status = 200
     try:
         page.update(_refusals(state))
-        if identity:
-            page.update(_lookup(state, identity, page["endpoint"] or None))
+        who = _requested(request.args, state)
+        if who is not None:
+            page.update(_lookup(state, who, page["endpoint"] or None))
+            page["identity"] = page["identity"] or _shown(str(who))
     except ValueError as error:
         page["problem"], status = str(error), 400
     except (StorageUnavailable, redis.RedisError) as error:
@@ -148,7 +146,7 @@ def _refusals(state: RateLimitState) -> dict[str, Any]:
                 "scope": r.scope,
                 "layer": r.layer,
                 "identity": _shown(r.identity),
-                "link": _link(r.identity, r.cut),
+                "link": _link(r.identity, r.cut, state),
                 "others": [loggable(other) for other in r.others],
                 "retry_after": duration(r.retry_after),
                 "shadow": r.shadow,
@@ -159,7 +157,7 @@ def _refusals(state: RateLimitState) -> dict[str, Any]:
         "top": [
             (
                 _shown(found.identity),
-                _link(found.identity, found.cut),
+                _link(found.identity, found.cut, state),
                 found.refusals,
                 [(loggable(o), n) for o, n in found.others],
             )
@@ -169,19 +167,18 @@ def _refusals(state: RateLimitState) -> dict[str, Any]:
     }
 
 
-def _lookup(state: RateLimitState, identity: str, endpoint: str | None) -> dict[str, Any]:
+def _lookup(state: RateLimitState, who: Identity, endpoint: str | None) -> dict[str, Any]:
     """One identity's counters, as ``flask ratelimit status`` shows them.
 
-    :raises ValueError: if the identity or the endpoint is not one.
+    :raises ValueError: if the endpoint is not one.
     """
     if state.throttle is None:
         raise ValueError("rate limiting is disabled on this app (RATELIMIT_ENABLED is False)")
-    who = find_identity(identity, state)
     if endpoint is not None:
         find_endpoint(endpoint)
     return {
         "who": _shown(str(who)),
-        "naming": _naming(str(who)),
+        "naming": _naming(str(who), state),
         "status": status_rows(state, state.throttle, who, endpoint),
     }
 
@@ -201,7 +198,7 @@ def _reset() -> Response:
     if state.throttle is None:
         abort(400, "rate limiting is disabled on this app (RATELIMIT_ENABLED is False)")
     try:
-        who = find_identity(_named(request.form), state)
+        who = _requested(request.form, state) or find_identity("", state)  # the latter says what to write
         if endpoint is not None:
             find_endpoint(endpoint)
     except ValueError as error:
@@ -212,37 +209,46 @@ def _reset() -> Response:
         abort(503, f"rate limit storage unavailable: {error}")
     message = "Nothing to reset: no limit of this endpoint counts it." if done is None else _shown(done.message)
     flash(message, "ratelimit")
-    return redirect(url_for(".index", **_naming(str(who)), view=endpoint, _anchor="lookup"))
+    return redirect(url_for(".index", **_naming(str(who), state), view=endpoint, _anchor="lookup"))
 
 
-def _naming(text: str) -> dict[str, Any]:
+def _naming(text: str, state: RateLimitState) -> dict[str, Any]:
     """The arguments of a link or form that name the identity written as
-    ``text`` exactly: ``identity=<text>`` when a URL and a form keep it as
-    it is, else ``exact=<text>`` in URL-safe base64 of its UTF-8 (lone
-    surrogates included), since a form would turn a newline into two
-    characters and a URL cannot carry a lone surrogate.
-
-    >>> _naming("user:42"), _naming("user:a\\nb")
-    ({'identity': 'user:42'}, {'exact': 'dXNlcjphCmI'})
+    ``text`` (as ``str(identity)`` and the refusal log write it) exactly:
+    ``identity=<text>`` when a URL and a form keep it as it is and it reads
+    back as itself, else ``exact=<text>`` in URL-safe base64 of its UTF-8,
+    lone surrogates included. A form turns a newline into two characters,
+    a URL cannot carry a lone surrogate, ``identity=`` drops spaces around
+    it, and an ``ip:`` value that is no address (what a proxy sent) would
+    not read as one.
     """
     if text.isprintable() and text == text.strip():
-        return {"identity": text}
+        try:
+            if not text.startswith("ip:") or str(parse_identity(text, state.settings.ipv6_prefix)) == text:
+                return {"identity": text}
+        except ValueError:
+            pass
     return {"exact": base64.urlsafe_b64encode(text.encode("utf-8", "surrogatepass")).decode("ascii").rstrip("=")}
 
 
-def _named(values: Mapping[str, str]) -> str:
-    """The identity's text that a query or form names, by :func:`_naming`'s
-    arguments or as an operator typed it (spaces around it dropped).
+def _requested(values: Mapping[str, str], state: RateLimitState) -> Identity | None:
+    """The identity a query or form names: by ``exact=`` (see
+    :func:`_naming`) as it is, or as an operator typed it in ``identity=``,
+    spaces around it dropped and an ``ip:`` value read as an address, as
+    the CLI reads it; None if it names none.
 
-    :raises ValueError: if ``exact`` is not what :func:`_naming` makes.
+    :raises ValueError: if it names no identity, saying why.
     """
     exact = values.get("exact")
     if exact is None:
-        return values.get("identity", "").strip()
+        text = values.get("identity", "").strip()
+        return find_identity(text, state) if text else None
     try:
-        return base64.urlsafe_b64decode(exact + "=" * (-len(exact) % 4)).decode("utf-8", "surrogatepass")
+        text = base64.urlsafe_b64decode(exact + "=" * (-len(exact) % 4)).decode("utf-8", "surrogatepass")
     except ValueError:  # bad base64 or bad UTF-8
         raise ValueError("the link's exact= argument names no identity: follow a link of the dashboard") from None
+    kind, _colon, value = text.partition(":")
+    return Identity("ip", value) if kind == "ip" else find_identity(text, state)
 
 
 def _shown(text: str) -> str:
@@ -254,9 +260,9 @@ def _shown(text: str) -> str:
     return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
 
 
-def _link(identity: str, cut: bool) -> str | None:
+def _link(identity: str, cut: bool, state: RateLimitState) -> str | None:
     """The lookup of ``identity`` from the refusal log; None if the log cut it."""
-    return None if cut else url_for(".index", **_naming(identity), _anchor="lookup")
+    return None if cut else url_for(".index", **_naming(identity, state), _anchor="lookup")
 
 
 def _ours(name: str, error: BaseException | None) -> bool:

@@ -474,6 +474,23 @@ def test_a_link_from_the_log_looks_up_and_resets_the_user_exactly(app: Flask, us
     assert get(client, "/items", ip="192.0.2.3", query_string={"as": user}).status_code == 200
 
 
+@pytest.mark.parametrize(
+    ("address", "plain"),
+    [("{}:::garbage", False), ("1.2.3.4%eth0", False), ("2001:db8::1", True), ("198.51.100.7", True)],
+)
+def test_a_link_names_an_ip_exactly_even_if_it_is_no_address(app: Flask, address: str, plain: bool) -> None:
+    # What a misconfigured proxy passes on is counted as it is: the link
+    # must not read it as an address, which it is not.
+    hostile_shop(app)
+    client = app.test_client()
+    assert [get(client, "/items", ip=address).status_code for _ in range(2)] == [200, 429]
+    html = page(client)
+    [link] = links(html, "recent-table")
+    assert ("?identity=ip:" in link) is plain
+    follow_and_reset(client, link)
+    assert get(client, "/items", ip=address).status_code == 200
+
+
 @pytest.mark.parametrize("k", range(len(ODD_KEYS)))
 def test_a_link_names_lone_surrogates_exactly(app: Flask, k: int) -> None:
     hostile_shop(app)
