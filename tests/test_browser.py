@@ -175,6 +175,17 @@ def test_the_dashboard_in_a_real_browser(served: tuple[Flask, str], browser: Any
     assert row[4:6] == ["0", "1"]
     assert get(client, "/items", ip="192.0.2.3", user="alice").status_code == 200
 
+    # The long id's lookup, from its link, fits the page too, its reset button included.
+    browser.get(f"{base}{PREFIX}/")
+    browser.find_element(By.CSS_SELECTOR, "#top-table a[href*=uuuu]").click()
+    assert browser.find_element(By.ID, "who").text == f"user:{LONG}"
+    row = [cell.text for cell in browser.find_elements(By.CSS_SELECTOR, "#status tr:nth-child(2) td")]
+    assert row[4:6] == ["1", "0"]
+    assert_on_the_page(browser, ("status", "top-table", "recent-table"))
+    width = browser.execute_script("return document.documentElement.clientWidth")
+    reset = browser.find_element(By.ID, "reset").rect
+    assert reset["x"] + reset["width"] <= width
+
     # The 429 page a browser gets, from the same server.
     browser.get(f"{base}/items")  # from 127.0.0.1: admitted
     assert "Too many requests" not in browser.page_source
