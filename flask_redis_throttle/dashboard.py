@@ -49,7 +49,7 @@ from ._reports import (
     status_rows,
 )
 from ._state import EXTENSION_KEY, RateLimitState
-from .core.keys import MAX_VALUE_LENGTH, Identity, loggable
+from .core.keys import MAX_VALUE_LENGTH, Identity
 from .core.throttle import StorageUnavailable
 
 __all__ = ["SESSION_KEY", "blueprint", "chart"]
@@ -147,7 +147,7 @@ def _refusals(state: RateLimitState) -> dict[str, Any]:
                 "layer": r.layer,
                 "identity": _shown(r.identity),
                 "link": _link(r.identity, r.cut, state),
-                "others": [loggable(other) for other in r.others],
+                "others": [_shown(other) for other in r.others],
                 "retry_after": duration(r.retry_after),
                 "shadow": r.shadow,
                 "penalized": r.penalized,
@@ -159,7 +159,7 @@ def _refusals(state: RateLimitState) -> dict[str, Any]:
                 _shown(found.identity),
                 _link(found.identity, found.cut, state),
                 found.refusals,
-                [(loggable(o), n) for o, n in found.others],
+                [(_shown(o), n) for o, n in found.others],
             )
             for found in state.refusals.attributed(TOP, since=now - 3600)
         ],

@@ -519,6 +519,18 @@ def test_a_value_the_log_cut_is_shown_cut_without_a_link(app: Flask) -> None:
     assert tables(whole)["status"][1][4:6] == ["1", "0"]
 
 
+def test_a_value_the_log_kept_whole_is_shown_whole_and_escaped(app: Flask) -> None:
+    hostile_shop(app)
+    client = app.test_client()
+    user = "\n" * (MAX_VALUE_LENGTH - len("user:"))  # kept whole; twice as long escaped
+    for status in (200, 429):  # the second is refused by its IP, the user present
+        assert get(client, "/items", ip="192.0.2.1", query_string={"as": user}).status_code == status
+    found = tables(page(client))
+    shown = "user:" + "\\n" * len(user)
+    assert found["top-table"][1] == ["ip:192.0.2.1", "1", f"{shown} (1)"]
+    assert found["recent-table"][1][5] == shown
+
+
 def test_a_forged_exact_link_says_why(app: Flask) -> None:
     hostile_shop(app)
     html = page(app.test_client(), "?exact=%2F%2F%2F%2F", status=400)
