@@ -82,9 +82,18 @@ def blueprint(authorize: Callable[[], bool] | None = None, name: str = "ratelimi
         A URL value preprocessor runs before every ``before_request``
         function, the limiter's among them, so the limiter skips the
         request as it skips any URL that matches no view; the app's own
-        hooks and 404 handler see what they see for an unknown URL."""
-        if authorize is None or not authorize():
-            request.url_rule, request.view_args, request.routing_exception = None, None, NotFound()
+        hooks and 404 handler see what they see for an unknown URL.
+
+        What ``authorize`` did to the session (Flask-Login reads it, and
+        may refresh it) is not saved: the session cookie and ``Vary:
+        Cookie`` would tell this 404 from an unknown URL's."""
+        flags = {name: getattr(session, name, None) for name in ("accessed", "modified")}
+        if authorize is not None and authorize():
+            return
+        for name, value in flags.items():
+            if value is not None:
+                setattr(session, name, value)
+        request.url_rule, request.view_args, request.routing_exception = None, None, NotFound()
 
     @bp.app_url_value_preprocessor
     def hide_near_misses(endpoint: str | None, values: object) -> None:

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 import redis
 from flask import Flask, request
-from flask_login import LoginManager
+from flask_login import LoginManager, current_user, login_user
 from helpers import User, add_login, get, install
 
-from flask_redis_throttle import dashboard, limit, testing
+from flask_redis_throttle import dashboard, exempt, limit, testing
 from flask_redis_throttle.core.keys import MAX_VALUE_LENGTH
 from flask_redis_throttle.extension import RateLimitState
 
@@ -138,6 +138,39 @@ def test_an_unauthorized_client_cannot_tell_the_dashboard_from_an_unknown_url(
                 # Five times: the default limit would refuse the fourth.
                 for _ in range(5):
                     assert answer(client, method, PREFIX + path, user) == unknown, (method, path, user)
+
+
+def test_with_flask_login_sessions_as_the_docs_show_it_the_dashboard_is_hidden(app: Flask) -> None:
+    # Reading current_user reads the session, which a response says with
+    # Vary: Cookie; an unknown URL's reads nothing.
+    manager = LoginManager(app)
+    manager.user_loader(User)
+
+    @app.get("/login/<name>")
+    @exempt
+    def log_in(name: str) -> str:
+        login_user(User(name))
+        return "ok"
+
+    def is_admin() -> bool:
+        return bool(current_user.is_authenticated and current_user.id == "admin")
+
+    app.register_blueprint(dashboard.blueprint(authorize=is_admin), url_prefix=PREFIX)
+    install(app, RATELIMIT_DEFAULT="3/m")
+    for user in (None, "alice"):
+        client = app.test_client()
+        if user is not None:
+            assert client.get(f"/login/{user}").status_code == 200
+        for path in ("", "/", "/reset"):
+            for method in ("GET", "HEAD", "OPTIONS", "POST"):
+                unknown = answer(client, method, "/unknown" + path)
+                for _ in range(5):
+                    assert answer(client, method, PREFIX + path) == unknown, (method, path, user)
+    admin = app.test_client()
+    assert admin.get("/login/admin").status_code == 200
+    response = admin.get(f"{PREFIX}/")
+    assert response.status_code == 200
+    assert "Cookie" in response.vary
 
 
 def test_an_authorized_client_is_limited_as_before(app: Flask) -> None:
