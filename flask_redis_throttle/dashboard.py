@@ -207,7 +207,9 @@ def _reset() -> Response:
     if state.throttle is None:
         abort(400, "rate limiting is disabled on this app (RATELIMIT_ENABLED is False)")
     try:
-        who = _requested(request.form, state) or find_identity("", state)  # the latter says what to write
+        who = _requested(request.form, state)
+        if who is None:
+            raise ValueError("no identity to reset: write ip:<address>, user:<id> or <key function>:<value>")
         if endpoint is not None:
             find_endpoint(endpoint)
     except ValueError as error:
@@ -285,9 +287,8 @@ def _ours(name: str, error: BaseException | None) -> bool:
         return False
     adapter = current_app.create_url_adapter(request)
     try:
+        # A redirect's target takes the request's method: Werkzeug redirects only then.
         endpoint, _values = adapter.match(path, method) if adapter else ("", {})
-    except MethodNotAllowed as other:  # the redirect's target does not take this method
-        endpoint, _values = adapter.match(path, next(iter(other.valid_methods or ["GET"]))) if adapter else ("", {})
     except HTTPException:
         return False
     return isinstance(endpoint, str) and endpoint.startswith(f"{name}.")

@@ -383,6 +383,11 @@ def test_a_bad_identity_to_reset_is_refused_with_the_reason(app: Flask) -> None:
     )
     assert response.status_code == 400
     assert "nobody" in response.text
+    response = client.post(
+        f"{PREFIX}/reset", data={"csrf_token": token_of(client, html), "identity": " "}, headers={"X-User": "admin"}
+    )
+    assert response.status_code == 400
+    assert "no identity to reset" in response.text
 
 
 def token_of(client: Any, html: str) -> str:
