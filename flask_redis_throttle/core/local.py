@@ -17,14 +17,10 @@ any worker needs it:
 * it runs in a session of its own, so it outlives the worker that started it,
   and worker restarts; ``flask ratelimit server stop`` stops it.
 
-The folder is trusted only if this process's user owns it and no one else
-can write it, and the same holds for the socket, lock, pid file and log
-already in it, none of which may be a symbolic link
-(:meth:`LocalFolder.check`): another local user could otherwise run a server
-of their own on the socket, and read every key, or plant the pid file as a
-link for the server to write through. :class:`LocalFolder` checks a folder
-that exists when it is made, which ``init_app`` does, and again before
-anything is started or stopped; files are opened with ``O_NOFOLLOW``.
+The folder and its files must be this process's user's alone (see
+:mod:`~flask_redis_throttle.core.ownership`): :class:`LocalFolder` checks a
+folder that exists when it is made, at ``init_app``, and again before
+anything is started or stopped.
 
 Exactly one server starts however many workers race: starting happens under
 an exclusive :func:`fcntl.flock` on the lock file, and whoever gets the lock
@@ -43,16 +39,14 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import shlex
 import signal
 import socket
-import stat
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import Any
 
 import redis
 from redis.backoff import NoBackoff
@@ -60,7 +54,7 @@ from redis.connection import UnixDomainSocketConnection
 from redis.retry import Retry
 
 from .binaries import find_server_binary
-from .errors import ConfigurationError
+from .ownership import UnsafeFolder, check_owned, open_nofollow
 
 fcntl: Any
 try:  # pragma: no cover - which branch runs depends on the platform
@@ -98,24 +92,6 @@ MAX_SOCKET_PATH = 107 if sys.platform.startswith("linux") else 103
 _POLL = 0.005
 
 
-class UnsafeFolder(ConfigurationError, redis.ConnectionError):
-    """The folder of ``local://``, or a file in it, is not this process's
-    user's alone. At ``init_app`` it is a :class:`ConfigurationError`;
-    later, on a connection, a :class:`redis.ConnectionError`, so that
-    requests fail as they do while Redis is down.
-
-    :param path: the folder or file.
-    :param reason: what is wrong with it, and how to fix it.
-    """
-
-    def __init__(self, path: str, reason: str) -> None:
-        super().__init__("RATELIMIT_STORAGE_URL", path, "")
-        # The message ConfigurationError makes is about a config value; this is about a file.
-        self.args = (f"local:// will not use {path}: {reason}",)
-        #: The folder or file.
-        self.path = path
-
-
 @dataclass(frozen=True)
 class LocalFolder:
     """The folder of one local server: its socket, lock, pid file and log.
@@ -148,53 +124,18 @@ class LocalFolder:
         return os.path.join(self.path, "ratelimit-server.log")
 
     def check(self) -> None:
-        """Refuse a folder that this process's user does not own or that
-        others can write, and a socket, lock, pid file or log in it that is
-        a symbolic link, is another user's, or that others can write.
+        """:func:`~flask_redis_throttle.core.ownership.check_owned` on the folder and its files.
 
-        The folder itself may be reached through a symbolic link: it is its
-        target that must be safe.
-
-        :raises UnsafeFolder: naming the path and what is wrong with it.
-        """
-        user = os.geteuid()
-        _trust(self.path, os.stat(self.path), user)
-        for path in (self.socket, self.lock, self.pidfile, self.log):
-            try:
-                found = os.lstat(path)
-            except FileNotFoundError:
-                continue
-            if stat.S_ISLNK(found.st_mode):
-                raise UnsafeFolder(path, "it is a symbolic link, which the server would follow; remove it")
-            _trust(path, found, user)
+        :raises UnsafeFolder: if one is not this process's user's alone."""
+        check_owned(self.path, (self.socket, self.lock, self.pidfile, self.log))
 
     def pid(self) -> int | None:
-        """The pid the server wrote at its start, or None if there is no pid
-        file (or it is a symbolic link, which is not followed)."""
+        """The pid the server wrote at its start, or None if there is no pid file (a link is not followed)."""
         try:
-            with _open(self.pidfile, os.O_RDONLY) as file:
+            with open_nofollow(self.pidfile, os.O_RDONLY) as file:
                 return int(file.read().strip())
         except (OSError, ValueError):
             return None
-
-
-def _trust(path: str, found: os.stat_result, user: int) -> None:
-    """Refuse ``path``, whose ``stat`` is ``found``, unless ``user`` owns it
-    and neither its group nor others can write it."""
-    if found.st_uid != user:
-        owner = f"it is owned by uid {found.st_uid}, not by this process's user (uid {user})"
-        raise UnsafeFolder(path, f"{owner}; use a folder of your own")
-    if found.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise UnsafeFolder(
-            path, f"others can write it (mode {stat.S_IMODE(found.st_mode):04o}); chmod go-w {shlex.quote(path)}"
-        )
-
-
-def _open(path: str, flags: int, mode: str = "r") -> IO[Any]:
-    """``path`` opened as a file object with ``os.open`` ``flags``, never
-    through a symbolic link (``O_NOFOLLOW``: a link fails with ``ELOOP``).
-    What it creates only its owner may read and write."""
-    return os.fdopen(os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600), mode)
 
 
 class LocalConnection(UnixDomainSocketConnection):
@@ -255,7 +196,7 @@ def _locked(folder: LocalFolder, deadline: float) -> Iterator[None]:
         raise redis.ConnectionError("local:// needs fcntl.flock, which this platform lacks")
     os.makedirs(folder.path, mode=0o700, exist_ok=True)
     folder.check()
-    with _open(folder.lock, os.O_WRONLY | os.O_CREAT | os.O_APPEND, "a") as file:
+    with open_nofollow(folder.lock, os.O_WRONLY | os.O_CREAT | os.O_APPEND, "a") as file:
         while True:
             try:
                 fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -326,7 +267,7 @@ def _start(folder: LocalFolder, deadline: float) -> None:
         "--logfile", folder.log,
         "--daemonize", "yes",
     ]  # fmt: skip
-    with _open(folder.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, "ab") as log:
+    with open_nofollow(folder.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, "ab") as log:
         # The server daemonizes: the process started here exits at once, and
         # the server runs in a session of its own, a child of init, which no
         # worker's exit (or Ctrl-C sent to the terminal's process group) reaches.
@@ -362,7 +303,7 @@ def _start(folder: LocalFolder, deadline: float) -> None:
 def _tail(path: str, size: int = 400) -> str:
     """The end of the server's log, for an error message."""
     try:
-        with _open(path, os.O_RDONLY, "rb") as file:
+        with open_nofollow(path, os.O_RDONLY, "rb") as file:
             file.seek(0, os.SEEK_END)
             file.seek(max(0, file.tell() - size))
             end: bytes = file.read()
