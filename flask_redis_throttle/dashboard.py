@@ -22,19 +22,23 @@ an ``authorize`` callable, or when it returns False, every URL of it answers
 
 from __future__ import annotations
 
+import base64
 import hmac
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import redis
 from flask import Blueprint, abort, current_app, flash, redirect, render_template, request, session, url_for
 from markupsafe import Markup
-from werkzeug.exceptions import HTTPException, MethodNotAllowed
+from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
+from werkzeug.routing import RequestRedirect
 from werkzeug.wrappers import Response
 
 from ._console import duration, utc
+from ._identity import parse_identity
 from ._reports import (
     LIMITS_HEADER,
     STATUS_HEADER,
@@ -45,7 +49,7 @@ from ._reports import (
     status_rows,
 )
 from ._state import EXTENSION_KEY, RateLimitState
-from .core.keys import loggable
+from .core.keys import MAX_VALUE_LENGTH, Identity
 from .core.throttle import StorageUnavailable
 
 __all__ = ["SESSION_KEY", "blueprint", "chart"]
@@ -61,35 +65,53 @@ def blueprint(authorize: Callable[[], bool] | None = None, name: str = "ratelimi
     """The dashboard, as a blueprint to register at a URL prefix of the app's choice.
 
     :param authorize: called before every request to the dashboard, in the
-        request's context; the dashboard answers only when it returns True.
-        Without it, or when it returns False, every URL answers 404, so that
-        a dashboard showing IP addresses and user ids is never open by
-        default, nor found by probing. It may also raise or abort itself
-        (redirect to a login page, say).
+        request's context, before the app's ``before_request`` functions;
+        the dashboard answers only when it returns True. Without it, or
+        when it returns False, the request is an unknown URL's: a 404 that
+        no limit counts, so that a dashboard showing IP addresses and user
+        ids is never open by default, nor found by probing. It may also
+        raise or abort itself (redirect to a login page, say).
     :param name: the blueprint's name, to register more than one.
     """
     bp = Blueprint(name, __name__, template_folder="templates")
 
-    def check() -> None:
-        if authorize is None or not authorize():
-            abort(404)
+    def hide(endpoint: str | None, values: object) -> None:
+        """Make a request that ``authorize`` refuses an unknown URL's: a
+        404 that no limit counts and no hook of the dashboard sees.
 
-    @bp.before_app_request
-    def hide() -> None:
-        """A dashboard URL asked with a method it does not take answers 404
-        too, not the 405 that would tell a prober the dashboard is there.
-        Flask runs no blueprint hook for such a request, since no rule matched."""
+        A URL value preprocessor runs before every ``before_request``
+        function, the limiter's among them, so the limiter skips the
+        request as it skips any URL that matches no view; the app's own
+        hooks and 404 handler see what they see for an unknown URL.
+
+        What ``authorize`` did to the session (Flask-Login reads it, and
+        may refresh it) is not saved: the session cookie and ``Vary:
+        Cookie`` would tell this 404 from an unknown URL's."""
+        flags = {name: getattr(session, name, None) for name in ("accessed", "modified")}
+        if authorize is not None and authorize():
+            return
+        for name, value in flags.items():
+            if value is not None:
+                setattr(session, name, value)
+        request.url_rule, request.view_args, request.routing_exception = None, None, NotFound()
+
+    @bp.app_url_value_preprocessor
+    def hide_near_misses(endpoint: str | None, values: object) -> None:
+        """A dashboard URL asked with a method it does not take (a 405), or
+        without its trailing slash (a 308 to it), is hidden too: Flask runs
+        no blueprint hook for such a request, since no rule matched."""
         if _ours(name, request.routing_exception):
-            check()
+            hide(endpoint, values)
 
-    bp.before_request(check)
+    bp.url_value_preprocessor(hide)
     bp.add_url_rule("/", "index", _index, methods=["GET"])
     bp.add_url_rule("/reset", "reset", _reset, methods=["POST"])
     return bp
 
 
 def _index() -> tuple[str, int]:
-    """The page; with ``?identity=`` it also shows that identity's counters."""
+    """The page; with ``?identity=`` (or ``?exact=``, see :func:`_naming`) it
+    also shows that identity's counters."""
     state = _state()
     page: dict[str, Any] = {
         "limits_header": LIMITS_HEADER,
@@ -102,12 +124,15 @@ def _index() -> tuple[str, int]:
         "identity": request.args.get("identity", "").strip(),
         # "view", not "endpoint": url_for() takes that name itself.
         "endpoint": request.args.get("view", "").strip(),
+        "max_length": MAX_VALUE_LENGTH,
     }
     status = 200
     try:
         page.update(_refusals(state))
-        if page["identity"]:
-            page.update(_lookup(state, page["identity"], page["endpoint"] or None))
+        who = _requested(request.args, state)
+        if who is not None:
+            page.update(_lookup(state, who, page["endpoint"] or None))
+            page["identity"] = page["identity"] or _shown(str(who))
     except ValueError as error:
         page["problem"], status = str(error), 400
     except (StorageUnavailable, redis.RedisError) as error:
@@ -129,8 +154,9 @@ def _refusals(state: RateLimitState) -> dict[str, Any]:
                 "endpoint": r.endpoint,
                 "scope": r.scope,
                 "layer": r.layer,
-                "identity": loggable(r.identity),
-                "others": [loggable(other) for other in r.others],
+                "identity": _shown(r.identity),
+                "link": _link(r.identity, r.cut, state),
+                "others": [_shown(other) for other in r.others],
                 "retry_after": duration(r.retry_after),
                 "shadow": r.shadow,
                 "penalized": r.penalized,
@@ -138,24 +164,32 @@ def _refusals(state: RateLimitState) -> dict[str, Any]:
             for r in latest
         ],
         "top": [
-            (loggable(found.identity), found.refusals, [(loggable(o), n) for o, n in found.others])
+            (
+                _shown(found.identity),
+                _link(found.identity, found.cut, state),
+                found.refusals,
+                [(_shown(o), n) for o, n in found.others],
+            )
             for found in state.refusals.attributed(TOP, since=now - 3600)
         ],
         "chart": chart(state.refusals.per_minute(now)),
     }
 
 
-def _lookup(state: RateLimitState, identity: str, endpoint: str | None) -> dict[str, Any]:
+def _lookup(state: RateLimitState, who: Identity, endpoint: str | None) -> dict[str, Any]:
     """One identity's counters, as ``flask ratelimit status`` shows them.
 
-    :raises ValueError: if the identity or the endpoint is not one.
+    :raises ValueError: if the endpoint is not one.
     """
     if state.throttle is None:
         raise ValueError("rate limiting is disabled on this app (RATELIMIT_ENABLED is False)")
-    who = find_identity(identity, state)
     if endpoint is not None:
         find_endpoint(endpoint)
-    return {"who": str(who), "status": status_rows(state, state.throttle, who, endpoint)}
+    return {
+        "who": _shown(str(who)),
+        "naming": _naming(str(who), state),
+        "status": status_rows(state, state.throttle, who, endpoint),
+    }
 
 
 def _reset() -> Response:
@@ -169,11 +203,13 @@ def _reset() -> Response:
     if not isinstance(token, str) or not hmac.compare_digest(sent.encode(), token.encode()):
         abort(400, "the reset form's token is missing or stale: reload the dashboard and try again")
     state = _state()
-    identity, endpoint = request.form.get("identity", "").strip(), request.form.get("view", "").strip() or None
+    endpoint = request.form.get("view", "").strip() or None
     if state.throttle is None:
         abort(400, "rate limiting is disabled on this app (RATELIMIT_ENABLED is False)")
     try:
-        who = find_identity(identity, state)
+        who = _requested(request.form, state)
+        if who is None:
+            raise ValueError("no identity to reset: write ip:<address>, user:<id> or <key function>:<value>")
         if endpoint is not None:
             find_endpoint(endpoint)
     except ValueError as error:
@@ -182,17 +218,77 @@ def _reset() -> Response:
         done = reset_counters(state, state.throttle, who, endpoint)
     except redis.RedisError as error:
         abort(503, f"rate limit storage unavailable: {error}")
-    flash("Nothing to reset: no limit of this endpoint counts it." if done is None else done.message, "ratelimit")
-    return redirect(url_for(".index", identity=identity, view=endpoint, _anchor="lookup"))
+    message = "Nothing to reset: no limit of this endpoint counts it." if done is None else _shown(done.message)
+    flash(message, "ratelimit")
+    return redirect(url_for(".index", **_naming(str(who), state), view=endpoint, _anchor="lookup"))
+
+
+def _naming(text: str, state: RateLimitState) -> dict[str, Any]:
+    """The arguments of a link or form that name the identity written as
+    ``text`` (as ``str(identity)`` and the refusal log write it) exactly:
+    ``identity=<text>`` when a URL and a form keep it as it is and it reads
+    back as itself, else ``exact=<text>`` in URL-safe base64 of its UTF-8,
+    lone surrogates included. A form turns a newline into two characters,
+    a URL cannot carry a lone surrogate, ``identity=`` drops spaces around
+    it, and an ``ip:`` value that is no address (what a proxy sent) would
+    not read as one.
+    """
+    if text.isprintable() and text == text.strip():
+        try:
+            if not text.startswith("ip:") or str(parse_identity(text, state.settings.ipv6_prefix)) == text:
+                return {"identity": text}
+        except ValueError:
+            pass
+    return {"exact": base64.urlsafe_b64encode(text.encode("utf-8", "surrogatepass")).decode("ascii").rstrip("=")}
+
+
+def _requested(values: Mapping[str, str], state: RateLimitState) -> Identity | None:
+    """The identity a query or form names: by ``exact=`` (see
+    :func:`_naming`) as it is, or as an operator typed it in ``identity=``,
+    spaces around it dropped and an ``ip:`` value read as an address, as
+    the CLI reads it; None if it names none.
+
+    :raises ValueError: if it names no identity, saying why.
+    """
+    exact = values.get("exact")
+    if exact is None:
+        text = values.get("identity", "").strip()
+        return find_identity(text, state) if text else None
+    try:
+        text = base64.urlsafe_b64decode(exact + "=" * (-len(exact) % 4)).decode("utf-8", "surrogatepass")
+    except ValueError:  # bad base64 or bad UTF-8
+        raise ValueError("the link's exact= argument names no identity: follow a link of the dashboard") from None
+    kind, _colon, value = text.partition(":")
+    return Identity("ip", value) if kind == "ip" else find_identity(text, state)
+
+
+def _shown(text: str) -> str:
+    """``text`` as the page shows it: what is not printable (newlines,
+    bidirectional overrides, lone surrogates) as Python escapes it, as in
+    :func:`~flask_redis_throttle.core.keys.loggable`, but not cut."""
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
+
+
+def _link(identity: str, cut: bool, state: RateLimitState) -> str | None:
+    """The lookup of ``identity`` from the refusal log; None if the log cut it."""
+    return None if cut else url_for(".index", **_naming(identity, state), _anchor="lookup")
 
 
 def _ours(name: str, error: BaseException | None) -> bool:
-    """Whether ``error`` is a 405 of a URL of the blueprint ``name``."""
-    if not isinstance(error, MethodNotAllowed) or not error.valid_methods:
+    """Whether ``error`` is a 405 of a URL of the blueprint ``name``, or a
+    redirect to one."""
+    if isinstance(error, MethodNotAllowed) and error.valid_methods:
+        path, method = None, next(iter(error.valid_methods))
+    elif isinstance(error, RequestRedirect):
+        path, method = unquote(urlsplit(error.new_url).path).removeprefix(request.script_root), None
+    else:
         return False
     adapter = current_app.create_url_adapter(request)
     try:
-        endpoint, _values = adapter.match(method=next(iter(error.valid_methods))) if adapter else ("", {})
+        # A redirect's target takes the request's method: Werkzeug redirects only then.
+        endpoint, _values = adapter.match(path, method) if adapter else ("", {})
     except HTTPException:
         return False
     return isinstance(endpoint, str) and endpoint.startswith(f"{name}.")

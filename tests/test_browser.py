@@ -29,7 +29,15 @@ from helpers import get, join_all
 from test_dashboard import PREFIX, shop
 from werkzeug.serving import make_server
 
+from flask_redis_throttle.core.keys import MAX_VALUE_LENGTH
 from flask_redis_throttle.extension import RateLimitState
+
+#: The browser window's width: every column of the page must fit in it.
+WIDTH = 1280
+
+#: A user id a client chose: as long as the refusal log keeps, with no space
+#: where a line could break.
+LONG = "u" * (MAX_VALUE_LENGTH - len("user:"))
 
 
 def _need(what: str) -> None:
@@ -53,7 +61,7 @@ def browser() -> Iterator[Any]:
         _need("Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)")
     options = webdriver.ChromeOptions()
     options.binary_location = binary
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1200,1400"):
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", f"--window-size={WIDTH},1400"):
         options.add_argument(argument)
     driver = webdriver.Chrome(options=options, service=Service(driver_path))
     # A click that submits a form returns before the next page is there, on
@@ -119,6 +127,10 @@ def test_the_dashboard_in_a_real_browser(served: tuple[Flask, str], browser: Any
     state: RateLimitState = app.extensions["ratelimit"]
     seed(state)
     client = app.test_client()
+    # The long user id is refused, and present on a refusal by an IP.
+    assert get(client, "/items", ip="192.0.2.50", user=LONG).status_code == 200
+    assert get(client, "/items", ip="192.0.2.51", user=LONG).status_code == 429
+    assert get(client, "/items", ip="192.0.2.50", user=LONG).status_code == 429
     assert get(client, "/items", ip="192.0.2.1", user="alice").status_code == 200
     assert get(client, "/items", ip="192.0.2.2", user="alice").status_code == 429
 
@@ -135,12 +147,18 @@ def test_the_dashboard_in_a_real_browser(served: tuple[Flask, str], browser: Any
     assert len(bars) >= 2
     limits = browser.find_element(By.ID, "limits-table").text
     assert "1/1m" in limits
+    # The long id wraps, whole, in each table, and every column is on the page.
+    tables = ("top-table", "recent-table", "limits-table")
+    assert all(f"user:{LONG}" in browser.find_element(By.ID, table).text for table in tables[:2])
+    assert_on_the_page(browser, tables)
 
     # The lookup, from the refusal's link: alice's counter is full.
     latest.find_element(By.LINK_TEXT, "user:alice").click()
     assert browser.find_element(By.ID, "who").text == "user:alice"
     row = [cell.text for cell in browser.find_elements(By.CSS_SELECTOR, "#status tr:nth-child(2) td")]
     assert row[:6] == ["items", "items", "fixed-window", "1/1m", "1", "0"]
+
+    assert_on_the_page(browser, ("status", "top-table", "recent-table", "limits-table"))
 
     screenshot = tmp_path / "dashboard.png"
     browser.execute_script("window.scrollTo(0, 0)")
@@ -157,9 +175,33 @@ def test_the_dashboard_in_a_real_browser(served: tuple[Flask, str], browser: Any
     assert row[4:6] == ["0", "1"]
     assert get(client, "/items", ip="192.0.2.3", user="alice").status_code == 200
 
+    # The long id's lookup, from its link, fits the page too, its reset button included.
+    browser.get(f"{base}{PREFIX}/")
+    browser.find_element(By.CSS_SELECTOR, "#top-table a[href*=uuuu]").click()
+    assert browser.find_element(By.ID, "who").text == f"user:{LONG}"
+    row = [cell.text for cell in browser.find_elements(By.CSS_SELECTOR, "#status tr:nth-child(2) td")]
+    assert row[4:6] == ["1", "0"]
+    assert_on_the_page(browser, ("status", "top-table", "recent-table"))
+    width = browser.execute_script("return document.documentElement.clientWidth")
+    reset = browser.find_element(By.ID, "reset").rect
+    assert reset["x"] + reset["width"] <= width
+
     # The 429 page a browser gets, from the same server.
     browser.get(f"{base}/items")  # from 127.0.0.1: admitted
     assert "Too many requests" not in browser.page_source
     browser.get(f"{base}/items")
     assert browser.find_element(By.TAG_NAME, "h1").text == "Too many requests"
     assert browser.find_element(By.ID, "retry-after").text == "60"
+
+
+def assert_on_the_page(browser: Any, tables: tuple[str, ...]) -> None:
+    """No part of the page, nor any cell of ``tables``, is out of the window's width."""
+    width = browser.execute_script("return document.documentElement.clientWidth")
+    assert browser.execute_script("return document.documentElement.scrollWidth") <= width
+    for table in tables:
+        rights = browser.execute_script(
+            "return Array.from(document.querySelectorAll(arguments[0]), c => c.getBoundingClientRect().right)",
+            f"#{table} td, #{table} th",
+        )
+        assert rights, table
+        assert max(rights) <= width, table

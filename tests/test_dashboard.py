@@ -4,6 +4,7 @@ The same page in a real browser is in test_browser.py."""
 
 from __future__ import annotations
 
+import html as markup
 import re
 import time
 from collections.abc import Callable
@@ -13,9 +14,11 @@ from typing import Any
 import pytest
 import redis
 from flask import Flask, request
-from helpers import add_login, get, install
+from flask_login import LoginManager, current_user, login_user
+from helpers import User, add_login, get, install
 
-from flask_redis_throttle import dashboard, limit, testing
+from flask_redis_throttle import dashboard, exempt, limit, testing
+from flask_redis_throttle.core.keys import MAX_VALUE_LENGTH
 from flask_redis_throttle.extension import RateLimitState
 
 PREFIX = "/admin/limits"
@@ -106,6 +109,79 @@ def test_without_authorize_every_url_answers_404(app: Flask, path: str) -> None:
     for method in ("POST", "PUT", "DELETE"):
         assert client.open(PREFIX + path, method=method, headers={"X-User": "admin"}).status_code == 404
     assert client.post(f"{PREFIX}/reset", data={"identity": "ip:192.0.2.1"}).status_code == 404
+
+
+def answer(client: Any, method: str, path: str, user: str | None = None) -> tuple[int, list[tuple[str, str]], bytes]:
+    """Everything a client can see of a response, but its date."""
+    headers = {"X-User": user} if user else {}
+    response = client.open(path, method=method, headers=headers, environ_base={"REMOTE_ADDR": "192.0.2.9"})
+    return response.status_code, sorted((k, v) for k, v in response.headers if k != "Date"), response.data
+
+
+@pytest.mark.parametrize("authorize", [None, admin_only], ids=["no-authorize", "refused"])
+def test_an_unauthorized_client_cannot_tell_the_dashboard_from_an_unknown_url(
+    app: Flask, authorize: Callable[[], bool] | None
+) -> None:
+    # As the docs set it up: a default limit, the dashboard not exempted.
+    @app.after_request
+    def seen(response: Any) -> Any:
+        response.headers["X-Endpoint"] = str(request.endpoint)
+        return response
+
+    shop(app, authorize=authorize, RATELIMIT_DEFAULT="3/m")
+    client = app.test_client()
+    for path in ("", "/", "/reset", "/reset/", "/nothing"):
+        for method in ("GET", "HEAD", "OPTIONS", "POST", "DELETE"):
+            unknown = answer(client, method, "/unknown" + path)
+            assert unknown[0] == 404
+            for user in (None, "alice"):
+                # Five times: the default limit would refuse the fourth.
+                for _ in range(5):
+                    assert answer(client, method, PREFIX + path, user) == unknown, (method, path, user)
+
+
+def test_with_flask_login_sessions_as_the_docs_show_it_the_dashboard_is_hidden(app: Flask) -> None:
+    # Reading current_user reads the session, which a response says with
+    # Vary: Cookie; an unknown URL's reads nothing.
+    manager = LoginManager(app)
+    manager.user_loader(User)
+
+    @app.get("/login/<name>")
+    @exempt
+    def log_in(name: str) -> str:
+        login_user(User(name))
+        return "ok"
+
+    def is_admin() -> bool:
+        return bool(current_user.is_authenticated and current_user.id == "admin")
+
+    app.register_blueprint(dashboard.blueprint(authorize=is_admin), url_prefix=PREFIX)
+    install(app, RATELIMIT_DEFAULT="3/m")
+    for user in (None, "alice"):
+        client = app.test_client()
+        if user is not None:
+            assert client.get(f"/login/{user}").status_code == 200
+        for path in ("", "/", "/reset"):
+            for method in ("GET", "HEAD", "OPTIONS", "POST"):
+                unknown = answer(client, method, "/unknown" + path)
+                for _ in range(5):
+                    assert answer(client, method, PREFIX + path) == unknown, (method, path, user)
+    admin = app.test_client()
+    assert admin.get("/login/admin").status_code == 200
+    response = admin.get(f"{PREFIX}/")
+    assert response.status_code == 200
+    assert "Cookie" in response.vary
+
+
+def test_an_authorized_client_is_limited_as_before(app: Flask) -> None:
+    shop(app, RATELIMIT_DEFAULT="3/m")
+    client = app.test_client()
+    assert client.get(PREFIX, headers={"X-User": "admin"}).status_code == 308
+    assert client.delete(f"{PREFIX}/", headers={"X-User": "admin"}).status_code == 405
+    responses = [client.get(f"{PREFIX}/", headers={"X-User": "admin"}) for _ in range(4)]
+    assert [response.status_code for response in responses] == [200, 200, 200, 429]
+    assert all("RateLimit" in response.headers for response in responses)
+    assert "Retry-After" in responses[-1].headers
 
 
 def test_a_refused_authorization_answers_404_as_if_there_were_no_dashboard(app: Flask) -> None:
@@ -307,6 +383,11 @@ def test_a_bad_identity_to_reset_is_refused_with_the_reason(app: Flask) -> None:
     )
     assert response.status_code == 400
     assert "nobody" in response.text
+    response = client.post(
+        f"{PREFIX}/reset", data={"csrf_token": token_of(client, html), "identity": " "}, headers={"X-User": "admin"}
+    )
+    assert response.status_code == 400
+    assert "no identity to reset" in response.text
 
 
 def token_of(client: Any, html: str) -> str:
@@ -340,3 +421,155 @@ def test_a_dead_redis_answers_503_and_the_page_still_shows_the_limits() -> None:
         finally:
             assert state.throttle is not None
             state.throttle.storage.close()
+
+
+# links from the refusal log name the identity exactly
+
+
+def hostile_shop(app: Flask) -> RateLimitState:
+    """:func:`shop`, with users logged in by ``?as=<id>`` too, so that a
+    user id may hold anything a URL can carry; and ``/keyed?k=<n>``,
+    limited 1/m per :data:`ODD_KEYS` item."""
+    manager = LoginManager(app)
+
+    @manager.request_loader
+    def load(req: Any) -> User | None:
+        name = request.args.get("as") or request.headers.get("X-User")
+        return User(name) if name else None
+
+    @app.get("/items")
+    @limit("1/m")
+    def items() -> str:
+        return "ok"
+
+    @app.get("/keyed")
+    @limit("1/m", identities=[odd_key])
+    def keyed() -> str:
+        return "ok"
+
+    app.register_blueprint(dashboard.blueprint(authorize=admin_only), url_prefix=PREFIX)
+    return install(app, RATELIMIT_BLOCK_CACHE_SIZE=0)
+
+
+#: Values no URL can carry: lone surrogates, as a key function decoding
+#: bytes with ``surrogateescape`` returns them.
+ODD_KEYS = ["a\udcff\nb", "\ud800" * 100 + " "]
+
+
+def odd_key(req: Any) -> str:
+    return ODD_KEYS[int(req.args["k"])]
+
+
+HOSTILE_USERS = [
+    "mallory\nadmin",
+    "\u202eevil",
+    "  spaced  ",
+    "\r\n",
+    "é" * (MAX_VALUE_LENGTH - 5),  # as long as the log keeps, once with its "user:"
+]
+
+
+def links(html: str, table: str) -> list[str | None]:
+    """The href of each row's "Refused by" link in ``table``; None for a row without one."""
+    body = html.split(f'<table id="{table}">', 1)[1].split("</table>", 1)[0]
+    rows = body.split("<tr>")[2:]
+    found = [re.search(r'<a href="([^"]+)"', row) for row in rows]
+    return [markup.unescape(link.group(1)) if link else None for link in found]
+
+
+def reset_form(html: str) -> dict[str, str]:
+    fields = re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', html)
+    return {name: markup.unescape(value) for name, value in fields}
+
+
+def follow_and_reset(client: Any, link: str) -> str:
+    """Follow a dashboard link, check that the lookup shows the refusing
+    counter in use, press reset; the page it leads back to."""
+    response = client.get(link, headers={"X-User": "admin"})
+    assert response.status_code == 200, response.text
+    [row] = tables(response.text)["status"][1:]
+    assert row[4:6] == ["1", "0"], row  # used 1: the real counter
+    response = client.post(f"{PREFIX}/reset", data=reset_form(response.text), headers={"X-User": "admin"})
+    assert response.status_code == 302, response.text
+    assert response.location == link
+    after = client.get(link, headers={"X-User": "admin"})
+    assert "Deleted 1 counter key of " in after.text
+    return str(after.text)
+
+
+@pytest.mark.parametrize("user", HOSTILE_USERS, ids=["newline", "rlo", "spaces", "crlf", "longest-kept"])
+def test_a_link_from_the_log_looks_up_and_resets_the_user_exactly(app: Flask, user: str) -> None:
+    hostile_shop(app)
+    client = app.test_client()
+    assert get(client, "/items", ip="192.0.2.1", query_string={"as": user}).status_code == 200
+    assert get(client, "/items", ip="192.0.2.2", query_string={"as": user}).status_code == 429
+    html = page(client)
+    [link] = links(html, "top-table")
+    assert links(html, "recent-table") == [link]
+    if not user.isprintable():
+        assert user not in html  # shown escaped
+    follow_and_reset(client, link)
+    assert get(client, "/items", ip="192.0.2.3", query_string={"as": user}).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("address", "plain"),
+    [("{}:::garbage", False), ("1.2.3.4%eth0", False), ("2001:db8::1", True), ("198.51.100.7", True)],
+)
+def test_a_link_names_an_ip_exactly_even_if_it_is_no_address(app: Flask, address: str, plain: bool) -> None:
+    # What a misconfigured proxy passes on is counted as it is: the link
+    # must not read it as an address, which it is not.
+    hostile_shop(app)
+    client = app.test_client()
+    assert [get(client, "/items", ip=address).status_code for _ in range(2)] == [200, 429]
+    html = page(client)
+    [link] = links(html, "recent-table")
+    assert ("?identity=ip:" in link) is plain
+    follow_and_reset(client, link)
+    assert get(client, "/items", ip=address).status_code == 200
+
+
+@pytest.mark.parametrize("k", range(len(ODD_KEYS)))
+def test_a_link_names_lone_surrogates_exactly(app: Flask, k: int) -> None:
+    hostile_shop(app)
+    client = app.test_client()
+    assert [get(client, "/keyed", query_string={"k": k}).status_code for _ in range(2)] == [200, 429]
+    html = page(client)
+    [link] = links(html, "recent-table")
+    assert "exact=" in link
+    follow_and_reset(client, link)
+    assert get(client, "/keyed", query_string={"k": k}).status_code == 200
+
+
+def test_a_value_the_log_cut_is_shown_cut_without_a_link(app: Flask) -> None:
+    hostile_shop(app)
+    client = app.test_client()
+    user = "x" * (MAX_VALUE_LENGTH + 50)
+    assert get(client, "/items", ip="192.0.2.1", query_string={"as": user}).status_code == 200
+    assert get(client, "/items", ip="192.0.2.2", query_string={"as": user}).status_code == 429
+    html = page(client)
+    assert links(html, "top-table") == links(html, "recent-table") == [None]
+    note = f"(cut by the log, which keeps {MAX_VALUE_LENGTH} characters: look it up by its whole value)"
+    assert tables(html)["top-table"][1][0] == f"user:{user[: MAX_VALUE_LENGTH - 6]}… {note}"
+    assert html.count(note) == 2
+    # Its whole value finds it.
+    whole = page(client, f"?identity=user:{user}")
+    assert tables(whole)["status"][1][4:6] == ["1", "0"]
+
+
+def test_a_value_the_log_kept_whole_is_shown_whole_and_escaped(app: Flask) -> None:
+    hostile_shop(app)
+    client = app.test_client()
+    user = "\n" * (MAX_VALUE_LENGTH - len("user:"))  # kept whole; twice as long escaped
+    for status in (200, 429):  # the second is refused by its IP, the user present
+        assert get(client, "/items", ip="192.0.2.1", query_string={"as": user}).status_code == status
+    found = tables(page(client))
+    shown = "user:" + "\\n" * len(user)
+    assert found["top-table"][1] == ["ip:192.0.2.1", "1", f"{shown} (1)"]
+    assert found["recent-table"][1][5] == shown
+
+
+def test_a_forged_exact_link_says_why(app: Flask) -> None:
+    hostile_shop(app)
+    html = page(app.test_client(), "?exact=%2F%2F%2F%2F", status=400)
+    assert "names no identity" in html

@@ -14,6 +14,7 @@ import http.client
 import logging
 import multiprocessing
 import os
+import re
 import shutil
 import signal
 import stat
@@ -308,7 +309,10 @@ def test_requests_while_the_server_cannot_be_restarted_follow_the_failure_policy
                 assert response.status_code == 503
                 assert response.headers["Retry-After"] == "1"
         assert not local.server_status(folder).running
-    # The lock is free: the next request starts the server, and counts.
+    # The lock is free: the next request starts the server, and counts. (With
+    # the usual time to start: on a loaded machine a server may take more than
+    # 0.2 s to answer, and one killed for it made a third start.)
+    monkeypatch.setattr(local, "START_TIMEOUT", 2.0)
     assert [get(client).status_code for _ in range(3)] == [200, 200, 429]
     assert starts(folder) == 2
 
@@ -473,3 +477,113 @@ def test_apps_that_share_a_folder_share_the_server_but_not_their_counters(folder
     assert [get(first.test_client()).status_code for _ in range(3)] == [200, 200, 429]
     assert [get(second.test_client()).status_code for _ in range(3)] == [200, 200, 429]
     assert starts(folder) == 1
+
+
+# a folder, socket or file that is not this process's user's alone
+
+#: The uid of ``nobody``: another local user, as the tests (run as root or
+#: not) can make files of with ``os.chown`` only as root.
+NOBODY = 65534
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a file to another user")
+
+
+def own(path: str, mode: int) -> None:
+    """Give ``path`` back to this process's user, with ``mode``."""
+    os.chown(path, os.geteuid(), os.getegid(), follow_symlinks=False)
+    os.chmod(path, mode)
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (lambda path: os.chmod(path, 0o770), "others can write it (mode 0770)"),
+        (lambda path: os.chmod(path, 0o1777), "others can write it (mode 1777)"),
+        pytest.param(
+            lambda path: os.chown(path, NOBODY, NOBODY), f"owned by uid {NOBODY}, not by this", marks=needs_root
+        ),
+    ],
+    ids=["group-writable", "world-writable", "another-users"],
+)
+def test_a_folder_that_is_not_the_users_alone_is_refused_at_init_app(
+    folder: LocalFolder, change: Any, reason: str
+) -> None:
+    os.makedirs(folder.path, mode=0o700)
+    change(folder.path)
+    try:
+        with pytest.raises(ConfigurationError) as raised:
+            local_app(folder)
+        assert str(raised.value).startswith(f"local:// will not use {folder.path}: ")
+        assert reason in str(raised.value)
+        assert raised.value.key == "RATELIMIT_STORAGE_URL"
+        assert not os.path.exists(folder.socket)  # nothing was started
+    finally:
+        own(folder.path, 0o700)
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        pytest.param(lambda path: os.chown(path, NOBODY, NOBODY), f"owned by uid {NOBODY}", marks=needs_root),
+        (lambda path: os.chmod(path, 0o777), "others can write it (mode 0777)"),
+    ],
+    ids=["another-users", "world-writable"],
+)
+def test_a_server_on_a_socket_that_is_not_the_users_alone_is_refused(
+    folder: LocalFolder, change: Any, reason: str
+) -> None:
+    # Another user's server, listening on the socket of the app's folder.
+    local.ensure_server(folder)
+    change(folder.socket)
+    try:
+        with pytest.raises(ConfigurationError, match=re.escape(reason)) as raised:
+            local_app(folder)
+        assert f"local:// will not use {folder.socket}: " in str(raised.value)
+    finally:
+        own(folder.socket, 0o700)
+
+
+@pytest.mark.parametrize("name", ["pidfile", "log", "lock"])
+def test_a_planted_link_is_refused_and_never_written_through(
+    folder: LocalFolder, tmp_path: Path, name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    target = tmp_path / "root-only"
+    target.write_text("1\n")
+    target.chmod(0o600)
+    planted = getattr(folder, name)
+    os.makedirs(folder.path, mode=0o700)
+    os.symlink(target, planted)
+    with pytest.raises(ConfigurationError, match=f"{planted}: it is a symbolic link"):
+        local_app(folder)
+    if name == "pidfile":
+        assert folder.pid() is None  # the link is not followed
+    # Planted after init_app: the first connection, which would start the
+    # server, refuses it, and the request fails as it does while Redis is down.
+    os.unlink(planted)
+    app = local_app(folder, RATELIMIT_FAIL_OPEN=False)
+    os.symlink(target, planted)
+    try:
+        with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
+            response = get(app.test_client())
+        assert response.status_code == 503
+        assert f"local:// will not use {planted}: it is a symbolic link" in caplog.text
+        assert not os.path.exists(folder.socket)
+    finally:
+        os.unlink(planted)
+    assert target.read_text() == "1\n"
+    # Without the link, it starts.
+    assert get(app.test_client()).status_code == 200
+
+
+def test_files_are_opened_without_following_links(folder: LocalFolder, tmp_path: Path) -> None:
+    os.makedirs(folder.path, mode=0o700)
+    target = tmp_path / "pid"
+    target.write_text("1\n")
+    os.symlink(target, folder.pidfile)
+    # LocalFolder() checks a folder that exists: this one is made first, so
+    # the link is planted after it.
+    assert folder.pid() is None
+    assert local._tail(folder.pidfile) == "(no log)"
+    os.unlink(folder.pidfile)
+    target.replace(folder.pidfile)
+    assert folder.pid() == 1

