@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
+from ._headers import DRAFTS, partition_secret
 from ._identity import IDENTITY_NAMES, IdentitySpec, check_identities
 from ._spec import LimitSpec, make_spec
 from .core.checks import is_integer, is_number
@@ -56,6 +57,8 @@ DEFAULTS: dict[str, Any] = {
     "RATELIMIT_FALLBACK": False,
     "RATELIMIT_SHADOW": False,
     "RATELIMIT_ON_BREACH": None,
+    "RATELIMIT_HEADERS_DRAFT": 11,
+    "RATELIMIT_HEADERS_PARTITION_KEY": False,
 }
 
 #: The scope of ``RATELIMIT_APPLICATION``: no endpoint name starts with ``@``.
@@ -134,6 +137,11 @@ class Settings:
     fallback: bool
     shadow: bool
     on_breach: Callable[[RefusalEvent], object] | None
+    #: The draft whose form the responses take (``RATELIMIT_HEADERS_DRAFT``).
+    headers_draft: int = 11
+    #: The key of the ``pk`` digests; None for no ``pk``
+    #: (``RATELIMIT_HEADERS_PARTITION_KEY``).
+    partition_secret: bytes | None = None
 
     @classmethod
     def from_config(cls, config: MutableMapping[str, Any]) -> Settings:
@@ -205,6 +213,17 @@ class Settings:
         max_backoff = seconds(
             "RATELIMIT_BREAKER_MAX_BACKOFF", backoff, f"at least RATELIMIT_BREAKER_BACKOFF ({backoff:g})"
         )
+        draft = config["RATELIMIT_HEADERS_DRAFT"]
+        if not is_integer(draft) or draft not in DRAFTS:
+            raise ConfigurationError("RATELIMIT_HEADERS_DRAFT", draft, " or ".join(map(str, DRAFTS)))
+        partition = flag("RATELIMIT_HEADERS_PARTITION_KEY")
+        if partition and (secret is None or draft < 11):
+            raise ConfigurationError(
+                "RATELIMIT_HEADERS_PARTITION_KEY",
+                partition,
+                "False unless RATELIMIT_KEY_SECRET is set (the key of its digests) and RATELIMIT_HEADERS_DRAFT is 11",
+            )
+        key_secret = secret.encode() if isinstance(secret, str) else secret or b""
         url = config["RATELIMIT_STORAGE_URL"]
         if not isinstance(url, str):
             raise ConfigurationError("RATELIMIT_STORAGE_URL", url, "a URL string")
@@ -222,7 +241,7 @@ class Settings:
             fail_open=flag("RATELIMIT_FAIL_OPEN"),
             identities=identities,
             ipv6_prefix=ipv6_prefix,
-            key_secret=secret.encode() if isinstance(secret, str) else secret or b"",
+            key_secret=key_secret,
             strategy=strategy,
             refusal_log_size=log_size,
             block_cache_size=cache_size,
@@ -232,6 +251,8 @@ class Settings:
             fallback=flag("RATELIMIT_FALLBACK"),
             shadow=flag("RATELIMIT_SHADOW"),
             on_breach=on_breach,
+            headers_draft=draft,
+            partition_secret=partition_secret(key_secret) if partition else None,
         )
 
 

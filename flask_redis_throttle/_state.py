@@ -247,7 +247,7 @@ class RateLimitState(Notices):
             value = retry_after_value(decision.retry_after, settings.retry_after_http_date, time.time())
             response.headers.setdefault("Retry-After", value)
         if settings.headers_enabled:
-            set_headers(response.headers, outcome.labels, decision, settings.headers_legacy)
+            set_headers(response.headers, outcome.labels, decision, settings.headers_legacy, settings.partition_secret)
         return response
 
     def _deduct(self, deferred: list[Batch], response: Response, shown: Decision) -> Decision:
@@ -282,21 +282,30 @@ class RateLimitState(Notices):
         over = _over_quota(batch.checks, batch.cost)
         setattr(g._get_current_object(), OUTCOME_ATTRIBUTE, Outcome(labels, shown, over is None))
         replacement = self._report_refusal(req, endpoint, batch, decision, False, over)
+        policy, layer = (decision.policy, decision.layer) if over is None else (over.policy, over.layer)
+        violated = (labels.name(policy, layer),) if self.settings.headers_draft >= 11 else None
         if over is not None:
             error = RateLimitExceeded(
-                over.layer, over.identity, 0, over.policy.scope, penalized=decision.penalized, cost=batch.cost
+                layer,
+                over.identity,
+                0,
+                policy.scope,
+                penalized=decision.penalized,
+                cost=batch.cost,
+                violated_policies=violated,
             )
         else:
             header = None
             if self.settings.retry_after_http_date:
                 header = retry_after_value(decision.retry_after, True, time.time())
             error = RateLimitExceeded(
-                decision.layer,
+                layer,
                 decision.identity,
                 decision.retry_after,
-                decision.policy.scope,
+                policy.scope,
                 header,
                 decision.penalized,
+                violated_policies=violated,
             )
         # werkzeug sends an HTTPException's response, when it has one, instead of its own.
         error.response = replacement
