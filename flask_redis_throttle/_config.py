@@ -11,6 +11,7 @@ import logging
 import math
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from ._headers import DRAFTS, partition_secret
@@ -59,6 +60,7 @@ DEFAULTS: dict[str, Any] = {
     "RATELIMIT_ON_BREACH": None,
     "RATELIMIT_HEADERS_DRAFT": 11,
     "RATELIMIT_HEADERS_PARTITION_KEY": False,
+    "RATELIMIT_NEAR_LIMIT": 0.8,
 }
 
 #: The scope of ``RATELIMIT_APPLICATION``: no endpoint name starts with ``@``.
@@ -142,6 +144,10 @@ class Settings:
     #: The key of the ``pk`` digests; None for no ``pk``
     #: (``RATELIMIT_HEADERS_PARTITION_KEY``).
     partition_secret: bytes | None = None
+    #: The share of a layer's quota past which an identity is near its
+    #: limit, as a fraction (numerator, denominator); None for no signal
+    #: (``RATELIMIT_NEAR_LIMIT``).
+    near_limit: tuple[int, int] | None = (4, 5)
 
     @classmethod
     def from_config(cls, config: MutableMapping[str, Any]) -> Settings:
@@ -223,6 +229,9 @@ class Settings:
                 partition,
                 "False unless RATELIMIT_KEY_SECRET is set (the key of its digests) and RATELIMIT_HEADERS_DRAFT is 11",
             )
+        near_limit = config["RATELIMIT_NEAR_LIMIT"]
+        if near_limit is not None and not (is_number(near_limit) and 0 < near_limit <= 1):
+            raise ConfigurationError("RATELIMIT_NEAR_LIMIT", near_limit, "None, or a number above 0 and at most 1")
         key_secret = secret.encode() if isinstance(secret, str) else secret or b""
         url = config["RATELIMIT_STORAGE_URL"]
         if not isinstance(url, str):
@@ -253,6 +262,7 @@ class Settings:
             on_breach=on_breach,
             headers_draft=draft,
             partition_secret=partition_secret(key_secret) if partition else None,
+            near_limit=None if near_limit is None else _fraction(near_limit),
         )
 
 
@@ -291,6 +301,13 @@ def _limit(config: Mapping[str, Any], key: str, scope: str | None = None) -> Lim
         return make_spec(value, scope=scope)
     except InvalidLimit as error:
         raise ConfigurationError(key, value, f"None, a limit string or a function of the request ({error})") from error
+
+
+def _fraction(share: float) -> tuple[int, int]:
+    """``share`` as the fraction it is written as: 0.8 is 4/5, where the
+    float is a little more, and 8 requests of 10 would not be 80 %."""
+    fraction = Fraction(str(share))
+    return fraction.numerator, fraction.denominator
 
 
 def _count(value: Any) -> bool:
