@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 import time
 from collections.abc import Callable, Sequence
 from time import perf_counter
@@ -106,6 +107,7 @@ class RateLimitState(Notices):
         #: again, by scope, identity and window, on :attr:`clock`: at most
         #: :data:`NEAR_LIMIT_MEMORY` of them, the oldest forgotten first.
         self._near: dict[tuple[str, Identity, int], float] = {}
+        self._near_lock = threading.Lock()
         if settings.enabled:
             if client is not None:
                 storage = Storage(client)
@@ -419,12 +421,13 @@ class RateLimitState(Notices):
         key = (scope, decision.identity, decision.layer.window)
         now = self.clock()
         known = self._near
-        if known.get(key, now) > now:
-            return
-        known.pop(key, None)  # so that the oldest is first
-        known[key] = now + decision.reset
-        if len(known) > NEAR_LIMIT_MEMORY:
-            del known[next(iter(known))]
+        with self._near_lock:  # a threaded server's requests share it
+            if known.get(key, now) > now:
+                return
+            known.pop(key, None)  # so that the oldest is first
+            known[key] = now + decision.reset
+            if len(known) > NEAR_LIMIT_MEMORY:
+                del known[next(iter(known))]
         if self.metrics is not None:
             self.metrics.near_limit(endpoint, scope)
         log = self.near_limits

@@ -11,7 +11,7 @@ from flask import Flask
 from helpers import Clock, FakeMonotonic, get
 from prometheus_client import CollectorRegistry
 
-from flask_redis_throttle import RateLimit, limit, near_limit_log
+from flask_redis_throttle import RateLimit, _state, limit, near_limit_log
 from flask_redis_throttle.core.scripts import STRATEGIES
 from flask_redis_throttle.extension import RateLimitState
 
@@ -121,6 +121,26 @@ def test_one_signal_per_window_when_the_count_falls_back_and_crosses_again(
         sent(client)
     assert signals(registry) == 1
     assert len(logged(app)) == 1
+
+
+def test_a_process_remembers_a_bounded_number_of_signalled_identities(
+    app: Flask, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The memory that keeps an identity from being signalled twice in a
+    window forgets the oldest first: then it may be signalled again."""
+    monkeypatch.setattr(_state, "NEAR_LIMIT_MEMORY", 2)
+    near_app(app, strategy="gcra")
+    clock.set(0.5)
+    client = app.test_client()
+    for ip in ("192.0.2.1", "192.0.2.2", "192.0.2.3"):
+        for _ in range(8):
+            sent(client, ip=ip)
+    clock.advance(6.5)  # room for one more, so each crosses the line again
+    for ip in ("192.0.2.3", "192.0.2.1"):
+        sent(client, ip=ip)
+    identities = [entry[0] for entry in logged(app)]
+    # The third is remembered; the first was forgotten, and is signalled again.
+    assert identities == ["ip:192.0.2.1", "ip:192.0.2.3", "ip:192.0.2.2", "ip:192.0.2.1"]
 
 
 def test_a_cost_that_jumps_past_the_line_is_signalled(app: Flask, clock: Clock) -> None:
