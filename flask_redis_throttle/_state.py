@@ -29,7 +29,7 @@ from ._metrics import Metrics
 from ._notices import Notices, logger
 from ._plan import Batch, Plan, Problem, compile_plan, matching
 from .core.factory import build_refusal_log, build_throttle
-from .core.keys import Identity, loggable
+from .core.keys import loggable
 from .core.refusals import RefusalLog
 from .core.storage import Storage
 from .core.throttle import Check, Decision, StorageUnavailable, Throttle, UnexpectedError
@@ -104,9 +104,9 @@ class RateLimitState(Notices):
         #: Who came near them (see :ref:`near-limit`); None when disabled.
         self.near_limits: RefusalLog | None = None
         #: When each identity's layer that came near its limit may do so
-        #: again, by scope, identity and window, on :attr:`clock`: at most
+        #: again, by scope, identity tag and window, on :attr:`clock`: at most
         #: :data:`NEAR_LIMIT_MEMORY` of them, the oldest forgotten first.
-        self._near: dict[tuple[str, Identity, int], float] = {}
+        self._near: dict[tuple[str, str, int], float] = {}
         self._near_lock = threading.Lock()
         if settings.enabled:
             if client is not None:
@@ -417,8 +417,11 @@ class RateLimitState(Notices):
         signalled: it counts in this process only, while Redis is away."""
         if decision.fallback:
             return
+        assert self.throttle is not None
         scope = decision.policy.scope
-        key = (scope, decision.identity, decision.layer.window)
+        # The identity's tag, a short digest: the identity itself may be
+        # anything a client sent, and is not kept (see Refusal.cut).
+        key = (scope, self.throttle.tag(decision.identity), decision.layer.window)
         now = self.clock()
         known = self._near
         with self._near_lock:  # a threaded server's requests share it

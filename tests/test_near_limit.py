@@ -177,6 +177,14 @@ def test_the_share_is_a_setting(app: Flask, clock: Clock) -> None:
     assert signals(registry) == 1
 
 
+def test_a_quota_of_one_signals_on_its_one_request(app: Flask, clock: Clock) -> None:
+    _state, registry = near_app(app, "1/m")
+    client = app.test_client()
+    assert [sent(client) for _ in range(3)] == [200, 429, 429]
+    assert signals(registry) == 1
+    assert logged(app) == [("ip:192.0.2.1", "index", "1/1m", 0.0, False)]
+
+
 def test_no_signal_when_it_is_off(app: Flask, clock: Clock) -> None:
     _state, registry = near_app(app, RATELIMIT_NEAR_LIMIT=None)
     client = app.test_client()
