@@ -158,8 +158,14 @@ class LayerNames:
         return cls(policy_header(layers, layer_units), names, tuple(policies))
 
     def name(self, policy: Policy, layer: Layer) -> str:
-        """The name of one layer of one of the policies."""
-        return self.names[self.policies.index(policy), layer.window]
+        """The name of one layer of one of the policies, as the problem
+        details' ``violated-policies`` give it; the layer's own name for a
+        policy these names were not made for, rather than an error in the
+        middle of a refusal."""
+        try:
+            return self.names[self.policies.index(policy), layer.window]
+        except (ValueError, KeyError):
+            return layer.name
 
     def state(self, policy: Policy, layer: Layer, remaining: int, reset: float) -> str:
         """The ``RateLimit`` value for one layer of one of the policies

@@ -12,6 +12,9 @@ from flask import Flask, request
 from helpers import Clock, get, install
 
 from flask_redis_throttle import ConfigurationError, InvalidLimit, RateLimit, limit
+from flask_redis_throttle._headers import LayerNames
+from flask_redis_throttle.core.rates import parse_limits
+from flask_redis_throttle.core.throttle import Policy
 
 JSON = {"Accept": "application/json"}
 QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"
@@ -201,3 +204,13 @@ def test_a_refusal_the_app_handles_names_the_layers_too(app: Flask) -> None:
     client = app.test_client()
     get(client)
     assert get(client).get_json() == {"violated": ["1m"], "path": "/"}
+
+
+def test_a_layer_of_a_policy_not_named_is_given_its_own_name() -> None:
+    """A refusal by a policy the header names were not made for names the
+    layer by its window, rather than failing in the middle of the 429."""
+    named = Policy(parse_limits("5/m"), "named")
+    other = Policy(parse_limits("3/h"), "other")
+    labels = LayerNames.of([named])
+    assert labels.name(named, named.layers[0]) == "1m"
+    assert labels.name(other, other.layers[0]) == "1h"
