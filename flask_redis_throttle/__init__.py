@@ -8,7 +8,7 @@ from .core.throttle import StorageUnavailable
 from .current import CurrentLimit, check, current_limit
 from .decorators import exempt, limit
 from .errors import ConfigurationError, InputError, InvalidLimit, RateLimitExceeded
-from .extension import RateLimit, refusal_log
+from .extension import RateLimit, near_limit_log, refusal_log
 from .signals import RefusalEvent, request_refused
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "current_limit",
     "exempt",
     "limit",
+    "near_limit_log",
     "parse_limits",
     "refusal_log",
     "request_refused",

@@ -11,8 +11,10 @@ import logging
 import math
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
+from ._headers import DRAFTS, partition_secret
 from ._identity import IDENTITY_NAMES, IdentitySpec, check_identities
 from ._spec import LimitSpec, make_spec
 from .core.checks import is_integer, is_number
@@ -56,6 +58,9 @@ DEFAULTS: dict[str, Any] = {
     "RATELIMIT_FALLBACK": False,
     "RATELIMIT_SHADOW": False,
     "RATELIMIT_ON_BREACH": None,
+    "RATELIMIT_HEADERS_DRAFT": 11,
+    "RATELIMIT_HEADERS_PARTITION_KEY": False,
+    "RATELIMIT_NEAR_LIMIT": 0.8,
 }
 
 #: The scope of ``RATELIMIT_APPLICATION``: no endpoint name starts with ``@``.
@@ -134,6 +139,15 @@ class Settings:
     fallback: bool
     shadow: bool
     on_breach: Callable[[RefusalEvent], object] | None
+    #: The draft whose form the responses take (``RATELIMIT_HEADERS_DRAFT``).
+    headers_draft: int = 11
+    #: The key of the ``pk`` digests; None for no ``pk``
+    #: (``RATELIMIT_HEADERS_PARTITION_KEY``).
+    partition_secret: bytes | None = None
+    #: The share of a layer's quota past which an identity is near its
+    #: limit, as a fraction (numerator, denominator); None for no signal
+    #: (``RATELIMIT_NEAR_LIMIT``).
+    near_limit: tuple[int, int] | None = (4, 5)
 
     @classmethod
     def from_config(cls, config: MutableMapping[str, Any]) -> Settings:
@@ -205,6 +219,20 @@ class Settings:
         max_backoff = seconds(
             "RATELIMIT_BREAKER_MAX_BACKOFF", backoff, f"at least RATELIMIT_BREAKER_BACKOFF ({backoff:g})"
         )
+        draft = config["RATELIMIT_HEADERS_DRAFT"]
+        if not is_integer(draft) or draft not in DRAFTS:
+            raise ConfigurationError("RATELIMIT_HEADERS_DRAFT", draft, " or ".join(map(str, DRAFTS)))
+        partition = flag("RATELIMIT_HEADERS_PARTITION_KEY")
+        if partition and (secret is None or draft < 11):
+            raise ConfigurationError(
+                "RATELIMIT_HEADERS_PARTITION_KEY",
+                partition,
+                "False unless RATELIMIT_KEY_SECRET is set (the key of its digests) and RATELIMIT_HEADERS_DRAFT is 11",
+            )
+        near_limit = config["RATELIMIT_NEAR_LIMIT"]
+        if near_limit is not None and not (is_number(near_limit) and 0 < near_limit <= 1):
+            raise ConfigurationError("RATELIMIT_NEAR_LIMIT", near_limit, "None, or a number above 0 and at most 1")
+        key_secret = secret.encode() if isinstance(secret, str) else secret or b""
         url = config["RATELIMIT_STORAGE_URL"]
         if not isinstance(url, str):
             raise ConfigurationError("RATELIMIT_STORAGE_URL", url, "a URL string")
@@ -222,7 +250,7 @@ class Settings:
             fail_open=flag("RATELIMIT_FAIL_OPEN"),
             identities=identities,
             ipv6_prefix=ipv6_prefix,
-            key_secret=secret.encode() if isinstance(secret, str) else secret or b"",
+            key_secret=key_secret,
             strategy=strategy,
             refusal_log_size=log_size,
             block_cache_size=cache_size,
@@ -232,6 +260,9 @@ class Settings:
             fallback=flag("RATELIMIT_FALLBACK"),
             shadow=flag("RATELIMIT_SHADOW"),
             on_breach=on_breach,
+            headers_draft=draft,
+            partition_secret=partition_secret(key_secret) if partition else None,
+            near_limit=None if near_limit is None else _fraction(near_limit),
         )
 
 
@@ -270,6 +301,13 @@ def _limit(config: Mapping[str, Any], key: str, scope: str | None = None) -> Lim
         return make_spec(value, scope=scope)
     except InvalidLimit as error:
         raise ConfigurationError(key, value, f"None, a limit string or a function of the request ({error})") from error
+
+
+def _fraction(share: float) -> tuple[int, int]:
+    """``share`` as the fraction it is written as: 0.8 is 4/5, where the
+    float is a little more, and 8 requests of 10 would not be 80 %."""
+    fraction = Fraction(str(share))
+    return fraction.numerator, fraction.denominator
 
 
 def _count(value: Any) -> bool:

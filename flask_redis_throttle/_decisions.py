@@ -1,7 +1,8 @@
 """Small rules about decisions that the request hooks and
 :func:`~flask_redis_throttle.current_limit` share: which of two decisions the
 headers show, what an inspection says of a request's real cost, a request
-over a layer's whole quota, and a decision's metrics label.
+over a layer's whole quota, a decision's metrics label, and whether a
+request took a layer past the near-limit share.
 """
 
 from __future__ import annotations
@@ -17,7 +18,18 @@ from .core.throttle import Check, Decision, Policy
 if TYPE_CHECKING:
     from ._plan import Batch, PlannedLimit
 
-__all__ = ["_OverQuota", "_at_cost", "_limit_of", "_outcome", "_over_quota", "_tighter"]
+__all__ = ["_OverQuota", "_at_cost", "_crossed", "_limit_of", "_outcome", "_over_quota", "_tighter"]
+
+
+def _crossed(decision: Decision, cost: int, share: tuple[int, int]) -> bool:
+    """Whether an admitted request of ``cost`` took the deciding layer's use
+    to ``share`` (a fraction: numerator, denominator) of its quota or past
+    it, from below: only the request that crosses the line, not those after
+    it. Exact, in integers: 80 % of 10 is 8, not 7.999..."""
+    numerator, denominator = share
+    quota = decision.layer.quota
+    used = quota - decision.remaining
+    return used * denominator >= quota * numerator > (used - cost) * denominator
 
 
 def _outcome(decision: Decision, shadow: bool) -> str:

@@ -1,10 +1,13 @@
 """The rate limit response headers.
 
 The IETF ``RateLimit-Policy`` and ``RateLimit`` headers
-(draft-ietf-httpapi-ratelimit-headers-10): ``RateLimit-Policy: "1s";q=10;w=1,
+(draft-ietf-httpapi-ratelimit-headers-11): ``RateLimit-Policy: "1s";q=10;w=1,
 "1m";q=120;w=60`` names each layer, with ``q`` its quota and ``w`` its window
-in seconds. ``RateLimit: "1s";r=3;t=1`` gives the most constrained layer:
-``r`` the quota it has left and ``t`` the seconds until it resets, rounded up.
+in seconds, and ``qu`` its quota unit when that is not requests.
+``RateLimit: "1s";r=3;t=1`` gives the most constrained layer: ``r`` the
+quota it has left and ``t`` the seconds until it resets, rounded up; and,
+when asked for, ``pk``, a keyed digest of the identity and scope it counts
+(:func:`partition_key`).
 
 Optionally, the older ``X-RateLimit-Limit``, ``-Remaining`` and ``-Reset``
 headers, and ``Retry-After`` as an HTTP-date rather than seconds.
@@ -14,6 +17,8 @@ This module makes no Redis call and needs no Flask app.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import math
 import time
 from collections.abc import Iterable, Sequence
@@ -27,14 +32,67 @@ from .core.rates import Layer
 if TYPE_CHECKING:
     from werkzeug.datastructures import Headers
 
+    from .core.keys import Identity
     from .core.throttle import Decision, Policy
 
-__all__ = ["LayerNames", "legacy_headers", "policy_header", "retry_after_value", "set_headers", "state_header"]
+__all__ = [
+    "DRAFTS",
+    "QUOTA_EXCEEDED",
+    "REQUESTS",
+    "UNITS",
+    "LayerNames",
+    "legacy_headers",
+    "partition_key",
+    "partition_secret",
+    "policy_header",
+    "retry_after_value",
+    "set_headers",
+    "state_header",
+]
+
+#: The drafts whose form the responses can take (``RATELIMIT_HEADERS_DRAFT``):
+#: 11, the default, or 10, the form of 0.2.x (no ``qu``, no ``pk``, and
+#: ``about:blank`` problem details).
+DRAFTS = (10, 11)
+#: The problem type of an exceeded quota (draft-11, section 5.1).
+QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+#: The quota unit a layer has unless it says otherwise, left out of the header.
+REQUESTS = "requests"
+#: The quota units of the draft's registry, the values ``qu`` may take.
+UNITS = (REQUESTS, "content-bytes", "concurrent-requests")
 
 
-def policy_header(layers: Iterable[tuple[str, Layer]]) -> str:
-    """The ``RateLimit-Policy`` value for named layers."""
-    return ", ".join(f'"{name}";q={layer.quota};w={layer.window}' for name, layer in layers)
+def policy_header(layers: Iterable[tuple[str, Layer]], units: Sequence[str] = ()) -> str:
+    """The ``RateLimit-Policy`` value for named layers.
+
+    :param units: the quota unit of each layer, in the same order; a layer
+        of :data:`REQUESTS`, or one past the end of ``units``, gets no ``qu``.
+    """
+    items = []
+    for place, (name, layer) in enumerate(layers):
+        unit = units[place] if place < len(units) else REQUESTS
+        quota_unit = "" if unit == REQUESTS else f';qu="{unit}"'
+        items.append(f'"{name}";q={layer.quota}{quota_unit};w={layer.window}')
+    return ", ".join(items)
+
+
+def partition_secret(key_secret: bytes) -> bytes:
+    """The key of :func:`partition_key`'s digests, made from
+    ``RATELIMIT_KEY_SECRET``: not the key of the Redis keys' digests, so
+    that a partition key never matches a counter's key."""
+    return hashlib.blake2b(b"ratelimit partition key\0" + key_secret, digest_size=32).digest()
+
+
+def partition_key(secret: bytes, scope: str, identity: Identity) -> str:
+    """The ``pk`` parameter for ``identity``'s counters in ``scope``: an SF
+    Byte Sequence of 12 bytes of a BLAKE2b digest keyed with ``secret`` (see
+    :func:`partition_secret`). The same identity and scope always get the
+    same key, so a client can tell its partitions apart; without the secret
+    nobody can tell which identity a key stands for, even by trying every
+    IPv4 address."""
+    raw = "\0".join((scope, identity.kind, identity.value)).encode("utf-8", "surrogatepass")
+    digest = hashlib.blake2b(raw, digest_size=12, key=secret).digest()
+    return f":{base64.b64encode(digest).decode('ascii')}:"
 
 
 def state_header(name: str, remaining: int, reset: float) -> str:
@@ -79,22 +137,35 @@ class LayerNames:
         object.__setattr__(self, "heads", heads)
 
     @classmethod
-    def of(cls, policies: Sequence[Policy]) -> LayerNames:
-        """Name every layer of ``policies``, in order."""
+    def of(cls, policies: Sequence[Policy], units: Sequence[str] = ()) -> LayerNames:
+        """Name every layer of ``policies``, in order.
+
+        :param units: the quota unit of each policy's layers, in the same
+            order (see :data:`UNITS`); by default, and past its end, requests.
+        """
         names: dict[tuple[int, int], str] = {}
         layers = []
+        layer_units = []
         for place, policy in enumerate(policies):
+            unit = units[place] if place < len(units) else REQUESTS
             for layer in policy.layers:
                 name = layer.name
                 if name in names.values():
                     name = f"{name}-{len(names) + 1}"
                 names[place, layer.window] = name
                 layers.append((name, layer))
-        return cls(policy_header(layers), names, tuple(policies))
+                layer_units.append(unit)
+        return cls(policy_header(layers, layer_units), names, tuple(policies))
 
     def name(self, policy: Policy, layer: Layer) -> str:
-        """The name of one layer of one of the policies."""
-        return self.names[self.policies.index(policy), layer.window]
+        """The name of one layer of one of the policies, as the problem
+        details' ``violated-policies`` give it; the layer's own name for a
+        policy these names were not made for, rather than an error in the
+        middle of a refusal."""
+        try:
+            return self.names[self.policies.index(policy), layer.window]
+        except (ValueError, KeyError):
+            return layer.name
 
     def state(self, policy: Policy, layer: Layer, remaining: int, reset: float) -> str:
         """The ``RateLimit`` value for one layer of one of the policies
@@ -114,10 +185,16 @@ _LEGACY_NAMES = _NAMES | {"x-ratelimit-limit", "x-ratelimit-remaining", "x-ratel
 _POLICY, _STATE = "RateLimit-Policy", "RateLimit"
 
 
-def set_headers(headers: Headers, labels: LayerNames, decision: Decision, legacy: bool) -> None:
+def set_headers(
+    headers: Headers, labels: LayerNames, decision: Decision, legacy: bool, partition: bytes | None = None
+) -> None:
     """Set ``RateLimit-Policy`` and ``RateLimit`` on a response's
     ``headers``, replacing any it has (and the ``X-RateLimit-*`` ones, if
     ``legacy``).
+
+    :param partition: the key of the ``pk`` digests (see
+        :func:`partition_key`), to add the deciding identity's to
+        ``RateLimit``; None for no ``pk``.
 
     A response nearly never has any of them already: then they are added,
     which is what setting them does, without searching the headers once for
@@ -126,10 +203,10 @@ def set_headers(headers: Headers, labels: LayerNames, decision: Decision, legacy
     made here of numbers and the layers' names, cannot hold.
     """
     layer, remaining = decision.layer, decision.remaining
-    values = [
-        (_POLICY, labels.policy_header),
-        (_STATE, labels.state(decision.policy, layer, remaining, decision.reset)),
-    ]
+    state = labels.state(decision.policy, layer, remaining, decision.reset)
+    if partition is not None:
+        state += ";pk=" + partition_key(partition, decision.policy.scope, decision.identity)
+    values = [(_POLICY, labels.policy_header), (_STATE, state)]
     if legacy:
         values += legacy_headers(layer.quota, remaining, decision.reset, time.time())
     names = _LEGACY_NAMES if legacy else _NAMES

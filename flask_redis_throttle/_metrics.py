@@ -10,6 +10,9 @@ one ``prometheus_client``'s exporters serve) or ``metrics=registry`` (a
 * ``ratelimit_decision_seconds``: a histogram of the time spent deciding;
 * ``ratelimit_storage_up{node}``: 1 while the circuit breaker of ``node``
   is closed, 0 while it is open.
+* ``ratelimit_near_limit_total{endpoint, scope}``: one each time an
+  identity passes ``RATELIMIT_NEAR_LIMIT`` of a layer, at most once per
+  identity, layer and window in each process.
 
 Under gunicorn's multiprocess mode (``PROMETHEUS_MULTIPROC_DIR`` set before
 the workers import ``prometheus_client``), each worker writes its values to
@@ -61,7 +64,7 @@ _INSTALL_HINT = 'RateLimit(metrics=...) needs prometheus_client: pip install "fl
 
 
 class Metrics:
-    """The three metrics, registered once in ``registry``.
+    """The four metrics, registered once in ``registry``.
 
     Use :func:`metrics_for`, which returns the same object for the same
     registry: registering a metric name twice in one registry raises, and
@@ -92,6 +95,12 @@ class Metrics:
             registry=registry,
             multiprocess_mode="livemin",
         )
+        self.near_limits = Counter(
+            "ratelimit_near_limit",
+            "Identities that passed RATELIMIT_NEAR_LIMIT of a layer, by endpoint and scope of the limit.",
+            ("endpoint", "scope"),
+            registry=registry,
+        )
         #: Each label set's increment, made on first use. Keys are
         #: endpoints x scopes x 8 outcomes: bounded, like the plans.
         self._count: dict[tuple[str, str, str], Callable[[float], None]] = {}
@@ -106,6 +115,10 @@ class Metrics:
             count = self._count[key] = _fast_inc(child) or child.inc
         count(1)
         self._observe(seconds)
+
+    def near_limit(self, endpoint: str, scope: str) -> None:
+        """Count an identity that passed the near-limit share of a layer of ``scope``."""
+        self.near_limits.labels(endpoint, scope).inc()
 
     def node(self, name: str, up: bool) -> None:
         """Set ``ratelimit_storage_up`` of ``name``."""

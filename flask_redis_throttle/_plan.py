@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from flask import Flask, Request, Response
 
 from ._config import Settings
-from ._headers import LayerNames
+from ._headers import REQUESTS, LayerNames
 from ._identity import IdentitySpec, Resolver, Warn, resolvers
 from ._sources import class_view_limits, limits_of
 from ._spec import LimitSpec
@@ -205,6 +205,9 @@ class Plan:
     unresolved: tuple[UnresolvedCheck, ...] = field(repr=False)
     #: The cost every limit has, for simple plans.
     cost: int = 1
+    #: Whether ``RateLimit-Policy`` says the quota unit of a limit that does
+    #: not count requests (``RATELIMIT_HEADERS_DRAFT`` 11).
+    quota_units: bool = True
     _labels: dict[tuple[Policy, ...], LayerNames] = field(default_factory=dict, repr=False)
 
     def prepare(self, request: Request) -> tuple[Sequence[Batch], LayerNames, Sequence[Problem]]:
@@ -275,8 +278,13 @@ class Plan:
         same names)."""
         labels = self._labels.get(policies)
         if labels is None:
-            labels = remember(self._labels, policies, LayerNames.of(policies), DYNAMIC_CACHE_SIZE)
+            units = [self._unit_of(policy) for policy in policies] if self.quota_units else []
+            labels = remember(self._labels, policies, LayerNames.of(policies, units), DYNAMIC_CACHE_SIZE)
         return labels
+
+    def _unit_of(self, policy: Policy) -> str:
+        """The quota unit of the limit ``policy`` is of."""
+        return next((limit.spec.unit for limit in self.limits if limit.owns(policy)), REQUESTS)
 
 
 def matching(batches: list[Batch], response: Response) -> Iterator[Batch]:
@@ -344,15 +352,18 @@ def compile_plan(app: Flask, endpoint: str, method: str, settings: Settings, war
         limit.policy is None or limit.shadow or limit.spec.exempt_when or limit.spec.deduct_when for limit in limits
     )
     policies = [limit.policy for limit in limits if limit.policy is not None]
+    quota_units = settings.headers_draft >= 11
+    units = [limit.spec.unit for limit in limits if limit.policy is not None] if quota_units else []
     unresolved = tuple(zip(policies, [limit.resolvers for limit in limits], strict=True)) if simple else ()
     return Plan(
         endpoint=endpoint,
         method=method,
         limits=tuple(limits),
-        labels=LayerNames.of(policies) if len(policies) == len(limits) else None,
+        labels=LayerNames.of(policies, units) if len(policies) == len(limits) else None,
         simple=simple,
         unresolved=unresolved,
         cost=cost if simple else 1,  # type: ignore[arg-type]
+        quota_units=quota_units,
     )
 
 

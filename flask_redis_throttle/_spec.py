@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from flask import Request, Response
 
+from ._headers import REQUESTS, UNITS
 from ._identity import IDENTITY_NAMES, IdentitySpec, check_identities
 from .core.checks import is_integer
 from .core.deprecated import warn_renamed
@@ -70,6 +71,8 @@ class LimitSpec:
     :param override_defaults: whether the limit drops ``RATELIMIT_DEFAULT``
         from its views (True), keeps it (False), or follows
         ``RATELIMIT_DEFAULT_MODE`` (None).
+    :param unit: what its quota counts, the ``qu`` of its layers in
+        ``RateLimit-Policy``: ``"requests"`` or ``"content-bytes"``.
     """
 
     limit: str | DynamicLimit
@@ -86,6 +89,7 @@ class LimitSpec:
     penalty: Penalty | None = None
     per_method: bool = False
     override_defaults: bool | None = None
+    unit: str = REQUESTS
 
     @property
     def dynamic(self) -> bool:
@@ -133,6 +137,7 @@ class LimitOptions(TypedDict, total=False):
     penalty: str | None
     per_method: bool
     override_defaults: bool | None
+    unit: str
 
 
 def make_spec(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> LimitSpec:
@@ -217,6 +222,17 @@ def _override_defaults(override_defaults: object) -> bool | None:
     return override_defaults
 
 
+#: The units a limit's quota may count: the draft's registry's, but for
+#: concurrent requests, which a rate does not count.
+_LIMIT_UNITS = tuple(unit for unit in UNITS if unit != "concurrent-requests")
+
+
+def _unit(unit: object) -> str:
+    if unit not in _LIMIT_UNITS:
+        raise InvalidLimit(f"unit {unit!r} must be one of {_LIMIT_UNITS}", spec=unit)
+    return unit
+
+
 def _penalty(penalty: str | None) -> Penalty | None:
     return None if penalty is None else parse_penalty(penalty)
 
@@ -248,4 +264,5 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "override_defaults": _override_defaults,
     "methods": _methods,
     "penalty": _penalty,
+    "unit": _unit,
 }

@@ -12,17 +12,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 import time
 from collections.abc import Callable, Sequence
 from time import perf_counter
 from typing import Any, NoReturn
 
-from flask import Flask, Request, Response, g, request
+from flask import Flask, Request, Response, after_this_request, g, request
 from werkzeug.exceptions import ServiceUnavailable
 from werkzeug.wrappers import Response as AnyResponse
 
 from ._config import Settings
-from ._decisions import _at_cost, _limit_of, _outcome, _over_quota, _OverQuota, _tighter
+from ._decisions import _at_cost, _crossed, _limit_of, _outcome, _over_quota, _OverQuota, _tighter
 from ._headers import LayerNames, retry_after_value, set_headers
 from ._metrics import Metrics
 from ._notices import Notices, logger
@@ -35,7 +36,7 @@ from .core.throttle import Check, Decision, StorageUnavailable, Throttle, Unexpe
 from .errors import RateLimitExceeded
 from .signals import RefusalEvent, notify, request_refused
 
-__all__ = ["EXTENSION_KEY", "OUTCOME_ATTRIBUTE", "Outcome", "RateLimitState", "RequestFilter"]
+__all__ = ["EXTENSION_KEY", "NEAR_LIMIT_MEMORY", "OUTCOME_ATTRIBUTE", "Outcome", "RateLimitState", "RequestFilter"]
 
 #: A request filter: given the request, True to leave it unlimited.
 RequestFilter = Callable[[Request], bool]
@@ -45,6 +46,11 @@ EXTENSION_KEY = "ratelimit"
 
 #: The attribute of ``g`` that holds a request's :class:`Outcome`.
 OUTCOME_ATTRIBUTE = "_ratelimit"
+
+#: How many identities' layers that came near their limit a process
+#: remembers, so as to signal each once per window: bounded, as the block
+#: cache is, however many identities there are.
+NEAR_LIMIT_MEMORY = 10_000
 
 
 @dataclasses.dataclass(slots=True)
@@ -95,6 +101,13 @@ class RateLimitState(Notices):
         self.throttle: Throttle | None = None
         #: Who hit the limits (see :doc:`/refusals`); None when disabled.
         self.refusals: RefusalLog | None = None
+        #: Who came near them (see :ref:`near-limit`); None when disabled.
+        self.near_limits: RefusalLog | None = None
+        #: When each identity's layer that came near its limit may do so
+        #: again, by scope, identity tag and window, on :attr:`clock`: at most
+        #: :data:`NEAR_LIMIT_MEMORY` of them, the oldest forgotten first.
+        self._near: dict[tuple[str, str, int], float] = {}
+        self._near_lock = threading.Lock()
         if settings.enabled:
             if client is not None:
                 storage = Storage(client)
@@ -114,6 +127,9 @@ class RateLimitState(Notices):
             if settings.refusal_log_size:
                 key = settings.key_prefix + "refusals"
                 self.refusals = build_refusal_log(storage, key, settings.refusal_log_size)
+                if settings.near_limit is not None:
+                    key = settings.key_prefix + "near-limits"
+                    self.near_limits = build_refusal_log(storage, key, settings.refusal_log_size)
         # Keys are real endpoints and the methods their rules accept (Flask
         # answers any other method 405 with no endpoint), so this is bounded.
         self._plans: dict[tuple[str, str], Plan | None] = {}
@@ -176,6 +192,7 @@ class RateLimitState(Notices):
         shown: Decision | None = None
         deferred: list[Batch] | None = None
         metrics = self.metrics
+        near = self.settings.near_limit
         for batch in batches:
             started = perf_counter() if metrics is not None else 0.0
             try:
@@ -198,6 +215,8 @@ class RateLimitState(Notices):
                 metrics.decided(endpoint, decision.policy.scope, outcome, perf_counter() - started)
             shown = decision if shown is None else _tighter(shown, decision)
             if decision.admitted:
+                if near is not None and _crossed(decision, batch.cost, near):
+                    self._near_limit(endpoint, batch, decision)
                 if deduct_later:
                     if deferred is None:
                         deferred = []
@@ -247,7 +266,7 @@ class RateLimitState(Notices):
             value = retry_after_value(decision.retry_after, settings.retry_after_http_date, time.time())
             response.headers.setdefault("Retry-After", value)
         if settings.headers_enabled:
-            set_headers(response.headers, outcome.labels, decision, settings.headers_legacy)
+            set_headers(response.headers, outcome.labels, decision, settings.headers_legacy, settings.partition_secret)
         return response
 
     def _deduct(self, deferred: list[Batch], response: Response, shown: Decision) -> Decision:
@@ -282,21 +301,30 @@ class RateLimitState(Notices):
         over = _over_quota(batch.checks, batch.cost)
         setattr(g._get_current_object(), OUTCOME_ATTRIBUTE, Outcome(labels, shown, over is None))
         replacement = self._report_refusal(req, endpoint, batch, decision, False, over)
+        policy, layer = (decision.policy, decision.layer) if over is None else (over.policy, over.layer)
+        violated = (labels.name(policy, layer),) if self.settings.headers_draft >= 11 else None
         if over is not None:
             error = RateLimitExceeded(
-                over.layer, over.identity, 0, over.policy.scope, penalized=decision.penalized, cost=batch.cost
+                layer,
+                over.identity,
+                0,
+                policy.scope,
+                penalized=decision.penalized,
+                cost=batch.cost,
+                violated_policies=violated,
             )
         else:
             header = None
             if self.settings.retry_after_http_date:
                 header = retry_after_value(decision.retry_after, True, time.time())
             error = RateLimitExceeded(
-                decision.layer,
+                layer,
                 decision.identity,
                 decision.retry_after,
-                decision.policy.scope,
+                policy.scope,
                 header,
                 decision.penalized,
+                violated_policies=violated,
             )
         # werkzeug sends an HTTPException's response, when it has one, instead of its own.
         error.response = replacement
@@ -374,17 +402,61 @@ class RateLimitState(Notices):
         On a cluster it goes to a stream on the node of the refusing
         identity's counters (see :meth:`RefusalLog.shard`), through that
         node's breaker."""
-        refusals, throttle = self.refusals, self.throttle
-        assert refusals is not None
-        assert throttle is not None
+        assert self.refusals is not None
+        if not decision.fallback:
+            self._record(self.refusals, "refusal", endpoint, checks, decision, shadow)
+
+    def _near_limit(self, endpoint: str, batch: Batch, decision: Decision) -> None:
+        """Signal that the admitted ``decision`` took its identity's layer
+        past ``RATELIMIT_NEAR_LIMIT``: count it, and write it to the
+        near-limit log once the response is sent, so that the request does
+        not wait for the ``XADD``. At most once per identity, layer and
+        window in this process: until the layer is back to its full quota,
+        its identity is not signalled again (a gradual strategy's count can
+        cross the line back and forth). A decision of the fallback is not
+        signalled: it counts in this process only, while Redis is away."""
         if decision.fallback:
             return
+        assert self.throttle is not None
+        scope = decision.policy.scope
+        # The identity's tag, a short digest: the identity itself may be
+        # anything a client sent, and is not kept (see Refusal.cut).
+        key = (scope, self.throttle.tag(decision.identity), decision.layer.window)
+        now = self.clock()
+        known = self._near
+        with self._near_lock:  # a threaded server's requests share it
+            if known.get(key, now) > now:
+                return
+            known.pop(key, None)  # so that the oldest is first
+            known[key] = now + decision.reset
+            if len(known) > NEAR_LIMIT_MEMORY:
+                del known[next(iter(known))]
+        if self.metrics is not None:
+            self.metrics.near_limit(endpoint, scope)
+        log = self.near_limits
+        if log is not None:
+
+            def record() -> None:
+                self._record(log, "near-limit", endpoint, batch.checks, decision, batch.shadow)
+
+            @after_this_request
+            def record_when_sent(response: Response) -> Response:
+                response.call_on_close(record)
+                return response
+
+    def _record(
+        self, log: RefusalLog, what: str, endpoint: str, checks: Sequence[Check], decision: Decision, shadow: bool
+    ) -> None:
+        """Write ``decision`` to ``log``, the refusal log or the near-limit
+        one (``what`` names its entries): one ``XADD``, through the breaker
+        of the node of its stream (see :meth:`_log_refusal`)."""
+        throttle = self.throttle
+        assert throttle is not None
         identities = dict.fromkeys(str(identity) for _policy, ids in checks for identity in ids)
-        refusing = decision.identity
-        stream = refusals.shard(throttle.tag(refusing))
+        stream = log.shard(throttle.tag(decision.identity))
         try:
             throttle.call(
-                lambda: refusals.record(
+                lambda: log.record(
                     endpoint=endpoint,
                     scope=decision.policy.scope,
                     layer=f"{decision.layer.quota}/{decision.layer.name}",
@@ -399,11 +471,11 @@ class RateLimitState(Notices):
                 (stream,),
             )
         except UnexpectedError as error:
-            self._internal_error(f"internal error in the refusal log ({error}); the refusal is not logged", error)
+            self._internal_error(f"internal error in the {what} log ({error}); the {what} is not logged", error)
         except StorageUnavailable as error:
-            # The refusal stands; only its log entry is lost.
+            # The decision stands; only its log entry is lost.
             reason = error.__cause__ or error  # Redis's words, or why it was not called
-            self._warn(f"refusal log unavailable ({reason}); the refusal is not logged", "refusal log")
+            self._warn(f"{what} log unavailable ({reason}); the {what} is not logged", f"{what} log")
 
     def _problems(self, problems: Sequence[Problem]) -> None:
         """Warn about bad costs and dynamic limits; a bad dynamic limit

@@ -96,6 +96,9 @@ def limit(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> Callable
         By default (None), ``RATELIMIT_DEFAULT_MODE`` decides. The default
         applies to a view only if none of its limits overrides it (see
         :ref:`default-limits`).
+    :param unit: what the quota counts, sent as ``qu`` in
+        ``RateLimit-Policy``: ``"requests"`` (the default, left unsaid), or
+        ``"content-bytes"`` for a ``cost`` in bytes (see :ref:`quota-units`).
     :raises InvalidLimit: at once, when the decorator is made, if ``spec``
         or an option is malformed.
     :raises TypeError: when it is applied to something that is neither a

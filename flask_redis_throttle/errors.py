@@ -15,12 +15,14 @@ from __future__ import annotations
 import html
 import json
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from werkzeug.datastructures import MIMEAccept
 from werkzeug.exceptions import TooManyRequests
 from werkzeug.http import parse_accept_header
 
+from ._headers import QUOTA_EXCEEDED
 from .core.deprecated import renamed
 
 if TYPE_CHECKING:
@@ -89,6 +91,10 @@ class RateLimitExceeded(TooManyRequests):
         ``layer``: then it can never pass, and there is no ``Retry-After``
         (``retry_after`` is None), since any would promise a pass that will
         not come.
+    :param violated_policies: the names, as in ``RateLimit-Policy``, of the
+        layers whose quota the request exceeded. Given, the problem details
+        are of the draft's ``quota-exceeded`` type and list them; None
+        (``RATELIMIT_HEADERS_DRAFT = 10``), they are ``about:blank``.
     """
 
     def __init__(
@@ -100,6 +106,7 @@ class RateLimitExceeded(TooManyRequests):
         retry_after_header: str | None = None,
         penalized: bool = False,
         cost: int | None = None,
+        violated_policies: Sequence[str] | None = None,
     ) -> None:
         seconds = None if cost is not None else max(1, math.ceil(retry_after))
         super().__init__(_description(layer, seconds, penalized, cost), retry_after=seconds)
@@ -118,6 +125,9 @@ class RateLimitExceeded(TooManyRequests):
         self.penalized = penalized
         #: The request's cost if it is more than the layer's whole quota, else None.
         self.cost = cost
+        #: The names of the layers whose quota it exceeded, for the problem
+        #: details; None for ``about:blank`` ones.
+        self.violated_policies = None if violated_policies is None else tuple(violated_policies)
 
     def _content_type(self, environ: WSGIEnvironment | None) -> str:
         """The body's type for the request's ``Accept``: text, unless it asks
@@ -137,16 +147,26 @@ class RateLimitExceeded(TooManyRequests):
         if content_type == _HTML:
             return self._page()
         if content_type == _JSON:
-            return json.dumps(
-                {
-                    "type": "about:blank",
-                    "title": "Too Many Requests",
-                    "status": self.code,
-                    "detail": self.description,
-                    **({} if self.retry_after is None else {"retry_after": self.retry_after}),
-                }
-            )
+            return json.dumps(self.problem())
         return f"{self.description}\n"
+
+    def problem(self) -> dict[str, Any]:
+        """The RFC 9457 problem details of the JSON body.
+
+        Of the type ``quota-exceeded`` of the IETF draft, with the layers in
+        ``violated-policies``; or, without :attr:`violated_policies`, of
+        the type ``about:blank``, as before 0.3.0.
+        """
+        if self.violated_policies is None:
+            problem: dict[str, Any] = {"type": "about:blank", "title": "Too Many Requests"}
+        else:
+            problem = {"type": QUOTA_EXCEEDED, "title": "Quota Exceeded"}
+        problem.update(status=self.code, detail=self.description)
+        if self.violated_policies is not None:
+            problem["violated-policies"] = list(self.violated_policies)
+        if self.retry_after is not None:
+            problem["retry_after"] = self.retry_after
+        return problem
 
     def _page(self) -> str:
         """The HTML page: the message, and when to try again."""

@@ -38,7 +38,7 @@ from .current import current_limit
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-__all__ = ["EXTENSION_KEY", "RateLimit", "RateLimitState", "refusal_log"]
+__all__ = ["EXTENSION_KEY", "RateLimit", "RateLimitState", "near_limit_log", "refusal_log"]
 
 
 class RateLimit:
@@ -183,3 +183,23 @@ def refusal_log(app: Flask | None = None) -> RefusalLog:
     if state is None or state.refusals is None:
         raise RuntimeError("this app keeps no refusal log: set up RateLimit with RATELIMIT_REFUSAL_LOG_SIZE above 0")
     return state.refusals
+
+
+def near_limit_log(app: Flask | None = None) -> RefusalLog:
+    """The near-limit log of ``app``, or of the current app: who passed
+    ``RATELIMIT_NEAR_LIMIT`` of a layer, once per identity, layer and window
+    (see :ref:`near-limit`). Its entries are :class:`Refusal` objects of
+    requests that were admitted: their ``retry_after`` is 0.
+
+    :raises RuntimeError: if the extension is not set up on the app, or is
+        disabled, or keeps no log (``RATELIMIT_NEAR_LIMIT = None`` or
+        ``RATELIMIT_REFUSAL_LOG_SIZE = 0``).
+    """
+    app = app or current_app
+    state: RateLimitState | None = app.extensions.get(EXTENSION_KEY)
+    if state is None or state.near_limits is None:
+        raise RuntimeError(
+            "this app keeps no near-limit log: set up RateLimit with RATELIMIT_NEAR_LIMIT "
+            "and RATELIMIT_REFUSAL_LOG_SIZE above 0"
+        )
+    return state.near_limits

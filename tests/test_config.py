@@ -83,6 +83,10 @@ def refused(**config: Any) -> ConfigurationError:
         ("RATELIMIT_BREAKER_BACKOFF", "1s"),
         ("RATELIMIT_BREAKER_MAX_BACKOFF", 0.5),
         ("RATELIMIT_FALLBACK", "memory"),
+        *(("RATELIMIT_HEADERS_DRAFT", draft) for draft in (9, 12, "11", 11.0, True)),
+        ("RATELIMIT_HEADERS_PARTITION_KEY", "yes"),
+        *(("RATELIMIT_NEAR_LIMIT", share) for share in (0, -0.5, 1.5, "80%", True, float("nan"))),
+        ("RATELIMIT_HEADERS_PARTITION_KEY", True),  # without RATELIMIT_KEY_SECRET
         *(("RATELIMIT_BLOCK_CACHE_SIZE", size) for size in (-1, "100", 1.5, True, None)),
         *(("RATELIMIT_REFUSAL_LOG_SIZE", size) for size in (-1, "10", 2.5, True, None)),
     ],

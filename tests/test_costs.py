@@ -223,7 +223,13 @@ def test_a_request_costing_more_than_the_quota_can_never_pass(app: Flask, caplog
     detail = (
         "Rate limit exceeded: this request costs 6, more than the whole quota of 5 per 1 minute; it can never pass."
     )
-    assert refused.get_json() == {"type": "about:blank", "title": "Too Many Requests", "status": 429, "detail": detail}
+    assert refused.get_json() == {
+        "type": "https://iana.org/assignments/http-problem-types#quota-exceeded",
+        "title": "Quota Exceeded",
+        "status": 429,
+        "detail": detail,
+        "violated-policies": ["1m"],
+    }
     assert client.post("/batch", json=[1] * 6).get_data(as_text=True) == detail + "\n"
     [warning] = [r.getMessage() for r in caplog.records if "never pass" in r.getMessage()]
     assert warning.startswith(
@@ -263,6 +269,7 @@ def test_the_body_the_headers_and_the_problem_name_the_first_layer_a_cost_is_ove
         assert refused.headers["RateLimit"] == '"1m";r=5;t=0'
     assert text.get_data(as_text=True).startswith(detail)
     assert problem.get_json()["detail"].startswith(detail)
+    assert problem.get_json()["violated-policies"] == ["1m"]
     assert client.post("/batch", json=[1]).status_code == 200
     # (One more: the block cache keeps the refusal of the cost it was.)
     refused = client.post("/batch", json=[1] * (cost + 1), headers={"Accept": "application/json"})

@@ -76,7 +76,8 @@ def test_hammering_search_gives_problem_details(client: FlaskClient) -> None:
     assert response.mimetype == "application/problem+json"
     problem = response.get_json()
     assert problem["status"] == 429
-    assert problem["title"] == "Too Many Requests"
+    assert problem["title"] == "Quota Exceeded"
+    assert problem["violated-policies"] == ["1s"]
     assert problem["retry_after"] == 1
     assert "2 per 1 second" in problem["detail"]
     assert response.headers["RateLimit-Policy"] == '"1s";q=2;w=1, "1m";q=20;w=60'

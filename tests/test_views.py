@@ -304,10 +304,11 @@ def test_refusal_is_problem_json_for_json_clients(app: Flask, accept: str, clock
     assert response.status_code == 429
     assert response.mimetype == "application/problem+json"
     assert json.loads(response.text) == {
-        "type": "about:blank",
-        "title": "Too Many Requests",
+        "type": "https://iana.org/assignments/http-problem-types#quota-exceeded",
+        "title": "Quota Exceeded",
         "status": 429,
         "detail": "Rate limit exceeded: 1 per 1 minute. Try again in 60 seconds.",
+        "violated-policies": ["1m"],
         "retry_after": 60,
     }
     assert response.headers["Retry-After"] == "60"
