@@ -56,6 +56,9 @@ DEFAULTS: dict[str, Any] = {
     "RATELIMIT_FALLBACK": False,
     "RATELIMIT_SHADOW": False,
     "RATELIMIT_ON_BREACH": None,
+    "RATELIMIT_OVERRIDE_BLOCK_STATUS": 429,
+    "RATELIMIT_OVERRIDE_WIDEST_IPV4": 16,
+    "RATELIMIT_OVERRIDE_WIDEST_IPV6": 48,
 }
 
 #: The scope of ``RATELIMIT_APPLICATION``: no endpoint name starts with ``@``.
@@ -134,6 +137,9 @@ class Settings:
     fallback: bool
     shadow: bool
     on_breach: Callable[[RefusalEvent], object] | None
+    override_block_status: int
+    override_widest_ipv4: int
+    override_widest_ipv6: int
 
     @classmethod
     def from_config(cls, config: MutableMapping[str, Any]) -> Settings:
@@ -205,6 +211,13 @@ class Settings:
         max_backoff = seconds(
             "RATELIMIT_BREAKER_MAX_BACKOFF", backoff, f"at least RATELIMIT_BREAKER_BACKOFF ({backoff:g})"
         )
+        block_status = config["RATELIMIT_OVERRIDE_BLOCK_STATUS"]
+        if block_status not in (429, 403) or isinstance(block_status, bool):
+            raise ConfigurationError("RATELIMIT_OVERRIDE_BLOCK_STATUS", block_status, "429 or 403")
+        widest = {
+            key: _prefix_length(config, key, most)
+            for key, most in (("RATELIMIT_OVERRIDE_WIDEST_IPV4", 32), ("RATELIMIT_OVERRIDE_WIDEST_IPV6", 128))
+        }
         url = config["RATELIMIT_STORAGE_URL"]
         if not isinstance(url, str):
             raise ConfigurationError("RATELIMIT_STORAGE_URL", url, "a URL string")
@@ -232,6 +245,9 @@ class Settings:
             fallback=flag("RATELIMIT_FALLBACK"),
             shadow=flag("RATELIMIT_SHADOW"),
             on_breach=on_breach,
+            override_block_status=block_status,
+            override_widest_ipv4=widest["RATELIMIT_OVERRIDE_WIDEST_IPV4"],
+            override_widest_ipv6=widest["RATELIMIT_OVERRIDE_WIDEST_IPV6"],
         )
 
 
@@ -270,6 +286,15 @@ def _limit(config: Mapping[str, Any], key: str, scope: str | None = None) -> Lim
         return make_spec(value, scope=scope)
     except InvalidLimit as error:
         raise ConfigurationError(key, value, f"None, a limit string or a function of the request ({error})") from error
+
+
+def _prefix_length(config: Mapping[str, Any], key: str, most: int) -> int:
+    """A network prefix length setting, from 0 to ``most``."""
+    value = config[key]
+    if not is_integer(value) or not 0 <= value <= most:
+        raise ConfigurationError(key, value, f"a prefix length, an integer from 0 to {most}")
+    result: int = value
+    return result
 
 
 def _count(value: Any) -> bool:

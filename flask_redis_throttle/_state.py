@@ -26,6 +26,7 @@ from ._decisions import _at_cost, _limit_of, _outcome, _over_quota, _OverQuota, 
 from ._headers import LayerNames, retry_after_value, set_headers
 from ._metrics import Metrics
 from ._notices import Notices, logger
+from ._overrides import Overrides
 from ._plan import Batch, Plan, Problem, compile_plan, matching
 from .core.factory import build_refusal_log, build_throttle
 from .core.keys import loggable
@@ -95,6 +96,8 @@ class RateLimitState(Notices):
         self.throttle: Throttle | None = None
         #: Who hit the limits (see :doc:`/refusals`); None when disabled.
         self.refusals: RefusalLog | None = None
+        #: The overrides set at run time (see :doc:`/overrides`); None when disabled.
+        self.overrides: Overrides | None = None
         if settings.enabled:
             if client is not None:
                 storage = Storage(client)
@@ -111,6 +114,7 @@ class RateLimitState(Notices):
                 fallback=settings.fallback,
                 listener=self,
             )
+            self.overrides = Overrides(self.throttle, settings, self._overrides_unavailable)
             if settings.refusal_log_size:
                 key = settings.key_prefix + "refusals"
                 self.refusals = build_refusal_log(storage, key, settings.refusal_log_size)
@@ -162,6 +166,8 @@ class RateLimitState(Notices):
         batches, labels, problems = plan.prepare(req)
         if problems:
             self._problems(problems)
+        if self.overrides is not None:  # run-time overrides: in memory, read again once a second
+            batches, labels = self.overrides.apply(batches, labels)
         if batches:
             self._decide(req, endpoint, labels, batches, self.throttle)
 
@@ -417,6 +423,11 @@ class RateLimitState(Notices):
             self._warn(message, kind)
         if unusable and not fail_open:
             raise ServiceUnavailable("Rate limiting is unavailable; try again shortly.", retry_after=1)
+
+    def _overrides_unavailable(self, error: Exception) -> None:
+        """Warn that the overrides could not be read: the copy in hand stays in force."""
+        reason = error.__cause__ or error
+        self._warn(f"overrides unavailable ({reason}); the last ones read stay in force", "overrides")
 
     def _storage_unavailable(self, error: StorageUnavailable) -> None:
         """Let the request through or answer 503, as ``RATELIMIT_FAIL_OPEN``
