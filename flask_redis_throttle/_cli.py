@@ -173,7 +173,7 @@ def _override_options(function: Callable[..., None]) -> Callable[..., None]:
         (
             click.option("--scope", "-s", metavar="SCOPE", help="Only this scope (see `flask ratelimit limits`)."),
             click.option("--for", "span", metavar="SPAN", help="For how long: 90s, 2h, 1h30m, 7d."),
-            click.option("--until", metavar="TIME", help="Or until when: an ISO time such as 2026-12-31 (UTC)."),
+            click.option("--until", metavar="TIME", help="Or until when: an ISO time such as 2027-12-31 (UTC)."),
             click.option("--by", metavar="NAME", help="Who sets it, for the log; by default your user name."),
         )
     ):
@@ -237,14 +237,14 @@ def block_command(identity: str, scope: str | None, span: str | None, until: str
     _set_override("block", identity, None, scope, span, until, by)
 
 
-@ratelimit.command("clear")
+@ratelimit.command("lift")
 @click.argument("identity", required=False)
 @click.option("--scope", "-s", metavar="SCOPE", help="Only its override on this scope.")
 @click.option("--all", "everyone", is_flag=True, help="Remove every override of everyone.")
 @click.option("--by", metavar="NAME", help="Who removes them, for the log; by default your user name.")
-def clear_command(identity: str | None, scope: str | None, everyone: bool, by: str | None) -> None:
-    """Remove IDENTITY's overrides, on every scope or only on SCOPE; or,
-    with --all, every override."""
+def lift_command(identity: str | None, scope: str | None, everyone: bool, by: str | None) -> None:
+    """Lift IDENTITY's overrides (other layers, allow or block), on every
+    scope or only on SCOPE; or, with --all, every override."""
     state = _state()
     throttle = _throttle(state)
     if (identity is None) != everyone:

@@ -163,14 +163,14 @@ def parse_when(until: object, duration: object, now: float) -> float:
     since the epoch.
 
     :param until: a :class:`~datetime.datetime` (naive means UTC), seconds
-        since the epoch, or text: an ISO time such as ``2026-12-31`` or
-        ``2026-12-31T18:00:00+01:00`` (UTC unless it says otherwise).
+        since the epoch, or text: an ISO time such as ``2027-12-31`` or
+        ``2027-12-31T18:00:00+01:00`` (UTC unless it says otherwise).
     :param duration: a :class:`~datetime.timedelta`, seconds, or text such
         as ``90s``, ``2h``, ``1h30m`` or ``7d``.
     :raises ValueError: unless exactly one is given, and well formed.
     """
     if (until is None) == (duration is None):
-        raise ValueError("give one end: until (a time such as 2026-12-31) or a duration (a span such as 2h)")
+        raise ValueError("give one end: until (a time such as 2027-12-31) or a duration (a span such as 2h)")
     if duration is not None:
         if isinstance(duration, timedelta):
             return now + duration.total_seconds()
@@ -186,7 +186,7 @@ def parse_when(until: object, duration: object, now: float) -> float:
         return (until if until.tzinfo is not None else until.replace(tzinfo=timezone.utc)).timestamp()
     if isinstance(until, str):
         if parse_span(until) is not None:
-            raise ValueError(f"until {until!r} is a span: give it as the duration, or give a time such as 2026-12-31")
+            raise ValueError(f"until {until!r} is a span: give it as the duration, or give a time such as 2027-12-31")
         return parse_moment(until, now)
     if _finite(until):
         return float(until)  # type: ignore[arg-type]

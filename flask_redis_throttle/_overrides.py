@@ -69,7 +69,7 @@ class Overrides:
             request is blocked on a scope in play.
         """
         table = self.follower.current()
-        if not table:
+        if not table.overrides:  # the common case: a clock reading and this test
             return batches, labels
         found = [
             [[table.find(identity, policy.scope) for identity in identities] for policy, identities in batch.checks]

@@ -169,7 +169,7 @@ class RateLimit:
 
         .. code-block:: python
 
-            ratelimit.override("user:42", "100/s;10000/h", scope="api", until="2026-12-31")
+            ratelimit.override("user:42", "100/s;10000/h", scope="api", until="2027-12-31")
 
         It replaces any override of the same identity and scope; the
         identity keeps what it has used of the windows its layers share.

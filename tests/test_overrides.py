@@ -13,7 +13,7 @@ from flask import Flask, request
 from helpers import add_login, evalsha_calls, flask_command, get, install
 from test_dashboard import PREFIX, page, tables, token
 
-from flask_redis_throttle import RateLimit, dashboard, limit
+from flask_redis_throttle import RateLimit, dashboard, limit, refusal_log
 from flask_redis_throttle.extension import RateLimitState
 
 
@@ -111,6 +111,7 @@ def test_a_blocked_identity_is_refused_with_retry_after_and_no_redis_call(app: F
     assert {r.status_code for r in responses} == {429}
     assert {r.headers["Retry-After"] for r in responses} == {"600"}
     assert evalsha_calls(redis_client) == calls
+    assert refusal_log(app).recent() == []  # nor logged as refusals
     assert get(client, "/api", ip="192.0.2.1").status_code == 200
 
 
@@ -144,6 +145,17 @@ def test_a_block_wins_and_a_scope_wins_over_every_scope(app: Flask) -> None:
     assert get(client, "/api", user="42").status_code == 429
 
 
+def test_an_identity_wins_over_its_network_and_a_narrow_network_over_a_wide_one(app: Flask) -> None:
+    shop(app, RATELIMIT_IDENTITIES=["ip"])
+    client = app.test_client()
+    cli(app, "override", "ip:192.0.0.0/16", "3/m", "--for", "1h")
+    cli(app, "override", "ip:192.0.2.0/24", "4/m", "--for", "1h")
+    cli(app, "override", "ip:192.0.2.9", "5/m", "--for", "1h")
+    assert statuses(client, 4, ip="192.0.9.1") == [200] * 3 + [429]
+    assert statuses(client, 5, ip="192.0.2.1") == [200] * 4 + [429]
+    assert statuses(client, 6, ip="192.0.2.9") == [200] * 5 + [429]
+
+
 def test_an_override_ends_by_itself(app: Flask, clock: Any) -> None:
     shop(app)
     client = app.test_client()
@@ -174,7 +186,7 @@ def test_each_change_is_logged_and_listed_with_who_what_and_until(app: Flask) ->
     shop(app)
     cli(app, "block", "ip:203.0.113.0/24", "--for", "2h", "--by", "alice")
     cli(app, "override", "user:42", "100/s;10000/h", "--scope", "api", "--until", "2027-06-01", "--by", "bob")
-    cli(app, "clear", "ip:203.0.113.0/24", "--by", "carol")
+    cli(app, "lift", "ip:203.0.113.0/24", "--by", "carol")
     out = cli(app, "overrides")
     in_force, changes = out.split("Latest changes, newest first:")
     assert "user:42" in in_force
@@ -241,7 +253,7 @@ def test_another_app_on_the_same_storage_follows_a_change_within_a_second(storag
 
     cli(operating, "block", "ip:192.0.2.1", "--for", "1h")
     assert followed(429) <= 1.1
-    cli(operating, "clear", "ip:192.0.2.1")
+    cli(operating, "lift", "ip:192.0.2.1")
     assert followed(200) <= 1.1
 
 

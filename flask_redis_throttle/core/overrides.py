@@ -184,9 +184,6 @@ class OverrideTable:
         #: The earliest end of an override, after which the table is out of date.
         self.ends = min((o.until for o in live), default=float("inf"))
 
-    def __bool__(self) -> bool:
-        return bool(self.overrides)
-
     def find(self, identity: Identity, scope: str) -> Override | None:
         """The override that decides ``identity`` under ``scope``, if any.
 
@@ -387,7 +384,7 @@ class OverrideFollower:
         if self.monotonic() >= self._due:
             self.refresh()
         table = self.table
-        if table and table.ends <= self.clock():
+        if table.overrides and table.ends <= self.clock():
             self.table = table = OverrideTable(table.overrides, self.clock())
         return table
 
