@@ -115,6 +115,25 @@ def test_a_blocked_identity_is_refused_with_retry_after_and_no_redis_call(app: F
     assert get(client, "/api", ip="192.0.2.1").status_code == 200
 
 
+def test_an_override_applies_only_where_a_limit_counts_the_identity(app: Flask) -> None:
+    shop(app)
+
+    @app.get("/free")
+    def free() -> str:
+        return "ok"
+
+    @app.get("/by-ip")
+    @limit("2/m", identities=["ip"])
+    def by_ip() -> str:
+        return "ok"
+
+    client = app.test_client()
+    cli(app, "block", "user:42", "--for", "1h")
+    assert get(client, "/api", user="42").status_code == 429
+    assert get(client, "/free", user="42").status_code == 200
+    assert get(client, "/by-ip", user="42").status_code == 200
+
+
 def test_a_block_can_answer_403(app: Flask) -> None:
     shop(app, RATELIMIT_OVERRIDE_BLOCK_STATUS=403)
     client = app.test_client()

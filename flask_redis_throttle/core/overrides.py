@@ -23,7 +23,6 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
-import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -174,12 +173,19 @@ class OverrideTable:
         self.exact: dict[tuple[str, str], list[Override]] = {}
         #: The overrides of networks, with their networks.
         self.networks: list[tuple[Network, Override]] = []
+        #: How each override ranks against the others that name the same
+        #: identity (see :meth:`find`), worked out once.
+        self._ranks: dict[Override, tuple[bool, bool, int]] = {}
         for override in live:
             kind, _colon, value = override.target.partition(":")
+            width = 129  # an identity is narrower than any network
             if override.network:
-                self.networks.append((network_of(value), override))
+                network = network_of(value)
+                self.networks.append((network, override))
+                width = network.prefixlen
             else:
                 self.exact.setdefault((kind, value), []).append(override)
+            self._ranks[override] = (override.action == "block", override.scope is not None, width)
         self._within: dict[str, tuple[Override, ...]] = {}
         #: The earliest end of an override, after which the table is out of date.
         self.ends = min((o.until for o in live), default=float("inf"))
@@ -203,7 +209,7 @@ class OverrideTable:
         for override in found:
             if override.scope is not None and override.scope != scope:
                 continue
-            rank = (override.action == "block", override.scope is not None, _width(override))
+            rank = self._ranks[override]
             if best is None or rank > best_rank:
                 best, best_rank = override, rank
         return best
@@ -226,13 +232,6 @@ class OverrideTable:
         if len(value) <= 64:
             remember(self._within, value, within, NETWORK_CACHE_SIZE)
         return within
-
-
-def _width(override: Override) -> int:
-    """How narrow an override's target is: an identity is narrowest."""
-    if not override.network:
-        return 129
-    return network_of(override.target.partition(":")[2]).prefixlen
 
 
 class OverrideStore:
@@ -373,7 +372,6 @@ class OverrideFollower:
     _seen: bytes | None = None
     _loaded: bool = False
     _due: float = float("-inf")
-    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def current(self) -> OverrideTable:
         """The table, read again first if it was read over a second ago.
@@ -390,15 +388,13 @@ class OverrideFollower:
 
     def refresh(self, force: bool = False) -> None:
         """Read the version, and the overrides if it changed (or if ``force``)."""
-        if not self._lock.acquire(blocking=False):
-            return  # another thread is reading them: use the copy in hand
+        # Due again in a second, before asking: the other threads of the
+        # process go on with the copy in hand meanwhile. (No lock: one a
+        # fork could leave held would stop the child from ever asking.)
+        self._due = self.monotonic() + REFRESH_INTERVAL
         try:
-            self._due = self.monotonic() + REFRESH_INTERVAL
-            try:
-                if force or not self._loaded or self.version() != self._seen:
-                    version, overrides = self.load()
-                    self.table, self._seen, self._loaded = OverrideTable(overrides, self.clock()), version, True
-            except Exception as error:  # Redis's failure: keep the last copy
-                self.failed(error)
-        finally:
-            self._lock.release()
+            if force or not self._loaded or self.version() != self._seen:
+                version, overrides = self.load()
+                self.table, self._seen, self._loaded = OverrideTable(overrides, self.clock()), version, True
+        except Exception as error:  # Redis's failure: keep the last copy
+            self.failed(error)
