@@ -309,7 +309,9 @@ class OverrideStore:
             raw.pop(VERSION_FIELD.encode(), None)
             now = self.clock()
             decoded = {name: Override.decode(value) for name, value in raw.items()}
-            stale = [name for name, o in decoded.items() if o is None or o.until <= now]
+            # A field this version cannot read (a newer one's, in a rolling
+            # upgrade) is left alone: only overrides whose time has passed go.
+            stale = [name for name, o in decoded.items() if o is not None and o.until <= now]
             if stale:
                 client.execute_command("HDEL", key, *stale)
             untils = [o.until for o in decoded.values() if o is not None and o.until > now]
