@@ -41,19 +41,23 @@ class Overrides:
     :param failed: told of a failure to read the overrides from storage.
     """
 
-    def __init__(self, throttle: Throttle, settings: Settings, failed: Callable[[Exception], None]) -> None:
+    def __init__(self, throttle: Throttle, settings: Settings, failed: Callable[[Exception, bool], None]) -> None:
         self.throttle = throttle
         self.settings = settings
         self.store = OverrideStore(throttle.storage.client, settings.key_prefix, clock=self.now)
-        keys = (self.store.key,)
         self.follower = OverrideFollower(
-            load=lambda: throttle.call(self.store.load, keys),
-            version=lambda: throttle.call(self.store.version, keys),
-            clock=self.now,
-            failed=failed,
+            load=self.store.load, version=self.store.version, clock=self.now, failed=failed, ready=self._ready
         )
         self._policies: dict[tuple[Policy, tuple[object, ...]], Policy] = {}
         self._labels: dict[tuple[Policy, ...], LayerNames] = {}
+
+    def _ready(self) -> bool:
+        """Whether to ask the storage for the overrides now: not while the
+        circuit breaker holds calls back, since Redis keeps failing. The
+        reads are not counted by the breaker either way: it follows the
+        decisions, which report an outage themselves."""
+        breaker = self.throttle.breaker
+        return breaker is None or not breaker.open
 
     def now(self) -> float:
         """The time, in seconds since the epoch: the throttle's own, which

@@ -31,7 +31,7 @@ from ._plan import Batch, Plan, Problem, compile_plan, matching
 from .core.factory import build_refusal_log, build_throttle
 from .core.keys import loggable
 from .core.refusals import RefusalLog
-from .core.storage import Storage
+from .core.storage import STORAGE_ERRORS, Storage
 from .core.throttle import Check, Decision, StorageUnavailable, Throttle, UnexpectedError
 from .errors import RateLimitExceeded
 from .signals import RefusalEvent, notify, request_refused
@@ -424,10 +424,15 @@ class RateLimitState(Notices):
         if unusable and not fail_open:
             raise ServiceUnavailable("Rate limiting is unavailable; try again shortly.", retry_after=1)
 
-    def _overrides_unavailable(self, error: Exception) -> None:
-        """Warn that the overrides could not be read: the copy in hand stays in force."""
-        reason = error.__cause__ or error
-        self._warn(f"overrides unavailable ({reason}); the last ones read stay in force", "overrides")
+    def _overrides_unavailable(self, error: Exception, again: bool) -> None:
+        """The overrides could not be read: the copy in hand stays in force.
+        Redis's failure is not logged here: the decisions, which go to the
+        same storage, report the outage. Any other error is a bug, logged
+        when a second read in a row meets one: a client that fails every
+        call has had the decisions log it as theirs by then (one line for
+        both), and one only the overrides meet is still logged."""
+        if again and not isinstance(error, STORAGE_ERRORS):
+            self._internal_error(f"internal error reading the overrides ({error}); the last ones read stay", error)
 
     def _storage_unavailable(self, error: StorageUnavailable) -> None:
         """Let the request through or answer 503, as ``RATELIMIT_FAIL_OPEN``

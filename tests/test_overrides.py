@@ -5,12 +5,13 @@ Redis within a second."""
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
 import pytest
 from flask import Flask, request
-from helpers import add_login, evalsha_calls, flask_command, get, install
+from helpers import FakeMonotonic, add_login, evalsha_calls, extension_records, flask_command, get, install
 from test_dashboard import PREFIX, page, tables, token
 
 from flask_redis_throttle import RateLimit, dashboard, limit, refusal_log
@@ -280,9 +281,34 @@ def test_an_unreachable_storage_lets_requests_through_with_no_error(caplog: pyte
     app = Flask("dead")
     app.get("/")(limit("1/m")(lambda: "ok"))
     install(app, RATELIMIT_STORAGE_URL="redis://127.0.0.1:1/0")
-    assert get(app.test_client()).status_code == 200
-    assert any("overrides unavailable" in r.getMessage() for r in caplog.records)
+    with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
+        assert [get(app.test_client()).status_code for _ in range(5)] == [200] * 5
+    # One warning, the outage's, as without overrides; and no internal error.
+    [warning] = [r.getMessage() for r in extension_records(caplog)]
+    assert "letting requests through" in warning
     assert "rate limit storage unavailable" in cli(app, "block", "user:1", "--for", "1h", code=1)
+
+
+@pytest.mark.internal_error
+def test_a_bug_reading_the_overrides_is_logged_when_it_repeats(
+    app: Flask, monkeypatch: pytest.MonkeyPatch, internal_errors: list[logging.LogRecord]
+) -> None:
+    state = shop(app)
+    assert state.overrides is not None
+    follower = state.overrides.follower
+    follower.monotonic = monotonic = FakeMonotonic()
+    client = app.test_client()
+    cli(app, "block", "user:42", "--for", "1h")
+
+    def bug() -> bytes:
+        raise TypeError("a bug in reading the overrides")
+
+    monkeypatch.setattr(follower, "version", bug)
+    for expected in (0, 1):
+        monotonic.now += 1.0  # a second later: time to read them again
+        assert get(client, "/api", user="42").status_code == 429  # the copy in hand stays in force
+        assert len(internal_errors) == expected
+    assert "internal error reading the overrides" in internal_errors[0].getMessage()
 
 
 # Python and the dashboard

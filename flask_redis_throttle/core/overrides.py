@@ -361,18 +361,23 @@ class OverrideFollower:
     :param version: returns the version alone (see :meth:`OverrideStore.version`).
     :param clock: the time in seconds since the epoch, to drop the overrides
         whose time has passed.
-    :param failed: told of a failure to read them; the last copy stays in force.
+    :param failed: told of a failure to read them, and whether the read
+        before failed too; the last copy stays in force.
+    :param ready: whether to ask now; when it says no, the copy in hand
+        stays, and it is asked again a second later.
     """
 
     load: Callable[[], tuple[bytes | None, Sequence[Override]]]
     version: Callable[[], bytes | None]
     clock: Callable[[], float] = time.time
-    failed: Callable[[Exception], None] = lambda error: None
+    failed: Callable[[Exception, bool], None] = lambda error, again: None
+    ready: Callable[[], bool] = lambda: True
     monotonic: Callable[[], float] = time.monotonic
     #: The overrides in force, as last read.
     table: OverrideTable = field(default_factory=OverrideTable)
     _seen: bytes | None = None
     _loaded: bool = False
+    _failing: bool = False
     _due: float = float("-inf")
 
     def current(self) -> OverrideTable:
@@ -394,9 +399,13 @@ class OverrideFollower:
         # process go on with the copy in hand meanwhile. (No lock: one a
         # fork could leave held would stop the child from ever asking.)
         self._due = self.monotonic() + REFRESH_INTERVAL
+        if not self.ready():
+            return
         try:
             if force or not self._loaded or self.version() != self._seen:
                 version, overrides = self.load()
                 self.table, self._seen, self._loaded = OverrideTable(overrides, self.clock()), version, True
-        except Exception as error:  # Redis's failure: keep the last copy
-            self.failed(error)
+            self._failing = False
+        except Exception as error:  # Redis's failure, or a bug: keep the last copy
+            self.failed(error, self._failing)
+            self._failing = True
