@@ -1,4 +1,5 @@
-"""A small app showing flask-redis-throttle: layered limits, per-user counting and a guarded log-in.
+"""A small app showing flask-redis-throttle: layered limits, per-user counting, a guarded log-in,
+and the operators' dashboard with its overrides.
 
 Run it from the repository root with ``flask --app example_app run`` (Flask finds
 ``create_app``) or ``python -m example_app``, then open http://127.0.0.1:5000/.
@@ -13,7 +14,7 @@ from typing import Any
 from flask import Flask, Response, redirect, render_template_string, request, url_for
 from flask_login import LoginManager, UserMixin, current_user, login_user, logout_user
 
-from flask_redis_throttle import RateLimit, RateLimitExceeded, limit
+from flask_redis_throttle import RateLimit, RateLimitExceeded, dashboard, limit
 from flask_redis_throttle.core.local import find_server_binary
 
 # Created once, bound to each app in create_app: tests build many apps, each with its own counters.
@@ -42,6 +43,8 @@ INDEX_PAGE = """<!doctype html>
 <h1>flask-redis-throttle demo</h1>
 {% if current_user.is_authenticated %}<form method="post" action="{{ url_for('logout') }}">Logged in as
 <b>{{ current_user.id }}</b>: your calls count against your account too. <button>Log out</button></form>
+<p>Open the <a href="{{ url_for('ratelimit_dashboard.index') }}">rate limit dashboard</a>: the limits, who
+hit them, and the overrides: raise a client's quota, let it through, or block it, for a while.
 {% else %}<p><a href="{{ url_for('login_form') }}">Log in</a> as alice / wonderland or bob / builder.{% endif %}
 <h2>Things to try</h2>
 <pre>
@@ -142,6 +145,13 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
         if current_user.is_authenticated:
             return {"counted_as": f"user:{current_user.id}"}
         return {"counted_as": f"ip:{request.remote_addr}"}
+
+    # The operators' dashboard, for anyone logged in here (a real app would check a role); to anyone
+    # else it is a 404, like a URL that does not exist. Its log of overrides names who made each.
+    app.register_blueprint(
+        dashboard.blueprint(authorize=lambda: current_user.is_authenticated, operator=lambda: current_user.id),
+        url_prefix="/admin/ratelimit",
+    )
 
     @app.errorhandler(RateLimitExceeded)
     def too_many_requests(error: RateLimitExceeded) -> Response | tuple[str, int]:

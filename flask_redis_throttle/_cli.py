@@ -1,5 +1,6 @@
 """``flask ratelimit``: see the limits, an identity's counters and the
-refusal log, and reset an identity's counters, from the command line.
+refusal log, reset an identity's counters, and set overrides, from the
+command line.
 
 The group is registered with Flask's command line through the
 ``flask.commands`` entry point (see ``pyproject.toml``), so the ``flask``
@@ -11,8 +12,9 @@ See :doc:`/cli`.
 
 from __future__ import annotations
 
+import getpass
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import click
@@ -21,6 +23,16 @@ from flask import current_app
 from flask.cli import AppGroup
 
 from ._console import duration, parse_moment, table, utc
+from ._override_changes import (
+    CHANGES_HEADER,
+    OVERRIDES_HEADER,
+    change_rows,
+    make_override,
+    override_rows,
+    overrides_of,
+    parse_target,
+    parse_when,
+)
 from ._reports import (
     LIMITS_HEADER,
     STATUS_HEADER,
@@ -40,7 +52,7 @@ from .core.throttle import StorageUnavailable, Throttle
 
 __all__ = ["ratelimit"]
 
-ratelimit = AppGroup("ratelimit", help="Inspect and reset rate limits.")
+ratelimit = AppGroup("ratelimit", help="Inspect and reset rate limits, and set overrides.")
 
 
 @ratelimit.command("limits")
@@ -153,6 +165,131 @@ def refusals_command(top: int, recent: int, since: str | None) -> None:
             for r in latest
         ]
         click.echo(table(header, rows))
+
+
+def _override_options(function: Callable[..., None]) -> Callable[..., None]:
+    """The options every command that sets an override takes."""
+    for option in reversed(
+        (
+            click.option("--scope", "-s", metavar="SCOPE", help="Only this scope (see `flask ratelimit limits`)."),
+            click.option("--for", "span", metavar="SPAN", help="For how long: 90s, 2h, 1h30m, 7d."),
+            click.option("--until", metavar="TIME", help="Or until when: an ISO time such as 2027-12-31 (UTC)."),
+            click.option("--by", metavar="NAME", help="Who sets it, for the log; by default your user name."),
+        )
+    ):
+        function = option(function)
+    return function
+
+
+def _set_override(
+    action: str,
+    identity: str,
+    limit: str | None,
+    scope: str | None,
+    span: str | None,
+    until: str | None,
+    by: str | None,
+) -> None:
+    """Check, store and report one override."""
+    state = _state()
+    throttle = _throttle(state)
+    overrides = overrides_of(state)
+    try:
+        ends = parse_when(until, span, overrides.now())
+        made = make_override(state, action, identity, limit, scope, ends, by or _user())
+    except ValueError as error:
+        raise click.UsageError(str(error)) from None
+    with _storage(throttle):
+        overrides.put(made)
+    click.echo(f"{made.describe()} until {utc(made.until)} UTC; every worker follows it within 1 second.")
+
+
+@ratelimit.command("override")
+@click.argument("identity")
+@click.argument("limit")
+@_override_options
+def override_command(
+    identity: str, limit: str, scope: str | None, span: str | None, until: str | None, by: str | None
+) -> None:
+    """Decide IDENTITY against LIMIT (such as 100/s;10000/h) instead of its
+    limits, on one scope or on every scope, until a time or for a while.
+
+    IDENTITY is ip:<address>, ip:<network> (such as ip:203.0.113.0/24),
+    user:<id> or <key function>:<value>.
+    """
+    _set_override("limit", identity, limit, scope, span, until, by)
+
+
+@ratelimit.command("allow")
+@click.argument("identity")
+@_override_options
+def allow_command(identity: str, scope: str | None, span: str | None, until: str | None, by: str | None) -> None:
+    """Let IDENTITY through unlimited, on one scope or on every scope."""
+    _set_override("allow", identity, None, scope, span, until, by)
+
+
+@ratelimit.command("block")
+@click.argument("identity")
+@_override_options
+def block_command(identity: str, scope: str | None, span: str | None, until: str | None, by: str | None) -> None:
+    """Refuse IDENTITY's requests, on one scope or on every scope, without
+    asking Redis: 429 with Retry-After (or 403, see RATELIMIT_OVERRIDE_BLOCK_STATUS)."""
+    _set_override("block", identity, None, scope, span, until, by)
+
+
+@ratelimit.command("lift")
+@click.argument("identity", required=False)
+@click.option("--scope", "-s", metavar="SCOPE", help="Only its override on this scope.")
+@click.option("--all", "everyone", is_flag=True, help="Remove every override of everyone.")
+@click.option("--by", metavar="NAME", help="Who removes them, for the log; by default your user name.")
+def lift_command(identity: str | None, scope: str | None, everyone: bool, by: str | None) -> None:
+    """Lift IDENTITY's overrides (other layers, allow or block), on every
+    scope or only on SCOPE; or, with --all, every override."""
+    state = _state()
+    throttle = _throttle(state)
+    if (identity is None) != everyone:
+        raise click.UsageError("name an IDENTITY, or give --all to remove every override")
+    target = None
+    if identity is not None:
+        try:
+            target = parse_target(identity, state)[0]
+        except ValueError as error:
+            raise click.BadParameter(str(error), param_hint="'IDENTITY'") from None
+    with _storage(throttle):
+        gone = overrides_of(state).remove(target, scope, scope is None, by or _user())
+    if not gone:
+        click.echo("No such override; nothing removed.")
+        return
+    for override in gone:
+        click.echo(f"removed: {override.describe()}")
+
+
+@ratelimit.command("overrides")
+@click.option("--changes", default=20, show_default=True, type=click.IntRange(min=0), help="How many recent changes.")
+def overrides_command(changes: int) -> None:
+    """List the overrides in force, and the latest changes: who, what, until when."""
+    state = _state()
+    throttle = _throttle(state)
+    overrides = overrides_of(state)
+    with _storage(throttle):
+        table_now = overrides.table()
+        latest = throttle.call(overrides.store.changes, (overrides.store.log_key,), changes) if changes else []
+    if table_now.overrides:
+        click.echo(table(OVERRIDES_HEADER, override_rows(table_now.overrides)))
+    else:
+        click.echo("No override is in force.")
+    if latest:
+        click.echo()
+        click.echo("Latest changes, newest first:")
+        click.echo(table(CHANGES_HEADER, change_rows(latest)))
+
+
+def _user() -> str:
+    """Who runs the command, for the log of changes."""
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no user name in the environment nor the password database
+        return "cli"
 
 
 server = AppGroup("server", help="Show or stop the local:// server this host's workers share.")

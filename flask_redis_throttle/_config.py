@@ -61,6 +61,9 @@ DEFAULTS: dict[str, Any] = {
     "RATELIMIT_HEADERS_DRAFT": 11,
     "RATELIMIT_HEADERS_PARTITION_KEY": False,
     "RATELIMIT_NEAR_LIMIT": 0.8,
+    "RATELIMIT_OVERRIDE_BLOCK_STATUS": 429,
+    "RATELIMIT_OVERRIDE_WIDEST_IPV4": 16,
+    "RATELIMIT_OVERRIDE_WIDEST_IPV6": 48,
 }
 
 #: The scope of ``RATELIMIT_APPLICATION``: no endpoint name starts with ``@``.
@@ -148,6 +151,9 @@ class Settings:
     #: limit, as a fraction (numerator, denominator); None for no signal
     #: (``RATELIMIT_NEAR_LIMIT``).
     near_limit: tuple[int, int] | None = (4, 5)
+    override_block_status: int = 429
+    override_widest_ipv4: int = 16
+    override_widest_ipv6: int = 48
 
     @classmethod
     def from_config(cls, config: MutableMapping[str, Any]) -> Settings:
@@ -233,6 +239,13 @@ class Settings:
         if near_limit is not None and not (is_number(near_limit) and 0 < near_limit <= 1):
             raise ConfigurationError("RATELIMIT_NEAR_LIMIT", near_limit, "None, or a number above 0 and at most 1")
         key_secret = secret.encode() if isinstance(secret, str) else secret or b""
+        block_status = config["RATELIMIT_OVERRIDE_BLOCK_STATUS"]
+        if block_status not in (429, 403) or isinstance(block_status, bool):
+            raise ConfigurationError("RATELIMIT_OVERRIDE_BLOCK_STATUS", block_status, "429 or 403")
+        widest = {
+            key: _prefix_length(config, key, most)
+            for key, most in (("RATELIMIT_OVERRIDE_WIDEST_IPV4", 32), ("RATELIMIT_OVERRIDE_WIDEST_IPV6", 128))
+        }
         url = config["RATELIMIT_STORAGE_URL"]
         if not isinstance(url, str):
             raise ConfigurationError("RATELIMIT_STORAGE_URL", url, "a URL string")
@@ -263,6 +276,9 @@ class Settings:
             headers_draft=draft,
             partition_secret=partition_secret(key_secret) if partition else None,
             near_limit=None if near_limit is None else _fraction(near_limit),
+            override_block_status=block_status,
+            override_widest_ipv4=widest["RATELIMIT_OVERRIDE_WIDEST_IPV4"],
+            override_widest_ipv6=widest["RATELIMIT_OVERRIDE_WIDEST_IPV6"],
         )
 
 
@@ -308,6 +324,15 @@ def _fraction(share: float) -> tuple[int, int]:
     float is a little more, and 8 requests of 10 would not be 80 %."""
     fraction = Fraction(str(share))
     return fraction.numerator, fraction.denominator
+
+
+def _prefix_length(config: Mapping[str, Any], key: str, most: int) -> int:
+    """A network prefix length setting, from 0 to ``most``."""
+    value = config[key]
+    if not is_integer(value) or not 0 <= value <= most:
+        raise ConfigurationError(key, value, f"a prefix length, an integer from 0 to {most}")
+    result: int = value
+    return result
 
 
 def _count(value: Any) -> bool:

@@ -10,7 +10,7 @@ import re
 from collections.abc import Sequence
 from datetime import datetime, timezone
 
-__all__ = ["duration", "parse_moment", "table", "utc"]
+__all__ = ["duration", "parse_moment", "parse_span", "table", "utc"]
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -46,6 +46,15 @@ _SPAN = re.compile(r"(?:[0-9]+[smhd])+", re.ASCII)
 _UNIT = {"s": 1, "m": 60, "h": 3_600, "d": 86_400}
 
 
+def parse_span(text: str) -> int | None:
+    """The seconds a span such as ``90s``, ``10m``, ``1h30m`` or ``2d``
+    writes; None if ``text`` is no span."""
+    text = text.strip()
+    if not _SPAN.fullmatch(text):
+        return None
+    return sum(int(number) * _UNIT[unit] for number, unit in re.findall(r"([0-9]+)([smhd])", text))
+
+
 def parse_moment(text: str, now: float) -> float:
     """A time in seconds since the epoch, written as a span before ``now``
     (``90s``, ``10m``, ``1h30m``, ``2d``) or as an ISO 8601 time
@@ -54,8 +63,9 @@ def parse_moment(text: str, now: float) -> float:
     :raises ValueError: if ``text`` is neither.
     """
     text = text.strip()
-    if _SPAN.fullmatch(text):
-        return now - sum(int(number) * _UNIT[unit] for number, unit in re.findall(r"([0-9]+)([smhd])", text))
+    span = parse_span(text)
+    if span is not None:
+        return now - span
     try:
         # Python 3.10's fromisoformat does not read a "Z" suffix.
         moment = datetime.fromisoformat(text[:-1] + "+00:00" if text[-1:] in ("Z", "z") else text)

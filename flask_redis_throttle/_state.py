@@ -27,11 +27,12 @@ from ._decisions import _at_cost, _crossed, _limit_of, _outcome, _over_quota, _O
 from ._headers import LayerNames, retry_after_value, set_headers
 from ._metrics import Metrics
 from ._notices import Notices, logger
+from ._overrides import Overrides
 from ._plan import Batch, Plan, Problem, compile_plan, matching
 from .core.factory import build_refusal_log, build_throttle
 from .core.keys import loggable
 from .core.refusals import RefusalLog
-from .core.storage import Storage
+from .core.storage import STORAGE_ERRORS, Storage
 from .core.throttle import Check, Decision, StorageUnavailable, Throttle, UnexpectedError
 from .errors import RateLimitExceeded
 from .signals import RefusalEvent, notify, request_refused
@@ -108,6 +109,8 @@ class RateLimitState(Notices):
         #: :data:`NEAR_LIMIT_MEMORY` of them, the oldest forgotten first.
         self._near: dict[tuple[str, str, int], float] = {}
         self._near_lock = threading.Lock()
+        #: The overrides set at run time (see :doc:`/overrides`); None when disabled.
+        self.overrides: Overrides | None = None
         if settings.enabled:
             if client is not None:
                 storage = Storage(client)
@@ -124,6 +127,7 @@ class RateLimitState(Notices):
                 fallback=settings.fallback,
                 listener=self,
             )
+            self.overrides = Overrides(self.throttle, settings, self._overrides_unavailable)
             if settings.refusal_log_size:
                 key = settings.key_prefix + "refusals"
                 self.refusals = build_refusal_log(storage, key, settings.refusal_log_size)
@@ -178,6 +182,8 @@ class RateLimitState(Notices):
         batches, labels, problems = plan.prepare(req)
         if problems:
             self._problems(problems)
+        if self.overrides is not None:  # run-time overrides: in memory, read again once a second
+            batches, labels = self.overrides.apply(batches, labels)
         if batches:
             self._decide(req, endpoint, labels, batches, self.throttle)
 
@@ -489,6 +495,16 @@ class RateLimitState(Notices):
             self._warn(message, kind)
         if unusable and not fail_open:
             raise ServiceUnavailable("Rate limiting is unavailable; try again shortly.", retry_after=1)
+
+    def _overrides_unavailable(self, error: Exception, again: bool) -> None:
+        """The overrides could not be read: the copy in hand stays in force.
+        Redis's failure is not logged here: the decisions, which go to the
+        same storage, report the outage. Any other error is a bug, logged
+        when a second read in a row meets one: a client that fails every
+        call has had the decisions log it as theirs by then (one line for
+        both), and one only the overrides meet is still logged."""
+        if again and not isinstance(error, STORAGE_ERRORS):
+            self._internal_error(f"internal error reading the overrides ({error}); the last ones read stay", error)
 
     def _storage_unavailable(self, error: StorageUnavailable) -> None:
         """Let the request through or answer 503, as ``RATELIMIT_FAIL_OPEN``

@@ -5,7 +5,9 @@ choice. It shows what the ``flask ratelimit`` commands print (see
 :doc:`/cli`), computed by the same functions: each endpoint's limits, the
 refusal log's latest entries and most refused identities, refusals per
 minute over the last hour as an SVG chart drawn here, one identity's
-counters, and a button that resets them::
+counters, a button that resets them, and the overrides (see
+:doc:`/overrides`): a form that sets one, a button that removes each, and
+the latest changes::
 
     from flask_login import current_user
     from flask_redis_throttle import dashboard
@@ -39,6 +41,18 @@ from werkzeug.wrappers import Response
 
 from ._console import duration, utc
 from ._identity import parse_identity
+from ._override_changes import (
+    CHANGES_HEADER,
+    OVERRIDES_HEADER,
+    change_rows,
+    known_scopes,
+    make_override,
+    override_rows,
+    overrides_of,
+    parse_target,
+    parse_when,
+)
+from ._overrides import Overrides
 from ._reports import (
     LIMITS_HEADER,
     STATUS_HEADER,
@@ -61,7 +75,11 @@ SESSION_KEY = "_ratelimit_dashboard_csrf"
 RECENT, TOP = 20, 10
 
 
-def blueprint(authorize: Callable[[], bool] | None = None, name: str = "ratelimit_dashboard") -> Blueprint:
+def blueprint(
+    authorize: Callable[[], bool] | None = None,
+    name: str = "ratelimit_dashboard",
+    operator: Callable[[], str] | None = None,
+) -> Blueprint:
     """The dashboard, as a blueprint to register at a URL prefix of the app's choice.
 
     :param authorize: called before every request to the dashboard, in the
@@ -72,8 +90,12 @@ def blueprint(authorize: Callable[[], bool] | None = None, name: str = "ratelimi
         ids is never open by default, nor found by probing. It may also
         raise or abort itself (redirect to a login page, say).
     :param name: the blueprint's name, to register more than one.
+    :param operator: called in the request's context, names who sets or
+        removes an override, for the log of changes (``lambda:
+        current_user.name``, say); by default ``"dashboard"``.
     """
     bp = Blueprint(name, __name__, template_folder="templates")
+    who = operator or (lambda: "dashboard")
 
     def hide(endpoint: str | None, values: object) -> None:
         """Make a request that ``authorize`` refuses an unknown URL's: a
@@ -106,6 +128,8 @@ def blueprint(authorize: Callable[[], bool] | None = None, name: str = "ratelimi
     bp.url_value_preprocessor(hide)
     bp.add_url_rule("/", "index", _index, methods=["GET"])
     bp.add_url_rule("/reset", "reset", _reset, methods=["POST"])
+    bp.add_url_rule("/overrides", "override", lambda: _override(who()), methods=["POST"])
+    bp.add_url_rule("/overrides/remove", "remove_override", lambda: _remove_override(who()), methods=["POST"])
     return bp
 
 
@@ -128,6 +152,7 @@ def _index() -> tuple[str, int]:
     }
     status = 200
     try:
+        page.update(_overrides(state))
         page.update(_refusals(state))
         who = _requested(request.args, state)
         if who is not None:
@@ -139,6 +164,75 @@ def _index() -> tuple[str, int]:
         reason = error.__cause__ if isinstance(error, StorageUnavailable) else error
         page["problem"], status = f"rate limit storage unavailable: {reason}", 503
     return render_template("ratelimit_dashboard/index.html", **page), status
+
+
+def _overrides(state: RateLimitState) -> dict[str, Any]:
+    """The overrides' part of the page: those in force, and the latest changes."""
+    if state.overrides is None:
+        return {}
+    overrides = state.overrides
+    table = overrides.table()
+    changes = overrides.throttle.call(overrides.store.changes, (overrides.store.log_key,), RECENT)
+    return {
+        "overrides_header": OVERRIDES_HEADER,
+        "overrides": [
+            ([_shown(cell) for cell in row], {"target": o.target, "scope": o.scope or ""})
+            for row, o in zip(override_rows(table.overrides), table.overrides, strict=True)
+        ],
+        "changes_header": CHANGES_HEADER,
+        "changes": [[_shown(cell) for cell in row] for row in change_rows(changes)],
+        "scopes": sorted(known_scopes(state.app)),
+    }
+
+
+def _override(by: str) -> Response:
+    """Set an override from the form, then show the overrides again. Bad
+    input answers 400, naming it, and stores nothing."""
+    _check_token("override")
+    state = _state()
+    form = request.form
+    overrides = _overrides_or_400(state)
+    action = form.get("action", "")
+    limit = form.get("limit", "").strip() if action == "limit" else None
+    scope = form.get("scope", "").strip() or None
+    span, until = form.get("for", "").strip() or None, form.get("until", "").strip() or None
+    try:
+        ends = parse_when(until, span, overrides.now())
+        made = make_override(state, action, form.get("identity", ""), limit, scope, ends, by)
+    except ValueError as error:
+        abort(400, str(error))
+    try:
+        overrides.put(made)
+    except (StorageUnavailable, redis.RedisError) as error:
+        abort(503, f"rate limit storage unavailable: {error}")
+    flash(f"{_shown(made.describe())} until {utc(made.until)} UTC.", "ratelimit")
+    return redirect(url_for(".index", _anchor="overrides"))
+
+
+def _remove_override(by: str) -> Response:
+    """Remove one override (its target and scope, from its row's button)."""
+    _check_token("remove")
+    state = _state()
+    overrides = _overrides_or_400(state)
+    scope = request.form.get("scope", "") or None
+    try:
+        target = parse_target(request.form.get("target", ""), state)[0]
+    except ValueError as error:
+        abort(400, str(error))
+    try:
+        gone = overrides.remove(target, scope, False, by)
+    except (StorageUnavailable, redis.RedisError) as error:
+        abort(503, f"rate limit storage unavailable: {error}")
+    message = f"Removed: {_shown(gone[0].describe())}." if gone else "No such override: nothing removed."
+    flash(message, "ratelimit")
+    return redirect(url_for(".index", _anchor="overrides"))
+
+
+def _overrides_or_400(state: RateLimitState) -> Overrides:
+    try:
+        return overrides_of(state)
+    except RuntimeError as error:
+        abort(400, str(error))
 
 
 def _refusals(state: RateLimitState) -> dict[str, Any]:
@@ -198,10 +292,7 @@ def _reset() -> Response:
     The form must send back this session's token: another site can make a
     browser post here, with its cookies, but cannot read the token.
     """
-    sent = request.form.get("csrf_token", "")
-    token = session.get(SESSION_KEY) if current_app.secret_key else None
-    if not isinstance(token, str) or not hmac.compare_digest(sent.encode(), token.encode()):
-        abort(400, "the reset form's token is missing or stale: reload the dashboard and try again")
+    _check_token("reset")
     state = _state()
     endpoint = request.form.get("view", "").strip() or None
     if state.throttle is None:
@@ -221,6 +312,16 @@ def _reset() -> Response:
     message = "Nothing to reset: no limit of this endpoint counts it." if done is None else _shown(done.message)
     flash(message, "ratelimit")
     return redirect(url_for(".index", **_naming(str(who), state), view=endpoint, _anchor="lookup"))
+
+
+def _check_token(form: str) -> None:
+    """Answer 400 unless the form sent back this session's token: another
+    site can make a browser post here, with its cookies, but cannot read
+    the token."""
+    sent = request.form.get("csrf_token", "")
+    token = session.get(SESSION_KEY) if current_app.secret_key else None
+    if not isinstance(token, str) or not hmac.compare_digest(sent.encode(), token.encode()):
+        abort(400, f"the {form} form's token is missing or stale: reload the dashboard and try again")
 
 
 def _naming(text: str, state: RateLimitState) -> dict[str, Any]:

@@ -28,8 +28,10 @@ from flask import Flask, current_app
 from ._config import Settings
 from ._identity import parse_identity
 from ._metrics import Metrics, metrics_for
+from ._override_changes import make_override, overrides_of, parse_target, parse_when
 from ._state import EXTENSION_KEY, RateLimitState, RequestFilter
 from .core.keys import Identity
+from .core.overrides import Change, Override
 from .core.refusals import RefusalLog
 from .core.storage import STORAGE_ERRORS
 from .core.throttle import StorageUnavailable
@@ -150,6 +152,125 @@ class RateLimit:
         except STORAGE_ERRORS as error:
             raise StorageUnavailable(f"{state.throttle.url}: {error}") from error
 
+    def override(
+        self,
+        identity: str | Identity,
+        limit: str,
+        *,
+        scope: str | None = None,
+        until: object = None,
+        duration: object = None,
+        by: str = "python",
+        app: Flask | None = None,
+    ) -> Override:
+        """Decide ``identity`` against other layers, on ``scope`` or on
+        every scope, until a time or for a while: in every worker of every
+        host within a second, with no restart (see :doc:`/overrides`).
+
+        .. code-block:: python
+
+            ratelimit.override("user:42", "100/s;10000/h", scope="api", until="2027-12-31")
+
+        It replaces any override of the same identity and scope; the
+        identity keeps what it has used of the windows its layers share.
+
+        :param identity: as the CLI writes it (``user:42``, ``ip:203.0.113.7``),
+            or an IP network (``ip:203.0.113.0/24``, ``ip:2001:db8::/48``).
+        :param limit: the layers, such as ``"100/s;10000/h"``.
+        :param scope: a scope of the app's limits (see :ref:`scopes`); None for every scope.
+        :param until: when it ends: a :class:`~datetime.datetime` (naive
+            means UTC), seconds since the epoch, or an ISO time.
+        :param duration: or for how long: a :class:`~datetime.timedelta`,
+            seconds, or a span such as ``"2h"``.
+        :param by: who set it, for the log of changes.
+        :param app: the app; by default the current app.
+        :returns: the override stored.
+        :raises ValueError: naming what is wrong, with nothing stored: an
+            unknown scope, a malformed identity, network or limit, a network
+            wider than ``RATELIMIT_OVERRIDE_WIDEST_IPV4``/``_IPV6``, an end
+            not in the future, or neither or both of ``until`` and ``duration``.
+        :raises RuntimeError: if the extension is not set up on the app, or is disabled.
+        :raises StorageUnavailable: if Redis could not answer.
+        """
+        return self._set("limit", identity, limit, scope, until, duration, by, app)
+
+    def allow(
+        self,
+        identity: str | Identity,
+        *,
+        scope: str | None = None,
+        until: object = None,
+        duration: object = None,
+        by: str = "python",
+        app: Flask | None = None,
+    ) -> Override:
+        """Let ``identity`` through unlimited, on ``scope`` or on every
+        scope: a limit that counts it leaves its requests alone. The
+        arguments are :meth:`override`'s."""
+        return self._set("allow", identity, None, scope, until, duration, by, app)
+
+    def block(
+        self,
+        identity: str | Identity,
+        *,
+        scope: str | None = None,
+        until: object = None,
+        duration: object = None,
+        by: str = "python",
+        app: Flask | None = None,
+    ) -> Override:
+        """Refuse ``identity``'s requests, on ``scope`` or on every scope,
+        with 429 and a ``Retry-After`` until the block ends (or 403, as
+        ``RATELIMIT_OVERRIDE_BLOCK_STATUS`` says), without asking Redis.
+        The arguments are :meth:`override`'s."""
+        return self._set("block", identity, None, scope, until, duration, by, app)
+
+    def remove_overrides(
+        self,
+        identity: str | Identity | None = None,
+        *,
+        scope: str | None = None,
+        by: str = "python",
+        app: Flask | None = None,
+    ) -> list[Override]:
+        """Remove ``identity``'s overrides (everyone's if None): on every
+        scope, or only the one on ``scope``.
+
+        :returns: the overrides removed.
+        :raises ValueError: if ``identity`` names no identity or network.
+        """
+        state = _state_of(app)
+        with state.app.app_context():
+            target = None if identity is None else parse_target(identity, state)[0]
+            every = scope is None
+            return overrides_of(state).remove(target, scope, every, by)
+
+    def overrides(self, *, app: Flask | None = None) -> list[Override]:
+        """The overrides in force, read from storage now."""
+        return list(overrides_of(_state_of(app)).table().overrides)
+
+    def override_changes(self, count: int = 20, *, app: Flask | None = None) -> list[Change]:
+        """The latest changes of the overrides, newest first: who, what, until when."""
+        overrides = overrides_of(_state_of(app))
+        return list(overrides.throttle.call(overrides.store.changes, (overrides.store.log_key,), count))
+
+    def _set(
+        self,
+        action: str,
+        identity: str | Identity,
+        limit: str | None,
+        scope: str | None,
+        until: object,
+        duration: object,
+        by: str,
+        app: Flask | None,
+    ) -> Override:
+        state = _state_of(app)
+        overrides = overrides_of(state)
+        with state.app.app_context():
+            ends = parse_when(until, duration, overrides.now())
+            return overrides.put(make_override(state, action, identity, limit, scope, ends, by))
+
     def request_filter(self, function: RequestFilter) -> RequestFilter:
         """Register a function of the request that, when it returns True,
         leaves the request unlimited: not counted, not refused, no headers.
@@ -170,6 +291,13 @@ class RateLimit:
             raise TypeError(f"request_filter() takes a function of the request, not {function!r}")
         self.filters.append(function)
         return function
+
+
+def _state_of(app: Flask | None) -> RateLimitState:
+    state: RateLimitState | None = (app or current_app).extensions.get(EXTENSION_KEY)
+    if state is None:
+        raise RuntimeError("rate limiting is not set up on this app (RateLimit(app) or init_app(app))")
+    return state
 
 
 def refusal_log(app: Flask | None = None) -> RefusalLog:

@@ -205,3 +205,36 @@ def assert_on_the_page(browser: Any, tables: tuple[str, ...]) -> None:
         )
         assert rights, table
         assert max(rights) <= width, table
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("storage_url", ["redis"], indirect=True)
+def test_the_dashboards_override_controls_in_a_real_browser(served: tuple[Flask, str], browser: Any) -> None:
+    """Set a block on a network from the form, see it refuse and listed with
+    its change, then lift it with its row's button (docs/overrides.rst)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    app, base = served
+    client = app.test_client()
+    browser.get(f"{base}{PREFIX}/")
+    assert browser.find_element(By.ID, "overrides").text == "Overrides"
+    form = browser.find_element(By.ID, "override-form")
+    form.find_element(By.NAME, "identity").send_keys("ip:203.0.113.0/24")
+    Select(form.find_element(By.NAME, "action")).select_by_value("block")
+    Select(form.find_element(By.NAME, "scope")).select_by_value("items")
+    form.find_element(By.NAME, "for").send_keys("2h")
+    browser.find_element(By.ID, "set-override").click()
+    done = browser.find_element(By.ID, "reset-done").text
+    assert done.startswith("ip:203.0.113.0/24 blocked on scope 'items' until ")
+    row = [cell.text for cell in browser.find_elements(By.CSS_SELECTOR, "#overrides-table tr:nth-child(2) td")]
+    assert row[:3] == ["ip:203.0.113.0/24", "items", "block"]
+    change = [cell.text for cell in browser.find_elements(By.CSS_SELECTOR, "#changes-table tr:nth-child(2) td")]
+    assert change[1:4] == ["dashboard", "set", "ip:203.0.113.0/24 blocked on scope 'items'"]
+    assert_on_the_page(browser, ("overrides-table", "changes-table", "limits-table"))
+    assert get(client, "/items", ip="203.0.113.8").status_code == 429
+
+    browser.find_element(By.CSS_SELECTOR, "#overrides-table button.remove").click()
+    assert browser.find_element(By.ID, "reset-done").text == "Removed: ip:203.0.113.0/24 blocked on scope 'items'."
+    assert not browser.find_elements(By.ID, "overrides-table")
+    assert get(client, "/items", ip="203.0.113.8").status_code == 200

@@ -88,7 +88,9 @@ def run_samples(commands: list[str], clock: Clock) -> list[str]:
         # The page's last status sample is the one with Redis down.
         target = down if i == last_status else app
         result = flask_command(target, *args)
-        outputs.append(pin_times(result.output).rstrip("\n"))
+        # Only the refusal log's times come from Redis's clock; the overrides' are the pinned clock's.
+        output = pin_times(result.output) if args[1] == "refusals" else result.output
+        outputs.append(output.rstrip("\n"))
     return outputs
 
 

@@ -237,6 +237,17 @@ def _create_app_setup(names: dict[str, Any]) -> None:
 SETUP[("quickstart.rst", "from flask_redis_throttle.testing import redis_server")] = _create_app_setup
 
 
+def _overrides_setup(names: dict[str, Any]) -> None:
+    """The app overrides.rst steers: ``ratelimit`` on it, and a limit of scope ``api``."""
+    app = names["app"]
+    app.get("/api/items")(flask_redis_throttle.limit("10/s", scope="api")(lambda: "ok"))
+    names["ratelimit"] = RateLimit(app)
+
+
+SETUP[("overrides.rst", "ratelimit.override(")] = _overrides_setup
+SETUP[("overrides.rst", "from datetime import timedelta")] = _overrides_setup
+
+
 @pytest.mark.parametrize("example", PYCON, ids=lambda example: example.id)
 def test_every_pycon_example_runs_as_a_doctest(example: Example) -> None:
     names = namespace(Flask("docs_example"))

@@ -204,3 +204,19 @@ def test_index_page_says_what_following_it_prints(app: Flask, client: FlaskClien
     assert said is not None, "the page no longer says what the log-in loop prints"
     assert codes[-1] == said[1].split()
     assert codes[-1] == ["401", "401", "401", "401", "429", "429"]  # the log-in above used an attempt
+
+
+def test_a_logged_in_user_blocks_a_client_from_the_dashboard(client: FlaskClient) -> None:
+    assert client.get("/admin/ratelimit/").status_code == 404  # hidden from anyone logged out
+    log_in(client)
+    assert 'href="/admin/ratelimit/"' in client.get("/").get_data(as_text=True)
+    page = client.get("/admin/ratelimit/").get_data(as_text=True)
+    token = re.search(r'name="csrf_token" value="([^"]+)"', page)
+    assert token is not None
+    form = {"csrf_token": token[1], "identity": "ip:10.1.2.0/24", "action": "block", "scope": "items", "for": "1h"}
+    assert client.post("/admin/ratelimit/overrides", data=form).status_code == 302
+    assert client.get("/api/items", environ_base=at("10.1.2.3")).status_code == 429
+    assert client.get("/api/search", environ_base=at("10.1.2.3")).status_code == 200
+    page = client.get("/admin/ratelimit/").get_data(as_text=True)
+    assert "ip:10.1.2.0/24 blocked on scope &#39;items&#39;" in page
+    assert "<td>alice</td>" in page
