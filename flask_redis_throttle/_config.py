@@ -80,14 +80,14 @@ MAX_BREAKER_BACKOFF = 86_400.0
 FLASK_LIMITER_SETTINGS: dict[str, tuple[str | None, str]] = {
     "RATELIMIT_KEY_FUNC": ("RATELIMIT_IDENTITIES", "a list of 'ip', 'user' or key functions of the request"),
     "RATELIMIT_STORAGE_URI": ("RATELIMIT_STORAGE_URL", "note: URL"),
-    "RATELIMIT_DEFAULTS_PER_METHOD": (None, "write one @limit per method, with methods="),
-    "RATELIMIT_DEFAULTS_EXEMPT_WHEN": (None, "make RATELIMIT_DEFAULT a function that returns None to exempt"),
-    "RATELIMIT_DEFAULTS_DEDUCT_WHEN": (None, "put the limit on a blueprint with deduct_when="),
-    "RATELIMIT_DEFAULTS_COST": (None, "put the limit on a blueprint with cost="),
-    "RATELIMIT_APPLICATION_PER_METHOD": (None, "write one @limit per method, with methods="),
-    "RATELIMIT_APPLICATION_EXEMPT_WHEN": (None, "make RATELIMIT_APPLICATION a function that returns None to exempt"),
-    "RATELIMIT_APPLICATION_DEDUCT_WHEN": (None, "put the limit on a blueprint with deduct_when="),
-    "RATELIMIT_APPLICATION_COST": (None, "put the limit on a blueprint with cost="),
+    "RATELIMIT_DEFAULTS_PER_METHOD": ("RATELIMIT_DEFAULT", "{'limit': ..., 'per_method': True}"),
+    "RATELIMIT_DEFAULTS_EXEMPT_WHEN": ("RATELIMIT_DEFAULT", "{'limit': ..., 'exempt_when': function}"),
+    "RATELIMIT_DEFAULTS_DEDUCT_WHEN": ("RATELIMIT_DEFAULT", "{'limit': ..., 'deduct_when': function}"),
+    "RATELIMIT_DEFAULTS_COST": ("RATELIMIT_DEFAULT", "{'limit': ..., 'cost': ...}"),
+    "RATELIMIT_APPLICATION_PER_METHOD": ("RATELIMIT_APPLICATION", "{'limit': ..., 'per_method': True}"),
+    "RATELIMIT_APPLICATION_EXEMPT_WHEN": ("RATELIMIT_APPLICATION", "{'limit': ..., 'exempt_when': function}"),
+    "RATELIMIT_APPLICATION_DEDUCT_WHEN": ("RATELIMIT_APPLICATION", "{'limit': ..., 'deduct_when': function}"),
+    "RATELIMIT_APPLICATION_COST": ("RATELIMIT_APPLICATION", "{'limit': ..., 'cost': ...}"),
     "RATELIMIT_HEADER_LIMIT": (None, "the header names are fixed"),
     "RATELIMIT_HEADER_REMAINING": (None, "the header names are fixed"),
     "RATELIMIT_HEADER_RESET": (None, "the header names are fixed"),
@@ -115,9 +115,9 @@ class Settings:
     storage_url: str
     storage_options: Mapping[str, Any]
     key_prefix: str
-    default: LimitSpec | None
+    default: tuple[LimitSpec, ...]
     default_mode: str
-    application: LimitSpec | None
+    application: tuple[LimitSpec, ...]
     headers_enabled: bool
     headers_legacy: bool
     retry_after_http_date: bool
@@ -213,9 +213,9 @@ class Settings:
             storage_url=url,
             storage_options=options,
             key_prefix=prefix,
-            default=_limit(config, "RATELIMIT_DEFAULT"),
+            default=_limits(config, "RATELIMIT_DEFAULT"),
             default_mode=default_mode,
-            application=_limit(config, "RATELIMIT_APPLICATION", APPLICATION_SCOPE),
+            application=_limits(config, "RATELIMIT_APPLICATION", APPLICATION_SCOPE),
             headers_enabled=flag("RATELIMIT_HEADERS_ENABLED"),
             headers_legacy=flag("RATELIMIT_HEADERS_LEGACY"),
             retry_after_http_date=retry_after == "http-date",
@@ -261,15 +261,34 @@ def _unknown_key_advice(key: str) -> str:
     return f"{key} is not a setting of flask-redis-throttle, and is ignored{guess}"
 
 
-def _limit(config: Mapping[str, Any], key: str, scope: str | None = None) -> LimitSpec | None:
-    """The limit a setting holds: None, a limit string, or a function of the request."""
+#: What ``RATELIMIT_DEFAULT`` and ``RATELIMIT_APPLICATION`` may hold, for their errors.
+LIMIT_SETTING = (
+    "None, a limit string, a function of the request, a dict of limit()'s options with the limit "
+    "under 'limit', or a list of these"
+)
+
+
+def _limits(config: Mapping[str, Any], key: str, scope: str | None = None) -> tuple[LimitSpec, ...]:
+    """The limits a setting holds (see :data:`LIMIT_SETTING`), each checked
+    as :func:`~flask_redis_throttle.limit` checks its own. Given ``scope``
+    (``RATELIMIT_APPLICATION``'s), a limit without a ``scope`` option counts
+    under it, the second under ``scope+2``..., so that two never share a counter."""
     value = config[key]
-    if value is None:
-        return None
-    try:
-        return make_spec(value, scope=scope)
-    except InvalidLimit as error:
-        raise ConfigurationError(key, value, f"None, a limit string or a function of the request ({error})") from error
+    items = value if isinstance(value, (list, tuple)) else [] if value is None else [value]
+    if value is not None and not items:
+        raise ConfigurationError(key, value, LIMIT_SETTING)
+    found = []
+    for position, item in enumerate(items, 1):
+        options = dict(item) if isinstance(item, Mapping) else {"limit": item}
+        if "limit" not in options or "override_defaults" in options:
+            raise ConfigurationError(key, value, f"{LIMIT_SETTING}; override_defaults is for a view's own limits")
+        if scope is not None:
+            options.setdefault("scope", scope if position == 1 else f"{scope}+{position}")
+        try:
+            found.append(make_spec(options.pop("limit"), **options))
+        except (InvalidLimit, TypeError) as error:
+            raise ConfigurationError(key, value, f"{LIMIT_SETTING} ({error})") from error
+    return tuple(found)
 
 
 def _count(value: Any) -> bool:

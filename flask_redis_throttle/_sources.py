@@ -39,11 +39,9 @@ def limits_of(app: Flask, endpoint: str, settings: Settings) -> list[tuple[Limit
                 break
     if not inherits:
         return found
-    default = settings.default
-    if default is not None and not _overrides_default([spec for spec, _ in found], settings.default_mode):
-        found.append((default, "RATELIMIT_DEFAULT"))
-    if settings.application is not None:
-        found.append((settings.application, "RATELIMIT_APPLICATION"))
+    if settings.default and not _overrides_default([spec for spec, _ in found], settings.default_mode):
+        found += [(spec, "RATELIMIT_DEFAULT") for spec in settings.default]
+    found += [(spec, "RATELIMIT_APPLICATION") for spec in settings.application]
     return found
 
 

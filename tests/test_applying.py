@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from flask import Blueprint, Flask
+from flask import Blueprint, Flask, request
 from flask.views import MethodView, View
 from helpers import get, install
 
@@ -71,6 +71,55 @@ def test_the_application_limit_is_shared_by_every_view(app: Flask, statuses) -> 
     assert [(limit.source, limit.scope) for limit in plan.limits] == [
         ("RATELIMIT_DEFAULT", "free"),
         ("RATELIMIT_APPLICATION", "@app"),
+    ]
+
+
+def test_the_default_takes_a_limit_with_options(app: Flask, statuses) -> None:
+    app.add_url_rule("/items", "items", lambda: "ok", methods=["GET", "POST"])
+    state = install(app, RATELIMIT_DEFAULT={"limit": "1/m", "per_method": True, "exempt_when": is_internal})
+    client = app.test_client()
+    assert [client.get("/items").status_code, client.get("/items").status_code] == [200, 429]
+    assert [client.post("/items").status_code, client.post("/items").status_code] == [200, 429]
+    assert client.post("/items", headers={"X-Internal": "1"}).status_code == 200
+    plan = state.plan("items", "POST")
+    assert plan is not None
+    assert [(limit.source, limit.scope) for limit in plan.limits] == [("RATELIMIT_DEFAULT", "items@POST")]
+
+
+def is_internal(request: Any) -> bool:
+    return "X-Internal" in request.headers
+
+
+def test_a_list_of_default_limits_each_with_its_options(app: Flask, statuses) -> None:
+    @app.get("/items")
+    def items() -> Any:
+        return "ok", 400 if "X-Bad" in request.headers else 200
+
+    costly = {"limit": "3/h", "cost": lambda request: 2 if "X-Costly" in request.headers else 1}
+    failures = {"limit": "1/d", "deduct_when": lambda response: response.status_code >= 400}
+    state = install(app, RATELIMIT_DEFAULT=["5/m", costly, failures])
+    client = app.test_client()
+    assert statuses(client, 1, "/items", headers={"X-Costly": "1"}) == [200]  # 2 of 3/h
+    assert statuses(client, 1, "/items", headers={"X-Bad": "1"}) == [400]  # 3 of 3/h, 1 of 1/d
+    assert statuses(client, 1, "/items") == [429]
+    plan = state.plan("items")
+    assert plan is not None
+    assert [limit.source for limit in plan.limits] == ["RATELIMIT_DEFAULT"] * 3
+
+
+def test_application_limits_with_options_count_apart(app: Flask, statuses) -> None:
+    views(app, "a", "b")
+    app.add_url_rule("/write", "write", lambda: "ok", methods=["POST"])
+    application = [{"limit": "2/m", "per_method": True}, {"limit": "3/h", "methods": ["POST"]}]
+    state = install(app, RATELIMIT_APPLICATION=application)
+    client = app.test_client()
+    assert statuses(client, 1, "/a") + statuses(client, 2, "/b") == [200, 200, 429]
+    assert [client.post("/write").status_code for _ in range(3)] == [200, 200, 429]
+    plan = state.plan("write", "POST")
+    assert plan is not None
+    assert [(limit.source, limit.scope) for limit in plan.limits] == [
+        ("RATELIMIT_APPLICATION", "@app@POST"),
+        ("RATELIMIT_APPLICATION", "@app+2"),
     ]
 
 

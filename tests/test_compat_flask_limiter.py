@@ -64,6 +64,36 @@ def test_default_limits_are_joined_and_a_view_limit_replaces_them(flask_app: Fla
     assert statuses(client, 2, "/own") == [200, 429]
 
 
+def test_default_and_application_limits_take_their_options(flask_app: Flask, url: str) -> None:
+    limiter_for(
+        flask_app,
+        url,
+        default_limits=["2/minute"],
+        default_limits_per_method=True,
+        default_limits_cost=lambda: 2 if request.args else 1,
+        application_limits=["3/minute"],
+        application_limits_deduct_when=lambda response: response.status_code == 200,
+    )
+
+    @flask_app.route("/items", methods=["GET", "POST"])
+    def items() -> str:
+        return "ok"
+
+    client = flask_app.test_client()
+    assert [client.get("/items?big=1").status_code, client.get("/items").status_code] == [200, 429]
+    assert [client.post("/items").status_code for _ in range(3)] == [200, 200, 429]
+    # The application limit counted the three 200s only.
+    assert client.get("/").status_code == 429
+
+
+def test_a_limit_item_of_the_default_limits_keeps_its_options(flask_app: Flask, url: str) -> None:
+    limiter_for(flask_app, url, default_limits=["5/minute", Limit("1/minute", per_method=True, methods=["POST"])])
+    flask_app.add_url_rule("/items", "items", lambda: "ok", methods=["GET", "POST"])
+    client = flask_app.test_client()
+    assert [client.post("/items").status_code, client.post("/items").status_code] == [200, 429]
+    assert [client.get("/items").status_code, client.get("/items").status_code] == [200, 200]
+
+
 def test_a_key_func_counts_each_of_its_values(flask_app: Flask, url: str) -> None:
     def tenant() -> str:
         return request.headers.get("X-Tenant", "none")
@@ -183,14 +213,12 @@ def test_flask_limiters_settings_are_read_without_a_warning(flask_app: Flask, ur
     ("arguments", "refused"),
     [
         ({"meta_limits": ["2/day"]}, ConfigVars.META_LIMITS),
-        ({"default_limits_cost": 2}, ConfigVars.DEFAULT_LIMITS_COST),
         ({"storage_uri": "memcached://localhost:11211"}, ConfigVars.STORAGE_URI),
         ({"header_name_mapping": {"X-RateLimit-Limit": "X-Limit"}}, "header_name_mapping"),
         ({"auto_check": False}, "auto_check"),
         ({"fail_on_first_breach": False}, ConfigVars.FAIL_ON_FIRST_BREACH),
         ({"in_memory_fallback": ["1/minute"]}, ConfigVars.IN_MEMORY_FALLBACK),
         ({"strategy": "leaky-bucket"}, ConfigVars.STRATEGY),
-        ({"default_limits": [Limit("1/minute", per_method=True)]}, ConfigVars.DEFAULT_LIMITS),
     ],
 )
 def test_what_has_no_counterpart_is_refused_at_init_app(flask_app: Flask, arguments: Any, refused: str) -> None:

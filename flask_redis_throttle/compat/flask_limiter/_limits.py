@@ -65,9 +65,8 @@ def identities(key_func: Callable[[], str] | None) -> list[Any] | None:
 class Limit:
     """Flask-Limiter's ``Limit``: a default limit, as an item of ``default_limits``.
 
-    Here a default limit is one setting, ``RATELIMIT_DEFAULT``: the items'
-    limit strings are joined, and an item may not have options of its own;
-    one that does is refused at ``init_app``.
+    Each becomes a limit of ``RATELIMIT_DEFAULT``, with its options; the
+    plain limit strings and functions of ``default_limits`` are one more.
     """
 
     limit_provider: Callable[[], str] | str
@@ -166,20 +165,16 @@ class RouteLimit(Limit):
         return None
 
 
-def dynamic(
-    items: Sequence[str | Callable[[], str]], exempt_when: Callable[[], bool] | None = None
-) -> Callable[[Request], str | None]:
+def dynamic(items: Sequence[str | Callable[[], str]]) -> Callable[[Request], str | None]:
     """One dynamic limit of several Flask-Limiter limit values: their limit
-    strings joined, or None (no limit) when ``exempt_when`` says so or none
-    returns one. Named after the first function, for the extension's logs."""
+    strings joined, or None (no limit) when none returns one. Named after
+    the first function, for the extension's logs."""
 
     def limits(request: Request) -> str | None:
-        if exempt_when is not None and exempt_when():
-            return None
         texts = [item() if callable(item) else item for item in items]
         return ";".join(text for text in texts if text) or None
 
-    named = next((item for item in items if callable(item)), exempt_when)
+    named = next((item for item in items if callable(item)), None)
     if named is not None:
         functools.update_wrapper(limits, named, updated=())
     return limits

@@ -5,7 +5,6 @@ sets up the extension, and what it refuses.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
@@ -80,10 +79,8 @@ def settings(
         "RATELIMIT_FAIL_OPEN": bool(given(ConfigVars.SWALLOW_ERRORS)),
         "RATELIMIT_FALLBACK": bool(given(ConfigVars.IN_MEMORY_FALLBACK_ENABLED)),
         "RATELIMIT_STORAGE_OPTIONS": dict(given(ConfigVars.STORAGE_OPTIONS) or {}),
-        "RATELIMIT_DEFAULT": layered(ConfigVars.DEFAULT_LIMITS, given, ConfigVars.DEFAULT_LIMITS_EXEMPT_WHEN),
-        "RATELIMIT_APPLICATION": layered(
-            ConfigVars.APPLICATION_LIMITS, given, ConfigVars.APPLICATION_LIMITS_EXEMPT_WHEN
-        ),
+        "RATELIMIT_DEFAULT": layered(given, *DEFAULT_SETTINGS),
+        "RATELIMIT_APPLICATION": layered(given, *APPLICATION_SETTINGS),
         # Flask-Limiter's limits replace the default unless told otherwise.
         "RATELIMIT_DEFAULT_MODE": "replace",
     }
@@ -109,12 +106,6 @@ def settings(
 
 #: Flask-Limiter's settings that have no counterpart here yet, with why.
 REFUSED = {
-    ConfigVars.DEFAULT_LIMITS_PER_METHOD: "not supported for the default limits: put per_method=True on the views",
-    ConfigVars.DEFAULT_LIMITS_DEDUCT_WHEN: "not supported for the default limits: put deduct_when= on the views",
-    ConfigVars.DEFAULT_LIMITS_COST: "not supported for the default limits: put cost= on the views",
-    ConfigVars.APPLICATION_LIMITS_PER_METHOD: "not supported for the application limits",
-    ConfigVars.APPLICATION_LIMITS_DEDUCT_WHEN: "not supported for the application limits",
-    ConfigVars.APPLICATION_LIMITS_COST: "not supported for the application limits",
     ConfigVars.META_LIMITS: "no meta limits: use a limit's penalty= for an escalating refusal",
     ConfigVars.ON_META_BREACH: "no meta limits: use a limit's penalty= and on_breach=",
     ConfigVars.REQUEST_IDENTIFIER: "none: counters are named after the endpoint, or a shared limit's scope",
@@ -132,27 +123,59 @@ HEADER_SETTINGS = (
 )
 
 
-def layered(key: str, given: Callable[[str], Any], exempt_key: str) -> Any:
+#: Flask-Limiter's settings of the default limits: the limits, then the
+#: options every one of them takes (``per_method``, ``exempt_when``,
+#: ``deduct_when``, ``cost``).
+DEFAULT_SETTINGS = (
+    ConfigVars.DEFAULT_LIMITS,
+    ConfigVars.DEFAULT_LIMITS_PER_METHOD,
+    ConfigVars.DEFAULT_LIMITS_EXEMPT_WHEN,
+    ConfigVars.DEFAULT_LIMITS_DEDUCT_WHEN,
+    ConfigVars.DEFAULT_LIMITS_COST,
+)
+#: The same for the application limits.
+APPLICATION_SETTINGS = (
+    ConfigVars.APPLICATION_LIMITS,
+    ConfigVars.APPLICATION_LIMITS_PER_METHOD,
+    ConfigVars.APPLICATION_LIMITS_EXEMPT_WHEN,
+    ConfigVars.APPLICATION_LIMITS_DEDUCT_WHEN,
+    ConfigVars.APPLICATION_LIMITS_COST,
+)
+
+
+def layered(
+    given: Callable[[str], Any], key: str, per_method: str, exempt_when: str, deduct_when: str, cost: str
+) -> list[dict[str, Any]] | None:
     """``RATELIMIT_DEFAULT`` or ``RATELIMIT_APPLICATION`` for Flask-Limiter's
-    list of default or application limits: their limit strings joined, or
-    one dynamic limit when any is a function or ``exempt_when`` is given."""
+    default or application limits: their limit strings and functions as one
+    limit (a dynamic one if any is a function), with the options the
+    settings give all of them; and each ``Limit(...)`` item as a limit of
+    its own, with its own options."""
     value = given(key)
     if value is None:
         return None
     items = [value] if isinstance(value, str) or callable(value) else list(value)
+    shared = Limit(
+        "",
+        per_method=bool(given(per_method)),
+        exempt_when=given(exempt_when),
+        deduct_when=given(deduct_when),
+        cost=given(cost),
+    )
+    found: list[dict[str, Any]] = []
     providers: list[str | Callable[[], str]] = []
     for item in items:
         if isinstance(item, Limit):
-            if any(getattr(item, field.name) != field.default for field in dataclasses.fields(Limit)[1:]):
-                raise unsupported(key, item, "limit strings, or Limit(...) without options of its own")
-            item = item.limit_provider
-        if not (isinstance(item, str) or callable(item)):
-            raise ConfigurationError(key, value, "a list of limit strings or functions that return one")
-        providers.append(item)
-    exempt_when = given(exempt_key)
-    if exempt_when is None and all(isinstance(item, str) for item in providers):
-        return ";".join(str(item) for item in providers) or None
-    return dynamic(providers, exempt_when)
+            found.append({"limit": item.spec(), **item.options()})
+        elif isinstance(item, str) or callable(item):
+            providers.append(item)
+        else:
+            raise ConfigurationError(key, value, "a list of limit strings, functions that return one, or Limit(...)")
+    if providers:
+        joined = dynamic(providers) if any(callable(item) for item in providers) else ";".join(map(str, providers))
+        if joined:
+            found.insert(0, {"limit": joined, **shared.options()})
+    return found or None
 
 
 def storage_url(uri: str) -> str:
