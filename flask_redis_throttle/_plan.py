@@ -54,6 +54,7 @@ __all__ = [
     "compile_plan",
     "matching",
     "per_method_scope",
+    "plan_of",
 ]
 
 #: How many policies a dynamic limit keeps, one per distinct string returned;
@@ -307,8 +308,22 @@ def compile_plan(app: Flask, endpoint: str, method: str, settings: Settings, war
     :param warn: how its identities warn of a logged-in user without an id
         (see :func:`~flask_redis_throttle._identity.resolvers`).
     """
-    found = limits_of(app, endpoint, settings)
-    logins = hasattr(app, "login_manager")
+    return plan_of(limits_of(app, endpoint, settings), endpoint, method, settings, hasattr(app, "login_manager"), warn)
+
+
+def plan_of(
+    found: Sequence[tuple[LimitSpec, str]],
+    endpoint: str,
+    method: str,
+    settings: Settings,
+    logins: bool,
+    warn: Warn | None = None,
+) -> Plan | None:
+    """The plan of the limits ``found`` (each with where it was written) for
+    requests of ``method`` to ``endpoint``, or None if none applies.
+
+    :param logins: whether the app logs users in with Flask-Login.
+    """
     taken: list[tuple[str, str, frozenset[int] | None]] = []
     limits = []
     for position, (spec, source) in enumerate(found, 1):

@@ -26,7 +26,9 @@ from ._decisions import _at_cost, _limit_of, _outcome, _over_quota, _OverQuota, 
 from ._headers import LayerNames, retry_after_value, set_headers
 from ._metrics import Metrics
 from ._notices import Notices, logger
-from ._plan import Batch, Plan, Problem, compile_plan, matching
+from ._plan import Batch, Plan, Problem, compile_plan, matching, plan_of, qualified_name
+from ._spec import LimitSpec
+from .core.bounded import remember
 from .core.factory import build_refusal_log, build_throttle
 from .core.keys import loggable
 from .core.refusals import RefusalLog
@@ -45,6 +47,11 @@ EXTENSION_KEY = "ratelimit"
 
 #: The attribute of ``g`` that holds a request's :class:`Outcome`.
 OUTCOME_ATTRIBUTE = "_ratelimit"
+
+#: How many plans of limits' ``with`` blocks are kept: one per limit,
+#: endpoint and method; more, and the cache starts again, so that a limit
+#: made anew in each request stays bounded.
+BLOCK_PLANS = 1024
 
 
 @dataclasses.dataclass(slots=True)
@@ -117,6 +124,8 @@ class RateLimitState(Notices):
         # Keys are real endpoints and the methods their rules accept (Flask
         # answers any other method 405 with no endpoint), so this is bounded.
         self._plans: dict[tuple[str, str], Plan | None] = {}
+        #: The plans of limits' ``with`` blocks, by limit, endpoint and method.
+        self._blocks: dict[tuple[LimitSpec, str, str], Plan | None] = {}
         if self.throttle is not None and self.throttle.breaker is not None:
             self.breaker_added(self.throttle.breaker.name)
 
@@ -138,6 +147,40 @@ class RateLimitState(Notices):
         except KeyError:
             plan = self._plans[key] = compile_plan(self.app, key[0], key[1], self.settings, self._warn)
             return plan
+
+    def decide_block(self, spec: LimitSpec) -> None:
+        """Decide ``spec`` for the current request, now: ``with limit(...)``
+        (see :ref:`block-limits`). It is decided as the view's limits were,
+        and counted beside them; the headers show the tighter of the two.
+
+        Without a ``scope``, it counts under ``<endpoint>:<limit>``: the
+        endpoint, and the limit string or the dynamic limit's function name.
+
+        :raises RateLimitExceeded: when it refuses the request.
+        """
+        req: Request = request._get_current_object()  # type: ignore[attr-defined]
+        endpoint = req.endpoint
+        if endpoint is None or self.throttle is None:
+            return  # 404s and 405s are decided by nothing; nor is anything when disabled
+        if self.filters and any(accept(req) for accept in self.filters):
+            return
+        key = (spec, endpoint, req.method)
+        try:
+            plan = self._blocks[key]
+        except KeyError:
+            written = spec.limit if isinstance(spec.limit, str) else qualified_name(spec.limit)
+            scoped = dataclasses.replace(spec, scope=spec.scope or f"{endpoint}:{written}")
+            logins = hasattr(self.app, "login_manager")
+            plan = plan_of([(scoped, "block")], endpoint, req.method, self.settings, logins, self._warn)
+            remember(self._blocks, key, plan, BLOCK_PLANS)
+        if plan is None:
+            return
+        batches, labels, problems = plan.prepare(req)
+        if problems:
+            self._problems(problems)
+        if batches:
+            previous: Outcome | None = g._get_current_object().__dict__.get(OUTCOME_ATTRIBUTE)
+            self._decide(req, endpoint, labels, batches, self.throttle, previous)
 
     def before_request(self) -> None:
         """Decide the request; raise :class:`RateLimitExceeded` if it is refused."""
@@ -166,15 +209,25 @@ class RateLimitState(Notices):
             self._decide(req, endpoint, labels, batches, self.throttle)
 
     def _decide(
-        self, req: Request, endpoint: str, labels: LayerNames, batches: Sequence[Batch], throttle: Throttle
+        self,
+        req: Request,
+        endpoint: str,
+        labels: LayerNames,
+        batches: Sequence[Batch],
+        throttle: Throttle,
+        previous: Outcome | None = None,
     ) -> None:
         """Decide the request's batches, one script call each, and leave the
         :class:`Outcome` in ``g``; raise the 429 at the first enforced refusal.
 
         Every request takes this one path; a simple plan's is its one batch,
-        enforced and counted before the view."""
+        enforced and counted before the view. A limit's ``with`` block takes
+        it too, with the ``previous`` outcome of the request, which it adds to."""
         shown: Decision | None = None
         deferred: list[Batch] | None = None
+        if previous is not None:
+            shown, deferred = previous.decision, previous.deferred
+            labels = LayerNames.of((*previous.labels.policies, *labels.policies))
         metrics = self.metrics
         for batch in batches:
             started = perf_counter() if metrics is not None else 0.0

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from flask import Blueprint, Flask
+from flask import Blueprint, Flask, current_app
 
 from ._spec import CostFunction, DynamicLimit, LimitOptions, LimitSpec, RefusalHook, make_spec
 from .core.deprecated import renamed
@@ -28,6 +28,7 @@ __all__ = [
     "LIMITS_ATTRIBUTE",
     "CostFunction",
     "DynamicLimit",
+    "LimitDecorator",
     "LimitOptions",
     "LimitSpec",
     "RefusalHook",
@@ -46,7 +47,7 @@ EXEMPT_ATTRIBUTE = "__ratelimit_exempt__"
 Target = TypeVar("Target", bound="Callable[..., Any] | Blueprint")
 
 
-def limit(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> Callable[[Target], Target]:
+def limit(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> LimitDecorator:
     """Limit a view, or every view of a blueprint. A request passes only if
     every layer of every identity has room.
 
@@ -103,19 +104,51 @@ def limit(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> Callable
         view, put it on the methods that handle requests (``get``,
         ``post``...) or in the class's ``decorators`` (see
         :ref:`class-based-views`).
-    """
-    entry = make_spec(spec, **options)
 
-    def decorate(target: Target) -> Target:
+    What it returns is also a context manager: ``with limit("3/h"):``
+    inside a request decides the limit when the block starts (see
+    :ref:`block-limits`).
+    """
+    return LimitDecorator(make_spec(spec, **options))
+
+
+class LimitDecorator:
+    """What :func:`limit` returns: a decorator for a view or a blueprint, and
+    a context manager that decides the limit for the current request when
+    its block starts.
+
+    :param spec: the limit and its options, checked.
+    """
+
+    __slots__ = ("spec",)
+
+    def __init__(self, spec: LimitSpec) -> None:
+        self.spec = spec
+
+    def __call__(self, target: Target) -> Target:
         _check_target(target, "limit")
         # Decorators apply bottom-up; putting this one first keeps the limits
         # in the order they are written. A new tuple rather than a list
         # append, because functools.wraps copies __dict__ shallowly and a
         # wrapped view must not gain its wrapper's limits.
-        setattr(target, LIMITS_ATTRIBUTE, (entry, *getattr(target, LIMITS_ATTRIBUTE, ())))
+        setattr(target, LIMITS_ATTRIBUTE, (self.spec, *getattr(target, LIMITS_ATTRIBUTE, ())))
         return target
 
-    return decorate
+    def __enter__(self) -> None:
+        """Decide the limit for the current request, now.
+
+        :raises RateLimitExceeded: when it refuses the request.
+        :raises RuntimeError: outside a request, or in an app without the extension.
+        """
+        from ._state import EXTENSION_KEY
+
+        state = current_app.extensions.get(EXTENSION_KEY)
+        if state is None:
+            raise RuntimeError(f"`with limit({self.spec.limit!r})` needs RateLimit set up on {current_app.name!r}")
+        state.decide_block(self.spec)
+
+    def __exit__(self, *exc: object) -> None:
+        return None
 
 
 def exempt(target: Target) -> Target:

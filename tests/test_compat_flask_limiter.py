@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from flask import Blueprint, Flask, Response, request
+from flask.views import MethodView
 from helpers import get
 
 from flask_redis_throttle import ConfigurationError
@@ -273,10 +274,58 @@ def test_current_limit_is_a_request_limit(flask_app: Flask, url: str) -> None:
     assert get(flask_app.test_client(), "/left").json == {"remaining": 4, "breached": False, "shared": False}
 
 
+def test_a_limited_function_that_is_not_a_view_is_decided_when_called(flask_app: Flask, url: str) -> None:
+    limiter = limiter_for(flask_app, url)
+
+    @limiter.limit("2/minute")
+    def send() -> str:
+        return "sent"
+
+    @flask_app.get("/a")
+    @limiter.limit("5/minute")
+    def a() -> str:
+        return send()
+
+    class Items(MethodView):
+        @limiter.limit("3/minute")
+        def get(self) -> str:
+            return send()
+
+    flask_app.add_url_rule("/items", view_func=Items.as_view("items"))
+    client = flask_app.test_client()
+    # send() counts under its own name, whichever view calls it; a view's
+    # own limit is decided before it, once.
+    assert statuses(client, 1, "/a") + statuses(client, 2, "/items") == [200, 200, 429]
+    assert statuses(client, 2, "/items", ip="192.0.2.9") == [200, 200]
+    assert statuses(client, 2, "/items", ip="192.0.2.9") == [429, 429]  # 3/minute, then send()'s
+
+
+def test_an_async_view_limited_by_the_limiter_is_counted_once(flask_app: Flask, url: str) -> None:
+    pytest.importorskip("asgiref")
+    limiter = limiter_for(flask_app, url)
+
+    @flask_app.get("/async")
+    @limiter.limit("2/minute")
+    async def slow() -> str:
+        return "ok"
+
+    assert statuses(flask_app.test_client(), 3, "/async") == [200, 200, 429]
+
+
+def test_the_limit_as_a_context_manager_counts_per_scope(flask_app: Flask, url: str) -> None:
+    limiter = limiter_for(flask_app, url)
+
+    @flask_app.get("/t/<int:item>")
+    def item(item: int) -> str:
+        with limiter.limit("1/minute", scope=item):
+            return "ok"
+
+    client = flask_app.test_client()
+    assert statuses(client, 2, "/t/1") + statuses(client, 2, "/t/2") == [200, 429, 200, 429]
+
+
 def test_what_is_refused_at_use_says_so(flask_app: Flask) -> None:
     limiter = Limiter(get_remote_address, app=flask_app)
-    with pytest.raises(NotImplementedError, match="context manager"), limiter.limit("1/second"):
-        pass
     with pytest.raises(NotImplementedError, match="reset one identity"):
         limiter.reset()
     with pytest.raises(NotImplementedError, match=r"flask_redis_throttle\.check"):

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
-from flask import Blueprint, Request, Response
+from flask import Blueprint, Request, Response, current_app, has_request_context, request
+from flask.views import http_method_funcs
 
+from ..._plan import qualified_name
 from ...current import CurrentLimit
 from ...decorators import limit as native_limit
 from ...errors import InvalidLimit
@@ -153,16 +156,67 @@ class RouteLimit(Limit):
         self.native = native_limit(self.spec(), override_defaults=override_defaults, **self.options())
 
     def __call__(self, target: Target) -> Target:
-        return self.native(target)
+        """Limit a blueprint or a view, as the extension's :func:`limit`
+        does; and, as in Flask-Limiter, a function that is not a view, when
+        it is called in a request: its counters are named after it, unless
+        the limit is shared."""
+        self.native(target)
+        if isinstance(target, Blueprint):
+            return target
+        options = self.options()
+        options.setdefault("scope", qualified_name(target))
+        block = native_limit(self.spec(), **options)
+        function: Callable[..., Any] = target
+
+        def decided_before(limited: Callable[..., Any]) -> bool:
+            return not has_request_context() or is_view_of(limited, request.endpoint)
+
+        if inspect.iscoroutinefunction(function):
+
+            @functools.wraps(function)
+            async def limited_async(*args: Any, **kwargs: Any) -> Any:
+                if not decided_before(limited_async):
+                    block.__enter__()
+                return await function(*args, **kwargs)
+
+            return limited_async  # type: ignore[return-value]
+
+        @functools.wraps(function)
+        def limited(*args: Any, **kwargs: Any) -> Any:
+            if not decided_before(limited):
+                block.__enter__()
+            return function(*args, **kwargs)
+
+        return limited  # type: ignore[return-value]
 
     def __enter__(self) -> None:
-        raise NotImplementedError(
-            "limiter.limit(...) as a context manager is not supported: limit the view, or decide "
-            f"outside a request with flask_redis_throttle.core.throttle.Throttle.hit ({SEE})"
-        )
+        """Decide the limit for the current request now: the extension's
+        ``with limit(...)``. A scope here gives the block counters of its own
+        within the endpoint, as in Flask-Limiter."""
+        block = self.native
+        if self.scope is not None and not self.shared:
+            block = native_limit(self.spec(), **{**self.options(), "scope": f"{request.endpoint}:{self.scope}"})
+        block.__enter__()
 
     def __exit__(self, *exc: object) -> None:
         return None
+
+
+def is_view_of(function: Callable[..., Any], endpoint: str | None) -> bool:
+    """Whether ``function`` is the view of ``endpoint`` (or a function the
+    view wraps, or a method of its class that handles requests), whose
+    limits the extension decided before the view."""
+    view = current_app.view_functions.get(endpoint) if endpoint is not None else None
+    while view is not None:
+        if view is function:
+            return True
+        view_class = getattr(view, "view_class", None)
+        if view_class is not None and any(
+            getattr(view_class, name, None) is function for name in ("dispatch_request", *http_method_funcs)
+        ):
+            return True
+        view = getattr(view, "__wrapped__", None)
+    return False
 
 
 def dynamic(items: Sequence[str | Callable[[], str]]) -> Callable[[Request], str | None]:
