@@ -78,13 +78,14 @@ class PlannedLimit:
     :param spec: the limit and its options, as written.
     :param source: where it was written: ``"view"``, ``"blueprint <name>"``,
         ``"RATELIMIT_DEFAULT"`` or ``"RATELIMIT_APPLICATION"``.
-    :param scope: the scope its counters are kept under.
+    :param scope: the scope its counters are kept under; for a scope
+        function, its name, since each request's scope is its own.
     :param strategy: its algorithm.
     :param identities: whom it counts: built-in names and key functions.
     :param resolvers: those identities, compiled.
     :param shadow: whether it only logs (its own ``shadow=`` or ``RATELIMIT_SHADOW``).
-    :param policy: its policy; None for a dynamic limit, whose policy is
-        found per request by :meth:`resolve`.
+    :param policy: its policy; None for a dynamic limit or one with a
+        scope function, whose policy is found per request by :meth:`resolve`.
     """
 
     spec: LimitSpec
@@ -95,33 +96,43 @@ class PlannedLimit:
     resolvers: tuple[Resolver, ...] = field(repr=False)
     shadow: bool
     policy: Policy | None
-    _policies: dict[str, Policy] = field(default_factory=dict, repr=False)
+    _policies: dict[tuple[str, str], Policy] = field(default_factory=dict, repr=False)
 
     @property
     def dynamic(self) -> bool:
-        """Whether the limit string comes from a function, per request."""
+        """Whether the limit string or the scope comes from a function, per request."""
         return self.policy is None
 
     def resolve(self, request: Request) -> Policy | None:
-        """This request's policy: the fixed one, or the dynamic function's.
+        """This request's policy: the fixed one, or the one of the limit
+        string and scope its functions return.
 
         :returns: None when the dynamic function returns None.
         :raises InvalidLimit: when it returns anything but None or a valid
-            limit string.
+            limit string, or the scope function anything but a non-empty string.
         """
         if self.policy is not None:
             return self.policy
-        value = self.spec.limit(request)  # type: ignore[operator]
+        spec = self.spec
+        value = spec.limit if isinstance(spec.limit, str) else spec.limit(request)
         if value is None:
             return None
         if not isinstance(value, str):
             raise InvalidLimit(f"a dynamic limit must return a limit string or None, not {value!r}", spec=value)
-        policy = self._policies.get(value)
+        scope = self.scope
+        if callable(spec.scope):
+            scope = spec.scope(request)
+            if not isinstance(scope, str) or not scope:
+                raise InvalidLimit(f"a scope function must return a non-empty string, not {scope!r}", spec=scope)
+            if spec.per_method:
+                scope = per_method_scope(scope, request.method)
+        policy = self._policies.get((value, scope))
         if policy is None:
             # Every string shares the scope, so a client whose limit changes
             # (a new pricing plan) keeps what it has used so far.
-            policy = Policy(parse_limits(value), self.scope, self.strategy, self.spec.penalty)
-            remember(self._policies, value, policy, DYNAMIC_CACHE_SIZE)
+            layers = spec.layers if spec.layers is not None else parse_limits(value)
+            policy = Policy(layers, scope, self.strategy, spec.penalty)
+            remember(self._policies, (value, scope), policy, DYNAMIC_CACHE_SIZE)
         return policy
 
     def owns(self, policy: Policy) -> bool:
@@ -329,13 +340,16 @@ def plan_of(
     for position, (spec, source) in enumerate(found, 1):
         strategy = spec.strategy or settings.strategy
         periods = None if spec.layers is None else frozenset(layer.window for layer in spec.layers)
-        scope = spec.scope or _default_scope(endpoint, position, strategy, periods, taken)
+        if callable(spec.scope):
+            scope = f"{qualified_name(spec.scope)}()"  # its name: each request's scope is its own
+        else:
+            scope = spec.scope or _default_scope(endpoint, position, strategy, periods, taken)
         # Scopes are given over all the endpoint's limits, whatever their
         # methods, so that a limit keeps its counters for every method.
         taken.append((scope, strategy, periods))
         if not spec.applies_to(method):
             continue
-        if spec.per_method:
+        if spec.per_method and not callable(spec.scope):
             scope = per_method_scope(scope, method)
         identities = spec.identities or settings.identities
         limits.append(
@@ -347,7 +361,9 @@ def plan_of(
                 identities=identities,
                 resolvers=resolvers(identities, settings.ipv6_prefix, logins, warn),
                 shadow=spec.shadow or settings.shadow,
-                policy=None if spec.layers is None else Policy(spec.layers, scope, strategy, spec.penalty),
+                policy=None
+                if spec.layers is None or callable(spec.scope)
+                else Policy(spec.layers, scope, strategy, spec.penalty),
             )
         )
     if not limits:

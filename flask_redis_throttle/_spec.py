@@ -33,12 +33,14 @@ elif TYPE_CHECKING:
 if TYPE_CHECKING:
     from .signals import RefusalEvent
 
-__all__ = ["CostFunction", "DynamicLimit", "LimitOptions", "LimitSpec", "RefusalHook", "make_spec"]
+__all__ = ["CostFunction", "DynamicLimit", "LimitOptions", "LimitSpec", "RefusalHook", "ScopeFunction", "make_spec"]
 
 #: A dynamic limit: given the request, a limit string, or None for no limit.
 DynamicLimit = Callable[[Request], "str | None"]
 #: A cost function: given the request, how much quota it takes.
 CostFunction = Callable[[Request], int]
+#: A scope function: given the request, the name of the counters it counts in.
+ScopeFunction = Callable[[Request], str]
 #: Called with a :class:`~flask_redis_throttle.signals.RefusalEvent` when a limit refuses.
 RefusalHook = Callable[["RefusalEvent"], object]
 
@@ -54,7 +56,8 @@ class LimitSpec:
     :param limit: the limit string as written, or the dynamic limit function.
     :param layers: its layers; None for a dynamic limit, whose layers are
         known only per request.
-    :param scope: the counters' scope, or None for the endpoint name.
+    :param scope: the counters' scope, or a function of the request that
+        returns it, or None for the endpoint name.
     :param identities: whom it counts, or None for ``RATELIMIT_IDENTITIES``.
     :param strategy: the algorithm, or None for ``RATELIMIT_STRATEGY``.
     :param methods: the HTTP methods it applies to, upper case; None for all.
@@ -74,7 +77,7 @@ class LimitSpec:
 
     limit: str | DynamicLimit
     layers: tuple[Layer, ...] | None
-    scope: str | None = None
+    scope: str | ScopeFunction | None = None
     identities: tuple[IdentitySpec, ...] | None = None
     strategy: str | None = None
     methods: frozenset[str] | None = None
@@ -121,7 +124,7 @@ class LimitOptions(TypedDict, total=False):
     checked once, by :func:`make_spec`. See :func:`limit` for what each
     means; one left out takes the default of :class:`LimitSpec`."""
 
-    scope: str | None
+    scope: str | ScopeFunction | None
     identities: Sequence[IdentitySpec] | None
     strategy: str | None
     methods: Iterable[str] | None
@@ -157,10 +160,10 @@ def make_spec(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> Limi
     return LimitSpec(spec, layers, **checked)
 
 
-def _scope(scope: object) -> str | None:
-    if scope is not None and (not isinstance(scope, str) or not scope):
-        raise InvalidLimit(f"scope {scope!r} must be a non-empty string", spec=scope)
-    return scope
+def _scope(scope: Any) -> str | ScopeFunction | None:
+    if scope is not None and not callable(scope) and (not isinstance(scope, str) or not scope):
+        raise InvalidLimit(f"scope {scope!r} must be a non-empty string, or a function of the request", spec=scope)
+    return scope  # type: ignore[no-any-return]
 
 
 def _identities(identities: Any) -> tuple[IdentitySpec, ...] | None:

@@ -66,7 +66,9 @@ def limit(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> LimitDec
         or a function that takes the request and returns such a string, or
         None for no limit, per request (a *dynamic* limit).
     :param scope: the name to count under. Views that give the same scope
-        share counters. By default each endpoint counts on its own.
+        share counters. By default each endpoint counts on its own. It may
+        also be a function of the request that returns the name, for a
+        scope per request (see :ref:`scope functions <scope-functions>`).
     :param identities: whom to count, overriding ``RATELIMIT_IDENTITIES``:
         ``"ip"``, ``"user"``, ``"user-or-ip"`` or key functions.
     :param strategy: the algorithm, overriding ``RATELIMIT_STRATEGY``:

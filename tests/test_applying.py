@@ -263,6 +263,45 @@ def test_static_files_are_never_limited(tmp_path: Any, mode: str) -> None:
     assert state.plan("assets.static") is None
 
 
+def document_scope(request: Any) -> Any:
+    return {"a": "document:a", "b": "document:b", "none": None}.get(request.view_args["name"], "")
+
+
+def test_a_scope_function_gives_each_request_its_scope(app: Flask, statuses) -> None:
+    @app.route("/documents/<name>", methods=["GET", "POST"])
+    @limit("1/m", scope=document_scope)
+    def document(name: str) -> str:
+        return name
+
+    @app.route("/other/<name>", methods=["GET", "POST"])
+    @limit("1/m", scope=document_scope, per_method=True)
+    def other(name: str) -> str:
+        return name
+
+    state = install(app)
+    client = app.test_client()
+    assert statuses(client, 2, "/documents/a") + statuses(client, 2, "/documents/b") == [200, 429, 200, 429]
+    assert statuses(client, 2, "/other/a") == [200, 429]  # document:a@GET
+    assert [client.post("/other/a").status_code, client.post("/other/a").status_code] == [200, 429]
+    plan = state.plan("document")
+    assert plan is not None
+    assert plan.limits[0].scope == "test_applying.document_scope()"
+
+
+@pytest.mark.parametrize("fail_open", [True, False])
+def test_a_scope_function_that_returns_no_name_is_a_bad_limit(app: Flask, caplog, fail_open: bool) -> None:
+    @app.get("/documents/<name>")
+    @limit("1/m", scope=document_scope)
+    def document(name: str) -> str:
+        return name
+
+    install(app, RATELIMIT_FAIL_OPEN=fail_open)
+    client = app.test_client()
+    expected = [200, 200] if fail_open else [503, 503]
+    assert [client.get("/documents/none").status_code, client.get("/documents/empty").status_code] == expected
+    assert "a scope function must return a non-empty string, not None" in caplog.text
+
+
 def test_views_in_different_blueprints_share_a_scope(app: Flask, statuses) -> None:
     web = Blueprint("web", __name__)
     api = Blueprint("api", __name__)

@@ -324,6 +324,19 @@ def test_the_limit_as_a_context_manager_counts_per_scope(flask_app: Flask, url: 
     assert statuses(client, 2, "/t/1") + statuses(client, 2, "/t/2") == [200, 429, 200, 429]
 
 
+def test_a_scope_function_takes_the_endpoint(flask_app: Flask, url: str) -> None:
+    limiter = limiter_for(flask_app, url)
+    by_item = limiter.limit("1/minute", scope=lambda endpoint: request.view_args["item"])
+    shared = limiter.shared_limit("1/minute", scope=lambda endpoint: "all" if endpoint != "c" else "c")
+    flask_app.add_url_rule("/item/<item>", "item", by_item(lambda item: item))
+    flask_app.add_url_rule("/a", "a", shared(lambda: "a"))
+    flask_app.add_url_rule("/b", "b", shared(lambda: "b"))
+    flask_app.add_url_rule("/c", "c", shared(lambda: "c"))
+    client = flask_app.test_client()
+    assert statuses(client, 2, "/item/1") + statuses(client, 2, "/item/2") == [200, 429, 200, 429]
+    assert statuses(client, 1, "/a") + statuses(client, 1, "/b") + statuses(client, 1, "/c") == [200, 429, 200]
+
+
 def test_what_is_refused_at_use_says_so(flask_app: Flask) -> None:
     limiter = Limiter(get_remote_address, app=flask_app)
     with pytest.raises(NotImplementedError, match="reset one identity"):

@@ -96,13 +96,10 @@ class Limit:
                 f"use penalty= for an escalating refusal ({SEE})",
                 spec=self.meta_limits,
             )
-        if callable(self.scope):
-            raise InvalidLimit(
-                f"scope {self.scope!r}: a scope per request is not supported; use a key_func ({SEE})",
-                spec=self.scope,
-            )
         options: dict[str, Any] = {}
-        if self.shared:
+        if callable(self.scope):
+            options["scope"] = scope_of(self.scope, self.shared)
+        elif self.shared:
             options["scope"] = self.scope
         if self.key_function is not None:
             options["identities"] = identities(self.key_function)
@@ -217,6 +214,19 @@ def is_view_of(function: Callable[..., Any], endpoint: str | None) -> bool:
             return True
         view = getattr(view, "__wrapped__", None)
     return False
+
+
+def scope_of(scope: Callable[[str], str], shared: bool) -> Callable[[Request], str]:
+    """The extension's scope function for Flask-Limiter's, which takes the
+    endpoint: its value, for a shared limit; else within the endpoint, as
+    Flask-Limiter keeps a limit that is not shared apart for each endpoint."""
+
+    @functools.wraps(scope)
+    def scoped(request: Request) -> str:
+        value = scope(request.endpoint or "")
+        return str(value) if shared else f"{request.endpoint}:{value}"
+
+    return scoped
 
 
 def dynamic(items: Sequence[str | Callable[[], str]]) -> Callable[[Request], str | None]:
