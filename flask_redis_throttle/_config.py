@@ -13,8 +13,9 @@ from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
+from ._headers import LEGACY_HEADERS, LegacyNames
 from ._identity import IDENTITY_NAMES, IdentitySpec, check_identities
-from ._spec import LimitSpec, make_spec
+from ._spec import TOKEN, LimitSpec, make_spec
 from .core.checks import is_integer, is_number
 from .core.scripts import STRATEGY_NAMES, is_strategy
 from .errors import ConfigurationError, InvalidLimit
@@ -42,6 +43,7 @@ DEFAULTS: dict[str, Any] = {
     "RATELIMIT_APPLICATION": None,
     "RATELIMIT_HEADERS_ENABLED": True,
     "RATELIMIT_HEADERS_LEGACY": False,
+    "RATELIMIT_HEADER_NAMES": {},
     "RATELIMIT_RETRY_AFTER": "seconds",
     "RATELIMIT_FAIL_OPEN": True,
     "RATELIMIT_IDENTITIES": ("ip", "user"),
@@ -88,10 +90,10 @@ FLASK_LIMITER_SETTINGS: dict[str, tuple[str | None, str]] = {
     "RATELIMIT_APPLICATION_EXEMPT_WHEN": ("RATELIMIT_APPLICATION", "{'limit': ..., 'exempt_when': function}"),
     "RATELIMIT_APPLICATION_DEDUCT_WHEN": ("RATELIMIT_APPLICATION", "{'limit': ..., 'deduct_when': function}"),
     "RATELIMIT_APPLICATION_COST": ("RATELIMIT_APPLICATION", "{'limit': ..., 'cost': ...}"),
-    "RATELIMIT_HEADER_LIMIT": (None, "the header names are fixed"),
-    "RATELIMIT_HEADER_REMAINING": (None, "the header names are fixed"),
-    "RATELIMIT_HEADER_RESET": (None, "the header names are fixed"),
-    "RATELIMIT_HEADER_RETRY_AFTER": (None, "the header names are fixed"),
+    "RATELIMIT_HEADER_LIMIT": ("RATELIMIT_HEADER_NAMES", "{'X-RateLimit-Limit': name}"),
+    "RATELIMIT_HEADER_REMAINING": ("RATELIMIT_HEADER_NAMES", "{'X-RateLimit-Remaining': name}"),
+    "RATELIMIT_HEADER_RESET": ("RATELIMIT_HEADER_NAMES", "{'X-RateLimit-Reset': name}"),
+    "RATELIMIT_HEADER_RETRY_AFTER": (None, "Retry-After is a standard header, and keeps its name"),
     "RATELIMIT_HEADER_RETRY_AFTER_VALUE": ("RATELIMIT_RETRY_AFTER", "'http-date' or 'seconds'"),
     "RATELIMIT_SWALLOW_ERRORS": ("RATELIMIT_FAIL_OPEN", "True by default here"),
     "RATELIMIT_FAIL_ON_FIRST_BREACH": (None, "none is needed: every limit is decided at once"),
@@ -120,6 +122,8 @@ class Settings:
     application: tuple[LimitSpec, ...]
     headers_enabled: bool
     headers_legacy: bool
+    #: The legacy headers' names, when they are sent; None when they are not.
+    legacy_names: LegacyNames | None
     retry_after_http_date: bool
     fail_open: bool
     identities: tuple[IdentitySpec, ...]
@@ -218,6 +222,7 @@ class Settings:
             application=_limits(config, "RATELIMIT_APPLICATION", APPLICATION_SCOPE),
             headers_enabled=flag("RATELIMIT_HEADERS_ENABLED"),
             headers_legacy=flag("RATELIMIT_HEADERS_LEGACY"),
+            legacy_names=_legacy_names(config, flag("RATELIMIT_HEADERS_LEGACY")),
             retry_after_http_date=retry_after == "http-date",
             fail_open=flag("RATELIMIT_FAIL_OPEN"),
             identities=identities,
@@ -289,6 +294,24 @@ def _limits(config: Mapping[str, Any], key: str, scope: str | None = None) -> tu
         except (InvalidLimit, TypeError) as error:
             raise ConfigurationError(key, value, f"{LIMIT_SETTING} ({error})") from error
     return tuple(found)
+
+
+def _legacy_names(config: Mapping[str, Any], legacy: bool) -> LegacyNames | None:
+    """The legacy headers' names, from ``RATELIMIT_HEADER_NAMES``; None
+    when ``RATELIMIT_HEADERS_LEGACY`` is off, which a renaming needs."""
+    value = config["RATELIMIT_HEADER_NAMES"]
+    expected = f"a dict that renames some of {', '.join(LEGACY_HEADERS)} to other header names"
+    if not isinstance(value, Mapping) or not set(value) <= set(LEGACY_HEADERS):
+        raise ConfigurationError("RATELIMIT_HEADER_NAMES", value, expected)
+    names = tuple(value.get(name, name) for name in LEGACY_HEADERS)
+    lowered = [name.lower() for name in names if isinstance(name, str) and TOKEN.fullmatch(name)]
+    if len(set(lowered)) != len(LEGACY_HEADERS) or {"ratelimit", "ratelimit-policy", "retry-after"} & set(lowered):
+        raise ConfigurationError(
+            "RATELIMIT_HEADER_NAMES", value, f"{expected}: distinct, and not RateLimit, RateLimit-Policy or Retry-After"
+        )
+    if value and not legacy:
+        raise ConfigurationError("RATELIMIT_HEADER_NAMES", value, "{} while RATELIMIT_HEADERS_LEGACY is off")
+    return LegacyNames(names) if legacy else None
 
 
 def _count(value: Any) -> bool:

@@ -29,7 +29,19 @@ if TYPE_CHECKING:
 
     from .core.throttle import Decision, Policy
 
-__all__ = ["LayerNames", "legacy_headers", "policy_header", "retry_after_value", "set_headers", "state_header"]
+__all__ = [
+    "LEGACY_HEADERS",
+    "LayerNames",
+    "LegacyNames",
+    "legacy_headers",
+    "policy_header",
+    "retry_after_value",
+    "set_headers",
+    "state_header",
+]
+
+#: The legacy headers' names, in the order they are sent.
+LEGACY_HEADERS = ("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset")
 
 
 def policy_header(layers: Iterable[tuple[str, Layer]]) -> str:
@@ -108,16 +120,28 @@ class LayerNames:
         return f"{head}{max(remaining, 0)};t={math.ceil(reset)}"
 
 
-#: The headers :func:`set_headers` sets, in lower case: always, and with the legacy ones.
+#: The headers :func:`set_headers` sets, in lower case, without the legacy ones.
 _NAMES = frozenset(["ratelimit-policy", "ratelimit"])
-_LEGACY_NAMES = _NAMES | {"x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"}
 _POLICY, _STATE = "RateLimit-Policy", "RateLimit"
 
 
-def set_headers(headers: Headers, labels: LayerNames, decision: Decision, legacy: bool) -> None:
+@dataclass(frozen=True)
+class LegacyNames:
+    """The names the legacy headers are sent under: :data:`LEGACY_HEADERS`,
+    or those ``RATELIMIT_HEADER_NAMES`` gives them, in the same order."""
+
+    names: tuple[str, str, str] = LEGACY_HEADERS
+    #: Every header :func:`set_headers` sets with them, in lower case.
+    lowered: frozenset[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "lowered", _NAMES | {name.lower() for name in self.names})
+
+
+def set_headers(headers: Headers, labels: LayerNames, decision: Decision, legacy: LegacyNames | None) -> None:
     """Set ``RateLimit-Policy`` and ``RateLimit`` on a response's
-    ``headers``, replacing any it has (and the ``X-RateLimit-*`` ones, if
-    ``legacy``).
+    ``headers``, replacing any it has (and the legacy ones, under the
+    ``legacy`` names, if given).
 
     A response nearly never has any of them already: then they are added,
     which is what setting them does, without searching the headers once for
@@ -130,9 +154,9 @@ def set_headers(headers: Headers, labels: LayerNames, decision: Decision, legacy
         (_POLICY, labels.policy_header),
         (_STATE, labels.state(decision.policy, layer, remaining, decision.reset)),
     ]
-    if legacy:
-        values += legacy_headers(layer.quota, remaining, decision.reset, time.time())
-    names = _LEGACY_NAMES if legacy else _NAMES
+    if legacy is not None:
+        values += legacy_headers(layer.quota, remaining, decision.reset, time.time(), legacy.names)
+    names = legacy.lowered if legacy is not None else _NAMES
     items: Any = getattr(headers, "_list", None)  # Werkzeug's own list, if it has one
     own = type(items) is list
     for name, _value in items if own else headers:
@@ -147,7 +171,9 @@ def set_headers(headers: Headers, labels: LayerNames, decision: Decision, legacy
             headers.add(header, value)
 
 
-def legacy_headers(quota: int, remaining: int, reset: float, now: float) -> list[tuple[str, str]]:
+def legacy_headers(
+    quota: int, remaining: int, reset: float, now: float, names: tuple[str, str, str] = LEGACY_HEADERS
+) -> list[tuple[str, str]]:
     """The ``X-RateLimit-*`` headers of the most constrained layer.
 
     ``X-RateLimit-Reset`` is the time that layer is back to its full quota,
@@ -155,11 +181,13 @@ def legacy_headers(quota: int, remaining: int, reset: float, now: float) -> list
     GitHub send it.
 
     :param now: the current time, in seconds since the epoch.
+    :param names: the names to send them under, in that order.
     """
+    limit, left, reset_at = names
     return [
-        ("X-RateLimit-Limit", str(quota)),
-        ("X-RateLimit-Remaining", str(max(remaining, 0))),
-        ("X-RateLimit-Reset", str(math.ceil(now + reset))),
+        (limit, str(quota)),
+        (left, str(max(remaining, 0))),
+        (reset_at, str(math.ceil(now + reset))),
     ]
 
 

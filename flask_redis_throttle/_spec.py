@@ -44,8 +44,8 @@ ScopeFunction = Callable[[Request], str]
 #: Called with a :class:`~flask_redis_throttle.signals.RefusalEvent` when a limit refuses.
 RefusalHook = Callable[["RefusalEvent"], object]
 
-# An HTTP method is a token (RFC 9110): letters, mostly.
-_METHOD = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")
+#: An HTTP method or header name is a token (RFC 9110): letters, mostly.
+TOKEN = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")
 
 
 @dataclass(frozen=True)
@@ -230,7 +230,7 @@ def _methods(methods: Iterable[str] | None) -> frozenset[str] | None:
     if isinstance(methods, str) or not isinstance(methods, Iterable):
         raise InvalidLimit(f"methods {methods!r} must be a list of HTTP methods, such as ['POST']", spec=methods)
     items = list(methods)
-    if not items or not all(isinstance(item, str) and _METHOD.fullmatch(item) for item in items):
+    if not items or not all(isinstance(item, str) and TOKEN.fullmatch(item) for item in items):
         raise InvalidLimit(f"methods {methods!r} must be a non-empty list of HTTP methods", spec=methods)
     return frozenset(item.upper() for item in items)
 

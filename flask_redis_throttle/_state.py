@@ -300,7 +300,7 @@ class RateLimitState(Notices):
             value = retry_after_value(decision.retry_after, settings.retry_after_http_date, time.time())
             response.headers.setdefault("Retry-After", value)
         if settings.headers_enabled:
-            set_headers(response.headers, outcome.labels, decision, settings.headers_legacy)
+            set_headers(response.headers, outcome.labels, decision, settings.legacy_names)
         return response
 
     def _deduct(self, deferred: list[Batch], response: Response, shown: Decision) -> Decision:

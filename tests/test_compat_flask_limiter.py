@@ -18,7 +18,7 @@ from flask_redis_throttle import ConfigurationError
 from flask_redis_throttle.cli import ratelimit
 from flask_redis_throttle.compat.flask_limiter import ExemptionScope, Limit, Limiter, RequestLimit, RouteLimit
 from flask_redis_throttle.compat.flask_limiter.commands import cli
-from flask_redis_throttle.compat.flask_limiter.constants import ConfigVars
+from flask_redis_throttle.compat.flask_limiter.constants import ConfigVars, HeaderNames
 from flask_redis_throttle.compat.flask_limiter.util import get_ipaddr, get_remote_address
 from flask_redis_throttle.testing import RedisServer, free_port
 
@@ -187,6 +187,16 @@ def test_headers_are_flask_limiters_when_enabled(flask_app: Flask, url: str) -> 
     assert response.headers["X-RateLimit-Remaining"] == "4"
 
 
+def test_header_names_follow_the_mapping_and_the_settings(flask_app: Flask, url: str) -> None:
+    flask_app.config[ConfigVars.HEADER_RESET] = "X-Reset"
+    mapping = {HeaderNames.LIMIT: "X-Limit", HeaderNames.REMAINING: "X-RateLimit-Remaining"}
+    limiter_for(flask_app, url, default_limits=["5/minute"], headers_enabled=True, header_name_mapping=mapping)
+    response = get(flask_app.test_client())
+    assert [response.headers.get(name) for name in ("X-Limit", "X-RateLimit-Remaining")] == ["5", "4"]
+    assert "X-Reset" in response.headers
+    assert "X-RateLimit-Limit" not in response.headers
+
+
 def test_headers_are_off_by_default_as_in_flask_limiter(flask_app: Flask, url: str) -> None:
     limiter_for(flask_app, url, default_limits=["5/minute"])
     assert "X-RateLimit-Limit" not in get(flask_app.test_client()).headers
@@ -215,7 +225,7 @@ def test_flask_limiters_settings_are_read_without_a_warning(flask_app: Flask, ur
     [
         ({"meta_limits": ["2/day"]}, ConfigVars.META_LIMITS),
         ({"storage_uri": "memcached://localhost:11211"}, ConfigVars.STORAGE_URI),
-        ({"header_name_mapping": {"X-RateLimit-Limit": "X-Limit"}}, "header_name_mapping"),
+        ({"header_name_mapping": {"Retry-After": "X-Wait"}}, "header_name_mapping"),
         ({"auto_check": False}, "auto_check"),
         ({"fail_on_first_breach": False}, ConfigVars.FAIL_ON_FIRST_BREACH),
         ({"in_memory_fallback": ["1/minute"]}, ConfigVars.IN_MEMORY_FALLBACK),
@@ -226,7 +236,7 @@ def test_what_has_no_counterpart_is_refused_at_init_app(flask_app: Flask, argume
     if "header_name_mapping" in arguments:
         from flask_redis_throttle.compat.flask_limiter import HeaderNames
 
-        arguments = {"header_name_mapping": {HeaderNames.LIMIT: "X-Limit"}}
+        arguments = {"header_name_mapping": {HeaderNames.RETRY_AFTER: "X-Wait"}}
     limiter = Limiter(get_remote_address, **arguments)
     with pytest.raises(ConfigurationError, match=refused):
         limiter.init_app(flask_app)

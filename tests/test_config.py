@@ -79,6 +79,13 @@ def refused(**config: Any) -> ConfigurationError:
         ("RATELIMIT_APPLICATION", [["1/m"]]),
         ("RATELIMIT_DEFAULT_MODE", None),
         ("RATELIMIT_HEADERS_LEGACY", "yes"),
+        ("RATELIMIT_HEADER_NAMES", ["X-Limit"]),
+        ("RATELIMIT_HEADER_NAMES", {"Retry-After": "Wait"}),
+        ("RATELIMIT_HEADER_NAMES", {"X-RateLimit-Limit": "X Limit"}),
+        ("RATELIMIT_HEADER_NAMES", {"X-RateLimit-Limit": "X-RateLimit-Reset"}),
+        ("RATELIMIT_HEADER_NAMES", {"X-RateLimit-Reset": "ratelimit"}),
+        ("RATELIMIT_HEADER_NAMES", {"X-RateLimit-Reset": 1}),
+        ("RATELIMIT_HEADER_NAMES", {"X-RateLimit-Reset": "X-Reset"}),  # RATELIMIT_HEADERS_LEGACY is off
         ("RATELIMIT_RETRY_AFTER", "date"),
         ("RATELIMIT_RETRY_AFTER", 1),
         ("RATELIMIT_SHADOW", 1),
@@ -348,7 +355,8 @@ def warnings_at_init(caplog: pytest.LogCaptureFixture, **config: Any) -> list[st
         ("RATELIMIT_IN_MEMORY_FALLBACK_ENABLED", "use RATELIMIT_FALLBACK"),
         ("RATELIMIT_HEADER_RETRY_AFTER_VALUE", "use RATELIMIT_RETRY_AFTER"),
         ("RATELIMIT_DEFAULTS_PER_METHOD", "use RATELIMIT_DEFAULT ({'limit': ..., 'per_method': True})"),
-        ("RATELIMIT_HEADER_REMAINING", "no equivalent"),
+        ("RATELIMIT_HEADER_REMAINING", "use RATELIMIT_HEADER_NAMES"),
+        ("RATELIMIT_HEADER_RETRY_AFTER", "no equivalent"),
         ("RATELIMIT_META", "no equivalent"),
     ],
 )

@@ -60,12 +60,12 @@ def settings(
     for key, why in REFUSED.items():
         if given(key):
             raise unsupported(key, given(key), why)
-    renamed: dict[object, str] = {name: value for name, value in header_name_mapping.items() if name.value != value}
-    for key in HEADER_SETTINGS:
-        if given(key) is not None:
-            renamed[key] = given(key)
-    if renamed:
-        raise unsupported("header_name_mapping", renamed, "no renaming: the X-RateLimit-* header names are fixed")
+    renamed = {header.value: name for header, name in header_name_mapping.items() if header.value != name}
+    for key, header in HEADER_SETTINGS.items():
+        if given(key) is not None and given(key) != header.value:
+            renamed[header.value] = given(key)
+    if HeaderNames.RETRY_AFTER.value in renamed:
+        raise unsupported("header_name_mapping", renamed, "Retry-After is a standard header, and keeps its name")
     if not auto_check:
         raise unsupported("Limiter(auto_check=False)", False, "True: every request is decided before its view")
     if given(ConfigVars.FAIL_ON_FIRST_BREACH) is False:
@@ -76,6 +76,7 @@ def settings(
         "RATELIMIT_IDENTITIES": identities(given(ConfigVars.KEY_FUNC)) or ["ip"],
         "RATELIMIT_HEADERS_ENABLED": bool(given(ConfigVars.HEADERS_ENABLED)),
         "RATELIMIT_HEADERS_LEGACY": True,
+        "RATELIMIT_HEADER_NAMES": renamed,
         "RATELIMIT_FAIL_OPEN": bool(given(ConfigVars.SWALLOW_ERRORS)),
         "RATELIMIT_FALLBACK": bool(given(ConfigVars.IN_MEMORY_FALLBACK_ENABLED)),
         "RATELIMIT_STORAGE_OPTIONS": dict(given(ConfigVars.STORAGE_OPTIONS) or {}),
@@ -114,13 +115,13 @@ REFUSED = {
     ),
 }
 
-#: Flask-Limiter's settings that rename a header.
-HEADER_SETTINGS = (
-    ConfigVars.HEADER_LIMIT,
-    ConfigVars.HEADER_REMAINING,
-    ConfigVars.HEADER_RESET,
-    ConfigVars.HEADER_RETRY_AFTER,
-)
+#: Flask-Limiter's settings that rename a header, with the header.
+HEADER_SETTINGS = {
+    ConfigVars.HEADER_LIMIT: HeaderNames.LIMIT,
+    ConfigVars.HEADER_REMAINING: HeaderNames.REMAINING,
+    ConfigVars.HEADER_RESET: HeaderNames.RESET,
+    ConfigVars.HEADER_RETRY_AFTER: HeaderNames.RETRY_AFTER,
+}
 
 
 #: Flask-Limiter's settings of the default limits: the limits, then the

@@ -46,7 +46,8 @@ class ConfigVars:
 
 class HeaderNames(enum.Enum):
     """The ``X-RateLimit-*`` headers, sent (with the IETF ones) when
-    ``headers_enabled`` is on. Their names are fixed here."""
+    ``headers_enabled`` is on: the keys of ``header_name_mapping``, which
+    renames them (``Retry-After`` keeps its name)."""
 
     RESET = "X-RateLimit-Reset"
     REMAINING = "X-RateLimit-Remaining"
