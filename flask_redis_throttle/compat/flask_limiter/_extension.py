@@ -260,9 +260,7 @@ class Limiter:
         )
 
     def reset(self) -> None:
-        """Refused: the storage may be shared; reset one identity with
-        :meth:`RateLimit.reset <flask_redis_throttle.RateLimit.reset>`."""
-        raise NotImplementedError(
-            "limiter.reset() is not supported: it would clear a storage other apps may share; "
-            f"reset one identity with limiter.extension.reset('ip:...') ({SEE})"
-        )
+        """Delete every counter of the current app: :meth:`RateLimit.reset()
+        <flask_redis_throttle.RateLimit.reset>` without an identity, which
+        leaves other apps' key prefixes and the refusal log alone."""
+        self.extension.reset()
