@@ -33,7 +33,16 @@ elif TYPE_CHECKING:
 if TYPE_CHECKING:
     from .signals import RefusalEvent
 
-__all__ = ["CostFunction", "DynamicLimit", "LimitOptions", "LimitSpec", "RefusalHook", "ScopeFunction", "make_spec"]
+__all__ = [
+    "CostFunction",
+    "DynamicLimit",
+    "LimitOptions",
+    "LimitSpec",
+    "MessageFunction",
+    "RefusalHook",
+    "ScopeFunction",
+    "make_spec",
+]
 
 #: A dynamic limit: given the request, a limit string, or None for no limit.
 DynamicLimit = Callable[[Request], "str | None"]
@@ -41,6 +50,8 @@ DynamicLimit = Callable[[Request], "str | None"]
 CostFunction = Callable[[Request], int]
 #: A scope function: given the request, the name of the counters it counts in.
 ScopeFunction = Callable[[Request], str]
+#: An error message function: given the request, the 429's description.
+MessageFunction = Callable[[Request], str]
 #: Called with a :class:`~flask_redis_throttle.signals.RefusalEvent` when a limit refuses.
 RefusalHook = Callable[["RefusalEvent"], object]
 
@@ -73,6 +84,9 @@ class LimitSpec:
     :param override_defaults: whether the limit drops ``RATELIMIT_DEFAULT``
         from its views (True), keeps it (False), or follows
         ``RATELIMIT_DEFAULT_MODE`` (None).
+    :param error_message: the 429's description when this limit refuses,
+        or a function of the request that returns it; None for the
+        extension's own.
     """
 
     limit: str | DynamicLimit
@@ -89,6 +103,7 @@ class LimitSpec:
     penalty: Penalty | None = None
     per_method: bool = False
     override_defaults: bool | None = None
+    error_message: str | MessageFunction | None = None
 
     @property
     def dynamic(self) -> bool:
@@ -136,6 +151,7 @@ class LimitOptions(TypedDict, total=False):
     penalty: str | None
     per_method: bool
     override_defaults: bool | None
+    error_message: str | MessageFunction | None
 
 
 def make_spec(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> LimitSpec:
@@ -220,6 +236,14 @@ def _override_defaults(override_defaults: object) -> bool | None:
     return override_defaults
 
 
+def _error_message(message: Any) -> str | MessageFunction | None:
+    if message is not None and not callable(message) and (not isinstance(message, str) or not message):
+        raise InvalidLimit(
+            f"error_message {message!r} must be a non-empty string, or a function of the request", spec=message
+        )
+    return message  # type: ignore[no-any-return]
+
+
 def _penalty(penalty: str | None) -> Penalty | None:
     return None if penalty is None else parse_penalty(penalty)
 
@@ -251,4 +275,5 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "override_defaults": _override_defaults,
     "methods": _methods,
     "penalty": _penalty,
+    "error_message": _error_message,
 }

@@ -26,7 +26,7 @@ from ._decisions import _at_cost, _limit_of, _outcome, _over_quota, _OverQuota, 
 from ._headers import LayerNames, retry_after_value, set_headers
 from ._metrics import Metrics
 from ._notices import Notices, logger
-from ._plan import Batch, Plan, Problem, compile_plan, matching, plan_of, qualified_name
+from ._plan import Batch, Plan, PlannedLimit, Problem, compile_plan, matching, plan_of, qualified_name
 from ._spec import LimitSpec
 from .core.bounded import remember
 from .core.factory import build_refusal_log, build_throttle
@@ -351,9 +351,30 @@ class RateLimitState(Notices):
                 header,
                 decision.penalized,
             )
+        limit = _limit_of(decision.policy if over is None else over.policy, batch)
+        if limit is not None and limit.spec.error_message is not None:
+            error.description = self._error_message(req, limit, error.description)
         # werkzeug sends an HTTPException's response, when it has one, instead of its own.
         error.response = replacement
         raise error
+
+    def _error_message(self, req: Request, limit: PlannedLimit, description: str) -> str:
+        """The 429's description from ``limit``'s ``error_message``; its
+        own ``description`` when a function returns anything but a non-empty
+        string, with a warning."""
+        message = limit.spec.error_message
+        if callable(message):
+            message = message(req)
+            if not isinstance(message, str) or not message:
+                returned = loggable(repr(message))
+                function = qualified_name(limit.spec.error_message)
+                self._warn(
+                    f"the error_message function {function} of {limit.describe()} returned {returned}; "
+                    "the 429 keeps its own description",
+                    "error message",
+                )
+                return description
+        return message or description
 
     def _report_refusal(
         self, req: Request, endpoint: str, batch: Batch, decision: Decision, shadow: bool, over: _OverQuota | None

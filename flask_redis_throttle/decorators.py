@@ -94,6 +94,11 @@ def limit(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> LimitDec
     :param per_method: count each HTTP method on its own: ``GET`` and
         ``POST`` each get the whole quota (``HEAD`` counts with ``GET``).
         By default the methods it applies to share its counters.
+    :param error_message: the description of the 429 when this limit
+        refuses a request (the body's text, the JSON ``detail``, an error
+        handler's ``error.description``), or a function of the request that
+        returns it; by default the extension's, which names the layer and
+        the wait (see :ref:`custom-429`).
     :param override_defaults: whether the views this limit is on lose
         ``RATELIMIT_DEFAULT`` (True) or keep it beside this limit (False).
         By default (None), ``RATELIMIT_DEFAULT_MODE`` decides. The default

@@ -652,8 +652,8 @@ def test_bad_options_raise_when_decorating(options: dict[str, Any]) -> None:
 
 
 def test_unknown_limit_options_raise_when_decorating() -> None:
-    with pytest.raises(TypeError, match="unexpected keyword argument 'error_message'"):
-        limit("1/s", error_message="slow down")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="unexpected keyword argument 'error_messages'"):
+        limit("1/s", error_messages="slow down")  # type: ignore[call-arg]
 
 
 def test_limit_and_exempt_refuse_what_they_cannot_apply_to() -> None:

@@ -268,7 +268,7 @@ def test_on_breach_gets_a_request_limit_and_its_response_is_sent(flask_app: Flas
     assert str(seen[0].limit) == "1 per 1 minute"
     get(client, "/message")
     refused = get(client, "/message")
-    assert (refused.status_code, refused.get_data(as_text=True)) == (429, "no more today")
+    assert (refused.status_code, refused.get_data(as_text=True)) == (429, "no more today\n")
 
 
 def test_current_limit_is_a_request_limit(flask_app: Flask, url: str) -> None:

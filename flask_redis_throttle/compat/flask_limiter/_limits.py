@@ -113,7 +113,10 @@ class Limit:
             options["exempt_when"] = of_request(self.exempt_when)
         if self.deduct_when is not None:
             options["deduct_when"] = self.deduct_when  # a function of the response in both
-        hook = breach_hook(self.on_breach, self.error_message, self.shared)
+        if self.error_message is not None:
+            message = self.error_message
+            options["error_message"] = of_request(message) if callable(message) else message
+        hook = breach_hook(self.on_breach, self.shared)
         if hook is not None:
             options["on_breach"] = hook
         return options
@@ -279,29 +282,19 @@ class RequestLimit:
 
 
 def breach_hook(
-    on_breach: Callable[[RequestLimit], Response | None] | None,
-    error_message: str | Callable[[], str] | None,
-    shared: bool,
+    on_breach: Callable[[RequestLimit], Response | None] | None, shared: bool
 ) -> Callable[[RefusalEvent], Response | None] | None:
-    """The extension's ``on_breach`` for Flask-Limiter's ``on_breach``
-    (which takes a :class:`RequestLimit`) and ``error_message`` (the 429's
-    body): a response either returns is sent instead of the 429."""
-    if on_breach is None and error_message is None:
+    """The extension's ``on_breach`` for Flask-Limiter's, which takes a
+    :class:`RequestLimit`: a response it returns is sent instead of the 429."""
+    if on_breach is None:
         return None
-    if on_breach is not None and not callable(on_breach):
+    if not callable(on_breach):
         raise InvalidLimit(f"on_breach {on_breach!r} must be a function", spec=on_breach)
 
     def hook(event: RefusalEvent) -> Response | None:
-        if on_breach is not None:
-            limit = RequestLimit(event.layer, str(event.identity), True, shared or event.scope != event.endpoint)
-            response = on_breach(limit)
-            if isinstance(response, Response):
-                return response
-        if error_message is None:
-            return None
-        message = error_message() if callable(error_message) else error_message
-        return Response(message, 429, {"Retry-After": str(event.retry_after or 1)})
+        limit = RequestLimit(event.layer, str(event.identity), True, shared or event.scope != event.endpoint)
+        response = on_breach(limit)
+        return response if isinstance(response, Response) else None
 
-    if on_breach is not None:
-        functools.update_wrapper(hook, on_breach, updated=())
+    functools.update_wrapper(hook, on_breach, updated=())
     return hook

@@ -101,7 +101,7 @@ def settings(
             raise ConfigurationError(ConfigVars.HEADER_RETRY_AFTER_VALUE, retry_after, "'http-date' or 'delta-seconds'")
         ours["RATELIMIT_RETRY_AFTER"] = "http-date" if retry_after == "http-date" else "seconds"
     on_breach = given(ConfigVars.ON_BREACH)
-    ours["RATELIMIT_ON_BREACH"] = breach_hook(on_breach, None, False)
+    ours["RATELIMIT_ON_BREACH"] = breach_hook(on_breach, False)
     return ours
 
 
