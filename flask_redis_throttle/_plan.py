@@ -13,7 +13,8 @@ An endpoint's limits come from three places, in this order:
    ``RATELIMIT_DEFAULT_MODE`` is ``"replace"``;
 4. ``RATELIMIT_APPLICATION``, one limit shared by every view.
 
-3 and 4 are left out for a view exempted, or inside a blueprint exempted.
+3 and 4 are left out for a view exempted, or inside a blueprint exempted,
+unless the exemption keeps them (see :func:`~flask_redis_throttle.exempt`).
 
 Static file endpoints never get a limit. Of those limits, a plan keeps the
 ones whose ``methods`` include the request's method, each compiled into a

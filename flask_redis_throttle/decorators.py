@@ -10,8 +10,9 @@ here, when the decorator is applied, so that a typo fails at import time.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from flask import Blueprint, Flask, current_app
 
@@ -25,9 +26,11 @@ elif TYPE_CHECKING:
 
 __all__ = [
     "EXEMPT_ATTRIBUTE",
+    "INHERITED",
     "LIMITS_ATTRIBUTE",
     "CostFunction",
     "DynamicLimit",
+    "Exemption",
     "LimitDecorator",
     "LimitOptions",
     "LimitSpec",
@@ -39,7 +42,7 @@ __all__ = [
 
 #: The attribute of a view function or blueprint that holds its limits.
 LIMITS_ATTRIBUTE = "__ratelimits__"
-#: The attribute of a view function or blueprint that marks it exempt.
+#: The attribute of a view function or blueprint that holds its :class:`Exemption`.
 EXEMPT_ATTRIBUTE = "__ratelimit_exempt__"
 
 
@@ -158,7 +161,34 @@ class LimitDecorator:
         return None
 
 
-def exempt(target: Target) -> Target:
+#: What an exemption may keep: the inherited limits, by kind.
+INHERITED = ("default", "application", "blueprints")
+
+
+@dataclass(frozen=True)
+class Exemption:
+    """What :func:`exempt` records on a view or a blueprint.
+
+    :param drops: the kinds of inherited limits it drops, of :data:`INHERITED`.
+    :param nested: whether a blueprint's exemption covers the blueprints
+        nested in it too.
+    """
+
+    drops: frozenset[str]
+    nested: bool = True
+
+
+@overload
+def exempt(target: Target, /) -> Target: ...
+
+
+@overload
+def exempt(*, keep: Iterable[str] = (), nested: bool = True) -> Callable[[Target], Target]: ...
+
+
+def exempt(
+    target: Target | None = None, /, *, keep: Iterable[str] = (), nested: bool = True
+) -> Target | Callable[[Target], Target]:
     """Exempt a view, or every view of a blueprint, from inherited limits.
 
     .. code-block:: python
@@ -169,16 +199,43 @@ def exempt(target: Target) -> Target:
 
         exempt(internal_blueprint)
 
-    Inherited limits are ``RATELIMIT_DEFAULT`` and the limits of enclosing
-    blueprints. Limits put on the exempt object itself, or below it (on a
-    nested blueprint or a view), still apply; see :ref:`exempt`.
+        @app.get("/search")
+        @exempt(keep=["application"])      # no default, but the app's ceiling
+        def search(): ...
 
+    Inherited limits are ``RATELIMIT_DEFAULT``, ``RATELIMIT_APPLICATION``
+    and the limits of enclosing blueprints. Limits put on the exempt object
+    itself, or below it (on a nested blueprint or a view), still apply; see
+    :ref:`exempt`.
+
+    :param keep: the inherited limits to keep rather than drop, of
+        ``"default"``, ``"application"`` and ``"blueprints"`` (the
+        enclosing blueprints' limits). By default none is kept.
+    :param nested: for a blueprint, whether the exemption covers the
+        blueprints nested in it too (the default), or only its own views.
     :raises TypeError: when applied to something that is neither a view
         function nor a blueprint.
+    :raises ValueError: for a ``keep`` that names something else, or keeps
+        everything.
     """
-    _check_target(target, "exempt")
-    setattr(target, EXEMPT_ATTRIBUTE, True)
-    return target
+    if isinstance(keep, str) or not all(kind in INHERITED for kind in keep):
+        raise ValueError(f"exempt(keep={keep!r}): keep a list of {', '.join(map(repr, INHERITED))}")
+    exemption = Exemption(frozenset(INHERITED) - frozenset(keep), _flag_of("nested", nested))
+    if not exemption.drops:
+        raise ValueError(f"exempt(keep={keep!r}) keeps every inherited limit: it exempts from nothing")
+
+    def decorate(target: Target) -> Target:
+        _check_target(target, "exempt")
+        setattr(target, EXEMPT_ATTRIBUTE, exemption)
+        return target
+
+    return decorate if target is None else decorate(target)
+
+
+def _flag_of(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"exempt({name}={value!r}): True or False")
+    return value
 
 
 def _check_target(target: object, name: str) -> None:

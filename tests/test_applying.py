@@ -123,6 +123,69 @@ def test_application_limits_with_options_count_apart(app: Flask, statuses) -> No
     ]
 
 
+def test_an_exemption_keeps_what_it_is_told_to(app: Flask, statuses) -> None:
+    api = Blueprint("api", __name__)
+    limit("3/m", scope="api")(api)
+
+    @api.get("/search")
+    @exempt(keep=["application", "blueprints"])
+    def search() -> str:
+        return "ok"
+
+    @api.get("/upload")
+    @exempt(keep=["default"])
+    def upload() -> str:
+        return "ok"
+
+    @api.get("/health")
+    @exempt
+    def health() -> str:
+        return "ok"
+
+    app.register_blueprint(api, url_prefix="/api")
+    state = install(app, RATELIMIT_DEFAULT="1/m", RATELIMIT_APPLICATION="10/m")
+    sources = {
+        endpoint: [limit.source for limit in state.plan(f"api.{endpoint}").limits]  # type: ignore[union-attr]
+        for endpoint in ("search", "upload")
+    }
+    assert sources == {"search": ["blueprint api", "RATELIMIT_APPLICATION"], "upload": ["RATELIMIT_DEFAULT"]}
+    assert state.plan("api.health") is None
+    client = app.test_client()
+    assert statuses(client, 2, "/api/upload") == [200, 429]
+    assert statuses(client, 4, "/api/search") == [200, 200, 200, 429]
+
+
+def test_a_blueprints_exemption_covers_nested_blueprints_unless_told_not_to(app: Flask, statuses) -> None:
+    for nested in (True, False):
+        parent, child = Blueprint(f"parent{nested}", __name__), Blueprint("child", __name__)
+        views(parent, "p")
+        views(child, "c")
+        exempt(parent, keep=["application"], nested=nested)
+        parent.register_blueprint(child, url_prefix="/child")
+        app.register_blueprint(parent, url_prefix=f"/{nested}")
+    state = install(app, RATELIMIT_DEFAULT="1/m", RATELIMIT_APPLICATION="50/m")
+    client = app.test_client()
+    assert statuses(client, 2, "/True/p") + statuses(client, 2, "/True/child/c") == [200, 200, 200, 200]
+    assert statuses(client, 2, "/False/p") + statuses(client, 2, "/False/child/c") == [200, 200, 200, 429]
+    plan = state.plan("parentFalse.child.c")
+    assert plan is not None
+    assert [limit.source for limit in plan.limits] == ["RATELIMIT_DEFAULT", "RATELIMIT_APPLICATION"]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"keep": "default"}, "keep a list of"),
+        ({"keep": ["defaults"]}, "keep a list of"),
+        ({"keep": ["default", "application", "blueprints"]}, "exempts from nothing"),
+        ({"nested": "yes"}, "True or False"),
+    ],
+)
+def test_an_exemption_that_cannot_be_honoured_is_refused(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        exempt(**options)
+
+
 def test_a_blueprint_limit_counts_each_view_on_its_own(app: Flask, statuses) -> None:
     api = Blueprint("api", __name__)
     views(api, "a", "b")

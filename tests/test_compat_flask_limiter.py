@@ -135,12 +135,17 @@ def test_a_shared_limit_shares_its_counters_and_a_scoped_limit_does_not(flask_ap
     assert statuses(client, 1, "/c") == [200]
 
 
-def test_exempt_drops_the_defaults_and_refuses_flags_it_cannot_honour(flask_app: Flask, url: str) -> None:
-    limiter = limiter_for(flask_app, url, default_limits=["1/minute"], application_limits=["1/minute"])
+def test_exempt_drops_what_its_flags_say(flask_app: Flask, url: str) -> None:
+    limiter = limiter_for(flask_app, url, default_limits=["1/minute"], application_limits=["4/minute"])
 
     @flask_app.get("/health")
     @limiter.exempt
     def health() -> str:
+        return "ok"
+
+    @flask_app.get("/search")
+    @limiter.exempt(flags=ExemptionScope.DEFAULT)
+    def search() -> str:
         return "ok"
 
     blueprint = Blueprint("internal", __name__)
@@ -151,11 +156,12 @@ def test_exempt_drops_the_defaults_and_refuses_flags_it_cannot_honour(flask_app:
 
     limiter.exempt(blueprint, flags=ExemptionScope.DEFAULT | ExemptionScope.APPLICATION | ExemptionScope.ANCESTORS)
     flask_app.register_blueprint(blueprint)
-    with pytest.raises(ValueError, match=r"ExemptionScope\.APPLICATION and ExemptionScope\.DEFAULT"):
-        limiter.exempt(flags=ExemptionScope.DEFAULT)
+    with pytest.raises(ValueError, match="exempts from nothing"):
+        limiter.exempt(flags=ExemptionScope.META)
     client = flask_app.test_client()
     assert statuses(client, 3, "/health") + statuses(client, 3, "/internal") == [200] * 6
     assert statuses(client, 2) == [200, 429]
+    assert statuses(client, 4, "/search") == [200, 200, 200, 429]  # the application limit: / took 1 of its 4
 
 
 def test_functions_of_nothing_read_the_request(flask_app: Flask, url: str) -> None:

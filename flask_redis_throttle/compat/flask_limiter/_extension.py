@@ -30,8 +30,12 @@ from .constants import ConfigVars, ExemptionScope, HeaderNames
 
 __all__ = ["Limiter"]
 
-#: The flags an exemption must have here: it always drops both.
-EXEMPTION = ExemptionScope.APPLICATION | ExemptionScope.DEFAULT
+#: The flag that drops each kind of inherited limit of :func:`flask_redis_throttle.exempt`.
+EXEMPTION = {
+    "default": ExemptionScope.DEFAULT,
+    "application": ExemptionScope.APPLICATION,
+    "blueprints": ExemptionScope.ANCESTORS,
+}
 
 
 class Limiter:
@@ -217,20 +221,13 @@ class Limiter:
         flags: ExemptionScope = ExemptionScope.APPLICATION | ExemptionScope.DEFAULT | ExemptionScope.META,
     ) -> Any:
         """Exempt a view or a blueprint: :func:`flask_redis_throttle.exempt`,
-        which drops the default and application limits and those of
-        enclosing blueprints, for nested blueprints too.
+        keeping what ``flags`` leave out.
 
-        :raises ValueError: if ``flags`` lack ``APPLICATION`` or ``DEFAULT``:
-            an exemption that keeps either is not supported.
+        :raises ValueError: if ``flags`` drop nothing.
         """
-        if EXEMPTION & flags != EXEMPTION:
-            raise ValueError(
-                f"exempt(flags={flags!r}): an exemption here always drops the default and application limits; "
-                f"flags without ExemptionScope.APPLICATION and ExemptionScope.DEFAULT are not supported ({SEE})"
-            )
-        if obj is None:
-            return native_exempt
-        return native_exempt(obj)
+        keep = [kind for kind, flag in EXEMPTION.items() if flag not in flags]
+        decorate = native_exempt(keep=keep, nested=ExemptionScope.DESCENDENTS in flags)
+        return decorate if obj is None else decorate(obj)
 
     def request_filter(self, fn: Callable[[], bool]) -> Callable[[], bool]:
         """Leave the requests for which ``fn()`` is True unlimited."""
