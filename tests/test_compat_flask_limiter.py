@@ -357,8 +357,6 @@ def test_what_is_refused_at_use_says_so(flask_app: Flask) -> None:
     limiter = Limiter(get_remote_address, app=flask_app)
     with pytest.raises(NotImplementedError, match=r"flask_redis_throttle\.check"):
         limiter.check()
-    with pytest.raises(NotImplementedError, match="current_limit is the deciding limit"):
-        assert limiter.current_limits
 
 
 def test_the_util_functions_read_the_request(flask_app: Flask) -> None:

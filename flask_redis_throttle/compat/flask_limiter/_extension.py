@@ -21,7 +21,7 @@ from typing import Any
 
 from flask import Flask, Response, request
 
-from ...current import current_limit
+from ...current import current_limit, current_limits
 from ...decorators import exempt as native_exempt
 from ...extension import RateLimit
 from ._limits import SEE, Limit, MetaLimit, RequestLimit, RouteLimit, Target, of_request
@@ -243,11 +243,8 @@ class Limiter:
 
     @property
     def current_limits(self) -> list[RequestLimit]:
-        """Refused: the extension keeps the deciding limit of a request only (:attr:`current_limit`)."""
-        raise NotImplementedError(
-            "limiter.current_limits is not supported: limiter.current_limit is the deciding limit, "
-            f"and the RateLimit-Policy header lists every layer ({SEE})"
-        )
+        """Every limit of the current request: :func:`flask_redis_throttle.current_limits`."""
+        return [RequestLimit.current(found, request.endpoint) for found in current_limits()]
 
     def check(self) -> None:
         """Refused: the extension decides every request before its view; see ``auto_check``."""
