@@ -6,6 +6,7 @@ Settings are read once, at ``init_app``. A bad value raises
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import logging
 import math
@@ -41,6 +42,7 @@ DEFAULTS: dict[str, Any] = {
     "RATELIMIT_DEFAULT": None,
     "RATELIMIT_DEFAULT_MODE": "replace",
     "RATELIMIT_APPLICATION": None,
+    "RATELIMIT_META": None,
     "RATELIMIT_HEADERS_ENABLED": True,
     "RATELIMIT_HEADERS_LEGACY": False,
     "RATELIMIT_HEADER_NAMES": {},
@@ -62,6 +64,8 @@ DEFAULTS: dict[str, Any] = {
 
 #: The scope of ``RATELIMIT_APPLICATION``: no endpoint name starts with ``@``.
 APPLICATION_SCOPE = "@app"
+#: The scope of ``RATELIMIT_META``.
+META_SCOPE = "@meta"
 #: The values of ``RATELIMIT_DEFAULT_MODE``.
 DEFAULT_MODES = ("replace", "add")
 #: The values of ``RATELIMIT_RETRY_AFTER``.
@@ -100,8 +104,7 @@ FLASK_LIMITER_SETTINGS: dict[str, tuple[str | None, str]] = {
     "RATELIMIT_ON_BREACH_CALLBACK": ("RATELIMIT_ON_BREACH", "called with a RefusalEvent"),
     "RATELIMIT_IN_MEMORY_FALLBACK": ("RATELIMIT_FALLBACK", "True or False"),
     "RATELIMIT_IN_MEMORY_FALLBACK_ENABLED": ("RATELIMIT_FALLBACK", "True or False"),
-    "RATELIMIT_META": (None, "use @limit(..., penalty=...)"),
-    "RATELIMIT_ON_META_BREACH_CALLBACK": (None, "use @limit(..., penalty=...) and the refusal hooks"),
+    "RATELIMIT_ON_META_BREACH_CALLBACK": ("RATELIMIT_META", "{'limit': ..., 'on_breach': function}"),
     "RATELIMIT_REQUEST_IDENTIFIER": (None, "counters are named after the endpoint, or the limit's scope="),
 }
 
@@ -120,6 +123,7 @@ class Settings:
     default: tuple[LimitSpec, ...]
     default_mode: str
     application: tuple[LimitSpec, ...]
+    meta: tuple[LimitSpec, ...]
     headers_enabled: bool
     headers_legacy: bool
     #: The legacy headers' names, when they are sent; None when they are not.
@@ -220,6 +224,7 @@ class Settings:
             default=_limits(config, "RATELIMIT_DEFAULT"),
             default_mode=default_mode,
             application=_limits(config, "RATELIMIT_APPLICATION", APPLICATION_SCOPE),
+            meta=_meta_limits(config),
             headers_enabled=flag("RATELIMIT_HEADERS_ENABLED"),
             headers_legacy=flag("RATELIMIT_HEADERS_LEGACY"),
             legacy_names=_legacy_names(config, flag("RATELIMIT_HEADERS_LEGACY")),
@@ -312,6 +317,29 @@ def _legacy_names(config: Mapping[str, Any], legacy: bool) -> LegacyNames | None
     if value and not legacy:
         raise ConfigurationError("RATELIMIT_HEADER_NAMES", value, "{} while RATELIMIT_HEADERS_LEGACY is off")
     return LegacyNames(names) if legacy else None
+
+
+def _meta_limits(config: Mapping[str, Any]) -> tuple[LimitSpec, ...]:
+    """``RATELIMIT_META``'s limits, with only the options a meta limit has."""
+    found = _limits(config, "RATELIMIT_META", META_SCOPE)
+    for spec in found:
+        extra = [
+            field.name
+            for field in dataclasses.fields(spec)
+            if field.name not in META_OPTIONS and getattr(spec, field.name) != field.default
+        ]
+        if extra:
+            refused = f"; not {', '.join(extra)}" if extra else ""
+            raise ConfigurationError(
+                "RATELIMIT_META",
+                config["RATELIMIT_META"],
+                f"limit strings, or dicts of one with on_breach, identities, scope or error_message{refused}",
+            )
+    return found
+
+
+#: What a meta limit has of a limit's options.
+META_OPTIONS = frozenset({"limit", "layers", "scope", "identities", "on_breach", "error_message"})
 
 
 def _count(value: Any) -> bool:

@@ -87,6 +87,8 @@ class PlannedLimit:
     :param shadow: whether it only logs (its own ``shadow=`` or ``RATELIMIT_SHADOW``).
     :param policy: its policy; None for a dynamic limit or one with a
         scope function, whose policy is found per request by :meth:`resolve`.
+    :param meta: whether it is a meta limit: a limit on refusals, checked
+        before the others and counted when one of them refuses.
     """
 
     spec: LimitSpec
@@ -97,6 +99,7 @@ class PlannedLimit:
     resolvers: tuple[Resolver, ...] = field(repr=False)
     shadow: bool
     policy: Policy | None
+    meta: bool = False
     _policies: dict[tuple[str, str], Policy] = field(default_factory=dict, repr=False)
 
     @property
@@ -181,6 +184,8 @@ class Batch:
         counted after it when their ``deduct_when`` matches.
     :param checks: the checks to send: one per limit, with its identities.
     :param limits: the limit of each check, in the same order.
+    :param meta: whether they are meta limits: deferred, inspected before
+        the others at cost 1, and counted only when another batch refuses.
     """
 
     cost: int
@@ -188,6 +193,7 @@ class Batch:
     deferred: bool
     checks: list[Check] = field(default_factory=list)
     limits: Sequence[PlannedLimit] = ()
+    meta: bool = False
 
     @property
     def penalized(self) -> bool:
@@ -255,7 +261,7 @@ class Plan:
                 limits = tuple(limit for limit in limits if any(limit.policy is fixed for fixed, _ in checks))
             return (Batch(self.cost, False, False, checks, limits),), labels, ()
         problems: list[Problem] = []
-        groups: dict[tuple[bool, bool, int], tuple[list[Check], list[PlannedLimit]]] = {}
+        groups: dict[tuple[bool, bool, int, bool], tuple[list[Check], list[PlannedLimit]]] = {}
         policies: list[Policy] = []
         for limit in self.limits:
             exempt_when = limit.spec.exempt_when
@@ -275,11 +281,14 @@ class Plan:
             if not identities:
                 continue
             cost = limit.cost_for(request, problems)
-            grouped, kept = groups.setdefault((limit.shadow, limit.spec.deduct_when is not None, cost), ([], []))
+            deferred = limit.meta or limit.spec.deduct_when is not None
+            grouped, kept = groups.setdefault((limit.shadow, deferred, cost, limit.meta), ([], []))
             grouped.append((policy, identities))
             kept.append(limit)
-        batches = [Batch(cost, shadow, deferred, *lists) for (shadow, deferred, cost), lists in groups.items()]
-        batches.sort(key=lambda batch: (batch.shadow, not batch.deferred))
+        batches = [
+            Batch(cost, shadow, deferred, *lists, meta=meta) for (shadow, deferred, cost, meta), lists in groups.items()
+        ]
+        batches.sort(key=lambda batch: (batch.shadow, not batch.meta, not batch.deferred))
         return batches, labels or self._labels_of(tuple(policies)), problems
 
     def _labels_of(self, policies: tuple[Policy, ...]) -> LayerNames:
@@ -369,11 +378,30 @@ def plan_of(
         )
     if not limits:
         return None
+    metas = [(_meta_spec(limit), f"meta of {limit.source}") for limit in limits if limit.spec.meta]
+    for spec, source in [*metas, *((spec, "RATELIMIT_META") for spec in settings.meta)]:
+        identities = spec.identities or settings.identities
+        scope = spec.scope if isinstance(spec.scope, str) else "@meta"
+        policy = None if spec.layers is None else Policy(spec.layers, scope, settings.strategy)
+        limits.append(
+            PlannedLimit(
+                spec,
+                source,
+                scope,
+                settings.strategy,
+                identities,
+                resolvers(identities, settings.ipv6_prefix, logins, warn),
+                False,
+                policy,
+                meta=True,
+            )
+        )
     costs = {limit.spec.cost for limit in limits}
     cost = next(iter(costs))
     simple = len(costs) == 1 and isinstance(cost, int)
     simple = simple and not any(
-        limit.policy is None or limit.shadow or limit.spec.exempt_when or limit.spec.deduct_when for limit in limits
+        limit.policy is None or limit.shadow or limit.spec.exempt_when or limit.spec.deduct_when or limit.meta
+        for limit in limits
     )
     policies = [limit.policy for limit in limits if limit.policy is not None]
     unresolved = tuple(zip(policies, [limit.resolvers for limit in limits], strict=True)) if simple else ()
@@ -385,6 +413,23 @@ def plan_of(
         simple=simple,
         unresolved=unresolved,
         cost=cost if simple else 1,  # type: ignore[arg-type]
+    )
+
+
+def _meta_spec(limit: PlannedLimit) -> LimitSpec:
+    """The meta limit of ``limit``, as a limit of its own: its layers,
+    counted under ``limit``'s scope and ``+meta``, whom ``limit`` counts,
+    and its hook and message for the refusals."""
+    spec = limit.spec
+    layers = spec.meta or ()
+    written = "; ".join(str(layer) for layer in layers)
+    return LimitSpec(
+        written,
+        layers,
+        scope=f"{limit.scope}+meta",
+        identities=limit.identities,
+        on_breach=spec.on_breach,
+        error_message=spec.error_message,
     )
 
 

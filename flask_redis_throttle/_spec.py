@@ -87,6 +87,8 @@ class LimitSpec:
     :param error_message: the 429's description when this limit refuses,
         or a function of the request that returns it; None for the
         extension's own.
+    :param meta: the layers of its meta limit, a limit on how often it
+        refuses an identity; None for none.
     """
 
     limit: str | DynamicLimit
@@ -104,6 +106,7 @@ class LimitSpec:
     per_method: bool = False
     override_defaults: bool | None = None
     error_message: str | MessageFunction | None = None
+    meta: tuple[Layer, ...] | None = None
 
     @property
     def dynamic(self) -> bool:
@@ -152,6 +155,7 @@ class LimitOptions(TypedDict, total=False):
     per_method: bool
     override_defaults: bool | None
     error_message: str | MessageFunction | None
+    meta: str | None
 
 
 def make_spec(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> LimitSpec:
@@ -244,6 +248,14 @@ def _error_message(message: Any) -> str | MessageFunction | None:
     return message  # type: ignore[no-any-return]
 
 
+def _meta(meta: object) -> tuple[Layer, ...] | None:
+    if meta is None:
+        return None
+    if not isinstance(meta, str):
+        raise InvalidLimit(f"meta {meta!r} must be a limit string, such as '3/h'", spec=meta)
+    return parse_limits(meta)
+
+
 def _penalty(penalty: str | None) -> Penalty | None:
     return None if penalty is None else parse_penalty(penalty)
 
@@ -276,4 +288,5 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "methods": _methods,
     "penalty": _penalty,
     "error_message": _error_message,
+    "meta": _meta,
 }

@@ -225,6 +225,7 @@ class RateLimitState(Notices):
         it too, with the ``previous`` outcome of the request, which it adds to."""
         shown: Decision | None = None
         deferred: list[Batch] | None = None
+        metas: list[Batch] | None = None
         if previous is not None:
             shown, deferred = previous.decision, previous.deferred
             labels = LayerNames.of((*previous.labels.policies, *labels.policies))
@@ -234,7 +235,13 @@ class RateLimitState(Notices):
             try:
                 deduct_later = batch.deferred
                 if deduct_later:  # only inspected, at cost 0, and counted after the response
-                    decision, deduct_later = self._inspected(batch, throttle)
+                    if batch.meta:  # or when another batch refuses
+                        decision, deduct_later = _at_cost(throttle.hit(batch.checks, 0), 1), False
+                        if decision.admitted:
+                            metas = [*(metas or ()), batch]
+                            continue
+                    else:
+                        decision, deduct_later = self._inspected(batch, throttle)
                 else:
                     decision = throttle.hit(batch.checks, batch.cost)
             except Exception as error:
@@ -259,10 +266,21 @@ class RateLimitState(Notices):
             if batch.shadow:
                 self._report_refusal(req, endpoint, batch, decision, True, _over_quota(batch.checks, batch.cost))
                 continue
+            if metas is not None:
+                self._breached(metas, throttle)
             self._refuse(req, endpoint, labels, shown, batch, decision)
         if shown is not None:
             # What setting the attribute of g does, without its __setattr__, a Python call.
             g._get_current_object().__dict__[OUTCOME_ATTRIBUTE] = Outcome(labels, shown, False, deferred)
+
+    def _breached(self, metas: list[Batch], throttle: Throttle) -> None:
+        """Count a refusal in the request's meta limits."""
+        for batch in metas:
+            try:
+                throttle.hit(batch.checks, 1)
+            except Exception as error:  # as in _decide: the refusal stands, its count is lost
+                failure = error if isinstance(error, StorageUnavailable) else throttle.unexpected(error)
+                self._storage_failed(failure, "a refusal is not counted in the meta limits")
 
     def _watch(self, decision: Decision) -> None:
         """Log that the fallback decided, or that Redis decides again."""

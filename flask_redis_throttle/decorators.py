@@ -94,6 +94,9 @@ def limit(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> LimitDec
     :param penalty: refuse an identity that keeps hitting this limit for an
         escalating time, such as ``"1m;x2;max=1h"``: a minute after its
         first refusal, then two, four... up to an hour (see :ref:`penalties`).
+    :param meta: a meta limit, such as ``"3/h"``: a limit on how often this
+        limit refuses an identity; once full, the identity is refused until
+        its window passes (see :ref:`meta-limits`).
     :param per_method: count each HTTP method on its own: ``GET`` and
         ``POST`` each get the whole quota (``HEAD`` counts with ``GET``).
         By default the methods it applies to share its counters.

@@ -14,9 +14,16 @@ from flask import Blueprint, Flask, Response, request
 from flask.views import MethodView
 from helpers import get
 
-from flask_redis_throttle import ConfigurationError
+from flask_redis_throttle import ConfigurationError, InvalidLimit
 from flask_redis_throttle.cli import ratelimit
-from flask_redis_throttle.compat.flask_limiter import ExemptionScope, Limit, Limiter, RequestLimit, RouteLimit
+from flask_redis_throttle.compat.flask_limiter import (
+    ExemptionScope,
+    Limit,
+    Limiter,
+    MetaLimit,
+    RequestLimit,
+    RouteLimit,
+)
 from flask_redis_throttle.compat.flask_limiter.commands import cli
 from flask_redis_throttle.compat.flask_limiter.constants import ConfigVars, HeaderNames
 from flask_redis_throttle.compat.flask_limiter.util import get_ipaddr, get_remote_address
@@ -229,7 +236,7 @@ def test_flask_limiters_settings_are_read_without_a_warning(flask_app: Flask, ur
 @pytest.mark.parametrize(
     ("arguments", "refused"),
     [
-        ({"meta_limits": ["2/day"]}, ConfigVars.META_LIMITS),
+        ({"meta_limits": [MetaLimit("2/day", cost=2)]}, "RATELIMIT_META"),
         ({"storage_uri": "memcached://localhost:11211"}, ConfigVars.STORAGE_URI),
         ({"header_name_mapping": {"Retry-After": "X-Wait"}}, "header_name_mapping"),
         ({"auto_check": False}, "auto_check"),
@@ -351,6 +358,27 @@ def test_a_scope_function_takes_the_endpoint(flask_app: Flask, url: str) -> None
     client = flask_app.test_client()
     assert statuses(client, 2, "/item/1") + statuses(client, 2, "/item/2") == [200, 429, 200, 429]
     assert statuses(client, 1, "/a") + statuses(client, 1, "/b") + statuses(client, 1, "/c") == [200, 429, 200]
+
+
+def test_meta_limits_count_refusals(flask_app: Flask, url: str) -> None:
+    limiter = limiter_for(flask_app, url, meta_limits=["1/hour"], on_meta_breach=lambda limit: Response("tea?", 429))
+
+    @flask_app.get("/own")
+    @limiter.limit("1/minute", meta_limits=["1/hour"])
+    def own() -> str:
+        return "own"
+
+    @flask_app.get("/other")
+    @limiter.limit("5/minute")
+    def other() -> str:
+        return "other"
+
+    with pytest.raises(InvalidLimit, match="meta_limits"):
+        limiter.limit("1/minute", meta_limits=[lambda: "1/hour"])
+    client = flask_app.test_client()
+    assert statuses(client, 3, "/own") == [200, 429, 429]  # the third by its own meta limit
+    assert get(client, "/other").text == "tea?"  # the Limiter's, on every limited view
+    assert get(client, "/other", ip="192.0.2.7").text == "other"
 
 
 def test_what_is_refused_at_use_says_so(flask_app: Flask) -> None:

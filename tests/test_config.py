@@ -357,7 +357,7 @@ def warnings_at_init(caplog: pytest.LogCaptureFixture, **config: Any) -> list[st
         ("RATELIMIT_DEFAULTS_PER_METHOD", "use RATELIMIT_DEFAULT ({'limit': ..., 'per_method': True})"),
         ("RATELIMIT_HEADER_REMAINING", "use RATELIMIT_HEADER_NAMES"),
         ("RATELIMIT_HEADER_RETRY_AFTER", "no equivalent"),
-        ("RATELIMIT_META", "no equivalent"),
+        ("RATELIMIT_ON_META_BREACH_CALLBACK", "use RATELIMIT_META"),
     ],
 )
 def test_flask_limiters_settings_are_warned_about(caplog: pytest.LogCaptureFixture, key: str, advice: str) -> None:

@@ -90,13 +90,16 @@ class Limit:
 
         :raises InvalidLimit: for an option that has no counterpart.
         """
-        if self.meta_limits:
-            raise InvalidLimit(
-                f"meta_limits {self.meta_limits!r}: meta limits are not supported; "
-                f"use penalty= for an escalating refusal ({SEE})",
-                spec=self.meta_limits,
-            )
         options: dict[str, Any] = {}
+        if self.meta_limits:
+            items = [self.meta_limits] if isinstance(self.meta_limits, str) else list(self.meta_limits)
+            if not all(isinstance(item, str) for item in items):
+                raise InvalidLimit(
+                    f"meta_limits {self.meta_limits!r}: a limit's meta limits are limit strings here; "
+                    f"functions and MetaLimit(...) only in the Limiter's meta_limits ({SEE})",
+                    spec=self.meta_limits,
+                )
+            options["meta"] = ";".join(map(str, items))
         if callable(self.scope):
             options["scope"] = scope_of(self.scope, self.shared)
         elif self.shared:
@@ -136,8 +139,8 @@ class ApplicationLimit(Limit):
 
 @dataclasses.dataclass(eq=False)
 class MetaLimit(Limit):
-    """Flask-Limiter's ``MetaLimit``. Meta limits are refused here: use a
-    limit's ``penalty=`` (see :ref:`penalties`)."""
+    """Flask-Limiter's ``MetaLimit``: an item of the ``Limiter``'s
+    ``meta_limits``, one of :data:`RATELIMIT_META`."""
 
 
 class RouteLimit(Limit):

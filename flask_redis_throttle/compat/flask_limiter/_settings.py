@@ -82,6 +82,7 @@ def settings(
         "RATELIMIT_STORAGE_OPTIONS": dict(given(ConfigVars.STORAGE_OPTIONS) or {}),
         "RATELIMIT_DEFAULT": layered(given, *DEFAULT_SETTINGS),
         "RATELIMIT_APPLICATION": layered(given, *APPLICATION_SETTINGS),
+        "RATELIMIT_META": meta_limits(given),
         # Flask-Limiter's limits replace the default unless told otherwise.
         "RATELIMIT_DEFAULT_MODE": "replace",
     }
@@ -107,8 +108,6 @@ def settings(
 
 #: Flask-Limiter's settings that have no counterpart here yet, with why.
 REFUSED = {
-    ConfigVars.META_LIMITS: "no meta limits: use a limit's penalty= for an escalating refusal",
-    ConfigVars.ON_META_BREACH: "no meta limits: use a limit's penalty= and on_breach=",
     ConfigVars.REQUEST_IDENTIFIER: "none: counters are named after the endpoint, or a shared limit's scope",
     ConfigVars.IN_MEMORY_FALLBACK: (
         "no limits of its own: in_memory_fallback_enabled=True decides the app's own limits in process"
@@ -152,10 +151,6 @@ def layered(
     limit (a dynamic one if any is a function), with the options the
     settings give all of them; and each ``Limit(...)`` item as a limit of
     its own, with its own options."""
-    value = given(key)
-    if value is None:
-        return None
-    items = [value] if isinstance(value, str) or callable(value) else list(value)
     shared = Limit(
         "",
         per_method=bool(given(per_method)),
@@ -163,11 +158,22 @@ def layered(
         deduct_when=given(deduct_when),
         cost=given(cost),
     )
+    return limits_of(key, given(key), shared.options())
+
+
+def limits_of(key: str, value: Any, shared: dict[str, Any], inherited: bool = False) -> list[dict[str, Any]] | None:
+    """The extension's limits for a Flask-Limiter list of limits: its limit
+    strings and functions as one limit (a dynamic one if any is a function),
+    with the ``shared`` options; and each ``Limit(...)`` item as a limit of
+    its own, with its own options, and the ``shared`` ones too if ``inherited``."""
+    if value is None:
+        return None
+    items = [value] if isinstance(value, str) or callable(value) else list(value)
     found: list[dict[str, Any]] = []
     providers: list[str | Callable[[], str]] = []
     for item in items:
         if isinstance(item, Limit):
-            found.append({"limit": item.spec(), **item.options()})
+            found.append({"limit": item.spec(), **(shared if inherited else {}), **item.options()})
         elif isinstance(item, str) or callable(item):
             providers.append(item)
         else:
@@ -175,8 +181,15 @@ def layered(
     if providers:
         joined = dynamic(providers) if any(callable(item) for item in providers) else ";".join(map(str, providers))
         if joined:
-            found.insert(0, {"limit": joined, **shared.options()})
+            found.insert(0, {"limit": joined, **shared})
     return found or None
+
+
+def meta_limits(given: Callable[[str], Any]) -> list[dict[str, Any]] | None:
+    """``RATELIMIT_META`` for Flask-Limiter's ``meta_limits``, each with
+    ``on_meta_breach`` unless a ``MetaLimit(...)`` has its own ``on_breach``."""
+    hook = breach_hook(given(ConfigVars.ON_META_BREACH), False)
+    return limits_of(ConfigVars.META_LIMITS, given(ConfigVars.META_LIMITS), {"on_breach": hook} if hook else {}, True)
 
 
 def storage_url(uri: str) -> str:
