@@ -34,6 +34,7 @@ from .core.keys import loggable
 from .core.refusals import RefusalLog
 from .core.storage import Storage
 from .core.throttle import Check, Decision, StorageUnavailable, Throttle, UnexpectedError
+from .decorators import EXTENSION_KEY
 from .errors import RateLimitExceeded
 from .signals import RefusalEvent, notify, request_refused
 
@@ -41,9 +42,6 @@ __all__ = ["EXTENSION_KEY", "OUTCOME_ATTRIBUTE", "Outcome", "RateLimitState", "R
 
 #: A request filter: given the request, True to leave it unlimited.
 RequestFilter = Callable[[Request], bool]
-
-#: The key of this extension's state in ``app.extensions``.
-EXTENSION_KEY = "ratelimit"
 
 #: The attribute of ``g`` that holds a request's :class:`Outcome`.
 OUTCOME_ATTRIBUTE = "_ratelimit"

@@ -26,6 +26,7 @@ elif TYPE_CHECKING:
 
 __all__ = [
     "EXEMPT_ATTRIBUTE",
+    "EXTENSION_KEY",
     "INHERITED",
     "LIMITS_ATTRIBUTE",
     "CostFunction",
@@ -39,6 +40,10 @@ __all__ = [
     "limit",
     "make_spec",
 ]
+
+#: The key of the extension's state in ``app.extensions``, where a limit's
+#: ``with`` block finds it.
+EXTENSION_KEY = "ratelimit"
 
 #: The attribute of a view function or blueprint that holds its limits.
 LIMITS_ATTRIBUTE = "__ratelimits__"
@@ -153,8 +158,6 @@ class LimitDecorator:
         :raises RateLimitExceeded: when it refuses the request.
         :raises RuntimeError: outside a request, or in an app without the extension.
         """
-        from ._state import EXTENSION_KEY
-
         state = current_app.extensions.get(EXTENSION_KEY)
         if state is None:
             raise RuntimeError(f"`with limit({self.spec.limit!r})` needs RateLimit set up on {current_app.name!r}")
