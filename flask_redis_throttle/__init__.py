@@ -5,7 +5,7 @@ from .core.keys import Identity
 from .core.rates import Layer, parse_limits
 from .core.refusals import Refusal, RefusalLog
 from .core.throttle import StorageUnavailable
-from .current import CurrentLimit, check, current_limit
+from .current import CurrentLimit, check, current_limit, current_limits
 from .decorators import exempt, limit
 from .errors import ConfigurationError, InputError, InvalidLimit, RateLimitExceeded
 from .extension import RateLimit, near_limit_log, refusal_log
@@ -26,6 +26,7 @@ __all__ = [
     "StorageUnavailable",
     "check",
     "current_limit",
+    "current_limits",
     "exempt",
     "limit",
     "near_limit_log",

@@ -6,6 +6,7 @@ Settings are read once, at ``init_app``. A bad value raises
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import logging
 import math
@@ -14,9 +15,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from ._headers import DRAFTS, partition_secret
+from ._headers import DRAFTS, LEGACY_HEADERS, LegacyNames, partition_secret
 from ._identity import IDENTITY_NAMES, IdentitySpec, check_identities
-from ._spec import LimitSpec, make_spec
+from ._spec import TOKEN, LimitSpec, make_spec
 from .core.checks import is_integer, is_number
 from .core.scripts import STRATEGY_NAMES, is_strategy
 from .errors import ConfigurationError, InvalidLimit
@@ -42,8 +43,10 @@ DEFAULTS: dict[str, Any] = {
     "RATELIMIT_DEFAULT": None,
     "RATELIMIT_DEFAULT_MODE": "replace",
     "RATELIMIT_APPLICATION": None,
+    "RATELIMIT_META": None,
     "RATELIMIT_HEADERS_ENABLED": True,
     "RATELIMIT_HEADERS_LEGACY": False,
+    "RATELIMIT_HEADER_NAMES": {},
     "RATELIMIT_RETRY_AFTER": "seconds",
     "RATELIMIT_FAIL_OPEN": True,
     "RATELIMIT_IDENTITIES": ("ip", "user"),
@@ -68,6 +71,8 @@ DEFAULTS: dict[str, Any] = {
 
 #: The scope of ``RATELIMIT_APPLICATION``: no endpoint name starts with ``@``.
 APPLICATION_SCOPE = "@app"
+#: The scope of ``RATELIMIT_META``.
+META_SCOPE = "@meta"
 #: The values of ``RATELIMIT_DEFAULT_MODE``.
 DEFAULT_MODES = ("replace", "add")
 #: The values of ``RATELIMIT_RETRY_AFTER``.
@@ -88,26 +93,25 @@ MAX_BREAKER_BACKOFF = 86_400.0
 FLASK_LIMITER_SETTINGS: dict[str, tuple[str | None, str]] = {
     "RATELIMIT_KEY_FUNC": ("RATELIMIT_IDENTITIES", "a list of 'ip', 'user' or key functions of the request"),
     "RATELIMIT_STORAGE_URI": ("RATELIMIT_STORAGE_URL", "note: URL"),
-    "RATELIMIT_DEFAULTS_PER_METHOD": (None, "write one @limit per method, with methods="),
-    "RATELIMIT_DEFAULTS_EXEMPT_WHEN": (None, "make RATELIMIT_DEFAULT a function that returns None to exempt"),
-    "RATELIMIT_DEFAULTS_DEDUCT_WHEN": (None, "put the limit on a blueprint with deduct_when="),
-    "RATELIMIT_DEFAULTS_COST": (None, "put the limit on a blueprint with cost="),
-    "RATELIMIT_APPLICATION_PER_METHOD": (None, "write one @limit per method, with methods="),
-    "RATELIMIT_APPLICATION_EXEMPT_WHEN": (None, "make RATELIMIT_APPLICATION a function that returns None to exempt"),
-    "RATELIMIT_APPLICATION_DEDUCT_WHEN": (None, "put the limit on a blueprint with deduct_when="),
-    "RATELIMIT_APPLICATION_COST": (None, "put the limit on a blueprint with cost="),
-    "RATELIMIT_HEADER_LIMIT": (None, "the header names are fixed"),
-    "RATELIMIT_HEADER_REMAINING": (None, "the header names are fixed"),
-    "RATELIMIT_HEADER_RESET": (None, "the header names are fixed"),
-    "RATELIMIT_HEADER_RETRY_AFTER": (None, "the header names are fixed"),
+    "RATELIMIT_DEFAULTS_PER_METHOD": ("RATELIMIT_DEFAULT", "{'limit': ..., 'per_method': True}"),
+    "RATELIMIT_DEFAULTS_EXEMPT_WHEN": ("RATELIMIT_DEFAULT", "{'limit': ..., 'exempt_when': function}"),
+    "RATELIMIT_DEFAULTS_DEDUCT_WHEN": ("RATELIMIT_DEFAULT", "{'limit': ..., 'deduct_when': function}"),
+    "RATELIMIT_DEFAULTS_COST": ("RATELIMIT_DEFAULT", "{'limit': ..., 'cost': ...}"),
+    "RATELIMIT_APPLICATION_PER_METHOD": ("RATELIMIT_APPLICATION", "{'limit': ..., 'per_method': True}"),
+    "RATELIMIT_APPLICATION_EXEMPT_WHEN": ("RATELIMIT_APPLICATION", "{'limit': ..., 'exempt_when': function}"),
+    "RATELIMIT_APPLICATION_DEDUCT_WHEN": ("RATELIMIT_APPLICATION", "{'limit': ..., 'deduct_when': function}"),
+    "RATELIMIT_APPLICATION_COST": ("RATELIMIT_APPLICATION", "{'limit': ..., 'cost': ...}"),
+    "RATELIMIT_HEADER_LIMIT": ("RATELIMIT_HEADER_NAMES", "{'X-RateLimit-Limit': name}"),
+    "RATELIMIT_HEADER_REMAINING": ("RATELIMIT_HEADER_NAMES", "{'X-RateLimit-Remaining': name}"),
+    "RATELIMIT_HEADER_RESET": ("RATELIMIT_HEADER_NAMES", "{'X-RateLimit-Reset': name}"),
+    "RATELIMIT_HEADER_RETRY_AFTER": (None, "Retry-After is a standard header, and keeps its name"),
     "RATELIMIT_HEADER_RETRY_AFTER_VALUE": ("RATELIMIT_RETRY_AFTER", "'http-date' or 'seconds'"),
     "RATELIMIT_SWALLOW_ERRORS": ("RATELIMIT_FAIL_OPEN", "True by default here"),
     "RATELIMIT_FAIL_ON_FIRST_BREACH": (None, "none is needed: every limit is decided at once"),
     "RATELIMIT_ON_BREACH_CALLBACK": ("RATELIMIT_ON_BREACH", "called with a RefusalEvent"),
     "RATELIMIT_IN_MEMORY_FALLBACK": ("RATELIMIT_FALLBACK", "True or False"),
     "RATELIMIT_IN_MEMORY_FALLBACK_ENABLED": ("RATELIMIT_FALLBACK", "True or False"),
-    "RATELIMIT_META": (None, "use @limit(..., penalty=...)"),
-    "RATELIMIT_ON_META_BREACH_CALLBACK": (None, "use @limit(..., penalty=...) and the refusal hooks"),
+    "RATELIMIT_ON_META_BREACH_CALLBACK": ("RATELIMIT_META", "{'limit': ..., 'on_breach': function}"),
     "RATELIMIT_REQUEST_IDENTIFIER": (None, "counters are named after the endpoint, or the limit's scope="),
 }
 
@@ -123,11 +127,14 @@ class Settings:
     storage_url: str
     storage_options: Mapping[str, Any]
     key_prefix: str
-    default: LimitSpec | None
+    default: tuple[LimitSpec, ...]
     default_mode: str
-    application: LimitSpec | None
+    application: tuple[LimitSpec, ...]
+    meta: tuple[LimitSpec, ...]
     headers_enabled: bool
     headers_legacy: bool
+    #: The legacy headers' names, when they are sent; None when they are not.
+    legacy_names: LegacyNames | None
     retry_after_http_date: bool
     fail_open: bool
     identities: tuple[IdentitySpec, ...]
@@ -254,11 +261,13 @@ class Settings:
             storage_url=url,
             storage_options=options,
             key_prefix=prefix,
-            default=_limit(config, "RATELIMIT_DEFAULT"),
+            default=_limits(config, "RATELIMIT_DEFAULT"),
             default_mode=default_mode,
-            application=_limit(config, "RATELIMIT_APPLICATION", APPLICATION_SCOPE),
+            application=_limits(config, "RATELIMIT_APPLICATION", APPLICATION_SCOPE),
+            meta=_meta_limits(config),
             headers_enabled=flag("RATELIMIT_HEADERS_ENABLED"),
             headers_legacy=flag("RATELIMIT_HEADERS_LEGACY"),
+            legacy_names=_legacy_names(config, flag("RATELIMIT_HEADERS_LEGACY")),
             retry_after_http_date=retry_after == "http-date",
             fail_open=flag("RATELIMIT_FAIL_OPEN"),
             identities=identities,
@@ -308,15 +317,75 @@ def _unknown_key_advice(key: str) -> str:
     return f"{key} is not a setting of flask-redis-throttle, and is ignored{guess}"
 
 
-def _limit(config: Mapping[str, Any], key: str, scope: str | None = None) -> LimitSpec | None:
-    """The limit a setting holds: None, a limit string, or a function of the request."""
+#: What ``RATELIMIT_DEFAULT`` and ``RATELIMIT_APPLICATION`` may hold, for their errors.
+LIMIT_SETTING = (
+    "None, a limit string, a function of the request, a dict of limit()'s options with the limit "
+    "under 'limit', or a list of these"
+)
+
+
+def _limits(config: Mapping[str, Any], key: str, scope: str | None = None) -> tuple[LimitSpec, ...]:
+    """The limits a setting holds (see :data:`LIMIT_SETTING`), each checked
+    as :func:`~flask_redis_throttle.limit` checks its own. Given ``scope``
+    (``RATELIMIT_APPLICATION``'s), a limit without a ``scope`` option counts
+    under it, the second under ``scope+2``..., so that two never share a counter."""
     value = config[key]
-    if value is None:
-        return None
-    try:
-        return make_spec(value, scope=scope)
-    except InvalidLimit as error:
-        raise ConfigurationError(key, value, f"None, a limit string or a function of the request ({error})") from error
+    items = value if isinstance(value, (list, tuple)) else [] if value is None else [value]
+    if value is not None and not items:
+        raise ConfigurationError(key, value, LIMIT_SETTING)
+    found = []
+    for position, item in enumerate(items, 1):
+        options = dict(item) if isinstance(item, Mapping) else {"limit": item}
+        if "limit" not in options or "override_defaults" in options:
+            raise ConfigurationError(key, value, f"{LIMIT_SETTING}; override_defaults is for a view's own limits")
+        if scope is not None:
+            options.setdefault("scope", scope if position == 1 else f"{scope}+{position}")
+        try:
+            found.append(make_spec(options.pop("limit"), **options))
+        except (InvalidLimit, TypeError) as error:
+            raise ConfigurationError(key, value, f"{LIMIT_SETTING} ({error})") from error
+    return tuple(found)
+
+
+def _legacy_names(config: Mapping[str, Any], legacy: bool) -> LegacyNames | None:
+    """The legacy headers' names, from ``RATELIMIT_HEADER_NAMES``; None
+    when ``RATELIMIT_HEADERS_LEGACY`` is off, which a renaming needs."""
+    value = config["RATELIMIT_HEADER_NAMES"]
+    expected = f"a dict that renames some of {', '.join(LEGACY_HEADERS)} to other header names"
+    if not isinstance(value, Mapping) or not set(value) <= set(LEGACY_HEADERS):
+        raise ConfigurationError("RATELIMIT_HEADER_NAMES", value, expected)
+    names = tuple(value.get(name, name) for name in LEGACY_HEADERS)
+    lowered = [name.lower() for name in names if isinstance(name, str) and TOKEN.fullmatch(name)]
+    if len(set(lowered)) != len(LEGACY_HEADERS) or {"ratelimit", "ratelimit-policy", "retry-after"} & set(lowered):
+        raise ConfigurationError(
+            "RATELIMIT_HEADER_NAMES", value, f"{expected}: distinct, and not RateLimit, RateLimit-Policy or Retry-After"
+        )
+    if value and not legacy:
+        raise ConfigurationError("RATELIMIT_HEADER_NAMES", value, "{} while RATELIMIT_HEADERS_LEGACY is off")
+    return LegacyNames(names) if legacy else None
+
+
+def _meta_limits(config: Mapping[str, Any]) -> tuple[LimitSpec, ...]:
+    """``RATELIMIT_META``'s limits, with only the options a meta limit has."""
+    found = _limits(config, "RATELIMIT_META", META_SCOPE)
+    for spec in found:
+        extra = [
+            field.name
+            for field in dataclasses.fields(spec)
+            if field.name not in META_OPTIONS and getattr(spec, field.name) != field.default
+        ]
+        if extra:
+            refused = f"; not {', '.join(extra)}" if extra else ""
+            raise ConfigurationError(
+                "RATELIMIT_META",
+                config["RATELIMIT_META"],
+                f"limit strings, or dicts of one with on_breach, identities, scope or error_message{refused}",
+            )
+    return found
+
+
+#: What a meta limit has of a limit's options.
+META_OPTIONS = frozenset({"limit", "layers", "scope", "identities", "on_breach", "error_message"})
 
 
 def _fraction(share: float) -> tuple[int, int]:

@@ -37,10 +37,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DRAFTS",
+    "LEGACY_HEADERS",
     "QUOTA_EXCEEDED",
     "REQUESTS",
     "UNITS",
     "LayerNames",
+    "LegacyNames",
     "legacy_headers",
     "partition_key",
     "partition_secret",
@@ -60,6 +62,8 @@ QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded
 REQUESTS = "requests"
 #: The quota units of the draft's registry, the values ``qu`` may take.
 UNITS = (REQUESTS, "content-bytes", "concurrent-requests")
+#: The legacy headers' names, in the order they are sent.
+LEGACY_HEADERS = ("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset")
 
 
 def policy_header(layers: Iterable[tuple[str, Layer]], units: Sequence[str] = ()) -> str:
@@ -179,18 +183,30 @@ class LayerNames:
         return f"{head}{max(remaining, 0)};t={math.ceil(reset)}"
 
 
-#: The headers :func:`set_headers` sets, in lower case: always, and with the legacy ones.
+#: The headers :func:`set_headers` sets, in lower case, without the legacy ones.
 _NAMES = frozenset(["ratelimit-policy", "ratelimit"])
-_LEGACY_NAMES = _NAMES | {"x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"}
 _POLICY, _STATE = "RateLimit-Policy", "RateLimit"
 
 
+@dataclass(frozen=True)
+class LegacyNames:
+    """The names the legacy headers are sent under: :data:`LEGACY_HEADERS`,
+    or those ``RATELIMIT_HEADER_NAMES`` gives them, in the same order."""
+
+    names: tuple[str, str, str] = LEGACY_HEADERS
+    #: Every header :func:`set_headers` sets with them, in lower case.
+    lowered: frozenset[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "lowered", _NAMES | {name.lower() for name in self.names})
+
+
 def set_headers(
-    headers: Headers, labels: LayerNames, decision: Decision, legacy: bool, partition: bytes | None = None
+    headers: Headers, labels: LayerNames, decision: Decision, legacy: LegacyNames | None, partition: bytes | None = None
 ) -> None:
     """Set ``RateLimit-Policy`` and ``RateLimit`` on a response's
-    ``headers``, replacing any it has (and the ``X-RateLimit-*`` ones, if
-    ``legacy``).
+    ``headers``, replacing any it has (and the legacy ones, under the
+    ``legacy`` names, if given).
 
     :param partition: the key of the ``pk`` digests (see
         :func:`partition_key`), to add the deciding identity's to
@@ -207,9 +223,9 @@ def set_headers(
     if partition is not None:
         state += ";pk=" + partition_key(partition, decision.policy.scope, decision.identity)
     values = [(_POLICY, labels.policy_header), (_STATE, state)]
-    if legacy:
-        values += legacy_headers(layer.quota, remaining, decision.reset, time.time())
-    names = _LEGACY_NAMES if legacy else _NAMES
+    if legacy is not None:
+        values += legacy_headers(layer.quota, remaining, decision.reset, time.time(), legacy.names)
+    names = legacy.lowered if legacy is not None else _NAMES
     items: Any = getattr(headers, "_list", None)  # Werkzeug's own list, if it has one
     own = type(items) is list
     for name, _value in items if own else headers:
@@ -224,7 +240,9 @@ def set_headers(
             headers.add(header, value)
 
 
-def legacy_headers(quota: int, remaining: int, reset: float, now: float) -> list[tuple[str, str]]:
+def legacy_headers(
+    quota: int, remaining: int, reset: float, now: float, names: tuple[str, str, str] = LEGACY_HEADERS
+) -> list[tuple[str, str]]:
     """The ``X-RateLimit-*`` headers of the most constrained layer.
 
     ``X-RateLimit-Reset`` is the time that layer is back to its full quota,
@@ -232,11 +250,13 @@ def legacy_headers(quota: int, remaining: int, reset: float, now: float) -> list
     GitHub send it.
 
     :param now: the current time, in seconds since the epoch.
+    :param names: the names to send them under, in that order.
     """
+    limit, left, reset_at = names
     return [
-        ("X-RateLimit-Limit", str(quota)),
-        ("X-RateLimit-Remaining", str(max(remaining, 0))),
-        ("X-RateLimit-Reset", str(math.ceil(now + reset))),
+        (limit, str(quota)),
+        (left, str(max(remaining, 0))),
+        (reset_at, str(math.ceil(now + reset))),
     ]
 
 

@@ -13,7 +13,8 @@ An endpoint's limits come from three places, in this order:
    ``RATELIMIT_DEFAULT_MODE`` is ``"replace"``;
 4. ``RATELIMIT_APPLICATION``, one limit shared by every view.
 
-3 and 4 are left out for a view exempted, or inside a blueprint exempted.
+3 and 4 are left out for a view exempted, or inside a blueprint exempted,
+unless the exemption keeps them (see :func:`~flask_redis_throttle.exempt`).
 
 Static file endpoints never get a limit. Of those limits, a plan keeps the
 ones whose ``methods`` include the request's method, each compiled into a
@@ -54,6 +55,7 @@ __all__ = [
     "compile_plan",
     "matching",
     "per_method_scope",
+    "plan_of",
 ]
 
 #: How many policies a dynamic limit keeps, one per distinct string returned;
@@ -77,13 +79,16 @@ class PlannedLimit:
     :param spec: the limit and its options, as written.
     :param source: where it was written: ``"view"``, ``"blueprint <name>"``,
         ``"RATELIMIT_DEFAULT"`` or ``"RATELIMIT_APPLICATION"``.
-    :param scope: the scope its counters are kept under.
+    :param scope: the scope its counters are kept under; for a scope
+        function, its name, since each request's scope is its own.
     :param strategy: its algorithm.
     :param identities: whom it counts: built-in names and key functions.
     :param resolvers: those identities, compiled.
     :param shadow: whether it only logs (its own ``shadow=`` or ``RATELIMIT_SHADOW``).
-    :param policy: its policy; None for a dynamic limit, whose policy is
-        found per request by :meth:`resolve`.
+    :param policy: its policy; None for a dynamic limit or one with a
+        scope function, whose policy is found per request by :meth:`resolve`.
+    :param meta: whether it is a meta limit: a limit on refusals, checked
+        before the others and counted when one of them refuses.
     """
 
     spec: LimitSpec
@@ -94,33 +99,44 @@ class PlannedLimit:
     resolvers: tuple[Resolver, ...] = field(repr=False)
     shadow: bool
     policy: Policy | None
-    _policies: dict[str, Policy] = field(default_factory=dict, repr=False)
+    meta: bool = False
+    _policies: dict[tuple[str, str], Policy] = field(default_factory=dict, repr=False)
 
     @property
     def dynamic(self) -> bool:
-        """Whether the limit string comes from a function, per request."""
+        """Whether the limit string or the scope comes from a function, per request."""
         return self.policy is None
 
     def resolve(self, request: Request) -> Policy | None:
-        """This request's policy: the fixed one, or the dynamic function's.
+        """This request's policy: the fixed one, or the one of the limit
+        string and scope its functions return.
 
         :returns: None when the dynamic function returns None.
         :raises InvalidLimit: when it returns anything but None or a valid
-            limit string.
+            limit string, or the scope function anything but a non-empty string.
         """
         if self.policy is not None:
             return self.policy
-        value = self.spec.limit(request)  # type: ignore[operator]
+        spec = self.spec
+        value = spec.limit if isinstance(spec.limit, str) else spec.limit(request)
         if value is None:
             return None
         if not isinstance(value, str):
             raise InvalidLimit(f"a dynamic limit must return a limit string or None, not {value!r}", spec=value)
-        policy = self._policies.get(value)
+        scope = self.scope
+        if callable(spec.scope):
+            scope = spec.scope(request)
+            if not isinstance(scope, str) or not scope:
+                raise InvalidLimit(f"a scope function must return a non-empty string, not {scope!r}", spec=scope)
+            if spec.per_method:
+                scope = per_method_scope(scope, request.method)
+        policy = self._policies.get((value, scope))
         if policy is None:
             # Every string shares the scope, so a client whose limit changes
             # (a new pricing plan) keeps what it has used so far.
-            policy = Policy(parse_limits(value), self.scope, self.strategy, self.spec.penalty)
-            remember(self._policies, value, policy, DYNAMIC_CACHE_SIZE)
+            layers = spec.layers if spec.layers is not None else parse_limits(value)
+            policy = Policy(layers, scope, self.strategy, spec.penalty)
+            remember(self._policies, (value, scope), policy, DYNAMIC_CACHE_SIZE)
         return policy
 
     def owns(self, policy: Policy) -> bool:
@@ -168,6 +184,8 @@ class Batch:
         counted after it when their ``deduct_when`` matches.
     :param checks: the checks to send: one per limit, with its identities.
     :param limits: the limit of each check, in the same order.
+    :param meta: whether they are meta limits: deferred, inspected before
+        the others at cost 1, and counted only when another batch refuses.
     """
 
     cost: int
@@ -175,6 +193,7 @@ class Batch:
     deferred: bool
     checks: list[Check] = field(default_factory=list)
     limits: Sequence[PlannedLimit] = ()
+    meta: bool = False
 
     @property
     def penalized(self) -> bool:
@@ -245,7 +264,7 @@ class Plan:
                 limits = tuple(limit for limit in limits if any(limit.policy is fixed for fixed, _ in checks))
             return (Batch(self.cost, False, False, checks, limits),), labels, ()
         problems: list[Problem] = []
-        groups: dict[tuple[bool, bool, int], tuple[list[Check], list[PlannedLimit]]] = {}
+        groups: dict[tuple[bool, bool, int, bool], tuple[list[Check], list[PlannedLimit]]] = {}
         policies: list[Policy] = []
         for limit in self.limits:
             exempt_when = limit.spec.exempt_when
@@ -265,11 +284,14 @@ class Plan:
             if not identities:
                 continue
             cost = limit.cost_for(request, problems)
-            grouped, kept = groups.setdefault((limit.shadow, limit.spec.deduct_when is not None, cost), ([], []))
+            deferred = limit.meta or limit.spec.deduct_when is not None
+            grouped, kept = groups.setdefault((limit.shadow, deferred, cost, limit.meta), ([], []))
             grouped.append((policy, identities))
             kept.append(limit)
-        batches = [Batch(cost, shadow, deferred, *lists) for (shadow, deferred, cost), lists in groups.items()]
-        batches.sort(key=lambda batch: (batch.shadow, not batch.deferred))
+        batches = [
+            Batch(cost, shadow, deferred, *lists, meta=meta) for (shadow, deferred, cost, meta), lists in groups.items()
+        ]
+        batches.sort(key=lambda batch: (batch.shadow, not batch.meta, not batch.deferred))
         return batches, labels or self._labels_of(tuple(policies)), problems
 
     def _labels_of(self, policies: tuple[Policy, ...]) -> LayerNames:
@@ -315,20 +337,37 @@ def compile_plan(app: Flask, endpoint: str, method: str, settings: Settings, war
     :param warn: how its identities warn of a logged-in user without an id
         (see :func:`~flask_redis_throttle._identity.resolvers`).
     """
-    found = limits_of(app, endpoint, settings)
-    logins = hasattr(app, "login_manager")
+    return plan_of(limits_of(app, endpoint, settings), endpoint, method, settings, hasattr(app, "login_manager"), warn)
+
+
+def plan_of(
+    found: Sequence[tuple[LimitSpec, str]],
+    endpoint: str,
+    method: str,
+    settings: Settings,
+    logins: bool,
+    warn: Warn | None = None,
+) -> Plan | None:
+    """The plan of the limits ``found`` (each with where it was written) for
+    requests of ``method`` to ``endpoint``, or None if none applies.
+
+    :param logins: whether the app logs users in with Flask-Login.
+    """
     taken: list[tuple[str, str, frozenset[int] | None]] = []
     limits = []
     for position, (spec, source) in enumerate(found, 1):
         strategy = spec.strategy or settings.strategy
         periods = None if spec.layers is None else frozenset(layer.window for layer in spec.layers)
-        scope = spec.scope or _default_scope(endpoint, position, strategy, periods, taken)
+        if callable(spec.scope):
+            scope = f"{qualified_name(spec.scope)}()"  # its name: each request's scope is its own
+        else:
+            scope = spec.scope or _default_scope(endpoint, position, strategy, periods, taken)
         # Scopes are given over all the endpoint's limits, whatever their
         # methods, so that a limit keeps its counters for every method.
         taken.append((scope, strategy, periods))
         if not spec.applies_to(method):
             continue
-        if spec.per_method:
+        if spec.per_method and not callable(spec.scope):
             scope = per_method_scope(scope, method)
         identities = spec.identities or settings.identities
         limits.append(
@@ -340,16 +379,37 @@ def compile_plan(app: Flask, endpoint: str, method: str, settings: Settings, war
                 identities=identities,
                 resolvers=resolvers(identities, settings.ipv6_prefix, logins, warn),
                 shadow=spec.shadow or settings.shadow,
-                policy=None if spec.layers is None else Policy(spec.layers, scope, strategy, spec.penalty),
+                policy=None
+                if spec.layers is None or callable(spec.scope)
+                else Policy(spec.layers, scope, strategy, spec.penalty),
             )
         )
     if not limits:
         return None
+    metas = [(_meta_spec(limit), f"meta of {limit.source}") for limit in limits if limit.spec.meta]
+    for spec, source in [*metas, *((spec, "RATELIMIT_META") for spec in settings.meta)]:
+        identities = spec.identities or settings.identities
+        scope = spec.scope if isinstance(spec.scope, str) else "@meta"
+        policy = None if spec.layers is None else Policy(spec.layers, scope, settings.strategy)
+        limits.append(
+            PlannedLimit(
+                spec,
+                source,
+                scope,
+                settings.strategy,
+                identities,
+                resolvers(identities, settings.ipv6_prefix, logins, warn),
+                False,
+                policy,
+                meta=True,
+            )
+        )
     costs = {limit.spec.cost for limit in limits}
     cost = next(iter(costs))
     simple = len(costs) == 1 and isinstance(cost, int)
     simple = simple and not any(
-        limit.policy is None or limit.shadow or limit.spec.exempt_when or limit.spec.deduct_when for limit in limits
+        limit.policy is None or limit.shadow or limit.spec.exempt_when or limit.spec.deduct_when or limit.meta
+        for limit in limits
     )
     policies = [limit.policy for limit in limits if limit.policy is not None]
     quota_units = settings.headers_draft >= 11
@@ -364,6 +424,23 @@ def compile_plan(app: Flask, endpoint: str, method: str, settings: Settings, war
         unresolved=unresolved,
         cost=cost if simple else 1,  # type: ignore[arg-type]
         quota_units=quota_units,
+    )
+
+
+def _meta_spec(limit: PlannedLimit) -> LimitSpec:
+    """The meta limit of ``limit``, as a limit of its own: its layers,
+    counted under ``limit``'s scope and ``+meta``, whom ``limit`` counts,
+    and its hook and message for the refusals."""
+    spec = limit.spec
+    layers = spec.meta or ()
+    written = "; ".join(str(layer) for layer in layers)
+    return LimitSpec(
+        written,
+        layers,
+        scope=f"{limit.scope}+meta",
+        identities=limit.identities,
+        on_breach=spec.on_breach,
+        error_message=spec.error_message,
     )
 
 

@@ -1,8 +1,10 @@
 """Where an endpoint's limits come from, whatever the method, in this order:
 the view's own decorators (and a class-based view's, method by method), the
-blueprints it belongs to (innermost first, up to the first one exempted),
-then ``RATELIMIT_DEFAULT`` unless a limit overrides it, and
-``RATELIMIT_APPLICATION``. :mod:`flask_redis_throttle._plan` compiles them.
+blueprints it belongs to (innermost first, up to the first one exempted
+from them), then ``RATELIMIT_DEFAULT`` unless a limit overrides it, and
+``RATELIMIT_APPLICATION``, each unless an exemption drops it (the view's,
+its blueprint's, or a nested one of an enclosing blueprint's).
+:mod:`flask_redis_throttle._plan` compiles them.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from flask.views import http_method_funcs
 
 from ._config import Settings
 from ._spec import LimitSpec
-from .decorators import EXEMPT_ATTRIBUTE, LIMITS_ATTRIBUTE
+from .decorators import EXEMPT_ATTRIBUTE, LIMITS_ATTRIBUTE, Exemption
 
 __all__ = ["class_view_limits", "limits_of"]
 
@@ -29,21 +31,21 @@ def limits_of(app: Flask, endpoint: str, settings: Settings) -> list[tuple[Limit
     view_class = getattr(view, "view_class", None)
     if isinstance(view_class, type):
         found += [(spec, "view") for spec in class_view_limits(view_class)]
-    inherits = not getattr(view, EXEMPT_ATTRIBUTE, False)
-    if inherits:
-        for name in _blueprints(app, endpoint):
-            blueprint = app.blueprints[name]
+    exemption: Exemption | None = getattr(view, EXEMPT_ATTRIBUTE, None)
+    drops = set() if exemption is None else set(exemption.drops)
+    for innermost, name in enumerate(_blueprints(app, endpoint)):
+        blueprint = app.blueprints[name]
+        if "blueprints" not in drops:
             found += [(spec, f"blueprint {name}") for spec in getattr(blueprint, LIMITS_ATTRIBUTE, ())]
-            if getattr(blueprint, EXEMPT_ATTRIBUTE, False):
-                inherits = False
-                break
-    if not inherits:
-        return found
-    default = settings.default
-    if default is not None and not _overrides_default([spec for spec, _ in found], settings.default_mode):
-        found.append((default, "RATELIMIT_DEFAULT"))
-    if settings.application is not None:
-        found.append((settings.application, "RATELIMIT_APPLICATION"))
+        # An enclosing blueprint's exemption still counts when its limits do not.
+        exemption = getattr(blueprint, EXEMPT_ATTRIBUTE, None)
+        if exemption is not None and (innermost == 0 or exemption.nested):
+            drops |= exemption.drops
+    own = [spec for spec, _ in found]
+    if "default" not in drops and settings.default and not _overrides_default(own, settings.default_mode):
+        found += [(spec, "RATELIMIT_DEFAULT") for spec in settings.default]
+    if "application" not in drops:
+        found += [(spec, "RATELIMIT_APPLICATION") for spec in settings.application]
     return found
 
 

@@ -34,17 +34,30 @@ elif TYPE_CHECKING:
 if TYPE_CHECKING:
     from .signals import RefusalEvent
 
-__all__ = ["CostFunction", "DynamicLimit", "LimitOptions", "LimitSpec", "RefusalHook", "make_spec"]
+__all__ = [
+    "CostFunction",
+    "DynamicLimit",
+    "LimitOptions",
+    "LimitSpec",
+    "MessageFunction",
+    "RefusalHook",
+    "ScopeFunction",
+    "make_spec",
+]
 
 #: A dynamic limit: given the request, a limit string, or None for no limit.
 DynamicLimit = Callable[[Request], "str | None"]
 #: A cost function: given the request, how much quota it takes.
 CostFunction = Callable[[Request], int]
+#: A scope function: given the request, the name of the counters it counts in.
+ScopeFunction = Callable[[Request], str]
+#: An error message function: given the request, the 429's description.
+MessageFunction = Callable[[Request], str]
 #: Called with a :class:`~flask_redis_throttle.signals.RefusalEvent` when a limit refuses.
 RefusalHook = Callable[["RefusalEvent"], object]
 
-# An HTTP method is a token (RFC 9110): letters, mostly.
-_METHOD = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")
+#: An HTTP method or header name is a token (RFC 9110): letters, mostly.
+TOKEN = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")
 
 
 @dataclass(frozen=True)
@@ -55,7 +68,8 @@ class LimitSpec:
     :param limit: the limit string as written, or the dynamic limit function.
     :param layers: its layers; None for a dynamic limit, whose layers are
         known only per request.
-    :param scope: the counters' scope, or None for the endpoint name.
+    :param scope: the counters' scope, or a function of the request that
+        returns it, or None for the endpoint name.
     :param identities: whom it counts, or None for ``RATELIMIT_IDENTITIES``.
     :param strategy: the algorithm, or None for ``RATELIMIT_STRATEGY``.
     :param methods: the HTTP methods it applies to, upper case; None for all.
@@ -73,11 +87,16 @@ class LimitSpec:
         ``RATELIMIT_DEFAULT_MODE`` (None).
     :param unit: what its quota counts, the ``qu`` of its layers in
         ``RateLimit-Policy``: ``"requests"`` or ``"content-bytes"``.
+    :param error_message: the 429's description when this limit refuses,
+        or a function of the request that returns it; None for the
+        extension's own.
+    :param meta: the layers of its meta limit, a limit on how often it
+        refuses an identity; None for none.
     """
 
     limit: str | DynamicLimit
     layers: tuple[Layer, ...] | None
-    scope: str | None = None
+    scope: str | ScopeFunction | None = None
     identities: tuple[IdentitySpec, ...] | None = None
     strategy: str | None = None
     methods: frozenset[str] | None = None
@@ -90,6 +109,8 @@ class LimitSpec:
     per_method: bool = False
     override_defaults: bool | None = None
     unit: str = REQUESTS
+    error_message: str | MessageFunction | None = None
+    meta: tuple[Layer, ...] | None = None
 
     @property
     def dynamic(self) -> bool:
@@ -125,7 +146,7 @@ class LimitOptions(TypedDict, total=False):
     checked once, by :func:`make_spec`. See :func:`limit` for what each
     means; one left out takes the default of :class:`LimitSpec`."""
 
-    scope: str | None
+    scope: str | ScopeFunction | None
     identities: Sequence[IdentitySpec] | None
     strategy: str | None
     methods: Iterable[str] | None
@@ -138,6 +159,8 @@ class LimitOptions(TypedDict, total=False):
     per_method: bool
     override_defaults: bool | None
     unit: str
+    error_message: str | MessageFunction | None
+    meta: str | None
 
 
 def make_spec(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> LimitSpec:
@@ -162,10 +185,10 @@ def make_spec(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> Limi
     return LimitSpec(spec, layers, **checked)
 
 
-def _scope(scope: object) -> str | None:
-    if scope is not None and (not isinstance(scope, str) or not scope):
-        raise InvalidLimit(f"scope {scope!r} must be a non-empty string", spec=scope)
-    return scope
+def _scope(scope: Any) -> str | ScopeFunction | None:
+    if scope is not None and not callable(scope) and (not isinstance(scope, str) or not scope):
+        raise InvalidLimit(f"scope {scope!r} must be a non-empty string, or a function of the request", spec=scope)
+    return scope  # type: ignore[no-any-return]
 
 
 def _identities(identities: Any) -> tuple[IdentitySpec, ...] | None:
@@ -233,6 +256,22 @@ def _unit(unit: object) -> str:
     return unit
 
 
+def _error_message(message: Any) -> str | MessageFunction | None:
+    if message is not None and not callable(message) and (not isinstance(message, str) or not message):
+        raise InvalidLimit(
+            f"error_message {message!r} must be a non-empty string, or a function of the request", spec=message
+        )
+    return message  # type: ignore[no-any-return]
+
+
+def _meta(meta: object) -> tuple[Layer, ...] | None:
+    if meta is None:
+        return None
+    if not isinstance(meta, str):
+        raise InvalidLimit(f"meta {meta!r} must be a limit string, such as '3/h'", spec=meta)
+    return parse_limits(meta)
+
+
 def _penalty(penalty: str | None) -> Penalty | None:
     return None if penalty is None else parse_penalty(penalty)
 
@@ -243,7 +282,7 @@ def _methods(methods: Iterable[str] | None) -> frozenset[str] | None:
     if isinstance(methods, str) or not isinstance(methods, Iterable):
         raise InvalidLimit(f"methods {methods!r} must be a list of HTTP methods, such as ['POST']", spec=methods)
     items = list(methods)
-    if not items or not all(isinstance(item, str) and _METHOD.fullmatch(item) for item in items):
+    if not items or not all(isinstance(item, str) and TOKEN.fullmatch(item) for item in items):
         raise InvalidLimit(f"methods {methods!r} must be a non-empty list of HTTP methods", spec=methods)
     return frozenset(item.upper() for item in items)
 
@@ -265,4 +304,6 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "methods": _methods,
     "penalty": _penalty,
     "unit": _unit,
+    "error_message": _error_message,
+    "meta": _meta,
 }

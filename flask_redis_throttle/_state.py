@@ -28,12 +28,15 @@ from ._headers import LayerNames, retry_after_value, set_headers
 from ._metrics import Metrics
 from ._notices import Notices, logger
 from ._overrides import Overrides
-from ._plan import Batch, Plan, Problem, compile_plan, matching
+from ._plan import Batch, Plan, PlannedLimit, Problem, compile_plan, matching, plan_of, qualified_name
+from ._spec import LimitSpec
+from .core.bounded import remember
 from .core.factory import build_refusal_log, build_throttle
 from .core.keys import loggable
 from .core.refusals import RefusalLog
 from .core.storage import STORAGE_ERRORS, Storage
 from .core.throttle import Check, Decision, StorageUnavailable, Throttle, UnexpectedError
+from .decorators import EXTENSION_KEY
 from .errors import RateLimitExceeded
 from .signals import RefusalEvent, notify, request_refused
 
@@ -42,9 +45,6 @@ __all__ = ["EXTENSION_KEY", "NEAR_LIMIT_MEMORY", "OUTCOME_ATTRIBUTE", "Outcome",
 #: A request filter: given the request, True to leave it unlimited.
 RequestFilter = Callable[[Request], bool]
 
-#: The key of this extension's state in ``app.extensions``.
-EXTENSION_KEY = "ratelimit"
-
 #: The attribute of ``g`` that holds a request's :class:`Outcome`.
 OUTCOME_ATTRIBUTE = "_ratelimit"
 
@@ -52,6 +52,10 @@ OUTCOME_ATTRIBUTE = "_ratelimit"
 #: remembers, so as to signal each once per window: bounded, as the block
 #: cache is, however many identities there are.
 NEAR_LIMIT_MEMORY = 10_000
+#: How many plans of limits' ``with`` blocks are kept: one per limit,
+#: endpoint and method; more, and the cache starts again, so that a limit
+#: made anew in each request stays bounded.
+BLOCK_PLANS = 1024
 
 
 @dataclasses.dataclass(slots=True)
@@ -137,6 +141,8 @@ class RateLimitState(Notices):
         # Keys are real endpoints and the methods their rules accept (Flask
         # answers any other method 405 with no endpoint), so this is bounded.
         self._plans: dict[tuple[str, str], Plan | None] = {}
+        #: The plans of limits' ``with`` blocks, by limit, endpoint and method.
+        self._blocks: dict[tuple[LimitSpec, str, str], Plan | None] = {}
         if self.throttle is not None and self.throttle.breaker is not None:
             self.breaker_added(self.throttle.breaker.name)
 
@@ -158,6 +164,40 @@ class RateLimitState(Notices):
         except KeyError:
             plan = self._plans[key] = compile_plan(self.app, key[0], key[1], self.settings, self._warn)
             return plan
+
+    def decide_block(self, spec: LimitSpec) -> None:
+        """Decide ``spec`` for the current request, now: ``with limit(...)``
+        (see :ref:`block-limits`). It is decided as the view's limits were,
+        and counted beside them; the headers show the tighter of the two.
+
+        Without a ``scope``, it counts under ``<endpoint>:<limit>``: the
+        endpoint, and the limit string or the dynamic limit's function name.
+
+        :raises RateLimitExceeded: when it refuses the request.
+        """
+        req: Request = request._get_current_object()  # type: ignore[attr-defined]
+        endpoint = req.endpoint
+        if endpoint is None or self.throttle is None:
+            return  # 404s and 405s are decided by nothing; nor is anything when disabled
+        if self.filters and any(accept(req) for accept in self.filters):
+            return
+        key = (spec, endpoint, req.method)
+        try:
+            plan = self._blocks[key]
+        except KeyError:
+            written = spec.limit if isinstance(spec.limit, str) else qualified_name(spec.limit)
+            scoped = dataclasses.replace(spec, scope=spec.scope or f"{endpoint}:{written}")
+            logins = hasattr(self.app, "login_manager")
+            plan = plan_of([(scoped, "block")], endpoint, req.method, self.settings, logins, self._warn)
+            remember(self._blocks, key, plan, BLOCK_PLANS)
+        if plan is None:
+            return
+        batches, labels, problems = plan.prepare(req)
+        if problems:
+            self._problems(problems)
+        if batches:
+            previous: Outcome | None = g._get_current_object().__dict__.get(OUTCOME_ATTRIBUTE)
+            self._decide(req, endpoint, labels, batches, self.throttle, previous)
 
     def before_request(self) -> None:
         """Decide the request; raise :class:`RateLimitExceeded` if it is refused."""
@@ -188,15 +228,26 @@ class RateLimitState(Notices):
             self._decide(req, endpoint, labels, batches, self.throttle)
 
     def _decide(
-        self, req: Request, endpoint: str, labels: LayerNames, batches: Sequence[Batch], throttle: Throttle
+        self,
+        req: Request,
+        endpoint: str,
+        labels: LayerNames,
+        batches: Sequence[Batch],
+        throttle: Throttle,
+        previous: Outcome | None = None,
     ) -> None:
         """Decide the request's batches, one script call each, and leave the
         :class:`Outcome` in ``g``; raise the 429 at the first enforced refusal.
 
         Every request takes this one path; a simple plan's is its one batch,
-        enforced and counted before the view."""
+        enforced and counted before the view. A limit's ``with`` block takes
+        it too, with the ``previous`` outcome of the request, which it adds to."""
         shown: Decision | None = None
         deferred: list[Batch] | None = None
+        metas: list[Batch] | None = None
+        if previous is not None:
+            shown, deferred = previous.decision, previous.deferred
+            labels = LayerNames.of((*previous.labels.policies, *labels.policies))
         metrics = self.metrics
         near = self.settings.near_limit
         for batch in batches:
@@ -204,7 +255,13 @@ class RateLimitState(Notices):
             try:
                 deduct_later = batch.deferred
                 if deduct_later:  # only inspected, at cost 0, and counted after the response
-                    decision, deduct_later = self._inspected(batch, throttle)
+                    if batch.meta:  # or when another batch refuses
+                        decision, deduct_later = _at_cost(throttle.hit(batch.checks, 0), 1), False
+                        if decision.admitted:
+                            metas = [*(metas or ()), batch]
+                            continue
+                    else:
+                        decision, deduct_later = self._inspected(batch, throttle)
                 else:
                     decision = throttle.hit(batch.checks, batch.cost)
             except Exception as error:
@@ -231,10 +288,21 @@ class RateLimitState(Notices):
             if batch.shadow:
                 self._report_refusal(req, endpoint, batch, decision, True, _over_quota(batch.checks, batch.cost))
                 continue
+            if metas is not None:
+                self._breached(metas, throttle)
             self._refuse(req, endpoint, labels, shown, batch, decision)
         if shown is not None:
             # What setting the attribute of g does, without its __setattr__, a Python call.
             g._get_current_object().__dict__[OUTCOME_ATTRIBUTE] = Outcome(labels, shown, False, deferred)
+
+    def _breached(self, metas: list[Batch], throttle: Throttle) -> None:
+        """Count a refusal in the request's meta limits."""
+        for batch in metas:
+            try:
+                throttle.hit(batch.checks, 1)
+            except Exception as error:  # as in _decide: the refusal stands, its count is lost
+                failure = error if isinstance(error, StorageUnavailable) else throttle.unexpected(error)
+                self._storage_failed(failure, "a refusal is not counted in the meta limits")
 
     def _watch(self, decision: Decision) -> None:
         """Log that the fallback decided, or that Redis decides again."""
@@ -272,7 +340,7 @@ class RateLimitState(Notices):
             value = retry_after_value(decision.retry_after, settings.retry_after_http_date, time.time())
             response.headers.setdefault("Retry-After", value)
         if settings.headers_enabled:
-            set_headers(response.headers, outcome.labels, decision, settings.headers_legacy, settings.partition_secret)
+            set_headers(response.headers, outcome.labels, decision, settings.legacy_names, settings.partition_secret)
         return response
 
     def _deduct(self, deferred: list[Batch], response: Response, shown: Decision) -> Decision:
@@ -332,9 +400,30 @@ class RateLimitState(Notices):
                 decision.penalized,
                 violated_policies=violated,
             )
+        limit = _limit_of(decision.policy if over is None else over.policy, batch)
+        if limit is not None and limit.spec.error_message is not None:
+            error.description = self._error_message(req, limit, error.description)
         # werkzeug sends an HTTPException's response, when it has one, instead of its own.
         error.response = replacement
         raise error
+
+    def _error_message(self, req: Request, limit: PlannedLimit, description: str) -> str:
+        """The 429's description from ``limit``'s ``error_message``; its
+        own ``description`` when a function returns anything but a non-empty
+        string, with a warning."""
+        message = limit.spec.error_message
+        if callable(message):
+            message = message(req)
+            if not isinstance(message, str) or not message:
+                returned = loggable(repr(message))
+                function = qualified_name(limit.spec.error_message)
+                self._warn(
+                    f"the error_message function {function} of {limit.describe()} returned {returned}; "
+                    "the 429 keeps its own description",
+                    "error message",
+                )
+                return description
+        return message or description
 
     def _report_refusal(
         self, req: Request, endpoint: str, batch: Batch, decision: Decision, shadow: bool, over: _OverQuota | None

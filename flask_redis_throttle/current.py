@@ -14,6 +14,7 @@ Both work inside a request, on the app's own state; Flask-Limiter's
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from flask import current_app, g, request
@@ -23,9 +24,9 @@ from ._plan import Plan, PlannedLimit
 from ._state import EXTENSION_KEY, OUTCOME_ATTRIBUTE, Outcome, RateLimitState
 from .core.keys import Identity
 from .core.rates import Layer
-from .core.throttle import Decision, Policy, StorageUnavailable, UnexpectedError
+from .core.throttle import Check, Decision, Policy, StorageUnavailable, UnexpectedError
 
-__all__ = ["CurrentLimit", "check", "current_limit"]
+__all__ = ["CurrentLimit", "check", "current_limit", "current_limits"]
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,55 @@ def current_limit() -> CurrentLimit | None:
     return CurrentLimit.of(outcome.decision, state.plan(request.endpoint, request.method) if state else None)
 
 
+def current_limits() -> list[CurrentLimit]:
+    """Every limit the current request was checked against before its view,
+    each with its own deciding layer, in the order of its plan (see
+    :ref:`current-limit`).
+
+    The limit that refused the request is as it was decided, ``breached``;
+    the others are read from Redis now, at cost 0, which writes nothing:
+    one script call for each, so this costs what :func:`check` does per
+    limit, and :func:`current_limit` nothing.
+
+    :returns: an empty list where :func:`current_limit` returns None, and
+        with the limits read so far when Redis cannot answer (that is
+        logged as a request's failure is).
+    """
+    outcome: Outcome | None = g.get(OUTCOME_ATTRIBUTE) if g else None
+    state = _state()
+    if outcome is None or state is None or state.throttle is None:
+        return []
+    req = request._get_current_object()  # type: ignore[attr-defined]
+    plan = state.plan(req.endpoint, req.method)
+    if plan is None:
+        return []
+    refused = None if outcome.decision.admitted else outcome.decision
+    batches, _labels, _problems = plan.prepare(req)
+    found: list[CurrentLimit] = []
+    for batch in batches:
+        for check in batch.checks:
+            if refused is not None and check[0] is refused.policy:
+                found.append(CurrentLimit.of(refused, plan))
+                continue
+            decision = _inspected(state, [check], "current_limits()")
+            if decision is None:
+                return found
+            found.append(CurrentLimit.of(decision, plan))
+    return found
+
+
+def _inspected(state: RateLimitState, checks: Sequence[Check], caller: str) -> Decision | None:
+    """``checks`` decided at cost 0; None, logged, when Redis cannot answer."""
+    assert state.throttle is not None
+    try:
+        return state.throttle.hit(checks, 0)
+    except UnexpectedError as error:
+        state._internal_error(f"internal error in rate limiting ({error}); {caller} knows no limit", error)
+    except StorageUnavailable as error:
+        state._warn(f"rate limit storage unavailable ({error}); {caller} knows no limit")
+    return None
+
+
 def check(endpoint: str | None = None, method: str | None = None) -> CurrentLimit | None:
     """Decide the current request against its limits now, without counting it.
 
@@ -135,14 +185,10 @@ def check(endpoint: str | None = None, method: str | None = None) -> CurrentLimi
     for batch in batches:
         if batch.shadow:
             continue
-        try:
-            decision = _at_cost(state.throttle.hit(batch.checks, 0), batch.cost)
-        except UnexpectedError as error:
-            state._internal_error(f"internal error in rate limiting ({error}); check() knows no limit", error)
+        inspected = _inspected(state, batch.checks, "check()")
+        if inspected is None:
             return None
-        except StorageUnavailable as error:
-            state._warn(f"rate limit storage unavailable ({error}); check() knows no limit")
-            return None
+        decision = _at_cost(inspected, batch.cost)
         shown = decision if shown is None else _tighter(shown, decision)
     return None if shown is None else CurrentLimit.of(shown, plan)
 

@@ -10,10 +10,11 @@ here, when the decorator is applied, so that a typo fails at import time.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from flask import Blueprint, Flask
+from flask import Blueprint, Flask, current_app
 
 from ._spec import CostFunction, DynamicLimit, LimitOptions, LimitSpec, RefusalHook, make_spec
 from .core.deprecated import renamed
@@ -25,9 +26,13 @@ elif TYPE_CHECKING:
 
 __all__ = [
     "EXEMPT_ATTRIBUTE",
+    "EXTENSION_KEY",
+    "INHERITED",
     "LIMITS_ATTRIBUTE",
     "CostFunction",
     "DynamicLimit",
+    "Exemption",
+    "LimitDecorator",
     "LimitOptions",
     "LimitSpec",
     "RefusalHook",
@@ -36,9 +41,13 @@ __all__ = [
     "make_spec",
 ]
 
+#: The key of the extension's state in ``app.extensions``, where a limit's
+#: ``with`` block finds it.
+EXTENSION_KEY = "ratelimit"
+
 #: The attribute of a view function or blueprint that holds its limits.
 LIMITS_ATTRIBUTE = "__ratelimits__"
-#: The attribute of a view function or blueprint that marks it exempt.
+#: The attribute of a view function or blueprint that holds its :class:`Exemption`.
 EXEMPT_ATTRIBUTE = "__ratelimit_exempt__"
 
 
@@ -46,7 +55,7 @@ EXEMPT_ATTRIBUTE = "__ratelimit_exempt__"
 Target = TypeVar("Target", bound="Callable[..., Any] | Blueprint")
 
 
-def limit(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> Callable[[Target], Target]:
+def limit(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> LimitDecorator:
     """Limit a view, or every view of a blueprint. A request passes only if
     every layer of every identity has room.
 
@@ -65,7 +74,9 @@ def limit(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> Callable
         or a function that takes the request and returns such a string, or
         None for no limit, per request (a *dynamic* limit).
     :param scope: the name to count under. Views that give the same scope
-        share counters. By default each endpoint counts on its own.
+        share counters. By default each endpoint counts on its own. It may
+        also be a function of the request that returns the name, for a
+        scope per request (see :ref:`scope functions <scope-functions>`).
     :param identities: whom to count, overriding ``RATELIMIT_IDENTITIES``:
         ``"ip"``, ``"user"``, ``"user-or-ip"`` or key functions.
     :param strategy: the algorithm, overriding ``RATELIMIT_STRATEGY``:
@@ -88,9 +99,17 @@ def limit(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> Callable
     :param penalty: refuse an identity that keeps hitting this limit for an
         escalating time, such as ``"1m;x2;max=1h"``: a minute after its
         first refusal, then two, four... up to an hour (see :ref:`penalties`).
+    :param meta: a meta limit, such as ``"3/h"``: a limit on how often this
+        limit refuses an identity; once full, the identity is refused until
+        its window passes (see :ref:`meta-limits`).
     :param per_method: count each HTTP method on its own: ``GET`` and
         ``POST`` each get the whole quota (``HEAD`` counts with ``GET``).
         By default the methods it applies to share its counters.
+    :param error_message: the description of the 429 when this limit
+        refuses a request (the body's text, the JSON ``detail``, an error
+        handler's ``error.description``), or a function of the request that
+        returns it; by default the extension's, which names the layer and
+        the wait (see :ref:`custom-429`).
     :param override_defaults: whether the views this limit is on lose
         ``RATELIMIT_DEFAULT`` (True) or keep it beside this limit (False).
         By default (None), ``RATELIMIT_DEFAULT_MODE`` decides. The default
@@ -106,22 +125,79 @@ def limit(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> Callable
         view, put it on the methods that handle requests (``get``,
         ``post``...) or in the class's ``decorators`` (see
         :ref:`class-based-views`).
-    """
-    entry = make_spec(spec, **options)
 
-    def decorate(target: Target) -> Target:
+    What it returns is also a context manager: ``with limit("3/h"):``
+    inside a request decides the limit when the block starts (see
+    :ref:`block-limits`).
+    """
+    return LimitDecorator(make_spec(spec, **options))
+
+
+class LimitDecorator:
+    """What :func:`limit` returns: a decorator for a view or a blueprint, and
+    a context manager that decides the limit for the current request when
+    its block starts.
+
+    :param spec: the limit and its options, checked.
+    """
+
+    __slots__ = ("spec",)
+
+    def __init__(self, spec: LimitSpec) -> None:
+        self.spec = spec
+
+    def __call__(self, target: Target) -> Target:
         _check_target(target, "limit")
         # Decorators apply bottom-up; putting this one first keeps the limits
         # in the order they are written. A new tuple rather than a list
         # append, because functools.wraps copies __dict__ shallowly and a
         # wrapped view must not gain its wrapper's limits.
-        setattr(target, LIMITS_ATTRIBUTE, (entry, *getattr(target, LIMITS_ATTRIBUTE, ())))
+        setattr(target, LIMITS_ATTRIBUTE, (self.spec, *getattr(target, LIMITS_ATTRIBUTE, ())))
         return target
 
-    return decorate
+    def __enter__(self) -> None:
+        """Decide the limit for the current request, now.
+
+        :raises RateLimitExceeded: when it refuses the request.
+        :raises RuntimeError: outside a request, or in an app without the extension.
+        """
+        state = current_app.extensions.get(EXTENSION_KEY)
+        if state is None:
+            raise RuntimeError(f"`with limit({self.spec.limit!r})` needs RateLimit set up on {current_app.name!r}")
+        state.decide_block(self.spec)
+
+    def __exit__(self, *exc: object) -> None:
+        return None
 
 
-def exempt(target: Target) -> Target:
+#: What an exemption may keep: the inherited limits, by kind.
+INHERITED = ("default", "application", "blueprints")
+
+
+@dataclass(frozen=True)
+class Exemption:
+    """What :func:`exempt` records on a view or a blueprint.
+
+    :param drops: the kinds of inherited limits it drops, of :data:`INHERITED`.
+    :param nested: whether a blueprint's exemption covers the blueprints
+        nested in it too.
+    """
+
+    drops: frozenset[str]
+    nested: bool = True
+
+
+@overload
+def exempt(target: Target, /) -> Target: ...
+
+
+@overload
+def exempt(*, keep: Iterable[str] = (), nested: bool = True) -> Callable[[Target], Target]: ...
+
+
+def exempt(
+    target: Target | None = None, /, *, keep: Iterable[str] = (), nested: bool = True
+) -> Target | Callable[[Target], Target]:
     """Exempt a view, or every view of a blueprint, from inherited limits.
 
     .. code-block:: python
@@ -132,16 +208,43 @@ def exempt(target: Target) -> Target:
 
         exempt(internal_blueprint)
 
-    Inherited limits are ``RATELIMIT_DEFAULT`` and the limits of enclosing
-    blueprints. Limits put on the exempt object itself, or below it (on a
-    nested blueprint or a view), still apply; see :ref:`exempt`.
+        @app.get("/search")
+        @exempt(keep=["application"])      # no default, but the app's ceiling
+        def search(): ...
 
+    Inherited limits are ``RATELIMIT_DEFAULT``, ``RATELIMIT_APPLICATION``
+    and the limits of enclosing blueprints. Limits put on the exempt object
+    itself, or below it (on a nested blueprint or a view), still apply; see
+    :ref:`exempt`.
+
+    :param keep: the inherited limits to keep rather than drop, of
+        ``"default"``, ``"application"`` and ``"blueprints"`` (the
+        enclosing blueprints' limits). By default none is kept.
+    :param nested: for a blueprint, whether the exemption covers the
+        blueprints nested in it too (the default), or only its own views.
     :raises TypeError: when applied to something that is neither a view
         function nor a blueprint.
+    :raises ValueError: for a ``keep`` that names something else, or keeps
+        everything.
     """
-    _check_target(target, "exempt")
-    setattr(target, EXEMPT_ATTRIBUTE, True)
-    return target
+    if isinstance(keep, str) or not all(kind in INHERITED for kind in keep):
+        raise ValueError(f"exempt(keep={keep!r}): keep a list of {', '.join(map(repr, INHERITED))}")
+    exemption = Exemption(frozenset(INHERITED) - frozenset(keep), _flag_of("nested", nested))
+    if not exemption.drops:
+        raise ValueError(f"exempt(keep={keep!r}) keeps every inherited limit: it exempts from nothing")
+
+    def decorate(target: Target) -> Target:
+        _check_target(target, "exempt")
+        setattr(target, EXEMPT_ATTRIBUTE, exemption)
+        return target
+
+    return decorate if target is None else decorate(target)
+
+
+def _flag_of(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"exempt({name}={value!r}): True or False")
+    return value
 
 
 def _check_target(target: object, name: str) -> None:

@@ -111,14 +111,20 @@ class RateLimit:
             app.before_request(state.before_request)
             app.after_request(state.after_request)
 
-    def reset(self, identity: str | Identity, *, scope: str | None = None, app: Flask | None = None) -> int:
+    def reset(
+        self, identity: str | Identity | None = None, *, scope: str | None = None, app: Flask | None = None
+    ) -> int:
         """Delete an identity's counters, and its penalties, as ``flask
-        ratelimit reset`` does: in every scope, or in ``scope`` only.
+        ratelimit reset`` does: in every scope, or in ``scope`` only. Without
+        an identity, every identity's: the app's every counter, or every
+        counter of ``scope``.
 
         .. code-block:: python
 
             ratelimit.reset("user:42")                   # a support agent's "unblock"
             ratelimit.reset("ip:203.0.113.5", scope="login")
+            ratelimit.reset(scope="login")               # everyone's logins
+            ratelimit.reset()                            # every counter of the app
 
         Counting starts afresh at the identity's next request. This process
         forgets its cached refusals at once; other processes' block caches
@@ -128,7 +134,9 @@ class RateLimit:
             ``ip:<address>`` (an IPv6 address is grouped by
             ``RATELIMIT_IPV6_PREFIX``, as requests are), ``user:<id>``,
             ``key:<module>.<function>:<value>``; or an
-            :class:`~flask_redis_throttle.Identity`.
+            :class:`~flask_redis_throttle.Identity`; or None for every
+            identity's counters under the app's ``RATELIMIT_KEY_PREFIX``
+            (the refusal log is kept).
         :param scope: only this scope's counters (a limit's ``scope=``, or
             by default its endpoint; see :ref:`scopes`); None for every scope.
         :param app: the app whose counters to reset; by default the current app.
@@ -145,7 +153,7 @@ class RateLimit:
             raise RuntimeError("rate limiting is not set up on this app, or RATELIMIT_ENABLED is False")
         if scope is not None and (not isinstance(scope, str) or not scope):
             raise ValueError(f"scope {scope!r} must be a non-empty string, or None for every scope")
-        if not isinstance(identity, Identity):
+        if identity is not None and not isinstance(identity, Identity):
             identity = parse_identity(identity, state.settings.ipv6_prefix)
         try:
             return state.throttle.reset(identity, [scope])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from flask import Blueprint, Flask
+from flask import Blueprint, Flask, request
 from flask.views import MethodView, View
 from helpers import get, install
 
@@ -72,6 +72,118 @@ def test_the_application_limit_is_shared_by_every_view(app: Flask, statuses) -> 
         ("RATELIMIT_DEFAULT", "free"),
         ("RATELIMIT_APPLICATION", "@app"),
     ]
+
+
+def test_the_default_takes_a_limit_with_options(app: Flask, statuses) -> None:
+    app.add_url_rule("/items", "items", lambda: "ok", methods=["GET", "POST"])
+    state = install(app, RATELIMIT_DEFAULT={"limit": "1/m", "per_method": True, "exempt_when": is_internal})
+    client = app.test_client()
+    assert [client.get("/items").status_code, client.get("/items").status_code] == [200, 429]
+    assert [client.post("/items").status_code, client.post("/items").status_code] == [200, 429]
+    assert client.post("/items", headers={"X-Internal": "1"}).status_code == 200
+    plan = state.plan("items", "POST")
+    assert plan is not None
+    assert [(limit.source, limit.scope) for limit in plan.limits] == [("RATELIMIT_DEFAULT", "items@POST")]
+
+
+def is_internal(request: Any) -> bool:
+    return "X-Internal" in request.headers
+
+
+def test_a_list_of_default_limits_each_with_its_options(app: Flask, statuses) -> None:
+    @app.get("/items")
+    def items() -> Any:
+        return "ok", 400 if "X-Bad" in request.headers else 200
+
+    costly = {"limit": "3/h", "cost": lambda request: 2 if "X-Costly" in request.headers else 1}
+    failures = {"limit": "1/d", "deduct_when": lambda response: response.status_code >= 400}
+    state = install(app, RATELIMIT_DEFAULT=["5/m", costly, failures])
+    client = app.test_client()
+    assert statuses(client, 1, "/items", headers={"X-Costly": "1"}) == [200]  # 2 of 3/h
+    assert statuses(client, 1, "/items", headers={"X-Bad": "1"}) == [400]  # 3 of 3/h, 1 of 1/d
+    assert statuses(client, 1, "/items") == [429]
+    plan = state.plan("items")
+    assert plan is not None
+    assert [limit.source for limit in plan.limits] == ["RATELIMIT_DEFAULT"] * 3
+
+
+def test_application_limits_with_options_count_apart(app: Flask, statuses) -> None:
+    views(app, "a", "b")
+    app.add_url_rule("/write", "write", lambda: "ok", methods=["POST"])
+    application = [{"limit": "2/m", "per_method": True}, {"limit": "3/h", "methods": ["POST"]}]
+    state = install(app, RATELIMIT_APPLICATION=application)
+    client = app.test_client()
+    assert statuses(client, 1, "/a") + statuses(client, 2, "/b") == [200, 200, 429]
+    assert [client.post("/write").status_code for _ in range(3)] == [200, 200, 429]
+    plan = state.plan("write", "POST")
+    assert plan is not None
+    assert [(limit.source, limit.scope) for limit in plan.limits] == [
+        ("RATELIMIT_APPLICATION", "@app@POST"),
+        ("RATELIMIT_APPLICATION", "@app+2"),
+    ]
+
+
+def test_an_exemption_keeps_what_it_is_told_to(app: Flask, statuses) -> None:
+    api = Blueprint("api", __name__)
+    limit("3/m", scope="api")(api)
+
+    @api.get("/search")
+    @exempt(keep=["application", "blueprints"])
+    def search() -> str:
+        return "ok"
+
+    @api.get("/upload")
+    @exempt(keep=["default"])
+    def upload() -> str:
+        return "ok"
+
+    @api.get("/health")
+    @exempt
+    def health() -> str:
+        return "ok"
+
+    app.register_blueprint(api, url_prefix="/api")
+    state = install(app, RATELIMIT_DEFAULT="1/m", RATELIMIT_APPLICATION="10/m")
+    sources = {
+        endpoint: [limit.source for limit in state.plan(f"api.{endpoint}").limits]  # type: ignore[union-attr]
+        for endpoint in ("search", "upload")
+    }
+    assert sources == {"search": ["blueprint api", "RATELIMIT_APPLICATION"], "upload": ["RATELIMIT_DEFAULT"]}
+    assert state.plan("api.health") is None
+    client = app.test_client()
+    assert statuses(client, 2, "/api/upload") == [200, 429]
+    assert statuses(client, 4, "/api/search") == [200, 200, 200, 429]
+
+
+def test_a_blueprints_exemption_covers_nested_blueprints_unless_told_not_to(app: Flask, statuses) -> None:
+    for nested in (True, False):
+        parent, child = Blueprint(f"parent{nested}", __name__), Blueprint("child", __name__)
+        views(parent, "p")
+        views(child, "c")
+        exempt(parent, keep=["application"], nested=nested)
+        parent.register_blueprint(child, url_prefix="/child")
+        app.register_blueprint(parent, url_prefix=f"/{nested}")
+    state = install(app, RATELIMIT_DEFAULT="1/m", RATELIMIT_APPLICATION="50/m")
+    client = app.test_client()
+    assert statuses(client, 2, "/True/p") + statuses(client, 2, "/True/child/c") == [200, 200, 200, 200]
+    assert statuses(client, 2, "/False/p") + statuses(client, 2, "/False/child/c") == [200, 200, 200, 429]
+    plan = state.plan("parentFalse.child.c")
+    assert plan is not None
+    assert [limit.source for limit in plan.limits] == ["RATELIMIT_DEFAULT", "RATELIMIT_APPLICATION"]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"keep": "default"}, "keep a list of"),
+        ({"keep": ["defaults"]}, "keep a list of"),
+        ({"keep": ["default", "application", "blueprints"]}, "exempts from nothing"),
+        ({"nested": "yes"}, "True or False"),
+    ],
+)
+def test_an_exemption_that_cannot_be_honoured_is_refused(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        exempt(**options)
 
 
 def test_a_blueprint_limit_counts_each_view_on_its_own(app: Flask, statuses) -> None:
@@ -212,6 +324,45 @@ def test_static_files_are_never_limited(tmp_path: Any, mode: str) -> None:
     assert state.plan("static") is None
     assert state.plan("bp.static") is None
     assert state.plan("assets.static") is None
+
+
+def document_scope(request: Any) -> Any:
+    return {"a": "document:a", "b": "document:b", "none": None}.get(request.view_args["name"], "")
+
+
+def test_a_scope_function_gives_each_request_its_scope(app: Flask, statuses) -> None:
+    @app.route("/documents/<name>", methods=["GET", "POST"])
+    @limit("1/m", scope=document_scope)
+    def document(name: str) -> str:
+        return name
+
+    @app.route("/other/<name>", methods=["GET", "POST"])
+    @limit("1/m", scope=document_scope, per_method=True)
+    def other(name: str) -> str:
+        return name
+
+    state = install(app)
+    client = app.test_client()
+    assert statuses(client, 2, "/documents/a") + statuses(client, 2, "/documents/b") == [200, 429, 200, 429]
+    assert statuses(client, 2, "/other/a") == [200, 429]  # document:a@GET
+    assert [client.post("/other/a").status_code, client.post("/other/a").status_code] == [200, 429]
+    plan = state.plan("document")
+    assert plan is not None
+    assert plan.limits[0].scope == "test_applying.document_scope()"
+
+
+@pytest.mark.parametrize("fail_open", [True, False])
+def test_a_scope_function_that_returns_no_name_is_a_bad_limit(app: Flask, caplog, fail_open: bool) -> None:
+    @app.get("/documents/<name>")
+    @limit("1/m", scope=document_scope)
+    def document(name: str) -> str:
+        return name
+
+    install(app, RATELIMIT_FAIL_OPEN=fail_open)
+    client = app.test_client()
+    expected = [200, 200] if fail_open else [503, 503]
+    assert [client.get("/documents/none").status_code, client.get("/documents/empty").status_code] == expected
+    assert "a scope function must return a non-empty string, not None" in caplog.text
 
 
 def test_views_in_different_blueprints_share_a_scope(app: Flask, statuses) -> None:
@@ -564,8 +715,8 @@ def test_bad_options_raise_when_decorating(options: dict[str, Any]) -> None:
 
 
 def test_unknown_limit_options_raise_when_decorating() -> None:
-    with pytest.raises(TypeError, match="unexpected keyword argument 'error_message'"):
-        limit("1/s", error_message="slow down")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="unexpected keyword argument 'error_messages'"):
+        limit("1/s", error_messages="slow down")  # type: ignore[call-arg]
 
 
 def test_limit_and_exempt_refuse_what_they_cannot_apply_to() -> None:

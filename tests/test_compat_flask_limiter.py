@@ -11,13 +11,21 @@ from typing import Any
 
 import pytest
 from flask import Blueprint, Flask, Response, request
+from flask.views import MethodView
 from helpers import get
 
-from flask_redis_throttle import ConfigurationError
+from flask_redis_throttle import ConfigurationError, InvalidLimit
 from flask_redis_throttle.cli import ratelimit
-from flask_redis_throttle.compat.flask_limiter import ExemptionScope, Limit, Limiter, RequestLimit, RouteLimit
+from flask_redis_throttle.compat.flask_limiter import (
+    ExemptionScope,
+    Limit,
+    Limiter,
+    MetaLimit,
+    RequestLimit,
+    RouteLimit,
+)
 from flask_redis_throttle.compat.flask_limiter.commands import cli
-from flask_redis_throttle.compat.flask_limiter.constants import ConfigVars
+from flask_redis_throttle.compat.flask_limiter.constants import ConfigVars, HeaderNames
 from flask_redis_throttle.compat.flask_limiter.util import get_ipaddr, get_remote_address
 from flask_redis_throttle.testing import RedisServer, free_port
 
@@ -64,6 +72,36 @@ def test_default_limits_are_joined_and_a_view_limit_replaces_them(flask_app: Fla
     assert statuses(client, 2, "/own") == [200, 429]
 
 
+def test_default_and_application_limits_take_their_options(flask_app: Flask, url: str) -> None:
+    limiter_for(
+        flask_app,
+        url,
+        default_limits=["2/minute"],
+        default_limits_per_method=True,
+        default_limits_cost=lambda: 2 if request.args else 1,
+        application_limits=["3/minute"],
+        application_limits_deduct_when=lambda response: response.status_code == 200,
+    )
+
+    @flask_app.route("/items", methods=["GET", "POST"])
+    def items() -> str:
+        return "ok"
+
+    client = flask_app.test_client()
+    assert [client.get("/items?big=1").status_code, client.get("/items").status_code] == [200, 429]
+    assert [client.post("/items").status_code for _ in range(3)] == [200, 200, 429]
+    # The application limit counted the three 200s only.
+    assert client.get("/").status_code == 429
+
+
+def test_a_limit_item_of_the_default_limits_keeps_its_options(flask_app: Flask, url: str) -> None:
+    limiter_for(flask_app, url, default_limits=["5/minute", Limit("1/minute", per_method=True, methods=["POST"])])
+    flask_app.add_url_rule("/items", "items", lambda: "ok", methods=["GET", "POST"])
+    client = flask_app.test_client()
+    assert [client.post("/items").status_code, client.post("/items").status_code] == [200, 429]
+    assert [client.get("/items").status_code, client.get("/items").status_code] == [200, 200]
+
+
 def test_a_key_func_counts_each_of_its_values(flask_app: Flask, url: str) -> None:
     def tenant() -> str:
         return request.headers.get("X-Tenant", "none")
@@ -104,12 +142,17 @@ def test_a_shared_limit_shares_its_counters_and_a_scoped_limit_does_not(flask_ap
     assert statuses(client, 1, "/c") == [200]
 
 
-def test_exempt_drops_the_defaults_and_refuses_flags_it_cannot_honour(flask_app: Flask, url: str) -> None:
-    limiter = limiter_for(flask_app, url, default_limits=["1/minute"], application_limits=["1/minute"])
+def test_exempt_drops_what_its_flags_say(flask_app: Flask, url: str) -> None:
+    limiter = limiter_for(flask_app, url, default_limits=["1/minute"], application_limits=["4/minute"])
 
     @flask_app.get("/health")
     @limiter.exempt
     def health() -> str:
+        return "ok"
+
+    @flask_app.get("/search")
+    @limiter.exempt(flags=ExemptionScope.DEFAULT)
+    def search() -> str:
         return "ok"
 
     blueprint = Blueprint("internal", __name__)
@@ -120,11 +163,12 @@ def test_exempt_drops_the_defaults_and_refuses_flags_it_cannot_honour(flask_app:
 
     limiter.exempt(blueprint, flags=ExemptionScope.DEFAULT | ExemptionScope.APPLICATION | ExemptionScope.ANCESTORS)
     flask_app.register_blueprint(blueprint)
-    with pytest.raises(ValueError, match=r"ExemptionScope\.APPLICATION and ExemptionScope\.DEFAULT"):
-        limiter.exempt(flags=ExemptionScope.DEFAULT)
+    with pytest.raises(ValueError, match="exempts from nothing"):
+        limiter.exempt(flags=ExemptionScope.META)
     client = flask_app.test_client()
     assert statuses(client, 3, "/health") + statuses(client, 3, "/internal") == [200] * 6
     assert statuses(client, 2) == [200, 429]
+    assert statuses(client, 4, "/search") == [200, 200, 200, 429]  # the application limit: / took 1 of its 4
 
 
 def test_functions_of_nothing_read_the_request(flask_app: Flask, url: str) -> None:
@@ -156,6 +200,16 @@ def test_headers_are_flask_limiters_when_enabled(flask_app: Flask, url: str) -> 
     assert response.headers["X-RateLimit-Remaining"] == "4"
 
 
+def test_header_names_follow_the_mapping_and_the_settings(flask_app: Flask, url: str) -> None:
+    flask_app.config[ConfigVars.HEADER_RESET] = "X-Reset"
+    mapping = {HeaderNames.LIMIT: "X-Limit", HeaderNames.REMAINING: "X-RateLimit-Remaining"}
+    limiter_for(flask_app, url, default_limits=["5/minute"], headers_enabled=True, header_name_mapping=mapping)
+    response = get(flask_app.test_client())
+    assert [response.headers.get(name) for name in ("X-Limit", "X-RateLimit-Remaining")] == ["5", "4"]
+    assert "X-Reset" in response.headers
+    assert "X-RateLimit-Limit" not in response.headers
+
+
 def test_headers_are_off_by_default_as_in_flask_limiter(flask_app: Flask, url: str) -> None:
     limiter_for(flask_app, url, default_limits=["5/minute"])
     assert "X-RateLimit-Limit" not in get(flask_app.test_client()).headers
@@ -182,22 +236,20 @@ def test_flask_limiters_settings_are_read_without_a_warning(flask_app: Flask, ur
 @pytest.mark.parametrize(
     ("arguments", "refused"),
     [
-        ({"meta_limits": ["2/day"]}, ConfigVars.META_LIMITS),
-        ({"default_limits_cost": 2}, ConfigVars.DEFAULT_LIMITS_COST),
+        ({"meta_limits": [MetaLimit("2/day", cost=2)]}, "RATELIMIT_META"),
         ({"storage_uri": "memcached://localhost:11211"}, ConfigVars.STORAGE_URI),
-        ({"header_name_mapping": {"X-RateLimit-Limit": "X-Limit"}}, "header_name_mapping"),
+        ({"header_name_mapping": {"Retry-After": "X-Wait"}}, "header_name_mapping"),
         ({"auto_check": False}, "auto_check"),
         ({"fail_on_first_breach": False}, ConfigVars.FAIL_ON_FIRST_BREACH),
         ({"in_memory_fallback": ["1/minute"]}, ConfigVars.IN_MEMORY_FALLBACK),
         ({"strategy": "leaky-bucket"}, ConfigVars.STRATEGY),
-        ({"default_limits": [Limit("1/minute", per_method=True)]}, ConfigVars.DEFAULT_LIMITS),
     ],
 )
 def test_what_has_no_counterpart_is_refused_at_init_app(flask_app: Flask, arguments: Any, refused: str) -> None:
     if "header_name_mapping" in arguments:
         from flask_redis_throttle.compat.flask_limiter import HeaderNames
 
-        arguments = {"header_name_mapping": {HeaderNames.LIMIT: "X-Limit"}}
+        arguments = {"header_name_mapping": {HeaderNames.RETRY_AFTER: "X-Wait"}}
     limiter = Limiter(get_remote_address, **arguments)
     with pytest.raises(ConfigurationError, match=refused):
         limiter.init_app(flask_app)
@@ -229,7 +281,7 @@ def test_on_breach_gets_a_request_limit_and_its_response_is_sent(flask_app: Flas
     assert str(seen[0].limit) == "1 per 1 minute"
     get(client, "/message")
     refused = get(client, "/message")
-    assert (refused.status_code, refused.get_data(as_text=True)) == (429, "no more today")
+    assert (refused.status_code, refused.get_data(as_text=True)) == (429, "no more today\n")
 
 
 def test_current_limit_is_a_request_limit(flask_app: Flask, url: str) -> None:
@@ -245,16 +297,94 @@ def test_current_limit_is_a_request_limit(flask_app: Flask, url: str) -> None:
     assert get(flask_app.test_client(), "/left").json == {"remaining": 4, "breached": False, "shared": False}
 
 
+def test_a_limited_function_that_is_not_a_view_is_decided_when_called(flask_app: Flask, url: str) -> None:
+    limiter = limiter_for(flask_app, url)
+
+    @limiter.limit("2/minute")
+    def send() -> str:
+        return "sent"
+
+    @flask_app.get("/a")
+    @limiter.limit("5/minute")
+    def a() -> str:
+        return send()
+
+    class Items(MethodView):
+        @limiter.limit("3/minute")
+        def get(self) -> str:
+            return send()
+
+    flask_app.add_url_rule("/items", view_func=Items.as_view("items"))
+    client = flask_app.test_client()
+    # send() counts under its own name, whichever view calls it; a view's
+    # own limit is decided before it, once.
+    assert statuses(client, 1, "/a") + statuses(client, 2, "/items") == [200, 200, 429]
+    assert statuses(client, 2, "/items", ip="192.0.2.9") == [200, 200]
+    assert statuses(client, 2, "/items", ip="192.0.2.9") == [429, 429]  # 3/minute, then send()'s
+
+
+def test_an_async_view_limited_by_the_limiter_is_counted_once(flask_app: Flask, url: str) -> None:
+    pytest.importorskip("asgiref")
+    limiter = limiter_for(flask_app, url)
+
+    @flask_app.get("/async")
+    @limiter.limit("2/minute")
+    async def slow() -> str:
+        return "ok"
+
+    assert statuses(flask_app.test_client(), 3, "/async") == [200, 200, 429]
+
+
+def test_the_limit_as_a_context_manager_counts_per_scope(flask_app: Flask, url: str) -> None:
+    limiter = limiter_for(flask_app, url)
+
+    @flask_app.get("/t/<int:item>")
+    def item(item: int) -> str:
+        with limiter.limit("1/minute", scope=item):
+            return "ok"
+
+    client = flask_app.test_client()
+    assert statuses(client, 2, "/t/1") + statuses(client, 2, "/t/2") == [200, 429, 200, 429]
+
+
+def test_a_scope_function_takes_the_endpoint(flask_app: Flask, url: str) -> None:
+    limiter = limiter_for(flask_app, url)
+    by_item = limiter.limit("1/minute", scope=lambda endpoint: request.view_args["item"])
+    shared = limiter.shared_limit("1/minute", scope=lambda endpoint: "all" if endpoint != "c" else "c")
+    flask_app.add_url_rule("/item/<item>", "item", by_item(lambda item: item))
+    flask_app.add_url_rule("/a", "a", shared(lambda: "a"))
+    flask_app.add_url_rule("/b", "b", shared(lambda: "b"))
+    flask_app.add_url_rule("/c", "c", shared(lambda: "c"))
+    client = flask_app.test_client()
+    assert statuses(client, 2, "/item/1") + statuses(client, 2, "/item/2") == [200, 429, 200, 429]
+    assert statuses(client, 1, "/a") + statuses(client, 1, "/b") + statuses(client, 1, "/c") == [200, 429, 200]
+
+
+def test_meta_limits_count_refusals(flask_app: Flask, url: str) -> None:
+    limiter = limiter_for(flask_app, url, meta_limits=["1/hour"], on_meta_breach=lambda limit: Response("tea?", 429))
+
+    @flask_app.get("/own")
+    @limiter.limit("1/minute", meta_limits=["1/hour"])
+    def own() -> str:
+        return "own"
+
+    @flask_app.get("/other")
+    @limiter.limit("5/minute")
+    def other() -> str:
+        return "other"
+
+    with pytest.raises(InvalidLimit, match="meta_limits"):
+        limiter.limit("1/minute", meta_limits=[lambda: "1/hour"])
+    client = flask_app.test_client()
+    assert statuses(client, 3, "/own") == [200, 429, 429]  # the third by its own meta limit
+    assert get(client, "/other").text == "tea?"  # the Limiter's, on every limited view
+    assert get(client, "/other", ip="192.0.2.7").text == "other"
+
+
 def test_what_is_refused_at_use_says_so(flask_app: Flask) -> None:
     limiter = Limiter(get_remote_address, app=flask_app)
-    with pytest.raises(NotImplementedError, match="context manager"), limiter.limit("1/second"):
-        pass
-    with pytest.raises(NotImplementedError, match="reset one identity"):
-        limiter.reset()
     with pytest.raises(NotImplementedError, match=r"flask_redis_throttle\.check"):
         limiter.check()
-    with pytest.raises(NotImplementedError, match="current_limit is the deciding limit"):
-        assert limiter.current_limits
 
 
 def test_the_util_functions_read_the_request(flask_app: Flask) -> None:

@@ -10,8 +10,8 @@ import pytest
 from flask import Flask, jsonify, render_template_string
 from helpers import Clock, get, install
 
-from flask_redis_throttle import CurrentLimit, Layer, check, current_limit, exempt, limit
-from flask_redis_throttle.testing import free_port
+from flask_redis_throttle import CurrentLimit, Layer, check, current_limit, current_limits, exempt, limit
+from flask_redis_throttle.testing import RedisServer, free_port
 
 
 def describe(found: CurrentLimit | None) -> dict[str, Any] | None:
@@ -217,3 +217,52 @@ def test_the_scope_of_a_per_method_limit(app: Flask) -> None:
 
     install(app)
     assert app.test_client().post("/items").get_json() == {"scope": "items@POST"}
+
+
+def test_current_limits_lists_every_limit_with_its_own_state(app: Flask) -> None:
+    seen: list[list[tuple[str, int, bool]]] = []
+
+    @app.get("/")
+    @limit("1/m", scope="tight")
+    @limit("5/m;50/h")
+    def index() -> str:
+        return "ok"
+
+    install(app)
+
+    @app.after_request
+    def collect(response: Any) -> Any:  # registered after init_app, so it runs before the extension's
+        seen.append([(str(found.layer), found.remaining, found.breached) for found in current_limits()])
+        return response
+
+    client = app.test_client()
+    assert [get(client).status_code, get(client).status_code] == [200, 429]
+    assert get(client, "/nowhere").status_code == 404
+    assert seen == [
+        [("1 per 1 minute", 0, False), ("5 per 1 minute", 4, False)],
+        [("1 per 1 minute", 0, True), ("5 per 1 minute", 4, False)],  # the refusal, then the rest as they are
+        [],
+    ]
+
+
+@pytest.mark.redis
+def test_current_limits_keeps_what_it_read_when_redis_goes_down(caplog) -> None:
+    server = RedisServer()
+    server.start()
+    app = Flask("tests")
+    app.config.update(TESTING=True, RATELIMIT_STORAGE_URL=server.url, RATELIMIT_BREAKER_THRESHOLD=0)
+
+    @app.get("/")
+    @limit("1/m", scope="tight")
+    @limit("5/m")
+    def index() -> Any:
+        server.stop()
+        return {"limits": len(current_limits()), "down": current_limit() is not None}
+
+    install(app)
+    try:
+        with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
+            assert get(app.test_client()).get_json() == {"limits": 0, "down": True}
+    finally:
+        server.close()
+    assert "current_limits() knows no limit" in caplog.text

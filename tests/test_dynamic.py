@@ -6,10 +6,10 @@ import logging
 from typing import Any
 
 import pytest
-from flask import Flask, Request
+from flask import Flask, Request, request
 from helpers import get, install
 
-from flask_redis_throttle import RateLimit, limit
+from flask_redis_throttle import RateLimit, RateLimitExceeded, limit
 from flask_redis_throttle import _plan as plan_module
 
 PLANS = {"free": "1/m", "pro": "3/m", "broken": "3 per fortnight", "odd": 42}
@@ -206,3 +206,89 @@ def test_a_dynamic_policy_made_again_after_its_cache_was_forgotten_gets_its_own_
     response = send("100/h", "1000/d")  # A's policy made again, equal to the first
     assert response.headers["RateLimit"].startswith('"1h";r=')
     assert response.headers["RateLimit-Policy"] == '"1h";q=100;w=3600, "1d";q=1000;w=86400'
+
+
+def test_a_with_block_decides_its_limit_when_it_runs(app: Flask, statuses) -> None:
+    @app.get("/export")
+    @limit("5/m")
+    def export() -> str:
+        if "X-Big" not in request.headers:
+            return "small"
+        with limit("1/m"):
+            return "big"
+
+    install(app)
+    client = app.test_client()
+    assert statuses(client, 2, "/export") == [200, 200]  # the block never ran
+    response = get(client, "/export", headers={"X-Big": "1"})
+    assert response.text == "big"
+    # The view's limit and the block's, each on its own counter of a minute.
+    assert response.headers["RateLimit-Policy"] == '"1m";q=5;w=60, "1m-2";q=1;w=60'
+    assert response.headers["RateLimit"] == '"1m-2";r=0;t=60'
+    refused = get(client, "/export", headers={"X-Big": "1"})
+    assert refused.status_code == 429
+    assert refused.headers["Retry-After"] == "60"
+    assert statuses(client, 1, "/export") == [200]  # 5 of 5: the refused one counted in the view's limit
+    assert statuses(client, 1, "/export") == [429]
+
+
+def test_a_block_refusal_can_be_caught_and_costs_nothing(app: Flask, statuses) -> None:
+    @app.get("/report")
+    def report() -> str:
+        text = "summary"
+        try:
+            with limit("1/m", cost=lambda request: int(request.args.get("cost", 1))):
+                text += "+details"
+        except RateLimitExceeded:
+            pass
+        return text
+
+    install(app)
+    client = app.test_client()
+    assert get(client, "/report?cost=2").text == "summary"  # over the quota: refused, counted nowhere
+    assert get(client, "/report").text == "summary+details"
+    assert get(client, "/report").text == "summary"
+
+
+def test_blocks_share_counters_by_scope_and_follow_filters(app: Flask, statuses) -> None:
+    def send() -> str:
+        with limit("2/m", scope="mail"):
+            return "sent"
+
+    app.add_url_rule("/a", "a", send)
+    app.add_url_rule("/b", "b", send)
+    RateLimit(app).request_filter(lambda request: "X-Staff" in request.headers)
+    client = app.test_client()
+    assert statuses(client, 1, "/a") + statuses(client, 2, "/b") == [200, 200, 429]
+    assert statuses(client, 1, "/a", headers={"X-Staff": "1"}) == [200]
+    plan = app.extensions["ratelimit"].plan("a")
+    assert plan is None  # the view itself has no limit
+
+
+def test_a_block_with_deduct_when_counts_after_the_response(app: Flask, statuses) -> None:
+    @app.get("/login")
+    def login() -> Any:
+        with limit("1/m", deduct_when=lambda response: response.status_code == 401):
+            return ("no", 401) if "X-Wrong" in request.headers else "yes"
+
+    install(app)
+    client = app.test_client()
+    assert statuses(client, 3, "/login") == [200, 200, 200]
+    assert statuses(client, 2, "/login", headers={"X-Wrong": "1"}) == [401, 429]
+    assert statuses(client, 1, "/login") == [429]
+
+
+def test_a_block_is_unlimited_when_disabled_and_refused_without_the_extension() -> None:
+    app = Flask("blocks")
+    app.config["RATELIMIT_ENABLED"] = False
+
+    @app.get("/")
+    def index() -> str:
+        with limit("1/m"):
+            return "ok"
+
+    with app.test_request_context("/"), pytest.raises(RuntimeError, match="needs RateLimit set up"):
+        index()
+    RateLimit(app)
+    client = app.test_client()
+    assert [client.get("/").status_code for _ in range(3)] == [200, 200, 200]

@@ -11,7 +11,7 @@ from helpers import Clock, get, install
 from werkzeug.datastructures import Headers
 
 from flask_redis_throttle import RateLimitExceeded, limit
-from flask_redis_throttle._headers import LayerNames, legacy_headers, retry_after_value, set_headers
+from flask_redis_throttle._headers import LayerNames, LegacyNames, legacy_headers, retry_after_value, set_headers
 from flask_redis_throttle.core.keys import Identity
 from flask_redis_throttle.core.rates import parse_limits
 from flask_redis_throttle.core.throttle import Decision, Policy
@@ -24,6 +24,24 @@ def limited(app: Flask, spec: str = "2/m", **config: object) -> None:
         return "ok"
 
     install(app, **config)
+
+
+def test_legacy_headers_under_names_of_the_apps_own(app: Flask, clock: Clock) -> None:
+    @app.get("/")
+    @limit("2/m")
+    def index() -> tuple[str, dict[str, str]]:
+        return "ok", {"x-limit": "the view's"}
+
+    renamed = {"X-RateLimit-Limit": "X-Limit", "X-RateLimit-Reset": "X-Reset"}
+    install(app, RATELIMIT_HEADERS_LEGACY=True, RATELIMIT_HEADER_NAMES=renamed)
+    clock.set(15.5)
+    response = get(app.test_client())
+    assert response.headers.getlist("X-Limit") == ["2"]  # the view's is replaced
+    assert response.headers["X-RateLimit-Remaining"] == "1"
+    assert int(response.headers["X-Reset"]) >= time.time() + 44
+    assert "X-RateLimit-Limit" not in response.headers
+    assert "X-RateLimit-Reset" not in response.headers
+    assert response.headers["RateLimit"] == '"1m";r=1;t=45'
 
 
 def test_legacy_headers_beside_the_ietf_ones(app: Flask, clock: Clock) -> None:
@@ -154,10 +172,10 @@ def test_the_headers_are_set_alike_on_werkzeug_headers_and_any_other() -> None:
     labels, decision = _minute_layer_decision(-1)
     expected = [("RateLimit-Policy", '"1s";q=10;w=1, "1m";q=100;w=60'), ("RateLimit", '"1m";r=0;t=60')]
     for headers in (Headers([("Content-Type", "text/plain")]), _OtherHeaders(("Content-Type", "text/plain"))):
-        set_headers(headers, labels, decision, False)  # type: ignore[arg-type]
+        set_headers(headers, labels, decision, None)  # type: ignore[arg-type]
         assert list(headers)[1:] == expected
     for headers in (Headers([("ratelimit", "old")]), _OtherHeaders(("ratelimit", "old"))):
-        set_headers(headers, labels, decision, False)  # type: ignore[arg-type]
+        set_headers(headers, labels, decision, None)  # type: ignore[arg-type]
         assert sorted(headers) == sorted(expected)
 
 
@@ -192,13 +210,13 @@ def test_legacy_headers_are_set_alike_on_werkzeug_headers_and_any_other() -> Non
     labels, decision = _minute_layer_decision(7)
     ietf = [("RateLimit-Policy", '"1s";q=10;w=1, "1m";q=100;w=60'), ("RateLimit", '"1m";r=7;t=60')]
     for headers in (Headers([("Content-Type", "text/plain")]), _OtherHeaders(("Content-Type", "text/plain"))):
-        set_headers(headers, labels, decision, True)  # type: ignore[arg-type]
+        set_headers(headers, labels, decision, LegacyNames())  # type: ignore[arg-type]
         added = list(headers)[1:]
         assert added[:2] == ietf
         assert [name for name, _ in added[2:]] == ["X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"]
         assert [value for _, value in added[2:4]] == ["100", "7"]
     for headers in (Headers([("x-ratelimit-limit", "old")]), _OtherHeaders(("x-ratelimit-limit", "old"))):
-        set_headers(headers, labels, decision, True)  # type: ignore[arg-type]
+        set_headers(headers, labels, decision, LegacyNames())  # type: ignore[arg-type]
         found = list(headers)
         assert len(found) == 5
         assert found[0] == ("X-RateLimit-Limit", "100")  # replaced in place

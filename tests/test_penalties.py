@@ -10,7 +10,7 @@ import pytest
 from flask import Flask, Response, request
 from helpers import Clock, get, install
 
-from flask_redis_throttle import InvalidLimit, RateLimitExceeded, limit, refusal_log
+from flask_redis_throttle import ConfigurationError, InvalidLimit, RateLimitExceeded, limit, refusal_log
 from flask_redis_throttle.core.penalties import Penalty, parse_penalty
 from flask_redis_throttle.extension import RateLimitState
 
@@ -214,3 +214,95 @@ def test_a_penalty_made_in_code_out_of_range_is_refused_when_made(first: int, fa
     """As a layer: the scripts take a penalty's numbers as 4-byte integers."""
     with pytest.raises(InvalidLimit, match="the penalties must be whole numbers of seconds"):
         Penalty(first, factor, longest)
+
+
+def test_a_meta_limit_refuses_an_identity_refused_too_often(app: Flask, clock: Clock) -> None:
+    @app.get("/")
+    @limit("1/m", meta="2/h", error_message="Slow down.")
+    def index() -> str:
+        return "ok"
+
+    install(app)
+    client = app.test_client()
+    statuses = []
+    for minute in range(3):
+        clock.set(60 * minute + 1)
+        statuses += [get(client).status_code, get(client).status_code]
+    # Two refusals in the hour, and then nothing passes, the first of each minute included.
+    assert statuses == [200, 429, 200, 429, 429, 429]
+    refused = get(client)
+    assert refused.headers["RateLimit"].startswith('"1h";r=0;')
+    assert refused.text == "Slow down.\n"  # the limit's own message and hook
+    assert get(client, ip="192.0.2.9").status_code == 200  # another identity
+    clock.set(3601)
+    assert get(client).status_code == 200
+
+
+def test_ratelimit_meta_counts_the_refusals_of_every_limit(app: Flask, clock: Clock) -> None:
+    seen: list[str] = []
+
+    def tea(event: Any) -> Response:
+        seen.append(event.scope)
+        return Response("Would you like some tea?", 429)
+
+    @app.get("/a")
+    @limit("1/m")
+    def a() -> str:
+        return "a"
+
+    @app.get("/b")
+    @limit("1/m", scope="b")
+    def b() -> str:
+        return "b"
+
+    app.add_url_rule("/free", "free", lambda: "free")
+    install(app, RATELIMIT_META={"limit": "2/h", "on_breach": tea})
+    client = app.test_client()
+    clock.set(1)
+    assert [get(client, path).status_code for path in ("/a", "/a", "/b", "/b")] == [200, 429, 200, 429]
+    assert seen == []
+    clock.set(61)
+    refused = get(client, "/a")
+    assert (refused.status_code, refused.text) == (429, "Would you like some tea?")
+    assert seen == ["@meta"]
+    assert get(client, "/free").status_code == 200  # no limit, no meta limit either
+    plan = app.extensions["ratelimit"].plan("a")
+    assert [(limit.source, limit.scope) for limit in plan.limits] == [("view", "a"), ("RATELIMIT_META", "@meta")]
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["2/h", {"limit": "2/h", "cost": 2}, {"limit": "2/h", "per_method": True}, {"limit": "2/h", "shadow": True}],
+)
+def test_ratelimit_meta_takes_only_a_meta_limits_options(value: Any) -> None:
+    app = Flask("meta")
+    app.config["RATELIMIT_META"] = value
+    if value == "2/h":
+        install(app)
+        return
+    with pytest.raises(ConfigurationError, match="RATELIMIT_META"):
+        install(app)
+
+
+@pytest.mark.parametrize("meta", [5, "5 per fortnight"])
+def test_a_bad_meta_limit_is_refused_when_written(meta: Any) -> None:
+    with pytest.raises(InvalidLimit):
+        limit("1/m", meta=meta)
+
+
+def test_shadow_refusals_are_not_counted_by_a_meta_limit(app: Flask, clock: Clock) -> None:
+    @app.get("/shadow")
+    @limit("1/m", shadow=True, meta="1/h")
+    def shadow() -> str:
+        return "ok"
+
+    @app.get("/")
+    @limit("1/m", meta="1/h")
+    def index() -> str:
+        return "ok"
+
+    install(app)
+    client = app.test_client()
+    clock.set(1)
+    assert [get(client, "/shadow").status_code for _ in range(3)] == [200, 200, 200]
+    assert [get(client).status_code for _ in range(3)] == [200, 429, 429]  # the third by the meta limit

@@ -57,6 +57,29 @@ def test_reset_one_scope(app: Flask) -> None:
     assert get(client, "/items").status_code == 429
 
 
+def test_reset_every_identity_in_every_scope_or_one(app: Flask) -> None:
+    limited(app)
+    other = Flask("other")  # another app on the same storage, with a prefix of its own
+    other.config.update(RATELIMIT_STORAGE_URL=app.config["RATELIMIT_STORAGE_URL"], RATELIMIT_KEY_PREFIX="rl:other:")
+    other.add_url_rule("/items", "items", limit("1/m")(lambda: "ok"))
+    install(app)
+    install(other)
+    client, others = app.test_client(), other.test_client()
+    assert [get(others, "/items").status_code for _ in range(2)] == [200, 429]
+    for ip in ("192.0.2.1", "192.0.2.2"):
+        assert [login(client, ip) for _ in range(3)] == [200, 200, 429]
+        assert [get(client, "/items", ip=ip).status_code for _ in range(2)] == [200, 429]
+    ratelimit = RateLimit()
+    # Both identities' login counters and penalties, and nothing else.
+    assert ratelimit.reset(scope="login", app=app) == 4
+    assert login(client) == 200
+    assert get(client, "/items").status_code == 429
+    assert ratelimit.reset(app=app) == 3  # the rest: a key per identity for items, and the new login count
+    assert [get(client, "/items", ip=ip).status_code for ip in ("192.0.2.1", "192.0.2.2")] == [200, 200]
+    assert get(others, "/items").status_code == 429  # the other app's prefix is untouched
+    assert app.extensions["ratelimit"].refusals.top(10)  # and the refusal log is kept
+
+
 def test_reset_a_user_and_an_ipv6_network(app: Flask) -> None:
     add_login(app)
     limited(app)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import pytest
 from flask import Flask, Request, jsonify
 from helpers import Clock, add_login, align_to_window, get, install
 
-from flask_redis_throttle import Identity, Layer, RateLimitExceeded, limit
+from flask_redis_throttle import Identity, InvalidLimit, Layer, RateLimitExceeded, limit
 
 
 def limited_app(app: Flask, spec: str = "3/s;5/m", **options: object) -> None:
@@ -415,3 +416,49 @@ def test_key_functions_with_equal_values_count_apart(app: Flask, statuses) -> No
     assert statuses(client, 2, "/") == [200, 429]
     state = app.extensions["ratelimit"]
     assert len(state.throttle.storage.client.keys("*{*")) == 2
+
+
+def test_a_limits_error_message_is_the_429s_description(app: Flask) -> None:
+    @app.get("/fixed")
+    @limit("1/m", error_message="Once a minute.")
+    def fixed() -> str:
+        return "ok"
+
+    @app.get("/chosen")
+    @limit("1/m", error_message=lambda request: f"Once a minute, {request.args['name']}.")
+    @limit("5/m")
+    def chosen() -> str:
+        return "ok"
+
+    @app.errorhandler(429)
+    def handler(error: Any) -> Any:
+        return {"said": error.description}, 429
+
+    install(app)
+    client = app.test_client()
+    get(client, "/fixed")
+    assert get(client, "/fixed").json == {"said": "Once a minute."}
+    get(client, "/chosen?name=Ann")
+    assert get(client, "/chosen?name=Ann").json == {"said": "Once a minute, Ann."}
+
+
+@pytest.mark.parametrize("returned", [None, "", 42])
+def test_an_error_message_function_that_returns_nothing_keeps_ours(app: Flask, caplog, returned: Any) -> None:
+    @app.get("/")
+    @limit("1/m", error_message=lambda request: returned)
+    def index() -> str:
+        return "ok"
+
+    install(app)
+    client = app.test_client()
+    get(client)
+    refused = get(client)
+    assert refused.status_code == 429
+    assert refused.text.startswith("Rate limit exceeded: 1 per 1 minute.")
+    assert f"returned {returned!r}; the 429 keeps its own description" in caplog.text
+
+
+@pytest.mark.parametrize("message", ["", 42, b"bytes"])
+def test_a_bad_error_message_is_refused_when_written(message: Any) -> None:
+    with pytest.raises(InvalidLimit, match="error_message"):
+        limit("1/m", error_message=message)

@@ -40,17 +40,19 @@ def glob_escape(text: str) -> str:
     return _GLOB.sub(r"\\\1", text)
 
 
-def counter_pattern(prefix: str, tag: str, scope: str | None = None) -> str:
-    """The ``SCAN`` pattern of an identity's counters, in one scope or all.
+def counter_pattern(prefix: str, tag: str | None, scope: str | None = None) -> str:
+    """The ``SCAN`` pattern of an identity's counters, or every identity's,
+    in one scope or all.
 
     :param prefix: the key prefix (``RATELIMIT_KEY_PREFIX``).
-    :param tag: the identity's hash tag, from :func:`~flask_redis_throttle.core.keys.identity_tag`.
+    :param tag: the identity's hash tag, from
+        :func:`~flask_redis_throttle.core.keys.identity_tag`; None for every identity.
     :param scope: only this scope's counters, or None for every scope.
     """
-    head = f"{prefix}{{{tag}}}:"
-    if scope is not None:
-        head += escape_scope(scope) + ":"
-    return glob_escape(head) + "*"
+    tail = "" if scope is None else escape_scope(scope) + ":"
+    if tag is None:  # a tag never holds a brace
+        return glob_escape(f"{prefix}{{") + "*" + glob_escape(f"}}:{tail}") + "*"
+    return glob_escape(f"{prefix}{{{tag}}}:{tail}") + "*"
 
 
 def delete_counters(client: _Client, pattern: str) -> int:
@@ -80,10 +82,10 @@ def delete_counters(client: _Client, pattern: str) -> int:
 
 
 class _Resettable(Protocol):
-    def reset(self, identity: Identity, scopes: Iterable[str | None]) -> int: ...
+    def reset(self, identity: Identity | None, scopes: Iterable[str | None]) -> int: ...
 
 
-def reset_identity(throttle: _Resettable, identity: Identity, scopes: Iterable[str | None] = (None,)) -> int:
+def reset_identity(throttle: _Resettable, identity: Identity | None, scopes: Iterable[str | None] = (None,)) -> int:
     """Delete ``identity``'s counters (and penalties) in each of ``scopes``
     (None for every scope), and forget this process's cached refusals: what
     :meth:`Throttle.reset <flask_redis_throttle.core.throttle.Throttle.reset>`

@@ -276,9 +276,10 @@ class Throttle:
         """The folder of the ``local://`` server the storage runs on; None on any other storage."""
         return folder_of(self.storage.client)
 
-    def reset(self, identity: Identity, scopes: Iterable[str | None] = (None,)) -> int:
-        """Delete ``identity``'s counters (and penalties) in each of ``scopes``
-        (None for every scope), and forget this process's cached refusals.
+    def reset(self, identity: Identity | None, scopes: Iterable[str | None] = (None,)) -> int:
+        """Delete ``identity``'s counters (and penalties; every identity's if
+        None) in each of ``scopes`` (None for every scope), and forget this
+        process's cached refusals.
 
         Other processes' block caches trust a refusal for up to a second more
         (see :mod:`flask_redis_throttle.core.blocks`).
@@ -286,7 +287,7 @@ class Throttle:
         :returns: how many keys were deleted.
         :raises redis.RedisError: if Redis cannot answer.
         """
-        client, tag = self.storage.client, self.tag(identity)
+        client, tag = self.storage.client, None if identity is None else self.tag(identity)
         deleted = sum(delete_counters(client, counter_pattern(self.prefix, tag, scope)) for scope in scopes)
         if self.blocks is not None:
             self.blocks.clear()

@@ -21,7 +21,7 @@ from typing import Any
 
 from flask import Flask, Response, request
 
-from ...current import current_limit
+from ...current import current_limit, current_limits
 from ...decorators import exempt as native_exempt
 from ...extension import RateLimit
 from ._limits import SEE, Limit, MetaLimit, RequestLimit, RouteLimit, Target, of_request
@@ -30,8 +30,12 @@ from .constants import ConfigVars, ExemptionScope, HeaderNames
 
 __all__ = ["Limiter"]
 
-#: The flags an exemption must have here: it always drops both.
-EXEMPTION = ExemptionScope.APPLICATION | ExemptionScope.DEFAULT
+#: The flag that drops each kind of inherited limit of :func:`flask_redis_throttle.exempt`.
+EXEMPTION = {
+    "default": ExemptionScope.DEFAULT,
+    "application": ExemptionScope.APPLICATION,
+    "blueprints": ExemptionScope.ANCESTORS,
+}
 
 
 class Limiter:
@@ -217,20 +221,13 @@ class Limiter:
         flags: ExemptionScope = ExemptionScope.APPLICATION | ExemptionScope.DEFAULT | ExemptionScope.META,
     ) -> Any:
         """Exempt a view or a blueprint: :func:`flask_redis_throttle.exempt`,
-        which drops the default and application limits and those of
-        enclosing blueprints, for nested blueprints too.
+        keeping what ``flags`` leave out.
 
-        :raises ValueError: if ``flags`` lack ``APPLICATION`` or ``DEFAULT``:
-            an exemption that keeps either is not supported.
+        :raises ValueError: if ``flags`` drop nothing.
         """
-        if EXEMPTION & flags != EXEMPTION:
-            raise ValueError(
-                f"exempt(flags={flags!r}): an exemption here always drops the default and application limits; "
-                f"flags without ExemptionScope.APPLICATION and ExemptionScope.DEFAULT are not supported ({SEE})"
-            )
-        if obj is None:
-            return native_exempt
-        return native_exempt(obj)
+        keep = [kind for kind, flag in EXEMPTION.items() if flag not in flags]
+        decorate = native_exempt(keep=keep, nested=ExemptionScope.DESCENDENTS in flags)
+        return decorate if obj is None else decorate(obj)
 
     def request_filter(self, fn: Callable[[], bool]) -> Callable[[], bool]:
         """Leave the requests for which ``fn()`` is True unlimited."""
@@ -246,11 +243,8 @@ class Limiter:
 
     @property
     def current_limits(self) -> list[RequestLimit]:
-        """Refused: the extension keeps the deciding limit of a request only (:attr:`current_limit`)."""
-        raise NotImplementedError(
-            "limiter.current_limits is not supported: limiter.current_limit is the deciding limit, "
-            f"and the RateLimit-Policy header lists every layer ({SEE})"
-        )
+        """Every limit of the current request: :func:`flask_redis_throttle.current_limits`."""
+        return [RequestLimit.current(found, request.endpoint) for found in current_limits()]
 
     def check(self) -> None:
         """Refused: the extension decides every request before its view; see ``auto_check``."""
@@ -260,9 +254,7 @@ class Limiter:
         )
 
     def reset(self) -> None:
-        """Refused: the storage may be shared; reset one identity with
-        :meth:`RateLimit.reset <flask_redis_throttle.RateLimit.reset>`."""
-        raise NotImplementedError(
-            "limiter.reset() is not supported: it would clear a storage other apps may share; "
-            f"reset one identity with limiter.extension.reset('ip:...') ({SEE})"
-        )
+        """Delete every counter of the current app: :meth:`RateLimit.reset()
+        <flask_redis_throttle.RateLimit.reset>` without an identity, which
+        leaves other apps' key prefixes and the refusal log alone."""
+        self.extension.reset()

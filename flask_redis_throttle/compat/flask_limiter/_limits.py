@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
-from flask import Blueprint, Request, Response
+from flask import Blueprint, Request, Response, current_app, has_request_context, request
+from flask.views import http_method_funcs
 
+from ..._plan import qualified_name
 from ...current import CurrentLimit
 from ...decorators import limit as native_limit
 from ...errors import InvalidLimit
@@ -65,9 +68,8 @@ def identities(key_func: Callable[[], str] | None) -> list[Any] | None:
 class Limit:
     """Flask-Limiter's ``Limit``: a default limit, as an item of ``default_limits``.
 
-    Here a default limit is one setting, ``RATELIMIT_DEFAULT``: the items'
-    limit strings are joined, and an item may not have options of its own;
-    one that does is refused at ``init_app``.
+    Each becomes a limit of ``RATELIMIT_DEFAULT``, with its options; the
+    plain limit strings and functions of ``default_limits`` are one more.
     """
 
     limit_provider: Callable[[], str] | str
@@ -88,19 +90,19 @@ class Limit:
 
         :raises InvalidLimit: for an option that has no counterpart.
         """
-        if self.meta_limits:
-            raise InvalidLimit(
-                f"meta_limits {self.meta_limits!r}: meta limits are not supported; "
-                f"use penalty= for an escalating refusal ({SEE})",
-                spec=self.meta_limits,
-            )
-        if callable(self.scope):
-            raise InvalidLimit(
-                f"scope {self.scope!r}: a scope per request is not supported; use a key_func ({SEE})",
-                spec=self.scope,
-            )
         options: dict[str, Any] = {}
-        if self.shared:
+        if self.meta_limits:
+            items = [self.meta_limits] if isinstance(self.meta_limits, str) else list(self.meta_limits)
+            if not all(isinstance(item, str) for item in items):
+                raise InvalidLimit(
+                    f"meta_limits {self.meta_limits!r}: a limit's meta limits are limit strings here; "
+                    f"functions and MetaLimit(...) only in the Limiter's meta_limits ({SEE})",
+                    spec=self.meta_limits,
+                )
+            options["meta"] = ";".join(map(str, items))
+        if callable(self.scope):
+            options["scope"] = scope_of(self.scope, self.shared)
+        elif self.shared:
             options["scope"] = self.scope
         if self.key_function is not None:
             options["identities"] = identities(self.key_function)
@@ -114,7 +116,10 @@ class Limit:
             options["exempt_when"] = of_request(self.exempt_when)
         if self.deduct_when is not None:
             options["deduct_when"] = self.deduct_when  # a function of the response in both
-        hook = breach_hook(self.on_breach, self.error_message, self.shared)
+        if self.error_message is not None:
+            message = self.error_message
+            options["error_message"] = of_request(message) if callable(message) else message
+        hook = breach_hook(self.on_breach, self.shared)
         if hook is not None:
             options["on_breach"] = hook
         return options
@@ -134,8 +139,8 @@ class ApplicationLimit(Limit):
 
 @dataclasses.dataclass(eq=False)
 class MetaLimit(Limit):
-    """Flask-Limiter's ``MetaLimit``. Meta limits are refused here: use a
-    limit's ``penalty=`` (see :ref:`penalties`)."""
+    """Flask-Limiter's ``MetaLimit``: an item of the ``Limiter``'s
+    ``meta_limits``, one of :data:`RATELIMIT_META`."""
 
 
 class RouteLimit(Limit):
@@ -154,32 +159,92 @@ class RouteLimit(Limit):
         self.native = native_limit(self.spec(), override_defaults=override_defaults, **self.options())
 
     def __call__(self, target: Target) -> Target:
-        return self.native(target)
+        """Limit a blueprint or a view, as the extension's :func:`limit`
+        does; and, as in Flask-Limiter, a function that is not a view, when
+        it is called in a request: its counters are named after it, unless
+        the limit is shared."""
+        self.native(target)
+        if isinstance(target, Blueprint):
+            return target
+        options = self.options()
+        options.setdefault("scope", qualified_name(target))
+        block = native_limit(self.spec(), **options)
+        function: Callable[..., Any] = target
+
+        def decided_before(limited: Callable[..., Any]) -> bool:
+            return not has_request_context() or is_view_of(limited, request.endpoint)
+
+        if inspect.iscoroutinefunction(function):
+
+            @functools.wraps(function)
+            async def limited_async(*args: Any, **kwargs: Any) -> Any:
+                if not decided_before(limited_async):
+                    block.__enter__()
+                return await function(*args, **kwargs)
+
+            return limited_async  # type: ignore[return-value]
+
+        @functools.wraps(function)
+        def limited(*args: Any, **kwargs: Any) -> Any:
+            if not decided_before(limited):
+                block.__enter__()
+            return function(*args, **kwargs)
+
+        return limited  # type: ignore[return-value]
 
     def __enter__(self) -> None:
-        raise NotImplementedError(
-            "limiter.limit(...) as a context manager is not supported: limit the view, or decide "
-            f"outside a request with flask_redis_throttle.core.throttle.Throttle.hit ({SEE})"
-        )
+        """Decide the limit for the current request now: the extension's
+        ``with limit(...)``. A scope here gives the block counters of its own
+        within the endpoint, as in Flask-Limiter."""
+        block = self.native
+        if self.scope is not None and not self.shared:
+            block = native_limit(self.spec(), **{**self.options(), "scope": f"{request.endpoint}:{self.scope}"})
+        block.__enter__()
 
     def __exit__(self, *exc: object) -> None:
         return None
 
 
-def dynamic(
-    items: Sequence[str | Callable[[], str]], exempt_when: Callable[[], bool] | None = None
-) -> Callable[[Request], str | None]:
+def is_view_of(function: Callable[..., Any], endpoint: str | None) -> bool:
+    """Whether ``function`` is the view of ``endpoint`` (or a function the
+    view wraps, or a method of its class that handles requests), whose
+    limits the extension decided before the view."""
+    view = current_app.view_functions.get(endpoint) if endpoint is not None else None
+    while view is not None:
+        if view is function:
+            return True
+        view_class = getattr(view, "view_class", None)
+        if view_class is not None and any(
+            getattr(view_class, name, None) is function for name in ("dispatch_request", *http_method_funcs)
+        ):
+            return True
+        view = getattr(view, "__wrapped__", None)
+    return False
+
+
+def scope_of(scope: Callable[[str], str], shared: bool) -> Callable[[Request], str]:
+    """The extension's scope function for Flask-Limiter's, which takes the
+    endpoint: its value, for a shared limit; else within the endpoint, as
+    Flask-Limiter keeps a limit that is not shared apart for each endpoint."""
+
+    @functools.wraps(scope)
+    def scoped(request: Request) -> str:
+        value = scope(request.endpoint or "")
+        return str(value) if shared else f"{request.endpoint}:{value}"
+
+    return scoped
+
+
+def dynamic(items: Sequence[str | Callable[[], str]]) -> Callable[[Request], str | None]:
     """One dynamic limit of several Flask-Limiter limit values: their limit
-    strings joined, or None (no limit) when ``exempt_when`` says so or none
-    returns one. Named after the first function, for the extension's logs."""
+    strings joined, or None (no limit) when none returns one. Named after
+    the first function, for the extension's logs."""
 
     def limits(request: Request) -> str | None:
-        if exempt_when is not None and exempt_when():
-            return None
         texts = [item() if callable(item) else item for item in items]
         return ";".join(text for text in texts if text) or None
 
-    named = next((item for item in items if callable(item)), exempt_when)
+    named = next((item for item in items if callable(item)), None)
     if named is not None:
         functools.update_wrapper(limits, named, updated=())
     return limits
@@ -220,29 +285,19 @@ class RequestLimit:
 
 
 def breach_hook(
-    on_breach: Callable[[RequestLimit], Response | None] | None,
-    error_message: str | Callable[[], str] | None,
-    shared: bool,
+    on_breach: Callable[[RequestLimit], Response | None] | None, shared: bool
 ) -> Callable[[RefusalEvent], Response | None] | None:
-    """The extension's ``on_breach`` for Flask-Limiter's ``on_breach``
-    (which takes a :class:`RequestLimit`) and ``error_message`` (the 429's
-    body): a response either returns is sent instead of the 429."""
-    if on_breach is None and error_message is None:
+    """The extension's ``on_breach`` for Flask-Limiter's, which takes a
+    :class:`RequestLimit`: a response it returns is sent instead of the 429."""
+    if on_breach is None:
         return None
-    if on_breach is not None and not callable(on_breach):
+    if not callable(on_breach):
         raise InvalidLimit(f"on_breach {on_breach!r} must be a function", spec=on_breach)
 
     def hook(event: RefusalEvent) -> Response | None:
-        if on_breach is not None:
-            limit = RequestLimit(event.layer, str(event.identity), True, shared or event.scope != event.endpoint)
-            response = on_breach(limit)
-            if isinstance(response, Response):
-                return response
-        if error_message is None:
-            return None
-        message = error_message() if callable(error_message) else error_message
-        return Response(message, 429, {"Retry-After": str(event.retry_after or 1)})
+        limit = RequestLimit(event.layer, str(event.identity), True, shared or event.scope != event.endpoint)
+        response = on_breach(limit)
+        return response if isinstance(response, Response) else None
 
-    if on_breach is not None:
-        functools.update_wrapper(hook, on_breach, updated=())
+    functools.update_wrapper(hook, on_breach, updated=())
     return hook

@@ -5,7 +5,6 @@ sets up the extension, and what it refuses.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
@@ -61,12 +60,12 @@ def settings(
     for key, why in REFUSED.items():
         if given(key):
             raise unsupported(key, given(key), why)
-    renamed: dict[object, str] = {name: value for name, value in header_name_mapping.items() if name.value != value}
-    for key in HEADER_SETTINGS:
-        if given(key) is not None:
-            renamed[key] = given(key)
-    if renamed:
-        raise unsupported("header_name_mapping", renamed, "no renaming: the X-RateLimit-* header names are fixed")
+    renamed = {header.value: name for header, name in header_name_mapping.items() if header.value != name}
+    for key, header in HEADER_SETTINGS.items():
+        if given(key) is not None and given(key) != header.value:
+            renamed[header.value] = given(key)
+    if HeaderNames.RETRY_AFTER.value in renamed:
+        raise unsupported("header_name_mapping", renamed, "Retry-After is a standard header, and keeps its name")
     if not auto_check:
         raise unsupported("Limiter(auto_check=False)", False, "True: every request is decided before its view")
     if given(ConfigVars.FAIL_ON_FIRST_BREACH) is False:
@@ -77,13 +76,13 @@ def settings(
         "RATELIMIT_IDENTITIES": identities(given(ConfigVars.KEY_FUNC)) or ["ip"],
         "RATELIMIT_HEADERS_ENABLED": bool(given(ConfigVars.HEADERS_ENABLED)),
         "RATELIMIT_HEADERS_LEGACY": True,
+        "RATELIMIT_HEADER_NAMES": renamed,
         "RATELIMIT_FAIL_OPEN": bool(given(ConfigVars.SWALLOW_ERRORS)),
         "RATELIMIT_FALLBACK": bool(given(ConfigVars.IN_MEMORY_FALLBACK_ENABLED)),
         "RATELIMIT_STORAGE_OPTIONS": dict(given(ConfigVars.STORAGE_OPTIONS) or {}),
-        "RATELIMIT_DEFAULT": layered(ConfigVars.DEFAULT_LIMITS, given, ConfigVars.DEFAULT_LIMITS_EXEMPT_WHEN),
-        "RATELIMIT_APPLICATION": layered(
-            ConfigVars.APPLICATION_LIMITS, given, ConfigVars.APPLICATION_LIMITS_EXEMPT_WHEN
-        ),
+        "RATELIMIT_DEFAULT": layered(given, *DEFAULT_SETTINGS),
+        "RATELIMIT_APPLICATION": layered(given, *APPLICATION_SETTINGS),
+        "RATELIMIT_META": meta_limits(given),
         # Flask-Limiter's limits replace the default unless told otherwise.
         "RATELIMIT_DEFAULT_MODE": "replace",
     }
@@ -103,56 +102,94 @@ def settings(
             raise ConfigurationError(ConfigVars.HEADER_RETRY_AFTER_VALUE, retry_after, "'http-date' or 'delta-seconds'")
         ours["RATELIMIT_RETRY_AFTER"] = "http-date" if retry_after == "http-date" else "seconds"
     on_breach = given(ConfigVars.ON_BREACH)
-    ours["RATELIMIT_ON_BREACH"] = breach_hook(on_breach, None, False)
+    ours["RATELIMIT_ON_BREACH"] = breach_hook(on_breach, False)
     return ours
 
 
 #: Flask-Limiter's settings that have no counterpart here yet, with why.
 REFUSED = {
-    ConfigVars.DEFAULT_LIMITS_PER_METHOD: "not supported for the default limits: put per_method=True on the views",
-    ConfigVars.DEFAULT_LIMITS_DEDUCT_WHEN: "not supported for the default limits: put deduct_when= on the views",
-    ConfigVars.DEFAULT_LIMITS_COST: "not supported for the default limits: put cost= on the views",
-    ConfigVars.APPLICATION_LIMITS_PER_METHOD: "not supported for the application limits",
-    ConfigVars.APPLICATION_LIMITS_DEDUCT_WHEN: "not supported for the application limits",
-    ConfigVars.APPLICATION_LIMITS_COST: "not supported for the application limits",
-    ConfigVars.META_LIMITS: "no meta limits: use a limit's penalty= for an escalating refusal",
-    ConfigVars.ON_META_BREACH: "no meta limits: use a limit's penalty= and on_breach=",
     ConfigVars.REQUEST_IDENTIFIER: "none: counters are named after the endpoint, or a shared limit's scope",
     ConfigVars.IN_MEMORY_FALLBACK: (
         "no limits of its own: in_memory_fallback_enabled=True decides the app's own limits in process"
     ),
 }
 
-#: Flask-Limiter's settings that rename a header.
-HEADER_SETTINGS = (
-    ConfigVars.HEADER_LIMIT,
-    ConfigVars.HEADER_REMAINING,
-    ConfigVars.HEADER_RESET,
-    ConfigVars.HEADER_RETRY_AFTER,
+#: Flask-Limiter's settings that rename a header, with the header.
+HEADER_SETTINGS = {
+    ConfigVars.HEADER_LIMIT: HeaderNames.LIMIT,
+    ConfigVars.HEADER_REMAINING: HeaderNames.REMAINING,
+    ConfigVars.HEADER_RESET: HeaderNames.RESET,
+    ConfigVars.HEADER_RETRY_AFTER: HeaderNames.RETRY_AFTER,
+}
+
+
+#: Flask-Limiter's settings of the default limits: the limits, then the
+#: options every one of them takes (``per_method``, ``exempt_when``,
+#: ``deduct_when``, ``cost``).
+DEFAULT_SETTINGS = (
+    ConfigVars.DEFAULT_LIMITS,
+    ConfigVars.DEFAULT_LIMITS_PER_METHOD,
+    ConfigVars.DEFAULT_LIMITS_EXEMPT_WHEN,
+    ConfigVars.DEFAULT_LIMITS_DEDUCT_WHEN,
+    ConfigVars.DEFAULT_LIMITS_COST,
+)
+#: The same for the application limits.
+APPLICATION_SETTINGS = (
+    ConfigVars.APPLICATION_LIMITS,
+    ConfigVars.APPLICATION_LIMITS_PER_METHOD,
+    ConfigVars.APPLICATION_LIMITS_EXEMPT_WHEN,
+    ConfigVars.APPLICATION_LIMITS_DEDUCT_WHEN,
+    ConfigVars.APPLICATION_LIMITS_COST,
 )
 
 
-def layered(key: str, given: Callable[[str], Any], exempt_key: str) -> Any:
+def layered(
+    given: Callable[[str], Any], key: str, per_method: str, exempt_when: str, deduct_when: str, cost: str
+) -> list[dict[str, Any]] | None:
     """``RATELIMIT_DEFAULT`` or ``RATELIMIT_APPLICATION`` for Flask-Limiter's
-    list of default or application limits: their limit strings joined, or
-    one dynamic limit when any is a function or ``exempt_when`` is given."""
-    value = given(key)
+    default or application limits: their limit strings and functions as one
+    limit (a dynamic one if any is a function), with the options the
+    settings give all of them; and each ``Limit(...)`` item as a limit of
+    its own, with its own options."""
+    shared = Limit(
+        "",
+        per_method=bool(given(per_method)),
+        exempt_when=given(exempt_when),
+        deduct_when=given(deduct_when),
+        cost=given(cost),
+    )
+    return limits_of(key, given(key), shared.options())
+
+
+def limits_of(key: str, value: Any, shared: dict[str, Any], inherited: bool = False) -> list[dict[str, Any]] | None:
+    """The extension's limits for a Flask-Limiter list of limits: its limit
+    strings and functions as one limit (a dynamic one if any is a function),
+    with the ``shared`` options; and each ``Limit(...)`` item as a limit of
+    its own, with its own options, and the ``shared`` ones too if ``inherited``."""
     if value is None:
         return None
     items = [value] if isinstance(value, str) or callable(value) else list(value)
+    found: list[dict[str, Any]] = []
     providers: list[str | Callable[[], str]] = []
     for item in items:
         if isinstance(item, Limit):
-            if any(getattr(item, field.name) != field.default for field in dataclasses.fields(Limit)[1:]):
-                raise unsupported(key, item, "limit strings, or Limit(...) without options of its own")
-            item = item.limit_provider
-        if not (isinstance(item, str) or callable(item)):
-            raise ConfigurationError(key, value, "a list of limit strings or functions that return one")
-        providers.append(item)
-    exempt_when = given(exempt_key)
-    if exempt_when is None and all(isinstance(item, str) for item in providers):
-        return ";".join(str(item) for item in providers) or None
-    return dynamic(providers, exempt_when)
+            found.append({"limit": item.spec(), **(shared if inherited else {}), **item.options()})
+        elif isinstance(item, str) or callable(item):
+            providers.append(item)
+        else:
+            raise ConfigurationError(key, value, "a list of limit strings, functions that return one, or Limit(...)")
+    if providers:
+        joined = dynamic(providers) if any(callable(item) for item in providers) else ";".join(map(str, providers))
+        if joined:
+            found.insert(0, {"limit": joined, **shared})
+    return found or None
+
+
+def meta_limits(given: Callable[[str], Any]) -> list[dict[str, Any]] | None:
+    """``RATELIMIT_META`` for Flask-Limiter's ``meta_limits``, each with
+    ``on_meta_breach`` unless a ``MetaLimit(...)`` has its own ``on_breach``."""
+    hook = breach_hook(given(ConfigVars.ON_META_BREACH), False)
+    return limits_of(ConfigVars.META_LIMITS, given(ConfigVars.META_LIMITS), {"on_breach": hook} if hook else {}, True)
 
 
 def storage_url(uri: str) -> str:

@@ -46,7 +46,8 @@ class ConfigVars:
 
 class HeaderNames(enum.Enum):
     """The ``X-RateLimit-*`` headers, sent (with the IETF ones) when
-    ``headers_enabled`` is on. Their names are fixed here."""
+    ``headers_enabled`` is on: the keys of ``header_name_mapping``, which
+    renames them (``Retry-After`` keeps its name)."""
 
     RESET = "X-RateLimit-Reset"
     REMAINING = "X-RateLimit-Remaining"
@@ -56,9 +57,10 @@ class HeaderNames(enum.Enum):
 
 class ExemptionScope(enum.Flag):
     """What :meth:`Limiter.exempt <flask_redis_throttle.compat.flask_limiter.Limiter.exempt>`
-    drops. Here an exemption drops the default and application limits and
-    those of enclosing blueprints, and covers nested blueprints: the flags
-    must include ``APPLICATION`` and ``DEFAULT``; other combinations are refused."""
+    drops: the application limits, the default limits, the limits of
+    enclosing blueprints (``ANCESTORS``); and whether a blueprint's
+    exemption covers nested blueprints (``DESCENDENTS``). ``META`` is
+    accepted, and means nothing here."""
 
     NONE = 0
     APPLICATION = enum.auto()
