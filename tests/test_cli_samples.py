@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import shop  # tests/shop.py: pytest and a script run here both have this directory on sys.path
@@ -57,8 +57,8 @@ def some_requests(app: Flask, clock: Clock) -> None:
 
 def pin_times(output: str) -> str:
     """The refusal log's real times as the pinned clock's (see the module's docstring)."""
-    since = (datetime.fromtimestamp(START, UTC) - timedelta(minutes=10)).strftime("%Y-%m-%d %H:%M:%S")
-    at = datetime.fromtimestamp(START, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    since = (datetime.fromtimestamp(START, timezone.utc) - timedelta(minutes=10)).strftime("%Y-%m-%d %H:%M:%S")
+    at = datetime.fromtimestamp(START, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
     output = re.sub(rf"since {DATETIME.pattern}", f"since {since}", output)
     return DATETIME.sub(lambda found: found[0] if found[0] == since else at, output)
 
