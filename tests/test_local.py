@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -91,6 +92,24 @@ def server_pid(folder: LocalFolder) -> int:
     assert status.running
     assert status.pid is not None
     return status.pid
+
+
+def kill_server(folder: LocalFolder) -> None:
+    """SIGKILL the folder's server, and return once its socket refuses
+    connections: on a loaded machine the killed process may still answer a
+    pooled connection for a moment after the signal is sent."""
+    os.kill(server_pid(folder), signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        probe = socket.socket(socket.AF_UNIX)
+        try:
+            probe.connect(folder.socket)
+        except OSError:
+            return
+        finally:
+            probe.close()
+        time.sleep(0.01)
+    pytest.fail(f"the server of {folder.path} still accepts connections 10 s after SIGKILL")
 
 
 def test_the_first_request_starts_the_server_in_the_instance_folder(folder: LocalFolder) -> None:
@@ -294,7 +313,7 @@ def test_requests_while_the_server_cannot_be_restarted_follow_the_failure_policy
     app = local_app(folder, "2/hour", RATELIMIT_FAIL_OPEN=fail_open)
     client = app.test_client()
     assert get(client).status_code == 200
-    os.kill(server_pid(folder), signal.SIGKILL)
+    kill_server(folder)
     # Another worker is restarting it, and takes its time: it holds the lock.
     with open(folder.lock, "a") as held:
         fcntl.flock(held.fileno(), fcntl.LOCK_EX)
