@@ -119,7 +119,7 @@ class PlannedLimit:
         if policy is None:
             # Every string shares the scope, so a client whose limit changes
             # (a new pricing plan) keeps what it has used so far.
-            policy = Policy(parse_limits(value), self.scope, self.strategy, self.spec.penalty)
+            policy = self.spec.policy(parse_limits(value), self.scope, self.strategy)
             remember(self._policies, value, policy, DYNAMIC_CACHE_SIZE)
         return policy
 
@@ -332,7 +332,7 @@ def compile_plan(app: Flask, endpoint: str, method: str, settings: Settings, war
                 identities=identities,
                 resolvers=resolvers(identities, settings.ipv6_prefix, logins, warn),
                 shadow=spec.shadow or settings.shadow,
-                policy=None if spec.layers is None else Policy(spec.layers, scope, strategy, spec.penalty),
+                policy=None if spec.layers is None else spec.policy(spec.layers, scope, strategy),
             )
         )
     if not limits:

@@ -176,6 +176,7 @@ class RateLimitState(Notices):
         shown: Decision | None = None
         deferred: list[Batch] | None = None
         metrics = self.metrics
+        wait = 0.0
         for batch in batches:
             started = perf_counter() if metrics is not None else 0.0
             try:
@@ -198,6 +199,8 @@ class RateLimitState(Notices):
                 metrics.decided(endpoint, decision.policy.scope, outcome, perf_counter() - started)
             shown = decision if shown is None else _tighter(shown, decision)
             if decision.admitted:
+                if decision.retry_after > wait and not batch.shadow:  # shaped: its turn is later
+                    wait = decision.retry_after
                 if deduct_later:
                     if deferred is None:
                         deferred = []
@@ -207,6 +210,12 @@ class RateLimitState(Notices):
                 self._report_refusal(req, endpoint, batch, decision, True, _over_quota(batch.checks, batch.cost))
                 continue
             self._refuse(req, endpoint, labels, shown, batch, decision)
+        if wait > 0:
+            # The turn the script reserved (see docs/shaping.rst): this
+            # holds the worker, up to the limit's delay.
+            if metrics is not None:
+                metrics.delayed(endpoint, wait)
+            time.sleep(wait)
         if shown is not None:
             # What setting the attribute of g does, without its __setattr__, a Python call.
             g._get_current_object().__dict__[OUTCOME_ATTRIBUTE] = Outcome(labels, shown, False, deferred)

@@ -96,6 +96,12 @@ def limit(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> Callable
         By default (None), ``RATELIMIT_DEFAULT_MODE`` decides. The default
         applies to a view only if none of its limits overrides it (see
         :ref:`default-limits`).
+    :param delay: shaping: a request over the rate waits for its turn, up
+        to this long, rather than get a 429; requests then go one every
+        ``window / quota``. A duration such as ``"250ms"`` or ``"1.5s"``, a
+        number of seconds, or True for half a second; at most 10 s. It
+        needs the ``"gcra"`` strategy, which it picks when none is given
+        (see :doc:`/shaping`).
     :raises InvalidLimit: at once, when the decorator is made, if ``spec``
         or an option is malformed.
     :raises TypeError: when it is applied to something that is neither a
