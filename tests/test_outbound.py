@@ -7,13 +7,13 @@ import asyncio
 import itertools
 import multiprocessing
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pytest
 
 from flask_redis_throttle.core.outbound import QuotaTimeout, SharedQuota, acquire, reserve
 from flask_redis_throttle.core.storage import Storage
-from flask_redis_throttle.core.throttle import Throttle
+from flask_redis_throttle.core.throttle import Check, Decision, Throttle
 from flask_redis_throttle.testing import RedisServer, redis_server
 
 pytestmark = [pytest.mark.redis, pytest.mark.real_clock]
@@ -146,3 +146,17 @@ def test_the_functions_take_a_policy_and_identity(throttle: Throttle) -> None:
     quota = SharedQuota(throttle, "5/s", scope="plain")
     assert reserve(throttle, quota.policy, quota.identity) == 0
     assert acquire(throttle, quota.policy, quota.identity) == pytest.approx(0.2, abs=JITTER)
+
+
+def test_a_wait_is_one_script_call_and_no_polling(server: RedisServer, throttle: Throttle) -> None:
+    calls: list[int] = []
+
+    class Counting(Throttle):
+        def hit(self, checks: Sequence[Check], cost: int = 1) -> Decision:
+            calls.append(cost)
+            return super().hit(checks, cost)
+
+    quota = SharedQuota(Counting(throttle.storage), "4/s", scope="counted")
+    waits = [quota.acquire() for _ in range(3)]
+    assert waits[2] == pytest.approx(0.25, abs=JITTER)
+    assert calls == [1, 1, 1]
