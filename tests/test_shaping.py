@@ -10,6 +10,7 @@ import pytest
 from helpers import Clock
 
 from flask_redis_throttle import Identity, parse_limits
+from flask_redis_throttle.core.blocks import BlockCache
 from flask_redis_throttle.core.codec import entries, entry
 from flask_redis_throttle.core.errors import InvalidLimit
 from flask_redis_throttle.core.rates import Layer
@@ -17,6 +18,7 @@ from flask_redis_throttle.core.storage import Storage
 from flask_redis_throttle.core.throttle import Decision, Policy, Throttle
 
 IP = Identity("ip", "192.0.2.1")
+USER = Identity("user", "ann")  # on another cluster node than IP (see test_topologies.py)
 
 
 @pytest.fixture
@@ -107,6 +109,31 @@ def test_the_wait_is_the_shortest_delay_of_the_request(throttle: Throttle, clock
     # is left untouched.
     assert not at(clock, throttle, 0.0, short, long).admitted
     assert at(clock, throttle, 0.0, short).retry_after == 0
+
+
+def test_a_request_waits_for_its_turn_whichever_layer_decides(throttle: Throttle, clock: Clock) -> None:
+    # The 1/m layer of the user decides (least left, latest reset); on a
+    # cluster it lives on another node than the address's shaped layer,
+    # whose turn the request must still wait for.
+    policy, plain = shaped("2/s", 1.0), Policy(parse_limits("1/m"), "p")
+    at(clock, throttle, 0.0, policy)
+    clock.set(0.0)
+    both = throttle.hit([(policy, (IP,)), (plain, (USER,))])
+    assert both.admitted
+    assert both.policy is plain
+    assert both.retry_after == pytest.approx(0.5)
+
+
+def test_a_refused_shaped_request_is_not_remembered_by_the_block_cache(storage: Storage, clock: Clock) -> None:
+    # Refused at 0 (its turn 1 s away, the delay 0.5 s), the next request at
+    # 0.6 s has its turn 0.4 s away: Redis must be asked, not the cache.
+    throttle = Throttle(storage, blocks=BlockCache(100))
+    policy = shaped("1/s", 0.5)
+    assert at(clock, throttle, 0.0, policy).admitted
+    assert not at(clock, throttle, 0.0, policy).admitted
+    later = at(clock, throttle, 0.6, policy)
+    assert later.admitted
+    assert later.retry_after == pytest.approx(0.4)
 
 
 def test_a_reserved_turn_can_be_refunded(throttle: Throttle, clock: Clock) -> None:
