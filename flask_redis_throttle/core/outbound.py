@@ -85,8 +85,9 @@ def reserve(
     :func:`acquire` does.
 
     :param cost: how much of the quota the call takes.
-    :param timeout: the longest wait to accept, in seconds; None for any
-        (up to :data:`~flask_redis_throttle.core.codec.MAX_PLAN_DELAY`).
+    :param timeout: the longest wait to accept, in seconds, rounded to a
+        millisecond (0 takes a turn at most a millisecond away); None for
+        any (up to :data:`~flask_redis_throttle.core.codec.MAX_PLAN_DELAY`).
     :raises QuotaTimeout: if the turn is further off than ``timeout``.
     :raises ValueError: for a ``cost`` more than the policy's burst (or a
         layer's whole quota), which no wait lets through, or a bad ``timeout``.
@@ -98,18 +99,15 @@ def reserve(
         raise ValueError(
             f"cost {cost} is more than {policy.scope!r} lets go at once ({most}): it would never get a turn"
         )
-    bound = MAX_PLAN_DELAY if timeout is None else timeout
+    # The plan counts delays in whole milliseconds, at least one.
+    bound = MAX_PLAN_DELAY if timeout is None else max(timeout, 0.001)
     delayed = _delayed.get((policy, bound))
     if delayed is None:
-        # A turn at once needs no delay: keep a positive one, the least.
-        made = replace(policy, delay=max(bound, 0.001))
-        delayed = remember(_delayed, (policy, bound), made, _POLICY_CACHE_SIZE)
+        delayed = remember(_delayed, (policy, bound), replace(policy, delay=bound), _POLICY_CACHE_SIZE)
     decision = throttle.hit([(delayed, (identity,))], cost)
-    if decision.admitted and decision.retry_after <= bound:
-        return decision.retry_after
-    if decision.admitted:  # the least delay let it through past a zero timeout
-        throttle.hit([(delayed, (identity,))], -cost)
-    raise QuotaTimeout(policy.scope, bound, decision.retry_after)
+    if not decision.admitted:
+        raise QuotaTimeout(policy.scope, bound, decision.retry_after)
+    return decision.retry_after
 
 
 def acquire(

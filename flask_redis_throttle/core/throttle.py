@@ -125,7 +125,7 @@ class Policy:
             raise InvalidLimit(
                 f"delay {delay!r} must be a number of seconds from 0 to {MAX_PLAN_DELAY:.0f}", spec=delay
             )
-        most = min(layer.quota for layer in self.layers)
+        most = min((layer.quota for layer in self.layers), default=0)
         if not is_integer(burst) or not 0 <= burst <= most or (burst and not delay):
             raise InvalidLimit(f"burst {burst!r} must be from 1 to {most}, with a delay; or 0", spec=burst)
         if not delay:
