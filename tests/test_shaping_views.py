@@ -111,7 +111,7 @@ RateLimit(app)
 @limit("10/s", delay="300ms")
 def index():
     waited = current_limit().retry_after
-    return {"turn": g.arrived + waited, "waited": waited, "pid": os.getpid()}
+    return {"turn": g.arrived + waited, "ran": time.time(), "waited": waited, "pid": os.getpid()}
 
 @app.route("/ping")
 def ping():
@@ -166,6 +166,8 @@ def test_shaping_keeps_the_quota_across_gunicorn_workers(tmp_path: Path) -> None
     delayed = [body["waited"] for body in admitted if body["waited"] > 0]
     assert len(delayed) >= 6, "bursts must be smoothed, not only refused"
     assert max(delayed) <= 0.3
+    # Each ran no sooner than its turn: it slept for its wait.
+    assert all(body["ran"] >= body["turn"] for body in admitted)
     assert len({body["pid"] for body in admitted}) > 1
     # Never more than 10 turns in any second. A turn is its wait after the
     # moment the script decided, which is a moment after the request's
