@@ -9,10 +9,13 @@ one ``prometheus_client``'s exporters serve) or ``metrics=registry`` (a
   ``outcome`` being one of :data:`OUTCOMES`;
 * ``ratelimit_decision_seconds``: a histogram of the time spent deciding;
 * ``ratelimit_storage_up{node}``: 1 while the circuit breaker of ``node``
-  is closed, 0 while it is open.
+  is closed, 0 while it is open;
 * ``ratelimit_near_limit_total{endpoint, scope}``: one each time an
   identity passes ``RATELIMIT_NEAR_LIMIT`` of a layer, at most once per
-  identity, layer and window in each process.
+  identity, layer and window in each process;
+* ``ratelimit_delayed_total{endpoint}`` and ``ratelimit_delay_seconds``:
+  the requests a shaped limit let wait for their turn, and a histogram of
+  how long they waited (see :doc:`/shaping`).
 
 Under gunicorn's multiprocess mode (``PROMETHEUS_MULTIPROC_DIR`` set before
 the workers import ``prometheus_client``), each worker writes its values to
@@ -41,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-__all__ = ["BUCKETS", "OUTCOMES", "Metrics", "metrics_for"]
+__all__ = ["BUCKETS", "DELAY_BUCKETS", "OUTCOMES", "Metrics", "metrics_for"]
 
 #: The values of the ``outcome`` label of ``ratelimit_decisions_total``.
 OUTCOMES = (
@@ -55,6 +58,10 @@ OUTCOMES = (
     "internal_error",  # an error not Redis's (a bug): RATELIMIT_FAIL_OPEN answered it
 )
 
+#: The bounds of ``ratelimit_delay_seconds``'s buckets: a view's delay is
+#: at most 10 s (see :doc:`/shaping`).
+DELAY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
 #: The bounds of ``ratelimit_decision_seconds``'s buckets: a decision takes
 #: one round trip to Redis, from a tenth of a millisecond on loopback up to
 #: the socket timeout (0.5 s by default) when Redis stalls.
@@ -64,7 +71,7 @@ _INSTALL_HINT = 'RateLimit(metrics=...) needs prometheus_client: pip install "fl
 
 
 class Metrics:
-    """The four metrics, registered once in ``registry``.
+    """The metrics, registered once in ``registry``.
 
     Use :func:`metrics_for`, which returns the same object for the same
     registry: registering a metric name twice in one registry raises, and
@@ -101,6 +108,18 @@ class Metrics:
             ("endpoint", "scope"),
             registry=registry,
         )
+        self.delays = Counter(
+            "ratelimit_delayed",
+            "Requests a shaped limit let wait for their turn, by endpoint.",
+            ("endpoint",),
+            registry=registry,
+        )
+        self.delay_seconds = Histogram(
+            "ratelimit_delay_seconds",
+            "Time shaped requests waited for their turn.",
+            buckets=DELAY_BUCKETS,
+            registry=registry,
+        )
         #: Each label set's increment, made on first use. Keys are
         #: endpoints x scopes x 8 outcomes: bounded, like the plans.
         self._count: dict[tuple[str, str, str], Callable[[float], None]] = {}
@@ -119,6 +138,11 @@ class Metrics:
     def near_limit(self, endpoint: str, scope: str) -> None:
         """Count an identity that passed the near-limit share of a layer of ``scope``."""
         self.near_limits.labels(endpoint, scope).inc()
+
+    def delayed(self, endpoint: str, seconds: float) -> None:
+        """Count one request of ``endpoint`` that waits ``seconds`` for its turn."""
+        self.delays.labels(endpoint).inc()
+        self.delay_seconds.observe(seconds)
 
     def node(self, name: str, up: bool) -> None:
         """Set ``ratelimit_storage_up`` of ``name``."""

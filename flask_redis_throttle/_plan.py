@@ -135,7 +135,7 @@ class PlannedLimit:
             # Every string shares the scope, so a client whose limit changes
             # (a new pricing plan) keeps what it has used so far.
             layers = spec.layers if spec.layers is not None else parse_limits(value)
-            policy = Policy(layers, scope, self.strategy, spec.penalty)
+            policy = spec.policy(layers, scope, self.strategy)
             remember(self._policies, (value, scope), policy, DYNAMIC_CACHE_SIZE)
         return policy
 
@@ -381,7 +381,7 @@ def plan_of(
                 shadow=spec.shadow or settings.shadow,
                 policy=None
                 if spec.layers is None or callable(spec.scope)
-                else Policy(spec.layers, scope, strategy, spec.penalty),
+                else spec.policy(spec.layers, scope, strategy),
             )
         )
     if not limits:

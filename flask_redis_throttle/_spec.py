@@ -19,11 +19,12 @@ from flask import Request, Response
 
 from ._headers import REQUESTS, UNITS
 from ._identity import IDENTITY_NAMES, IdentitySpec, check_identities
-from .core.checks import is_integer
+from .core.checks import is_integer, is_number
 from .core.deprecated import warn_renamed
 from .core.penalties import Penalty, parse_penalty
 from .core.rates import MAX_QUOTA, Layer, parse_limits
 from .core.scripts import STRATEGY_NAMES, is_strategy
+from .core.throttle import DELAYED_STRATEGIES, NO_DELAY, Policy
 from .errors import InvalidLimit
 
 if sys.version_info >= (3, 11):
@@ -92,6 +93,8 @@ class LimitSpec:
         extension's own.
     :param meta: the layers of its meta limit, a limit on how often it
         refuses an identity; None for none.
+    :param delay: shaping: the longest a request over the rate waits for its
+        turn, in seconds, rather than be refused; 0 to refuse at once.
     """
 
     limit: str | DynamicLimit
@@ -111,6 +114,13 @@ class LimitSpec:
     unit: str = REQUESTS
     error_message: str | MessageFunction | None = None
     meta: tuple[Layer, ...] | None = None
+    delay: float = 0.0
+
+    def policy(self, layers: tuple[Layer, ...], scope: str, strategy: str) -> Policy:
+        """The policy of this limit's ``layers`` under ``scope`` and
+        ``strategy``: a shaped limit spreads its requests one at a time
+        (a burst of 1: see :doc:`/shaping`)."""
+        return Policy(layers, scope, strategy, self.penalty, self.delay, 1 if self.delay else 0)
 
     @property
     def dynamic(self) -> bool:
@@ -161,6 +171,7 @@ class LimitOptions(TypedDict, total=False):
     unit: str
     error_message: str | MessageFunction | None
     meta: str | None
+    delay: float | str | bool
 
 
 def make_spec(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> LimitSpec:
@@ -182,6 +193,8 @@ def make_spec(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> Limi
             checked[name] = check(given[name])
             if name == "cost":
                 _check_cost_fits(checked[name], layers, spec)
+    if checked.get("delay"):
+        checked["strategy"] = _shaped_strategy(checked)
     return LimitSpec(spec, layers, **checked)
 
 
@@ -222,6 +235,62 @@ def _check_cost_fits(cost: int | CostFunction, layers: tuple[Layer, ...] | None,
     """Refuse a fixed cost that no request could pay: more than a layer's whole quota."""
     if not callable(cost) and layers is not None and cost > min(layer.quota for layer in layers):
         raise InvalidLimit(f"cost {cost} is more than a layer of {spec!r} allows: no request could pass", spec=cost)
+
+
+#: The delay of ``delay=True``, and the longest a view's request may be told
+#: to wait, in seconds: each waiting request holds a worker (see :doc:`/shaping`).
+DEFAULT_DELAY, MAX_DELAY = 0.5, 10.0
+
+_DELAY = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s)?\s*")
+
+
+def _delay(delay: object) -> float:
+    """A delay in seconds: a number of seconds, a string such as ``"250ms"``
+    or ``"1.5s"``, or True for :data:`DEFAULT_DELAY`; False or 0 for none."""
+    if delay is True:
+        return DEFAULT_DELAY
+    seconds: float | None = None
+    if delay is False:
+        seconds = 0.0
+    elif is_number(delay):
+        seconds = float(delay)
+    elif isinstance(delay, str) and len(delay) <= 40 and (found := _DELAY.fullmatch(delay)):
+        seconds = float(found[1]) / (1000 if found[2] == "ms" else 1)
+    if seconds is None or not 0 <= seconds <= MAX_DELAY:
+        raise InvalidLimit(
+            f"delay {delay!r} must be a duration from 0 to {MAX_DELAY:g} s, such as '250ms', '1.5s' or 0.25; "
+            f"or True for {DEFAULT_DELAY:g} s",
+            spec=delay,
+        )
+    return seconds
+
+
+def _shaped_strategy(checked: dict[str, Any]) -> str:
+    """The strategy of a limit with a delay, given its ``checked`` options:
+    GCRA, the one that has a delay (see
+    :data:`~flask_redis_throttle.core.throttle.DELAYED_STRATEGIES`).
+
+    :raises InvalidLimit: for another strategy; a fixed cost above 1 (a
+        shaped limit lets its requests go one at a time, so one that costs
+        more would never pass); or ``deduct_when``, which counts a request
+        after its response, when its turn can no longer be reserved.
+    """
+    strategy, cost = checked.get("strategy"), checked.get("cost", 1)
+    if strategy is not None and strategy not in DELAYED_STRATEGIES:
+        raise InvalidLimit(
+            f"delay needs strategy='gcra', not {strategy!r}: {NO_DELAY[strategy]}; leave strategy out for gcra",
+            spec=strategy,
+        )
+    if not callable(cost) and cost > 1:
+        raise InvalidLimit(
+            f"cost {cost} with a delay: a shaped limit lets requests go one at a time, so none could pass", spec=cost
+        )
+    if checked.get("deduct_when") is not None:
+        raise InvalidLimit(
+            "delay with deduct_when: a request's turn is reserved when it is decided, before its response",
+            spec=checked["deduct_when"],
+        )
+    return "gcra"
 
 
 def _function(name: str, function: Any) -> Any:
@@ -306,4 +375,5 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "unit": _unit,
     "error_message": _error_message,
     "meta": _meta,
+    "delay": _delay,
 }

@@ -250,6 +250,7 @@ class RateLimitState(Notices):
             labels = LayerNames.of((*previous.labels.policies, *labels.policies))
         metrics = self.metrics
         near = self.settings.near_limit
+        wait = 0.0
         for batch in batches:
             started = perf_counter() if metrics is not None else 0.0
             try:
@@ -280,6 +281,8 @@ class RateLimitState(Notices):
             if decision.admitted:
                 if near is not None and _crossed(decision, batch.cost, near):
                     self._near_limit(endpoint, batch, decision)
+                if decision.retry_after > wait and not batch.shadow:  # shaped: its turn is later
+                    wait = decision.retry_after
                 if deduct_later:
                     if deferred is None:
                         deferred = []
@@ -291,6 +294,12 @@ class RateLimitState(Notices):
             if metas is not None:
                 self._breached(metas, throttle)
             self._refuse(req, endpoint, labels, shown, batch, decision)
+        if wait > 0:
+            # The turn the script reserved (see docs/shaping.rst): this
+            # holds the worker, up to the limit's delay.
+            if metrics is not None:
+                metrics.delayed(endpoint, wait)
+            time.sleep(wait)
         if shown is not None:
             # What setting the attribute of g does, without its __setattr__, a Python call.
             g._get_current_object().__dict__[OUTCOME_ATTRIBUTE] = Outcome(labels, shown, False, deferred)

@@ -46,7 +46,8 @@ class CurrentLimit:
     :param breached: True if the counter had no room for the request: it
         was refused (or, for a shadow limit, would have been).
     :param retry_after: seconds until the request would pass; 0 unless
-        ``breached``.
+        ``breached``, or, for a request a shaped limit let wait for its
+        turn, how long it waited (see :doc:`/shaping`).
     """
 
     limit: PlannedLimit | None

@@ -118,6 +118,12 @@ def limit(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> LimitDec
     :param unit: what the quota counts, sent as ``qu`` in
         ``RateLimit-Policy``: ``"requests"`` (the default, left unsaid), or
         ``"content-bytes"`` for a ``cost`` in bytes (see :ref:`quota-units`).
+    :param delay: shaping: a request over the rate waits for its turn, up
+        to this long, rather than get a 429; requests then go one every
+        ``window / quota``. A duration such as ``"250ms"`` or ``"1.5s"``, a
+        number of seconds, or True for half a second; at most 10 s. It
+        needs the ``"gcra"`` strategy, which it picks when none is given
+        (see :doc:`/shaping`).
     :raises InvalidLimit: at once, when the decorator is made, if ``spec``
         or an option is malformed.
     :raises TypeError: when it is applied to something that is neither a

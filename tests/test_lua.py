@@ -62,7 +62,7 @@ def test_every_script_is_the_files_of_its_strategies_and_the_shared_parts() -> N
     every = scripts.script_source(scripts.STRATEGIES)
     for strategy in scripts.STRATEGIES.values():
         assert every.count(source(strategy.filename)) == 1
-    for shared in ("records.lua", "penalty.lua", "main.lua"):
+    for shared in ("records.lua", "penalty.lua", "shaping.lua", "main.lua"):
         assert every.count(source(shared)) == 1
     assert "-- include:" not in every
 

@@ -27,6 +27,7 @@ from .rates import MAX_LAYERS, Layer
 
 __all__ = [
     "LAYOUT_CACHE_SIZE",
+    "MAX_PLAN_DELAY",
     "Layout",
     "Part",
     "Reply",
@@ -36,6 +37,7 @@ __all__ = [
     "merge",
     "penalized",
     "refund_of",
+    "shaped",
     "split",
 ]
 
@@ -55,14 +57,29 @@ Call = tuple[Sequence[str], Sequence[Arg]]
 #: penalty (first duration, factor, longest duration): little-endian
 #: unsigned 32-bit integers, as the scripts unpack them with ``struct``.
 _LAYER, _PENALTY = struct.Struct("<II"), struct.Struct("<III")
+#: A plan entry's shaping: the longest wait, in milliseconds, and the burst
+#: (0 for the quota; see ``lua/shaping.lua``).
+_SHAPING = struct.Struct("<II")
+#: The bits of an entry's flag byte: a penalty follows, a delay follows.
+_PENALIZED, _DELAYED = 1, 2
+
+#: The longest delay a plan entry can carry, in seconds (4 bytes of milliseconds).
+MAX_PLAN_DELAY = (2**32 - 1) / 1000
 
 
-def entry(code: str, layers: Sequence[Layer], penalty: tuple[int, int, int] | None = None) -> bytes:
+def entry(
+    code: str,
+    layers: Sequence[Layer],
+    penalty: tuple[int, int, int] | None = None,
+    shaping: tuple[int, int] | None = None,
+) -> bytes:
     """The plan entry of one identity under one limit: the strategy's
     two-letter ``code``, the number of layers (one byte), each layer's quota
-    and window in whole seconds (4 bytes each), then a byte that says
-    whether a penalty follows, and if one does, its first duration, factor
-    and longest duration (4 bytes each).
+    and window in whole seconds (4 bytes each), then a byte of flags: 1 if
+    a penalty follows, its first duration, factor and longest duration (4
+    bytes each), plus 2 if ``shaping`` follows: the longest wait a request
+    may be given, in milliseconds, and the burst, 0 for the quota (4 bytes
+    each; see ``lua/shaping.lua``). An entry with neither ends with a 0 byte.
 
     :raises InvalidLimit: for more than :data:`~flask_redis_throttle.core.rates.MAX_LAYERS`
         layers, as a limit string with as many gets (one byte counts them).
@@ -71,9 +88,12 @@ def entry(code: str, layers: Sequence[Layer], penalty: tuple[int, int, int] | No
         raise InvalidLimit(f"a limit has at most {MAX_LAYERS} layers, not {len(layers)}", spec=layers)
     data = code.encode("ascii") + bytes([len(layers)])
     data += b"".join(_LAYER.pack(layer.quota, layer.window) for layer in layers)
-    if penalty is None:
-        return data + b"\0"
-    return data + b"\1" + _PENALTY.pack(*penalty)
+    data += bytes([(0 if penalty is None else _PENALIZED) | (0 if shaping is None else _DELAYED)])
+    if penalty is not None:
+        data += _PENALTY.pack(*penalty)
+    if shaping is not None:
+        data += _SHAPING.pack(*shaping)
+    return data
 
 
 def entries(plan: bytes) -> Iterator[tuple[bytes, int, bool]]:
@@ -83,8 +103,8 @@ def entries(plan: bytes) -> Iterator[tuple[bytes, int, bool]]:
     while at < len(plan):
         count = plan[at + 2]
         flag = at + 3 + _LAYER.size * count
-        penalty = plan[flag] == 1
-        end = flag + 1 + (_PENALTY.size if penalty else 0)
+        penalty = bool(plan[flag] & _PENALIZED)
+        end = flag + 1 + (_PENALTY.size if penalty else 0) + (_SHAPING.size if plan[flag] & _DELAYED else 0)
         yield plan[at:end], count, penalty
         at = end
 
@@ -92,6 +112,11 @@ def entries(plan: bytes) -> Iterator[tuple[bytes, int, bool]]:
 def penalized(plan: bytes) -> bool:
     """Whether some entry of ``plan`` has a penalty."""
     return any(penalty for _, _, penalty in entries(plan))
+
+
+def shaped(plan: bytes) -> bool:
+    """Whether some entry of ``plan`` has a delay."""
+    return any(text[3 + _LAYER.size * count] & _DELAYED for text, count, _ in entries(plan))
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,12 +134,14 @@ class Layout:
         the layer among the limit's layers.
     :param windows: for each layer, in order: the number of its counter's
         key, its window in seconds and its quota.
+    :param shaped: whether some entry has a delay (see ``lua/shaping.lua``).
     """
 
     plan: bytes
     penalized: bool
     places: tuple[tuple[int, int, int], ...]
     windows: tuple[tuple[int, int, int], ...]
+    shaped: bool = False
 
     @classmethod
     def of(cls, limits: Iterable[tuple[bytes, int, Sequence[Layer]]]) -> Layout:
@@ -129,7 +156,7 @@ class Layout:
                 windows += [(len(texts), layer.window, layer.quota) for layer in layers]
                 texts.append(text)
         plan = b"".join(texts)
-        return cls(plan, penalized(plan), tuple(places), tuple(windows))
+        return cls(plan, penalized(plan), tuple(places), tuple(windows), shaped(plan))
 
     def layers(self, keys: Sequence[str]) -> list[tuple[str, int]]:
         """Each layer of a call on ``keys``, in the plan's order, as the
@@ -147,7 +174,9 @@ class Reply(NamedTuple):
         the layer with the least quota left.
     :param remaining: the quota the deciding layer has left.
     :param reset: seconds until the deciding layer is back to its full quota.
-    :param retry_after: seconds until the request would pass; 0 when admitted.
+    :param retry_after: seconds until the request would pass; when
+        admitted, how long it must wait before it runs: 0 unless a limit
+        with a delay reserved it a later turn (see ``lua/shaping.lua``).
     :param now: the time the script decided at, in microseconds; a refund of
         this request must be sent with it.
     :param penalized: whether the deciding layer refused because its
@@ -286,6 +315,9 @@ def merge(parts: Sequence[Part], replies: Sequence[Sequence[int]]) -> list[int]:
     if best is None:
         raise ValueError("no part of the request was decided")
     merged = [best[0], layer + 1, *best[2:6]]
+    if admitted:
+        # A shaped request waits for the latest turn any part reserved.
+        merged[4] = max(reply[4] for reply in replies)
     if flagged:
         merged.append(best[6] if len(best) > 6 else 0)
     return merged

@@ -2,8 +2,9 @@
 
 A request's script is ``lua/records.lua`` (finding, keeping and writing the
 records of a packed key), ``lua/penalty.lua`` (reading and writing a
-penalty key), the files of the strategies the request uses, and
-``lua/main.lua``, which reads the plan, decides every layer in one pass,
+penalty key), the files of the strategies the request uses,
+``lua/shaping.lua`` (the wait of a request that a limit with a delay lets
+wait its turn), and ``lua/main.lua``, which reads the plan, decides every layer in one pass,
 writes the keys only if all of them have room, and replies. Each
 strategy's file returns a table of plain functions (``check``, ``refund``,
 and for a packed strategy ``life``, else ``store``: see ``lua/main.lua``
@@ -127,7 +128,7 @@ def _source(names: frozenset[str]) -> str:
         strategy = STRATEGIES[name]
         # Each file returns its table, and sees nothing of what follows it.
         parts += [f"{strategy.code} = (function()", _text(strategy.filename), "end)(),"]
-    parts += ["}", _text("main.lua")]
+    parts += ["}", _text("shaping.lua"), _text("main.lua")]
     return "\n".join(parts)
 
 

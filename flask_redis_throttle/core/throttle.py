@@ -16,8 +16,10 @@ from typing import Any, ParamSpec, TypeVar
 from .blocks import Block, BlockCache
 from .bounded import remember
 from .breaker import CircuitBreaker
-from .codec import LAYOUT_CACHE_SIZE, Arg, Layout, Reply, entry
+from .checks import is_integer, is_number
+from .codec import LAYOUT_CACHE_SIZE, MAX_PLAN_DELAY, Arg, Layout, Reply, entry
 from .deprecated import warn_renamed
+from .errors import InvalidLimit
 from .keys import (
     CACHED_VALUE_LENGTH,
     Identity,
@@ -34,7 +36,16 @@ from .reset import counter_pattern, delete_counters
 from .scripts import STRATEGIES, STRATEGY_NAMES, is_strategy
 from .storage import STORAGE_ERRORS, NodeFailure, Storage
 
-__all__ = ["Check", "Decision", "Policy", "StorageUnavailable", "Throttle", "UnexpectedError"]
+__all__ = [
+    "DELAYED_STRATEGIES",
+    "NO_DELAY",
+    "Check",
+    "Decision",
+    "Policy",
+    "StorageUnavailable",
+    "Throttle",
+    "UnexpectedError",
+]
 
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
@@ -52,12 +63,22 @@ class Policy:
         :data:`~flask_redis_throttle.core.scripts.STRATEGIES`.
     :param penalty: refuses an identity that keeps hitting this limit for longer (see
         :mod:`flask_redis_throttle.core.penalties`); None for no penalty.
+    :param delay: shaping: the longest a request over the rate may wait for
+        its turn, in seconds, rather than be refused; 0 to refuse at once.
+        The script reserves the turn, and the decision's ``retry_after`` is
+        the wait (see :doc:`/shaping`). Only ``"gcra"`` has a delay.
+    :param burst: with a delay, how many requests may go at once after a
+        quiet spell: 1 spreads them one every ``window / quota``, never
+        more than the quota in any span of the window; 0 lets the whole
+        quota go at once, as GCRA does without a delay.
     """
 
     layers: tuple[Layer, ...]
     scope: str
     strategy: str = "fixed-window"
     penalty: Penalty | None = None
+    delay: float = 0.0
+    burst: int = 0
     #: ``}:<scope>:<strategy>``: a key is the prefix, ``{``, an identity's
     #: tag and this. One key holds every layer of the identity under the
     #: scope and strategy (see ``lua/packed.lua``).
@@ -80,13 +101,40 @@ class Policy:
         penalty = self.penalty
         durations = None if penalty is None else (penalty.first, penalty.factor, penalty.longest)
         object.__setattr__(self, "suffix", f"}}:{escape_scope(self.scope)}:{code}")
-        object.__setattr__(self, "entry", entry(code, self.layers, durations))
+        object.__setattr__(self, "entry", entry(code, self.layers, durations, self._shaping()))
         object.__setattr__(self, "penalty_suffix", "" if penalty is None else penalty_suffix(self.scope))
         object.__setattr__(self, "strategies", frozenset([self.strategy]))
-        object.__setattr__(self, "_hash", hash((self.layers, self.scope, self.strategy, self.penalty)))
+        object.__setattr__(
+            self, "_hash", hash((self.layers, self.scope, self.strategy, self.penalty, self.delay, self.burst))
+        )
 
     def __hash__(self) -> int:
         return self._hash
+
+    def _shaping(self) -> tuple[int, int] | None:
+        """The plan's shaping of this policy: its delay in whole milliseconds
+        (at least one) and its burst; None without a delay.
+
+        :raises InvalidLimit: for a delay that is not a number of seconds
+            from 0 to :data:`~flask_redis_throttle.core.codec.MAX_PLAN_DELAY`,
+            one on a strategy that has none (see :data:`DELAYED_STRATEGIES`),
+            or a burst without a delay or past the least quota.
+        """
+        delay, burst = self.delay, self.burst
+        if not is_number(delay) or not 0 <= delay <= MAX_PLAN_DELAY:
+            raise InvalidLimit(
+                f"delay {delay!r} must be a number of seconds from 0 to {MAX_PLAN_DELAY:.0f}", spec=delay
+            )
+        most = min((layer.quota for layer in self.layers), default=0)
+        if not is_integer(burst) or not 0 <= burst <= most or (burst and not delay):
+            raise InvalidLimit(f"burst {burst!r} must be from 1 to {most}, with a delay; or 0", spec=burst)
+        if not delay:
+            return None
+        if self.strategy not in DELAYED_STRATEGIES:
+            raise InvalidLimit(
+                f"a delay needs the 'gcra' strategy, not {self.strategy!r}: {NO_DELAY[self.strategy]}", spec=delay
+            )
+        return max(1, round(delay * 1000)), burst
 
     @property
     def rates(self) -> tuple[Layer, ...]:  # old name
@@ -137,7 +185,9 @@ class Decision:
     :param identity: the deciding counter's identity.
     :param remaining: the quota that counter has left.
     :param reset: seconds until that counter is back to its full quota.
-    :param retry_after: seconds until the request would pass; 0 when admitted.
+    :param retry_after: seconds until the request would pass; when
+        admitted, how long it must wait before it runs: 0 unless a policy
+        with a delay reserved it a later turn (see :doc:`/shaping`).
     :param cached: True if the block cache refused it without asking Redis.
     :param penalized: True if it was refused because the identity serves a
         penalty of the policy.
@@ -155,6 +205,20 @@ class Decision:
     cached: bool = False
     penalized: bool = False
     fallback: bool = False
+
+
+#: The strategies a policy's delay works with: GCRA, whose retry is exact,
+#: and which fits at every moment after it.
+DELAYED_STRATEGIES = frozenset({"gcra"})
+
+#: Why the other strategies have no delay, for the error.
+NO_DELAY = {
+    "fixed-window": "a request put off to the next window would be counted in a window that has not begun, "
+    "and the waiting requests would all run at its start, the burst shaping is meant to smooth",
+    "sliding-window": "its count is an estimate from two windows, so it has no exact time at which a request fits",
+    "sliding-log": "its log holds the times of past requests only, and a reserved turn would be an entry in "
+    "the future (not supported yet)",
+}
 
 
 def _filler(cls: type[_T]) -> Callable[..., _T]:
@@ -308,7 +372,9 @@ class Throttle:
         keys, layout, strategies = self._prepare(checks)
         now = self.now()
         args: list[Arg] = ["" if now is None else now, cost, layout.plan]
-        blocks = self.blocks
+        # A refusal of a shaped request is not remembered: the request
+        # after it may be given a turn before the refusal's retry is over.
+        blocks = None if layout.shaped else self.blocks
         # The block cache's clock, in microseconds: this process's
         # monotonic clock, or the pinned time when tests pin it.
         sent = time.monotonic_ns() // 1000 if now is None else now

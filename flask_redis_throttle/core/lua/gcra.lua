@@ -16,6 +16,12 @@
 -- Promise: a burst of at most `quota`, then at most one request per T.
 -- Retry-After is exact. Memory: one packed string per identity and scope
 -- (see records.lua).
+--
+-- A shaped limit (see shaping.lua) may give a smaller `burst`: a request
+-- then fits if the TAT after it is at most burst * T ahead of now, rather
+-- than a period; with a burst of 1, requests are spread one every T, never
+-- more than `quota` in any span of a period. The reach burst * T is kept
+-- exact as (reach, reach_part), like the TAT.
 
 local RECORD = '<I4I8I4'
 local unpack_bytes, pack_bytes, fmod, floor = struct.unpack, struct.pack, math.fmod, math.floor
@@ -23,7 +29,7 @@ local unpack_bytes, pack_bytes, fmod, floor = struct.unpack, struct.pack, math.f
 return {
   size = 16,
 
-  check = function(now, cost, quota, name, _, value, p)
+  check = function(now, cost, quota, name, _, value, p, burst)
     local period = name * 1000000
     -- The TAT as (tat, part), never before now.
     local tat, part = now, 0
@@ -44,11 +50,19 @@ return {
     local next_part = fmod(extra, quota)
     local next_at = tat + cost * step + (extra - next_part) / quota
     local ahead = next_at - now + (next_part > 0 and 1 or 0)
-    if ahead > period then
-      local left = math.max(floor(((period - (tat - now)) * quota - part) / period), 0)
-      return false, left, tat - now + (part > 0 and 1 or 0), ahead - period
+    -- How far ahead of now the TAT may be: a period, or burst * T.
+    local reach, reach_part = period, 0
+    if burst and burst > 0 and burst < quota then
+      local spread = burst * share
+      reach_part = fmod(spread, quota)
+      reach = burst * step + (spread - reach_part) / quota
     end
-    local left = floor(((period - (next_at - now)) * quota - next_part) / period)
+    local over = next_at - now - reach
+    if over > 0 or (over == 0 and next_part > reach_part) then
+      local left = math.max(floor(((reach - (tat - now)) * quota + reach_part - part) / period), 0)
+      return false, left, tat - now + (part > 0 and 1 or 0), over + (next_part > reach_part and 1 or 0)
+    end
+    local left = floor(((reach - (next_at - now)) * quota + reach_part - next_part) / period)
     if cost > 0 then
       return true, left, ahead, 0, pack_bytes(RECORD, name, next_at, next_part), ahead
     end

@@ -2,10 +2,10 @@
 -- anything, penalties, and the reply. The loader puts records.lua and
 -- penalty.lua first, then the files of the strategies the request uses,
 -- each a table of plain functions kept in `strategies` under its two-letter
--- code (see scripts.py), then this. Every value a strategy's function uses
--- is one of its parameters:
+-- code (see scripts.py), then shaping.lua (delays), then this. Every value
+-- a strategy's function uses is one of its parameters:
 --
---   check(now, cost, quota, name, key, value, p)
+--   check(now, cost, quota, name, key, value, p[, burst])
 --       -> fit, left, reset, retry[, record, life]
 --     The verdict of a layer of `quota` per `name` seconds for a request
 --     of `cost` at `now`: fit is true if it fits; left the quota left,
@@ -18,7 +18,7 @@
 --     record, and how many microseconds it must be kept. For a packed
 --     strategy (see records.lua), `value` is the key's string and `p`
 --     where the layer's record starts in it (nil for none); it writes
---     nothing.
+--     nothing. `burst` is given for a shaped entry only (see shaping.lua).
 --   refund(now, given, quota, name, key, value, p) -> record, life
 --     the record of the layer once `given`, which a request admitted at
 --     `now` took, is handed back, as if it had never been admitted;
@@ -56,7 +56,8 @@
 --             byte), each layer's quota and window in whole seconds (4
 --             bytes each), then 1 byte: 1 when the first block, factor
 --             and longest block of a penalty follow (4 bytes each), else
---             0 (see codec.py's entry())
+--             0 (see codec.py's entry()); plus 2 when a delay and a
+--             burst follow that (4 bytes each; see shaping.lua)
 --
 -- Every layer is checked before any key is written, and nothing is written
 -- unless all of them have room: a refused request consumes no quota. A
@@ -74,7 +75,9 @@
 --   [3] the quota that layer has left
 --   [4] microseconds until that layer is back to its full quota: 0 when
 --       it has it, on every strategy
---   [5] microseconds until the request would pass (0 when admitted)
+--   [5] microseconds until the request would pass; when admitted, how
+--       long it must wait before it runs: 0 unless it was shaped (see
+--       shaping.lua)
 --   [6] now: the time it was decided at, for a refund of it later
 --   [7] only when some entry has a penalty: 1 if the deciding layer refused
 --       because of a penalty, else 0
@@ -93,6 +96,9 @@ end
 local cost = ARGV[2] + 0
 local plan = ARGV[3]
 local byte, sub, unpack_bytes, max = string.byte, string.sub, struct.unpack, math.max
+-- Shaping: the entries with a delay are decided at now + wait (see
+-- shaping.lua); the others at now.
+local wait = shaping_wait(now, cost, plan)
 
 -- The deciding layer so far, its verdict, whether it is refused by a
 -- penalty, and whether the cost is more than its whole quota; and whether
@@ -121,8 +127,9 @@ while at <= #plan do
   local first = at + 3
   local flag = first + 8 * byte(plan, at + 2)
   local last = flag - 8
-  local penalized = byte(plan, flag) == 1
-  at = penalized and flag + 13 or flag + 1
+  local penalized, delay, burst
+  at, penalized, delay, burst = entry_end(plan, flag)
+  local when = delay > 0 and now + wait or now
   local group = nil
   if penalized and cost >= 0 then
     if not entries then
@@ -131,8 +138,7 @@ while at <= #plan do
       local next_at = 1
       while next_at <= #plan do
         entries = entries + 1
-        local next_flag = next_at + 3 + 8 * byte(plan, next_at + 2)
-        next_at = next_flag + (byte(plan, next_flag) == 1 and 13 or 1)
+        next_at = entry_end(plan, next_at + 3 + 8 * byte(plan, next_at + 2))
       end
       groups = {}
     end
@@ -181,7 +187,11 @@ while at <= #plan do
       end
     else
       local fit, left, reset, retry
-      fit, left, reset, retry, record, life = strategy.check(now, cost, quota, name, key, value, p)
+      fit, left, reset, retry, record, life = strategy.check(when, cost, quota, name, key, value, p, burst)
+      if when > now then
+        -- Reserved: its times are counted from now, not from when it runs.
+        reset, life = reset + wait, life and life + wait
+      end
       local over = cost > quota
       if over then
         fit, retry = false, name * 1000000
@@ -266,7 +276,7 @@ end
 if cost < 0 then
   return {1, 0, 0, 0, 0, now}
 end
-local reply = {admitted and 1 or 0, pick, pick_left, math.ceil(pick_reset), math.ceil(pick_retry), now}
+local reply = {admitted and 1 or 0, pick, pick_left, math.ceil(pick_reset), math.ceil(admitted and wait or pick_retry), now}
 if groups then
   reply[7] = pick_penalized and 1 or 0
 end

@@ -1,0 +1,70 @@
+-- Shaping: a limit with a delay lets a request that is over its rate wait
+-- for its turn, up to that delay, rather than be refused. The script
+-- reserves the turn when it decides: the layers of every delayed entry are
+-- checked, and written, at the time the request will run, now + wait, so
+-- that requests that wait keep the rate as exactly as those that do not,
+-- across every process that shares the keys. Only GCRA has a delay (the
+-- Policy refuses any other strategy): its retry is exact, and it fits at
+-- every time after it, so at now + wait each delayed layer fits.
+--
+-- A plan entry's flag byte (see main.lua) has bit 0 for a penalty and bit
+-- 1 for a delay: after the penalty's 12 bytes (if any), the longest wait,
+-- in milliseconds, and the burst (see gcra.lua; 0 for the quota), 4 bytes
+-- each. An entry with neither is 0, as it always was.
+
+-- Where the entry after the one whose flag byte is at `flag` starts, and
+-- the entry's flags: whether it has a penalty, its delay in microseconds
+-- (0 for none) and its burst (nil for none).
+local function entry_end(plan, flag)
+  local flags = string.byte(plan, flag)
+  local penalized = flags % 2 == 1
+  local after = penalized and flag + 13 or flag + 1
+  if flags >= 2 then
+    local delay, burst = struct.unpack('<I4I4', plan, after)
+    return after + 8, penalized, delay * 1000, burst
+  end
+  return after, penalized, 0, nil
+end
+
+-- How long a request of `cost` at `now` must wait before it runs: the
+-- longest retry of the layers of the entries that have a delay, if it is
+-- within the shortest of their delays; else 0, and main.lua decides at
+-- `now`, refusing as usual. A layer whose whole quota is less than the cost
+-- never fits, however long it waits.
+local function shaping_wait(now, cost, plan)
+  if cost <= 0 then
+    return 0
+  end
+  local wait, bound = 0, nil
+  local e, at = 0, 1
+  while at <= #plan do
+    e = e + 1
+    local first = at + 3
+    local flag = first + 8 * string.byte(plan, at + 2)
+    local next_at, _, delay, burst = entry_end(plan, flag)
+    if delay > 0 then
+      local strategy = strategies[string.sub(plan, at, at + 1)]
+      local size = strategy.size
+      local value = size and redis.call('GET', KEYS[e]) or ''
+      for layer_at = first, flag - 8, 8 do
+        local quota, name = struct.unpack('<I4I4', plan, layer_at)
+        if cost > quota or (burst > 0 and cost > burst) then
+          return 0
+        end
+        local p = size and locate(value, name, size) or nil
+        local fit, _, _, retry = strategy.check(now, cost, quota, name, KEYS[e], value, p, burst)
+        if not fit and retry > wait then
+          wait = retry
+        end
+      end
+      if not bound or delay < bound then
+        bound = delay
+      end
+    end
+    at = next_at
+  end
+  if bound and wait <= bound then
+    return wait
+  end
+  return 0
+end

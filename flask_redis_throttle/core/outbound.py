@@ -1,0 +1,219 @@
+"""Outbound limits: the calls an app makes to a third party, which grants
+it a quota ("10 calls a second"), wait for their turn under that quota,
+shared by every process and host that uses the same storage.
+
+A call reserves its turn in one script call (the reservation of a shaped
+limit: see ``lua/shaping.lua``): the script, on Redis's clock, gives it the
+next free turn and says how long that is from now; the call sleeps exactly
+that long, and never polls. A turn further off than the call's ``timeout``
+is not taken, and the call raises :class:`QuotaTimeout` at once, having
+used nothing of the quota.
+
+The quota is decided by GCRA (see :doc:`/algorithms`): the calls are spread
+one every ``window / quota``. With ``burst=1``, the default here, that is
+all: never more than the quota in any span of the window's length, which
+is what a third party that counts in windows of its own needs. A larger
+burst lets that many calls go at once after a quiet spell (as a view's
+GCRA limit does), at the price of up to ``burst - 1`` calls more than the
+quota in the window that follows it.
+
+.. code-block:: python
+
+    quota = SharedQuota(Throttle(Storage.from_url(url)), "10/s", scope="api.example.com")
+
+    with quota:                      # waits for its turn
+        requests.get("https://api.example.com/items")
+
+    async with quota:                # the same, without blocking the loop
+        await client.get("https://api.example.com/items")
+
+This module imports nothing of Flask.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
+from types import TracebackType
+from typing import Any, ParamSpec, TypeVar, cast
+
+from .bounded import remember
+from .codec import MAX_PLAN_DELAY
+from .keys import Identity
+from .rates import Layer, parse_limits
+from .throttle import Policy, Throttle
+
+__all__ = ["QuotaTimeout", "SharedQuota", "acquire", "acquire_async", "reserve"]
+
+_T = TypeVar("_T")
+_P = ParamSpec("_P")
+
+#: How many (policy, timeout) pairs :func:`reserve` keeps the delayed policy of.
+_POLICY_CACHE_SIZE = 64
+_delayed: dict[tuple[Policy, float], Policy] = {}
+
+
+class QuotaTimeout(Exception):
+    """The quota has no turn for the call within its timeout. Nothing of the
+    quota was used.
+
+    :param scope: the quota's scope.
+    :param timeout: the longest the call would have waited, in seconds.
+    :param retry_after: seconds until a call would get its turn at once.
+    """
+
+    def __init__(self, scope: str, timeout: float, retry_after: float) -> None:
+        super().__init__(
+            f"no turn under the quota {scope!r} within {timeout:g} s: the next free turn is {retry_after:.3f} s away"
+        )
+        self.scope = scope
+        self.timeout = timeout
+        self.retry_after = retry_after
+
+
+def reserve(
+    throttle: Throttle, policy: Policy, identity: Identity, cost: int = 1, timeout: float | None = None
+) -> float:
+    """Reserve the next turn of ``identity`` under ``policy``, a GCRA policy
+    (its delay is replaced by ``timeout``; its burst is kept), in one
+    script call, and return how many seconds from now it is (0 when the
+    call may go at once). The caller must wait that long before it calls:
+    :func:`acquire` does.
+
+    :param cost: how much of the quota the call takes.
+    :param timeout: the longest wait to accept, in seconds, rounded to a
+        millisecond (0 takes a turn at most a millisecond away); None for
+        any (up to :data:`~flask_redis_throttle.core.codec.MAX_PLAN_DELAY`).
+    :raises QuotaTimeout: if the turn is further off than ``timeout``.
+    :raises ValueError: for a ``cost`` more than the policy's burst (or a
+        layer's whole quota), which no wait lets through, or a bad ``timeout``.
+    :raises ~flask_redis_throttle.core.throttle.StorageUnavailable: if
+        Redis could not answer.
+    """
+    most = policy.burst or min(layer.quota for layer in policy.layers)
+    if cost > most:
+        raise ValueError(
+            f"cost {cost} is more than {policy.scope!r} lets go at once ({most}): it would never get a turn"
+        )
+    # The plan counts delays in whole milliseconds, at least one.
+    bound = MAX_PLAN_DELAY if timeout is None else max(timeout, 0.001)
+    delayed = _delayed.get((policy, bound))
+    if delayed is None:
+        delayed = remember(_delayed, (policy, bound), replace(policy, delay=bound), _POLICY_CACHE_SIZE)
+    decision = throttle.hit([(delayed, (identity,))], cost)
+    if not decision.admitted:
+        raise QuotaTimeout(policy.scope, bound, decision.retry_after)
+    return decision.retry_after
+
+
+def acquire(
+    throttle: Throttle, policy: Policy, identity: Identity, cost: int = 1, timeout: float | None = None
+) -> float:
+    """Wait for the next turn of ``identity`` under ``policy`` (see
+    :func:`reserve`), sleeping once for as long as the script says, and
+    return how long that was, in seconds."""
+    wait = reserve(throttle, policy, identity, cost, timeout)
+    if wait > 0:
+        time.sleep(wait)
+    return wait
+
+
+async def acquire_async(
+    throttle: Throttle, policy: Policy, identity: Identity, cost: int = 1, timeout: float | None = None
+) -> float:
+    """:func:`acquire` for ``asyncio``: the script call runs in a worker
+    thread and the wait is an ``asyncio.sleep``, so the event loop runs on."""
+    wait = await asyncio.to_thread(reserve, throttle, policy, identity, cost, timeout)
+    if wait > 0:
+        await asyncio.sleep(wait)
+    return wait
+
+
+class SharedQuota:
+    """A third party's quota, shared by every process and host that uses the
+    same storage: a context manager (``with`` and ``async with``) and a
+    decorator (of plain and ``async`` functions) whose calls each wait for
+    their turn.
+
+    :param throttle: decides the turns; its storage is what is shared.
+    :param limit: the quota, such as ``"10/s"`` or ``"10/s;2000/d"`` (see
+        :doc:`/grammar`), or its layers.
+    :param scope: names the quota in the keys: every ``SharedQuota`` with
+        the same scope (and identity) shares it, such as the host called.
+    :param identity: whose quota it is, when the third party grants one
+        per account: every call under one identity shares its turns.
+    :param timeout: the longest a call waits for its turn, in seconds;
+        None to wait as long as it takes. Past it, :class:`QuotaTimeout`.
+    :param burst: how many calls may go at once after a quiet spell (see
+        the module's docstring); 1 spreads every call evenly.
+    :raises ~flask_redis_throttle.core.errors.InvalidLimit: for a malformed
+        limit, or a burst that is not from 1 to the smallest quota.
+    """
+
+    def __init__(
+        self,
+        throttle: Throttle,
+        limit: str | Sequence[Layer],
+        scope: str,
+        identity: str = "default",
+        timeout: float | None = None,
+        burst: int = 1,
+    ) -> None:
+        layers = parse_limits(limit) if isinstance(limit, str) else tuple(limit)
+        self.throttle = throttle
+        # The delay here is a placeholder: each call sends its timeout as the delay (see reserve()).
+        self.policy = Policy(layers, scope, "gcra", delay=MAX_PLAN_DELAY, burst=burst)
+        self.identity = Identity("outbound", identity)
+        self.timeout = timeout
+
+    def acquire(self, cost: int = 1, timeout: float | None = None) -> float:
+        """Wait for a turn (see :func:`acquire`); ``timeout`` overrides the quota's."""
+        return acquire(self.throttle, self.policy, self.identity, cost, self._timeout(timeout))
+
+    async def acquire_async(self, cost: int = 1, timeout: float | None = None) -> float:
+        """Wait for a turn without blocking the event loop (see :func:`acquire_async`)."""
+        return await acquire_async(self.throttle, self.policy, self.identity, cost, self._timeout(timeout))
+
+    def _timeout(self, timeout: float | None) -> float | None:
+        return self.timeout if timeout is None else timeout
+
+    def __enter__(self) -> SharedQuota:
+        self.acquire()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        return None
+
+    async def __aenter__(self) -> SharedQuota:
+        await self.acquire_async()
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        return None
+
+    def __call__(self, function: Callable[_P, _T]) -> Callable[_P, _T]:
+        """Make each call of ``function`` wait for its turn first."""
+        if inspect.iscoroutinefunction(function):
+            run = cast(Callable[_P, Awaitable[Any]], function)
+
+            @functools.wraps(function)
+            async def waiting(*args: _P.args, **kwargs: _P.kwargs) -> Any:
+                await self.acquire_async()
+                return await run(*args, **kwargs)
+
+            return cast(Callable[_P, _T], waiting)
+
+        @functools.wraps(function)
+        def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+            self.acquire()
+            return function(*args, **kwargs)
+
+        return wrapper
