@@ -16,6 +16,7 @@ from typing import Any
 from ._identity import IDENTITY_NAMES, IdentitySpec, check_identities
 from ._spec import LimitSpec, make_spec
 from .core.checks import is_integer, is_number
+from .core.rates import MAX_WINDOW
 from .core.scripts import STRATEGY_NAMES, is_strategy
 from .errors import ConfigurationError, InvalidLimit
 from .signals import RefusalEvent
@@ -56,6 +57,7 @@ DEFAULTS: dict[str, Any] = {
     "RATELIMIT_FALLBACK": False,
     "RATELIMIT_SHADOW": False,
     "RATELIMIT_ON_BREACH": None,
+    "RATELIMIT_CONCURRENCY_LEASE": 60,
 }
 
 #: The scope of ``RATELIMIT_APPLICATION``: no endpoint name starts with ``@``.
@@ -134,6 +136,7 @@ class Settings:
     fallback: bool
     shadow: bool
     on_breach: Callable[[RefusalEvent], object] | None
+    concurrency_lease: int = DEFAULTS["RATELIMIT_CONCURRENCY_LEASE"]
 
     @classmethod
     def from_config(cls, config: MutableMapping[str, Any]) -> Settings:
@@ -205,6 +208,11 @@ class Settings:
         max_backoff = seconds(
             "RATELIMIT_BREAKER_MAX_BACKOFF", backoff, f"at least RATELIMIT_BREAKER_BACKOFF ({backoff:g})"
         )
+        lease = config["RATELIMIT_CONCURRENCY_LEASE"]
+        if not (is_integer(lease) and 1 <= lease <= MAX_WINDOW):
+            raise ConfigurationError(
+                "RATELIMIT_CONCURRENCY_LEASE", lease, f"a whole number of seconds from 1 to {MAX_WINDOW}"
+            )
         url = config["RATELIMIT_STORAGE_URL"]
         if not isinstance(url, str):
             raise ConfigurationError("RATELIMIT_STORAGE_URL", url, "a URL string")
@@ -232,6 +240,7 @@ class Settings:
             fallback=flag("RATELIMIT_FALLBACK"),
             shadow=flag("RATELIMIT_SHADOW"),
             on_breach=on_breach,
+            concurrency_lease=lease,
         )
 
 

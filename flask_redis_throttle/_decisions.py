@@ -56,8 +56,11 @@ def _over_quota(checks: Sequence[Check], cost: int) -> _OverQuota | None:
     follows ``checks``, their identities and layers in order), so the
     ``RateLimit`` header names the layer the 429 names. A fixed cost
     is checked against fixed limits when decorating; this catches a cost
-    function's value, or a fixed cost over a dynamic limit's quota."""
+    function's value, or a fixed cost over a dynamic limit's quota. A
+    concurrency cap is never one: a request takes one slot whatever its cost."""
     for policy, identities in checks:
+        if policy.concurrent:
+            continue
         for layer in policy.layers:
             if layer.quota < cost:
                 return _OverQuota(policy, layer, identities[0], cost)

@@ -32,9 +32,15 @@ if TYPE_CHECKING:
 __all__ = ["LayerNames", "legacy_headers", "policy_header", "retry_after_value", "set_headers", "state_header"]
 
 
-def policy_header(layers: Iterable[tuple[str, Layer]]) -> str:
-    """The ``RateLimit-Policy`` value for named layers."""
-    return ", ".join(f'"{name}";q={layer.quota};w={layer.window}' for name, layer in layers)
+def policy_header(layers: Iterable[tuple[str, Layer]], slots: frozenset[str] = frozenset()) -> str:
+    """The ``RateLimit-Policy`` value for named layers; those named in
+    ``slots`` are concurrency caps, in concurrent requests and with no window."""
+    return ", ".join(
+        f'"{name}";q={layer.quota};qu="concurrent-requests"'
+        if name in slots
+        else f'"{name}";q={layer.quota};w={layer.window}'
+        for name, layer in layers
+    )
 
 
 def state_header(name: str, remaining: int, reset: float) -> str:
@@ -57,10 +63,10 @@ class LayerNames:
     """The names of the layers of the policies that apply to a response, and
     the ``RateLimit-Policy`` value that lists them.
 
-    A layer is named after its window (``"1s"``, ``"1m"``); when two layers
-    of different policies have the same window, the later one gets its
-    position added (``"1m-3"``), so that ``RateLimit`` names one layer
-    without doubt.
+    A layer is named after its window (``"1s"``, ``"1m"``), and a
+    concurrency cap ``"conc"``; when two layers of different policies have
+    the same name, the later one gets its position added (``"1m-3"``), so
+    that ``RateLimit`` names one layer without doubt.
     """
 
     #: The ``RateLimit-Policy`` value.
@@ -83,14 +89,17 @@ class LayerNames:
         """Name every layer of ``policies``, in order."""
         names: dict[tuple[int, int], str] = {}
         layers = []
+        slots = set()
         for place, policy in enumerate(policies):
             for layer in policy.layers:
-                name = layer.name
+                name = "conc" if policy.concurrent else layer.name
                 if name in names.values():
                     name = f"{name}-{len(names) + 1}"
+                if policy.concurrent:
+                    slots.add(name)
                 names[place, layer.window] = name
                 layers.append((name, layer))
-        return cls(policy_header(layers), names, tuple(policies))
+        return cls(policy_header(layers, frozenset(slots)), names, tuple(policies))
 
     def name(self, policy: Policy, layer: Layer) -> str:
         """The name of one layer of one of the policies."""

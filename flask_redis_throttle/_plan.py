@@ -84,6 +84,8 @@ class PlannedLimit:
     :param shadow: whether it only logs (its own ``shadow=`` or ``RATELIMIT_SHADOW``).
     :param policy: its policy; None for a dynamic limit, whose policy is
         found per request by :meth:`resolve`.
+    :param slots: the policy of its concurrency slots (``concurrent=``),
+        decided in the same call as its layers; None for no cap.
     """
 
     spec: LimitSpec
@@ -94,6 +96,7 @@ class PlannedLimit:
     resolvers: tuple[Resolver, ...] = field(repr=False)
     shadow: bool
     policy: Policy | None
+    slots: Policy | None = None
     _policies: dict[str, Policy] = field(default_factory=dict, repr=False)
 
     @property
@@ -126,7 +129,11 @@ class PlannedLimit:
     def owns(self, policy: Policy) -> bool:
         """Whether ``policy`` is this limit's: its fixed one, or one its
         dynamic function returned."""
-        return self.policy is policy or (self.policy is None and policy in self._policies.values())
+        return (
+            self.policy is policy
+            or (self.slots is not None and self.slots is policy)
+            or (self.policy is None and policy in self._policies.values())
+        )
 
     def cost_for(self, request: Request, problems: list[Problem]) -> int:
         """What this request costs. A cost function that returns anything but
@@ -192,7 +199,8 @@ class Plan:
     :param labels: the layers' header names; None when a limit is dynamic,
         since its layers are known only per request.
     :param simple: True when no limit is dynamic, shadow or deferred, has an
-        ``exempt_when`` or a cost function, and all have the same cost: then
+        ``exempt_when``, a cost function or concurrency slots, and all have
+        the same cost: then
         :attr:`unresolved` and :attr:`cost` are all a request needs.
     """
 
@@ -246,9 +254,12 @@ class Plan:
         policies: list[Policy] = []
         for limit in self.limits:
             exempt_when = limit.spec.exempt_when
+            slots = limit.slots
             if exempt_when is not None and exempt_when(request):
                 if limit.policy is not None:
                     policies.append(limit.policy)
+                if slots is not None:
+                    policies.append(slots)
                 continue
             try:
                 policy = limit.resolve(request)
@@ -258,6 +269,8 @@ class Plan:
             if policy is None:
                 continue
             policies.append(policy)
+            if slots is not None:
+                policies.append(slots)
             identities = _identities(limit.resolvers, request)
             if not identities:
                 continue
@@ -265,6 +278,9 @@ class Plan:
             grouped, kept = groups.setdefault((limit.shadow, limit.spec.deduct_when is not None, cost), ([], []))
             grouped.append((policy, identities))
             kept.append(limit)
+            if slots is not None:  # its slots, in the same call: the limit again, for its check
+                grouped.append((slots, identities))
+                kept.append(limit)
         batches = [Batch(cost, shadow, deferred, *lists) for (shadow, deferred, cost), lists in groups.items()]
         batches.sort(key=lambda batch: (batch.shadow, not batch.deferred))
         return batches, labels or self._labels_of(tuple(policies)), problems
@@ -323,6 +339,9 @@ def compile_plan(app: Flask, endpoint: str, method: str, settings: Settings, war
         if spec.per_method:
             scope = per_method_scope(scope, method)
         identities = spec.identities or settings.identities
+        slots = None
+        if spec.concurrent is not None:
+            slots = Policy.concurrency(spec.concurrent, spec.lease or settings.concurrency_lease, scope)
         limits.append(
             PlannedLimit(
                 spec=spec,
@@ -333,6 +352,7 @@ def compile_plan(app: Flask, endpoint: str, method: str, settings: Settings, war
                 resolvers=resolvers(identities, settings.ipv6_prefix, logins, warn),
                 shadow=spec.shadow or settings.shadow,
                 policy=None if spec.layers is None else Policy(spec.layers, scope, strategy, spec.penalty),
+                slots=slots,
             )
         )
     if not limits:
@@ -341,15 +361,18 @@ def compile_plan(app: Flask, endpoint: str, method: str, settings: Settings, war
     cost = next(iter(costs))
     simple = len(costs) == 1 and isinstance(cost, int)
     simple = simple and not any(
-        limit.policy is None or limit.shadow or limit.spec.exempt_when or limit.spec.deduct_when for limit in limits
+        limit.policy is None or limit.shadow or limit.spec.exempt_when or limit.spec.deduct_when or limit.slots
+        for limit in limits
     )
     policies = [limit.policy for limit in limits if limit.policy is not None]
     unresolved = tuple(zip(policies, [limit.resolvers for limit in limits], strict=True)) if simple else ()
+    # The header names: each limit's layers, then its slots.
+    named = [policy for limit in limits for policy in (limit.policy, limit.slots) if policy is not None]
     return Plan(
         endpoint=endpoint,
         method=method,
         limits=tuple(limits),
-        labels=LayerNames.of(policies) if len(policies) == len(limits) else None,
+        labels=LayerNames.of(named) if len(policies) == len(limits) else None,
         simple=simple,
         unresolved=unresolved,
         cost=cost if simple else 1,  # type: ignore[arg-type]

@@ -21,7 +21,7 @@ from ._identity import IDENTITY_NAMES, IdentitySpec, check_identities
 from .core.checks import is_integer
 from .core.deprecated import warn_renamed
 from .core.penalties import Penalty, parse_penalty
-from .core.rates import MAX_QUOTA, Layer, parse_limits
+from .core.rates import MAX_QUOTA, MAX_WINDOW, Layer, parse_limits
 from .core.scripts import STRATEGY_NAMES, is_strategy
 from .errors import InvalidLimit
 
@@ -70,6 +70,10 @@ class LimitSpec:
     :param override_defaults: whether the limit drops ``RATELIMIT_DEFAULT``
         from its views (True), keeps it (False), or follows
         ``RATELIMIT_DEFAULT_MODE`` (None).
+    :param concurrent: how many of an identity's requests may run at once
+        under the limit's scope; None for no cap.
+    :param lease: the longest a request holds its slot, in seconds; None
+        for ``RATELIMIT_CONCURRENCY_LEASE``.
     """
 
     limit: str | DynamicLimit
@@ -86,6 +90,8 @@ class LimitSpec:
     penalty: Penalty | None = None
     per_method: bool = False
     override_defaults: bool | None = None
+    concurrent: int | None = None
+    lease: int | None = None
 
     @property
     def dynamic(self) -> bool:
@@ -133,6 +139,8 @@ class LimitOptions(TypedDict, total=False):
     penalty: str | None
     per_method: bool
     override_defaults: bool | None
+    concurrent: int | None
+    lease: int | None
 
 
 def make_spec(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> LimitSpec:
@@ -154,6 +162,7 @@ def make_spec(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> Limi
             checked[name] = check(given[name])
             if name == "cost":
                 _check_cost_fits(checked[name], layers, spec)
+    _check_concurrency(checked)
     return LimitSpec(spec, layers, **checked)
 
 
@@ -194,6 +203,39 @@ def _check_cost_fits(cost: int | CostFunction, layers: tuple[Layer, ...] | None,
     """Refuse a fixed cost that no request could pay: more than a layer's whole quota."""
     if not callable(cost) and layers is not None and cost > min(layer.quota for layer in layers):
         raise InvalidLimit(f"cost {cost} is more than a layer of {spec!r} allows: no request could pass", spec=cost)
+
+
+def _concurrent(concurrent: object) -> int | None:
+    if concurrent is not None and not (is_integer(concurrent) and 1 <= concurrent <= MAX_QUOTA):
+        raise InvalidLimit(
+            f"concurrent {concurrent!r} must be an integer from 1 to {MAX_QUOTA}: how many requests may run at once",
+            spec=concurrent,
+        )
+    return concurrent
+
+
+def _lease(lease: object) -> int | None:
+    if lease is not None and not (is_integer(lease) and 1 <= lease <= MAX_WINDOW):
+        raise InvalidLimit(
+            f"lease {lease!r} must be a whole number of seconds from 1 to {MAX_WINDOW}: "
+            "the longest a request holds its slot",
+            spec=lease,
+        )
+    return lease
+
+
+def _check_concurrency(checked: dict[str, Any]) -> None:
+    """Refuse the options that make no sense with ``concurrent=``: a lease
+    without a cap, and a cap with ``deduct_when``, whose requests are
+    counted after the response, when a slot would be taken too late."""
+    concurrent = checked.get("concurrent")
+    if concurrent is None and checked.get("lease") is not None:
+        raise InvalidLimit(f"lease {checked['lease']!r} needs concurrent=, the cap it leases slots of", spec=None)
+    if concurrent is not None and checked.get("deduct_when") is not None:
+        raise InvalidLimit(
+            "concurrent= cannot go with deduct_when=: a request must take its slot before the view runs",
+            spec=concurrent,
+        )
 
 
 def _function(name: str, function: Any) -> Any:
@@ -248,4 +290,6 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "override_defaults": _override_defaults,
     "methods": _methods,
     "penalty": _penalty,
+    "concurrent": _concurrent,
+    "lease": _lease,
 }

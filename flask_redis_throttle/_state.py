@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from time import perf_counter
 from typing import Any, NoReturn
 
-from flask import Flask, Request, Response, g, request
+from flask import Flask, Request, Response, g, got_request_exception, request
 from werkzeug.exceptions import ServiceUnavailable
 from werkzeug.wrappers import Response as AnyResponse
 
@@ -31,7 +31,7 @@ from .core.factory import build_refusal_log, build_throttle
 from .core.keys import loggable
 from .core.refusals import RefusalLog
 from .core.storage import Storage
-from .core.throttle import Check, Decision, StorageUnavailable, Throttle, UnexpectedError
+from .core.throttle import Check, Decision, Hold, StorageUnavailable, Throttle, UnexpectedError
 from .errors import RateLimitExceeded
 from .signals import RefusalEvent, notify, request_refused
 
@@ -45,6 +45,10 @@ EXTENSION_KEY = "ratelimit"
 
 #: The attribute of ``g`` that holds a request's :class:`Outcome`.
 OUTCOME_ATTRIBUTE = "_ratelimit"
+#: The attribute of ``g`` that holds the concurrency slots a request holds
+#: (:class:`~flask_redis_throttle.core.throttle.Hold`), from the moment it
+#: takes them until a response or an exception takes them over.
+HELD_ATTRIBUTE = "_ratelimit_held"
 
 
 @dataclasses.dataclass(slots=True)
@@ -60,6 +64,9 @@ class Outcome:
     retry: bool = False
     #: The deferred batches to count once the response is known, if any.
     deferred: list[Batch] | None = None
+    #: The concurrency slots the request holds, if any: given back when its
+    #: response is closed (see :meth:`RateLimitState.release`).
+    held: list[Hold] | None = None
 
 
 class RateLimitState(Notices):
@@ -119,6 +126,10 @@ class RateLimitState(Notices):
         self._plans: dict[tuple[str, str], Plan | None] = {}
         if self.throttle is not None and self.throttle.breaker is not None:
             self.breaker_added(self.throttle.breaker.name)
+        if self.throttle is not None:
+            # Only when a request fails: the slots of one that raises are
+            # given back at once (a bound method, held weakly, as the app holds us).
+            got_request_exception.connect(self._request_failed, app)
 
     def plan(self, endpoint: str | None, method: str = "GET") -> Plan | None:
         """The compiled plan of ``endpoint`` for requests of ``method``.
@@ -175,6 +186,7 @@ class RateLimitState(Notices):
         enforced and counted before the view."""
         shown: Decision | None = None
         deferred: list[Batch] | None = None
+        held: list[Hold] | None = None
         metrics = self.metrics
         for batch in batches:
             started = perf_counter() if metrics is not None else 0.0
@@ -198,6 +210,11 @@ class RateLimitState(Notices):
                 metrics.decided(endpoint, decision.policy.scope, outcome, perf_counter() - started)
             shown = decision if shown is None else _tighter(shown, decision)
             if decision.admitted:
+                if decision.hold is not None:
+                    if held is None:
+                        # In g at once, so that whatever ends the request gives them back.
+                        held = g._get_current_object().__dict__[HELD_ATTRIBUTE] = []
+                    held.append(decision.hold)
                 if deduct_later:
                     if deferred is None:
                         deferred = []
@@ -206,10 +223,10 @@ class RateLimitState(Notices):
             if batch.shadow:
                 self._report_refusal(req, endpoint, batch, decision, True, _over_quota(batch.checks, batch.cost))
                 continue
-            self._refuse(req, endpoint, labels, shown, batch, decision)
+            self._refuse(req, endpoint, labels, shown, batch, decision, held)
         if shown is not None:
             # What setting the attribute of g does, without its __setattr__, a Python call.
-            g._get_current_object().__dict__[OUTCOME_ATTRIBUTE] = Outcome(labels, shown, False, deferred)
+            g._get_current_object().__dict__[OUTCOME_ATTRIBUTE] = Outcome(labels, shown, False, deferred, held)
 
     def _watch(self, decision: Decision) -> None:
         """Log that the fallback decided, or that Redis decides again."""
@@ -239,6 +256,8 @@ class RateLimitState(Notices):
         outcome: Outcome | None = g._get_current_object().__dict__.pop(OUTCOME_ATTRIBUTE, None)
         if outcome is None:
             return response
+        if outcome.held is not None:
+            self._hand_over(outcome.held, response)
         decision = outcome.decision
         if outcome.deferred:
             decision = self._deduct(outcome.deferred, response, decision)
@@ -249,6 +268,32 @@ class RateLimitState(Notices):
         if settings.headers_enabled:
             set_headers(response.headers, outcome.labels, decision, settings.headers_legacy)
         return response
+
+    def _hand_over(self, held: list[Hold], response: Response) -> None:
+        """Give the request's slots back when ``response`` is closed: once
+        the WSGI server has sent it, or stopped sending it (the client went
+        away from a streamed response)."""
+        g._get_current_object().__dict__.pop(HELD_ATTRIBUTE, None)
+        response.call_on_close(lambda: self.release(held))
+
+    def _request_failed(self, _app: Flask, **_extra: object) -> None:
+        """Give back at once the slots of a request that raised: Flask
+        may have no response to close (with ``PROPAGATE_EXCEPTIONS``)."""
+        held = g._get_current_object().__dict__.pop(HELD_ATTRIBUTE, None)
+        if held:
+            self.release(held)
+
+    def release(self, held: list[Hold]) -> None:
+        """Give back the concurrency slots of ``held``, each once: one
+        script call per decision that took some. One that cannot be given
+        back (Redis unreachable) is freed by its lease."""
+        while held:
+            hold = held.pop()
+            try:
+                hold.release()
+            except Exception as error:  # as in _decide: never raised into the server
+                failure = error if isinstance(error, StorageUnavailable) else hold.throttle.unexpected(error)
+                self._storage_failed(failure, "a concurrency slot is freed by its lease")
 
     def _deduct(self, deferred: list[Batch], response: Response, shown: Decision) -> Decision:
         """Count the deferred limits that ``response`` matches; return the
@@ -267,7 +312,14 @@ class RateLimitState(Notices):
         return shown
 
     def _refuse(
-        self, req: Request, endpoint: str, labels: LayerNames, shown: Decision, batch: Batch, decision: Decision
+        self,
+        req: Request,
+        endpoint: str,
+        labels: LayerNames,
+        shown: Decision,
+        batch: Batch,
+        decision: Decision,
+        held: list[Hold] | None = None,
     ) -> NoReturn:
         """Log and report the refusal ``decision`` of ``batch``, leave
         ``shown`` for the headers, and raise the 429.
@@ -280,7 +332,7 @@ class RateLimitState(Notices):
         an error handler for 429 still sees the exception first.
         """
         over = _over_quota(batch.checks, batch.cost)
-        setattr(g._get_current_object(), OUTCOME_ATTRIBUTE, Outcome(labels, shown, over is None))
+        setattr(g._get_current_object(), OUTCOME_ATTRIBUTE, Outcome(labels, shown, over is None, None, held))
         replacement = self._report_refusal(req, endpoint, batch, decision, False, over)
         if over is not None:
             error = RateLimitExceeded(
