@@ -70,7 +70,10 @@ def _over_quota(checks: Sequence[Check], cost: int) -> _OverQuota | None:
 def _at_cost(inspected: Decision, cost: int) -> Decision:
     """What an inspection at cost 0 says of a request of ``cost``: refused
     if it fits at cost 0 but not at its real cost; it will fit, at the
-    latest, once the counter is back to full."""
+    latest, once the counter is back to full. A concurrency cap needs one
+    slot, whatever the cost."""
+    if inspected.policy.concurrent:
+        cost = min(cost, 1)
     if inspected.admitted and inspected.remaining < cost:
         return dataclasses.replace(inspected, admitted=False, retry_after=inspected.reset)
     return inspected

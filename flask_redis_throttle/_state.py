@@ -349,6 +349,7 @@ class RateLimitState(Notices):
                 decision.policy.scope,
                 header,
                 decision.penalized,
+                concurrent=decision.policy.concurrent,
             )
         # werkzeug sends an HTTPException's response, when it has one, instead of its own.
         error.response = replacement

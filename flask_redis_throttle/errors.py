@@ -89,6 +89,8 @@ class RateLimitExceeded(TooManyRequests):
         ``layer``: then it can never pass, and there is no ``Retry-After``
         (``retry_after`` is None), since any would promise a pass that will
         not come.
+    :param concurrent: whether ``layer`` is a concurrency cap (its quota the
+        cap): the identity had that many requests in flight already.
     """
 
     def __init__(
@@ -100,9 +102,10 @@ class RateLimitExceeded(TooManyRequests):
         retry_after_header: str | None = None,
         penalized: bool = False,
         cost: int | None = None,
+        concurrent: bool = False,
     ) -> None:
         seconds = None if cost is not None else max(1, math.ceil(retry_after))
-        super().__init__(_description(layer, seconds, penalized, cost), retry_after=seconds)
+        super().__init__(_description(layer, seconds, penalized, cost, concurrent), retry_after=seconds)
         #: The :class:`~flask_redis_throttle.Layer` that refused the request.
         self.layer = layer
         #: The :class:`~flask_redis_throttle.Identity` whose counter was full.
@@ -118,6 +121,8 @@ class RateLimitExceeded(TooManyRequests):
         self.penalized = penalized
         #: The request's cost if it is more than the layer's whole quota, else None.
         self.cost = cost
+        #: Whether a concurrency cap refused it.
+        self.concurrent = concurrent
 
     def _content_type(self, environ: WSGIEnvironment | None) -> str:
         """The body's type for the request's ``Accept``: text, unless it asks
@@ -170,8 +175,12 @@ class RateLimitExceeded(TooManyRequests):
         return headers
 
 
-def _description(layer: Layer, seconds: int | None, penalized: bool, cost: int | None) -> str:
+def _description(layer: Layer, seconds: int | None, penalized: bool, cost: int | None, concurrent: bool) -> str:
     """The one-line message of a refusal: the body's text and ``detail``."""
+    if concurrent:
+        requests = "request" if layer.quota == 1 else "requests"
+        wait = f"Try again in {seconds} second{'' if seconds == 1 else 's'}."
+        return f"Concurrency limit exceeded: at most {layer.quota} {requests} at once. {wait}"
     if seconds is None:
         return (
             f"Rate limit exceeded: this request costs {cost}, more than the whole quota of {layer}; it can never pass."

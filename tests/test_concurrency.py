@@ -32,7 +32,7 @@ from flask import Blueprint, Flask, Response, abort
 from helpers import T0, Clock, get, install, join_all, wait_for_gunicorn
 from werkzeug.serving import make_server
 
-from flask_redis_throttle import ConfigurationError, InvalidLimit, limit
+from flask_redis_throttle import ConfigurationError, InvalidLimit, check, limit
 from flask_redis_throttle.core import local
 from flask_redis_throttle.core.codec import hash_tag
 from flask_redis_throttle.core.keys import Identity
@@ -354,7 +354,8 @@ def test_bad_concurrency_options_fail_when_decorating(options: dict[str, Any], m
 
 def test_a_request_takes_one_slot_whatever_its_cost(app: Flask) -> None:
     """A cost of 5 on a cap of 2: each request takes one slot, so two run
-    at once and the third is refused by the cap, not as over its quota."""
+    at once and the third is refused by the cap, not as over its quota, with
+    a message that says so; ``check()`` sees a free slot, taking none."""
 
     @app.get("/")
     @limit("100/h", concurrent=2, cost=5)
@@ -363,10 +364,15 @@ def test_a_request_takes_one_slot_whatever_its_cost(app: Flask) -> None:
 
     install(app)
     client = app.test_client()
+    with app.test_request_context("/", environ_base={"REMOTE_ADDR": "192.0.2.1"}):
+        assert not check("index").breached  # a slot is free, whatever the cost
     assert [get(client).status_code for _ in range(3)] == [200, 200, 429]
-    refused = get(client)
+    refused = get(client, headers={"Accept": "application/json"})
     assert refused.headers["Retry-After"] == "1"
     assert refused.headers["RateLimit"].startswith('"conc";r=0;')
+    assert refused.json["detail"] == "Concurrency limit exceeded: at most 2 requests at once. Try again in 1 second."
+    with app.test_request_context("/", environ_base={"REMOTE_ADDR": "192.0.2.1"}):
+        assert check("index").breached
 
 
 def test_dynamic_shadow_and_blueprint_limits_take_slots_too(app: Flask) -> None:
