@@ -201,6 +201,8 @@ class RateLimitState(Notices):
                 failure = error if isinstance(error, StorageUnavailable) else throttle.unexpected(error)
                 if metrics is not None:
                     self._record_failure(metrics, endpoint, batch.checks, started, failure)
+                if held:  # an earlier batch's slots: the request goes on undecided, as if it held none
+                    self.release(held)
                 self._storage_unavailable(failure)
                 return
             if decision.fallback or self._failing:
