@@ -460,6 +460,23 @@ def test_a_refusal_anywhere_takes_no_slot_and_a_full_cap_takes_no_quota(storage:
         alone.hold.release()
 
 
+def test_the_slots_set_never_holds_more_leases_than_the_cap(storage: Storage) -> None:
+    """Leases never given back end, and are dropped before a new one is
+    added: the set holds the cap's leases at most, however many ended, and
+    expires with the last."""
+    throttle = Throttle(storage)
+    at = [T0]
+    throttle.now = lambda: at[0]  # type: ignore[method-assign]
+    slots, who = Policy.concurrency(2, 10, "api"), Identity("ip", "192.0.2.1")
+    key = throttle.key(slots, who)
+    for round_ in range(5):
+        at[0] = T0 + round_ * 10 * 1_000_000  # the last round's leases have just ended
+        assert [throttle.hit([(slots, [who])]).admitted for _ in range(3)] == [True, True, False]
+        assert storage.client.execute_command("ZCARD", key) == 2
+        # It expires with its last lease, and a second (see records.lua).
+        assert 10_000 < storage.client.execute_command("PTTL", key) <= 11_000
+
+
 def test_the_concurrency_file_stands_alone(storage: Storage) -> None:
     """concurrency.lua, run as a script on its own, decides from its
     parameters alone (see test_lua.py), writes nothing when checking, and

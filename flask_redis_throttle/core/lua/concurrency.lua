@@ -12,8 +12,7 @@
 -- A request takes one slot whatever its cost (`unit`: main.lua never finds
 -- it over the cap), and one of cost 0 takes none. Checking counts the
 -- leases still running and writes nothing; store() drops the ended ones and
--- adds the request's, so that the set holds at most the cap's leases plus
--- those that have ended since the last request.
+-- adds the request's, so that the set never holds more leases than the cap.
 --
 -- Promise: at most `quota` requests of an identity hold a slot at once. A
 -- refused request takes no slot and has no wait to wait for: a slot frees
