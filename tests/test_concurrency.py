@@ -13,6 +13,7 @@ events, and leases end on the pinned clock.
 from __future__ import annotations
 
 import http.client
+import logging
 import os
 import signal
 import socket
@@ -27,9 +28,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 import servers
 from flask import Blueprint, Flask, Response, abort
-from helpers import T0, Clock, get, install, join_all, wait_for_gunicorn
+from helpers import T0, Clock, extension_records, get, install, join_all, wait_for_gunicorn
 from werkzeug.serving import make_server
 
 from flask_redis_throttle import ConfigurationError, InvalidLimit, check, limit
@@ -298,6 +300,38 @@ def test_a_streamed_response_the_client_leaves_gives_its_slot_back(app: Flask) -
         assert again.recv(16).startswith(b"HTTP/1.1 200")
         again.close()
         acquire(closed, 1, "the second stream closed")
+
+
+@pytest.mark.redis
+def test_a_slot_that_cannot_be_given_back_is_warned_of_and_left_to_its_lease(caplog: Any, clock: Clock) -> None:
+    """Redis refuses the call that gives a slot back (here its ACL forbids
+    scripts for a moment): closing the response raises nothing into the
+    server, the failure is warned of as an outage, and the slot stays held
+    until its lease ends."""
+    server = RedisServer()
+    server.start()
+    admin = redis.Redis.from_url(server.url)
+    try:
+        app = Flask("tests")
+        app.config.update(RATELIMIT_STORAGE_URL=server.url, RATELIMIT_BREAKER_THRESHOLD=0)
+        cap_app(app)
+        install(app)
+        client = app.test_client()
+        with closing(app):
+            response = get(client, "/view")
+            assert response.status_code == 200
+            admin.execute_command("ACL", "SETUSER", "default", "-eval", "-evalsha")
+            with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
+                response.close()
+            admin.execute_command("ACL", "SETUSER", "default", "+@all")
+            warnings = [record.getMessage() for record in extension_records(caplog)]
+            assert any("a concurrency slot is freed by its lease" in warning for warning in warnings), warnings
+            assert get(client, "/view").status_code == 429
+            clock.set(60)
+            assert get(client, "/view").status_code == 200
+    finally:
+        admin.close()
+        server.close()
 
 
 def test_a_slot_never_given_back_is_freed_when_its_lease_ends(app: Flask, clock: Clock) -> None:
