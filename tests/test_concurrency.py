@@ -511,6 +511,21 @@ def test_the_slots_set_never_holds_more_leases_than_the_cap(storage: Storage) ->
         assert 10_000 < storage.client.execute_command("PTTL", key) <= 11_000
 
 
+def test_giving_back_a_slot_whose_lease_has_ended_changes_nothing(storage: Storage) -> None:
+    """A request that outlived its lease gives back nothing: the slot it
+    held is already someone else's, and stays theirs."""
+    throttle = Throttle(storage)
+    at = [T0]
+    throttle.now = lambda: at[0]  # type: ignore[method-assign]
+    slots, who = Policy.concurrency(1, 10, "api"), Identity("ip", "192.0.2.1")
+    late = throttle.hit([(slots, [who])]).hold
+    assert late is not None
+    at[0] = T0 + 10 * 1_000_000
+    assert throttle.hit([(slots, [who])]).admitted  # the lease has ended: the slot is free again
+    late.release()
+    assert not throttle.hit([(slots, [who])]).admitted
+
+
 def test_the_concurrency_file_stands_alone(storage: Storage) -> None:
     """concurrency.lua, run as a script on its own, decides from its
     parameters alone (see test_lua.py), writes nothing when checking, and
