@@ -448,6 +448,31 @@ def test_dynamic_shadow_and_blueprint_limits_take_slots_too(app: Flask) -> None:
     assert get(client, "/reports").status_code == 200
 
 
+def test_views_of_one_scope_share_their_slots(app: Flask) -> None:
+    @app.get("/csv")
+    @limit("100/h", concurrent=1, scope="exports")
+    def csv() -> str:
+        return "ok"
+
+    @app.get("/pdf")
+    @limit("100/h", concurrent=1, scope="exports")
+    def pdf() -> str:
+        return "ok"
+
+    @app.get("/preview")
+    @limit("100/h", concurrent=1)
+    def preview() -> str:
+        return "ok"
+
+    install(app)
+    client = app.test_client()
+    exporting = get(client, "/csv")
+    assert exporting.status_code == 200
+    assert [get(client, "/pdf").status_code, get(client, "/preview").status_code] == [429, 200]
+    exporting.close()
+    assert get(client, "/pdf").status_code == 200
+
+
 def test_each_slot_key_lives_with_its_identity_s_hash_tag() -> None:
     """On a cluster, an identity's slots are in the slot of its counters."""
     throttle = Throttle(Storage.from_url("memory://"))
