@@ -189,6 +189,7 @@ def test_no_more_than_the_cap_run_at_once_and_each_slot_comes_back(url: str) -> 
         acquire(entered, 3, "three more run")
         go.set()
         join_all(again, PATIENCE, "the second clients")
+        acquire(closed, 3, "their responses closed")  # their slots given back before the storage closes
     assert [status for status, _, _ in results[12:]] == [200] * 3
     assert results[-1][1]["RateLimit-Policy"] == f'"1h";q=1000;w=3600, {CONC_3}'
 
