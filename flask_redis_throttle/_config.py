@@ -19,6 +19,7 @@ from ._headers import DRAFTS, LEGACY_HEADERS, LegacyNames, partition_secret
 from ._identity import IDENTITY_NAMES, IdentitySpec, check_identities
 from ._spec import TOKEN, LimitSpec, make_spec
 from .core.checks import is_integer, is_number
+from .core.rates import MAX_WINDOW
 from .core.scripts import STRATEGY_NAMES, is_strategy
 from .errors import ConfigurationError, InvalidLimit
 from .signals import RefusalEvent
@@ -67,6 +68,7 @@ DEFAULTS: dict[str, Any] = {
     "RATELIMIT_OVERRIDE_BLOCK_STATUS": 429,
     "RATELIMIT_OVERRIDE_WIDEST_IPV4": 16,
     "RATELIMIT_OVERRIDE_WIDEST_IPV6": 48,
+    "RATELIMIT_CONCURRENCY_LEASE": 60,
 }
 
 #: The scope of ``RATELIMIT_APPLICATION``: no endpoint name starts with ``@``.
@@ -161,6 +163,7 @@ class Settings:
     override_block_status: int = 429
     override_widest_ipv4: int = 16
     override_widest_ipv6: int = 48
+    concurrency_lease: int = DEFAULTS["RATELIMIT_CONCURRENCY_LEASE"]
 
     @classmethod
     def from_config(cls, config: MutableMapping[str, Any]) -> Settings:
@@ -253,6 +256,11 @@ class Settings:
             key: _prefix_length(config, key, most)
             for key, most in (("RATELIMIT_OVERRIDE_WIDEST_IPV4", 32), ("RATELIMIT_OVERRIDE_WIDEST_IPV6", 128))
         }
+        lease = config["RATELIMIT_CONCURRENCY_LEASE"]
+        if not (is_integer(lease) and 1 <= lease <= MAX_WINDOW):
+            raise ConfigurationError(
+                "RATELIMIT_CONCURRENCY_LEASE", lease, f"a whole number of seconds from 1 to {MAX_WINDOW}"
+            )
         url = config["RATELIMIT_STORAGE_URL"]
         if not isinstance(url, str):
             raise ConfigurationError("RATELIMIT_STORAGE_URL", url, "a URL string")
@@ -288,6 +296,7 @@ class Settings:
             override_block_status=block_status,
             override_widest_ipv4=widest["RATELIMIT_OVERRIDE_WIDEST_IPV4"],
             override_widest_ipv6=widest["RATELIMIT_OVERRIDE_WIDEST_IPV6"],
+            concurrency_lease=lease,
         )
 
 

@@ -68,8 +68,11 @@ def _over_quota(checks: Sequence[Check], cost: int) -> _OverQuota | None:
     follows ``checks``, their identities and layers in order), so the
     ``RateLimit`` header names the layer the 429 names. A fixed cost
     is checked against fixed limits when decorating; this catches a cost
-    function's value, or a fixed cost over a dynamic limit's quota."""
+    function's value, or a fixed cost over a dynamic limit's quota. A
+    concurrency cap is never one: a request takes one slot whatever its cost."""
     for policy, identities in checks:
+        if policy.concurrent:
+            continue
         for layer in policy.layers:
             if layer.quota < cost:
                 return _OverQuota(policy, layer, identities[0], cost)
@@ -79,7 +82,10 @@ def _over_quota(checks: Sequence[Check], cost: int) -> _OverQuota | None:
 def _at_cost(inspected: Decision, cost: int) -> Decision:
     """What an inspection at cost 0 says of a request of ``cost``: refused
     if it fits at cost 0 but not at its real cost; it will fit, at the
-    latest, once the counter is back to full."""
+    latest, once the counter is back to full. A concurrency cap needs one
+    slot, whatever the cost."""
+    if inspected.policy.concurrent:
+        cost = min(cost, 1)
     if inspected.admitted and inspected.remaining < cost:
         return dataclasses.replace(inspected, admitted=False, retry_after=inspected.reset)
     return inspected

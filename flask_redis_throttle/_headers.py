@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from .core.throttle import Decision, Policy
 
 __all__ = [
+    "CONCURRENT",
     "DRAFTS",
     "LEGACY_HEADERS",
     "QUOTA_EXCEEDED",
@@ -60,8 +61,10 @@ DRAFTS = (10, 11)
 QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 #: The quota unit a layer has unless it says otherwise, left out of the header.
 REQUESTS = "requests"
+#: The quota unit of a concurrency cap: requests in flight, with no window.
+CONCURRENT = "concurrent-requests"
 #: The quota units of the draft's registry, the values ``qu`` may take.
-UNITS = (REQUESTS, "content-bytes", "concurrent-requests")
+UNITS = (REQUESTS, "content-bytes", CONCURRENT)
 #: The legacy headers' names, in the order they are sent.
 LEGACY_HEADERS = ("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset")
 
@@ -70,11 +73,15 @@ def policy_header(layers: Iterable[tuple[str, Layer]], units: Sequence[str] = ()
     """The ``RateLimit-Policy`` value for named layers.
 
     :param units: the quota unit of each layer, in the same order; a layer
-        of :data:`REQUESTS`, or one past the end of ``units``, gets no ``qu``.
+        of :data:`REQUESTS`, or one past the end of ``units``, gets no
+        ``qu``; a concurrency cap (:data:`CONCURRENT`) gets no window.
     """
     items = []
     for place, (name, layer) in enumerate(layers):
         unit = units[place] if place < len(units) else REQUESTS
+        if unit == CONCURRENT:
+            items.append(f'"{name}";q={layer.quota};qu="{unit}"')
+            continue
         quota_unit = "" if unit == REQUESTS else f';qu="{unit}"'
         items.append(f'"{name}";q={layer.quota}{quota_unit};w={layer.window}')
     return ", ".join(items)
@@ -119,10 +126,10 @@ class LayerNames:
     """The names of the layers of the policies that apply to a response, and
     the ``RateLimit-Policy`` value that lists them.
 
-    A layer is named after its window (``"1s"``, ``"1m"``); when two layers
-    of different policies have the same window, the later one gets its
-    position added (``"1m-3"``), so that ``RateLimit`` names one layer
-    without doubt.
+    A layer is named after its window (``"1s"``, ``"1m"``), and a
+    concurrency cap ``"conc"``; when two layers of different policies have
+    the same name, the later one gets its position added (``"1m-3"``), so
+    that ``RateLimit`` names one layer without doubt.
     """
 
     #: The ``RateLimit-Policy`` value.
@@ -153,12 +160,12 @@ class LayerNames:
         for place, policy in enumerate(policies):
             unit = units[place] if place < len(units) else REQUESTS
             for layer in policy.layers:
-                name = layer.name
+                name = "conc" if policy.concurrent else layer.name
                 if name in names.values():
                     name = f"{name}-{len(names) + 1}"
                 names[place, layer.window] = name
                 layers.append((name, layer))
-                layer_units.append(unit)
+                layer_units.append(CONCURRENT if policy.concurrent else unit)
         return cls(policy_header(layers, layer_units), names, tuple(policies))
 
     def name(self, policy: Policy, layer: Layer) -> str:

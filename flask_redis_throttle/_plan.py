@@ -89,6 +89,8 @@ class PlannedLimit:
         scope function, whose policy is found per request by :meth:`resolve`.
     :param meta: whether it is a meta limit: a limit on refusals, checked
         before the others and counted when one of them refuses.
+    :param slots: the policy of its concurrency slots (``concurrent=``),
+        decided in the same call as its layers; None for no cap.
     """
 
     spec: LimitSpec
@@ -100,6 +102,7 @@ class PlannedLimit:
     shadow: bool
     policy: Policy | None
     meta: bool = False
+    slots: Policy | None = None
     _policies: dict[tuple[str, str], Policy] = field(default_factory=dict, repr=False)
 
     @property
@@ -142,7 +145,11 @@ class PlannedLimit:
     def owns(self, policy: Policy) -> bool:
         """Whether ``policy`` is this limit's: its fixed one, or one its
         dynamic function returned."""
-        return self.policy is policy or (self.policy is None and policy in self._policies.values())
+        return (
+            self.policy is policy
+            or (self.slots is not None and self.slots is policy)
+            or (self.policy is None and policy in self._policies.values())
+        )
 
     def cost_for(self, request: Request, problems: list[Problem]) -> int:
         """What this request costs. A cost function that returns anything but
@@ -211,7 +218,8 @@ class Plan:
     :param labels: the layers' header names; None when a limit is dynamic,
         since its layers are known only per request.
     :param simple: True when no limit is dynamic, shadow or deferred, has an
-        ``exempt_when`` or a cost function, and all have the same cost: then
+        ``exempt_when``, a cost function or concurrency slots, and all have
+        the same cost: then
         :attr:`unresolved` and :attr:`cost` are all a request needs.
     """
 
@@ -268,9 +276,12 @@ class Plan:
         policies: list[Policy] = []
         for limit in self.limits:
             exempt_when = limit.spec.exempt_when
+            slots = limit.slots
             if exempt_when is not None and exempt_when(request):
                 if limit.policy is not None:
                     policies.append(limit.policy)
+                if slots is not None:
+                    policies.append(slots)
                 continue
             try:
                 policy = limit.resolve(request)
@@ -280,6 +291,8 @@ class Plan:
             if policy is None:
                 continue
             policies.append(policy)
+            if slots is not None:
+                policies.append(slots)
             identities = _identities(limit.resolvers, request)
             if not identities:
                 continue
@@ -288,6 +301,9 @@ class Plan:
             grouped, kept = groups.setdefault((limit.shadow, deferred, cost, limit.meta), ([], []))
             grouped.append((policy, identities))
             kept.append(limit)
+            if slots is not None:  # its slots, in the same call: the limit again, for its check
+                grouped.append((slots, identities))
+                kept.append(limit)
         batches = [
             Batch(cost, shadow, deferred, *lists, meta=meta) for (shadow, deferred, cost, meta), lists in groups.items()
         ]
@@ -370,6 +386,9 @@ def plan_of(
         if spec.per_method and not callable(spec.scope):
             scope = per_method_scope(scope, method)
         identities = spec.identities or settings.identities
+        slots = None
+        if spec.concurrent is not None:
+            slots = Policy.concurrency(spec.concurrent, spec.lease or settings.concurrency_lease, scope)
         limits.append(
             PlannedLimit(
                 spec=spec,
@@ -382,6 +401,7 @@ def plan_of(
                 policy=None
                 if spec.layers is None or callable(spec.scope)
                 else spec.policy(spec.layers, scope, strategy),
+                slots=slots,
             )
         )
     if not limits:
@@ -408,18 +428,30 @@ def plan_of(
     cost = next(iter(costs))
     simple = len(costs) == 1 and isinstance(cost, int)
     simple = simple and not any(
-        limit.policy is None or limit.shadow or limit.spec.exempt_when or limit.spec.deduct_when or limit.meta
+        limit.policy is None
+        or limit.shadow
+        or limit.spec.exempt_when
+        or limit.spec.deduct_when
+        or limit.meta
+        or limit.slots
         for limit in limits
     )
     policies = [limit.policy for limit in limits if limit.policy is not None]
     quota_units = settings.headers_draft >= 11
-    units = [limit.spec.unit for limit in limits if limit.policy is not None] if quota_units else []
     unresolved = tuple(zip(policies, [limit.resolvers for limit in limits], strict=True)) if simple else ()
+    # The header names: each limit's layers, then its slots (whose unit
+    # LayerNames knows from the policy), with each one's quota unit.
+    named = [policy for limit in limits for policy in (limit.policy, limit.slots) if policy is not None]
+    units = (
+        [limit.spec.unit for limit in limits for policy in (limit.policy, limit.slots) if policy is not None]
+        if quota_units
+        else []
+    )
     return Plan(
         endpoint=endpoint,
         method=method,
         limits=tuple(limits),
-        labels=LayerNames.of(policies, units) if len(policies) == len(limits) else None,
+        labels=LayerNames.of(named, units) if len(policies) == len(limits) else None,
         simple=simple,
         unresolved=unresolved,
         cost=cost if simple else 1,  # type: ignore[arg-type]

@@ -22,7 +22,7 @@ from ._identity import IDENTITY_NAMES, IdentitySpec, check_identities
 from .core.checks import is_integer, is_number
 from .core.deprecated import warn_renamed
 from .core.penalties import Penalty, parse_penalty
-from .core.rates import MAX_QUOTA, Layer, parse_limits
+from .core.rates import MAX_QUOTA, MAX_WINDOW, Layer, parse_limits
 from .core.scripts import STRATEGY_NAMES, is_strategy
 from .core.throttle import DELAYED_STRATEGIES, NO_DELAY, Policy
 from .errors import InvalidLimit
@@ -95,6 +95,10 @@ class LimitSpec:
         refuses an identity; None for none.
     :param delay: shaping: the longest a request over the rate waits for its
         turn, in seconds, rather than be refused; 0 to refuse at once.
+    :param concurrent: how many of an identity's requests may run at once
+        under the limit's scope; None for no cap.
+    :param lease: the longest a request holds its slot, in seconds; None
+        for ``RATELIMIT_CONCURRENCY_LEASE``.
     """
 
     limit: str | DynamicLimit
@@ -115,6 +119,8 @@ class LimitSpec:
     error_message: str | MessageFunction | None = None
     meta: tuple[Layer, ...] | None = None
     delay: float = 0.0
+    concurrent: int | None = None
+    lease: int | None = None
 
     def policy(self, layers: tuple[Layer, ...], scope: str, strategy: str) -> Policy:
         """The policy of this limit's ``layers`` under ``scope`` and
@@ -172,6 +178,8 @@ class LimitOptions(TypedDict, total=False):
     error_message: str | MessageFunction | None
     meta: str | None
     delay: float | str | bool
+    concurrent: int | None
+    lease: int | None
 
 
 def make_spec(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> LimitSpec:
@@ -193,6 +201,7 @@ def make_spec(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> Limi
             checked[name] = check(given[name])
             if name == "cost":
                 _check_cost_fits(checked[name], layers, spec)
+    _check_concurrency(checked)
     if checked.get("delay"):
         checked["strategy"] = _shaped_strategy(checked)
     return LimitSpec(spec, layers, **checked)
@@ -293,6 +302,39 @@ def _shaped_strategy(checked: dict[str, Any]) -> str:
     return "gcra"
 
 
+def _concurrent(concurrent: object) -> int | None:
+    if concurrent is not None and not (is_integer(concurrent) and 1 <= concurrent <= MAX_QUOTA):
+        raise InvalidLimit(
+            f"concurrent {concurrent!r} must be an integer from 1 to {MAX_QUOTA}: how many requests may run at once",
+            spec=concurrent,
+        )
+    return concurrent
+
+
+def _lease(lease: object) -> int | None:
+    if lease is not None and not (is_integer(lease) and 1 <= lease <= MAX_WINDOW):
+        raise InvalidLimit(
+            f"lease {lease!r} must be a whole number of seconds from 1 to {MAX_WINDOW}: "
+            "the longest a request holds its slot",
+            spec=lease,
+        )
+    return lease
+
+
+def _check_concurrency(checked: dict[str, Any]) -> None:
+    """Refuse the options that make no sense with ``concurrent=``: a lease
+    without a cap, and a cap with ``deduct_when``, whose requests are
+    counted after the response, when a slot would be taken too late."""
+    concurrent = checked.get("concurrent")
+    if concurrent is None and checked.get("lease") is not None:
+        raise InvalidLimit(f"lease {checked['lease']!r} needs concurrent=, the cap it leases slots of", spec=None)
+    if concurrent is not None and checked.get("deduct_when") is not None:
+        raise InvalidLimit(
+            "concurrent= cannot go with deduct_when=: a request must take its slot before the view runs",
+            spec=concurrent,
+        )
+
+
 def _function(name: str, function: Any) -> Any:
     if function is not None and not callable(function):
         raise InvalidLimit(f"{name} {function!r} must be a function", spec=function)
@@ -376,4 +418,6 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "error_message": _error_message,
     "meta": _meta,
     "delay": _delay,
+    "concurrent": _concurrent,
+    "lease": _lease,
 }

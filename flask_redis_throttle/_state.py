@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from time import perf_counter
 from typing import Any, NoReturn
 
-from flask import Flask, Request, Response, after_this_request, g, request
+from flask import Flask, Request, Response, after_this_request, g, got_request_exception, request
 from werkzeug.exceptions import ServiceUnavailable
 from werkzeug.wrappers import Response as AnyResponse
 
@@ -35,7 +35,7 @@ from .core.factory import build_refusal_log, build_throttle
 from .core.keys import loggable
 from .core.refusals import RefusalLog
 from .core.storage import STORAGE_ERRORS, Storage
-from .core.throttle import Check, Decision, StorageUnavailable, Throttle, UnexpectedError
+from .core.throttle import Check, Decision, Hold, StorageUnavailable, Throttle, UnexpectedError
 from .decorators import EXTENSION_KEY
 from .errors import RateLimitExceeded
 from .signals import RefusalEvent, notify, request_refused
@@ -47,6 +47,10 @@ RequestFilter = Callable[[Request], bool]
 
 #: The attribute of ``g`` that holds a request's :class:`Outcome`.
 OUTCOME_ATTRIBUTE = "_ratelimit"
+#: The attribute of ``g`` that holds the concurrency slots a request holds
+#: (:class:`~flask_redis_throttle.core.throttle.Hold`), from the moment it
+#: takes them until a response or an exception takes them over.
+HELD_ATTRIBUTE = "_ratelimit_held"
 
 #: How many identities' layers that came near their limit a process
 #: remembers, so as to signal each once per window: bounded, as the block
@@ -71,6 +75,9 @@ class Outcome:
     retry: bool = False
     #: The deferred batches to count once the response is known, if any.
     deferred: list[Batch] | None = None
+    #: The concurrency slots the request holds, if any: given back when its
+    #: response is closed (see :meth:`RateLimitState.release`).
+    held: list[Hold] | None = None
 
 
 class RateLimitState(Notices):
@@ -145,6 +152,10 @@ class RateLimitState(Notices):
         self._blocks: dict[tuple[LimitSpec, str, str], Plan | None] = {}
         if self.throttle is not None and self.throttle.breaker is not None:
             self.breaker_added(self.throttle.breaker.name)
+        if self.throttle is not None:
+            # Only when a request fails: the slots of one that raises are
+            # given back at once (a bound method, held weakly, as the app holds us).
+            got_request_exception.connect(self._request_failed, app)
 
     def plan(self, endpoint: str | None, method: str = "GET") -> Plan | None:
         """The compiled plan of ``endpoint`` for requests of ``method``.
@@ -245,8 +256,9 @@ class RateLimitState(Notices):
         shown: Decision | None = None
         deferred: list[Batch] | None = None
         metas: list[Batch] | None = None
+        held: list[Hold] | None = None
         if previous is not None:
-            shown, deferred = previous.decision, previous.deferred
+            shown, deferred, held = previous.decision, previous.deferred, previous.held
             labels = LayerNames.of((*previous.labels.policies, *labels.policies))
         metrics = self.metrics
         near = self.settings.near_limit
@@ -270,6 +282,8 @@ class RateLimitState(Notices):
                 failure = error if isinstance(error, StorageUnavailable) else throttle.unexpected(error)
                 if metrics is not None:
                     self._record_failure(metrics, endpoint, batch.checks, started, failure)
+                if held:  # an earlier batch's slots: the request goes on undecided, as if it held none
+                    self.release(held)
                 self._storage_unavailable(failure)
                 return
             if decision.fallback or self._failing:
@@ -283,6 +297,11 @@ class RateLimitState(Notices):
                     self._near_limit(endpoint, batch, decision)
                 if decision.retry_after > wait and not batch.shadow:  # shaped: its turn is later
                     wait = decision.retry_after
+                if decision.hold is not None:
+                    if held is None:
+                        # In g at once, so that whatever ends the request gives them back.
+                        held = g._get_current_object().__dict__[HELD_ATTRIBUTE] = []
+                    held.append(decision.hold)
                 if deduct_later:
                     if deferred is None:
                         deferred = []
@@ -293,7 +312,7 @@ class RateLimitState(Notices):
                 continue
             if metas is not None:
                 self._breached(metas, throttle)
-            self._refuse(req, endpoint, labels, shown, batch, decision)
+            self._refuse(req, endpoint, labels, shown, batch, decision, held)
         if wait > 0:
             # The turn the script reserved (see docs/shaping.rst): this
             # holds the worker, up to the limit's delay.
@@ -302,7 +321,7 @@ class RateLimitState(Notices):
             time.sleep(wait)
         if shown is not None:
             # What setting the attribute of g does, without its __setattr__, a Python call.
-            g._get_current_object().__dict__[OUTCOME_ATTRIBUTE] = Outcome(labels, shown, False, deferred)
+            g._get_current_object().__dict__[OUTCOME_ATTRIBUTE] = Outcome(labels, shown, False, deferred, held)
 
     def _breached(self, metas: list[Batch], throttle: Throttle) -> None:
         """Count a refusal in the request's meta limits."""
@@ -341,6 +360,8 @@ class RateLimitState(Notices):
         outcome: Outcome | None = g._get_current_object().__dict__.pop(OUTCOME_ATTRIBUTE, None)
         if outcome is None:
             return response
+        if outcome.held is not None:
+            self._hand_over(outcome.held, response)
         decision = outcome.decision
         if outcome.deferred:
             decision = self._deduct(outcome.deferred, response, decision)
@@ -351,6 +372,32 @@ class RateLimitState(Notices):
         if settings.headers_enabled:
             set_headers(response.headers, outcome.labels, decision, settings.legacy_names, settings.partition_secret)
         return response
+
+    def _hand_over(self, held: list[Hold], response: Response) -> None:
+        """Give the request's slots back when ``response`` is closed: once
+        the WSGI server has sent it, or stopped sending it (the client went
+        away from a streamed response)."""
+        g._get_current_object().__dict__.pop(HELD_ATTRIBUTE, None)
+        response.call_on_close(lambda: self.release(held))
+
+    def _request_failed(self, _app: Flask, **_extra: object) -> None:
+        """Give back at once the slots of a request that raised: Flask
+        may have no response to close (with ``PROPAGATE_EXCEPTIONS``)."""
+        held = g._get_current_object().__dict__.pop(HELD_ATTRIBUTE, None)
+        if held:
+            self.release(held)
+
+    def release(self, held: list[Hold]) -> None:
+        """Give back the concurrency slots of ``held``, each once: one
+        script call per decision that took some. One that cannot be given
+        back (Redis unreachable) is freed by its lease."""
+        while held:
+            hold = held.pop()
+            try:
+                hold.release()
+            except Exception as error:  # as in _decide: never raised into the server
+                failure = error if isinstance(error, StorageUnavailable) else hold.throttle.unexpected(error)
+                self._storage_failed(failure, "a concurrency slot is freed by its lease")
 
     def _deduct(self, deferred: list[Batch], response: Response, shown: Decision) -> Decision:
         """Count the deferred limits that ``response`` matches; return the
@@ -369,7 +416,14 @@ class RateLimitState(Notices):
         return shown
 
     def _refuse(
-        self, req: Request, endpoint: str, labels: LayerNames, shown: Decision, batch: Batch, decision: Decision
+        self,
+        req: Request,
+        endpoint: str,
+        labels: LayerNames,
+        shown: Decision,
+        batch: Batch,
+        decision: Decision,
+        held: list[Hold] | None = None,
     ) -> NoReturn:
         """Log and report the refusal ``decision`` of ``batch``, leave
         ``shown`` for the headers, and raise the 429.
@@ -382,7 +436,7 @@ class RateLimitState(Notices):
         an error handler for 429 still sees the exception first.
         """
         over = _over_quota(batch.checks, batch.cost)
-        setattr(g._get_current_object(), OUTCOME_ATTRIBUTE, Outcome(labels, shown, over is None))
+        setattr(g._get_current_object(), OUTCOME_ATTRIBUTE, Outcome(labels, shown, over is None, None, held))
         replacement = self._report_refusal(req, endpoint, batch, decision, False, over)
         policy, layer = (decision.policy, decision.layer) if over is None else (over.policy, over.layer)
         violated = (labels.name(policy, layer),) if self.settings.headers_draft >= 11 else None
@@ -408,6 +462,7 @@ class RateLimitState(Notices):
                 header,
                 decision.penalized,
                 violated_policies=violated,
+                concurrent=decision.policy.concurrent,
             )
         limit = _limit_of(decision.policy if over is None else over.policy, batch)
         if limit is not None and limit.spec.error_message is not None:

@@ -124,6 +124,13 @@ def limit(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> LimitDec
         number of seconds, or True for half a second; at most 10 s. It
         needs the ``"gcra"`` strategy, which it picks when none is given
         (see :doc:`/shaping`).
+    :param concurrent: also cap how many of an identity's requests run at
+        once under the limit's scope, such as ``3``; decided in the same
+        call as the layers, and each slot given back when its request ends
+        (see :ref:`concurrency`).
+    :param lease: the longest a request holds its slot, in seconds, after
+        which a slot whose request never ended (its worker killed) is free
+        again; by default ``RATELIMIT_CONCURRENCY_LEASE``.
     :raises InvalidLimit: at once, when the decorator is made, if ``spec``
         or an option is malformed.
     :raises TypeError: when it is applied to something that is neither a

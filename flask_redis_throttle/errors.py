@@ -95,6 +95,8 @@ class RateLimitExceeded(TooManyRequests):
         layers whose quota the request exceeded. Given, the problem details
         are of the draft's ``quota-exceeded`` type and list them; None
         (``RATELIMIT_HEADERS_DRAFT = 10``), they are ``about:blank``.
+    :param concurrent: whether ``layer`` is a concurrency cap (its quota the
+        cap): the identity had that many requests in flight already.
     """
 
     def __init__(
@@ -107,9 +109,10 @@ class RateLimitExceeded(TooManyRequests):
         penalized: bool = False,
         cost: int | None = None,
         violated_policies: Sequence[str] | None = None,
+        concurrent: bool = False,
     ) -> None:
         seconds = None if cost is not None else max(1, math.ceil(retry_after))
-        super().__init__(_description(layer, seconds, penalized, cost), retry_after=seconds)
+        super().__init__(_description(layer, seconds, penalized, cost, concurrent), retry_after=seconds)
         #: The :class:`~flask_redis_throttle.Layer` that refused the request.
         self.layer = layer
         #: The :class:`~flask_redis_throttle.Identity` whose counter was full.
@@ -128,6 +131,8 @@ class RateLimitExceeded(TooManyRequests):
         #: The names of the layers whose quota it exceeded, for the problem
         #: details; None for ``about:blank`` ones.
         self.violated_policies = None if violated_policies is None else tuple(violated_policies)
+        #: Whether a concurrency cap refused it.
+        self.concurrent = concurrent
 
     def _content_type(self, environ: WSGIEnvironment | None) -> str:
         """The body's type for the request's ``Accept``: text, unless it asks
@@ -190,8 +195,12 @@ class RateLimitExceeded(TooManyRequests):
         return headers
 
 
-def _description(layer: Layer, seconds: int | None, penalized: bool, cost: int | None) -> str:
+def _description(layer: Layer, seconds: int | None, penalized: bool, cost: int | None, concurrent: bool) -> str:
     """The one-line message of a refusal: the body's text and ``detail``."""
+    if concurrent:
+        requests = "request" if layer.quota == 1 else "requests"
+        wait = f"Try again in {seconds} second{'' if seconds == 1 else 's'}."
+        return f"Concurrency limit exceeded: at most {layer.quota} {requests} at once. {wait}"
     if seconds is None:
         return (
             f"Rate limit exceeded: this request costs {cost}, more than the whole quota of {layer}; it can never pass."

@@ -16,7 +16,9 @@ A request's path through the hooks:
 4. a refusal is logged, told to the refusal hooks, and raises
    :class:`~flask_redis_throttle.RateLimitExceeded` (429);
 5. ``after_request`` counts the requests whose ``deduct_when`` matches their
-   response, and adds the headers, to the view's response or to the 429.
+   response, and adds the headers, to the view's response or to the 429;
+6. the concurrency slots the request took (``concurrent=``) are given back
+   when the server closes its response, or at once if the view raises.
 """
 
 from __future__ import annotations

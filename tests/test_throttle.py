@@ -320,7 +320,7 @@ def test_the_hot_path_makes_decisions_equal_to_the_dataclass_own() -> None:
     from flask_redis_throttle.core.throttle import _filler as filler
 
     policy = Policy(parse_limits("5/s"), "s")
-    values = (True, policy, Layer(5, 1), Identity("ip", "1.2.3.4"), 4, 0.5, 0.0, False, True, False)
+    values = (True, policy, Layer(5, 1), Identity("ip", "1.2.3.4"), 4, 0.5, 0.0, False, True, False, None)
     made = filler(Decision)(*values)
     assert type(made) is Decision
     assert made == Decision(*values)
@@ -328,5 +328,5 @@ def test_the_hot_path_makes_decisions_equal_to_the_dataclass_own() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         made.admitted = False  # type: ignore[misc]
     assert dataclasses.replace(made, fallback=True).fallback
-    with pytest.raises(TypeError, match="ten fields"):
+    with pytest.raises(TypeError, match="eleven fields"):
         filler(Identity)

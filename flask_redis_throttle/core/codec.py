@@ -53,6 +53,9 @@ Args = Sequence[Arg]
 #: One script call: its keys and its arguments.
 Call = tuple[Sequence[str], Sequence[Arg]]
 
+#: The code of the concurrency slots' entries (see ``lua/concurrency.lua``).
+SLOTS_CODE = b"cc"
+
 #: A plan entry's layer (its quota and its window in seconds), and its
 #: penalty (first duration, factor, longest duration): little-endian
 #: unsigned 32-bit integers, as the scripts unpack them with ``struct``.
@@ -135,6 +138,11 @@ class Layout:
     :param windows: for each layer, in order: the number of its counter's
         key, its window in seconds and its quota.
     :param shaped: whether some entry has a delay (see ``lua/shaping.lua``).
+    :param held: the numbers of the keys that hold concurrency slots
+        (entries of code ``cc``), which an admitted request gives back when
+        it ends; empty for none.
+    :param held_plan: those keys' entries: the plan that gives the slots back.
+    :param slot_layers: the numbers of the layers that are concurrency slots.
     """
 
     plan: bytes
@@ -142,6 +150,9 @@ class Layout:
     places: tuple[tuple[int, int, int], ...]
     windows: tuple[tuple[int, int, int], ...]
     shaped: bool = False
+    held: tuple[int, ...] = ()
+    held_plan: bytes = b""
+    slot_layers: frozenset[int] = frozenset()
 
     @classmethod
     def of(cls, limits: Iterable[tuple[bytes, int, Sequence[Layer]]]) -> Layout:
@@ -150,13 +161,28 @@ class Layout:
         texts: list[bytes] = []
         places: list[tuple[int, int, int]] = []
         windows: list[tuple[int, int, int]] = []
+        held: list[int] = []
+        slot_layers: list[int] = []
         for number, (text, identities, layers) in enumerate(limits):
             for who in range(identities):
+                if text.startswith(SLOTS_CODE):
+                    held.append(len(texts))
+                    slot_layers += range(len(places), len(places) + len(layers))
                 places += [(number, who, n) for n in range(len(layers))]
                 windows += [(len(texts), layer.window, layer.quota) for layer in layers]
                 texts.append(text)
         plan = b"".join(texts)
-        return cls(plan, penalized(plan), tuple(places), tuple(windows), shaped(plan))
+        held_plan = b"".join(texts[key] for key in held)
+        return cls(
+            plan,
+            penalized(plan),
+            tuple(places),
+            tuple(windows),
+            shaped(plan),
+            tuple(held),
+            held_plan,
+            frozenset(slot_layers),
+        )
 
     def layers(self, keys: Sequence[str]) -> list[tuple[str, int]]:
         """Each layer of a call on ``keys``, in the plan's order, as the

@@ -36,9 +36,11 @@ from functools import cache
 from importlib.resources import files
 from typing import TypeGuard
 
-from .codec import Args
+from .codec import SLOTS_CODE, Args
 
 __all__ = [
+    "CONCURRENCY",
+    "PARTS",
     "STRATEGIES",
     "STRATEGY_NAMES",
     "Script",
@@ -77,6 +79,15 @@ STRATEGIES: dict[str, Strategy] = {
         Strategy("gcra", "gcra.lua", "gc"),
     )
 }
+
+#: The concurrency slots (``lua/concurrency.lua``): a part of a script
+#: under a code of its own, like a strategy, but not one a limit counts
+#: with: a limit's ``concurrent=`` adds them (see :doc:`/limits`).
+CONCURRENCY = Strategy("concurrency", "concurrency.lua", SLOTS_CODE.decode(), packed=False)
+
+#: Every part a script may have beside the shared ones, by name: the
+#: strategies and the concurrency slots.
+PARTS: dict[str, Strategy] = {**STRATEGIES, CONCURRENCY.name: CONCURRENCY}
 
 #: The strategies' names, quoted, for messages: ``'fixed-window', ...``.
 STRATEGY_NAMES = ", ".join(map(repr, STRATEGIES))
@@ -125,7 +136,7 @@ class ScriptCache:
 def _source(names: frozenset[str]) -> str:
     parts = [_text("records.lua"), _text("penalty.lua"), "local strategies = {"]
     for name in sorted(names):
-        strategy = STRATEGIES[name]
+        strategy = PARTS[name]
         # Each file returns its table, and sees nothing of what follows it.
         parts += [f"{strategy.code} = (function()", _text(strategy.filename), "end)(),"]
     parts += ["}", _text("shaping.lua"), _text("main.lua")]

@@ -33,7 +33,7 @@ from .local import LocalFolder, folder_of
 from .penalties import Penalty, penalty_suffix
 from .rates import Layer
 from .reset import counter_pattern, delete_counters
-from .scripts import STRATEGIES, STRATEGY_NAMES, is_strategy
+from .scripts import CONCURRENCY, PARTS, STRATEGY_NAMES, is_strategy
 from .storage import STORAGE_ERRORS, NodeFailure, Storage
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "NO_DELAY",
     "Check",
     "Decision",
+    "Hold",
     "Policy",
     "StorageUnavailable",
     "Throttle",
@@ -71,6 +72,9 @@ class Policy:
         quiet spell: 1 spreads them one every ``window / quota``, never
         more than the quota in any span of the window; 0 lets the whole
         quota go at once, as GCRA does without a delay.
+
+    A policy of concurrency slots, made by :meth:`concurrency`, caps how
+    many of an identity's requests run at once instead.
     """
 
     layers: tuple[Layer, ...]
@@ -95,9 +99,9 @@ class Policy:
     _hash: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if not is_strategy(self.strategy):
+        if not is_strategy(self.strategy) and self.strategy != CONCURRENCY.name:
             raise ValueError(f"unknown strategy {self.strategy!r}; expected one of {STRATEGY_NAMES}")
-        code = STRATEGIES[self.strategy].code
+        code = PARTS[self.strategy].code
         penalty = self.penalty
         durations = None if penalty is None else (penalty.first, penalty.factor, penalty.longest)
         object.__setattr__(self, "suffix", f"}}:{escape_scope(self.scope)}:{code}")
@@ -135,6 +139,22 @@ class Policy:
                 f"a delay needs the 'gcra' strategy, not {self.strategy!r}: {NO_DELAY[self.strategy]}", spec=delay
             )
         return max(1, round(delay * 1000)), burst
+
+    @classmethod
+    def concurrency(cls, cap: int, lease: int, scope: str) -> Policy:
+        """At most ``cap`` requests of an identity at once under ``scope``:
+        each holds a slot from its admission until it gives it back
+        (:meth:`Hold.release`), or at most ``lease`` seconds. Its one layer
+        is ``cap`` per ``lease``; a request takes one slot whatever its cost.
+
+        :raises InvalidLimit: for a cap or a lease out of a layer's range.
+        """
+        return cls((Layer(cap, lease),), scope, CONCURRENCY.name)
+
+    @property
+    def concurrent(self) -> bool:
+        """Whether this policy holds concurrency slots (see :meth:`concurrency`)."""
+        return self.strategy == CONCURRENCY.name
 
     @property
     def rates(self) -> tuple[Layer, ...]:  # old name
@@ -193,6 +213,8 @@ class Decision:
         penalty of the policy.
     :param fallback: True if Redis was unavailable and the in-process
         fallback store decided it.
+    :param hold: the concurrency slots an admitted request holds, to give
+        back when it ends; None when it holds none.
     """
 
     admitted: bool
@@ -205,6 +227,38 @@ class Decision:
     cached: bool = False
     penalized: bool = False
     fallback: bool = False
+    hold: Hold | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """The concurrency slots one admitted request holds (see
+    :meth:`Policy.concurrency`).
+
+    :param throttle: the throttle that admitted it (the fallback's, when
+        the fallback did).
+    :param keys: the slots' keys.
+    :param plan: their plan entries.
+    :param now: the time the request was admitted at, in microseconds.
+    """
+
+    throttle: Throttle
+    keys: tuple[str, ...]
+    plan: bytes
+    now: int
+
+    def release(self) -> None:
+        """Give the slots back: one script call, a refund of the request
+        on the slots' keys alone. Giving back slots that their leases have
+        already freed changes nothing.
+
+        :raises StorageUnavailable: if the storage could not answer.
+        """
+        throttle = self.throttle
+        throttle.call(throttle.storage.evaluate, self.keys, _SLOTS, self.keys, [self.now, -1, self.plan])
+
+
+_SLOTS = frozenset([CONCURRENCY.name])
 
 
 #: The strategies a policy's delay works with: GCRA, whose retry is exact,
@@ -222,25 +276,25 @@ NO_DELAY = {
 
 
 def _filler(cls: type[_T]) -> Callable[..., _T]:
-    """A function that makes a ``cls`` of its ten fields' values, given in
+    """A function that makes a ``cls`` of its eleven fields' values, given in
     their order, as its ``__init__`` would: but without running it, so with
     no defaults and no ``__post_init__``.
 
     A frozen dataclass's ``__init__`` sets each field with
     ``object.__setattr__``, looked up and called once per field, since the
     class's own ``__setattr__`` refuses. Every request makes one
-    :class:`Decision`, of ten fields: setting its slots through their
+    :class:`Decision`, of eleven fields: setting its slots through their
     descriptors instead takes half the time.
 
-    :raises TypeError: if ``cls`` is not a slots dataclass of ten fields.
+    :raises TypeError: if ``cls`` is not a slots dataclass of eleven fields.
     """
     names = getattr(cls, "__match_args__", ())
-    if len(names) != 10 or getattr(cls, "__slots__", None) is None:
-        raise TypeError(f"{cls.__name__} is not a slots dataclass of ten fields")
-    s0, s1, s2, s3, s4, s5, s6, s7, s8, s9 = (getattr(cls, name).__set__ for name in names)
+    if len(names) != 11 or getattr(cls, "__slots__", None) is None:
+        raise TypeError(f"{cls.__name__} is not a slots dataclass of eleven fields")
+    s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10 = (getattr(cls, name).__set__ for name in names)
     new = object.__new__
 
-    def fill(v0: Any, v1: Any, v2: Any, v3: Any, v4: Any, v5: Any, v6: Any, v7: Any, v8: Any, v9: Any) -> _T:
+    def fill(v0: Any, v1: Any, v2: Any, v3: Any, v4: Any, v5: Any, v6: Any, v7: Any, v8: Any, v9: Any, v10: Any) -> _T:
         # Unrolled: a loop over the setters costs half of what it saves.
         made = new(cls)
         s0(made, v0)
@@ -253,6 +307,7 @@ def _filler(cls: type[_T]) -> Callable[..., _T]:
         s7(made, v7)
         s8(made, v8)
         s9(made, v9)
+        s10(made, v10)
         return made
 
     return fill
@@ -392,9 +447,14 @@ class Throttle:
             decision = self.fallback.hit(checks, cost)
             return replace(decision, fallback=True)
         reply = Reply.decode(raw)
-        if blocks is not None and not reply.admitted and cost > 0:
+        if reply.admitted:
+            if layout.held and cost > 0:
+                hold = Hold(self, tuple([keys[key] for key in layout.held]), layout.held_plan, reply.now)
+                return _decision(reply, checks, layout, hold=hold)
+        elif blocks is not None and cost > 0 and reply.layer not in layout.slot_layers:
             # Redis ran the script at or after `sent`, so the layer is full
-            # until at least `sent + retry_after`.
+            # until at least `sent + retry_after`. (Not a slot: one frees
+            # whenever a request ends.)
             layer, quota = layout.layers(keys)[reply.layer]
             blocks.add(layer, Block.after(sent, quota, cost, raw[2], raw[4], raw[3], reply.penalized))
         return _decision(reply, checks, layout)
@@ -554,9 +614,13 @@ def _held_back(where: str, breaker: CircuitBreaker) -> StorageUnavailable:
     return StorageUnavailable(f"{where}: not called for {retry_in:.1f} s more (circuit open)", retry_in)
 
 
-def _decision(reply: Reply, checks: Sequence[Check], layout: Layout, cached: bool = False) -> Decision:
+def _decision(
+    reply: Reply, checks: Sequence[Check], layout: Layout, cached: bool = False, hold: Hold | None = None
+) -> Decision:
     """Find the policy, identity and layer of the reply's deciding counter."""
     number, who, n = layout.places[reply.layer]
     policy, identities = checks[number]
     admitted, _, left, reset, retry, _, penalized = reply
-    return _Decision(admitted, policy, policy.layers[n], identities[who], left, reset, retry, cached, penalized, False)
+    return _Decision(
+        admitted, policy, policy.layers[n], identities[who], left, reset, retry, cached, penalized, False, hold
+    )

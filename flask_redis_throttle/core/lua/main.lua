@@ -30,6 +30,8 @@
 --   store(now, cost, key, value, life)
 --     a strategy that is not packed writes `key` itself, once, if any of
 --     its layers gave a record: `life` is the longest life they gave
+--   unit          true for a strategy a request takes one of whatever its
+--                 cost (concurrency.lua's slots): never over its quota
 --
 -- Every layer is checked against what its key held before the request:
 -- a key that two of the request's limits share (the same identity, scope
@@ -192,7 +194,7 @@ while at <= #plan do
         -- Reserved: its times are counted from now, not from when it runs.
         reset, life = reset + wait, life and life + wait
       end
-      local over = cost > quota
+      local over = cost > quota and not strategy.unit
       if over then
         fit, retry = false, name * 1000000
       end

@@ -1,0 +1,666 @@
+"""Concurrency limits: ``@limit(..., concurrent=N)`` caps how many of an
+identity's requests run at once, decided in the same script call as the
+layers, and each slot is given back when its request ends (its response
+closed, an exception, ``abort()``, a streamed response the client left),
+or by its lease when the request never ends (its worker killed).
+
+The caps are held on real servers: a threaded Werkzeug server with
+requests held inside the view by the test, and gunicorn, whose worker is
+killed mid-request. No test sleeps: requests are held and let go with
+events, and leases end on the pinned clock.
+"""
+
+from __future__ import annotations
+
+import http.client
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import servers
+from flask import Blueprint, Flask, Response, abort
+from helpers import T0, Clock, extension_records, get, install, join_all, wait_for_gunicorn
+from werkzeug.serving import make_server
+
+from flask_redis_throttle import ConfigurationError, InvalidLimit, check, limit
+from flask_redis_throttle.core import local
+from flask_redis_throttle.core.codec import hash_tag
+from flask_redis_throttle.core.keys import Identity
+from flask_redis_throttle.core.local import LocalFolder
+from flask_redis_throttle.core.rates import parse_limits
+from flask_redis_throttle.core.storage import Storage
+from flask_redis_throttle.core.throttle import Policy, Throttle
+from flask_redis_throttle.testing import RedisServer, free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: What a 429 over a cap of 3 says of it in ``RateLimit-Policy``.
+CONC_3 = '"conc";q=3;qu="concurrent-requests"'
+
+#: How long a test waits for a thread or a server, at most: never reached when it passes.
+PATIENCE = 20.0
+
+
+@pytest.fixture(params=["memory", "local", pytest.param("redis", marks=pytest.mark.redis), "cluster"])
+def url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Each storage: memory://, local:// (a server of the test's own),
+    a real server and a real cluster."""
+    if request.param == "memory":
+        yield "memory://"
+    elif request.param == "local":
+        place = LocalFolder(os.path.join(tempfile.mkdtemp(prefix="frt-conc-"), "instance"))
+        yield f"local://{place.path}"
+        local.stop_server(place)
+    elif request.param == "cluster":
+        cluster: servers.RedisCluster = request.getfixturevalue("redis_cluster")
+        cluster.flushall()
+        yield cluster.url
+    else:
+        server: RedisServer = request.getfixturevalue("redis_server")
+        request.getfixturevalue("redis_client")  # emptied
+        yield server.url
+
+
+@contextmanager
+def serving(app: Flask) -> Iterator[int]:
+    """``app`` on a real threaded WSGI server on a free port, for the block."""
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, name="server", daemon=True)
+    thread.start()
+    try:
+        yield server.port
+    finally:
+        server.shutdown()
+        thread.join(PATIENCE)
+
+
+@contextmanager
+def closing(app: Flask) -> Iterator[None]:
+    """Close the storage of ``app`` after the block: a cluster client's
+    sockets are not closed when it is collected."""
+    try:
+        yield
+    finally:
+        app.extensions["ratelimit"].throttle.storage.close()
+
+
+def fetch(port: int, path: str) -> tuple[int, dict[str, str], bytes]:
+    """GET ``path`` on a connection of its own: status, headers and body."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=PATIENCE)
+    try:
+        connection.request("GET", path, headers={"Connection": "close"})
+        response = connection.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
+    finally:
+        connection.close()
+
+
+def closings(app: Flask) -> threading.Semaphore:
+    """A semaphore released each time a response of ``app`` is closed,
+    after the extension has given its slots back: a hook added before the
+    extension runs after its own, and its ``call_on_close`` too."""
+    closed = threading.Semaphore(0)
+
+    @app.after_request
+    def when_closed(response: Response) -> Response:
+        response.call_on_close(closed.release)
+        return response
+
+    return closed
+
+
+def acquire(semaphore: threading.Semaphore, times: int, what: str) -> None:
+    for _ in range(times):
+        assert semaphore.acquire(timeout=PATIENCE), what
+
+
+def test_no_more_than_the_cap_run_at_once_and_each_slot_comes_back(url: str) -> None:
+    """Twelve requests at once from one address on a view capped at 3:
+    exactly 3 run, the other 9 get 429 with ``Retry-After: 1`` and the cap
+    in ``RateLimit-Policy``, without waiting for the three; once those
+    three are answered and closed, their slots are back, and three more
+    run. The rate layer counted only the admitted requests."""
+    app = Flask("tests")
+    app.config.update(RATELIMIT_STORAGE_URL=url)
+    closed = closings(app)
+    inside, most, lock = [0], [0], threading.Lock()
+    entered = threading.Semaphore(0)
+    go = threading.Event()
+
+    @app.get("/work")
+    @limit("1000/h", concurrent=3)
+    def work() -> str:
+        with lock:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        entered.release()
+        go.wait(PATIENCE)
+        with lock:
+            inside[0] -= 1
+        return "done"
+
+    install(app)
+    results: list[tuple[int, dict[str, str], bytes]] = []
+    start = threading.Barrier(12)
+    answered = threading.Semaphore(0)
+
+    def client() -> None:
+        start.wait(PATIENCE)
+        got = fetch(port, "/work")
+        with lock:
+            results.append(got)
+        answered.release()
+
+    with serving(app) as port, closing(app):
+        threads = [threading.Thread(target=client, name=f"client-{n}") for n in range(12)]
+        for thread in threads:
+            thread.start()
+        acquire(entered, 3, "three requests run")
+        # The nine others are answered while the three still run.
+        acquire(answered, 9, "nine refusals")
+        with lock:
+            assert sorted(status for status, _, _ in results) == [429] * 9
+            for _, headers, _ in results:
+                assert headers["Retry-After"] == "1"
+                assert CONC_3 in headers["RateLimit-Policy"]
+                assert headers["RateLimit"].startswith('"conc";r=0;')
+        go.set()
+        join_all(threads, PATIENCE, "the clients")
+        acquire(closed, 12, "the twelve responses closed")
+        assert sorted(status for status, _, _ in results) == [200] * 3 + [429] * 9
+        assert most[0] == 3
+        # The slots are back: three more run at once.
+        go.clear()
+        again = [threading.Thread(target=lambda: results.append(fetch(port, "/work"))) for _ in range(3)]
+        for thread in again:
+            thread.start()
+        acquire(entered, 3, "three more run")
+        go.set()
+        join_all(again, PATIENCE, "the second clients")
+        acquire(closed, 3, "their responses closed")  # their slots given back before the storage closes
+    assert [status for status, _, _ in results[12:]] == [200] * 3
+    assert results[-1][1]["RateLimit-Policy"] == f'"1h";q=1000;w=3600, {CONC_3}'
+
+
+def cap_app(app: Flask, **options: Any) -> tuple[Flask, dict[str, Any]]:
+    """``app`` with views that each allow one request at a time: ``/view``
+    answers, ``/boom`` raises, ``/abort`` aborts with 404, ``/stream``
+    streams without end."""
+    app.config.update(**options)
+    seen: dict[str, Any] = {"streamed": threading.Event()}
+
+    @app.get("/view")
+    @limit("1000/h", concurrent=1)
+    def view() -> str:
+        return "ok"
+
+    @app.get("/boom")
+    @limit("1000/h", concurrent=1)
+    def boom() -> str:
+        raise ValueError("the view failed")
+
+    @app.get("/abort")
+    @limit("1000/h", concurrent=1)
+    def aborted() -> str:
+        abort(404)
+
+    @app.get("/stream")
+    @limit("1000/h", concurrent=1)
+    def stream() -> Response:
+        def lines() -> Iterator[bytes]:
+            seen["streamed"].set()
+            while True:
+                yield b"x" * 65536
+
+        return Response(lines())
+
+    return app, seen
+
+
+def test_the_slot_is_held_until_the_response_is_closed(app: Flask) -> None:
+    """A response given back is not yet sent: its slot is held until the
+    WSGI server closes it (the test client's responses stay open until
+    closed), and free the moment it is."""
+    cap_app(app)
+    install(app)
+    client = app.test_client()
+    first = get(client, "/view")
+    assert first.status_code == 200
+    held = get(client, "/view")
+    assert held.status_code == 429
+    assert held.headers["Retry-After"] == "1"
+    held.close()
+    first.close()
+    with get(client, "/view") as again:
+        assert again.status_code == 200
+    # Another address has slots of its own.
+    with get(client, "/view", ip="192.0.2.2") as other:
+        assert other.status_code == 200
+
+
+@pytest.mark.parametrize("propagate", [True, False], ids=["propagated", "answered-500"])
+def test_an_exception_gives_the_slot_back(app: Flask, propagate: bool) -> None:
+    """A view that raises gives its slot back, whether the exception
+    reaches the server (``PROPAGATE_EXCEPTIONS``, as in testing: there is
+    no response to close) or Flask answers 500; its responses are never
+    closed here, so nothing else could have given it back."""
+    cap_app(app, PROPAGATE_EXCEPTIONS=propagate)
+    install(app)
+    client = app.test_client()
+    for _ in range(3):
+        if propagate:
+            with pytest.raises(ValueError, match="the view failed"):
+                get(client, "/boom")
+        else:
+            assert get(client, "/boom").status_code == 500
+
+
+def test_abort_gives_the_slot_back_when_its_response_is_closed(app: Flask) -> None:
+    cap_app(app)
+    install(app)
+    client = app.test_client()
+    first = get(client, "/abort")
+    assert first.status_code == 404
+    assert get(client, "/abort").status_code == 429
+    first.close()
+    with get(client, "/abort") as again:
+        assert again.status_code == 404
+
+
+def test_a_streamed_response_the_client_leaves_gives_its_slot_back(app: Flask) -> None:
+    """A client reads the start of an endless stream, then goes: the server
+    closes the response when writing to it fails, and the slot is back.
+    Until then, the stream holds it."""
+    _, seen = cap_app(app)
+    closed = closings(app)
+    install(app)
+    with serving(app) as port:
+        connection = socket.create_connection(("127.0.0.1", port), timeout=PATIENCE)
+        connection.sendall(b"GET /stream HTTP/1.1\r\nHost: test\r\n\r\n")
+        assert connection.recv(16).startswith(b"HTTP/1.1 200")
+        assert seen["streamed"].wait(PATIENCE)
+        assert fetch(port, "/stream")[0] == 429
+        acquire(closed, 1, "the refusal closed")
+        connection.close()
+        acquire(closed, 1, "the stream closed")
+        seen["streamed"].clear()
+        again = socket.create_connection(("127.0.0.1", port), timeout=PATIENCE)
+        again.sendall(b"GET /stream HTTP/1.1\r\nHost: test\r\n\r\n")
+        assert again.recv(16).startswith(b"HTTP/1.1 200")
+        again.close()
+        acquire(closed, 1, "the second stream closed")
+
+
+@pytest.mark.redis
+def test_a_slot_that_cannot_be_given_back_is_warned_of_and_left_to_its_lease(caplog: Any, clock: Clock) -> None:
+    """Redis refuses the call that gives a slot back (here its ACL forbids
+    scripts for a moment): closing the response raises nothing into the
+    server, the failure is warned of as an outage, and the slot stays held
+    until its lease ends."""
+    server = RedisServer()
+    server.start()
+    admin = redis.Redis.from_url(server.url)
+    try:
+        app = Flask("tests")
+        app.config.update(RATELIMIT_STORAGE_URL=server.url, RATELIMIT_BREAKER_THRESHOLD=0)
+        cap_app(app)
+        install(app)
+        client = app.test_client()
+        with closing(app):
+            response = get(client, "/view")
+            assert response.status_code == 200
+            admin.execute_command("ACL", "SETUSER", "default", "-eval", "-evalsha")
+            with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
+                response.close()
+            admin.execute_command("ACL", "SETUSER", "default", "+@all")
+            warnings = [record.getMessage() for record in extension_records(caplog)]
+            assert any("a concurrency slot is freed by its lease" in warning for warning in warnings), warnings
+            assert get(client, "/view").status_code == 429
+            clock.set(60)
+            assert get(client, "/view").status_code == 200
+    finally:
+        admin.close()
+        server.close()
+
+
+def test_a_slot_never_given_back_is_freed_when_its_lease_ends(app: Flask, clock: Clock) -> None:
+    """Responses never closed (a worker that died) keep their slots until
+    their lease ends, not a microsecond longer: ``RATELIMIT_CONCURRENCY_LEASE``
+    by default, a limit's ``lease=`` when it has one."""
+    app.config.update(RATELIMIT_CONCURRENCY_LEASE=45)
+
+    @app.get("/default")
+    @limit("1000/h", concurrent=1)
+    def default() -> str:
+        return "ok"
+
+    @app.get("/own")
+    @limit("1000/h", concurrent=1, lease=5)
+    def own() -> str:
+        return "ok"
+
+    install(app)
+    client = app.test_client()
+    for path, lease in (("/default", 45), ("/own", 5)):
+        clock.set(0)
+        assert get(client, path).status_code == 200  # never closed
+        clock.set(lease - 1e-6)
+        assert get(client, path).status_code == 429
+        clock.set(lease)
+        assert get(client, path).status_code == 200
+
+
+def test_the_lease_setting_is_checked() -> None:
+    for bad in (0, -1, 1.5, "60", True, 366 * 86_400 + 1):
+        app = Flask("tests")
+        app.config.update(RATELIMIT_CONCURRENCY_LEASE=bad)
+        with pytest.raises(ConfigurationError, match="RATELIMIT_CONCURRENCY_LEASE"):
+            install(app)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"concurrent": 0}, "concurrent 0 must be an integer from 1"),
+        ({"concurrent": 2.5}, "concurrent 2.5 must be an integer"),
+        ({"concurrent": True}, "concurrent True must be an integer"),
+        ({"concurrent": 2, "lease": 0}, "lease 0 must be a whole number of seconds"),
+        ({"concurrent": 2, "lease": "1m"}, "lease '1m' must be a whole number of seconds"),
+        ({"lease": 30}, "lease 30 needs concurrent="),
+        ({"concurrent": 2, "deduct_when": lambda response: True}, "concurrent= cannot go with deduct_when="),
+    ],
+)
+def test_bad_concurrency_options_fail_when_decorating(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(InvalidLimit, match=message):
+        limit("10/s", **options)
+
+
+def test_a_request_takes_one_slot_whatever_its_cost(app: Flask) -> None:
+    """A cost of 5 on a cap of 2: each request takes one slot, so two run
+    at once and the third is refused by the cap, not as over its quota, with
+    a message that says so; ``check()`` sees a free slot, taking none."""
+
+    @app.get("/")
+    @limit("100/h", concurrent=2, cost=5)
+    def index() -> str:
+        return "ok"
+
+    install(app)
+    client = app.test_client()
+    with app.test_request_context("/", environ_base={"REMOTE_ADDR": "192.0.2.1"}):
+        assert not check("index").breached  # a slot is free, whatever the cost
+    assert [get(client).status_code for _ in range(3)] == [200, 200, 429]
+    refused = get(client, headers={"Accept": "application/json"})
+    assert refused.headers["Retry-After"] == "1"
+    assert refused.headers["RateLimit"].startswith('"conc";r=0;')
+    assert refused.json["detail"] == "Concurrency limit exceeded: at most 2 requests at once. Try again in 1 second."
+    with app.test_request_context("/", environ_base={"REMOTE_ADDR": "192.0.2.1"}):
+        assert check("index").breached
+
+
+def test_dynamic_shadow_and_blueprint_limits_take_slots_too(app: Flask) -> None:
+    """The cap goes with any limit: a dynamic one, a blueprint's, and one in
+    shadow mode, whose refusal over the cap lets the request through and
+    takes no slot."""
+    reports = Blueprint("reports", __name__)
+
+    @reports.get("/reports")
+    def export() -> str:
+        return "ok"
+
+    limit("100/h", concurrent=1)(reports)
+    app.register_blueprint(reports)
+
+    @app.get("/dynamic")
+    @limit(lambda request: "100/h", concurrent=1)
+    def dynamic() -> str:
+        return "ok"
+
+    @app.get("/shadow")
+    @limit("100/h", concurrent=1, shadow=True)
+    def shadow() -> str:
+        return "ok"
+
+    install(app)
+    client = app.test_client()
+    first = get(client, "/dynamic")
+    assert [first.status_code, get(client, "/dynamic").status_code] == [200, 429]
+    policy = get(client, "/dynamic").headers["RateLimit-Policy"]
+    assert policy == '"1h";q=100;w=3600, "conc";q=1;qu="concurrent-requests"'
+    first.close()
+    assert get(client, "/dynamic").status_code == 200
+    held = get(client, "/shadow")
+    assert [held.status_code, get(client, "/shadow").status_code] == [200, 200]
+    exporting = get(client, "/reports")
+    assert [exporting.status_code, get(client, "/reports").status_code] == [200, 429]
+    exporting.close()
+    assert get(client, "/reports").status_code == 200
+
+
+def test_views_of_one_scope_share_their_slots(app: Flask) -> None:
+    @app.get("/csv")
+    @limit("100/h", concurrent=1, scope="exports")
+    def csv() -> str:
+        return "ok"
+
+    @app.get("/pdf")
+    @limit("100/h", concurrent=1, scope="exports")
+    def pdf() -> str:
+        return "ok"
+
+    @app.get("/preview")
+    @limit("100/h", concurrent=1)
+    def preview() -> str:
+        return "ok"
+
+    install(app)
+    client = app.test_client()
+    exporting = get(client, "/csv")
+    assert exporting.status_code == 200
+    assert [get(client, "/pdf").status_code, get(client, "/preview").status_code] == [429, 200]
+    exporting.close()
+    assert get(client, "/pdf").status_code == 200
+
+
+def test_each_slot_key_lives_with_its_identity_s_hash_tag() -> None:
+    """On a cluster, an identity's slots are in the slot of its counters."""
+    throttle = Throttle(Storage.from_url("memory://"))
+    who = Identity("ip", "192.0.2.1")
+    counters, slots = Policy(parse_limits("5/s"), "api"), Policy.concurrency(3, 60, "api")
+    assert throttle.key(slots, who).endswith("}:api:cc")
+    assert hash_tag(throttle.key(slots, who)) == hash_tag(throttle.key(counters, who))
+
+
+def test_a_refusal_anywhere_takes_no_slot_and_a_full_cap_takes_no_quota(storage: Storage) -> None:
+    """Every layer and the cap are checked before anything is written: a
+    request the rate layer refuses takes no slot, and one the cap refuses
+    takes no quota, for any of its identities (on a cluster, two nodes'
+    calls: the other identity's are refunded)."""
+    throttle = Throttle(storage)
+    throttle.now = lambda: T0  # type: ignore[method-assign]
+    rate, slots = Policy(parse_limits("2/h"), "api"), Policy.concurrency(1, 60, "api")
+    ip, user = Identity("ip", "192.0.2.1"), Identity("user", "42")
+
+    def hit(*identities: Identity) -> Any:
+        return throttle.hit([(rate, list(identities)), (slots, list(identities))])
+
+    first = hit(ip, user)
+    assert first.admitted
+    assert first.hold is not None
+    # The cap refuses: the hourly layer keeps its second request.
+    refused = hit(ip, user)
+    assert not refused.admitted
+    assert refused.policy is slots
+    assert refused.retry_after == 1.0
+    first.hold.release()
+    second = hit(ip, user)
+    assert second.admitted
+    assert second.remaining == 0
+    assert second.hold is not None
+    second.hold.release()
+    # The hourly layer refuses: no slot is taken, for either identity.
+    assert not hit(ip, user).admitted
+    fresh = Policy(parse_limits("2/h"), "other")
+    for who in (ip, user):
+        alone = throttle.hit([(fresh, [who]), (slots, [who])])
+        assert alone.admitted, who
+        assert alone.hold is not None
+        alone.hold.release()
+
+
+def test_the_slots_set_never_holds_more_leases_than_the_cap(storage: Storage) -> None:
+    """Leases never given back end, and are dropped before a new one is
+    added: the set holds the cap's leases at most, however many ended, and
+    expires with the last."""
+    throttle = Throttle(storage)
+    at = [T0]
+    throttle.now = lambda: at[0]  # type: ignore[method-assign]
+    slots, who = Policy.concurrency(2, 10, "api"), Identity("ip", "192.0.2.1")
+    key = throttle.key(slots, who)
+    for round_ in range(5):
+        at[0] = T0 + round_ * 10 * 1_000_000  # the last round's leases have just ended
+        assert [throttle.hit([(slots, [who])]).admitted for _ in range(3)] == [True, True, False]
+        assert storage.client.execute_command("ZCARD", key) == 2
+        # It expires with its last lease, and a second (see records.lua).
+        assert 10_000 < storage.client.execute_command("PTTL", key) <= 11_000
+
+
+def test_giving_back_a_slot_whose_lease_has_ended_changes_nothing(storage: Storage) -> None:
+    """A request that outlived its lease gives back nothing: the slot it
+    held is already someone else's, and stays theirs."""
+    throttle = Throttle(storage)
+    at = [T0]
+    throttle.now = lambda: at[0]  # type: ignore[method-assign]
+    slots, who = Policy.concurrency(1, 10, "api"), Identity("ip", "192.0.2.1")
+    late = throttle.hit([(slots, [who])]).hold
+    assert late is not None
+    at[0] = T0 + 10 * 1_000_000
+    assert throttle.hit([(slots, [who])]).admitted  # the lease has ended: the slot is free again
+    late.release()
+    assert not throttle.hit([(slots, [who])]).admitted
+
+
+def test_the_concurrency_file_stands_alone(storage: Storage) -> None:
+    """concurrency.lua, run as a script on its own, decides from its
+    parameters alone (see test_lua.py), writes nothing when checking, and
+    takes one slot for a request of any cost."""
+    from importlib.resources import files
+
+    from flask_redis_throttle.core import scripts
+
+    text = (files(scripts.__package__) / "lua" / "concurrency.lua").read_text("utf-8")
+    script = (
+        "local strategy = (function()\n"
+        + text
+        + "\nend)()\n"
+        + "local fit, left, _, retry, record, life = strategy.check(tonumber(ARGV[1]), 5, 3, 60, KEYS[1], '', nil)\n"
+        + "return {fit and 1 or 0, left, retry, record and 1 or 0, life}"
+    )
+    key = "alone{conc}:cc"
+    assert storage.client.eval(script, 1, key, T0) == [1, 2, 0, 1, 60_000_000]
+    assert storage.client.exists(key) == 0
+
+
+SERVED = """
+    import os
+    import time
+
+    from flask import Flask, Response
+
+    from flask_redis_throttle import RateLimit, limit
+    from flask_redis_throttle.core.throttle import Throttle
+
+    T0 = 1_800_000_000 * 1_000_000
+    CLOCK = os.environ["FRT_TEST_CLOCK"]
+
+    # The test moves the workers' clock: seconds after T0, in a file.
+    Throttle.now = lambda self: T0 + round(float(open(CLOCK).read()) * 1_000_000)
+
+    app = Flask(__name__)
+    app.config["RATELIMIT_STORAGE_URL"] = os.environ["FRT_TEST_REDIS"]
+
+    @app.route("/slow")
+    @limit("1000/h", concurrent=1, lease=30)
+    def slow():
+        def body():
+            yield str(os.getpid()).encode() + b"\\n"
+            time.sleep(120)  # killed long before
+            yield b"never"
+
+        return Response(body())
+
+    @app.route("/ping")
+    def ping():
+        return "pong"
+
+    RateLimit(app)
+"""
+
+
+@pytest.mark.redis
+def test_a_killed_worker_s_slot_is_freed_by_its_lease(
+    redis_server: RedisServer, redis_client: Any, tmp_path: Path
+) -> None:
+    """gunicorn, two workers. A request holds the only slot, and its worker
+    is killed with SIGKILL mid-request: nothing gives the slot back, so the
+    other workers refuse the address until the lease ends, then admit it."""
+    (tmp_path / "served.py").write_text(textwrap.dedent(SERVED))
+    clock = tmp_path / "clock"
+    clock.write_text("0")
+    port = free_port()
+    env = {
+        **os.environ,
+        "FRT_TEST_CLOCK": str(clock),
+        "FRT_TEST_REDIS": redis_server.url,
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]),
+    }
+    # A long timeout: gunicorn itself must not kill the held request; a short graceful one, to stop.
+    options = ["--workers", "2", "--timeout", "300", "--graceful-timeout", "1", "--bind", f"127.0.0.1:{port}"]
+    command = [sys.executable, "-m", "gunicorn", *options]
+    process = subprocess.Popen(
+        [*command, "served:app"], env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        wait_for_gunicorn(port, process, "/ping")
+        holder = http.client.HTTPConnection("127.0.0.1", port, timeout=PATIENCE)
+        holder.request("GET", "/slow")
+        response = holder.getresponse()
+        assert response.status == 200
+        pid = int(response.readline())
+        assert fetch(port, "/slow")[0] == 429  # the other worker
+        os.kill(pid, signal.SIGKILL)
+        holder.close()
+        # A new worker replaces it; neither gives the dead worker's slot back.
+        clock.write_text(str(30 - 1e-6))
+        statuses = {fetch(port, "/slow")[0] for _ in range(4)}
+        assert statuses == {429}
+        clock.write_text("30")
+        status, _, _ = fetch_head(port, "/slow")
+        assert status == 200
+    finally:
+        process.terminate()
+        process.wait(timeout=PATIENCE)
+
+
+def fetch_head(port: int, path: str) -> tuple[int, dict[str, str], None]:
+    """GET ``path`` and read only the status and headers (a stream that
+    never ends is left, and closed with the connection)."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=PATIENCE)
+    try:
+        connection.request("GET", path, headers={"Connection": "close"})
+        response = connection.getresponse()
+        return response.status, dict(response.getheaders()), None
+    finally:
+        connection.close()
