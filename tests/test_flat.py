@@ -46,10 +46,8 @@ def general_only() -> Iterator[None]:
 @contextmanager
 def counting_flat(storage: Storage) -> Iterator[list[bool]]:
     """Records, for each call in the block, whether it was flat. The storage
-    keeps the script each call took, by its strategies, cost, plan and keys
-    (on a single node's lean path, and with a cluster request's fan-out):
-    that is forgotten first, so that the call in the block picks its script anew."""
-    storage._calls.clear()
+    keeps the script a cluster request's calls took with its fan-out: that is
+    forgotten first, so that the call in the block picks its script anew."""
     storage._fanouts.clear()
     seen: list[bool] = []
     real = scripts.ScriptCache.fits_flat

@@ -106,9 +106,6 @@ def test_the_first_request_starts_the_server_in_the_instance_folder(folder: Loca
     assert folder.pid() == status.pid
     # Only the folder's owner may connect.
     assert stat.S_IMODE(os.stat(folder.socket).st_mode) == 0o700
-    # The lean client path takes local:// connections too.
-    assert state_of(app).throttle is not None
-    assert state_of(app).throttle.storage.lean is not None
     # No persistence, and no TCP port.
     admin = redis.Redis(unix_socket_path=folder.socket)
     try:

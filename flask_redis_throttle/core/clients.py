@@ -32,6 +32,7 @@ connecting it. This module imports Redis but not Flask.
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import threading
@@ -79,12 +80,18 @@ logger = logging.getLogger("flask_redis_throttle")
 #: redis-py's own defaults wait 5 seconds on a stalled server and retry a
 #: refused connection ten times with back-off (about 4 seconds); a rate limiter
 #: must not hold a request that long. One immediate retry on a broken
-#: connection lets a request survive a Redis restart, which leaves every
-#: pooled connection dead.
+#: connection lets a request survive a connection that broke under it; a
+#: timeout is never retried, since the script may have run, and running it
+#: again would count the request twice. redis-py 5 retries a command only on
+#: the errors of ``retry_on_error`` (later releases on those of the ``Retry``),
+#: so both say the same. (A pooled connection the server closed while it sat
+#: idle, as after a restart, is found and replaced by the pool's checkout,
+#: before anything is sent, on every redis-py release.)
 DEFAULT_CLIENT_OPTIONS: dict[str, Any] = {
     "socket_connect_timeout": 0.5,
     "socket_timeout": 0.5,
     "retry": Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)),
+    "retry_on_error": [redis.ConnectionError],
 }
 
 
@@ -118,7 +125,8 @@ def client_from_url(url: str, options: Mapping[str, Any] | None = None, instance
             )
             return embedded_client(warn=False)
     given = options
-    options = {**DEFAULT_CLIENT_OPTIONS, **options}
+    # A copy: redis-py 5 appends to the list of ``retry_on_error`` it is given.
+    options = {**copy.deepcopy(DEFAULT_CLIENT_OPTIONS), **options}
     client: Any
     try:
         if scheme == "redis+cluster":
