@@ -64,6 +64,7 @@ from .urls import (
 )
 
 __all__ = [
+    "CLUSTER_OPTIONS",
     "DEFAULT_CLIENT_OPTIONS",
     "MAX_URL_DB",
     "SCHEMES",
@@ -93,6 +94,16 @@ DEFAULT_CLIENT_OPTIONS: dict[str, Any] = {
     "retry": Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)),
     "retry_on_error": [redis.ConnectionError],
 }
+
+
+#: Cluster client options we set unless ``RATELIMIT_STORAGE_OPTIONS`` overrides
+#: them. By default redis-py reads its slot map, when it refreshes it, from any
+#: node it knows, on the very client that serves that node's commands; and
+#: redis-py 5.1 to 6.4 then close every connection of that client, those other
+#: threads are reading replies on included, which fails their requests
+#: ("Bad file descriptor"). Kept to the URL's nodes, the map is read on
+#: clients of their own, which serve no other command.
+CLUSTER_OPTIONS: dict[str, Any] = {"dynamic_startup_nodes": False}
 
 
 def client_from_url(url: str, options: Mapping[str, Any] | None = None, instance_path: str | None = None) -> Any:
@@ -224,7 +235,9 @@ def _cluster(url: str, options: dict[str, Any]) -> LazyClient:
     nodes = [ClusterNode(host, port) for host, port in hosts]  # type: ignore[no-untyped-call]
     # RedisCluster asks a start-up node for the slot map as soon as it is
     # made; an app must start while its cluster is down, so wait for a call.
-    return LazyClient(lambda: ClusterClient(startup_nodes=nodes, **{**credentials, **options}))
+    # The slot map is read from the URL's nodes, on connections of their own
+    # (see CLUSTER_OPTIONS).
+    return LazyClient(lambda: ClusterClient(startup_nodes=nodes, **{**CLUSTER_OPTIONS, **credentials, **options}))
 
 
 class ClusterClient(RedisCluster):
