@@ -1,5 +1,6 @@
-"""A Redis Cluster's script calls on redis-py's public API: one plain
-pipeline per node, on the node's own client, routed by redis-py's slot map.
+"""A Redis Cluster's script calls on redis-py's public API: one command (or
+plain pipeline) per node, on the node's own client, routed by redis-py's
+slot map.
 They decide as one call on a single node would, and every call that meets a
 redirect, a flushed script cache, a dead node or a timeout is sent again
 (through redis-py's cluster client) only where the node did not run it, so
@@ -107,16 +108,26 @@ def redis_py_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
 
 @pytest.fixture
 def sends(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The ports of the nodes that plain (per-node) pipelines were sent to,
-    one entry per pipeline."""
+    """The ports of the nodes that were sent script calls by their own
+    clients: one entry per command, or per pipeline of several."""
     ports: list[int] = []
     execute = redis.client.Pipeline.execute
+    execute_command = redis.Redis.execute_command
+
+    def port_of(client: Any) -> int:
+        return int(client.connection_pool.connection_kwargs["port"])
 
     def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
-        ports.append(int(self.connection_pool.connection_kwargs["port"]))
+        ports.append(port_of(self))
         return execute(self, *args, **kwargs)
 
+    def counted_command(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if args and str(args[0]).upper() in ("EVAL", "EVALSHA"):
+            ports.append(port_of(self))
+        return execute_command(self, *args, **kwargs)
+
     monkeypatch.setattr(redis.client.Pipeline, "execute", counted)
+    monkeypatch.setattr(redis.Redis, "execute_command", counted_command)
     return ports
 
 
@@ -143,15 +154,15 @@ def own_cluster() -> Iterator[RedisCluster]:
         yield fresh
 
 
-def test_each_request_sends_one_pipeline_to_each_of_its_nodes(
+def test_each_request_sends_one_call_to_each_of_its_nodes(
     cluster: RedisCluster, redis_py_calls: list[tuple[Any, ...]], sends: list[int]
 ) -> None:
     app = limited_app(cluster.url, SPEC)
     ip, ip_node, user_node = on_two_nodes(app, cluster)
     web = app.test_client()
     assert [get(web, ip=ip, user="ann").status_code for _ in range(7)] == [200] * 5 + [429] * 2
-    # Each request sent one pipeline to each of the two nodes (the first
-    # one's EVALSHA met NOSCRIPT on both, and its EVAL was a second one to each).
+    # Each request sent one call to each of the two nodes (the first one's
+    # EVALSHA met NOSCRIPT on both, and its EVAL was a second one to each).
     assert sorted(sends) == sorted([ip_node.port, user_node.port] * 8)
     assert redis_py_calls == []  # redis-py's cluster pipeline and command path: never
     assert stats(ip_node.port) == {"evalsha": 7, "eval": 1}

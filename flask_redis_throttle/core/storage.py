@@ -278,15 +278,13 @@ class Storage:
         was meant for (:data:`UNCOVERED` when no node serves its slot)."""
         if self.cluster:
             return self._send_to_nodes(calls, command, script)
-        pipe = self.client.pipeline(transaction=False)
-        for keys, args in calls:
-            pipe.execute_command(command, script, len(keys), *keys, *args)
-        return pipe.execute(raise_on_error=False), []
+        return _run_on_node(self.client, command, script, calls), []
 
     def _send_to_nodes(self, calls: Sequence[Call], command: str, script: str) -> tuple[list[Any], list[str]]:
-        """A cluster's calls, one pipeline per node, on the node's own
-        :class:`redis.Redis` (``get_redis_connection``), found from redis-py's
-        slot map (``get_node_from_key``).
+        """A cluster's calls, one command or pipeline per node (see
+        :func:`_run_on_node`), on the node's own :class:`redis.Redis`
+        (``get_redis_connection``), found from redis-py's slot map
+        (``get_node_from_key``).
 
         The node clients do not replay a call that timed out (it may have
         run), nor does this: the call fails. A connection error fails the
@@ -313,12 +311,8 @@ class Storage:
             names[i] = node.name
             groups.setdefault(node.name, (node, []))[1].append(i)
         for node, indices in groups.values():
-            pipe = client.get_redis_connection(node).pipeline(transaction=False)
-            for i in indices:
-                keys, args = calls[i]
-                pipe.execute_command(command, script, len(keys), *keys, *args)
             try:
-                replies = pipe.execute(raise_on_error=False)
+                replies = _run_on_node(client.get_redis_connection(node), command, script, [calls[i] for i in indices])
             except (redis.ConnectionError, redis.TimeoutError) as error:
                 replies = [error] * len(indices)
                 if not isinstance(error, redis.TimeoutError):
@@ -389,6 +383,26 @@ class Fanout:
     def of(cls, parts: list[Part]) -> Fanout:
         """The fan-out of ``parts``."""
         return cls(parts, [(part.keys, part.args) for part in parts])
+
+
+def _run_on_node(node: Any, command: str, script: str, calls: Sequence[Call]) -> list[Any]:
+    """Each of ``calls``' reply or error reply, sent to one node by ``node``,
+    its own client (or a single server's): a lone call as a plain command (a request's call to each of its
+    nodes, nearly always), cheaper than a pipeline of one; more, pipelined.
+
+    :raises redis.ConnectionError: when the node could not be reached.
+    :raises redis.TimeoutError: when it did not answer in time.
+    """
+    if len(calls) == 1:
+        [(keys, args)] = calls
+        try:
+            return [node.execute_command(command, script, len(keys), *keys, *args)]
+        except redis.ResponseError as error:
+            return [error]
+    pipe = node.pipeline(transaction=False)
+    for keys, args in calls:
+        pipe.execute_command(command, script, len(keys), *keys, *args)
+    return pipe.execute(raise_on_error=False)  # type: ignore[no-any-return]
 
 
 def _split_by_migration(error: object) -> bool:
