@@ -170,7 +170,7 @@ class Storage:
 
         On a cluster, keys with different hash tags (different identities)
         may live on different nodes, so the script is run once per hash tag,
-        pipelined, and the replies merged into the one a single call would
+        on the node that holds it, and the replies merged into the one a single call would
         give (see :meth:`evaluate_split`).
 
         :raises KeyError: for an unknown strategy.
@@ -195,8 +195,8 @@ class Storage:
         return result
 
     def evaluate_split(self, strategies: frozenset[str], keys: Sequence[str], args: Args) -> list[int]:
-        """Run the script once per hash tag, pipelined: one round trip to
-        each node involved. Then reply as one call over all the keys would:
+        """Run the script once per hash tag: one round trip to each node
+        involved (see :meth:`_send_to_nodes`). Then reply as one call over all the keys would:
         admitted only if every call admitted, with the same deciding layer.
         If some calls admitted the request and another refused it, the
         admitting ones are refunded at once, at the time each decided at.
@@ -234,7 +234,7 @@ class Storage:
         self, strategies: frozenset[str], calls: Sequence[Call], script: Script | None = None
     ) -> list[list[int]]:
         """Run the script once per call, pipelined: on a cluster, one
-        pipeline to each node that holds some of the keys.
+        round trip to each node that holds some of the keys.
 
         The calls are independent: each is atomic on its own node, not with
         the others. The calls that met NOSCRIPT are made again with EVAL and
