@@ -199,7 +199,9 @@ def test_a_timed_out_call_is_not_replayed_and_counted_once(
     del commands[:]
     # DEBUG SLEEP blocks the server longer than the socket timeout: the
     # script is sent, times out on our side, and runs when Redis wakes up.
-    sleeper = threading.Thread(target=admin.execute_command, args=("DEBUG", "SLEEP", "1"))
+    # Not so long that a retry could not reconnect (its handshake waits for
+    # Redis to wake) and send the call again, had the timeout been retried.
+    sleeper = threading.Thread(target=admin.execute_command, args=("DEBUG", "SLEEP", "0.5"))
     sleeper.start()
     time.sleep(0.1)
     with caplog.at_level("WARNING", "flask_redis_throttle"):
@@ -214,6 +216,37 @@ def test_a_timed_out_call_is_not_replayed_and_counted_once(
     assert remaining(get(web)) == 2
     admin.close()
     storage_of(app).close()
+
+
+def test_a_client_of_ones_own_that_retries_timeouts_may_count_a_request_twice(
+    server: RedisServer, commands: list[tuple[Any, ...]]
+) -> None:
+    """What the docs warn of (deployment, "A client of your own"): a client
+    handed over with ``redis=`` keeps its own retries, and one that retries
+    a timeout (redis-py 6 and later do by default) sends a timed-out script
+    again; when Redis wakes up it runs both, and the request counts twice."""
+    client = redis.Redis.from_url(
+        server.url, socket_timeout=0.3, retry=Retry(NoBackoff(), 1), retry_on_error=[redis.TimeoutError]
+    )
+    app = limited_app(spec="5/m", client=client)
+    web = app.test_client()
+    assert remaining(get(web)) == 4
+    admin = redis.Redis.from_url(server.url)
+    before = evalsha_calls(admin)
+    del commands[:]
+    # Redis sleeps past the socket timeout: the call times out, and redis-py
+    # connects again (its handshake waits for Redis to wake) and sends it
+    # again; the request is decided, but Redis ran the script twice.
+    sleeper = threading.Thread(target=admin.execute_command, args=("DEBUG", "SLEEP", "0.5"))
+    sleeper.start()
+    time.sleep(0.1)
+    response = get(web)
+    join_all([sleeper], deadline=10, what="DEBUG SLEEP")
+    assert remaining(response) == 2  # one request, counted twice
+    assert scripts(commands) == ["EVALSHA"]  # one call of ours, sent twice by redis-py
+    assert evalsha_calls(admin) - before == 2
+    admin.close()
+    client.close()
 
 
 def test_connections_are_not_leaked_by_failed_calls(server: RedisServer) -> None:

@@ -15,7 +15,6 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
-from dataclasses import dataclass, field
 from typing import Any
 
 import redis
@@ -33,7 +32,7 @@ from redis.exceptions import (
 
 from .bounded import remember
 from .clients import DEFAULT_CLIENT_OPTIONS, client_from_url, redact
-from .codec import Args, Call, Part, hash_tag, settle, split
+from .codec import Args, Call, Fanout, hash_tag, settle, split
 from .local import folder_of
 from .scripts import Script, ScriptCache
 
@@ -219,7 +218,7 @@ class Storage:
         return reply
 
     def _fanout(self, keys: Sequence[str], args: Args) -> Fanout:
-        """The :class:`Fanout` of a cluster request: worked out on its keys'
+        """The :class:`~flask_redis_throttle.core.codec.Fanout` of a cluster request: worked out on its keys'
         first request under its plan, and kept (the time is ``""`` outside
         tests). The arguments' types are in the key: ``1``, ``1.0`` and
         ``True`` are equal but not encoded alike. Past :data:`KEY_CACHE_SIZE`,
@@ -359,30 +358,6 @@ class Storage:
             for i, result in zip(waiting, again, strict=True):
                 results[i] = result
             waiting = [i for i in waiting if _split_by_migration(results[i])]
-
-
-@dataclass(frozen=True, slots=True)
-class Fanout:
-    """A cluster request's calls, one per hash tag, worked out once for its
-    keys and arguments and kept by the storage: the same identities come back
-    under the same plan request after request, and nothing here depends on
-    more. Each call's node is not part of it: it is read from redis-py's slot
-    map on every request.
-
-    :param parts: the request split by hash tag (see :func:`~flask_redis_throttle.core.codec.split`).
-    :param calls: each part's keys and arguments, as sent.
-    :param scripts: the script the calls take, by their strategies: the
-        storage's to fill (see :meth:`Storage.evaluate_split`).
-    """
-
-    parts: list[Part]
-    calls: list[Call]
-    scripts: dict[frozenset[str], Script] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, parts: list[Part]) -> Fanout:
-        """The fan-out of ``parts``."""
-        return cls(parts, [(part.keys, part.args) for part in parts])
 
 
 def _run_on_node(node: Any, command: str, script: str, calls: Sequence[Call]) -> list[Any]:
