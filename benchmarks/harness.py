@@ -43,7 +43,6 @@ from werkzeug.test import EnvironBuilder
 from flask_redis_throttle import RateLimit, limit
 from flask_redis_throttle.core.clients import DEFAULT_CLIENT_OPTIONS
 from flask_redis_throttle.core.scripts import STRATEGIES
-from flask_redis_throttle.core.wire import LeanClient, LeanCluster, pack_evalsha
 
 try:
     from flask_limiter import Limiter
@@ -441,41 +440,37 @@ def floor_variant(
 
 def call_variants(url: str, environ: Environ) -> list[Variant]:
     """``call`` and ``round-trip``: ours' fixed-window script call alone, and an
-    empty script's, each made from a ``before_request`` hook on our lean path
-    and nothing else of ours, to split ours' added time three ways: the round
-    trip (``round-trip``), our script over it (``call`` - ``round-trip``) and
-    our Python (ours - ``call``).
+    empty script's, each made from a ``before_request`` hook through the
+    storage's own client (``evalsha``, as ours makes it) and nothing else of
+    ours, to split ours' added time three ways: the round trip
+    (``round-trip``), our script over it (``call`` - ``round-trip``) and our
+    Python (ours - ``call``).
 
     ``call`` sends exactly the call ours makes for ``environ``'s request,
     caught once from an app of its own (with a key prefix of its own, so that
     its counters are its own). ``round-trip``'s script only returns a reply of
-    the same shape. Neither is made when the storage has no lean client (no
-    hiredis). :func:`split` splits ours' time with them."""
+    the same shape. :func:`split` splits ours' time with them."""
     app = our_app(url, "rl-call:")
-    lean = our_storage(app).lean
-    if not isinstance(lean, LeanClient):
-        return []
-    sent: list[bytes] = []
-    send = lean.send
+    client = our_storage(app).client
+    sent: list[tuple[Any, ...]] = []
+    evalsha = client.evalsha
 
-    def caught(command: bytes) -> Any:
-        sent.append(command)
-        return send(command)
+    def caught(*args: Any) -> Any:
+        sent.append(args)
+        return evalsha(*args)
 
-    lean.send = caught  # type: ignore[method-assign]
+    client.evalsha = caught
     probe(app, environ)
-    del lean.send  # the class's again, which the counting wraps
+    del client.evalsha  # the class's again
     command = sent[-1]  # the request's call, once the script was loaded
-    empty = redis.Redis(connection_pool=lean.pool).script_load("return {1, 1, 1, 1, 1, 1}")
-    # Its first key only (the ninth line of the RESP command), packed once as ours is.
-    key = command.split(b"\r\n")[8].decode()
-    empty_call = pack_evalsha(empty, [key], ())
+    empty = client.script_load("return {1, 1, 1, 1, 1, 1}")
+    key = command[2]  # its first key
 
     def call() -> None:
-        lean.send(command)
+        client.evalsha(*command)
 
     def round_trip() -> None:
-        lean.send(empty_call)
+        client.evalsha(empty, 1, key)
 
     return [
         app_variant("call", "hook: ours' fixed-window script call alone", bare_app("call", call), environ),
@@ -682,32 +677,21 @@ def counting_commands() -> Iterator[Counter[str]]:
         counter["#replies"] += 1
         return read_response(self, *args, **kwargs)
 
-    # Our lean client path writes pre-encoded EVALSHA bytes and parses the
-    # reply itself, past both methods above: one command and one reply for
-    # each call that answers (one that fails goes on through the methods above).
-    lean_send: Callable[..., Any] = LeanClient.send
+    # A pipeline (one per cluster node) packs its commands together, past
+    # send_command: each is counted here; its replies are read one by one
+    # through read_response, counted above.
+    pack_commands: Callable[..., Any] = cls.pack_commands
 
-    def counted_lean_send(self: Any, *args: Any, **kwargs: Any) -> Any:
-        reply = lean_send(self, *args, **kwargs)
-        counter["EVALSHA"] += 1
-        counter["#replies"] += 1
-        return reply
-
-    # On a cluster, one command and one reply for each call it sends (a call
-    # it hands to redis-py is counted again through the methods above).
-    lean_run: Callable[..., Any] = LeanCluster.run
-
-    def counted_lean_run(self: Any, command: str, script: str, calls: Sequence[Any], *known: Any) -> Any:
-        replies = lean_run(self, command, script, calls, *known)
-        counter[command] += len(calls)
-        counter["#replies"] += len(calls)
-        return replies
+    def counted_pack_commands(self: Any, commands: Sequence[Any]) -> Any:
+        for args in commands:
+            name = args[0]
+            counter[(name.decode() if isinstance(name, bytes) else str(name)).upper()] += 1
+        return pack_commands(self, commands)
 
     patched = (
         (cls, "send_command", counted_send_command),
         (cls, "read_response", counted_read_response),
-        (LeanClient, "send", counted_lean_send),
-        (LeanCluster, "run", counted_lean_run),
+        (cls, "pack_commands", counted_pack_commands),
     )
     with ExitStack() as patches:
         for owner, name, counted in patched:

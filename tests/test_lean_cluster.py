@@ -1,8 +1,11 @@
-"""The lean client path on a real Redis Cluster (:class:`flask_redis_throttle.core.wire.LeanCluster`):
-it is really taken, it decides as redis-py's cluster pipeline does, and
-every call that meets a redirect, a flushed script cache, a dead node or a
-timeout is handed to redis-py only where the node did not run it, so that
-nothing is counted twice.
+"""A Redis Cluster's script calls on redis-py's public API: one command (or
+plain pipeline) per node, on the node's own client, routed by redis-py's
+slot map.
+They decide as one call on a single node would, and every call that meets a
+redirect, a flushed script cache, a dead node or a timeout is sent again
+(through redis-py's cluster client) only where the node did not run it, so
+that nothing is counted twice. (The file keeps its name from the client
+path it once tested.)
 
 Counts are judged by requests through a Flask app, never by reading keys."""
 
@@ -18,10 +21,10 @@ import redis
 import redis.cluster
 from flask import Flask
 from helpers import get, join_all, limited_app
+from redis.crc import key_slot
 from servers import RedisCluster, redis_cluster, redis_command
 
 from flask_redis_throttle import Identity
-from flask_redis_throttle.core import wire
 from flask_redis_throttle.core.rates import parse_limits
 from flask_redis_throttle.core.scripts import ScriptCache
 from flask_redis_throttle.core.storage import Storage
@@ -42,7 +45,7 @@ def slot_of(app: Flask, identity: Identity, spec: str = SPEC) -> int:
     """The cluster slot of ``identity``'s counters under ``/``."""
     throttle = app.extensions["ratelimit"].throttle
     key = throttle.key(Policy(parse_limits(spec), "index"), identity)
-    return wire.key_slot_of(key)
+    return key_slot(key.encode())
 
 
 def owner(cluster: RedisCluster, slot: int) -> RedisServer:
@@ -84,7 +87,7 @@ def remaining(response: Any) -> int:
 @pytest.fixture
 def redis_py_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
     """The script calls made through redis-py's cluster client: its command
-    path (a call handed over) and its pipeline."""
+    path (a call sent again there) and its pipeline (which is never used)."""
     calls: list[tuple[Any, ...]] = []
     execute_command = redis.cluster.RedisCluster.execute_command
     execute = redis.cluster.ClusterPipeline.execute
@@ -105,31 +108,32 @@ def redis_py_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
 
 @pytest.fixture
 def sends(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The ports the lean cluster path writes its script calls to, one
-    entry per write (a new connection's handshake is not counted)."""
+    """The ports of the nodes that were sent script calls by their own
+    clients: one entry per command, or per pipeline of several."""
     ports: list[int] = []
-    run = wire.LeanCluster.run
-    send = redis.connection.Connection.send_packed_command
+    execute = redis.client.Pipeline.execute
+    execute_command = redis.Redis.execute_command
 
-    def counted_send(self: Any, command: Any, check_health: bool = True) -> Any:
-        if getattr(_lean, "active", False) and b"EVAL" in b"".join(command):
-            ports.append(int(self.port))
-        return send(self, command, check_health)
+    def port_of(client: Any) -> int:
+        return int(client.connection_pool.connection_kwargs["port"])
 
-    def counted_run(self: Any, *args: Any) -> Any:
-        _lean.active = True
-        try:
-            return run(self, *args)
-        finally:
-            _lean.active = False
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        ports.append(port_of(self))
+        return execute(self, *args, **kwargs)
 
-    monkeypatch.setattr(redis.connection.Connection, "send_packed_command", counted_send)
-    monkeypatch.setattr(wire.LeanCluster, "run", counted_run)
+    def counted_command(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if args and str(args[0]).upper() in ("EVAL", "EVALSHA"):
+            ports.append(port_of(self))
+        return execute_command(self, *args, **kwargs)
+
+    monkeypatch.setattr(redis.client.Pipeline, "execute", counted)
+    monkeypatch.setattr(redis.Redis, "execute_command", counted_command)
     return ports
 
 
-#: Whether this thread is inside the lean path (for :func:`sends`).
-_lean = threading.local()
+def connected(port: int) -> int:
+    """How many clients the node on ``port`` has connected now, besides the asking one."""
+    return int(redis_command(port, "INFO", "clients").split("connected_clients:")[1].split()[0]) - 1
 
 
 @pytest.fixture
@@ -150,24 +154,19 @@ def own_cluster() -> Iterator[RedisCluster]:
         yield fresh
 
 
-def test_the_lean_path_is_taken(cluster: RedisCluster, redis_py_calls: list[tuple[Any, ...]], sends: list[int]) -> None:
+def test_each_request_sends_one_call_to_each_of_its_nodes(
+    cluster: RedisCluster, redis_py_calls: list[tuple[Any, ...]], sends: list[int]
+) -> None:
     app = limited_app(cluster.url, SPEC)
     ip, ip_node, user_node = on_two_nodes(app, cluster)
-    assert storage_of(app).lean.fits()  # type: ignore[union-attr]
     web = app.test_client()
     assert [get(web, ip=ip, user="ann").status_code for _ in range(7)] == [200] * 5 + [429] * 2
-    # Each request wrote once to each of the two nodes (the first one's
-    # EVALSHA met NOSCRIPT on both, and its EVAL was a second write to each).
+    # Each request sent one call to each of the two nodes (the first one's
+    # EVALSHA met NOSCRIPT on both, and its EVAL was a second one to each).
     assert sorted(sends) == sorted([ip_node.port, user_node.port] * 8)
-    assert redis_py_calls == []  # redis-py's pipeline and command path: never
+    assert redis_py_calls == []  # redis-py's cluster pipeline and command path: never
     assert stats(ip_node.port) == {"evalsha": 7, "eval": 1}
     assert stats(user_node.port) == {"evalsha": 7, "eval": 1}
-
-
-def node_pools(app: Flask) -> dict[int, Any]:
-    """Each master's connection pool in the app's cluster client, by port."""
-    client = storage_of(app).client
-    return {int(node.port): client.get_redis_connection(node).connection_pool for node in client.get_primaries()}
 
 
 def test_a_request_on_two_nodes_chooses_its_script_once_per_fan_out(
@@ -191,51 +190,22 @@ def test_a_request_on_two_nodes_chooses_its_script_once_per_fan_out(
     assert chosen == [frozenset(["fixed-window"])]
 
 
-def test_each_node_keeps_a_connection_for_the_next_request(
-    cluster: RedisCluster, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """After the first request, every request reuses the connection each
-    node kept: no node's pool is asked for one, or given one back."""
+def test_requests_leave_no_connection_behind(cluster: RedisCluster) -> None:
+    """Each node's pool lends a request one connection and takes it back:
+    after the first request (which also reads the slot map), thirty more
+    leave each node no more clients than it had."""
     app = limited_app(cluster.url, "100/m")
     ip, ip_node, user_node = on_two_nodes(app, cluster)
     web = app.test_client()
-    assert [get(web, ip=ip, user="ann").status_code for _ in range(2)] == [200, 200]
-    calls: list[tuple[int, str]] = []
-    for port, pool in node_pools(app).items():
-        for name in ("get_connection", "release"):
-            original = getattr(pool, name)
-
-            def spy(*args: Any, _name: str = name, _port: int = port, _original: Any = original, **kw: Any) -> Any:
-                calls.append((_port, _name))
-                return _original(*args, **kw)
-
-            monkeypatch.setattr(pool, name, spy)
-    assert [remaining(get(web, ip=ip, user="ann")) for _ in range(30)] == list(range(97, 67, -1))
-    assert calls == []
-    pools = node_pools(app)
-    assert [len(wire.cluster.lean_of(pools[node.port])._free) for node in (ip_node, user_node)] == [1, 1]
+    assert remaining(get(web, ip=ip, user="ann")) == 99
+    before = {port: connected(port) for port in (ip_node.port, user_node.port)}
+    assert [remaining(get(web, ip=ip, user="ann")) for _ in range(30)] == list(range(98, 68, -1))
+    for port, count in before.items():
+        assert connected(port) <= count
     storage_of(app).close()
 
 
-def test_a_node_marked_for_reconnection_gives_its_kept_connection_back(cluster: RedisCluster) -> None:
-    """What redis-py does to a failed node's pool (marking the connections
-    in use for reconnection) reaches a kept connection: the next request
-    gets a fresh one, and is decided."""
-    app = limited_app(cluster.url, "100/m")
-    ip, ip_node, _ = on_two_nodes(app, cluster)
-    web = app.test_client()
-    assert get(web, ip=ip, user="ann").status_code == 200
-    pool = node_pools(app)[ip_node.port]
-    [kept] = wire.cluster.lean_of(pool)._free
-    port = kept._sock.getsockname()[1]
-    pool.update_active_connections_for_reconnect()
-    assert remaining(get(web, ip=ip, user="ann")) == 98
-    [fresh] = wire.cluster.lean_of(pool)._free
-    assert fresh._sock.getsockname()[1] != port
-    storage_of(app).close()
-
-
-def test_threads_count_exactly_on_the_lean_cluster_path(cluster: RedisCluster) -> None:
+def test_threads_count_exactly_on_a_cluster(cluster: RedisCluster) -> None:
     """Six threads share the path's pooled node connections: every request
     is decided, and exactly the quota is admitted."""
     app = limited_app(cluster.url, "100/m")
@@ -256,21 +226,16 @@ def test_threads_count_exactly_on_the_lean_cluster_path(cluster: RedisCluster) -
     assert sorted(results) == [200] * 100 + [429] * 80
 
 
-def test_replies_equal_redis_pys_pipeline(cluster: RedisCluster, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The same requests through the lean path and through redis-py's
-    cluster pipeline get the same answers: refusals, refunds across nodes
-    and headers included."""
-    lean = limited_app(cluster.url, "3/m", RATELIMIT_KEY_PREFIX="lean:")
-    piped = limited_app(cluster.url, "3/m", RATELIMIT_KEY_PREFIX="piped:")
-    piped_lean = storage_of(piped).lean
-    assert piped_lean is not None
-    monkeypatch.setattr(piped_lean, "fits", lambda: False)
-    ip, _, _ = on_two_nodes(lean, cluster)
-    ip2, _, _ = on_two_nodes(piped, cluster)
-    assert ip == ip2  # the prefix does not move a hash tag
+def test_replies_equal_one_call_on_a_single_node(cluster: RedisCluster, redis_server: RedisServer) -> None:
+    """The same requests on a cluster, where they are split by node and
+    their replies merged, and on a single node, where each is one call, get
+    the same answers: refusals, refunds across nodes and headers included."""
+    single = limited_app(redis_server.url, "3/m", RATELIMIT_KEY_PREFIX="single:")
+    split = limited_app(cluster.url, "3/m", RATELIMIT_KEY_PREFIX="split:")
+    ip, _, _ = on_two_nodes(split, cluster)
     steps = [(f"198.51.100.{i}", "ann") for i in range(3)] + [(ip, "ann")] * 3 + [(ip, "")] * 4 + [(ip, "bob")] * 2
     answers = []
-    for app in (lean, piped):
+    for app in (split, single):
         web = app.test_client()
         answers.append(
             [
@@ -317,15 +282,16 @@ def test_a_moved_slot_is_followed_and_counted_once(
     move_slot(own_cluster, slot, ip_node, third, finish=False)
     del redis_py_calls[:]
     assert remaining(get(web, ip=ip, user="ann")) == 3
-    # The IP's call, handed to redis-py, which asked the third node; the
-    # script was new there (NOSCRIPT), so its EVAL was handed over too.
+    # The IP's call, answered ASK, was sent again through redis-py, which
+    # asked the third node; the script was new there (NOSCRIPT), so its
+    # EVAL went the same way.
     assert [args[0] for args in redis_py_calls] == ["EVALSHA", "EVAL"]
     # Now the slot is the third node's, on every node: the source answers MOVED.
     finish_move(own_cluster, slot, third)
     del redis_py_calls[:]
     assert remaining(get(web, ip=ip, user="ann")) == 2
-    # redis-py followed the redirect and mended its slot map: one call
-    # handed over, and the next requests go straight to the new node.
+    # redis-py followed the redirect and mended its slot map: one call sent
+    # again through it, and the next requests go straight to the new node.
     assert len(redis_py_calls) == 1
     del redis_py_calls[:], sends[:]
     before = stats(third.port)["evalsha"]
@@ -338,7 +304,7 @@ def test_a_moved_slot_is_followed_and_counted_once(
     assert remaining(get(web, ip="203.0.113.9", user="ann")) == 3
 
 
-def test_a_killed_nodes_call_is_handed_over_and_the_other_is_counted_once(
+def test_a_killed_nodes_call_fails_and_the_other_is_counted_once(
     own_cluster: RedisCluster, redis_py_calls: list[tuple[Any, ...]]
 ) -> None:
     app = limited_app(own_cluster.url, SPEC)
@@ -356,9 +322,9 @@ def test_a_killed_nodes_call_is_handed_over_and_the_other_is_counted_once(
     response = get(web, ip=ip, user="ann")
     assert response.status_code == 200  # failed open
     assert "RateLimit" not in response.headers  # undecided
-    # The dead node's call was handed to redis-py once, which could not
-    # connect either; the user's call was answered, and not replayed.
-    assert len(redis_py_calls) == 1
+    # The dead node's call failed, and was not sent again; the user's call
+    # was answered, and not replayed.
+    assert redis_py_calls == []
     assert stats(user_node.port)["evalsha"] - before == 1
     # So the user has spent 2 of 5, not 3: an address on a live node shows it.
     assert remaining(get(web, ip=live, user="ann")) == 2
@@ -407,31 +373,9 @@ def test_noscript_on_one_node_is_run_again_there_only(
     assert [remaining(get(web, ip=ip, user="ann")) for _ in range(3)] == [2, 1, 0]
 
 
-def test_a_cluster_client_the_lean_path_does_not_fit_keeps_redis_pys_pipeline(
-    cluster: RedisCluster, redis_py_calls: list[tuple[Any, ...]]
-) -> None:
+def test_resp3_works_on_a_cluster(cluster: RedisCluster) -> None:
     app = limited_app(cluster.url, "2/m", RATELIMIT_STORAGE_OPTIONS={"protocol": 3})
     ip, _, _ = on_two_nodes(app, cluster)
     web = app.test_client()
     assert [get(web, ip=ip, user="ann").status_code for _ in range(3)] == [200, 200, 429]
-    assert not storage_of(app).lean.fits()  # type: ignore[union-attr]
-    assert redis_py_calls  # the pipeline
-
-
-def test_slots_are_worked_out_as_redis_does(cluster: RedisCluster) -> None:
-    client = redis.cluster.RedisCluster("127.0.0.1", cluster.startup_nodes[0][1])
-    try:
-        for key in ("rl:{ip:192.0.2.1}:x", "rl:{}:x", "plain", "a{b{c}d", "{user:ann}", "x{}y{z}"):
-            assert wire.key_slot_of(key) == client.keyslot(key), key
-            assert wire.key_slot_of(key) == int(client.cluster_keyslot(key)), key
-    finally:
-        client.close()
-
-
-def test_eval_after_noscript_is_encoded_as_redis_py_encodes_it() -> None:
-    packer = redis.Connection().pack_command
-    keys, args = ["rl:{ip:192.0.2.1}:fw:1", "rl:{ip:192.0.2.1}:fw:60"], [0, 1, "fwfw", 5, 1.5]
-    script = "return redis.call('TIME')"
-    for command, text in (("EVAL", script), ("EVALSHA", "a" * 40)):
-        expected = b"".join(packer(command, text, 2, *keys, *args))
-        assert wire.cluster._pack(command, text, keys, args) == expected
+    storage_of(app).close()

@@ -32,6 +32,7 @@ connecting it. This module imports Redis but not Flask.
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import threading
@@ -63,6 +64,7 @@ from .urls import (
 )
 
 __all__ = [
+    "CLUSTER_OPTIONS",
     "DEFAULT_CLIENT_OPTIONS",
     "MAX_URL_DB",
     "SCHEMES",
@@ -79,13 +81,29 @@ logger = logging.getLogger("flask_redis_throttle")
 #: redis-py's own defaults wait 5 seconds on a stalled server and retry a
 #: refused connection ten times with back-off (about 4 seconds); a rate limiter
 #: must not hold a request that long. One immediate retry on a broken
-#: connection lets a request survive a Redis restart, which leaves every
-#: pooled connection dead.
+#: connection lets a request survive a connection that broke under it; a
+#: timeout is never retried, since the script may have run, and running it
+#: again would count the request twice. redis-py 5 retries a command only on
+#: the errors of ``retry_on_error`` (later releases on those of the ``Retry``),
+#: so both say the same. (A pooled connection the server closed while it sat
+#: idle, as after a restart, is found and replaced by the pool's checkout,
+#: before anything is sent, on every redis-py release.)
 DEFAULT_CLIENT_OPTIONS: dict[str, Any] = {
     "socket_connect_timeout": 0.5,
     "socket_timeout": 0.5,
     "retry": Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)),
+    "retry_on_error": [redis.ConnectionError],
 }
+
+
+#: Cluster client options we set unless ``RATELIMIT_STORAGE_OPTIONS`` overrides
+#: them. By default redis-py reads its slot map, when it refreshes it, from any
+#: node it knows, on the very client that serves that node's commands; and
+#: redis-py 5.1 to 6.4 then close every connection of that client, those other
+#: threads are reading replies on included, which fails their requests
+#: ("Bad file descriptor"). Kept to the URL's nodes, the map is read on
+#: clients of their own, which serve no other command.
+CLUSTER_OPTIONS: dict[str, Any] = {"dynamic_startup_nodes": False}
 
 
 def client_from_url(url: str, options: Mapping[str, Any] | None = None, instance_path: str | None = None) -> Any:
@@ -118,7 +136,8 @@ def client_from_url(url: str, options: Mapping[str, Any] | None = None, instance
             )
             return embedded_client(warn=False)
     given = options
-    options = {**DEFAULT_CLIENT_OPTIONS, **options}
+    # A copy: redis-py 5 appends to the list of ``retry_on_error`` it is given.
+    options = {**copy.deepcopy(DEFAULT_CLIENT_OPTIONS), **options}
     client: Any
     try:
         if scheme == "redis+cluster":
@@ -216,7 +235,9 @@ def _cluster(url: str, options: dict[str, Any]) -> LazyClient:
     nodes = [ClusterNode(host, port) for host, port in hosts]  # type: ignore[no-untyped-call]
     # RedisCluster asks a start-up node for the slot map as soon as it is
     # made; an app must start while its cluster is down, so wait for a call.
-    return LazyClient(lambda: ClusterClient(startup_nodes=nodes, **{**credentials, **options}))
+    # The slot map is read from the URL's nodes, on connections of their own
+    # (see CLUSTER_OPTIONS).
+    return LazyClient(lambda: ClusterClient(startup_nodes=nodes, **{**CLUSTER_OPTIONS, **credentials, **options}))
 
 
 class ClusterClient(RedisCluster):

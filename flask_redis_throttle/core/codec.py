@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import NamedTuple
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 from .errors import InvalidLimit
 from .rates import MAX_LAYERS, Layer
@@ -28,6 +28,7 @@ from .rates import MAX_LAYERS, Layer
 __all__ = [
     "LAYOUT_CACHE_SIZE",
     "MAX_PLAN_DELAY",
+    "Fanout",
     "Layout",
     "Part",
     "Reply",
@@ -288,6 +289,30 @@ def refund_of(part: Part, reply: Sequence[int], cost: int) -> tuple[list[str], l
     """The call that gives back ``cost`` that ``part`` took when it was
     admitted with ``reply``: the same keys and plan, at the time it decided."""
     return part.keys, [reply[5], -cost, part.args[2]]
+
+
+@dataclass(frozen=True, slots=True)
+class Fanout:
+    """A cluster request's calls, one per hash tag, worked out once for its
+    keys and arguments and kept by the storage: the same identities come back
+    under the same plan request after request, and nothing here depends on
+    more. Each call's node is not part of it: it is read from redis-py's slot
+    map on every request.
+
+    :param parts: the request split by hash tag (see :func:`split`).
+    :param calls: each part's keys and arguments, as sent.
+    :param scripts: the script the calls take, by their strategies: the
+        storage's to fill (see :meth:`~flask_redis_throttle.core.storage.Storage.evaluate_split`).
+    """
+
+    parts: list[Part]
+    calls: list[Call]
+    scripts: dict[frozenset[str], Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, parts: list[Part]) -> Fanout:
+        """The fan-out of ``parts``."""
+        return cls(parts, [(part.keys, part.args) for part in parts])
 
 
 def settle(parts: Sequence[Part], replies: Sequence[Sequence[int]]) -> tuple[list[int], list[Call]]:

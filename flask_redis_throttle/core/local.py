@@ -141,18 +141,22 @@ class LocalFolder:
 class LocalConnection(UnixDomainSocketConnection):
     """A connection to the local server that starts the server when there is
     none to connect to: on the first connection of any worker, and on the
-    first after the server was killed. It sends and reads as its base class
-    does, so the lean client path takes it too.
+    first after the server was killed (the pool's checkout finds the dead
+    connection and connects it again, through :meth:`connect`). It
+    overrides only redis-py's public ``connect``, and sends and reads as its
+    base class does.
     """
 
-    def _connect(self) -> socket.socket:
+    def connect(self) -> None:
         try:
-            sock: socket.socket = super()._connect()  # type: ignore[no-untyped-call]
-        except (FileNotFoundError, ConnectionRefusedError):
-            # No socket file, or no server behind it: (re)start it.
+            super().connect()  # type: ignore[no-untyped-call]
+        except redis.ConnectionError:
+            # No socket file, or no server behind it: (re)start it. When one
+            # answers after all (another worker started it, or the error was
+            # not about the server being gone), this returns at once, and the
+            # second attempt connects or fails as redis-py would.
             ensure_server(LocalFolder(os.path.dirname(self.path)))
-            sock = super()._connect()  # type: ignore[no-untyped-call]
-        return sock
+            super().connect()  # type: ignore[no-untyped-call]
 
 
 def folder_of(client: Any) -> LocalFolder | None:

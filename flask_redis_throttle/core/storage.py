@@ -14,29 +14,48 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from typing import Any
 
 import redis
 from redis.cluster import RedisCluster
-from redis.exceptions import ClusterError, NoScriptError, SlotNotCoveredError, TryAgainError
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    ClusterError,
+    MovedError,
+    NoScriptError,
+    RedisClusterException,
+    SlotNotCoveredError,
+    TryAgainError,
+)
 
 from .bounded import remember
 from .clients import DEFAULT_CLIENT_OPTIONS, client_from_url, redact
-from .codec import Args, Call, hash_tag, settle, split
+from .codec import Args, Call, Fanout, hash_tag, settle, split
 from .local import folder_of
 from .scripts import Script, ScriptCache
-from .wire import KEY_CACHE_SIZE, STORAGE_ERRORS, LeanClient, LeanCluster, Replay, lean_client, pack_around, pack_time
-from .wire.cluster import Fanout
 
 __all__ = ["DEFAULT_CLIENT_OPTIONS", "STORAGE_ERRORS", "Call", "NodeFailure", "Storage"]
 
 logger = logging.getLogger("flask_redis_throttle")
 
-#: A call packed but for its time: the bytes before it and after it.
-Packed = tuple[bytes, bytes]
+#: What a client raises when Redis cannot answer: redis-py's errors, and the
+#: cluster client's own, which does not derive from them.
+STORAGE_ERRORS = (redis.RedisError, RedisClusterException)
+
+#: How many cluster requests' fan-outs are kept (see :meth:`Storage._fanout`):
+#: enough for the identities of a busy minute, bounded so that a flood of new
+#: identities cannot grow the process.
+KEY_CACHE_SIZE = 8192
 
 #: The node, in :meth:`Storage.nodes`, of keys whose slot no node serves.
 UNCOVERED = "uncovered slots"
+
+#: The error replies of a cluster node that did not run the command: it is
+#: sent again through redis-py's cluster client, which follows the redirect
+#: (and mends its slot map) or waits for the cluster to settle.
+NOT_RUN = (MovedError, AskError, TryAgainError, ClusterDownError)
 
 #: How long, in seconds, a cluster script call whose keys a slot migration
 #: has split between two nodes is sent again (see :func:`_split_by_migration`),
@@ -85,13 +104,6 @@ class Storage:
         self.scripts = ScriptCache()
         #: A cluster request's calls, by its keys and arguments (see :meth:`_fanout`).
         self._fanouts: dict[tuple[Any, ...], Fanout] = {}
-        #: A single node's calls on the lean path, by strategies, cost, plan
-        #: and keys: the script each takes, and its bytes (see :meth:`_prepared`).
-        self._calls: dict[tuple[Any, ...], tuple[Script, Packed]] = {}
-        #: The lean path of the calls (see :mod:`flask_redis_throttle.core.wire`):
-        #: a single node's, or a cluster's (which checks on first use whether
-        #: it fits the nodes' clients); None for clients it does not fit.
-        self.lean: LeanClient | LeanCluster | None = LeanCluster(client) if self.cluster else lean_client(client)
 
     @classmethod
     def from_url(cls, url: str, options: Mapping[str, Any] | None = None, instance_path: str | None = None) -> Storage:
@@ -137,9 +149,6 @@ class Storage:
         :raises redis.RedisError: when the cluster client cannot be built
             (no start-up node answers).
         """
-        lean = self.lean
-        if isinstance(lean, LeanCluster) and lean.fits():
-            return lean.nodes_of(keys, UNCOVERED)
         return list(dict.fromkeys(self._node_of(key) for key in {hash_tag(key): key for key in keys}.values()))
 
     def _node_of(self, key: str) -> str:
@@ -160,7 +169,7 @@ class Storage:
 
         On a cluster, keys with different hash tags (different identities)
         may live on different nodes, so the script is run once per hash tag,
-        pipelined, and the replies merged into the one a single call would
+        on the node that holds it, and the replies merged into the one a single call would
         give (see :meth:`evaluate_split`).
 
         :raises KeyError: for an unknown strategy.
@@ -173,49 +182,20 @@ class Storage:
         return self._evaluate_one(strategies, keys, args)
 
     def _evaluate_one(self, strategies: frozenset[str], keys: Sequence[str], args: Args) -> list[int]:
-        script, packed = self._prepared(strategies, keys, args)
+        script = self.scripts.choose(strategies, ((keys, args),))
         result: list[int]
         try:
-            lean = self.lean
-            if lean is not None:
-                try:
-                    if packed is None:  # a cluster's call to one node, or a cost that is not an int
-                        return lean.evalsha(script.sha, keys, args)  # type: ignore[no-any-return]
-                    return lean.send(packed[0] + pack_time(args[0]) + packed[1])  # type: ignore[union-attr,no-any-return]
-                except Replay:
-                    # The connection failed where redis-py would retry: its
-                    # normal path reconnects (and finds a new Sentinel master).
-                    pass
             # EVALSHA straight on the client, rather than through a Script
             # object, which imports, type-checks and copies its arguments on
             # every call.
             result = self.client.evalsha(script.sha, len(keys), *keys, *args)
         except NoScriptError:
             result = self.client.eval(script.text, len(keys), *keys, *args)
-        except STORAGE_ERRORS as error:
-            if not (self.cluster and _split_by_migration(error)):
-                raise
-            # The script did not run: wait for the keys to be together again.
-            [result] = self.evaluate_many(strategies, [(keys, args)])
         return result
 
-    def _prepared(self, strategies: frozenset[str], keys: Sequence[str], args: Args) -> tuple[Script, Packed | None]:
-        """The script a call takes and, on a single node's lean path, the call packed but for its
-        time (see :func:`~flask_redis_throttle.core.wire.pack_around`): kept by strategies, cost,
-        plan and keys, which each request of the same identities to an endpoint brings again."""
-        lean, cost = self.lean, args[1]
-        if not isinstance(lean, LeanClient) or type(cost) is not int:  # 1.0 equals 1, and would share its bytes
-            return self.scripts.choose(strategies, ((keys, args),)), None
-        found = (strategies, cost, args[2], *keys)
-        known = self._calls.get(found)
-        if known is None:
-            script = self.scripts.choose(strategies, ((keys, args),))
-            known = remember(self._calls, found, (script, pack_around(script.sha, keys, args)), KEY_CACHE_SIZE)
-        return known
-
     def evaluate_split(self, strategies: frozenset[str], keys: Sequence[str], args: Args) -> list[int]:
-        """Run the script once per hash tag, pipelined: one round trip to
-        each node involved. Then reply as one call over all the keys would:
+        """Run the script once per hash tag: one round trip to each node
+        involved (see :meth:`_send_to_nodes`). Then reply as one call over all the keys would:
         admitted only if every call admitted, with the same deciding layer.
         If some calls admitted the request and another refused it, the
         admitting ones are refunded at once, at the time each decided at.
@@ -224,11 +204,11 @@ class Storage:
         """
         fanout = self._fanout(keys, args)
         parts, known = fanout.parts, fanout.scripts
-        if len(parts) == 1:
-            return self._evaluate_one(strategies, keys, args)
         # The flat script fits the parts if and only if it fits the whole; kept with the fan-out.
         script = known[strategies] = known.get(strategies) or self.scripts.choose(strategies, [(keys, args)])
-        replies = self.evaluate_many(strategies, fanout.calls, (script, fanout))
+        replies = self.evaluate_many(strategies, fanout.calls, script)
+        if len(parts) == 1:
+            return replies[0]
         reply, refunds = settle(parts, replies)
         if refunds:
             try:
@@ -238,11 +218,10 @@ class Storage:
         return reply
 
     def _fanout(self, keys: Sequence[str], args: Args) -> Fanout:
-        """The :class:`~flask_redis_throttle.core.wire.cluster.Fanout` of a
-        cluster request: worked out on its keys' first request under its
-        plan, and kept (the time is ``""`` outside tests). The arguments'
-        types are in the key: ``1``, ``1.0`` and ``True`` are equal but not
-        encoded alike. Past :data:`~flask_redis_throttle.core.wire.KEY_CACHE_SIZE`,
+        """The :class:`~flask_redis_throttle.core.codec.Fanout` of a cluster request: worked out on its keys'
+        first request under its plan, and kept (the time is ``""`` outside
+        tests). The arguments' types are in the key: ``1``, ``1.0`` and
+        ``True`` are equal but not encoded alike. Past :data:`KEY_CACHE_SIZE`,
         all are forgotten at once: a flood of identities cannot grow the process."""
         key = (tuple(keys), tuple(args), tuple(map(type, args)))
         fanout = self._fanouts.get(key)
@@ -251,10 +230,10 @@ class Storage:
         return fanout
 
     def evaluate_many(
-        self, strategies: frozenset[str], calls: Sequence[Call], known: tuple[Script, Fanout] | None = None
+        self, strategies: frozenset[str], calls: Sequence[Call], script: Script | None = None
     ) -> list[list[int]]:
-        """Run the script once per call, pipelined: on a cluster, one round
-        trip to each node that holds some of the keys.
+        """Run the script once per call, pipelined: on a cluster, one
+        round trip to each node that holds some of the keys.
 
         The calls are independent: each is atomic on its own node, not with
         the others. The calls that met NOSCRIPT are made again with EVAL and
@@ -265,17 +244,11 @@ class Storage:
             (those that were answered took effect).
         :raises redis.RedisError: when no call was answered.
 
-        ``known``, when given, is the script and the fan-out of ``calls`` (see :meth:`_fanout`).
+        ``script``, when given, is the one ``calls`` take (a fan-out's: see :meth:`_fanout`).
         """
-        script, fanout = (self.scripts.choose(strategies, calls), None) if known is None else known
-        try:
-            results, nodes = self._send(calls, "EVALSHA", script.sha, fanout)
-        except (redis.ConnectionError, redis.TimeoutError) as error:
-            # A cluster pipeline that cannot connect to one of its nodes
-            # fails as a whole, before sending anything.
-            if not self.cluster or len(calls) < 2:
-                raise
-            raise self._blame(error, calls) from error
+        if script is None:
+            script = self.scripts.choose(strategies, calls)
+        results, nodes = self._send(calls, "EVALSHA", script.sha)
         for result in results:
             if isinstance(result, Exception):
                 break
@@ -294,23 +267,76 @@ class Storage:
             first: Exception = results[failed[0]]
             if len(failed) == len(calls) or not self.cluster:
                 raise first
-            nodes = nodes or [self._node_of(call[0][0]) for call in calls]
             failing = frozenset(nodes[i] for i in failed)
             raise NodeFailure(first, failing, frozenset(nodes) - failing)
         return results
 
-    def _send(
-        self, calls: Sequence[Call], command: str, script: str, fanout: Fanout | None = None
-    ) -> tuple[list[Any], list[str] | None]:
-        """Each call's reply or error: on a cluster's lean path when it fits,
-        with the node each call was sent to; else in one redis-py pipeline.
-        ``fanout``, given with ``EVALSHA`` only, holds the calls' slots and
-        their ``EVALSHA`` of ``script``, encoded once."""
-        lean = self.lean
-        if isinstance(lean, LeanCluster) and lean.fits():
-            packed, slots = (None, None) if fanout is None else (fanout.packed_for(script), fanout.slots)
-            return lean.run(command, script, calls, packed, slots, UNCOVERED)
-        return self._pipelined(calls, command, script), None
+    def _send(self, calls: Sequence[Call], command: str, script: str) -> tuple[list[Any], list[str]]:
+        """Send ``command`` (EVALSHA or EVAL) once per call; return each call's
+        reply or error, and, on a cluster, the node (``host:port``) each call
+        was meant for (:data:`UNCOVERED` when no node serves its slot)."""
+        if self.cluster:
+            return self._send_to_nodes(calls, command, script)
+        return _run_on_node(self.client, command, script, calls), []
+
+    def _send_to_nodes(self, calls: Sequence[Call], command: str, script: str) -> tuple[list[Any], list[str]]:
+        """A cluster's calls, one command or pipeline per node (see
+        :func:`_run_on_node`), on the node's own :class:`redis.Redis`
+        (``get_redis_connection``), found from redis-py's slot map
+        (``get_node_from_key``).
+
+        The node clients do not replay a call that timed out (it may have
+        run), nor does this: the call fails. A connection error fails the
+        node's calls too, and has redis-py refresh its slot map, so that the
+        next request finds a promoted replica. A call the node did not run
+        (:data:`NOT_RUN`: MOVED, ASK, TRYAGAIN, CLUSTERDOWN), or whose slot
+        no node serves, is sent again through the cluster client, which
+        follows the redirect and mends its slot map.
+
+        redis-py's cluster pipeline is not used: after a timeout it sends
+        the timed-out calls again, which would count a request twice.
+        """
+        client = self.client
+        results: list[Any] = [None] * len(calls)
+        names = [UNCOVERED] * len(calls)
+        groups: dict[str, tuple[Any, list[int]]] = {}
+        again: list[int] = []
+        for i, (keys, _) in enumerate(calls):
+            try:
+                node = client.get_node_from_key(keys[0])
+            except SlotNotCoveredError:
+                again.append(i)
+                continue
+            names[i] = node.name
+            groups.setdefault(node.name, (node, []))[1].append(i)
+        for node, indices in groups.values():
+            try:
+                replies = _run_on_node(client.get_redis_connection(node), command, script, [calls[i] for i in indices])
+            except (redis.ConnectionError, redis.TimeoutError) as error:
+                replies = [error] * len(indices)
+                if not isinstance(error, redis.TimeoutError):
+                    # A node that timed out is not asked again for the map: the
+                    # request would wait a second timeout for it.
+                    self._refresh()
+            for i, reply in zip(indices, replies, strict=True):
+                if isinstance(reply, NOT_RUN):
+                    again.append(i)
+                else:
+                    results[i] = reply
+        for i in again:
+            keys, args = calls[i]
+            try:
+                results[i] = client.execute_command(command, script, len(keys), *keys, *args)
+            except STORAGE_ERRORS as error:
+                results[i] = error
+        return results, names
+
+    def _refresh(self) -> None:
+        """Have redis-py's cluster client read the slot map again, as it does
+        after a node's connection failed on its own command path; when no
+        node answers, the next request's calls fail on their own."""
+        with suppress(*STORAGE_ERRORS):
+            self.client.nodes_manager.initialize()
 
     def _wait_for_migrations(self, calls: Sequence[Call], results: list[Any], script: Script) -> None:
         """Send again the calls whose keys a slot migration split (see
@@ -321,63 +347,37 @@ class Storage:
         migration has moved them all. A request waits that long at most,
         then fails as after any other error.
 
-        The calls go through redis-py's pipeline, with the script's source
-        (``EVAL``): the node that imports the slot may never have run it.
+        The calls are sent with the script's source (``EVAL``): the node that
+        imports the slot may never have run it.
         """
         deadline = time.monotonic() + MIGRATION_PATIENCE
         waiting = [i for i, result in enumerate(results) if _split_by_migration(result)]
         while waiting and time.monotonic() < deadline:
             time.sleep(MIGRATION_PAUSE)
-            again = self._pipelined([calls[i] for i in waiting], "EVAL", script.text)
+            again, _ = self._send([calls[i] for i in waiting], "EVAL", script.text)
             for i, result in zip(waiting, again, strict=True):
                 results[i] = result
             waiting = [i for i in waiting if _split_by_migration(results[i])]
 
-    def _blame(self, error: Exception, calls: Sequence[Call]) -> Exception:
-        """The error to raise for a cluster pipeline that could not connect
-        to some node, so nothing was sent: a :class:`NodeFailure` naming the
-        nodes that cannot be connected to now, so that only their breakers
-        count it. A node with an idle pooled connection costs nothing to
-        check; only the failing ones cost a connection attempt, bounded by
-        the connect timeout, and only until their breakers open."""
-        failed: set[str] = set()
-        nodes = self.nodes([keys[0] for keys, _ in calls])
-        for name in nodes:
-            node = self.client.get_node(node_name=name)
-            try:
-                if node is None:
-                    raise redis.ConnectionError(f"no node serves {name}")
-                pool = self.client.get_redis_connection(node).connection_pool
-                pool.release(pool.get_connection())
-            except STORAGE_ERRORS:
-                failed.add(name)
-        if len(failed) == len(nodes):
-            return error
-        # None at all: the node that failed is no longer among the calls'
-        # (another thread refreshed the slot map during a failover), so
-        # none of their breakers should count it.
-        return NodeFailure(error, frozenset(failed))
 
-    def _pipelined(self, calls: Sequence[Call], command: str, script: str) -> list[Any]:
-        """Send ``command`` (EVALSHA or EVAL) once per call in one pipeline;
-        return each call's reply or error."""
-        pipe = self.client.pipeline(transaction=False)
-        for keys, args in calls:
-            pipe.execute_command(command, script, len(keys), *keys, *args, **self._route(keys[0]))
-        return pipe.execute(raise_on_error=False)  # type: ignore[no-any-return]
+def _run_on_node(node: Any, command: str, script: str, calls: Sequence[Call]) -> list[Any]:
+    """Each of ``calls``' reply or error reply, sent to one node by ``node``,
+    its own client (or a single server's): a lone call as a plain command (a request's call to each of its
+    nodes, nearly always), cheaper than a pipeline of one; more, pipelined.
 
-    def _route(self, key: str) -> dict[str, Any]:
-        """For a cluster pipeline, the node to send a script call on ``key``
-        to. Without it, redis-py 8 asks the cluster's default node for the
-        call's keys (``COMMAND GETKEYS``) before routing each call: a round
-        trip more per call, to a node that may be down. A MOVED reply
-        still reroutes the call."""
-        if not self.cluster:
-            return {}
+    :raises redis.ConnectionError: when the node could not be reached.
+    :raises redis.TimeoutError: when it did not answer in time.
+    """
+    if len(calls) == 1:
+        [(keys, args)] = calls
         try:
-            return {"target_nodes": self.client.get_node_from_key(key)}
-        except SlotNotCoveredError:
-            return {}
+            return [node.execute_command(command, script, len(keys), *keys, *args)]
+        except redis.ResponseError as error:
+            return [error]
+    pipe = node.pipeline(transaction=False)
+    for keys, args in calls:
+        pipe.execute_command(command, script, len(keys), *keys, *args)
+    return pipe.execute(raise_on_error=False)  # type: ignore[no-any-return]
 
 
 def _split_by_migration(error: object) -> bool:
