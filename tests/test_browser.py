@@ -213,7 +213,8 @@ def test_the_dashboards_override_controls_in_a_real_browser(served: tuple[Flask,
     """Set a block on a network from the form, see it refuse and listed with
     its change, then lift it with its row's button (docs/overrides.rst)."""
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import Select
+    from selenium.webdriver.support.expected_conditions import staleness_of
+    from selenium.webdriver.support.ui import Select, WebDriverWait
 
     app, base = served
     client = app.test_client()
@@ -234,7 +235,11 @@ def test_the_dashboards_override_controls_in_a_real_browser(served: tuple[Flask,
     assert_on_the_page(browser, ("overrides-table", "changes-table", "limits-table"))
     assert get(client, "/items", ip="203.0.113.8").status_code == 429
 
+    # The page that answers has a #reset-done of its own: wait until the old
+    # page's is gone, or the old one may be read, or go stale while read.
+    shown = browser.find_element(By.ID, "reset-done")
     browser.find_element(By.CSS_SELECTOR, "#overrides-table button.remove").click()
+    WebDriverWait(browser, 10).until(staleness_of(shown))
     assert browser.find_element(By.ID, "reset-done").text == "Removed: ip:203.0.113.0/24 blocked on scope 'items'."
     assert not browser.find_elements(By.ID, "overrides-table")
     assert get(client, "/items", ip="203.0.113.8").status_code == 200
