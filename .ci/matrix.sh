@@ -11,20 +11,24 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# The tests a cell that does not run every Redis-backed test runs: the lean
-# client path on a single node and on a cluster, the cluster's and a single
-# server's faults, Sentinel, TLS and the other deployments, the storage URLs,
-# one round trip per request, and the views end to end (single node, cluster
-# and memory://, through the shared storage fixtures). So every cell covers a
-# single node and a cluster.
+# The tests a cell that does not run every Redis-backed test runs: the
+# script calls on a single node and on a cluster, the cluster's and a single
+# server's faults, Sentinel, TLS and the other deployments, the storage URLs
+# and the failure policy, local://, one round trip per request, and the views
+# end to end (single node, cluster and memory://, through the shared storage
+# fixtures). So every cell covers a single node and a cluster; these are the
+# files where redis-py's releases differed.
 SUBSET=(
-    tests/test_wire.py
-    tests/test_lean_cluster.py
+    tests/test_client_path.py
+    tests/test_cluster_path.py
     tests/test_cluster_faults.py
     tests/test_cluster_kept.py
     tests/test_server_faults.py
+    tests/test_servers.py
     tests/test_topologies.py
     tests/test_clients.py
+    tests/test_failure_policy.py
+    tests/test_local.py
     tests/test_roundtrip.py
     tests/test_views.py
 )

@@ -14,7 +14,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 from helpers import get, limited_app
 from servers import RedisCluster, redis_command
-from test_lean_cluster import on_two_nodes, remaining, storage_of
+from test_cluster_path import on_two_nodes, remaining, storage_of
 
 pytestmark = pytest.mark.redis
 

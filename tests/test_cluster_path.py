@@ -4,8 +4,7 @@ slot map.
 They decide as one call on a single node would, and every call that meets a
 redirect, a flushed script cache, a dead node or a timeout is sent again
 (through redis-py's cluster client) only where the node did not run it, so
-that nothing is counted twice. (The file keeps its name from the client
-path it once tested.)
+that nothing is counted twice.
 
 Counts are judged by requests through a Flask app, never by reading keys."""
 
