@@ -13,6 +13,7 @@ See :doc:`/overrides`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -118,12 +119,15 @@ class Overrides:
         return changed, named
 
     def _policy(self, policy: Policy, override: Override) -> Policy:
-        """``policy`` with the override's layers: same scope, strategy and
-        penalty, so the identity's counters and penalties carry on."""
+        """``policy`` with the override's layers: same scope, strategy,
+        penalty and shaping delay, so the identity's counters and penalties
+        carry on. A concurrency cap is not a rate: it stays the view's."""
+        if policy.concurrent:
+            return policy
         key = (policy, override.layers)
         made = self._policies.get(key)
         if made is None:
-            made = Policy(override.layers, policy.scope, policy.strategy, policy.penalty)
+            made = dataclasses.replace(policy, layers=override.layers)
             remember(self._policies, key, made, POLICY_CACHE_SIZE)
         return made
 

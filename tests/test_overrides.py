@@ -14,7 +14,7 @@ from flask import Flask, request
 from helpers import FakeMonotonic, add_login, evalsha_calls, extension_records, flask_command, get, install
 from test_dashboard import PREFIX, page, tables, token
 
-from flask_redis_throttle import RateLimit, dashboard, limit, refusal_log
+from flask_redis_throttle import RateLimit, current_limit, dashboard, limit, refusal_log
 from flask_redis_throttle.extension import RateLimitState
 
 
@@ -64,6 +64,39 @@ def test_an_override_gives_one_identity_other_layers_on_one_scope(app: Flask) ->
     assert [get(client, "/api", ip=f"192.0.2.{n}", user="42").status_code for n in range(6)] == [200] * 5 + [429]
     assert [get(client, "/other", ip=f"192.0.2.{n}", user="42").status_code for n in range(3)] == [200, 200, 429]
     assert [get(client, "/api", ip=f"198.51.100.{n}", user="7").status_code for n in range(3)] == [200, 200, 429]
+
+
+def test_an_override_keeps_the_view_s_concurrency_cap_and_its_delay(app: Flask) -> None:
+    """Other layers replace a limit's rate, not its cap on requests at once
+    (docs/overrides.rst, "Cap slow exports") nor its shaping delay."""
+
+    @app.get("/export")
+    @limit("2/m", concurrent=1)
+    def export() -> str:
+        return "ok"
+
+    @app.get("/shaped")
+    @limit("1/s", delay="500ms")
+    def shaped() -> str:
+        found = current_limit()
+        assert found is not None
+        return str(found.retry_after)
+
+    install(app, RATELIMIT_BLOCK_CACHE_SIZE=0)
+    client = app.test_client()
+    cli(app, "override", "ip:192.0.2.9", "4/s", "--for", "1h")
+    first = get(client, "/export", ip="192.0.2.9")
+    assert first.status_code == 200
+    with get(client, "/export", ip="192.0.2.9") as second:
+        assert second.status_code == 429
+        assert second.headers["RateLimit"].startswith('"conc"')
+    first.close()
+    for _ in range(3):
+        with get(client, "/export", ip="192.0.2.9") as again:
+            assert again.status_code == 200
+    # Shaped at the override's 4/s: one every 250 ms, the second waits its turn.
+    waits = [float(get(client, "/shaped", ip="192.0.2.9").text) for _ in range(2)]
+    assert waits == pytest.approx([0.0, 0.25])
 
 
 def test_an_override_on_every_scope(app: Flask) -> None:
