@@ -39,7 +39,12 @@ def check_installed() -> None:
     assert CHECKOUT not in where.parents, f"imported the checkout's package ({where}), not the wheel's"
     assert "site-packages" in where.parts, where
     files = importlib.resources.files("flask_redis_throttle")
-    for name in ("py.typed", "core/lua/main.lua", "core/lua/flat/gcra.lua", "templates/ratelimit_dashboard/index.html"):
+    # Every data file of the checkout's package: the scripts, the templates.
+    source = CHECKOUT / "flask_redis_throttle"
+    data = [path for pattern in ("py.typed", "**/*.lua", "**/*.html") for path in source.glob(pattern)]
+    assert len(data) > 5, f"found no data files in {source}"
+    for path in data:
+        name = path.relative_to(source).as_posix()
         assert files.joinpath(name).is_file(), f"the wheel lacks {name}"
     commands = importlib.metadata.entry_points(group="flask.commands")
     assert [e.value for e in commands if e.name == "ratelimit"] == ["flask_redis_throttle._cli:ratelimit"]
