@@ -2,7 +2,8 @@
 # One cell of CI's compatibility matrix: a Python, a redis-py, with or
 # without hiredis, a server line, and the tests that cell runs. Each cell
 # installs the project into a fresh virtualenv of its own (.ci-venv-CELL) with
-# the README's `pip install -e ".[test]"`, pinned to the cell's redis-py.
+# the README's `pip install -e ".[test]"` with the browser extra, pinned to the
+# cell's redis-py.
 #
 #   .ci/matrix.sh CELL      run one cell (.ci/run runs them all)
 #   .ci/matrix.sh --list    the cells, one a line
@@ -93,7 +94,9 @@ python=$(python_for "$version")
 venv=".ci-venv-$cell"
 "$python" -m venv --clear "$venv"
 "$venv/bin/python" -m pip install --quiet --upgrade pip
-"$venv/bin/python" -m pip install --quiet -e ".[test]" "$requirement"
+# The browser extra too: under CI=true the dashboard's browser test fails,
+# never skips, without selenium (.ci/run installs Debian's Chromium).
+"$venv/bin/python" -m pip install --quiet -e ".[test,browser]" "$requirement"
 if [ "$hiredis" != yes ]; then
     "$venv/bin/python" -m pip uninstall --quiet -y hiredis
 fi
