@@ -458,7 +458,7 @@ def patient() -> Iterator[RedisCluster]:
 
 @pytest.mark.parametrize("fail_open", [True, False], ids=["fail-open", "fail-closed"])
 def test_a_stalled_master_affects_only_its_own_addresses(patient: RedisCluster, fail_open: bool) -> None:
-    """A master is stopped (``SIGSTOP``) for three seconds while eight threads
+    """A master is stopped (``SIGSTOP``) for four seconds while eight threads
     send requests from addresses on every master. Its own addresses follow
     the failure policy, each request within the socket timeout, then are
     decided again once it resumes. The other addresses are decided
@@ -483,7 +483,9 @@ def test_a_stalled_master_affects_only_its_own_addresses(patient: RedisCluster, 
             stopped = time.monotonic()
             os.kill(victim.pid, signal.SIGSTOP)
             try:
-                time.sleep(3.0)
+                # Long enough that, after its first requests' two timeouts,
+                # its addresses are decided by the breaker for a while.
+                time.sleep(4.0)
             finally:
                 os.kill(victim.pid, signal.SIGCONT)
             resumed = time.monotonic()
