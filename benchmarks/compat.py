@@ -30,9 +30,9 @@ the app starts, so it should be 1 within the noise. The target is at most
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from flask import Flask
@@ -41,13 +41,12 @@ from harness import (
     SPEC,
     base_environ,
     client_options,
-    figures,
     flask_limiter_user_key,
     flask_limiter_variant,
+    interleaved,
     make_view,
-    measure,
     our_storage,
-    prepare,
+    runs,
     user_key,
     yardsticks,
 )
@@ -56,12 +55,9 @@ from harness import app_variant as variant_of
 from flask_redis_throttle import RateLimit, limit
 from flask_redis_throttle.compat.flask_limiter import Limiter
 from flask_redis_throttle.compat.flask_limiter.util import get_remote_address
-from flask_redis_throttle.testing import redis_server
 
 #: The shim's added time / the native app's: the bound.
 TARGET = 1.1
-DEFAULTS = {"rounds": 200, "batch": 40, "warmup": 5}
-QUICK = {"rounds": 10, "batch": 20, "warmup": 2}
 
 
 def native_app(url: str) -> Flask:
@@ -98,7 +94,7 @@ def shim_app(url: str) -> Flask:
     return app
 
 
-def one_run(url: str, settings: dict[str, int]) -> dict[str, dict[str, Any]]:
+def one_run(url: str, settings: Mapping[str, int]) -> dict[str, dict[str, Any]]:
     """Time the three apps and the yardsticks once, interleaved; their figures by name."""
     environ = base_environ()
     native, shim = native_app(url), shim_app(url)
@@ -108,24 +104,16 @@ def one_run(url: str, settings: dict[str, int]) -> dict[str, dict[str, Any]]:
         variant_of("shim", "compat.flask_limiter (Limiter, @limiter.limit)", shim, environ, header="RateLimit"),
         flask_limiter_variant(url, environ, "fixed-window", "Flask-Limiter fixed-window", "flask-limiter"),
     ]
-    prepare(variants, environ, settings["batch"])
-    measure(variants, settings["rounds"], settings["batch"], settings["warmup"])
+    results = interleaved(variants, environ, settings)
     for app in (native, shim):
         our_storage(app).close()
-    return figures(variants)
+    return results
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a few seconds: few, short rounds")
-    parser.add_argument("--runs", type=int, default=1, help="independent runs, each on a fresh server")
-    args = parser.parse_args(argv)
-    settings = QUICK if args.quick else DEFAULTS
     ratios: list[float] = []
-    for run in range(1, args.runs + 1):
-        with redis_server() as server:
-            results = one_run(server.url, settings)
-        print(f"run {run}: {settings['rounds']} rounds x {settings['batch']} calls, interleaved")
+    _, each = runs(__doc__.split("\n\n")[0], one_run, argv)
+    for results in each:
         for name in ("native", "shim", "flask-limiter"):
             entry = results[name]
             print(f"  {entry['label']:<48} added {entry['added_us']:7.1f} us  {entry['added_pings']:5.2f} x PING")

@@ -21,6 +21,7 @@ the scripts from the repository root: Python puts their directory,
 
 from __future__ import annotations
 
+import argparse
 import gc
 import os
 import platform
@@ -43,6 +44,7 @@ from werkzeug.test import EnvironBuilder
 from flask_redis_throttle import RateLimit, limit
 from flask_redis_throttle.core.clients import DEFAULT_CLIENT_OPTIONS
 from flask_redis_throttle.core.scripts import STRATEGIES
+from flask_redis_throttle.testing import redis_server
 
 try:
     from flask_limiter import Limiter
@@ -605,6 +607,43 @@ def measure(variants: Sequence[Variant], rounds: int, batch: int, warmup_rounds:
             elapsed = time.perf_counter_ns() - start
             if round_number >= warmup_rounds:
                 variant.samples.append(elapsed / batch / 1000)
+
+
+def interleaved(
+    variants: Sequence[Variant], environ: Environ, settings: Mapping[str, int]
+) -> dict[str, dict[str, Any]]:
+    """Check, warm up and time ``variants`` in interleaved rounds; their figures by name."""
+    prepare(variants, environ, settings["batch"])
+    measure(variants, settings["rounds"], settings["batch"], settings["warmup"])
+    return figures(variants)
+
+
+#: Rounds of the small benchmarks that compare a few apps (compat.py, overrides.py).
+RUN_DEFAULTS = {"rounds": 200, "batch": 40, "warmup": 5}
+#: Their ``--quick``: a smoke test, too short to judge a target by.
+RUN_QUICK = {"rounds": 10, "batch": 20, "warmup": 2}
+
+
+def runs(
+    description: str, one_run: Callable[[str, Mapping[str, int]], dict[str, dict[str, Any]]], argv: list[str] | None
+) -> tuple[bool, Iterator[dict[str, dict[str, Any]]]]:
+    """The command line of a small benchmark (``--quick``, ``--runs N``):
+    whether it is quick, and each run's figures, from ``one_run(url,
+    settings)`` on a fresh server, each printed after the run's heading."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help="a few seconds: few, short rounds")
+    parser.add_argument("--runs", type=int, default=1, help="independent runs, each on a fresh server")
+    args = parser.parse_args(argv)
+    settings = RUN_QUICK if args.quick else RUN_DEFAULTS
+
+    def each() -> Iterator[dict[str, dict[str, Any]]]:
+        for run in range(1, args.runs + 1):
+            with redis_server() as server:
+                results = one_run(server.url, settings)
+            print(f"run {run}: {settings['rounds']} rounds x {settings['batch']} calls, interleaved")
+            yield results
+
+    return args.quick, each()
 
 
 def quartiles(values: Sequence[float]) -> tuple[float, float]:

@@ -29,23 +29,20 @@ set`` (issue 28: less than 5 % more).
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from flask import Flask
-from harness import SPEC, base_environ, client_options, figures, make_view, measure, prepare, user_key, yardsticks
+from harness import SPEC, base_environ, client_options, interleaved, make_view, runs, user_key, yardsticks
 from harness import app_variant as variant_of
 
 from flask_redis_throttle import RateLimit, limit
 from flask_redis_throttle.extension import RateLimitState
-from flask_redis_throttle.testing import redis_server
 
 #: ``none set``'s added time / ``without``'s: the bound.
 TARGET = 1.05
-DEFAULTS = {"rounds": 200, "batch": 40, "warmup": 5}
-QUICK = {"rounds": 10, "batch": 20, "warmup": 2}
 
 
 def app_of(url: str, name: str) -> tuple[Flask, RateLimit]:
@@ -58,7 +55,7 @@ def app_of(url: str, name: str) -> tuple[Flask, RateLimit]:
     return app, ratelimit
 
 
-def one_run(url: str, settings: dict[str, int]) -> dict[str, dict[str, Any]]:
+def one_run(url: str, settings: Mapping[str, int]) -> dict[str, dict[str, Any]]:
     """Time the three apps and the yardsticks once, interleaved; their figures by name."""
     environ = base_environ()
     without, _ = app_of(url, "without")
@@ -80,22 +77,13 @@ def one_run(url: str, settings: dict[str, int]) -> dict[str, dict[str, Any]]:
         variant_of("none", "overrides on, none set", none_set, environ, header="RateLimit"),
         variant_of("others", "220 overrides of others set", others_set, environ, header="RateLimit"),
     ]
-    prepare(variants, environ, settings["batch"])
-    measure(variants, settings["rounds"], settings["batch"], settings["warmup"])
-    return figures(variants)
+    return interleaved(variants, environ, settings)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a few seconds: few, short rounds")
-    parser.add_argument("--runs", type=int, default=1, help="independent runs, each on a fresh server")
-    args = parser.parse_args(argv)
-    settings = QUICK if args.quick else DEFAULTS
     ratios: dict[str, list[float]] = {"none": [], "others": [], "again": []}
-    for run in range(1, args.runs + 1):
-        with redis_server() as server:
-            results = one_run(server.url, settings)
-        print(f"run {run}: {settings['rounds']} rounds x {settings['batch']} calls, interleaved")
+    quick, each = runs(__doc__.split("\n\n")[0], one_run, argv)
+    for results in each:
         for name in ("without", "again", "none", "others"):
             entry = results[name]
             print(f"  {entry['label']:<32} added {entry['added_us']:7.1f} us  {entry['added_pings']:5.2f} x PING")
@@ -114,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     control = statistics.median(ratios["again"])
     print(f"A/A control, again / without, median of {len(ratios['again'])} run(s): {control:.3f}")
     # --quick is CI's smoke test of the benchmark: too few rounds to judge a target by.
-    return 0 if args.quick or median <= TARGET else 1
+    return 0 if quick or median <= TARGET else 1
 
 
 if __name__ == "__main__":
