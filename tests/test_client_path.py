@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import redis
 from flask import Flask
+from flask.testing import FlaskClient
 from helpers import evalsha_calls, get, install, join_all
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -188,6 +189,24 @@ def test_a_connection_broken_under_a_call_is_retried_once_and_counted_once(
     storage_of(app).close()
 
 
+def request_while_redis_sleeps(server: RedisServer, web: FlaskClient) -> Any:
+    """A request sent while ``DEBUG SLEEP`` blocks Redis for 0.5 s, longer
+    than the 0.3 s socket timeout of the tests that use it: the script is
+    sent, times out on the client's side, and runs when Redis wakes up. Not
+    so long that a retry could not reconnect (its handshake waits for Redis
+    to wake) and send the call again. The response, once Redis is awake."""
+    admin = redis.Redis.from_url(server.url)
+    try:
+        sleeper = threading.Thread(target=admin.execute_command, args=("DEBUG", "SLEEP", "0.5"))
+        sleeper.start()
+        time.sleep(0.1)
+        response = get(web)
+        join_all([sleeper], deadline=10, what="DEBUG SLEEP")
+    finally:
+        admin.close()
+    return response
+
+
 def test_a_timed_out_call_is_not_replayed_and_counted_once(
     server: RedisServer, commands: list[tuple[Any, ...]], caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -197,16 +216,8 @@ def test_a_timed_out_call_is_not_replayed_and_counted_once(
     admin = redis.Redis.from_url(server.url)
     before = evalsha_calls(admin)
     del commands[:]
-    # DEBUG SLEEP blocks the server longer than the socket timeout: the
-    # script is sent, times out on our side, and runs when Redis wakes up.
-    # Not so long that a retry could not reconnect (its handshake waits for
-    # Redis to wake) and send the call again, had the timeout been retried.
-    sleeper = threading.Thread(target=admin.execute_command, args=("DEBUG", "SLEEP", "0.5"))
-    sleeper.start()
-    time.sleep(0.1)
     with caplog.at_level("WARNING", "flask_redis_throttle"):
-        response = get(web)
-    join_all([sleeper], deadline=10, what="DEBUG SLEEP")
+        response = request_while_redis_sleeps(server, web)
     assert response.status_code == 200  # failed open, after one timeout
     assert "RateLimit" not in response.headers  # undecided
     assert "Timeout" in caplog.records[-1].getMessage()
@@ -234,14 +245,10 @@ def test_a_client_of_ones_own_that_retries_timeouts_may_count_a_request_twice(
     admin = redis.Redis.from_url(server.url)
     before = evalsha_calls(admin)
     del commands[:]
-    # Redis sleeps past the socket timeout: the call times out, and redis-py
-    # connects again (its handshake waits for Redis to wake) and sends it
-    # again; the request is decided, but Redis ran the script twice.
-    sleeper = threading.Thread(target=admin.execute_command, args=("DEBUG", "SLEEP", "0.5"))
-    sleeper.start()
-    time.sleep(0.1)
-    response = get(web)
-    join_all([sleeper], deadline=10, what="DEBUG SLEEP")
+    # The call times out, and redis-py connects again (its handshake waits
+    # for Redis to wake) and sends it again; the request is decided, but
+    # Redis ran the script twice.
+    response = request_while_redis_sleeps(server, web)
     assert remaining(response) == 2  # one request, counted twice
     assert scripts(commands) == ["EVALSHA"]  # one call of ours, sent twice by redis-py
     assert evalsha_calls(admin) - before == 2
