@@ -88,6 +88,9 @@ return {
     local used = redis.call('ZCOUNT', key, since, '+inf')
     if used + cost <= quota then
       if cost > 0 then
+        -- Reset a window after this entry: after the newest one too, but
+        -- for a plain layer on a set that a shaped limit shares, where a
+        -- later turn may be reserved (reading it would cost every request).
         return true, quota - used - cost, period, 0, burst and 'r' or '', period
       end
       if used == 0 then
