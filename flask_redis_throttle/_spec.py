@@ -124,9 +124,10 @@ class LimitSpec:
 
     def policy(self, layers: tuple[Layer, ...], scope: str, strategy: str) -> Policy:
         """The policy of this limit's ``layers`` under ``scope`` and
-        ``strategy``: a shaped limit spreads its requests one at a time
+        ``strategy``: a shaped GCRA limit spreads its requests one at a time
         (a burst of 1: see :doc:`/shaping`)."""
-        return Policy(layers, scope, strategy, self.penalty, self.delay, 1 if self.delay else 0)
+        burst = 1 if self.delay and strategy == "gcra" else 0
+        return Policy(layers, scope, strategy, self.penalty, self.delay, burst)
 
     @property
     def dynamic(self) -> bool:
@@ -276,30 +277,35 @@ def _delay(delay: object) -> float:
 
 def _shaped_strategy(checked: dict[str, Any]) -> str:
     """The strategy of a limit with a delay, given its ``checked`` options:
-    GCRA, the one that has a delay (see
-    :data:`~flask_redis_throttle.core.throttle.DELAYED_STRATEGIES`).
+    the one it names, if it has a delay (see
+    :data:`~flask_redis_throttle.core.throttle.DELAYED_STRATEGIES`), or
+    GCRA when it names none.
 
-    :raises InvalidLimit: for another strategy; a fixed cost above 1 (a
-        shaped limit lets its requests go one at a time, so one that costs
-        more would never pass); or ``deduct_when``, which counts a request
-        after its response, when its turn can no longer be reserved.
+    :raises InvalidLimit: for a strategy without a delay; on GCRA, a fixed
+        cost above 1 (a shaped GCRA limit lets its requests go one at a
+        time, so one that costs more would never pass); or ``deduct_when``,
+        which counts a request after its response, when its turn can no
+        longer be reserved.
     """
-    strategy, cost = checked.get("strategy"), checked.get("cost", 1)
-    if strategy is not None and strategy not in DELAYED_STRATEGIES:
+    strategy, cost = checked.get("strategy") or "gcra", checked.get("cost", 1)
+    if strategy not in DELAYED_STRATEGIES:
         raise InvalidLimit(
-            f"delay needs strategy='gcra', not {strategy!r}: {NO_DELAY[strategy]}; leave strategy out for gcra",
+            f"delay needs strategy='gcra' or 'sliding-log', not {strategy!r}: {NO_DELAY[strategy]}; "
+            "leave strategy out for gcra",
             spec=strategy,
         )
-    if not callable(cost) and cost > 1:
+    if strategy == "gcra" and not callable(cost) and cost > 1:
         raise InvalidLimit(
-            f"cost {cost} with a delay: a shaped limit lets requests go one at a time, so none could pass", spec=cost
+            f"cost {cost} with a delay: a shaped GCRA limit lets requests go one at a time, so none could pass "
+            "(strategy='sliding-log' takes any cost)",
+            spec=cost,
         )
     if checked.get("deduct_when") is not None:
         raise InvalidLimit(
             "delay with deduct_when: a request's turn is reserved when it is decided, before its response",
             spec=checked["deduct_when"],
         )
-    return "gcra"
+    return strategy
 
 
 def _concurrent(concurrent: object) -> int | None:

@@ -119,11 +119,13 @@ def limit(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> LimitDec
         ``RateLimit-Policy``: ``"requests"`` (the default, left unsaid), or
         ``"content-bytes"`` for a ``cost`` in bytes (see :ref:`quota-units`).
     :param delay: shaping: a request over the rate waits for its turn, up
-        to this long, rather than get a 429; requests then go one every
-        ``window / quota``. A duration such as ``"250ms"`` or ``"1.5s"``, a
-        number of seconds, or True for half a second; at most 10 s. It
-        needs the ``"gcra"`` strategy, which it picks when none is given
-        (see :doc:`/shaping`).
+        to this long, rather than get a 429. A duration such as ``"250ms"``
+        or ``"1.5s"``, a number of seconds, or True for half a second; at
+        most 10 s. It needs the ``"gcra"`` strategy, which it picks when
+        none is given, and with which requests go one every ``window /
+        quota``; or ``"sliding-log"``, which lets the whole quota go at
+        once and a request over it wait until the entry that blocks it
+        leaves the window (see :doc:`/shaping`).
     :param concurrent: also cap how many of an identity's requests run at
         once under the limit's scope, such as ``3``; decided in the same
         call as the layers, and each slot given back when its request ends

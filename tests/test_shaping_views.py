@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from flask import Flask
-from helpers import get, install, join_all, wait_for_gunicorn
+from helpers import Clock, get, install, join_all, wait_for_gunicorn
 from prometheus_client import CollectorRegistry
 
 from flask_redis_throttle import RateLimit, limit
@@ -31,8 +31,9 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"strategy": "fixed-window"}, "delay needs strategy='gcra', not 'fixed-window'"),
-        ({"strategy": "sliding-log"}, "not supported yet"),
+        ({"strategy": "fixed-window"}, "delay needs strategy='gcra' or 'sliding-log', not 'fixed-window'"),
+        ({"strategy": "sliding-window"}, "not 'sliding-window': its count is an estimate"),
+        ({"strategy": "sliding-log", "deduct_when": lambda response: True}, "delay with deduct_when"),
         ({"cost": 2}, "cost 2 with a delay"),
         ({"deduct_when": lambda response: True}, "delay with deduct_when"),
     ],
@@ -53,6 +54,14 @@ def test_delays_are_read_as_seconds(delay: object, seconds: float) -> None:
     made = make_spec("10/s", delay=delay)  # type: ignore[arg-type]
     assert made.delay == seconds
     assert made.strategy == ("gcra" if seconds else None)
+
+
+def test_a_sliding_log_keeps_its_strategy_and_any_cost() -> None:
+    # It lets the whole quota go at once: no burst, and a cost of 3 fits.
+    made = make_spec("10/s", delay="250ms", strategy="sliding-log", cost=3)
+    assert (made.strategy, made.cost) == ("sliding-log", 3)
+    assert made.policy(made.layers or (), "s", "sliding-log").burst == 0
+    assert make_spec("10/s", delay=True).policy(made.layers or (), "s", "gcra").burst == 1
 
 
 def test_a_shaped_view_waits_instead_of_refusing(app: Flask) -> None:
@@ -77,6 +86,34 @@ def test_a_shaped_view_waits_instead_of_refusing(app: Flask) -> None:
     assert registry.get_sample_value("ratelimit_delayed_total", {"endpoint": "index"}) == 2
     assert registry.get_sample_value("ratelimit_delay_seconds_sum") == pytest.approx(0.6)
     assert registry.get_sample_value("ratelimit_delay_seconds_count") == 2
+
+
+def test_a_shaped_sliding_log_view_waits_for_the_oldest_entry(app: Flask, clock: Clock) -> None:
+    registry = CollectorRegistry()
+
+    @app.route("/")
+    @limit("2/s", delay="500ms", strategy="sliding-log")
+    def index() -> dict[str, float]:
+        found = current_limit()
+        assert found is not None
+        return {"waited": found.retry_after, "remaining": found.remaining}
+
+    RateLimit(app, metrics=registry)
+    client = app.test_client()
+    assert [get(client).json for _ in range(2)] == [{"waited": 0, "remaining": 1}, {"waited": 0, "remaining": 0}]
+    # At 0.6 s the two entries of 0 leave the window in 0.4 s: two requests
+    # wait for them, the second seeing the first's turn in its window; the
+    # next one's turn would be 1.4 s away.
+    clock.set(0.6)
+    started = time.monotonic()
+    responses = [get(client) for _ in range(3)]
+    elapsed = time.monotonic() - started
+    assert [r.status_code for r in responses] == [200, 200, 429]
+    assert [r.json for r in responses[:2]] == [{"waited": 0.4, "remaining": 1}, {"waited": 0.4, "remaining": 0}]
+    assert responses[2].headers["Retry-After"] == "2"
+    assert 0.8 <= elapsed < 0.8 + 0.5
+    assert registry.get_sample_value("ratelimit_delayed_total", {"endpoint": "index"}) == 2
+    assert registry.get_sample_value("ratelimit_delay_seconds_sum") == pytest.approx(0.8)
 
 
 def test_a_shadow_shaped_limit_does_not_wait(app: Flask) -> None:
@@ -108,7 +145,7 @@ def arrived():  # before the extension's hook: just before the script decides
 RateLimit(app)
 
 @app.route("/")
-@limit("10/s", delay="300ms")
+@limit("10/s", delay="300ms", strategy=os.environ.get("FRT_TEST_STRATEGY"))
 def index():
     waited = current_limit().retry_after
     return {"turn": g.arrived + waited, "ran": time.time(), "waited": waited, "pid": os.getpid()}
@@ -121,12 +158,15 @@ def ping():
 
 @pytest.mark.redis
 @pytest.mark.real_clock
-def test_shaping_keeps_the_quota_across_gunicorn_workers(tmp_path: Path) -> None:
+@pytest.mark.parametrize("strategy", [None, "sliding-log"], ids=["gcra", "sliding-log"])
+def test_shaping_keeps_the_quota_across_gunicorn_workers(tmp_path: Path, strategy: str | None) -> None:
     (tmp_path / "served.py").write_text(textwrap.dedent(APP))
     port = free_port()
     with redis_server() as server:
         path = os.pathsep.join([str(tmp_path), str(ROOT)])
         env = {**os.environ, "FRT_TEST_REDIS_URL": server.url, "PYTHONPATH": path}
+        if strategy is not None:
+            env["FRT_TEST_STRATEGY"] = strategy
         command = [sys.executable, "-m", "gunicorn", "--workers", "4", "--threads", "4", "--bind", f"127.0.0.1:{port}"]
         process = subprocess.Popen(
             [*command, "served:app"], env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL

@@ -287,8 +287,10 @@ def split(keys: Sequence[str], args: Args) -> list[Part]:
 
 def refund_of(part: Part, reply: Sequence[int], cost: int) -> tuple[list[str], list[Arg]]:
     """The call that gives back ``cost`` that ``part`` took when it was
-    admitted with ``reply``: the same keys and plan, at the time it decided."""
-    return part.keys, [reply[5], -cost, part.args[2]]
+    admitted with ``reply``: the same keys and plan, at the time it decided,
+    and the wait it replied, where a sliding log with a delay stamped the
+    request's entries (see ``lua/shaping.lua``)."""
+    return part.keys, [reply[5], -cost, part.args[2], reply[4]]
 
 
 @dataclass(frozen=True, slots=True)

@@ -67,11 +67,13 @@ class Policy:
     :param delay: shaping: the longest a request over the rate may wait for
         its turn, in seconds, rather than be refused; 0 to refuse at once.
         The script reserves the turn, and the decision's ``retry_after`` is
-        the wait (see :doc:`/shaping`). Only ``"gcra"`` has a delay.
+        the wait (see :doc:`/shaping`). Only ``"gcra"`` and
+        ``"sliding-log"`` have a delay.
     :param burst: with a delay, how many requests may go at once after a
         quiet spell: 1 spreads them one every ``window / quota``, never
         more than the quota in any span of the window; 0 lets the whole
-        quota go at once, as GCRA does without a delay.
+        quota go at once, as GCRA does without a delay. Only ``"gcra"``
+        has a burst: the sliding log always lets the whole quota go.
 
     A policy of concurrency slots, made by :meth:`concurrency`, caps how
     many of an identity's requests run at once instead.
@@ -122,7 +124,8 @@ class Policy:
         :raises InvalidLimit: for a delay that is not a number of seconds
             from 0 to :data:`~flask_redis_throttle.core.codec.MAX_PLAN_DELAY`,
             one on a strategy that has none (see :data:`DELAYED_STRATEGIES`),
-            or a burst without a delay or past the least quota.
+            or a burst without a delay, past the least quota or on another
+            strategy than GCRA.
         """
         delay, burst = self.delay, self.burst
         if not is_number(delay) or not 0 <= delay <= MAX_PLAN_DELAY:
@@ -136,7 +139,13 @@ class Policy:
             return None
         if self.strategy not in DELAYED_STRATEGIES:
             raise InvalidLimit(
-                f"a delay needs the 'gcra' strategy, not {self.strategy!r}: {NO_DELAY[self.strategy]}", spec=delay
+                f"a delay needs the 'gcra' or 'sliding-log' strategy, not {self.strategy!r}: {NO_DELAY[self.strategy]}",
+                spec=delay,
+            )
+        if burst and self.strategy != "gcra":
+            raise InvalidLimit(
+                f"burst {burst!r} needs the 'gcra' strategy: the sliding log lets the whole quota go at once",
+                spec=burst,
             )
         return max(1, round(delay * 1000)), burst
 
@@ -261,17 +270,15 @@ class Hold:
 _SLOTS = frozenset([CONCURRENCY.name])
 
 
-#: The strategies a policy's delay works with: GCRA, whose retry is exact,
-#: and which fits at every moment after it.
-DELAYED_STRATEGIES = frozenset({"gcra"})
+#: The strategies a policy's delay works with: GCRA and the sliding log,
+#: whose retry is exact, and which fit at every moment after it.
+DELAYED_STRATEGIES = frozenset({"gcra", "sliding-log"})
 
 #: Why the other strategies have no delay, for the error.
 NO_DELAY = {
     "fixed-window": "a request put off to the next window would be counted in a window that has not begun, "
     "and the waiting requests would all run at its start, the burst shaping is meant to smooth",
     "sliding-window": "its count is an estimate from two windows, so it has no exact time at which a request fits",
-    "sliding-log": "its log holds the times of past requests only, and a reserved turn would be an entry in "
-    "the future (not supported yet)",
 }
 
 

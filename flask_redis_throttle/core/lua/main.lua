@@ -19,7 +19,7 @@
 --     strategy (see records.lua), `value` is the key's string and `p`
 --     where the layer's record starts in it (nil for none); it writes
 --     nothing. `burst` is given for a shaped entry only (see shaping.lua).
---   refund(now, given, quota, name, key, value, p) -> record, life
+--   refund(now, given, quota, name, key, value, p[, burst]) -> record, life
 --     the record of the layer once `given`, which a request admitted at
 --     `now` took, is handed back, as if it had never been admitted;
 --     nothing when there is nothing to give back
@@ -27,9 +27,11 @@
 --   life(now, value, p, period)
 --     a packed strategy's: how many more microseconds the record at p,
 --     of a window of `period` microseconds, must be kept (see records.lua)
---   store(now, cost, key, value, life)
+--   store(now, cost, key, records, life, wait)
 --     a strategy that is not packed writes `key` itself, once, if any of
---     its layers gave a record: `life` is the longest life they gave
+--     its layers gave a record: `records` joins those of every entry on
+--     the key, `life` is the longest life they gave, and `wait` the
+--     request's (see shaping.lua)
 --   unit          true for a strategy a request takes one of whatever its
 --                 cost (concurrency.lua's slots): never over its quota
 --
@@ -60,6 +62,8 @@
 --             and longest block of a penalty follow (4 bytes each), else
 --             0 (see codec.py's entry()); plus 2 when a delay and a
 --             burst follow that (4 bytes each; see shaping.lua)
+--   ARGV[4]   a refund's only, and optional: the wait, in microseconds,
+--             that the admitting call replied (see shaping.lua)
 --
 -- Every layer is checked before any key is written, and nothing is written
 -- unless all of them have room: a refused request consumes no quota. A
@@ -182,7 +186,7 @@ while at <= #plan do
     end
     local record, life
     if cost < 0 then
-      record, life = strategy.refund(now, -cost, quota, name, key, value, p)
+      record, life = strategy.refund(now, -cost, quota, name, key, value, p, burst)
       if not record and p then
         -- Nothing to give back: the record stays as it is.
         record, life = sub(value, p, p + size - 1), strategy.life(now, value, p, name * 1000000)
@@ -191,8 +195,12 @@ while at <= #plan do
       local fit, left, reset, retry
       fit, left, reset, retry, record, life = strategy.check(when, cost, quota, name, key, value, p, burst)
       if when > now then
-        -- Reserved: its times are counted from now, not from when it runs.
-        reset, life = reset + wait, life and life + wait
+        -- Reserved: its times are counted from now, not from when it runs
+        -- (a set's store() is given the wait).
+        reset = reset + wait
+        if size and life then
+          life = life + wait
+        end
       end
       local over = cost > quota and not strategy.unit
       if over then
@@ -237,6 +245,10 @@ while at <= #plan do
       -- Records this entry does not write: those of other limits that
       -- share the key, or an earlier entry's on the same key.
       n, longest = keep(pending or value, size, strategy.life, now, plan, first, last, parts, n, longest)
+    elseif pending and not size then
+      -- A set that an earlier entry counts in too: its records with these.
+      n = n + 1
+      parts[n] = pending
     end
     keys[slot + 3], keys[slot + 4] = table.concat(parts, '', 1, n), longest
   end
@@ -269,7 +281,7 @@ if admitted and cost ~= 0 then
       if strategy.size then
         set(key, written, keys[s + 4])
       else
-        strategy.store(now, cost, key, written, keys[s + 4])
+        strategy.store(now, cost, key, written, keys[s + 4], wait)
       end
     end
   end

@@ -3,9 +3,11 @@
 -- reserves the turn when it decides: the layers of every delayed entry are
 -- checked, and written, at the time the request will run, now + wait, so
 -- that requests that wait keep the rate as exactly as those that do not,
--- across every process that shares the keys. Only GCRA has a delay (the
--- Policy refuses any other strategy): its retry is exact, and it fits at
--- every time after it, so at now + wait each delayed layer fits.
+-- across every process that shares the keys. GCRA and the sliding log
+-- have a delay (the Policy refuses any other strategy): their retry is
+-- exact, and a layer fits at every time after it, so at now + wait each
+-- delayed layer fits. GCRA moves its TAT to the turn; the sliding log
+-- stamps its entries with it (see sliding_log.lua).
 --
 -- A plan entry's flag byte (see main.lua) has bit 0 for a penalty and bit
 -- 1 for a delay: after the penalty's 12 bytes (if any), the longest wait,
@@ -30,10 +32,11 @@ end
 -- longest retry of the layers of the entries that have a delay, if it is
 -- within the shortest of their delays; else 0, and main.lua decides at
 -- `now`, refusing as usual. A layer whose whole quota is less than the cost
--- never fits, however long it waits.
+-- never fits, however long it waits. A refund is given the wait of the call
+-- that admitted it, ARGV[4] (a sliding log finds its entries at now + wait).
 local function shaping_wait(now, cost, plan)
   if cost <= 0 then
-    return 0
+    return cost < 0 and tonumber(ARGV[4]) or 0
   end
   local wait, bound = 0, nil
   local e, at = 0, 1

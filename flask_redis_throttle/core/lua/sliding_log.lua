@@ -17,14 +17,33 @@
 --
 -- Not packed: check() reads the set itself, and store() writes it, once per
 -- key, given the longest window of the layers that counted the request.
+--
+-- Shaping (see shaping.lua): a request over the quota can wait until the
+-- entry that blocks it leaves the window, check()'s retry. Its entries are
+-- then stamped at the time it will run, now + wait: a reservation, an entry
+-- in the future. Every read counts the entries up to +inf, so a reservation
+-- is counted from the moment it is made until it leaves the window, by
+-- every layer and every read (inspections, usage); the newest entry, which
+-- gives the reset, may be one; and entries are only ever removed from the
+-- past end. A request counted at time t (checked with the entries after
+-- t - window, those in the future included) and stamped at t or later
+-- keeps every window's count within the quota: any window that holds its
+-- stamp begins after t - window, so every entry in it was counted. And a
+-- request that fits at a time fits at every later one, since counts only
+-- fall as time passes: so at now + wait every shaped layer fits.
+--
+-- A layer of a shaped entry (given a `burst`) returns the record 'r': the
+-- key's entries are stamped now + wait if any layer that counts in it is
+-- shaped, else now (main.lua joins the records of a key's entries).
 
 local format, tonumber, max = string.format, tonumber, math.max
 
--- Add `count` entries stamped `now` to the sorted set `key`. First the
--- entries older than the longest window of any limit that counts in the
--- set go; that window (the member "w") is grown to `horizon` (microseconds)
--- if it is shorter. The set then lives as long as that window.
-local function add(now, key, horizon, count)
+-- Add `count` entries stamped `stamped` (now, or a reserved turn after it)
+-- to the sorted set `key`. First the entries older, at `now`, than the
+-- longest window of any limit that counts in the set go; that window (the
+-- member "w") is grown to `horizon` (microseconds) if it is shorter. The
+-- set then lives as long as that window after the newest entry.
+local function add(now, stamped, key, horizon, count)
   local stored = -(tonumber(redis.call('ZSCORE', key, 'w')) or 0) * 1000000
   horizon = max(horizon, stored)
   if horizon > stored then
@@ -33,7 +52,7 @@ local function add(now, key, horizon, count)
   redis.call('ZREMRANGEBYSCORE', key, 0, format('%d', now - horizon))
   -- Members are unique: "<time>:<number>", numbered on from the entries
   -- already stamped with this time.
-  local stamp = format('%d', now)
+  local stamp = format('%d', stamped)
   local before = redis.call('ZCOUNT', key, stamp, stamp)
   for first = 1, count, 100 do
     local entries = {}
@@ -43,13 +62,13 @@ local function add(now, key, horizon, count)
     end
     redis.call('ZADD', key, unpack(entries))
   end
-  redis.call('PEXPIRE', key, math.ceil(horizon / 1000) + 1000)
+  redis.call('PEXPIRE', key, math.ceil((horizon + stamped - now) / 1000) + 1000)
 end
 
--- Remove `given` entries stamped `now` from the set `key`, the latest
+-- Remove `given` entries stamped `stamped` from the set `key`, the latest
 -- first, so that the "<time>:<number>" members left stay unique.
-local function remove(now, key, given)
-  local stamp = format('%d', now)
+local function remove(stamped, key, given)
+  local stamp = format('%d', stamped)
   local members = redis.call('ZRANGEBYSCORE', key, stamp, stamp)
   local numbers = {}
   for _, member in ipairs(members) do
@@ -62,19 +81,24 @@ local function remove(now, key, given)
 end
 
 return {
-  check = function(now, cost, quota, name, key)
+  check = function(now, cost, quota, name, key, _, _, burst)
     local period = name * 1000000
     local since = format('(%d', now - period)
+    -- The entries in the window, and the reservations after it.
     local used = redis.call('ZCOUNT', key, since, '+inf')
     if used + cost <= quota then
       if cost > 0 then
-        return true, quota - used - cost, period, 0, '', period
+        -- Reset a window after this entry: after the newest one too, but
+        -- for a plain layer on a set that a shaped limit shares, where a
+        -- later turn may be reserved (reading it would cost every request).
+        return true, quota - used - cost, period, 0, burst and 'r' or '', period
       end
       if used == 0 then
         return true, quota, 0, 0
       end
     end
-    -- Back to the full quota once the newest entry is out of the window.
+    -- Back to the full quota once the newest entry, which may be a
+    -- reservation, is out of the window.
     local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
     local stamp = tonumber(newest[2])
     local reset = stamp and stamp > 0 and max(stamp + period - now, 0) or 0
@@ -84,8 +108,8 @@ return {
     local retry = 0
     if cost <= quota then
       -- The request fits once the excess-th oldest entry in the window is
-      -- out. (One costing more than the quota never fits; main.lua handles
-      -- it.)
+      -- out, and at every moment after. (One costing more than the quota
+      -- never fits; main.lua handles it.)
       local excess = used + cost - quota
       local entry = redis.call('ZRANGEBYSCORE', key, since, '+inf', 'WITHSCORES', 'LIMIT', excess - 1, 1)
       retry = tonumber(entry[2]) + period - now
@@ -93,18 +117,23 @@ return {
     return false, max(quota - used, 0), reset, retry
   end,
 
-  -- A refund is given back once for the whole set, by store().
-  refund = function()
-    return '', 0
+  -- A refund is given back once for the whole set, by store(); a shaped
+  -- layer marks it, as check() does, so that the entries go from the
+  -- reserved turn.
+  refund = function(_, _, _, _, _, _, _, burst)
+    return burst and 'r' or '', 0
   end,
 
   -- What the layers of the request noted: `horizon` is the longest window
-  -- of those that counted it; a negative cost is a refund.
-  store = function(now, cost, key, _, horizon)
+  -- of those that counted it; a negative cost is a refund. The entries are
+  -- stamped now + wait when a shaped layer marked the set (`written` is not
+  -- empty), else now.
+  store = function(now, cost, key, written, horizon, wait)
+    local stamped = written == '' and now or now + wait
     if cost > 0 then
-      add(now, key, horizon, cost)
+      add(now, stamped, key, horizon, cost)
     else
-      remove(now, key, -cost)
+      remove(stamped, key, -cost)
     end
   end,
 }
