@@ -109,6 +109,14 @@ def test_the_group_has_flask_limiters_commands_and_the_extensions_others() -> No
     assert cli.commands["limits"] is not ratelimit.commands["limits"]
 
 
+def test_the_group_is_added_to_the_apps_own_command_line() -> None:
+    app = shop("memory://")
+    app.cli.add_command(cli)
+    result = app.test_cli_runner().invoke(args=["limiter", "limits", "--endpoint", "free"])
+    assert result.exit_code == 0, result.output
+    assert result.output == "shop\n└── free: /free\n    └── Exempt\n"
+
+
 def test_without_an_extension_every_command_says_so() -> None:
     app = Flask("bare")
     for args in (["config"], ["limits"], ["limits", "--key", "192.0.2.1"], ["clear", "--key", "192.0.2.1", "-y"]):
@@ -118,8 +126,12 @@ def test_without_an_extension_every_command_says_so() -> None:
         )
 
 
+def refused(limit: Any) -> None:
+    return None
+
+
 def test_config_shows_the_settings_under_flask_limiters_names(url: str) -> None:
-    app = shop(url, strategy="moving-window", key_prefix="shop", headers_enabled=True)
+    app = shop(url, strategy="moving-window", key_prefix="shop", headers_enabled=True, on_breach=refused)
     lines = ok(app, "config").splitlines()
     assert lines[0].split() == ["FLASK-LIMITER", "SETTING", "VALUE"]
     rows = {line[:22].strip(): line[22:].split(None, 1) for line in lines[1:]}
@@ -135,6 +147,7 @@ def test_config_shows_the_settings_under_flask_limiters_names(url: str) -> None:
     assert rows["Meta limits"] == ["RATELIMIT_META", "3 per 1 hour"]
     assert rows["Headers"] == ["RATELIMIT_HEADERS_ENABLED", "True"]
     assert rows["Fail on first breach"] == ["RATELIMIT_FAIL_ON_FIRST_BREACH", "True"]
+    assert rows["On breach callback"] == ["RATELIMIT_ON_BREACH_CALLBACK", f"{__name__}.refused()"]
 
 
 def test_config_says_when_the_storage_does_not_answer_and_hides_its_password() -> None:
@@ -233,6 +246,9 @@ def test_endpoint_path_and_method_choose_the_routes() -> None:
     assert fails(app, "clear", "--key", "192.0.2.1", "--path", "/items/x", "-y") == (
         "Error: GET: /items/x could not be matched to any route\n"
     )
+    unknown = fails(app, "limits", "--watch", code=2)
+    assert "No such option" in unknown
+    assert "--watch" in unknown
     assert "Error: give --endpoint or --path, not both" in fails(
         app, "limits", "--endpoint", "cart", "--path", "/cart", code=2
     )
@@ -262,6 +278,8 @@ def test_clear_clears_every_limit_of_the_key_and_only_its_counters(url: str) -> 
         "Deleted 4 counter keys of key 192.0.2.1.\n"
         "App servers' block caches may go on refusing it for up to 1 second.\n"
     )
+    # The meta limit, which had counted a refusal, is full again too.
+    assert "Meta limits\n└── 3 per 1 hour: Pass (3 out of 3 remaining)\n" in ok(app, "limits", "--key", "192.0.2.1")
     assert send(app, "/cart", 3, "192.0.2.1") == [200, 200, 429]
     assert send(app, "/cart", 1, "192.0.2.2") == [429]
     assert "2 per 1 minute: Pass (2 out of 2 remaining)" not in ok(app, "limits", "--key", "192.0.2.2")
@@ -320,6 +338,60 @@ def test_a_dynamic_limit_unknown_outside_a_request_is_shown_so_and_still_cleared
     assert ok(app, "limits", "--key", "192.0.2.1") == f"plans\n└── home: /\n    └── {label}\n"
     assert f"└── {label}: Cleared\nDeleted 1 counter key" in ok(app, "clear", "--key", "192.0.2.1", "-y")
     assert get(client, "/", headers={"X-Plan": "1/minute"}).status_code == 200
+
+
+def internal() -> bool:
+    return request.headers.get("X-Internal") == "1"
+
+
+def failed(response: Any) -> bool:
+    return bool(response.status_code >= 400)
+
+
+def heavy() -> int:
+    return 2
+
+
+def test_a_limits_options_are_noted() -> None:
+    app = Flask("noted")
+    limiter = Limiter(get_remote_address, app=app)
+
+    @app.post("/upload")
+    @limiter.limit("10/minute", cost=heavy, exempt_when=internal, deduct_when=failed)
+    @limiter.limit("100/day", cost=3)
+    def upload() -> str:
+        return "ok"
+
+    assert ok(app, "limits") == (
+        "noted\n"
+        "└── upload: /upload\n"
+        f"    ├── 10 per 1 minute (cost {__name__}.heavy(), exempt_when {__name__}.internal(), "
+        f"deduct_when {__name__}.failed())\n"
+        "    └── 100 per 1 day (cost 3)\n"
+    )
+
+
+def bucket(endpoint: str) -> str:
+    return f"{endpoint}-bucket"
+
+
+def test_a_scope_function_is_asked_with_the_routes_endpoint(url: str) -> None:
+    app = Flask("scoped")
+    limiter = Limiter(get_remote_address, app=app, storage_uri=url)
+
+    @app.get("/items/<int:item>")
+    @limiter.shared_limit("1/minute", scope=bucket)
+    def item(item: int) -> str:
+        return "item"
+
+    assert send(app, "/items/1", 2) == [200, 429]
+    label = f"1 per 1 minute (scope {__name__}.bucket(): 'item-bucket')"
+    expected = (
+        f"scoped\n└── item: /items/<int:item>\n    └── {label}: Fail (0 out of 1 remaining), full again in 1m00s\n"
+    )
+    assert ok(app, "limits", "--key", "192.0.2.1") == expected
+    assert "└── 1 per 1 minute: Cleared\nDeleted 1 counter key" in ok(app, "clear", "--key", "192.0.2.1", "-y")
+    assert send(app, "/items/2", 1) == [200]
 
 
 def test_on_an_app_of_the_native_extension_the_commands_work_too(url: str) -> None:

@@ -114,10 +114,14 @@ class Shown:
         return [f"{layer}{suffix}" for layer in self.policy.layers]
 
     def notes(self) -> list[str]:
+        """What sets the limit apart: its function, its scope when it is not
+        the endpoint's, its cost, its ``exempt_when`` and ``deduct_when``."""
         spec, notes = self.limit.spec, []
-        if self.limit.dynamic and self.policy is not None:
-            notes.append(f"dynamic: {qualified_name(spec.limit)}()" if not callable(spec.scope) else "scope function")
-        if self.limit.source != "RATELIMIT_APPLICATION" and not self.limit.meta and isinstance(spec.scope, str):
+        if callable(spec.limit) and self.policy is not None:
+            notes.append(f"dynamic: {qualified_name(spec.limit)}()")
+        if callable(spec.scope):
+            notes.append(f"scope {qualified_name(spec.scope)}(): {self.scope!r}")
+        elif self.limit.source != "RATELIMIT_APPLICATION" and not self.limit.meta and spec.scope is not None:
             notes.append(f"shared scope {spec.scope!r}")
         if spec.cost != 1:
             notes.append(f"cost {qualified_name(spec.cost)}()" if callable(spec.cost) else f"cost {spec.cost}")
@@ -169,7 +173,7 @@ class Survey:
     def of(cls, state: RateLimitState, endpoint: str | None, method: str | None) -> Survey:
         """The limits of ``endpoint``'s rules (every rule's if None) for
         ``method`` (every method of each rule if None). Static files have none."""
-        app: Flask = current_app._get_current_object()  # type: ignore[attr-defined]
+        app = current_app
         survey = cls()
         for rule in sorted(app.url_map.iter_rules(endpoint), key=lambda rule: (rule.rule, rule.endpoint)):
             if rule.endpoint == "static" or rule.endpoint.endswith(".static"):
@@ -189,10 +193,11 @@ class Survey:
         if plan is None:
             return []
         own = []
-        # A dynamic limit is asked as for a request without headers to the
-        # route (to / for a route with variable parts).
-        path = "/" if rule.arguments else rule.rule
-        with current_app.test_request_context(path, method=method):
+        # A dynamic limit, or a scope function, is asked as for a request
+        # without headers to the route: to / for a route with variable
+        # parts, but with the route's rule, hence its endpoint.
+        with current_app.test_request_context("/" if rule.arguments else rule.rule, method=method):
+            request.url_rule, request.view_args = rule, {}
             for limit in plan.limits:
                 shown = Shown.of(limit, request)
                 if limit.meta:
