@@ -141,6 +141,7 @@ def test_config_shows_the_settings_under_flask_limiters_names(url: str) -> None:
     assert rows["Key prefix"] == ["RATELIMIT_KEY_PREFIX", "'shop'"]
     assert rows["Strategy"] == ["RATELIMIT_STRATEGY", "moving-window, run as sliding-log"]
     assert rows["Storage"] == ["RATELIMIT_STORAGE_URI", url]
+    assert rows["Storage options"] == ["RATELIMIT_STORAGE_OPTIONS", "none"]
     assert rows["Storage status"] == ["OK"]
     assert rows["Application limits"] == ["RATELIMIT_APPLICATION", "1000 per 1 day"]
     assert rows["Default limits"] == ["RATELIMIT_DEFAULT", f"dynamic: {__name__}.plan_limit()"]
@@ -151,12 +152,14 @@ def test_config_shows_the_settings_under_flask_limiters_names(url: str) -> None:
 
 
 def test_config_says_when_the_storage_does_not_answer_and_hides_its_password() -> None:
-    app = shop(DOWN_URL, storage_options={"password": "hidden", "socket_timeout": 1})
+    app = shop(DOWN_URL, storage_options={"password": "hidden", "socket_timeout": 1, "client_name": "shop-api"})
     output = ok(app, "config")
     assert "secret" not in output
     assert "hidden" not in output
     assert "redis://:***@127.0.0.1:1/0" in output
-    assert "{'password': '***', 'socket_timeout': 1}" in output
+    assert "shop-api" not in output
+    [options] = [line for line in output.splitlines() if line.startswith("Storage options")]
+    assert options.split(None, 3)[3] == "client_name=***, password=***, socket_timeout=1"
     [status] = [line for line in output.splitlines() if line.startswith("Storage status")]
     assert status.split(None, 2)[2].startswith("Error: ")
 

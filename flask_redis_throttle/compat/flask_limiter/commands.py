@@ -11,6 +11,7 @@ overrides' and the local server's. See :doc:`/cli`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import click
@@ -25,7 +26,7 @@ from ..._spec import LimitSpec
 from ..._state import EXTENSION_KEY, RateLimitState
 from ...cli import ratelimit
 from ...core.storage import STORAGE_ERRORS
-from ...core.urls import redact, redacted_options
+from ...core.urls import redact
 from ._routes import Key, NotMatched, Shown, Survey, match_endpoint
 from ._settings import STRATEGIES
 from .constants import ConfigVars
@@ -104,7 +105,7 @@ def config_command() -> None:
             settings.strategy if theirs in (None, settings.strategy) else f"{theirs}, run as {settings.strategy}",
         ),
         ("Storage", ConfigVars.STORAGE_URI, redact(settings.storage_url)),
-        ("Storage options", ConfigVars.STORAGE_OPTIONS, repr(redacted_options(settings.storage_options))),
+        ("Storage options", ConfigVars.STORAGE_OPTIONS, _options(settings.storage_options)),
         ("Storage status", "", _status(state)),
         ("Application limits", ConfigVars.APPLICATION_LIMITS, _written(settings.application)),
         ("Default limits", ConfigVars.DEFAULT_LIMITS, _written(settings.default)),
@@ -132,6 +133,16 @@ def _status(state: RateLimitState) -> str:
     except STORAGE_ERRORS as error:
         return f"Error: {error}"
     return "OK"
+
+
+def _options(options: Mapping[str, Any]) -> str:
+    """The storage options, with every value that may hold a secret (a
+    string, a mapping such as ``sentinel_kwargs``) shown as ``***``."""
+    shown = [
+        f"{name}={value!r}" if value is None or isinstance(value, (bool, int, float)) else f"{name}=***"
+        for name, value in sorted(options.items())
+    ]
+    return ", ".join(shown) or "none"
 
 
 def _written(specs: tuple[LimitSpec, ...]) -> str:
