@@ -15,7 +15,6 @@ from flask.views import MethodView
 from helpers import get
 
 from flask_redis_throttle import ConfigurationError, InvalidLimit
-from flask_redis_throttle.cli import ratelimit
 from flask_redis_throttle.compat.flask_limiter import (
     ExemptionScope,
     Limit,
@@ -24,7 +23,6 @@ from flask_redis_throttle.compat.flask_limiter import (
     RequestLimit,
     RouteLimit,
 )
-from flask_redis_throttle.compat.flask_limiter.commands import cli
 from flask_redis_throttle.compat.flask_limiter.constants import ConfigVars, HeaderNames
 from flask_redis_throttle.compat.flask_limiter.util import get_ipaddr, get_remote_address
 from flask_redis_throttle.testing import RedisServer, free_port
@@ -393,17 +391,6 @@ def test_the_util_functions_read_the_request(flask_app: Flask) -> None:
     ):
         assert get_remote_address() == "192.0.2.9"
         assert get_ipaddr() == "198.51.100.1"
-
-
-def test_the_cli_groups_are_the_extensions_commands(flask_app: Flask) -> None:
-    limiter = Limiter(get_remote_address, app=flask_app, default_limits=["7/minute"])
-    assert limiter is not None
-    runner = flask_app.test_cli_runner()
-    for group in (ratelimit, cli):
-        result = runner.invoke(group, ["limits"])
-        assert result.exit_code == 0, result.output
-        assert "7/1m (RATELIMIT_DEFAULT)" in result.output
-    assert cli.name == "limiter"
 
 
 def test_a_route_limit_made_by_hand_limits_its_view(flask_app: Flask, url: str) -> None:
