@@ -16,15 +16,16 @@ when it is given, never ignored; see :doc:`/flask-limiter`.
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from flask import Flask, Response, request
+from flask import Blueprint, Flask, Response, request
 
 from ...current import current_limit, current_limits
 from ...decorators import exempt as native_exempt
-from ...extension import RateLimit
-from ._limits import SEE, Limit, MetaLimit, RequestLimit, RouteLimit, Target, of_request
+from ...extension import EXTENSION_KEY, RateLimit
+from ._limits import SEE, Limit, MetaLimit, RequestLimit, RouteLimit, Target, exempt_view, of_request
 from ._settings import THEIR_SETTINGS, settings
 from .constants import ConfigVars, ExemptionScope, HeaderNames
 
@@ -119,6 +120,8 @@ class Limiter:
         self.logger = logging.getLogger("flask_redis_throttle")
         #: The extension that decides every request.
         self.extension = RateLimit()
+        #: The apps it is set up on.
+        self.apps: weakref.WeakSet[Flask] = weakref.WeakSet()
         if app is not None:
             self.init_app(app)
 
@@ -140,6 +143,7 @@ class Limiter:
         finally:
             config.update(read)
         app.extensions.setdefault("limiter", set()).add(self)
+        self.apps.add(app)
 
     def _given(self, config: Mapping[str, Any], key: str) -> Any:
         value = self.arguments.get(key)
@@ -169,6 +173,7 @@ class Limiter:
         return RouteLimit(
             limit_value,
             override_defaults,
+            self,
             key_function=key_func,
             per_method=per_method,
             methods=methods,
@@ -201,6 +206,7 @@ class Limiter:
         return RouteLimit(
             limit_value,
             override_defaults,
+            self,
             key_function=key_func,
             per_method=per_method,
             methods=methods,
@@ -226,8 +232,24 @@ class Limiter:
         :raises ValueError: if ``flags`` drop nothing.
         """
         keep = [kind for kind, flag in EXEMPTION.items() if flag not in flags]
-        decorate = native_exempt(keep=keep, nested=ExemptionScope.DESCENDENTS in flags)
+        native = native_exempt(keep=keep, nested=ExemptionScope.DESCENDENTS in flags)
+
+        def decorate(target: Target) -> Target:
+            native(target)
+            if not isinstance(target, Blueprint):
+                exempt_view(target)
+            return target
+
         return decorate if obj is None else decorate(obj)
+
+    def forget_plans(self) -> None:
+        """Have this limiter's apps read their endpoints' limits again at
+        their next request: a limit put on a view at run time applies, as in
+        Flask-Limiter, where limits are read at each request."""
+        for app in self.apps:
+            state = app.extensions.get(EXTENSION_KEY)
+            if state is not None:
+                state.forget_plans()
 
     def request_filter(self, fn: Callable[[], bool]) -> Callable[[], bool]:
         """Leave the requests for which ``fn()`` is True unlimited."""

@@ -17,6 +17,7 @@ from flask.views import http_method_funcs
 
 from ..._plan import qualified_name
 from ...current import CurrentLimit
+from ...decorators import LIMITS_ATTRIBUTE
 from ...decorators import limit as native_limit
 from ...errors import InvalidLimit
 from ...signals import RefusalEvent
@@ -31,6 +32,7 @@ __all__ = [
     "RouteLimit",
     "breach_hook",
     "dynamic",
+    "exempt_view",
     "identities",
     "of_request",
 ]
@@ -85,9 +87,11 @@ class Limit:
     deduct_when: Callable[[Response], bool] | None = None
     on_breach: Callable[[RequestLimit], Response | None] | None = None
 
-    def options(self) -> dict[str, Any]:
+    def options(self, scope: str | None = None) -> dict[str, Any]:
         """The extension's options for this limit: :func:`~flask_redis_throttle.limit`'s keyword arguments.
 
+        :param scope: the scope it counts under unless it is shared or has a
+            scope function; None for the endpoint.
         :raises InvalidLimit: for an option that has no counterpart.
         """
         options: dict[str, Any] = {}
@@ -104,6 +108,11 @@ class Limit:
             options["scope"] = scope_of(self.scope, self.shared)
         elif self.shared:
             options["scope"] = self.scope
+        elif scope is not None:
+            options["scope"] = scope
+        provider = self.spec()
+        if isinstance(provider, Dynamic):
+            options["scope"] = provider.apart(options.get("scope"))
         if self.key_function is not None:
             options["identities"] = identities(self.key_function)
         if self.methods is not None:
@@ -124,12 +133,16 @@ class Limit:
             options["on_breach"] = hook
         return options
 
-    def spec(self) -> str | Callable[[Request], str | None]:
-        """The limit string, or the dynamic limit: the function of the request."""
+    def spec(self) -> str | Dynamic:
+        """The limit string, or the dynamic limit: the function of the
+        request, made once, since its scope reads what it returned."""
         provider = self.limit_provider
         if not callable(provider):
             return provider
-        return dynamic([provider])
+        made = self.__dict__.get("_dynamic")
+        if made is None:
+            made = self.__dict__["_dynamic"] = dynamic([provider])
+        return made
 
 
 @dataclasses.dataclass(eq=False)
@@ -153,8 +166,10 @@ class RouteLimit(Limit):
         limiter: object = None,
         **fields: Any,
     ) -> None:
-        # ``limiter`` is Flask-Limiter's binding; the extension's limits need none.
         super().__init__(limit_value, **fields)
+        #: The :class:`Limiter` that made it, whose apps read their endpoints'
+        #: limits again when it is put on a view; None for none.
+        self.limiter = limiter
         # Made now, so that a malformed limit or option fails where it is written.
         self.native = native_limit(self.spec(), override_defaults=override_defaults, **self.options())
 
@@ -163,12 +178,15 @@ class RouteLimit(Limit):
         does; and, as in Flask-Limiter, a function that is not a view, when
         it is called in a request: its counters are named after it, unless
         the limit is shared."""
+        if getattr(target, EXEMPT_VIEW, False):
+            return target  # as in Flask-Limiter, an exempt view has no limits, not even its own
         self.native(target)
+        forget = getattr(self.limiter, "forget_plans", None)
+        if forget is not None:
+            forget()
         if isinstance(target, Blueprint):
             return target
-        options = self.options()
-        options.setdefault("scope", qualified_name(target))
-        block = native_limit(self.spec(), **options)
+        block = native_limit(self.spec(), **self.options(qualified_name(target)))
         function: Callable[..., Any] = target
 
         def decided_before(limited: Callable[..., Any]) -> bool:
@@ -198,11 +216,23 @@ class RouteLimit(Limit):
         within the endpoint, as in Flask-Limiter."""
         block = self.native
         if self.scope is not None and not self.shared:
-            block = native_limit(self.spec(), **{**self.options(), "scope": f"{request.endpoint}:{self.scope}"})
+            block = native_limit(self.spec(), **self.options(f"{request.endpoint}:{self.scope}"))
         block.__enter__()
 
     def __exit__(self, *exc: object) -> None:
         return None
+
+
+#: The attribute ``limiter.exempt`` marks a view with: Flask-Limiter's
+#: exemption of a view drops the view's own limits too, which
+#: :func:`flask_redis_throttle.exempt` keeps.
+EXEMPT_VIEW = "__flask_limiter_exempt__"
+
+
+def exempt_view(view: Callable[..., Any]) -> None:
+    """Drop the limits put on ``view``, and those put on it later."""
+    setattr(view, LIMITS_ATTRIBUTE, ())
+    setattr(view, EXEMPT_VIEW, True)
 
 
 def is_view_of(function: Callable[..., Any], endpoint: str | None) -> bool:
@@ -235,19 +265,53 @@ def scope_of(scope: Callable[[str], str], shared: bool) -> Callable[[Request], s
     return scoped
 
 
-def dynamic(items: Sequence[str | Callable[[], str]]) -> Callable[[Request], str | None]:
+def dynamic(items: Sequence[str | Callable[[], str]]) -> Dynamic:
     """One dynamic limit of several Flask-Limiter limit values: their limit
-    strings joined, or None (no limit) when none returns one. Named after
-    the first function, for the extension's logs."""
+    strings joined, or None (no limit) when none returns one."""
+    return Dynamic(items)
 
-    def limits(request: Request) -> str | None:
-        texts = [item() if callable(item) else item for item in items]
-        return ";".join(text for text in texts if text) or None
 
-    named = next((item for item in items if callable(item)), None)
-    if named is not None:
-        functools.update_wrapper(limits, named, updated=())
-    return limits
+class Dynamic:
+    """A dynamic limit of Flask-Limiter limit values: called with the
+    request, their limit strings joined, or None (no limit) when none
+    returns one. Named after the first function, for the extension's logs.
+
+    Flask-Limiter keeps a counter for each limit string a function returns;
+    the extension shares one for every string of a limit, so :meth:`apart`
+    gives the limit a scope function that names the string.
+    """
+
+    def __init__(self, items: Sequence[str | Callable[[], str]]) -> None:
+        self.items = list(items)
+        #: The last request and what it was given: its scope reads it rather
+        #: than call the functions again. One tuple, replaced whole, so that
+        #: a thread reads a request's own value or calls the functions.
+        self.last: tuple[object, str | None] = (None, None)
+        named = next((item for item in items if callable(item)), None)
+        if named is not None:
+            functools.update_wrapper(self, named, updated=())
+
+    def __call__(self, request: Request) -> str | None:
+        texts = [item() if callable(item) else item for item in self.items]
+        value = ";".join(text for text in texts if text) or None
+        self.last = (request, value)
+        return value
+
+    def apart(self, scope: str | Callable[[Request], str] | None) -> Callable[[Request], str]:
+        """A scope function that counts each limit string under a scope of
+        its own: ``scope`` (or the function's value, or the endpoint when
+        None), ``:``, the string, as Flask-Limiter keeps a counter per
+        limit string."""
+
+        def apart(request: Request) -> str:
+            asked, value = self.last
+            if asked is not request:
+                value = self(request)
+            base = scope(request) if callable(scope) else scope or request.endpoint
+            return f"{base}:{value}"
+
+        functools.update_wrapper(apart, self, updated=())
+        return apart
 
 
 class RequestLimit:

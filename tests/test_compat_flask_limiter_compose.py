@@ -1,0 +1,116 @@
+"""flask_redis_throttle.compat.flask_limiter: which limits apply to a
+request, as in Flask-Limiter: dynamic limits counted per limit string, an
+exempt view without its own limits, limits put on a view at run time,
+the default per method, a view's or a nested blueprint's limits replacing
+its blueprints', and several Limiters on one app."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from flask import Flask, request
+from helpers import get
+
+from flask_redis_throttle.compat.flask_limiter import Limiter
+from flask_redis_throttle.compat.flask_limiter.util import get_remote_address
+from flask_redis_throttle.testing import RedisServer
+
+
+@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
+def url(request: pytest.FixtureRequest) -> str:
+    if request.param == "memory":
+        return "memory://"
+    request.getfixturevalue("redis_client")  # flushed
+    server: RedisServer = request.getfixturevalue("redis_server")
+    return server.url
+
+
+@pytest.fixture
+def flask_app() -> Flask:
+    app = Flask("compat_compose")
+    app.config["TESTING"] = True
+
+    @app.get("/")
+    def index() -> str:
+        return "ok"
+
+    return app
+
+
+def limiter_for(app: Flask, url: str, **arguments: Any) -> Limiter:
+    return Limiter(get_remote_address, app=app, storage_uri=url, **arguments)
+
+
+def statuses(client: Any, count: int, path: str = "/", **kwargs: Any) -> list[int]:
+    return [get(client, path, **kwargs).status_code for _ in range(count)]
+
+
+def plan_of(header: str | None) -> str:
+    return "1/minute" if header else "3/minute"
+
+
+def test_a_dynamic_limit_counts_each_limit_string_apart(flask_app: Flask, url: str) -> None:
+    limiter = limiter_for(flask_app, url, application_limits=[lambda: plan_of(request.headers.get("suspect"))])
+
+    @flask_app.get("/own")
+    @limiter.limit(lambda: plan_of(request.headers.get("suspect")))
+    def own() -> str:
+        return "own"
+
+    client = flask_app.test_client()
+    assert statuses(client, 2, "/own") == [200, 200]
+    # "1/minute" has a counter of its own: the two requests above are not in it.
+    assert statuses(client, 2, "/own", headers={"suspect": "1"}) == [200, 429]
+    assert statuses(client, 2, "/own") == [200, 429]  # back in the 3/minute ones, which had 2
+    assert statuses(client, 2, headers={"suspect": "1"}) == [429, 429]  # the application's 1/minute
+
+
+def test_a_dynamic_limit_calls_its_function_once_per_request(flask_app: Flask, url: str) -> None:
+    limiter = limiter_for(flask_app, url)
+    calls = []
+
+    def limit_value() -> str:
+        calls.append(request.path)
+        return "5/minute"
+
+    @flask_app.get("/own")
+    @limiter.limit(limit_value)
+    def own() -> str:
+        return "own"
+
+    assert statuses(flask_app.test_client(), 2, "/own") == [200, 200]
+    assert calls == ["/own", "/own"]
+
+
+def test_an_exempt_view_loses_its_own_limits(flask_app: Flask, url: str) -> None:
+    limiter = limiter_for(flask_app, url, default_limits=["1/minute"])
+
+    @flask_app.get("/under")
+    @limiter.limit("1/minute")
+    @limiter.exempt
+    def under() -> str:
+        return "ok"
+
+    @flask_app.get("/over")
+    @limiter.exempt
+    @limiter.limit("1/minute")
+    def over() -> str:
+        return "ok"
+
+    client = flask_app.test_client()
+    assert statuses(client, 3, "/under") + statuses(client, 3, "/over") == [200] * 6
+    assert statuses(client, 2) == [200, 429]
+
+
+def test_a_limit_put_on_a_view_after_its_first_request_applies(flask_app: Flask, url: str) -> None:
+    limiter = limiter_for(flask_app, url)
+
+    @flask_app.get("/late")
+    def late() -> str:
+        return "ok"
+
+    client = flask_app.test_client()
+    assert statuses(client, 3, "/late") == [200] * 3
+    limiter.limit("2/minute")(late)
+    assert statuses(client, 3, "/late") == [200, 200, 429]
