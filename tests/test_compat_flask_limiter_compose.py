@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from flask import Flask, request
+from flask.views import MethodView
 from helpers import get
 
 from flask_redis_throttle.compat.flask_limiter import Limiter
@@ -114,3 +115,21 @@ def test_a_limit_put_on_a_view_after_its_first_request_applies(flask_app: Flask,
     assert statuses(client, 3, "/late") == [200] * 3
     limiter.limit("2/minute")(late)
     assert statuses(client, 3, "/late") == [200, 200, 429]
+
+
+def test_the_default_stays_on_the_methods_a_view_limit_leaves_out(flask_app: Flask, url: str) -> None:
+    limiter = limiter_for(flask_app, url, default_limits=["1/minute"])
+
+    class Items(MethodView):
+        decorators = (limiter.limit("2/minute", methods=["get"]),)
+
+        def get(self) -> str:
+            return "get"
+
+        def post(self) -> str:
+            return "post"
+
+    flask_app.add_url_rule("/items", view_func=Items.as_view("items"))
+    client = flask_app.test_client()
+    assert statuses(client, 3, "/items") == [200, 200, 429]  # its own limit, without the default
+    assert [client.post("/items").status_code for _ in range(2)] == [200, 429]  # the default
