@@ -9,11 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from flask import Flask, request
+from flask import Blueprint, Flask, request
 from flask.views import MethodView
 from helpers import get
 
-from flask_redis_throttle.compat.flask_limiter import Limiter
+from flask_redis_throttle.compat.flask_limiter import ExemptionScope, Limiter
 from flask_redis_throttle.compat.flask_limiter.util import get_remote_address
 from flask_redis_throttle.testing import RedisServer
 
@@ -133,3 +133,51 @@ def test_the_default_stays_on_the_methods_a_view_limit_leaves_out(flask_app: Fla
     client = flask_app.test_client()
     assert statuses(client, 3, "/items") == [200, 200, 429]  # its own limit, without the default
     assert [client.post("/items").status_code for _ in range(2)] == [200, 429]  # the default
+
+
+def test_a_views_limits_replace_its_blueprints_unless_they_keep_the_default(flask_app: Flask, url: str) -> None:
+    limiter = limiter_for(flask_app, url, default_limits=["1/minute"])
+    blueprint = Blueprint("api", __name__)
+
+    @blueprint.get("/inherits")
+    def inherits() -> str:
+        return "ok"
+
+    @blueprint.get("/replaces")
+    @limiter.limit("3/minute")
+    def replaces() -> str:
+        return "ok"
+
+    @blueprint.get("/adds")
+    @limiter.limit("3/minute", override_defaults=False)
+    def adds() -> str:
+        return "ok"
+
+    limiter.limit("2/minute")(blueprint)
+    flask_app.register_blueprint(blueprint)
+    client = flask_app.test_client()
+    assert statuses(client, 3, "/inherits") == [200, 200, 429]  # the blueprint's, which replaces the default
+    assert statuses(client, 4, "/replaces") == [200, 200, 200, 429]  # its own only
+    assert statuses(client, 3, "/adds") == [200, 200, 429]  # its own and the blueprint's
+
+
+def test_a_nested_blueprints_limits_replace_the_enclosing_ones_for_its_own_views(flask_app: Flask, url: str) -> None:
+    limiter = limiter_for(flask_app, url, application_limits=["100/minute"])
+    parent, child, grandchild, other = (Blueprint(name, __name__) for name in ("parent", "child", "grandchild", "o"))
+    for blueprint, name in ((child, "c"), (grandchild, "g"), (other, "o")):
+        blueprint.add_url_rule(f"/{name}", name, lambda: "ok")
+    limiter.limit("1/minute")(parent)
+    limiter.limit("3/minute")(child)  # replaces the parent's, for its own views only
+    limiter.limit("5/minute", override_defaults=False)(grandchild)  # keeps the child's and the parent's
+    limiter.exempt(other, flags=ExemptionScope.APPLICATION)
+    limiter.limit("2/minute")(other)  # replaces the parent's, and keeps out of the application limit
+    child.register_blueprint(grandchild)
+    parent.register_blueprint(child)
+    parent.register_blueprint(other)
+    flask_app.register_blueprint(parent)
+    client = flask_app.test_client()
+    assert statuses(client, 4, "/c") == [200, 200, 200, 429]
+    assert statuses(client, 2, "/g") == [200, 429]  # the parent's 1/minute
+    assert statuses(client, 3, "/o") == [200, 200, 429]
+    plan = flask_app.extensions["ratelimit"].plan("parent.o.o", "GET")
+    assert [limit.source for limit in plan.limits] == ["blueprint parent.o"]

@@ -20,12 +20,12 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from flask import Blueprint, Flask, Response, request
+from flask import Flask, Response, request
 
 from ...current import current_limit, current_limits
 from ...decorators import exempt as native_exempt
 from ...extension import EXTENSION_KEY, RateLimit
-from ._limits import SEE, Limit, MetaLimit, RequestLimit, RouteLimit, Target, exempt_view, of_request
+from ._limits import SEE, Limit, MetaLimit, RequestLimit, RouteLimit, Target, exempted, of_request
 from ._settings import THEIR_SETTINGS, settings
 from .constants import ConfigVars, ExemptionScope, HeaderNames
 
@@ -236,8 +236,7 @@ class Limiter:
 
         def decorate(target: Target) -> Target:
             native(target)
-            if not isinstance(target, Blueprint):
-                exempt_view(target)
+            exempted(target)
             return target
 
         return decorate if obj is None else decorate(obj)

@@ -17,7 +17,7 @@ from flask.views import http_method_funcs
 
 from ..._plan import qualified_name
 from ...current import CurrentLimit
-from ...decorators import LIMITS_ATTRIBUTE
+from ...decorators import EXEMPT_ATTRIBUTE, LIMITS_ATTRIBUTE, Exemption
 from ...decorators import limit as native_limit
 from ...errors import InvalidLimit
 from ...signals import RefusalEvent
@@ -33,6 +33,7 @@ __all__ = [
     "breach_hook",
     "dynamic",
     "exempt_view",
+    "exempted",
     "identities",
     "of_request",
 ]
@@ -181,6 +182,7 @@ class RouteLimit(Limit):
         if getattr(target, EXEMPT_VIEW, False):
             return target  # as in Flask-Limiter, an exempt view has no limits, not even its own
         self.native(target)
+        replace_inherited(target)
         forget = getattr(self.limiter, "forget_plans", None)
         if forget is not None:
             forget()
@@ -233,6 +235,52 @@ def exempt_view(view: Callable[..., Any]) -> None:
     """Drop the limits put on ``view``, and those put on it later."""
     setattr(view, LIMITS_ATTRIBUTE, ())
     setattr(view, EXEMPT_VIEW, True)
+
+
+#: The attribute that keeps the exemption ``limiter.exempt`` put on a view
+#: or blueprint, which :func:`replace_inherited` adds to.
+EXEMPTION = "__flask_limiter_exemption__"
+
+
+def exempted(target: Callable[..., Any] | Blueprint) -> None:
+    """Keep the exemption :func:`flask_redis_throttle.exempt` just put on
+    ``target``, for :func:`replace_inherited`; and, as in Flask-Limiter,
+    drop an exempt view's own limits."""
+    setattr(target, EXEMPTION, getattr(target, EXEMPT_ATTRIBUTE))
+    if isinstance(target, Blueprint):
+        replace_inherited(target)
+    else:
+        exempt_view(target)
+
+
+def replace_inherited(target: Callable[..., Any] | Blueprint) -> None:
+    """Flask-Limiter's ``override_defaults`` for the limits of enclosing
+    blueprints, which the extension adds up: a view any of whose limits
+    overrides the default, and a blueprint all of whose limits do, lose the
+    limits of the blueprints they are in. The extension's exemption of
+    ``target`` drops them (``"blueprints"``), beside what ``limiter.exempt``
+    dropped; for a blueprint, for its own views only, unless that exemption
+    covers nested blueprints too. A class-based view's method is left
+    alone: its class is the view, which ``limiter.exempt`` exempts."""
+    if is_method(target):
+        return
+    specs = getattr(target, LIMITS_ATTRIBUTE, ())
+    overrides = [spec.override_defaults is not False for spec in specs]
+    replaces = all(overrides) if isinstance(target, Blueprint) else any(overrides)
+    explicit: Exemption | None = getattr(target, EXEMPTION, None)
+    drops = set() if explicit is None else set(explicit.drops)
+    if specs and replaces:
+        drops.add("blueprints")
+    nested = explicit is not None and explicit.nested
+    if drops or getattr(target, EXEMPT_ATTRIBUTE, None) is not None:
+        setattr(target, EXEMPT_ATTRIBUTE, Exemption(frozenset(drops), nested) if drops else None)
+
+
+def is_method(target: object) -> bool:
+    """Whether ``target`` is a function defined in a class (its qualified
+    name is dotted after its last ``<locals>``), such as a ``MethodView``'s ``get``."""
+    qualname = getattr(target, "__qualname__", "")
+    return isinstance(qualname, str) and "." in qualname.rpartition("<locals>.")[2]
 
 
 def is_view_of(function: Callable[..., Any], endpoint: str | None) -> bool:
