@@ -6,13 +6,16 @@ its blueprints', and several Limiters on one app."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from flask import Blueprint, Flask, request
+from flask import Blueprint, Flask, g, request
 from flask.views import MethodView
 from helpers import get
 
+from flask_redis_throttle import exempt
 from flask_redis_throttle.compat.flask_limiter import ExemptionScope, Limiter
 from flask_redis_throttle.compat.flask_limiter.util import get_remote_address
 from flask_redis_throttle.testing import RedisServer
@@ -181,3 +184,51 @@ def test_a_nested_blueprints_limits_replace_the_enclosing_ones_for_its_own_views
     assert statuses(client, 3, "/o") == [200, 200, 429]
     plan = flask_app.extensions["ratelimit"].plan("parent.o.o", "GET")
     assert [limit.source for limit in plan.limits] == ["blueprint parent.o"]
+
+
+def test_a_view_limit_whose_function_raises_before_the_view_is_decided_when_the_view_runs(
+    flask_app: Flask, url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    limiter = limiter_for(flask_app, url, default_limits=["1/minute"])
+
+    def with_plan(view: Callable[[], str]) -> Callable[[], str]:
+        @functools.wraps(view)
+        def planned() -> str:
+            g.plan = "2/minute"
+            return view()
+
+        return planned
+
+    @flask_app.get("/planned")
+    @with_plan
+    @limiter.limit(lambda: g.plan)
+    def planned() -> str:
+        return "ok"
+
+    assert statuses(flask_app.test_client(), 3, "/planned") == [200, 200, 429]
+    assert "raised; its limit is left out" in caplog.text  # before the view, where g.plan is not set
+
+
+def test_a_limited_function_that_overrides_the_default_takes_it_from_the_endpoints_it_runs_in(
+    flask_app: Flask, url: str
+) -> None:
+    limiter = limiter_for(flask_app, url, default_limits=["1/minute"])
+
+    @limiter.limit("3/minute")
+    def search() -> str:
+        return "found"
+
+    @flask_app.get("/search")
+    def view() -> str:
+        return search()
+
+    @flask_app.get("/native")
+    @exempt(keep=["application"])
+    def native() -> str:
+        return search()
+
+    client = flask_app.test_client()
+    # The default counts the first request, before the endpoint is known to call search().
+    assert statuses(client, 4, "/search") == [200, 200, 200, 429]
+    assert statuses(client, 1, "/native") == [429]  # search()'s counters are its own, shared
+    assert flask_app.extensions["ratelimit"].plan("native", "GET") is None  # its own exemption stays

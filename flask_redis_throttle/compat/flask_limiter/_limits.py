@@ -9,15 +9,16 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
-from flask import Blueprint, Request, Response, current_app, has_request_context, request
+from flask import Blueprint, Request, Response, current_app, g, has_request_context, request
 from flask.views import http_method_funcs
 
 from ..._plan import qualified_name
 from ...current import CurrentLimit
-from ...decorators import EXEMPT_ATTRIBUTE, LIMITS_ATTRIBUTE, Exemption
+from ...decorators import EXEMPT_ATTRIBUTE, EXTENSION_KEY, LIMITS_ATTRIBUTE, Exemption, LimitDecorator
 from ...decorators import limit as native_limit
 from ...errors import InvalidLimit
 from ...signals import RefusalEvent
@@ -191,26 +192,36 @@ class RouteLimit(Limit):
         block = native_limit(self.spec(), **self.options(qualified_name(target)))
         function: Callable[..., Any] = target
 
-        def decided_before(limited: Callable[..., Any]) -> bool:
-            return not has_request_context() or is_view_of(limited, request.endpoint)
-
         if inspect.iscoroutinefunction(function):
 
             @functools.wraps(function)
             async def limited_async(*args: Any, **kwargs: Any) -> Any:
-                if not decided_before(limited_async):
-                    block.__enter__()
+                self.decide_when_called(limited_async, block)
                 return await function(*args, **kwargs)
 
             return limited_async  # type: ignore[return-value]
 
         @functools.wraps(function)
         def limited(*args: Any, **kwargs: Any) -> Any:
-            if not decided_before(limited):
-                block.__enter__()
+            self.decide_when_called(limited, block)
             return function(*args, **kwargs)
 
         return limited  # type: ignore[return-value]
+
+    def decide_when_called(self, limited: Callable[..., Any], block: LimitDecorator) -> None:
+        """Decide the limit when ``limited`` is called in a request, unless
+        the extension decided it before the view: ``block`` for a function
+        that is not the view; and the view's own limit when its dynamic
+        function raised before the view (it may read what the view's
+        decorators set, as in Flask-Limiter)."""
+        if not has_request_context():
+            return
+        if not is_view_of(limited, request.endpoint):
+            block.__enter__()
+            if self.native.spec.override_defaults is not False:
+                hint_override(request.endpoint)
+        elif self.spec() in g.get(UNDECIDED, ()):
+            self.native.__enter__()
 
     def __enter__(self) -> None:
         """Decide the limit for the current request now: the extension's
@@ -253,6 +264,29 @@ def exempted(target: Callable[..., Any] | Blueprint) -> None:
         exempt_view(target)
 
 
+#: The attribute that holds the exemption :func:`replace_inherited` put on a
+#: view or blueprint, to tell it from one the native ``exempt`` put there.
+DERIVED = "__flask_limiter_derived__"
+
+#: The attribute that marks a view in whose requests a function with a
+#: limit that overrides the default has run.
+OVERRIDDEN = "__flask_limiter_overridden__"
+
+
+def hint_override(endpoint: str | None) -> None:
+    """The view of ``endpoint`` loses the default limits from its next
+    request on: a function with a limit that overrides them ran in one of
+    its requests. Flask-Limiter learns it the same way, at the first call."""
+    view = current_app.view_functions.get(endpoint) if endpoint is not None else None
+    if view is None or getattr(view, OVERRIDDEN, False):
+        return
+    setattr(view, OVERRIDDEN, True)
+    replace_inherited(view)
+    state = current_app.extensions.get(EXTENSION_KEY)
+    if state is not None:
+        state.forget_plans()
+
+
 def replace_inherited(target: Callable[..., Any] | Blueprint) -> None:
     """Flask-Limiter's ``override_defaults`` for the limits of enclosing
     blueprints, which the extension adds up: a view any of whose limits
@@ -260,10 +294,14 @@ def replace_inherited(target: Callable[..., Any] | Blueprint) -> None:
     limits of the blueprints they are in. The extension's exemption of
     ``target`` drops them (``"blueprints"``), beside what ``limiter.exempt``
     dropped; for a blueprint, for its own views only, unless that exemption
-    covers nested blueprints too. A class-based view's method is left
+    covers nested blueprints too. A view marked by :func:`hint_override`
+    loses the default limits too. A class-based view's method is left
     alone: its class is the view, which ``limiter.exempt`` exempts."""
     if is_method(target):
         return
+    current = getattr(target, EXEMPT_ATTRIBUTE, None)
+    if current is not None and current is not getattr(target, DERIVED, None) and not hasattr(target, EXEMPTION):
+        setattr(target, EXEMPTION, current)  # the native exempt's, put on it directly: kept
     specs = getattr(target, LIMITS_ATTRIBUTE, ())
     overrides = [spec.override_defaults is not False for spec in specs]
     replaces = all(overrides) if isinstance(target, Blueprint) else any(overrides)
@@ -271,9 +309,13 @@ def replace_inherited(target: Callable[..., Any] | Blueprint) -> None:
     drops = set() if explicit is None else set(explicit.drops)
     if specs and replaces:
         drops.add("blueprints")
+    if getattr(target, OVERRIDDEN, False):
+        drops.add("default")
     nested = explicit is not None and explicit.nested
-    if drops or getattr(target, EXEMPT_ATTRIBUTE, None) is not None:
-        setattr(target, EXEMPT_ATTRIBUTE, Exemption(frozenset(drops), nested) if drops else None)
+    if drops or current is not None:
+        derived = Exemption(frozenset(drops), nested) if drops else None
+        setattr(target, EXEMPT_ATTRIBUTE, derived)
+        setattr(target, DERIVED, derived)
 
 
 def is_method(target: object) -> bool:
@@ -313,6 +355,14 @@ def scope_of(scope: Callable[[str], str], shared: bool) -> Callable[[Request], s
     return scoped
 
 
+#: The attribute of :data:`flask.g` that holds the request's
+#: :class:`Dynamic` limits whose function raised before the view.
+UNDECIDED = "_flask_limiter_undecided"
+
+#: The extension's logger.
+logger = logging.getLogger("flask_redis_throttle")
+
+
 def dynamic(items: Sequence[str | Callable[[], str]]) -> Dynamic:
     """One dynamic limit of several Flask-Limiter limit values: their limit
     strings joined, or None (no limit) when none returns one."""
@@ -340,7 +390,15 @@ class Dynamic:
             functools.update_wrapper(self, named, updated=())
 
     def __call__(self, request: Request) -> str | None:
-        texts = [item() if callable(item) else item for item in self.items]
+        try:
+            texts = [item() if callable(item) else item for item in self.items]
+        except Exception:
+            # As in Flask-Limiter: logged, and the limit left out; a function
+            # that reads what the view's decorators set is called again when
+            # the view is (see RouteLimit.__call__).
+            logger.exception("the limit function %s raised; its limit is left out", qualified_name(self))
+            g.setdefault(UNDECIDED, set()).add(self)
+            texts = []
         value = ";".join(text for text in texts if text) or None
         self.last = (request, value)
         return value
