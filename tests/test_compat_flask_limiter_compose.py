@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from flask import Blueprint, Flask, g, request
 from flask.views import MethodView
-from helpers import get
+from helpers import evalsha_calls, get
 
-from flask_redis_throttle import exempt
+from flask_redis_throttle import ConfigurationError, exempt
 from flask_redis_throttle.compat.flask_limiter import ExemptionScope, Limiter
 from flask_redis_throttle.compat.flask_limiter.util import get_remote_address
 from flask_redis_throttle.testing import RedisServer
@@ -232,3 +232,56 @@ def test_a_limited_function_that_overrides_the_default_takes_it_from_the_endpoin
     assert statuses(client, 4, "/search") == [200, 200, 200, 429]
     assert statuses(client, 1, "/native") == [429]  # search()'s counters are its own, shared
     assert flask_app.extensions["ratelimit"].plan("native", "GET") is None  # its own exemption stays
+
+
+def test_a_second_limiter_adds_its_limits_decided_in_the_same_call(flask_app: Flask, url: str) -> None:
+    limiter_for(flask_app, url, default_limits=["1/second"], application_limits=["100/minute"])
+    second = Limiter(
+        lambda: request.headers.get("X-Team", ""),
+        app=flask_app,
+        key_prefix="second",
+        default_limits=["3/minute"],
+        application_limits=["50/minute"],
+    )
+
+    @flask_app.get("/team")
+    @second.limit("2/minute")  # counts the second limiter's key_func
+    def team() -> str:
+        return "ok"
+
+    second.request_filter(lambda: request.headers.get("X-Internal") == "1")
+    client = flask_app.test_client()
+    assert statuses(client, 2) == [200, 429]  # the first's 1/second
+    plan = flask_app.extensions["ratelimit"].plan("index", "GET")
+    assert [str(limit.policy.layers[0]) for limit in plan.limits] == [
+        "1 per 1 second",
+        "3 per 1 minute",
+        "100 per 1 minute",
+        "50 per 1 minute",
+    ]
+    # None shares a counter with another: a scope or a window of its own.
+    assert len({(limit.scope, limit.policy.layers[0].window) for limit in plan.limits}) == 4
+    assert statuses(client, 3, "/team", headers={"X-Team": "a"}) == [200, 200, 429]
+    assert statuses(client, 1, "/team", headers={"X-Team": "b"}) == [200]  # another team, from the same address
+    assert statuses(client, 3, "/team", headers={"X-Team": "a", "X-Internal": "1"}) == [200] * 3
+
+
+@pytest.mark.redis
+def test_two_limiters_decide_a_request_in_one_script_call(
+    flask_app: Flask, redis_client: Any, redis_server: RedisServer
+) -> None:
+    limiter_for(flask_app, redis_server.url, default_limits=["5/second"])
+    Limiter(get_remote_address, app=flask_app, default_limits=["10/minute"])
+    client = flask_app.test_client()
+    get(client, "/")  # loads the script
+    before = evalsha_calls(redis_client)
+    assert statuses(client, 3) == [200] * 3
+    assert evalsha_calls(redis_client) - before == 3
+
+
+def test_a_second_limiter_refuses_what_only_the_first_may_give(flask_app: Flask) -> None:
+    limiter_for(flask_app, "memory://")
+    with pytest.raises(ConfigurationError, match="second Limiter"):
+        Limiter(get_remote_address, app=flask_app, storage_uri="redis://localhost:6379")
+    with pytest.raises(ConfigurationError, match="second Limiter"):
+        Limiter(get_remote_address, app=flask_app, strategy="moving-window")
