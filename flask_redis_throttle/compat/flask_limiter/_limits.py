@@ -220,7 +220,7 @@ class RouteLimit(Limit):
             block.__enter__()
             if self.native.spec.override_defaults is not False:
                 hint_override(request.endpoint)
-        elif self.spec() in g.get(UNDECIDED, ()):
+        elif callable(self.limit_provider) and self.spec() in g.get(UNDECIDED, ()):  # only a dynamic one can be
             self.native.__enter__()
 
     def __enter__(self) -> None:
@@ -397,7 +397,8 @@ class Dynamic:
             # that reads what the view's decorators set is called again when
             # the view is (see RouteLimit.__call__).
             logger.exception("the limit function %s raised; its limit is left out", qualified_name(self))
-            g.setdefault(UNDECIDED, set()).add(self)
+            if has_request_context():
+                g.setdefault(UNDECIDED, set()).add(self)
             texts = []
         value = ";".join(text for text in texts if text) or None
         self.last = (request, value)
