@@ -8,9 +8,9 @@ An endpoint's limits come from three places, in this order:
 2. the limits of the blueprints it belongs to, from the innermost outwards,
    up to and including the first blueprint marked
    :func:`~flask_redis_throttle.exempt`;
-3. ``RATELIMIT_DEFAULT``, unless a limit from 1 or 2 overrides it: one
-   with ``override_defaults=True``, or with None when
-   ``RATELIMIT_DEFAULT_MODE`` is ``"replace"``;
+3. ``RATELIMIT_DEFAULT``, unless a limit from 1 or 2 that applies to the
+   method overrides it: one with ``override_defaults=True``, or with None
+   when ``RATELIMIT_DEFAULT_MODE`` is ``"replace"``;
 4. ``RATELIMIT_APPLICATION``, one limit shared by every view.
 
 3 and 4 are left out for a view exempted, or inside a blueprint exempted,
@@ -353,7 +353,8 @@ def compile_plan(app: Flask, endpoint: str, method: str, settings: Settings, war
     :param warn: how its identities warn of a logged-in user without an id
         (see :func:`~flask_redis_throttle._identity.resolvers`).
     """
-    return plan_of(limits_of(app, endpoint, settings), endpoint, method, settings, hasattr(app, "login_manager"), warn)
+    found = limits_of(app, endpoint, settings, method)
+    return plan_of(found, endpoint, method, settings, hasattr(app, "login_manager"), warn)
 
 
 def plan_of(

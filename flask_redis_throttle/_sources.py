@@ -1,7 +1,8 @@
 """Where an endpoint's limits come from, whatever the method, in this order:
 the view's own decorators (and a class-based view's, method by method), the
 blueprints it belongs to (innermost first, up to the first one exempted
-from them), then ``RATELIMIT_DEFAULT`` unless a limit overrides it, and
+from them), then ``RATELIMIT_DEFAULT`` unless a limit that applies to the
+request's method overrides it, and
 ``RATELIMIT_APPLICATION``, each unless an exemption drops it (the view's,
 its blueprint's, or a nested one of an enclosing blueprint's).
 :mod:`flask_redis_throttle._plan` compiles them.
@@ -22,8 +23,10 @@ from .decorators import EXEMPT_ATTRIBUTE, LIMITS_ATTRIBUTE, Exemption
 __all__ = ["class_view_limits", "limits_of"]
 
 
-def limits_of(app: Flask, endpoint: str, settings: Settings) -> list[tuple[LimitSpec, str]]:
-    """Every limit of ``endpoint``, whatever the method, with where it was written."""
+def limits_of(app: Flask, endpoint: str, settings: Settings, method: str | None = None) -> list[tuple[LimitSpec, str]]:
+    """Every limit of ``endpoint``, whatever the method, with where it was
+    written; ``RATELIMIT_DEFAULT`` among them unless a limit that applies
+    to ``method`` overrides it (any limit, for None)."""
     view = app.view_functions.get(endpoint)
     if view is None or endpoint == "static" or endpoint.endswith(".static"):
         return []
@@ -41,7 +44,7 @@ def limits_of(app: Flask, endpoint: str, settings: Settings) -> list[tuple[Limit
         exemption = getattr(blueprint, EXEMPT_ATTRIBUTE, None)
         if exemption is not None and (innermost == 0 or exemption.nested):
             drops |= exemption.drops
-    own = [spec for spec, _ in found]
+    own = [spec for spec, _ in found if method is None or spec.applies_to(method)]
     if "default" not in drops and settings.default and not _overrides_default(own, settings.default_mode):
         found += [(spec, "RATELIMIT_DEFAULT") for spec in settings.default]
     if "application" not in drops:

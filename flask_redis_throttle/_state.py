@@ -176,6 +176,13 @@ class RateLimitState(Notices):
             plan = self._plans[key] = compile_plan(self.app, key[0], key[1], self.settings, self._warn)
             return plan
 
+    def forget_plans(self) -> None:
+        """Forget the compiled plans, so that each endpoint's limits are read
+        again at its next request: for a limit put on a view after its first
+        request (Flask-Limiter's ``limiter.limit(...)(view)`` at run time)."""
+        self._plans.clear()
+        self._blocks.clear()
+
     def decide_block(self, spec: LimitSpec) -> None:
         """Decide ``spec`` for the current request, now: ``with limit(...)``
         (see :ref:`block-limits`). It is decided as the view's limits were,

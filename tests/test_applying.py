@@ -731,8 +731,7 @@ def test_limit_and_exempt_refuse_what_they_cannot_apply_to() -> None:
         exempt("index")  # type: ignore[type-var]
 
 
-def test_a_limit_on_some_methods_still_overrides_the_default_for_the_others(app: Flask, statuses) -> None:
-    # As docs/flask-limiter.rst says: Flask-Limiter would apply the default to GET here.
+def test_a_limit_on_some_methods_overrides_the_default_for_those_only(app: Flask, statuses) -> None:
     @app.route("/items", methods=["GET", "POST"])
     @limit("5/m", methods=["POST"])
     def items() -> str:
@@ -745,8 +744,14 @@ def test_a_limit_on_some_methods_still_overrides_the_default_for_the_others(app:
 
     install(app, RATELIMIT_DEFAULT="1/m")
     client = app.test_client()
-    assert statuses(client, 3, "/items") == [200, 200, 200]
+    assert statuses(client, 2, "/items") == [200, 429]  # GET keeps the default, which the POST limit overrides
+    assert [client.post("/items", environ_base={"REMOTE_ADDR": "192.0.2.1"}).status_code for _ in range(6)] == [
+        200
+    ] * 5 + [429]
     assert statuses(client, 2, "/kept") == [200, 429]
+    assert (
+        client.post("/kept", environ_base={"REMOTE_ADDR": "192.0.2.1"}).status_code == 429
+    )  # the default too, whose counter GET used
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)

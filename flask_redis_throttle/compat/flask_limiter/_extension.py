@@ -15,17 +15,23 @@ when it is given, never ignored; see :doc:`/flask-limiter`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from flask import Flask, Response, request
 
+from ..._config import APPLICATION_SCOPE, Settings
+from ..._spec import LimitSpec
+from ..._state import RateLimitState
 from ...current import current_limit, current_limits
 from ...decorators import exempt as native_exempt
-from ...extension import RateLimit
-from ._limits import SEE, Limit, MetaLimit, RequestLimit, RouteLimit, Target, of_request
-from ._settings import THEIR_SETTINGS, settings
+from ...errors import ConfigurationError
+from ...extension import EXTENSION_KEY, RateLimit
+from ._limits import SEE, Limit, MetaLimit, RequestLimit, RouteLimit, Target, exempted, identities, of_request
+from ._settings import APPLICATION_SETTINGS, DEFAULT_SETTINGS, THEIR_SETTINGS, layered, meta_limits, settings
 from .constants import ConfigVars, ExemptionScope, HeaderNames
 
 __all__ = ["Limiter"]
@@ -36,6 +42,20 @@ EXEMPTION = {
     "application": ExemptionScope.APPLICATION,
     "blueprints": ExemptionScope.ANCESTORS,
 }
+
+
+#: The arguments a second Limiter on an app may give: its own limits, and
+#: whom they count. (Its ``key_prefix`` names nothing: its limits count apart
+#: from the first's under the first's prefix.)
+JOINED = frozenset(
+    {
+        ConfigVars.KEY_FUNC,
+        ConfigVars.KEY_PREFIX,
+        ConfigVars.META_LIMITS,
+        *DEFAULT_SETTINGS,
+        *APPLICATION_SETTINGS,
+    }
+)
 
 
 class Limiter:
@@ -119,6 +139,8 @@ class Limiter:
         self.logger = logging.getLogger("flask_redis_throttle")
         #: The extension that decides every request.
         self.extension = RateLimit()
+        #: The apps it is set up on.
+        self.apps: weakref.WeakSet[Flask] = weakref.WeakSet()
         if app is not None:
             self.init_app(app)
 
@@ -132,6 +154,10 @@ class Limiter:
         """
         config = app.config
         self.enabled = config.setdefault(ConfigVars.ENABLED, self.enabled)
+        first = next((other for other in app.extensions.get("limiter", ()) if isinstance(other, Limiter)), None)
+        if first is not None and EXTENSION_KEY in app.extensions:
+            self._join(app, first)
+            return
         ours = settings(lambda key: self._given(config, key), self.header_name_mapping, self.auto_check)
         read = {key: config.pop(key) for key in THEIR_SETTINGS & config.keys()}
         config.update(ours)
@@ -140,6 +166,53 @@ class Limiter:
         finally:
             config.update(read)
         app.extensions.setdefault("limiter", set()).add(self)
+        self.apps.add(app)
+
+    def _join(self, app: Flask, first: Limiter) -> None:
+        """Add this limiter's default, application and meta limits to the
+        extension ``first`` set up on ``app``, so that one script call still
+        decides all of them: a second Limiter on an app, as Flask-Limiter
+        allows. Its limits count whom its ``key_func`` names, apart from the
+        first's (as any two limits of an endpoint do); they share its
+        storage, strategy and headers.
+
+        :raises ConfigurationError: for an argument that only the first
+            Limiter of an app may give.
+        """
+        for key, value in self.arguments.items():
+            if value is not None and key not in JOINED:
+                raise ConfigurationError(key, value, f"None: a second Limiter on an app shares the first's ({SEE})")
+        if self.header_name_mapping or not self.auto_check:
+            raise ConfigurationError("header_name_mapping", self.header_name_mapping, "the first Limiter's")
+        state: RateLimitState = app.extensions[EXTENSION_KEY]
+        given = self.arguments.get
+        application = layered(given, *APPLICATION_SETTINGS) or []
+        taken = len(state.settings.application)
+        for position, item in enumerate(application, taken + 1):  # apart from the first's, which start at @app
+            item.setdefault("scope", f"{APPLICATION_SCOPE}+{position}")
+        own = Settings.from_config(
+            {
+                "RATELIMIT_DEFAULT": layered(given, *DEFAULT_SETTINGS),
+                "RATELIMIT_APPLICATION": application or None,
+                "RATELIMIT_META": meta_limits(given),
+                "RATELIMIT_IDENTITIES": identities(self.key_func) or ["ip"],
+            }
+        )
+
+        def counted(specs: tuple[LimitSpec, ...]) -> tuple[LimitSpec, ...]:
+            return tuple(dataclasses.replace(spec, identities=spec.identities or own.identities) for spec in specs)
+
+        state.settings = dataclasses.replace(
+            state.settings,
+            default=state.settings.default + counted(own.default),
+            application=state.settings.application + counted(own.application),
+            meta=state.settings.meta + counted(own.meta),
+        )
+        state.forget_plans()
+        first.extension.filters.extend(self.extension.filters)
+        self.extension = first.extension
+        app.extensions["limiter"].add(self)
+        self.apps.add(app)
 
     def _given(self, config: Mapping[str, Any], key: str) -> Any:
         value = self.arguments.get(key)
@@ -169,7 +242,8 @@ class Limiter:
         return RouteLimit(
             limit_value,
             override_defaults,
-            key_function=key_func,
+            self,
+            key_function=key_func or self.key_func,
             per_method=per_method,
             methods=methods,
             error_message=error_message,
@@ -201,7 +275,8 @@ class Limiter:
         return RouteLimit(
             limit_value,
             override_defaults,
-            key_function=key_func,
+            self,
+            key_function=key_func or self.key_func,
             per_method=per_method,
             methods=methods,
             error_message=error_message,
@@ -226,8 +301,23 @@ class Limiter:
         :raises ValueError: if ``flags`` drop nothing.
         """
         keep = [kind for kind, flag in EXEMPTION.items() if flag not in flags]
-        decorate = native_exempt(keep=keep, nested=ExemptionScope.DESCENDENTS in flags)
+        native = native_exempt(keep=keep, nested=ExemptionScope.DESCENDENTS in flags)
+
+        def decorate(target: Target) -> Target:
+            native(target)
+            exempted(target)
+            return target
+
         return decorate if obj is None else decorate(obj)
+
+    def forget_plans(self) -> None:
+        """Have this limiter's apps read their endpoints' limits again at
+        their next request: a limit put on a view at run time applies, as in
+        Flask-Limiter, where limits are read at each request."""
+        for app in self.apps:
+            state = app.extensions.get(EXTENSION_KEY)
+            if state is not None:
+                state.forget_plans()
 
     def request_filter(self, fn: Callable[[], bool]) -> Callable[[], bool]:
         """Leave the requests for which ``fn()`` is True unlimited."""

@@ -9,14 +9,16 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
-from flask import Blueprint, Request, Response, current_app, has_request_context, request
+from flask import Blueprint, Request, Response, current_app, g, has_request_context, request
 from flask.views import http_method_funcs
 
 from ..._plan import qualified_name
 from ...current import CurrentLimit
+from ...decorators import EXEMPT_ATTRIBUTE, EXTENSION_KEY, LIMITS_ATTRIBUTE, Exemption, LimitDecorator
 from ...decorators import limit as native_limit
 from ...errors import InvalidLimit
 from ...signals import RefusalEvent
@@ -31,6 +33,8 @@ __all__ = [
     "RouteLimit",
     "breach_hook",
     "dynamic",
+    "exempt_view",
+    "exempted",
     "identities",
     "of_request",
 ]
@@ -85,9 +89,11 @@ class Limit:
     deduct_when: Callable[[Response], bool] | None = None
     on_breach: Callable[[RequestLimit], Response | None] | None = None
 
-    def options(self) -> dict[str, Any]:
+    def options(self, scope: str | None = None) -> dict[str, Any]:
         """The extension's options for this limit: :func:`~flask_redis_throttle.limit`'s keyword arguments.
 
+        :param scope: the scope it counts under unless it is shared or has a
+            scope function; None for the endpoint.
         :raises InvalidLimit: for an option that has no counterpart.
         """
         options: dict[str, Any] = {}
@@ -104,6 +110,11 @@ class Limit:
             options["scope"] = scope_of(self.scope, self.shared)
         elif self.shared:
             options["scope"] = self.scope
+        elif scope is not None:
+            options["scope"] = scope
+        provider = self.spec()
+        if isinstance(provider, Dynamic):
+            options["scope"] = provider.apart(options.get("scope"))
         if self.key_function is not None:
             options["identities"] = identities(self.key_function)
         if self.methods is not None:
@@ -124,12 +135,16 @@ class Limit:
             options["on_breach"] = hook
         return options
 
-    def spec(self) -> str | Callable[[Request], str | None]:
-        """The limit string, or the dynamic limit: the function of the request."""
+    def spec(self) -> str | Dynamic:
+        """The limit string, or the dynamic limit: the function of the
+        request, made once, since its scope reads what it returned."""
         provider = self.limit_provider
         if not callable(provider):
             return provider
-        return dynamic([provider])
+        made = self.__dict__.get("_dynamic")
+        if made is None:
+            made = self.__dict__["_dynamic"] = dynamic([provider])
+        return made
 
 
 @dataclasses.dataclass(eq=False)
@@ -153,8 +168,10 @@ class RouteLimit(Limit):
         limiter: object = None,
         **fields: Any,
     ) -> None:
-        # ``limiter`` is Flask-Limiter's binding; the extension's limits need none.
         super().__init__(limit_value, **fields)
+        #: The :class:`Limiter` that made it, whose apps read their endpoints'
+        #: limits again when it is put on a view; None for none.
+        self.limiter = limiter
         # Made now, so that a malformed limit or option fails where it is written.
         self.native = native_limit(self.spec(), override_defaults=override_defaults, **self.options())
 
@@ -163,34 +180,48 @@ class RouteLimit(Limit):
         does; and, as in Flask-Limiter, a function that is not a view, when
         it is called in a request: its counters are named after it, unless
         the limit is shared."""
+        if getattr(target, EXEMPT_VIEW, False):
+            return target  # as in Flask-Limiter, an exempt view has no limits, not even its own
         self.native(target)
+        replace_inherited(target)
+        forget = getattr(self.limiter, "forget_plans", None)
+        if forget is not None:
+            forget()
         if isinstance(target, Blueprint):
             return target
-        options = self.options()
-        options.setdefault("scope", qualified_name(target))
-        block = native_limit(self.spec(), **options)
+        block = native_limit(self.spec(), **self.options(qualified_name(target)))
         function: Callable[..., Any] = target
-
-        def decided_before(limited: Callable[..., Any]) -> bool:
-            return not has_request_context() or is_view_of(limited, request.endpoint)
 
         if inspect.iscoroutinefunction(function):
 
             @functools.wraps(function)
             async def limited_async(*args: Any, **kwargs: Any) -> Any:
-                if not decided_before(limited_async):
-                    block.__enter__()
+                self.decide_when_called(limited_async, block)
                 return await function(*args, **kwargs)
 
             return limited_async  # type: ignore[return-value]
 
         @functools.wraps(function)
         def limited(*args: Any, **kwargs: Any) -> Any:
-            if not decided_before(limited):
-                block.__enter__()
+            self.decide_when_called(limited, block)
             return function(*args, **kwargs)
 
         return limited  # type: ignore[return-value]
+
+    def decide_when_called(self, limited: Callable[..., Any], block: LimitDecorator) -> None:
+        """Decide the limit when ``limited`` is called in a request, unless
+        the extension decided it before the view: ``block`` for a function
+        that is not the view; and the view's own limit when its dynamic
+        function raised before the view (it may read what the view's
+        decorators set, as in Flask-Limiter)."""
+        if not has_request_context():
+            return
+        if not is_view_of(limited, request.endpoint):
+            block.__enter__()
+            if self.native.spec.override_defaults is not False:
+                hint_override(request.endpoint)
+        elif callable(self.limit_provider) and self.spec() in g.get(UNDECIDED, ()):  # only a dynamic one can be
+            self.native.__enter__()
 
     def __enter__(self) -> None:
         """Decide the limit for the current request now: the extension's
@@ -198,11 +229,100 @@ class RouteLimit(Limit):
         within the endpoint, as in Flask-Limiter."""
         block = self.native
         if self.scope is not None and not self.shared:
-            block = native_limit(self.spec(), **{**self.options(), "scope": f"{request.endpoint}:{self.scope}"})
+            block = native_limit(self.spec(), **self.options(f"{request.endpoint}:{self.scope}"))
         block.__enter__()
 
     def __exit__(self, *exc: object) -> None:
         return None
+
+
+#: The attribute ``limiter.exempt`` marks a view with: Flask-Limiter's
+#: exemption of a view drops the view's own limits too, which
+#: :func:`flask_redis_throttle.exempt` keeps.
+EXEMPT_VIEW = "__flask_limiter_exempt__"
+
+
+def exempt_view(view: Callable[..., Any]) -> None:
+    """Drop the limits put on ``view``, and those put on it later."""
+    setattr(view, LIMITS_ATTRIBUTE, ())
+    setattr(view, EXEMPT_VIEW, True)
+
+
+#: The attribute that keeps the exemption ``limiter.exempt`` put on a view
+#: or blueprint, which :func:`replace_inherited` adds to.
+EXEMPTION = "__flask_limiter_exemption__"
+
+
+def exempted(target: Callable[..., Any] | Blueprint) -> None:
+    """Keep the exemption :func:`flask_redis_throttle.exempt` just put on
+    ``target``, for :func:`replace_inherited`; and, as in Flask-Limiter,
+    drop an exempt view's own limits."""
+    setattr(target, EXEMPTION, getattr(target, EXEMPT_ATTRIBUTE))
+    if isinstance(target, Blueprint):
+        replace_inherited(target)
+    else:
+        exempt_view(target)
+
+
+#: The attribute that holds the exemption :func:`replace_inherited` put on a
+#: view or blueprint, to tell it from one the native ``exempt`` put there.
+DERIVED = "__flask_limiter_derived__"
+
+#: The attribute that marks a view in whose requests a function with a
+#: limit that overrides the default has run.
+OVERRIDDEN = "__flask_limiter_overridden__"
+
+
+def hint_override(endpoint: str | None) -> None:
+    """The view of ``endpoint`` loses the default limits from its next
+    request on: a function with a limit that overrides them ran in one of
+    its requests. Flask-Limiter learns it the same way, at the first call."""
+    view = current_app.view_functions.get(endpoint) if endpoint is not None else None
+    if view is None or getattr(view, OVERRIDDEN, False):
+        return
+    setattr(view, OVERRIDDEN, True)
+    replace_inherited(view)
+    state = current_app.extensions.get(EXTENSION_KEY)
+    if state is not None:
+        state.forget_plans()
+
+
+def replace_inherited(target: Callable[..., Any] | Blueprint) -> None:
+    """Flask-Limiter's ``override_defaults`` for the limits of enclosing
+    blueprints, which the extension adds up: a view any of whose limits
+    overrides the default, and a blueprint all of whose limits do, lose the
+    limits of the blueprints they are in. The extension's exemption of
+    ``target`` drops them (``"blueprints"``), beside what ``limiter.exempt``
+    dropped; for a blueprint, for its own views only, unless that exemption
+    covers nested blueprints too. A view marked by :func:`hint_override`
+    loses the default limits too. A class-based view's method is left
+    alone: its class is the view, which ``limiter.exempt`` exempts."""
+    if is_method(target):
+        return
+    current = getattr(target, EXEMPT_ATTRIBUTE, None)
+    if current is not None and current is not getattr(target, DERIVED, None) and not hasattr(target, EXEMPTION):
+        setattr(target, EXEMPTION, current)  # the native exempt's, put on it directly: kept
+    specs = getattr(target, LIMITS_ATTRIBUTE, ())
+    overrides = [spec.override_defaults is not False for spec in specs]
+    replaces = all(overrides) if isinstance(target, Blueprint) else any(overrides)
+    explicit: Exemption | None = getattr(target, EXEMPTION, None)
+    drops = set() if explicit is None else set(explicit.drops)
+    if specs and replaces:
+        drops.add("blueprints")
+    if getattr(target, OVERRIDDEN, False):
+        drops.add("default")
+    nested = explicit is not None and explicit.nested
+    if drops or current is not None:
+        derived = Exemption(frozenset(drops), nested) if drops else None
+        setattr(target, EXEMPT_ATTRIBUTE, derived)
+        setattr(target, DERIVED, derived)
+
+
+def is_method(target: object) -> bool:
+    """Whether ``target`` is a function defined in a class (its qualified
+    name is dotted after its last ``<locals>``), such as a ``MethodView``'s ``get``."""
+    qualname = getattr(target, "__qualname__", "")
+    return isinstance(qualname, str) and "." in qualname.rpartition("<locals>.")[2]
 
 
 def is_view_of(function: Callable[..., Any], endpoint: str | None) -> bool:
@@ -235,19 +355,70 @@ def scope_of(scope: Callable[[str], str], shared: bool) -> Callable[[Request], s
     return scoped
 
 
-def dynamic(items: Sequence[str | Callable[[], str]]) -> Callable[[Request], str | None]:
+#: The attribute of :data:`flask.g` that holds the request's
+#: :class:`Dynamic` limits whose function raised before the view.
+UNDECIDED = "_flask_limiter_undecided"
+
+#: The extension's logger.
+logger = logging.getLogger("flask_redis_throttle")
+
+
+def dynamic(items: Sequence[str | Callable[[], str]]) -> Dynamic:
     """One dynamic limit of several Flask-Limiter limit values: their limit
-    strings joined, or None (no limit) when none returns one. Named after
-    the first function, for the extension's logs."""
+    strings joined, or None (no limit) when none returns one."""
+    return Dynamic(items)
 
-    def limits(request: Request) -> str | None:
-        texts = [item() if callable(item) else item for item in items]
-        return ";".join(text for text in texts if text) or None
 
-    named = next((item for item in items if callable(item)), None)
-    if named is not None:
-        functools.update_wrapper(limits, named, updated=())
-    return limits
+class Dynamic:
+    """A dynamic limit of Flask-Limiter limit values: called with the
+    request, their limit strings joined, or None (no limit) when none
+    returns one. Named after the first function, for the extension's logs.
+
+    Flask-Limiter keeps a counter for each limit string a function returns;
+    the extension shares one for every string of a limit, so :meth:`apart`
+    gives the limit a scope function that names the string.
+    """
+
+    def __init__(self, items: Sequence[str | Callable[[], str]]) -> None:
+        self.items = list(items)
+        #: The last request and what it was given: its scope reads it rather
+        #: than call the functions again. One tuple, replaced whole, so that
+        #: a thread reads a request's own value or calls the functions.
+        self.last: tuple[object, str | None] = (None, None)
+        named = next((item for item in items if callable(item)), None)
+        if named is not None:
+            functools.update_wrapper(self, named, updated=())
+
+    def __call__(self, request: Request) -> str | None:
+        try:
+            texts = [item() if callable(item) else item for item in self.items]
+        except Exception:
+            # As in Flask-Limiter: logged, and the limit left out; a function
+            # that reads what the view's decorators set is called again when
+            # the view is (see RouteLimit.__call__).
+            logger.exception("the limit function %s raised; its limit is left out", qualified_name(self))
+            if has_request_context():
+                g.setdefault(UNDECIDED, set()).add(self)
+            texts = []
+        value = ";".join(text for text in texts if text) or None
+        self.last = (request, value)
+        return value
+
+    def apart(self, scope: str | Callable[[Request], str] | None) -> Callable[[Request], str]:
+        """A scope function that counts each limit string under a scope of
+        its own: ``scope`` (or the function's value, or the endpoint when
+        None), ``:``, the string, as Flask-Limiter keeps a counter per
+        limit string."""
+
+        def apart(request: Request) -> str:
+            asked, value = self.last
+            if asked is not request:
+                value = self(request)
+            base = scope(request) if callable(scope) else scope or request.endpoint
+            return f"{base}:{value}"
+
+        functools.update_wrapper(apart, self, updated=())
+        return apart
 
 
 class RequestLimit:

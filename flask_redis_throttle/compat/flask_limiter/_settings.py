@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
+from ..._config import APPLICATION_SCOPE
 from ...errors import ConfigurationError
 from ._limits import SEE, Limit, breach_hook, dynamic, identities
 from .constants import ConfigVars, HeaderNames
@@ -163,25 +164,31 @@ def layered(
 
 def limits_of(key: str, value: Any, shared: dict[str, Any], inherited: bool = False) -> list[dict[str, Any]] | None:
     """The extension's limits for a Flask-Limiter list of limits: its limit
-    strings and functions as one limit (a dynamic one if any is a function),
-    with the ``shared`` options; and each ``Limit(...)`` item as a limit of
-    its own, with its own options, and the ``shared`` ones too if ``inherited``."""
+    strings as one limit, and each function as a dynamic limit, with the
+    ``shared`` options; and each ``Limit(...)`` item as a limit of its own,
+    with its own options, and the ``shared`` ones too if ``inherited``. A
+    dynamic limit counts each string it returns apart, as in Flask-Limiter:
+    under the endpoint, or the application's scope for application limits."""
     if value is None:
         return None
     items = [value] if isinstance(value, str) or callable(value) else list(value)
+    base = APPLICATION_SCOPE if key == ConfigVars.APPLICATION_LIMITS else None
     found: list[dict[str, Any]] = []
-    providers: list[str | Callable[[], str]] = []
+    strings: list[str] = []
     for item in items:
         if isinstance(item, Limit):
-            found.append({"limit": item.spec(), **(shared if inherited else {}), **item.options()})
-        elif isinstance(item, str) or callable(item):
-            providers.append(item)
+            options = item.options(base) if callable(item.limit_provider) else item.options()
+            found.append({"limit": item.spec(), **(shared if inherited else {}), **options})
+        elif isinstance(item, str):
+            strings.append(item)
+        elif callable(item):
+            made = dynamic([item])
+            apart = {} if key == ConfigVars.META_LIMITS else {"scope": made.apart(base)}  # meta limits have theirs
+            found.append({"limit": made, **shared, **apart})
         else:
             raise ConfigurationError(key, value, "a list of limit strings, functions that return one, or Limit(...)")
-    if providers:
-        joined = dynamic(providers) if any(callable(item) for item in providers) else ";".join(map(str, providers))
-        if joined:
-            found.insert(0, {"limit": joined, **shared})
+    if ";".join(strings):
+        found.insert(0, {"limit": ";".join(strings), **shared})
     return found or None
 
 
