@@ -40,7 +40,7 @@ def glob_escape(text: str) -> str:
     return _GLOB.sub(r"\\\1", text)
 
 
-def counter_pattern(prefix: str, tag: str | None, scope: str | None = None) -> str:
+def counter_pattern(prefix: str, tag: str | None, scope: str | None = None, beneath: bool = False) -> str:
     """The ``SCAN`` pattern of an identity's counters, or every identity's,
     in one scope or all.
 
@@ -48,8 +48,13 @@ def counter_pattern(prefix: str, tag: str | None, scope: str | None = None) -> s
     :param tag: the identity's hash tag, from
         :func:`~flask_redis_throttle.core.keys.identity_tag`; None for every identity.
     :param scope: only this scope's counters, or None for every scope.
+    :param beneath: instead of ``scope``'s, those of every scope named
+        ``scope:...`` (a dynamic limit of the Flask-Limiter shim counts each
+        of its strings in one).
     """
-    tail = "" if scope is None else escape_scope(scope) + ":"
+    tail = ""
+    if scope is not None:
+        tail = escape_scope(scope + ":") if beneath else escape_scope(scope) + ":"
     if tag is None:  # a tag never holds a brace
         return glob_escape(f"{prefix}{{") + "*" + glob_escape(f"}}:{tail}") + "*"
     return glob_escape(f"{prefix}{{{tag}}}:{tail}") + "*"

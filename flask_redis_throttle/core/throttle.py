@@ -402,9 +402,10 @@ class Throttle:
         """The folder of the ``local://`` server the storage runs on; None on any other storage."""
         return folder_of(self.storage.client)
 
-    def reset(self, identity: Identity | None, scopes: Iterable[str | None] = (None,)) -> int:
+    def reset(self, identity: Identity | None, scopes: Iterable[str | None] = (None,), beneath: bool = False) -> int:
         """Delete ``identity``'s counters (and penalties; every identity's if
-        None) in each of ``scopes`` (None for every scope), and forget this
+        None) in each of ``scopes`` (None for every scope; with ``beneath``,
+        in every scope named ``scope:...`` instead), and forget this
         process's cached refusals.
 
         Other processes' block caches trust a refusal for up to a second more
@@ -414,7 +415,7 @@ class Throttle:
         :raises redis.RedisError: if Redis cannot answer.
         """
         client, tag = self.storage.client, None if identity is None else self.tag(identity)
-        deleted = sum(delete_counters(client, counter_pattern(self.prefix, tag, scope)) for scope in scopes)
+        deleted = sum(delete_counters(client, counter_pattern(self.prefix, tag, scope, beneath)) for scope in scopes)
         if self.blocks is not None:
             self.blocks.clear()
         return deleted

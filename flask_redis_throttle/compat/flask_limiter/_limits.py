@@ -381,18 +381,22 @@ class Dynamic:
 
     def __init__(self, items: Sequence[str | Callable[[], str]]) -> None:
         self.items = list(items)
-        #: The last request and what it was given: its scope reads it rather
-        #: than call the functions again. One tuple, replaced whole, so that
-        #: a thread reads a request's own value or calls the functions.
-        self.last: tuple[object, str | None] = (None, None)
+        #: The last request, what it was given, and the error a function
+        #: raised instead (None if none did): its scope reads it rather than
+        #: call the functions again, and ``flask limiter limits`` shows the
+        #: error. One tuple, replaced whole, so that a thread reads a
+        #: request's own value or calls the functions.
+        self.last: tuple[object, str | None, Exception | None] = (None, None, None)
         named = next((item for item in items if callable(item)), None)
         if named is not None:
             functools.update_wrapper(self, named, updated=())
 
     def __call__(self, request: Request) -> str | None:
+        raised = None
         try:
             texts = [item() if callable(item) else item for item in self.items]
-        except Exception:
+        except Exception as error:
+            raised = error
             # As in Flask-Limiter: logged, and the limit left out; a function
             # that reads what the view's decorators set is called again when
             # the view is (see RouteLimit.__call__).
@@ -401,7 +405,7 @@ class Dynamic:
                 g.setdefault(UNDECIDED, set()).add(self)
             texts = []
         value = ";".join(text for text in texts if text) or None
-        self.last = (request, value)
+        self.last = (request, value, raised)
         return value
 
     def apart(self, scope: str | Callable[[Request], str] | None) -> Callable[[Request], str]:
@@ -411,13 +415,16 @@ class Dynamic:
         limit string."""
 
         def apart(request: Request) -> str:
-            asked, value = self.last
+            asked, value, _ = self.last
             if asked is not request:
                 value = self(request)
             base = scope(request) if callable(scope) else scope or request.endpoint
             return f"{base}:{value}"
 
         functools.update_wrapper(apart, self, updated=())
+        # What ``flask limiter clear`` clears every string's counters beneath:
+        # the scope, "" for the endpoint's, None when a function gives it.
+        apart.beneath = "" if scope is None else scope if isinstance(scope, str) else None  # type: ignore[attr-defined]
         return apart
 
 

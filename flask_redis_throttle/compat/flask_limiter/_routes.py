@@ -77,26 +77,36 @@ class Shown:
     :param scope: the scope its counters are kept under; None when a scope
         function gives each request its own.
     :param note: why ``policy`` is None, if it is.
+    :param beneath: for a dynamic limit of the shim, which counts each of
+        its strings in a scope of its own, ``beneath:string``: the scope
+        they are all beneath, which :meth:`Key.clear` clears.
     """
 
     limit: PlannedLimit
     policy: Policy | None
     scope: str | None
     note: str = ""
+    beneath: str | None = None
 
     @classmethod
     def of(cls, limit: PlannedLimit, asked: Request) -> Shown:
         """``limit`` as it stands for ``asked``, a request made up for the route."""
         scope = None if callable(limit.spec.scope) else limit.scope
+        beneath = getattr(limit.spec.scope, "beneath", None)  # see Dynamic.apart
+        if beneath == "":
+            beneath = asked.endpoint
         if limit.policy is not None:
             return cls(limit, limit.policy, scope)
         try:
             policy = limit.resolve(asked)
         except Exception as error:  # the app's function, called outside a real request
-            return cls(limit, None, scope, f"not known outside a request: {type(error).__name__}")
+            return cls(limit, None, scope, f"not known outside a request: {type(error).__name__}", beneath)
         if policy is None:
-            return cls(limit, None, scope, "no limit for a request without headers")
-        return cls(limit, policy, policy.scope)
+            _, _, raised = getattr(limit.spec.limit, "last", (None, None, None))
+            if raised is not None:  # a shim's dynamic limit: it logged the error
+                return cls(limit, None, scope, f"not known outside a request: {type(raised).__name__}", beneath)
+            return cls(limit, None, scope, "no limit for a request without headers", beneath)
+        return cls(limit, policy, policy.scope, beneath=beneath)
 
     @property
     def signature(self) -> tuple[object, ...]:
@@ -119,7 +129,9 @@ class Shown:
         spec, notes = self.limit.spec, []
         if callable(spec.limit) and self.policy is not None:
             notes.append(f"dynamic: {qualified_name(spec.limit)}()")
-        if callable(spec.scope):
+        if hasattr(spec.scope, "beneath"):
+            pass  # the shim's own scope for a dynamic limit (see Dynamic.apart)
+        elif callable(spec.scope):
             notes.append(f"scope {qualified_name(spec.scope)}(): {self.scope!r}")
         elif self.limit.source != "RATELIMIT_APPLICATION" and not self.limit.meta and spec.scope is not None:
             notes.append(f"shared scope {spec.scope!r}")
@@ -317,7 +329,7 @@ class Key:
     def cleared(self, shown: Shown) -> list[str]:
         """One label per layer of ``shown``, saying whether :meth:`clear` clears it."""
         labels = shown.labels(details=False)
-        if shown.scope is None:
+        if shown.scope is None and shown.beneath is None:
             return [f"{label}: not cleared, its scope function gives each request its own" for label in labels]
         if not self.identities(shown):
             return [f"{label}: not counted for key {self.value}" for label in labels]
@@ -331,12 +343,17 @@ class Key:
         :raises redis.RedisError: if Redis cannot answer.
         """
         assert self.throttle is not None
+        throttle = self.throttle
         scopes: dict[Identity, dict[str, None]] = {}
+        beneath: dict[Identity, dict[str, None]] = {}
         for shown in limits:
-            if shown.scope is not None:
+            by, scope = (beneath, shown.beneath) if shown.beneath is not None else (scopes, shown.scope)
+            if scope is not None:
                 for identity in self.identities(shown):
-                    scopes.setdefault(identity, {})[shown.scope] = None
-        return sum(self.throttle.reset(identity, list(found)) for identity, found in scopes.items())
+                    by.setdefault(identity, {})[scope] = None
+        return sum(throttle.reset(identity, list(found)) for identity, found in scopes.items()) + sum(
+            throttle.reset(identity, list(found), beneath=True) for identity, found in beneath.items()
+        )
 
     def _usage(self, policy: Policy, identities: Sequence[Identity]) -> list[LayerUsage] | None:
         """Each layer of ``policy`` as the most used of ``identities`` has
