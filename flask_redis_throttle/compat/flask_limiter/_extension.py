@@ -15,16 +15,22 @@ when it is given, never ignored; see :doc:`/flask-limiter`.
 
 from __future__ import annotations
 
+import functools
 import logging
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from flask import Flask, Response, request
 
+from ..._state import EXTENSION_KEY
+from ...core.clients import embedded_client
+from ...core.embedded import EmbeddedRedis
 from ...current import current_limit, current_limits
 from ...decorators import exempt as native_exempt
 from ...extension import RateLimit
 from ._limits import SEE, Limit, MetaLimit, RequestLimit, RouteLimit, Target, of_request
+from ._presentation import log_refusals, respond
 from ._settings import THEIR_SETTINGS, settings
 from .constants import ConfigVars, ExemptionScope, HeaderNames
 
@@ -36,6 +42,24 @@ EXEMPTION = {
     "application": ExemptionScope.APPLICATION,
     "blueprints": ExemptionScope.ANCESTORS,
 }
+
+
+def in_memory(url: str) -> EmbeddedRedis | None:
+    """The embedded store of a ``memory://`` app, made here so that the
+    extension does not log its warning about it (see :func:`warn_in_memory`)."""
+    return embedded_client(warn=False) if url == "memory://" else None
+
+
+def warn_in_memory(given: str | None) -> None:
+    """Warn, with :func:`warnings.warn` as Flask-Limiter does, that an app
+    counts in memory:// because it was given no storage."""
+    if not given:
+        warnings.warn(
+            "no storage_uri was given, so rate limits are counted in memory://, by each worker process "
+            "on its own; give storage_uri a Redis URL in production",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 class Limiter:
@@ -132,14 +156,29 @@ class Limiter:
         """
         config = app.config
         self.enabled = config.setdefault(ConfigVars.ENABLED, self.enabled)
-        ours = settings(lambda key: self._given(config, key), self.header_name_mapping, self.auto_check)
+        given = functools.partial(self._given, config)
+        ours = settings(given, self.header_name_mapping, self.auto_check)
+        self.extension.redis = in_memory(ours["RATELIMIT_STORAGE_URL"])
+        storage_uri, swallow_errors = given(ConfigVars.STORAGE_URI), bool(given(ConfigVars.SWALLOW_ERRORS))
         read = {key: config.pop(key) for key in THEIR_SETTINGS & config.keys()}
         config.update(ours)
         try:
             self.extension.init_app(app)
         finally:
             config.update(read)
+        warn_in_memory(storage_uri)
+        self._present(app, ours, swallow_errors)
         app.extensions.setdefault("limiter", set()).add(self)
+
+    def _present(self, app: Flask, ours: Mapping[str, Any], swallow_errors: bool) -> None:
+        """Show ``app``'s decisions as Flask-Limiter does: its log lines
+        instead of the extension's start-up line, and its ``Retry-After``
+        and ``on_breach`` errors (see ``_presentation.py``)."""
+        state = app.extensions[EXTENSION_KEY]
+        state._announced = True  # Flask-Limiter logs nothing at start-up
+        log_refusals(app)
+        http_date = ours.get("RATELIMIT_RETRY_AFTER") == "http-date"
+        app.after_request(respond(ours["RATELIMIT_HEADERS_ENABLED"], http_date, swallow_errors))
 
     def _given(self, config: Mapping[str, Any], key: str) -> Any:
         value = self.arguments.get(key)

@@ -12,14 +12,18 @@ import inspect
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
-from flask import Blueprint, Request, Response, current_app, has_request_context, request
+from flask import Blueprint, Request, Response, current_app, g, has_request_context, request
 from flask.views import http_method_funcs
 
 from ..._plan import qualified_name
+from ..._state import EXTENSION_KEY
 from ...current import CurrentLimit
+from ...decorators import LimitDecorator
 from ...decorators import limit as native_limit
 from ...errors import InvalidLimit
 from ...signals import RefusalEvent
+from ._grammar import translate
+from ._presentation import BREACH_ERROR, describe_refusal, limits_key, logger
 from .util import get_remote_address
 
 __all__ = [
@@ -99,7 +103,10 @@ class Limit:
                     f"functions and MetaLimit(...) only in the Limiter's meta_limits ({SEE})",
                     spec=self.meta_limits,
                 )
-            options["meta"] = ";".join(map(str, items))
+            try:
+                options["meta"] = translate(";".join(map(str, items)))
+            except ValueError as error:
+                raise InvalidLimit(f"meta_limits {self.meta_limits!r}: {error}", spec=self.meta_limits) from None
         if callable(self.scope):
             options["scope"] = scope_of(self.scope, self.shared)
         elif self.shared:
@@ -116,20 +123,28 @@ class Limit:
             options["exempt_when"] = of_request(self.exempt_when)
         if self.deduct_when is not None:
             options["deduct_when"] = self.deduct_when  # a function of the response in both
-        if self.error_message is not None:
-            message = self.error_message
+        message = self.error_message
+        if message is None:
+            options["error_message"] = describe_refusal
+        else:
             options["error_message"] = of_request(message) if callable(message) else message
         hook = breach_hook(self.on_breach, self.shared)
         if hook is not None:
             options["on_breach"] = hook
         return options
 
-    def spec(self) -> str | Callable[[Request], str | None]:
-        """The limit string, or the dynamic limit: the function of the request."""
+    def spec(self, fallback: bool = False) -> str | Callable[[Request], str | None]:
+        """The limit string in the extension's grammar, or the dynamic
+        limit: the function of the request.
+
+        :param fallback: whether a dynamic limit that comes to nothing
+            gives the default limits instead (see :func:`dynamic`).
+        :raises ValueError: for a limit string the ``limits`` library rejects.
+        """
         provider = self.limit_provider
         if not callable(provider):
-            return provider
-        return dynamic([provider])
+            return translate(provider)
+        return dynamic([provider], fallback)
 
 
 @dataclasses.dataclass(eq=False)
@@ -155,14 +170,28 @@ class RouteLimit(Limit):
     ) -> None:
         # ``limiter`` is Flask-Limiter's binding; the extension's limits need none.
         super().__init__(limit_value, **fields)
+        #: Why the limit string cannot be read, as Flask-Limiter says it; None if it can.
+        self.unreadable: ValueError | None = None
         # Made now, so that a malformed limit or option fails where it is written.
-        self.native = native_limit(self.spec(), override_defaults=override_defaults, **self.options())
+        self.native: LimitDecorator | None = None
+        try:
+            spec = self.spec(fallback=override_defaults is not False)
+        except ValueError as error:
+            self.unreadable = error  # logged where it is put; the default limits apply there
+            spec = ""
+        options = self.options()
+        if spec:  # an empty one is no limit, as in Flask-Limiter
+            self.native = native_limit(spec, override_defaults=override_defaults, **options)
 
     def __call__(self, target: Target) -> Target:
         """Limit a blueprint or a view, as the extension's :func:`limit`
         does; and, as in Flask-Limiter, a function that is not a view, when
         it is called in a request: its counters are named after it, unless
-        the limit is shared."""
+        the limit is shared. A limit string the ``limits`` library rejects
+        is logged, and ``target`` left as it is: the default limits apply."""
+        if self.native is None:
+            unread(target, self.unreadable)
+            return target
         self.native(target)
         if isinstance(target, Blueprint):
             return target
@@ -197,6 +226,9 @@ class RouteLimit(Limit):
         ``with limit(...)``. A scope here gives the block counters of its own
         within the endpoint, as in Flask-Limiter."""
         block = self.native
+        if block is None:
+            unread(request.endpoint, self.unreadable)
+            return
         if self.scope is not None and not self.shared:
             block = native_limit(self.spec(), **{**self.options(), "scope": f"{request.endpoint}:{self.scope}"})
         block.__enter__()
@@ -235,19 +267,63 @@ def scope_of(scope: Callable[[str], str], shared: bool) -> Callable[[Request], s
     return scoped
 
 
-def dynamic(items: Sequence[str | Callable[[], str]]) -> Callable[[Request], str | None]:
+def dynamic(items: Sequence[str | Callable[[], str]], fallback: bool = False) -> Callable[[Request], str | None]:
     """One dynamic limit of several Flask-Limiter limit values: their limit
-    strings joined, or None (no limit) when none returns one. Named after
-    the first function, for the extension's logs."""
+    strings joined, in the extension's grammar. Named after the first
+    function, for the extension's logs.
+
+    It comes to nothing when none returns a limit string, or when the
+    ``limits`` library rejects what they return (that is logged, as in
+    Flask-Limiter): then it is no limit; or, with ``fallback`` (a view's or
+    a blueprint's limit), the default limits, as Flask-Limiter applies them
+    to a view whose own limits come to nothing.
+    """
+
+    given_up = default_limits if fallback else nothing
 
     def limits(request: Request) -> str | None:
         texts = [item() if callable(item) else item for item in items]
-        return ";".join(text for text in texts if text) or None
+        try:
+            return translate(";".join(text for text in texts if text)) or given_up(request)
+        except ValueError as error:
+            logger.error("failed to load ratelimit for endpoint %s: %s", request.endpoint, error)
+            return given_up(request)
 
     named = next((item for item in items if callable(item)), None)
     if named is not None:
         functools.update_wrapper(limits, named, updated=())
     return limits
+
+
+def nothing(request: Request) -> None:
+    """No limit."""
+    return None
+
+
+def default_limits(request: Request) -> str | None:
+    """The default limits that apply to ``request``, joined: the ones a
+    view falls back to when its own come to nothing."""
+    state = current_app.extensions.get(EXTENSION_KEY)
+    if state is None:
+        return None
+    texts = []
+    for spec in state.settings.default:
+        if spec.exempt_when is None or not spec.exempt_when(request):
+            texts.append(spec.limit if isinstance(spec.limit, str) else spec.limit(request))
+    return translate(";".join(text for text in texts if text)) or None
+
+
+def unread(target: object, error: ValueError | None) -> None:
+    """Log that a limit of ``target`` (a view, a blueprint, an endpoint) was
+    not read, as Flask-Limiter does; nothing for an empty limit string."""
+    if error is None:
+        return
+    if isinstance(target, Blueprint):
+        logger.error("failed to load ratelimit for blueprint %s: %s", target.name, error)
+    elif callable(target):
+        logger.error("failed to load ratelimit for function %s: %s", qualified_name(target), error)
+    else:
+        logger.error("failed to load ratelimit for endpoint %s: %s", target, error)
 
 
 class RequestLimit:
@@ -257,7 +333,8 @@ class RequestLimit:
 
     :param limit: the deciding :class:`~flask_redis_throttle.Layer`
         (``limit.quota``, ``limit.window``; ``str(limit)`` as ``"10 per 1 minute"``).
-    :param key: whose counter, such as ``"ip:127.0.0.1"``.
+    :param key: the name Flask-Limiter gives its counter, such as
+        ``"LIMITER/127.0.0.1/index/10/1/minute"`` (see :func:`._presentation.limits_key`).
     :param breached: whether it had no room for the request.
     :param shared: whether it is a shared limit (its scope is not the endpoint's).
     """
@@ -276,7 +353,7 @@ class RequestLimit:
     def current(cls, found: CurrentLimit, endpoint: str | None) -> RequestLimit:
         return cls(
             found.layer,
-            str(found.identity),
+            limits_key(found.identity, found.scope, found.layer),
             found.breached,
             found.scope != endpoint,
             found.remaining,
@@ -295,8 +372,14 @@ def breach_hook(
         raise InvalidLimit(f"on_breach {on_breach!r} must be a function", spec=on_breach)
 
     def hook(event: RefusalEvent) -> Response | None:
-        limit = RequestLimit(event.layer, str(event.identity), True, shared or event.scope != event.endpoint)
-        response = on_breach(limit)
+        key = limits_key(event.identity, event.scope, event.layer)
+        limit = RequestLimit(event.layer, key, True, shared or event.scope != event.endpoint)
+        try:
+            response = on_breach(limit)
+        except Exception as error:
+            # Kept for the response, where Flask-Limiter's swallow_errors decides (see _presentation.py).
+            g.__dict__.setdefault(BREACH_ERROR, error)
+            return None
         return response if isinstance(response, Response) else None
 
     functools.update_wrapper(hook, on_breach, updated=())
