@@ -378,7 +378,7 @@ def breach_hook(
             response = on_breach(limit)
         except Exception as error:
             # Kept for the response, where Flask-Limiter's swallow_errors decides (see _presentation.py).
-            g.__dict__.setdefault(BREACH_ERROR, error)
+            g.setdefault(BREACH_ERROR, error)
             return None
         return response if isinstance(response, Response) else None
 

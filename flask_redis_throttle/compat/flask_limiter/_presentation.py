@@ -17,6 +17,7 @@ from typing import Any
 from flask import Flask, Request, Response, g
 from werkzeug.http import parse_date
 
+from ..._state import OUTCOME_ATTRIBUTE, Outcome
 from ...core.keys import Identity
 from ...core.rates import Layer
 from ...current import current_limit
@@ -83,29 +84,33 @@ def respond(headers: bool, http_date: bool, swallow_errors: bool) -> Callable[[R
     """
 
     def after_request(response: Response) -> Response:
-        error: Exception | None = g.__dict__.pop(BREACH_ERROR, None)
+        # This runs on every response: g is looked up once, and the decision
+        # read as current_limit() reads it, without the plan it finds too.
+        kept = g._get_current_object().__dict__
+        error: Exception | None = kept.pop(BREACH_ERROR, None)
         if error is not None:
             if not swallow_errors:
                 raise error
             logger.error("on_breach callback failed with error %s", error, exc_info=error)
-        if headers:
-            found = current_limit()
-            if found is not None and not found.breached:
-                now = time.time()
-                # As X-RateLimit-Reset gives it: whole seconds, rounded up.
-                reset_at = max(math.ceil(now + found.reset), _retry_at(response.headers.get("Retry-After"), now))
-                retry_after = formatdate(reset_at, usegmt=True) if http_date else str(int(reset_at - now))
-                response.headers["Retry-After"] = retry_after
+        outcome: Outcome | None = kept.get(OUTCOME_ATTRIBUTE)
+        if headers and outcome is not None and outcome.decision.admitted:
+            now = time.time()
+            # As X-RateLimit-Reset gives it: whole seconds, rounded up.
+            reset_at: float = math.ceil(now + outcome.decision.reset)
+            own = response.headers.getlist("Retry-After")
+            if own:
+                reset_at = max(reset_at, _retry_at(own[-1], now))
+            response.headers.set(
+                "Retry-After", formatdate(reset_at, usegmt=True) if http_date else str(int(reset_at - now))
+            )
         return response
 
     return after_request
 
 
-def _retry_at(value: str | None, now: float) -> float:
-    """The moment an app's own ``Retry-After`` names (seconds or an HTTP-date); 0 for none."""
-    if not value:
-        return 0
+def _retry_at(value: str, now: float) -> float:
+    """The moment an app's own ``Retry-After`` names (seconds or an HTTP-date); 0 if it is neither."""
     if value.isdigit():
         return now + int(value)
     moment = parse_date(value)
-    return 0 if moment is None else moment.timestamp()  # 0: not a Retry-After, replaced
+    return 0 if moment is None else moment.timestamp()
