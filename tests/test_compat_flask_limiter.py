@@ -681,3 +681,24 @@ def test_a_limit_the_extension_cannot_keep_is_refused_where_it_is_written(flask_
         limiter.limit(written)
     with pytest.raises(InvalidLimit, match="couldn't parse rate limit string '5/sec'"):
         limiter.limit("1/second", meta_limits=["5/sec"])
+
+
+def test_a_dynamic_limit_that_comes_to_nothing_falls_back_on_a_view_only(flask_app: Flask, url: str) -> None:
+    limiter = limiter_for(flask_app, url, default_limits=["2/minute"])
+    block = limiter.limit(lambda: request.args.get("limit", ""), cost=2)
+
+    @flask_app.get("/block")
+    def in_block() -> str:
+        with block:
+            return "ok"
+
+    @flask_app.get("/exempt")
+    @limiter.limit(lambda: "")
+    @limiter.exempt(flags=ExemptionScope.DEFAULT)
+    def exempt() -> str:
+        return "ok"
+
+    # The default counts each request once, before the view; the block adds nothing.
+    assert statuses(flask_app.test_client(), 3, "/block") == [200, 200, 429]
+    assert statuses(flask_app.test_client(), 2, "/block?limit=3/minute", ip="192.0.2.2") == [200, 429]
+    assert statuses(flask_app.test_client(), 3, "/exempt") == [200, 200, 200]

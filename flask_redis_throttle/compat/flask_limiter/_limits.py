@@ -18,7 +18,7 @@ from flask.views import http_method_funcs
 from ..._plan import qualified_name
 from ..._state import EXTENSION_KEY
 from ...current import CurrentLimit
-from ...decorators import LimitDecorator
+from ...decorators import EXEMPT_ATTRIBUTE, LimitDecorator
 from ...decorators import limit as native_limit
 from ...errors import InvalidLimit
 from ...signals import RefusalEvent
@@ -182,6 +182,11 @@ class RouteLimit(Limit):
         options = self.options()
         if spec:  # an empty one is no limit, as in Flask-Limiter
             self.native = native_limit(spec, override_defaults=override_defaults, **options)
+        #: The limit as ``with limit(...)``: a dynamic one without the
+        #: fallback, since the view's own limits were decided before it.
+        self.block = self.native
+        if callable(spec):
+            self.block = native_limit(self.spec(), **options)
 
     def __call__(self, target: Target) -> Target:
         """Limit a blueprint or a view, as the extension's :func:`limit`
@@ -225,7 +230,7 @@ class RouteLimit(Limit):
         """Decide the limit for the current request now: the extension's
         ``with limit(...)``. A scope here gives the block counters of its own
         within the endpoint, as in Flask-Limiter."""
-        block = self.native
+        block = self.block
         if block is None:
             unread(request.endpoint, self.unreadable)
             return
@@ -302,15 +307,26 @@ def nothing(request: Request) -> None:
 
 def default_limits(request: Request) -> str | None:
     """The default limits that apply to ``request``, joined: the ones a
-    view falls back to when its own come to nothing."""
+    view falls back to when its own come to nothing, unless it is exempt
+    from them."""
     state = current_app.extensions.get(EXTENSION_KEY)
-    if state is None:
+    if state is None or drops_default(request):
         return None
     texts = []
     for spec in state.settings.default:
         if spec.exempt_when is None or not spec.exempt_when(request):
             texts.append(spec.limit if isinstance(spec.limit, str) else spec.limit(request))
     return translate(";".join(text for text in texts if text)) or None
+
+
+def drops_default(request: Request) -> bool:
+    """Whether the view of ``request``, or a blueprint it is in, is exempt from the default limits."""
+    holders = [
+        current_app.view_functions.get(request.endpoint or ""),
+        *map(current_app.blueprints.get, request.blueprints),
+    ]
+    exemptions = (getattr(holder, EXEMPT_ATTRIBUTE, None) for holder in holders)
+    return any(exemption is not None and "default" in exemption.drops for exemption in exemptions)
 
 
 def unread(target: object, error: ValueError | None) -> None:

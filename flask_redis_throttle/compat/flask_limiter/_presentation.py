@@ -1,8 +1,9 @@
 """What a Flask-Limiter app sees of the extension's decisions: its
 ``Retry-After`` on every limited response, its 429 description, its log
 lines, and its ``on_breach`` errors. None of it decides a request: each
-reads the decision the extension already made (:func:`~flask_redis_throttle.current_limit`,
-the :data:`~flask_redis_throttle.request_refused` signal).
+reads the decision the extension already made (what
+:func:`~flask_redis_throttle.current_limit` reads, the
+:data:`~flask_redis_throttle.request_refused` signal).
 """
 
 from __future__ import annotations
