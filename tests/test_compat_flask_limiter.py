@@ -698,6 +698,18 @@ def test_a_dynamic_limit_that_comes_to_nothing_falls_back_on_a_view_only(flask_a
     def exempt() -> str:
         return "ok"
 
+    part = Blueprint("part", __name__)
+
+    @part.get("/own")
+    @limiter.limit("3/minute")
+    def own() -> str:
+        return "ok"
+
+    limiter.limit(lambda: "")(part)
+    flask_app.register_blueprint(part)
+
+    # A view's own limits decide instead of its blueprint's: no default.
+    assert statuses(flask_app.test_client(), 4, "/own") == [200, 200, 200, 429]
     # The default counts each request once, before the view; the block adds nothing.
     assert statuses(flask_app.test_client(), 3, "/block") == [200, 200, 429]
     assert statuses(flask_app.test_client(), 2, "/block?limit=3/minute", ip="192.0.2.2") == [200, 429]

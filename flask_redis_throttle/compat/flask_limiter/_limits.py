@@ -16,9 +16,10 @@ from flask import Blueprint, Request, Response, current_app, g, has_request_cont
 from flask.views import http_method_funcs
 
 from ..._plan import qualified_name
+from ..._spec import DynamicLimit
 from ..._state import EXTENSION_KEY
 from ...current import CurrentLimit
-from ...decorators import EXEMPT_ATTRIBUTE, LimitDecorator
+from ...decorators import EXEMPT_ATTRIBUTE, LIMITS_ATTRIBUTE, LimitDecorator
 from ...decorators import limit as native_limit
 from ...errors import InvalidLimit
 from ...signals import RefusalEvent
@@ -133,12 +134,12 @@ class Limit:
             options["on_breach"] = hook
         return options
 
-    def spec(self, fallback: bool = False) -> str | Callable[[Request], str | None]:
+    def spec(self, fallback: DynamicLimit | None = None) -> str | DynamicLimit:
         """The limit string in the extension's grammar, or the dynamic
         limit: the function of the request.
 
-        :param fallback: whether a dynamic limit that comes to nothing
-            gives the default limits instead (see :func:`dynamic`).
+        :param fallback: the limit of a request for which a dynamic limit
+            comes to nothing (see :func:`dynamic`); none by default.
         :raises ValueError: for a limit string the ``limits`` library rejects.
         """
         provider = self.limit_provider
@@ -174,8 +175,14 @@ class RouteLimit(Limit):
         self.unreadable: ValueError | None = None
         # Made now, so that a malformed limit or option fails where it is written.
         self.native: LimitDecorator | None = None
+        #: What a dynamic limit that comes to nothing falls back to, on a
+        #: view and on a blueprint, as in Flask-Limiter: the default limits.
+        self.fallbacks: tuple[DynamicLimit | None, DynamicLimit | None] = (None, None)
+        if override_defaults is not False:
+            self.fallbacks = (default_limits, blueprint_default_limits)
+        self.override_defaults = override_defaults
         try:
-            spec = self.spec(fallback=override_defaults is not False)
+            spec = self.spec(self.fallbacks[0])
         except ValueError as error:
             self.unreadable = error  # logged where it is put; the default limits apply there
             spec = ""
@@ -197,9 +204,15 @@ class RouteLimit(Limit):
         if self.native is None:
             unread(target, self.unreadable)
             return target
-        self.native(target)
         if isinstance(target, Blueprint):
+            native = self.native
+            if callable(self.limit_provider):
+                native = native_limit(
+                    self.spec(self.fallbacks[1]), override_defaults=self.override_defaults, **self.options()
+                )
+            native(target)
             return target
+        self.native(target)
         options = self.options()
         options.setdefault("scope", qualified_name(target))
         block = native_limit(self.spec(), **options)
@@ -272,19 +285,17 @@ def scope_of(scope: Callable[[str], str], shared: bool) -> Callable[[Request], s
     return scoped
 
 
-def dynamic(items: Sequence[str | Callable[[], str]], fallback: bool = False) -> Callable[[Request], str | None]:
+def dynamic(items: Sequence[str | Callable[[], str]], fallback: DynamicLimit | None = None) -> DynamicLimit:
     """One dynamic limit of several Flask-Limiter limit values: their limit
     strings joined, in the extension's grammar. Named after the first
     function, for the extension's logs.
 
     It comes to nothing when none returns a limit string, or when the
     ``limits`` library rejects what they return (that is logged, as in
-    Flask-Limiter): then it is no limit; or, with ``fallback`` (a view's or
-    a blueprint's limit), the default limits, as Flask-Limiter applies them
-    to a view whose own limits come to nothing.
+    Flask-Limiter): then it is no limit, or ``fallback``'s for the request.
     """
 
-    given_up = default_limits if fallback else nothing
+    given_up = fallback or nothing
 
     def limits(request: Request) -> str | None:
         texts = [item() if callable(item) else item for item in items]
@@ -317,6 +328,13 @@ def default_limits(request: Request) -> str | None:
         if spec.exempt_when is None or not spec.exempt_when(request):
             texts.append(spec.limit if isinstance(spec.limit, str) else spec.limit(request))
     return translate(";".join(text for text in texts if text)) or None
+
+
+def blueprint_default_limits(request: Request) -> str | None:
+    """:func:`default_limits`, for a blueprint's limit: none for a view
+    with limits of its own, which Flask-Limiter decides instead."""
+    view = current_app.view_functions.get(request.endpoint or "")
+    return None if getattr(view, LIMITS_ATTRIBUTE, None) else default_limits(request)
 
 
 def drops_default(request: Request) -> bool:
