@@ -13,6 +13,7 @@ import pytest
 from flask import Blueprint, Flask, Response, request
 from flask.views import MethodView
 from helpers import get
+from werkzeug.http import parse_date
 
 from flask_redis_throttle import ConfigurationError, InvalidLimit
 from flask_redis_throttle.compat.flask_limiter import (
@@ -275,7 +276,7 @@ def test_on_breach_gets_a_request_limit_and_its_response_is_sent(flask_app: Flas
     get(client, "/hook")
     assert get(client, "/hook").get_data(as_text=True) == "slow down"
     assert seen[0].breached
-    assert seen[0].key == "ip:192.0.2.1"
+    assert seen[0].key == "LIMITER/192.0.2.1/hooked/1/1/minute"
     assert str(seen[0].limit) == "1 per 1 minute"
     get(client, "/message")
     refused = get(client, "/message")
@@ -380,7 +381,7 @@ def test_meta_limits_count_refusals(flask_app: Flask, url: str) -> None:
 
 
 def test_what_is_refused_at_use_says_so(flask_app: Flask) -> None:
-    limiter = Limiter(get_remote_address, app=flask_app)
+    limiter = Limiter(get_remote_address, app=flask_app, storage_uri="memory://")
     with pytest.raises(NotImplementedError, match=r"flask_redis_throttle\.check"):
         limiter.check()
 
@@ -449,3 +450,254 @@ def test_storage_uris_are_translated_without_connecting(
     Limiter(get_remote_address, app=flask_app, storage_uri=theirs)
     assert flask_app.config["RATELIMIT_STORAGE_URL"] == ours
     assert flask_app.config["RATELIMIT_STORAGE_OPTIONS"] == options
+
+
+# --- What a Flask-Limiter app sees: Retry-After, the 429's text, on_breach errors,
+# --- the log, and the limits library's grammar (see "Shown as Flask-Limiter shows it"
+# --- in docs/flask-limiter.rst).
+
+
+def test_retry_after_is_on_every_limited_response(flask_app: Flask, url: str, clock: Any) -> None:
+    limiter = limiter_for(flask_app, url, default_limits=["5/minute"], headers_enabled=True)
+
+    @flask_app.get("/own")
+    def own() -> Response:
+        return Response("ok", headers={"Retry-After": request.args["after"]})
+
+    @flask_app.get("/free")
+    @limiter.exempt
+    def free() -> str:
+        return "ok"
+
+    client = flask_app.test_client()
+    clock.set(15)
+    assert get(client).headers["Retry-After"] == "45"  # when the minute's window resets
+    assert get(client, "/own?after=3600").headers["Retry-After"] == "3600"  # the app's own, later
+    assert get(client, "/own?after=5").headers["Retry-After"] == "45"
+    assert get(client, "/own?after=Sun, 06 Nov 2095 08:49:37 GMT").headers["Retry-After"].isdigit()
+    assert get(client, "/own?after=soon").headers["Retry-After"] == "45"  # not a Retry-After
+    assert "Retry-After" not in get(client, "/free").headers
+    statuses(client, 5)
+    refused = get(client)
+    assert (refused.status_code, refused.headers["Retry-After"]) == (429, "45")
+
+
+def test_retry_after_follows_retry_after_http_date(flask_app: Flask, url: str) -> None:
+    limiter_for(flask_app, url, default_limits=["5/minute"], headers_enabled=True, retry_after="http-date")
+    value = get(flask_app.test_client()).headers["Retry-After"]
+    assert value.endswith(" GMT")
+    assert parse_date(value) is not None
+
+
+def test_retry_after_is_on_a_429_only_without_headers(flask_app: Flask, url: str) -> None:
+    limiter_for(flask_app, url, default_limits=["1/minute"])
+    client = flask_app.test_client()
+    assert "Retry-After" not in get(client).headers
+    assert get(client).headers["Retry-After"] == "60"
+
+
+def test_a_refusal_is_described_by_its_layer(flask_app: Flask, url: str) -> None:
+    limiter = limiter_for(flask_app, url, default_limits=["1 per day"])
+
+    @flask_app.errorhandler(429)
+    def refused(error: Any) -> tuple[str, int]:
+        return f"limit {error.description}", 429
+
+    @flask_app.get("/told")
+    @limiter.limit("1/hour", error_message="come back later")
+    def told() -> str:
+        return "ok"
+
+    client = flask_app.test_client()
+    assert [get(client).text for _ in range(2)] == ["ok", "limit 1 per 1 day"]
+    assert [get(client, "/told").text for _ in range(2)] == ["ok", "limit come back later"]
+
+
+def test_an_on_breach_that_raises_gives_a_500_unless_errors_are_swallowed(
+    flask_app: Flask, url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    def on_breach(limit: RequestLimit) -> None:
+        raise ZeroDivisionError("no room")
+
+    flask_app.config["TESTING"] = False  # a 500, not the error raised into the test
+    limiter = limiter_for(flask_app, url, on_breach=on_breach)
+
+    @flask_app.get("/hook")
+    @limiter.limit("1/minute")
+    def hook() -> str:
+        return "ok"
+
+    assert statuses(flask_app.test_client(), 2, "/hook") == [200, 500]
+    swallowing = Flask("swallowing")
+    swallowing.add_url_rule("/hook", view_func=hook)
+    limiter_for(swallowing, url, on_breach=on_breach, swallow_errors=True)
+    with caplog.at_level(logging.ERROR, "flask_redis_throttle"):
+        assert statuses(swallowing.test_client(), 2, "/hook", ip="192.0.2.2") == [200, 429]
+    [record] = [record for record in caplog.records if record.name == "flask_redis_throttle"]
+    assert record.getMessage() == "on_breach callback failed with error no room"
+    assert record.exc_info is not None
+    assert record.exc_info[0] is ZeroDivisionError
+
+
+def test_request_limit_keys_are_flask_limiters(flask_app: Flask, url: str) -> None:
+    keys: list[str] = []
+    limiter = limiter_for(
+        flask_app,
+        url,
+        default_limits=["2 per 2 hours"],
+        key_prefix="app",
+        on_breach=lambda limit: keys.append(limit.key),
+    )
+
+    @flask_app.get("/shared")
+    @limiter.shared_limit("1/day", scope="group")
+    def shared() -> str:
+        return limiter.current_limit.key if limiter.current_limit else ""
+
+    client = flask_app.test_client()
+    statuses(client, 3)
+    assert get(client, "/shared").text == "LIMITER/192.0.2.1/group/1/1/day"
+    get(client, "/shared")
+    assert keys == ["LIMITER/192.0.2.1/index/2/2/hour", "LIMITER/192.0.2.1/group/1/1/day"]
+
+
+def test_the_log_is_flask_limiters(flask_app: Flask, url: str, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO):
+        limiter_for(flask_app, url, default_limits=["1/minute"])
+        statuses(flask_app.test_client(), 2)
+    assert [(record.levelname, record.getMessage()) for record in caplog.records] == [
+        ("INFO", "ratelimit 1 per 1 minute (192.0.2.1) exceeded at endpoint: index")
+    ]
+
+
+def test_memory_without_a_storage_uri_is_a_warning_not_a_log_line(
+    flask_app: Flask, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO), pytest.warns(UserWarning, match="no storage_uri was given"):
+        Limiter(get_remote_address, app=flask_app)
+    assert not caplog.records
+    flask_app.config[ConfigVars.STORAGE_URI] = "memory://"
+    Limiter(get_remote_address, app=Flask("given"), storage_uri="memory://")  # no warning: it was given
+
+
+@pytest.mark.parametrize(
+    ("written", "expected"),
+    [
+        ("1 per minute | 1/hour", [200, 429]),
+        ("1/2 minutes, 5 per day", [200, 429]),
+        ("1 PER MINUTES", [200, 429]),
+        ("3/month", [200, 200, 200, 429]),
+        ("3/second;1/1 second", [200, 429]),  # two limits of one window: the smaller decides
+    ],
+)
+def test_limit_strings_are_the_limits_librarys(flask_app: Flask, url: str, written: str, expected: list[int]) -> None:
+    limiter = limiter_for(flask_app, url)
+
+    @flask_app.get("/limited")
+    @limiter.limit(written)
+    def limited() -> str:
+        return "ok"
+
+    assert statuses(flask_app.test_client(), len(expected), "/limited") == expected
+
+
+def test_a_limit_string_the_limits_library_rejects_is_logged_and_the_defaults_apply(
+    flask_app: Flask, url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    limiter = limiter_for(flask_app, url, default_limits=["1/minute"])
+    flask_app.config["VIEW_LIMIT"] = "5/min"
+    blueprint = Blueprint("part", __name__)
+
+    @blueprint.get("/in-part")
+    def in_part() -> str:
+        return "ok"
+
+    limiter.limit("5/m")(blueprint)
+    flask_app.register_blueprint(blueprint)
+
+    @flask_app.get("/static-limit")
+    @limiter.limit("5/sec")
+    def static_limit() -> str:
+        return "ok"
+
+    @flask_app.get("/dynamic-limit")
+    @limiter.limit(lambda: flask_app.config["VIEW_LIMIT"])
+    def dynamic_limit() -> str:
+        return "ok"
+
+    @flask_app.get("/no-limit")
+    @limiter.limit(lambda: "")
+    def no_limit() -> str:
+        return "ok"
+
+    with caplog.at_level(logging.ERROR, "flask_redis_throttle"):
+        client = flask_app.test_client()
+        for path in ("/in-part", "/static-limit", "/dynamic-limit", "/no-limit"):
+            assert statuses(client, 2, path) == [200, 429]
+    assert [record.getMessage() for record in caplog.records] == [
+        "failed to load ratelimit for blueprint part: couldn't parse rate limit string '5/m'",
+        f"failed to load ratelimit for function {__name__}.{static_limit.__qualname__}: "
+        "couldn't parse rate limit string '5/sec'",
+        *["failed to load ratelimit for endpoint dynamic_limit: couldn't parse rate limit string '5/min'"] * 2,
+    ]
+    flask_app.config["VIEW_LIMIT"] = "5/minute"
+    assert statuses(client, 2, "/dynamic-limit") == [200, 200]  # its own now: 3 of 5 left
+
+
+@pytest.mark.parametrize(
+    ("arguments", "refused"),
+    [
+        ({"default_limits": ["5/sec"]}, "RATELIMIT_DEFAULT"),
+        ({"application_limits": ["1/s"]}, "RATELIMIT_APPLICATION"),
+        ({"default_limits": [Limit("10 per fortnight")]}, "RATELIMIT_DEFAULT"),
+        ({"meta_limits": ["2/d"]}, "RATELIMIT_META"),
+    ],
+)
+def test_a_default_limit_the_limits_library_rejects_is_refused_at_init_app(
+    flask_app: Flask, arguments: dict[str, Any], refused: str
+) -> None:
+    limiter = Limiter(get_remote_address, storage_uri="memory://", **arguments)
+    with pytest.raises(ConfigurationError, match=f"{refused}.*couldn't parse rate limit string"):
+        limiter.init_app(flask_app)
+
+
+@pytest.mark.parametrize("written", ["0/second", "1 per 2 years"])
+def test_a_limit_the_extension_cannot_keep_is_refused_where_it_is_written(flask_app: Flask, written: str) -> None:
+    limiter = Limiter(get_remote_address, app=flask_app, storage_uri="memory://")
+    with pytest.raises(InvalidLimit):
+        limiter.limit(written)
+    with pytest.raises(InvalidLimit, match="couldn't parse rate limit string '5/sec'"):
+        limiter.limit("1/second", meta_limits=["5/sec"])
+
+
+def test_a_dynamic_limit_that_comes_to_nothing_falls_back_on_a_view_only(flask_app: Flask, url: str) -> None:
+    limiter = limiter_for(flask_app, url, default_limits=["2/minute"])
+    block = limiter.limit(lambda: request.args.get("limit", ""), cost=2)
+
+    @flask_app.get("/block")
+    def in_block() -> str:
+        with block:
+            return "ok"
+
+    @flask_app.get("/exempt")
+    @limiter.limit(lambda: "")
+    @limiter.exempt(flags=ExemptionScope.DEFAULT)
+    def exempt() -> str:
+        return "ok"
+
+    part = Blueprint("part", __name__)
+
+    @part.get("/own")
+    @limiter.limit("3/minute")
+    def own() -> str:
+        return "ok"
+
+    limiter.limit(lambda: "")(part)
+    flask_app.register_blueprint(part)
+
+    # A view's own limits decide instead of its blueprint's: no default.
+    assert statuses(flask_app.test_client(), 4, "/own") == [200, 200, 200, 429]
+    # The default counts each request once, before the view; the block adds nothing.
+    assert statuses(flask_app.test_client(), 3, "/block") == [200, 200, 429]
+    assert statuses(flask_app.test_client(), 2, "/block?limit=3/minute", ip="192.0.2.2") == [200, 429]
+    assert statuses(flask_app.test_client(), 3, "/exempt") == [200, 200, 200]

@@ -16,7 +16,9 @@ when it is given, never ignored; see :doc:`/flask-limiter`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
+import warnings
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -25,12 +27,15 @@ from flask import Flask, Response, request
 
 from ..._config import APPLICATION_SCOPE, Settings
 from ..._spec import LimitSpec
-from ..._state import RateLimitState
+from ..._state import EXTENSION_KEY, RateLimitState
+from ...core.clients import embedded_client
+from ...core.embedded import EmbeddedRedis
 from ...current import current_limit, current_limits
 from ...decorators import exempt as native_exempt
 from ...errors import ConfigurationError
-from ...extension import EXTENSION_KEY, RateLimit
+from ...extension import RateLimit
 from ._limits import SEE, Limit, MetaLimit, RequestLimit, RouteLimit, Target, exempted, identities, of_request
+from ._presentation import log_refusals, respond
 from ._settings import APPLICATION_SETTINGS, DEFAULT_SETTINGS, THEIR_SETTINGS, layered, meta_limits, settings
 from .constants import ConfigVars, ExemptionScope, HeaderNames
 
@@ -56,6 +61,24 @@ JOINED = frozenset(
         *APPLICATION_SETTINGS,
     }
 )
+
+
+def in_memory(url: str) -> EmbeddedRedis | None:
+    """The embedded store of a ``memory://`` app, made here so that the
+    extension does not log its warning about it (see :func:`warn_in_memory`)."""
+    return embedded_client(warn=False) if url == "memory://" else None
+
+
+def warn_in_memory(given: str | None) -> None:
+    """Warn, with :func:`warnings.warn` as Flask-Limiter does, that an app
+    counts in memory:// because it was given no storage."""
+    if not given:
+        warnings.warn(
+            "no storage_uri was given, so rate limits are counted in memory://, by each worker process "
+            "on its own; give storage_uri a Redis URL in production",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 class Limiter:
@@ -158,13 +181,18 @@ class Limiter:
         if first is not None and EXTENSION_KEY in app.extensions:
             self._join(app, first)
             return
-        ours = settings(lambda key: self._given(config, key), self.header_name_mapping, self.auto_check)
+        given = functools.partial(self._given, config)
+        ours = settings(given, self.header_name_mapping, self.auto_check)
+        self.extension.redis = in_memory(ours["RATELIMIT_STORAGE_URL"])
+        storage_uri, swallow_errors = given(ConfigVars.STORAGE_URI), bool(given(ConfigVars.SWALLOW_ERRORS))
         read = {key: config.pop(key) for key in THEIR_SETTINGS & config.keys()}
         config.update(ours)
         try:
             self.extension.init_app(app)
         finally:
             config.update(read)
+        warn_in_memory(storage_uri)
+        self._present(app, ours, swallow_errors)
         app.extensions.setdefault("limiter", set()).add(self)
         self.apps.add(app)
 
@@ -213,6 +241,16 @@ class Limiter:
         self.extension = first.extension
         app.extensions["limiter"].add(self)
         self.apps.add(app)
+
+    def _present(self, app: Flask, ours: Mapping[str, Any], swallow_errors: bool) -> None:
+        """Show ``app``'s decisions as Flask-Limiter does: its log lines
+        instead of the extension's start-up line, and its ``Retry-After``
+        and ``on_breach`` errors (see ``_presentation.py``)."""
+        state = app.extensions[EXTENSION_KEY]
+        state._announced = True  # Flask-Limiter logs nothing at start-up
+        log_refusals(app)
+        http_date = ours.get("RATELIMIT_RETRY_AFTER") == "http-date"
+        app.after_request(respond(ours["RATELIMIT_HEADERS_ENABLED"], http_date, swallow_errors))
 
     def _given(self, config: Mapping[str, Any], key: str) -> Any:
         value = self.arguments.get(key)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -17,11 +16,15 @@ from flask import Blueprint, Request, Response, current_app, g, has_request_cont
 from flask.views import http_method_funcs
 
 from ..._plan import qualified_name
+from ..._spec import DynamicLimit
+from ..._state import EXTENSION_KEY
 from ...current import CurrentLimit
-from ...decorators import EXEMPT_ATTRIBUTE, EXTENSION_KEY, LIMITS_ATTRIBUTE, Exemption, LimitDecorator
+from ...decorators import EXEMPT_ATTRIBUTE, LIMITS_ATTRIBUTE, Exemption, LimitDecorator
 from ...decorators import limit as native_limit
 from ...errors import InvalidLimit
 from ...signals import RefusalEvent
+from ._grammar import translate
+from ._presentation import BREACH_ERROR, describe_refusal, limits_key, logger
 from .util import get_remote_address
 
 __all__ = [
@@ -89,11 +92,13 @@ class Limit:
     deduct_when: Callable[[Response], bool] | None = None
     on_breach: Callable[[RequestLimit], Response | None] | None = None
 
-    def options(self, scope: str | None = None) -> dict[str, Any]:
+    def options(self, scope: str | None = None, fallback: DynamicLimit | None = None) -> dict[str, Any]:
         """The extension's options for this limit: :func:`~flask_redis_throttle.limit`'s keyword arguments.
 
         :param scope: the scope it counts under unless it is shared or has a
             scope function; None for the endpoint.
+        :param fallback: the fallback of the dynamic limit (``spec(fallback)``)
+            these options go with: their scope reads what it returned.
         :raises InvalidLimit: for an option that has no counterpart.
         """
         options: dict[str, Any] = {}
@@ -105,14 +110,17 @@ class Limit:
                     f"functions and MetaLimit(...) only in the Limiter's meta_limits ({SEE})",
                     spec=self.meta_limits,
                 )
-            options["meta"] = ";".join(map(str, items))
+            try:
+                options["meta"] = translate(";".join(map(str, items)))
+            except ValueError as error:
+                raise InvalidLimit(f"meta_limits {self.meta_limits!r}: {error}", spec=self.meta_limits) from None
         if callable(self.scope):
             options["scope"] = scope_of(self.scope, self.shared)
         elif self.shared:
             options["scope"] = self.scope
         elif scope is not None:
             options["scope"] = scope
-        provider = self.spec()
+        provider = self.spec(fallback)
         if isinstance(provider, Dynamic):
             options["scope"] = provider.apart(options.get("scope"))
         if self.key_function is not None:
@@ -127,24 +135,32 @@ class Limit:
             options["exempt_when"] = of_request(self.exempt_when)
         if self.deduct_when is not None:
             options["deduct_when"] = self.deduct_when  # a function of the response in both
-        if self.error_message is not None:
-            message = self.error_message
+        message = self.error_message
+        if message is None:
+            options["error_message"] = describe_refusal
+        else:
             options["error_message"] = of_request(message) if callable(message) else message
         hook = breach_hook(self.on_breach, self.shared)
         if hook is not None:
             options["on_breach"] = hook
         return options
 
-    def spec(self) -> str | Dynamic:
-        """The limit string, or the dynamic limit: the function of the
-        request, made once, since its scope reads what it returned."""
+    def spec(self, fallback: DynamicLimit | None = None) -> str | Dynamic:
+        """The limit string in the extension's grammar, or the dynamic
+        limit: the function of the request, made once for each ``fallback``,
+        since its scope reads what it returned (see :meth:`options`).
+
+        :param fallback: the limit of a request for which a dynamic limit
+            comes to nothing (see :class:`Dynamic`); none by default.
+        :raises ValueError: for a limit string the ``limits`` library rejects.
+        """
         provider = self.limit_provider
         if not callable(provider):
-            return provider
-        made = self.__dict__.get("_dynamic")
-        if made is None:
-            made = self.__dict__["_dynamic"] = dynamic([provider])
-        return made
+            return translate(provider)
+        made: dict[DynamicLimit | None, Dynamic] = self.__dict__.setdefault("_dynamic", {})
+        if fallback not in made:
+            made[fallback] = dynamic([provider], fallback)
+        return made[fallback]
 
 
 @dataclasses.dataclass(eq=False)
@@ -172,17 +188,47 @@ class RouteLimit(Limit):
         #: The :class:`Limiter` that made it, whose apps read their endpoints'
         #: limits again when it is put on a view; None for none.
         self.limiter = limiter
+        #: Why the limit string cannot be read, as Flask-Limiter says it; None if it can.
+        self.unreadable: ValueError | None = None
         # Made now, so that a malformed limit or option fails where it is written.
-        self.native = native_limit(self.spec(), override_defaults=override_defaults, **self.options())
+        self.native: LimitDecorator | None = None
+        #: What a dynamic limit that comes to nothing falls back to, on a
+        #: view and on a blueprint, as in Flask-Limiter: the default limits.
+        self.fallbacks: tuple[DynamicLimit | None, DynamicLimit | None] = (None, None)
+        if override_defaults is not False:
+            self.fallbacks = (default_limits, blueprint_default_limits)
+        self.override_defaults = override_defaults
+        try:
+            spec = self.spec(self.fallbacks[0])
+        except ValueError as error:
+            self.unreadable = error  # logged where it is put; the default limits apply there
+            spec = ""
+        if spec:  # an empty one is no limit, as in Flask-Limiter
+            options = self.options(fallback=self.fallbacks[0])
+            self.native = native_limit(spec, override_defaults=override_defaults, **options)
+        #: The limit as ``with limit(...)``: a dynamic one without the
+        #: fallback, since the view's own limits were decided before it.
+        self.block = self.native
+        if callable(spec):
+            self.block = native_limit(self.spec(), **self.options())
 
     def __call__(self, target: Target) -> Target:
         """Limit a blueprint or a view, as the extension's :func:`limit`
         does; and, as in Flask-Limiter, a function that is not a view, when
         it is called in a request: its counters are named after it, unless
-        the limit is shared."""
+        the limit is shared. A limit string the ``limits`` library rejects
+        is logged, and ``target`` left as it is: the default limits apply."""
         if getattr(target, EXEMPT_VIEW, False):
             return target  # as in Flask-Limiter, an exempt view has no limits, not even its own
-        self.native(target)
+        if self.native is None:
+            unread(target, self.unreadable)
+            return target
+        native = self.native
+        if isinstance(target, Blueprint) and callable(self.limit_provider):
+            fallback = self.fallbacks[1]
+            options = self.options(fallback=fallback)
+            native = native_limit(self.spec(fallback), override_defaults=self.override_defaults, **options)
+        native(target)
         replace_inherited(target)
         forget = getattr(self.limiter, "forget_plans", None)
         if forget is not None:
@@ -218,16 +264,23 @@ class RouteLimit(Limit):
             return
         if not is_view_of(limited, request.endpoint):
             block.__enter__()
-            if self.native.spec.override_defaults is not False:
+            if self.override_defaults is not False:
                 hint_override(request.endpoint)
-        elif callable(self.limit_provider) and self.spec() in g.get(UNDECIDED, ()):  # only a dynamic one can be
-            self.native.__enter__()
+        elif self.native is not None and any(made in g.get(UNDECIDED, ()) for made in self.made()):
+            self.native.__enter__()  # only a dynamic limit can be undecided
+
+    def made(self) -> list[Dynamic]:
+        """The dynamic limits :meth:`spec` has made, one per fallback."""
+        return list(self.__dict__.get("_dynamic", {}).values())
 
     def __enter__(self) -> None:
         """Decide the limit for the current request now: the extension's
         ``with limit(...)``. A scope here gives the block counters of its own
         within the endpoint, as in Flask-Limiter."""
-        block = self.native
+        block = self.block
+        if block is None:
+            unread(request.endpoint, self.unreadable)
+            return
         if self.scope is not None and not self.shared:
             block = native_limit(self.spec(), **self.options(f"{request.endpoint}:{self.scope}"))
         block.__enter__()
@@ -359,28 +412,31 @@ def scope_of(scope: Callable[[str], str], shared: bool) -> Callable[[Request], s
 #: :class:`Dynamic` limits whose function raised before the view.
 UNDECIDED = "_flask_limiter_undecided"
 
-#: The extension's logger.
-logger = logging.getLogger("flask_redis_throttle")
 
-
-def dynamic(items: Sequence[str | Callable[[], str]]) -> Dynamic:
+def dynamic(items: Sequence[str | Callable[[], str]], fallback: DynamicLimit | None = None) -> Dynamic:
     """One dynamic limit of several Flask-Limiter limit values: their limit
-    strings joined, or None (no limit) when none returns one."""
-    return Dynamic(items)
+    strings joined, in the extension's grammar (see :class:`Dynamic`)."""
+    return Dynamic(items, fallback)
 
 
 class Dynamic:
     """A dynamic limit of Flask-Limiter limit values: called with the
-    request, their limit strings joined, or None (no limit) when none
-    returns one. Named after the first function, for the extension's logs.
+    request, their limit strings joined, in the extension's grammar. Named
+    after the first function, for the extension's logs.
+
+    It comes to nothing when none returns a limit string, or when the
+    ``limits`` library rejects what they return (that is logged, as in
+    Flask-Limiter): then it is no limit, or ``fallback``'s for the request.
+    A function that raises is logged, and its limit left out (no fallback).
 
     Flask-Limiter keeps a counter for each limit string a function returns;
     the extension shares one for every string of a limit, so :meth:`apart`
     gives the limit a scope function that names the string.
     """
 
-    def __init__(self, items: Sequence[str | Callable[[], str]]) -> None:
+    def __init__(self, items: Sequence[str | Callable[[], str]], fallback: DynamicLimit | None = None) -> None:
         self.items = list(items)
+        self.fallback = fallback
         #: The last request, what it was given, and the error a function
         #: raised instead (None if none did): its scope reads it rather than
         #: call the functions again, and ``flask limiter limits`` shows the
@@ -404,7 +460,13 @@ class Dynamic:
             if has_request_context():
                 g.setdefault(UNDECIDED, set()).add(self)
             texts = []
-        value = ";".join(text for text in texts if text) or None
+        try:
+            value = translate(";".join(text for text in texts if text)) or None
+        except ValueError as error:
+            logger.error("failed to load ratelimit for endpoint %s: %s", request.endpoint, error)
+            value = None
+        if value is None and raised is None and self.fallback is not None:
+            value = self.fallback(request)
         self.last = (request, value, raised)
         return value
 
@@ -428,6 +490,55 @@ class Dynamic:
         return apart
 
 
+def nothing(request: Request) -> None:
+    """No limit."""
+    return None
+
+
+def default_limits(request: Request) -> str | None:
+    """The default limits that apply to ``request``, joined: the ones a
+    view falls back to when its own come to nothing, unless it is exempt
+    from them."""
+    state = current_app.extensions.get(EXTENSION_KEY)
+    if state is None or drops_default(request):
+        return None
+    texts = []
+    for spec in state.settings.default:
+        if spec.exempt_when is None or not spec.exempt_when(request):
+            texts.append(spec.limit if isinstance(spec.limit, str) else spec.limit(request))
+    return translate(";".join(text for text in texts if text)) or None
+
+
+def blueprint_default_limits(request: Request) -> str | None:
+    """:func:`default_limits`, for a blueprint's limit: none for a view
+    with limits of its own, which Flask-Limiter decides instead."""
+    view = current_app.view_functions.get(request.endpoint or "")
+    return None if getattr(view, LIMITS_ATTRIBUTE, None) else default_limits(request)
+
+
+def drops_default(request: Request) -> bool:
+    """Whether the view of ``request``, or a blueprint it is in, is exempt from the default limits."""
+    holders = [
+        current_app.view_functions.get(request.endpoint or ""),
+        *map(current_app.blueprints.get, request.blueprints),
+    ]
+    exemptions = (getattr(holder, EXEMPT_ATTRIBUTE, None) for holder in holders)
+    return any(exemption is not None and "default" in exemption.drops for exemption in exemptions)
+
+
+def unread(target: object, error: ValueError | None) -> None:
+    """Log that a limit of ``target`` (a view, a blueprint, an endpoint) was
+    not read, as Flask-Limiter does; nothing for an empty limit string."""
+    if error is None:
+        return
+    if isinstance(target, Blueprint):
+        logger.error("failed to load ratelimit for blueprint %s: %s", target.name, error)
+    elif callable(target):
+        logger.error("failed to load ratelimit for function %s: %s", qualified_name(target), error)
+    else:
+        logger.error("failed to load ratelimit for endpoint %s: %s", target, error)
+
+
 class RequestLimit:
     """Flask-Limiter's ``RequestLimit``: a limit as it stands for the
     current request, from the extension's
@@ -435,7 +546,8 @@ class RequestLimit:
 
     :param limit: the deciding :class:`~flask_redis_throttle.Layer`
         (``limit.quota``, ``limit.window``; ``str(limit)`` as ``"10 per 1 minute"``).
-    :param key: whose counter, such as ``"ip:127.0.0.1"``.
+    :param key: the name Flask-Limiter gives its counter, such as
+        ``"LIMITER/127.0.0.1/index/10/1/minute"`` (see :func:`._presentation.limits_key`).
     :param breached: whether it had no room for the request.
     :param shared: whether it is a shared limit (its scope is not the endpoint's).
     """
@@ -454,7 +566,7 @@ class RequestLimit:
     def current(cls, found: CurrentLimit, endpoint: str | None) -> RequestLimit:
         return cls(
             found.layer,
-            str(found.identity),
+            limits_key(found.identity, found.scope, found.layer),
             found.breached,
             found.scope != endpoint,
             found.remaining,
@@ -473,8 +585,14 @@ def breach_hook(
         raise InvalidLimit(f"on_breach {on_breach!r} must be a function", spec=on_breach)
 
     def hook(event: RefusalEvent) -> Response | None:
-        limit = RequestLimit(event.layer, str(event.identity), True, shared or event.scope != event.endpoint)
-        response = on_breach(limit)
+        key = limits_key(event.identity, event.scope, event.layer)
+        limit = RequestLimit(event.layer, key, True, shared or event.scope != event.endpoint)
+        try:
+            response = on_breach(limit)
+        except Exception as error:
+            # Kept for the response, where Flask-Limiter's swallow_errors decides (see _presentation.py).
+            g.setdefault(BREACH_ERROR, error)
+            return None
         return response if isinstance(response, Response) else None
 
     functools.update_wrapper(hook, on_breach, updated=())

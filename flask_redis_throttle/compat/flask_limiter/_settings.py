@@ -9,7 +9,8 @@ from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
 from ..._config import APPLICATION_SCOPE
-from ...errors import ConfigurationError
+from ...errors import ConfigurationError, InvalidLimit
+from ._grammar import translate
 from ._limits import SEE, Limit, breach_hook, dynamic, identities
 from .constants import ConfigVars, HeaderNames
 
@@ -178,7 +179,8 @@ def limits_of(key: str, value: Any, shared: dict[str, Any], inherited: bool = Fa
     for item in items:
         if isinstance(item, Limit):
             options = item.options(base) if callable(item.limit_provider) else item.options()
-            found.append({"limit": item.spec(), **(shared if inherited else {}), **options})
+            spec = read(key, value, item.spec)
+            found.append({"limit": spec, **(shared if inherited else {}), **options})
         elif isinstance(item, str):
             strings.append(item)
         elif callable(item):
@@ -187,16 +189,33 @@ def limits_of(key: str, value: Any, shared: dict[str, Any], inherited: bool = Fa
             found.append({"limit": made, **shared, **apart})
         else:
             raise ConfigurationError(key, value, "a list of limit strings, functions that return one, or Limit(...)")
-    if ";".join(strings):
-        found.insert(0, {"limit": ";".join(strings), **shared})
+    if strings:
+        joined = read(key, value, lambda: translate(";".join(strings)))
+        if joined:
+            found.insert(0, {"limit": joined, **shared})
     return found or None
+
+
+def read(key: str, value: Any, spec: Callable[[], Any]) -> Any:
+    """``spec()``: a limit in the extension's grammar, of one in the
+    ``limits`` library's.
+
+    :raises ConfigurationError: if that library would reject it, as
+        Flask-Limiter would at the first request.
+    """
+    try:
+        return spec()
+    except InvalidLimit:
+        raise
+    except ValueError as error:
+        raise ConfigurationError(key, value, f"limits as Flask-Limiter writes them: {error}") from None
 
 
 def meta_limits(given: Callable[[str], Any]) -> list[dict[str, Any]] | None:
     """``RATELIMIT_META`` for Flask-Limiter's ``meta_limits``, each with
     ``on_meta_breach`` unless a ``MetaLimit(...)`` has its own ``on_breach``."""
-    hook = breach_hook(given(ConfigVars.ON_META_BREACH), False)
-    return limits_of(ConfigVars.META_LIMITS, given(ConfigVars.META_LIMITS), {"on_breach": hook} if hook else {}, True)
+    shared = Limit("", on_breach=given(ConfigVars.ON_META_BREACH)).options()
+    return limits_of(ConfigVars.META_LIMITS, given(ConfigVars.META_LIMITS), shared, True)
 
 
 def storage_url(uri: str) -> str:

@@ -1,0 +1,117 @@
+"""What a Flask-Limiter app sees of the extension's decisions: its
+``Retry-After`` on every limited response, its 429 description, its log
+lines, and its ``on_breach`` errors. None of it decides a request: each
+reads the decision the extension already made (what
+:func:`~flask_redis_throttle.current_limit` reads, the
+:data:`~flask_redis_throttle.request_refused` signal).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from email.utils import formatdate
+from typing import Any
+
+from flask import Flask, Request, Response, g
+from werkzeug.http import parse_date
+
+from ..._state import OUTCOME_ATTRIBUTE, Outcome
+from ...core.keys import Identity
+from ...core.rates import Layer
+from ...current import current_limit
+from ...signals import request_refused
+
+__all__ = [
+    "BREACH_ERROR",
+    "describe_refusal",
+    "limits_key",
+    "log_refusals",
+    "respond",
+]
+
+#: The extension's logger, where the shim logs what Flask-Limiter logs on its own.
+logger = logging.getLogger("flask_redis_throttle")
+
+#: Where an ``on_breach`` function's error waits, on :data:`flask.g`, for
+#: the response: raised there, or logged with ``swallow_errors``.
+BREACH_ERROR = "_flask_limiter_breach_error"
+
+#: The ``limits`` library's granularities that a window is named in, longest first.
+GRANULARITIES = (("day", 86_400), ("hour", 3_600), ("minute", 60), ("second", 1))
+
+
+def limits_key(identity: Identity, scope: str, layer: Layer) -> str:
+    """The name Flask-Limiter gives a limit's counter (``RequestLimit.key``),
+    such as ``"LIMITER/127.0.0.1/index/2/1/second"``: the key function's
+    value, the scope, then the layer as the ``limits`` library writes it."""
+    multiples, granularity = next(
+        (layer.window // seconds, name) for name, seconds in GRANULARITIES if layer.window % seconds == 0
+    )
+    return f"LIMITER/{identity.value}/{scope}/{layer.quota}/{multiples}/{granularity}"
+
+
+def describe_refusal(request: Request) -> str:
+    """The 429's description when a limit has no ``error_message``, as
+    Flask-Limiter words it: the refusing layer, such as ``"1 per 1 day"``."""
+    found = current_limit()
+    return "Too Many Requests" if found is None else str(found.layer)
+
+
+def log_refusals(app: Flask) -> None:
+    """Log each refusal of ``app`` at INFO, as Flask-Limiter does."""
+    request_refused.connect_via(app)(_log_refusal)
+
+
+def _log_refusal(sender: Flask, *, identity: Identity, layer: Layer, scope: str, shadow: bool, **extra: Any) -> None:
+    if not shadow:
+        logger.info("ratelimit %s (%s) exceeded at endpoint: %s", layer, identity.value, scope)
+
+
+def respond(headers: bool, http_date: bool, swallow_errors: bool) -> Callable[[Response], Response]:
+    """An ``after_request`` function for a Flask-Limiter app, to register
+    after the extension's, so that it runs first and finds the request's
+    decision.
+
+    It raises the error an ``on_breach`` function raised (a 500, as in
+    Flask-Limiter), or logs it with ``swallow_errors``, and the 429 stands.
+    With ``headers``, it gives a response the limits let through
+    Flask-Limiter's ``Retry-After``: when the deciding layer resets, or the
+    app's own ``Retry-After`` if that is later; in seconds, or as an
+    HTTP-date with ``http_date``. A refused request gets the extension's,
+    when it can pass.
+    """
+
+    def after_request(response: Response) -> Response:
+        # This runs on every response: g is looked up once, and the decision
+        # read as current_limit() reads it, without the plan it finds too.
+        kept = g._get_current_object().__dict__
+        error: Exception | None = kept.pop(BREACH_ERROR, None)
+        if error is not None:
+            if not swallow_errors:
+                raise error
+            logger.error("on_breach callback failed with error %s", error, exc_info=error)
+        outcome: Outcome | None = kept.get(OUTCOME_ATTRIBUTE)
+        if headers and outcome is not None and outcome.decision.admitted:
+            now = time.time()
+            # As X-RateLimit-Reset gives it: whole seconds, rounded up.
+            reset_at: float = math.ceil(now + outcome.decision.reset)
+            own = response.headers.getlist("Retry-After")
+            if own:
+                reset_at = max(reset_at, _retry_at(own[-1], now))
+            response.headers.set(
+                "Retry-After", formatdate(reset_at, usegmt=True) if http_date else str(int(reset_at - now))
+            )
+        return response
+
+    return after_request
+
+
+def _retry_at(value: str, now: float) -> float:
+    """The moment an app's own ``Retry-After`` names (seconds or an HTTP-date); 0 if it is neither."""
+    if value.isdigit():
+        return now + int(value)
+    moment = parse_date(value)
+    return 0 if moment is None else moment.timestamp()
