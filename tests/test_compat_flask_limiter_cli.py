@@ -357,7 +357,7 @@ def heavy() -> int:
 
 def test_a_limits_options_are_noted() -> None:
     app = Flask("noted")
-    limiter = Limiter(get_remote_address, app=app)
+    limiter = Limiter(get_remote_address, app=app, storage_uri="memory://")
 
     @app.post("/upload")
     @limiter.limit("10/minute", cost=heavy, exempt_when=internal, deduct_when=failed)
@@ -418,7 +418,7 @@ def test_with_rate_limiting_disabled_the_limits_are_listed_and_nothing_is_cleare
     app.config["RATELIMIT_ENABLED"] = False
     disabled = Flask("off")
     disabled.config["RATELIMIT_ENABLED"] = False
-    Limiter(get_remote_address, app=disabled, default_limits=["1/minute"])
+    Limiter(get_remote_address, app=disabled, default_limits=["1/minute"], storage_uri="memory://")
 
     @disabled.get("/")
     def home() -> str:

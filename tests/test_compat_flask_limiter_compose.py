@@ -285,3 +285,29 @@ def test_a_second_limiter_refuses_what_only_the_first_may_give(flask_app: Flask)
         Limiter(get_remote_address, app=flask_app, storage_uri="redis://localhost:6379")
     with pytest.raises(ConfigurationError, match="second Limiter"):
         Limiter(get_remote_address, app=flask_app, strategy="moving-window")
+
+
+def test_a_dynamic_limit_counted_per_string_is_not_reported_as_shared(flask_app: Flask, url: str) -> None:
+    """Its scope is the endpoint's and the string; RequestLimit.shared says
+    whether the limit is shared, as in Flask-Limiter, in current_limit and
+    on_breach alike."""
+    limiter = limiter_for(flask_app, url)
+    breaches: list[Any] = []
+    seen: list[Any] = []
+
+    @flask_app.get("/plan")
+    @limiter.limit(lambda: "1/minute", on_breach=breaches.append)
+    def plan() -> str:
+        seen.append(limiter.current_limit)
+        return "ok"
+
+    @flask_app.get("/together")
+    @limiter.shared_limit(lambda: "1/minute", scope="team", on_breach=breaches.append)
+    def together() -> str:
+        return "ok"
+
+    client = flask_app.test_client()
+    assert statuses(client, 2, "/plan") == [200, 429]
+    assert statuses(client, 2, "/together") == [200, 429]
+    assert [limit.shared for limit in seen] == [False]
+    assert [limit.shared for limit in breaches] == [False, True]

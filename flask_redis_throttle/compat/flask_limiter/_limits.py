@@ -120,7 +120,7 @@ class Limit:
             options["scope"] = self.scope
         elif scope is not None:
             options["scope"] = scope
-        provider = self.spec(fallback)
+        provider = self.spec(fallback) if callable(self.limit_provider) else None
         if isinstance(provider, Dynamic):
             options["scope"] = provider.apart(options.get("scope"))
         if self.key_function is not None:
@@ -568,10 +568,17 @@ class RequestLimit:
             found.layer,
             limits_key(found.identity, found.scope, found.layer),
             found.breached,
-            found.scope != endpoint,
+            is_shared(found.scope, endpoint),
             found.remaining,
             found.reset_at,
         )
+
+
+def is_shared(scope: str, endpoint: str | None) -> bool:
+    """Whether a limit counted under ``scope`` is shared: a limit that is
+    not counts under its endpoint, or, with a dynamic limit or a scope
+    function, under ``endpoint:...`` (see :meth:`Dynamic.apart`, :func:`scope_of`)."""
+    return scope != endpoint and not (endpoint is not None and scope.startswith(f"{endpoint}:"))
 
 
 def breach_hook(
@@ -586,7 +593,7 @@ def breach_hook(
 
     def hook(event: RefusalEvent) -> Response | None:
         key = limits_key(event.identity, event.scope, event.layer)
-        limit = RequestLimit(event.layer, key, True, shared or event.scope != event.endpoint)
+        limit = RequestLimit(event.layer, key, True, shared or is_shared(event.scope, event.endpoint))
         try:
             response = on_breach(limit)
         except Exception as error:
