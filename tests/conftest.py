@@ -82,6 +82,17 @@ def storage_url(request: pytest.FixtureRequest) -> str:
     return server.url
 
 
+@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
+def url(request: pytest.FixtureRequest) -> str:
+    """The URL of memory://, or of the session's Redis, flushed: for tests
+    that build their app from a URL, such as the Flask-Limiter shim's."""
+    if request.param == "memory":
+        return "memory://"
+    request.getfixturevalue("redis_client")  # flushed
+    server: RedisServer = request.getfixturevalue("redis_server")
+    return server.url
+
+
 @pytest.fixture
 def app(storage_url: str) -> Iterator[Flask]:
     """An app on the parametrized storage, with no extension installed yet:

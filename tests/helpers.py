@@ -25,6 +25,8 @@ from flask_login import LoginManager, UserMixin
 from hypothesis import strategies as st
 
 from flask_redis_throttle import Identity, RateLimit, limit
+from flask_redis_throttle.compat.flask_limiter import Limiter
+from flask_redis_throttle.compat.flask_limiter.util import get_remote_address
 from flask_redis_throttle.core.throttle import Throttle
 from flask_redis_throttle.extension import RateLimitState
 
@@ -258,3 +260,13 @@ def request_steps(max_size: int) -> st.SearchStrategy[list[tuple[int, int, tuple
         min_size=1,
         max_size=max_size,
     )
+
+
+def limiter_for(app: Flask, url: str, **arguments: Any) -> Limiter:
+    """A Flask-Limiter shim's ``Limiter`` on ``app``, counting by address, on ``url``."""
+    return Limiter(get_remote_address, app=app, storage_uri=url, **arguments)
+
+
+def statuses(client: Any, count: int, path: str = "/", **kwargs: Any) -> list[int]:
+    """The status codes of ``count`` requests to ``path``, one after the other."""
+    return [get(client, path, **kwargs).status_code for _ in range(count)]

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from flask import Blueprint, Flask, Response, request
 from flask.views import MethodView
-from helpers import get
+from helpers import get, limiter_for, statuses
 from werkzeug.http import parse_date
 
 from flask_redis_throttle import ConfigurationError, InvalidLimit
@@ -26,16 +26,7 @@ from flask_redis_throttle.compat.flask_limiter import (
 )
 from flask_redis_throttle.compat.flask_limiter.constants import ConfigVars, HeaderNames
 from flask_redis_throttle.compat.flask_limiter.util import get_ipaddr, get_remote_address
-from flask_redis_throttle.testing import RedisServer, free_port
-
-
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
-def url(request: pytest.FixtureRequest) -> str:
-    if request.param == "memory":
-        return "memory://"
-    request.getfixturevalue("redis_client")  # flushed
-    server: RedisServer = request.getfixturevalue("redis_server")
-    return server.url
+from flask_redis_throttle.testing import free_port
 
 
 @pytest.fixture
@@ -48,14 +39,6 @@ def flask_app() -> Flask:
         return "ok"
 
     return app
-
-
-def limiter_for(app: Flask, url: str, **arguments: Any) -> Limiter:
-    return Limiter(get_remote_address, app=app, storage_uri=url, **arguments)
-
-
-def statuses(client: Any, count: int, path: str = "/", **kwargs: Any) -> list[int]:
-    return [get(client, path, **kwargs).status_code for _ in range(count)]
 
 
 def test_default_limits_are_joined_and_a_view_limit_replaces_them(flask_app: Flask, url: str) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from click.testing import Result
 from flask import Blueprint, Flask, request
 from helpers import get
@@ -16,19 +15,9 @@ from flask_redis_throttle.cli import ratelimit
 from flask_redis_throttle.compat.flask_limiter import ExemptionScope, Limiter
 from flask_redis_throttle.compat.flask_limiter.commands import cli
 from flask_redis_throttle.compat.flask_limiter.util import get_remote_address
-from flask_redis_throttle.testing import RedisServer
 
 #: A Redis no one listens on.
 DOWN_URL = "redis://:secret@127.0.0.1:1/0"
-
-
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
-def url(request: pytest.FixtureRequest) -> str:
-    if request.param == "memory":
-        return "memory://"
-    request.getfixturevalue("redis_client")  # flushed
-    server: RedisServer = request.getfixturevalue("redis_server")
-    return server.url
 
 
 def plan_limit() -> str:

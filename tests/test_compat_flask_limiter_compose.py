@@ -13,21 +13,12 @@ from typing import Any
 import pytest
 from flask import Blueprint, Flask, g, request
 from flask.views import MethodView
-from helpers import evalsha_calls, get
+from helpers import evalsha_calls, get, limiter_for, statuses
 
 from flask_redis_throttle import ConfigurationError, exempt
 from flask_redis_throttle.compat.flask_limiter import ExemptionScope, Limiter
 from flask_redis_throttle.compat.flask_limiter.util import get_remote_address
 from flask_redis_throttle.testing import RedisServer
-
-
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
-def url(request: pytest.FixtureRequest) -> str:
-    if request.param == "memory":
-        return "memory://"
-    request.getfixturevalue("redis_client")  # flushed
-    server: RedisServer = request.getfixturevalue("redis_server")
-    return server.url
 
 
 @pytest.fixture
@@ -40,14 +31,6 @@ def flask_app() -> Flask:
         return "ok"
 
     return app
-
-
-def limiter_for(app: Flask, url: str, **arguments: Any) -> Limiter:
-    return Limiter(get_remote_address, app=app, storage_uri=url, **arguments)
-
-
-def statuses(client: Any, count: int, path: str = "/", **kwargs: Any) -> list[int]:
-    return [get(client, path, **kwargs).status_code for _ in range(count)]
 
 
 def plan_of(header: str | None) -> str:
