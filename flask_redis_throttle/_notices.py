@@ -132,6 +132,11 @@ class Notices:
             message = f"{message}. {unwarned} similar {_NOUNS[level]}(s) were not logged since the last one"
         logger.log(level, "%s.", message, exc_info=exc_info, extra=extra)
 
+    def skip_announcement(self) -> None:
+        """Log no start-up line: the Flask-Limiter shim's apps, since
+        Flask-Limiter logs none."""
+        self._announced = True
+
     def announce(self) -> None:
         """Log the one start-up line: the storage (password redacted), the
         strategy, and how many endpoints are limited.

@@ -247,7 +247,7 @@ class Limiter:
         instead of the extension's start-up line, and its ``Retry-After``
         and ``on_breach`` errors (see ``_presentation.py``)."""
         state = app.extensions[EXTENSION_KEY]
-        state._announced = True  # Flask-Limiter logs nothing at start-up
+        state.skip_announcement()
         log_refusals(app)
         http_date = ours.get("RATELIMIT_RETRY_AFTER") == "http-date"
         app.after_request(respond(ours["RATELIMIT_HEADERS_ENABLED"], http_date, swallow_errors))
