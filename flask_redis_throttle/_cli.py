@@ -1,5 +1,5 @@
-"""``flask ratelimit``: see the limits, an identity's counters and the
-refusal log, reset an identity's counters, and set overrides, from the
+"""``flask ratelimit``: see the limits, an identity's counters, the
+refusal log and the near-limit log, reset an identity's counters, and set overrides, from the
 command line.
 
 The group is registered with Flask's command line through the
@@ -47,7 +47,7 @@ from ._state import EXTENSION_KEY, RateLimitState
 from .core.clients import redact
 from .core.keys import Identity, loggable
 from .core.local import LocalFolder, server_status, stop_server
-from .core.refusals import RefusalLog
+from .core.refusals import Refusal, RefusalLog
 from .core.throttle import StorageUnavailable, Throttle
 
 __all__ = ["ratelimit"]
@@ -129,16 +129,11 @@ def refusals_command(top: int, recent: int, since: str | None) -> None:
     state = _state()
     throttle = _throttle(state)
     log = _refusal_log(state)
-    moment = None
-    if since is not None:
-        try:
-            moment = parse_moment(since, time.time())
-        except ValueError as error:
-            raise click.BadParameter(str(error), param_hint="'--since'") from None
+    moment = _since(since)
     with _storage(throttle):
         ranking = log.top(top, since=moment) if top else []
         latest = log.recent(recent, since=moment) if recent else []
-    period = f" since {utc(moment)} UTC" if moment is not None else ""
+    period = _period(moment)
     if not ranking and not latest:
         click.echo(f"No refusals{period}.")
         return
@@ -150,21 +145,64 @@ def refusals_command(top: int, recent: int, since: str | None) -> None:
             click.echo()
         click.echo(f"Latest refusals{period}, newest first:")
         # The identity whose counter refused, apart from the others present.
-        header = ("TIME (UTC)", "ENDPOINT", "SCOPE", "LAYER", "STRATEGY", "REFUSED BY", "RETRY AFTER", "ALSO PRESENT")
-        rows = [
-            (
-                utc(r.time),
-                r.endpoint,
-                r.scope,
-                r.layer,
-                r.strategy,
-                loggable(r.identity),
-                duration(r.retry_after),
-                ", ".join(map(loggable, r.others)),
-            )
-            for r in latest
-        ]
-        click.echo(table(header, rows))
+        click.echo(_entries(latest, "REFUSED BY", retry=True))
+
+
+@ratelimit.command("near-limit")
+@click.option("--recent", default=20, show_default=True, type=click.IntRange(min=1), help="How many entries.")
+@click.option("--since", metavar="TIME", help="Only entries since then: an ISO time, or a span such as 10m, 1h, 2d.")
+def near_limit_command(recent: int, since: str | None) -> None:
+    """Show the latest identities that passed RATELIMIT_NEAR_LIMIT of a
+    layer, from the near-limit log: once per identity, layer and window,
+    before they are refused."""
+    state = _state()
+    throttle = _throttle(state)
+    log = _near_limit_log(state)
+    moment = _since(since)
+    with _storage(throttle):
+        latest = log.recent(recent, since=moment)
+    period = _period(moment)
+    if not latest:
+        click.echo(f"No identity came near its limit{period}.")
+        return
+    click.echo(f"Near the limit{period}, newest first:")
+    click.echo(_entries(latest, "IDENTITY", retry=False))
+
+
+def _since(since: str | None) -> float | None:
+    """The moment ``--since`` writes, or None without it."""
+    if since is None:
+        return None
+    try:
+        return parse_moment(since, time.time())
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="'--since'") from None
+
+
+def _period(moment: float | None) -> str:
+    return f" since {utc(moment)} UTC" if moment is not None else ""
+
+
+def _entries(entries: list[Refusal], who: str, retry: bool) -> str:
+    """Entries of the refusal or near-limit log, newest first: the identity
+    whose counter refused or came near, under ``who``, apart from the
+    others present; with ``retry``, when the request would have passed."""
+    retry_after = ("RETRY AFTER",) if retry else ()
+    header = ("TIME (UTC)", "ENDPOINT", "SCOPE", "LAYER", "STRATEGY", who, *retry_after, "ALSO PRESENT")
+    rows = [
+        (
+            utc(entry.time),
+            entry.endpoint,
+            entry.scope,
+            entry.layer,
+            entry.strategy,
+            loggable(entry.identity),
+            *((duration(entry.retry_after),) if retry else ()),
+            ", ".join(map(loggable, entry.others)),
+        )
+        for entry in entries
+    ]
+    return table(header, rows)
 
 
 def _override_options(function: Callable[..., None]) -> Callable[..., None]:
@@ -366,6 +404,13 @@ def _refusal_log(state: RateLimitState) -> RefusalLog:
     if state.refusals is None:
         raise click.ClickException("this app keeps no refusal log (RATELIMIT_REFUSAL_LOG_SIZE is 0)")
     return state.refusals
+
+
+def _near_limit_log(state: RateLimitState) -> RefusalLog:
+    if state.near_limits is None:
+        setting = "RATELIMIT_REFUSAL_LOG_SIZE is 0" if state.refusals is None else "RATELIMIT_NEAR_LIMIT is None"
+        raise click.ClickException(f"this app keeps no near-limit log ({setting})")
+    return state.near_limits
 
 
 def _identity(text: str, state: RateLimitState) -> Identity:

@@ -18,7 +18,7 @@ from ._identity import parse_identity, spec_kinds, spec_name
 from ._state import RateLimitState
 from .core.keys import Identity
 from .core.rates import Layer
-from .core.throttle import Throttle
+from .core.throttle import Policy, Throttle
 from .core.usage import usage
 
 if TYPE_CHECKING:
@@ -218,13 +218,26 @@ def _limit_cells(limits: list[PlannedLimit]) -> tuple[tuple[str, ...], ...]:
 
 def _limit_text(limit: PlannedLimit) -> str:
     """The layers, or the function of a dynamic limit, with the options that
-    change how it counts."""
+    change how it counts: its concurrency cap, shadow mode, and where it was
+    written when not on the view."""
     if limit.policy is None:
         text = f"dynamic: {getattr(limit.spec.limit, '__qualname__', 'function')}()"
     else:
         text = ";".join(_layer(layer) for layer in limit.policy.layers)
-    notes = [note for note in (limit.shadow and "shadow", limit.source != "view" and limit.source) if note]
+    notes = [
+        note for note in (_cap(limit.slots), limit.shadow and "shadow", limit.source != "view" and limit.source) if note
+    ]
     return f"{text} ({', '.join(notes)})" if notes else text
+
+
+def _cap(slots: Policy | None) -> str:
+    """A concurrency cap as the limits show it, such as ``3 concurrent,
+    lease 60s``: its one layer is the cap per lease (see
+    :meth:`~flask_redis_throttle.core.throttle.Policy.concurrency`)."""
+    if slots is None:
+        return ""
+    [cap] = slots.layers
+    return f"{cap.quota} concurrent, lease {cap.window}s"
 
 
 def _layer(layer: Layer) -> str:

@@ -4,10 +4,10 @@
 choice. It shows what the ``flask ratelimit`` commands print (see
 :doc:`/cli`), computed by the same functions: each endpoint's limits, the
 refusal log's latest entries and most refused identities, refusals per
-minute over the last hour as an SVG chart drawn here, one identity's
-counters, a button that resets them, and the overrides (see
-:doc:`/overrides`): a form that sets one, a button that removes each, and
-the latest changes::
+minute over the last hour as an SVG chart drawn here, the near-limit
+log's latest entries, one identity's counters, a button that resets them,
+and the overrides (see :doc:`/overrides`): a form that sets one, a button
+that removes each, and the latest changes::
 
     from flask_login import current_user
     from flask_redis_throttle import dashboard
@@ -64,6 +64,7 @@ from ._reports import (
 )
 from ._state import EXTENSION_KEY, RateLimitState
 from .core.keys import MAX_VALUE_LENGTH, Identity
+from .core.refusals import Refusal
 from .core.throttle import StorageUnavailable
 
 __all__ = ["SESSION_KEY", "blueprint", "chart"]
@@ -71,7 +72,7 @@ __all__ = ["SESSION_KEY", "blueprint", "chart"]
 #: The session key of the per-session token the reset form must send back.
 SESSION_KEY = "_ratelimit_dashboard_csrf"
 
-#: How many refusals the page lists, and identities it ranks.
+#: How many entries of each log the page lists, and identities it ranks.
 RECENT, TOP = 20, 10
 
 
@@ -145,6 +146,7 @@ def _index() -> tuple[str, int]:
         "csrf_token": _csrf_token(),
         "enabled": state.throttle is not None,
         "logged": state.refusals is not None,
+        "near_logged": state.near_limits is not None,
         "identity": request.args.get("identity", "").strip(),
         # "view", not "endpoint": url_for() takes that name itself.
         "endpoint": request.args.get("view", "").strip(),
@@ -154,6 +156,7 @@ def _index() -> tuple[str, int]:
     try:
         page.update(_overrides(state))
         page.update(_refusals(state))
+        page.update(_near_limits(state))
         who = _requested(request.args, state)
         if who is not None:
             page.update(_lookup(state, who, page["endpoint"] or None))
@@ -240,23 +243,8 @@ def _refusals(state: RateLimitState) -> dict[str, Any]:
     if state.refusals is None:
         return {}
     now = time.time()
-    latest = state.refusals.recent(RECENT)
     return {
-        "recent": [
-            {
-                "time": utc(r.time),
-                "endpoint": r.endpoint,
-                "scope": r.scope,
-                "layer": r.layer,
-                "identity": _shown(r.identity),
-                "link": _link(r.identity, r.cut, state),
-                "others": [_shown(other) for other in r.others],
-                "retry_after": duration(r.retry_after),
-                "shadow": r.shadow,
-                "penalized": r.penalized,
-            }
-            for r in latest
-        ],
+        "recent": _entries(state.refusals.recent(RECENT), state),
         "top": [
             (
                 _shown(found.identity),
@@ -268,6 +256,34 @@ def _refusals(state: RateLimitState) -> dict[str, Any]:
         ],
         "chart": chart(state.refusals.per_minute(now)),
     }
+
+
+def _near_limits(state: RateLimitState) -> dict[str, Any]:
+    """The near-limit log's part of the page: its latest entries."""
+    if state.near_limits is None:
+        return {}
+    return {"near": _entries(state.near_limits.recent(RECENT), state)}
+
+
+def _entries(entries: list[Refusal], state: RateLimitState) -> list[dict[str, Any]]:
+    """Entries of the refusal log or the near-limit log as the page shows
+    them: identities escaped, the one whose counter refused or came near
+    linked to its exact lookup."""
+    return [
+        {
+            "time": utc(r.time),
+            "endpoint": r.endpoint,
+            "scope": r.scope,
+            "layer": r.layer,
+            "identity": _shown(r.identity),
+            "link": _link(r.identity, r.cut, state),
+            "others": [_shown(other) for other in r.others],
+            "retry_after": duration(r.retry_after),
+            "shadow": r.shadow,
+            "penalized": r.penalized,
+        }
+        for r in entries
+    ]
 
 
 def _lookup(state: RateLimitState, who: Identity, endpoint: str | None) -> dict[str, Any]:
@@ -373,7 +389,7 @@ def _shown(text: str) -> str:
 
 
 def _link(identity: str, cut: bool, state: RateLimitState) -> str | None:
-    """The lookup of ``identity`` from the refusal log; None if the log cut it."""
+    """The lookup of ``identity`` from the refusal or near-limit log; None if the log cut it."""
     return None if cut else url_for(".index", **_naming(identity, state), _anchor="lookup")
 
 

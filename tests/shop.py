@@ -38,7 +38,7 @@ def create_app(storage_url: str = "memory://") -> Flask:
 
     @app.get("/api/items")
     @limit("10/s;120/m")
-    @limit("1000/d", scope="api", identities=[api_key], strategy="gcra")
+    @limit("1000/d", scope="api", identities=[api_key], strategy="gcra", concurrent=5)
     def items() -> Any:
         return {"items": []}
 

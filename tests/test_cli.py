@@ -443,12 +443,67 @@ def test_an_empty_log(app: Flask) -> None:
     assert ok(app, "refusals") == "No refusals.\n"
 
 
+# near-limit
+
+
+def sent(client: Any, path: str, ip: str) -> int:
+    """GET ``path`` from ``ip`` and close the response, as a server does
+    once it is sent: the near-limit entry is written then."""
+    response = get(client, path, ip=ip)
+    response.close()
+    return int(response.status_code)
+
+
+def test_near_limit_lists_who_came_near_the_latest_first(app: Flask) -> None:
+    shop(app)
+    install(app)
+    client = app.test_client()
+    assert ok(app, "near-limit") == "No identity came near its limit.\n"
+    # 3/m: the third request uses all of it, past 80 %; the refusal after it is not signalled.
+    assert [sent(client, "/login", "192.0.2.1") for _ in range(4)] == [200, 200, 200, 429]
+    # 5/s: the fourth request uses 4 of 5.
+    assert [sent(client, "/items", "192.0.2.2") for _ in range(4)] == [200] * 4
+    output = ok(app, "near-limit")
+    assert output.startswith("Near the limit, newest first:\n")
+    latest = table(output, "TIME (UTC)")
+    assert [(r["ENDPOINT"], r["SCOPE"], r["LAYER"], r["STRATEGY"], r["IDENTITY"]) for r in latest] == [
+        ("items", "items", "5/1s", "fixed-window", "ip:192.0.2.2"),
+        ("login", "login", "3/1m", "sliding-window", "ip:192.0.2.1"),
+    ]
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", r["TIME (UTC)"]) for r in latest)
+    assert "RETRY AFTER" not in output  # the requests were admitted
+    assert [r["IDENTITY"] for r in table(ok(app, "near-limit", "--recent", "1"), "TIME (UTC)")] == ["ip:192.0.2.2"]
+    assert len(table(ok(app, "near-limit", "--since", "10m"), "TIME (UTC)")) == 2
+    future = ok(app, "near-limit", "--since", "2999-01-01")
+    assert future == "No identity came near its limit since 2999-01-01 00:00:00 UTC.\n"
+    assert "'yesterday' is neither a span" in fails(app, "near-limit", "--since", "yesterday", code=2)
+
+
+@pytest.mark.parametrize(
+    ("config", "setting"),
+    [
+        ({"RATELIMIT_NEAR_LIMIT": None}, "RATELIMIT_NEAR_LIMIT is None"),
+        ({"RATELIMIT_REFUSAL_LOG_SIZE": 0}, "RATELIMIT_REFUSAL_LOG_SIZE is 0"),
+    ],
+)
+def test_near_limit_when_the_log_is_off(app: Flask, config: dict[str, Any], setting: str) -> None:
+    shop(app)
+    install(app, **config)
+    assert f"this app keeps no near-limit log ({setting})" in fails(app, "near-limit")
+
+
 # Redis down
 
 
 @pytest.mark.parametrize(
     "command",
-    [["status", "ip:192.0.2.1"], ["reset", "ip:192.0.2.1"], ["reset", "ip:192.0.2.1", "-e", "items"], ["refusals"]],
+    [
+        ["status", "ip:192.0.2.1"],
+        ["reset", "ip:192.0.2.1"],
+        ["reset", "ip:192.0.2.1", "-e", "items"],
+        ["refusals"],
+        ["near-limit"],
+    ],
 )
 def test_redis_down_is_a_message(command: list[str]) -> None:
     app = Flask("tests")
@@ -563,3 +618,22 @@ def test_limits_and_status_show_dynamic_shadow_and_blueprint_limits(app: Flask) 
     assert "dynamic: not known outside a request" in status
     assert "9/1m" in status
     assert "50/1h" in status
+
+
+def test_limits_show_a_concurrency_cap_and_its_lease(app: Flask) -> None:
+    @app.get("/export")
+    @limit("10/s;100/m", concurrent=3)
+    def export() -> str:
+        return "ok"
+
+    @app.get("/archive")
+    @limit("100/h", concurrent=2, lease=300, shadow=True)
+    def archive() -> str:
+        return "ok"
+
+    install(app, RATELIMIT_CONCURRENCY_LEASE=30)
+    rows = table(ok(app, "limits", "--limited"), "RULE")
+    assert [(row["RULE"], row["LIMIT"]) for row in rows] == [
+        ("/archive", "100/1h (2 concurrent, lease 300s, shadow)"),
+        ("/export", "10/1s;100/1m (3 concurrent, lease 30s)"),
+    ]

@@ -6,9 +6,9 @@ a pinned clock, and its output must be the page's, character for character:
 so a column that drifts out of line, or a message that changes, fails here.
 ``python tests/test_cli_samples.py`` rewrites the page's samples from a run.
 
-The refusal log's times come from Redis's clock, not the pinned one, so they
-are written as the pinned clock's: the refusals at its start, a ``--since`` ten
-minutes before. The columns keep their widths.
+The refusal and near-limit logs' times come from Redis's clock, not the
+pinned one, so they are written as the pinned clock's: the entries at its
+start, a ``--since`` ten minutes before. The columns keep their widths.
 """
 
 from __future__ import annotations
@@ -32,11 +32,15 @@ DOWN_URL = "redis://127.0.0.1:1/0"
 
 
 def send(app: Flask, method: str, path: str, ip: str, times: int, **headers: str) -> list[int]:
+    """The statuses of ``times`` requests, each response closed as a server
+    closes it once sent: that gives back a concurrency slot and writes a
+    near-limit entry."""
     client = app.test_client()
-    return [
-        client.open(path, method=method, environ_base={"REMOTE_ADDR": ip}, headers=headers).status_code
-        for _ in range(times)
-    ]
+    statuses = []
+    for _ in range(times):
+        with client.open(path, method=method, environ_base={"REMOTE_ADDR": ip}, headers=headers) as response:
+            statuses.append(response.status_code)
+    return statuses
 
 
 def some_requests(app: Flask, clock: Clock) -> None:
@@ -56,7 +60,7 @@ def some_requests(app: Flask, clock: Clock) -> None:
 
 
 def pin_times(output: str) -> str:
-    """The refusal log's real times as the pinned clock's (see the module's docstring)."""
+    """The logs' real times as the pinned clock's (see the module's docstring)."""
     since = (datetime.fromtimestamp(START, timezone.utc) - timedelta(minutes=10)).strftime("%Y-%m-%d %H:%M:%S")
     at = datetime.fromtimestamp(START, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
     output = re.sub(rf"since {DATETIME.pattern}", f"since {since}", output)
@@ -88,8 +92,8 @@ def run_samples(commands: list[str], clock: Clock) -> list[str]:
         # The page's last status sample is the one with Redis down.
         target = down if i == last_status else app
         result = flask_command(target, *args)
-        # Only the refusal log's times come from Redis's clock; the overrides' are the pinned clock's.
-        output = pin_times(result.output) if args[1] == "refusals" else result.output
+        # Only the logs' times come from Redis's clock; the overrides' are the pinned clock's.
+        output = pin_times(result.output) if args[1] in ("refusals", "near-limit") else result.output
         outputs.append(output.rstrip("\n"))
     return outputs
 

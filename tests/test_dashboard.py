@@ -207,6 +207,25 @@ def test_it_shows_each_endpoints_limits_as_the_cli_does(app: Flask) -> None:
     assert [f"{PREFIX}/", "GET", "ratelimit_dashboard.index", "no limit", "", "", ""] in limits
 
 
+def test_its_limits_show_a_concurrency_cap_as_the_cli_does(app: Flask) -> None:
+    @app.get("/export")
+    @limit("10/m", concurrent=3)
+    def export() -> str:
+        return "ok"
+
+    shop(app)
+    limits = tables(page(app.test_client()))["limits-table"]
+    assert [
+        "/export",
+        "GET",
+        "export",
+        "10/1m (3 concurrent, lease 60s)",
+        "fixed-window",
+        "export",
+        "ip, user",
+    ] in limits
+
+
 def test_it_names_the_refused_identity_apart_from_the_others_present(app: Flask) -> None:
     shop(app)
     client = app.test_client()
@@ -573,3 +592,84 @@ def test_a_forged_exact_link_says_why(app: Flask) -> None:
     hostile_shop(app)
     html = page(app.test_client(), "?exact=%2F%2F%2F%2F", status=400)
     assert "names no identity" in html
+
+
+# the near-limit log
+
+
+def near_shop(app: Flask) -> RateLimitState:
+    """:func:`hostile_shop`, and ``/reports``, 5/m per user, which the
+    fourth request in a minute takes past ``RATELIMIT_NEAR_LIMIT``."""
+
+    @app.get("/reports")
+    @limit("5/m", identities=["user"])
+    def reports() -> str:
+        return "ok"
+
+    return hostile_shop(app)
+
+
+def come_near(client: Any, user: str, times: int = 4) -> None:
+    """``times`` requests of ``user`` to ``/reports``, each response closed,
+    as a server closes it once sent: the near-limit entry is written then."""
+    for _ in range(times):
+        response = get(client, "/reports", query_string={"as": user})
+        assert response.status_code == 200
+        response.close()
+
+
+def test_it_lists_who_came_near_the_limit(app: Flask) -> None:
+    near_shop(app)
+    client = app.test_client()
+    come_near(client, "alice", times=3)  # 3 of 5: not yet
+    html = page(client)
+    assert "near-table" not in html
+    assert "No identity came near its limit." in html
+    come_near(client, "alice", times=1)  # 4 of 5: 80 %
+    html = page(client)
+    [entry] = tables(html)["near-table"][1:]
+    assert entry[1:] == ["reports", "reports", "5/1m", "user:alice", ""]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", entry[0])
+    assert links(html, "near-table") == [f"{PREFIX}/?identity=user:alice#lookup"]
+    # Behind the same authorize as the rest of the page.
+    hidden = get(client, f"{PREFIX}/", user="alice")
+    assert hidden.status_code == 404
+    assert "user:alice" not in hidden.text
+
+
+@pytest.mark.parametrize("user", HOSTILE_USERS, ids=["newline", "rlo", "spaces", "crlf", "longest-kept"])
+def test_a_near_limit_link_is_escaped_and_opens_the_exact_identity(app: Flask, user: str) -> None:
+    near_shop(app)
+    client = app.test_client()
+    come_near(client, user)
+    html = page(client)
+    [entry] = tables(html)["near-table"][1:]
+    shown = "".join(char if char.isprintable() else repr(char)[1:-1] for char in f"user:{user}")
+    assert entry[4] == " ".join(shown.split())  # as tables() reads a cell
+    if not user.isprintable():
+        assert user not in html
+    [link] = links(html, "near-table")
+    assert link is not None
+    lookup = client.get(link, headers={"X-User": "admin"})
+    assert lookup.status_code == 200, lookup.text
+    # The link names the user exactly: its own counter, 4 of 5 used.
+    assert [row[4:6] for row in tables(lookup.text)["status"][1:] if row[0] == "reports"] == [["4", "1"]]
+
+
+def test_a_near_limit_identity_the_log_cut_is_shown_escaped_without_a_link(app: Flask) -> None:
+    near_shop(app)
+    client = app.test_client()
+    user = "\u202e" + "x" * MAX_VALUE_LENGTH + "\n"
+    come_near(client, user)
+    html = page(client)
+    assert "\u202e" not in html
+    assert links(html, "near-table") == [None]
+    note = f"(cut by the log, which keeps {MAX_VALUE_LENGTH} characters: look it up by its whole value)"
+    cut = f"user:\\u202e{'x' * (MAX_VALUE_LENGTH - 7)}…"
+    assert tables(html)["near-table"][1][4] == f"{cut} {note}"
+
+
+def test_without_a_near_limit_log_the_page_says_so(app: Flask) -> None:
+    shop(app, RATELIMIT_NEAR_LIMIT=None)
+    html = page(app.test_client())
+    assert "This app keeps no near-limit log (RATELIMIT_NEAR_LIMIT is None)." in html
