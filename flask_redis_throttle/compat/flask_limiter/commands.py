@@ -5,7 +5,7 @@ It has Flask-Limiter's commands, translated onto the extension: ``config``
 (the settings the limits run with, under Flask-Limiter's names), ``limits``
 (every route's limits, and with ``--key`` what one key has used of each)
 and ``clear`` (one key's counters). Beside them, the commands of ``flask
-ratelimit`` but its ``limits``: ``status``, ``reset``, ``refusals``, the
+ratelimit`` but its ``limits``: ``status``, ``reset``, ``refusals``, ``near-limit``, the
 overrides' and the local server's. See :doc:`/cli`.
 """
 
