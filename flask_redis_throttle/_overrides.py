@@ -24,7 +24,7 @@ from ._config import Settings
 from ._headers import LayerNames
 from ._plan import Batch, PlannedLimit
 from .core.bounded import remember
-from .core.keys import Identity
+from .core.keys import Identity, loggable
 from .core.overrides import Override, OverrideFollower, OverrideStore, OverrideTable
 from .core.throttle import Check, Policy, Throttle
 
@@ -32,6 +32,8 @@ __all__ = ["Overrides"]
 
 #: How many policies made for overrides are kept, and header names for them.
 POLICY_CACHE_SIZE = 1024
+#: How many unreadable fields a warning names.
+UNREADABLE_SHOWN = 10
 
 
 class Overrides:
@@ -42,13 +44,22 @@ class Overrides:
     :param failed: told of a failure to read the overrides from storage.
     """
 
-    def __init__(self, throttle: Throttle, settings: Settings, failed: Callable[[Exception, bool], None]) -> None:
+    def __init__(
+        self,
+        throttle: Throttle,
+        settings: Settings,
+        failed: Callable[[Exception, bool], None],
+        warn: Callable[[str, str], None],
+    ) -> None:
         self.throttle = throttle
         self.settings = settings
         self.store = OverrideStore(throttle.storage.client, settings.key_prefix, clock=self.now)
         self.follower = OverrideFollower(
-            load=self.store.load, version=self.store.version, clock=self.now, failed=failed, ready=self._ready
+            load=self._load, version=self.store.version, clock=self.now, failed=failed, ready=self._ready
         )
+        self._warn = warn
+        #: The version whose unreadable fields were last warned of.
+        self._warned: bytes | None = None
         self._policies: dict[tuple[Policy, tuple[object, ...]], Policy] = {}
         self._labels: dict[tuple[Policy, ...], LayerNames] = {}
 
@@ -59,6 +70,22 @@ class Overrides:
         decisions, which report an outage themselves."""
         breaker = self.throttle.breaker
         return breaker is None or not breaker.open
+
+    def _load(self) -> tuple[bytes | None, list[Override]]:
+        """The version and the overrides in force, for the follower; a field
+        that cannot be read (another version's, in a rolling upgrade, or
+        one written by hand) is skipped, with a warning once per change,
+        and every other override stays in force."""
+        version, found, unreadable = self.store.read()
+        if unreadable and version != self._warned:
+            self._warned = version
+            self._warn(
+                f"{len(unreadable)} stored override(s) cannot be read and are skipped, the others stay in force: "
+                + "; ".join(loggable(reason) for reason in unreadable[:UNREADABLE_SHOWN])
+                + ("; ..." if len(unreadable) > UNREADABLE_SHOWN else ""),
+                "overrides",
+            )
+        return version, found
 
     def now(self) -> float:
         """The time, in seconds since the epoch: the throttle's own, which

@@ -5,7 +5,9 @@ Redis within a second."""
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 import time
 from typing import Any
 
@@ -15,6 +17,9 @@ from helpers import FakeMonotonic, add_login, evalsha_calls, extension_records, 
 from test_dashboard import PREFIX, page, tables, token
 
 from flask_redis_throttle import RateLimit, current_limit, dashboard, limit, refusal_log
+from flask_redis_throttle import _notices as notices
+from flask_redis_throttle.core.keys import Identity
+from flask_redis_throttle.core.overrides import Override, OverrideTable
 from flask_redis_throttle.extension import RateLimitState
 
 
@@ -308,6 +313,98 @@ def test_another_app_on_the_same_storage_follows_a_change_within_a_second(storag
     assert followed(429) <= 1.1
     cli(operating, "lift", "ip:192.0.2.1")
     assert followed(200) <= 1.1
+
+
+#: Fields as another version might leave them in a rolling upgrade, or a
+#: hand might write them: each badly typed in one part.
+UNREADABLE = {
+    "*\0user:1": {"target": 12345},
+    "*\0user:2": {"target": "user:2", "scope": ["a"]},
+    "*\0ip:zzz/24": {"target": "ip:zzz/24", "network": True},
+    "*\0user:3": {"target": "user:3", "network": "yes"},
+    "*\0user:4": {"target": "user:4", "until": "tomorrow"},
+    "*\0user:5": {"target": "user:5", "action": "limit", "limit": 5},
+    "*\0user:6": {"target": "user:6", "action": "smite"},
+}
+
+
+def write_fields(state: RateLimitState, fields: dict[str, str]) -> None:
+    """Write raw fields into the overrides' hash, and change its version, as another writer would."""
+    assert state.overrides is not None
+    store = state.overrides.store
+    pairs = [part for item in fields.items() for part in item]
+    store.client.execute_command("HSET", store.key, *pairs, "~version", f"by-hand-{len(pairs)}")
+
+
+@pytest.mark.parametrize("storage_url", ["memory", "redis", "cluster"], indirect=True)
+def test_a_badly_typed_field_is_skipped_and_logged_once_and_every_other_override_stays(
+    app: Flask, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(notices, "WARNING_INTERVAL", 0.0)  # each change's warning is seen
+    state = shop(app)
+    assert state.overrides is not None
+    follower = state.overrides.follower
+    follower.monotonic = monotonic = FakeMonotonic()
+    client = app.test_client()
+    cli(app, "block", "user:42", "--for", "1h")
+    until = state.overrides.now() + 3600
+    base = {"action": "block", "scope": None, "until": until, "limit": "", "network": False, "by": "x", "at": 0.0}
+    with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
+        write_fields(state, {name: json.dumps({**base, **part}) for name, part in UNREADABLE.items()})
+        monotonic.now += 1.0
+        assert get(client, "/api", user="42").status_code == 429  # the block set before stays
+        output = cli(app, "block", "user:43", "--for", "1h")
+        assert "blocked" in output
+        assert get(client, "/api", user="43").status_code == 429  # and one set after is in force
+        assert statuses(client, 3, ip="192.0.2.50") == [200, 200, 429]
+        for _ in range(3):  # read again, unchanged: not logged again
+            monotonic.now += 1.0
+            get(client, "/api", user="42")
+        warnings = [r.getMessage() for r in extension_records(caplog) if "cannot be read" in r.getMessage()]
+    # Logged when first read, and when the block after it changed the overrides.
+    assert len(warnings) == 2, warnings
+    assert warnings[0].startswith("7 stored override(s) cannot be read and are skipped")
+    for said in ("target 12345", 'scope ["a"]', "zzz/24", 'network "yes"', 'end "tomorrow"'):
+        assert said in warnings[0]
+    assert "its limit 5 is not text" in warnings[0]
+    assert 'action "smite"' in warnings[0]
+    listed = cli(app, "overrides")
+    assert "user:42" in listed
+    assert "user:43" in listed
+    assert "12345" not in listed
+
+
+#: A good field's end, and what follows it.
+REST = b'"limit": "", "network": false, "by": "x", "at": 0}'
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (b"\xff\xfe", "not JSON"),
+        (b"[" * 100_000, "not JSON"),
+        (b'"a string"', "not a JSON object"),
+        (b'{"action": "block", "target": "user:1", "scope": null, "until": NaN, ' + REST, "its end NaN"),
+        (b'{"action": "block", "target": "user:1", "scope": null, "until": Infinity, ' + REST, "its end Infinity"),
+        (b'{"action": "block", "target": "user:1", "scope": null, "until": true, ' + REST, "its end true"),
+        (b'{"action": "limit", "target": "user:1", "scope": null, "until": 1e12, ' + REST, "has no layers"),
+        (b'{"action": "block", "target": "user", "scope": null, "until": 1e12, ' + REST, 'target "user"'),
+        (
+            b'{"action": "block", "target": "user:1", "scope": null, "until": 1e12, "limit": "", "network": 1}',
+            "network 1",
+        ),
+        (
+            b'{"action": "block", "target": "user:1", "scope": null, "until": 1e12, "limit": "", "network": true}',
+            "not of IP",
+        ),
+    ],
+)
+def test_a_field_that_cannot_be_read_says_why(raw: bytes, reason: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(reason)):
+        Override.read(raw)
+    assert Override.decode(raw) is None
+    table = OverrideTable([], 0.0)
+    assert table.find(Identity("user", "1"), "api") is None
 
 
 def test_an_unreachable_storage_lets_requests_through_with_no_error(caplog: pytest.LogCaptureFixture) -> None:

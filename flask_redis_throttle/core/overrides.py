@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -112,24 +113,65 @@ class Override:
         )
 
     @classmethod
-    def decode(cls, raw: str | bytes) -> Override | None:
-        """The override a field holds; None if it holds none (written by
-        another version, or by hand), which readers skip."""
+    def read(cls, raw: str | bytes) -> Override:
+        """The override a field holds, every part checked for its type.
+
+        :raises ValueError: saying what cannot be read: a field written by
+            another version (in a rolling upgrade), or by hand.
+        """
         try:
             data = json.loads(raw)
-            limit = data["limit"]
-            return cls(
-                action=data["action"],
-                target=data["target"],
-                scope=data["scope"],
-                until=float(data["until"]),
-                layers=parse_limits(limit) if limit else (),
-                network=bool(data["network"]),
-                by=str(data["by"]),
-                at=float(data["at"]),
-            )
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, TypeError, RecursionError):
+            raise ValueError("it is not JSON") from None
+        if not isinstance(data, dict):
+            raise ValueError("it is not a JSON object")
+        action, target, scope, limit, network = (data.get(k) for k in ("action", "target", "scope", "limit", "network"))
+        if action not in ACTIONS:
+            raise ValueError(f"its action {_shown(action)} is not one of {', '.join(ACTIONS)}")
+        if not isinstance(target, str) or ":" not in target:
+            raise ValueError(f"its target {_shown(target)} is not an identity such as user:42 or ip:203.0.113.0/24")
+        if scope is not None and not isinstance(scope, str):
+            raise ValueError(f"its scope {_shown(scope)} is neither text nor null")
+        if not isinstance(network, bool):
+            raise ValueError(f"its network {_shown(network)} is neither true nor false")
+        if network:
+            kind, _colon, value = target.partition(":")
+            if kind != "ip":
+                raise ValueError(f"its target {_shown(target)} is a network, but not of IP addresses")
+            network_of(value)  # raises ValueError saying why it is none
+        if not isinstance(limit, str):
+            raise ValueError(f"its limit {_shown(limit)} is not text")
+        layers = parse_limits(limit) if action == "limit" else ()  # InvalidLimit is a ValueError
+        by = data.get("by", "")
+        if not isinstance(by, str):
+            raise ValueError(f"its author {_shown(by)} is not text")
+        until, at = _moment(data.get("until"), "end"), _moment(data.get("at", 0.0), "time set")
+        return cls(action, target, scope, until, layers, network, by, at)
+
+    @classmethod
+    def decode(cls, raw: str | bytes) -> Override | None:
+        """The override a field holds; None if it cannot be read (see
+        :meth:`read`), which readers skip."""
+        try:
+            return cls.read(raw)
+        except ValueError:
             return None
+
+
+def _shown(value: Any) -> str:
+    """A value read from storage, for a message: short, on one line."""
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _moment(value: Any, what: str) -> float:
+    """A time read from storage, in seconds since the epoch.
+
+    :raises ValueError: unless it is a finite number.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"its {what} {_shown(value)} is not a time in seconds since the epoch")
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -258,11 +300,27 @@ class OverrideStore:
 
     def load(self) -> tuple[bytes | None, list[Override]]:
         """The version and every override in force."""
+        version, found, _unreadable = self.read()
+        return version, found
+
+    def read(self) -> tuple[bytes | None, list[Override], list[str]]:
+        """The version, every override in force, and why each field that
+        cannot be read is skipped: one field does not keep the others from
+        being read."""
         raw = self.client.hgetall(self.key)
         version = raw.pop(VERSION_FIELD.encode(), None)
         now = self.clock()
-        found = [o for o in map(Override.decode, raw.values()) if o is not None and o.until > now]
-        return version, found
+        found: list[Override] = []
+        unreadable: list[str] = []
+        for name, value in raw.items():
+            try:
+                override = Override.read(value)
+            except ValueError as error:
+                unreadable.append(f"{_text(name).replace(chr(0), ' ')!r}: {error}")
+                continue
+            if override.until > now:
+                found.append(override)
+        return version, found, unreadable
 
     def put(self, override: Override) -> None:
         """Store ``override``, replacing any for the same target and scope, and log it."""
