@@ -278,6 +278,41 @@ def test_bad_input_is_refused_naming_it_and_changes_nothing(app: Flask, args: tu
     assert cli(app, "overrides") == "No override is in force.\n"
 
 
+def test_an_ipv4_mapped_network_covers_the_ipv4_network_it_maps(app: Flask) -> None:
+    state = shop(app)
+    client = app.test_client()
+    assert "ip:203.0.113.0/24 blocked" in cli(app, "block", "ip:::ffff:203.0.113.0/120", "--for", "1h")
+    assert "ip:198.51.100.9 blocked" in cli(app, "block", "ip:::ffff:198.51.100.9/128", "--for", "1h")
+    for ip in ("203.0.113.77", "::ffff:203.0.113.78", "198.51.100.9", "::ffff:198.51.100.9"):
+        assert get(client, "/api", ip=ip).status_code == 429, ip
+    assert statuses(client, 3, ip="203.0.114.1") == [200, 200, 429]
+    assert statuses(client, 3, ip="198.51.100.10") == [200, 200, 429]
+    # Wider than the IPv4 bound, it is refused naming the IPv4 network.
+    assert "(10.0.0.0/8)' is wider than /16" in cli(app, "block", "ip:::ffff:10.0.0.0/104", "--for", "1h", code=2)
+    # A mapped network an earlier version stored as such covers the IPv4 one too.
+    until = state.overrides.now() + 3600 if state.overrides is not None else 0
+    older = {"action": "block", "target": "ip:::ffff:192.0.2.0/120", "scope": None, "until": until}
+    write_fields(state, {"*\0older": json.dumps({**older, "limit": "", "network": True, "by": "x", "at": 0})})
+    assert state.overrides is not None
+    state.overrides.follower.refresh(force=True)
+    assert get(client, "/api", ip="192.0.2.200").status_code == 429
+
+
+@pytest.mark.parametrize(
+    ("target", "written"),
+    [
+        ("ip:fe80::%eth0/64", "write fe80::/64"),
+        ("ip:fe80::1%eth0", "write fe80::1"),
+        ("ip:[fe80::1%25eth0]:443", "write [fe80::1]:443"),
+        ("ip:::/64", "covers the IPv4-mapped addresses"),
+    ],
+)
+def test_a_zone_id_or_a_network_over_the_mapped_addresses_is_refused(app: Flask, target: str, written: str) -> None:
+    shop(app)
+    assert written in cli(app, "block", target, "--for", "1h", code=2)
+    assert cli(app, "overrides") == "No override is in force.\n"
+
+
 def test_the_widest_networks_are_settings(app: Flask) -> None:
     shop(app, RATELIMIT_OVERRIDE_WIDEST_IPV4=8)
     cli(app, "block", "ip:10.0.0.0/8", "--for", "1h")
@@ -396,6 +431,11 @@ REST = b'"limit": "", "network": false, "by": "x", "at": 0}'
         (
             b'{"action": "block", "target": "user:1", "scope": null, "until": 1e12, "limit": "", "network": true}',
             "not of IP",
+        ),
+        (
+            b'{"action": "block", "target": "ip:fe80::%eth0/64", "scope": null, "until": 1e12, "limit": "", '
+            b'"network": true}',
+            "zone id",
         ),
     ],
 )

@@ -24,6 +24,7 @@ import ipaddress
 import json
 import math
 import os
+import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ __all__ = [
     "OverrideStore",
     "OverrideTable",
     "network_of",
+    "refuse_zone",
 ]
 
 #: What an override does: decide the identity against other layers, let it
@@ -55,6 +57,8 @@ VERSION_FIELD = "~version"
 NETWORK_CACHE_SIZE = 4096
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+#: The IPv4-mapped IPv6 addresses: their clients are counted by their IPv4 address.
+MAPPED = ipaddress.IPv6Network("::ffff:0:0/96")
 
 
 @dataclass(frozen=True)
@@ -193,11 +197,49 @@ class Change:
 
 
 def network_of(value: str) -> Network:
-    """The IP network ``value`` writes, such as ``203.0.113.0/24``.
+    """The IP network ``value`` writes, such as ``203.0.113.0/24``, as
+    clients are counted: an IPv4-mapped IPv6 network
+    (``::ffff:203.0.113.0/120``) is the IPv4 network it maps
+    (``203.0.113.0/24``), since a client with a mapped address is counted
+    under its IPv4 address.
 
-    :raises ValueError: if it is none, or has host bits set.
+    :raises ValueError: saying why, if it is no network; if it has bits set
+        after its prefix; if it has a zone id (``fe80::%eth0/64``), which
+        names a link of one host, while clients are counted without one; or
+        if it is an IPv6 network wider than ``::ffff:0:0/96`` that covers
+        mapped addresses, which are counted as IPv4.
     """
-    return ipaddress.ip_network(value, strict=True)
+    refuse_zone(value)
+    address, _slash, _length = value.partition("/")
+    try:
+        network = ipaddress.ip_network(value, strict=False)
+        exact = network.network_address == ipaddress.ip_address(address)
+    except ValueError:
+        raise ValueError(f"{value!r} is not an IP network such as 203.0.113.0/24 or 2001:db8::/48") from None
+    if not exact:
+        raise ValueError(f"{value!r} has bits set after its prefix: did you mean {network.with_prefixlen}?")
+    if isinstance(network, ipaddress.IPv6Network) and network.overlaps(MAPPED):
+        if network.prefixlen < MAPPED.prefixlen:
+            raise ValueError(
+                f"{value!r} covers the IPv4-mapped addresses ({MAPPED}), whose clients are counted by their "
+                "IPv4 address: name the IPv4 network instead"
+            )
+        return ipaddress.IPv4Network((int(network.network_address) & 0xFFFFFFFF, network.prefixlen - 96))
+    return network
+
+
+def refuse_zone(value: str) -> None:
+    """Refuse an address or network with a zone id (``fe80::1%eth0``): it
+    names a link of one host, and clients are counted without one, so an
+    override with it would match no one.
+
+    :raises ValueError: if ``value`` has one, naming what to write instead.
+    """
+    if "%" in value:
+        plain = re.sub(r"%[^/\]]*", "", value)
+        raise ValueError(
+            f"{value!r} has a zone id, which names a link of one host; clients are counted without one: write {plain}"
+        )
 
 
 class OverrideTable:
