@@ -5,6 +5,7 @@ Redis within a second."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import re
@@ -18,6 +19,7 @@ from test_dashboard import PREFIX, page, tables, token
 
 from flask_redis_throttle import RateLimit, current_limit, dashboard, limit, refusal_log
 from flask_redis_throttle import _notices as notices
+from flask_redis_throttle.core import overrides as overrides_module
 from flask_redis_throttle.core.keys import Identity
 from flask_redis_throttle.core.overrides import Override, OverrideTable
 from flask_redis_throttle.extension import RateLimitState
@@ -311,6 +313,64 @@ def test_a_zone_id_or_a_network_over_the_mapped_addresses_is_refused(app: Flask,
     shop(app)
     assert written in cli(app, "block", target, "--for", "1h", code=2)
     assert cli(app, "overrides") == "No override is in force.\n"
+
+
+def network_fields(state: RateLimitState, action: str, networks: list[str]) -> dict[str, str]:
+    """Fields of network overrides on every scope, for :func:`write_fields`: thousands at once."""
+    assert state.overrides is not None
+    until = state.overrides.now() + 3600
+    return {
+        f"*\0ip:{network}": json.dumps(
+            {"action": action, "target": f"ip:{network}", "scope": None, "until": until}
+            | {"limit": "", "network": True, "by": "x", "at": 0}
+        )
+        for network in networks
+    }
+
+
+def test_ten_thousand_networks_are_found_by_prefix_not_one_by_one(app: Flask, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Clients from ever-new addresses, IPv4 and IPv6 /64s, against 10,000
+    network overrides: each is looked up by its prefixes, one lookup per
+    prefix length in use, never compared with each network; and the cache
+    of lookups filling up changes nothing."""
+    monkeypatch.setattr(overrides_module, "NETWORK_CACHE_SIZE", 8)  # full, and forgotten, every 8 clients
+    state = shop(app, RATELIMIT_IDENTITIES=["ip"])
+    blocked = [f"10.{n >> 8}.{n & 255}.0/24" for n in range(5000)] + [f"2001:db8:{n:x}::/48" for n in range(4990)]
+    blocked += ["172.16.0.0/16", "172.17.0.0/20", "198.51.100.128/25", "2001:db9::/32", "2001:dba:0:100::/56"]
+    allowed = ["172.16.5.0/24", "172.17.0.16/28", "2001:dba::/40", "2001:db9:1::/48", "198.51.100.0/30"]
+    write_fields(state, network_fields(state, "block", blocked) | network_fields(state, "allow", allowed))
+    assert state.overrides is not None
+    state.overrides.follower.refresh(force=True)
+    assert len(state.overrides.follower.table.overrides) == 10_000
+    compared: list[str] = []
+    for cls in (ipaddress.IPv4Network, ipaddress.IPv6Network):
+        for name in ("subnet_of", "supernet_of", "overlaps", "__contains__"):
+            original = getattr(cls, name)
+
+            def counted(self: Any, other: Any, original: Any = original, name: str = name) -> Any:
+                compared.append(name)
+                return original(self, other)
+
+            monkeypatch.setattr(cls, name, counted)
+    client = app.test_client()
+    expected = {
+        **{f"10.{n >> 8}.{n & 255}.{n % 250 + 1}": 429 for n in range(0, 5000, 97)},
+        **{f"2001:db8:{n:x}:{n:x}::1": 429 for n in range(0, 4990, 89)},
+        **{f"10.{n}.0.1": 200 for n in range(20, 40)},  # outside every network
+        **{f"2001:db8:{n:x}::1": 200 for n in range(4990, 5010)},
+        "172.16.9.9": 429,  # in the /16
+        "172.16.5.9": 429,  # in the /16 blocked and the narrower /24 allowed: a block wins
+        "172.17.0.17": 429,
+        "198.51.100.200": 429,
+        "198.51.100.2": 200,  # allowed
+        "198.51.100.77": 200,  # in no network
+        "2001:db9:5::1": 429,
+        "2001:dba:0:1ff::1": 429,
+        "2001:dba:0:200::1": 200,  # allowed, and not in the /56
+    }
+    for ip, status in expected.items():
+        assert get(client, "/api", ip=ip).status_code == status, ip
+    assert compared == []
 
 
 def test_the_widest_networks_are_settings(app: Flask) -> None:

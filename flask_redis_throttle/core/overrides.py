@@ -12,8 +12,9 @@ override whose time has passed, so nothing outlives what it was set for.
 Each process keeps a :class:`OverrideTable`, a snapshot, in memory; its
 :class:`OverrideFollower` asks the storage for the version at most once a
 second, and for the whole hash only when the version changed. Deciding a
-request against the snapshot is a dict lookup per identity, plus a test of
-the address against the networks when there are any.
+request against the snapshot is a dict lookup per identity, plus, when
+networks are set, one lookup of the address's prefix per prefix length in
+use: its cost does not grow with the number of overrides.
 
 This module is pure Python: it imports neither Flask nor Redis.
 """
@@ -53,7 +54,9 @@ ACTIONS = ("limit", "allow", "block")
 REFRESH_INTERVAL = 1.0
 #: The field of the hash that changes with every change.
 VERSION_FIELD = "~version"
-#: How many networks' lookups a table keeps, by address.
+#: How many addresses' lookups in the networks a table keeps: a client seen
+#: again skips reading its address; a new one costs a lookup per prefix
+#: length in use, so forgetting them all when full costs little.
 NETWORK_CACHE_SIZE = 4096
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -242,6 +245,44 @@ def refuse_zone(value: str) -> None:
         )
 
 
+class _Networks:
+    """The overrides of networks, found for an address by its prefixes:
+    one lookup per prefix length in use, however many networks there are.
+
+    :param networks: the overrides, each with its network.
+    """
+
+    def __init__(self, networks: Iterable[tuple[Network, Override]] = ()) -> None:
+        by_length: dict[tuple[int, int], dict[int, list[Override]]] = {}
+        for network, override in networks:
+            prefixes = by_length.setdefault((network.version, network.prefixlen), {})
+            prefix = int(network.network_address) >> (network.max_prefixlen - network.prefixlen)
+            prefixes.setdefault(prefix, []).append(override)
+        #: By IP version: each prefix length in use, shortest first, with the
+        #: overrides of its networks by their prefix as a number.
+        self.lengths: dict[int, tuple[tuple[int, dict[int, list[Override]]], ...]] = {
+            version: tuple((length, by_length[v, length]) for v, length in sorted(by_length) if v == version)
+            for version in (4, 6)
+        }
+        self._any = bool(by_length)
+
+    def __bool__(self) -> bool:
+        return self._any
+
+    def within(self, client: Network) -> tuple[Override, ...]:
+        """The overrides of the networks ``client`` (an address, or the
+        IPv6 group a client is counted in) is in."""
+        number, length, bits = int(client.network_address), client.prefixlen, client.max_prefixlen
+        found: list[Override] = []
+        for prefixlen, prefixes in self.lengths[client.version]:
+            if prefixlen > length:
+                break
+            overrides = prefixes.get(number >> (bits - prefixlen))
+            if overrides:
+                found.extend(overrides)
+        return tuple(found)
+
+
 class OverrideTable:
     """The overrides in force, in memory, for lookups on every request.
 
@@ -255,8 +296,7 @@ class OverrideTable:
         self.overrides: tuple[Override, ...] = tuple(live)
         #: The overrides of one identity, by ``(kind, value)``.
         self.exact: dict[tuple[str, str], list[Override]] = {}
-        #: The overrides of networks, with their networks.
-        self.networks: list[tuple[Network, Override]] = []
+        networks: list[tuple[Network, Override]] = []
         #: How each override ranks against the others that name the same
         #: identity (see :meth:`find`), worked out once.
         self._ranks: dict[Override, tuple[bool, bool, int]] = {}
@@ -265,11 +305,13 @@ class OverrideTable:
             width = 129  # an identity is narrower than any network
             if override.network:
                 network = network_of(value)
-                self.networks.append((network, override))
+                networks.append((network, override))
                 width = network.prefixlen
             else:
                 self.exact.setdefault((kind, value), []).append(override)
             self._ranks[override] = (override.action == "block", override.scope is not None, width)
+        #: The overrides of networks, found by prefix.
+        self.networks = _Networks(networks)
         self._within: dict[str, tuple[Override, ...]] = {}
         #: The earliest end of an override, after which the table is out of date.
         self.ends = min((o.until for o in live), default=float("inf"))
@@ -308,11 +350,7 @@ class OverrideTable:
             client = ipaddress.ip_network(value, strict=False)
         except ValueError:
             return ()  # no address: what a proxy sent
-        within = tuple(
-            override
-            for network, override in self.networks
-            if network.version == client.version and client.subnet_of(network)  # type: ignore[arg-type]
-        )
+        within = self.networks.within(client)
         if len(value) <= 64:
             remember(self._within, value, within, NETWORK_CACHE_SIZE)
         return within
