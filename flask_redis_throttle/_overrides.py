@@ -14,19 +14,17 @@ See :doc:`/overrides`.
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from collections.abc import Callable, Sequence
 
-from werkzeug.exceptions import Forbidden, TooManyRequests
-
 from ._config import Settings
-from ._headers import LayerNames
+from ._headers import LayerNames, retry_after_value
 from ._plan import Batch, PlannedLimit
 from .core.bounded import remember
 from .core.keys import Identity, loggable
 from .core.overrides import Override, OverrideFollower, OverrideStore, OverrideTable
 from .core.throttle import Check, Policy, Throttle
+from .errors import Blocked, BlockedForbidden
 
 __all__ = ["Overrides"]
 
@@ -96,7 +94,7 @@ class Overrides:
     def apply(self, batches: Sequence[Batch], labels: LayerNames) -> tuple[Sequence[Batch], LayerNames]:
         """A request's batches and header names, with the overrides in force.
 
-        :raises TooManyRequests: (or :class:`Forbidden`, as
+        :raises Blocked: (or :class:`BlockedForbidden`, as
             ``RATELIMIT_OVERRIDE_BLOCK_STATUS`` says) if an identity of the
             request is blocked on a scope in play.
         """
@@ -158,13 +156,14 @@ class Overrides:
             remember(self._policies, key, made, POLICY_CACHE_SIZE)
         return made
 
-    def _blocked(self, override: Override) -> TooManyRequests | Forbidden:
+    def _blocked(self, override: Override) -> Blocked | BlockedForbidden:
         """The refusal of a blocked identity, found in memory: no Redis call.
         A 429 says, in ``Retry-After``, when the block ends."""
         if self.settings.override_block_status == 403:
-            return Forbidden("Access is blocked.")
-        left = max(1, math.ceil(override.until - self.now()))
-        return TooManyRequests(f"Blocked for {left} more seconds.", retry_after=left)
+            return BlockedForbidden()
+        now = self.now()
+        header = retry_after_value(override.until - now, True, now) if self.settings.retry_after_http_date else None
+        return Blocked(override.until - now, header)
 
     def put(self, override: Override) -> Override:
         """Store ``override``, log it, and follow it in this process at once."""

@@ -10,6 +10,7 @@ import json
 import logging
 import re
 import time
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from flask_redis_throttle import _notices as notices
 from flask_redis_throttle.core import overrides as overrides_module
 from flask_redis_throttle.core.keys import Identity
 from flask_redis_throttle.core.overrides import Override, OverrideTable
+from flask_redis_throttle.errors import BLOCKED, Blocked, RateLimitExceeded
 from flask_redis_throttle.extension import RateLimitState
 
 
@@ -154,6 +156,67 @@ def test_a_blocked_identity_is_refused_with_retry_after_and_no_redis_call(app: F
     assert evalsha_calls(redis_client) == calls
     assert refusal_log(app).recent() == []  # nor logged as refusals
     assert get(client, "/api", ip="192.0.2.1").status_code == 200
+
+
+#: The headers of a refusal that a block answers without counting the request in any layer.
+LAYER_HEADERS = ("RateLimit", "RateLimit-Policy", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset")
+
+
+def test_a_block_s_refusal_follows_accept_with_retry_after_and_no_ratelimit_headers(app: Flask) -> None:
+    shop(app, RATELIMIT_HEADERS_LEGACY=True)
+    seen: list[Exception] = []
+
+    @app.errorhandler(429)
+    def handled(error: Exception) -> Any:
+        seen.append(error)
+        return error
+
+    client = app.test_client()
+    assert get(client, "/api", ip="192.0.2.9").headers["RateLimit"]  # counted, before the block
+    cli(app, "block", "ip:192.0.2.9", "--for", "10m")
+    as_json = get(client, "/api", ip="192.0.2.9", headers={"Accept": "application/json"})
+    assert as_json.status_code == 429
+    assert as_json.content_type == "application/problem+json"
+    assert as_json.get_json() == {
+        "type": BLOCKED,
+        "title": "Blocked",
+        "status": 429,
+        "detail": "Blocked for 600 more seconds.",
+        "retry_after": 600,
+    }
+    page = get(client, "/api", ip="192.0.2.9", headers={"Accept": "text/html"})
+    assert page.content_type == "text/html; charset=utf-8"
+    assert "<h1>Blocked</h1>" in page.text
+    assert '<strong id="retry-after">600</strong>' in page.text
+    text = get(client, "/api", ip="192.0.2.9")
+    assert text.text == "Blocked for 600 more seconds.\n"
+    for response in (as_json, page, text):
+        assert response.headers["Retry-After"] == "600"
+        assert "Accept" in response.headers["Vary"]
+        assert [h for h in LAYER_HEADERS if h in response.headers] == []
+    assert [type(e) for e in seen] == [Blocked] * 3  # the app's handler of 429s sees it, as a Blocked
+    assert not isinstance(seen[0], RateLimitExceeded)  # no layer refused it
+
+
+def test_a_block_s_403_and_http_date_follow_the_settings(app: Flask) -> None:
+    shop(app, RATELIMIT_OVERRIDE_BLOCK_STATUS=403)
+    cli(app, "block", "user:42", "--for", "1h")
+    refused = get(app.test_client(), "/api", user="42", headers={"Accept": "application/problem+json"})
+    assert refused.status_code == 403
+    assert refused.get_json() == {"type": BLOCKED, "title": "Blocked", "status": 403, "detail": "Access is blocked."}
+    assert "Retry-After" not in refused.headers
+    assert [h for h in LAYER_HEADERS if h in refused.headers] == []
+
+
+@pytest.mark.parametrize("storage_url", ["memory"], indirect=True)
+def test_a_block_s_retry_after_is_an_http_date_when_asked(app: Flask) -> None:
+    state = shop(app, RATELIMIT_RETRY_AFTER="http-date")
+    cli(app, "block", "user:42", "--for", "1h")
+    assert state.overrides is not None
+    refused = get(app.test_client(), "/api", user="42")
+    assert refused.status_code == 429
+    ends = parsedate_to_datetime(refused.headers["Retry-After"]).timestamp()
+    assert state.overrides.now() + 3600 <= ends <= state.overrides.now() + 3601
 
 
 def test_an_override_applies_only_where_a_limit_counts_the_identity(app: Flask) -> None:
