@@ -29,6 +29,7 @@ import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from .bounded import remember
@@ -199,6 +200,7 @@ class Change:
     until: float | None
 
 
+@lru_cache(maxsize=16384)
 def network_of(value: str) -> Network:
     """The IP network ``value`` writes, such as ``203.0.113.0/24``, as
     clients are counted: an IPv4-mapped IPv6 network
@@ -211,6 +213,10 @@ def network_of(value: str) -> Network:
         names a link of one host, while clients are counted without one; or
         if it is an IPv6 network wider than ``::ffff:0:0/96`` that covers
         mapped addresses, which are counted as IPv4.
+
+    Kept for the next reading of the same overrides: each change has every
+    process read them all again, and check each network before its table
+    is made of them. (The cache keeps no exceptions.)
     """
     refuse_zone(value)
     address, _slash, _length = value.partition("/")
