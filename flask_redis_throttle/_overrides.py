@@ -56,8 +56,8 @@ class Overrides:
             load=self._load, version=self.store.version, clock=self.now, failed=failed, ready=self._ready
         )
         self._warn = warn
-        #: The version whose unreadable fields were last warned of.
-        self._warned: bytes | None = None
+        #: The version and the unreadable fields last warned of.
+        self._warned: tuple[bytes | None, tuple[str, ...]] | None = None
         self._policies: dict[tuple[Policy, tuple[object, ...]], Policy] = {}
         self._labels: dict[tuple[Policy, ...], LayerNames] = {}
 
@@ -75,8 +75,8 @@ class Overrides:
         one written by hand) is skipped, with a warning once per change,
         and every other override stays in force."""
         version, found, unreadable = self.store.read()
-        if unreadable and version != self._warned:
-            self._warned = version
+        if unreadable and (version, tuple(unreadable)) != self._warned:
+            self._warned = (version, tuple(unreadable))
             self._warn(
                 f"{len(unreadable)} stored override(s) cannot be read and are skipped, the others stay in force: "
                 + "; ".join(loggable(reason) for reason in unreadable[:UNREADABLE_SHOWN])

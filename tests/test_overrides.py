@@ -536,6 +536,21 @@ def test_a_badly_typed_field_is_skipped_and_logged_once_and_every_other_override
 REST = b'"limit": "", "network": false, "by": "x", "at": 0}'
 
 
+def test_an_unreadable_field_of_a_hash_with_no_version_is_logged_too(
+    app: Flask, caplog: pytest.LogCaptureFixture
+) -> None:
+    state = shop(app)
+    assert state.overrides is not None
+    store = state.overrides.store
+    store.client.execute_command("HSET", store.key, "*\0user:1", '{"target": 12345}')  # by hand: no version
+    with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
+        assert get(app.test_client(), "/api", user="1").status_code == 200
+        state.overrides.table()  # read again, unchanged
+    warnings = [r.getMessage() for r in extension_records(caplog) if "cannot be read" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "its action null" in warnings[0]
+
+
 @pytest.mark.parametrize(
     ("raw", "reason"),
     [
