@@ -208,15 +208,15 @@ def network_of(value: str) -> Network:
     (``203.0.113.0/24``), since a client with a mapped address is counted
     under its IPv4 address.
 
+    Kept for the next reading of the same overrides: each change has every
+    process read them all again, and check each network before its table
+    is made of them. (The cache keeps no exceptions.)
+
     :raises ValueError: saying why, if it is no network; if it has bits set
         after its prefix; if it has a zone id (``fe80::%eth0/64``), which
         names a link of one host, while clients are counted without one; or
         if it is an IPv6 network wider than ``::ffff:0:0/96`` that covers
         mapped addresses, which are counted as IPv4.
-
-    Kept for the next reading of the same overrides: each change has every
-    process read them all again, and check each network before its table
-    is made of them. (The cache keeps no exceptions.)
     """
     refuse_zone(value)
     address, _slash, _length = value.partition("/")
