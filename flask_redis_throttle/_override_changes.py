@@ -10,7 +10,6 @@ the future. See :doc:`/overrides`.
 
 from __future__ import annotations
 
-import ipaddress
 import math
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
@@ -23,7 +22,7 @@ from ._overrides import Overrides
 from ._reports import find_identity
 from ._state import RateLimitState
 from .core.keys import Identity, cut, loggable
-from .core.overrides import ACTIONS, Change, Override
+from .core.overrides import ACTIONS, Change, Override, network_of, refuse_zone
 from .core.rates import Layer, parse_limits
 from .errors import InvalidLimit
 
@@ -112,27 +111,26 @@ def parse_target(target: str | Identity, state: RateLimitState) -> tuple[str, bo
     """The identity or network an operator wrote, as an override keeps it,
     and whether it is a network.
 
-    An ``ip:`` target with a ``/`` is a network: an IPv4 one of one address
-    is that address, and an IPv6 one as narrow as the groups clients are
-    counted in (``RATELIMIT_IPV6_PREFIX``) or narrower is that group.
+    An ``ip:`` target with a ``/`` is a network: an IPv4-mapped IPv6 one is
+    the IPv4 network it maps (see :func:`~.core.overrides.network_of`); an
+    IPv4 one of one address is that address, and an IPv6 one as narrow as
+    the groups clients are counted in (``RATELIMIT_IPV6_PREFIX``) or
+    narrower is that group.
 
-    :raises ValueError: if it names no identity or network, or a network
-        wider than the configured bound.
+    :raises ValueError: if it names no identity or network, a network wider
+        than the configured bound, or an address with a zone id.
     """
     if isinstance(target, Identity):
         return str(target), False
     if not isinstance(target, str):
         raise ValueError(f"{target!r} is not an identity: write ip:<address or network>, user:<id> or <key>:<value>")
     text = target.strip()
+    if text.startswith("ip:"):
+        refuse_zone(text[3:])
     if not (text.startswith("ip:") and "/" in text):
         return str(find_identity(text, state)), False
     value, settings = text[3:], state.settings
-    try:
-        network = ipaddress.ip_network(value, strict=False)
-    except ValueError:
-        raise ValueError(f"{value!r} is not an IP network such as 203.0.113.0/24 or 2001:db8::/48") from None
-    if network.network_address != ipaddress.ip_address(value.partition("/")[0]):
-        raise ValueError(f"{value!r} has bits set after its prefix: did you mean {network.with_prefixlen}?")
+    network = network_of(value)  # an IPv4-mapped network as the IPv4 one; no zone
     if network.version == 4:
         widest, setting = settings.override_widest_ipv4, "RATELIMIT_OVERRIDE_WIDEST_IPV4"
         if network.prefixlen == 32:
@@ -142,7 +140,8 @@ def parse_target(target: str | Identity, state: RateLimitState) -> tuple[str, bo
         if network.prefixlen >= settings.ipv6_prefix:
             return f"ip:{_address_group(str(network.network_address), settings.ipv6_prefix)}", False
     if network.prefixlen < widest:
-        raise ValueError(f"{value!r} is wider than /{widest}, the widest network an override may name ({setting})")
+        named = value if network.with_prefixlen == value else f"{value} ({network.with_prefixlen})"
+        raise ValueError(f"{named!r} is wider than /{widest}, the widest network an override may name ({setting})")
     return f"ip:{network.with_prefixlen}", True
 
 

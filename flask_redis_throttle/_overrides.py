@@ -14,24 +14,24 @@ See :doc:`/overrides`.
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from collections.abc import Callable, Sequence
 
-from werkzeug.exceptions import Forbidden, TooManyRequests
-
 from ._config import Settings
-from ._headers import LayerNames
+from ._headers import LayerNames, retry_after_value
 from ._plan import Batch, PlannedLimit
 from .core.bounded import remember
-from .core.keys import Identity
+from .core.keys import Identity, loggable
 from .core.overrides import Override, OverrideFollower, OverrideStore, OverrideTable
 from .core.throttle import Check, Policy, Throttle
+from .errors import Blocked, BlockedForbidden
 
 __all__ = ["Overrides"]
 
 #: How many policies made for overrides are kept, and header names for them.
 POLICY_CACHE_SIZE = 1024
+#: How many unreadable fields a warning names.
+UNREADABLE_SHOWN = 10
 
 
 class Overrides:
@@ -42,13 +42,22 @@ class Overrides:
     :param failed: told of a failure to read the overrides from storage.
     """
 
-    def __init__(self, throttle: Throttle, settings: Settings, failed: Callable[[Exception, bool], None]) -> None:
+    def __init__(
+        self,
+        throttle: Throttle,
+        settings: Settings,
+        failed: Callable[[Exception, bool], None],
+        warn: Callable[[str, str], None],
+    ) -> None:
         self.throttle = throttle
         self.settings = settings
         self.store = OverrideStore(throttle.storage.client, settings.key_prefix, clock=self.now)
         self.follower = OverrideFollower(
-            load=self.store.load, version=self.store.version, clock=self.now, failed=failed, ready=self._ready
+            load=self._load, version=self.store.version, clock=self.now, failed=failed, ready=self._ready
         )
+        self._warn = warn
+        #: The version and the unreadable fields last warned of.
+        self._warned: tuple[bytes | None, tuple[str, ...]] | None = None
         self._policies: dict[tuple[Policy, tuple[object, ...]], Policy] = {}
         self._labels: dict[tuple[Policy, ...], LayerNames] = {}
 
@@ -60,6 +69,22 @@ class Overrides:
         breaker = self.throttle.breaker
         return breaker is None or not breaker.open
 
+    def _load(self) -> tuple[bytes | None, list[Override]]:
+        """The version and the overrides in force, for the follower; a field
+        that cannot be read (another version's, in a rolling upgrade, or
+        one written by hand) is skipped, with a warning once per change,
+        and every other override stays in force."""
+        version, found, unreadable = self.store.read()
+        if unreadable and (version, tuple(unreadable)) != self._warned:
+            self._warned = (version, tuple(unreadable))
+            self._warn(
+                f"{len(unreadable)} stored override(s) cannot be read and are skipped, the others stay in force: "
+                + "; ".join(loggable(reason) for reason in unreadable[:UNREADABLE_SHOWN])
+                + ("; ..." if len(unreadable) > UNREADABLE_SHOWN else ""),
+                "overrides",
+            )
+        return version, found
+
     def now(self) -> float:
         """The time, in seconds since the epoch: the throttle's own, which
         tests may pin."""
@@ -69,7 +94,7 @@ class Overrides:
     def apply(self, batches: Sequence[Batch], labels: LayerNames) -> tuple[Sequence[Batch], LayerNames]:
         """A request's batches and header names, with the overrides in force.
 
-        :raises TooManyRequests: (or :class:`Forbidden`, as
+        :raises Blocked: (or :class:`BlockedForbidden`, as
             ``RATELIMIT_OVERRIDE_BLOCK_STATUS`` says) if an identity of the
             request is blocked on a scope in play.
         """
@@ -131,13 +156,14 @@ class Overrides:
             remember(self._policies, key, made, POLICY_CACHE_SIZE)
         return made
 
-    def _blocked(self, override: Override) -> TooManyRequests | Forbidden:
+    def _blocked(self, override: Override) -> Blocked | BlockedForbidden:
         """The refusal of a blocked identity, found in memory: no Redis call.
         A 429 says, in ``Retry-After``, when the block ends."""
         if self.settings.override_block_status == 403:
-            return Forbidden("Access is blocked.")
-        left = max(1, math.ceil(override.until - self.now()))
-        return TooManyRequests(f"Blocked for {left} more seconds.", retry_after=left)
+            return BlockedForbidden()
+        now = self.now()
+        header = retry_after_value(override.until - now, True, now) if self.settings.retry_after_http_date else None
+        return Blocked(override.until - now, header)
 
     def put(self, override: Override) -> Override:
         """Store ``override``, log it, and follow it in this process at once."""

@@ -138,7 +138,7 @@ class RateLimitState(Notices):
                 fallback=settings.fallback,
                 listener=self,
             )
-            self.overrides = Overrides(self.throttle, settings, self._overrides_unavailable)
+            self.overrides = Overrides(self.throttle, settings, self._overrides_unavailable, self._warn)
             if settings.refusal_log_size:
                 key = settings.key_prefix + "refusals"
                 self.refusals = build_refusal_log(storage, key, settings.refusal_log_size)

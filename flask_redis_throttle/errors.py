@@ -8,6 +8,9 @@
 * :class:`RateLimitExceeded` is the HTTP 429 a refused request raises. It is
   a :class:`werkzeug.exceptions.TooManyRequests`, so ``@app.errorhandler(429)``
   catches it.
+* :class:`Blocked` (429) and :class:`BlockedForbidden` (403) refuse a
+  request an override blocks; their bodies follow ``Accept`` as
+  :class:`RateLimitExceeded`'s does.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from werkzeug.datastructures import MIMEAccept
-from werkzeug.exceptions import TooManyRequests
+from werkzeug.exceptions import Forbidden, HTTPException, TooManyRequests
 from werkzeug.http import parse_accept_header
 
 from ._headers import QUOTA_EXCEEDED
@@ -33,7 +36,19 @@ if TYPE_CHECKING:
 
 from .core.errors import ConfigurationError, InputError, InvalidLimit
 
-__all__ = ["ConfigurationError", "InputError", "InvalidLimit", "RateLimitExceeded"]
+__all__ = [
+    "BLOCKED",
+    "Blocked",
+    "BlockedForbidden",
+    "ConfigurationError",
+    "InputError",
+    "InvalidLimit",
+    "RateLimitExceeded",
+]
+
+#: The problem type of a request refused by a block (see :class:`Blocked`),
+#: not over any quota: a tag URI (RFC 4151), a name that is not fetched.
+BLOCKED = "tag:flask-redis-throttle,2026:blocked"
 
 
 # Offered in this order so that a client sending ``*/*`` (curl, browsers'
@@ -55,19 +70,81 @@ _PAGE = """<!doctype html>
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>429 Too Many Requests</title>
+<title>{code} {name}</title>
 <style>body{{font:16px/1.5 system-ui,sans-serif;max-width:36em;margin:4em auto;padding:0 1em;color:#222}}
 h1{{font-size:1.4em}}</style>
 </head>
 <body>
-<h1>Too many requests</h1>
+<h1>{heading}</h1>
 <p>{description}</p>
 {retry}</body>
 </html>
 """
 
 
-class RateLimitExceeded(TooManyRequests):
+class _Negotiated(HTTPException):
+    """A refusal whose body is what the client's ``Accept`` asks for: RFC
+    9457 problem details (``application/problem+json``) when it accepts
+    JSON, a small HTML page when it prefers ``text/html`` (a browser), and
+    one line of text otherwise; with ``Vary: Accept``, and ``Retry-After``
+    when it can pass later."""
+
+    #: The HTML page's heading.
+    heading = "Too many requests"
+    #: Whole seconds until the request would pass; None if not known, or never.
+    retry_after: int | None
+    #: The ``Retry-After`` header's value; None for no header.
+    retry_after_header: str | None
+
+    def problem(self) -> dict[str, Any]:
+        """The RFC 9457 problem details of the JSON body."""
+        raise NotImplementedError
+
+    def _content_type(self, environ: WSGIEnvironment | None) -> str:
+        """The body's type for the request's ``Accept``: text, unless it asks
+        for JSON or prefers HTML."""
+        if environ is None:
+            # Called as error.get_response() in an error handler: use the
+            # current request, if there is one.
+            from flask import has_request_context, request
+
+            environ = request.environ if has_request_context() else {}
+        accept = parse_accept_header(environ.get("HTTP_ACCEPT"), MIMEAccept)
+        return _OFFERS.get(accept.best_match(_OFFERS) or "", _TEXT)
+
+    def get_body(self, environ: WSGIEnvironment | None = None, scope: dict[str, Any] | None = None) -> str:
+        """The problem-details JSON, an HTML page, or a line of text, depending on ``Accept``."""
+        content_type = self._content_type(environ)
+        if content_type == _HTML:
+            return self._page()
+        if content_type == _JSON:
+            return json.dumps(self.problem())
+        return f"{self.description}\n"
+
+    def get_headers(
+        self, environ: WSGIEnvironment | None = None, scope: dict[str, Any] | None = None
+    ) -> list[tuple[str, str]]:
+        """``Content-Type`` to match the body, ``Vary: Accept`` since the body
+        depends on it (a shared cache must not give a JSON client the page),
+        and ``Retry-After`` unless the request can never pass."""
+        headers = [("Content-Type", self._content_type(environ)), ("Vary", "Accept")]
+        if self.retry_after_header is not None:
+            headers.append(("Retry-After", self.retry_after_header))
+        return headers
+
+    def _page(self) -> str:
+        """The HTML page: the message, and when to try again."""
+        retry = ""
+        if self.retry_after is not None:
+            plural = "" if self.retry_after == 1 else "s"
+            retry = (
+                f'<p>You can try again in <strong id="retry-after">{self.retry_after}</strong> second{plural}.</p>\n'
+            )
+        description = html.escape(str(self.description))
+        return _PAGE.format(code=self.code, name=self.name, heading=self.heading, description=description, retry=retry)
+
+
+class RateLimitExceeded(_Negotiated, TooManyRequests):
     """A request was refused because a layer of its limit had no room left.
 
     The response is 429 with a ``Retry-After`` header in whole seconds,
@@ -134,27 +211,6 @@ class RateLimitExceeded(TooManyRequests):
         #: Whether a concurrency cap refused it.
         self.concurrent = concurrent
 
-    def _content_type(self, environ: WSGIEnvironment | None) -> str:
-        """The body's type for the request's ``Accept``: text, unless it asks
-        for JSON or prefers HTML."""
-        if environ is None:
-            # Called as error.get_response() in an error handler: use the
-            # current request, if there is one.
-            from flask import has_request_context, request
-
-            environ = request.environ if has_request_context() else {}
-        accept = parse_accept_header(environ.get("HTTP_ACCEPT"), MIMEAccept)
-        return _OFFERS.get(accept.best_match(_OFFERS) or "", _TEXT)
-
-    def get_body(self, environ: WSGIEnvironment | None = None, scope: dict[str, Any] | None = None) -> str:
-        """The problem-details JSON, an HTML page, or a line of text, depending on ``Accept``."""
-        content_type = self._content_type(environ)
-        if content_type == _HTML:
-            return self._page()
-        if content_type == _JSON:
-            return json.dumps(self.problem())
-        return f"{self.description}\n"
-
     def problem(self) -> dict[str, Any]:
         """The RFC 9457 problem details of the JSON body.
 
@@ -173,26 +229,60 @@ class RateLimitExceeded(TooManyRequests):
             problem["retry_after"] = self.retry_after
         return problem
 
-    def _page(self) -> str:
-        """The HTML page: the message, and when to try again."""
-        retry = ""
-        if self.retry_after is not None:
-            plural = "" if self.retry_after == 1 else "s"
-            retry = (
-                f'<p>You can try again in <strong id="retry-after">{self.retry_after}</strong> second{plural}.</p>\n'
-            )
-        return _PAGE.format(description=html.escape(str(self.description)), retry=retry)
 
-    def get_headers(
-        self, environ: WSGIEnvironment | None = None, scope: dict[str, Any] | None = None
-    ) -> list[tuple[str, str]]:
-        """``Content-Type`` to match the body, ``Vary: Accept`` since the body
-        depends on it (a shared cache must not give a JSON client the page),
-        and ``Retry-After`` unless the request can never pass."""
-        headers = [("Content-Type", self._content_type(environ)), ("Vary", "Accept")]
-        if self.retry_after_header is not None:
-            headers.append(("Retry-After", self.retry_after_header))
-        return headers
+class Blocked(_Negotiated, TooManyRequests):
+    """A request was refused because an identity of it is blocked by an
+    :doc:`override </overrides>` (``flask ratelimit block``): 429, with a
+    ``Retry-After`` that says when the block ends. No layer refused it, so
+    it is no :class:`RateLimitExceeded`, and carries no ``RateLimit``
+    headers; its body follows ``Accept`` as that one's does, and its
+    problem details are of the type :data:`BLOCKED`, titled ``Blocked``.
+
+    :param retry_after: seconds until the block ends; rounded up to a whole
+        number of seconds, at least 1.
+    :param retry_after_header: the ``Retry-After`` value, when it is not
+        ``retry_after`` in seconds (an HTTP-date, with
+        ``RATELIMIT_RETRY_AFTER = "http-date"``).
+    """
+
+    heading = "Blocked"
+
+    def __init__(self, retry_after: float, retry_after_header: str | None = None) -> None:
+        seconds = max(1, math.ceil(retry_after))
+        super().__init__(f"Blocked for {seconds} more second{'' if seconds == 1 else 's'}.", retry_after=seconds)
+        #: Whole seconds until the block ends.
+        self.retry_after: int | None = seconds
+        #: The ``Retry-After`` header's value.
+        self.retry_after_header = retry_after_header or str(seconds)
+
+    def problem(self) -> dict[str, Any]:
+        """The problem details: of the type :data:`BLOCKED`, with the seconds
+        until the block ends."""
+        return _blocked_problem(self)
+
+
+class BlockedForbidden(_Negotiated, Forbidden):
+    """A request was refused because an identity of it is blocked, with
+    ``RATELIMIT_OVERRIDE_BLOCK_STATUS = 403``: as :class:`Blocked`, but 403
+    and without ``Retry-After``."""
+
+    heading = "Blocked"
+
+    def __init__(self) -> None:
+        super().__init__("Access is blocked.")
+        self.retry_after: int | None = None
+        self.retry_after_header: str | None = None
+
+    def problem(self) -> dict[str, Any]:
+        """The problem details: of the type :data:`BLOCKED`."""
+        return _blocked_problem(self)
+
+
+def _blocked_problem(error: _Negotiated) -> dict[str, Any]:
+    problem: dict[str, Any] = {"type": BLOCKED, "title": "Blocked", "status": error.code, "detail": error.description}
+    if error.retry_after is not None:
+        problem["retry_after"] = error.retry_after
+    return problem
 
 
 def _description(layer: Layer, seconds: int | None, penalized: bool, cost: int | None, concurrent: bool) -> str:

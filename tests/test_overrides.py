@@ -5,8 +5,12 @@ Redis within a second."""
 
 from __future__ import annotations
 
+import ipaddress
+import json
 import logging
+import re
 import time
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import pytest
@@ -15,6 +19,11 @@ from helpers import FakeMonotonic, add_login, evalsha_calls, extension_records, 
 from test_dashboard import PREFIX, page, tables, token
 
 from flask_redis_throttle import RateLimit, current_limit, dashboard, limit, refusal_log
+from flask_redis_throttle import _notices as notices
+from flask_redis_throttle.core import overrides as overrides_module
+from flask_redis_throttle.core.keys import Identity
+from flask_redis_throttle.core.overrides import Override, OverrideTable
+from flask_redis_throttle.errors import BLOCKED, Blocked, RateLimitExceeded
 from flask_redis_throttle.extension import RateLimitState
 
 
@@ -149,6 +158,67 @@ def test_a_blocked_identity_is_refused_with_retry_after_and_no_redis_call(app: F
     assert get(client, "/api", ip="192.0.2.1").status_code == 200
 
 
+#: The headers of a refusal that a block answers without counting the request in any layer.
+LAYER_HEADERS = ("RateLimit", "RateLimit-Policy", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset")
+
+
+def test_a_block_s_refusal_follows_accept_with_retry_after_and_no_ratelimit_headers(app: Flask) -> None:
+    shop(app, RATELIMIT_HEADERS_LEGACY=True)
+    seen: list[Exception] = []
+
+    @app.errorhandler(429)
+    def handled(error: Exception) -> Any:
+        seen.append(error)
+        return error
+
+    client = app.test_client()
+    assert get(client, "/api", ip="192.0.2.9").headers["RateLimit"]  # counted, before the block
+    cli(app, "block", "ip:192.0.2.9", "--for", "10m")
+    as_json = get(client, "/api", ip="192.0.2.9", headers={"Accept": "application/json"})
+    assert as_json.status_code == 429
+    assert as_json.content_type == "application/problem+json"
+    assert as_json.get_json() == {
+        "type": BLOCKED,
+        "title": "Blocked",
+        "status": 429,
+        "detail": "Blocked for 600 more seconds.",
+        "retry_after": 600,
+    }
+    page = get(client, "/api", ip="192.0.2.9", headers={"Accept": "text/html"})
+    assert page.content_type == "text/html; charset=utf-8"
+    assert "<h1>Blocked</h1>" in page.text
+    assert '<strong id="retry-after">600</strong>' in page.text
+    text = get(client, "/api", ip="192.0.2.9")
+    assert text.text == "Blocked for 600 more seconds.\n"
+    for response in (as_json, page, text):
+        assert response.headers["Retry-After"] == "600"
+        assert "Accept" in response.headers["Vary"]
+        assert [h for h in LAYER_HEADERS if h in response.headers] == []
+    assert [type(e) for e in seen] == [Blocked] * 3  # the app's handler of 429s sees it, as a Blocked
+    assert not isinstance(seen[0], RateLimitExceeded)  # no layer refused it
+
+
+def test_a_block_s_403_and_http_date_follow_the_settings(app: Flask) -> None:
+    shop(app, RATELIMIT_OVERRIDE_BLOCK_STATUS=403)
+    cli(app, "block", "user:42", "--for", "1h")
+    refused = get(app.test_client(), "/api", user="42", headers={"Accept": "application/problem+json"})
+    assert refused.status_code == 403
+    assert refused.get_json() == {"type": BLOCKED, "title": "Blocked", "status": 403, "detail": "Access is blocked."}
+    assert "Retry-After" not in refused.headers
+    assert [h for h in LAYER_HEADERS if h in refused.headers] == []
+
+
+@pytest.mark.parametrize("storage_url", ["memory"], indirect=True)
+def test_a_block_s_retry_after_is_an_http_date_when_asked(app: Flask) -> None:
+    state = shop(app, RATELIMIT_RETRY_AFTER="http-date")
+    cli(app, "block", "user:42", "--for", "1h")
+    assert state.overrides is not None
+    refused = get(app.test_client(), "/api", user="42")
+    assert refused.status_code == 429
+    ends = parsedate_to_datetime(refused.headers["Retry-After"]).timestamp()
+    assert state.overrides.now() + 3600 <= ends <= state.overrides.now() + 3601
+
+
 def test_an_override_applies_only_where_a_limit_counts_the_identity(app: Flask) -> None:
     shop(app)
 
@@ -273,6 +343,99 @@ def test_bad_input_is_refused_naming_it_and_changes_nothing(app: Flask, args: tu
     assert cli(app, "overrides") == "No override is in force.\n"
 
 
+def test_an_ipv4_mapped_network_covers_the_ipv4_network_it_maps(app: Flask) -> None:
+    state = shop(app)
+    client = app.test_client()
+    assert "ip:203.0.113.0/24 blocked" in cli(app, "block", "ip:::ffff:203.0.113.0/120", "--for", "1h")
+    assert "ip:198.51.100.9 blocked" in cli(app, "block", "ip:::ffff:198.51.100.9/128", "--for", "1h")
+    for ip in ("203.0.113.77", "::ffff:203.0.113.78", "198.51.100.9", "::ffff:198.51.100.9"):
+        assert get(client, "/api", ip=ip).status_code == 429, ip
+    assert statuses(client, 3, ip="203.0.114.1") == [200, 200, 429]
+    assert statuses(client, 3, ip="198.51.100.10") == [200, 200, 429]
+    # Wider than the IPv4 bound, it is refused naming the IPv4 network.
+    assert "(10.0.0.0/8)' is wider than /16" in cli(app, "block", "ip:::ffff:10.0.0.0/104", "--for", "1h", code=2)
+    # A mapped network an earlier version stored as such covers the IPv4 one too.
+    until = state.overrides.now() + 3600 if state.overrides is not None else 0
+    older = {"action": "block", "target": "ip:::ffff:192.0.2.0/120", "scope": None, "until": until}
+    write_fields(state, {"*\0older": json.dumps({**older, "limit": "", "network": True, "by": "x", "at": 0})})
+    assert state.overrides is not None
+    state.overrides.follower.refresh(force=True)
+    assert get(client, "/api", ip="192.0.2.200").status_code == 429
+
+
+@pytest.mark.parametrize(
+    ("target", "written"),
+    [
+        ("ip:fe80::%eth0/64", "write fe80::/64"),
+        ("ip:fe80::1%eth0", "write fe80::1"),
+        ("ip:[fe80::1%25eth0]:443", "write [fe80::1]:443"),
+        ("ip:::/64", "covers the IPv4-mapped addresses"),
+    ],
+)
+def test_a_zone_id_or_a_network_over_the_mapped_addresses_is_refused(app: Flask, target: str, written: str) -> None:
+    shop(app)
+    assert written in cli(app, "block", target, "--for", "1h", code=2)
+    assert cli(app, "overrides") == "No override is in force.\n"
+
+
+def network_fields(state: RateLimitState, action: str, networks: list[str]) -> dict[str, str]:
+    """Fields of network overrides on every scope, for :func:`write_fields`: thousands at once."""
+    assert state.overrides is not None
+    until = state.overrides.now() + 3600
+    return {
+        f"*\0ip:{network}": json.dumps(
+            {"action": action, "target": f"ip:{network}", "scope": None, "until": until}
+            | {"limit": "", "network": True, "by": "x", "at": 0}
+        )
+        for network in networks
+    }
+
+
+def test_ten_thousand_networks_are_found_by_prefix_not_one_by_one(app: Flask, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Clients from ever-new addresses, IPv4 and IPv6 /64s, against 10,000
+    network overrides: each is looked up by its prefixes, one lookup per
+    prefix length in use, never compared with each network; and the cache
+    of lookups filling up changes nothing."""
+    monkeypatch.setattr(overrides_module, "NETWORK_CACHE_SIZE", 8)  # full, and forgotten, every 8 clients
+    state = shop(app, RATELIMIT_IDENTITIES=["ip"])
+    blocked = [f"10.{n >> 8}.{n & 255}.0/24" for n in range(5000)] + [f"2001:db8:{n:x}::/48" for n in range(4990)]
+    blocked += ["172.16.0.0/16", "172.17.0.0/20", "198.51.100.128/25", "2001:db9::/32", "2001:dba:0:100::/56"]
+    allowed = ["172.16.5.0/24", "172.17.0.16/28", "2001:dba::/40", "2001:db9:1::/48", "198.51.100.0/30"]
+    write_fields(state, network_fields(state, "block", blocked) | network_fields(state, "allow", allowed))
+    assert state.overrides is not None
+    state.overrides.follower.refresh(force=True)
+    assert len(state.overrides.follower.table.overrides) == 10_000
+    compared: list[str] = []
+    for cls in (ipaddress.IPv4Network, ipaddress.IPv6Network):
+        for name in ("subnet_of", "supernet_of", "overlaps", "__contains__"):
+            original = getattr(cls, name)
+
+            def counted(self: Any, other: Any, original: Any = original, name: str = name) -> Any:
+                compared.append(name)
+                return original(self, other)
+
+            monkeypatch.setattr(cls, name, counted)
+    client = app.test_client()
+    expected = {
+        **{f"10.{n >> 8}.{n & 255}.{n % 250 + 1}": 429 for n in range(0, 5000, 97)},
+        **{f"2001:db8:{n:x}:{n:x}::1": 429 for n in range(0, 4990, 89)},
+        **{f"10.{n}.0.1": 200 for n in range(20, 40)},  # outside every network
+        **{f"2001:db8:{n:x}::1": 200 for n in range(4990, 5010)},
+        "172.16.9.9": 429,  # in the /16
+        "172.16.5.9": 429,  # in the /16 blocked and the narrower /24 allowed: a block wins
+        "172.17.0.17": 429,
+        "198.51.100.200": 429,
+        "198.51.100.2": 200,  # allowed
+        "198.51.100.77": 200,  # in no network
+        "2001:db9:5::1": 429,
+        "2001:dba:0:1ff::1": 429,
+        "2001:dba:0:200::1": 200,  # allowed, and not in the /56
+    }
+    for ip, status in expected.items():
+        assert get(client, "/api", ip=ip).status_code == status, ip
+    assert compared == []
+
+
 def test_the_widest_networks_are_settings(app: Flask) -> None:
     shop(app, RATELIMIT_OVERRIDE_WIDEST_IPV4=8)
     cli(app, "block", "ip:10.0.0.0/8", "--for", "1h")
@@ -308,6 +471,118 @@ def test_another_app_on_the_same_storage_follows_a_change_within_a_second(storag
     assert followed(429) <= 1.1
     cli(operating, "lift", "ip:192.0.2.1")
     assert followed(200) <= 1.1
+
+
+#: Fields as another version might leave them in a rolling upgrade, or a
+#: hand might write them: each badly typed in one part.
+UNREADABLE = {
+    "*\0user:1": {"target": 12345},
+    "*\0user:2": {"target": "user:2", "scope": ["a"]},
+    "*\0ip:zzz/24": {"target": "ip:zzz/24", "network": True},
+    "*\0user:3": {"target": "user:3", "network": "yes"},
+    "*\0user:4": {"target": "user:4", "until": "tomorrow"},
+    "*\0user:5": {"target": "user:5", "action": "limit", "limit": 5},
+    "*\0user:6": {"target": "user:6", "action": "smite"},
+}
+
+
+def write_fields(state: RateLimitState, fields: dict[str, str]) -> None:
+    """Write raw fields into the overrides' hash, and change its version, as another writer would."""
+    assert state.overrides is not None
+    store = state.overrides.store
+    pairs = [part for item in fields.items() for part in item]
+    store.client.execute_command("HSET", store.key, *pairs, "~version", f"by-hand-{len(pairs)}")
+
+
+@pytest.mark.parametrize("storage_url", ["memory", "redis", "cluster"], indirect=True)
+def test_a_badly_typed_field_is_skipped_and_logged_once_and_every_other_override_stays(
+    app: Flask, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(notices, "WARNING_INTERVAL", 0.0)  # each change's warning is seen
+    state = shop(app)
+    assert state.overrides is not None
+    follower = state.overrides.follower
+    follower.monotonic = monotonic = FakeMonotonic()
+    client = app.test_client()
+    cli(app, "block", "user:42", "--for", "1h")
+    until = state.overrides.now() + 3600
+    base = {"action": "block", "scope": None, "until": until, "limit": "", "network": False, "by": "x", "at": 0.0}
+    with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
+        write_fields(state, {name: json.dumps({**base, **part}) for name, part in UNREADABLE.items()})
+        monotonic.now += 1.0
+        assert get(client, "/api", user="42").status_code == 429  # the block set before stays
+        output = cli(app, "block", "user:43", "--for", "1h")
+        assert "blocked" in output
+        assert get(client, "/api", user="43").status_code == 429  # and one set after is in force
+        assert statuses(client, 3, ip="192.0.2.50") == [200, 200, 429]
+        for _ in range(3):  # read again, unchanged: not logged again
+            monotonic.now += 1.0
+            get(client, "/api", user="42")
+        warnings = [r.getMessage() for r in extension_records(caplog) if "cannot be read" in r.getMessage()]
+    # Logged when first read, and when the block after it changed the overrides.
+    assert len(warnings) == 2, warnings
+    assert warnings[0].startswith("7 stored override(s) cannot be read and are skipped")
+    for said in ("target 12345", 'scope ["a"]', "zzz/24", 'network "yes"', 'end "tomorrow"'):
+        assert said in warnings[0]
+    assert "its limit 5 is not text" in warnings[0]
+    assert 'action "smite"' in warnings[0]
+    listed = cli(app, "overrides")
+    assert "user:42" in listed
+    assert "user:43" in listed
+    assert "12345" not in listed
+
+
+#: A good field's end, and what follows it.
+REST = b'"limit": "", "network": false, "by": "x", "at": 0}'
+
+
+def test_an_unreadable_field_of_a_hash_with_no_version_is_logged_too(
+    app: Flask, caplog: pytest.LogCaptureFixture
+) -> None:
+    state = shop(app)
+    assert state.overrides is not None
+    store = state.overrides.store
+    store.client.execute_command("HSET", store.key, "*\0user:1", '{"target": 12345}')  # by hand: no version
+    with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
+        assert get(app.test_client(), "/api", user="1").status_code == 200
+        state.overrides.table()  # read again, unchanged
+    warnings = [r.getMessage() for r in extension_records(caplog) if "cannot be read" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "its action null" in warnings[0]
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (b"\xff\xfe", "not JSON"),
+        (b"[" * 100_000, "not JSON"),
+        (b'"a string"', "not a JSON object"),
+        (b'{"action": "block", "target": "user:1", "scope": null, "until": NaN, ' + REST, "its end NaN"),
+        (b'{"action": "block", "target": "user:1", "scope": null, "until": Infinity, ' + REST, "its end Infinity"),
+        (b'{"action": "block", "target": "user:1", "scope": null, "until": true, ' + REST, "its end true"),
+        (b'{"action": "limit", "target": "user:1", "scope": null, "until": 1e12, ' + REST, "has no layers"),
+        (b'{"action": "block", "target": "user", "scope": null, "until": 1e12, ' + REST, 'target "user"'),
+        (
+            b'{"action": "block", "target": "user:1", "scope": null, "until": 1e12, "limit": "", "network": 1}',
+            "network 1",
+        ),
+        (
+            b'{"action": "block", "target": "user:1", "scope": null, "until": 1e12, "limit": "", "network": true}',
+            "not of IP",
+        ),
+        (
+            b'{"action": "block", "target": "ip:fe80::%eth0/64", "scope": null, "until": 1e12, "limit": "", '
+            b'"network": true}',
+            "zone id",
+        ),
+    ],
+)
+def test_a_field_that_cannot_be_read_says_why(raw: bytes, reason: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(reason)):
+        Override.read(raw)
+    assert Override.decode(raw) is None
+    table = OverrideTable([], 0.0)
+    assert table.find(Identity("user", "1"), "api") is None
 
 
 def test_an_unreachable_storage_lets_requests_through_with_no_error(caplog: pytest.LogCaptureFixture) -> None:

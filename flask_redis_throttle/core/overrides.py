@@ -12,8 +12,9 @@ override whose time has passed, so nothing outlives what it was set for.
 Each process keeps a :class:`OverrideTable`, a snapshot, in memory; its
 :class:`OverrideFollower` asks the storage for the version at most once a
 second, and for the whole hash only when the version changed. Deciding a
-request against the snapshot is a dict lookup per identity, plus a test of
-the address against the networks when there are any.
+request against the snapshot is a dict lookup per identity, plus, when
+networks are set, one lookup of the address's prefix per prefix length in
+use: its cost does not grow with the number of overrides.
 
 This module is pure Python: it imports neither Flask nor Redis.
 """
@@ -22,10 +23,13 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import math
 import os
+import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from .bounded import remember
@@ -41,6 +45,7 @@ __all__ = [
     "OverrideStore",
     "OverrideTable",
     "network_of",
+    "refuse_zone",
 ]
 
 #: What an override does: decide the identity against other layers, let it
@@ -50,10 +55,14 @@ ACTIONS = ("limit", "allow", "block")
 REFRESH_INTERVAL = 1.0
 #: The field of the hash that changes with every change.
 VERSION_FIELD = "~version"
-#: How many networks' lookups a table keeps, by address.
+#: How many addresses' lookups in the networks a table keeps: a client seen
+#: again skips reading its address; a new one costs a lookup per prefix
+#: length in use, so forgetting them all when full costs little.
 NETWORK_CACHE_SIZE = 4096
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+#: The IPv4-mapped IPv6 addresses: their clients are counted by their IPv4 address.
+MAPPED = ipaddress.IPv6Network("::ffff:0:0/96")
 
 
 @dataclass(frozen=True)
@@ -112,24 +121,65 @@ class Override:
         )
 
     @classmethod
-    def decode(cls, raw: str | bytes) -> Override | None:
-        """The override a field holds; None if it holds none (written by
-        another version, or by hand), which readers skip."""
+    def read(cls, raw: str | bytes) -> Override:
+        """The override a field holds, every part checked for its type.
+
+        :raises ValueError: saying what cannot be read: a field written by
+            another version (in a rolling upgrade), or by hand.
+        """
         try:
             data = json.loads(raw)
-            limit = data["limit"]
-            return cls(
-                action=data["action"],
-                target=data["target"],
-                scope=data["scope"],
-                until=float(data["until"]),
-                layers=parse_limits(limit) if limit else (),
-                network=bool(data["network"]),
-                by=str(data["by"]),
-                at=float(data["at"]),
-            )
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, TypeError, RecursionError):
+            raise ValueError("it is not JSON") from None
+        if not isinstance(data, dict):
+            raise ValueError("it is not a JSON object")
+        action, target, scope, limit, network = (data.get(k) for k in ("action", "target", "scope", "limit", "network"))
+        if action not in ACTIONS:
+            raise ValueError(f"its action {_shown(action)} is not one of {', '.join(ACTIONS)}")
+        if not isinstance(target, str) or ":" not in target:
+            raise ValueError(f"its target {_shown(target)} is not an identity such as user:42 or ip:203.0.113.0/24")
+        if scope is not None and not isinstance(scope, str):
+            raise ValueError(f"its scope {_shown(scope)} is neither text nor null")
+        if not isinstance(network, bool):
+            raise ValueError(f"its network {_shown(network)} is neither true nor false")
+        if network:
+            kind, _colon, value = target.partition(":")
+            if kind != "ip":
+                raise ValueError(f"its target {_shown(target)} is a network, but not of IP addresses")
+            network_of(value)  # raises ValueError saying why it is none
+        if not isinstance(limit, str):
+            raise ValueError(f"its limit {_shown(limit)} is not text")
+        layers = parse_limits(limit) if action == "limit" else ()  # InvalidLimit is a ValueError
+        by = data.get("by", "")
+        if not isinstance(by, str):
+            raise ValueError(f"its author {_shown(by)} is not text")
+        until, at = _moment(data.get("until"), "end"), _moment(data.get("at", 0.0), "time set")
+        return cls(action, target, scope, until, layers, network, by, at)
+
+    @classmethod
+    def decode(cls, raw: str | bytes) -> Override | None:
+        """The override a field holds; None if it cannot be read (see
+        :meth:`read`), which readers skip."""
+        try:
+            return cls.read(raw)
+        except ValueError:
             return None
+
+
+def _shown(value: Any) -> str:
+    """A value read from storage, for a message: short, on one line."""
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _moment(value: Any, what: str) -> float:
+    """A time read from storage, in seconds since the epoch.
+
+    :raises ValueError: unless it is a finite number.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"its {what} {_shown(value)} is not a time in seconds since the epoch")
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -150,12 +200,93 @@ class Change:
     until: float | None
 
 
+@lru_cache(maxsize=16384)
 def network_of(value: str) -> Network:
-    """The IP network ``value`` writes, such as ``203.0.113.0/24``.
+    """The IP network ``value`` writes, such as ``203.0.113.0/24``, as
+    clients are counted: an IPv4-mapped IPv6 network
+    (``::ffff:203.0.113.0/120``) is the IPv4 network it maps
+    (``203.0.113.0/24``), since a client with a mapped address is counted
+    under its IPv4 address.
 
-    :raises ValueError: if it is none, or has host bits set.
+    Kept for the next reading of the same overrides: each change has every
+    process read them all again, and check each network before its table
+    is made of them. (The cache keeps no exceptions.)
+
+    :raises ValueError: saying why, if it is no network; if it has bits set
+        after its prefix; if it has a zone id (``fe80::%eth0/64``), which
+        names a link of one host, while clients are counted without one; or
+        if it is an IPv6 network wider than ``::ffff:0:0/96`` that covers
+        mapped addresses, which are counted as IPv4.
     """
-    return ipaddress.ip_network(value, strict=True)
+    refuse_zone(value)
+    address, _slash, _length = value.partition("/")
+    try:
+        network = ipaddress.ip_network(value, strict=False)
+        exact = network.network_address == ipaddress.ip_address(address)
+    except ValueError:
+        raise ValueError(f"{value!r} is not an IP network such as 203.0.113.0/24 or 2001:db8::/48") from None
+    if not exact:
+        raise ValueError(f"{value!r} has bits set after its prefix: did you mean {network.with_prefixlen}?")
+    if isinstance(network, ipaddress.IPv6Network) and network.overlaps(MAPPED):
+        if network.prefixlen < MAPPED.prefixlen:
+            raise ValueError(
+                f"{value!r} covers the IPv4-mapped addresses ({MAPPED}), whose clients are counted by their "
+                "IPv4 address: name the IPv4 network instead"
+            )
+        return ipaddress.IPv4Network((int(network.network_address) & 0xFFFFFFFF, network.prefixlen - 96))
+    return network
+
+
+def refuse_zone(value: str) -> None:
+    """Refuse an address or network with a zone id (``fe80::1%eth0``): it
+    names a link of one host, and clients are counted without one, so an
+    override with it would match no one.
+
+    :raises ValueError: if ``value`` has one, naming what to write instead.
+    """
+    if "%" in value:
+        plain = re.sub(r"%[^/\]]*", "", value)
+        raise ValueError(
+            f"{value!r} has a zone id, which names a link of one host; clients are counted without one: write {plain}"
+        )
+
+
+class _Networks:
+    """The overrides of networks, found for an address by its prefixes:
+    one lookup per prefix length in use, however many networks there are.
+
+    :param networks: the overrides, each with its network.
+    """
+
+    def __init__(self, networks: Iterable[tuple[Network, Override]] = ()) -> None:
+        by_length: dict[tuple[int, int], dict[int, list[Override]]] = {}
+        for network, override in networks:
+            prefixes = by_length.setdefault((network.version, network.prefixlen), {})
+            prefix = int(network.network_address) >> (network.max_prefixlen - network.prefixlen)
+            prefixes.setdefault(prefix, []).append(override)
+        #: By IP version: each prefix length in use, shortest first, with the
+        #: overrides of its networks by their prefix as a number.
+        self.lengths: dict[int, tuple[tuple[int, dict[int, list[Override]]], ...]] = {
+            version: tuple((length, by_length[v, length]) for v, length in sorted(by_length) if v == version)
+            for version in (4, 6)
+        }
+        self._any = bool(by_length)
+
+    def __bool__(self) -> bool:
+        return self._any
+
+    def within(self, client: Network) -> tuple[Override, ...]:
+        """The overrides of the networks ``client`` (an address, or the
+        IPv6 group a client is counted in) is in."""
+        number, length, bits = int(client.network_address), client.prefixlen, client.max_prefixlen
+        found: list[Override] = []
+        for prefixlen, prefixes in self.lengths[client.version]:
+            if prefixlen > length:
+                break
+            overrides = prefixes.get(number >> (bits - prefixlen))
+            if overrides:
+                found.extend(overrides)
+        return tuple(found)
 
 
 class OverrideTable:
@@ -171,8 +302,7 @@ class OverrideTable:
         self.overrides: tuple[Override, ...] = tuple(live)
         #: The overrides of one identity, by ``(kind, value)``.
         self.exact: dict[tuple[str, str], list[Override]] = {}
-        #: The overrides of networks, with their networks.
-        self.networks: list[tuple[Network, Override]] = []
+        networks: list[tuple[Network, Override]] = []
         #: How each override ranks against the others that name the same
         #: identity (see :meth:`find`), worked out once.
         self._ranks: dict[Override, tuple[bool, bool, int]] = {}
@@ -181,11 +311,13 @@ class OverrideTable:
             width = 129  # an identity is narrower than any network
             if override.network:
                 network = network_of(value)
-                self.networks.append((network, override))
+                networks.append((network, override))
                 width = network.prefixlen
             else:
                 self.exact.setdefault((kind, value), []).append(override)
             self._ranks[override] = (override.action == "block", override.scope is not None, width)
+        #: The overrides of networks, found by prefix.
+        self.networks = _Networks(networks)
         self._within: dict[str, tuple[Override, ...]] = {}
         #: The earliest end of an override, after which the table is out of date.
         self.ends = min((o.until for o in live), default=float("inf"))
@@ -224,11 +356,7 @@ class OverrideTable:
             client = ipaddress.ip_network(value, strict=False)
         except ValueError:
             return ()  # no address: what a proxy sent
-        within = tuple(
-            override
-            for network, override in self.networks
-            if network.version == client.version and client.subnet_of(network)  # type: ignore[arg-type]
-        )
+        within = self.networks.within(client)
         if len(value) <= 64:
             remember(self._within, value, within, NETWORK_CACHE_SIZE)
         return within
@@ -258,11 +386,27 @@ class OverrideStore:
 
     def load(self) -> tuple[bytes | None, list[Override]]:
         """The version and every override in force."""
+        version, found, _unreadable = self.read()
+        return version, found
+
+    def read(self) -> tuple[bytes | None, list[Override], list[str]]:
+        """The version, every override in force, and why each field that
+        cannot be read is skipped: one field does not keep the others from
+        being read."""
         raw = self.client.hgetall(self.key)
         version = raw.pop(VERSION_FIELD.encode(), None)
         now = self.clock()
-        found = [o for o in map(Override.decode, raw.values()) if o is not None and o.until > now]
-        return version, found
+        found: list[Override] = []
+        unreadable: list[str] = []
+        for name, value in raw.items():
+            try:
+                override = Override.read(value)
+            except ValueError as error:
+                unreadable.append(f"{_text(name).replace(chr(0), ' ')!r}: {error}")
+                continue
+            if override.until > now:
+                found.append(override)
+        return version, found, unreadable
 
     def put(self, override: Override) -> None:
         """Store ``override``, replacing any for the same target and scope, and log it."""
