@@ -68,7 +68,32 @@ def identities(key_func: Callable[[], str] | None) -> list[Any] | None:
         raise InvalidLimit(f"key_func {key_func!r} must be a function of no arguments", spec=key_func)
     if key_func is get_remote_address:
         return ["ip"]
-    return [of_request(key_func)]
+    return [keyed_by(key_func)]
+
+
+def keyed_by(key_func: Callable[[], str]) -> Callable[[Request], str | None]:
+    """A Flask-Limiter key function as the extension's custom identity, under
+    the same module and name (its counters are named after it).
+
+    With ``swallow_errors`` (the app's :data:`RATELIMIT_FAIL_OPEN`), an error
+    it raises is logged with its traceback, as Flask-Limiter logs it, and the
+    identity does not apply to the request: its limits let it through
+    uncounted, where Flask-Limiter lets the request through unlimited.
+    Without it, the error is raised, a 500, as in Flask-Limiter.
+    """
+
+    @functools.wraps(key_func)
+    def called(request: Request) -> str | None:
+        try:
+            return key_func()
+        except Exception:
+            state = current_app.extensions.get(EXTENSION_KEY)
+            if state is None or not state.settings.fail_open:
+                raise
+            logger.exception("Failed to rate limit. Swallowing error")
+            return None
+
+    return called
 
 
 @dataclasses.dataclass(eq=False)
