@@ -37,6 +37,7 @@ from ...extension import RateLimit
 from ._limits import SEE, Limit, MetaLimit, RequestLimit, RouteLimit, Target, exempted, identities, of_request
 from ._presentation import log_refusals, respond
 from ._settings import APPLICATION_SETTINGS, DEFAULT_SETTINGS, THEIR_SETTINGS, layered, meta_limits, settings
+from .commands import COMMAND_NAMES, cli
 from .constants import ConfigVars, ExemptionScope, HeaderNames
 
 __all__ = ["Limiter"]
@@ -193,6 +194,9 @@ class Limiter:
             config.update(read)
         warn_in_memory(storage_uri)
         self._present(app, ours, swallow_errors)
+        for name in COMMAND_NAMES:  # as Flask-Limiter's entry point gives its own
+            if name not in app.cli.commands:
+                app.cli.add_command(cli, name)
         app.extensions.setdefault("limiter", set()).add(self)
         self.apps.add(app)
 
