@@ -416,13 +416,12 @@ def _key_secret(secret: Any) -> bytes | None:
     """
     if secret is None:
         return None
-    if not isinstance(secret, (str, bytes)):
-        raise ConfigurationError("RATELIMIT_KEY_SECRET", secret, "None, or a str or bytes")
     encoded = secret.encode() if isinstance(secret, str) else secret
-    if len(encoded) < MIN_KEY_SECRET_BYTES:
+    if not isinstance(encoded, bytes) or len(encoded) < MIN_KEY_SECRET_BYTES:
+        shown = f"{len(encoded)} bytes" if isinstance(encoded, bytes) else f"a {type(secret).__name__}"
         raise ConfigurationError(
             "RATELIMIT_KEY_SECRET",
-            f"<a secret of {len(encoded)} bytes, not shown>",
+            f"<a secret of {shown}, not shown>",
             f"None, or a random str or bytes of at least {MIN_KEY_SECRET_BYTES} bytes, such as the output of "
             "python -c 'import secrets; print(secrets.token_hex(32))'",
         )

@@ -211,6 +211,20 @@ def test_a_short_key_secret_is_refused_at_init_app(storage_url: str, secret: str
     assert "ratelimit" not in app.extensions
 
 
+@pytest.mark.parametrize("secret", [42, bytearray(SECRET.encode()), memoryview(b"k9"), ["k9"]])
+def test_a_key_secret_of_another_type_is_refused_unquoted(secret: object) -> None:
+    app = Flask("tests")
+    app.config.update(TESTING=True)
+    with pytest.raises(ConfigurationError, match="RATELIMIT_KEY_SECRET") as raised:
+        partitioned(app, secret)  # type: ignore[arg-type]
+    message = str(raised.value)
+    assert f"<a secret of a {type(secret).__name__}, not shown>" in message
+    assert "k9" not in message
+    assert "0123456789abcdef" not in message
+    assert repr(secret) not in message  # the secret is never quoted
+    assert "ratelimit" not in app.extensions
+
+
 @pytest.mark.parametrize("secret", [SECRET, SECRET.encode(), "\N{LATIN SMALL LETTER E WITH ACUTE}" * 16])
 def test_a_key_secret_of_32_bytes_is_enough(storage_url: str, secret: str | bytes) -> None:
     app = Flask("tests")
