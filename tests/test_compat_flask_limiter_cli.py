@@ -129,6 +129,18 @@ def test_the_commands_are_on_the_flask_command_line_even_with_flask_limiter_inst
         assert app.test_cli_runner().invoke(args=[name, "config"]).output == result.output
 
 
+def test_a_command_the_app_named_limiter_is_left_to_it() -> None:
+    app = Flask("own")
+
+    @app.cli.command("limiter")
+    def own() -> None:
+        print("the app's own")
+
+    Limiter(get_remote_address, app=app, storage_uri="memory://")
+    assert app.test_cli_runner().invoke(args=["limiter"]).output == "the app's own\n"
+    assert app.test_cli_runner().invoke(args=["limiter-compat", "config"]).exit_code == 0
+
+
 def test_without_an_extension_every_command_says_so() -> None:
     app = Flask("bare")
     for args in (["config"], ["limits"], ["limits", "--key", "192.0.2.1"], ["clear", "--key", "192.0.2.1", "-y"]):
