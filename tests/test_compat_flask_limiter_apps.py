@@ -8,6 +8,7 @@ to come back; on memory://, Redis and a cluster."""
 from __future__ import annotations
 
 import importlib
+import logging
 import sys
 import textwrap
 import time
@@ -198,3 +199,19 @@ def test_a_429_for_any_type_is_plain_text(storage_url: str, made: list[Flask]) -
     plain = get(client, "/login", headers={"Accept": "*/*"})
     assert (plain.status_code, plain.mimetype, plain.text) == (429, "text/plain", "2 per 1 minute\n")
     assert get(client, "/login", headers={"Accept": "text/html"}).mimetype == "text/html"
+
+
+def test_an_unknown_setting_is_warned_about_once(
+    storage_url: str, made: list[Flask], caplog: pytest.LogCaptureFixture
+) -> None:
+    # init_app checks every setting before it warns about memory://, and
+    # does not say twice what the extension's own check says.
+    app = Flask("typo")
+    made.append(app)
+    app.config["RATELIMIT_STORAGE_URL_TYPO"] = "redis://"
+    with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
+        limited(app, storage_url)
+    assert [record.getMessage() for record in caplog.records if "TYPO" in record.getMessage()] == [
+        "RATELIMIT_STORAGE_URL_TYPO is not a setting of flask-redis-throttle, and is ignored; "
+        "did you mean RATELIMIT_STORAGE_URL?"
+    ]

@@ -26,7 +26,7 @@ from typing import Any
 from flask import Flask, Request, Response, request
 from werkzeug.local import LocalProxy
 
-from ..._config import APPLICATION_SCOPE, Settings
+from ..._config import APPLICATION_SCOPE, DEFAULTS, Settings
 from ..._spec import LimitSpec
 from ..._state import EXTENSION_KEY, RateLimitState
 from ...core.clients import embedded_client
@@ -215,7 +215,9 @@ class Limiter:
             for key in THEIR_SETTINGS:
                 config.pop(key, None)
             config.update(ours)
-            Settings.from_config(config)  # every setting checked before the warning, an error under -W error
+            # Every setting checked before the warning, an error under -W
+            # error; on a copy of the known ones, so that nothing is logged twice.
+            Settings.from_config({key: value for key, value in config.items() if key in DEFAULTS})
             warn_in_memory(storage_uri)
             self.extension.redis = in_memory(ours["RATELIMIT_STORAGE_URL"])
             # The last step that may fail: after it, nothing does.
