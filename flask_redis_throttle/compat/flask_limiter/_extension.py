@@ -196,6 +196,7 @@ class Limiter:
 
         :raises ConfigurationError: for an argument or setting that has no
             counterpart here, or a bad value.
+        :raises RuntimeError: for a proxy bound to no app (outside an app context).
         """
         app = the_app(app)
         config = app.config
