@@ -89,6 +89,11 @@ MAX_REFUSAL_LOG_SIZE = 1_000_000
 #: probe Redis again, and the app would decide without it for good.
 MAX_BREAKER_BACKOFF = 86_400.0
 
+#: The fewest bytes ``RATELIMIT_KEY_SECRET`` may have: a shorter one can be
+#: found by brute force from a single ``pk`` of the attacker's own address,
+#: and then every other address's ``pk`` names its owner.
+MIN_KEY_SECRET_BYTES = 32
+
 #: Flask-Limiter's settings that this extension does not read, each with
 #: ours that does its job, or None when there is none, and a hint. The same
 #: table as in :doc:`/flask-limiter`; a test keeps the two in step.
@@ -222,9 +227,7 @@ class Settings:
         on_breach = config["RATELIMIT_ON_BREACH"]
         if on_breach is not None and not callable(on_breach):
             raise ConfigurationError("RATELIMIT_ON_BREACH", on_breach, "None or a function that takes a RefusalEvent")
-        secret = config["RATELIMIT_KEY_SECRET"]
-        if secret is not None and (not isinstance(secret, (str, bytes)) or not secret):
-            raise ConfigurationError("RATELIMIT_KEY_SECRET", secret, "None, or a non-empty str or bytes")
+        secret = _key_secret(config["RATELIMIT_KEY_SECRET"])
         strategy = config["RATELIMIT_STRATEGY"]
         if not is_strategy(strategy):
             raise ConfigurationError("RATELIMIT_STRATEGY", strategy, f"one of {STRATEGY_NAMES}")
@@ -248,7 +251,7 @@ class Settings:
         near_limit = config["RATELIMIT_NEAR_LIMIT"]
         if near_limit is not None and not (is_number(near_limit) and 0 < near_limit <= 1):
             raise ConfigurationError("RATELIMIT_NEAR_LIMIT", near_limit, "None, or a number above 0 and at most 1")
-        key_secret = secret.encode() if isinstance(secret, str) else secret or b""
+        key_secret = secret or b""
         block_status = config["RATELIMIT_OVERRIDE_BLOCK_STATUS"]
         if block_status not in (429, 403) or isinstance(block_status, bool):
             raise ConfigurationError("RATELIMIT_OVERRIDE_BLOCK_STATUS", block_status, "429 or 403")
@@ -402,6 +405,27 @@ def _fraction(share: float) -> tuple[int, int]:
     float is a little more, and 8 requests of 10 would not be 80 %."""
     fraction = Fraction(str(share))
     return fraction.numerator, fraction.denominator
+
+
+def _key_secret(secret: Any) -> bytes | None:
+    """``RATELIMIT_KEY_SECRET`` as bytes, or None.
+
+    :raises ConfigurationError: unless it is None, or a str or bytes of at
+        least :data:`MIN_KEY_SECRET_BYTES` bytes. The message never quotes
+        the secret, only its length.
+    """
+    if secret is None:
+        return None
+    encoded = secret.encode() if isinstance(secret, str) else secret
+    if not isinstance(encoded, bytes) or len(encoded) < MIN_KEY_SECRET_BYTES:
+        shown = f"{len(encoded)} bytes" if isinstance(encoded, bytes) else f"a {type(secret).__name__}"
+        raise ConfigurationError(
+            "RATELIMIT_KEY_SECRET",
+            f"<a secret of {shown}, not shown>",
+            f"None, or a random str or bytes of at least {MIN_KEY_SECRET_BYTES} bytes, such as the output of "
+            "python -c 'import secrets; print(secrets.token_hex(32))'",
+        )
+    return encoded
 
 
 def _prefix_length(config: Mapping[str, Any], key: str, most: int) -> int:

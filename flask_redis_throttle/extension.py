@@ -107,11 +107,13 @@ class RateLimit:
             raise RuntimeError("flask-redis-throttle is already set up on this app; call init_app once per app")
         settings = Settings.from_config(app.config)
         state = RateLimitState(app, settings, self.filters, self.redis, self.metrics)
-        app.extensions[EXTENSION_KEY] = state
+        # Flask's setup methods refuse an app that has served a request:
+        # called first, so that a refused init_app leaves no state behind.
         app.add_template_global(current_limit, "current_limit")
         if settings.enabled:
             app.before_request(state.before_request)
             app.after_request(state.after_request)
+        app.extensions[EXTENSION_KEY] = state
 
     def reset(
         self, identity: str | Identity | None = None, *, scope: str | None = None, app: Flask | None = None

@@ -522,6 +522,35 @@ def test_an_on_breach_that_raises_gives_a_500_unless_errors_are_swallowed(
     assert record.exc_info[0] is ZeroDivisionError
 
 
+def test_swallow_errors_lets_a_request_through_when_the_key_func_raises(
+    flask_app: Flask, storage_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Flask-Limiter 4.1.1 logs the error and answers 200; the shim gave a 500.
+    def broken_key() -> str:
+        raise KeyError("no tenant header")
+
+    flask_app.config["TESTING"] = False  # a 500, not the error raised into the test
+    limiter = Limiter(broken_key, app=flask_app, storage_uri=storage_url, default_limits=["1/minute"])
+
+    @flask_app.get("/own")
+    @limiter.limit("1/minute", key_func=broken_key)
+    def own() -> str:
+        return "own"
+
+    assert statuses(flask_app.test_client(), 1) == [500]
+    swallowing = Flask("swallowing")
+    swallowing.add_url_rule("/", view_func=lambda: "ok")
+    swallowing.add_url_rule("/own", view_func=own)
+    Limiter(broken_key, app=swallowing, storage_uri=storage_url, default_limits=["1/minute"], swallow_errors=True)
+    client = swallowing.test_client()
+    with caplog.at_level(logging.ERROR, "flask_redis_throttle"):
+        assert statuses(client, 3) == [200, 200, 200]
+        assert statuses(client, 3, "/own") == [200, 200, 200]
+    records = [record for record in caplog.records if record.name == "flask_redis_throttle"]
+    assert [record.getMessage() for record in records] == ["Failed to rate limit. Swallowing error"] * 6
+    assert all(record.exc_info is not None and record.exc_info[0] is KeyError for record in records)
+
+
 def test_request_limit_keys_are_flask_limiters(flask_app: Flask, url: str) -> None:
     keys: list[str] = []
     limiter = limiter_for(

@@ -4,10 +4,12 @@ others; run through Flask's CLI runner on memory:// and on Redis."""
 
 from __future__ import annotations
 
+from importlib.metadata import entry_points
 from typing import Any
 
-from click.testing import Result
+from click.testing import CliRunner, Result
 from flask import Blueprint, Flask, request
+from flask.cli import FlaskGroup
 from helpers import get
 
 from flask_redis_throttle import RateLimit
@@ -104,6 +106,39 @@ def test_the_group_is_added_to_the_apps_own_command_line() -> None:
     result = app.test_cli_runner().invoke(args=["limiter", "limits", "--endpoint", "free"])
     assert result.exit_code == 0, result.output
     assert result.output == "shop\n└── free: /free\n    └── Exempt\n"
+
+
+def test_the_commands_are_on_the_flask_command_line_even_with_flask_limiter_installed(storage_url: str) -> None:
+    # The test extra installs Flask-Limiter, whose entry point claims
+    # `flask limiter`: Flask looks its plugins' commands up before the app's,
+    # so `flask limiter config` ran Flask-Limiter's group, which failed.
+    app = shop(storage_url)  # Limiter(...) puts the commands on the app's command line itself
+    flask_command = FlaskGroup(create_app=lambda: app, load_dotenv=False, set_debug_flag=False)
+    result = CliRunner().invoke(flask_command, ["limiter-compat", "config"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0].split() == ["FLASK-LIMITER", "SETTING", "VALUE"]
+    flask_limiters = entry_points(group="flask.commands", name="limiter")
+    claimed = CliRunner().invoke(flask_command, ["limiter", "config"])
+    if flask_limiters:  # the group is Flask-Limiter's, whatever the app adds
+        assert "FLASK-LIMITER SETTING" not in claimed.output
+    else:
+        assert claimed.exit_code == 0, claimed.output
+        assert claimed.output == result.output
+    # The app's own command line (what app.test_cli_runner() runs) has both names.
+    for name in ("limiter", "limiter-compat"):
+        assert app.test_cli_runner().invoke(args=[name, "config"]).output == result.output
+
+
+def test_a_command_the_app_named_limiter_is_left_to_it() -> None:
+    app = Flask("own")
+
+    @app.cli.command("limiter")
+    def own() -> None:
+        print("the app's own")
+
+    Limiter(get_remote_address, app=app, storage_uri="memory://")
+    assert app.test_cli_runner().invoke(args=["limiter"]).output == "the app's own\n"
+    assert app.test_cli_runner().invoke(args=["limiter-compat", "config"]).exit_code == 0
 
 
 def test_without_an_extension_every_command_says_so() -> None:

@@ -66,8 +66,6 @@ def refused(**config: Any) -> ConfigurationError:
         ("RATELIMIT_IDENTITIES", ["ip", "email"]),
         ("RATELIMIT_IPV6_PREFIX", 129),
         ("RATELIMIT_IPV6_PREFIX", True),
-        ("RATELIMIT_KEY_SECRET", ""),
-        ("RATELIMIT_KEY_SECRET", 42),
         ("RATELIMIT_DEFAULT", 10),
         ("RATELIMIT_DEFAULT_MODE", "merge"),
         ("RATELIMIT_APPLICATION", "1/m;2/m"),

@@ -20,6 +20,8 @@ JSON = {"Accept": "application/json"}
 QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 #: An SF Byte Sequence: base64 between colons.
 BYTE_SEQUENCE = re.compile(r":([A-Za-z0-9+/=]*):")
+#: A RATELIMIT_KEY_SECRET as long as one must be: 32 bytes.
+SECRET = "0123456789abcdef0123456789abcdef"
 
 
 def uploads(app: Flask, **config: object) -> None:
@@ -106,7 +108,7 @@ def test_draft_10_keeps_the_form_of_0_2(app: Flask, clock: Clock) -> None:
     }
 
 
-def partitioned(app: Flask, secret: str = "s3cret", **config: object) -> None:
+def partitioned(app: Flask, secret: str = SECRET, **config: object) -> None:
     @app.get("/")
     @limit("5/m")
     def index() -> str:
@@ -131,7 +133,7 @@ def test_no_partition_key_by_default(app: Flask) -> None:
     def index() -> str:
         return "ok"
 
-    install(app, RATELIMIT_KEY_SECRET="s3cret")
+    install(app, RATELIMIT_KEY_SECRET=SECRET)
     response = get(app.test_client())
     assert "pk=" not in response.headers["RateLimit"]
     assert "pk=" not in response.headers["RateLimit-Policy"]
@@ -156,7 +158,7 @@ def test_the_partition_key_is_a_keyed_digest_of_the_identity(app: Flask) -> None
 
 def test_the_partition_key_depends_on_the_secret(storage_url: str) -> None:
     keys = []
-    for secret in ("one secret", "another secret"):
+    for secret in (SECRET, "another secret, just as long and random"):
         app = Flask("tests")
         app.config.update(TESTING=True, RATELIMIT_STORAGE_URL=storage_url, RATELIMIT_KEY_PREFIX=f"{len(keys)}:")
         partitioned(app, secret)
@@ -178,7 +180,7 @@ def test_a_refusal_has_the_partition_key_too(app: Flask) -> None:
     "config",
     [
         {"RATELIMIT_HEADERS_PARTITION_KEY": True},
-        {"RATELIMIT_HEADERS_PARTITION_KEY": True, "RATELIMIT_KEY_SECRET": "s", "RATELIMIT_HEADERS_DRAFT": 10},
+        {"RATELIMIT_HEADERS_PARTITION_KEY": True, "RATELIMIT_KEY_SECRET": SECRET, "RATELIMIT_HEADERS_DRAFT": 10},
     ],
 )
 def test_a_partition_key_needs_a_secret_and_draft_11(config: dict[str, object]) -> None:
@@ -188,6 +190,47 @@ def test_a_partition_key_needs_a_secret_and_draft_11(config: dict[str, object]) 
         RateLimit(app)
     assert "RATELIMIT_KEY_SECRET" in str(raised.value)
     assert "ratelimit" not in app.extensions
+
+
+@pytest.mark.parametrize(
+    "secret", ["k9", "", b"\x00", SECRET[:-1], SECRET[:-1].encode(), "\N{LATIN SMALL LETTER E WITH ACUTE}" * 15]
+)
+def test_a_short_key_secret_is_refused_at_init_app(storage_url: str, secret: str | bytes) -> None:
+    # With "k9", one pk of the attacker's own address was enough to find the
+    # secret by brute force, and then a scan of a /16 named the victim's
+    # address from its pk: a secret short enough to search is refused.
+    app = Flask("tests")
+    app.config.update(TESTING=True, RATELIMIT_STORAGE_URL=storage_url)
+    with pytest.raises(ConfigurationError, match="RATELIMIT_KEY_SECRET") as raised:
+        partitioned(app, secret)  # type: ignore[arg-type]
+    message = str(raised.value)
+    assert "at least 32 bytes" in message
+    assert "secrets.token_hex(32)" in message  # how to make one
+    assert f"of {len(secret.encode() if isinstance(secret, str) else secret)} bytes" in message
+    assert repr(secret) not in message  # the secret is never quoted
+    assert "ratelimit" not in app.extensions
+
+
+@pytest.mark.parametrize("secret", [42, bytearray(SECRET.encode()), memoryview(b"k9"), ["k9"]])
+def test_a_key_secret_of_another_type_is_refused_unquoted(secret: object) -> None:
+    app = Flask("tests")
+    app.config.update(TESTING=True)
+    with pytest.raises(ConfigurationError, match="RATELIMIT_KEY_SECRET") as raised:
+        partitioned(app, secret)  # type: ignore[arg-type]
+    message = str(raised.value)
+    assert f"<a secret of a {type(secret).__name__}, not shown>" in message
+    assert "k9" not in message
+    assert "0123456789abcdef" not in message
+    assert repr(secret) not in message  # the secret is never quoted
+    assert "ratelimit" not in app.extensions
+
+
+@pytest.mark.parametrize("secret", [SECRET, SECRET.encode(), "\N{LATIN SMALL LETTER E WITH ACUTE}" * 16])
+def test_a_key_secret_of_32_bytes_is_enough(storage_url: str, secret: str | bytes) -> None:
+    app = Flask("tests")
+    app.config.update(TESTING=True, RATELIMIT_STORAGE_URL=storage_url)
+    partitioned(app, secret)  # type: ignore[arg-type]
+    assert len(partition_of(get(app.test_client()))) == 12
 
 
 def test_a_refusal_the_app_handles_names_the_layers_too(app: Flask) -> None:

@@ -59,10 +59,11 @@ def test_the_secret_setting_reaches_the_keys(app: Flask, statuses) -> None:
     def index() -> str:
         return "ok"
 
-    state = install(app, RATELIMIT_KEY_SECRET="s3cret")
+    secret = "a secret of at least thirty-two bytes"
+    state = install(app, RATELIMIT_KEY_SECRET=secret)
     assert statuses(app.test_client(), 2, "/") == [200, 429]
     [key] = state.throttle.storage.client.scan_iter(match="*{*")  # the counter, not the refusal log
-    assert identity_tag("ip", "192.0.2.1", b"s3cret").encode() in key
+    assert identity_tag("ip", "192.0.2.1", secret.encode()).encode() in key
 
 
 def test_scopes_escape_without_collisions() -> None:

@@ -23,9 +23,10 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from flask import Flask, Response, request
+from flask import Flask, Request, Response, request
+from werkzeug.local import LocalProxy
 
-from ..._config import APPLICATION_SCOPE, Settings
+from ..._config import APPLICATION_SCOPE, DEFAULTS, Settings
 from ..._spec import LimitSpec
 from ..._state import EXTENSION_KEY, RateLimitState
 from ...core.clients import embedded_client
@@ -37,6 +38,7 @@ from ...extension import RateLimit
 from ._limits import SEE, Limit, MetaLimit, RequestLimit, RouteLimit, Target, exempted, identities, of_request
 from ._presentation import log_refusals, respond
 from ._settings import APPLICATION_SETTINGS, DEFAULT_SETTINGS, THEIR_SETTINGS, layered, meta_limits, settings
+from .commands import COMMAND_NAMES, cli
 from .constants import ConfigVars, ExemptionScope, HeaderNames
 
 __all__ = ["Limiter"]
@@ -79,6 +81,17 @@ def warn_in_memory(given: str | None) -> None:
             UserWarning,
             stacklevel=3,
         )
+
+
+def the_app(app: Flask) -> Flask:
+    """``app`` itself, for a proxy bound to it such as
+    :data:`flask.current_app` (as an app factory passes it): the limiter
+    keeps the app, weakly, and reads it after the app context is gone.
+
+    :raises RuntimeError: for a proxy bound to nothing, Flask's "Working
+        outside of application context".
+    """
+    return app._get_current_object() if isinstance(app, LocalProxy) else app
 
 
 class Limiter:
@@ -164,35 +177,61 @@ class Limiter:
         self.extension = RateLimit()
         #: The apps it is set up on.
         self.apps: weakref.WeakSet[Flask] = weakref.WeakSet()
-        if app is not None:
+        # ``enabled`` is read at each request, as in Flask-Limiter: an app
+        # (or its tests) may switch the limiter off and on at run time.
+        self.extension.request_filter(self._switched_off)
+        # As Flask-Limiter tests it: a proxy bound to no app (current_app at
+        # import time, outside an app context) is no app yet.
+        if app:
             self.init_app(app)
 
     def init_app(self, app: Flask) -> None:
-        """Set up rate limiting on ``app``: the extension's settings from
+        """Set up rate limiting on ``app``, or on the app a proxy such as
+        :data:`flask.current_app` stands for: the extension's settings from
         this limiter's arguments and Flask-Limiter's settings, then
         :meth:`RateLimit.init_app <flask_redis_throttle.RateLimit.init_app>`.
 
+        One that fails changes nothing: the app's config is as it was, and
+        the next ``Limiter`` on the app is its first.
+
         :raises ConfigurationError: for an argument or setting that has no
             counterpart here, or a bad value.
+        :raises RuntimeError: for a proxy bound to no app (outside an app context).
         """
+        app = the_app(app)
         config = app.config
-        self.enabled = config.setdefault(ConfigVars.ENABLED, self.enabled)
         first = next((other for other in app.extensions.get("limiter", ()) if isinstance(other, Limiter)), None)
         if first is not None and EXTENSION_KEY in app.extensions:
+            self.enabled = config.setdefault(ConfigVars.ENABLED, self.enabled)
             self._join(app, first)
             return
-        given = functools.partial(self._given, config)
-        ours = settings(given, self.header_name_mapping, self.auto_check)
-        self.extension.redis = in_memory(ours["RATELIMIT_STORAGE_URL"])
-        storage_uri, swallow_errors = given(ConfigVars.STORAGE_URI), bool(given(ConfigVars.SWALLOW_ERRORS))
-        read = {key: config.pop(key) for key in THEIR_SETTINGS & config.keys()}
-        config.update(ours)
+        before = dict(config)
         try:
+            self.enabled = config.setdefault(ConfigVars.ENABLED, self.enabled)
+            given = functools.partial(self._given, config)
+            ours = settings(given, self.header_name_mapping, self.auto_check)
+            storage_uri, swallow_errors = given(ConfigVars.STORAGE_URI), bool(given(ConfigVars.SWALLOW_ERRORS))
+            # Flask-Limiter's settings have been read: hidden from the
+            # extension's check of unknown keys while it sets up.
+            for key in THEIR_SETTINGS:
+                config.pop(key, None)
+            config.update(ours)
+            # Every setting checked before the warning, an error under -W
+            # error; on a copy of the known ones, so that nothing is logged twice.
+            Settings.from_config({key: value for key, value in config.items() if key in DEFAULTS})
+            warn_in_memory(storage_uri)
+            self.extension.redis = in_memory(ours["RATELIMIT_STORAGE_URL"])
+            # The last step that may fail: after it, nothing does.
             self.extension.init_app(app)
-        finally:
-            config.update(read)
-        warn_in_memory(storage_uri)
+        except BaseException:
+            config.clear()
+            config.update(before)
+            raise
+        config.update({key: before[key] for key in THEIR_SETTINGS & before.keys()})
         self._present(app, ours, swallow_errors)
+        for name in COMMAND_NAMES:  # as Flask-Limiter's entry point gives its own
+            if name not in app.cli.commands:
+                app.cli.add_command(cli, name)
         app.extensions.setdefault("limiter", set()).add(self)
         self.apps.add(app)
 
@@ -237,10 +276,16 @@ class Limiter:
             meta=state.settings.meta + counted(own.meta),
         )
         state.forget_plans()
-        first.extension.filters.extend(self.extension.filters)
+        # Its request filters, but not its switch: its limits are the first's now.
+        first.extension.filters.extend(each for each in self.extension.filters if each != self._switched_off)
         self.extension = first.extension
         app.extensions["limiter"].add(self)
         self.apps.add(app)
+
+    def _switched_off(self, request: Request) -> bool:
+        """Whether ``enabled`` is False: a request filter that leaves every
+        request unlimited then, without headers."""
+        return not self.enabled
 
     def _present(self, app: Flask, ours: Mapping[str, Any], swallow_errors: bool) -> None:
         """Show ``app``'s decisions as Flask-Limiter does: its log lines

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -18,7 +19,7 @@ from flask.views import http_method_funcs
 from ..._plan import qualified_name
 from ..._spec import DynamicLimit
 from ..._state import EXTENSION_KEY
-from ...current import CurrentLimit
+from ...current import CurrentLimit, current_limit
 from ...decorators import EXEMPT_ATTRIBUTE, LIMITS_ATTRIBUTE, Exemption, LimitDecorator
 from ...decorators import limit as native_limit
 from ...errors import InvalidLimit
@@ -68,7 +69,32 @@ def identities(key_func: Callable[[], str] | None) -> list[Any] | None:
         raise InvalidLimit(f"key_func {key_func!r} must be a function of no arguments", spec=key_func)
     if key_func is get_remote_address:
         return ["ip"]
-    return [of_request(key_func)]
+    return [keyed_by(key_func)]
+
+
+def keyed_by(key_func: Callable[[], str]) -> Callable[[Request], str | None]:
+    """A Flask-Limiter key function as the extension's custom identity, under
+    the same module and name (its counters are named after it).
+
+    With ``swallow_errors`` (the app's :data:`RATELIMIT_FAIL_OPEN`), an error
+    it raises is logged with its traceback, as Flask-Limiter logs it, and the
+    identity does not apply to the request: its limits let it through
+    uncounted, where Flask-Limiter lets the request through unlimited.
+    Without it, the error is raised, a 500, as in Flask-Limiter.
+    """
+
+    @functools.wraps(key_func)
+    def called(request: Request) -> str | None:
+        try:
+            return key_func()
+        except Exception:
+            state = current_app.extensions.get(EXTENSION_KEY)
+            if state is None or not state.settings.fail_open:
+                raise
+            logger.exception("Failed to rate limit. Swallowing error")
+            return None
+
+    return called
 
 
 @dataclasses.dataclass(eq=False)
@@ -581,6 +607,17 @@ def is_shared(scope: str, endpoint: str | None) -> bool:
     return scope != endpoint and not (endpoint is not None and scope.startswith(f"{endpoint}:"))
 
 
+def reset_at(event: RefusalEvent) -> float:
+    """When the counter that refused ``event``'s request is back to its full
+    quota, as a Unix time (Flask-Limiter's ``RequestLimit.reset_at``): what
+    :func:`~flask_redis_throttle.current_limit` reads, which is that
+    counter; else when the request would pass."""
+    found = current_limit()
+    if found is not None and (found.scope, found.layer, found.identity) == (event.scope, event.layer, event.identity):
+        return found.reset_at
+    return time.time() + (event.retry_after or 0)
+
+
 def breach_hook(
     on_breach: Callable[[RequestLimit], Response | None] | None, shared: bool
 ) -> Callable[[RefusalEvent], Response | None] | None:
@@ -593,7 +630,9 @@ def breach_hook(
 
     def hook(event: RefusalEvent) -> Response | None:
         key = limits_key(event.identity, event.scope, event.layer)
-        limit = RequestLimit(event.layer, key, True, shared or is_shared(event.scope, event.endpoint))
+        limit = RequestLimit(
+            event.layer, key, True, shared or is_shared(event.scope, event.endpoint), 0, reset_at(event)
+        )
         try:
             response = on_breach(limit)
         except Exception as error:

@@ -1,5 +1,6 @@
 """Flask-Limiter's ``flask_limiter.commands``: ``cli``, the ``flask limiter``
-group, for tests that invoke it with ``app.test_cli_runner()``.
+group, which ``Limiter.init_app`` puts on the app's command line (see
+:data:`COMMAND_NAMES`), and tests invoke with ``app.test_cli_runner()``.
 
 It has Flask-Limiter's commands, translated onto the extension: ``config``
 (the settings the limits run with, under Flask-Limiter's names), ``limits``
@@ -31,10 +32,18 @@ from ._routes import Key, NotMatched, Shown, Survey, match_endpoint
 from ._settings import STRATEGIES
 from .constants import ConfigVars
 
-__all__ = ["cli"]
+__all__ = ["COMMAND_NAMES", "cli"]
 
 #: Flask-Limiter's commands, which take the place of ``flask ratelimit``'s of the same name.
 THEIRS = ("config", "limits", "clear")
+
+#: The names ``Limiter.init_app`` gives :data:`cli` on the app's command
+#: line: Flask-Limiter's ``limiter``, and ``limiter-compat``, which nothing
+#: else claims. Flask looks up its plugins' commands (those of the
+#: ``flask.commands`` entry point) before the app's, so while Flask-Limiter
+#: is installed ``flask limiter`` is always its own group, and only
+#: ``flask limiter-compat`` reaches these commands.
+COMMAND_NAMES = ("limiter", "limiter-compat")
 
 #: ``flask limiter``: Flask-Limiter's commands, and the other commands of ``flask ratelimit``.
 cli = AppGroup(
