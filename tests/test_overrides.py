@@ -232,6 +232,37 @@ def test_every_override_is_stored_with_an_expiry(app: Flask, clock: Any) -> None
     assert abs(time.time() + left - until) < 5
 
 
+def api_key(request: Any) -> str | None:
+    return request.headers.get("X-Api-Key")
+
+
+def test_a_key_function_s_identity_can_be_blocked_allowed_and_overridden(app: Flask) -> None:
+    """A key function's identity, written as the docs write it
+    (``api_key:<value>``), is blocked, allowed and overridden like any
+    other; ``overrides`` lists it in full, and that spelling lifts it."""
+    shop(app, RATELIMIT_IDENTITIES=[api_key])
+    client = app.test_client()
+    kind = f"key:{__name__}.api_key"
+
+    def keyed(value: str, n: int) -> list[int]:
+        return statuses(client, n, headers={"X-Api-Key": value})
+
+    assert f"{kind}:evil blocked on every scope" in cli(app, "block", "api_key:evil", "--for", "1h")
+    cli(app, "allow", "api_key:friend", "--scope", "api", "--for", "1h")
+    cli(app, "override", "api_key:big", "4/m", "--for", "1h")
+    assert keyed("evil", 3) == [429] * 3
+    assert keyed("friend", 5) == [200] * 5
+    assert keyed("big", 5) == [200] * 4 + [429]
+    assert keyed("plain", 3) == [200, 200, 429]
+    assert [row.split()[0] for row in cli(app, "overrides", "--changes", "0").splitlines()[1:]] == [
+        f"{kind}:big",
+        f"{kind}:evil",
+        f"{kind}:friend",
+    ]
+    assert f"removed: {kind}:evil blocked on every scope" in cli(app, "lift", f"{kind}:evil")
+    assert keyed("evil", 3) == [200, 200, 429]
+
+
 # changes: logged, listed, checked
 
 

@@ -177,14 +177,15 @@ class OverrideTable:
         #: identity (see :meth:`find`), worked out once.
         self._ranks: dict[Override, tuple[bool, bool, int]] = {}
         for override in live:
-            kind, _colon, value = override.target.partition(":")
+            # Split as requests' identities are, a key function's kind and all.
+            who = Identity.written(override.target)
             width = 129  # an identity is narrower than any network
             if override.network:
-                network = network_of(value)
+                network = network_of(who.value)
                 self.networks.append((network, override))
                 width = network.prefixlen
             else:
-                self.exact.setdefault((kind, value), []).append(override)
+                self.exact.setdefault((who.kind, who.value), []).append(override)
             self._ranks[override] = (override.action == "block", override.scope is not None, width)
         self._within: dict[str, tuple[Override, ...]] = {}
         #: The earliest end of an override, after which the table is out of date.
