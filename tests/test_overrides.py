@@ -14,7 +14,8 @@ from flask import Flask, request
 from helpers import FakeMonotonic, add_login, evalsha_calls, extension_records, flask_command, get, install
 from test_dashboard import PREFIX, page, tables, token
 
-from flask_redis_throttle import RateLimit, current_limit, dashboard, limit, refusal_log
+from flask_redis_throttle import RateLimit, StorageUnavailable, current_limit, dashboard, limit, refusal_log
+from flask_redis_throttle.core.overrides import LONGEST
 from flask_redis_throttle.extension import RateLimitState
 
 
@@ -302,6 +303,115 @@ def test_bad_input_is_refused_naming_it_and_changes_nothing(app: Flask, args: tu
     shop(app)
     assert message in cli(app, *args, code=2)
     assert cli(app, "overrides") == "No override is in force.\n"
+
+
+ABSURD = "999999999999999d"
+#: A span too long for a float: an OverflowError, not a 400, before.
+OVERFLOWING = "1" + "0" * 400 + "d"
+
+
+def _set_absurdly(app: Flask, surface: str) -> str:
+    """Block user:1 with an end centuries away through ``surface``: the
+    error each answers with."""
+    ratelimit = RateLimit()
+    if surface.startswith("python"):
+        end = {
+            "python until": {"until": 1e17},
+            "python until int": {"until": 10**400},
+            "python duration": {"duration": ABSURD},
+        }[surface]
+        with pytest.raises(ValueError, match="the end") as raised:
+            ratelimit.block("user:1", app=app, **end)  # type: ignore[arg-type]
+        return str(raised.value)
+    if surface.startswith("cli"):
+        end = {
+            "cli --for": ("--for", ABSURD),
+            "cli --for overflowing": ("--for", OVERFLOWING),
+            "cli --until": ("--until", "2999-01-01"),
+        }[surface]
+        return cli(app, "block", "user:1", *end, code=2)
+    client = app.test_client()
+    span = OVERFLOWING if surface == "dashboard overflowing" else ABSURD
+    form = {"csrf_token": token(page(client)), "identity": "user:1", "action": "block", "for": span}
+    response = client.post(f"{PREFIX}/overrides", data=form, headers={"X-User": "admin"})
+    assert response.status_code == 400
+    return str(response.text)
+
+
+@pytest.mark.parametrize(
+    "surface",
+    [
+        "python until",
+        "python until int",
+        "python duration",
+        "cli --for",
+        "cli --for overflowing",
+        "cli --until",
+        "dashboard",
+        "dashboard overflowing",
+    ],
+)
+def test_an_end_past_ten_years_is_refused_before_anything_is_written(app: Flask, surface: str) -> None:
+    """docs/overrides.rst, "Mistakes change nothing": an end centuries away
+    was stored and enforced, but not logged, and poisoned every later
+    change (Redis cannot hold its expiry)."""
+    shop(app)
+    ratelimit = RateLimit()
+    assert "is more than 10 years ahead" in _set_absurdly(app, surface)
+    assert ratelimit.overrides(app=app) == []
+    assert ratelimit.override_changes(app=app) == []
+    ratelimit.block("user:7", duration="7d", app=app)
+    assert [c.what for c in ratelimit.override_changes(app=app)] == ["set"]
+    assert get(app.test_client(), "/api", user="7").status_code == 429
+
+
+def test_an_end_stored_past_the_bound_poisons_no_later_change(app: Flask) -> None:
+    """An end past the bound already in the hash (written by hand, or by a
+    version without the bound) makes the expiry the bound's, and every
+    later change is stored, logged and expires with the hash as it should."""
+    state = shop(app)
+    assert state.throttle is not None
+    assert state.overrides is not None
+    store, client = state.overrides.store, state.throttle.storage.client
+    cli(app, "block", "user:1", "--for", "1h")
+    raw = client.execute_command("HGET", store.key, "*\0user:1")
+    client.execute_command("HSET", store.key, "*\0user:1", raw.replace(b'"until": ', b'"until": 1e17, "was": '))
+    assert "user:7 blocked on every scope" in cli(app, "block", "user:7", "--for", "7d")
+    assert "removed: user:7 blocked" in cli(app, "lift", "user:7")
+    cli(app, "allow", "user:8", "--for", "7d")
+    assert [c.what for c in RateLimit().override_changes(app=app)] == ["set", "removed", "set", "set"]
+    left = client.pttl(store.key) / 1000
+    assert abs(time.time() + left - (state.overrides.now() + LONGEST)) < 5  # the bound's, not 1e17's
+
+
+def test_a_change_is_stored_with_its_log_entry_or_not_at_all(app: Flask) -> None:
+    state = shop(app)
+    assert state.throttle is not None
+    assert state.overrides is not None
+    store, client = state.overrides.store, state.throttle.storage.client
+    ratelimit = RateLimit()
+    ratelimit.block("user:1", duration="1h", app=app)
+    client.delete(store.log_key)
+    client.set(store.log_key, "not a stream")
+    with pytest.raises(StorageUnavailable):
+        ratelimit.block("user:2", duration="1h", app=app)
+    with pytest.raises(StorageUnavailable):
+        ratelimit.remove_overrides("user:1", app=app)
+    assert [o.target for o in ratelimit.overrides(app=app)] == ["user:1"]
+    assert client.pttl(store.key) > 0
+
+
+def test_a_failed_override_write_never_opens_the_breaker(app: Flask) -> None:
+    """Three failed writes of the overrides opened the breaker of the
+    request path, and 6 of 6 requests passed a 2/m limit."""
+    state = shop(app, RATELIMIT_BREAKER_THRESHOLD=3, RATELIMIT_IDENTITIES=["ip"])
+    assert state.throttle is not None
+    assert state.overrides is not None
+    state.throttle.storage.client.set(state.overrides.store.key, "not a hash")
+    for _ in range(3):
+        with pytest.raises(StorageUnavailable):
+            RateLimit().block("user:1", duration="1h", app=app)
+    assert statuses(app.test_client(), 6) == [200, 200] + [429] * 4
 
 
 def test_the_widest_networks_are_settings(app: Flask) -> None:
