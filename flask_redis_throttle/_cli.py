@@ -33,6 +33,7 @@ from ._override_changes import (
     parse_target,
     parse_when,
 )
+from ._overrides import Overrides
 from ._reports import (
     LIMITS_HEADER,
     STATUS_HEADER,
@@ -45,6 +46,7 @@ from ._reports import (
 )
 from ._state import EXTENSION_KEY, RateLimitState
 from .core.clients import redact
+from .core.embedded import EmbeddedRedis
 from .core.keys import Identity, loggable
 from .core.local import LocalFolder, server_status, stop_server
 from .core.refusals import Refusal, RefusalLog
@@ -231,7 +233,7 @@ def _set_override(
     """Check, store and report one override."""
     state = _state()
     throttle = _throttle(state)
-    overrides = overrides_of(state)
+    overrides = _shared_overrides(state)
     try:
         ends = parse_when(until, span, overrides.now())
         made = make_override(state, action, identity, limit, scope, ends, by or _user())
@@ -285,6 +287,7 @@ def lift_command(identity: str | None, scope: str | None, everyone: bool, by: st
     scope or only on SCOPE; or, with --all, every override."""
     state = _state()
     throttle = _throttle(state)
+    overrides = _shared_overrides(state)
     if (identity is None) != everyone:
         raise click.UsageError("name an IDENTITY, or give --all to remove every override")
     target = None
@@ -294,7 +297,7 @@ def lift_command(identity: str | None, scope: str | None, everyone: bool, by: st
         except ValueError as error:
             raise click.BadParameter(str(error), param_hint="'IDENTITY'") from None
     with _storage(throttle):
-        gone = overrides_of(state).remove(target, scope, scope is None, by or _user())
+        gone = overrides.remove(target, scope, scope is None, by or _user())
     if not gone:
         click.echo("No such override; nothing removed.")
         return
@@ -320,6 +323,27 @@ def overrides_command(changes: int) -> None:
         click.echo()
         click.echo("Latest changes, newest first:")
         click.echo(table(CHANGES_HEADER, change_rows(latest)))
+
+
+def _shared_overrides(state: RateLimitState) -> Overrides:
+    """The app's overrides, for a command that changes them.
+
+    :raises click.UsageError: on the embedded store (``memory://``, or
+        ``local://`` with no server binary), whose overrides live in each
+        process's memory: the command's process is not the app servers',
+        so none of them would follow the change. Under Flask's ``TESTING``
+        the command is taken to run in the app's own process, as
+        :meth:`~flask.Flask.test_cli_runner` runs it, and goes ahead.
+    """
+    overrides = overrides_of(state)
+    storage = overrides.throttle.storage
+    if isinstance(storage.client, EmbeddedRedis) and not current_app.testing:
+        raise click.UsageError(
+            f"the storage is {storage.url}, which keeps overrides in each process's memory: this command "
+            "runs in a process of its own, so no app server would follow the change. Steer a running app "
+            "on a storage its processes share: Redis (RATELIMIT_STORAGE_URL=redis://...) or local://."
+        )
+    return overrides
 
 
 def _user() -> str:

@@ -414,6 +414,31 @@ def test_a_failed_override_write_never_opens_the_breaker(app: Flask) -> None:
     assert statuses(app.test_client(), 6) == [200, 200] + [429] * 4
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("block", "user:1", "--for", "1h"),
+        ("allow", "user:1", "--for", "1h"),
+        ("override", "user:1", "5/m", "--for", "1h"),
+        ("lift", "user:1"),
+        ("lift", "--all"),
+    ],
+)
+@pytest.mark.parametrize("storage_url", ["memory"], indirect=True)
+def test_the_cli_refuses_to_change_overrides_on_memory(app: Flask, args: tuple[str, ...]) -> None:
+    """The ``flask`` command runs in a process of its own, whose memory://
+    store no app server reads: it said every worker would follow a block
+    within a second, exited 0, and nothing changed in the running app.
+    (Tests, with TESTING, run it in the app's process, where it works.)"""
+    shop(app, TESTING=False)
+    RateLimit().block("user:1", duration="1h", app=app)  # what the app's own process set
+    out = cli(app, *args, code=2)
+    assert "memory://, which keeps overrides in each process's memory" in out
+    assert "Redis (RATELIMIT_STORAGE_URL=redis://...) or local://" in out
+    assert [c.what for c in RateLimit().override_changes(app=app)] == ["set"]
+    assert [o.describe() for o in RateLimit().overrides(app=app)] == ["user:1 blocked on every scope"]
+
+
 def test_the_widest_networks_are_settings(app: Flask) -> None:
     shop(app, RATELIMIT_OVERRIDE_WIDEST_IPV4=8)
     cli(app, "block", "ip:10.0.0.0/8", "--for", "1h")
