@@ -384,6 +384,22 @@ def test_an_end_stored_past_the_bound_poisons_no_later_change(app: Flask) -> Non
     assert abs(time.time() + left - (state.overrides.now() + LONGEST)) < 5  # the bound's, not 1e17's
 
 
+def test_a_change_drops_any_number_of_overrides_whose_time_has_passed(app: Flask, clock: Any) -> None:
+    """More ended overrides than Lua's unpack() takes at once (some 8,000)
+    are dropped by the next change, which is stored whole."""
+    state = shop(app)
+    assert state.throttle is not None
+    assert state.overrides is not None
+    store, client = state.overrides.store, state.throttle.storage.client
+    RateLimit().block("user:1", duration="1h", app=app)
+    ended = state.overrides.now() - 1
+    fields = {f"*\0user:{n}": f'{{"until": {ended}}}' for n in range(2, 10_002)}
+    client.execute_command("HSET", store.key, *(part for pair in fields.items() for part in pair))
+    RateLimit().block("user:2", duration="1h", app=app)
+    assert client.execute_command("HLEN", store.key) == 3  # user:1, user:2 and the version
+    assert [o.target for o in RateLimit().overrides(app=app)] == ["user:1", "user:2"]
+
+
 def test_a_change_is_stored_with_its_log_entry_or_not_at_all(app: Flask) -> None:
     state = shop(app)
     assert state.throttle is not None

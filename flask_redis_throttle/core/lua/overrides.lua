@@ -67,8 +67,9 @@ else
   end
 end
 redis.call('HSET', hash, '~version', version)
-if #stale > 0 then
-  redis.call('HDEL', hash, unpack(stale))
+-- In slices: Lua's unpack() gives at most some 8,000 values.
+for n = 1, #stale, 1000 do
+  redis.call('HDEL', hash, unpack(stale, n, math.min(n + 999, #stale)))
 end
 -- With no override left, the version stays a minute, for readers to see
 -- the change; an end stored past the bound (by hand, or by an older
