@@ -240,7 +240,9 @@ def api_key(request: Any) -> str | None:
 def test_a_key_function_s_identity_can_be_blocked_allowed_and_overridden(app: Flask) -> None:
     """A key function's identity, written as the docs write it
     (``api_key:<value>``), is blocked, allowed and overridden like any
-    other; ``overrides`` lists it in full, and that spelling lifts it."""
+    other; ``overrides`` lists it in full, and that spelling lifts it.
+    Before, the CLI said it blocked ``key:...api_key:evil`` and the key
+    went on getting 200, 200, 429."""
     shop(app, RATELIMIT_IDENTITIES=[api_key])
     client = app.test_client()
     kind = f"key:{__name__}.api_key"
@@ -248,9 +250,17 @@ def test_a_key_function_s_identity_can_be_blocked_allowed_and_overridden(app: Fl
     def keyed(value: str, n: int) -> list[int]:
         return statuses(client, n, headers={"X-Api-Key": value})
 
+    # Each from another surface: the CLI, Python and the dashboard.
     assert f"{kind}:evil blocked on every scope" in cli(app, "block", "api_key:evil", "--for", "1h")
-    cli(app, "allow", "api_key:friend", "--scope", "api", "--for", "1h")
-    cli(app, "override", "api_key:big", "4/m", "--for", "1h")
+    assert RateLimit().allow("api_key:friend", scope="api", duration="1h", app=app).target == f"{kind}:friend"
+    form = {
+        "csrf_token": token(page(client)),
+        "identity": "api_key:big",
+        "action": "limit",
+        "limit": "4/m",
+        "for": "1h",
+    }
+    assert client.post(f"{PREFIX}/overrides", data=form, headers={"X-User": "admin"}).status_code == 302
     assert keyed("evil", 3) == [429] * 3
     assert keyed("friend", 5) == [200] * 5
     assert keyed("big", 5) == [200] * 4 + [429]
