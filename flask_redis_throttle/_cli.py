@@ -32,6 +32,7 @@ from ._override_changes import (
     overrides_of,
     parse_target,
     parse_when,
+    unsure,
 )
 from ._overrides import Overrides
 from ._reports import (
@@ -239,7 +240,7 @@ def _set_override(
         made = make_override(state, action, identity, limit, scope, ends, by or _user())
     except ValueError as error:
         raise click.UsageError(str(error)) from None
-    with _storage(throttle):
+    with _storage(throttle, change=True):
         overrides.put(made)
     click.echo(f"{made.describe()} until {utc(made.until)} UTC; every worker follows it within 1 second.")
 
@@ -296,7 +297,7 @@ def lift_command(identity: str | None, scope: str | None, everyone: bool, by: st
             target = parse_target(identity, state)[0]
         except ValueError as error:
             raise click.BadParameter(str(error), param_hint="'IDENTITY'") from None
-    with _storage(throttle):
+    with _storage(throttle, change=True):
         gone = overrides.remove(target, scope, scope is None, by or _user())
     if not gone:
         click.echo("No such override; nothing removed.")
@@ -452,10 +453,12 @@ def _endpoint(name: str) -> str:
 
 
 @contextmanager
-def _storage(throttle: Throttle) -> Iterator[None]:
-    """Turn Redis failures into a message and a non-zero exit."""
+def _storage(throttle: Throttle, change: bool = False) -> Iterator[None]:
+    """Turn Redis failures into a message and a non-zero exit; for a
+    ``change``, one that says when it may have been made all the same."""
     try:
         yield
     except (StorageUnavailable, redis.RedisError) as error:
         reason = error.__cause__ if isinstance(error, StorageUnavailable) else error
-        raise click.ClickException(f"rate limit storage unavailable at {redact(throttle.url)}: {reason}") from None
+        message = f"rate limit storage unavailable at {redact(throttle.url)}: {reason}"
+        raise click.ClickException(message + (unsure(error) if change else "")) from None

@@ -15,6 +15,7 @@ import math
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 
+import redis
 from flask import Flask
 
 from ._console import parse_moment, parse_span, utc
@@ -25,6 +26,7 @@ from ._state import RateLimitState
 from .core.keys import Identity, cut, loggable
 from .core.overrides import ACTIONS, Change, Override, check_end
 from .core.rates import Layer, parse_limits
+from .core.throttle import StorageUnavailable
 from .errors import InvalidLimit
 
 __all__ = [
@@ -37,12 +39,26 @@ __all__ = [
     "overrides_of",
     "parse_target",
     "parse_when",
+    "unsure",
 ]
 
 #: The columns of ``flask ratelimit overrides``, and of the dashboard's overrides.
 OVERRIDES_HEADER = ("IDENTITY", "SCOPE", "ACTION", "LIMIT", "UNTIL (UTC)", "BY", "SET AT (UTC)")
 #: The columns of the latest changes.
 CHANGES_HEADER = ("TIME (UTC)", "BY", "CHANGE", "OVERRIDE", "UNTIL (UTC)")
+
+
+def unsure(error: BaseException) -> str:
+    """What to add to the report of a change that failed: nothing, unless
+    Redis did not answer in time, in which case it may have got the change
+    all the same, and make it when it answers."""
+    cause = error.__cause__ if isinstance(error, StorageUnavailable) else error
+    if not isinstance(cause, redis.TimeoutError):
+        return ""
+    return (
+        " The change may have reached Redis all the same, and be made when it answers:"
+        " the overrides in force (flask ratelimit overrides, or the dashboard) say whether it was."
+    )
 
 
 def override_rows(overrides: Sequence[Override]) -> list[tuple[str, ...]]:

@@ -6,6 +6,8 @@ Redis within a second."""
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import time
 from typing import Any
 
@@ -17,6 +19,7 @@ from test_dashboard import PREFIX, page, tables, token
 from flask_redis_throttle import RateLimit, StorageUnavailable, current_limit, dashboard, limit, refusal_log
 from flask_redis_throttle.core.overrides import LONGEST
 from flask_redis_throttle.extension import RateLimitState
+from flask_redis_throttle.testing import RedisServer
 
 
 def shop(app: Flask, **config: Any) -> RateLimitState:
@@ -463,6 +466,36 @@ def test_the_cli_refuses_to_change_overrides_on_memory(app: Flask, args: tuple[s
     assert "Redis (RATELIMIT_STORAGE_URL=redis://...) or local://" in out
     assert [c.what for c in RateLimit().override_changes(app=app)] == ["set"]
     assert [o.describe() for o in RateLimit().overrides(app=app)] == ["user:1 blocked on every scope"]
+
+
+@pytest.mark.redis
+@pytest.mark.real_clock
+def test_a_change_a_stalled_redis_cuts_off_says_it_may_still_be_made() -> None:
+    """Redis stopped (SIGSTOP) while a block is sent: the command times out
+    and exits 1, but Redis may run the change once it wakes up, so the
+    message says so and how to see, rather than that nothing changed."""
+    server = RedisServer()
+    server.start()
+    try:
+        app = Flask("tests")
+        app.config.update(TESTING=True, SECRET_KEY="test", RATELIMIT_STORAGE_URL=server.url)
+        shop(app)
+        client = app.test_client()
+        form = {"csrf_token": token(page(client)), "identity": "user:43", "action": "block", "for": "1h"}
+        os.kill(server.pid, signal.SIGSTOP)
+        try:
+            out = cli(app, "block", "user:42", "--for", "1h", code=1)
+            response = client.post(f"{PREFIX}/overrides", data=form, headers={"X-User": "admin"})
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+        for said in (out, response.text):
+            assert "rate limit storage unavailable" in said
+            assert "may have reached Redis all the same" in said
+            assert "flask ratelimit overrides, or the dashboard" in said
+        assert "Traceback" not in out
+        assert response.status_code == 503
+    finally:
+        server.close()
 
 
 def test_the_widest_networks_are_settings(app: Flask) -> None:
