@@ -277,6 +277,26 @@ def test_a_key_function_s_identity_can_be_blocked_allowed_and_overridden(app: Fl
     assert keyed("evil", 3) == [200, 200, 429]
 
 
+def shim_key() -> str | None:
+    return request.headers.get("X-Api-Key")
+
+
+def test_a_flask_limiter_key_func_s_identity_can_be_blocked(url: str) -> None:
+    """The same through the Flask-Limiter shim, whose key functions take no
+    request: ``shim_key:evil`` names the identity its key_func returns."""
+    from flask_redis_throttle.compat.flask_limiter import Limiter
+
+    app = Flask("tests")
+    app.config.update(TESTING=True, RATELIMIT_BLOCK_CACHE_SIZE=0)
+    Limiter(shim_key, app=app, storage_uri=url, default_limits=["2/minute"])
+    app.get("/")(lambda: "ok")
+    client = app.test_client()
+    assert f"key:{__name__}.shim_key:evil blocked" in cli(app, "block", "shim_key:evil", "--for", "1h")
+    assert statuses(client, 3, "/", headers={"X-Api-Key": "evil"}) == [429] * 3
+    assert statuses(client, 3, "/", headers={"X-Api-Key": "good"}) == [200, 200, 429]
+    app.extensions["ratelimit"].throttle.storage.close()
+
+
 # changes: logged, listed, checked
 
 
