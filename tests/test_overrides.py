@@ -489,7 +489,6 @@ def test_the_cli_refuses_to_change_overrides_on_memory(app: Flask, args: tuple[s
 
 
 @pytest.mark.redis
-@pytest.mark.real_clock
 def test_a_change_a_stalled_redis_cuts_off_says_it_may_still_be_made() -> None:
     """Redis stopped (SIGSTOP) while a block is sent: the command times out
     and exits 1, but Redis may run the change once it wakes up, so the
