@@ -32,7 +32,9 @@ from ._override_changes import (
     overrides_of,
     parse_target,
     parse_when,
+    unsure,
 )
+from ._overrides import Overrides
 from ._reports import (
     LIMITS_HEADER,
     STATUS_HEADER,
@@ -45,6 +47,7 @@ from ._reports import (
 )
 from ._state import EXTENSION_KEY, RateLimitState
 from .core.clients import redact
+from .core.embedded import EmbeddedRedis
 from .core.keys import Identity, loggable
 from .core.local import LocalFolder, server_status, stop_server
 from .core.refusals import Refusal, RefusalLog
@@ -231,13 +234,13 @@ def _set_override(
     """Check, store and report one override."""
     state = _state()
     throttle = _throttle(state)
-    overrides = overrides_of(state)
+    overrides = _shared_overrides(state)
     try:
         ends = parse_when(until, span, overrides.now())
         made = make_override(state, action, identity, limit, scope, ends, by or _user())
     except ValueError as error:
         raise click.UsageError(str(error)) from None
-    with _storage(throttle):
+    with _storage(throttle, change=True):
         overrides.put(made)
     click.echo(f"{made.describe()} until {utc(made.until)} UTC; every worker follows it within 1 second.")
 
@@ -285,6 +288,7 @@ def lift_command(identity: str | None, scope: str | None, everyone: bool, by: st
     scope or only on SCOPE; or, with --all, every override."""
     state = _state()
     throttle = _throttle(state)
+    overrides = _shared_overrides(state)
     if (identity is None) != everyone:
         raise click.UsageError("name an IDENTITY, or give --all to remove every override")
     target = None
@@ -293,8 +297,8 @@ def lift_command(identity: str | None, scope: str | None, everyone: bool, by: st
             target = parse_target(identity, state)[0]
         except ValueError as error:
             raise click.BadParameter(str(error), param_hint="'IDENTITY'") from None
-    with _storage(throttle):
-        gone = overrides_of(state).remove(target, scope, scope is None, by or _user())
+    with _storage(throttle, change=True):
+        gone = overrides.remove(target, scope, scope is None, by or _user())
     if not gone:
         click.echo("No such override; nothing removed.")
         return
@@ -320,6 +324,27 @@ def overrides_command(changes: int) -> None:
         click.echo()
         click.echo("Latest changes, newest first:")
         click.echo(table(CHANGES_HEADER, change_rows(latest)))
+
+
+def _shared_overrides(state: RateLimitState) -> Overrides:
+    """The app's overrides, for a command that changes them.
+
+    :raises click.UsageError: on the embedded store (``memory://``, or
+        ``local://`` with no server binary), whose overrides live in each
+        process's memory: the command's process is not the app servers',
+        so none of them would follow the change. Under Flask's ``TESTING``
+        the command is taken to run in the app's own process, as
+        :meth:`~flask.Flask.test_cli_runner` runs it, and goes ahead.
+    """
+    overrides = overrides_of(state)
+    storage = overrides.throttle.storage
+    if isinstance(storage.client, EmbeddedRedis) and not current_app.testing:
+        raise click.UsageError(
+            f"the storage is {storage.url}, which keeps overrides in each process's memory: this command "
+            "runs in a process of its own, so no app server would follow the change. Steer a running app "
+            "on a storage its processes share: Redis (RATELIMIT_STORAGE_URL=redis://...) or local://."
+        )
+    return overrides
 
 
 def _user() -> str:
@@ -428,10 +453,12 @@ def _endpoint(name: str) -> str:
 
 
 @contextmanager
-def _storage(throttle: Throttle) -> Iterator[None]:
-    """Turn Redis failures into a message and a non-zero exit."""
+def _storage(throttle: Throttle, change: bool = False) -> Iterator[None]:
+    """Turn Redis failures into a message and a non-zero exit; for a
+    ``change``, one that says when it may have been made all the same."""
     try:
         yield
     except (StorageUnavailable, redis.RedisError) as error:
         reason = error.__cause__ if isinstance(error, StorageUnavailable) else error
-        raise click.ClickException(f"rate limit storage unavailable at {redact(throttle.url)}: {reason}") from None
+        message = f"rate limit storage unavailable at {redact(throttle.url)}: {reason}"
+        raise click.ClickException(message + (unsure(error) if change else "")) from None

@@ -5,7 +5,7 @@ and :class:`~flask_redis_throttle.RateLimit`'s methods alike.
 Bad input raises :class:`ValueError` naming it, before anything is
 stored: an unknown action or scope, a malformed identity, network or
 limit, a network wider than the configured bound, an end that is not in
-the future. See :doc:`/overrides`.
+the future or more than ten years ahead. See :doc:`/overrides`.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import math
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 
+import redis
 from flask import Flask
 
 from ._console import parse_moment, parse_span, utc
@@ -22,8 +23,9 @@ from ._overrides import Overrides
 from ._reports import find_identity
 from ._state import RateLimitState
 from .core.keys import Identity, cut, loggable
-from .core.overrides import ACTIONS, Change, Override, network_of, refuse_zone
+from .core.overrides import ACTIONS, Change, Override, check_end, network_of, refuse_zone
 from .core.rates import Layer, parse_limits
+from .core.throttle import StorageUnavailable
 from .errors import InvalidLimit
 
 __all__ = [
@@ -36,12 +38,26 @@ __all__ = [
     "overrides_of",
     "parse_target",
     "parse_when",
+    "unsure",
 ]
 
 #: The columns of ``flask ratelimit overrides``, and of the dashboard's overrides.
 OVERRIDES_HEADER = ("IDENTITY", "SCOPE", "ACTION", "LIMIT", "UNTIL (UTC)", "BY", "SET AT (UTC)")
 #: The columns of the latest changes.
 CHANGES_HEADER = ("TIME (UTC)", "BY", "CHANGE", "OVERRIDE", "UNTIL (UTC)")
+
+
+def unsure(error: BaseException) -> str:
+    """What to add to the report of a change that failed: nothing, unless
+    Redis did not answer in time, in which case it may have got the change
+    all the same, and make it when it answers."""
+    cause = error.__cause__ if isinstance(error, StorageUnavailable) else error
+    if not isinstance(cause, redis.TimeoutError):
+        return ""
+    return (
+        " The change may have reached Redis all the same, and be made when it answers:"
+        " the overrides in force (flask ratelimit overrides, or the dashboard) say whether it was."
+    )
 
 
 def override_rows(overrides: Sequence[Override]) -> list[tuple[str, ...]]:
@@ -80,7 +96,8 @@ def make_override(
     :raises ValueError: naming what is wrong: an unknown action or scope,
         a malformed identity, network or limit, a network wider than
         ``RATELIMIT_OVERRIDE_WIDEST_IPV4`` or ``RATELIMIT_OVERRIDE_WIDEST_IPV6``,
-        an end that is not in the future.
+        an end that is not in the future or more than ten years ahead
+        (:data:`~flask_redis_throttle.core.overrides.LONGEST`).
     """
     overrides = overrides_of(state)
     if action not in ACTIONS:
@@ -102,8 +119,7 @@ def make_override(
     elif limit is not None:
         raise ValueError(f"a {action} takes no limit, but {limit!r} was given")
     now = overrides.now()
-    if until <= now:
-        raise ValueError(f"the end, {utc(until)} UTC, is not in the future (now is {utc(now)} UTC)")
+    check_end(until, now)
     return Override(action, name, scope, until, layers, network, cut(loggable(by or "unknown")), now)
 
 
@@ -166,7 +182,9 @@ def parse_when(until: object, duration: object, now: float) -> float:
         ``2027-12-31T18:00:00+01:00`` (UTC unless it says otherwise).
     :param duration: a :class:`~datetime.timedelta`, seconds, or text such
         as ``90s``, ``2h``, ``1h30m`` or ``7d``.
-    :raises ValueError: unless exactly one is given, and well formed.
+    :raises ValueError: unless exactly one is given, and well formed. One
+        too far off for a float comes back as an infinity, for
+        :func:`make_override` to refuse.
     """
     if (until is None) == (duration is None):
         raise ValueError("give one end: until (a time such as 2027-12-31) or a duration (a span such as 2h)")
@@ -174,12 +192,13 @@ def parse_when(until: object, duration: object, now: float) -> float:
         if isinstance(duration, timedelta):
             return now + duration.total_seconds()
         if isinstance(duration, str):
-            seconds = parse_span(duration)
-            if seconds is None:
+            span = parse_span(duration)
+            if span is None:
                 raise ValueError(f"duration {duration!r} is not a span such as 90s, 2h, 1h30m or 7d")
+            return now + _seconds(span)
+        seconds = _seconds(duration)
+        if not math.isnan(seconds):
             return now + seconds
-        if _finite(duration):
-            return now + float(duration)  # type: ignore[arg-type]
         raise ValueError(f"duration {duration!r} is not a span such as 2h, a number of seconds, or a timedelta")
     if isinstance(until, datetime):
         return (until if until.tzinfo is not None else until.replace(tzinfo=timezone.utc)).timestamp()
@@ -187,10 +206,20 @@ def parse_when(until: object, duration: object, now: float) -> float:
         if parse_span(until) is not None:
             raise ValueError(f"until {until!r} is a span: give it as the duration, or give a time such as 2027-12-31")
         return parse_moment(until, now)
-    if _finite(until):
-        return float(until)  # type: ignore[arg-type]
+    moment = _seconds(until)
+    if not math.isnan(moment):
+        return moment
     raise ValueError(f"until {until!r} is not a time: a datetime, seconds since the epoch, or an ISO time")
 
 
-def _finite(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+def _seconds(value: object) -> float:
+    """A number of seconds as a float; one too large for a float (``10**400``,
+    a span of that many days) as an infinity, which the bound on the end
+    then refuses by name, rather than an :class:`OverflowError`; NaN for
+    anything that is no number, NaN and booleans included."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return math.nan
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf

@@ -51,6 +51,7 @@ from ._override_changes import (
     overrides_of,
     parse_target,
     parse_when,
+    unsure,
 )
 from ._overrides import Overrides
 from ._reports import (
@@ -207,7 +208,7 @@ def _override(by: str) -> Response:
     try:
         overrides.put(made)
     except (StorageUnavailable, redis.RedisError) as error:
-        abort(503, f"rate limit storage unavailable: {error}")
+        abort(503, f"rate limit storage unavailable: {error}.{unsure(error)}")
     flash(f"{_shown(made.describe())} until {utc(made.until)} UTC.", "ratelimit")
     return redirect(url_for(".index", _anchor="overrides"))
 
@@ -225,7 +226,7 @@ def _remove_override(by: str) -> Response:
     try:
         gone = overrides.remove(target, scope, False, by)
     except (StorageUnavailable, redis.RedisError) as error:
-        abort(503, f"rate limit storage unavailable: {error}")
+        abort(503, f"rate limit storage unavailable: {error}.{unsure(error)}")
     message = f"Removed: {_shown(gone[0].describe())}." if gone else "No such override: nothing removed."
     flash(message, "ratelimit")
     return redirect(url_for(".index", _anchor="overrides"))

@@ -200,9 +200,12 @@ class RateLimit:
         :raises ValueError: naming what is wrong, with nothing stored: an
             unknown scope, a malformed identity, network or limit, a network
             wider than ``RATELIMIT_OVERRIDE_WIDEST_IPV4``/``_IPV6``, an end
-            not in the future, or neither or both of ``until`` and ``duration``.
+            not in the future or more than ten years ahead, or neither or
+            both of ``until`` and ``duration``.
         :raises RuntimeError: if the extension is not set up on the app, or is disabled.
-        :raises StorageUnavailable: if Redis could not answer.
+        :raises StorageUnavailable: if Redis could not answer; nothing is
+            stored then, unless Redis did not answer in time, and makes the
+            change when it wakes up.
         """
         return self._set("limit", identity, limit, scope, until, duration, by, app)
 

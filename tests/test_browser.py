@@ -20,15 +20,18 @@ import shutil
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+import shop as docs_shop  # tests/shop.py, the docs' app
 from flask import Flask
 from helpers import get, join_all
 from test_dashboard import PREFIX, shop
 from werkzeug.serving import make_server
 
+from flask_redis_throttle import dashboard
 from flask_redis_throttle.core.keys import MAX_VALUE_LENGTH
 from flask_redis_throttle.extension import RateLimitState
 
@@ -74,19 +77,26 @@ def browser() -> Iterator[Any]:
         driver.quit()
 
 
-@pytest.fixture
-def served(app: Flask) -> Iterator[tuple[Flask, str]]:
-    """The dashboard's shop app, served on a free local port until the test ends."""
-    shop(app, authorize=lambda: True)
+@contextmanager
+def serving(app: Flask) -> Iterator[str]:
+    """``app`` served on a free local port in the block: its base URL."""
     server = make_server("127.0.0.1", 0, app, threaded=True)
     thread = threading.Thread(target=server.serve_forever, name="werkzeug", daemon=True)
     thread.start()
     try:
-        yield app, f"http://127.0.0.1:{server.server_port}"
+        yield f"http://127.0.0.1:{server.server_port}"
     finally:
         server.shutdown()
         join_all([thread], 10, "the app's server")
         server.server_close()
+
+
+@pytest.fixture
+def served(app: Flask) -> Iterator[tuple[Flask, str]]:
+    """The dashboard's shop app, served on a free local port until the test ends."""
+    shop(app, authorize=lambda: True)
+    with serving(app) as base:
+        yield app, base
 
 
 def seed(state: RateLimitState) -> None:
@@ -195,16 +205,48 @@ def test_the_dashboard_in_a_real_browser(served: tuple[Flask, str], browser: Any
 
 
 def assert_on_the_page(browser: Any, tables: tuple[str, ...]) -> None:
-    """No part of the page, nor any cell of ``tables``, is out of the window's width."""
+    """No part of the page is out of the window's width, nor any cell of
+    ``tables`` out of the page's column (the body's content box, which is
+    narrower than a wide window)."""
     width = browser.execute_script("return document.documentElement.clientWidth")
     assert browser.execute_script("return document.documentElement.scrollWidth") <= width
+    column = browser.execute_script(
+        "const body = document.body;"
+        "return body.getBoundingClientRect().right - parseFloat(getComputedStyle(body).paddingRight)"
+    )
+    assert column <= width
     for table in tables:
         rights = browser.execute_script(
             "return Array.from(document.querySelectorAll(arguments[0]), c => c.getBoundingClientRect().right)",
             f"#{table} td, #{table} th",
         )
         assert rights, table
-        assert max(rights) <= width, table
+        assert max(rights) <= column + 0.5, (table, max(rights) - column)
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("storage_url", ["redis"], indirect=True)
+def test_the_limits_table_keeps_to_the_page_s_column(storage_url: str, browser: Any) -> None:
+    """The docs' app (tests/shop.py), whose default limit reaches the
+    dashboard's own routes: endpoint and scope names such as
+    ``ratelimit_dashboard.remove_override``, with no space to break at,
+    stretched the limits table past the page's column (by 283 px at this
+    width), since a cell that breaks words only to fit ("break-word")
+    still widens its column to its longest word."""
+    from selenium.webdriver.common.by import By
+
+    app = docs_shop.create_app(storage_url)
+    app.register_blueprint(dashboard.blueprint(authorize=lambda: True), url_prefix=PREFIX)
+    try:
+        with serving(app) as base:
+            browser.get(f"{base}{PREFIX}/")
+            limits = browser.find_element(By.ID, "limits-table").text
+            assert "ratelimit_dashboard.remove_override" in limits.replace("\n", "")
+            assert "1000/1d (5 concurrent, lease 60s)" in limits
+            assert_on_the_page(browser, ("limits-table",))
+    finally:
+        state = app.extensions["ratelimit"]
+        state.throttle.storage.close()
 
 
 def gone(element: Any) -> bool:

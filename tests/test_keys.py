@@ -10,7 +10,7 @@ from helpers import add_login, install
 from redis.crc import key_slot
 
 from flask_redis_throttle import limit
-from flask_redis_throttle.core.keys import escape_scope, identity_tag
+from flask_redis_throttle.core.keys import Identity, escape_scope, identity_tag
 
 HOSTILE = [
     "",
@@ -35,6 +35,22 @@ KEY = re.compile(rb"rl:\{(ip|user):[A-Za-z0-9_-]{22}\}:[A-Za-z0-9._/@+%-]+:fw")
 @pytest.mark.parametrize("value", HOSTILE)
 def test_tags_are_short_and_safe(value: str) -> None:
     assert TAG.fullmatch(identity_tag("user", value))
+
+
+@pytest.mark.parametrize(
+    "identity",
+    [
+        Identity("ip", "2001:db8::/64"),
+        Identity("user", "a:b"),
+        Identity("key:app.limits.api_key", "k:1:{x}"),
+        Identity("key:api_key", ""),
+        Identity("ip", ""),
+    ],
+)
+def test_an_identity_reads_back_as_str_writes_it(identity: Identity) -> None:
+    """What overrides keep, ``str(identity)``, splits into the kind and value
+    requests have, a key function's colon-free name and all."""
+    assert Identity.written(str(identity)) == identity
 
 
 def test_tags_are_distinct() -> None:

@@ -8,7 +8,9 @@ from __future__ import annotations
 import ipaddress
 import json
 import logging
+import os
 import re
+import signal
 import time
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -18,13 +20,14 @@ from flask import Flask, request
 from helpers import FakeMonotonic, add_login, evalsha_calls, extension_records, flask_command, get, install
 from test_dashboard import PREFIX, page, tables, token
 
-from flask_redis_throttle import RateLimit, current_limit, dashboard, limit, refusal_log
+from flask_redis_throttle import RateLimit, StorageUnavailable, current_limit, dashboard, limit, refusal_log
 from flask_redis_throttle import _notices as notices
 from flask_redis_throttle.core import overrides as overrides_module
 from flask_redis_throttle.core.keys import Identity
-from flask_redis_throttle.core.overrides import Override, OverrideTable
+from flask_redis_throttle.core.overrides import LONGEST, Override, OverrideTable
 from flask_redis_throttle.errors import BLOCKED, Blocked, RateLimitExceeded
 from flask_redis_throttle.extension import RateLimitState
+from flask_redis_throttle.testing import RedisServer
 
 
 def shop(app: Flask, **config: Any) -> RateLimitState:
@@ -302,6 +305,67 @@ def test_every_override_is_stored_with_an_expiry(app: Flask, clock: Any) -> None
     assert abs(time.time() + left - until) < 5
 
 
+def api_key(request: Any) -> str | None:
+    return request.headers.get("X-Api-Key")
+
+
+def test_a_key_function_s_identity_can_be_blocked_allowed_and_overridden(app: Flask) -> None:
+    """A key function's identity, written as the docs write it
+    (``api_key:<value>``), is blocked, allowed and overridden like any
+    other; ``overrides`` lists it in full, and that spelling lifts it.
+    Before, the CLI said it blocked ``key:...api_key:evil`` and the key
+    went on getting 200, 200, 429."""
+    shop(app, RATELIMIT_IDENTITIES=[api_key])
+    client = app.test_client()
+    kind = f"key:{__name__}.api_key"
+
+    def keyed(value: str, n: int) -> list[int]:
+        return statuses(client, n, headers={"X-Api-Key": value})
+
+    # Each from another surface: the CLI, Python and the dashboard.
+    assert f"{kind}:evil blocked on every scope" in cli(app, "block", "api_key:evil", "--for", "1h")
+    assert RateLimit().allow("api_key:friend", scope="api", duration="1h", app=app).target == f"{kind}:friend"
+    form = {
+        "csrf_token": token(page(client)),
+        "identity": "api_key:big",
+        "action": "limit",
+        "limit": "4/m",
+        "for": "1h",
+    }
+    assert client.post(f"{PREFIX}/overrides", data=form, headers={"X-User": "admin"}).status_code == 302
+    assert keyed("evil", 3) == [429] * 3
+    assert keyed("friend", 5) == [200] * 5
+    assert keyed("big", 5) == [200] * 4 + [429]
+    assert keyed("plain", 3) == [200, 200, 429]
+    assert [row.split()[0] for row in cli(app, "overrides", "--changes", "0").splitlines()[1:]] == [
+        f"{kind}:big",
+        f"{kind}:evil",
+        f"{kind}:friend",
+    ]
+    assert f"removed: {kind}:evil blocked on every scope" in cli(app, "lift", f"{kind}:evil")
+    assert keyed("evil", 3) == [200, 200, 429]
+
+
+def shim_key() -> str | None:
+    return request.headers.get("X-Api-Key")
+
+
+def test_a_flask_limiter_key_func_s_identity_can_be_blocked(url: str) -> None:
+    """The same through the Flask-Limiter shim, whose key functions take no
+    request: ``shim_key:evil`` names the identity its key_func returns."""
+    from flask_redis_throttle.compat.flask_limiter import Limiter
+
+    app = Flask("tests")
+    app.config.update(TESTING=True, RATELIMIT_BLOCK_CACHE_SIZE=0)
+    Limiter(shim_key, app=app, storage_uri=url, default_limits=["2/minute"])
+    app.get("/")(lambda: "ok")
+    client = app.test_client()
+    assert f"key:{__name__}.shim_key:evil blocked" in cli(app, "block", "shim_key:evil", "--for", "1h")
+    assert statuses(client, 3, "/", headers={"X-Api-Key": "evil"}) == [429] * 3
+    assert statuses(client, 3, "/", headers={"X-Api-Key": "good"}) == [200, 200, 429]
+    app.extensions["ratelimit"].throttle.storage.close()
+
+
 # changes: logged, listed, checked
 
 
@@ -434,6 +498,185 @@ def test_ten_thousand_networks_are_found_by_prefix_not_one_by_one(app: Flask, mo
     for ip, status in expected.items():
         assert get(client, "/api", ip=ip).status_code == status, ip
     assert compared == []
+
+
+ABSURD = "999999999999999d"
+#: A span too long for a float: an OverflowError, not a 400, before.
+OVERFLOWING = "1" + "0" * 400 + "d"
+
+
+def _set_absurdly(app: Flask, surface: str) -> str:
+    """Block user:1 with an end centuries away through ``surface``: the
+    error each answers with."""
+    ratelimit = RateLimit()
+    if surface.startswith("python"):
+        end = {
+            "python until": {"until": 1e17},
+            "python until int": {"until": 10**400},
+            "python duration": {"duration": ABSURD},
+        }[surface]
+        with pytest.raises(ValueError, match="the end") as raised:
+            ratelimit.block("user:1", app=app, **end)  # type: ignore[arg-type]
+        return str(raised.value)
+    if surface.startswith("cli"):
+        end = {
+            "cli --for": ("--for", ABSURD),
+            "cli --for overflowing": ("--for", OVERFLOWING),
+            "cli --until": ("--until", "2999-01-01"),
+        }[surface]
+        return cli(app, "block", "user:1", *end, code=2)
+    client = app.test_client()
+    span = OVERFLOWING if surface == "dashboard overflowing" else ABSURD
+    form = {"csrf_token": token(page(client)), "identity": "user:1", "action": "block", "for": span}
+    response = client.post(f"{PREFIX}/overrides", data=form, headers={"X-User": "admin"})
+    assert response.status_code == 400
+    return str(response.text)
+
+
+@pytest.mark.parametrize(
+    "surface",
+    [
+        "python until",
+        "python until int",
+        "python duration",
+        "cli --for",
+        "cli --for overflowing",
+        "cli --until",
+        "dashboard",
+        "dashboard overflowing",
+    ],
+)
+def test_an_end_past_ten_years_is_refused_before_anything_is_written(app: Flask, surface: str) -> None:
+    """docs/overrides.rst, "Mistakes change nothing": an end centuries away
+    was stored and enforced, but not logged, and poisoned every later
+    change (Redis cannot hold its expiry)."""
+    shop(app)
+    ratelimit = RateLimit()
+    assert "is more than 10 years ahead" in _set_absurdly(app, surface)
+    assert ratelimit.overrides(app=app) == []
+    assert ratelimit.override_changes(app=app) == []
+    ratelimit.block("user:7", duration="7d", app=app)
+    assert [c.what for c in ratelimit.override_changes(app=app)] == ["set"]
+    assert get(app.test_client(), "/api", user="7").status_code == 429
+
+
+def test_an_end_stored_past_the_bound_poisons_no_later_change(app: Flask) -> None:
+    """An end past the bound already in the hash (written by hand, or by a
+    version without the bound) makes the expiry the bound's, and every
+    later change is stored, logged and expires with the hash as it should."""
+    state = shop(app)
+    assert state.throttle is not None
+    assert state.overrides is not None
+    store, client = state.overrides.store, state.throttle.storage.client
+    cli(app, "block", "user:1", "--for", "1h")
+    raw = client.execute_command("HGET", store.key, "*\0user:1")
+    client.execute_command("HSET", store.key, "*\0user:1", raw.replace(b'"until": ', b'"until": 1e17, "was": '))
+    assert "user:7 blocked on every scope" in cli(app, "block", "user:7", "--for", "7d")
+    assert "removed: user:7 blocked" in cli(app, "lift", "user:7")
+    cli(app, "allow", "user:8", "--for", "7d")
+    assert [c.what for c in RateLimit().override_changes(app=app)] == ["set", "removed", "set", "set"]
+    left = client.pttl(store.key) / 1000
+    assert abs(time.time() + left - (state.overrides.now() + LONGEST)) < 5  # the bound's, not 1e17's
+
+
+def test_a_change_drops_any_number_of_overrides_whose_time_has_passed(app: Flask, clock: Any) -> None:
+    """More ended overrides than Lua's unpack() takes at once (some 8,000)
+    are dropped by the next change, which is stored whole."""
+    state = shop(app)
+    assert state.throttle is not None
+    assert state.overrides is not None
+    store, client = state.overrides.store, state.throttle.storage.client
+    RateLimit().block("user:1", duration="1h", app=app)
+    ended = state.overrides.now() - 1
+    fields = {f"*\0user:{n}": f'{{"until": {ended}}}' for n in range(2, 10_002)}
+    client.execute_command("HSET", store.key, *(part for pair in fields.items() for part in pair))
+    RateLimit().block("user:2", duration="1h", app=app)
+    assert client.execute_command("HLEN", store.key) == 3  # user:1, user:2 and the version
+    assert [o.target for o in RateLimit().overrides(app=app)] == ["user:1", "user:2"]
+
+
+def test_a_change_is_stored_with_its_log_entry_or_not_at_all(app: Flask) -> None:
+    state = shop(app)
+    assert state.throttle is not None
+    assert state.overrides is not None
+    store, client = state.overrides.store, state.throttle.storage.client
+    ratelimit = RateLimit()
+    ratelimit.block("user:1", duration="1h", app=app)
+    client.delete(store.log_key)
+    client.set(store.log_key, "not a stream")
+    with pytest.raises(StorageUnavailable):
+        ratelimit.block("user:2", duration="1h", app=app)
+    with pytest.raises(StorageUnavailable):
+        ratelimit.remove_overrides("user:1", app=app)
+    assert [o.target for o in ratelimit.overrides(app=app)] == ["user:1"]
+    assert client.pttl(store.key) > 0
+
+
+def test_a_failed_override_write_never_opens_the_breaker(app: Flask) -> None:
+    """Three failed writes of the overrides opened the breaker of the
+    request path, and 6 of 6 requests passed a 2/m limit."""
+    state = shop(app, RATELIMIT_BREAKER_THRESHOLD=3, RATELIMIT_IDENTITIES=["ip"])
+    assert state.throttle is not None
+    assert state.overrides is not None
+    state.throttle.storage.client.set(state.overrides.store.key, "not a hash")
+    for _ in range(3):
+        with pytest.raises(StorageUnavailable):
+            RateLimit().block("user:1", duration="1h", app=app)
+    assert statuses(app.test_client(), 6) == [200, 200] + [429] * 4
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("block", "user:1", "--for", "1h"),
+        ("allow", "user:1", "--for", "1h"),
+        ("override", "user:1", "5/m", "--for", "1h"),
+        ("lift", "user:1"),
+        ("lift", "--all"),
+    ],
+)
+@pytest.mark.parametrize("storage_url", ["memory"], indirect=True)
+def test_the_cli_refuses_to_change_overrides_on_memory(app: Flask, args: tuple[str, ...]) -> None:
+    """The ``flask`` command runs in a process of its own, whose memory://
+    store no app server reads: it said every worker would follow a block
+    within a second, exited 0, and nothing changed in the running app.
+    (Tests, with TESTING, run it in the app's process, where it works.)"""
+    shop(app, TESTING=False)
+    RateLimit().block("user:1", duration="1h", app=app)  # what the app's own process set
+    out = cli(app, *args, code=2)
+    assert "memory://, which keeps overrides in each process's memory" in out
+    assert "Redis (RATELIMIT_STORAGE_URL=redis://...) or local://" in out
+    assert [c.what for c in RateLimit().override_changes(app=app)] == ["set"]
+    assert [o.describe() for o in RateLimit().overrides(app=app)] == ["user:1 blocked on every scope"]
+
+
+@pytest.mark.redis
+def test_a_change_a_stalled_redis_cuts_off_says_it_may_still_be_made() -> None:
+    """Redis stopped (SIGSTOP) while a block is sent: the command times out
+    and exits 1, but Redis may run the change once it wakes up, so the
+    message says so and how to see, rather than that nothing changed."""
+    server = RedisServer()
+    server.start()
+    try:
+        app = Flask("tests")
+        app.config.update(TESTING=True, SECRET_KEY="test", RATELIMIT_STORAGE_URL=server.url)
+        shop(app)
+        client = app.test_client()
+        form = {"csrf_token": token(page(client)), "identity": "user:43", "action": "block", "for": "1h"}
+        os.kill(server.pid, signal.SIGSTOP)
+        try:
+            out = cli(app, "block", "user:42", "--for", "1h", code=1)
+            response = client.post(f"{PREFIX}/overrides", data=form, headers={"X-User": "admin"})
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+        for said in (out, response.text):
+            assert "rate limit storage unavailable" in said
+            assert "may have reached Redis all the same" in said
+            assert "flask ratelimit overrides, or the dashboard" in said
+        assert "Traceback" not in out
+        assert response.status_code == 503
+    finally:
+        server.close()
 
 
 def test_the_widest_networks_are_settings(app: Flask) -> None:

@@ -59,6 +59,18 @@ class Identity:
     def __str__(self) -> str:
         return f"{self.kind}:{self.value}"
 
+    @classmethod
+    def written(cls, text: str) -> Identity:
+        """The identity that ``str()`` wrote as ``text``: its kind runs to
+        the first colon, or, for a key function's (``key:<module>.<name>``,
+        whose name has no colon), to the second; the value is the rest,
+        colons and all."""
+        kind, _colon, value = text.partition(":")
+        if kind == "key":
+            name, _colon, value = value.partition(":")
+            kind = f"key:{name}"
+        return cls(kind, value)
+
 
 #: Values longer than this are hashed every time rather than cached, so that
 #: the cache cannot hold on to megabytes of a hostile client's identities.

@@ -8,6 +8,10 @@ field that every change sets anew; and each change in a capped stream,
 ``<prefix>{overrides}:log``. The braces put both in one cluster slot. The
 hash expires when its last override does, and every reader ignores an
 override whose time has passed, so nothing outlives what it was set for.
+Each change is one script call (``lua/overrides.lua``): its fields, the
+version, the expiry and its log entries are written together, or, if any
+of it would fail, none is. An override ends at most :data:`LONGEST`
+ahead, which :meth:`OverrideStore.put` checks before anything is sent.
 
 Each process keeps a :class:`OverrideTable`, a snapshot, in memory; its
 :class:`OverrideFollower` asks the storage for the version at most once a
@@ -29,7 +33,9 @@ import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from datetime import datetime, timezone
+from functools import cache, lru_cache
+from importlib.resources import files
 from typing import Any
 
 from .bounded import remember
@@ -38,12 +44,15 @@ from .rates import Layer, parse_limits
 
 __all__ = [
     "ACTIONS",
+    "LONGEST",
+    "LONGEST_YEARS",
     "REFRESH_INTERVAL",
     "Change",
     "Override",
     "OverrideFollower",
     "OverrideStore",
     "OverrideTable",
+    "check_end",
     "network_of",
     "refuse_zone",
 ]
@@ -55,6 +64,10 @@ ACTIONS = ("limit", "allow", "block")
 REFRESH_INTERVAL = 1.0
 #: The field of the hash that changes with every change.
 VERSION_FIELD = "~version"
+#: How far ahead, at most, an override ends, in years, and in seconds:
+#: ten years, leap days included.
+LONGEST_YEARS = 10
+LONGEST = 3653 * 86_400
 #: How many addresses' lookups in the networks a table keeps: a client seen
 #: again skips reading its address; a new one costs a lookup per prefix
 #: length in use, so forgetting them all when full costs little.
@@ -153,7 +166,7 @@ class Override:
         by = data.get("by", "")
         if not isinstance(by, str):
             raise ValueError(f"its author {_shown(by)} is not text")
-        until, at = _moment(data.get("until"), "end"), _moment(data.get("at", 0.0), "time set")
+        until, at = _stored_time(data.get("until"), "end"), _stored_time(data.get("at", 0.0), "time set")
         return cls(action, target, scope, until, layers, network, by, at)
 
     @classmethod
@@ -172,7 +185,7 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _moment(value: Any, what: str) -> float:
+def _stored_time(value: Any, what: str) -> float:
     """A time read from storage, in seconds since the epoch.
 
     :raises ValueError: unless it is a finite number.
@@ -307,14 +320,15 @@ class OverrideTable:
         #: identity (see :meth:`find`), worked out once.
         self._ranks: dict[Override, tuple[bool, bool, int]] = {}
         for override in live:
-            kind, _colon, value = override.target.partition(":")
+            # Split as requests' identities are, a key function's kind and all.
+            who = Identity.written(override.target)
             width = 129  # an identity is narrower than any network
             if override.network:
-                network = network_of(value)
+                network = network_of(who.value)
                 networks.append((network, override))
                 width = network.prefixlen
             else:
-                self.exact.setdefault((kind, value), []).append(override)
+                self.exact.setdefault((who.kind, who.value), []).append(override)
             self._ranks[override] = (override.action == "block", override.scope is not None, width)
         #: The overrides of networks, found by prefix.
         self.networks = _Networks(networks)
@@ -409,11 +423,17 @@ class OverrideStore:
         return version, found, unreadable
 
     def put(self, override: Override) -> None:
-        """Store ``override``, replacing any for the same target and scope, and log it."""
-        client = self.client
-        client.execute_command("HSET", self.key, override.field, override.encode(), VERSION_FIELD, _token())
-        self._tidy()
-        self._log(override.by, "set", override.describe(), override.until)
+        """Store ``override``, replacing any for the same target and scope,
+        and log it: in one step, with the hash's expiry.
+
+        :raises ValueError: if its end is not in the future, or more than
+            :data:`LONGEST` ahead; nothing is written then.
+        """
+        now = self.clock()
+        check_end(override.until, now)
+        self._change(
+            now, override.by, "set", override.field, override.encode(), override.describe(), repr(override.until)
+        )
 
     def remove(
         self, target: str | None, scope: str | None = None, *, every_scope: bool = True, by: str = ""
@@ -425,55 +445,55 @@ class OverrideStore:
         """
         _version, found = self.load()
         gone = [o for o in found if (target is None or o.target == target) and (every_scope or o.scope == scope)]
-        if gone:
-            self.client.execute_command("HDEL", self.key, *(o.field for o in gone))
-            self.client.execute_command("HSET", self.key, VERSION_FIELD, _token())
-            self._tidy()
-            for override in gone:
-                self._log(by, "removed", override.describe(), None)
-        return gone
+        if not gone:
+            return []
+        # Another writer may have removed some since they were read: each
+        # is logged, and returned, only by the one that removed it.
+        removed = self._change(self.clock(), by, "removed", *(part for o in gone for part in (o.field, o.describe())))
+        return [override for override, there in zip(gone, removed, strict=True) if there]
 
     def changes(self, count: int = 20) -> list[Change]:
         """The latest changes, newest first."""
         entries = self.client.xrevrange(self.log_key, "+", "-", count=count)
         return [_change(fields) for _entry_id, fields in entries]
 
-    def _tidy(self) -> None:
-        """Drop the overrides whose time has passed, and make the hash
-        expire with its last override.
+    def _change(self, now: float, by: str, what: str, *fields: str) -> Any:
+        """Make one change (see ``lua/overrides.lua``), with a new version,
+        the hash's expiry and its log entries, all in one script call."""
+        args = (repr(now), _token(), self.log_size, by, what, LONGEST, *fields)
+        return self.client.eval(_script(), 2, self.key, self.log_key, *args)
 
-        Another writer may set the expiry at the same moment from what it
-        read before this one's override was in: so the expiry is read back
-        after it is set, and set again until it covers every override in the
-        hash. The last writer to set it always checks it afterwards.
-        """
-        client, key = self.client, self.key
-        for _attempt in range(5):
-            raw = client.hgetall(key)
-            raw.pop(VERSION_FIELD.encode(), None)
-            now = self.clock()
-            decoded = {name: Override.decode(value) for name, value in raw.items()}
-            # A field this version cannot read (a newer one's, in a rolling
-            # upgrade) is left alone: only overrides whose time has passed go.
-            stale = [name for name, o in decoded.items() if o is not None and o.until <= now]
-            if stale:
-                client.execute_command("HDEL", key, *stale)
-            untils = [o.until for o in decoded.values() if o is not None and o.until > now]
-            # With no override left, the version stays a minute, for readers to see the change.
-            deadline = round(max(untils, default=now + 60) * 1000)
-            client.execute_command("PEXPIREAT", key, deadline)
-            latest = max(
-                (o.until for o in map(Override.decode, client.hgetall(key).values()) if o is not None),
-                default=0.0,
-            )
-            if round(latest * 1000) <= deadline:
-                return
 
-    def _log(self, by: str, what: str, override: str, until: float | None) -> None:
-        fields = {"time": repr(self.clock()), "by": by, "what": what, "override": override}
-        if until is not None:
-            fields["until"] = repr(until)
-        self.client.xadd(self.log_key, fields, maxlen=self.log_size, approximate=True)
+@cache
+def _script() -> str:
+    return (files(__package__) / "lua" / "overrides.lua").read_text("utf-8")
+
+
+def check_end(until: float, now: float) -> None:
+    """Check an override's end, ``until``, set at ``now`` (both in seconds
+    since the epoch).
+
+    :raises ValueError: unless it is in the future and at most
+        :data:`LONGEST` ahead. An end past that is a slip (a year's digits
+        typed twice, a span in the wrong unit), and stored it would have to
+        be written as an expiry Redis can hold.
+    """
+    if not until > now:  # NaN too
+        raise ValueError(f"the end, {_moment(until)}, is not in the future (now is {_moment(now)})")
+    if until - now > LONGEST:
+        raise ValueError(
+            f"the end, {_moment(until)}, is more than {LONGEST_YEARS} years ahead (now is {_moment(now)}):"
+            " an override lasts at most that long"
+        )
+
+
+def _moment(seconds: float) -> str:
+    """A time for a message, as ``2027-12-31 00:00:00 UTC``; one no calendar
+    holds as a number of seconds since the epoch."""
+    try:
+        return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, ValueError, OSError):
+        return f"{seconds!r} seconds since the epoch"
 
 
 def _token() -> str:

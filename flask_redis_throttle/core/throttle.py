@@ -523,12 +523,7 @@ class Throttle:
         """
         breaker = self.breaker
         if breaker is None:
-            try:
-                return function(*args, **kwargs)
-            except STORAGE_ERRORS as error:
-                raise StorageUnavailable(self._failed(error)) from error
-            except Exception as error:
-                raise self.unexpected(error) from error
+            return self.call_unguarded(function, *args, **kwargs)
         if not self.storage.cluster:
             # One server's one breaker: no cluster's bookkeeping of nodes.
             if not breaker.allow():
@@ -561,6 +556,24 @@ class Throttle:
         for guard in allowed:
             guard.success()
         return result
+
+    def call_unguarded(self, function: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        """Make one Redis call, ``function(*args, **kwargs)``, past the
+        circuit breakers: neither held back by them nor counted by them.
+
+        For an operator's write, such as an override's: whether it fails
+        says nothing of whether requests can be decided, so it must not
+        open the breaker that guards them, nor wait for it.
+
+        :raises StorageUnavailable: if the call failed.
+        :raises UnexpectedError: if it raised an error that is not Redis's.
+        """
+        try:
+            return function(*args, **kwargs)
+        except STORAGE_ERRORS as error:
+            raise StorageUnavailable(self._failed(error)) from error
+        except Exception as error:
+            raise self.unexpected(error) from error
 
     def _failed(self, error: Exception) -> str:
         """What went wrong, for the warning: Redis's own words."""
