@@ -18,7 +18,17 @@ from collections.abc import Callable, Sequence
 from time import perf_counter
 from typing import Any, NoReturn
 
-from flask import Flask, Request, Response, after_this_request, g, got_request_exception, request
+from flask import (
+    Flask,
+    Request,
+    Response,
+    after_this_request,
+    g,
+    got_request_exception,
+    request,
+    request_finished,
+    request_tearing_down,
+)
 from werkzeug.exceptions import ServiceUnavailable
 from werkzeug.wrappers import Response as AnyResponse
 
@@ -49,7 +59,7 @@ RequestFilter = Callable[[Request], bool]
 OUTCOME_ATTRIBUTE = "_ratelimit"
 #: The attribute of ``g`` that holds the concurrency slots a request holds
 #: (:class:`~flask_redis_throttle.core.throttle.Hold`), from the moment it
-#: takes them until a response or an exception takes them over.
+#: takes them until its final response or an exception takes them over.
 HELD_ATTRIBUTE = "_ratelimit_held"
 
 #: How many identities' layers that came near their limit a process
@@ -75,8 +85,9 @@ class Outcome:
     retry: bool = False
     #: The deferred batches to count once the response is known, if any.
     deferred: list[Batch] | None = None
-    #: The concurrency slots the request holds, if any: given back when its
-    #: response is closed (see :meth:`RateLimitState.release`).
+    #: The concurrency slots the request holds, if any: given back once its
+    #: response is made, or when a streamed one is closed (see
+    #: :meth:`RateLimitState._request_finished`).
     held: list[Hold] | None = None
 
 
@@ -153,9 +164,14 @@ class RateLimitState(Notices):
         if self.throttle is not None and self.throttle.breaker is not None:
             self.breaker_added(self.throttle.breaker.name)
         if self.throttle is not None:
-            # Only when a request fails: the slots of one that raises are
-            # given back at once (a bound method, held weakly, as the app holds us).
-            got_request_exception.connect(self._request_failed, app)
+            # The slots a request holds go with its final response, once
+            # every after_request hook has made it (one may replace it); at
+            # once when the request raises; and when its context ends, should
+            # nothing have taken them over. Bound methods, held weakly, as the
+            # app holds us.
+            request_finished.connect(self._request_finished, app)
+            got_request_exception.connect(self._give_back_held, app)
+            request_tearing_down.connect(self._give_back_held, app)
 
     def plan(self, endpoint: str | None, method: str = "GET") -> Plan | None:
         """The compiled plan of ``endpoint`` for requests of ``method``.
@@ -367,8 +383,6 @@ class RateLimitState(Notices):
         outcome: Outcome | None = g._get_current_object().__dict__.pop(OUTCOME_ATTRIBUTE, None)
         if outcome is None:
             return response
-        if outcome.held is not None:
-            self._hand_over(outcome.held, response)
         decision = outcome.decision
         if outcome.deferred:
             decision = self._deduct(outcome.deferred, response, decision)
@@ -380,16 +394,34 @@ class RateLimitState(Notices):
             set_headers(response.headers, outcome.labels, decision, settings.legacy_names, settings.partition_secret)
         return response
 
-    def _hand_over(self, held: list[Hold], response: Response) -> None:
-        """Give the request's slots back when ``response`` is closed: once
-        the WSGI server has sent it, or stopped sending it (the client went
-        away from a streamed response)."""
-        g._get_current_object().__dict__.pop(HELD_ATTRIBUTE, None)
-        response.call_on_close(lambda: self.release(held))
+    def _request_finished(self, _app: Flask, response: Response, **_extra: object) -> None:
+        """Give the request's slots back as its work ends, with its final
+        ``response`` (after every ``after_request`` hook, which may have
+        replaced the view's). A response whose body is in hand (a string's,
+        a template's, JSON) gives them back now, before the server sends a
+        byte of it: a client that waits for each response
+        before sending the next request never finds its own previous
+        request still holding a slot (the server closes a response only
+        after the client may have read it). A streamed response still runs
+        while it is sent: its slots come back when the server closes it,
+        once it is sent or the client went away.
 
-    def _request_failed(self, _app: Flask, **_extra: object) -> None:
-        """Give back at once the slots of a request that raised: Flask
-        may have no response to close (with ``PROPAGATE_EXCEPTIONS``)."""
+        Flask turns an HTTP error (``abort()``) into a body it replays from
+        the exception, which it cannot tell from a stream: such a response
+        gives its slots back when closed too."""
+        held = g._get_current_object().__dict__.pop(HELD_ATTRIBUTE, None)
+        if not held:
+            return
+        if response.is_streamed:
+            response.call_on_close(lambda: self.release(held))
+        else:
+            self.release(held)
+
+    def _give_back_held(self, _app: Flask, **_extra: object) -> None:
+        """Give back at once the slots a request still holds: one that
+        raised, for which Flask may have no response to close (with
+        ``PROPAGATE_EXCEPTIONS``), or one whose context ends with no final
+        response having taken them over."""
         held = g._get_current_object().__dict__.pop(HELD_ATTRIBUTE, None)
         if held:
             self.release(held)

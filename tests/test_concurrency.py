@@ -109,21 +109,33 @@ def fetch(port: int, path: str) -> tuple[int, dict[str, str], bytes]:
 
 def closings(app: Flask) -> threading.Semaphore:
     """A semaphore released each time a response of ``app`` is closed,
-    after the extension has given its slots back: a hook added before the
-    extension runs after its own, and its ``call_on_close`` too."""
+    once everything its closing calls has run, the extension giving its
+    slots back included: ``app``'s responses are of a class whose
+    ``close()`` releases it last."""
     closed = threading.Semaphore(0)
 
-    @app.after_request
-    def when_closed(response: Response) -> Response:
-        response.call_on_close(closed.release)
-        return response
+    class Closing(app.response_class):  # type: ignore[name-defined,misc]
+        def close(self) -> None:
+            try:
+                super().close()
+            finally:
+                closed.release()
 
+    app.response_class = Closing
     return closed
 
 
 def acquire(semaphore: threading.Semaphore, times: int, what: str) -> None:
     for _ in range(times):
         assert semaphore.acquire(timeout=PATIENCE), what
+
+
+def streamed(text: str = "ok") -> Response:
+    """A streamed response: a view that answers it holds its slot until the
+    response is closed, where one with its body in hand gives it back
+    before it is sent. (The test client's responses stay open until the
+    test closes them.)"""
+    return Response(iter([text.encode()]))
 
 
 def test_no_more_than_the_cap_run_at_once_and_each_slot_comes_back(url: str) -> None:
@@ -229,25 +241,63 @@ def cap_app(app: Flask, **options: Any) -> tuple[Flask, dict[str, Any]]:
     return app, seen
 
 
-def test_the_slot_is_held_until_the_response_is_closed(app: Flask) -> None:
-    """A response given back is not yet sent: its slot is held until the
-    WSGI server closes it (the test client's responses stay open until
-    closed), and free the moment it is."""
+def test_a_complete_response_gives_its_slot_back_before_it_is_sent_a_streamed_one_when_closed(app: Flask) -> None:
+    """A response whose body is in hand when the view returns gives its
+    slot back before the server sends it: the test client's responses stay
+    open until closed, and the slot is free all the same. A streamed
+    response still runs while it is sent: its slot is held until the server
+    closes it, and free the moment it does."""
     cap_app(app)
     install(app)
     client = app.test_client()
     first = get(client, "/view")
     assert first.status_code == 200
-    held = get(client, "/view")
-    assert held.status_code == 429
-    assert held.headers["Retry-After"] == "1"
-    held.close()
+    with get(client, "/view") as second:  # the first is still open
+        assert second.status_code == 200
     first.close()
-    with get(client, "/view") as again:
+    stream = get(client, "/stream")
+    assert stream.status_code == 200
+    with get(client, "/stream") as held:
+        assert held.status_code == 429
+        assert held.headers["Retry-After"] == "1"
+    stream.close()
+    with get(client, "/stream") as again:
         assert again.status_code == 200
-    # Another address has slots of its own.
-    with get(client, "/view", ip="192.0.2.2") as other:
-        assert other.status_code == 200
+        # Another address has slots of its own.
+        with get(client, "/stream", ip="192.0.2.2") as other:
+            assert other.status_code == 200
+
+
+def test_a_client_that_waits_for_each_response_is_never_refused(url: str) -> None:
+    """200 requests on a cap of 1, each sent on a connection of its own
+    once the previous response is read: the client never has two in
+    flight, so none is refused. The server here is slow to close each
+    response: it closes it only once the next request has been decided, so
+    a slot given back when the response is closed (as it was) would still
+    be held by then, and every request but the first would get 429."""
+    app = Flask("tests")
+    app.config.update(RATELIMIT_STORAGE_URL=url)
+
+    @app.get("/view")
+    @limit("1000/h", concurrent=1)
+    def view() -> str:
+        return "ok"
+
+    install(app)
+    decided = [threading.Event() for _ in range(201)]
+    made = iter(range(200))
+
+    @app.after_request  # added after the extension's: runs before it, so its close does too
+    def close_late(response: Response) -> Response:
+        number = next(made)  # the requests come one after another
+        decided[number].set()
+        response.call_on_close(lambda: decided[number + 1].wait(PATIENCE))
+        return response
+
+    with serving(app) as port, closing(app):
+        statuses = [fetch(port, "/view")[0] for _ in range(200)]
+        decided[200].set()
+    assert statuses == [200] * 200
 
 
 @pytest.mark.parametrize("propagate", [True, False], ids=["propagated", "answered-500"])
@@ -267,7 +317,54 @@ def test_an_exception_gives_the_slot_back(app: Flask, propagate: bool) -> None:
             assert get(client, "/boom").status_code == 500
 
 
+@pytest.mark.parametrize("replacement", ["streamed", "complete"])
+def test_a_response_an_after_request_hook_replaces_gives_the_slot_back(app: Flask, replacement: str) -> None:
+    """An ``after_request`` hook that runs after the extension's replaces
+    the view's streamed response: the server closes the response the hook
+    made, never the view's, and the slot goes with it (it was left on the
+    view's, and held until its lease ended): when the server closes a
+    streamed one, before it is sent a complete one."""
+    app.after_request(  # added before the extension's: runs after it
+        lambda response: (
+            response
+            if response.status_code != 200
+            else streamed("replaced")
+            if replacement == "streamed"
+            else Response("replaced")
+        )
+    )
+
+    @app.get("/stream")
+    @limit("1000/h", concurrent=1)
+    def stream() -> Response:
+        return streamed()
+
+    install(app)
+    client = app.test_client()
+    first = get(client, "/stream")
+    assert first.get_data() == b"replaced"
+    with get(client, "/stream") as second:
+        assert second.status_code == (429 if replacement == "streamed" else 200)
+    first.close()
+    with get(client, "/stream") as again:
+        assert again.status_code == 200
+
+
+def test_a_request_context_that_ends_without_a_response_gives_its_slots_back(app: Flask) -> None:
+    """A request decided by hand, in a request context that ends with no
+    response made (as a test or a script may do): its slot comes back when
+    the context ends, not when its lease does."""
+    cap_app(app)
+    install(app)
+    for _ in range(3):
+        with app.test_request_context("/view", environ_base={"REMOTE_ADDR": "192.0.2.1"}):
+            assert app.preprocess_request() is None  # admitted: it holds the slot
+
+
 def test_abort_gives_the_slot_back_when_its_response_is_closed(app: Flask) -> None:
+    """Flask turns an ``abort()`` into a body it replays from the
+    exception, one it cannot tell from a stream: its slot comes back when
+    the response is closed."""
     cap_app(app)
     install(app)
     client = app.test_client()
@@ -319,7 +416,7 @@ def test_a_slot_that_cannot_be_given_back_is_warned_of_and_left_to_its_lease(cap
         install(app)
         client = app.test_client()
         with closing(app):
-            response = get(client, "/view")
+            response = get(client, "/stream")  # a stream gives its slot back when closed
             assert response.status_code == 200
             admin.execute_command("ACL", "SETUSER", "default", "-eval", "-evalsha")
             with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
@@ -327,9 +424,11 @@ def test_a_slot_that_cannot_be_given_back_is_warned_of_and_left_to_its_lease(cap
             admin.execute_command("ACL", "SETUSER", "default", "+@all")
             warnings = [record.getMessage() for record in extension_records(caplog)]
             assert any("a concurrency slot is freed by its lease" in warning for warning in warnings), warnings
-            assert get(client, "/view").status_code == 429
+            with get(client, "/stream") as held:
+                assert held.status_code == 429
             clock.set(60)
-            assert get(client, "/view").status_code == 200
+            with get(client, "/stream") as again:
+                assert again.status_code == 200
     finally:
         admin.close()
         server.close()
@@ -343,13 +442,13 @@ def test_a_slot_never_given_back_is_freed_when_its_lease_ends(app: Flask, clock:
 
     @app.get("/default")
     @limit("1000/h", concurrent=1)
-    def default() -> str:
-        return "ok"
+    def default() -> Response:
+        return streamed()
 
     @app.get("/own")
     @limit("1000/h", concurrent=1, lease=5)
-    def own() -> str:
-        return "ok"
+    def own() -> Response:
+        return streamed()
 
     install(app)
     client = app.test_client()
@@ -394,8 +493,8 @@ def test_a_request_takes_one_slot_whatever_its_cost(app: Flask) -> None:
 
     @app.get("/")
     @limit("100/h", concurrent=2, cost=5)
-    def index() -> str:
-        return "ok"
+    def index() -> Response:
+        return streamed()  # held until closed, and none is
 
     install(app)
     client = app.test_client()
@@ -417,21 +516,21 @@ def test_dynamic_shadow_and_blueprint_limits_take_slots_too(app: Flask) -> None:
     reports = Blueprint("reports", __name__)
 
     @reports.get("/reports")
-    def export() -> str:
-        return "ok"
+    def export() -> Response:
+        return streamed()
 
     limit("100/h", concurrent=1)(reports)
     app.register_blueprint(reports)
 
     @app.get("/dynamic")
     @limit(lambda request: "100/h", concurrent=1)
-    def dynamic() -> str:
-        return "ok"
+    def dynamic() -> Response:
+        return streamed()
 
     @app.get("/shadow")
     @limit("100/h", concurrent=1, shadow=True)
-    def shadow() -> str:
-        return "ok"
+    def shadow() -> Response:
+        return streamed()
 
     install(app)
     client = app.test_client()
@@ -452,18 +551,18 @@ def test_dynamic_shadow_and_blueprint_limits_take_slots_too(app: Flask) -> None:
 def test_views_of_one_scope_share_their_slots(app: Flask) -> None:
     @app.get("/csv")
     @limit("100/h", concurrent=1, scope="exports")
-    def csv() -> str:
-        return "ok"
+    def csv() -> Response:
+        return streamed()
 
     @app.get("/pdf")
     @limit("100/h", concurrent=1, scope="exports")
-    def pdf() -> str:
-        return "ok"
+    def pdf() -> Response:
+        return streamed()
 
     @app.get("/preview")
     @limit("100/h", concurrent=1)
-    def preview() -> str:
-        return "ok"
+    def preview() -> Response:
+        return streamed()
 
     install(app)
     client = app.test_client()
