@@ -39,6 +39,7 @@ from ._metrics import Metrics
 from ._notices import Notices, logger
 from ._overrides import Overrides
 from ._plan import Batch, Plan, PlannedLimit, Problem, compile_plan, matching, plan_of, qualified_name
+from ._releases import Releases
 from ._spec import LimitSpec
 from .core.bounded import remember
 from .core.factory import build_refusal_log, build_throttle
@@ -133,6 +134,9 @@ class RateLimitState(Notices):
         self._near_lock = threading.Lock()
         #: The overrides set at run time (see :doc:`/overrides`); None when disabled.
         self.overrides: Overrides | None = None
+        #: The concurrency slots whose giving back failed, given back in the
+        #: background once the storage answers.
+        self.releases = Releases(self._storage_failed)
         if settings.enabled:
             if client is not None:
                 storage = Storage(client)
@@ -428,13 +432,19 @@ class RateLimitState(Notices):
 
     def release(self, held: list[Hold]) -> None:
         """Give back the concurrency slots of ``held``, each once: one
-        script call per decision that took some. One that cannot be given
-        back (Redis unreachable) is freed by its lease."""
+        script call per decision that took some. One the storage cannot
+        take now (stalled, unreachable, its breaker open) is given back in
+        the background once it answers (see :mod:`flask_redis_throttle._releases`);
+        one that met an error not the storage's is freed by its lease."""
         while held:
             hold = held.pop()
             try:
                 hold.release()
             except Exception as error:  # as in _decide: never raised into the server
+                if isinstance(error, StorageUnavailable) and not isinstance(error, UnexpectedError):
+                    self.releases.add(hold)
+                    self._storage_failed(error, "a concurrency slot is given back once it answers")
+                    continue
                 failure = error if isinstance(error, StorageUnavailable) else hold.throttle.unexpected(error)
                 self._storage_failed(failure, "a concurrency slot is freed by its lease")
 
