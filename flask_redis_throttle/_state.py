@@ -168,14 +168,13 @@ class RateLimitState(Notices):
         if self.throttle is not None and self.throttle.breaker is not None:
             self.breaker_added(self.throttle.breaker.name)
         if self.throttle is not None:
-            # The slots a request holds go with its final response, once
-            # every after_request hook has made it (one may replace it); at
-            # once when the request raises; and when its context ends, should
-            # nothing have taken them over. Bound methods, held weakly, as the
-            # app holds us.
-            request_finished.connect(self._request_finished, app)
+            # Only when a request fails: the slots of one that raises are
+            # given back at once (a bound method, held weakly, as the app holds us).
             got_request_exception.connect(self._give_back_held, app)
-            request_tearing_down.connect(self._give_back_held, app)
+        #: Whether the hooks that give slots back as requests end are in place
+        #: (see :meth:`_watch_slots`).
+        self._watching_slots = False
+        self._slots_lock = threading.Lock()
 
     def plan(self, endpoint: str | None, method: str = "GET") -> Plan | None:
         """The compiled plan of ``endpoint`` for requests of ``method``.
@@ -326,6 +325,8 @@ class RateLimitState(Notices):
                     wait = decision.retry_after
                 if decision.hold is not None:
                     if held is None:
+                        if not self._watching_slots:
+                            self._watch_slots()
                         # In g at once, so that whatever ends the request gives them back.
                         held = g._get_current_object().__dict__[HELD_ATTRIBUTE] = []
                     held.append(decision.hold)
@@ -397,6 +398,19 @@ class RateLimitState(Notices):
         if settings.headers_enabled:
             set_headers(response.headers, outcome.labels, decision, settings.legacy_names, settings.partition_secret)
         return response
+
+    def _watch_slots(self) -> None:
+        """Give the slots a request holds back as it ends, from the first
+        request of the app that takes one on: with its final response, once
+        every ``after_request`` hook has made it (one may replace it), or
+        when its context ends, should nothing have taken them over. (An app
+        with no cap pays nothing for them on each request.) Bound methods,
+        held weakly, as the app holds us."""
+        with self._slots_lock:
+            if not self._watching_slots:
+                request_finished.connect(self._request_finished, self.app)
+                request_tearing_down.connect(self._give_back_held, self.app)
+                self._watching_slots = True
 
     def _request_finished(self, _app: Flask, response: Response, **_extra: object) -> None:
         """Give the request's slots back as its work ends, with its final
