@@ -169,19 +169,17 @@ class Overrides:
         """Store ``override``, log it, and follow it in this process at once.
 
         The write goes past the circuit breaker (see
-        :meth:`~flask_redis_throttle.core.throttle.Throttle.call_unguarded`),
+        :meth:`~flask_redis_throttle.core.throttle.Throttle.unguarded`),
         as :meth:`remove`'s does: an operator's failed change never opens
         it on the requests."""
-        self.throttle.call_unguarded(self.store.put, override)
+        self.throttle.unguarded(self.store.put, override)
         self.follower.refresh(force=True)
         return override
 
     def remove(self, target: str | None, scope: str | None, every_scope: bool, by: str) -> list[Override]:
         """Remove the overrides of ``target`` (of everyone if None), log it,
         and follow it in this process at once."""
-        gone: list[Override] = self.throttle.call_unguarded(
-            self.store.remove, target, scope, every_scope=every_scope, by=by
-        )
+        gone: list[Override] = self.throttle.unguarded(self.store.remove, target, scope, every_scope=every_scope, by=by)
         self.follower.refresh(force=True)
         return gone
 

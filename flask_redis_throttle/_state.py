@@ -18,7 +18,17 @@ from collections.abc import Callable, Sequence
 from time import perf_counter
 from typing import Any, NoReturn
 
-from flask import Flask, Request, Response, after_this_request, g, got_request_exception, request
+from flask import (
+    Flask,
+    Request,
+    Response,
+    after_this_request,
+    g,
+    got_request_exception,
+    request,
+    request_finished,
+    request_tearing_down,
+)
 from werkzeug.exceptions import ServiceUnavailable
 from werkzeug.wrappers import Response as AnyResponse
 
@@ -29,6 +39,7 @@ from ._metrics import Metrics
 from ._notices import Notices, logger
 from ._overrides import Overrides
 from ._plan import Batch, Plan, PlannedLimit, Problem, compile_plan, matching, plan_of, qualified_name
+from ._releases import Releases
 from ._spec import LimitSpec
 from .core.bounded import remember
 from .core.factory import build_refusal_log, build_throttle
@@ -49,7 +60,7 @@ RequestFilter = Callable[[Request], bool]
 OUTCOME_ATTRIBUTE = "_ratelimit"
 #: The attribute of ``g`` that holds the concurrency slots a request holds
 #: (:class:`~flask_redis_throttle.core.throttle.Hold`), from the moment it
-#: takes them until a response or an exception takes them over.
+#: takes them until its final response or an exception takes them over.
 HELD_ATTRIBUTE = "_ratelimit_held"
 
 #: How many identities' layers that came near their limit a process
@@ -75,8 +86,9 @@ class Outcome:
     retry: bool = False
     #: The deferred batches to count once the response is known, if any.
     deferred: list[Batch] | None = None
-    #: The concurrency slots the request holds, if any: given back when its
-    #: response is closed (see :meth:`RateLimitState.release`).
+    #: The concurrency slots the request holds, if any: given back once its
+    #: response is made, or when a streamed one is closed (see
+    #: :meth:`RateLimitState._request_finished`).
     held: list[Hold] | None = None
 
 
@@ -122,6 +134,9 @@ class RateLimitState(Notices):
         self._near_lock = threading.Lock()
         #: The overrides set at run time (see :doc:`/overrides`); None when disabled.
         self.overrides: Overrides | None = None
+        #: The concurrency slots whose giving back failed, given back in the
+        #: background once the storage answers.
+        self.releases = Releases(self._storage_failed)
         if settings.enabled:
             if client is not None:
                 storage = Storage(client)
@@ -155,7 +170,11 @@ class RateLimitState(Notices):
         if self.throttle is not None:
             # Only when a request fails: the slots of one that raises are
             # given back at once (a bound method, held weakly, as the app holds us).
-            got_request_exception.connect(self._request_failed, app)
+            got_request_exception.connect(self._give_back_held, app)
+        #: Whether the hooks that give slots back as requests end are in place
+        #: (see :meth:`_watch_slots`).
+        self._watching_slots = False
+        self._slots_lock = threading.Lock()
 
     def plan(self, endpoint: str | None, method: str = "GET") -> Plan | None:
         """The compiled plan of ``endpoint`` for requests of ``method``.
@@ -306,6 +325,8 @@ class RateLimitState(Notices):
                     wait = decision.retry_after
                 if decision.hold is not None:
                     if held is None:
+                        if not self._watching_slots:
+                            self._watch_slots()
                         # In g at once, so that whatever ends the request gives them back.
                         held = g._get_current_object().__dict__[HELD_ATTRIBUTE] = []
                     held.append(decision.hold)
@@ -367,8 +388,6 @@ class RateLimitState(Notices):
         outcome: Outcome | None = g._get_current_object().__dict__.pop(OUTCOME_ATTRIBUTE, None)
         if outcome is None:
             return response
-        if outcome.held is not None:
-            self._hand_over(outcome.held, response)
         decision = outcome.decision
         if outcome.deferred:
             decision = self._deduct(outcome.deferred, response, decision)
@@ -380,29 +399,66 @@ class RateLimitState(Notices):
             set_headers(response.headers, outcome.labels, decision, settings.legacy_names, settings.partition_secret)
         return response
 
-    def _hand_over(self, held: list[Hold], response: Response) -> None:
-        """Give the request's slots back when ``response`` is closed: once
-        the WSGI server has sent it, or stopped sending it (the client went
-        away from a streamed response)."""
-        g._get_current_object().__dict__.pop(HELD_ATTRIBUTE, None)
-        response.call_on_close(lambda: self.release(held))
+    def _watch_slots(self) -> None:
+        """Give the slots a request holds back as it ends, from the first
+        request of the app that takes one on: with its final response, once
+        every ``after_request`` hook has made it (one may replace it), or
+        when its context ends, should nothing have taken them over. (An app
+        with no cap pays nothing for them on each request.) Bound methods,
+        held weakly, as the app holds us."""
+        with self._slots_lock:
+            if not self._watching_slots:
+                request_finished.connect(self._request_finished, self.app)
+                request_tearing_down.connect(self._give_back_held, self.app)
+                self._watching_slots = True
 
-    def _request_failed(self, _app: Flask, **_extra: object) -> None:
-        """Give back at once the slots of a request that raised: Flask
-        may have no response to close (with ``PROPAGATE_EXCEPTIONS``)."""
+    def _request_finished(self, _app: Flask, response: Response, **_extra: object) -> None:
+        """Give the request's slots back as its work ends, with its final
+        ``response`` (after every ``after_request`` hook, which may have
+        replaced the view's). A response whose body is in hand (a string's,
+        a template's, JSON) gives them back now, before the server sends a
+        byte of it: a client that waits for each response
+        before sending the next request never finds its own previous
+        request still holding a slot (the server closes a response only
+        after the client may have read it). A streamed response still runs
+        while it is sent: its slots come back when the server closes it,
+        once it is sent or the client went away.
+
+        Flask turns an HTTP error (``abort()``) into a body it replays from
+        the exception, which it cannot tell from a stream: such a response
+        gives its slots back when closed too."""
+        held = g._get_current_object().__dict__.pop(HELD_ATTRIBUTE, None)
+        if not held:
+            return
+        if response.is_streamed:
+            response.call_on_close(lambda: self.release(held))
+        else:
+            self.release(held)
+
+    def _give_back_held(self, _app: Flask, **_extra: object) -> None:
+        """Give back at once the slots a request still holds: one that
+        raised, for which Flask may have no response to close (with
+        ``PROPAGATE_EXCEPTIONS``), or one whose context ends with no final
+        response having taken them over."""
         held = g._get_current_object().__dict__.pop(HELD_ATTRIBUTE, None)
         if held:
             self.release(held)
 
     def release(self, held: list[Hold]) -> None:
         """Give back the concurrency slots of ``held``, each once: one
-        script call per decision that took some. One that cannot be given
-        back (Redis unreachable) is freed by its lease."""
+        script call per decision that took some. One the storage cannot
+        take now (stalled, unreachable, its breaker open) is given back in
+        the background once it answers (see :mod:`flask_redis_throttle._releases`);
+        one that met an error not the storage's is freed by its lease."""
         while held:
             hold = held.pop()
             try:
                 hold.release()
             except Exception as error:  # as in _decide: never raised into the server
+                if isinstance(error, StorageUnavailable) and not isinstance(error, UnexpectedError):
+                    self.releases.add(hold)
+                    self._storage_failed(error, "a concurrency slot is given back once it answers")
+                    continue
                 failure = error if isinstance(error, StorageUnavailable) else hold.throttle.unexpected(error)
                 self._storage_failed(failure, "a concurrency slot is freed by its lease")
 

@@ -18,7 +18,8 @@ A request's path through the hooks:
 5. ``after_request`` counts the requests whose ``deduct_when`` matches their
    response, and adds the headers, to the view's response or to the 429;
 6. the concurrency slots the request took (``concurrent=``) are given back
-   when the server closes its response, or at once if the view raises.
+   once its response is made, before it is sent (when the server closes a
+   streamed one), or at once if the view raises.
 """
 
 from __future__ import annotations

@@ -144,6 +144,7 @@ class Layout:
         it ends; empty for none.
     :param held_plan: those keys' entries: the plan that gives the slots back.
     :param slot_layers: the numbers of the layers that are concurrency slots.
+    :param lease: the longest lease of those slots, in seconds; 0 for none.
     """
 
     plan: bytes
@@ -154,6 +155,7 @@ class Layout:
     held: tuple[int, ...] = ()
     held_plan: bytes = b""
     slot_layers: frozenset[int] = frozenset()
+    lease: int = 0
 
     @classmethod
     def of(cls, limits: Iterable[tuple[bytes, int, Sequence[Layer]]]) -> Layout:
@@ -164,11 +166,13 @@ class Layout:
         windows: list[tuple[int, int, int]] = []
         held: list[int] = []
         slot_layers: list[int] = []
+        lease = 0
         for number, (text, identities, layers) in enumerate(limits):
             for who in range(identities):
                 if text.startswith(SLOTS_CODE):
                     held.append(len(texts))
                     slot_layers += range(len(places), len(places) + len(layers))
+                    lease = max(lease, *(layer.window for layer in layers))
                 places += [(number, who, n) for n in range(len(layers))]
                 windows += [(len(texts), layer.window, layer.quota) for layer in layers]
                 texts.append(text)
@@ -183,6 +187,7 @@ class Layout:
             tuple(held),
             held_plan,
             frozenset(slot_layers),
+            lease,
         )
 
     def layers(self, keys: Sequence[str]) -> list[tuple[str, int]]:

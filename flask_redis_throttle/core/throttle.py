@@ -249,22 +249,35 @@ class Hold:
     :param keys: the slots' keys.
     :param plan: their plan entries.
     :param now: the time the request was admitted at, in microseconds.
+    :param lease: the longest the slots are held, in seconds from ``now``:
+        once it has passed, they are free whether given back or not.
     """
 
     throttle: Throttle
     keys: tuple[str, ...]
     plan: bytes
     now: int
+    lease: int = 0
 
-    def release(self) -> None:
+    def release(self, guarded: bool = True) -> None:
         """Give the slots back: one script call, a refund of the request
         on the slots' keys alone. Giving back slots that their leases have
         already freed changes nothing.
 
-        :raises StorageUnavailable: if the storage could not answer.
+        :param guarded: whether the call goes through the circuit breakers,
+            as a request's do (see :meth:`Throttle.call`); False sends it
+            whatever they say, and tells them nothing: for a call made in
+            the background, which no request waits for.
+        :raises StorageUnavailable: if the storage could not answer, or a
+            breaker held the call back.
+        :raises UnexpectedError: if it raised an error that is not Redis's.
         """
-        throttle = self.throttle
-        throttle.call(throttle.storage.evaluate, self.keys, _SLOTS, self.keys, [self.now, -1, self.plan])
+        throttle, keys = self.throttle, self.keys
+        args: list[Arg] = [self.now, -1, self.plan]
+        if guarded:
+            throttle.call(throttle.storage.evaluate, keys, _SLOTS, keys, args)
+        else:
+            throttle.unguarded(throttle.storage.evaluate, _SLOTS, keys, args)
 
 
 _SLOTS = frozenset([CONCURRENCY.name])
@@ -457,7 +470,7 @@ class Throttle:
         reply = Reply.decode(raw)
         if reply.admitted:
             if layout.held and cost > 0:
-                hold = Hold(self, tuple([keys[key] for key in layout.held]), layout.held_plan, reply.now)
+                hold = Hold(self, tuple([keys[key] for key in layout.held]), layout.held_plan, reply.now, layout.lease)
                 return _decision(reply, checks, layout, hold=hold)
         elif blocks is not None and cost > 0 and reply.layer not in layout.slot_layers:
             # Redis ran the script at or after `sent`, so the layer is full
@@ -523,7 +536,7 @@ class Throttle:
         """
         breaker = self.breaker
         if breaker is None:
-            return self.call_unguarded(function, *args, **kwargs)
+            return self.unguarded(function, *args, **kwargs)
         if not self.storage.cluster:
             # One server's one breaker: no cluster's bookkeeping of nodes.
             if not breaker.allow():
@@ -557,13 +570,14 @@ class Throttle:
             guard.success()
         return result
 
-    def call_unguarded(self, function: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
-        """Make one Redis call, ``function(*args, **kwargs)``, past the
-        circuit breakers: neither held back by them nor counted by them.
-
-        For an operator's write, such as an override's: whether it fails
-        says nothing of whether requests can be decided, so it must not
-        open the breaker that guards them, nor wait for it.
+    def unguarded(self, function: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        """Make one Redis call, ``function(*args, **kwargs)``, as
+        :meth:`call` does but past the circuit breakers, which it tells
+        nothing: for a call no request waits for, such as the
+        release of a slot retried after a stall, or an operator's write (an
+        override's): whether it fails says nothing of whether requests can be
+        decided, so it must neither open the breaker that guards them nor wait
+        for it.
 
         :raises StorageUnavailable: if the call failed.
         :raises UnexpectedError: if it raised an error that is not Redis's.
