@@ -16,13 +16,11 @@ from typing import Any, TypeVar
 from flask import Blueprint, Request, Response, current_app, g, has_request_context, request
 from flask.views import http_method_funcs
 
-from ..._plan import qualified_name
-from ..._spec import DynamicLimit
-from ..._state import EXTENSION_KEY
 from ...current import CurrentLimit, current_limit
-from ...decorators import EXEMPT_ATTRIBUTE, LIMITS_ATTRIBUTE, Exemption, LimitDecorator
+from ...decorators import EXEMPT_ATTRIBUTE, EXTENSION_KEY, LIMITS_ATTRIBUTE, DynamicLimit, Exemption, LimitDecorator
 from ...decorators import limit as native_limit
 from ...errors import InvalidLimit
+from ...extension import qualified_name
 from ...signals import RefusalEvent
 from ._grammar import translate
 from ._presentation import BREACH_ERROR, describe_refusal, limits_key, logger

@@ -22,14 +22,14 @@ from werkzeug.routing import RequestRedirect, Rule
 
 from ..._console import duration
 from ..._identity import parse_identity, spec_kinds
-from ..._plan import PlannedLimit, qualified_name
+from ..._plan import PlannedLimit
 from ..._reports import _methods
 from ..._sources import _blueprints
-from ..._state import RateLimitState
 from ...core.keys import Identity
 from ...core.throttle import Policy, StorageUnavailable, Throttle
 from ...core.usage import LayerUsage, usage
 from ...decorators import EXEMPT_ATTRIBUTE
+from ...extension import RateLimitState, qualified_name
 from ._tree import Node
 
 __all__ = ["Key", "Route", "Shown", "Survey", "match_endpoint"]

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
-from ..._config import APPLICATION_SCOPE
 from ...errors import ConfigurationError, InvalidLimit
+from ...extension import APPLICATION_SCOPE
 from ._grammar import translate
 from ._limits import SEE, Limit, breach_hook, dynamic, identities
 from .constants import ConfigVars, HeaderNames

@@ -22,12 +22,11 @@ from flask.cli import AppGroup
 from ..._cli import _storage, _throttle
 from ..._console import table
 from ..._identity import spec_name
-from ..._plan import qualified_name
-from ..._spec import LimitSpec
-from ..._state import EXTENSION_KEY, RateLimitState
 from ...cli import ratelimit
 from ...core.storage import STORAGE_ERRORS
 from ...core.urls import redact
+from ...decorators import LimitSpec
+from ...extension import EXTENSION_KEY, RateLimitState, qualified_name
 from ._routes import Key, NotMatched, Shown, Survey, match_endpoint
 from ._settings import STRATEGIES
 from .constants import ConfigVars
