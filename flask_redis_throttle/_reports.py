@@ -15,11 +15,13 @@ from werkzeug.routing import Rule
 
 from ._console import duration
 from ._identity import parse_identity, spec_kinds, spec_name
+from ._sources import blueprints_of
 from ._state import RateLimitState
 from .core.keys import Identity
 from .core.rates import Layer
 from .core.throttle import Policy, Throttle
 from .core.usage import usage
+from .decorators import EXEMPT_ATTRIBUTE
 
 if TYPE_CHECKING:
     from ._plan import Plan, PlannedLimit
@@ -29,9 +31,12 @@ __all__ = [
     "LIMITS_HEADER",
     "STATUS_HEADER",
     "Reset",
+    "counted_kinds",
     "find_endpoint",
     "find_identity",
+    "is_exempt",
     "limit_rows",
+    "methods_of",
     "nothing_counts",
     "reset_counters",
     "status_rows",
@@ -52,7 +57,7 @@ def limit_rows(state: RateLimitState, limited: bool = False) -> list[tuple[str, 
     for rule in sorted(current_app.url_map.iter_rules(), key=lambda rule: (rule.rule, rule.endpoint)):
         # Methods with the same limits share a row.
         groups: dict[tuple[tuple[str, ...], ...], list[str]] = {}
-        for method in _methods(rule):
+        for method in methods_of(rule):
             groups.setdefault(_limit_cells(_limits(state.plan(rule.endpoint, method))), []).append(method)
         for cells, methods in groups.items():
             if limited and not cells:
@@ -161,7 +166,7 @@ def find_endpoint(name: str) -> str:
     return name
 
 
-def _methods(rule: Rule) -> list[str]:
+def methods_of(rule: Rule) -> list[str]:
     """The methods of ``rule`` worth showing: not the HEAD that Flask adds to
     GET, nor the OPTIONS it answers itself, which are never limited."""
     methods = set(rule.methods or ())
@@ -178,7 +183,7 @@ def _limits(plan: Plan | None) -> list[PlannedLimit]:
 
 def _endpoint_limits(state: RateLimitState, endpoint: str) -> list[PlannedLimit]:
     """The limits of ``endpoint`` over all its methods, each limit once."""
-    methods = {method for rule in current_app.url_map.iter_rules(endpoint) for method in _methods(rule)}
+    methods = {method for rule in current_app.url_map.iter_rules(endpoint) for method in methods_of(rule)}
     found: dict[tuple[object, ...], PlannedLimit] = {}
     for method in sorted(methods) or ["GET"]:
         for limit in _limits(state.plan(endpoint, method)):
@@ -189,11 +194,22 @@ def _endpoint_limits(state: RateLimitState, endpoint: str) -> list[PlannedLimit]
 
 def _counting(state: RateLimitState, endpoint: str, identity: Identity) -> list[PlannedLimit]:
     """The limits of ``endpoint`` that count identities of ``identity``'s kind."""
-    return [
-        limit
-        for limit in _endpoint_limits(state, endpoint)
-        if identity.kind in {kind for spec in limit.identities for kind in spec_kinds(spec)}
-    ]
+    return [limit for limit in _endpoint_limits(state, endpoint) if identity.kind in counted_kinds(limit)]
+
+
+def counted_kinds(limit: PlannedLimit) -> tuple[str, ...]:
+    """The kinds of identity ``limit`` counts, such as ``("user", "ip")``
+    for ``user-or-ip``: what an identity of the CLI must be to be counted."""
+    return tuple(dict.fromkeys(kind for spec in limit.identities for kind in spec_kinds(spec)))
+
+
+def is_exempt(endpoint: str) -> bool:
+    """Whether the view of ``endpoint`` in the current app, or a blueprint
+    it is in, is exempt (:func:`~flask_redis_throttle.exempt`) from some
+    limits it would inherit."""
+    app = current_app
+    holders = [app.view_functions[endpoint], *(app.blueprints[name] for name in blueprints_of(app, endpoint))]
+    return any(getattr(holder, EXEMPT_ATTRIBUTE, None) is not None for holder in holders)
 
 
 def nothing_counts(state: RateLimitState, endpoint: str | None, identity: Identity) -> str:

@@ -20,7 +20,7 @@ from ._config import Settings
 from ._spec import LimitSpec
 from .decorators import EXEMPT_ATTRIBUTE, LIMITS_ATTRIBUTE, Exemption
 
-__all__ = ["class_view_limits", "limits_of"]
+__all__ = ["blueprints_of", "class_view_limits", "limits_of"]
 
 
 def limits_of(app: Flask, endpoint: str, settings: Settings, method: str | None = None) -> list[tuple[LimitSpec, str]]:
@@ -36,7 +36,7 @@ def limits_of(app: Flask, endpoint: str, settings: Settings, method: str | None 
         found += [(spec, "view") for spec in class_view_limits(view_class)]
     exemption: Exemption | None = getattr(view, EXEMPT_ATTRIBUTE, None)
     drops = set() if exemption is None else set(exemption.drops)
-    for innermost, name in enumerate(_blueprints(app, endpoint)):
+    for innermost, name in enumerate(blueprints_of(app, endpoint)):
         blueprint = app.blueprints[name]
         if "blueprints" not in drops:
             found += [(spec, f"blueprint {name}") for spec in getattr(blueprint, LIMITS_ATTRIBUTE, ())]
@@ -106,7 +106,7 @@ def _check_class_view(view_class: type, handlers: Container[str]) -> None:
             )
 
 
-def _blueprints(app: Flask, endpoint: str) -> Iterator[str]:
+def blueprints_of(app: Flask, endpoint: str) -> Iterator[str]:
     """The names of the blueprints ``endpoint`` belongs to, innermost first,
     as ``request.blueprints`` would give them: ``"parent.child"``, ``"parent"``."""
     name = endpoint.rpartition(".")[0]

@@ -32,7 +32,7 @@ from ._config import APPLICATION_SCOPE, DEFAULTS, Settings
 from ._identity import parse_identity
 from ._metrics import Metrics, metrics_for
 from ._override_changes import make_override, overrides_of, parse_target, parse_when
-from ._plan import qualified_name
+from ._plan import PlannedLimit, qualified_name
 from ._state import EXTENSION_KEY, RateLimitState, RequestFilter
 from .core.keys import Identity
 from .core.overrides import Change, Override
@@ -48,6 +48,7 @@ __all__ = [
     "APPLICATION_SCOPE",
     "DEFAULTS",
     "EXTENSION_KEY",
+    "PlannedLimit",
     "RateLimit",
     "RateLimitState",
     "Settings",

@@ -165,30 +165,6 @@ def test_storage_unavailable_is_exported_with_the_rest_of_the_public_api() -> No
     assert flask_redis_throttle.StorageUnavailable is StorageUnavailable
 
 
-COMPAT = PACKAGE / "compat"
-
-#: The private names of the package that ``compat/`` still imports, module
-#: by module: what its Flask-Limiter CLI (``flask limiter limits`` and
-#: ``clear``) reads until it goes through the public report functions. The
-#: list may only shrink: a new private import fails the check below.
-PRIVATE_LEFT = {
-    "flask_redis_throttle.compat.flask_limiter._routes": {
-        "flask_redis_throttle._console.duration",
-        "flask_redis_throttle._identity.parse_identity",
-        "flask_redis_throttle._identity.spec_kinds",
-        "flask_redis_throttle._plan.PlannedLimit",
-        "flask_redis_throttle._reports._methods",
-        "flask_redis_throttle._sources._blueprints",
-    },
-    "flask_redis_throttle.compat.flask_limiter.commands": {
-        "flask_redis_throttle._cli._storage",
-        "flask_redis_throttle._cli._throttle",
-        "flask_redis_throttle._console.table",
-        "flask_redis_throttle._identity.spec_name",
-    },
-}
-
-
 def private_imports(name: str, path: Path) -> set[str]:
     """The names ``name`` imports from the package, outside ``compat/``,
     that are private: a module, or a name, with a leading underscore."""
@@ -217,9 +193,8 @@ def private_imports(name: str, path: Path) -> set[str]:
 def test_compat_imports_only_public_names_of_the_package(name: str) -> None:
     """The Flask-Limiter shim stands on the extension's public API: it
     imports no private module of the package, nor a private name of a
-    public one (beside the shrinking :data:`PRIVATE_LEFT`)."""
-    found = private_imports(name, modules()[name])
-    assert found <= PRIVATE_LEFT.get(name, set()), f"{name} imports private names: {sorted(found)}"
+    public one: only what docs/api.rst lists."""
+    assert not private_imports(name, modules()[name])
 
 
 def test_the_private_import_check_finds_a_private_import(tmp_path: Path) -> None:

@@ -20,16 +20,11 @@ from flask import Flask, Request, current_app, request
 from werkzeug.exceptions import MethodNotAllowed, NotFound
 from werkzeug.routing import RequestRedirect, Rule
 
-from ..._console import duration
-from ..._identity import parse_identity, spec_kinds
-from ..._plan import PlannedLimit
-from ..._reports import _methods
-from ..._sources import _blueprints
+from ...cli import counted_kinds, duration, is_exempt, methods_of, parse_identity
 from ...core.keys import Identity
 from ...core.throttle import Policy, StorageUnavailable, Throttle
 from ...core.usage import LayerUsage, usage
-from ...decorators import EXEMPT_ATTRIBUTE
-from ...extension import RateLimitState, qualified_name
+from ...extension import PlannedLimit, RateLimitState, qualified_name
 from ._tree import Node
 
 __all__ = ["Key", "Route", "Shown", "Survey", "match_endpoint"]
@@ -190,13 +185,14 @@ class Survey:
         for rule in sorted(app.url_map.iter_rules(endpoint), key=lambda rule: (rule.rule, rule.endpoint)):
             if rule.endpoint == "static" or rule.endpoint.endswith(".static"):
                 continue
-            methods = [m for m in _methods(rule) if method is None or m == method]
+            methods = [m for m in methods_of(rule) if method is None or m == method]
             groups: dict[tuple[object, ...], tuple[list[str], list[Shown]]] = {}
             for verb in methods:
                 own = survey._plan(state, rule, verb)
                 groups.setdefault(tuple(shown.signature for shown in own), ([], own))[0].append(verb)
-            exempt = any(getattr(target, EXEMPT_ATTRIBUTE, None) for target in _exemptible(app, rule.endpoint))
-            survey.routes.append(Route(rule, [group for group in groups.values() if group[1]], exempt))
+            survey.routes.append(
+                Route(rule, [group for group in groups.values() if group[1]], is_exempt(rule.endpoint))
+            )
         return survey
 
     def _plan(self, state: RateLimitState, rule: Rule, method: str) -> list[Shown]:
@@ -269,11 +265,6 @@ def _limits_node(title: str, limits: Iterable[Shown], entry: Entry) -> Node:
     return node
 
 
-def _exemptible(app: Flask, endpoint: str) -> list[object]:
-    """The view of ``endpoint`` and the blueprints it belongs to: where an exemption may be."""
-    return [app.view_functions[endpoint], *(app.blueprints[name] for name in _blueprints(app, endpoint))]
-
-
 @dataclass
 class Key:
     """What ``--key`` names: the value a key function returns, as the
@@ -303,12 +294,11 @@ class Key:
         """The identities ``value`` is, of the kinds ``shown`` counts; none for
         a kind it cannot be (a key that is no IP address, for ``ip``)."""
         found = []
-        for spec in shown.limit.identities:
-            for kind in spec_kinds(spec):
-                try:
-                    found.append(parse_identity(f"{kind}:{self.value}", self.state.settings.ipv6_prefix))
-                except ValueError as error:
-                    self.problem = str(error)
+        for kind in counted_kinds(shown.limit):
+            try:
+                found.append(parse_identity(f"{kind}:{self.value}", self.state.settings.ipv6_prefix))
+            except ValueError as error:
+                self.problem = str(error)
         self.counted = self.counted or bool(found)
         return found
 
