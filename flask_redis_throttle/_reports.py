@@ -15,6 +15,7 @@ from werkzeug.routing import Rule
 
 from ._console import duration
 from ._identity import parse_identity, spec_kinds, spec_name
+from ._plan import PlannedLimit
 from ._sources import blueprints_of
 from ._state import RateLimitState
 from .core.keys import Identity
@@ -24,13 +25,14 @@ from .core.usage import usage
 from .decorators import EXEMPT_ATTRIBUTE
 
 if TYPE_CHECKING:
-    from ._plan import Plan, PlannedLimit
+    from ._plan import Plan
 
 
 __all__ = [
     "LIMITS_HEADER",
     "STATUS_HEADER",
     "Reset",
+    "RouteLimits",
     "counted_kinds",
     "find_endpoint",
     "find_identity",
@@ -39,12 +41,50 @@ __all__ = [
     "methods_of",
     "nothing_counts",
     "reset_counters",
+    "route_limits",
     "status_rows",
 ]
 
 
 #: The columns of ``flask ratelimit limits``, and of the dashboard's limits.
 LIMITS_HEADER = ("RULE", "METHODS", "ENDPOINT", "LIMIT", "STRATEGY", "SCOPE", "IDENTITIES")
+
+
+@dataclass(frozen=True)
+class RouteLimits:
+    """A group of rows of ``flask ratelimit limits``: a rule of the app, the
+    methods of it whose limits are the same, and those limits.
+
+    :param rule: the rule.
+    :param methods: its methods, of :func:`methods_of`, with these limits.
+    :param limits: their limits as planned, each with where it came from
+        (:attr:`PlannedLimit.source <flask_redis_throttle.extension.PlannedLimit>`):
+        the view's, its blueprints', the default, the application and meta limits.
+    """
+
+    rule: Rule
+    methods: tuple[str, ...]
+    limits: tuple[PlannedLimit, ...]
+
+
+def route_limits(state: RateLimitState, endpoint: str | None = None, method: str | None = None) -> list[RouteLimits]:
+    """The current app's routes with their limits, in the order of their
+    rules, as ``flask ratelimit limits`` lists them and ``flask limiter
+    limits`` draws them; methods with the same limits together.
+
+    :param endpoint: only this endpoint's rules; None for every rule.
+    :param method: only this method of each rule; None for every method.
+    :raises KeyError: if the app has no endpoint ``endpoint``.
+    """
+    found: list[RouteLimits] = []
+    for rule in sorted(current_app.url_map.iter_rules(endpoint), key=lambda rule: (rule.rule, rule.endpoint)):
+        groups: dict[tuple[tuple[str, ...], ...], tuple[list[str], list[PlannedLimit]]] = {}
+        for verb in methods_of(rule):
+            if method is None or verb == method:
+                limits = _limits(state.plan(rule.endpoint, verb))
+                groups.setdefault(_limit_cells(limits), ([], limits))[0].append(verb)
+        found.extend(RouteLimits(rule, tuple(methods), tuple(limits)) for methods, limits in groups.values())
+    return found
 
 
 def limit_rows(state: RateLimitState, limited: bool = False) -> list[tuple[str, ...]]:
@@ -54,18 +94,14 @@ def limit_rows(state: RateLimitState, limited: bool = False) -> list[tuple[str, 
     :param limited: leave out the routes without limits.
     """
     rows: list[tuple[str, ...]] = []
-    for rule in sorted(current_app.url_map.iter_rules(), key=lambda rule: (rule.rule, rule.endpoint)):
-        # Methods with the same limits share a row.
-        groups: dict[tuple[tuple[str, ...], ...], list[str]] = {}
-        for method in methods_of(rule):
-            groups.setdefault(_limit_cells(_limits(state.plan(rule.endpoint, method))), []).append(method)
-        for cells, methods in groups.items():
-            if limited and not cells:
-                continue
-            route = (rule.rule, ",".join(methods), rule.endpoint)
-            for cell in cells or (("no limit", "", "", ""),):
-                rows.append((*route, *cell))
-                route = ("", "", "")
+    for route in route_limits(state):
+        cells = _limit_cells(list(route.limits))
+        if limited and not cells:
+            continue
+        head = (route.rule.rule, ",".join(route.methods), route.rule.endpoint)
+        for cell in cells or (("no limit", "", "", ""),):
+            rows.append((*head, *cell))
+            head = ("", "", "")
     return rows
 
 

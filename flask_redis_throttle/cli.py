@@ -12,15 +12,17 @@ from __future__ import annotations
 from ._cli import ratelimit, storage_errors, throttle_of
 from ._console import duration, table
 from ._identity import parse_identity, spec_name
-from ._reports import counted_kinds, is_exempt, methods_of
+from ._reports import RouteLimits, counted_kinds, is_exempt, methods_of, route_limits
 
 __all__ = [
+    "RouteLimits",
     "counted_kinds",
     "duration",
     "is_exempt",
     "methods_of",
     "parse_identity",
     "ratelimit",
+    "route_limits",
     "spec_name",
     "storage_errors",
     "table",

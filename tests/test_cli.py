@@ -681,3 +681,36 @@ def test_the_report_functions_other_command_lines_share_are_public(url: str) -> 
     refused = r"rate limit storage unavailable at .*: Connection refused"
     with pytest.raises(click.ClickException, match=refused), storage_errors(throttle):
         raise redis.ConnectionError("Connection refused")
+
+
+def test_route_limits_are_the_rows_of_flask_ratelimit_limits_grouped_by_route(url: str) -> None:
+    """What ``flask ratelimit limits`` lists and ``flask limiter limits``
+    draws: each rule, its methods with the same limits together, each
+    limit with where it came from."""
+    from flask_redis_throttle.cli import route_limits
+
+    app = Flask(__name__)
+    app.add_url_rule("/", "home", lambda: "home")
+    cart = limit("2/minute", methods=["POST"])(lambda: "cart")
+    app.add_url_rule("/cart", "cart", cart, methods=["GET", "POST"])
+    state = install(app, RATELIMIT_STORAGE_URL=url, RATELIMIT_DEFAULT="10/minute", RATELIMIT_APPLICATION="1000/day")
+    with app.app_context():
+        found = {
+            (route.rule.endpoint, route.methods): [limit.source for limit in route.limits]
+            for route in route_limits(state)
+        }
+        only_post = route_limits(state, "cart", "POST")
+        with pytest.raises(KeyError):
+            route_limits(state, "carts")
+        rows = ok(app, "limits")
+    assert found == {
+        ("home", ("GET",)): ["RATELIMIT_DEFAULT", "RATELIMIT_APPLICATION"],
+        ("cart", ("GET",)): ["RATELIMIT_DEFAULT", "RATELIMIT_APPLICATION"],
+        ("cart", ("POST",)): ["view", "RATELIMIT_APPLICATION"],
+        ("static", ("GET",)): [],
+    }
+    assert [(route.methods, len(route.limits)) for route in only_post] == [(("POST",), 2)]
+    assert [line.split()[:3] for line in rows.splitlines() if line.startswith("/cart")] == [
+        ["/cart", "GET", "cart"],
+        ["/cart", "POST", "cart"],
+    ]

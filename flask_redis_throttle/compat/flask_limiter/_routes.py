@@ -20,7 +20,7 @@ from flask import Flask, Request, current_app, request
 from werkzeug.exceptions import MethodNotAllowed, NotFound
 from werkzeug.routing import RequestRedirect, Rule
 
-from ...cli import counted_kinds, duration, is_exempt, methods_of, parse_identity
+from ...cli import counted_kinds, duration, is_exempt, parse_identity, route_limits
 from ...core.keys import Identity
 from ...core.throttle import Policy, StorageUnavailable, Throttle
 from ...core.usage import LayerUsage, usage
@@ -179,34 +179,30 @@ class Survey:
     @classmethod
     def of(cls, state: RateLimitState, endpoint: str | None, method: str | None) -> Survey:
         """The limits of ``endpoint``'s rules (every rule's if None) for
-        ``method`` (every method of each rule if None). Static files have none."""
-        app = current_app
+        ``method`` (every method of each rule if None), as ``flask ratelimit
+        limits`` finds them (:func:`~flask_redis_throttle.cli.route_limits`).
+        Static files have none."""
         survey = cls()
-        for rule in sorted(app.url_map.iter_rules(endpoint), key=lambda rule: (rule.rule, rule.endpoint)):
+        for route in route_limits(state, endpoint, method):
+            rule = route.rule
             if rule.endpoint == "static" or rule.endpoint.endswith(".static"):
                 continue
-            methods = [m for m in methods_of(rule) if method is None or m == method]
-            groups: dict[tuple[object, ...], tuple[list[str], list[Shown]]] = {}
-            for verb in methods:
-                own = survey._plan(state, rule, verb)
-                groups.setdefault(tuple(shown.signature for shown in own), ([], own))[0].append(verb)
-            survey.routes.append(
-                Route(rule, [group for group in groups.values() if group[1]], is_exempt(rule.endpoint))
-            )
+            if not survey.routes or survey.routes[-1].rule is not rule:
+                survey.routes.append(Route(rule, [], is_exempt(rule.endpoint)))
+            own = survey._place(rule, route.methods[0], route.limits)
+            if own:
+                survey.routes[-1].groups.append((list(route.methods), own))
         return survey
 
-    def _plan(self, state: RateLimitState, rule: Rule, method: str) -> list[Shown]:
-        """The route's own limits for ``method``; its application and meta limits go to the survey's."""
-        plan = state.plan(rule.endpoint, method)
-        if plan is None:
-            return []
+    def _place(self, rule: Rule, method: str, limits: Iterable[PlannedLimit]) -> list[Shown]:
+        """The route's own limits of ``limits``; its application and meta limits go to the survey's."""
         own = []
         # A dynamic limit, or a scope function, is asked as for a request
         # without headers to the route: to / for a route with variable
         # parts, but with the route's rule, hence its endpoint.
         with current_app.test_request_context("/" if rule.arguments else rule.rule, method=method):
             request.url_rule, request.view_args = rule, {}
-            for limit in plan.limits:
+            for limit in limits:
                 shown = Shown.of(limit, request)
                 if limit.meta:
                     self.meta.setdefault(shown.signature, shown)
