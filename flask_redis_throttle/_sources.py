@@ -39,7 +39,8 @@ def limits_of(app: Flask, endpoint: str, settings: Settings, method: str | None 
     exemption: Exemption | None = getattr(view, EXEMPT_ATTRIBUTE, None)
     drops = set() if exemption is None else set(exemption.drops)
     replacing = settings.blueprint_mode == "replace"
-    replaced = replacing and _overrides_default([spec for spec, _ in found], settings.default_mode)
+    applying = [spec for spec, _ in found if method is None or spec.applies_to(method)]
+    replaced = replacing and _overrides_default(applying, settings.default_mode)
     for innermost, name in enumerate(blueprints_of(app, endpoint)):
         blueprint = app.blueprints[name]
         if "blueprints" not in drops and not replaced:

@@ -780,10 +780,15 @@ def test_two_limits_on_one_key_count_each_request_once(app: Flask, statuses, str
         # blueprints around it for its own views; override_defaults=False keeps them.
         (
             "replace",
-            {"/p/c/own": [200, 200, 429], "/p/c/kept": [200, 200, 200, 429], "/p/c/bare": [200, 200, 200, 429]},
+            {
+                "/p/c/own": [200, 200, 429],
+                "/p/c/kept": [200, 200, 200, 429],
+                "/p/c/bare": [200, 200, 200, 429],
+                "/p/c/post": [200, 200, 200, 429],  # its POST limit does not apply to GET: the child's does
+            },
         ),
         # By default every limit of every enclosing blueprint adds up: the parent's 1/m decides.
-        ("add", {"/p/c/own": [200, 429], "/p/c/kept": [200, 429], "/p/c/bare": [200, 429]}),
+        ("add", {"/p/c/own": [200, 429], "/p/c/kept": [200, 429], "/p/c/bare": [200, 429], "/p/c/post": [200, 429]}),
     ],
 )
 def test_blueprint_mode_replace_lets_own_limits_replace_the_blueprints_around(app: Flask, statuses, mode, expected):
@@ -793,6 +798,7 @@ def test_blueprint_mode_replace_lets_own_limits_replace_the_blueprints_around(ap
     child.add_url_rule("/own", "own", limit("2/m")(lambda: "ok"))
     child.add_url_rule("/kept", "kept", limit("5/m", override_defaults=False)(lambda: "ok"))
     child.add_url_rule("/bare", "bare", lambda: "ok")
+    child.add_url_rule("/post", "post", limit("2/m", methods=["POST"])(lambda: "ok"), methods=["GET", "POST"])
     parent.register_blueprint(child, url_prefix="/c")
     app.register_blueprint(parent, url_prefix="/p")
     install(app, RATELIMIT_BLUEPRINT_MODE=mode)
