@@ -53,7 +53,7 @@ from .core.local import LocalFolder, server_status, stop_server
 from .core.refusals import Refusal, RefusalLog
 from .core.throttle import StorageUnavailable, Throttle
 
-__all__ = ["ratelimit"]
+__all__ = ["ratelimit", "storage_errors", "throttle_of"]
 
 ratelimit = AppGroup("ratelimit", help="Inspect and reset rate limits, and set overrides.")
 
@@ -86,11 +86,11 @@ def status_command(identity: str, endpoint: str | None) -> None:
     is counted: the counters are read as a request would find them.
     """
     state = _state()
-    throttle = _throttle(state)
+    throttle = throttle_of(state)
     who = _identity(identity, state)
     if endpoint is not None:
         endpoint = _endpoint(endpoint)
-    with _storage(throttle):
+    with storage_errors(throttle):
         rows = status_rows(state, throttle, who, endpoint)
     if not rows:
         click.echo(nothing_counts(state, endpoint, who))
@@ -109,11 +109,11 @@ def reset_command(identity: str, endpoint: str | None) -> None:
     block caches trust a refusal that long.
     """
     state = _state()
-    throttle = _throttle(state)
+    throttle = throttle_of(state)
     who = _identity(identity, state)
     if endpoint is not None:
         endpoint = _endpoint(endpoint)
-    with _storage(throttle):
+    with storage_errors(throttle):
         reset = reset_counters(state, throttle, who, endpoint)
     if reset is None:
         click.echo(nothing_counts(state, endpoint, who) + " Nothing to reset.")
@@ -130,10 +130,10 @@ def reset_command(identity: str, endpoint: str | None) -> None:
 def refusals_command(top: int, recent: int, since: str | None) -> None:
     """Show the most refused identities and the latest refusals, from the refusal log."""
     state = _state()
-    throttle = _throttle(state)
+    throttle = throttle_of(state)
     log = _refusal_log(state)
     moment = _since(since)
-    with _storage(throttle):
+    with storage_errors(throttle):
         ranking = log.top(top, since=moment) if top else []
         latest = log.recent(recent, since=moment) if recent else []
     period = _period(moment)
@@ -159,10 +159,10 @@ def near_limit_command(recent: int, since: str | None) -> None:
     layer, from the near-limit log: once per identity, layer and window,
     before they are refused."""
     state = _state()
-    throttle = _throttle(state)
+    throttle = throttle_of(state)
     log = _near_limit_log(state)
     moment = _since(since)
-    with _storage(throttle):
+    with storage_errors(throttle):
         latest = log.recent(recent, since=moment)
     period = _period(moment)
     if not latest:
@@ -233,14 +233,14 @@ def _set_override(
 ) -> None:
     """Check, store and report one override."""
     state = _state()
-    throttle = _throttle(state)
+    throttle = throttle_of(state)
     overrides = _shared_overrides(state)
     try:
         ends = parse_when(until, span, overrides.now())
         made = make_override(state, action, identity, limit, scope, ends, by or _user())
     except ValueError as error:
         raise click.UsageError(str(error)) from None
-    with _storage(throttle, change=True):
+    with storage_errors(throttle, change=True):
         overrides.put(made)
     click.echo(f"{made.describe()} until {utc(made.until)} UTC; every worker follows it within 1 second.")
 
@@ -287,7 +287,7 @@ def lift_command(identity: str | None, scope: str | None, everyone: bool, by: st
     """Lift IDENTITY's overrides (other layers, allow or block), on every
     scope or only on SCOPE; or, with --all, every override."""
     state = _state()
-    throttle = _throttle(state)
+    throttle = throttle_of(state)
     overrides = _shared_overrides(state)
     if (identity is None) != everyone:
         raise click.UsageError("name an IDENTITY, or give --all to remove every override")
@@ -297,7 +297,7 @@ def lift_command(identity: str | None, scope: str | None, everyone: bool, by: st
             target = parse_target(identity, state)[0]
         except ValueError as error:
             raise click.BadParameter(str(error), param_hint="'IDENTITY'") from None
-    with _storage(throttle, change=True):
+    with storage_errors(throttle, change=True):
         gone = overrides.remove(target, scope, scope is None, by or _user())
     if not gone:
         click.echo("No such override; nothing removed.")
@@ -311,9 +311,9 @@ def lift_command(identity: str | None, scope: str | None, everyone: bool, by: st
 def overrides_command(changes: int) -> None:
     """List the overrides in force, and the latest changes: who, what, until when."""
     state = _state()
-    throttle = _throttle(state)
+    throttle = throttle_of(state)
     overrides = overrides_of(state)
-    with _storage(throttle):
+    with storage_errors(throttle):
         table_now = overrides.table()
         latest = throttle.call(overrides.store.changes, (overrides.store.log_key,), changes) if changes else []
     if table_now.overrides:
@@ -402,7 +402,7 @@ def _local_folder(state: RateLimitState) -> LocalFolder:
 
     :raises click.ClickException: when the app's storage is not ``local://``.
     """
-    throttle = _throttle(state)
+    throttle = throttle_of(state)
     folder = throttle.local_folder()
     if folder is None:
         raise click.ClickException(
@@ -419,7 +419,11 @@ def _state() -> RateLimitState:
     return state
 
 
-def _throttle(state: RateLimitState) -> Throttle:
+def throttle_of(state: RateLimitState) -> Throttle:
+    """The app's throttle, for a command that reads or changes its counters.
+
+    :raises click.ClickException: if rate limiting is disabled.
+    """
     if state.throttle is None:
         raise click.ClickException("rate limiting is disabled on this app (RATELIMIT_ENABLED is False)")
     return state.throttle
@@ -453,7 +457,7 @@ def _endpoint(name: str) -> str:
 
 
 @contextmanager
-def _storage(throttle: Throttle, change: bool = False) -> Iterator[None]:
+def storage_errors(throttle: Throttle, change: bool = False) -> Iterator[None]:
     """Turn Redis failures into a message and a non-zero exit; for a
     ``change``, one that says when it may have been made all the same."""
     try:

@@ -43,6 +43,7 @@ DEFAULTS: dict[str, Any] = {
     "RATELIMIT_KEY_PREFIX": "rl:",
     "RATELIMIT_DEFAULT": None,
     "RATELIMIT_DEFAULT_MODE": "replace",
+    "RATELIMIT_BLUEPRINT_MODE": "add",
     "RATELIMIT_APPLICATION": None,
     "RATELIMIT_META": None,
     "RATELIMIT_HEADERS_ENABLED": True,
@@ -136,6 +137,10 @@ class Settings:
     key_prefix: str
     default: tuple[LimitSpec, ...]
     default_mode: str
+    #: ``RATELIMIT_BLUEPRINT_MODE``: whether a view's own limits that
+    #: override the default replace its blueprints' (``"replace"``), or add
+    #: up with them (``"add"``).
+    blueprint_mode: str
     application: tuple[LimitSpec, ...]
     meta: tuple[LimitSpec, ...]
     headers_enabled: bool
@@ -221,6 +226,9 @@ class Settings:
         default_mode = config["RATELIMIT_DEFAULT_MODE"]
         if default_mode not in DEFAULT_MODES:
             raise ConfigurationError("RATELIMIT_DEFAULT_MODE", default_mode, " or ".join(map(repr, DEFAULT_MODES)))
+        blueprint_mode = config["RATELIMIT_BLUEPRINT_MODE"]
+        if blueprint_mode not in DEFAULT_MODES:
+            raise ConfigurationError("RATELIMIT_BLUEPRINT_MODE", blueprint_mode, " or ".join(map(repr, DEFAULT_MODES)))
         retry_after = config["RATELIMIT_RETRY_AFTER"]
         if retry_after not in RETRY_AFTER_FORMATS:
             raise ConfigurationError("RATELIMIT_RETRY_AFTER", retry_after, " or ".join(map(repr, RETRY_AFTER_FORMATS)))
@@ -274,6 +282,7 @@ class Settings:
             key_prefix=prefix,
             default=_limits(config, "RATELIMIT_DEFAULT"),
             default_mode=default_mode,
+            blueprint_mode=blueprint_mode,
             application=_limits(config, "RATELIMIT_APPLICATION", APPLICATION_SCOPE),
             meta=_meta_limits(config),
             headers_enabled=flag("RATELIMIT_HEADERS_ENABLED"),

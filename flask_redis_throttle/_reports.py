@@ -15,31 +15,76 @@ from werkzeug.routing import Rule
 
 from ._console import duration
 from ._identity import parse_identity, spec_kinds, spec_name
+from ._plan import PlannedLimit
+from ._sources import blueprints_of
 from ._state import RateLimitState
 from .core.keys import Identity
 from .core.rates import Layer
 from .core.throttle import Policy, Throttle
 from .core.usage import usage
+from .decorators import EXEMPT_ATTRIBUTE
 
 if TYPE_CHECKING:
-    from ._plan import Plan, PlannedLimit
+    from ._plan import Plan
 
 
 __all__ = [
     "LIMITS_HEADER",
     "STATUS_HEADER",
     "Reset",
+    "RouteLimits",
+    "counted_kinds",
     "find_endpoint",
     "find_identity",
+    "is_exempt",
     "limit_rows",
+    "methods_of",
     "nothing_counts",
     "reset_counters",
+    "route_limits",
     "status_rows",
 ]
 
 
 #: The columns of ``flask ratelimit limits``, and of the dashboard's limits.
 LIMITS_HEADER = ("RULE", "METHODS", "ENDPOINT", "LIMIT", "STRATEGY", "SCOPE", "IDENTITIES")
+
+
+@dataclass(frozen=True)
+class RouteLimits:
+    """A group of rows of ``flask ratelimit limits``: a rule of the app, the
+    methods of it whose limits are the same, and those limits.
+
+    :param rule: the rule.
+    :param methods: its methods, of :func:`methods_of`, with these limits.
+    :param limits: their limits as planned, each with where it came from
+        (:attr:`PlannedLimit.source <flask_redis_throttle.extension.PlannedLimit>`):
+        the view's, its blueprints', the default, the application and meta limits.
+    """
+
+    rule: Rule
+    methods: tuple[str, ...]
+    limits: tuple[PlannedLimit, ...]
+
+
+def route_limits(state: RateLimitState, endpoint: str | None = None, method: str | None = None) -> list[RouteLimits]:
+    """The current app's routes with their limits, in the order of their
+    rules, as ``flask ratelimit limits`` lists them and ``flask limiter
+    limits`` draws them; methods with the same limits together.
+
+    :param endpoint: only this endpoint's rules; None for every rule.
+    :param method: only this method of each rule; None for every method.
+    :raises KeyError: if the app has no endpoint ``endpoint``.
+    """
+    found: list[RouteLimits] = []
+    for rule in sorted(current_app.url_map.iter_rules(endpoint), key=lambda rule: (rule.rule, rule.endpoint)):
+        groups: dict[tuple[tuple[str, ...], ...], tuple[list[str], list[PlannedLimit]]] = {}
+        for verb in methods_of(rule):
+            if method is None or verb == method:
+                limits = _limits(state.plan(rule.endpoint, verb))
+                groups.setdefault(_limit_cells(limits), ([], limits))[0].append(verb)
+        found.extend(RouteLimits(rule, tuple(methods), tuple(limits)) for methods, limits in groups.values())
+    return found
 
 
 def limit_rows(state: RateLimitState, limited: bool = False) -> list[tuple[str, ...]]:
@@ -49,18 +94,14 @@ def limit_rows(state: RateLimitState, limited: bool = False) -> list[tuple[str, 
     :param limited: leave out the routes without limits.
     """
     rows: list[tuple[str, ...]] = []
-    for rule in sorted(current_app.url_map.iter_rules(), key=lambda rule: (rule.rule, rule.endpoint)):
-        # Methods with the same limits share a row.
-        groups: dict[tuple[tuple[str, ...], ...], list[str]] = {}
-        for method in _methods(rule):
-            groups.setdefault(_limit_cells(_limits(state.plan(rule.endpoint, method))), []).append(method)
-        for cells, methods in groups.items():
-            if limited and not cells:
-                continue
-            route = (rule.rule, ",".join(methods), rule.endpoint)
-            for cell in cells or (("no limit", "", "", ""),):
-                rows.append((*route, *cell))
-                route = ("", "", "")
+    for route in route_limits(state):
+        cells = _limit_cells(list(route.limits))
+        if limited and not cells:
+            continue
+        head = (route.rule.rule, ",".join(route.methods), route.rule.endpoint)
+        for cell in cells or (("no limit", "", "", ""),):
+            rows.append((*head, *cell))
+            head = ("", "", "")
     return rows
 
 
@@ -161,7 +202,7 @@ def find_endpoint(name: str) -> str:
     return name
 
 
-def _methods(rule: Rule) -> list[str]:
+def methods_of(rule: Rule) -> list[str]:
     """The methods of ``rule`` worth showing: not the HEAD that Flask adds to
     GET, nor the OPTIONS it answers itself, which are never limited."""
     methods = set(rule.methods or ())
@@ -178,7 +219,7 @@ def _limits(plan: Plan | None) -> list[PlannedLimit]:
 
 def _endpoint_limits(state: RateLimitState, endpoint: str) -> list[PlannedLimit]:
     """The limits of ``endpoint`` over all its methods, each limit once."""
-    methods = {method for rule in current_app.url_map.iter_rules(endpoint) for method in _methods(rule)}
+    methods = {method for rule in current_app.url_map.iter_rules(endpoint) for method in methods_of(rule)}
     found: dict[tuple[object, ...], PlannedLimit] = {}
     for method in sorted(methods) or ["GET"]:
         for limit in _limits(state.plan(endpoint, method)):
@@ -189,11 +230,22 @@ def _endpoint_limits(state: RateLimitState, endpoint: str) -> list[PlannedLimit]
 
 def _counting(state: RateLimitState, endpoint: str, identity: Identity) -> list[PlannedLimit]:
     """The limits of ``endpoint`` that count identities of ``identity``'s kind."""
-    return [
-        limit
-        for limit in _endpoint_limits(state, endpoint)
-        if identity.kind in {kind for spec in limit.identities for kind in spec_kinds(spec)}
-    ]
+    return [limit for limit in _endpoint_limits(state, endpoint) if identity.kind in counted_kinds(limit)]
+
+
+def counted_kinds(limit: PlannedLimit) -> tuple[str, ...]:
+    """The kinds of identity ``limit`` counts, such as ``("user", "ip")``
+    for ``user-or-ip``: what an identity of the CLI must be to be counted."""
+    return tuple(dict.fromkeys(kind for spec in limit.identities for kind in spec_kinds(spec)))
+
+
+def is_exempt(endpoint: str) -> bool:
+    """Whether the view of ``endpoint`` in the current app, or a blueprint
+    it is in, is exempt (:func:`~flask_redis_throttle.exempt`) from some
+    limits it would inherit."""
+    app = current_app
+    holders = [app.view_functions[endpoint], *(app.blueprints[name] for name in blueprints_of(app, endpoint))]
+    return any(getattr(holder, EXEMPT_ATTRIBUTE, None) is not None for holder in holders)
 
 
 def nothing_counts(state: RateLimitState, endpoint: str | None, identity: Identity) -> str:

@@ -1,8 +1,10 @@
 """Where an endpoint's limits come from, whatever the method, in this order:
 the view's own decorators (and a class-based view's, method by method), the
 blueprints it belongs to (innermost first, up to the first one exempted
-from them), then ``RATELIMIT_DEFAULT`` unless a limit that applies to the
-request's method overrides it, and
+from them, or with ``RATELIMIT_BLUEPRINT_MODE = "replace"`` up to the view
+or blueprint whose limits replace those of the blueprints around it), then
+``RATELIMIT_DEFAULT`` unless a limit that applies to the request's method
+overrides it, and
 ``RATELIMIT_APPLICATION``, each unless an exemption drops it (the view's,
 its blueprint's, or a nested one of an enclosing blueprint's).
 :mod:`flask_redis_throttle._plan` compiles them.
@@ -20,7 +22,7 @@ from ._config import Settings
 from ._spec import LimitSpec
 from .decorators import EXEMPT_ATTRIBUTE, LIMITS_ATTRIBUTE, Exemption
 
-__all__ = ["class_view_limits", "limits_of"]
+__all__ = ["blueprints_of", "class_view_limits", "limits_of"]
 
 
 def limits_of(app: Flask, endpoint: str, settings: Settings, method: str | None = None) -> list[tuple[LimitSpec, str]]:
@@ -36,10 +38,22 @@ def limits_of(app: Flask, endpoint: str, settings: Settings, method: str | None 
         found += [(spec, "view") for spec in class_view_limits(view_class)]
     exemption: Exemption | None = getattr(view, EXEMPT_ATTRIBUTE, None)
     drops = set() if exemption is None else set(exemption.drops)
-    for innermost, name in enumerate(_blueprints(app, endpoint)):
+    replacing = settings.blueprint_mode == "replace"
+    applying = [spec for spec, _ in found if method is None or spec.applies_to(method)]
+    replaced = replacing and _overrides_default(applying, settings.default_mode)
+    for innermost, name in enumerate(blueprints_of(app, endpoint)):
         blueprint = app.blueprints[name]
-        if "blueprints" not in drops:
-            found += [(spec, f"blueprint {name}") for spec in getattr(blueprint, LIMITS_ATTRIBUTE, ())]
+        if "blueprints" not in drops and not replaced:
+            specs = getattr(blueprint, LIMITS_ATTRIBUTE, ())
+            found += [(spec, f"blueprint {name}") for spec in specs]
+            # A blueprint replaces the ones around it, for its own views only,
+            # when each of its limits would replace the default.
+            replaced = (
+                replacing
+                and innermost == 0
+                and bool(specs)
+                and all(_overrides_default([spec], settings.default_mode) for spec in specs)
+            )
         # An enclosing blueprint's exemption still counts when its limits do not.
         exemption = getattr(blueprint, EXEMPT_ATTRIBUTE, None)
         if exemption is not None and (innermost == 0 or exemption.nested):
@@ -106,7 +120,7 @@ def _check_class_view(view_class: type, handlers: Container[str]) -> None:
             )
 
 
-def _blueprints(app: Flask, endpoint: str) -> Iterator[str]:
+def blueprints_of(app: Flask, endpoint: str) -> Iterator[str]:
     """The names of the blueprints ``endpoint`` belongs to, innermost first,
     as ``request.blueprints`` would give them: ``"parent.child"``, ``"parent"``."""
     name = endpoint.rpartition(".")[0]

@@ -28,10 +28,11 @@ from typing import TYPE_CHECKING, Any
 
 from flask import Flask, current_app
 
-from ._config import Settings
+from ._config import APPLICATION_SCOPE, DEFAULTS, Settings
 from ._identity import parse_identity
 from ._metrics import Metrics, metrics_for
 from ._override_changes import make_override, overrides_of, parse_target, parse_when
+from ._plan import PlannedLimit, qualified_name
 from ._state import EXTENSION_KEY, RateLimitState, RequestFilter
 from .core.keys import Identity
 from .core.overrides import Change, Override
@@ -43,7 +44,18 @@ from .current import current_limit
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-__all__ = ["EXTENSION_KEY", "RateLimit", "RateLimitState", "near_limit_log", "refusal_log"]
+__all__ = [
+    "APPLICATION_SCOPE",
+    "DEFAULTS",
+    "EXTENSION_KEY",
+    "PlannedLimit",
+    "RateLimit",
+    "RateLimitState",
+    "Settings",
+    "near_limit_log",
+    "qualified_name",
+    "refusal_log",
+]
 
 
 class RateLimit:
@@ -86,7 +98,7 @@ class RateLimit:
         Reads these settings once, filling in their defaults (see :doc:`/config`):
         ``RATELIMIT_ENABLED``, ``RATELIMIT_STORAGE_URL``,
         ``RATELIMIT_STORAGE_OPTIONS``, ``RATELIMIT_KEY_PREFIX``,
-        ``RATELIMIT_DEFAULT``, ``RATELIMIT_DEFAULT_MODE``, ``RATELIMIT_APPLICATION``,
+        ``RATELIMIT_DEFAULT``, ``RATELIMIT_DEFAULT_MODE``, ``RATELIMIT_BLUEPRINT_MODE``, ``RATELIMIT_APPLICATION``,
         ``RATELIMIT_HEADERS_ENABLED``, ``RATELIMIT_HEADERS_LEGACY``,
         ``RATELIMIT_RETRY_AFTER``, ``RATELIMIT_FAIL_OPEN``,
         ``RATELIMIT_IDENTITIES``, ``RATELIMIT_IPV6_PREFIX``,

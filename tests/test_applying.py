@@ -9,7 +9,7 @@ from flask import Blueprint, Flask, request
 from flask.views import MethodView, View
 from helpers import get, install
 
-from flask_redis_throttle import InvalidLimit, exempt, limit
+from flask_redis_throttle import ConfigurationError, InvalidLimit, exempt, limit
 from flask_redis_throttle._plan import Plan
 from flask_redis_throttle.core.scripts import STRATEGIES
 
@@ -771,3 +771,41 @@ def test_two_limits_on_one_key_count_each_request_once(app: Flask, statuses, str
     assert statuses(client, 5) == [200, 200, 200, 429, 429]
     response = get(client, "/", ip="192.0.2.9")
     assert response.headers["RateLimit"].startswith('"1s";r=2;')
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [
+        # A view's own limit replaces its blueprints'; a blueprint's, the
+        # blueprints around it for its own views; override_defaults=False keeps them.
+        (
+            "replace",
+            {
+                "/p/c/own": [200, 200, 429],
+                "/p/c/kept": [200, 200, 200, 429],
+                "/p/c/bare": [200, 200, 200, 429],
+                "/p/c/post": [200, 200, 200, 429],  # its POST limit does not apply to GET: the child's does
+            },
+        ),
+        # By default every limit of every enclosing blueprint adds up: the parent's 1/m decides.
+        ("add", {"/p/c/own": [200, 429], "/p/c/kept": [200, 429], "/p/c/bare": [200, 429], "/p/c/post": [200, 429]}),
+    ],
+)
+def test_blueprint_mode_replace_lets_own_limits_replace_the_blueprints_around(app: Flask, statuses, mode, expected):
+    parent, child = Blueprint("parent", __name__), Blueprint("child", __name__)
+    limit("1/m")(parent)
+    limit("3/m")(child)
+    child.add_url_rule("/own", "own", limit("2/m")(lambda: "ok"))
+    child.add_url_rule("/kept", "kept", limit("5/m", override_defaults=False)(lambda: "ok"))
+    child.add_url_rule("/bare", "bare", lambda: "ok")
+    child.add_url_rule("/post", "post", limit("2/m", methods=["POST"])(lambda: "ok"), methods=["GET", "POST"])
+    parent.register_blueprint(child, url_prefix="/c")
+    app.register_blueprint(parent, url_prefix="/p")
+    install(app, RATELIMIT_BLUEPRINT_MODE=mode)
+    client = app.test_client()
+    assert {path: statuses(client, len(codes), path) for path, codes in expected.items()} == expected
+
+
+def test_blueprint_mode_takes_replace_or_add_only() -> None:
+    with pytest.raises(ConfigurationError, match="RATELIMIT_BLUEPRINT_MODE"):
+        install(Flask(__name__), RATELIMIT_BLUEPRINT_MODE="sometimes")

@@ -7,6 +7,7 @@ import re
 from importlib.metadata import entry_points
 from typing import Any
 
+import click
 import pytest
 import redis
 from click.testing import Result
@@ -636,4 +637,80 @@ def test_limits_show_a_concurrency_cap_and_its_lease(app: Flask) -> None:
     assert [(row["RULE"], row["LIMIT"]) for row in rows] == [
         ("/archive", "100/1h (2 concurrent, lease 300s, shadow)"),
         ("/export", "10/1s;100/1m (3 concurrent, lease 30s)"),
+    ]
+
+
+def test_the_report_functions_other_command_lines_share_are_public(url: str) -> None:
+    """``flask_redis_throttle.cli`` gives another command line (``flask
+    limiter``) the routes, exemptions, identity kinds and storage errors as
+    ``flask ratelimit`` reads them."""
+    from flask import Blueprint
+
+    from flask_redis_throttle import exempt
+    from flask_redis_throttle.cli import (
+        counted_kinds,
+        duration,
+        is_exempt,
+        methods_of,
+        storage_errors,
+        table,
+        throttle_of,
+    )
+
+    app = Flask(__name__)
+    admin = Blueprint("admin", __name__, url_prefix="/admin")
+    admin.add_url_rule("/", "ping", lambda: "pong")
+    exempt(admin)
+    app.register_blueprint(admin)
+    app.add_url_rule("/", "home", limit("2/minute", identities=["user-or-ip", api_key])(lambda: "home"))
+    app.add_url_rule("/items", "items", lambda: "items", methods=["GET", "POST"])
+    state = install(app, RATELIMIT_STORAGE_URL=url)
+    with app.app_context():
+        assert [methods_of(rule) for rule in app.url_map.iter_rules("items")] == [["GET", "POST"]]
+        assert (is_exempt("admin.ping"), is_exempt("home")) == (True, False)
+        [home] = state.plan("home", "GET").limits
+        assert counted_kinds(home) == ("user", "ip", f"key:{__name__}.api_key")
+        throttle = throttle_of(state)
+        with storage_errors(throttle):
+            assert throttle.storage.client.ping()
+    assert table(("A", "B"), [("1", "22")]).splitlines() == ["A  B", "1  22"]
+    assert duration(90) == "1m30s"
+    disabled = Flask(__name__)
+    with pytest.raises(click.ClickException, match="RATELIMIT_ENABLED is False"):
+        throttle_of(install(disabled, RATELIMIT_ENABLED=False))
+    refused = r"rate limit storage unavailable at .*: Connection refused"
+    with pytest.raises(click.ClickException, match=refused), storage_errors(throttle):
+        raise redis.ConnectionError("Connection refused")
+
+
+def test_route_limits_are_the_rows_of_flask_ratelimit_limits_grouped_by_route(url: str) -> None:
+    """What ``flask ratelimit limits`` lists and ``flask limiter limits``
+    draws: each rule, its methods with the same limits together, each
+    limit with where it came from."""
+    from flask_redis_throttle.cli import route_limits
+
+    app = Flask(__name__)
+    app.add_url_rule("/", "home", lambda: "home")
+    cart = limit("2/minute", methods=["POST"])(lambda: "cart")
+    app.add_url_rule("/cart", "cart", cart, methods=["GET", "POST"])
+    state = install(app, RATELIMIT_STORAGE_URL=url, RATELIMIT_DEFAULT="10/minute", RATELIMIT_APPLICATION="1000/day")
+    with app.app_context():
+        found = {
+            (route.rule.endpoint, route.methods): [limit.source for limit in route.limits]
+            for route in route_limits(state)
+        }
+        only_post = route_limits(state, "cart", "POST")
+        with pytest.raises(KeyError):
+            route_limits(state, "carts")
+        rows = ok(app, "limits")
+    assert found == {
+        ("home", ("GET",)): ["RATELIMIT_DEFAULT", "RATELIMIT_APPLICATION"],
+        ("cart", ("GET",)): ["RATELIMIT_DEFAULT", "RATELIMIT_APPLICATION"],
+        ("cart", ("POST",)): ["view", "RATELIMIT_APPLICATION"],
+        ("static", ("GET",)): [],
+    }
+    assert [(route.methods, len(route.limits)) for route in only_post] == [(("POST",), 2)]
+    assert [line.split()[:3] for line in rows.splitlines() if line.startswith("/cart")] == [
+        ["/cart", "GET", "cart"],
+        ["/cart", "POST", "cart"],
     ]

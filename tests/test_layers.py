@@ -163,3 +163,67 @@ def test_storage_unavailable_is_exported_with_the_rest_of_the_public_api() -> No
 
     assert "StorageUnavailable" in flask_redis_throttle.__all__
     assert flask_redis_throttle.StorageUnavailable is StorageUnavailable
+
+
+def private_imports(name: str, path: Path) -> set[str]:
+    """The names ``name`` imports from the package, outside ``compat/``,
+    that are private: a module, or a name, with a leading underscore."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text("utf-8"), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, *([base] if base else [])])
+            names = [f"{base}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        for full in names:
+            parts = full.split(".")
+            outside = parts[0] == NAME and not full.startswith(f"{NAME}.compat")
+            if outside and any(part.startswith("_") for part in parts[1:]):
+                found.add(full)
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(name for name in modules() if name.startswith(f"{NAME}.compat")))
+def test_compat_imports_only_public_names_of_the_package(name: str) -> None:
+    """The Flask-Limiter shim stands on the extension's public API: it
+    imports no private module of the package, nor a private name of a
+    public one: only what docs/api.rst lists."""
+    assert not private_imports(name, modules()[name])
+
+
+def test_the_private_import_check_finds_a_private_import(tmp_path: Path) -> None:
+    path = tmp_path / "shim.py"
+    path.write_text("from ..._state import EXTENSION_KEY\nfrom ...extension import _state_of, RateLimit\n")
+    found = private_imports(f"{NAME}.compat.flask_limiter.shim", path)
+    assert found == {f"{NAME}._state.EXTENSION_KEY", f"{NAME}.extension._state_of"}
+
+
+def test_the_names_a_front_end_reads_are_public_and_work() -> None:
+    """What the shim reads of an app's setup, from the public ``extension`` module."""
+    from flask import Flask
+
+    from flask_redis_throttle.extension import (
+        APPLICATION_SCOPE,
+        DEFAULTS,
+        EXTENSION_KEY,
+        RateLimit,
+        RateLimitState,
+        Settings,
+        qualified_name,
+    )
+
+    app = Flask(__name__)
+    app.config["RATELIMIT_APPLICATION"] = "5/minute"
+    RateLimit(app)
+    state = app.extensions[EXTENSION_KEY]
+    assert isinstance(state, RateLimitState)
+    assert isinstance(state.settings, Settings)
+    assert [spec.scope for spec in state.settings.application] == [APPLICATION_SCOPE]
+    assert Settings.from_config(DEFAULTS).storage_url == DEFAULTS["RATELIMIT_STORAGE_URL"]
+    assert qualified_name(Settings.from_config) == f"{Settings.__module__}.Settings.from_config"

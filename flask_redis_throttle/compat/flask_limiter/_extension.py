@@ -26,15 +26,13 @@ from typing import Any
 from flask import Flask, Request, Response, request
 from werkzeug.local import LocalProxy
 
-from ..._config import APPLICATION_SCOPE, DEFAULTS, Settings
-from ..._spec import LimitSpec
-from ..._state import EXTENSION_KEY, RateLimitState
 from ...core.clients import embedded_client
 from ...core.embedded import EmbeddedRedis
 from ...current import current_limit, current_limits
+from ...decorators import LimitSpec
 from ...decorators import exempt as native_exempt
 from ...errors import ConfigurationError
-from ...extension import RateLimit
+from ...extension import APPLICATION_SCOPE, DEFAULTS, EXTENSION_KEY, RateLimit, RateLimitState, Settings
 from ._limits import SEE, Limit, MetaLimit, RequestLimit, RouteLimit, Target, exempted, identities, of_request
 from ._presentation import log_refusals, respond
 from ._settings import APPLICATION_SETTINGS, DEFAULT_SETTINGS, THEIR_SETTINGS, layered, meta_limits, settings

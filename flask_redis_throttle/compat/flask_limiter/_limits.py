@@ -16,13 +16,11 @@ from typing import Any, TypeVar
 from flask import Blueprint, Request, Response, current_app, g, has_request_context, request
 from flask.views import http_method_funcs
 
-from ..._plan import qualified_name
-from ..._spec import DynamicLimit
-from ..._state import EXTENSION_KEY
 from ...current import CurrentLimit, current_limit
-from ...decorators import EXEMPT_ATTRIBUTE, LIMITS_ATTRIBUTE, Exemption, LimitDecorator
+from ...decorators import EXEMPT_ATTRIBUTE, EXTENSION_KEY, LIMITS_ATTRIBUTE, DynamicLimit, Exemption, LimitDecorator
 from ...decorators import limit as native_limit
 from ...errors import InvalidLimit
+from ...extension import qualified_name
 from ...signals import RefusalEvent
 from ._grammar import translate
 from ._presentation import BREACH_ERROR, describe_refusal, limits_key, logger
@@ -255,7 +253,6 @@ class RouteLimit(Limit):
             options = self.options(fallback=fallback)
             native = native_limit(self.spec(fallback), override_defaults=self.override_defaults, **options)
         native(target)
-        replace_inherited(target)
         forget = getattr(self.limiter, "forget_plans", None)
         if forget is not None:
             forget()
@@ -327,81 +324,27 @@ def exempt_view(view: Callable[..., Any]) -> None:
     setattr(view, EXEMPT_VIEW, True)
 
 
-#: The attribute that keeps the exemption ``limiter.exempt`` put on a view
-#: or blueprint, which :func:`replace_inherited` adds to.
-EXEMPTION = "__flask_limiter_exemption__"
-
-
 def exempted(target: Callable[..., Any] | Blueprint) -> None:
-    """Keep the exemption :func:`flask_redis_throttle.exempt` just put on
-    ``target``, for :func:`replace_inherited`; and, as in Flask-Limiter,
-    drop an exempt view's own limits."""
-    setattr(target, EXEMPTION, getattr(target, EXEMPT_ATTRIBUTE))
-    if isinstance(target, Blueprint):
-        replace_inherited(target)
-    else:
+    """As in Flask-Limiter, drop the limits of a view that
+    :func:`flask_redis_throttle.exempt` just exempted, its own too."""
+    if not isinstance(target, Blueprint):
         exempt_view(target)
-
-
-#: The attribute that holds the exemption :func:`replace_inherited` put on a
-#: view or blueprint, to tell it from one the native ``exempt`` put there.
-DERIVED = "__flask_limiter_derived__"
-
-#: The attribute that marks a view in whose requests a function with a
-#: limit that overrides the default has run.
-OVERRIDDEN = "__flask_limiter_overridden__"
 
 
 def hint_override(endpoint: str | None) -> None:
     """The view of ``endpoint`` loses the default limits from its next
     request on: a function with a limit that overrides them ran in one of
-    its requests. Flask-Limiter learns it the same way, at the first call."""
+    its requests. Flask-Limiter learns it the same way, at the first call.
+    Its exemption, if it has one, drops the default too."""
     view = current_app.view_functions.get(endpoint) if endpoint is not None else None
-    if view is None or getattr(view, OVERRIDDEN, False):
+    exemption: Exemption | None = getattr(view, EXEMPT_ATTRIBUTE, None)
+    if view is None or (exemption is not None and "default" in exemption.drops):
         return
-    setattr(view, OVERRIDDEN, True)
-    replace_inherited(view)
+    drops, nested = (exemption.drops, exemption.nested) if exemption is not None else (frozenset(), True)
+    setattr(view, EXEMPT_ATTRIBUTE, Exemption(drops | {"default"}, nested))
     state = current_app.extensions.get(EXTENSION_KEY)
     if state is not None:
         state.forget_plans()
-
-
-def replace_inherited(target: Callable[..., Any] | Blueprint) -> None:
-    """Flask-Limiter's ``override_defaults`` for the limits of enclosing
-    blueprints, which the extension adds up: a view any of whose limits
-    overrides the default, and a blueprint all of whose limits do, lose the
-    limits of the blueprints they are in. The extension's exemption of
-    ``target`` drops them (``"blueprints"``), beside what ``limiter.exempt``
-    dropped; for a blueprint, for its own views only, unless that exemption
-    covers nested blueprints too. A view marked by :func:`hint_override`
-    loses the default limits too. A class-based view's method is left
-    alone: its class is the view, which ``limiter.exempt`` exempts."""
-    if is_method(target):
-        return
-    current = getattr(target, EXEMPT_ATTRIBUTE, None)
-    if current is not None and current is not getattr(target, DERIVED, None) and not hasattr(target, EXEMPTION):
-        setattr(target, EXEMPTION, current)  # the native exempt's, put on it directly: kept
-    specs = getattr(target, LIMITS_ATTRIBUTE, ())
-    overrides = [spec.override_defaults is not False for spec in specs]
-    replaces = all(overrides) if isinstance(target, Blueprint) else any(overrides)
-    explicit: Exemption | None = getattr(target, EXEMPTION, None)
-    drops = set() if explicit is None else set(explicit.drops)
-    if specs and replaces:
-        drops.add("blueprints")
-    if getattr(target, OVERRIDDEN, False):
-        drops.add("default")
-    nested = explicit is not None and explicit.nested
-    if drops or current is not None:
-        derived = Exemption(frozenset(drops), nested) if drops else None
-        setattr(target, EXEMPT_ATTRIBUTE, derived)
-        setattr(target, DERIVED, derived)
-
-
-def is_method(target: object) -> bool:
-    """Whether ``target`` is a function defined in a class (its qualified
-    name is dotted after its last ``<locals>``), such as a ``MethodView``'s ``get``."""
-    qualname = getattr(target, "__qualname__", "")
-    return isinstance(qualname, str) and "." in qualname.rpartition("<locals>.")[2]
 
 
 def is_view_of(function: Callable[..., Any], endpoint: str | None) -> bool:

@@ -18,7 +18,6 @@ from typing import Any
 from flask import Flask, Request, Response, g
 from werkzeug.http import parse_date
 
-from ..._state import OUTCOME_ATTRIBUTE, Outcome
 from ...core.keys import Identity
 from ...core.rates import Layer
 from ...current import current_limit
@@ -85,19 +84,16 @@ def respond(headers: bool, http_date: bool, swallow_errors: bool) -> Callable[[R
     """
 
     def after_request(response: Response) -> Response:
-        # This runs on every response: g is looked up once, and the decision
-        # read as current_limit() reads it, without the plan it finds too.
-        kept = g._get_current_object().__dict__
-        error: Exception | None = kept.pop(BREACH_ERROR, None)
+        error: Exception | None = g.pop(BREACH_ERROR, None)
         if error is not None:
             if not swallow_errors:
                 raise error
             logger.error("on_breach callback failed with error %s", error, exc_info=error)
-        outcome: Outcome | None = kept.get(OUTCOME_ATTRIBUTE)
-        if headers and outcome is not None and outcome.decision.admitted:
+        found = current_limit() if headers else None
+        if found is not None and not found.breached:
             now = time.time()
             # As X-RateLimit-Reset gives it: whole seconds, rounded up.
-            reset_at: float = math.ceil(now + outcome.decision.reset)
+            reset_at: float = math.ceil(now + found.reset)
             own = response.headers.getlist("Retry-After")
             if own:
                 reset_at = max(reset_at, _retry_at(own[-1], now))

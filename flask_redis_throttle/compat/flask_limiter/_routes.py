@@ -20,16 +20,11 @@ from flask import Flask, Request, current_app, request
 from werkzeug.exceptions import MethodNotAllowed, NotFound
 from werkzeug.routing import RequestRedirect, Rule
 
-from ..._console import duration
-from ..._identity import parse_identity, spec_kinds
-from ..._plan import PlannedLimit, qualified_name
-from ..._reports import _methods
-from ..._sources import _blueprints
-from ..._state import RateLimitState
+from ...cli import counted_kinds, duration, is_exempt, parse_identity, route_limits
 from ...core.keys import Identity
 from ...core.throttle import Policy, StorageUnavailable, Throttle
 from ...core.usage import LayerUsage, usage
-from ...decorators import EXEMPT_ATTRIBUTE
+from ...extension import PlannedLimit, RateLimitState, qualified_name
 from ._tree import Node
 
 __all__ = ["Key", "Route", "Shown", "Survey", "match_endpoint"]
@@ -184,33 +179,30 @@ class Survey:
     @classmethod
     def of(cls, state: RateLimitState, endpoint: str | None, method: str | None) -> Survey:
         """The limits of ``endpoint``'s rules (every rule's if None) for
-        ``method`` (every method of each rule if None). Static files have none."""
-        app = current_app
+        ``method`` (every method of each rule if None), as ``flask ratelimit
+        limits`` finds them (:func:`~flask_redis_throttle.cli.route_limits`).
+        Static files have none."""
         survey = cls()
-        for rule in sorted(app.url_map.iter_rules(endpoint), key=lambda rule: (rule.rule, rule.endpoint)):
+        for route in route_limits(state, endpoint, method):
+            rule = route.rule
             if rule.endpoint == "static" or rule.endpoint.endswith(".static"):
                 continue
-            methods = [m for m in _methods(rule) if method is None or m == method]
-            groups: dict[tuple[object, ...], tuple[list[str], list[Shown]]] = {}
-            for verb in methods:
-                own = survey._plan(state, rule, verb)
-                groups.setdefault(tuple(shown.signature for shown in own), ([], own))[0].append(verb)
-            exempt = any(getattr(target, EXEMPT_ATTRIBUTE, None) for target in _exemptible(app, rule.endpoint))
-            survey.routes.append(Route(rule, [group for group in groups.values() if group[1]], exempt))
+            if not survey.routes or survey.routes[-1].rule is not rule:
+                survey.routes.append(Route(rule, [], is_exempt(rule.endpoint)))
+            own = survey._place(rule, route.methods[0], route.limits)
+            if own:
+                survey.routes[-1].groups.append((list(route.methods), own))
         return survey
 
-    def _plan(self, state: RateLimitState, rule: Rule, method: str) -> list[Shown]:
-        """The route's own limits for ``method``; its application and meta limits go to the survey's."""
-        plan = state.plan(rule.endpoint, method)
-        if plan is None:
-            return []
+    def _place(self, rule: Rule, method: str, limits: Iterable[PlannedLimit]) -> list[Shown]:
+        """The route's own limits of ``limits``; its application and meta limits go to the survey's."""
         own = []
         # A dynamic limit, or a scope function, is asked as for a request
         # without headers to the route: to / for a route with variable
         # parts, but with the route's rule, hence its endpoint.
         with current_app.test_request_context("/" if rule.arguments else rule.rule, method=method):
             request.url_rule, request.view_args = rule, {}
-            for limit in plan.limits:
+            for limit in limits:
                 shown = Shown.of(limit, request)
                 if limit.meta:
                     self.meta.setdefault(shown.signature, shown)
@@ -269,11 +261,6 @@ def _limits_node(title: str, limits: Iterable[Shown], entry: Entry) -> Node:
     return node
 
 
-def _exemptible(app: Flask, endpoint: str) -> list[object]:
-    """The view of ``endpoint`` and the blueprints it belongs to: where an exemption may be."""
-    return [app.view_functions[endpoint], *(app.blueprints[name] for name in _blueprints(app, endpoint))]
-
-
 @dataclass
 class Key:
     """What ``--key`` names: the value a key function returns, as the
@@ -303,12 +290,11 @@ class Key:
         """The identities ``value`` is, of the kinds ``shown`` counts; none for
         a kind it cannot be (a key that is no IP address, for ``ip``)."""
         found = []
-        for spec in shown.limit.identities:
-            for kind in spec_kinds(spec):
-                try:
-                    found.append(parse_identity(f"{kind}:{self.value}", self.state.settings.ipv6_prefix))
-                except ValueError as error:
-                    self.problem = str(error)
+        for kind in counted_kinds(shown.limit):
+            try:
+                found.append(parse_identity(f"{kind}:{self.value}", self.state.settings.ipv6_prefix))
+            except ValueError as error:
+                self.problem = str(error)
         self.counted = self.counted or bool(found)
         return found
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
-from ..._config import APPLICATION_SCOPE
 from ...errors import ConfigurationError, InvalidLimit
+from ...extension import APPLICATION_SCOPE
 from ._grammar import translate
 from ._limits import SEE, Limit, breach_hook, dynamic, identities
 from .constants import ConfigVars, HeaderNames
@@ -85,8 +85,10 @@ def settings(
         "RATELIMIT_DEFAULT": layered(given, *DEFAULT_SETTINGS),
         "RATELIMIT_APPLICATION": layered(given, *APPLICATION_SETTINGS),
         "RATELIMIT_META": meta_limits(given),
-        # Flask-Limiter's limits replace the default unless told otherwise.
+        # Flask-Limiter's limits replace the default, and a view's (or a
+        # blueprint's) those of the blueprints around it, unless told otherwise.
         "RATELIMIT_DEFAULT_MODE": "replace",
+        "RATELIMIT_BLUEPRINT_MODE": "replace",
     }
     uri = given(ConfigVars.STORAGE_URI) or "memory://"
     ours["RATELIMIT_STORAGE_URL"] = storage_url(uri)

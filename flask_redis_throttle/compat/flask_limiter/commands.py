@@ -19,15 +19,11 @@ import click
 from flask import current_app
 from flask.cli import AppGroup
 
-from ..._cli import _storage, _throttle
-from ..._console import table
-from ..._identity import spec_name
-from ..._plan import qualified_name
-from ..._spec import LimitSpec
-from ..._state import EXTENSION_KEY, RateLimitState
-from ...cli import ratelimit
+from ...cli import ratelimit, spec_name, storage_errors, table, throttle_of
 from ...core.storage import STORAGE_ERRORS
 from ...core.urls import redact
+from ...decorators import LimitSpec
+from ...extension import EXTENSION_KEY, RateLimitState, qualified_name
 from ._routes import Key, NotMatched, Shown, Survey, match_endpoint
 from ._settings import STRATEGIES
 from .constants import ConfigVars
@@ -209,7 +205,7 @@ def clear_command(key: str, endpoint: str | None, path: str | None, method: str 
     trust a refusal that long.
     """
     state = _installed()
-    throttle = _throttle(state)
+    throttle = throttle_of(state)
     chosen = _endpoint(endpoint, path, method)
     survey = Survey.of(state, chosen, method)
     tester = Key(key, state, throttle)
@@ -222,7 +218,7 @@ def clear_command(key: str, endpoint: str | None, path: str | None, method: str 
     limits = list(survey.every(chosen is None))
     if not any([tester.identities(shown) for shown in limits]):
         _check_key(tester)
-    with _storage(throttle):
+    with storage_errors(throttle):
         deleted = tester.clear(limits)
     for tree in survey.trees(tester.cleared, chosen is None, app, limited=True):
         click.echo(tree)
