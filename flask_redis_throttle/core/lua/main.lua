@@ -118,9 +118,13 @@ local admitted = true
 -- the key, its strategy, what it held (a packed key's string), and what it
 -- will be written if the request is admitted and how long that lives (nil
 -- for nothing).
-local keys, k = {}, 0
+-- Both tables are made with room for the common request, two keys of
+-- three layers: one grown from empty is rehashed at every power of two,
+-- which cost Redis more than all else the tables do (Lua 5.1 has no
+-- other way to size a table than a constructor of that many items).
+local keys, k = {nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}, 0
 -- The records an entry writes.
-local parts = {}
+local parts = {nil, nil, nil}
 -- The entries that have a penalty, and how many entries the plan has.
 local groups, entries = nil, nil
 
