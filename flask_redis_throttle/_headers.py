@@ -184,10 +184,8 @@ class LayerNames:
         # The policy is found by its place: tuple.index tries each by
         # identity before equality, so the plan's own policy costs no
         # comparison of fields, and an equal one (a dynamic limit's, made
-        # again) finds the same names. _state's format, inlined: this runs
-        # once per response.
-        head = self.heads[self.policies.index(policy), layer.window]
-        return f"{head}{max(remaining, 0)};t={math.ceil(reset)}"
+        # again) finds the same names.
+        return _state(self.heads[self.policies.index(policy), layer.window], remaining, reset)
 
 
 #: The headers :func:`set_headers` sets, in lower case, without the legacy ones.
