@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from email.utils import formatdate
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .core.deprecated import renamed
 from .core.rates import Layer
@@ -184,10 +184,8 @@ class LayerNames:
         # The policy is found by its place: tuple.index tries each by
         # identity before equality, so the plan's own policy costs no
         # comparison of fields, and an equal one (a dynamic limit's, made
-        # again) finds the same names. _state's format, inlined: this runs
-        # once per response.
-        head = self.heads[self.policies.index(policy), layer.window]
-        return f"{head}{max(remaining, 0)};t={math.ceil(reset)}"
+        # again) finds the same names.
+        return _state(self.heads[self.policies.index(policy), layer.window], remaining, reset)
 
 
 #: The headers :func:`set_headers` sets, in lower case, without the legacy ones.
@@ -221,9 +219,8 @@ def set_headers(
 
     A response nearly never has any of them already: then they are added,
     which is what setting them does, without searching the headers once for
-    each. They are appended to Werkzeug's list of the headers itself, when
-    it has one: its ``add`` checks each value for newlines, which these,
-    made here of numbers and the layers' names, cannot hold.
+    each. Either way through the headers' own public methods, which a
+    subclass of the app's may extend.
     """
     layer, remaining = decision.layer, decision.remaining
     state = labels.state(decision.policy, layer, remaining, decision.reset)
@@ -233,18 +230,13 @@ def set_headers(
     if legacy is not None:
         values += legacy_headers(layer.quota, remaining, decision.reset, time.time(), legacy.names)
     names = legacy.lowered if legacy is not None else _NAMES
-    items: Any = getattr(headers, "_list", None)  # Werkzeug's own list, if it has one
-    own = type(items) is list
-    for name, _value in items if own else headers:
+    put = headers.add
+    for name, _value in headers:
         if name.lower() in names:
-            for header, value in values:
-                headers.set(header, value)
-            return
-    if own:
-        items += values
-    else:
-        for header, value in values:
-            headers.add(header, value)
+            put = headers.set
+            break
+    for header, value in values:
+        put(header, value)
 
 
 def legacy_headers(

@@ -257,11 +257,7 @@ class Plan:
         if self.simple and labels is not None:
             checks: list[Check] = []
             for fixed, found in self.unresolved:
-                identities = []
-                for resolve in found:  # what _identities does, without a call per limit
-                    identity = resolve(request)
-                    if identity is not None:
-                        identities.append(identity)
+                identities = _identities(found, request)
                 if identities:
                     checks.append((fixed, identities))
             if not checks:

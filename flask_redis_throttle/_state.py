@@ -233,13 +233,13 @@ class RateLimitState(Notices):
         if problems:
             self._problems(problems)
         if batches:
-            previous: Outcome | None = g._get_current_object().__dict__.get(OUTCOME_ATTRIBUTE)
+            previous: Outcome | None = g.get(OUTCOME_ATTRIBUTE)
             self._decide(req, endpoint, labels, batches, self.throttle, previous)
 
     def before_request(self) -> None:
         """Decide the request; raise :class:`RateLimitExceeded` if it is refused."""
         # This runs before every request: the request is fetched from its
-        # context proxy once, and the plan found with one lookup.
+        # context proxy once.
         req: Request = request._get_current_object()  # type: ignore[attr-defined]
         if not self._announced:
             self.announce()
@@ -248,10 +248,7 @@ class RateLimitState(Notices):
         endpoint = req.endpoint
         if endpoint is None:
             return  # 404 and 405
-        try:
-            plan = self._plans[endpoint, req.method]
-        except KeyError:
-            plan = self.plan(endpoint, req.method)
+        plan = self.plan(endpoint, req.method)
         if plan is None or self.throttle is None:
             return
         if self.filters and any(accept(req) for accept in self.filters):
@@ -348,8 +345,7 @@ class RateLimitState(Notices):
                 metrics.delayed(endpoint, wait)
             time.sleep(wait)
         if shown is not None:
-            # What setting the attribute of g does, without its __setattr__, a Python call.
-            g._get_current_object().__dict__[OUTCOME_ATTRIBUTE] = Outcome(labels, shown, False, deferred, held)
+            setattr(g, OUTCOME_ATTRIBUTE, Outcome(labels, shown, False, deferred, held))
 
     def _breached(self, metas: list[Batch], throttle: Throttle) -> None:
         """Count a refusal in the request's meta limits."""

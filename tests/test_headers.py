@@ -6,7 +6,7 @@ import time
 from email.utils import parsedate_to_datetime
 
 import pytest
-from flask import Flask, jsonify
+from flask import Flask, Response, jsonify
 from helpers import Clock, get, install
 from werkzeug.datastructures import Headers
 
@@ -167,8 +167,8 @@ def _minute_layer_decision(remaining: int) -> tuple[LayerNames, Decision]:
 
 
 def test_the_headers_are_set_alike_on_werkzeug_headers_and_any_other() -> None:
-    """Appended to Werkzeug's own list when there is one; else added, and
-    set in place of ones the response already has, on either."""
+    """Added, and set in place of ones the response already has, on
+    Werkzeug's headers and on any other."""
     labels, decision = _minute_layer_decision(-1)
     expected = [("RateLimit-Policy", '"1s";q=10;w=1, "1m";q=100;w=60'), ("RateLimit", '"1m";r=0;t=60')]
     for headers in (Headers([("Content-Type", "text/plain")]), _OtherHeaders(("Content-Type", "text/plain"))):
@@ -177,6 +177,42 @@ def test_the_headers_are_set_alike_on_werkzeug_headers_and_any_other() -> None:
     for headers in (Headers([("ratelimit", "old")]), _OtherHeaders(("ratelimit", "old"))):
         set_headers(headers, labels, decision, None)  # type: ignore[arg-type]
         assert sorted(headers) == sorted(expected)
+
+
+class _CheckedHeaders(Headers):
+    """Werkzeug's headers with an ``add`` of the app's own, one that checks
+    (here: notes) each header a response is given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.added: list[str] = []
+
+    def add(self, key: str, value: object, /, **kwargs: object) -> None:  # type: ignore[override]
+        self.added.append(key)
+        super().add(key, value, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_the_headers_go_through_the_app_s_own_headers_class(app: Flask, legacy: bool) -> None:
+    """A response whose headers are a subclass of Werkzeug's gets ours
+    through its own ``add``, the public method it extends: never appended
+    to a list inside Werkzeug's class, past the app's checks."""
+    made: list[_CheckedHeaders] = []
+
+    @app.get("/")
+    @limit("2/m")
+    def index() -> Response:
+        made.append(_CheckedHeaders())
+        return Response("ok", headers=made[0])
+
+    install(app, RATELIMIT_HEADERS_LEGACY=legacy)
+    response = get(app.test_client())
+    assert response.status_code == 200
+    ours = ["RateLimit-Policy", "RateLimit"] + (
+        ["X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"] if legacy else []
+    )
+    assert [name for name in made[0].added if name in ours] == ours
+    assert [name for name, _value in response.headers if name in ours] == ours
 
 
 @pytest.mark.parametrize("name", [None, "RateLimit", "x-ratelimit-remaining", "X-RateLimit-Reset"])

@@ -75,6 +75,29 @@ def test_one_request_is_one_command_in_one_round_trip(
     assert set(delta) - {f"cmdstat_{name}" for name in {*inner, "time", "evalsha", "info"}} == set()
 
 
+@pytest.mark.parametrize("storage_url", ["redis"], indirect=True)
+def test_a_shaped_request_reads_each_key_once(app: Flask, redis_client: redis.Redis) -> None:
+    """The wait of a limit with a delay is worked out from the keys' values,
+    before the layers are decided from the same values: each key is read
+    once for both (see lua/shaping.lua), as an unshaped request reads it."""
+    add_login(app)
+
+    @app.get("/")
+    @limit("100000/s;1000000/m;10000000/h", delay="250ms")  # a turn every 0.36 ms at most
+    def index() -> str:
+        return "ok"
+
+    install(app, RATELIMIT_STRATEGY="gcra")
+    client = app.test_client()
+    assert get(client, user="alice").status_code == 200  # loads the script
+    before = commandstats(redis_client)
+    for _ in range(10):
+        assert get(client, user="alice").status_code == 200
+    delta = commandstats(redis_client) - before
+    assert delta["cmdstat_evalsha"] == 10
+    assert Counter({name: delta[f"cmdstat_{name}"] for name in PACKED}) == Counter({"get": 20, "set": 20})
+
+
 @pytest.mark.parametrize("storage_url", ["memory", "redis"], indirect=True)
 @pytest.mark.parametrize("strategy", SCRIPT_INNER)
 def test_threads_hammering_one_identity_get_exactly_the_quota(app: Flask, storage_url: str, strategy: str) -> None:

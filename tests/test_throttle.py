@@ -309,24 +309,3 @@ def test_a_request_with_a_penalty_sends_its_penalty_keys_after_its_counters(
     assert layout.penalized
     assert strategies == frozenset(["fixed-window"])
     assert [throttle.hit([(policy, [who])]).remaining for _ in range(2)] == [99, 98]
-
-
-def test_the_hot_path_makes_decisions_equal_to_the_dataclass_own() -> None:
-    """The decision hit builds without Decision's __init__ is the one its
-    __init__ would build: equal, frozen, and with every field set."""
-    import dataclasses
-
-    from flask_redis_throttle.core.rates import Layer
-    from flask_redis_throttle.core.throttle import _filler as filler
-
-    policy = Policy(parse_limits("5/s"), "s")
-    values = (True, policy, Layer(5, 1), Identity("ip", "1.2.3.4"), 4, 0.5, 0.0, False, True, False, None)
-    made = filler(Decision)(*values)
-    assert type(made) is Decision
-    assert made == Decision(*values)
-    assert dataclasses.astuple(made) == dataclasses.astuple(Decision(*values))
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        made.admitted = False  # type: ignore[misc]
-    assert dataclasses.replace(made, fallback=True).fallback
-    with pytest.raises(TypeError, match="eleven fields"):
-        filler(Identity)

@@ -42,8 +42,6 @@ __all__ = [
     "split",
 ]
 
-_new_tuple = tuple.__new__
-
 #: How many request shapes' layouts a throttle keeps (see :class:`Layout`).
 LAYOUT_CACHE_SIZE = 256
 
@@ -229,10 +227,7 @@ class Reply(NamedTuple):
         when some entry has a penalty."""
         admitted, index, remaining, reset_us, retry_us, now = raw[:6]
         penalized = len(raw) > 6 and raw[6] == 1
-        # tuple.__new__ rather than the named tuple's own __new__, a Python
-        # function: this runs once per request.
-        fields = (admitted == 1, index - 1, remaining, reset_us / 1e6, retry_us / 1e6, int(now), penalized)
-        return _new_tuple(cls, fields)
+        return cls(admitted == 1, index - 1, remaining, reset_us / 1e6, retry_us / 1e6, int(now), penalized)
 
     @staticmethod
     def refused(index: int, remaining: int, reset: int, retry: int, penalized: bool) -> list[int]:

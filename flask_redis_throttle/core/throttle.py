@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, ParamSpec, TypeVar
+from typing import ParamSpec, TypeVar
 
 from .blocks import Block, BlockCache
 from .bounded import remember
@@ -21,10 +21,7 @@ from .codec import LAYOUT_CACHE_SIZE, MAX_PLAN_DELAY, Arg, Layout, Reply, entry
 from .deprecated import warn_renamed
 from .errors import InvalidLimit
 from .keys import (
-    CACHED_VALUE_LENGTH,
     Identity,
-    cached_counter_key,
-    counter_key,
     escape_scope,
     identity_tag,
     kept_counter_key,
@@ -295,47 +292,6 @@ NO_DELAY = {
 }
 
 
-def _filler(cls: type[_T]) -> Callable[..., _T]:
-    """A function that makes a ``cls`` of its eleven fields' values, given in
-    their order, as its ``__init__`` would: but without running it, so with
-    no defaults and no ``__post_init__``.
-
-    A frozen dataclass's ``__init__`` sets each field with
-    ``object.__setattr__``, looked up and called once per field, since the
-    class's own ``__setattr__`` refuses. Every request makes one
-    :class:`Decision`, of eleven fields: setting its slots through their
-    descriptors instead takes half the time.
-
-    :raises TypeError: if ``cls`` is not a slots dataclass of eleven fields.
-    """
-    names = getattr(cls, "__match_args__", ())
-    if len(names) != 11 or getattr(cls, "__slots__", None) is None:
-        raise TypeError(f"{cls.__name__} is not a slots dataclass of eleven fields")
-    s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10 = (getattr(cls, name).__set__ for name in names)
-    new = object.__new__
-
-    def fill(v0: Any, v1: Any, v2: Any, v3: Any, v4: Any, v5: Any, v6: Any, v7: Any, v8: Any, v9: Any, v10: Any) -> _T:
-        # Unrolled: a loop over the setters costs half of what it saves.
-        made = new(cls)
-        s0(made, v0)
-        s1(made, v1)
-        s2(made, v2)
-        s3(made, v3)
-        s4(made, v4)
-        s5(made, v5)
-        s6(made, v6)
-        s7(made, v7)
-        s8(made, v8)
-        s9(made, v9)
-        s10(made, v10)
-        return made
-
-    return fill
-
-
-_Decision = _filler(Decision)  # Decision(...), at twice the speed: once per request
-
-
 class Throttle:
     """Decides requests against a :class:`~flask_redis_throttle.core.storage.Storage`, one round trip each.
 
@@ -496,10 +452,7 @@ class Throttle:
         for policy, identities in checks:
             shape += (policy.entry, len(identities))
             suffix = policy.suffix
-            for who in identities:  # what kept_counter_key does, without a call per key
-                value = who.value
-                make = cached_counter_key if len(value) <= CACHED_VALUE_LENGTH else counter_key
-                keys.append(make(head, who.kind, value, secret, suffix))
+            keys += [kept_counter_key(head, who.kind, who.value, secret, suffix) for who in identities]
         known = self._layouts.get(tuple(shape))
         if known is None:
             layout = Layout.of((policy.entry, len(identities), policy.layers) for policy, identities in checks)
@@ -656,6 +609,6 @@ def _decision(
     number, who, n = layout.places[reply.layer]
     policy, identities = checks[number]
     admitted, _, left, reset, retry, _, penalized = reply
-    return _Decision(
+    return Decision(
         admitted, policy, policy.layers[n], identities[who], left, reset, retry, cached, penalized, False, hold
     )

@@ -103,8 +103,10 @@ local cost = ARGV[2] + 0
 local plan = ARGV[3]
 local byte, sub, unpack_bytes, max = string.byte, string.sub, struct.unpack, math.max
 -- Shaping: the entries with a delay are decided at now + wait (see
--- shaping.lua); the others at now.
-local wait = shaping_wait(now, cost, plan)
+-- shaping.lua); the others at now. The wait is worked out when the first
+-- entry with a delay is met, so a plan without one is not walked for it;
+-- what it read of each key, by entry, is not read again.
+local wait, shaped, read = 0, false, nil
 
 -- The deciding layer so far, its verdict, whether it is refused by a
 -- penalty, and whether the cost is more than its whole quota; and whether
@@ -116,9 +118,13 @@ local admitted = true
 -- the key, its strategy, what it held (a packed key's string), and what it
 -- will be written if the request is admitted and how long that lives (nil
 -- for nothing).
-local keys, k = {}, 0
+-- Both tables are made with room for the common request, two keys of
+-- three layers: one grown from empty is rehashed at every power of two,
+-- which cost Redis more than all else the tables do (Lua 5.1 has no
+-- other way to size a table than a constructor of that many items).
+local keys, k = {nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}, 0
 -- The records an entry writes.
-local parts = {}
+local parts = {nil, nil, nil}
 -- The entries that have a penalty, and how many entries the plan has.
 local groups, entries = nil, nil
 
@@ -135,6 +141,10 @@ while at <= #plan do
   local last = flag - 8
   local penalized, delay, burst
   at, penalized, delay, burst = entry_end(plan, flag)
+  if delay > 0 and not shaped then
+    wait, read = shaping_wait(now, cost, plan)
+    shaped = true
+  end
   local when = delay > 0 and now + wait or now
   local group = nil
   if penalized and cost >= 0 then
@@ -163,7 +173,11 @@ while at <= #plan do
   end
   if not slot then
     slot, k = k + 1, k + 5
-    keys[slot], keys[slot + 1], keys[slot + 2] = key, strategy, size and redis.call('GET', key) or ''
+    local held = read and read[e]
+    if held == nil then
+      held = size and redis.call('GET', key) or ''
+    end
+    keys[slot], keys[slot + 1], keys[slot + 2] = key, strategy, held
   end
   local value = keys[slot + 2]
   -- The records this entry writes, the longest life of the key's, where

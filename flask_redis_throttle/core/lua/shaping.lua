@@ -34,11 +34,13 @@ end
 -- `now`, refusing as usual. A layer whose whole quota is less than the cost
 -- never fits, however long it waits. A refund is given the wait of the call
 -- that admitted it, ARGV[4] (a sliding log finds its entries at now + wait).
+-- Also what it read of each packed key, by entry ('' for none), which
+-- main.lua takes rather than read the key again (nil when nothing was read).
 local function shaping_wait(now, cost, plan)
   if cost <= 0 then
-    return cost < 0 and tonumber(ARGV[4]) or 0
+    return cost < 0 and tonumber(ARGV[4]) or 0, nil
   end
-  local wait, bound = 0, nil
+  local wait, bound, read = 0, nil, {}
   local e, at = 0, 1
   while at <= #plan do
     e = e + 1
@@ -49,10 +51,11 @@ local function shaping_wait(now, cost, plan)
       local strategy = strategies[string.sub(plan, at, at + 1)]
       local size = strategy.size
       local value = size and redis.call('GET', KEYS[e]) or ''
+      read[e] = value
       for layer_at = first, flag - 8, 8 do
         local quota, name = struct.unpack('<I4I4', plan, layer_at)
         if cost > quota or (burst > 0 and cost > burst) then
-          return 0
+          return 0, read
         end
         local p = size and locate(value, name, size) or nil
         local fit, _, _, retry = strategy.check(now, cost, quota, name, KEYS[e], value, p, burst)
@@ -67,7 +70,7 @@ local function shaping_wait(now, cost, plan)
     at = next_at
   end
   if bound and wait <= bound then
-    return wait
+    return wait, read
   end
-  return 0
+  return 0, read
 end
