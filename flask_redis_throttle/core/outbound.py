@@ -9,13 +9,16 @@ that long, and never polls. A turn further off than the call's ``timeout``
 is not taken, and the call raises :class:`QuotaTimeout` at once, having
 used nothing of the quota.
 
-The quota is decided by GCRA (see :doc:`/algorithms`): the calls are spread
-one every ``window / quota``. With ``burst=1``, the default here, that is
-all: never more than the quota in any span of the window's length, which
-is what a third party that counts in windows of its own needs. A larger
-burst lets that many calls go at once after a quiet spell (as a view's
-GCRA limit does), at the price of up to ``burst - 1`` calls more than the
-quota in the window that follows it.
+A quota such as ``"10/s;2000/d"`` means at most 10 calls a second and
+2,000 a day. Its layers of the shortest window set the pace, by GCRA (see
+:doc:`/algorithms`): the calls are spread one every ``window / quota``,
+with ``burst=1``, the default here; a larger burst lets that many calls go
+at once after a quiet spell. Every layer, that one too, is also kept as a
+sliding log, which caps the total exactly: never more than a layer's quota
+in any span of its window, which is what a third party that counts in
+windows of its own needs. So calls go at 10 a second until 2,000 have gone
+in the last day, and then wait for the oldest of them to be a day old. The
+log keeps one entry per call in the longest window (2,000 here).
 
 .. code-block:: python
 
@@ -43,18 +46,19 @@ from typing import Any, ParamSpec, TypeVar, cast
 
 from .bounded import remember
 from .codec import MAX_PLAN_DELAY
+from .errors import InvalidLimit
 from .keys import Identity
 from .rates import Layer, parse_limits
-from .throttle import Policy, Throttle
+from .throttle import Decision, Policy, Throttle
 
-__all__ = ["QuotaTimeout", "SharedQuota", "acquire", "acquire_async", "reserve"]
+__all__ = ["QuotaTimeout", "SharedQuota", "acquire", "acquire_async", "quota_policies", "reserve"]
 
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
 
-#: How many (policy, timeout) pairs :func:`reserve` keeps the delayed policy of.
+#: How many (policies, timeout) pairs :func:`reserve` keeps the delayed policies of.
 _POLICY_CACHE_SIZE = 64
-_delayed: dict[tuple[Policy, float], Policy] = {}
+_delayed: dict[tuple[tuple[Policy, ...], float], tuple[Policy, ...]] = {}
 
 
 class QuotaTimeout(Exception):
@@ -75,14 +79,63 @@ class QuotaTimeout(Exception):
         self.retry_after = retry_after
 
 
+def quota_policies(layers: Sequence[Layer], scope: str, burst: int = 1) -> tuple[Policy, Policy]:
+    """The two policies of a quota of ``layers``: its layers of the shortest
+    window, by GCRA with ``burst``, which set the pace; and every layer as
+    a sliding log, which caps each window's total exactly.
+
+    :raises ~flask_redis_throttle.core.errors.InvalidLimit: for no layers,
+        or a burst that is not from 1 to the quota of the pace's layers.
+    """
+    if not layers:
+        raise InvalidLimit("a quota needs at least one layer, such as 10/s", spec=layers)
+    shortest = min(layer.window for layer in layers)
+    pace = tuple(layer for layer in layers if layer.window == shortest)
+    # The delay here is a placeholder: each call sends its timeout as the delay (see reserve()).
+    return (
+        Policy(pace, scope, "gcra", delay=MAX_PLAN_DELAY, burst=burst),
+        Policy(tuple(layers), scope, "sliding-log", delay=MAX_PLAN_DELAY),
+    )
+
+
+def _take(
+    throttle: Throttle,
+    policy: Policy | Sequence[Policy],
+    identity: Identity,
+    cost: int = 1,
+    timeout: float | None = None,
+) -> Decision:
+    """Reserve the turn (see :func:`reserve`), and return the admitted decision."""
+    policies = (policy,) if isinstance(policy, Policy) else tuple(policy)
+    most = min((each.burst or min(layer.quota for layer in each.layers) for each in policies), default=0)
+    scope = policies[0].scope if policies else "?"
+    if cost > most:
+        raise ValueError(f"cost {cost} is more than {scope!r} lets go at once ({most}): it would never get a turn")
+    # The plan counts delays in whole milliseconds, at least one.
+    bound = MAX_PLAN_DELAY if timeout is None else max(timeout, 0.001)
+    delayed = _delayed.get((policies, bound))
+    if delayed is None:
+        made = tuple(replace(each, delay=bound) for each in policies)
+        delayed = remember(_delayed, (policies, bound), made, _POLICY_CACHE_SIZE)
+    decision = throttle.hit([(each, (identity,)) for each in delayed], cost)
+    if not decision.admitted:
+        raise QuotaTimeout(scope, bound, decision.retry_after)
+    return decision
+
+
 def reserve(
-    throttle: Throttle, policy: Policy, identity: Identity, cost: int = 1, timeout: float | None = None
+    throttle: Throttle,
+    policy: Policy | Sequence[Policy],
+    identity: Identity,
+    cost: int = 1,
+    timeout: float | None = None,
 ) -> float:
-    """Reserve the next turn of ``identity`` under ``policy``, a GCRA policy
-    (its delay is replaced by ``timeout``; its burst is kept), in one
-    script call, and return how many seconds from now it is (0 when the
-    call may go at once). The caller must wait that long before it calls:
-    :func:`acquire` does.
+    """Reserve the next turn of ``identity`` under ``policy``, GCRA or
+    sliding-log policies such as :func:`quota_policies` makes (their delay
+    is replaced by ``timeout``; a burst is kept), in one script call, and
+    return how many seconds from now it is (0 when the call may go at
+    once). The caller must wait that long before it calls: :func:`acquire`
+    does.
 
     :param cost: how much of the quota the call takes.
     :param timeout: the longest wait to accept, in seconds, rounded to a
@@ -94,24 +147,15 @@ def reserve(
     :raises ~flask_redis_throttle.core.throttle.StorageUnavailable: if
         Redis could not answer.
     """
-    most = policy.burst or min(layer.quota for layer in policy.layers)
-    if cost > most:
-        raise ValueError(
-            f"cost {cost} is more than {policy.scope!r} lets go at once ({most}): it would never get a turn"
-        )
-    # The plan counts delays in whole milliseconds, at least one.
-    bound = MAX_PLAN_DELAY if timeout is None else max(timeout, 0.001)
-    delayed = _delayed.get((policy, bound))
-    if delayed is None:
-        delayed = remember(_delayed, (policy, bound), replace(policy, delay=bound), _POLICY_CACHE_SIZE)
-    decision = throttle.hit([(delayed, (identity,))], cost)
-    if not decision.admitted:
-        raise QuotaTimeout(policy.scope, bound, decision.retry_after)
-    return decision.retry_after
+    return _take(throttle, policy, identity, cost, timeout).retry_after
 
 
 def acquire(
-    throttle: Throttle, policy: Policy, identity: Identity, cost: int = 1, timeout: float | None = None
+    throttle: Throttle,
+    policy: Policy | Sequence[Policy],
+    identity: Identity,
+    cost: int = 1,
+    timeout: float | None = None,
 ) -> float:
     """Wait for the next turn of ``identity`` under ``policy`` (see
     :func:`reserve`), sleeping once for as long as the script says, and
@@ -123,7 +167,11 @@ def acquire(
 
 
 async def acquire_async(
-    throttle: Throttle, policy: Policy, identity: Identity, cost: int = 1, timeout: float | None = None
+    throttle: Throttle,
+    policy: Policy | Sequence[Policy],
+    identity: Identity,
+    cost: int = 1,
+    timeout: float | None = None,
 ) -> float:
     """:func:`acquire` for ``asyncio``: the script call runs in a worker
     thread and the wait is an ``asyncio.sleep``, so the event loop runs on."""
@@ -141,7 +189,9 @@ class SharedQuota:
 
     :param throttle: decides the turns; its storage is what is shared.
     :param limit: the quota, such as ``"10/s"`` or ``"10/s;2000/d"`` (see
-        :doc:`/grammar`), or its layers.
+        :doc:`/grammar`), or its layers: calls go at the pace of the
+        layers of the shortest window, and every layer caps its window's
+        total (see the module's docstring).
     :param scope: names the quota in the keys: every ``SharedQuota`` with
         the same scope (and identity) shares it, such as the host called.
     :param identity: whose quota it is, when the third party grants one
@@ -151,7 +201,8 @@ class SharedQuota:
     :param burst: how many calls may go at once after a quiet spell (see
         the module's docstring); 1 spreads every call evenly.
     :raises ~flask_redis_throttle.core.errors.InvalidLimit: for a malformed
-        limit, or a burst that is not from 1 to the smallest quota.
+        limit, or a burst that is not from 1 to the quota of the shortest
+        window.
     """
 
     def __init__(
@@ -165,18 +216,17 @@ class SharedQuota:
     ) -> None:
         layers = parse_limits(limit) if isinstance(limit, str) else tuple(limit)
         self.throttle = throttle
-        # The delay here is a placeholder: each call sends its timeout as the delay (see reserve()).
-        self.policy = Policy(layers, scope, "gcra", delay=MAX_PLAN_DELAY, burst=burst)
+        self.policies = quota_policies(layers, scope, burst)
         self.identity = Identity("outbound", identity)
         self.timeout = timeout
 
     def acquire(self, cost: int = 1, timeout: float | None = None) -> float:
         """Wait for a turn (see :func:`acquire`); ``timeout`` overrides the quota's."""
-        return acquire(self.throttle, self.policy, self.identity, cost, self._timeout(timeout))
+        return acquire(self.throttle, self.policies, self.identity, cost, self._timeout(timeout))
 
     async def acquire_async(self, cost: int = 1, timeout: float | None = None) -> float:
         """Wait for a turn without blocking the event loop (see :func:`acquire_async`)."""
-        return await acquire_async(self.throttle, self.policy, self.identity, cost, self._timeout(timeout))
+        return await acquire_async(self.throttle, self.policies, self.identity, cost, self._timeout(timeout))
 
     def _timeout(self, timeout: float | None) -> float | None:
         return self.timeout if timeout is None else timeout
