@@ -20,6 +20,13 @@ windows of its own needs. So calls go at 10 a second until 2,000 have gone
 in the last day, and then wait for the oldest of them to be a day old. The
 log keeps one entry per call in the longest window (2,000 here).
 
+A wait that is given up on, interrupted (``KeyboardInterrupt``) or
+cancelled (``asyncio.wait_for``, a task's ``cancel()``), gives its turn
+back before the exception goes on: the next caller gets it. A turn given
+back from the middle of the queue is taken by the next caller at the end
+of the pace's line, so that call may go at the same moment as the last one
+already waiting; the sliding log still holds every window to its quota.
+
 .. code-block:: python
 
     quota = SharedQuota(Throttle(Storage.from_url(url)), "10/s", scope="api.example.com")
@@ -38,6 +45,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
@@ -49,12 +58,14 @@ from .codec import MAX_PLAN_DELAY
 from .errors import InvalidLimit
 from .keys import Identity
 from .rates import Layer, parse_limits
-from .throttle import Decision, Policy, Throttle
+from .throttle import Decision, Hold, Policy, StorageUnavailable, Throttle
 
 __all__ = ["QuotaTimeout", "SharedQuota", "acquire", "acquire_async", "quota_policies", "reserve"]
 
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
+
+logger = logging.getLogger("flask_redis_throttle")
 
 #: How many (policies, timeout) pairs :func:`reserve` keeps the delayed policies of.
 _POLICY_CACHE_SIZE = 64
@@ -105,7 +116,8 @@ def _take(
     cost: int = 1,
     timeout: float | None = None,
 ) -> Decision:
-    """Reserve the turn (see :func:`reserve`), and return the admitted decision."""
+    """Reserve the turn (see :func:`reserve`), and return the admitted
+    decision, whose hold gives the turn back."""
     policies = (policy,) if isinstance(policy, Policy) else tuple(policy)
     most = min((each.burst or min(layer.quota for layer in each.layers) for each in policies), default=0)
     scope = policies[0].scope if policies else "?"
@@ -117,7 +129,7 @@ def _take(
     if delayed is None:
         made = tuple(replace(each, delay=bound) for each in policies)
         delayed = remember(_delayed, (policies, bound), made, _POLICY_CACHE_SIZE)
-    decision = throttle.hit([(each, (identity,)) for each in delayed], cost)
+    decision = throttle.hit([(each, (identity,)) for each in delayed], cost, returnable=True)
     if not decision.admitted:
         raise QuotaTimeout(scope, bound, decision.retry_after)
     return decision
@@ -135,7 +147,7 @@ def reserve(
     is replaced by ``timeout``; a burst is kept), in one script call, and
     return how many seconds from now it is (0 when the call may go at
     once). The caller must wait that long before it calls: :func:`acquire`
-    does.
+    does. A turn reserved here cannot be given back.
 
     :param cost: how much of the quota the call takes.
     :param timeout: the longest wait to accept, in seconds, rounded to a
@@ -150,6 +162,17 @@ def reserve(
     return _take(throttle, policy, identity, cost, timeout).retry_after
 
 
+def give_back(hold: Hold | None) -> None:
+    """Give back a turn that will not be used; a storage that cannot answer
+    loses it, with a warning, rather than hide the reason it was given up."""
+    if hold is None:
+        return
+    try:
+        hold.release()
+    except StorageUnavailable as error:
+        logger.warning("could not give back a turn of an outbound quota (%s): it is lost", error)
+
+
 def acquire(
     throttle: Throttle,
     policy: Policy | Sequence[Policy],
@@ -159,10 +182,16 @@ def acquire(
 ) -> float:
     """Wait for the next turn of ``identity`` under ``policy`` (see
     :func:`reserve`), sleeping once for as long as the script says, and
-    return how long that was, in seconds."""
-    wait = reserve(throttle, policy, identity, cost, timeout)
+    return how long that was, in seconds. A wait interrupted by any
+    exception (``KeyboardInterrupt``) gives the turn back first."""
+    decision = _take(throttle, policy, identity, cost, timeout)
+    wait = decision.retry_after
     if wait > 0:
-        time.sleep(wait)
+        try:
+            time.sleep(wait)
+        except BaseException:
+            give_back(decision.hold)
+            raise
     return wait
 
 
@@ -174,11 +203,61 @@ async def acquire_async(
     timeout: float | None = None,
 ) -> float:
     """:func:`acquire` for ``asyncio``: the script call runs in a worker
-    thread and the wait is an ``asyncio.sleep``, so the event loop runs on."""
-    wait = await asyncio.to_thread(reserve, throttle, policy, identity, cost, timeout)
+    thread and the wait is an ``asyncio.sleep``, so the event loop runs on.
+    A cancelled wait gives its turn back before the cancellation goes on;
+    one cancelled while the script call runs, once that call has answered
+    (in the worker thread, which the loop waits for when it closes)."""
+    reservation = _Reservation()
+    try:
+        decision = await asyncio.to_thread(reservation.take, throttle, policy, identity, cost, timeout)
+    except asyncio.CancelledError:
+        taken = reservation.abandon()
+        if taken is not None:
+            await asyncio.shield(asyncio.to_thread(give_back, taken.hold))
+        raise
+    wait = decision.retry_after
     if wait > 0:
-        await asyncio.sleep(wait)
+        try:
+            await asyncio.sleep(wait)
+        except BaseException:
+            await asyncio.shield(asyncio.to_thread(give_back, decision.hold))
+            raise
     return wait
+
+
+class _Reservation:
+    """A turn being reserved in a worker thread for a caller that may be
+    cancelled meanwhile: whichever of the two learns last that the turn
+    will not be used gives it back."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._decision: Decision | None = None
+        self._abandoned = False
+
+    def take(
+        self,
+        throttle: Throttle,
+        policy: Policy | Sequence[Policy],
+        identity: Identity,
+        cost: int,
+        timeout: float | None,
+    ) -> Decision:
+        """Reserve the turn (in the worker thread); give it back at once if
+        the caller has already been cancelled."""
+        decision = _take(throttle, policy, identity, cost, timeout)
+        with self._lock:
+            if not self._abandoned:
+                self._decision = decision
+                return decision
+        give_back(decision.hold)
+        return decision
+
+    def abandon(self) -> Decision | None:
+        """The caller was cancelled: the turn, for it to give back, if it was reserved already."""
+        with self._lock:
+            self._abandoned = True
+            return self._decision
 
 
 class SharedQuota:

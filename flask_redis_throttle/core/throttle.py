@@ -239,35 +239,49 @@ class Decision:
     hold: Hold | None = None
 
 
+#: The strategies of a request's concurrency slots alone.
+_SLOTS = frozenset([CONCURRENCY.name])
+
+
 @dataclass(frozen=True, slots=True)
 class Hold:
-    """The concurrency slots one admitted request holds (see
-    :meth:`Policy.concurrency`).
+    """What one admitted request holds and can give back: its concurrency
+    slots (see :meth:`Policy.concurrency`), or, asked for with
+    ``hit(..., returnable=True)``, the whole request, such as a turn
+    reserved by a policy with a delay that the caller no longer wants
+    (see :mod:`flask_redis_throttle.core.outbound`).
 
     :param throttle: the throttle that admitted it (the fallback's, when
         the fallback did).
-    :param keys: the slots' keys.
+    :param keys: the keys to give back on.
     :param plan: their plan entries.
     :param now: the time the request was admitted at, in microseconds.
+    :param strategies: the strategies of those entries.
+    :param cost: what the request took.
+    :param wait: the wait the admission replied, in microseconds: a
+        sliding log with a delay stamped the request's entries then.
     """
 
     throttle: Throttle
     keys: tuple[str, ...]
     plan: bytes
     now: int
+    strategies: frozenset[str] = _SLOTS
+    cost: int = 1
+    wait: int = 0
 
     def release(self) -> None:
-        """Give the slots back: one script call, a refund of the request
-        on the slots' keys alone. Giving back slots that their leases have
-        already freed changes nothing.
+        """Give it back: one script call, a refund of the request on the
+        held keys alone. Giving back slots that their leases have already
+        freed, or a turn long past, changes nothing.
 
         :raises StorageUnavailable: if the storage could not answer.
         """
-        throttle = self.throttle
-        throttle.call(throttle.storage.evaluate, self.keys, _SLOTS, self.keys, [self.now, -1, self.plan])
-
-
-_SLOTS = frozenset([CONCURRENCY.name])
+        throttle, keys = self.throttle, self.keys
+        args: list[Arg] = [self.now, -self.cost, self.plan]
+        if self.wait:
+            args.append(self.wait)
+        throttle.call(throttle.storage.evaluate, keys, self.strategies, keys, args)
 
 
 #: The strategies a policy's delay works with: GCRA and the sliding log,
@@ -420,13 +434,17 @@ class Throttle:
             self.blocks.clear()
         return deleted
 
-    def hit(self, checks: Sequence[Check], cost: int = 1) -> Decision:
+    def hit(self, checks: Sequence[Check], cost: int = 1, returnable: bool = False) -> Decision:
         """Check every layer of every identity of every check, in one script
         call, and count the request everywhere only if all have room.
 
         :param checks: the limits that apply, each with its identities, at
             least one identity between them. Their strategies may differ.
         :param cost: how much quota the request takes; 0 only inspects.
+        :param returnable: give an admitted request a :class:`Hold` of all
+            it took, which gives it back when released (a reserved turn that
+            the caller gave up on, say); otherwise it holds only its
+            concurrency slots, if any.
         :raises StorageUnavailable: if Redis could not answer (or the breaker
             is open) and there is no fallback.
         :raises UnexpectedError: if the storage path raised an error that is
@@ -452,10 +470,13 @@ class Throttle:
         except StorageUnavailable as error:
             if self.fallback is None or isinstance(error, UnexpectedError):
                 raise
-            decision = self.fallback.hit(checks, cost)
+            decision = self.fallback.hit(checks, cost, returnable)
             return replace(decision, fallback=True)
         reply = Reply.decode(raw)
         if reply.admitted:
+            if returnable and cost > 0:
+                hold = Hold(self, tuple(keys), layout.plan, reply.now, strategies, cost, raw[4])
+                return _decision(reply, checks, layout, hold=hold)
             if layout.held and cost > 0:
                 hold = Hold(self, tuple([keys[key] for key in layout.held]), layout.held_plan, reply.now)
                 return _decision(reply, checks, layout, hold=hold)
