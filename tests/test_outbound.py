@@ -24,6 +24,7 @@ from flask_redis_throttle.core.outbound import QuotaTimeout, SharedQuota, acquir
 from flask_redis_throttle.core.storage import Storage
 from flask_redis_throttle.core.throttle import Check, Decision, Throttle
 from flask_redis_throttle.testing import RedisServer
+from flask_redis_throttle.testing import redis_server as testing_server
 
 
 @pytest.fixture
@@ -384,3 +385,61 @@ def test_a_turn_that_cannot_be_given_back_is_lost_with_a_warning(
     assert taken.hold is not None
     outbound.give_back(dataclasses.replace(taken.hold, throttle=Broken(throttle.storage)))
     assert "could not give back a turn of an outbound quota (down): it is lost" in caplog.text
+
+
+# A Redis restart without persistence forgets the quota (issue 32, item
+# 12): the bound is documented, and persistence keeps the rate.
+
+
+def _turns_across_a_restart(server: RedisServer) -> list[int]:
+    """The turns, on the host's clock (Redis's), that 20 threads got on
+    5/s for 3 s, with ``server`` killed and started again at 1.5 s."""
+    storage = Storage.from_url(server.url)
+    throttle = Throttle(storage)
+    quota = SharedQuota(throttle, "5/s", scope="restarted")
+    turns: list[int] = []
+    stop = time.monotonic() + 3
+
+    def caller() -> None:
+        while time.monotonic() < stop:
+            try:
+                taken = outbound._take(throttle, quota.policies, quota.identity)
+            except outbound.StorageUnavailable:
+                time.sleep(0.01)
+                continue
+            assert taken.hold is not None
+            turns.append(taken.hold.now + taken.hold.wait)
+            time.sleep(taken.retry_after)
+
+    threads = [threading.Thread(target=caller) for _ in range(20)]
+    for thread in threads:
+        thread.start()
+    time.sleep(1.5)
+    server.stop()
+    server.start()
+    for thread in threads:
+        thread.join()
+    storage.close()
+    return sorted(turns)
+
+
+def _most_in_a_second(turns: list[int]) -> int:
+    return max(sum(first <= turn < first + 1_000_000 for turn in turns[n:]) for n, first in enumerate(turns))
+
+
+@pytest.mark.real_clock
+@pytest.mark.redis
+def test_a_restart_without_persistence_at_most_doubles_a_window() -> None:
+    # The turns waiting when Redis lost the quota keep them; the calls after
+    # it start afresh: each side holds a second to 5, so never more than 10.
+    with testing_server() as server:
+        turns = _turns_across_a_restart(server)
+    assert _most_in_a_second(turns) <= 2 * 5
+
+
+@pytest.mark.real_clock
+@pytest.mark.redis
+def test_a_restart_with_every_write_persisted_keeps_the_rate() -> None:
+    with testing_server(["--appendonly", "yes", "--appendfsync", "always"]) as server:
+        turns = _turns_across_a_restart(server)
+    assert _most_in_a_second(turns) <= 5

@@ -27,6 +27,11 @@ back from the middle of the queue is taken by the next caller at the end
 of the pace's line, so that call may go at the same moment as the last one
 already waiting; the sliding log still holds every window to its quota.
 
+The quota lives in the storage: a Redis restarted without persistence
+forgets it, and a window that holds calls decided before and after the
+restart holds up to twice the quota (see :ref:`outbound`); one that
+persists every write (``appendfsync always``) keeps the rate.
+
 .. code-block:: python
 
     quota = SharedQuota(Throttle(Storage.from_url(url)), "10/s", scope="api.example.com")
