@@ -18,13 +18,13 @@ import pytest
 from flask import Flask
 from helpers import Clock
 
+from flask_redis_throttle import testing
 from flask_redis_throttle.core import outbound
 from flask_redis_throttle.core.errors import InvalidLimit
 from flask_redis_throttle.core.outbound import QuotaTimeout, SharedQuota, acquire, reserve
 from flask_redis_throttle.core.storage import Storage
 from flask_redis_throttle.core.throttle import Check, Decision, Throttle
 from flask_redis_throttle.testing import RedisServer
-from flask_redis_throttle.testing import redis_server as testing_server
 
 
 @pytest.fixture
@@ -432,7 +432,7 @@ def _most_in_a_second(turns: list[int]) -> int:
 def test_a_restart_without_persistence_at_most_doubles_a_window() -> None:
     # The turns waiting when Redis lost the quota keep them; the calls after
     # it start afresh: each side holds a second to 5, so never more than 10.
-    with testing_server() as server:
+    with testing.redis_server() as server:
         turns = _turns_across_a_restart(server)
     assert _most_in_a_second(turns) <= 2 * 5
 
@@ -440,6 +440,39 @@ def test_a_restart_without_persistence_at_most_doubles_a_window() -> None:
 @pytest.mark.real_clock
 @pytest.mark.redis
 def test_a_restart_with_every_write_persisted_keeps_the_rate() -> None:
-    with testing_server(["--appendonly", "yes", "--appendfsync", "always"]) as server:
+    with testing.redis_server(["--appendonly", "yes", "--appendfsync", "always"]) as server:
         turns = _turns_across_a_restart(server)
     assert _most_in_a_second(turns) <= 5
+
+
+# Bad input fails at once, before anything is reserved or given back.
+
+
+@pytest.mark.parametrize("timeout", [-1, float("nan"), float("inf"), "5", True, 2**40])
+def test_a_bad_timeout_fails_when_the_quota_is_made_and_when_a_call_gives_it(throttle: Throttle, timeout: Any) -> None:
+    with pytest.raises(ValueError, match=r"timeout .* must be a number of seconds from 0 to 4294967"):
+        SharedQuota(throttle, "1/s", scope="bad", timeout=timeout)
+    quota = SharedQuota(throttle, "1/s", scope="bad")
+    with pytest.raises(ValueError, match="must be a number of seconds"):
+        quota.acquire(timeout=timeout)
+    assert reserve(throttle, quota.policies, quota.identity) == 0  # nothing was taken
+
+
+@pytest.mark.parametrize("cost", [0, -1, -5, 1.5, "1", True])
+def test_a_cost_that_is_not_one_or_more_fails_and_gives_nothing_back(
+    throttle: Throttle, clock: Clock, cost: Any
+) -> None:
+    # A negative cost was sent as a refund: it gave back turns never taken.
+    quota = SharedQuota(throttle, "1/s", scope="costs")
+    assert [reserve(throttle, quota.policies, quota.identity) for _ in range(2)] == [0, 1]
+    with pytest.raises(ValueError, match=r"cost .* must be a whole number of 1 or more"):
+        quota.acquire(cost=cost)
+    with pytest.raises(ValueError, match=r"cost .* must be a whole number of 1 or more"):
+        asyncio.run(quota.acquire_async(cost=cost))
+    assert reserve(throttle, quota.policies, quota.identity) == 2
+
+
+def test_no_policies_is_refused(throttle: Throttle) -> None:
+    quota = SharedQuota(throttle, "1/s", scope="none")
+    with pytest.raises(ValueError, match="no policy"):
+        reserve(throttle, [], quota.identity)

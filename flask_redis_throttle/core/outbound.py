@@ -59,6 +59,7 @@ from types import TracebackType
 from typing import Any, ParamSpec, TypeVar, cast
 
 from .bounded import remember
+from .checks import is_integer, is_number
 from .codec import MAX_PLAN_DELAY
 from .errors import InvalidLimit
 from .keys import Identity
@@ -114,6 +115,24 @@ def quota_policies(layers: Sequence[Layer], scope: str, burst: int = 1) -> tuple
     )
 
 
+def _wait_bound(timeout: float | None) -> float:
+    """The longest wait a call accepts, as the plan's delay: ``timeout``,
+    at least a millisecond (the plan counts delays in whole milliseconds,
+    at least one), or the longest there is for None.
+
+    :raises ValueError: for a timeout that is not a number of seconds from
+        0 to :data:`~flask_redis_throttle.core.codec.MAX_PLAN_DELAY` (nor None).
+    """
+    if timeout is None:
+        return MAX_PLAN_DELAY
+    if not is_number(timeout) or not 0 <= timeout <= MAX_PLAN_DELAY:
+        raise ValueError(
+            f"timeout {timeout!r} must be a number of seconds from 0 to {MAX_PLAN_DELAY:.0f}, "
+            "or None to wait as long as it takes"
+        )
+    return max(timeout, 0.001)
+
+
 def _take(
     throttle: Throttle,
     policy: Policy | Sequence[Policy],
@@ -124,12 +143,16 @@ def _take(
     """Reserve the turn (see :func:`reserve`), and return the admitted
     decision, whose hold gives the turn back."""
     policies = (policy,) if isinstance(policy, Policy) else tuple(policy)
-    most = min((each.burst or min(layer.quota for layer in each.layers) for each in policies), default=0)
-    scope = policies[0].scope if policies else "?"
+    if not policies:
+        raise ValueError("no policy to reserve a turn under")
+    scope = policies[0].scope
+    if not is_integer(cost) or cost < 1:
+        # 0 would only look, and a negative cost would give back turns never taken.
+        raise ValueError(f"cost {cost!r} must be a whole number of 1 or more")
+    most = min(each.burst or min(layer.quota for layer in each.layers) for each in policies)
     if cost > most:
         raise ValueError(f"cost {cost} is more than {scope!r} lets go at once ({most}): it would never get a turn")
-    # The plan counts delays in whole milliseconds, at least one.
-    bound = MAX_PLAN_DELAY if timeout is None else max(timeout, 0.001)
+    bound = _wait_bound(timeout)
     delayed = _delayed.get((policies, bound))
     if delayed is None:
         made = tuple(replace(each, delay=bound) for each in policies)
@@ -159,8 +182,11 @@ def reserve(
         millisecond (0 takes a turn at most a millisecond away); None for
         any (up to :data:`~flask_redis_throttle.core.codec.MAX_PLAN_DELAY`).
     :raises QuotaTimeout: if the turn is further off than ``timeout``.
-    :raises ValueError: for a ``cost`` more than the policy's burst (or a
-        layer's whole quota), which no wait lets through, or a bad ``timeout``.
+    :raises ValueError: for a ``cost`` that is not a whole number of 1 or
+        more, or more than the policy's burst (or a layer's whole quota),
+        which no wait lets through; or a ``timeout`` that is not None or a
+        number of seconds from 0 to
+        :data:`~flask_redis_throttle.core.codec.MAX_PLAN_DELAY`.
     :raises ~flask_redis_throttle.core.throttle.StorageUnavailable: if
         Redis could not answer.
     """
@@ -287,6 +313,8 @@ class SharedQuota:
     :raises ~flask_redis_throttle.core.errors.InvalidLimit: for a malformed
         limit, or a burst that is not from 1 to the quota of the shortest
         window.
+    :raises ValueError: for a timeout that is not None or a number of
+        seconds from 0 to :data:`~flask_redis_throttle.core.codec.MAX_PLAN_DELAY`.
     """
 
     def __init__(
@@ -302,6 +330,7 @@ class SharedQuota:
         self.throttle = throttle
         self.policies = quota_policies(layers, scope, burst)
         self.identity = Identity("outbound", identity)
+        _wait_bound(timeout)  # a bad timeout fails here, not at the first call
         self.timeout = timeout
 
     def acquire(self, cost: int = 1, timeout: float | None = None) -> float:
