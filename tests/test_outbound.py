@@ -476,3 +476,23 @@ def test_no_policies_is_refused(throttle: Throttle) -> None:
     quota = SharedQuota(throttle, "1/s", scope="none")
     with pytest.raises(ValueError, match="no policy"):
         reserve(throttle, [], quota.identity)
+
+
+def test_callers_that_give_their_deadline_as_timeout_reserve_nothing_past_it(throttle: Throttle, clock: Clock) -> None:
+    # What docs/shaping.rst advises for callers with deadlines: the turns
+    # past 0.95 s are refused at once rather than reserved and given back,
+    # so no caller ever queues behind a turn that will be abandoned.
+    quota = SharedQuota(throttle, "10/s", scope="deadlines-as-timeouts")
+
+    async def call() -> bool:
+        try:
+            await asyncio.wait_for(quota.acquire_async(timeout=0.95), 1.0)
+        except QuotaTimeout:
+            return False
+        return True
+
+    async def run() -> list[bool]:
+        return list(await asyncio.gather(*(call() for _ in range(20))))
+
+    assert sorted(asyncio.run(run())) == [False] * 10 + [True] * 10
+    assert reserve(throttle, quota.policies, quota.identity) == pytest.approx(1.0)

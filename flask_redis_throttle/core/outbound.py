@@ -22,10 +22,12 @@ log keeps one entry per call in the longest window (2,000 here).
 
 A wait that is given up on, interrupted (``KeyboardInterrupt``) or
 cancelled (``asyncio.wait_for``, a task's ``cancel()``), gives its turn
-back before the exception goes on: the next caller gets it. A turn given
-back from the middle of the queue is taken by the next caller at the end
-of the pace's line, so that call may go at the same moment as the last one
-already waiting; the sliding log still holds every window to its quota.
+back before the exception goes on: the next caller gets it when it was the
+last turn reserved. One given back from the middle of the line moves the
+pace's next turn back, but the sliding log, which counts every later turn,
+mostly puts the next caller at the end of the line all the same: a caller
+with a deadline should give it as its ``timeout`` too, so that no turn
+past it is reserved (see :ref:`outbound`).
 
 The quota lives in the storage: a Redis restarted without persistence
 forgets it, and a window that holds calls decided before and after the
