@@ -135,14 +135,18 @@ def wait_for_gunicorn(port: int, process: subprocess.Popen[bytes], path: str = "
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert process.poll() is None, "gunicorn exited"
+        # Closed whether it answered or not: a refused one left to the
+        # garbage collector is a ResourceWarning, and a loaded machine,
+        # slower to start gunicorn, makes many.
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
         try:
-            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
             connection.request("GET", path)
             connection.getresponse().read()
-            connection.close()
             return
         except OSError:
             time.sleep(0.1)
+        finally:
+            connection.close()
     raise AssertionError(f"gunicorn did not answer on port {port} within {timeout} s")
 
 

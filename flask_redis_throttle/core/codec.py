@@ -264,8 +264,10 @@ class Part:
 
 def split(keys: Sequence[str], args: Args) -> list[Part]:
     """Cut one call into one call per hash tag, each with the entries (and
-    the penalty keys) of that tag, in their order."""
-    now, cost, plan = args[0], args[1], args[2]
+    the penalty keys) of that tag, in their order, and the arguments after
+    the plan as they are (a refund's wait: dropped, a sliding log with a
+    delay would look for its entries at the wrong time and keep them)."""
+    now, cost, plan, rest = args[0], args[1], args[2], list(args[3:])
     assert isinstance(plan, bytes)
     parts = list(entries(plan))
     penalty_keys = iter(keys[len(parts) :])
@@ -280,7 +282,7 @@ def split(keys: Sequence[str], args: Args) -> list[Part]:
         if penalty:
             penalties.append(next(penalty_keys))
     return [
-        Part(own_keys + penalties, [now, cost, b"".join(texts)], layers)
+        Part(own_keys + penalties, [now, cost, b"".join(texts), *rest], layers)
         for own_keys, penalties, texts, layers in groups.values()
     ]
 

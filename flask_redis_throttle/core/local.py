@@ -82,8 +82,14 @@ SOCKET_NAME = "ratelimit-server.sock"
 
 #: How long, in seconds, a connection waits for the server to start (or for
 #: another worker to finish starting it) before it fails as a down Redis
-#: fails. Starting normally takes a few milliseconds.
-START_TIMEOUT = 2.0
+#: fails. Starting takes about 50 ms, on a quiet host and beside a busy loop
+#: per core alike; a host short of CPU, memory or disk (a cold binary on a
+#: fresh install) can take seconds, and a request that gave up then was let
+#: through uncounted (or refused, failing closed) while the server came up.
+#: So the request that starts the server waits for it, on a loaded host too:
+#: this is long enough for one, and a server that is not up by then will not
+#: be (it is killed, and the next request starts another).
+START_TIMEOUT = 10.0
 
 #: The longest Unix socket path the platform takes (``sun_path`` holds 108
 #: bytes on Linux and 104 on macOS and the BSDs, with the trailing NUL).

@@ -9,13 +9,30 @@ that long, and never polls. A turn further off than the call's ``timeout``
 is not taken, and the call raises :class:`QuotaTimeout` at once, having
 used nothing of the quota.
 
-The quota is decided by GCRA (see :doc:`/algorithms`): the calls are spread
-one every ``window / quota``. With ``burst=1``, the default here, that is
-all: never more than the quota in any span of the window's length, which
-is what a third party that counts in windows of its own needs. A larger
-burst lets that many calls go at once after a quiet spell (as a view's
-GCRA limit does), at the price of up to ``burst - 1`` calls more than the
-quota in the window that follows it.
+A quota such as ``"10/s;2000/d"`` means at most 10 calls a second and
+2,000 a day. Its layers of the shortest window set the pace, by GCRA (see
+:doc:`/algorithms`): the calls are spread one every ``window / quota``,
+with ``burst=1``, the default here; a larger burst lets that many calls go
+at once after a quiet spell. Every layer, that one too, is also kept as a
+sliding log, which caps the total exactly: never more than a layer's quota
+in any span of its window, which is what a third party that counts in
+windows of its own needs. So calls go at 10 a second until 2,000 have gone
+in the last day, and then wait for the oldest of them to be a day old. The
+log keeps one entry per call in the longest window (2,000 here).
+
+A wait that is given up on, interrupted (``KeyboardInterrupt``) or
+cancelled (``asyncio.wait_for``, a task's ``cancel()``), gives its turn
+back before the exception goes on: the next caller gets it when it was the
+last turn reserved. One given back from the middle of the line moves the
+pace's next turn back, but the sliding log, which counts every later turn,
+mostly puts the next caller at the end of the line all the same: a caller
+with a deadline should give it as its ``timeout`` too, so that no turn
+past it is reserved (see :ref:`outbound`).
+
+The quota lives in the storage: a Redis restarted without persistence
+forgets it, and a window that holds calls decided before and after the
+restart holds up to twice the quota (see :ref:`outbound`); one that
+persists every write (``appendfsync always``) keeps the rate.
 
 .. code-block:: python
 
@@ -35,6 +52,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
@@ -42,19 +61,23 @@ from types import TracebackType
 from typing import Any, ParamSpec, TypeVar, cast
 
 from .bounded import remember
+from .checks import is_integer, is_number
 from .codec import MAX_PLAN_DELAY
+from .errors import InvalidLimit
 from .keys import Identity
 from .rates import Layer, parse_limits
-from .throttle import Policy, Throttle
+from .throttle import Decision, Hold, Policy, StorageUnavailable, Throttle
 
-__all__ = ["QuotaTimeout", "SharedQuota", "acquire", "acquire_async", "reserve"]
+__all__ = ["QuotaTimeout", "SharedQuota", "acquire", "acquire_async", "quota_policies", "reserve"]
 
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
 
-#: How many (policy, timeout) pairs :func:`reserve` keeps the delayed policy of.
+logger = logging.getLogger("flask_redis_throttle")
+
+#: How many (policies, timeout) pairs :func:`reserve` keeps the delayed policies of.
 _POLICY_CACHE_SIZE = 64
-_delayed: dict[tuple[Policy, float], Policy] = {}
+_delayed: dict[tuple[tuple[Policy, ...], float], tuple[Policy, ...]] = {}
 
 
 class QuotaTimeout(Exception):
@@ -75,62 +98,199 @@ class QuotaTimeout(Exception):
         self.retry_after = retry_after
 
 
+def quota_policies(layers: Sequence[Layer], scope: str, burst: int = 1) -> tuple[Policy, Policy]:
+    """The two policies of a quota of ``layers``: its layers of the shortest
+    window, by GCRA with ``burst``, which set the pace; and every layer as
+    a sliding log, which caps each window's total exactly.
+
+    :raises ~flask_redis_throttle.core.errors.InvalidLimit: for no layers,
+        or a burst that is not from 1 to the quota of the pace's layers.
+    """
+    if not layers:
+        raise InvalidLimit("a quota needs at least one layer, such as 10/s", spec=layers)
+    shortest = min(layer.window for layer in layers)
+    pace = tuple(layer for layer in layers if layer.window == shortest)
+    # The delay here is a placeholder: each call sends its timeout as the delay (see reserve()).
+    return (
+        Policy(pace, scope, "gcra", delay=MAX_PLAN_DELAY, burst=burst),
+        Policy(tuple(layers), scope, "sliding-log", delay=MAX_PLAN_DELAY),
+    )
+
+
+def _wait_bound(timeout: float | None) -> float:
+    """The longest wait a call accepts, as the plan's delay: ``timeout``,
+    at least a millisecond (the plan counts delays in whole milliseconds,
+    at least one), or the longest there is for None.
+
+    :raises ValueError: for a timeout that is not a number of seconds from
+        0 to :data:`~flask_redis_throttle.core.codec.MAX_PLAN_DELAY` (nor None).
+    """
+    if timeout is None:
+        return MAX_PLAN_DELAY
+    if not is_number(timeout) or not 0 <= timeout <= MAX_PLAN_DELAY:
+        raise ValueError(
+            f"timeout {timeout!r} must be a number of seconds from 0 to {MAX_PLAN_DELAY:.0f}, "
+            "or None to wait as long as it takes"
+        )
+    return max(timeout, 0.001)
+
+
+def _take(
+    throttle: Throttle,
+    policy: Policy | Sequence[Policy],
+    identity: Identity,
+    cost: int = 1,
+    timeout: float | None = None,
+) -> Decision:
+    """Reserve the turn (see :func:`reserve`), and return the admitted
+    decision, whose hold gives the turn back."""
+    policies = (policy,) if isinstance(policy, Policy) else tuple(policy)
+    if not policies:
+        raise ValueError("no policy to reserve a turn under")
+    scope = policies[0].scope
+    if not is_integer(cost) or cost < 1:
+        # 0 would only look, and a negative cost would give back turns never taken.
+        raise ValueError(f"cost {cost!r} must be a whole number of 1 or more")
+    most = min(each.burst or min(layer.quota for layer in each.layers) for each in policies)
+    if cost > most:
+        raise ValueError(f"cost {cost} is more than {scope!r} lets go at once ({most}): it would never get a turn")
+    bound = _wait_bound(timeout)
+    delayed = _delayed.get((policies, bound))
+    if delayed is None:
+        made = tuple(replace(each, delay=bound) for each in policies)
+        delayed = remember(_delayed, (policies, bound), made, _POLICY_CACHE_SIZE)
+    decision = throttle.hit([(each, (identity,)) for each in delayed], cost, returnable=True)
+    if not decision.admitted:
+        raise QuotaTimeout(scope, bound, decision.retry_after)
+    return decision
+
+
 def reserve(
-    throttle: Throttle, policy: Policy, identity: Identity, cost: int = 1, timeout: float | None = None
+    throttle: Throttle,
+    policy: Policy | Sequence[Policy],
+    identity: Identity,
+    cost: int = 1,
+    timeout: float | None = None,
 ) -> float:
-    """Reserve the next turn of ``identity`` under ``policy``, a GCRA policy
-    (its delay is replaced by ``timeout``; its burst is kept), in one
-    script call, and return how many seconds from now it is (0 when the
-    call may go at once). The caller must wait that long before it calls:
-    :func:`acquire` does.
+    """Reserve the next turn of ``identity`` under ``policy``, GCRA or
+    sliding-log policies such as :func:`quota_policies` makes (their delay
+    is replaced by ``timeout``; a burst is kept), in one script call, and
+    return how many seconds from now it is (0 when the call may go at
+    once). The caller must wait that long before it calls: :func:`acquire`
+    does. A turn reserved here cannot be given back.
 
     :param cost: how much of the quota the call takes.
     :param timeout: the longest wait to accept, in seconds, rounded to a
         millisecond (0 takes a turn at most a millisecond away); None for
         any (up to :data:`~flask_redis_throttle.core.codec.MAX_PLAN_DELAY`).
     :raises QuotaTimeout: if the turn is further off than ``timeout``.
-    :raises ValueError: for a ``cost`` more than the policy's burst (or a
-        layer's whole quota), which no wait lets through, or a bad ``timeout``.
+    :raises ValueError: for a ``cost`` that is not a whole number of 1 or
+        more, or more than the policy's burst (or a layer's whole quota),
+        which no wait lets through; or a ``timeout`` that is not None or a
+        number of seconds from 0 to
+        :data:`~flask_redis_throttle.core.codec.MAX_PLAN_DELAY`.
     :raises ~flask_redis_throttle.core.throttle.StorageUnavailable: if
         Redis could not answer.
     """
-    most = policy.burst or min(layer.quota for layer in policy.layers)
-    if cost > most:
-        raise ValueError(
-            f"cost {cost} is more than {policy.scope!r} lets go at once ({most}): it would never get a turn"
-        )
-    # The plan counts delays in whole milliseconds, at least one.
-    bound = MAX_PLAN_DELAY if timeout is None else max(timeout, 0.001)
-    delayed = _delayed.get((policy, bound))
-    if delayed is None:
-        delayed = remember(_delayed, (policy, bound), replace(policy, delay=bound), _POLICY_CACHE_SIZE)
-    decision = throttle.hit([(delayed, (identity,))], cost)
-    if not decision.admitted:
-        raise QuotaTimeout(policy.scope, bound, decision.retry_after)
-    return decision.retry_after
+    return _take(throttle, policy, identity, cost, timeout).retry_after
+
+
+def give_back(hold: Hold | None) -> None:
+    """Give back a turn that will not be used; a storage that cannot answer
+    loses it, with a warning, rather than hide the reason it was given up."""
+    if hold is None:
+        return
+    try:
+        hold.release()
+    except StorageUnavailable as error:
+        logger.warning("could not give back a turn of an outbound quota (%s): it is lost", error)
 
 
 def acquire(
-    throttle: Throttle, policy: Policy, identity: Identity, cost: int = 1, timeout: float | None = None
+    throttle: Throttle,
+    policy: Policy | Sequence[Policy],
+    identity: Identity,
+    cost: int = 1,
+    timeout: float | None = None,
 ) -> float:
     """Wait for the next turn of ``identity`` under ``policy`` (see
     :func:`reserve`), sleeping once for as long as the script says, and
-    return how long that was, in seconds."""
-    wait = reserve(throttle, policy, identity, cost, timeout)
+    return how long that was, in seconds. A wait interrupted by any
+    exception (``KeyboardInterrupt``) gives the turn back first."""
+    decision = _take(throttle, policy, identity, cost, timeout)
+    wait = decision.retry_after
     if wait > 0:
-        time.sleep(wait)
+        try:
+            time.sleep(wait)
+        except BaseException:
+            give_back(decision.hold)
+            raise
     return wait
 
 
 async def acquire_async(
-    throttle: Throttle, policy: Policy, identity: Identity, cost: int = 1, timeout: float | None = None
+    throttle: Throttle,
+    policy: Policy | Sequence[Policy],
+    identity: Identity,
+    cost: int = 1,
+    timeout: float | None = None,
 ) -> float:
     """:func:`acquire` for ``asyncio``: the script call runs in a worker
-    thread and the wait is an ``asyncio.sleep``, so the event loop runs on."""
-    wait = await asyncio.to_thread(reserve, throttle, policy, identity, cost, timeout)
+    thread and the wait is an ``asyncio.sleep``, so the event loop runs on.
+    A cancelled wait gives its turn back before the cancellation goes on;
+    one cancelled while the script call runs, once that call has answered
+    (in the worker thread, which the loop waits for when it closes)."""
+    reservation = _Reservation()
+    try:
+        decision = await asyncio.to_thread(reservation.take, throttle, policy, identity, cost, timeout)
+    except asyncio.CancelledError:
+        taken = reservation.abandon()
+        if taken is not None:
+            await asyncio.shield(asyncio.to_thread(give_back, taken.hold))
+        raise
+    wait = decision.retry_after
     if wait > 0:
-        await asyncio.sleep(wait)
+        try:
+            await asyncio.sleep(wait)
+        except BaseException:
+            await asyncio.shield(asyncio.to_thread(give_back, decision.hold))
+            raise
     return wait
+
+
+class _Reservation:
+    """A turn being reserved in a worker thread for a caller that may be
+    cancelled meanwhile: whichever of the two learns last that the turn
+    will not be used gives it back."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._decision: Decision | None = None
+        self._abandoned = False
+
+    def take(
+        self,
+        throttle: Throttle,
+        policy: Policy | Sequence[Policy],
+        identity: Identity,
+        cost: int,
+        timeout: float | None,
+    ) -> Decision:
+        """Reserve the turn (in the worker thread); give it back at once if
+        the caller has already been cancelled."""
+        decision = _take(throttle, policy, identity, cost, timeout)
+        with self._lock:
+            if not self._abandoned:
+                self._decision = decision
+                return decision
+        give_back(decision.hold)
+        return decision
+
+    def abandon(self) -> Decision | None:
+        """The caller was cancelled: the turn, for it to give back, if it was reserved already."""
+        with self._lock:
+            self._abandoned = True
+            return self._decision
 
 
 class SharedQuota:
@@ -141,7 +301,9 @@ class SharedQuota:
 
     :param throttle: decides the turns; its storage is what is shared.
     :param limit: the quota, such as ``"10/s"`` or ``"10/s;2000/d"`` (see
-        :doc:`/grammar`), or its layers.
+        :doc:`/grammar`), or its layers: calls go at the pace of the
+        layers of the shortest window, and every layer caps its window's
+        total (see the module's docstring).
     :param scope: names the quota in the keys: every ``SharedQuota`` with
         the same scope (and identity) shares it, such as the host called.
     :param identity: whose quota it is, when the third party grants one
@@ -151,7 +313,10 @@ class SharedQuota:
     :param burst: how many calls may go at once after a quiet spell (see
         the module's docstring); 1 spreads every call evenly.
     :raises ~flask_redis_throttle.core.errors.InvalidLimit: for a malformed
-        limit, or a burst that is not from 1 to the smallest quota.
+        limit, or a burst that is not from 1 to the quota of the shortest
+        window.
+    :raises ValueError: for a timeout that is not None or a number of
+        seconds from 0 to :data:`~flask_redis_throttle.core.codec.MAX_PLAN_DELAY`.
     """
 
     def __init__(
@@ -165,18 +330,18 @@ class SharedQuota:
     ) -> None:
         layers = parse_limits(limit) if isinstance(limit, str) else tuple(limit)
         self.throttle = throttle
-        # The delay here is a placeholder: each call sends its timeout as the delay (see reserve()).
-        self.policy = Policy(layers, scope, "gcra", delay=MAX_PLAN_DELAY, burst=burst)
+        self.policies = quota_policies(layers, scope, burst)
         self.identity = Identity("outbound", identity)
+        _wait_bound(timeout)  # a bad timeout fails here, not at the first call
         self.timeout = timeout
 
     def acquire(self, cost: int = 1, timeout: float | None = None) -> float:
         """Wait for a turn (see :func:`acquire`); ``timeout`` overrides the quota's."""
-        return acquire(self.throttle, self.policy, self.identity, cost, self._timeout(timeout))
+        return acquire(self.throttle, self.policies, self.identity, cost, self._timeout(timeout))
 
     async def acquire_async(self, cost: int = 1, timeout: float | None = None) -> float:
         """Wait for a turn without blocking the event loop (see :func:`acquire_async`)."""
-        return await acquire_async(self.throttle, self.policy, self.identity, cost, self._timeout(timeout))
+        return await acquire_async(self.throttle, self.policies, self.identity, cost, self._timeout(timeout))
 
     def _timeout(self, timeout: float | None) -> float | None:
         return self.timeout if timeout is None else timeout

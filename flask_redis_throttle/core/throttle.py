@@ -236,18 +236,29 @@ class Decision:
     hold: Hold | None = None
 
 
+#: The strategies of a request's concurrency slots alone.
+_SLOTS = frozenset([CONCURRENCY.name])
+
+
 @dataclass(frozen=True, slots=True)
 class Hold:
-    """The concurrency slots one admitted request holds (see
-    :meth:`Policy.concurrency`).
+    """What one admitted request holds and can give back: its concurrency
+    slots (see :meth:`Policy.concurrency`), or, asked for with
+    ``hit(..., returnable=True)``, the whole request, such as a turn
+    reserved by a policy with a delay that the caller no longer wants
+    (see :mod:`flask_redis_throttle.core.outbound`).
 
     :param throttle: the throttle that admitted it (the fallback's, when
         the fallback did).
-    :param keys: the slots' keys.
+    :param keys: the keys to give back on.
     :param plan: their plan entries.
     :param now: the time the request was admitted at, in microseconds.
     :param lease: the longest the slots are held, in seconds from ``now``:
         once it has passed, they are free whether given back or not.
+    :param strategies: the strategies of those entries.
+    :param cost: what the request took.
+    :param wait: the wait the admission replied, in microseconds: a
+        sliding log with a delay stamped the request's entries then.
     """
 
     throttle: Throttle
@@ -255,11 +266,14 @@ class Hold:
     plan: bytes
     now: int
     lease: int = 0
+    strategies: frozenset[str] = _SLOTS
+    cost: int = 1
+    wait: int = 0
 
     def release(self, guarded: bool = True) -> None:
-        """Give the slots back: one script call, a refund of the request
-        on the slots' keys alone. Giving back slots that their leases have
-        already freed changes nothing.
+        """Give it back: one script call, a refund of the request on the
+        held keys alone. Giving back slots that their leases have already
+        freed, or a turn long past, changes nothing.
 
         :param guarded: whether the call goes through the circuit breakers,
             as a request's do (see :meth:`Throttle.call`); False sends it
@@ -270,14 +284,13 @@ class Hold:
         :raises UnexpectedError: if it raised an error that is not Redis's.
         """
         throttle, keys = self.throttle, self.keys
-        args: list[Arg] = [self.now, -1, self.plan]
+        args: list[Arg] = [self.now, -self.cost, self.plan]
+        if self.wait:
+            args.append(self.wait)
         if guarded:
-            throttle.call(throttle.storage.evaluate, keys, _SLOTS, keys, args)
+            throttle.call(throttle.storage.evaluate, keys, self.strategies, keys, args)
         else:
-            throttle.unguarded(throttle.storage.evaluate, _SLOTS, keys, args)
-
-
-_SLOTS = frozenset([CONCURRENCY.name])
+            throttle.unguarded(throttle.storage.evaluate, self.strategies, keys, args)
 
 
 #: The strategies a policy's delay works with: GCRA and the sliding log,
@@ -389,13 +402,17 @@ class Throttle:
             self.blocks.clear()
         return deleted
 
-    def hit(self, checks: Sequence[Check], cost: int = 1) -> Decision:
+    def hit(self, checks: Sequence[Check], cost: int = 1, returnable: bool = False) -> Decision:
         """Check every layer of every identity of every check, in one script
         call, and count the request everywhere only if all have room.
 
         :param checks: the limits that apply, each with its identities, at
             least one identity between them. Their strategies may differ.
         :param cost: how much quota the request takes; 0 only inspects.
+        :param returnable: give an admitted request a :class:`Hold` of all
+            it took, which gives it back when released (a reserved turn that
+            the caller gave up on, say); otherwise it holds only its
+            concurrency slots, if any.
         :raises StorageUnavailable: if Redis could not answer (or the breaker
             is open) and there is no fallback.
         :raises UnexpectedError: if the storage path raised an error that is
@@ -421,10 +438,13 @@ class Throttle:
         except StorageUnavailable as error:
             if self.fallback is None or isinstance(error, UnexpectedError):
                 raise
-            decision = self.fallback.hit(checks, cost)
+            decision = self.fallback.hit(checks, cost, returnable)
             return replace(decision, fallback=True)
         reply = Reply.decode(raw)
         if reply.admitted:
+            if returnable and cost > 0:
+                hold = Hold(self, tuple(keys), layout.plan, reply.now, strategies=strategies, cost=cost, wait=raw[4])
+                return _decision(reply, checks, layout, hold=hold)
             if layout.held and cost > 0:
                 hold = Hold(self, tuple([keys[key] for key in layout.held]), layout.held_plan, reply.now, layout.lease)
                 return _decision(reply, checks, layout, hold=hold)
