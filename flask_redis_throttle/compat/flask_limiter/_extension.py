@@ -23,7 +23,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from flask import Flask, Request, Response, request
+from flask import Blueprint, Flask, Request, Response, request
 from werkzeug.local import LocalProxy
 
 from ...core.clients import embedded_client
@@ -33,7 +33,7 @@ from ...decorators import LimitSpec
 from ...decorators import exempt as native_exempt
 from ...errors import ConfigurationError
 from ...extension import APPLICATION_SCOPE, DEFAULTS, EXTENSION_KEY, RateLimit, RateLimitState, Settings
-from ._limits import SEE, Limit, MetaLimit, RequestLimit, RouteLimit, Target, exempted, identities, of_request
+from ._limits import SEE, Limit, MetaLimit, RequestLimit, RouteLimit, Target, identities, of_request
 from ._presentation import log_refusals, respond
 from ._settings import APPLICATION_SETTINGS, DEFAULT_SETTINGS, THEIR_SETTINGS, layered, meta_limits, settings
 from .commands import COMMAND_NAMES, cli
@@ -382,12 +382,13 @@ class Limiter:
         :raises ValueError: if ``flags`` drop nothing.
         """
         keep = [kind for kind, flag in EXEMPTION.items() if flag not in flags]
-        native = native_exempt(keep=keep, nested=ExemptionScope.DESCENDENTS in flags)
+        nested = ExemptionScope.DESCENDENTS in flags
+        inherited = native_exempt(keep=keep, nested=nested)  # refuses flags that drop nothing, where written
+        # As in Flask-Limiter, an exempt view loses its own limits too.
+        own = native_exempt(keep=keep, nested=nested, own_limits=True)
 
         def decorate(target: Target) -> Target:
-            native(target)
-            exempted(target)
-            return target
+            return (inherited if isinstance(target, Blueprint) else own)(target)
 
         return decorate if obj is None else decorate(obj)
 
