@@ -4,7 +4,10 @@ others; run through Flask's CLI runner on memory:// and on Redis."""
 
 from __future__ import annotations
 
+import re
+import textwrap
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any
 
 from click.testing import CliRunner, Result
@@ -456,3 +459,15 @@ def test_with_rate_limiting_disabled_the_limits_are_listed_and_nothing_is_cleare
     assert fails(disabled, "clear", "--key", "192.0.2.1", "-y") == (
         "Error: rate limiting is disabled on this app (RATELIMIT_ENABLED is False)\n"
     )
+
+
+def test_the_cli_pages_samples_are_what_the_commands_print() -> None:
+    # docs/cli.rst's samples of `flask limiter ...`, run on this module's app
+    # after the requests they follow: the GET of /cart refused once.
+    page = (Path(__file__).resolve().parent.parent / "docs" / "cli.rst").read_text(encoding="utf-8")
+    samples = re.findall(r"\n        \$ flask limiter (.*)\n((?:        .*\n)+)", page)
+    assert len(samples) == 2
+    app = shop("memory://")
+    assert send(app, "/cart", 3) == [200, 200, 429]
+    for command, output in samples:
+        assert ok(app, *command.split()) == textwrap.dedent(output)

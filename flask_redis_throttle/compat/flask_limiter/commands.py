@@ -4,10 +4,12 @@ group, which ``Limiter.init_app`` puts on the app's command line (see
 
 It has Flask-Limiter's commands, translated onto the extension: ``config``
 (the settings the limits run with, under Flask-Limiter's names), ``limits``
-(every route's limits, and with ``--key`` what one key has used of each)
-and ``clear`` (one key's counters). Beside them, the commands of ``flask
-ratelimit`` but its ``limits``: ``status``, ``reset``, ``refusals``, ``near-limit``, the
-overrides' and the local server's. See :doc:`/cli`.
+(the rows of ``flask ratelimit limits``, :func:`~flask_redis_throttle.cli.route_limits`,
+drawn as Flask-Limiter's trees, and with ``--key`` what one key has used of
+each, read at cost 0) and ``clear`` (one key's counters, reset by scope).
+Beside them, the other commands of ``flask ratelimit``: ``status``,
+``reset``, ``refusals``, ``near-limit``, the overrides' and the local
+server's. See :doc:`/cli`.
 """
 
 from __future__ import annotations
@@ -434,8 +436,8 @@ def limits_command(endpoint: str | None, path: str | None, method: str | None, k
 @_filters
 @click.option("-y", "--yes", is_flag=True, help="Clear without asking first.")
 def clear_command(key: str, endpoint: str | None, path: str | None, method: str | None, yes: bool) -> None:
-    """Clear KEY's counters of every limit (the application limits and every
-    route's), or of one route's; the meta limits' are kept.
+    """Clear KEY's counters of every limit (the meta and application limits
+    and every route's), or of one route's.
 
     App servers may refuse KEY for up to a second more: their block caches
     trust a refusal that long.
