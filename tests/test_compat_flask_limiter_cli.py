@@ -15,7 +15,7 @@ from flask import Blueprint, Flask, request
 from flask.cli import FlaskGroup
 from helpers import get
 
-from flask_redis_throttle import RateLimit
+from flask_redis_throttle import RateLimit, limit
 from flask_redis_throttle.cli import ratelimit
 from flask_redis_throttle.compat.flask_limiter import ExemptionScope, Limiter
 from flask_redis_throttle.compat.flask_limiter.commands import cli
@@ -438,6 +438,19 @@ def test_on_an_app_of_the_native_extension_the_commands_work_too(url: str) -> No
         "native\n└── home: /\n    └── 2 per 1 minute: Fail (0 out of 2 remaining), full again in 1m00s\n"
     )
     assert "Key function          RATELIMIT_KEY_FUNC" in ok(app, "config")
+
+
+def test_a_shadow_limit_of_the_native_extension_is_noted() -> None:
+    app = Flask("native")
+    app.config.update(RATELIMIT_STORAGE_URL="memory://", RATELIMIT_ENABLED=True)
+    RateLimit(app)
+
+    @app.get("/")
+    @limit("2/minute", shadow=True)
+    def home() -> str:
+        return "home"
+
+    assert ok(app, "limits") == "native\n└── home: /\n    └── 2 per 1 minute (shadow)\n"
 
 
 def test_with_rate_limiting_disabled_the_limits_are_listed_and_nothing_is_cleared() -> None:

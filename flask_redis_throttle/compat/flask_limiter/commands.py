@@ -195,7 +195,7 @@ class Shown:
     """One limit of :func:`~flask_redis_throttle.cli.route_limits`'s rows, as
     Flask-Limiter's commands write it: its policy for a request to the route
     (None when a dynamic limit could not say outside a real request, with
-    ``note`` saying why), and the scope :func:`_clear` resets (None when a
+    ``note`` saying why), and the scope :meth:`Key.clear` resets (None when a
     scope function gives each request its own; ``beneath``, for a dynamic
     limit of the shim that counts each of its strings in a scope beneath it)."""
 
@@ -232,24 +232,30 @@ class Shown:
 
     def labels(self, details: bool = True) -> list[str]:
         """One label per layer, as ``5 per 1 minute``; with ``details``, what changes how it counts."""
+        notes = self.notes() if details else []
+        suffix = f" ({', '.join(notes)})" if notes else ""
+        if self.policy is None:
+            return [f"dynamic: {qualified_name(self.limit.spec.limit)}(), {self.note}{suffix}"]
+        return [f"{layer}{suffix}" for layer in self.policy.layers]
+
+    def notes(self) -> list[str]:
+        """Its function, its scope when not the endpoint's, its cost, ``exempt_when``, ``deduct_when``, shadow mode."""
         spec, notes = self.limit.spec, []
-        if details and callable(spec.limit) and self.policy is not None:
+        if callable(spec.limit) and self.policy is not None:
             notes.append(f"dynamic: {qualified_name(spec.limit)}()")
-        if not details or hasattr(spec.scope, "beneath"):
-            pass
+        if hasattr(spec.scope, "beneath"):
+            pass  # the shim's own scope for a dynamic limit (see Dynamic.apart)
         elif callable(spec.scope):
             notes.append(f"scope {qualified_name(spec.scope)}(): {self.scope!r}")
         elif self.limit.source != "RATELIMIT_APPLICATION" and not self.limit.meta and spec.scope is not None:
             notes.append(f"shared scope {spec.scope!r}")
-        if details and spec.cost != 1:
+        if spec.cost != 1:
             notes.append(f"cost {qualified_name(spec.cost)}()" if callable(spec.cost) else f"cost {spec.cost}")
-        for name in ("exempt_when", "deduct_when") if details else ():
-            if getattr(spec, name) is not None:
-                notes.append(f"{name} {qualified_name(getattr(spec, name))}()")
-        suffix = f" ({', '.join(notes)})" if notes else ""
-        if self.policy is None:
-            return [f"dynamic: {qualified_name(spec.limit)}(), {self.note}{suffix}"]
-        return [f"{layer}{suffix}" for layer in self.policy.layers]
+        for name in ("exempt_when", "deduct_when"):
+            function = getattr(spec, name)
+            if function is not None:
+                notes.append(f"{name} {qualified_name(function)}()")
+        return [*notes, "shadow"] if self.limit.shadow else notes
 
 
 #: The labels of a limit's entries, one per layer.
