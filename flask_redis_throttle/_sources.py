@@ -13,7 +13,8 @@ its blueprint's, or a nested one of an enclosing blueprint's).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Container, Iterator
+from collections.abc import Callable, Container, Iterator
+from typing import Any
 
 from flask import Flask
 from flask.views import http_method_funcs
@@ -32,19 +33,17 @@ def limits_of(app: Flask, endpoint: str, settings: Settings, method: str | None 
     view = app.view_functions.get(endpoint)
     if view is None or endpoint == "static" or endpoint.endswith(".static"):
         return []
-    found = [(spec, "view") for spec in getattr(view, LIMITS_ATTRIBUTE, ())]
-    view_class = getattr(view, "view_class", None)
-    if isinstance(view_class, type):
-        found += [(spec, "view") for spec in class_view_limits(view_class)]
     exemption: Exemption | None = getattr(view, EXEMPT_ATTRIBUTE, None)
+    found = [] if exemption is not None and exemption.own_limits else _own(view)
     drops = set() if exemption is None else set(exemption.drops)
     replacing = settings.blueprint_mode == "replace"
     applying = [spec for spec, _ in found if method is None or spec.applies_to(method)]
     replaced = replacing and _overrides_default(applying, settings.default_mode)
     for innermost, name in enumerate(blueprints_of(app, endpoint)):
         blueprint = app.blueprints[name]
+        exemption = getattr(blueprint, EXEMPT_ATTRIBUTE, None)
         if "blueprints" not in drops and not replaced:
-            specs = getattr(blueprint, LIMITS_ATTRIBUTE, ())
+            specs = () if exemption is not None and exemption.own_limits else getattr(blueprint, LIMITS_ATTRIBUTE, ())
             found += [(spec, f"blueprint {name}") for spec in specs]
             # A blueprint replaces the ones around it, for its own views only,
             # when each of its limits would replace the default.
@@ -55,7 +54,6 @@ def limits_of(app: Flask, endpoint: str, settings: Settings, method: str | None 
                 and all(_overrides_default([spec], settings.default_mode) for spec in specs)
             )
         # An enclosing blueprint's exemption still counts when its limits do not.
-        exemption = getattr(blueprint, EXEMPT_ATTRIBUTE, None)
         if exemption is not None and (innermost == 0 or exemption.nested):
             drops |= exemption.drops
     own = [spec for spec, _ in found if method is None or spec.applies_to(method)]
@@ -63,6 +61,15 @@ def limits_of(app: Flask, endpoint: str, settings: Settings, method: str | None 
         found += [(spec, "RATELIMIT_DEFAULT") for spec in settings.default]
     if "application" not in drops:
         found += [(spec, "RATELIMIT_APPLICATION") for spec in settings.application]
+    return found
+
+
+def _own(view: Callable[..., Any]) -> list[tuple[LimitSpec, str]]:
+    """The limits put on ``view`` itself, or on its class for a class-based view."""
+    found = [(spec, "view") for spec in getattr(view, LIMITS_ATTRIBUTE, ())]
+    view_class = getattr(view, "view_class", None)
+    if isinstance(view_class, type):
+        found += [(spec, "view") for spec in class_view_limits(view_class)]
     return found
 
 

@@ -196,10 +196,13 @@ class Exemption:
     :param drops: the kinds of inherited limits it drops, of :data:`INHERITED`.
     :param nested: whether a blueprint's exemption covers the blueprints
         nested in it too.
+    :param own_limits: whether it drops the limits put on the exempt view
+        or blueprint itself too, whenever they are put there.
     """
 
     drops: frozenset[str]
     nested: bool = True
+    own_limits: bool = False
 
 
 @overload
@@ -207,11 +210,13 @@ def exempt(target: Target, /) -> Target: ...
 
 
 @overload
-def exempt(*, keep: Iterable[str] = (), nested: bool = True) -> Callable[[Target], Target]: ...
+def exempt(
+    *, keep: Iterable[str] = (), nested: bool = True, own_limits: bool = False
+) -> Callable[[Target], Target]: ...
 
 
 def exempt(
-    target: Target | None = None, /, *, keep: Iterable[str] = (), nested: bool = True
+    target: Target | None = None, /, *, keep: Iterable[str] = (), nested: bool = True, own_limits: bool = False
 ) -> Target | Callable[[Target], Target]:
     """Exempt a view, or every view of a blueprint, from inherited limits.
 
@@ -237,6 +242,9 @@ def exempt(
         enclosing blueprints' limits). By default none is kept.
     :param nested: for a blueprint, whether the exemption covers the
         blueprints nested in it too (the default), or only its own views.
+    :param own_limits: drop the limits put on the exempt view or blueprint
+        itself too, before or after the exemption (Flask-Limiter's
+        ``exempt``); limits below a blueprint still apply.
     :raises TypeError: when applied to something that is neither a view
         function nor a blueprint.
     :raises ValueError: for a ``keep`` that names something else, or keeps
@@ -244,9 +252,10 @@ def exempt(
     """
     if isinstance(keep, str) or not all(kind in INHERITED for kind in keep):
         raise ValueError(f"exempt(keep={keep!r}): keep a list of {', '.join(map(repr, INHERITED))}")
-    exemption = Exemption(frozenset(INHERITED) - frozenset(keep), _flag_of("nested", nested))
-    if not exemption.drops:
-        raise ValueError(f"exempt(keep={keep!r}) keeps every inherited limit: it exempts from nothing")
+    drops = frozenset(INHERITED) - frozenset(keep)
+    exemption = Exemption(drops, _flag_of("nested", nested), _flag_of("own_limits", own_limits))
+    if not exemption.drops and not exemption.own_limits:
+        raise ValueError(f"exempt(keep={keep!r}) keeps every inherited limit and its own: it exempts from nothing")
 
     def decorate(target: Target) -> Target:
         _check_target(target, "exempt")

@@ -172,6 +172,53 @@ def test_a_blueprints_exemption_covers_nested_blueprints_unless_told_not_to(app:
     assert [limit.source for limit in plan.limits] == ["RATELIMIT_DEFAULT", "RATELIMIT_APPLICATION"]
 
 
+def test_an_exemption_with_own_limits_drops_the_limits_put_on_the_exempt_object_too(app: Flask, statuses) -> None:
+    @app.get("/before")
+    @limit("1/m")
+    @exempt(own_limits=True)
+    def before() -> str:
+        return "ok"
+
+    @app.get("/after")
+    @exempt(own_limits=True)
+    @limit("1/m")
+    def after() -> str:
+        return "ok"
+
+    class Items(MethodView):
+        @limit("1/m")
+        def get(self) -> str:
+            return "ok"
+
+    app.add_url_rule("/items", view_func=exempt(own_limits=True)(Items.as_view("items")))
+
+    @app.get("/default")
+    @exempt(keep=["default", "application", "blueprints"], own_limits=True)
+    @limit("1/m")
+    def default() -> str:
+        return "ok"
+
+    api, inner = Blueprint("api", __name__), Blueprint("inner", __name__)
+    limit("1/m", scope="api")(api)
+    exempt(api, keep=["default", "application"], own_limits=True)
+    views(api, "a")
+    views(inner, "b")
+    limit("2/m")(inner)
+    api.register_blueprint(inner, url_prefix="/inner")
+    app.register_blueprint(api, url_prefix="/api")
+    state = install(app, RATELIMIT_DEFAULT="3/m")
+    client = app.test_client()
+    for path in ("/before", "/after", "/items"):
+        assert statuses(client, 3, path) == [200] * 3
+        assert state.plan(path.lstrip("/")) is None
+    # Only its own limit dropped: it keeps the default.
+    assert statuses(client, 4, "/default") == [200, 200, 200, 429]
+    # A blueprint's own limit is dropped for its views and its nested
+    # blueprints' views; the nested blueprint's own limit still applies.
+    assert statuses(client, 4, "/api/a") == [200, 200, 200, 429]
+    assert statuses(client, 3, "/api/inner/b") == [200, 200, 429]
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
@@ -179,6 +226,7 @@ def test_a_blueprints_exemption_covers_nested_blueprints_unless_told_not_to(app:
         ({"keep": ["defaults"]}, "keep a list of"),
         ({"keep": ["default", "application", "blueprints"]}, "exempts from nothing"),
         ({"nested": "yes"}, "True or False"),
+        ({"own_limits": 1}, "True or False"),
     ],
 )
 def test_an_exemption_that_cannot_be_honoured_is_refused(options: dict[str, Any], message: str) -> None:

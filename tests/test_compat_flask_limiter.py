@@ -24,6 +24,7 @@ from flask_redis_throttle.compat.flask_limiter import (
     RequestLimit,
     RouteLimit,
 )
+from flask_redis_throttle.compat.flask_limiter._extension import LimitArguments
 from flask_redis_throttle.compat.flask_limiter.constants import ConfigVars, HeaderNames
 from flask_redis_throttle.compat.flask_limiter.util import get_ipaddr, get_remote_address
 from flask_redis_throttle.testing import free_port
@@ -415,7 +416,10 @@ def test_the_migration_page_lists_every_argument_and_setting() -> None:
     assert set(inspect.signature(Limiter).parameters) <= documented
     names = {value for name, value in vars(ConfigVars).items() if name.isupper()}
     assert names <= set(re.findall(r"``(RATELIMIT_\w+)``", settings))
-    options = set(inspect.signature(Limiter.limit).parameters) - {"self"}
+    # limit and shared_limit take the same keyword arguments, typed once.
+    options = set(inspect.signature(Limiter.limit).parameters) - {"self", "options"} | set(
+        LimitArguments.__annotations__
+    )
     assert options <= set(re.findall(r"``(\w+)``", page.split("``limiter.limit(...)`` option")[1]))
 
 

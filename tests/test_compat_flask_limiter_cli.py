@@ -4,7 +4,10 @@ others; run through Flask's CLI runner on memory:// and on Redis."""
 
 from __future__ import annotations
 
+import re
+import textwrap
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any
 
 from click.testing import CliRunner, Result
@@ -12,7 +15,7 @@ from flask import Blueprint, Flask, request
 from flask.cli import FlaskGroup
 from helpers import get
 
-from flask_redis_throttle import RateLimit
+from flask_redis_throttle import RateLimit, limit
 from flask_redis_throttle.cli import ratelimit
 from flask_redis_throttle.compat.flask_limiter import ExemptionScope, Limiter
 from flask_redis_throttle.compat.flask_limiter.commands import cli
@@ -437,6 +440,19 @@ def test_on_an_app_of_the_native_extension_the_commands_work_too(url: str) -> No
     assert "Key function          RATELIMIT_KEY_FUNC" in ok(app, "config")
 
 
+def test_a_shadow_limit_of_the_native_extension_is_noted() -> None:
+    app = Flask("native")
+    app.config.update(RATELIMIT_STORAGE_URL="memory://", RATELIMIT_ENABLED=True)
+    RateLimit(app)
+
+    @app.get("/")
+    @limit("2/minute", shadow=True)
+    def home() -> str:
+        return "home"
+
+    assert ok(app, "limits") == "native\n└── home: /\n    └── 2 per 1 minute (shadow)\n"
+
+
 def test_with_rate_limiting_disabled_the_limits_are_listed_and_nothing_is_cleared() -> None:
     app = shop("memory://")
     app.config["RATELIMIT_ENABLED"] = False
@@ -456,3 +472,15 @@ def test_with_rate_limiting_disabled_the_limits_are_listed_and_nothing_is_cleare
     assert fails(disabled, "clear", "--key", "192.0.2.1", "-y") == (
         "Error: rate limiting is disabled on this app (RATELIMIT_ENABLED is False)\n"
     )
+
+
+def test_the_cli_pages_samples_are_what_the_commands_print() -> None:
+    # docs/cli.rst's samples of `flask limiter ...`, run on this module's app
+    # after the requests they follow: the GET of /cart refused once.
+    page = (Path(__file__).resolve().parent.parent / "docs" / "cli.rst").read_text(encoding="utf-8")
+    samples = re.findall(r"\n        \$ flask limiter (.*)\n((?:        .*\n)+)", page)
+    assert len(samples) == 2
+    app = shop("memory://")
+    assert send(app, "/cart", 3) == [200, 200, 429]
+    for command, output in samples:
+        assert ok(app, *command.split()) == textwrap.dedent(output)

@@ -21,9 +21,9 @@ import logging
 import warnings
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
-from flask import Flask, Request, Response, request
+from flask import Blueprint, Flask, Request, Response, request
 from werkzeug.local import LocalProxy
 
 from ...core.clients import embedded_client
@@ -33,11 +33,14 @@ from ...decorators import LimitSpec
 from ...decorators import exempt as native_exempt
 from ...errors import ConfigurationError
 from ...extension import APPLICATION_SCOPE, DEFAULTS, EXTENSION_KEY, RateLimit, RateLimitState, Settings
-from ._limits import SEE, Limit, MetaLimit, RequestLimit, RouteLimit, Target, exempted, identities, of_request
+from ._limits import SEE, Limit, MetaLimit, RequestLimit, RouteLimit, Target, identities, of_request
 from ._presentation import log_refusals, respond
 from ._settings import APPLICATION_SETTINGS, DEFAULT_SETTINGS, THEIR_SETTINGS, layered, meta_limits, settings
 from .commands import COMMAND_NAMES, cli
 from .constants import ConfigVars, ExemptionScope, HeaderNames
+
+if TYPE_CHECKING:  # a string in the annotations, read by type checkers only
+    from typing_extensions import Unpack
 
 __all__ = ["Limiter"]
 
@@ -90,6 +93,21 @@ def the_app(app: Flask) -> Flask:
         outside of application context".
     """
     return app._get_current_object() if isinstance(app, LocalProxy) else app
+
+
+class LimitArguments(TypedDict, total=False):
+    """The keyword arguments :meth:`Limiter.limit` and :meth:`Limiter.shared_limit` share."""
+
+    key_func: Callable[[], str] | None
+    per_method: bool
+    methods: list[str] | None
+    error_message: str | Callable[[], str] | None
+    exempt_when: Callable[[], bool] | None
+    override_defaults: bool
+    deduct_when: Callable[[Response], bool] | None
+    on_breach: Callable[[RequestLimit], Response | None] | None
+    cost: int | Callable[[], int]
+    meta_limits: Sequence[str | Callable[[], str] | MetaLimit] | None
 
 
 class Limiter:
@@ -303,71 +321,34 @@ class Limiter:
         self,
         limit_value: str | Callable[[], str],
         *,
-        key_func: Callable[[], str] | None = None,
-        per_method: bool = False,
-        methods: list[str] | None = None,
-        error_message: str | Callable[[], str] | None = None,
-        exempt_when: Callable[[], bool] | None = None,
-        override_defaults: bool = True,
-        deduct_when: Callable[[Response], bool] | None = None,
-        on_breach: Callable[[RequestLimit], Response | None] | None = None,
-        cost: int | Callable[[], int] = 1,
         scope: str | Callable[[str], str] | None = None,
-        meta_limits: Sequence[str | Callable[[], str] | MetaLimit] | None = None,
+        **options: Unpack[LimitArguments],
     ) -> RouteLimit:
         """Limit a view or a blueprint: :func:`flask_redis_throttle.limit`.
 
         A ``scope`` here only names the limit, as in Flask-Limiter: its
         counters are still the endpoint's. Use :meth:`shared_limit` to share them.
         """
-        return RouteLimit(
-            limit_value,
-            override_defaults,
-            self,
-            key_function=key_func or self.key_func,
-            per_method=per_method,
-            methods=methods,
-            error_message=error_message,
-            exempt_when=exempt_when,
-            deduct_when=deduct_when,
-            on_breach=on_breach,
-            cost=cost,
-            scope=scope,
-            meta_limits=meta_limits,
-        )
+        return self._route_limit(limit_value, scope, False, options)
 
     def shared_limit(
-        self,
-        limit_value: str | Callable[[], str],
-        scope: str | Callable[[str], str],
-        *,
-        key_func: Callable[[], str] | None = None,
-        per_method: bool = False,
-        methods: list[str] | None = None,
-        error_message: str | Callable[[], str] | None = None,
-        exempt_when: Callable[[], bool] | None = None,
-        override_defaults: bool = True,
-        deduct_when: Callable[[Response], bool] | None = None,
-        on_breach: Callable[[RequestLimit], Response | None] | None = None,
-        cost: int | Callable[[], int] = 1,
-        meta_limits: Sequence[str | Callable[[], str] | MetaLimit] | None = None,
+        self, limit_value: str | Callable[[], str], scope: str | Callable[[str], str], **options: Unpack[LimitArguments]
     ) -> RouteLimit:
         """A limit whose counters every view given the same ``scope`` shares."""
+        return self._route_limit(limit_value, scope, True, options)
+
+    def _route_limit(
+        self,
+        limit_value: str | Callable[[], str],
+        scope: str | Callable[[str], str] | None,
+        shared: bool,
+        options: LimitArguments,
+    ) -> RouteLimit:
+        fields: dict[str, Any] = dict(options)
+        key_func, override_defaults = fields.pop("key_func", None), fields.pop("override_defaults", True)
+        key_function = key_func or self.key_func
         return RouteLimit(
-            limit_value,
-            override_defaults,
-            self,
-            key_function=key_func or self.key_func,
-            per_method=per_method,
-            methods=methods,
-            error_message=error_message,
-            exempt_when=exempt_when,
-            deduct_when=deduct_when,
-            on_breach=on_breach,
-            cost=cost,
-            scope=scope,
-            shared=True,
-            meta_limits=meta_limits,
+            limit_value, override_defaults, self, key_function=key_function, scope=scope, shared=shared, **fields
         )
 
     def exempt(
@@ -382,12 +363,13 @@ class Limiter:
         :raises ValueError: if ``flags`` drop nothing.
         """
         keep = [kind for kind, flag in EXEMPTION.items() if flag not in flags]
-        native = native_exempt(keep=keep, nested=ExemptionScope.DESCENDENTS in flags)
+        nested = ExemptionScope.DESCENDENTS in flags
+        inherited = native_exempt(keep=keep, nested=nested)  # refuses flags that drop nothing, where written
+        # As in Flask-Limiter, an exempt view loses its own limits too.
+        own = native_exempt(keep=keep, nested=nested, own_limits=True)
 
         def decorate(target: Target) -> Target:
-            native(target)
-            exempted(target)
-            return target
+            return (inherited if isinstance(target, Blueprint) else own)(target)
 
         return decorate if obj is None else decorate(obj)
 

@@ -35,8 +35,6 @@ __all__ = [
     "RouteLimit",
     "breach_hook",
     "dynamic",
-    "exempt_view",
-    "exempted",
     "identities",
     "of_request",
 ]
@@ -242,7 +240,8 @@ class RouteLimit(Limit):
         it is called in a request: its counters are named after it, unless
         the limit is shared. A limit string the ``limits`` library rejects
         is logged, and ``target`` left as it is: the default limits apply."""
-        if getattr(target, EXEMPT_VIEW, False):
+        exemption: Exemption | None = getattr(target, EXEMPT_ATTRIBUTE, None)
+        if exemption is not None and exemption.own_limits:
             return target  # as in Flask-Limiter, an exempt view has no limits, not even its own
         if self.native is None:
             unread(target, self.unreadable)
@@ -312,25 +311,6 @@ class RouteLimit(Limit):
         return None
 
 
-#: The attribute ``limiter.exempt`` marks a view with: Flask-Limiter's
-#: exemption of a view drops the view's own limits too, which
-#: :func:`flask_redis_throttle.exempt` keeps.
-EXEMPT_VIEW = "__flask_limiter_exempt__"
-
-
-def exempt_view(view: Callable[..., Any]) -> None:
-    """Drop the limits put on ``view``, and those put on it later."""
-    setattr(view, LIMITS_ATTRIBUTE, ())
-    setattr(view, EXEMPT_VIEW, True)
-
-
-def exempted(target: Callable[..., Any] | Blueprint) -> None:
-    """As in Flask-Limiter, drop the limits of a view that
-    :func:`flask_redis_throttle.exempt` just exempted, its own too."""
-    if not isinstance(target, Blueprint):
-        exempt_view(target)
-
-
 def hint_override(endpoint: str | None) -> None:
     """The view of ``endpoint`` loses the default limits from its next
     request on: a function with a limit that overrides them ran in one of
@@ -340,8 +320,8 @@ def hint_override(endpoint: str | None) -> None:
     exemption: Exemption | None = getattr(view, EXEMPT_ATTRIBUTE, None)
     if view is None or (exemption is not None and "default" in exemption.drops):
         return
-    drops, nested = (exemption.drops, exemption.nested) if exemption is not None else (frozenset(), True)
-    setattr(view, EXEMPT_ATTRIBUTE, Exemption(drops | {"default"}, nested))
+    exemption = exemption or Exemption(frozenset())
+    setattr(view, EXEMPT_ATTRIBUTE, dataclasses.replace(exemption, drops=exemption.drops | {"default"}))
     state = current_app.extensions.get(EXTENSION_KEY)
     if state is not None:
         state.forget_plans()
