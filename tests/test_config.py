@@ -413,3 +413,13 @@ def test_the_warnings_follow_the_migration_page() -> None:
             assert theirs_only[key].startswith(f":data:`{equivalent}`"), key
         else:
             assert theirs_only[key].startswith("none"), key
+
+
+def test_every_setting_is_listed_in_init_app_and_in_the_config_page() -> None:
+    """The settings init_app reads are the ones its docstring and docs/config.rst name, no more, no fewer."""
+    from flask_redis_throttle._config import DEFAULTS
+
+    docstring = RateLimit.init_app.__doc__ or ""
+    assert set(re.findall(r"``(RATELIMIT_\w+)``", docstring)) == set(DEFAULTS)
+    page = (Path(__file__).parent.parent / "docs" / "config.rst").read_text()
+    assert set(re.findall(r"^\.\. data:: (RATELIMIT_\w+)$", page, re.MULTILINE)) == set(DEFAULTS)
