@@ -17,14 +17,15 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from flask import current_app, g, request
+from flask import g, request
 
 from ._decisions import _at_cost, _tighter
 from ._plan import Plan, PlannedLimit
-from ._state import EXTENSION_KEY, OUTCOME_ATTRIBUTE, Outcome, RateLimitState
+from ._state import OUTCOME_ATTRIBUTE, Outcome, RateLimitState
 from .core.keys import Identity
 from .core.rates import Layer
 from .core.throttle import Check, Decision, Policy, StorageUnavailable, UnexpectedError
+from .decorators import state_of
 
 __all__ = ["CurrentLimit", "check", "current_limit", "current_limits"]
 
@@ -195,7 +196,7 @@ def check(endpoint: str | None = None, method: str | None = None) -> CurrentLimi
 
 
 def _state() -> RateLimitState | None:
-    state: RateLimitState | None = current_app.extensions.get(EXTENSION_KEY)
+    state: RateLimitState | None = state_of(required=False)
     return state
 
 

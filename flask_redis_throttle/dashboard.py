@@ -63,10 +63,11 @@ from ._reports import (
     reset_counters,
     status_rows,
 )
-from ._state import EXTENSION_KEY, RateLimitState
+from ._state import RateLimitState
 from .core.keys import MAX_VALUE_LENGTH, Identity
 from .core.refusals import Refusal
 from .core.throttle import StorageUnavailable
+from .decorators import state_of
 
 __all__ = ["SESSION_KEY", "blueprint", "chart"]
 
@@ -424,9 +425,7 @@ def _csrf_token() -> str | None:
 
 
 def _state() -> RateLimitState:
-    state: RateLimitState | None = current_app.extensions.get(EXTENSION_KEY)
-    if state is None:
-        raise RuntimeError("the rate limit dashboard needs RateLimit set up on the app")
+    state: RateLimitState = state_of()
     return state
 
 

@@ -45,6 +45,23 @@ __all__ = [
 #: ``with`` block finds it.
 EXTENSION_KEY = "ratelimit"
 
+
+def state_of(app: Flask | None = None, *, required: bool = True) -> Any:
+    """The extension's state on ``app``, or on the current app: its
+    :class:`~flask_redis_throttle.extension.RateLimitState` (typed ``Any``
+    here, below the module that defines it), or None where the extension
+    is not set up and the state is not ``required``. Every lookup of the
+    state goes through here, so that an app without it says so one way.
+
+    :raises RuntimeError: where the extension is not set up on the app
+        and the state is ``required``.
+    """
+    state = (app or current_app).extensions.get(EXTENSION_KEY)
+    if state is None and required:
+        raise RuntimeError("rate limiting is not set up on this app (RateLimit(app) or init_app(app))")
+    return state
+
+
 #: The attribute of a view function or blueprint that holds its limits.
 LIMITS_ATTRIBUTE = "__ratelimits__"
 #: The attribute of a view function or blueprint that holds its :class:`Exemption`.
@@ -176,10 +193,7 @@ class LimitDecorator:
         :raises RateLimitExceeded: when it refuses the request.
         :raises RuntimeError: outside a request, or in an app without the extension.
         """
-        state = current_app.extensions.get(EXTENSION_KEY)
-        if state is None:
-            raise RuntimeError(f"`with limit({self.spec.limit!r})` needs RateLimit set up on {current_app.name!r}")
-        state.decide_block(self.spec)
+        state_of().decide_block(self.spec)
 
     def __exit__(self, *exc: object) -> None:
         return None
