@@ -54,8 +54,6 @@ from .core.refusals import Refusal, RefusalLog
 from .core.throttle import StorageUnavailable, Throttle
 from .decorators import state_of
 
-__all__ = ["ratelimit", "storage_errors", "throttle_of"]
-
 ratelimit = AppGroup("ratelimit", help="Inspect and reset rate limits, and set overrides.")
 
 

@@ -40,17 +40,6 @@ try:
 except ImportError:  # Flask-Login is optional; without it there are no users
     current_user = None
 
-__all__ = [
-    "IDENTITY_NAMES",
-    "IdentitySpec",
-    "Resolver",
-    "check_identities",
-    "parse_identity",
-    "resolvers",
-    "spec_kinds",
-    "spec_name",
-]
-
 logger = logging.getLogger("flask_redis_throttle")
 
 #: A custom key function: given the request, a string, or None when it does not apply.

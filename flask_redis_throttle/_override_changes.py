@@ -28,19 +28,6 @@ from .core.rates import Layer, parse_limits
 from .core.throttle import StorageUnavailable
 from .errors import InvalidLimit
 
-__all__ = [
-    "CHANGES_HEADER",
-    "OVERRIDES_HEADER",
-    "change_rows",
-    "known_scopes",
-    "make_override",
-    "override_rows",
-    "overrides_of",
-    "parse_target",
-    "parse_when",
-    "unsure",
-]
-
 #: The columns of ``flask ratelimit overrides``, and of the dashboard's overrides.
 OVERRIDES_HEADER = ("IDENTITY", "SCOPE", "ACTION", "LIMIT", "UNTIL (UTC)", "BY", "SET AT (UTC)")
 #: The columns of the latest changes.

@@ -35,17 +35,6 @@ elif TYPE_CHECKING:
 if TYPE_CHECKING:
     from .signals import RefusalEvent
 
-__all__ = [
-    "CostFunction",
-    "DynamicLimit",
-    "LimitOptions",
-    "LimitSpec",
-    "MessageFunction",
-    "RefusalHook",
-    "ScopeFunction",
-    "make_spec",
-]
-
 #: A dynamic limit: given the request, a limit string, or None for no limit.
 DynamicLimit = Callable[[Request], "str | None"]
 #: A cost function: given the request, how much quota it takes.
