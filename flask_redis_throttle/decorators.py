@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from flask import Blueprint, Flask, current_app
 
 from ._spec import CostFunction, DynamicLimit, LimitOptions, LimitSpec, RefusalHook, make_spec
-from .core.deprecated import renamed
 
 if sys.version_info >= (3, 11):
     from typing import Unpack
@@ -288,11 +287,3 @@ def _check_target(target: object, name: str) -> None:
         )
     if not (callable(target) or isinstance(target, Blueprint)):
         raise TypeError(f"{name}() takes a view function or a blueprint, not {target!r}")
-
-
-#: The old names of renamed things, answered with a DeprecationWarning.
-_RENAMED = {"BreachHook": "RefusalHook"}  # old name
-
-
-def __getattr__(name: str) -> object:
-    return renamed(__name__, name, _RENAMED, globals())
