@@ -215,6 +215,11 @@ BAD_OPTIONS = [
     ({"db": -1}, "db"),
     ({"db": "1"}, "db"),
     ({"single_connection_client": True}, "single_connection_client"),
+    # Read as true by redis-py: TLS on a plain port, keepalive, retries.
+    ({"ssl": "false"}, "ssl"),
+    ({"socket_keepalive": "no"}, "socket_keepalive"),
+    ({"retry_on_timeout": 1}, "retry_on_timeout"),
+    ({"retry_on_error": [5]}, "retry_on_error"),
 ]
 
 
@@ -238,7 +243,7 @@ def test_options_of_another_schemes_client_raise_at_init_app(option: dict[str, A
 
 @pytest.mark.parametrize(
     "sentinel_kwargs",
-    [{"socket_timeout": "fast"}, {"retry": 5}, {"bogus": 1}],
+    [{"socket_timeout": "fast"}, {"retry": 5}, {"bogus": 1}, {"ssl": "no"}],
 )
 def test_bad_sentinel_kwargs_name_the_options(sentinel_kwargs: dict[str, Any]) -> None:
     error = refused(
@@ -423,3 +428,13 @@ def test_every_setting_is_listed_in_init_app_and_in_the_config_page() -> None:
     assert set(re.findall(r"``(RATELIMIT_\w+)``", docstring)) == set(DEFAULTS)
     page = (Path(__file__).parent.parent / "docs" / "config.rst").read_text()
     assert set(re.findall(r"^\.\. data:: (RATELIMIT_\w+)$", page, re.MULTILINE)) == set(DEFAULTS)
+
+
+def test_sentinel_kwargs_that_are_not_a_dict_are_refused() -> None:
+    error = refused(
+        RATELIMIT_STORAGE_URL="redis+sentinel://127.0.0.1:26379/mymaster",
+        RATELIMIT_STORAGE_OPTIONS={"sentinel_kwargs": "socket_timeout=1"},
+    )
+    assert error.key == "RATELIMIT_STORAGE_OPTIONS"
+    assert "sentinel_kwargs" in str(error)
+    assert "'socket_timeout=1'" in str(error)
