@@ -58,7 +58,9 @@ def _is(kind: type | tuple[type, ...]) -> Check:
 
 
 def _one_of(*choices: object) -> Check:
-    return lambda value, _: any(type(value) is type(choice) and value == choice for choice in choices)
+    return lambda value, _: (
+        not isinstance(value, bool) and any(isinstance(value, type(choice)) and value == choice for choice in choices)
+    )
 
 
 def _integer(least: int, most: float = math.inf) -> Check:

@@ -438,3 +438,22 @@ def test_sentinel_kwargs_that_are_not_a_dict_are_refused() -> None:
     assert error.key == "RATELIMIT_STORAGE_OPTIONS"
     assert "sentinel_kwargs" in str(error)
     assert "'socket_timeout=1'" in str(error)
+
+
+def test_a_setting_from_an_enum_of_strings_or_integers_is_taken() -> None:
+    """A str or int subclass (an app's own enum) is the value it equals, as a bool is not."""
+    import enum
+
+    class Mode(str, enum.Enum):
+        ADD = "add"
+
+    class Draft(enum.IntEnum):
+        CURRENT = 11
+
+    app = make_app(
+        RATELIMIT_DEFAULT_MODE=Mode.ADD, RATELIMIT_HEADERS_DRAFT=Draft.CURRENT, RATELIMIT_RETRY_AFTER="seconds"
+    )
+    RateLimit(app)
+    settings = app.extensions["ratelimit"].settings
+    assert settings.default_mode == "add"
+    assert settings.headers_draft == 11
