@@ -215,18 +215,18 @@ class Settings:
     shadow: bool
     on_breach: Callable[[RefusalEvent], object] | None
     #: The draft whose form the responses take (``RATELIMIT_HEADERS_DRAFT``).
-    headers_draft: int = 11
+    headers_draft: int
     #: The key of the ``pk`` digests; None for no ``pk``
     #: (``RATELIMIT_HEADERS_PARTITION_KEY``).
-    partition_secret: bytes | None = None
+    partition_secret: bytes | None
     #: The share of a layer's quota past which an identity is near its
     #: limit, as a fraction (numerator, denominator); None for no signal
     #: (``RATELIMIT_NEAR_LIMIT``).
-    near_limit: tuple[int, int] | None = (4, 5)
-    override_block_status: int = 429
-    override_widest_ipv4: int = 16
-    override_widest_ipv6: int = 48
-    concurrency_lease: int = DEFAULTS["RATELIMIT_CONCURRENCY_LEASE"]
+    near_limit: tuple[int, int] | None
+    override_block_status: int
+    override_widest_ipv4: int
+    override_widest_ipv6: int
+    concurrency_lease: int
 
     @classmethod
     def from_config(cls, config: MutableMapping[str, Any]) -> Settings:
@@ -348,11 +348,11 @@ def _meta_limits(config: Mapping[str, Any]) -> tuple[LimitSpec, ...]:
             if field.name not in META_OPTIONS and getattr(spec, field.name) != field.default
         ]
         if extra:
-            refused = f"; not {', '.join(extra)}" if extra else ""
             raise ConfigurationError(
                 "RATELIMIT_META",
                 config["RATELIMIT_META"],
-                f"limit strings, or dicts of one with on_breach, identities, scope or error_message{refused}",
+                "limit strings, or dicts of one with on_breach, identities, scope or error_message; "
+                f"not {', '.join(extra)}",
             )
     return found
 
