@@ -96,7 +96,7 @@ def current_limit() -> CurrentLimit | None:
     outcome: Outcome | None = g.get(OUTCOME_ATTRIBUTE) if g else None
     if outcome is None:
         return None
-    state = _state()
+    state: RateLimitState | None = state_of(required=False)
     return CurrentLimit.of(outcome.decision, state.plan(request.endpoint, request.method) if state else None)
 
 
@@ -115,7 +115,7 @@ def current_limits() -> list[CurrentLimit]:
         logged as a request's failure is).
     """
     outcome: Outcome | None = g.get(OUTCOME_ATTRIBUTE) if g else None
-    state = _state()
+    state: RateLimitState | None = state_of(required=False)
     if outcome is None or state is None or state.throttle is None:
         return []
     req = request._get_current_object()  # type: ignore[attr-defined]
@@ -173,7 +173,7 @@ def check(endpoint: str | None = None, method: str | None = None) -> CurrentLimi
         limiting is disabled, a request filter exempts the request, or Redis
         could not answer (that is logged as a request's failure is).
     """
-    state = _state()
+    state: RateLimitState | None = state_of(required=False)
     if state is None or state.throttle is None:
         return None
     req = request._get_current_object()  # type: ignore[attr-defined]
@@ -193,11 +193,6 @@ def check(endpoint: str | None = None, method: str | None = None) -> CurrentLimi
         decision = _at_cost(inspected, batch.cost)
         shown = decision if shown is None else _tighter(shown, decision)
     return None if shown is None else CurrentLimit.of(shown, plan)
-
-
-def _state() -> RateLimitState | None:
-    state: RateLimitState | None = state_of(required=False)
-    return state
 
 
 def _limit_of(policy: Policy, plan: Plan) -> PlannedLimit | None:
