@@ -1,6 +1,5 @@
 """flask-redis-throttle: layered rate limits for Flask, decided in one Redis round trip."""
 
-from .core.deprecated import renamed
 from .core.keys import Identity
 from .core.rates import Layer, parse_limits
 from .core.refusals import Refusal, RefusalLog
@@ -36,16 +35,3 @@ __all__ = [
 ]
 
 __version__ = "0.2.0"
-
-
-#: The old names of renamed things, answered with a DeprecationWarning.
-_RENAMED = {
-    "Breach": "RefusalEvent",  # old name
-    "Rate": "Layer",  # old name
-    "RateLimitError": "InputError",  # old name
-    "rate_limited": "request_refused",  # old name
-}
-
-
-def __getattr__(name: str) -> object:
-    return renamed(__name__, name, _RENAMED, globals())

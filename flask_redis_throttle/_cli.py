@@ -45,15 +45,14 @@ from ._reports import (
     reset_counters,
     status_rows,
 )
-from ._state import EXTENSION_KEY, RateLimitState
+from ._state import RateLimitState
 from .core.clients import redact
 from .core.embedded import EmbeddedRedis
 from .core.keys import Identity, loggable
 from .core.local import LocalFolder, server_status, stop_server
 from .core.refusals import Refusal, RefusalLog
 from .core.throttle import StorageUnavailable, Throttle
-
-__all__ = ["ratelimit", "storage_errors", "throttle_of"]
+from .decorators import state_of
 
 ratelimit = AppGroup("ratelimit", help="Inspect and reset rate limits, and set overrides.")
 
@@ -413,9 +412,10 @@ def _local_folder(state: RateLimitState) -> LocalFolder:
 
 
 def _state() -> RateLimitState:
-    state: RateLimitState | None = current_app.extensions.get(EXTENSION_KEY)
-    if state is None:
-        raise click.ClickException("rate limiting is not set up on this app (RateLimit(app) or init_app(app))")
+    try:
+        state: RateLimitState = state_of()
+    except RuntimeError as error:
+        raise click.ClickException(str(error)) from None
     return state
 
 

@@ -24,53 +24,7 @@ from .core.scripts import STRATEGY_NAMES, is_strategy
 from .errors import ConfigurationError, InvalidLimit
 from .signals import RefusalEvent
 
-__all__ = [
-    "APPLICATION_SCOPE",
-    "DEFAULTS",
-    "FLASK_LIMITER_SETTINGS",
-    "MAX_BREAKER_BACKOFF",
-    "MAX_REFUSAL_LOG_SIZE",
-    "Settings",
-]
-
 logger = logging.getLogger("flask_redis_throttle")
-
-#: Every setting this extension reads, with its default.
-DEFAULTS: dict[str, Any] = {
-    "RATELIMIT_ENABLED": True,
-    "RATELIMIT_STORAGE_URL": "memory://",
-    "RATELIMIT_STORAGE_OPTIONS": {},
-    "RATELIMIT_KEY_PREFIX": "rl:",
-    "RATELIMIT_DEFAULT": None,
-    "RATELIMIT_DEFAULT_MODE": "replace",
-    "RATELIMIT_BLUEPRINT_MODE": "add",
-    "RATELIMIT_APPLICATION": None,
-    "RATELIMIT_META": None,
-    "RATELIMIT_HEADERS_ENABLED": True,
-    "RATELIMIT_HEADERS_LEGACY": False,
-    "RATELIMIT_HEADER_NAMES": {},
-    "RATELIMIT_RETRY_AFTER": "seconds",
-    "RATELIMIT_FAIL_OPEN": True,
-    "RATELIMIT_IDENTITIES": ("ip", "user"),
-    "RATELIMIT_IPV6_PREFIX": 64,
-    "RATELIMIT_KEY_SECRET": None,
-    "RATELIMIT_STRATEGY": "fixed-window",
-    "RATELIMIT_REFUSAL_LOG_SIZE": 1000,
-    "RATELIMIT_BLOCK_CACHE_SIZE": 10_000,
-    "RATELIMIT_BREAKER_THRESHOLD": 3,
-    "RATELIMIT_BREAKER_BACKOFF": 1.0,
-    "RATELIMIT_BREAKER_MAX_BACKOFF": 30.0,
-    "RATELIMIT_FALLBACK": False,
-    "RATELIMIT_SHADOW": False,
-    "RATELIMIT_ON_BREACH": None,
-    "RATELIMIT_HEADERS_DRAFT": 11,
-    "RATELIMIT_HEADERS_PARTITION_KEY": False,
-    "RATELIMIT_NEAR_LIMIT": 0.8,
-    "RATELIMIT_OVERRIDE_BLOCK_STATUS": 429,
-    "RATELIMIT_OVERRIDE_WIDEST_IPV4": 16,
-    "RATELIMIT_OVERRIDE_WIDEST_IPV6": 48,
-    "RATELIMIT_CONCURRENCY_LEASE": 60,
-}
 
 #: The scope of ``RATELIMIT_APPLICATION``: no endpoint name starts with ``@``.
 APPLICATION_SCOPE = "@app"
@@ -94,6 +48,105 @@ MAX_BREAKER_BACKOFF = 86_400.0
 #: found by brute force from a single ``pk`` of the attacker's own address,
 #: and then every other address's ``pk`` names its owner.
 MIN_KEY_SECRET_BYTES = 32
+
+#: A check of a setting's value, given every setting: whether it is good.
+Check = Callable[[Any, Mapping[str, Any]], bool]
+
+
+def _is(kind: type | tuple[type, ...]) -> Check:
+    return lambda value, _: isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+
+
+def _one_of(*choices: object) -> Check:
+    return lambda value, _: (
+        not isinstance(value, bool) and any(isinstance(value, type(choice)) and value == choice for choice in choices)
+    )
+
+
+def _integer(least: int, most: float = math.inf) -> Check:
+    return lambda value, _: is_integer(value) and least <= value <= most
+
+
+def _seconds(least: Callable[[Mapping[str, Any]], float]) -> Check:
+    return lambda value, config: is_number(value) and least(config) <= value <= MAX_BREAKER_BACKOFF and value > 0
+
+
+def _no_check(value: Any, config: Mapping[str, Any]) -> bool:
+    """For a setting read by its own function below, which says what is wrong."""
+    return True
+
+
+#: Every setting this extension reads: its default, the check of its value,
+#: and what the error says it should be (formatted with the settings, for
+#: one that depends on another). The checks run in this order, so that a
+#: setting is good before another's check reads it.
+SETTINGS: dict[str, tuple[Any, Check, str]] = {
+    "RATELIMIT_ENABLED": (True, _is(bool), "True or False"),
+    "RATELIMIT_STORAGE_URL": ("memory://", _is(str), "a URL string"),
+    "RATELIMIT_STORAGE_OPTIONS": ({}, _is(Mapping), "a dict of redis.Redis keyword arguments"),
+    "RATELIMIT_KEY_PREFIX": (
+        "rl:",
+        lambda value, _: isinstance(value, str) and not {"{", "}"} & set(value),
+        "a string without braces",
+    ),
+    "RATELIMIT_DEFAULT": (None, _no_check, ""),
+    "RATELIMIT_DEFAULT_MODE": ("replace", _one_of(*DEFAULT_MODES), " or ".join(map(repr, DEFAULT_MODES))),
+    "RATELIMIT_BLUEPRINT_MODE": ("add", _one_of(*DEFAULT_MODES), " or ".join(map(repr, DEFAULT_MODES))),
+    "RATELIMIT_APPLICATION": (None, _no_check, ""),
+    "RATELIMIT_META": (None, _no_check, ""),
+    "RATELIMIT_HEADERS_ENABLED": (True, _is(bool), "True or False"),
+    "RATELIMIT_HEADERS_LEGACY": (False, _is(bool), "True or False"),
+    "RATELIMIT_HEADER_NAMES": ({}, _no_check, ""),
+    "RATELIMIT_RETRY_AFTER": ("seconds", _one_of(*RETRY_AFTER_FORMATS), " or ".join(map(repr, RETRY_AFTER_FORMATS))),
+    "RATELIMIT_FAIL_OPEN": (True, _is(bool), "True or False"),
+    "RATELIMIT_IDENTITIES": (
+        ("ip", "user"),
+        lambda value, _: check_identities(value) is not None,
+        f"a non-empty list of {', '.join(map(repr, IDENTITY_NAMES))} or key functions",
+    ),
+    "RATELIMIT_IPV6_PREFIX": (64, _integer(0, 128), "an integer from 0 to 128"),
+    "RATELIMIT_KEY_SECRET": (None, _no_check, ""),
+    "RATELIMIT_STRATEGY": ("fixed-window", lambda value, _: is_strategy(value), f"one of {STRATEGY_NAMES}"),
+    "RATELIMIT_REFUSAL_LOG_SIZE": (
+        1000,
+        _integer(0, MAX_REFUSAL_LOG_SIZE),
+        f"an integer up to {MAX_REFUSAL_LOG_SIZE:_}, 0 to keep no log",
+    ),
+    "RATELIMIT_BLOCK_CACHE_SIZE": (10_000, _integer(0), "an integer, 0 for no cache"),
+    "RATELIMIT_BREAKER_THRESHOLD": (3, _integer(0), "an integer, 0 for no circuit breaker"),
+    "RATELIMIT_BREAKER_BACKOFF": (
+        1.0,
+        _seconds(lambda _: 0.0),
+        f"a number of seconds above 0, at most {MAX_BREAKER_BACKOFF:g} (a day)",
+    ),
+    "RATELIMIT_BREAKER_MAX_BACKOFF": (
+        30.0,
+        _seconds(lambda config: config["RATELIMIT_BREAKER_BACKOFF"]),
+        "a number of seconds at least RATELIMIT_BREAKER_BACKOFF ({RATELIMIT_BREAKER_BACKOFF:g}), "
+        f"at most {MAX_BREAKER_BACKOFF:g} (a day)",
+    ),
+    "RATELIMIT_FALLBACK": (False, _is(bool), "True or False"),
+    "RATELIMIT_SHADOW": (False, _is(bool), "True or False"),
+    "RATELIMIT_ON_BREACH": (
+        None,
+        lambda value, _: value is None or callable(value),
+        "None or a function that takes a RefusalEvent",
+    ),
+    "RATELIMIT_HEADERS_DRAFT": (11, _one_of(*DRAFTS), " or ".join(map(str, DRAFTS))),
+    "RATELIMIT_HEADERS_PARTITION_KEY": (False, _is(bool), "True or False"),
+    "RATELIMIT_NEAR_LIMIT": (
+        0.8,
+        lambda value, _: value is None or (is_number(value) and 0 < value <= 1),
+        "None, or a number above 0 and at most 1",
+    ),
+    "RATELIMIT_OVERRIDE_BLOCK_STATUS": (429, _one_of(429, 403), "429 or 403"),
+    "RATELIMIT_OVERRIDE_WIDEST_IPV4": (16, _integer(0, 32), "a prefix length, an integer from 0 to 32"),
+    "RATELIMIT_OVERRIDE_WIDEST_IPV6": (48, _integer(0, 128), "a prefix length, an integer from 0 to 128"),
+    "RATELIMIT_CONCURRENCY_LEASE": (60, _integer(1, MAX_WINDOW), f"a whole number of seconds from 1 to {MAX_WINDOW}"),
+}
+
+#: Every setting this extension reads, with its default.
+DEFAULTS: dict[str, Any] = {key: default for key, (default, _, _) in SETTINGS.items()}
 
 #: Flask-Limiter's settings that this extension does not read, each with
 #: ours that does its job, or None when there is none, and a hint. The same
@@ -162,18 +215,18 @@ class Settings:
     shadow: bool
     on_breach: Callable[[RefusalEvent], object] | None
     #: The draft whose form the responses take (``RATELIMIT_HEADERS_DRAFT``).
-    headers_draft: int = 11
+    headers_draft: int
     #: The key of the ``pk`` digests; None for no ``pk``
     #: (``RATELIMIT_HEADERS_PARTITION_KEY``).
-    partition_secret: bytes | None = None
+    partition_secret: bytes | None
     #: The share of a layer's quota past which an identity is near its
     #: limit, as a fraction (numerator, denominator); None for no signal
     #: (``RATELIMIT_NEAR_LIMIT``).
-    near_limit: tuple[int, int] | None = (4, 5)
-    override_block_status: int = 429
-    override_widest_ipv4: int = 16
-    override_widest_ipv6: int = 48
-    concurrency_lease: int = DEFAULTS["RATELIMIT_CONCURRENCY_LEASE"]
+    near_limit: tuple[int, int] | None
+    override_block_status: int
+    override_widest_ipv4: int
+    override_widest_ipv6: int
+    concurrency_lease: int
 
     @classmethod
     def from_config(cls, config: MutableMapping[str, Any]) -> Settings:
@@ -184,137 +237,36 @@ class Settings:
         _warn_unknown(config)
         for key, value in DEFAULTS.items():
             config.setdefault(key, value)
-
-        def flag(key: str) -> bool:
-            value = config[key]
-            if not isinstance(value, bool):
-                raise ConfigurationError(key, value, "True or False")
-            return value
-
-        def count(key: str, zero: str, most: int | None = None) -> int:
-            value = config[key]
-            if not _count(value) or (most is not None and value > most):
-                upto = f" up to {most:_}" if most is not None else ""
-                raise ConfigurationError(key, value, f"an integer{upto}, {zero}")
-            result: int = value
-            return result
-
-        def seconds(key: str, least: float, least_name: str) -> float:
-            value = config[key]
-            if not _seconds(value) or value < least or value > MAX_BREAKER_BACKOFF:
-                raise ConfigurationError(
-                    key, value, f"a number of seconds {least_name}, at most {MAX_BREAKER_BACKOFF:g} (a day)"
-                )
-            return float(value)
-
-        prefix = config["RATELIMIT_KEY_PREFIX"]
-        if not isinstance(prefix, str) or "{" in prefix or "}" in prefix:
-            raise ConfigurationError("RATELIMIT_KEY_PREFIX", prefix, "a string without braces")
-        options = config["RATELIMIT_STORAGE_OPTIONS"]
-        if not isinstance(options, Mapping):
-            raise ConfigurationError("RATELIMIT_STORAGE_OPTIONS", options, "a dict of redis.Redis keyword arguments")
-        identities = check_identities(config["RATELIMIT_IDENTITIES"])
-        if identities is None:
-            raise ConfigurationError(
-                "RATELIMIT_IDENTITIES",
-                config["RATELIMIT_IDENTITIES"],
-                f"a non-empty list of {', '.join(map(repr, IDENTITY_NAMES))} or key functions",
-            )
-        ipv6_prefix = config["RATELIMIT_IPV6_PREFIX"]
-        if isinstance(ipv6_prefix, bool) or not isinstance(ipv6_prefix, int) or not 0 <= ipv6_prefix <= 128:
-            raise ConfigurationError("RATELIMIT_IPV6_PREFIX", ipv6_prefix, "an integer from 0 to 128")
-        default_mode = config["RATELIMIT_DEFAULT_MODE"]
-        if default_mode not in DEFAULT_MODES:
-            raise ConfigurationError("RATELIMIT_DEFAULT_MODE", default_mode, " or ".join(map(repr, DEFAULT_MODES)))
-        blueprint_mode = config["RATELIMIT_BLUEPRINT_MODE"]
-        if blueprint_mode not in DEFAULT_MODES:
-            raise ConfigurationError("RATELIMIT_BLUEPRINT_MODE", blueprint_mode, " or ".join(map(repr, DEFAULT_MODES)))
-        retry_after = config["RATELIMIT_RETRY_AFTER"]
-        if retry_after not in RETRY_AFTER_FORMATS:
-            raise ConfigurationError("RATELIMIT_RETRY_AFTER", retry_after, " or ".join(map(repr, RETRY_AFTER_FORMATS)))
-        on_breach = config["RATELIMIT_ON_BREACH"]
-        if on_breach is not None and not callable(on_breach):
-            raise ConfigurationError("RATELIMIT_ON_BREACH", on_breach, "None or a function that takes a RefusalEvent")
+        for key, (_, check, expected) in SETTINGS.items():
+            if not check(config[key], config):
+                raise ConfigurationError(key, config[key], expected.format_map(config))
         secret = _key_secret(config["RATELIMIT_KEY_SECRET"])
-        strategy = config["RATELIMIT_STRATEGY"]
-        if not is_strategy(strategy):
-            raise ConfigurationError("RATELIMIT_STRATEGY", strategy, f"one of {STRATEGY_NAMES}")
-        log_size = count("RATELIMIT_REFUSAL_LOG_SIZE", "0 to keep no log", MAX_REFUSAL_LOG_SIZE)
-        cache_size = count("RATELIMIT_BLOCK_CACHE_SIZE", "0 for no cache")
-        threshold = count("RATELIMIT_BREAKER_THRESHOLD", "0 for no circuit breaker")
-        backoff = seconds("RATELIMIT_BREAKER_BACKOFF", 0.0, "above 0")
-        max_backoff = seconds(
-            "RATELIMIT_BREAKER_MAX_BACKOFF", backoff, f"at least RATELIMIT_BREAKER_BACKOFF ({backoff:g})"
-        )
-        draft = config["RATELIMIT_HEADERS_DRAFT"]
-        if not is_integer(draft) or draft not in DRAFTS:
-            raise ConfigurationError("RATELIMIT_HEADERS_DRAFT", draft, " or ".join(map(str, DRAFTS)))
-        partition = flag("RATELIMIT_HEADERS_PARTITION_KEY")
-        if partition and (secret is None or draft < 11):
+        partition = config["RATELIMIT_HEADERS_PARTITION_KEY"]
+        if partition and (secret is None or config["RATELIMIT_HEADERS_DRAFT"] < 11):
             raise ConfigurationError(
                 "RATELIMIT_HEADERS_PARTITION_KEY",
                 partition,
                 "False unless RATELIMIT_KEY_SECRET is set (the key of its digests) and RATELIMIT_HEADERS_DRAFT is 11",
             )
         near_limit = config["RATELIMIT_NEAR_LIMIT"]
-        if near_limit is not None and not (is_number(near_limit) and 0 < near_limit <= 1):
-            raise ConfigurationError("RATELIMIT_NEAR_LIMIT", near_limit, "None, or a number above 0 and at most 1")
-        key_secret = secret or b""
-        block_status = config["RATELIMIT_OVERRIDE_BLOCK_STATUS"]
-        if block_status not in (429, 403) or isinstance(block_status, bool):
-            raise ConfigurationError("RATELIMIT_OVERRIDE_BLOCK_STATUS", block_status, "429 or 403")
-        widest = {
-            key: _prefix_length(config, key, most)
-            for key, most in (("RATELIMIT_OVERRIDE_WIDEST_IPV4", 32), ("RATELIMIT_OVERRIDE_WIDEST_IPV6", 128))
+        read = {
+            "default": _limits(config, "RATELIMIT_DEFAULT"),
+            "application": _limits(config, "RATELIMIT_APPLICATION", APPLICATION_SCOPE),
+            "meta": _meta_limits(config),
+            "legacy_names": _legacy_names(config, config["RATELIMIT_HEADERS_LEGACY"]),
+            "retry_after_http_date": config["RATELIMIT_RETRY_AFTER"] == "http-date",
+            "identities": check_identities(config["RATELIMIT_IDENTITIES"]),
+            "key_secret": secret or b"",
+            "breaker_backoff": float(config["RATELIMIT_BREAKER_BACKOFF"]),
+            "breaker_max_backoff": float(config["RATELIMIT_BREAKER_MAX_BACKOFF"]),
+            "partition_secret": partition_secret(secret) if partition and secret else None,
+            "near_limit": None if near_limit is None else _fraction(near_limit),
         }
-        lease = config["RATELIMIT_CONCURRENCY_LEASE"]
-        if not (is_integer(lease) and 1 <= lease <= MAX_WINDOW):
-            raise ConfigurationError(
-                "RATELIMIT_CONCURRENCY_LEASE", lease, f"a whole number of seconds from 1 to {MAX_WINDOW}"
-            )
-        url = config["RATELIMIT_STORAGE_URL"]
-        if not isinstance(url, str):
-            raise ConfigurationError("RATELIMIT_STORAGE_URL", url, "a URL string")
-        return cls(
-            enabled=flag("RATELIMIT_ENABLED"),
-            storage_url=url,
-            storage_options=options,
-            key_prefix=prefix,
-            default=_limits(config, "RATELIMIT_DEFAULT"),
-            default_mode=default_mode,
-            blueprint_mode=blueprint_mode,
-            application=_limits(config, "RATELIMIT_APPLICATION", APPLICATION_SCOPE),
-            meta=_meta_limits(config),
-            headers_enabled=flag("RATELIMIT_HEADERS_ENABLED"),
-            headers_legacy=flag("RATELIMIT_HEADERS_LEGACY"),
-            legacy_names=_legacy_names(config, flag("RATELIMIT_HEADERS_LEGACY")),
-            retry_after_http_date=retry_after == "http-date",
-            fail_open=flag("RATELIMIT_FAIL_OPEN"),
-            identities=identities,
-            ipv6_prefix=ipv6_prefix,
-            key_secret=key_secret,
-            strategy=strategy,
-            refusal_log_size=log_size,
-            block_cache_size=cache_size,
-            breaker_threshold=threshold,
-            breaker_backoff=backoff,
-            breaker_max_backoff=max_backoff,
-            fallback=flag("RATELIMIT_FALLBACK"),
-            shadow=flag("RATELIMIT_SHADOW"),
-            on_breach=on_breach,
-            headers_draft=draft,
-            partition_secret=partition_secret(key_secret) if partition else None,
-            near_limit=None if near_limit is None else _fraction(near_limit),
-            override_block_status=block_status,
-            override_widest_ipv4=widest["RATELIMIT_OVERRIDE_WIDEST_IPV4"],
-            override_widest_ipv6=widest["RATELIMIT_OVERRIDE_WIDEST_IPV6"],
-            concurrency_lease=lease,
-        )
-
-
-def _seconds(value: Any) -> bool:
-    """Whether ``value`` is a finite number of seconds above 0 (and not a bool)."""
-    return is_number(value) and 0 < value < math.inf
+        # The other fields are the settings as they are, named after them.
+        for field in dataclasses.fields(cls):
+            if field.name not in read:
+                read[field.name] = config[f"RATELIMIT_{field.name.upper()}"]
+        return cls(**read)
 
 
 def _warn_unknown(config: Mapping[str, Any]) -> None:
@@ -396,11 +348,11 @@ def _meta_limits(config: Mapping[str, Any]) -> tuple[LimitSpec, ...]:
             if field.name not in META_OPTIONS and getattr(spec, field.name) != field.default
         ]
         if extra:
-            refused = f"; not {', '.join(extra)}" if extra else ""
             raise ConfigurationError(
                 "RATELIMIT_META",
                 config["RATELIMIT_META"],
-                f"limit strings, or dicts of one with on_breach, identities, scope or error_message{refused}",
+                "limit strings, or dicts of one with on_breach, identities, scope or error_message; "
+                f"not {', '.join(extra)}",
             )
     return found
 
@@ -435,17 +387,3 @@ def _key_secret(secret: Any) -> bytes | None:
             "python -c 'import secrets; print(secrets.token_hex(32))'",
         )
     return encoded
-
-
-def _prefix_length(config: Mapping[str, Any], key: str, most: int) -> int:
-    """A network prefix length setting, from 0 to ``most``."""
-    value = config[key]
-    if not is_integer(value) or not 0 <= value <= most:
-        raise ConfigurationError(key, value, f"a prefix length, an integer from 0 to {most}")
-    result: int = value
-    return result
-
-
-def _count(value: Any) -> bool:
-    """Whether ``value`` is an integer of 0 or more (and not a bool)."""
-    return is_integer(value) and value >= 0

@@ -10,8 +10,6 @@ import re
 from collections.abc import Sequence
 from datetime import datetime, timezone
 
-__all__ = ["duration", "parse_moment", "parse_span", "table", "utc"]
-
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     """``rows`` under ``header``, each column as wide as its widest cell,

@@ -18,8 +18,6 @@ from .core.throttle import Check, Decision, Policy
 if TYPE_CHECKING:
     from ._plan import Batch, PlannedLimit
 
-__all__ = ["_OverQuota", "_at_cost", "_crossed", "_limit_of", "_outcome", "_over_quota", "_tighter"]
-
 
 def _crossed(decision: Decision, cost: int, share: tuple[int, int]) -> bool:
     """Whether an admitted request of ``cost`` took the deciding layer's use

@@ -40,17 +40,6 @@ try:
 except ImportError:  # Flask-Login is optional; without it there are no users
     current_user = None
 
-__all__ = [
-    "IDENTITY_NAMES",
-    "IdentitySpec",
-    "Resolver",
-    "check_identities",
-    "parse_identity",
-    "resolvers",
-    "spec_kinds",
-    "spec_name",
-]
-
 logger = logging.getLogger("flask_redis_throttle")
 
 #: A custom key function: given the request, a string, or None when it does not apply.
@@ -168,7 +157,7 @@ def _parse_address(value: str, ipv6_prefix: int) -> str:
         raise ValueError(
             f"{value!r} is wider than the /{ipv6_prefix} networks IPv6 clients are counted by (RATELIMIT_IPV6_PREFIX)"
         )
-    return _address_group(address, ipv6_prefix)
+    return address_group(address, ipv6_prefix)
 
 
 #: How many identities are kept made, by kind and value: enough for the
@@ -209,7 +198,7 @@ def _client_address(text: str, prefix: int) -> str:
     if host is None or len(host) > MAX_ADDRESS_LENGTH:
         return text
     try:
-        return _address_group(host, prefix)
+        return address_group(host, prefix)
     except ValueError:
         return text
 
@@ -237,7 +226,7 @@ def _is_port(text: str) -> bool:
 
 
 @lru_cache(maxsize=4096)
-def _address_group(host: str, prefix: int) -> str:
+def address_group(host: str, prefix: int) -> str:
     """The IPv4 address ``host`` is, or maps to as an IPv6 address; or the
     IPv6 network it belongs to.
 

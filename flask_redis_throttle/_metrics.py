@@ -44,8 +44,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-__all__ = ["BUCKETS", "DELAY_BUCKETS", "OUTCOMES", "Metrics", "metrics_for"]
-
 #: The values of the ``outcome`` label of ``ratelimit_decisions_total``.
 OUTCOMES = (
     "admitted",  # Redis (or the block cache) let it through

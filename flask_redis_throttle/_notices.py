@@ -21,8 +21,6 @@ if TYPE_CHECKING:
     from ._metrics import Metrics
     from .core.throttle import Throttle
 
-__all__ = ["INTERNAL_ERROR", "WARNING_INTERVAL", "Notices"]
-
 logger = logging.getLogger("flask_redis_throttle")
 #: The circuit breakers' opening and closing, a logger of their own so that
 #: an operator can route or silence them apart from the per-request warnings.

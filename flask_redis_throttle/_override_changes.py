@@ -18,7 +18,7 @@ import redis
 from flask import Flask
 
 from ._console import parse_moment, parse_span, utc
-from ._identity import _address_group
+from ._identity import address_group
 from ._overrides import Overrides
 from ._reports import find_identity
 from ._state import RateLimitState
@@ -27,19 +27,6 @@ from .core.overrides import ACTIONS, Change, Override, check_end, network_of, re
 from .core.rates import Layer, parse_limits
 from .core.throttle import StorageUnavailable
 from .errors import InvalidLimit
-
-__all__ = [
-    "CHANGES_HEADER",
-    "OVERRIDES_HEADER",
-    "change_rows",
-    "known_scopes",
-    "make_override",
-    "override_rows",
-    "overrides_of",
-    "parse_target",
-    "parse_when",
-    "unsure",
-]
 
 #: The columns of ``flask ratelimit overrides``, and of the dashboard's overrides.
 OVERRIDES_HEADER = ("IDENTITY", "SCOPE", "ACTION", "LIMIT", "UNTIL (UTC)", "BY", "SET AT (UTC)")
@@ -154,7 +141,7 @@ def parse_target(target: str | Identity, state: RateLimitState) -> tuple[str, bo
     else:
         widest, setting = settings.override_widest_ipv6, "RATELIMIT_OVERRIDE_WIDEST_IPV6"
         if network.prefixlen >= settings.ipv6_prefix:
-            return f"ip:{_address_group(str(network.network_address), settings.ipv6_prefix)}", False
+            return f"ip:{address_group(str(network.network_address), settings.ipv6_prefix)}", False
     if network.prefixlen < widest:
         named = value if network.with_prefixlen == value else f"{value} ({network.with_prefixlen})"
         raise ValueError(f"{named!r} is wider than /{widest}, the widest network an override may name ({setting})")

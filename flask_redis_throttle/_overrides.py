@@ -26,8 +26,6 @@ from .core.overrides import Override, OverrideFollower, OverrideStore, OverrideT
 from .core.throttle import Check, Policy, Throttle
 from .errors import Blocked, BlockedForbidden
 
-__all__ = ["Overrides"]
-
 #: How many policies made for overrides are kept, and header names for them.
 POLICY_CACHE_SIZE = 1024
 #: How many unreadable fields a warning names.

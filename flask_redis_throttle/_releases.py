@@ -35,8 +35,6 @@ from collections.abc import Callable
 
 from .core.throttle import Hold, StorageUnavailable, UnexpectedError
 
-__all__ = ["FIRST_PAUSE", "LONGEST_PAUSE", "MOST_PENDING", "Releases"]
-
 #: How many holds wait to be given back, at most, in one app of a process:
 #: past it, the oldest is left to its lease.
 MOST_PENDING = 10_000

@@ -28,24 +28,6 @@ if TYPE_CHECKING:
     from ._plan import Plan
 
 
-__all__ = [
-    "LIMITS_HEADER",
-    "STATUS_HEADER",
-    "Reset",
-    "RouteLimits",
-    "counted_kinds",
-    "find_endpoint",
-    "find_identity",
-    "is_exempt",
-    "limit_rows",
-    "methods_of",
-    "nothing_counts",
-    "reset_counters",
-    "route_limits",
-    "status_rows",
-]
-
-
 #: The columns of ``flask ratelimit limits``, and of the dashboard's limits.
 LIMITS_HEADER = ("RULE", "METHODS", "ENDPOINT", "LIMIT", "STRATEGY", "SCOPE", "IDENTITIES")
 

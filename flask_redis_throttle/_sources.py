@@ -23,8 +23,6 @@ from ._config import Settings
 from ._spec import LimitSpec
 from .decorators import EXEMPT_ATTRIBUTE, LIMITS_ATTRIBUTE, Exemption
 
-__all__ = ["blueprints_of", "class_view_limits", "limits_of"]
-
 
 def limits_of(app: Flask, endpoint: str, settings: Settings, method: str | None = None) -> list[tuple[LimitSpec, str]]:
     """Every limit of ``endpoint``, whatever the method, with where it was

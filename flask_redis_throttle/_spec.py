@@ -20,7 +20,6 @@ from flask import Request, Response
 from ._headers import REQUESTS, UNITS
 from ._identity import IDENTITY_NAMES, IdentitySpec, check_identities
 from .core.checks import is_integer, is_number
-from .core.deprecated import warn_renamed
 from .core.penalties import Penalty, parse_penalty
 from .core.rates import MAX_QUOTA, MAX_WINDOW, Layer, parse_limits
 from .core.scripts import STRATEGY_NAMES, is_strategy
@@ -34,17 +33,6 @@ elif TYPE_CHECKING:
 
 if TYPE_CHECKING:
     from .signals import RefusalEvent
-
-__all__ = [
-    "CostFunction",
-    "DynamicLimit",
-    "LimitOptions",
-    "LimitSpec",
-    "MessageFunction",
-    "RefusalHook",
-    "ScopeFunction",
-    "make_spec",
-]
 
 #: A dynamic limit: given the request, a limit string, or None for no limit.
 DynamicLimit = Callable[[Request], "str | None"]
@@ -133,18 +121,6 @@ class LimitSpec:
     def dynamic(self) -> bool:
         """Whether the limit string comes from a function, per request."""
         return self.layers is None
-
-    @property
-    def spec(self) -> str | DynamicLimit:  # old name
-        """Deprecated: :attr:`limit`."""
-        warn_renamed("LimitSpec.spec", "LimitSpec.limit")  # old name
-        return self.limit
-
-    @property
-    def rates(self) -> tuple[Layer, ...] | None:  # old name
-        """Deprecated: :attr:`layers`."""
-        warn_renamed("LimitSpec.rates", "LimitSpec.layers")  # old name
-        return self.layers
 
     def applies_to(self, method: str) -> bool:
         """Whether the limit applies to requests of ``method`` (upper case).

@@ -17,14 +17,15 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from flask import current_app, g, request
+from flask import g, request
 
 from ._decisions import _at_cost, _tighter
 from ._plan import Plan, PlannedLimit
-from ._state import EXTENSION_KEY, OUTCOME_ATTRIBUTE, Outcome, RateLimitState
+from ._state import OUTCOME_ATTRIBUTE, Outcome, RateLimitState
 from .core.keys import Identity
 from .core.rates import Layer
 from .core.throttle import Check, Decision, Policy, StorageUnavailable, UnexpectedError
+from .decorators import state_of
 
 __all__ = ["CurrentLimit", "check", "current_limit", "current_limits"]
 
@@ -95,7 +96,7 @@ def current_limit() -> CurrentLimit | None:
     outcome: Outcome | None = g.get(OUTCOME_ATTRIBUTE) if g else None
     if outcome is None:
         return None
-    state = _state()
+    state: RateLimitState | None = state_of(required=False)
     return CurrentLimit.of(outcome.decision, state.plan(request.endpoint, request.method) if state else None)
 
 
@@ -114,7 +115,7 @@ def current_limits() -> list[CurrentLimit]:
         logged as a request's failure is).
     """
     outcome: Outcome | None = g.get(OUTCOME_ATTRIBUTE) if g else None
-    state = _state()
+    state: RateLimitState | None = state_of(required=False)
     if outcome is None or state is None or state.throttle is None:
         return []
     req = request._get_current_object()  # type: ignore[attr-defined]
@@ -172,7 +173,7 @@ def check(endpoint: str | None = None, method: str | None = None) -> CurrentLimi
         limiting is disabled, a request filter exempts the request, or Redis
         could not answer (that is logged as a request's failure is).
     """
-    state = _state()
+    state: RateLimitState | None = state_of(required=False)
     if state is None or state.throttle is None:
         return None
     req = request._get_current_object()  # type: ignore[attr-defined]
@@ -192,11 +193,6 @@ def check(endpoint: str | None = None, method: str | None = None) -> CurrentLimi
         decision = _at_cost(inspected, batch.cost)
         shown = decision if shown is None else _tighter(shown, decision)
     return None if shown is None else CurrentLimit.of(shown, plan)
-
-
-def _state() -> RateLimitState | None:
-    state: RateLimitState | None = current_app.extensions.get(EXTENSION_KEY)
-    return state
 
 
 def _limit_of(policy: Policy, plan: Plan) -> PlannedLimit | None:

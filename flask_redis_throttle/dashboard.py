@@ -63,10 +63,11 @@ from ._reports import (
     reset_counters,
     status_rows,
 )
-from ._state import EXTENSION_KEY, RateLimitState
+from ._state import RateLimitState
 from .core.keys import MAX_VALUE_LENGTH, Identity
 from .core.refusals import Refusal
 from .core.throttle import StorageUnavailable
+from .decorators import state_of
 
 __all__ = ["SESSION_KEY", "blueprint", "chart"]
 
@@ -138,7 +139,7 @@ def blueprint(
 def _index() -> tuple[str, int]:
     """The page; with ``?identity=`` (or ``?exact=``, see :func:`_naming`) it
     also shows that identity's counters."""
-    state = _state()
+    state: RateLimitState = state_of()
     page: dict[str, Any] = {
         "limits_header": LIMITS_HEADER,
         "limits": limit_rows(state),
@@ -193,7 +194,7 @@ def _override(by: str) -> Response:
     """Set an override from the form, then show the overrides again. Bad
     input answers 400, naming it, and stores nothing."""
     _check_token("override")
-    state = _state()
+    state: RateLimitState = state_of()
     form = request.form
     overrides = _overrides_or_400(state)
     action = form.get("action", "")
@@ -216,7 +217,7 @@ def _override(by: str) -> Response:
 def _remove_override(by: str) -> Response:
     """Remove one override (its target and scope, from its row's button)."""
     _check_token("remove")
-    state = _state()
+    state: RateLimitState = state_of()
     overrides = _overrides_or_400(state)
     scope = request.form.get("scope", "") or None
     try:
@@ -310,7 +311,7 @@ def _reset() -> Response:
     browser post here, with its cookies, but cannot read the token.
     """
     _check_token("reset")
-    state = _state()
+    state: RateLimitState = state_of()
     endpoint = request.form.get("view", "").strip() or None
     if state.throttle is None:
         abort(400, "rate limiting is disabled on this app (RATELIMIT_ENABLED is False)")
@@ -421,13 +422,6 @@ def _csrf_token() -> str | None:
     if not isinstance(token, str):
         token = session[SESSION_KEY] = secrets.token_urlsafe(32)
     return token
-
-
-def _state() -> RateLimitState:
-    state: RateLimitState | None = current_app.extensions.get(EXTENSION_KEY)
-    if state is None:
-        raise RuntimeError("the rate limit dashboard needs RateLimit set up on the app")
-    return state
 
 
 def chart(counts: Sequence[int], width: int = 720, height: int = 160) -> Markup:

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from flask import Blueprint, Flask, current_app
 
 from ._spec import CostFunction, DynamicLimit, LimitOptions, LimitSpec, RefusalHook, make_spec
-from .core.deprecated import renamed
 
 if sys.version_info >= (3, 11):
     from typing import Unpack
@@ -44,6 +43,23 @@ __all__ = [
 #: The key of the extension's state in ``app.extensions``, where a limit's
 #: ``with`` block finds it.
 EXTENSION_KEY = "ratelimit"
+
+
+def state_of(app: Flask | None = None, *, required: bool = True) -> Any:
+    """The extension's state on ``app``, or on the current app: its
+    :class:`~flask_redis_throttle.extension.RateLimitState` (typed ``Any``
+    here, below the module that defines it), or None where the extension
+    is not set up and the state is not ``required``. Every lookup of the
+    state goes through here, so that an app without it says so one way.
+
+    :raises RuntimeError: where the extension is not set up on the app
+        and the state is ``required``.
+    """
+    state = (app or current_app).extensions.get(EXTENSION_KEY)
+    if state is None and required:
+        raise RuntimeError("rate limiting is not set up on this app (RateLimit(app) or init_app(app))")
+    return state
+
 
 #: The attribute of a view function or blueprint that holds its limits.
 LIMITS_ATTRIBUTE = "__ratelimits__"
@@ -176,10 +192,7 @@ class LimitDecorator:
         :raises RateLimitExceeded: when it refuses the request.
         :raises RuntimeError: outside a request, or in an app without the extension.
         """
-        state = current_app.extensions.get(EXTENSION_KEY)
-        if state is None:
-            raise RuntimeError(f"`with limit({self.spec.limit!r})` needs RateLimit set up on {current_app.name!r}")
-        state.decide_block(self.spec)
+        state_of().decide_block(self.spec)
 
     def __exit__(self, *exc: object) -> None:
         return None
@@ -283,11 +296,3 @@ def _check_target(target: object, name: str) -> None:
         )
     if not (callable(target) or isinstance(target, Blueprint)):
         raise TypeError(f"{name}() takes a view function or a blueprint, not {target!r}")
-
-
-#: The old names of renamed things, answered with a DeprecationWarning.
-_RENAMED = {"BreachHook": "RefusalHook"}  # old name
-
-
-def __getattr__(name: str) -> object:
-    return renamed(__name__, name, _RENAMED, globals())

@@ -26,7 +26,6 @@ from werkzeug.exceptions import Forbidden, HTTPException, TooManyRequests
 from werkzeug.http import parse_accept_header
 
 from ._headers import QUOTA_EXCEEDED
-from .core.deprecated import renamed
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import WSGIEnvironment
@@ -297,11 +296,3 @@ def _description(layer: Layer, seconds: int | None, penalized: bool, cost: int |
         )
     exceeded = "Rate limit exceeded too often" if penalized else "Rate limit exceeded"
     return f"{exceeded}: {layer}. Try again in {seconds} second{'' if seconds == 1 else 's'}."
-
-
-#: The old names of renamed things, answered with a DeprecationWarning.
-_RENAMED = {"RateLimitError": "InputError"}  # old name
-
-
-def __getattr__(name: str) -> object:
-    return renamed(__name__, name, _RENAMED, globals())

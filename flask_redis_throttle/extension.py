@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from flask import Flask, current_app
+from flask import Flask
 
 from ._config import APPLICATION_SCOPE, DEFAULTS, Settings
 from ._identity import parse_identity
@@ -40,6 +40,7 @@ from .core.refusals import RefusalLog
 from .core.storage import STORAGE_ERRORS
 from .core.throttle import StorageUnavailable
 from .current import current_limit
+from .decorators import state_of
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -55,6 +56,7 @@ __all__ = [
     "near_limit_log",
     "qualified_name",
     "refusal_log",
+    "state_of",
 ]
 
 
@@ -96,17 +98,17 @@ class RateLimit:
         """Set up rate limiting on ``app``.
 
         Reads these settings once, filling in their defaults (see :doc:`/config`):
-        ``RATELIMIT_ENABLED``, ``RATELIMIT_STORAGE_URL``,
-        ``RATELIMIT_STORAGE_OPTIONS``, ``RATELIMIT_KEY_PREFIX``,
-        ``RATELIMIT_DEFAULT``, ``RATELIMIT_DEFAULT_MODE``, ``RATELIMIT_BLUEPRINT_MODE``, ``RATELIMIT_APPLICATION``,
-        ``RATELIMIT_HEADERS_ENABLED``, ``RATELIMIT_HEADERS_LEGACY``,
-        ``RATELIMIT_RETRY_AFTER``, ``RATELIMIT_FAIL_OPEN``,
-        ``RATELIMIT_IDENTITIES``, ``RATELIMIT_IPV6_PREFIX``,
-        ``RATELIMIT_KEY_SECRET``, ``RATELIMIT_STRATEGY``,
-        ``RATELIMIT_REFUSAL_LOG_SIZE``, ``RATELIMIT_BLOCK_CACHE_SIZE``,
-        ``RATELIMIT_SHADOW``, ``RATELIMIT_ON_BREACH``,
-        ``RATELIMIT_BREAKER_THRESHOLD``, ``RATELIMIT_BREAKER_BACKOFF``,
-        ``RATELIMIT_BREAKER_MAX_BACKOFF`` and ``RATELIMIT_FALLBACK``.
+        ``RATELIMIT_ENABLED``, ``RATELIMIT_STORAGE_URL``, ``RATELIMIT_STORAGE_OPTIONS``,
+        ``RATELIMIT_KEY_PREFIX``, ``RATELIMIT_DEFAULT``, ``RATELIMIT_DEFAULT_MODE``,
+        ``RATELIMIT_BLUEPRINT_MODE``, ``RATELIMIT_APPLICATION``, ``RATELIMIT_META``,
+        ``RATELIMIT_HEADERS_ENABLED``, ``RATELIMIT_HEADERS_LEGACY``, ``RATELIMIT_HEADER_NAMES``,
+        ``RATELIMIT_RETRY_AFTER``, ``RATELIMIT_FAIL_OPEN``, ``RATELIMIT_IDENTITIES``, ``RATELIMIT_IPV6_PREFIX``,
+        ``RATELIMIT_KEY_SECRET``, ``RATELIMIT_STRATEGY``, ``RATELIMIT_REFUSAL_LOG_SIZE``,
+        ``RATELIMIT_BLOCK_CACHE_SIZE``, ``RATELIMIT_BREAKER_THRESHOLD``, ``RATELIMIT_BREAKER_BACKOFF``,
+        ``RATELIMIT_BREAKER_MAX_BACKOFF``, ``RATELIMIT_FALLBACK``, ``RATELIMIT_SHADOW``,
+        ``RATELIMIT_ON_BREACH``, ``RATELIMIT_HEADERS_DRAFT``, ``RATELIMIT_HEADERS_PARTITION_KEY``,
+        ``RATELIMIT_NEAR_LIMIT``, ``RATELIMIT_OVERRIDE_BLOCK_STATUS``, ``RATELIMIT_OVERRIDE_WIDEST_IPV4``,
+        ``RATELIMIT_OVERRIDE_WIDEST_IPV6`` and ``RATELIMIT_CONCURRENCY_LEASE``.
 
         It also adds :func:`~flask_redis_throttle.current_limit` to the app's
         templates' globals. (The ``flask ratelimit`` commands come with the
@@ -165,9 +167,9 @@ class RateLimit:
         :raises StorageUnavailable: if Redis could not answer; the keys
             deleted before that stay deleted.
         """
-        state: RateLimitState | None = (app or current_app).extensions.get(EXTENSION_KEY)
-        if state is None or state.throttle is None:
-            raise RuntimeError("rate limiting is not set up on this app, or RATELIMIT_ENABLED is False")
+        state = _state_of(app)
+        if state.throttle is None:
+            raise RuntimeError("rate limiting is disabled on this app (RATELIMIT_ENABLED is False)")
         if scope is not None and (not isinstance(scope, str) or not scope):
             raise ValueError(f"scope {scope!r} must be a non-empty string, or None for every scope")
         if identity is not None and not isinstance(identity, Identity):
@@ -322,9 +324,7 @@ class RateLimit:
 
 
 def _state_of(app: Flask | None) -> RateLimitState:
-    state: RateLimitState | None = (app or current_app).extensions.get(EXTENSION_KEY)
-    if state is None:
-        raise RuntimeError("rate limiting is not set up on this app (RateLimit(app) or init_app(app))")
+    state: RateLimitState = state_of(app)
     return state
 
 
@@ -334,9 +334,8 @@ def refusal_log(app: Flask | None = None) -> RefusalLog:
     :raises RuntimeError: if the extension is not set up on the app, or is
         disabled, or keeps no log (``RATELIMIT_REFUSAL_LOG_SIZE = 0``).
     """
-    app = app or current_app
-    state: RateLimitState | None = app.extensions.get(EXTENSION_KEY)
-    if state is None or state.refusals is None:
+    state = _state_of(app)
+    if state.refusals is None:
         raise RuntimeError("this app keeps no refusal log: set up RateLimit with RATELIMIT_REFUSAL_LOG_SIZE above 0")
     return state.refusals
 
@@ -351,9 +350,8 @@ def near_limit_log(app: Flask | None = None) -> RefusalLog:
         disabled, or keeps no log (``RATELIMIT_NEAR_LIMIT = None`` or
         ``RATELIMIT_REFUSAL_LOG_SIZE = 0``).
     """
-    app = app or current_app
-    state: RateLimitState | None = app.extensions.get(EXTENSION_KEY)
-    if state is None or state.near_limits is None:
+    state = _state_of(app)
+    if state.near_limits is None:
         raise RuntimeError(
             "this app keeps no near-limit log: set up RateLimit with RATELIMIT_NEAR_LIMIT "
             "and RATELIMIT_REFUSAL_LOG_SIZE above 0"

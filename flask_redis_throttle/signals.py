@@ -34,7 +34,6 @@ from blinker import Namespace
 from flask import Flask, Request
 from werkzeug.wrappers import Response
 
-from .core.deprecated import renamed
 from .core.keys import Identity
 from .core.rates import Layer
 
@@ -121,11 +120,3 @@ def _send(app: Flask, event: RefusalEvent) -> None:
             )
         except Exception:
             logger.exception("request_refused receiver %r failed; the refusal stands", receiver)
-
-
-#: The old names of renamed things, answered with a DeprecationWarning.
-_RENAMED = {"Breach": "RefusalEvent", "rate_limited": "request_refused"}  # old name
-
-
-def __getattr__(name: str) -> object:
-    return renamed(__name__, name, _RENAMED, globals())

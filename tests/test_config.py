@@ -215,6 +215,11 @@ BAD_OPTIONS = [
     ({"db": -1}, "db"),
     ({"db": "1"}, "db"),
     ({"single_connection_client": True}, "single_connection_client"),
+    # Read as true by redis-py: TLS on a plain port, keepalive, retries.
+    ({"ssl": "false"}, "ssl"),
+    ({"socket_keepalive": "no"}, "socket_keepalive"),
+    ({"retry_on_timeout": 1}, "retry_on_timeout"),
+    ({"retry_on_error": [5]}, "retry_on_error"),
 ]
 
 
@@ -238,7 +243,7 @@ def test_options_of_another_schemes_client_raise_at_init_app(option: dict[str, A
 
 @pytest.mark.parametrize(
     "sentinel_kwargs",
-    [{"socket_timeout": "fast"}, {"retry": 5}, {"bogus": 1}],
+    [{"socket_timeout": "fast"}, {"retry": 5}, {"bogus": 1}, {"ssl": "no"}],
 )
 def test_bad_sentinel_kwargs_name_the_options(sentinel_kwargs: dict[str, Any]) -> None:
     error = refused(
@@ -413,3 +418,42 @@ def test_the_warnings_follow_the_migration_page() -> None:
             assert theirs_only[key].startswith(f":data:`{equivalent}`"), key
         else:
             assert theirs_only[key].startswith("none"), key
+
+
+def test_every_setting_is_listed_in_init_app_and_in_the_config_page() -> None:
+    """The settings init_app reads are the ones its docstring and docs/config.rst name, no more, no fewer."""
+    from flask_redis_throttle._config import DEFAULTS
+
+    docstring = RateLimit.init_app.__doc__ or ""
+    assert set(re.findall(r"``(RATELIMIT_\w+)``", docstring)) == set(DEFAULTS)
+    page = (Path(__file__).parent.parent / "docs" / "config.rst").read_text()
+    assert set(re.findall(r"^\.\. data:: (RATELIMIT_\w+)$", page, re.MULTILINE)) == set(DEFAULTS)
+
+
+def test_sentinel_kwargs_that_are_not_a_dict_are_refused() -> None:
+    error = refused(
+        RATELIMIT_STORAGE_URL="redis+sentinel://127.0.0.1:26379/mymaster",
+        RATELIMIT_STORAGE_OPTIONS={"sentinel_kwargs": "socket_timeout=1"},
+    )
+    assert error.key == "RATELIMIT_STORAGE_OPTIONS"
+    assert "sentinel_kwargs" in str(error)
+    assert "'socket_timeout=1'" in str(error)
+
+
+def test_a_setting_from_an_enum_of_strings_or_integers_is_taken() -> None:
+    """A str or int subclass (an app's own enum) is the value it equals, as a bool is not."""
+    import enum
+
+    class Mode(str, enum.Enum):
+        ADD = "add"
+
+    class Draft(enum.IntEnum):
+        CURRENT = 11
+
+    app = make_app(
+        RATELIMIT_DEFAULT_MODE=Mode.ADD, RATELIMIT_HEADERS_DRAFT=Draft.CURRENT, RATELIMIT_RETRY_AFTER="seconds"
+    )
+    RateLimit(app)
+    settings = app.extensions["ratelimit"].settings
+    assert settings.default_mode == "add"
+    assert settings.headers_draft == 11

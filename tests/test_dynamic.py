@@ -287,7 +287,7 @@ def test_a_block_is_unlimited_when_disabled_and_refused_without_the_extension() 
         with limit("1/m"):
             return "ok"
 
-    with app.test_request_context("/"), pytest.raises(RuntimeError, match="needs RateLimit set up"):
+    with app.test_request_context("/"), pytest.raises(RuntimeError, match="rate limiting is not set up on this app"):
         index()
     RateLimit(app)
     client = app.test_client()

@@ -155,3 +155,28 @@ def test_a_wrapper_does_not_leak_limits_to_the_view_it_wraps() -> None:
     wrapped = limit("1/m")(functools.wraps(plain)(lambda: plain()))
     assert not hasattr(plain, "__ratelimits__")
     assert len(wrapped.__ratelimits__) == 1
+
+
+def test_every_lookup_of_an_apps_state_fails_one_way_without_the_extension() -> None:
+    """An app without RateLimit: each API that needs its state says the same thing, naming the fix."""
+    from flask_redis_throttle import near_limit_log, refusal_log
+    from flask_redis_throttle.extension import state_of
+
+    app = Flask("bare")
+    ratelimit = RateLimit()
+    message = r"^rate limiting is not set up on this app \(RateLimit\(app\) or init_app\(app\)\)$"
+    calls = [
+        lambda: state_of(app),
+        lambda: refusal_log(app),
+        lambda: near_limit_log(app),
+        lambda: ratelimit.reset("ip:192.0.2.1", app=app),
+        lambda: ratelimit.overrides(app=app),
+        lambda: ratelimit.override_changes(app=app),
+    ]
+    for call in calls:
+        with pytest.raises(RuntimeError, match=message):
+            call()
+    with app.test_request_context("/"):
+        with pytest.raises(RuntimeError, match=message), limit("1/m"):
+            pass
+        assert state_of(required=False) is None

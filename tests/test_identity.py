@@ -107,7 +107,7 @@ def test_the_address_cache_keeps_only_short_valid_addresses() -> None:
     app = Flask("cache")
     app.config.update(TESTING=True, RATELIMIT_STORAGE_URL="memory://")
     client = ip_app(app, spec="1000000/m", x_for=0)
-    group = identity._address_group
+    group = identity.address_group
     group.cache_clear()
     # Not addresses, however long: never cached.
     for n in range(300):

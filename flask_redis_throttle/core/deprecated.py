@@ -1,8 +1,10 @@
 """Deprecated names: the old name of a renamed class, function or value
 still works, with a :class:`DeprecationWarning` that names the new one.
 
-A module that renamed something keeps a map of its old names and answers
-them from its ``__getattr__`` (PEP 562)::
+Nothing has been released yet, so only a name some code of the package
+still answers to is kept here; each goes with the first release. A module
+that renamed something keeps a map of its old names and answers them from
+its ``__getattr__`` (PEP 562)::
 
     _RENAMED = {"Old": "New"}
 
@@ -16,12 +18,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping
 
-__all__ = ["renamed", "warn_renamed"]
-
-
-def warn_renamed(old: str, new: str) -> None:
-    """Warn that ``old`` is deprecated, pointing at the code that used it."""
-    warnings.warn(f"{old} is deprecated; use {new}", DeprecationWarning, stacklevel=3)
+__all__ = ["renamed"]
 
 
 def renamed(module: str, name: str, renames: Mapping[str, str], namespace: Mapping[str, object]) -> object:

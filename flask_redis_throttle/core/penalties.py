@@ -21,7 +21,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .deprecated import warn_renamed
 from .errors import InvalidLimit
 from .keys import escape_scope, identity_tag
 from .rates import MAX_WINDOW, check_length, parse_duration, read_number, whole_number
@@ -81,11 +80,6 @@ class Penalty:
                 break
             duration *= self.factor
         return min(duration, self.longest)
-
-    def block(self, level: int) -> int:  # old name
-        """Deprecated: :meth:`duration`."""
-        warn_renamed("Penalty.block", "Penalty.duration")  # old name
-        return self.duration(level)
 
 
 def parse_penalty(spec: str) -> Penalty:

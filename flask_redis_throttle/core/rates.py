@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .deprecated import renamed, warn_renamed
 from .errors import InvalidLimit
 
 __all__ = ["MAX_LAYERS", "MAX_LIMIT_LENGTH", "MAX_QUOTA", "MAX_WINDOW", "Layer", "parse_duration", "parse_limits"]
@@ -80,18 +79,6 @@ class Layer:
             if self.window % seconds == 0:
                 return f"{self.window // seconds}{unit}"
         return f"{self.window}s"
-
-    @property
-    def amount(self) -> int:  # old name
-        """Deprecated: :attr:`quota`."""
-        warn_renamed("Layer.amount", "Layer.quota")  # old name
-        return self.quota
-
-    @property
-    def period(self) -> int:  # old name
-        """Deprecated: :attr:`window`."""
-        warn_renamed("Layer.period", "Layer.window")  # old name
-        return self.window
 
     def __str__(self) -> str:
         words = {"d": "day", "h": "hour", "m": "minute", "s": "second"}
@@ -274,11 +261,3 @@ def parse_duration(text: str) -> int:
     raise InvalidLimit(
         f"invalid duration {text!r}: expected a number and a unit, such as '90s', '1m' or '2 hours'", spec=text
     )
-
-
-#: The old names of renamed things, answered with a DeprecationWarning.
-_RENAMED = {"MAX_AMOUNT": "MAX_QUOTA", "MAX_PERIOD": "MAX_WINDOW", "Rate": "Layer"}  # old name
-
-
-def __getattr__(name: str) -> object:
-    return renamed(__name__, name, _RENAMED, globals())

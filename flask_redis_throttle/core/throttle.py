@@ -18,7 +18,6 @@ from .bounded import remember
 from .breaker import CircuitBreaker
 from .checks import is_integer, is_number
 from .codec import LAYOUT_CACHE_SIZE, MAX_PLAN_DELAY, Arg, Layout, Reply, entry
-from .deprecated import warn_renamed
 from .errors import InvalidLimit
 from .keys import (
     Identity,
@@ -161,12 +160,6 @@ class Policy:
     def concurrent(self) -> bool:
         """Whether this policy holds concurrency slots (see :meth:`concurrency`)."""
         return self.strategy == CONCURRENCY.name
-
-    @property
-    def rates(self) -> tuple[Layer, ...]:  # old name
-        """Deprecated: :attr:`layers`."""
-        warn_renamed("Policy.rates", "Policy.layers")  # old name
-        return self.layers
 
 
 #: One limit to check for a request: a policy and the identities it applies to.

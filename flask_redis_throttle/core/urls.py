@@ -92,40 +92,35 @@ def check_options(scheme: str, options: Mapping[str, Any]) -> None:
 
     :raises ConfigurationError: quoting the unknown names, or the bad value.
     """
-    unknown = sorted(set(options) - _OPTIONS[scheme])
-    if unknown:
-        raise ConfigurationError(
-            "RATELIMIT_STORAGE_OPTIONS",
-            redacted_options({name: options[name] for name in unknown}),
-            f"keyword arguments of the {scheme} client; unknown: {', '.join(unknown)}",
-        )
-    _check_values(options, lambda name, value: {name: value})
+    _check_options(options, _OPTIONS[scheme], f"keyword arguments of the {scheme} client", lambda quoted: quoted)
     sentinel_kwargs = options.get("sentinel_kwargs")
-    if sentinel_kwargs is None:
-        return
-    if not isinstance(sentinel_kwargs, Mapping):
-        raise ConfigurationError(
-            "RATELIMIT_STORAGE_OPTIONS", {"sentinel_kwargs": sentinel_kwargs}, "sentinel_kwargs to be a dict"
+    if sentinel_kwargs is not None:
+        _check_options(
+            sentinel_kwargs,
+            REDIS_OPTIONS,
+            "sentinel_kwargs to be keyword arguments of redis.Redis",
+            lambda quoted: {"sentinel_kwargs": quoted},
         )
-    unknown = sorted(set(sentinel_kwargs) - REDIS_OPTIONS)
-    if unknown:
-        raise ConfigurationError(
-            "RATELIMIT_STORAGE_OPTIONS",
-            {"sentinel_kwargs": redacted_options({name: sentinel_kwargs[name] for name in unknown})},
-            f"sentinel_kwargs to be keyword arguments of redis.Redis; unknown: {', '.join(unknown)}",
-        )
-    _check_values(sentinel_kwargs, lambda name, value: {"sentinel_kwargs": {name: value}})
 
 
-def _check_values(options: Mapping[str, Any], quote: Callable[[str, Any], object]) -> None:
-    """Check each option that :data:`_VALUE_CHECKS` knows.
+def _check_options(options: object, known: frozenset[str], expected: str, quote: Callable[[object], object]) -> None:
+    """Check that ``options`` is a dict of ``known`` names, each with a value
+    :data:`_VALUE_CHECKS` takes.
 
-    :param quote: what the error quotes for a bad option, given its name and value.
+    :param quote: what the error quotes, given the bad part of ``options``.
     """
+    if not isinstance(options, Mapping):
+        raise ConfigurationError("RATELIMIT_STORAGE_OPTIONS", quote(options), f"{expected}, in a dict")
+    unknown = sorted(set(options) - known)
+    if unknown:
+        quoted = redacted_options({name: options[name] for name in unknown})
+        raise ConfigurationError(
+            "RATELIMIT_STORAGE_OPTIONS", quote(quoted), f"{expected}; unknown: {', '.join(unknown)}"
+        )
     bad = _bad_value(options)
     if bad is not None:
-        name, value, expected = bad
-        raise ConfigurationError("RATELIMIT_STORAGE_OPTIONS", quote(name, value), f"{name} to be {expected}")
+        name, value, what = bad
+        raise ConfigurationError("RATELIMIT_STORAGE_OPTIONS", quote({name: value}), f"{name} to be {what}")
 
 
 def _bad_value(options: Mapping[str, Any]) -> tuple[str, Any, str] | None:
@@ -210,42 +205,42 @@ def _timeout(value: Any) -> bool:
     return value is None or (is_number(value) and 0 < value < math.inf)
 
 
-def _count(value: Any, least: int) -> bool:
-    return is_integer(value) and value >= least
+def _count(least: int) -> Callable[[Any], bool]:
+    return lambda value: is_integer(value) and value >= least
 
 
-def _errors(value: Any) -> bool:
-    return isinstance(value, (list, tuple)) and all(
-        isinstance(error, type) and issubclass(error, BaseException) for error in value
-    )
-
+_FLAG = (lambda value: isinstance(value, bool), "True or False")
+_TIMEOUT = (_timeout, "None or a number of seconds above 0")
 
 #: The client options whose bad values redis-py takes without a word and
 #: fails on at the first command (or never uses, as ``ssl_cert_reqs``
-#: without TLS): for each, its test and what it expects. A connection object
-#: checks the rest when it is made.
+#: without TLS, or reads as true, as ``ssl="false"``): for each, its test
+#: and what it expects. A connection object checks the rest when it is made.
 _VALUE_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "socket_timeout": (_timeout, "None or a number of seconds above 0"),
-    "socket_connect_timeout": (_timeout, "None or a number of seconds above 0"),
+    "socket_timeout": _TIMEOUT,
+    "socket_connect_timeout": _TIMEOUT,
     "retry": (lambda value: value is None or isinstance(value, Retry), "None or a redis.retry.Retry"),
-    "retry_on_error": (_errors, "a list of exception classes"),
+    "retry_on_error": (
+        lambda value: (
+            isinstance(value, (list, tuple))
+            and all(isinstance(error, type) and issubclass(error, BaseException) for error in value)
+        ),
+        "a list of exception classes",
+    ),
     "health_check_interval": (
         lambda value: is_number(value) and 0 <= value < math.inf,
         "a number of seconds, 0 or more",
     ),
-    "max_connections": (lambda value: value is None or _count(value, 1), "None or an integer of 1 or more"),
-    "db": (lambda value: _count(value, 0), "an integer of 0 or more"),
-    "min_other_sentinels": (lambda value: _count(value, 0), "an integer of 0 or more"),
+    "max_connections": (lambda value: value is None or _count(1)(value), "None or an integer of 1 or more"),
+    "db": (_count(0), "an integer of 0 or more"),
+    "min_other_sentinels": (_count(0), "an integer of 0 or more"),
     "ssl_cert_reqs": (
         lambda value: value is None or isinstance(value, ssl.VerifyMode) or value in ("none", "optional", "required"),
         "None, 'none', 'optional', 'required' or an ssl.VerifyMode",
     ),
     # One connection shared by every request, opened when the client is made.
     "single_connection_client": (lambda value: value is False, "False: requests need a pool of connections"),
-    "ssl": (lambda value: isinstance(value, bool), "True or False"),
-    "socket_keepalive": (lambda value: isinstance(value, bool), "True or False"),
-    "retry_on_timeout": (lambda value: isinstance(value, bool), "True or False"),
-    "decode_responses": (lambda value: isinstance(value, bool), "True or False"),
+    **dict.fromkeys(("ssl", "socket_keepalive", "retry_on_timeout", "decode_responses"), _FLAG),
 }
 
 
