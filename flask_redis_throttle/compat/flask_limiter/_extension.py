@@ -32,7 +32,7 @@ from ...current import current_limit, current_limits
 from ...decorators import LimitSpec
 from ...decorators import exempt as native_exempt
 from ...errors import ConfigurationError
-from ...extension import APPLICATION_SCOPE, DEFAULTS, EXTENSION_KEY, RateLimit, RateLimitState, Settings
+from ...extension import APPLICATION_SCOPE, DEFAULTS, EXTENSION_KEY, RateLimit, RateLimitState, Settings, state_of
 from ._limits import SEE, Limit, MetaLimit, RequestLimit, RouteLimit, Target, identities, of_request
 from ._presentation import log_refusals, respond
 from ._settings import APPLICATION_SETTINGS, DEFAULT_SETTINGS, THEIR_SETTINGS, layered, meta_limits, settings
@@ -267,7 +267,7 @@ class Limiter:
                 raise ConfigurationError(key, value, f"None: a second Limiter on an app shares the first's ({SEE})")
         if self.header_name_mapping or not self.auto_check:
             raise ConfigurationError("header_name_mapping", self.header_name_mapping, "the first Limiter's")
-        state: RateLimitState = app.extensions[EXTENSION_KEY]
+        state: RateLimitState = state_of(app)
         given = self.arguments.get
         application = layered(given, *APPLICATION_SETTINGS) or []
         taken = len(state.settings.application)
@@ -307,7 +307,7 @@ class Limiter:
         """Show ``app``'s decisions as Flask-Limiter does: its log lines
         instead of the extension's start-up line, and its ``Retry-After``
         and ``on_breach`` errors (see ``_presentation.py``)."""
-        state = app.extensions[EXTENSION_KEY]
+        state = state_of(app)
         state.skip_announcement()
         log_refusals(app)
         http_date = ours.get("RATELIMIT_RETRY_AFTER") == "http-date"
@@ -378,7 +378,7 @@ class Limiter:
         their next request: a limit put on a view at run time applies, as in
         Flask-Limiter, where limits are read at each request."""
         for app in self.apps:
-            state = app.extensions.get(EXTENSION_KEY)
+            state = state_of(app, required=False)
             if state is not None:
                 state.forget_plans()
 

@@ -17,10 +17,10 @@ from flask import Blueprint, Request, Response, current_app, g, has_request_cont
 from flask.views import http_method_funcs
 
 from ...current import CurrentLimit, current_limit
-from ...decorators import EXEMPT_ATTRIBUTE, EXTENSION_KEY, LIMITS_ATTRIBUTE, DynamicLimit, Exemption, LimitDecorator
+from ...decorators import EXEMPT_ATTRIBUTE, LIMITS_ATTRIBUTE, DynamicLimit, Exemption, LimitDecorator
 from ...decorators import limit as native_limit
 from ...errors import InvalidLimit
-from ...extension import qualified_name
+from ...extension import qualified_name, state_of
 from ...signals import RefusalEvent
 from ._grammar import translate
 from ._presentation import BREACH_ERROR, describe_refusal, limits_key, logger
@@ -84,7 +84,7 @@ def keyed_by(key_func: Callable[[], str]) -> Callable[[Request], str | None]:
         try:
             return key_func()
         except Exception:
-            state = current_app.extensions.get(EXTENSION_KEY)
+            state = state_of(required=False)
             if state is None or not state.settings.fail_open:
                 raise
             logger.exception("Failed to rate limit. Swallowing error")
@@ -322,7 +322,7 @@ def hint_override(endpoint: str | None) -> None:
         return
     exemption = exemption or Exemption(frozenset())
     setattr(view, EXEMPT_ATTRIBUTE, dataclasses.replace(exemption, drops=exemption.drops | {"default"}))
-    state = current_app.extensions.get(EXTENSION_KEY)
+    state = state_of(required=False)
     if state is not None:
         state.forget_plans()
 
@@ -448,7 +448,7 @@ def default_limits(request: Request) -> str | None:
     """The default limits that apply to ``request``, joined: the ones a
     view falls back to when its own come to nothing, unless it is exempt
     from them."""
-    state = current_app.extensions.get(EXTENSION_KEY)
+    state = state_of(required=False)
     if state is None or drops_default(request):
         return None
     texts = []

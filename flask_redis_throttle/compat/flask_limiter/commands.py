@@ -43,7 +43,7 @@ from ...core.throttle import Policy, StorageUnavailable, Throttle
 from ...core.urls import redact
 from ...core.usage import LayerUsage, usage
 from ...decorators import LimitSpec
-from ...extension import EXTENSION_KEY, PlannedLimit, RateLimitState, qualified_name
+from ...extension import PlannedLimit, RateLimitState, qualified_name, state_of
 from ._settings import STRATEGIES
 from .constants import ConfigVars
 
@@ -70,7 +70,7 @@ cli = AppGroup(
 
 def _installed() -> RateLimitState:
     """The app's rate limiting state, set up by a ``Limiter`` (or a ``RateLimit``)."""
-    state: RateLimitState | None = current_app.extensions.get(EXTENSION_KEY)
+    state: RateLimitState | None = state_of(required=False)
     if state is None:
         raise click.ClickException(
             f"No Flask-Limiter extension installed on {current_app!r}: set one up with Limiter(key_func, app=app)"
