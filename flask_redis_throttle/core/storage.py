@@ -432,6 +432,15 @@ def _run_on_node(node: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
     return pipe.execute(raise_on_error=False)  # type: ignore[no-any-return]
 
 
+def _write(connection: Any, commands: Sequence[tuple[Any, ...]]) -> None:
+    """Send ``commands`` on ``connection``: a lone one as a command, more as
+    one pipeline."""
+    if len(commands) == 1:
+        connection.send_command(*commands[0])
+    else:
+        connection.send_packed_command(connection.pack_commands(commands))
+
+
 def _checkout_arguments(pool: Any) -> tuple[str, ...]:
     """What ``pool.get_connection`` is given: redis-py up to 5.2 requires a
     command name (which it ignores), later releases deprecate it."""
@@ -449,7 +458,8 @@ class Connections:
     and used by one thread at a time: a thread takes one (or checks out a
     new one when none is free), sends, reads and puts it back. This is
     redis-py's public connection API (the pool's ``get_connection``, the
-    connection's ``send_packed_command``, ``can_read``, ``read_response``),
+    connection's ``send_command`` or ``send_packed_command``, ``can_read``,
+    ``read_response``),
     without the pool's lock and bookkeeping on every call.
 
     The retry rule of every script call is here, once (see :meth:`send`):
@@ -522,19 +532,18 @@ class Connections:
             return error  # a new connection that could not connect (the pool put it back)
         try:
             connection.connect()
-            packed = connection.pack_commands(commands) if len(commands) > 1 else connection.pack_command(*commands[0])
             try:
                 # Replies pending on a kept connection, or its end closed:
                 # it is not fit to send on (``can_read`` raises when closed).
                 if connection.can_read():
                     raise redis.ConnectionError("a reply was left unread on the connection")
-                connection.send_packed_command(packed)
+                _write(connection, commands)
             except redis.ConnectionError:
                 connection.disconnect()
                 # connect() itself: a Sentinel's connection asks for the
                 # master there (redis-py 8's send does not).
                 connection.connect()
-                connection.send_packed_command(packed)
+                _write(connection, commands)
         except (redis.ConnectionError, redis.TimeoutError) as error:
             self.drop(connection)
             return error
