@@ -263,6 +263,50 @@ def request_while_redis_sleeps(server: RedisServer, web: FlaskClient) -> Any:
     return response
 
 
+class Cancelled(BaseException):
+    """Raised by a timer signal into a request that waits for Redis, as a
+    worker's request timeout or a cancelled green thread would (gevent's
+    ``Timeout`` is a :class:`BaseException` too)."""
+
+
+def test_a_call_cancelled_while_it_waits_leaves_no_reply_behind(server: RedisServer) -> None:
+    """A request interrupted while it waits for its reply (the exception
+    goes up through the storage): the reply that comes later must not be
+    read by the next request on the same kept connection, which would then
+    answer with the previous call's count. The connection is closed, the
+    next request connects again, and every count is right."""
+    app = limited_app(server.url, "5/m", RATELIMIT_STORAGE_OPTIONS={"socket_timeout": 5})
+    web = app.test_client()
+    assert remaining(get(web)) == 4
+    admin = redis.Redis.from_url(server.url)
+
+    def cancel(signum: int, frame: Any) -> None:
+        raise Cancelled
+
+    previous = signal.signal(signal.SIGALRM, cancel)
+    sleeper = threading.Thread(target=admin.execute_command, args=("DEBUG", "SLEEP", "1"))
+    try:
+        sleeper.start()
+        time.sleep(0.1)
+        signal.setitimer(signal.ITIMER_REAL, 0.1)
+        with pytest.raises(Cancelled):
+            get(web)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        # While Redis still sleeps, before the cancelled call's reply came:
+        # the check before the send cannot see it yet.
+        assert sleeper.is_alive()
+        after = [remaining(get(web)) for _ in range(3)]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        join_all([sleeper], deadline=10, what="DEBUG SLEEP")
+    # The cancelled call ran when Redis woke up: counted once, and its
+    # reply was not taken for the next request's.
+    assert after == [2, 1, 0]
+    admin.close()
+    storage_of(app).close()
+
+
 def test_a_timed_out_call_is_not_replayed_and_counted_once(
     server: RedisServer, commands: list[tuple[Any, str]], caplog: pytest.LogCaptureFixture
 ) -> None:
