@@ -216,6 +216,55 @@ def test_a_request_on_two_nodes_sends_both_calls_before_it_reads(
     storage_of(app).close()
 
 
+class Cancelled(BaseException):
+    """Raised by a timer signal into a request that waits for a node, as a
+    worker's request timeout or a cancelled green thread would."""
+
+
+@pytest.mark.parametrize("stalled", ["ip", "user"])
+def test_a_request_cancelled_while_it_waits_for_one_node_leaves_no_connection_behind(
+    cluster: RedisCluster, stalled: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Requests on two nodes are interrupted while they wait for one,
+    stopped (``SIGSTOP``), node: for its reply, or, once its connection was
+    closed, for a new connection's handshake, before anything was sent. The
+    other node's connection, sent its call and perhaps not read yet, is
+    closed and put back, not lost from the pool nor left with a reply for
+    the next request; each call that was sent ran once (the stopped node's
+    when it went on), and the next requests are decided."""
+    app = limited_app(cluster.url, "100/m", RATELIMIT_STORAGE_OPTIONS={"socket_timeout": 20})
+    ip, ip_node, user_node = on_two_nodes(app, cluster)
+    web = app.test_client()
+    assert remaining(get(web, ip=ip, user="ann")) == 99
+    victim, other = (ip_node, user_node) if stalled == "ip" else (user_node, ip_node)
+    before = {node.port: stats(node.port)["evalsha"] for node in (victim, other)}
+    connections = connected(other.port)
+    sent = spy_sends(monkeypatch, only=("EVALSHA",))
+
+    def cancel(signum: int, frame: Any) -> None:
+        raise Cancelled
+
+    previous = signal.signal(signal.SIGALRM, cancel)
+    try:
+        for _ in range(3):
+            os.kill(victim.pid, signal.SIGSTOP)
+            try:
+                signal.setitimer(signal.ITIMER_REAL, 0.2)
+                with pytest.raises(Cancelled):
+                    get(web, ip=ip, user="ann")
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                os.kill(victim.pid, signal.SIGCONT)
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    assert sent  # the first one, at least, was sent to both
+    assert "RateLimit" in get(web, ip=ip, user="ann").headers
+    for port, count in before.items():
+        assert stats(port)["evalsha"] - count == ports(sent).count(port)
+    assert connected(other.port) <= connections
+    storage_of(app).close()
+
+
 def test_a_request_on_two_nodes_chooses_its_script_once_per_fan_out(
     cluster: RedisCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
