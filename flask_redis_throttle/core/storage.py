@@ -142,7 +142,8 @@ class Storage:
         """
         # Only a built redis.Redis is asked for its pool: a cluster client
         # that was never used would be built by the question.
-        for connections in [self._connections, *(kept for _, kept in self._node_connections.values())]:
+        nodes = list(self._node_connections.values())  # at once: another thread may add one
+        for connections in [self._connections, *(kept for _, kept in nodes)]:
             if connections is not None:
                 connections.close()
         if isinstance(self.client, redis.Redis):
