@@ -44,6 +44,7 @@ from werkzeug.test import EnvironBuilder
 from flask_redis_throttle import RateLimit, limit
 from flask_redis_throttle.core.clients import DEFAULT_CLIENT_OPTIONS
 from flask_redis_throttle.core.scripts import STRATEGIES
+from flask_redis_throttle.core.storage import Connections
 from flask_redis_throttle.testing import redis_server
 
 try:
@@ -442,9 +443,9 @@ def floor_variant(
 
 def call_variants(url: str, environ: Environ) -> list[Variant]:
     """``call`` and ``round-trip``: ours' fixed-window script call alone, and an
-    empty script's, each made from a ``before_request`` hook through the
-    storage's own client (``evalsha``, as ours makes it) and nothing else of
-    ours, to split ours' added time three ways: the round trip
+    empty script's, each made from a ``before_request`` hook on the storage's
+    own kept connections (``Connections.call``, as ours makes it) and nothing
+    else of ours, to split ours' added time three ways: the round trip
     (``round-trip``), our script over it (``call`` - ``round-trip``) and our
     Python (ours - ``call``).
 
@@ -453,26 +454,26 @@ def call_variants(url: str, environ: Environ) -> list[Variant]:
     its counters are its own). ``round-trip``'s script only returns a reply of
     the same shape. :func:`split` splits ours' time with them."""
     app = our_app(url, "rl-call:")
-    client = our_storage(app).client
+    storage = our_storage(app)
+    connections = storage._connections
     sent: list[tuple[Any, ...]] = []
-    evalsha = client.evalsha
+    original = Connections.call
 
-    def caught(*args: Any) -> Any:
-        sent.append(args)
-        return evalsha(*args)
+    def caught(self: Connections, command: tuple[Any, ...]) -> Any:
+        sent.append(command)
+        return original(self, command)
 
-    client.evalsha = caught
-    probe(app, environ)
-    del client.evalsha  # the class's again
+    with mock.patch.object(Connections, "call", caught):
+        probe(app, environ)
     command = sent[-1]  # the request's call, once the script was loaded
-    empty = client.script_load("return {1, 1, 1, 1, 1, 1}")
-    key = command[2]  # its first key
+    empty = storage.client.script_load("return {1, 1, 1, 1, 1, 1}")
+    key = command[3]  # its first key
 
     def call() -> None:
-        client.evalsha(*command)
+        connections.call(command)
 
     def round_trip() -> None:
-        client.evalsha(empty, 1, key)
+        connections.call(("EVALSHA", empty, 1, key))
 
     return [
         app_variant("call", "hook: ours' fixed-window script call alone", bare_app("call", call), environ),

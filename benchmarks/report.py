@@ -333,8 +333,8 @@ def rst_where(report: Report) -> str:
     ours, floor, ping = results["ours-fixed-window"], results["floor"], results["ping"]
     parts = ours["split_us"]
     items = [
-        f"about {parts['round_trip']:.0f} µs is the round trip, made from inside a request through redis-py's "
-        "``evalsha`` (the *empty script's call* row: a bare app whose ``before_request`` hook sends an "
+        f"about {parts['round_trip']:.0f} µs is the round trip, made from inside a request on the storage's "
+        "kept connection (the *empty script's call* row: a bare app whose ``before_request`` hook sends an "
         "``EVALSHA`` of a script that only returns). The same hook sending a redis-py ``PING`` takes "
         f"{floor['added_us']:.0f} µs "
         f"(the *floor* row), and a ``PING`` timed in a tight loop {ping['per_call_us']:.0f} µs: a request's own "

@@ -100,6 +100,44 @@ def evalsha_calls(client: redis.Redis) -> int:
     return int(client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
 
 
+def command_names(packed: Any) -> list[str]:
+    """The names of the commands (upper case) in what a connection's
+    ``send_packed_command`` was given: one command, or a pipeline's."""
+    data = b"".join(packed) if isinstance(packed, (list, tuple)) else bytes(packed)
+    names: list[str] = []
+    pos = 0
+    while pos < len(data):
+        end = data.index(b"\r\n", pos)
+        count, pos = int(data[pos + 1 : end]), end + 2
+        for n in range(count):
+            end = data.index(b"\r\n", pos)
+            length, pos = int(data[pos + 1 : end]), end + 2
+            if n == 0:
+                names.append(data[pos : pos + length].decode().upper())
+            pos += length + 2
+    return names
+
+
+def spy_sends(monkeypatch: pytest.MonkeyPatch, only: Sequence[str] = ()) -> list[tuple[Any, str]]:
+    """What every redis-py connection sends from now on, however it was
+    asked to (a client's command, a pipeline, the storage's kept
+    connections): one entry per command each time it is sent (a command
+    sent again shows twice), the connection's port (or socket path) and
+    the command's name, upper case; only the commands named in ``only``,
+    if given."""
+    sent: list[tuple[Any, str]] = []
+    owner = next(cls for cls in redis.connection.Connection.__mro__ if "send_packed_command" in vars(cls))
+    original = owner.send_packed_command
+
+    def spy(self: Any, command: Any, *args: Any, **kwargs: Any) -> Any:
+        where = getattr(self, "port", None) or getattr(self, "path", None)
+        sent.extend((where, name) for name in command_names(command) if not only or name in only)
+        return original(self, command, *args, **kwargs)
+
+    monkeypatch.setattr(owner, "send_packed_command", spy)
+    return sent
+
+
 def align_to_window(period: float, within: float = 0.05) -> float:
     """Sleep until the wall clock, which is Redis's clock on this machine, is
     at most ``within`` seconds past the start of a ``period``-second window,

@@ -20,7 +20,7 @@ import pytest
 import redis
 from flask import Flask
 from flask.testing import FlaskClient
-from helpers import evalsha_calls, get, install, join_all
+from helpers import evalsha_calls, get, install, join_all, spy_sends
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from servers import redis_command, redis_sentinel_group, tls_proxy
@@ -61,17 +61,10 @@ def storage_of(app: Flask) -> Storage:
 
 
 @pytest.fixture
-def commands(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
-    """The commands sent through redis-py's normal command path."""
-    sent: list[tuple[Any, ...]] = []
-    original = redis.Redis.execute_command
-
-    def spy(self: redis.Redis, *args: Any, **options: Any) -> Any:
-        sent.append(args)
-        return original(self, *args, **options)
-
-    monkeypatch.setattr(redis.Redis, "execute_command", spy)
-    return sent
+def commands(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, str]]:
+    """The commands sent on any redis-py connection: ``(port or socket, name)``
+    per command each time it is sent (see :func:`helpers.spy_sends`)."""
+    return spy_sends(monkeypatch)
 
 
 @pytest.fixture
@@ -85,9 +78,9 @@ def server(redis_server: RedisServer) -> RedisServer:
     return redis_server
 
 
-def scripts(commands: list[tuple[Any, ...]]) -> list[str]:
+def scripts(commands: list[tuple[Any, str]]) -> list[str]:
     """The script calls among ``commands`` (a 429 also logs the refusal with XADD)."""
-    return [str(args[0]) for args in commands if args[0] in ("EVAL", "EVALSHA")]
+    return [name for _, name in commands if name in ("EVAL", "EVALSHA")]
 
 
 def remaining(response: Any) -> int:
@@ -118,7 +111,7 @@ def connected(port: int) -> int:
     return int(redis_command(port, "INFO", "clients").split("connected_clients:")[1].split()[0]) - 1
 
 
-def test_script_calls_go_through_redis_pys_evalsha(server: RedisServer, commands: list[tuple[Any, ...]]) -> None:
+def test_script_calls_go_through_redis_pys_evalsha(server: RedisServer, commands: list[tuple[Any, str]]) -> None:
     app = limited_app(server.url, "5/m")
     assert statuses(app, 7) == [200] * 5 + [429] * 2
     # The first request met NOSCRIPT and loaded the script with EVAL; every
@@ -147,44 +140,107 @@ def test_threads_count_exactly(server: RedisServer) -> None:
         thread.start()
     join_all(threads, deadline=60, what="the request threads")
     assert sorted(results) == [200] * 100 + [429] * 80
-    # Each thread held one connection at a time, and gave it back.
-    assert connected(server.port) - others <= 6
+    # Each thread held one kept connection at a time for its script calls,
+    # and gave it back; the refusals' log took connections from the pool.
+    assert len(storage_of(app)._connections._free) <= 6  # type: ignore[union-attr]
+    assert connected(server.port) - others <= 2 * 6
     storage_of(app).close()
 
 
-def test_a_connection_broken_under_a_call_is_retried_once_and_counted_once(
-    server: RedisServer, monkeypatch: pytest.MonkeyPatch, commands: list[tuple[Any, ...]]
+def kill_the_kept_connection(app: Flask, admin: redis.Redis) -> Any:
+    """Close, from the server's end, the connection the storage keeps for
+    its script calls (after a request made it); returns that connection."""
+    [connection] = storage_of(app)._connections._free  # type: ignore[union-attr]
+    connection.send_command("CLIENT", "ID")
+    admin.client_kill_filter(_id=int(connection.read_response()))
+    return connection
+
+
+def blind_the_next_check(monkeypatch: pytest.MonkeyPatch, connection: Any) -> None:
+    """The next check before a send on ``connection`` does not see that the
+    server closed it (as when it closes it just after the check): its
+    ``can_read`` answers no reply pending, once."""
+    original = connection.can_read
+    calls: list[int] = []
+
+    def can_read(*args: Any, **kwargs: Any) -> bool:
+        calls.append(1)
+        return False if len(calls) == 1 else bool(original(*args, **kwargs))
+
+    monkeypatch.setattr(connection, "can_read", can_read)
+
+
+def test_a_kept_connection_the_server_closed_is_replaced_before_the_send_and_counted_once(
+    server: RedisServer, commands: list[tuple[Any, str]]
 ) -> None:
-    """The server drops a connection the pool has just handed out, so the
-    pool's own check cannot see it: the call fails with a connection error,
-    which the default options retry once (on redis-py 5, through
-    ``retry_on_error``), on a new connection. Nothing ran the first time."""
+    """The server closed the kept connection while it sat idle (Redis's
+    ``timeout``, ``CLIENT KILL``): the check before the send finds it
+    closed, and the call goes out once, on a new connection."""
     app = limited_app(server.url, "5/m")
     web = app.test_client()
-    assert remaining(get(web)) == 4  # the script is loaded, a connection pooled
+    assert remaining(get(web)) == 4  # the script is loaded, a connection kept
     admin = redis.Redis.from_url(server.url)
-    pool = storage_of(app).client.connection_pool
-    original = pool.get_connection
-    killed: list[int] = []
-
-    def get_connection(*args: Any, **kwargs: Any) -> Any:
-        conn = original(*args, **kwargs)
-        if not killed:
-            conn.send_command("CLIENT", "ID")
-            killed.append(int(conn.read_response()))
-            admin.client_kill_filter(_id=killed[0])
-        return conn
-
-    monkeypatch.setattr(pool, "get_connection", get_connection)
+    kill_the_kept_connection(app, admin)
     del commands[:]
     before = evalsha_calls(admin)
-    response = get(web)
-    assert response.status_code == 200
-    assert remaining(response) == 3  # decided, and counted once
-    assert killed
+    assert remaining(get(web)) == 3  # decided, and counted once
     assert scripts(commands) == ["EVALSHA"]
     assert evalsha_calls(admin) - before == 1
     assert [remaining(get(web)) for _ in range(3)] == [2, 1, 0]
+    admin.close()
+    storage_of(app).close()
+
+
+def test_a_send_that_fails_is_sent_once_more_on_a_new_connection_and_counted_once(
+    server: RedisServer, commands: list[tuple[Any, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A connection error while sending: nothing reached Redis, so the
+    call is sent once more, on a new connection, and counted once. The
+    server closed the kept connection, and answered a byte written on it
+    with a reset, so that the next write fails (the check before the send
+    is blinded to that, as when the close comes just after it)."""
+    app = limited_app(server.url, "5/m")
+    web = app.test_client()
+    assert remaining(get(web)) == 4
+    admin = redis.Redis.from_url(server.url)
+    connection = kill_the_kept_connection(app, admin)
+    connection.send_packed_command(connection.pack_command("PING"), check_health=False)  # answered with a reset
+    time.sleep(0.05)
+    blind_the_next_check(monkeypatch, connection)
+    del commands[:]
+    before = evalsha_calls(admin)
+    assert remaining(get(web)) == 3  # decided, and counted once
+    assert scripts(commands) == ["EVALSHA", "EVALSHA"]  # the failed send, and the one more
+    assert evalsha_calls(admin) - before == 1
+    admin.close()
+    storage_of(app).close()
+
+
+def test_a_connection_broken_after_the_send_is_not_sent_again(
+    server: RedisServer,
+    commands: list[tuple[Any, str]],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The call was sent, and the connection broke before its reply: the
+    call may have run, so it is not sent again (redis-py's own retry
+    would); the request follows the failure policy (open: let through,
+    undecided). Here the server had closed the connection, so nothing ran."""
+    app = limited_app(server.url, "5/m")
+    web = app.test_client()
+    assert remaining(get(web)) == 4
+    admin = redis.Redis.from_url(server.url)
+    blind_the_next_check(monkeypatch, kill_the_kept_connection(app, admin))
+    del commands[:]
+    before = evalsha_calls(admin)
+    with caplog.at_level("WARNING", "flask_redis_throttle"):
+        response = get(web)
+    assert response.status_code == 200
+    assert "RateLimit" not in response.headers  # undecided
+    assert "Connection" in caplog.text
+    assert scripts(commands) == ["EVALSHA"]  # sent once, not again
+    assert evalsha_calls(admin) - before == 0
+    assert remaining(get(web)) == 3  # the next request, on a new connection
     admin.close()
     storage_of(app).close()
 
@@ -207,8 +263,52 @@ def request_while_redis_sleeps(server: RedisServer, web: FlaskClient) -> Any:
     return response
 
 
+class Cancelled(BaseException):
+    """Raised by a timer signal into a request that waits for Redis, as a
+    worker's request timeout or a cancelled green thread would (gevent's
+    ``Timeout`` is a :class:`BaseException` too)."""
+
+
+def test_a_call_cancelled_while_it_waits_leaves_no_reply_behind(server: RedisServer) -> None:
+    """A request interrupted while it waits for its reply (the exception
+    goes up through the storage): the reply that comes later must not be
+    read by the next request on the same kept connection, which would then
+    answer with the previous call's count. The connection is closed, the
+    next request connects again, and every count is right."""
+    app = limited_app(server.url, "5/m", RATELIMIT_STORAGE_OPTIONS={"socket_timeout": 5})
+    web = app.test_client()
+    assert remaining(get(web)) == 4
+    admin = redis.Redis.from_url(server.url)
+
+    def cancel(signum: int, frame: Any) -> None:
+        raise Cancelled
+
+    previous = signal.signal(signal.SIGALRM, cancel)
+    sleeper = threading.Thread(target=admin.execute_command, args=("DEBUG", "SLEEP", "1"))
+    try:
+        sleeper.start()
+        time.sleep(0.1)
+        signal.setitimer(signal.ITIMER_REAL, 0.1)
+        with pytest.raises(Cancelled):
+            get(web)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        # While Redis still sleeps, before the cancelled call's reply came:
+        # the check before the send cannot see it yet.
+        assert sleeper.is_alive()
+        after = [remaining(get(web)) for _ in range(3)]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        join_all([sleeper], deadline=10, what="DEBUG SLEEP")
+    # The cancelled call ran when Redis woke up: counted once, and its
+    # reply was not taken for the next request's.
+    assert after == [2, 1, 0]
+    admin.close()
+    storage_of(app).close()
+
+
 def test_a_timed_out_call_is_not_replayed_and_counted_once(
-    server: RedisServer, commands: list[tuple[Any, ...]], caplog: pytest.LogCaptureFixture
+    server: RedisServer, commands: list[tuple[Any, str]], caplog: pytest.LogCaptureFixture
 ) -> None:
     app = limited_app(server.url, "5/m", RATELIMIT_STORAGE_OPTIONS={"socket_timeout": 0.3})
     web = app.test_client()
@@ -229,13 +329,15 @@ def test_a_timed_out_call_is_not_replayed_and_counted_once(
     storage_of(app).close()
 
 
-def test_a_client_of_ones_own_that_retries_timeouts_may_count_a_request_twice(
-    server: RedisServer, commands: list[tuple[Any, ...]]
+def test_a_client_of_ones_own_that_retries_timeouts_still_counts_a_timed_out_call_once(
+    server: RedisServer, commands: list[tuple[Any, str]]
 ) -> None:
-    """What the docs warn of (deployment, "A client of your own"): a client
-    handed over with ``redis=`` keeps its own retries, and one that retries
-    a timeout (redis-py 6 and later do by default) sends a timed-out script
-    again; when Redis wakes up it runs both, and the request counts twice."""
+    """A client handed over with ``redis=`` that retries timeouts (redis-py
+    6 and later do by default) would send a timed-out script again, and
+    Redis, waking up, would run both: the storage's script calls do not go
+    through the client's retry (see :class:`~flask_redis_throttle.core.storage.Connections`),
+    so the call is sent once, the request follows the failure policy, and
+    it is counted once."""
     client = redis.Redis.from_url(
         server.url, socket_timeout=0.3, retry=Retry(NoBackoff(), 1), retry_on_error=[redis.TimeoutError]
     )
@@ -245,13 +347,11 @@ def test_a_client_of_ones_own_that_retries_timeouts_may_count_a_request_twice(
     admin = redis.Redis.from_url(server.url)
     before = evalsha_calls(admin)
     del commands[:]
-    # The call times out, and redis-py connects again (its handshake waits
-    # for Redis to wake) and sends it again; the request is decided, but
-    # Redis ran the script twice.
     response = request_while_redis_sleeps(server, web)
-    assert remaining(response) == 2  # one request, counted twice
-    assert scripts(commands) == ["EVALSHA"]  # one call of ours, sent twice by redis-py
-    assert evalsha_calls(admin) - before == 2
+    assert "RateLimit" not in response.headers  # undecided, let through
+    assert scripts(commands) == ["EVALSHA"]  # sent once
+    assert evalsha_calls(admin) - before == 1  # and run once, when Redis woke up
+    assert remaining(get(web)) == 2
     admin.close()
     client.close()
 
@@ -263,6 +363,7 @@ def test_connections_are_not_leaked_by_failed_calls(server: RedisServer) -> None
     app = limited_app(server.url, "100/m", RATELIMIT_STORAGE_OPTIONS={"socket_timeout": 0.2, "max_connections": 2})
     web = app.test_client()
     admin = redis.Redis.from_url(server.url)
+    admin.ping()  # the admin's connection is one of the others
     others = connected(server.port)
     for _ in range(3):
         admin.script_flush()
@@ -275,6 +376,7 @@ def test_connections_are_not_leaked_by_failed_calls(server: RedisServer) -> None
     admin.client_kill_filter(_type="normal", skipme=True)
     left = remaining(get(web))
     assert [remaining(get(web)) for _ in range(20)] == list(range(left - 1, left - 21, -1))
+    # The kept connection and any the other commands check out: the pool's two at most.
     assert connected(server.port) <= 2 + others
     admin.close()
     storage_of(app).close()
@@ -318,14 +420,14 @@ def test_a_forked_child_uses_connections_of_its_own(server: RedisServer, fork: C
     storage.close()
 
 
-def test_resp3_works(server: RedisServer, commands: list[tuple[Any, ...]]) -> None:
+def test_resp3_works(server: RedisServer, commands: list[tuple[Any, str]]) -> None:
     app = limited_app(server.url, "3/m", RATELIMIT_STORAGE_OPTIONS={"protocol": 3})
     assert statuses(app, 4) == [200, 200, 200, 429]
     assert scripts(commands) == ["EVALSHA", "EVAL", "EVALSHA", "EVALSHA", "EVALSHA"]
     storage_of(app).close()
 
 
-def test_tls_works(server: RedisServer, commands: list[tuple[Any, ...]]) -> None:
+def test_tls_works(server: RedisServer, commands: list[tuple[Any, str]]) -> None:
     with tls_proxy(server.port) as proxy:
         app = limited_app(proxy.url, "3/m", RATELIMIT_STORAGE_OPTIONS={"ssl_ca_certs": proxy.ca_file})
         assert statuses(app, 4) == [200, 200, 200, 429]
@@ -333,7 +435,7 @@ def test_tls_works(server: RedisServer, commands: list[tuple[Any, ...]]) -> None
         storage_of(app).close()
 
 
-def test_a_unix_socket_works(tmp_path: Any, commands: list[tuple[Any, ...]]) -> None:
+def test_a_unix_socket_works(tmp_path: Any, commands: list[tuple[Any, str]]) -> None:
     path = tmp_path / "redis.sock"
     with redis_server(["--unixsocket", str(path), "--unixsocketperm", "700"]):
         app = limited_app(f"unix://{path}", "3/m")
@@ -431,7 +533,7 @@ def calls(port: int, command: str) -> int:
     return int(found[1]) if found else 0
 
 
-def assert_the_new_master_decides(app: Flask, web: Any, old: int, new: int, commands: list[tuple[Any, ...]]) -> None:
+def assert_the_new_master_decides(app: Flask, web: Any, old: int, new: int, commands: list[tuple[Any, str]]) -> None:
     """After a failover from ``old`` to ``new``, the next requests are decided
     on the new master: the old master saw no call, and nothing was replayed
     (the new master only had to be sent the script)."""
@@ -445,7 +547,7 @@ def assert_the_new_master_decides(app: Flask, web: Any, old: int, new: int, comm
 
 
 def test_a_disconnected_pool_reconnects_on_the_next_request(
-    server: RedisServer, commands: list[tuple[Any, ...]]
+    server: RedisServer, commands: list[tuple[Any, str]]
 ) -> None:
     app, web = started(server.url, "5/m")
     storage_of(app).client.close()  # the pool's disconnect()
@@ -455,7 +557,7 @@ def test_a_disconnected_pool_reconnects_on_the_next_request(
     storage_of(app).close()
 
 
-def test_a_restart_is_survived_by_the_next_request(commands: list[tuple[Any, ...]]) -> None:
+def test_a_restart_is_survived_by_the_next_request(commands: list[tuple[Any, str]]) -> None:
     with redis_server() as server:
         app, web = started(server.url, "5/m")
         server.stop()
@@ -471,7 +573,7 @@ def test_a_restart_is_survived_by_the_next_request(commands: list[tuple[Any, ...
         storage_of(app).close()
 
 
-def test_without_retries_a_restart_is_survived_too(commands: list[tuple[Any, ...]]) -> None:
+def test_without_retries_a_restart_is_survived_too(commands: list[tuple[Any, str]]) -> None:
     with redis_server() as server:
         options = {"retry": Retry(NoBackoff(), 0)}
         app, web = started(server.url, "5/m", RATELIMIT_STORAGE_OPTIONS=options)
@@ -495,7 +597,7 @@ def test_a_pooled_connection_is_health_checked(server: RedisServer) -> None:
     storage_of(app).close()
 
 
-def test_after_a_failover_a_disconnected_pool_reaches_the_new_master(commands: list[tuple[Any, ...]]) -> None:
+def test_after_a_failover_a_disconnected_pool_reaches_the_new_master(commands: list[tuple[Any, str]]) -> None:
     with redis_sentinel_group() as group:
         app, web = started(group.url, "5/m")
         old, new = fail_over(group)
@@ -506,7 +608,7 @@ def test_after_a_failover_a_disconnected_pool_reaches_the_new_master(commands: l
         close_sentinel_app(app)
 
 
-def test_after_a_failover_a_pooled_connection_to_the_old_master_is_dropped(commands: list[tuple[Any, ...]]) -> None:
+def test_after_a_failover_a_pooled_connection_to_the_old_master_is_dropped(commands: list[tuple[Any, str]]) -> None:
     with redis_sentinel_group() as group:
         app, web = started(group.url, "5/m")
         old, new = fail_over(group)

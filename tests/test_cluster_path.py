@@ -10,6 +10,8 @@ Counts are judged by requests through a Flask app, never by reading keys."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -19,7 +21,7 @@ import pytest
 import redis
 import redis.cluster
 from flask import Flask
-from helpers import get, join_all, limited_app
+from helpers import get, join_all, limited_app, spy_sends
 from redis.crc import key_slot
 from servers import RedisCluster, redis_cluster, redis_command
 
@@ -106,28 +108,14 @@ def redis_py_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
 
 
 @pytest.fixture
-def sends(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The ports of the nodes that were sent script calls by their own
-    clients: one entry per command, or per pipeline of several."""
-    ports: list[int] = []
-    execute = redis.client.Pipeline.execute
-    execute_command = redis.Redis.execute_command
+def sends(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, str]]:
+    """The script calls sent on any connection (to a node, by whichever
+    client): ``(port, name)`` per call each time it is sent."""
+    return spy_sends(monkeypatch, only=("EVAL", "EVALSHA"))
 
-    def port_of(client: Any) -> int:
-        return int(client.connection_pool.connection_kwargs["port"])
 
-    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
-        ports.append(port_of(self))
-        return execute(self, *args, **kwargs)
-
-    def counted_command(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if args and str(args[0]).upper() in ("EVAL", "EVALSHA"):
-            ports.append(port_of(self))
-        return execute_command(self, *args, **kwargs)
-
-    monkeypatch.setattr(redis.client.Pipeline, "execute", counted)
-    monkeypatch.setattr(redis.Redis, "execute_command", counted_command)
-    return ports
+def ports(sends: list[tuple[int, str]]) -> list[int]:
+    return [port for port, _ in sends]
 
 
 def connected(port: int) -> int:
@@ -154,7 +142,7 @@ def own_cluster() -> Iterator[RedisCluster]:
 
 
 def test_each_request_sends_one_call_to_each_of_its_nodes(
-    cluster: RedisCluster, redis_py_calls: list[tuple[Any, ...]], sends: list[int]
+    cluster: RedisCluster, redis_py_calls: list[tuple[Any, ...]], sends: list[tuple[int, str]]
 ) -> None:
     app = limited_app(cluster.url, SPEC)
     ip, ip_node, user_node = on_two_nodes(app, cluster)
@@ -162,10 +150,119 @@ def test_each_request_sends_one_call_to_each_of_its_nodes(
     assert [get(web, ip=ip, user="ann").status_code for _ in range(7)] == [200] * 5 + [429] * 2
     # Each request sent one call to each of the two nodes (the first one's
     # EVALSHA met NOSCRIPT on both, and its EVAL was a second one to each).
-    assert sorted(sends) == sorted([ip_node.port, user_node.port] * 8)
+    assert sorted(ports(sends)) == sorted([ip_node.port, user_node.port] * 8)
     assert redis_py_calls == []  # redis-py's cluster pipeline and command path: never
     assert stats(ip_node.port) == {"evalsha": 7, "eval": 1}
     assert stats(user_node.port) == {"evalsha": 7, "eval": 1}
+
+
+@pytest.mark.parametrize("stalled", ["ip", "user"])
+def test_both_nodes_are_sent_their_calls_before_either_reply_is_read(cluster: RedisCluster, stalled: str) -> None:
+    """A request on two nodes sends each node its call before it reads
+    either reply, so it waits about one round trip, not two. One node is
+    stopped (``SIGSTOP``) while the request is in flight: the other node
+    runs its call while the request still waits for the stopped one,
+    whichever of the two it reads first. (Sent one after the other, the
+    other node would get its call only after the stopped one answered, in
+    one of the two cases.) Then the stopped node goes on, and the request
+    is decided, each node having run its call once."""
+    app = limited_app(cluster.url, SPEC, RATELIMIT_STORAGE_OPTIONS={"socket_timeout": 20})
+    ip, ip_node, user_node = on_two_nodes(app, cluster)
+    web = app.test_client()
+    assert remaining(get(web, ip=ip, user="ann")) == 4  # the scripts loaded
+    victim, other = (ip_node, user_node) if stalled == "ip" else (user_node, ip_node)
+    victim_before, other_before = stats(victim.port)["evalsha"], stats(other.port)["evalsha"]
+    responses: list[Any] = []
+    os.kill(victim.pid, signal.SIGSTOP)
+    try:
+        request = threading.Thread(target=lambda: responses.append(get(web, ip=ip, user="ann")))
+        request.start()
+        deadline = time.monotonic() + 10
+        while stats(other.port)["evalsha"] == other_before and time.monotonic() < deadline:
+            time.sleep(0.01)
+        ran_meanwhile = stats(other.port)["evalsha"] - other_before
+        waiting = request.is_alive()
+    finally:
+        os.kill(victim.pid, signal.SIGCONT)
+    join_all([request], deadline=30, what="the request")
+    assert (ran_meanwhile, waiting) == (1, True)
+    assert remaining(responses[0]) == 3
+    assert stats(victim.port)["evalsha"] - victim_before == 1
+    assert stats(other.port)["evalsha"] - other_before == 1
+    storage_of(app).close()
+
+
+def test_a_request_on_two_nodes_sends_both_calls_before_it_reads(
+    cluster: RedisCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same, seen from the client: at the first reply read, both nodes'
+    calls were already sent."""
+    app = limited_app(cluster.url, SPEC)
+    ip, ip_node, user_node = on_two_nodes(app, cluster)
+    web = app.test_client()
+    assert remaining(get(web, ip=ip, user="ann")) == 4
+    sent = spy_sends(monkeypatch, only=("EVALSHA",))
+    at_first_read: list[list[int]] = []
+    read_response = redis.connection.Connection.read_response
+
+    def spy(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not at_first_read:
+            at_first_read.append(ports(sent))
+        return read_response(self, *args, **kwargs)
+
+    monkeypatch.setattr(redis.connection.Connection, "read_response", spy)
+    assert remaining(get(web, ip=ip, user="ann")) == 3
+    assert sorted(at_first_read[0]) == sorted([ip_node.port, user_node.port])
+    storage_of(app).close()
+
+
+class Cancelled(BaseException):
+    """Raised by a timer signal into a request that waits for a node, as a
+    worker's request timeout or a cancelled green thread would."""
+
+
+@pytest.mark.parametrize("stalled", ["ip", "user"])
+def test_a_request_cancelled_while_it_waits_for_one_node_leaves_no_connection_behind(
+    cluster: RedisCluster, stalled: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Requests on two nodes are interrupted while they wait for one,
+    stopped (``SIGSTOP``), node: for its reply, or, once its connection was
+    closed, for a new connection's handshake, before anything was sent. The
+    other node's connection, sent its call and perhaps not read yet, is
+    closed and put back, not lost from the pool nor left with a reply for
+    the next request; each call that was sent ran once (the stopped node's
+    when it went on), and the next requests are decided."""
+    app = limited_app(cluster.url, "100/m", RATELIMIT_STORAGE_OPTIONS={"socket_timeout": 20})
+    ip, ip_node, user_node = on_two_nodes(app, cluster)
+    web = app.test_client()
+    assert remaining(get(web, ip=ip, user="ann")) == 99
+    victim, other = (ip_node, user_node) if stalled == "ip" else (user_node, ip_node)
+    before = {node.port: stats(node.port)["evalsha"] for node in (victim, other)}
+    connections = connected(other.port)
+    sent = spy_sends(monkeypatch, only=("EVALSHA",))
+
+    def cancel(signum: int, frame: Any) -> None:
+        raise Cancelled
+
+    previous = signal.signal(signal.SIGALRM, cancel)
+    try:
+        for _ in range(3):
+            os.kill(victim.pid, signal.SIGSTOP)
+            try:
+                signal.setitimer(signal.ITIMER_REAL, 0.2)
+                with pytest.raises(Cancelled):
+                    get(web, ip=ip, user="ann")
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                os.kill(victim.pid, signal.SIGCONT)
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    assert sent  # the first one, at least, was sent to both
+    assert "RateLimit" in get(web, ip=ip, user="ann").headers
+    for port, count in before.items():
+        assert stats(port)["evalsha"] - count == ports(sent).count(port)
+    assert connected(other.port) <= connections
+    storage_of(app).close()
 
 
 def test_a_request_on_two_nodes_chooses_its_script_once_per_fan_out(
@@ -268,7 +365,7 @@ def finish_move(cluster: RedisCluster, slot: int, target: RedisServer) -> None:
 
 
 def test_a_moved_slot_is_followed_and_counted_once(
-    own_cluster: RedisCluster, redis_py_calls: list[tuple[Any, ...]], sends: list[int]
+    own_cluster: RedisCluster, redis_py_calls: list[tuple[Any, ...]], sends: list[tuple[int, str]]
 ) -> None:
     app = limited_app(own_cluster.url, "6/m")
     ip, ip_node, user_node = on_two_nodes(app, own_cluster)
@@ -297,7 +394,7 @@ def test_a_moved_slot_is_followed_and_counted_once(
     assert [remaining(get(web, ip=ip)) for _ in range(2)] == [1, 0]
     assert get(web, ip=ip).status_code == 429
     assert redis_py_calls == []
-    assert sends == [third.port] * 3
+    assert ports(sends) == [third.port] * 3
     assert stats(third.port)["evalsha"] - before == 3
     # The user, on a node that never moved, counted each of its requests once.
     assert remaining(get(web, ip="203.0.113.9", user="ann")) == 3

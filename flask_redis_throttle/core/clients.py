@@ -81,13 +81,14 @@ logger = logging.getLogger("flask_redis_throttle")
 #: redis-py's own defaults wait 5 seconds on a stalled server and retry a
 #: refused connection ten times with back-off (about 4 seconds); a rate limiter
 #: must not hold a request that long. One immediate retry on a broken
-#: connection lets a request survive a connection that broke under it; a
-#: timeout is never retried, since the script may have run, and running it
-#: again would count the request twice. redis-py 5 retries a command only on
-#: the errors of ``retry_on_error`` (later releases on those of the ``Retry``),
-#: so both say the same. (A pooled connection the server closed while it sat
-#: idle, as after a restart, is found and replaced by the pool's checkout,
-#: before anything is sent, on every redis-py release.)
+#: connection lets a connection, or a command other than a script call (the
+#: refusals' log, a reset), survive a connection that broke under it; a
+#: timeout is never retried, since a second wait would double the delay.
+#: redis-py 5 retries a command only on the errors of ``retry_on_error``
+#: (later releases on those of the ``Retry``), so both say the same. Script
+#: calls do not go through this retry but through the storage's own rule,
+#: whatever the client's options (see
+#: :class:`~flask_redis_throttle.core.storage.Connections`).
 DEFAULT_CLIENT_OPTIONS: dict[str, Any] = {
     "socket_connect_timeout": 0.5,
     "socket_timeout": 0.5,

@@ -11,7 +11,10 @@ This module imports Redis, and needs no Flask app.
 
 from __future__ import annotations
 
+import inspect
 import logging
+import os
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
@@ -104,6 +107,13 @@ class Storage:
         self.scripts = ScriptCache()
         #: A cluster request's calls, by its keys and arguments (see :meth:`_fanout`).
         self._fanouts: dict[tuple[Any, ...], Fanout] = {}
+        #: The connections kept for a single node's calls (see :class:`Connections`);
+        #: none for a client that is not a plain pooled :class:`redis.Redis`
+        #: (the embedded one, one with a single connection, a cluster's).
+        self._connections = Connections(client) if not self.cluster and Connections.fit(client) else None
+        #: A cluster node's kept connections, by its client (see :meth:`_connections_of`).
+        self._node_connections: dict[str, tuple[Any, Connections]] = {}
+        self._lock = threading.Lock()
 
     @classmethod
     def from_url(cls, url: str, options: Mapping[str, Any] | None = None, instance_path: str | None = None) -> Storage:
@@ -132,6 +142,10 @@ class Storage:
         """
         # Only a built redis.Redis is asked for its pool: a cluster client
         # that was never used would be built by the question.
+        nodes = list(self._node_connections.values())  # at once: another thread may add one
+        for connections in [self._connections, *(kept for _, kept in nodes)]:
+            if connections is not None:
+                connections.close()
         if isinstance(self.client, redis.Redis):
             manager = getattr(self.client.connection_pool, "sentinel_manager", None)
             for sentinel in getattr(manager, "sentinels", ()):
@@ -183,15 +197,19 @@ class Storage:
 
     def _evaluate_one(self, strategies: frozenset[str], keys: Sequence[str], args: Args) -> list[int]:
         script = self.scripts.choose(strategies, ((keys, args),))
-        result: list[int]
-        try:
-            # EVALSHA straight on the client, rather than through a Script
-            # object, which imports, type-checks and copies its arguments on
-            # every call.
-            result = self.client.evalsha(script.sha, len(keys), *keys, *args)
-        except NoScriptError:
-            result = self.client.eval(script.text, len(keys), *keys, *args)
-        return result
+        connections = self._connections
+        if connections is None:
+            try:
+                result: list[int] = self.client.evalsha(script.sha, len(keys), *keys, *args)
+            except NoScriptError:
+                result = self.client.eval(script.text, len(keys), *keys, *args)
+            return result
+        reply = connections.call(("EVALSHA", script.sha, len(keys), *keys, *args))
+        if isinstance(reply, NoScriptError):
+            reply = connections.call(("EVAL", script.text, len(keys), *keys, *args))
+        if isinstance(reply, Exception):
+            raise reply
+        return reply  # type: ignore[no-any-return]
 
     def evaluate_split(self, strategies: frozenset[str], keys: Sequence[str], args: Args) -> list[int]:
         """Run the script once per hash tag: one round trip to each node
@@ -277,21 +295,27 @@ class Storage:
         was meant for (:data:`UNCOVERED` when no node serves its slot)."""
         if self.cluster:
             return self._send_to_nodes(calls, command, script)
-        return _run_on_node(self.client, command, script, calls), []
+        commands = [(command, script, len(keys), *keys, *args) for keys, args in calls]
+        if self._connections is not None:
+            return self._connections.exchange(commands), []
+        return _run_on_node(self.client, commands), []
 
     def _send_to_nodes(self, calls: Sequence[Call], command: str, script: str) -> tuple[list[Any], list[str]]:
-        """A cluster's calls, one command or pipeline per node (see
-        :func:`_run_on_node`), on the node's own :class:`redis.Redis`
-        (``get_redis_connection``), found from redis-py's slot map
-        (``get_node_from_key``).
+        """A cluster's calls, one command or pipeline per node, each node's
+        on a connection kept from its own :class:`redis.Redis`'s pool
+        (``get_redis_connection``; see :class:`Connections`), found from
+        redis-py's slot map (``get_node_from_key``). Every node is sent its
+        calls before any reply is read, so a request on several nodes waits
+        about one round trip, not one per node.
 
-        The node clients do not replay a call that timed out (it may have
-        run), nor does this: the call fails. A connection error fails the
-        node's calls too, and has redis-py refresh its slot map, so that the
-        next request finds a promoted replica. A call the node did not run
-        (:data:`NOT_RUN`: MOVED, ASK, TRYAGAIN, CLUSTERDOWN), or whose slot
-        no node serves, is sent again through the cluster client, which
-        follows the redirect and mends its slot map.
+        A call that timed out is not sent again (it may have run): the call
+        fails. A connection error fails the node's calls too (unless it came
+        before anything was sent: see :meth:`Connections.send`), and has
+        redis-py refresh its slot map, so that the next request finds a
+        promoted replica. A call the node did not run (:data:`NOT_RUN`:
+        MOVED, ASK, TRYAGAIN, CLUSTERDOWN), or whose slot no node serves, is
+        sent again through the cluster client, which follows the redirect
+        and mends its slot map.
 
         redis-py's cluster pipeline is not used: after a timeout it sends
         the timed-out calls again, which would count a request twice.
@@ -309,20 +333,35 @@ class Storage:
                 continue
             names[i] = node.name
             groups.setdefault(node.name, (node, []))[1].append(i)
-        for node, indices in groups.values():
-            try:
-                replies = _run_on_node(client.get_redis_connection(node), command, script, [calls[i] for i in indices])
-            except (redis.ConnectionError, redis.TimeoutError) as error:
-                replies = [error] * len(indices)
-                if not isinstance(error, redis.TimeoutError):
-                    # A node that timed out is not asked again for the map: the
-                    # request would wait a second timeout for it.
-                    self._refresh()
-            for i, reply in zip(indices, replies, strict=True):
-                if isinstance(reply, NOT_RUN):
-                    again.append(i)
+        sent: list[tuple[Connections, Any, list[int]]] = []
+        broken = False
+        try:
+            for node, indices in groups.values():
+                connections = self._connections_of(node)
+                commands = [(command, script, len(calls[i][0]), *calls[i][0], *calls[i][1]) for i in indices]
+                sent.append((connections, connections.send(commands), indices))
+            while sent:
+                connections, connection, indices = sent.pop(0)
+                if isinstance(connection, Exception):
+                    replies = [connection] * len(indices)
                 else:
-                    results[i] = reply
+                    replies = connections.receive(connection, len(indices))
+                for i, reply in zip(indices, replies, strict=True):
+                    if isinstance(reply, NOT_RUN):
+                        again.append(i)
+                    else:
+                        results[i] = reply
+                        # A node that timed out is not asked again for the
+                        # map: the request would wait a second timeout for it.
+                        broken = broken or isinstance(reply, redis.ConnectionError)
+        finally:
+            # Only when something interrupted the reading (a cancelled
+            # request): the replies not read are dropped with their connections.
+            for connections, connection, _ in sent:
+                if not isinstance(connection, Exception):
+                    connections.drop(connection)
+        if broken:
+            self._refresh()
         for i in again:
             keys, args = calls[i]
             try:
@@ -330,6 +369,20 @@ class Storage:
             except STORAGE_ERRORS as error:
                 results[i] = error
         return results, names
+
+    def _connections_of(self, node: Any) -> Connections:
+        """The kept connections of a cluster node's own client; new ones
+        when redis-py has given the node a new client. Under a lock when
+        they change, so that two threads cannot each keep some of the
+        client's connections where the other's are forgotten."""
+        client = self.client.get_redis_connection(node)
+        known = self._node_connections.get(node.name)
+        if known is None or known[0] is not client:
+            with self._lock:
+                known = self._node_connections.get(node.name)
+                if known is None or known[0] is not client:
+                    known = self._node_connections[node.name] = (client, Connections(client))
+        return known[1]
 
     def _refresh(self) -> None:
         """Have redis-py's cluster client read the slot map again, as it does
@@ -360,24 +413,185 @@ class Storage:
             waiting = [i for i in waiting if _split_by_migration(results[i])]
 
 
-def _run_on_node(node: Any, command: str, script: str, calls: Sequence[Call]) -> list[Any]:
-    """Each of ``calls``' reply or error reply, sent to one node by ``node``,
-    its own client (or a single server's): a lone call as a plain command (a request's call to each of its
-    nodes, nearly always), cheaper than a pipeline of one; more, pipelined.
+def _run_on_node(node: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+    """Each of ``commands``' reply or error reply, sent by ``node``, a client
+    of whatever kind whose connections are not kept (see :class:`Connections`):
+    a lone command as a plain command, cheaper than a pipeline of one; more,
+    pipelined.
 
     :raises redis.ConnectionError: when the node could not be reached.
     :raises redis.TimeoutError: when it did not answer in time.
     """
-    if len(calls) == 1:
-        [(keys, args)] = calls
+    if len(commands) == 1:
         try:
-            return [node.execute_command(command, script, len(keys), *keys, *args)]
+            return [node.execute_command(*commands[0])]
         except redis.ResponseError as error:
             return [error]
     pipe = node.pipeline(transaction=False)
-    for keys, args in calls:
-        pipe.execute_command(command, script, len(keys), *keys, *args)
+    for command in commands:
+        pipe.execute_command(*command)
     return pipe.execute(raise_on_error=False)  # type: ignore[no-any-return]
+
+
+def _write(connection: Any, commands: Sequence[tuple[Any, ...]]) -> None:
+    """Send ``commands`` on ``connection``: a lone one as a command, more as
+    one pipeline."""
+    if len(commands) == 1:
+        connection.send_command(*commands[0])
+    else:
+        connection.send_packed_command(connection.pack_commands(commands))
+
+
+def _checkout_arguments(pool: Any) -> tuple[str, ...]:
+    """What ``pool.get_connection`` is given: redis-py up to 5.2 requires a
+    command name (which it ignores), later releases deprecate it."""
+    try:
+        parameter = inspect.signature(pool.get_connection).parameters.get("command_name")
+    except (TypeError, ValueError):  # pragma: no cover - a pool method without a signature
+        return ("EVALSHA",)
+    required = parameter is not None and parameter.default is inspect.Parameter.empty
+    return ("EVALSHA",) if required else ()
+
+
+class Connections:
+    """The connections a storage keeps for its script calls to one server
+    (a single node, or one cluster node), taken from its client's pool once
+    and used by one thread at a time: a thread takes one (or checks out a
+    new one when none is free), sends, reads and puts it back. This is
+    redis-py's public connection API (the pool's ``get_connection``, the
+    connection's ``send_command`` or ``send_packed_command``, ``can_read``,
+    ``read_response``),
+    without the pool's lock and bookkeeping on every call.
+
+    The retry rule of every script call is here, once (see :meth:`send`):
+    a connection error before anything was sent connects again and sends
+    once more; once a call was sent, it is never sent again (a timeout, a
+    connection reset while reading): it may have run, and running it again
+    would count the request twice. The client's own ``retry`` is not used
+    for script calls.
+
+    The pool still owns the connections: closing the client, or its pool's
+    ``disconnect()``, closes them too, and the next call connects afresh.
+    A forked child (by ``os.fork`` or by ``fork(2)`` itself) leaves its
+    parent's connections alone, unclosed, and takes its own from the pool,
+    which redis-py resets in a child.
+    """
+
+    __slots__ = ("_arguments", "_free", "_pid", "_pool")
+
+    def __init__(self, client: redis.Redis) -> None:
+        self._pool = client.connection_pool
+        self._arguments = _checkout_arguments(self._pool)
+        self._free: list[Any] = []
+        self._pid = os.getpid()
+
+    @staticmethod
+    def fit(client: Any) -> bool:
+        """Whether ``client``'s connections can be kept: a :class:`redis.Redis`
+        on a pool (not one built with ``single_connection_client``, whose
+        one connection redis-py guards itself)."""
+        return isinstance(client, redis.Redis) and getattr(client, "connection", None) is None
+
+    def take(self) -> Any:
+        """A connection of this process that no other thread uses."""
+        if self._pid != os.getpid():
+            # A forked child: its parent's sockets are not its own to use,
+            # nor to close.
+            self._free, self._pid = [], os.getpid()
+        try:
+            return self._free.pop()
+        except IndexError:
+            return self._pool.get_connection(*self._arguments)
+
+    def drop(self, connection: Any) -> None:
+        """Put back ``connection``, closed: a reply may be left unread on it."""
+        connection.disconnect()
+        self._free.append(connection)
+
+    def close(self) -> None:
+        """Close the free connections (the pool's ``disconnect()`` closes them too)."""
+        for connection in list(self._free):
+            connection.disconnect()
+
+    def send(self, commands: Sequence[tuple[Any, ...]]) -> Any:
+        """Send ``commands`` (one, or a pipeline of several) on a connection
+        taken for them; return that connection, to :meth:`receive` their
+        replies on, or the error that stopped the send (the connection is
+        put back then).
+
+        A connection kept idle that the server closed (a restart, Redis's
+        ``timeout``, ``CLIENT KILL``), or one that cannot be written to, is
+        a connection error before anything was sent: the connection is
+        closed, connected again and sent the commands once more. A new
+        connection that cannot connect is not tried again here: connecting
+        already retries as the client's options say. A timeout while
+        sending may have left the commands sent: not sent again.
+        """
+        try:
+            connection = self.take()
+        except (redis.ConnectionError, redis.TimeoutError) as error:
+            return error  # a new connection that could not connect (the pool put it back)
+        try:
+            connection.connect()
+            try:
+                # Replies pending on a kept connection, or its end closed:
+                # it is not fit to send on (``can_read`` raises when closed).
+                if connection.can_read():
+                    raise redis.ConnectionError("a reply was left unread on the connection")
+                _write(connection, commands)
+            except redis.ConnectionError:
+                connection.disconnect()
+                # connect() itself: a Sentinel's connection asks for the
+                # master there (redis-py 8's send does not).
+                connection.connect()
+                _write(connection, commands)
+        except (redis.ConnectionError, redis.TimeoutError) as error:
+            self.drop(connection)
+            return error
+        except BaseException:
+            self.drop(connection)
+            raise
+        return connection
+
+    def receive(self, connection: Any, count: int) -> list[Any]:
+        """The ``count`` replies of :meth:`send`'s commands on ``connection``,
+        error replies as :class:`redis.ResponseError`; when the connection
+        fails (a timeout, a reset), that error stands for every reply not
+        read, and the connection is closed. The connection is put back."""
+        replies: list[Any] = []
+        try:
+            while len(replies) < count:
+                try:
+                    replies.append(connection.read_response())
+                except redis.ResponseError as error:
+                    replies.append(error)
+        except (redis.ConnectionError, redis.TimeoutError) as error:
+            self.drop(connection)
+            return replies + [error] * (count - len(replies))
+        except BaseException:
+            self.drop(connection)
+            raise
+        self._free.append(connection)
+        return replies
+
+    def exchange(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """Each of ``commands``' reply or error (see :meth:`send`)."""
+        sent = self.send(commands)
+        if isinstance(sent, Exception):
+            return [sent] * len(commands)
+        return self.receive(sent, len(commands))
+
+    def call(self, command: tuple[Any, ...]) -> Any:
+        """``command``'s reply, or its error reply; raises when Redis could not answer.
+
+        :raises redis.ConnectionError: when the server could not be reached,
+            or the connection broke after the call was sent.
+        :raises redis.TimeoutError: when it did not answer in time.
+        """
+        [reply] = self.exchange((command,))
+        if isinstance(reply, (redis.ConnectionError, redis.TimeoutError)):
+            raise reply
+        return reply
 
 
 def _split_by_migration(error: object) -> bool:
