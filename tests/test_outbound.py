@@ -541,3 +541,48 @@ def test_turns_given_up_in_the_middle_of_the_line_go_to_the_next_callers(storage
     assert all(b - a >= 50_000 for a, b in itertools.pairwise(turns)), turns
     for n, first in enumerate(turns):
         assert sum(turn < first + 1_000_000 for turn in turns[n:]) <= 20, turns
+
+
+def test_a_free_turn_is_taken_once_within_the_timeout_and_never_once_gone_by(throttle: Throttle, clock: Clock) -> None:
+    quota = SharedQuota(throttle, "4/s", scope="free-turns")
+
+    def take(timeout: float | None = None) -> Decision:
+        return outbound._take(throttle, quota.policies, quota.identity, timeout=timeout)
+
+    taken = [take() for _ in range(5)]  # 0 to 1 s
+    outbound.give_back(taken[3].hold)  # 0.75 s, with 1 s after it: free
+    # Past a timeout of 0.5 s, and the end of the line too: refused, and
+    # the free turn is still there for a call that waits for it.
+    with pytest.raises(QuotaTimeout):
+        take(timeout=0.5)
+    again = take()
+    assert again.retry_after == pytest.approx(0.75)
+    # Taken, it is no longer free; given back again, it is free again.
+    assert take().retry_after == pytest.approx(1.25)
+    outbound.give_back(again.hold)
+    assert take().retry_after == pytest.approx(0.75)
+    # The last turn reserved goes back to the layers: the next call gets it.
+    last = take()
+    assert last.retry_after == pytest.approx(1.5)
+    outbound.give_back(last.hold)
+    assert take().retry_after == pytest.approx(1.5)
+    # A turn freed and left until it has gone by is never taken: the next
+    # call goes to the end of the line.
+    outbound.give_back(taken[2].hold)  # 0.5 s
+    clock.advance(0.6)
+    assert take().retry_after == pytest.approx(1.75 - 0.6)
+
+
+def test_a_turn_given_back_after_a_reset_is_not_kept_free(throttle: Throttle, clock: Clock) -> None:
+    # The quota is reset while turns wait: one of them given back then has
+    # no entry left to keep, and were it marked free, a call would take it
+    # beside the four turns reserved since, five in a second.
+    quota = SharedQuota(throttle, "4/s", scope="reset-while-waiting")
+    taken = [outbound._take(throttle, quota.policies, quota.identity) for _ in range(4)]
+    throttle.reset(quota.identity, ["reset-while-waiting"])
+    clock.advance(0.1)
+    turns = [0.1 + reserve(throttle, quota.policies, quota.identity) for _ in range(4)]
+    assert turns == pytest.approx([0.1, 0.35, 0.6, 0.85])
+    outbound.give_back(taken[2].hold)  # 0.5 s
+    turns.append(0.1 + reserve(throttle, quota.policies, quota.identity))
+    assert turns[-1] == pytest.approx(1.1)

@@ -56,7 +56,7 @@ local function shaping_wait(now, cost, plan)
       local next_at, _, delay = entry_end(plan, at + 3 + 8 * string.byte(plan, at + 2))
       local later = strategies[string.sub(plan, at, at + 1)].later
       if delay > 0 and later then
-        return wait, nil, later(KEYS[e], now + wait)
+        return wait, nil, later(KEYS[e], now + wait, -cost)
       end
       at = next_at
     end

@@ -107,9 +107,14 @@ local function mark(now, stamped, key, given)
   end
 end
 
--- Whether any turn is reserved in `key` after the time `stamped`.
-local function later(key, stamped)
-  return redis.call('ZCOUNT', key, format('(%d', stamped), '+inf') > 0
+-- Whether `given` entries stamped `stamped` can be kept free: `key` holds
+-- that many of them not marked yet (not when it was reset since, say), and
+-- a turn reserved after them.
+local function later(key, stamped, given)
+  local stamp = format('%d', stamped)
+  local score = format('%d', -stamped)
+  return redis.call('ZCOUNT', key, stamp, stamp) - redis.call('ZCOUNT', key, score, score) >= given
+    and redis.call('ZCOUNT', key, '(' .. stamp, '+inf') > 0
 end
 
 -- Take the earliest free turn of `key` from `now` to `last` that has
