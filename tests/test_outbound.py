@@ -4,6 +4,7 @@ every process that uses the same Redis, on Redis's own clock."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import itertools
 import multiprocessing
@@ -328,16 +329,17 @@ def test_callers_with_deadlines_leave_the_turns_they_give_up_to_the_next(throttl
 
 def test_a_turn_given_back_from_the_middle_keeps_every_window_to_the_quota(throttle: Throttle, clock: Clock) -> None:
     # Eight turns reserved on 4/s; the 2nd and 5th are given back while
-    # the others wait. The next calls take their places at the end of the
-    # line, two of them beside a waiting call; but the sliding log holds
-    # every second to 4 calls.
+    # the others wait. The next two calls take those turns, the soonest
+    # first, and the calls after them go on from the end of the line: the
+    # turns stay 0.25 s apart, and every second holds 4 calls.
     quota = SharedQuota(throttle, "4/s", scope="middle")
     taken = [outbound._take(throttle, quota.policies, quota.identity) for _ in range(8)]
     assert [decision.retry_after for decision in taken] == pytest.approx([n * 0.25 for n in range(8)])
-    for given in (taken[1], taken[4]):
+    for given in (taken[4], taken[1]):
         outbound.give_back(given.hold)
-    turns = [decision.retry_after for n, decision in enumerate(taken) if n not in (1, 4)]
-    turns += [reserve(throttle, quota.policies, quota.identity) for _ in range(6)]
+    later = [reserve(throttle, quota.policies, quota.identity) for _ in range(6)]
+    assert later == pytest.approx([0.25, 1.0, 2.0, 2.25, 2.5, 2.75])
+    turns = [decision.retry_after for n, decision in enumerate(taken) if n not in (1, 4)] + later
     turns.sort()
     for n, first in enumerate(turns):
         assert sum(first <= turn < first + 1 - 1e-9 for turn in turns[n:]) <= 4, turns
@@ -496,3 +498,91 @@ def test_callers_that_give_their_deadline_as_timeout_reserve_nothing_past_it(thr
 
     assert sorted(asyncio.run(run())) == [False] * 10 + [True] * 10
     assert reserve(throttle, quota.policies, quota.identity) == pytest.approx(1.0)
+
+
+@pytest.mark.real_clock
+def test_turns_given_up_in_the_middle_of_the_line_go_to_the_next_callers(storage: Storage) -> None:
+    # 10 callers at a time on 20/s, each giving up after 0.3 s, for 1.5 s:
+    # the line is 0.5 s long, so the turns past 0.3 s are reserved and given
+    # back from the middle of it. The next caller (the one that gave up,
+    # trying again) takes the freed turn, 0.3 s or less away, rather than
+    # one at the end of the line, past its deadline too: nearly every turn
+    # of the 1.8 s is used, and the turns are still 50 ms apart, never
+    # more than 20 in a second.
+    turn: contextvars.ContextVar[list[int]] = contextvars.ContextVar("turn")
+
+    class Turns(Throttle):
+        def hit(self, checks: Sequence[Check], cost: int = 1, returnable: bool = False) -> Decision:
+            decision = super().hit(checks, cost, returnable)
+            if decision.admitted and decision.hold is not None:
+                turn.get().append(decision.hold.now + decision.hold.wait)
+            return decision
+
+    quota = SharedQuota(Turns(storage), "20/s", scope="middle-of-the-line")
+    turns: list[int] = []
+
+    async def caller(stop: float) -> None:
+        while time.monotonic() < stop:
+            mine: list[int] = []
+            turn.set(mine)
+            try:
+                await asyncio.wait_for(quota.acquire_async(), 0.3)
+            except asyncio.TimeoutError:
+                continue
+            turns.extend(mine)
+
+    async def run() -> None:
+        stop = time.monotonic() + 1.5
+        await asyncio.gather(*(caller(stop) for _ in range(10)))
+
+    asyncio.run(run())
+    turns.sort()
+    assert len(turns) >= 28, turns  # of about 36 (33 or 34 here; 22 when freed turns went unused)
+    assert all(b - a >= 50_000 for a, b in itertools.pairwise(turns)), turns
+    for n, first in enumerate(turns):
+        assert sum(turn < first + 1_000_000 for turn in turns[n:]) <= 20, turns
+
+
+def test_a_free_turn_is_taken_once_within_the_timeout_and_never_once_gone_by(throttle: Throttle, clock: Clock) -> None:
+    quota = SharedQuota(throttle, "4/s", scope="free-turns")
+
+    def take(timeout: float | None = None) -> Decision:
+        return outbound._take(throttle, quota.policies, quota.identity, timeout=timeout)
+
+    taken = [take() for _ in range(5)]  # 0 to 1 s
+    outbound.give_back(taken[3].hold)  # 0.75 s, with 1 s after it: free
+    # Past a timeout of 0.5 s, and the end of the line too: refused, and
+    # the free turn is still there for a call that waits for it.
+    with pytest.raises(QuotaTimeout):
+        take(timeout=0.5)
+    again = take()
+    assert again.retry_after == pytest.approx(0.75)
+    # Taken, it is no longer free; given back again, it is free again.
+    assert take().retry_after == pytest.approx(1.25)
+    outbound.give_back(again.hold)
+    assert take().retry_after == pytest.approx(0.75)
+    # The last turn reserved goes back to the layers: the next call gets it.
+    last = take()
+    assert last.retry_after == pytest.approx(1.5)
+    outbound.give_back(last.hold)
+    assert take().retry_after == pytest.approx(1.5)
+    # A turn freed and left until it has gone by is never taken: the next
+    # call goes to the end of the line.
+    outbound.give_back(taken[2].hold)  # 0.5 s
+    clock.advance(0.6)
+    assert take().retry_after == pytest.approx(1.75 - 0.6)
+
+
+def test_a_turn_given_back_after_a_reset_is_not_kept_free(throttle: Throttle, clock: Clock) -> None:
+    # The quota is reset while turns wait: one of them given back then has
+    # no entry left to keep, and were it marked free, a call would take it
+    # beside the four turns reserved since, five in a second.
+    quota = SharedQuota(throttle, "4/s", scope="reset-while-waiting")
+    taken = [outbound._take(throttle, quota.policies, quota.identity) for _ in range(4)]
+    throttle.reset(quota.identity, ["reset-while-waiting"])
+    clock.advance(0.1)
+    turns = [0.1 + reserve(throttle, quota.policies, quota.identity) for _ in range(4)]
+    assert turns == pytest.approx([0.1, 0.35, 0.6, 0.85])
+    outbound.give_back(taken[2].hold)  # 0.5 s
+    turns.append(0.1 + reserve(throttle, quota.policies, quota.identity))
+    assert turns[-1] == pytest.approx(1.1)

@@ -22,12 +22,13 @@ log keeps one entry per call in the longest window (2,000 here).
 
 A wait that is given up on, interrupted (``KeyboardInterrupt``) or
 cancelled (``asyncio.wait_for``, a task's ``cancel()``), gives its turn
-back before the exception goes on: the next caller gets it when it was the
-last turn reserved. One given back from the middle of the line moves the
-pace's next turn back, but the sliding log, which counts every later turn,
-mostly puts the next caller at the end of the line all the same: a caller
-with a deadline should give it as its ``timeout`` too, so that no turn
-past it is reserved (see :ref:`outbound`).
+back before the exception goes on, and the next caller gets it: the last
+turn reserved is given back to the layers; one from the middle of the
+line is kept, still counted, and marked free, and the next call whose own
+turn would be later takes it instead (see ``lua/shaping.lua``), so the
+turns are always ones the layers admitted. A caller with a deadline may
+still give it as its ``timeout`` too, so that no turn past it is reserved
+(see :ref:`outbound`).
 
 The quota lives in the storage: a Redis restarted without persistence
 forgets it, and a window that holds calls decided before and after the

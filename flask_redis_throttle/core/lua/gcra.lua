@@ -71,9 +71,10 @@ return {
 
   -- Move the TAT back by given * T, borrowing whole microseconds when the
   -- remainder would go below zero. A TAT that ends up at or before `now`
-  -- means no debt at all, which check() already reads that way.
-  refund = function(now, given, quota, name, _, value, p)
-    if p then
+  -- means no debt at all, which check() already reads that way. A turn
+  -- `kept` free for the next request (see shaping.lua) leaves it as it is.
+  refund = function(now, given, quota, name, _, value, p, _, kept)
+    if p and not kept then
       local _, a, b = unpack_bytes(RECORD, value, p)
       local period = name * 1000000
       local share = fmod(period, quota)

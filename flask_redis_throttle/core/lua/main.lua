@@ -19,10 +19,12 @@
 --     strategy (see records.lua), `value` is the key's string and `p`
 --     where the layer's record starts in it (nil for none); it writes
 --     nothing. `burst` is given for a shaped entry only (see shaping.lua).
---   refund(now, given, quota, name, key, value, p[, burst]) -> record, life
+--   refund(now, given, quota, name, key, value, p[, burst, kept]) -> record, life
 --     the record of the layer once `given`, which a request admitted at
 --     `now` took, is handed back, as if it had never been admitted;
---     nothing when there is nothing to give back
+--     nothing when there is nothing to give back. `kept` is true for a
+--     reserved turn kept free for the next request (see shaping.lua):
+--     nothing is given back to the layer then
 --   size          a packed strategy's record size, in bytes
 --   life(now, value, p, period)
 --     a packed strategy's: how many more microseconds the record at p,
@@ -106,7 +108,9 @@ local byte, sub, unpack_bytes, max = string.byte, string.sub, struct.unpack, mat
 -- shaping.lua); the others at now. The wait is worked out when the first
 -- entry with a delay is met, so a plan without one is not walked for it;
 -- what it read of each key, by entry, is not read again.
-local wait, shaped, read = 0, false, nil
+-- Whether the turn is a free one (see shaping.lua): taken by this
+-- request, which no layer then counts again, or given back by this refund.
+local wait, shaped, read, free = 0, false, nil, false
 
 -- The deciding layer so far, its verdict, whether it is refused by a
 -- penalty, and whether the cost is more than its whole quota; and whether
@@ -142,8 +146,15 @@ while at <= #plan do
   local penalized, delay, burst
   at, penalized, delay, burst = entry_end(plan, flag)
   if delay > 0 and not shaped then
-    wait, read = shaping_wait(now, cost, plan)
+    wait, read, free = shaping_wait(now, cost, plan)
     shaped = true
+    if free and cost > 0 then
+      -- A free turn taken: the layers admitted it already, and its entries
+      -- are still counted. It has none of its quota left, and the layer
+      -- is full until a window after the turn, at the soonest.
+      pick, pick_left, pick_reset = 1, 0, wait + unpack_bytes('<I4', plan, first + 4) * 1000000
+      break
+    end
   end
   local when = delay > 0 and now + wait or now
   local group = nil
@@ -200,7 +211,7 @@ while at <= #plan do
     end
     local record, life
     if cost < 0 then
-      record, life = strategy.refund(now, -cost, quota, name, key, value, p, burst)
+      record, life = strategy.refund(now, -cost, quota, name, key, value, p, burst, free)
       if not record and p then
         -- Nothing to give back: the record stays as it is.
         record, life = sub(value, p, p + size - 1), strategy.life(now, value, p, name * 1000000)

@@ -80,6 +80,58 @@ local function remove(stamped, key, given)
   end
 end
 
+-- Free turns: a reservation given back while later ones wait keeps its
+-- entries, still counted by every layer, and is marked free for the next
+-- request to take in its place, the same turn (see shaping.lua): the set
+-- of turns is then one the log admitted, so every window keeps its count.
+-- A mark is the member "f<time>:<number>", scored minus the turn's time:
+-- no layer counts it (they count from now - window, above 0), nor does
+-- the removal of old entries (from 0), and "w" scores minus a window in
+-- seconds, far above minus a time in microseconds. The marks of turns
+-- gone by at `now` go first: marks are only made here, so they never pile
+-- up (and a turn gone by is never taken).
+local function mark(now, stamped, key, given)
+  local window = tonumber(redis.call('ZSCORE', key, 'w'))
+  if window then
+    redis.call('ZREMRANGEBYSCORE', key, format('(%d', -now), format('(%d', window))
+  end
+  local stamp = format('%d', stamped)
+  local score = format('%d', -stamped)
+  local n = redis.call('ZCOUNT', key, score, score)
+  for _ = 1, given do
+    -- Numbered on from the marks of this time, past any number still used.
+    repeat
+      n = n + 1
+    until not redis.call('ZSCORE', key, 'f' .. stamp .. ':' .. n)
+    redis.call('ZADD', key, score, 'f' .. stamp .. ':' .. n)
+  end
+end
+
+-- Whether `given` entries stamped `stamped` can be kept free: `key` holds
+-- that many of them not marked yet (not when it was reset since, say), and
+-- a turn reserved after them.
+local function later(key, stamped, given)
+  local stamp = format('%d', stamped)
+  local score = format('%d', -stamped)
+  return redis.call('ZCOUNT', key, stamp, stamp) - redis.call('ZCOUNT', key, score, score) >= given
+    and redis.call('ZCOUNT', key, '(' .. stamp, '+inf') > 0
+end
+
+-- Take the earliest free turn of `key` from `now` to `last` that has
+-- `cost` marks, and return its time (nil for none): one command when there
+-- is none.
+local function claim(now, last, cost, key)
+  local marks = redis.call('ZRANGEBYSCORE', key, format('%d', -last), format('%d', -now), 'WITHSCORES')
+  local n = #marks
+  if n < 2 * cost or marks[n] ~= marks[n - 2 * cost + 2] then
+    return nil
+  end
+  for m = n - 1, n - 2 * cost + 1, -2 do
+    redis.call('ZREM', key, marks[m])
+  end
+  return -tonumber(marks[n])
+end
+
 return {
   check = function(now, cost, quota, name, key, _, _, burst)
     local period = name * 1000000
@@ -119,19 +171,25 @@ return {
 
   -- A refund is given back once for the whole set, by store(); a shaped
   -- layer marks it, as check() does, so that the entries go from the
-  -- reserved turn.
-  refund = function(_, _, _, _, _, _, _, burst)
-    return burst and 'r' or '', 0
+  -- reserved turn, or 'k' when the turn is `kept` free (see mark()).
+  refund = function(_, _, _, _, _, _, _, burst, kept)
+    return kept and 'k' or burst and 'r' or '', 0
   end,
 
+  later = later,
+  claim = claim,
+
   -- What the layers of the request noted: `horizon` is the longest window
-  -- of those that counted it; a negative cost is a refund. The entries are
-  -- stamped now + wait when a shaped layer marked the set (`written` is not
-  -- empty), else now.
+  -- of those that counted it; a negative cost is a refund, whose entries
+  -- are removed, or marked free when a layer kept the turn ('k'). The
+  -- entries are stamped now + wait when a shaped layer marked the set
+  -- (`written` is not empty), else now.
   store = function(now, cost, key, written, horizon, wait)
     local stamped = written == '' and now or now + wait
     if cost > 0 then
       add(now, stamped, key, horizon, cost)
+    elseif string.find(written, 'k', 1, true) then
+      mark(now, stamped, key, -cost)
     else
       remove(stamped, key, -cost)
     end
