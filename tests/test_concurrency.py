@@ -15,6 +15,7 @@ that paces its requests, as a client polling after the stall).
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import logging
 import os
@@ -42,12 +43,13 @@ from flask_redis_throttle import ConfigurationError, InvalidLimit, check, limit
 from flask_redis_throttle import _releases as releases_module
 from flask_redis_throttle._releases import Releases
 from flask_redis_throttle.core import local
+from flask_redis_throttle.core.breaker import CircuitBreaker
 from flask_redis_throttle.core.codec import Layout, hash_tag
 from flask_redis_throttle.core.keys import Identity, identity_tag
 from flask_redis_throttle.core.local import LocalFolder
 from flask_redis_throttle.core.rates import parse_limits
 from flask_redis_throttle.core.storage import Storage
-from flask_redis_throttle.core.throttle import Policy, StorageUnavailable, Throttle
+from flask_redis_throttle.core.throttle import Hold, Policy, StorageUnavailable, Throttle
 from flask_redis_throttle.testing import RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -723,6 +725,70 @@ def test_a_release_that_runs_after_its_admission_gives_its_slot_back(storage: St
     assert slots_call(storage, 1, "other")[0] == 1
     slots_call(storage, -1, "unknown")  # a stray release frees nobody's slot
     assert slots_call(storage, 1, "third")[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("error", "strays"),
+    [
+        (redis.TimeoutError("Timeout reading from socket"), 1),
+        (redis.ConnectionError("Connection reset by peer"), 1),
+        (redis.ResponseError("WRONGTYPE"), 0),  # answered: it ran, and wrote nothing
+        (None, 0),  # held back by the open breaker: never sent
+    ],
+)
+@pytest.mark.parametrize("fallback", [False, True])
+def test_only_an_admission_that_may_still_run_leaves_its_slots_to_give_back(
+    error: Exception | None, strays: int, fallback: bool
+) -> None:
+    """The slots of an admission that failed are handed to be given back
+    (:attr:`Throttle.strays`) when the call may have run: sent, with no
+    reply. The fallback deciding the request in its place changes nothing."""
+    breaker = CircuitBreaker(threshold=1, backoff=60.0, max_backoff=60.0)
+    spare = Throttle(Storage.from_url("memory://")) if fallback else None
+    throttle = Throttle(Storage.from_url("memory://"), breaker=breaker, fallback=spare)
+    handed: list[Hold] = []
+    throttle.strays = handed.append
+    if error is None:
+        breaker.failure()
+    else:
+        failure = error
+
+        def failing(*args: Any, **kwargs: Any) -> Any:
+            raise failure
+
+        throttle.storage.evaluate = failing  # type: ignore[method-assign]
+    slots, rate, who = Policy.concurrency(1, 60, "api"), Policy(parse_limits("5/s"), "api"), Identity("ip", "192.0.2.1")
+    if fallback:
+        assert throttle.hit([(slots, [who])]).fallback
+    else:
+        with pytest.raises(StorageUnavailable):
+            throttle.hit([(slots, [who])])
+    with contextlib.suppress(StorageUnavailable):
+        throttle.hit([(rate, [who])])  # holds no slot
+    assert len(handed) == strays
+    for hold in handed:
+        assert hold.keys == (throttle.key(slots, who),)
+        assert hold.lease == 60
+        assert len(hold.token) == 16
+
+
+def test_a_slot_s_token_is_not_part_of_a_cluster_request_s_kept_fan_out(redis_cluster: servers.RedisCluster) -> None:
+    """Each capped request sends a token of its own; the fan-out of its
+    calls is still worked out once and kept, not once per request (nor does
+    it push out the others' from the bounded cache)."""
+    redis_cluster.flushall()
+    storage = Storage.from_url(redis_cluster.url)
+    try:
+        throttle = Throttle(storage)
+        slots = Policy.concurrency(5, 60, "api")
+        ip, user = Identity("ip", "192.0.2.1"), Identity("user", "42")
+        for _ in range(3):
+            decision = throttle.hit([(slots, [ip, user])])
+            assert decision.hold is not None
+            decision.hold.release()
+        assert len(storage._fanouts) == 2  # the admissions', the releases'
+    finally:
+        storage.close()
 
 
 def test_a_slot_never_given_back_is_freed_when_its_lease_ends(app: Flask, clock: Clock) -> None:
