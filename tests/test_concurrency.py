@@ -9,8 +9,10 @@ requests held inside the view by the test, and gunicorn, whose worker is
 killed mid-request. Requests are held and let go with events, and leases
 end on the pinned clock; a slot whose giving back failed is given back in
 the background once the storage answers, which the tests wait for
-(``Releases.idle``), and Redis stalled with ``SIGSTOP`` (the only test
-that paces its requests, as a client polling after the stall).
+(``Releases.idle``), and Redis stalled with ``SIGSTOP`` (the only tests
+that pace their requests, as a client polling after the stall). The two
+calls an admission cut off by a stall leaves, itself and its release, are
+also run in both orders by calling the script.
 """
 
 from __future__ import annotations
