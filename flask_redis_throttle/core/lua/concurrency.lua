@@ -31,13 +31,19 @@
 local format, max, tonumber = string.format, math.max, tonumber
 local SECOND = 1000000
 
+-- The longest a set is kept, in microseconds: a layer's longest window. A
+-- score past it is not ours (written by hand, or corrupt, even infinite),
+-- and must not make a time that Redis reads as negative, which would
+-- delete the set.
+local LONGEST = 4294967295 * SECOND
+
 -- Keep the set until its last lease and its last tombstone have ended, and
 -- a second.
 local function keep(key, now)
   local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
   local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
   local ends = max(tonumber(last[2]), -tonumber(first[2]))
-  redis.call('PEXPIRE', key, format('%d', math.ceil(max(ends - now, 0) / 1000) + 1000))
+  redis.call('PEXPIRE', key, format('%d', math.ceil(math.min(max(ends - now, 0), LONGEST) / 1000) + 1000))
 end
 
 -- Add the lease of `token`, `life` microseconds from `now`, once the ended
