@@ -50,7 +50,7 @@ from flask_redis_throttle.core.codec import Layout, hash_tag
 from flask_redis_throttle.core.keys import Identity, identity_tag
 from flask_redis_throttle.core.local import LocalFolder
 from flask_redis_throttle.core.rates import parse_limits
-from flask_redis_throttle.core.storage import Storage
+from flask_redis_throttle.core.storage import NodeFailure, Storage
 from flask_redis_throttle.core.throttle import Hold, Policy, StorageUnavailable, Throttle
 from flask_redis_throttle.testing import RedisServer, free_port
 
@@ -749,6 +749,10 @@ def test_a_release_that_runs_after_its_admission_gives_its_slot_back(storage: St
         (redis.TimeoutError("Timeout reading from socket"), 1),
         (redis.ConnectionError("Connection reset by peer"), 1),
         (redis.ResponseError("WRONGTYPE"), 0),  # answered: it ran, and wrote nothing
+        # A cluster's: one node's part ran, and may have taken its slots.
+        (NodeFailure(redis.ResponseError("ERR"), frozenset(["a:1"]), frozenset(["b:2"])), 1),
+        (NodeFailure(redis.TimeoutError("Timeout"), frozenset(["a:1"])), 1),
+        (NodeFailure(redis.ResponseError("ERR"), frozenset(["a:1"])), 0),
         (None, 0),  # held back by the open breaker: never sent
     ],
 )
