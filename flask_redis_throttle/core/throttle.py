@@ -448,7 +448,7 @@ class Throttle:
             return replace(decision, fallback=True)
         reply = Reply.decode(raw)
         if reply.admitted:
-            if layout.held and cost > 0:
+            if token:
                 return _decision(reply, checks, layout, hold=self._hold(keys, layout, reply.now, token))
         elif blocks is not None and cost > 0 and reply.layer not in layout.slot_layers:
             # Redis ran the script at or after `sent`, so the layer is full
