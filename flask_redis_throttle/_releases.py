@@ -20,10 +20,14 @@ thread pauses between failed tries, twice as long each time up to
 :data:`LONGEST_PAUSE`. It ends when nothing is left to give back, and starts
 again when something is.
 
-A call that timed out may have reached the storage, which then ran it
+A call that timed out may have reached the storage, which then runs it
 (a stalled server runs what it was sent once it resumes): trying it again
-gives back nothing more. (Unless another request of the same identity and
-scope was admitted at the same microsecond: then its slot is freed early.)
+gives back nothing more, since each request's slots are found by its own
+token. An *admission* that timed out is such a call too: answered without
+its slots, it takes them when the storage runs it, for a request that has
+ended; so its slots wait here as well (see
+:attr:`~flask_redis_throttle.core.throttle.Throttle.strays`). Given back
+before the admission ran, they leave a tombstone that makes it take none.
 """
 
 from __future__ import annotations

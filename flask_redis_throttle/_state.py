@@ -153,6 +153,8 @@ class RateLimitState(Notices):
                 fallback=settings.fallback,
                 listener=self,
             )
+            # The slots an admission that timed out may take once Redis runs it.
+            self.throttle.strays = self.releases.add
             self.overrides = Overrides(self.throttle, settings, self._overrides_unavailable, self._warn)
             if settings.refusal_log_size:
                 key = settings.key_prefix + "refusals"

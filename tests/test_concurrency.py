@@ -9,12 +9,15 @@ requests held inside the view by the test, and gunicorn, whose worker is
 killed mid-request. Requests are held and let go with events, and leases
 end on the pinned clock; a slot whose giving back failed is given back in
 the background once the storage answers, which the tests wait for
-(``Releases.idle``), and Redis stalled with ``SIGSTOP`` (the only test
-that paces its requests, as a client polling after the stall).
+(``Releases.idle``), and Redis stalled with ``SIGSTOP`` (the only tests
+that pace their requests, as a client polling after the stall). The two
+calls an admission cut off by a stall leaves, itself and its release, are
+also run in both orders by calling the script.
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import logging
 import os
@@ -42,12 +45,13 @@ from flask_redis_throttle import ConfigurationError, InvalidLimit, check, limit
 from flask_redis_throttle import _releases as releases_module
 from flask_redis_throttle._releases import Releases
 from flask_redis_throttle.core import local
-from flask_redis_throttle.core.codec import hash_tag
+from flask_redis_throttle.core.breaker import CircuitBreaker
+from flask_redis_throttle.core.codec import Layout, hash_tag
 from flask_redis_throttle.core.keys import Identity, identity_tag
 from flask_redis_throttle.core.local import LocalFolder
 from flask_redis_throttle.core.rates import parse_limits
-from flask_redis_throttle.core.storage import Storage
-from flask_redis_throttle.core.throttle import Policy, StorageUnavailable, Throttle
+from flask_redis_throttle.core.storage import NodeFailure, Storage
+from flask_redis_throttle.core.throttle import Hold, Policy, StorageUnavailable, Throttle
 from flask_redis_throttle.testing import RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -635,6 +639,176 @@ def test_a_stall_costs_capped_clients_the_stall_not_the_lease(stallable: tuple[s
     assert answers[-1][1] == 200, answers
     assert all(after < 1.6 for after, status in answers if status == 429), answers
     assert answers[-1][0] < 4, answers
+
+
+@pytest.mark.parametrize("fail_open", [False, True])
+def test_an_admission_a_stall_cut_off_takes_no_slot_once_redis_runs_it(
+    stallable: tuple[str, int], fail_open: bool
+) -> None:
+    """Redis stops (``SIGSTOP``) while a capped request's admission is in
+    flight: it times out, and the request is answered 503 (failing closed)
+    or let through (failing open) without its slot. Redis resumes and runs the admission all the same, for
+    a request already answered: it took the client's one slot for the whole
+    lease (the scripts' clock is pinned: for ever), and the client got 429.
+    Now the request's slot is given back by its token in the background once
+    Redis answers, whichever of the two calls Redis runs first: the client is
+    refused for no longer than that takes, and admitted after."""
+    url, pid = stallable
+    app = Flask("tests")
+    # No near-limit log: its write would keep the pooled connection busy,
+    # and the admission, on a new one, would time out before it is sent.
+    app.config.update(RATELIMIT_STORAGE_URL=url, RATELIMIT_FAIL_OPEN=fail_open, RATELIMIT_NEAR_LIMIT=None)
+
+    @app.get("/quick")
+    @limit("1000/h", concurrent=1, scope="work")
+    def quick() -> str:
+        return "ok"
+
+    state = install(app)
+    with serving(app) as port, closing(app):
+        assert fetch(port, "/quick")[0] == 200  # connected, the script loaded
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            assert fetch(port, "/quick")[0] == (200 if fail_open else 503)  # its admission timed out, sent
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        resumed = time.monotonic()
+        answers: list[tuple[float, int]] = []
+        while time.monotonic() < resumed + 5:
+            status = fetch(port, "/quick")[0]
+            answers.append((round(time.monotonic() - resumed, 2), status))
+            if status == 200:
+                break
+            time.sleep(0.05)
+        assert state.releases.idle.wait(PATIENCE)
+        # Both calls have run by now: the slot stays free.
+        assert [fetch(port, "/quick")[0] for _ in range(3)] == [200, 200, 200]
+    assert answers[-1][1] == 200, answers
+    assert all(after < 1.6 for after, status in answers if status == 429), answers
+
+
+def slots_call(storage: Storage, cost: int, token: str) -> list[int]:
+    """One script call on the slots of 192.0.2.1 under a cap of 1 with a
+    lease of 60 s, at :data:`T0`: an admission (cost 1), or the release of
+    one (cost -1), with ``token``."""
+    throttle = Throttle(storage)
+    slots = Policy.concurrency(1, 60, "api")
+    key = throttle.key(slots, Identity("ip", "192.0.2.1"))
+    plan = Layout.of([(slots.entry, 1, slots.layers)]).plan
+    reply: list[int] = storage.evaluate(slots.strategies, [key], [T0, cost, plan, 0, token])
+    return reply
+
+
+@pytest.mark.parametrize("repeated", [False, True])
+def test_a_release_that_runs_before_its_admission_leaves_the_slot_free(storage: Storage, repeated: bool) -> None:
+    """The release of an admission that timed out, and the admission, sent
+    on two connections to a stalled Redis, run in either order once it
+    resumes. Released first (twice, when the first try also timed out and
+    was tried again), the slot is not taken by the admission that comes
+    after: its token's tombstone makes it take none, for a lease; another
+    request's admission is counted as ever."""
+    for _ in range(2 if repeated else 1):
+        slots_call(storage, -1, "late")
+    assert slots_call(storage, 1, "late")[0] == 1  # admitted, for a request long answered
+    assert slots_call(storage, 1, "other")[0] == 1  # the one slot was still free
+    assert slots_call(storage, 1, "third")[0] == 0
+    key = Throttle(storage).key(Policy.concurrency(1, 60, "api"), Identity("ip", "192.0.2.1"))
+    # The tombstone ends with the lease, and the set with it, and a second.
+    assert 60_000 < storage.client.execute_command("PTTL", key) <= 61_000
+
+
+@pytest.mark.parametrize("score", ["-inf", "-1e300"])
+def test_a_slots_set_with_a_score_not_ours_keeps_its_leases(storage: Storage, score: str) -> None:
+    """A score below any tombstone's (written by hand, or corrupt, even
+    infinite), read as the latest tombstone's end, does not delete the set
+    (with a time to live Redis reads as negative): it is kept for a layer's
+    longest window at most, and its leases stay."""
+    key = Throttle(storage).key(Policy.concurrency(1, 60, "api"), Identity("ip", "192.0.2.1"))
+    storage.client.execute_command("ZADD", key, score, "junk")
+    slots_call(storage, 1, "mine")
+    slots_call(storage, -1, "gone")  # a tombstone: the set is kept for it too
+    assert storage.client.execute_command("ZSCORE", key, "mine") is not None
+    assert 60_000 < storage.client.execute_command("PTTL", key) <= (2**32 - 1) * 1000 + 1000
+
+
+def test_a_release_that_runs_after_its_admission_gives_its_slot_back(storage: Storage) -> None:
+    """The other order: the admission runs first and takes the slot, then
+    its release, by token, gives it back; and only that slot: another
+    request's, admitted the same microsecond, stays held."""
+    assert slots_call(storage, 1, "late")[0] == 1
+    assert slots_call(storage, 1, "other")[0] == 0
+    slots_call(storage, -1, "late")
+    assert slots_call(storage, 1, "other")[0] == 1
+    slots_call(storage, -1, "unknown")  # a stray release frees nobody's slot
+    assert slots_call(storage, 1, "third")[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("error", "strays"),
+    [
+        (redis.TimeoutError("Timeout reading from socket"), 1),
+        (redis.ConnectionError("Connection reset by peer"), 1),
+        (redis.ResponseError("WRONGTYPE"), 0),  # answered: it ran, and wrote nothing
+        # A cluster's: one node's part ran, and may have taken its slots.
+        (NodeFailure(redis.ResponseError("ERR"), frozenset(["a:1"]), frozenset(["b:2"])), 1),
+        (NodeFailure(redis.TimeoutError("Timeout"), frozenset(["a:1"])), 1),
+        (NodeFailure(redis.ResponseError("ERR"), frozenset(["a:1"])), 0),
+        (None, 0),  # held back by the open breaker: never sent
+    ],
+)
+@pytest.mark.parametrize("fallback", [False, True])
+def test_only_an_admission_that_may_still_run_leaves_its_slots_to_give_back(
+    error: Exception | None, strays: int, fallback: bool
+) -> None:
+    """The slots of an admission that failed are handed to be given back
+    (:attr:`Throttle.strays`) when the call may have run: sent, with no
+    reply. The fallback deciding the request in its place changes nothing."""
+    breaker = CircuitBreaker(threshold=1, backoff=60.0, max_backoff=60.0)
+    spare = Throttle(Storage.from_url("memory://")) if fallback else None
+    throttle = Throttle(Storage.from_url("memory://"), breaker=breaker, fallback=spare)
+    handed: list[Hold] = []
+    throttle.strays = handed.append
+    if error is None:
+        breaker.failure()
+    else:
+        failure = error
+
+        def failing(*args: Any, **kwargs: Any) -> Any:
+            raise failure
+
+        throttle.storage.evaluate = failing  # type: ignore[method-assign]
+    slots, rate, who = Policy.concurrency(1, 60, "api"), Policy(parse_limits("5/s"), "api"), Identity("ip", "192.0.2.1")
+    if fallback:
+        assert throttle.hit([(slots, [who])]).fallback
+    else:
+        with pytest.raises(StorageUnavailable):
+            throttle.hit([(slots, [who])])
+    with contextlib.suppress(StorageUnavailable):
+        throttle.hit([(rate, [who])])  # holds no slot
+    assert len(handed) == strays
+    for hold in handed:
+        assert hold.keys == (throttle.key(slots, who),)
+        assert hold.lease == 60
+        assert len(hold.token) == 16
+
+
+def test_a_slot_s_token_is_not_part_of_a_cluster_request_s_kept_fan_out(redis_cluster: servers.RedisCluster) -> None:
+    """Each capped request sends a token of its own; the fan-out of its
+    calls is still worked out once and kept, not once per request (nor does
+    it push out the others' from the bounded cache)."""
+    redis_cluster.flushall()
+    storage = Storage.from_url(redis_cluster.url)
+    try:
+        throttle = Throttle(storage)
+        slots = Policy.concurrency(5, 60, "api")
+        ip, user = Identity("ip", "192.0.2.1"), Identity("user", "42")
+        for _ in range(3):
+            decision = throttle.hit([(slots, [ip, user])])
+            assert decision.hold is not None
+            decision.hold.release()
+        assert len(storage._fanouts) == 2  # the admissions', the releases'
+    finally:
+        storage.close()
 
 
 def test_a_slot_never_given_back_is_freed_when_its_lease_ends(app: Flask, clock: Clock) -> None:

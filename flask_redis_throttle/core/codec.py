@@ -252,7 +252,8 @@ class Part:
     """One call of a request split by hash tag (see :func:`split`).
 
     :param keys: its entries' keys, then their penalty keys.
-    :param args: now, cost and its entries' plan.
+    :param args: now, cost and its entries' plan, then the arguments that
+        follow the plan, if any.
     :param layers: for each of its layers, in order, the layer's number in
         the whole request's plan (0-based).
     """
@@ -264,9 +265,8 @@ class Part:
 
 def split(keys: Sequence[str], args: Args) -> list[Part]:
     """Cut one call into one call per hash tag, each with the entries (and
-    the penalty keys) of that tag, in their order, and the arguments after
-    the plan as they are (a refund's wait: dropped, a sliding log with a
-    delay would look for its entries at the wrong time and keep them)."""
+    the penalty keys) of that tag, in their order, and the arguments that
+    follow the plan (a refund's wait, the slots' token) as they are."""
     now, cost, plan, rest = args[0], args[1], args[2], list(args[3:])
     assert isinstance(plan, bytes)
     parts = list(entries(plan))
@@ -290,9 +290,10 @@ def split(keys: Sequence[str], args: Args) -> list[Part]:
 def refund_of(part: Part, reply: Sequence[int], cost: int) -> tuple[list[str], list[Arg]]:
     """The call that gives back ``cost`` that ``part`` took when it was
     admitted with ``reply``: the same keys and plan, at the time it decided,
-    and the wait it replied, where a sliding log with a delay stamped the
-    request's entries (see ``lua/shaping.lua``)."""
-    return part.keys, [reply[5], -cost, part.args[2], reply[4]]
+    the wait it replied, where a sliding log with a delay stamped the
+    request's entries (see ``lua/shaping.lua``), and its token, if it has one,
+    by which its concurrency slots are found (see ``lua/concurrency.lua``)."""
+    return part.keys, [reply[5], -cost, part.args[2], reply[4], *part.args[4:]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,6 +318,15 @@ class Fanout:
     def of(cls, parts: list[Part]) -> Fanout:
         """The fan-out of ``parts``."""
         return cls(parts, [(part.keys, part.args) for part in parts])
+
+    def sent_with(self, rest: Sequence[Arg]) -> Fanout:
+        """This fan-out with ``rest`` after each part's plan: the arguments
+        that change from one request to the next (a refund's wait, the
+        slots' token), kept out of the fan-outs kept. Its scripts are this one's."""
+        if not rest:
+            return self
+        parts = [Part(part.keys, [*part.args, *rest], part.layers) for part in self.parts]
+        return Fanout(parts, [(part.keys, part.args) for part in parts], self.scripts)
 
 
 def settle(parts: Sequence[Part], replies: Sequence[Sequence[int]]) -> tuple[list[int], list[Call]]:

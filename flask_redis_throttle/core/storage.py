@@ -238,14 +238,17 @@ class Storage:
     def _fanout(self, keys: Sequence[str], args: Args) -> Fanout:
         """The :class:`~flask_redis_throttle.core.codec.Fanout` of a cluster request: worked out on its keys'
         first request under its plan, and kept (the time is ``""`` outside
-        tests). The arguments' types are in the key: ``1``, ``1.0`` and
+        tests), with the arguments past the plan, which change with each
+        request (a slot's token), put in afterwards. The arguments' types
+        are in the key: ``1``, ``1.0`` and
         ``True`` are equal but not encoded alike. Past :data:`KEY_CACHE_SIZE`,
         all are forgotten at once: a flood of identities cannot grow the process."""
-        key = (tuple(keys), tuple(args), tuple(map(type, args)))
+        head = args[:3]
+        key = (tuple(keys), tuple(head), tuple(map(type, head)))
         fanout = self._fanouts.get(key)
         if fanout is None:
-            fanout = remember(self._fanouts, key, Fanout.of(split(keys, args)), KEY_CACHE_SIZE)
-        return fanout
+            fanout = remember(self._fanouts, key, Fanout.of(split(keys, head)), KEY_CACHE_SIZE)
+        return fanout.sent_with(args[3:])
 
     def evaluate_many(
         self, strategies: frozenset[str], calls: Sequence[Call], script: Script | None = None

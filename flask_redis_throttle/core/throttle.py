@@ -8,10 +8,13 @@ request's checks in one script call, and returns its :class:`Decision`.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import ParamSpec, TypeVar
+
+import redis
 
 from .blocks import Block, BlockCache
 from .bounded import remember
@@ -245,28 +248,35 @@ class Hold:
         the fallback did).
     :param keys: the keys to give back on.
     :param plan: their plan entries.
-    :param now: the time the request was admitted at, in microseconds.
+    :param now: the time the request was admitted at, in microseconds;
+        None when it is not known (an admission that got no reply): the
+        storage's clock when the slots are given back.
     :param lease: the longest the slots are held, in seconds from ``now``:
         once it has passed, they are free whether given back or not.
     :param strategies: the strategies of those entries.
     :param cost: what the request took.
     :param wait: the wait the admission replied, in microseconds: a
         sliding log with a delay stamped the request's entries then.
+    :param token: the request's, sent with its admission, by which the
+        slots it took are found (see ``lua/concurrency.lua``).
     """
 
     throttle: Throttle
     keys: tuple[str, ...]
     plan: bytes
-    now: int
+    now: int | None
     lease: int = 0
     strategies: frozenset[str] = _SLOTS
     cost: int = 1
     wait: int = 0
+    token: str = ""
 
     def release(self, guarded: bool = True) -> None:
         """Give it back: one script call, a refund of the request on the
-        held keys alone. Giving back slots that their leases have already
-        freed, or a turn long past, changes nothing.
+        held keys alone (its slots found by its token). Giving back slots
+        that their leases have already freed, or a turn long past, changes
+        nothing; giving back slots before the admission that takes them has
+        run (it timed out, and the storage runs it late) makes it take none.
 
         :param guarded: whether the call goes through the circuit breakers,
             as a request's do (see :meth:`Throttle.call`); False sends it
@@ -277,9 +287,11 @@ class Hold:
         :raises UnexpectedError: if it raised an error that is not Redis's.
         """
         throttle, keys = self.throttle, self.keys
-        args: list[Arg] = [self.now, -self.cost, self.plan]
-        if self.wait:
+        args: list[Arg] = ["" if self.now is None else self.now, -self.cost, self.plan]
+        if self.wait or self.token:
             args.append(self.wait)
+        if self.token:
+            args.append(self.token)
         if guarded:
             throttle.call(throttle.storage.evaluate, keys, self.strategies, keys, args)
         else:
@@ -335,6 +347,12 @@ class Throttle:
         self.blocks = blocks
         self.breaker = breaker
         self.fallback = fallback
+        #: Told of the slots an admission may still take though it failed
+        #: (it timed out, or its connection was lost: the storage may run it
+        #: once it answers), to give back once the storage answers (the
+        #: Flask layer's :class:`~flask_redis_throttle._releases.Releases`
+        #: does); None leaves them to their lease.
+        self.strays: Callable[[Hold], object] | None = None
         self._head = prefix + "{"
         #: A cluster's breakers by node (``host:port``), made on first use.
         self._node_breakers: dict[str, CircuitBreaker] = {}
@@ -414,6 +432,11 @@ class Throttle:
         keys, layout, strategies = self._prepare(checks)
         now = self.now()
         args: list[Arg] = ["" if now is None else now, cost, layout.plan]
+        token = ""
+        if layout.held and cost > 0:
+            # The slots' token: what gives them back finds them by it.
+            token = os.urandom(8).hex()
+            args += (0, token)
         # A refusal of a shaped request is not remembered: the request
         # after it may be given a turn before the refusal's retry is over.
         blocks = None if layout.shaped else self.blocks
@@ -429,6 +452,8 @@ class Throttle:
         try:
             raw = self.call(self.storage.evaluate, keys, strategies, keys, args)  # no closure: locals stay fast
         except StorageUnavailable as error:
+            if token and self.strays is not None and _may_have_run(error):
+                self.strays(self._hold(keys, layout, now, token))
             if self.fallback is None or isinstance(error, UnexpectedError):
                 raise
             decision = self.fallback.hit(checks, cost, returnable)
@@ -436,11 +461,19 @@ class Throttle:
         reply = Reply.decode(raw)
         if reply.admitted:
             if returnable and cost > 0:
-                hold = Hold(self, tuple(keys), layout.plan, reply.now, strategies=strategies, cost=cost, wait=raw[4])
+                hold = Hold(
+                    self,
+                    tuple(keys),
+                    layout.plan,
+                    reply.now,
+                    strategies=strategies,
+                    cost=cost,
+                    wait=raw[4],
+                    token=token,
+                )
                 return _decision(reply, checks, layout, hold=hold)
-            if layout.held and cost > 0:
-                hold = Hold(self, tuple([keys[key] for key in layout.held]), layout.held_plan, reply.now, layout.lease)
-                return _decision(reply, checks, layout, hold=hold)
+            if token:
+                return _decision(reply, checks, layout, hold=self._hold(keys, layout, reply.now, token))
         elif blocks is not None and cost > 0 and reply.layer not in layout.slot_layers:
             # Redis ran the script at or after `sent`, so the layer is full
             # until at least `sent + retry_after`. (Not a slot: one frees
@@ -448,6 +481,11 @@ class Throttle:
             layer, quota = layout.layers(keys)[reply.layer]
             blocks.add(layer, Block.after(sent, quota, cost, raw[2], raw[4], raw[3], reply.penalized))
         return _decision(reply, checks, layout)
+
+    def _hold(self, keys: Sequence[str], layout: Layout, now: int | None, token: str) -> Hold:
+        """The slots a request with ``keys`` under ``layout``, admitted at
+        ``now`` with ``token``, holds."""
+        return Hold(self, tuple([keys[key] for key in layout.held]), layout.held_plan, now, layout.lease, token=token)
 
     def _prepare(self, checks: Sequence[Check]) -> tuple[list[str], Layout, frozenset[str]]:
         """A request's script call but for its time and cost: every
@@ -607,6 +645,22 @@ def _settle(breakers: dict[str, CircuitBreaker], error: Exception) -> None:
             guard.success()
         else:
             guard.abandon()
+
+
+def _may_have_run(error: StorageUnavailable) -> bool:
+    """Whether the call that failed with ``error`` may have run, or still
+    run: it was sent, and its reply never came (a timeout, or a connection
+    lost; redis-py does not tell one lost while reading from one lost while
+    connecting, so both count), or, on a cluster, some node answered its
+    part. A call a breaker held back was never sent."""
+    cause = error.__cause__
+    while cause is not None:
+        if isinstance(cause, (redis.TimeoutError, redis.ConnectionError)):
+            return True
+        if isinstance(cause, NodeFailure) and cause.answered:
+            return True
+        cause = cause.__cause__
+    return False
 
 
 def _held_back(where: str, breaker: CircuitBreaker) -> StorageUnavailable:

@@ -29,11 +29,11 @@
 --   life(now, value, p, period)
 --     a packed strategy's: how many more microseconds the record at p,
 --     of a window of `period` microseconds, must be kept (see records.lua)
---   store(now, cost, key, records, life, wait)
+--   store(now, cost, key, records, life, wait, token)
 --     a strategy that is not packed writes `key` itself, once, if any of
 --     its layers gave a record: `records` joins those of every entry on
---     the key, `life` is the longest life they gave, and `wait` the
---     request's (see shaping.lua)
+--     the key, `life` is the longest life they gave, `wait` the
+--     request's (see shaping.lua), and `token` ARGV[5]
 --   unit          true for a strategy a request takes one of whatever its
 --                 cost (concurrency.lua's slots): never over its quota
 --
@@ -66,6 +66,10 @@
 --             burst follow that (4 bytes each; see shaping.lua)
 --   ARGV[4]   a refund's only, and optional: the wait, in microseconds,
 --             that the admitting call replied (see shaping.lua)
+--   ARGV[5]   the request's token, when its plan holds concurrency slots
+--             and its cost is not 0: random, the admission's and its
+--             refund's alike, by which the refund finds the slots it took
+--             (see concurrency.lua)
 --
 -- Every layer is checked before any key is written, and nothing is written
 -- unless all of them have room: a refused request consumes no quota. A
@@ -306,7 +310,7 @@ if admitted and cost ~= 0 then
       if strategy.size then
         set(key, written, keys[s + 4])
       else
-        strategy.store(now, cost, key, written, keys[s + 4], wait)
+        strategy.store(now, cost, key, written, keys[s + 4], wait, ARGV[5])
       end
     end
   end
