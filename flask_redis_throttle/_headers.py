@@ -42,6 +42,7 @@ __all__ = [
     "QUOTA_EXCEEDED",
     "REQUESTS",
     "UNITS",
+    "Draft",
     "LayerNames",
     "LegacyNames",
     "legacy_headers",
@@ -53,12 +54,48 @@ __all__ = [
     "state_header",
 ]
 
-#: The drafts whose form the responses can take (``RATELIMIT_HEADERS_DRAFT``):
-#: 11, the default, or 10, the form of 0.2.x (no ``qu``, no ``pk``, and
-#: ``about:blank`` problem details).
-DRAFTS = (10, 11)
 #: The problem type of an exceeded quota (draft-11, section 5.1).
 QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+
+
+@dataclass(frozen=True)
+class Draft:
+    """The form a draft of the IETF headers gives the responses: chosen once,
+    at ``init_app``, from ``RATELIMIT_HEADERS_DRAFT``, and read wherever a
+    response is made, so that what a draft means is written here alone."""
+
+    #: The draft's number, the setting's value.
+    number: int
+    #: Whether ``RateLimit-Policy`` gives the quota unit (``qu``) of a
+    #: layer that does not count requests.
+    quota_units: bool
+    #: Whether ``RateLimit`` may carry a partition key (``pk``:
+    #: ``RATELIMIT_HEADERS_PARTITION_KEY``).
+    partition_keys: bool
+    #: The type and title of a 429's problem details.
+    problem_type: str
+    problem_title: str
+    #: Whether the problem details name the layers exceeded, in
+    #: ``violated-policies``.
+    violated_policies: bool
+
+    @classmethod
+    def of_problem(cls, violated: bool) -> Draft:
+        """The draft whose problem details name the layers exceeded, if
+        ``violated``, or do not."""
+        return next(draft for draft in DRAFTS.values() if draft.violated_policies == violated)
+
+
+#: The drafts whose form the responses can take (``RATELIMIT_HEADERS_DRAFT``),
+#: by number: 11, the default, or 10, the form of 0.2.x (no ``qu``, no
+#: ``pk``, and ``about:blank`` problem details).
+DRAFTS: dict[int, Draft] = {
+    draft.number: draft
+    for draft in (
+        Draft(10, False, False, "about:blank", "Too Many Requests", False),
+        Draft(11, True, True, QUOTA_EXCEEDED, "Quota Exceeded", True),
+    )
+}
 #: The quota unit a layer has unless it says otherwise, left out of the header.
 REQUESTS = "requests"
 #: The quota unit of a concurrency cap: requests in flight, with no window.

@@ -498,7 +498,7 @@ class RateLimitState(Notices):
         setattr(g._get_current_object(), OUTCOME_ATTRIBUTE, Outcome(labels, shown, over is None, None, held))
         replacement = self._report_refusal(req, endpoint, batch, decision, False, over)
         policy, layer = (decision.policy, decision.layer) if over is None else (over.policy, over.layer)
-        violated = (labels.name(policy, layer),) if self.settings.headers_draft >= 11 else None
+        violated = (labels.name(policy, layer),) if self.settings.draft.violated_policies else None
         if over is not None:
             error = RateLimitExceeded(
                 layer,

@@ -6,13 +6,14 @@ from __future__ import annotations
 import base64
 import json
 import re
+from dataclasses import replace
 
 import pytest
 from flask import Flask, request
 from helpers import Clock, get, install
 
 from flask_redis_throttle import ConfigurationError, InvalidLimit, RateLimit, limit
-from flask_redis_throttle._headers import LayerNames
+from flask_redis_throttle._headers import DRAFTS, LayerNames
 from flask_redis_throttle.core.rates import parse_limits
 from flask_redis_throttle.core.throttle import Policy
 
@@ -89,8 +90,17 @@ def test_a_json_refusal_is_of_the_quota_exceeded_type(app: Flask, clock: Clock) 
     assert json.loads(refused.text)["violated-policies"] == ["1m"]
 
 
-def test_draft_10_keeps_the_form_of_0_2(app: Flask, clock: Clock) -> None:
-    uploads(app, RATELIMIT_HEADERS_DRAFT=10)
+def draft_11_as_10(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make draft 11's record the same as draft 10's: what the responses
+    and the settings make of a draft is read from its record alone."""
+    monkeypatch.setitem(DRAFTS, 11, replace(DRAFTS[10], number=11))
+
+
+@pytest.mark.parametrize("draft", [10, 11], ids=["draft-10", "draft-11-recorded-as-10"])
+def test_draft_10_keeps_the_form_of_0_2(app: Flask, clock: Clock, draft: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    if draft == 11:
+        draft_11_as_10(monkeypatch)
+    uploads(app, RATELIMIT_HEADERS_DRAFT=draft)
     clock.set(0.5)
     client = app.test_client()
     client.post("/upload")
@@ -184,6 +194,16 @@ def test_a_refusal_has_the_partition_key_too(app: Flask) -> None:
     ],
 )
 def test_a_partition_key_needs_a_secret_and_draft_11(config: dict[str, object]) -> None:
+    refused_partition_key(config)
+
+
+def test_a_partition_key_needs_a_draft_whose_record_has_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    draft_11_as_10(monkeypatch)
+    refused_partition_key({"RATELIMIT_HEADERS_PARTITION_KEY": True, "RATELIMIT_KEY_SECRET": SECRET})
+
+
+def refused_partition_key(config: dict[str, object]) -> None:
+    """Check that ``config`` is refused at ``init_app``, naming the partition key and the secret."""
     app = Flask("tests")
     app.config.update(config)
     with pytest.raises(ConfigurationError, match="RATELIMIT_HEADERS_PARTITION_KEY") as raised:
