@@ -176,6 +176,10 @@ class LayerNames:
     names: dict[tuple[int, int], str]
     #: The policies, in order.
     policies: tuple[Policy, ...]
+    #: The quota unit of each policy's layers, in the same order, so that
+    #: names made again from these (:meth:`joined`, an override's layers)
+    #: keep them.
+    units: tuple[str, ...] = ()
     #: The start of each layer's ``RateLimit`` value, by the same keys as
     #: ``names``: made once, so that a response's header is one format.
     heads: dict[tuple[int, int], str] = field(init=False, repr=False, compare=False)
@@ -194,8 +198,8 @@ class LayerNames:
         names: dict[tuple[int, int], str] = {}
         layers = []
         layer_units = []
-        for place, policy in enumerate(policies):
-            unit = units[place] if place < len(units) else REQUESTS
+        units = tuple(units[place] if place < len(units) else REQUESTS for place in range(len(policies)))
+        for place, (policy, unit) in enumerate(zip(policies, units, strict=True)):
             for layer in policy.layers:
                 name = "conc" if policy.concurrent else layer.name
                 if name in names.values():
@@ -203,7 +207,16 @@ class LayerNames:
                 names[place, layer.window] = name
                 layers.append((name, layer))
                 layer_units.append(CONCURRENT if policy.concurrent else unit)
-        return cls(policy_header(layers, layer_units), names, tuple(policies))
+        return cls(policy_header(layers, layer_units), names, tuple(policies), units)
+
+    def joined(self, other: LayerNames) -> LayerNames:
+        """The names of these policies, then ``other``'s, each with its unit:
+        a ``with limit(...)`` block's beside the view's."""
+        return LayerNames.of((*self.policies, *other.policies), (*self.units, *other.units))
+
+    def unit(self, policy: Policy) -> str:
+        """The quota unit of one of the policies; requests for another."""
+        return next((unit for each, unit in zip(self.policies, self.units, strict=True) if each == policy), REQUESTS)
 
     def name(self, policy: Policy, layer: Layer) -> str:
         """The name of one layer of one of the policies, as the problem

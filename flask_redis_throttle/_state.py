@@ -282,7 +282,7 @@ class RateLimitState(Notices):
         held: list[Hold] | None = None
         if previous is not None:
             shown, deferred, held = previous.decision, previous.deferred, previous.held
-            labels = LayerNames.of((*previous.labels.policies, *labels.policies))
+            labels = previous.labels.joined(labels)
         metrics = self.metrics
         near = self.settings.near_limit
         wait = 0.0

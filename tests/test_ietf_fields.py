@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 from flask import Flask, request
-from helpers import Clock, get, install
+from helpers import Clock, flask_command, get, install
 
 from flask_redis_throttle import ConfigurationError, InvalidLimit, RateLimit, limit
 from flask_redis_throttle._headers import DRAFTS, LayerNames
@@ -56,6 +56,43 @@ def test_a_dynamic_limit_has_its_unit_too(app: Flask) -> None:
     response = app.test_client().post("/upload", data=b"x" * 10, headers={"X-Plan": "500/h"})
     assert response.headers["RateLimit-Policy"] == '"1h";q=500;qu="content-bytes";w=3600'
     assert response.headers["RateLimit"] == '"1h";r=490;t=3600'
+
+
+def test_a_block_limit_keeps_the_unit_of_the_view_s(app: Flask) -> None:
+    # The names are made again with the block's layers: the view's layer
+    # in bytes lost its qu there.
+    @app.post("/upload")
+    @limit("100/m", cost=lambda req: len(req.get_data()), unit="content-bytes")
+    def upload() -> str:
+        with limit("5/m", scope="inner"):
+            return "stored"
+
+    install(app)
+    response = app.test_client().post("/upload", data=b"x" * 30)
+    assert response.headers["RateLimit-Policy"] == '"1m";q=100;qu="content-bytes";w=60, "1m-2";q=5;w=60'
+
+
+def test_an_override_keeps_the_unit_of_the_limit_it_stands_for(app: Flask) -> None:
+    # The names are made again with the override's layers: they lost the
+    # limit's qu there.
+    uploads(app)
+    out = flask_command(app, "ratelimit", "override", "ip:192.0.2.9", "500/h", "--scope", "upload-bytes", "--for", "1h")
+    assert out.exit_code == 0, out.output
+    client = app.test_client()
+    response = client.post("/upload", data=b"x" * 30, environ_base={"REMOTE_ADDR": "192.0.2.9"})
+    assert response.status_code == 200
+    assert response.headers["RateLimit-Policy"] == '"1m";q=2;w=60, "1h";q=500;qu="content-bytes";w=3600'
+
+
+def test_a_concurrency_cap_keeps_its_unit_in_draft_10(app: Flask) -> None:
+    @app.get("/")
+    @limit("5/m", concurrent=3, unit="content-bytes", cost=1)
+    def index() -> str:
+        return "ok"
+
+    install(app, RATELIMIT_HEADERS_DRAFT=10)
+    response = get(app.test_client())
+    assert response.headers["RateLimit-Policy"] == '"1m";q=5;w=60, "conc";q=3;qu="concurrent-requests"'
 
 
 def test_a_bad_unit_is_refused_when_the_limit_is_written() -> None:
