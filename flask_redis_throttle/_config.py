@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from ._headers import DRAFTS, LEGACY_HEADERS, LegacyNames, partition_secret
+from ._headers import DRAFTS, LEGACY_HEADERS, Draft, LegacyNames, partition_secret
 from ._identity import IDENTITY_NAMES, IdentitySpec, check_identities
 from ._spec import TOKEN, LimitSpec, make_spec
 from .core.checks import is_integer, is_number
@@ -215,7 +215,7 @@ class Settings:
     shadow: bool
     on_breach: Callable[[RefusalEvent], object] | None
     #: The draft whose form the responses take (``RATELIMIT_HEADERS_DRAFT``).
-    headers_draft: int
+    draft: Draft
     #: The key of the ``pk`` digests; None for no ``pk``
     #: (``RATELIMIT_HEADERS_PARTITION_KEY``).
     partition_secret: bytes | None
@@ -242,11 +242,13 @@ class Settings:
                 raise ConfigurationError(key, config[key], expected.format_map(config))
         secret = _key_secret(config["RATELIMIT_KEY_SECRET"])
         partition = config["RATELIMIT_HEADERS_PARTITION_KEY"]
-        if partition and (secret is None or config["RATELIMIT_HEADERS_DRAFT"] < 11):
+        draft = DRAFTS[config["RATELIMIT_HEADERS_DRAFT"]]
+        if partition and (secret is None or not draft.partition_keys):
             raise ConfigurationError(
                 "RATELIMIT_HEADERS_PARTITION_KEY",
                 partition,
-                "False unless RATELIMIT_KEY_SECRET is set (the key of its digests) and RATELIMIT_HEADERS_DRAFT is 11",
+                "False unless RATELIMIT_KEY_SECRET is set (the key of its digests) and RATELIMIT_HEADERS_DRAFT is "
+                + " or ".join(str(number) for number, each in DRAFTS.items() if each.partition_keys),
             )
         near_limit = config["RATELIMIT_NEAR_LIMIT"]
         read = {
@@ -261,6 +263,7 @@ class Settings:
             "breaker_max_backoff": float(config["RATELIMIT_BREAKER_MAX_BACKOFF"]),
             "partition_secret": partition_secret(secret) if partition and secret else None,
             "near_limit": None if near_limit is None else _fraction(near_limit),
+            "draft": draft,
         }
         # The other fields are the settings as they are, named after them.
         for field in dataclasses.fields(cls):

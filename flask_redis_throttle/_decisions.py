@@ -1,8 +1,9 @@
 """Small rules about decisions that the request hooks and
-:func:`~flask_redis_throttle.current_limit` share: which of two decisions the
-headers show, what an inspection says of a request's real cost, a request
-over a layer's whole quota, a decision's metrics label, and whether a
-request took a layer past the near-limit share.
+:func:`~flask_redis_throttle.current_limit` share, each written here once:
+which of two decisions the headers show (:func:`tighter`), what an
+inspection says of a request's real cost (:func:`at_cost`), a request over
+a layer's whole quota, a decision's metrics label, and whether a request
+took a layer past the near-limit share.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from ._plan import Batch, PlannedLimit
 
 
-def _crossed(decision: Decision, cost: int, share: tuple[int, int]) -> bool:
+def crossed(decision: Decision, cost: int, share: tuple[int, int]) -> bool:
     """Whether an admitted request of ``cost`` took the deciding layer's use
     to ``share`` (a fraction: numerator, denominator) of its quota or past
     it, from below: only the request that crosses the line, not those after
@@ -30,7 +31,7 @@ def _crossed(decision: Decision, cost: int, share: tuple[int, int]) -> bool:
     return used * denominator >= quota * numerator > (used - cost) * denominator
 
 
-def _outcome(decision: Decision, shadow: bool) -> str:
+def outcome_label(decision: Decision, shadow: bool) -> str:
     """The ``outcome`` label of a decision Redis, the block cache or the fallback made."""
     if decision.fallback:
         return "fallback"
@@ -41,7 +42,7 @@ def _outcome(decision: Decision, shadow: bool) -> str:
     return "blocked_in_process" if decision.cached else "refused"
 
 
-def _limit_of(policy: Policy, batch: Batch) -> PlannedLimit | None:
+def batch_limit(policy: Policy, batch: Batch) -> PlannedLimit | None:
     """The limit of ``batch`` whose check has ``policy``."""
     for limit, (checked, _) in zip(batch.limits, batch.checks, strict=True):
         if checked is policy:
@@ -49,7 +50,7 @@ def _limit_of(policy: Policy, batch: Batch) -> PlannedLimit | None:
     return None
 
 
-class _OverQuota(NamedTuple):
+class OverQuota(NamedTuple):
     """A layer whose whole quota is less than a request's cost."""
 
     policy: Policy
@@ -59,7 +60,7 @@ class _OverQuota(NamedTuple):
     cost: int
 
 
-def _over_quota(checks: Sequence[Check], cost: int) -> _OverQuota | None:
+def over_quota(checks: Sequence[Check], cost: int) -> OverQuota | None:
     """The first layer of ``checks`` whose whole quota is less than ``cost``:
     a request of that cost can never pass it, whatever it waits. The script
     picks the same layer as its deciding one (the first in its plan, which
@@ -73,15 +74,16 @@ def _over_quota(checks: Sequence[Check], cost: int) -> _OverQuota | None:
             continue
         for layer in policy.layers:
             if layer.quota < cost:
-                return _OverQuota(policy, layer, identities[0], cost)
+                return OverQuota(policy, layer, identities[0], cost)
     return None
 
 
-def _at_cost(inspected: Decision, cost: int) -> Decision:
+def at_cost(inspected: Decision, cost: int) -> Decision:
     """What an inspection at cost 0 says of a request of ``cost``: refused
     if it fits at cost 0 but not at its real cost; it will fit, at the
     latest, once the counter is back to full. A concurrency cap needs one
-    slot, whatever the cost."""
+    slot, whatever the cost. ``inspected`` itself when it stands: the
+    request fits, or it was refused already."""
     if inspected.policy.concurrent:
         cost = min(cost, 1)
     if inspected.admitted and inspected.remaining < cost:
@@ -89,14 +91,19 @@ def _at_cost(inspected: Decision, cost: int) -> Decision:
     return inspected
 
 
-def _tighter(first: Decision, second: Decision) -> Decision:
-    """Of two decisions, the one the headers should show, chosen as the script
-    chooses its deciding counter: a refusal over an admission, then the
-    longest wait, or the least quota left and the later reset."""
-    if first.admitted != second.admitted:
-        return second if first.admitted else first
-    if not first.admitted:
-        return second if second.retry_after > first.retry_after else first
-    if second.remaining != first.remaining:
-        return second if second.remaining < first.remaining else first
-    return second if second.reset > first.reset else first
+def tighter(shown: Decision | None, decision: Decision) -> Decision:
+    """Of the decision the headers show so far (None before the first) and
+    another, the one they should show, chosen as the script chooses its
+    deciding counter: a refusal over an admission, then the longest wait,
+    or the least quota left and the later reset. The one rule of the
+    deciding layer in Python: the hooks, their deductions after the
+    response, and :func:`~flask_redis_throttle.check` all call it."""
+    if shown is None:
+        return decision
+    if shown.admitted != decision.admitted:
+        return decision if shown.admitted else shown
+    if not shown.admitted:
+        return decision if decision.retry_after > shown.retry_after else shown
+    if decision.remaining != shown.remaining:
+        return decision if decision.remaining < shown.remaining else shown
+    return decision if decision.reset > shown.reset else shown

@@ -42,6 +42,7 @@ __all__ = [
     "QUOTA_EXCEEDED",
     "REQUESTS",
     "UNITS",
+    "Draft",
     "LayerNames",
     "LegacyNames",
     "legacy_headers",
@@ -53,12 +54,48 @@ __all__ = [
     "state_header",
 ]
 
-#: The drafts whose form the responses can take (``RATELIMIT_HEADERS_DRAFT``):
-#: 11, the default, or 10, the form of 0.2.x (no ``qu``, no ``pk``, and
-#: ``about:blank`` problem details).
-DRAFTS = (10, 11)
 #: The problem type of an exceeded quota (draft-11, section 5.1).
 QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+
+
+@dataclass(frozen=True)
+class Draft:
+    """The form a draft of the IETF headers gives the responses: chosen once,
+    at ``init_app``, from ``RATELIMIT_HEADERS_DRAFT``, and read wherever a
+    response is made, so that what a draft means is written here alone."""
+
+    #: The draft's number, the setting's value.
+    number: int
+    #: Whether ``RateLimit-Policy`` gives the quota unit (``qu``) of a
+    #: layer that does not count requests.
+    quota_units: bool
+    #: Whether ``RateLimit`` may carry a partition key (``pk``:
+    #: ``RATELIMIT_HEADERS_PARTITION_KEY``).
+    partition_keys: bool
+    #: The type and title of a 429's problem details.
+    problem_type: str
+    problem_title: str
+    #: Whether the problem details name the layers exceeded, in
+    #: ``violated-policies``.
+    violated_policies: bool
+
+    @classmethod
+    def of_problem(cls, violated: bool) -> Draft:
+        """The draft whose problem details name the layers exceeded, if
+        ``violated``, or do not."""
+        return next(draft for draft in DRAFTS.values() if draft.violated_policies == violated)
+
+
+#: The drafts whose form the responses can take (``RATELIMIT_HEADERS_DRAFT``),
+#: by number: 11, the default, or 10, the form of 0.2.x (no ``qu``, no
+#: ``pk``, and ``about:blank`` problem details).
+DRAFTS: dict[int, Draft] = {
+    draft.number: draft
+    for draft in (
+        Draft(10, False, False, "about:blank", "Too Many Requests", False),
+        Draft(11, True, True, QUOTA_EXCEEDED, "Quota Exceeded", True),
+    )
+}
 #: The quota unit a layer has unless it says otherwise, left out of the header.
 REQUESTS = "requests"
 #: The quota unit of a concurrency cap: requests in flight, with no window.
@@ -139,6 +176,10 @@ class LayerNames:
     names: dict[tuple[int, int], str]
     #: The policies, in order.
     policies: tuple[Policy, ...]
+    #: The quota unit of each policy's layers, in the same order, so that
+    #: names made again from these (:meth:`joined`, an override's layers)
+    #: keep them.
+    units: tuple[str, ...] = ()
     #: The start of each layer's ``RateLimit`` value, by the same keys as
     #: ``names``: made once, so that a response's header is one format.
     heads: dict[tuple[int, int], str] = field(init=False, repr=False, compare=False)
@@ -157,8 +198,8 @@ class LayerNames:
         names: dict[tuple[int, int], str] = {}
         layers = []
         layer_units = []
-        for place, policy in enumerate(policies):
-            unit = units[place] if place < len(units) else REQUESTS
+        units = tuple(units[place] if place < len(units) else REQUESTS for place in range(len(policies)))
+        for place, (policy, unit) in enumerate(zip(policies, units, strict=True)):
             for layer in policy.layers:
                 name = "conc" if policy.concurrent else layer.name
                 if name in names.values():
@@ -166,7 +207,16 @@ class LayerNames:
                 names[place, layer.window] = name
                 layers.append((name, layer))
                 layer_units.append(CONCURRENT if policy.concurrent else unit)
-        return cls(policy_header(layers, layer_units), names, tuple(policies))
+        return cls(policy_header(layers, layer_units), names, tuple(policies), units)
+
+    def joined(self, other: LayerNames) -> LayerNames:
+        """The names of these policies, then ``other``'s, each with its unit:
+        a ``with limit(...)`` block's beside the view's."""
+        return LayerNames.of((*self.policies, *other.policies), (*self.units, *other.units))
+
+    def unit(self, policy: Policy) -> str:
+        """The quota unit of one of the policies; requests for another."""
+        return next((unit for each, unit in zip(self.policies, self.units, strict=True) if each == policy), REQUESTS)
 
     def name(self, policy: Policy, layer: Layer) -> str:
         """The name of one layer of one of the policies, as the problem

@@ -112,6 +112,7 @@ class Overrides:
                         raise self._blocked(override)
         changed: list[Batch] = []
         touched: set[Policy] = set()
+        origins: dict[Policy, Policy] = {}  # an override's policy: the limit's it stands for
         for batch, per_batch in zip(batches, found, strict=True):
             checks: list[Check] = []
             limits: list[PlannedLimit] = []
@@ -125,7 +126,9 @@ class Overrides:
                     if override is None:
                         kept.append(identity)
                     else:
-                        checks.append((self._policy(policy, override), [identity]))
+                        overridden = self._policy(policy, override)
+                        origins[overridden] = policy
+                        checks.append((overridden, [identity]))
                         limits.append(limit)
                 if kept:
                     checks.append((policy, kept))
@@ -133,12 +136,14 @@ class Overrides:
             if checks:
                 changed.append(Batch(batch.cost, batch.shadow, batch.deferred, checks, limits))
         # The headers name the layers in play: an overridden identity's, not
-        # those of the limit it no longer counts under, unless others still do.
+        # those of the limit it no longer counts under, unless others still do;
+        # each in its limit's quota unit.
         in_play = [p for b in changed for p, _ in b.checks]
         policies = tuple(dict.fromkeys([*(p for p in labels.policies if p not in touched or p in in_play), *in_play]))
         named = self._labels.get(policies)
         if named is None:
-            named = remember(self._labels, policies, LayerNames.of(policies), POLICY_CACHE_SIZE)
+            units = [labels.unit(origins.get(policy, policy)) for policy in policies]
+            named = remember(self._labels, policies, LayerNames.of(policies, units), POLICY_CACHE_SIZE)
         return changed, named
 
     def _policy(self, policy: Policy, override: Override) -> Policy:

@@ -233,7 +233,7 @@ class Plan:
     #: The cost every limit has, for simple plans.
     cost: int = 1
     #: Whether ``RateLimit-Policy`` says the quota unit of a limit that does
-    #: not count requests (``RATELIMIT_HEADERS_DRAFT`` 11).
+    #: not count requests (see :attr:`~flask_redis_throttle._headers.Draft.quota_units`).
     quota_units: bool = True
     _labels: dict[tuple[Policy, ...], LayerNames] = field(default_factory=dict, repr=False)
 
@@ -434,7 +434,7 @@ def plan_of(
         for limit in limits
     )
     policies = [limit.policy for limit in limits if limit.policy is not None]
-    quota_units = settings.headers_draft >= 11
+    quota_units = settings.draft.quota_units
     unresolved = tuple(zip(policies, [limit.resolvers for limit in limits], strict=True)) if simple else ()
     # The header names: each limit's layers, then its slots (whose unit
     # LayerNames knows from the policy), with each one's quota unit.

@@ -22,8 +22,8 @@ from ._identity import IDENTITY_NAMES, IdentitySpec, check_identities
 from .core.checks import is_integer, is_number
 from .core.penalties import Penalty, parse_penalty
 from .core.rates import MAX_QUOTA, MAX_WINDOW, Layer, parse_limits
-from .core.scripts import STRATEGY_NAMES, is_strategy
-from .core.throttle import DELAYED_STRATEGIES, NO_DELAY, Policy
+from .core.scripts import SHAPING_STRATEGY, STRATEGIES, STRATEGY_NAMES, able, is_strategy
+from .core.throttle import Policy
 from .errors import InvalidLimit
 
 if sys.version_info >= (3, 11):
@@ -112,9 +112,9 @@ class LimitSpec:
 
     def policy(self, layers: tuple[Layer, ...], scope: str, strategy: str) -> Policy:
         """The policy of this limit's ``layers`` under ``scope`` and
-        ``strategy``: a shaped GCRA limit spreads its requests one at a time
+        ``strategy``: a shaped limit on a strategy that bursts (GCRA) spreads its requests one at a time
         (a burst of 1: see :doc:`/shaping`)."""
-        burst = 1 if self.delay and strategy == "gcra" else 0
+        burst = 1 if self.delay and STRATEGIES[strategy].bursts else 0
         return Policy(layers, scope, strategy, self.penalty, self.delay, burst)
 
     @property
@@ -254,23 +254,25 @@ def _delay(delay: object) -> float:
 def _shaped_strategy(checked: dict[str, Any]) -> str:
     """The strategy of a limit with a delay, given its ``checked`` options:
     the one it names, if it has a delay (see
-    :data:`~flask_redis_throttle.core.throttle.DELAYED_STRATEGIES`), or
-    GCRA when it names none.
+    :attr:`~flask_redis_throttle.core.scripts.Strategy.delays`), or
+    :data:`~flask_redis_throttle.core.scripts.SHAPING_STRATEGY` when it
+    names none.
 
-    :raises InvalidLimit: for a strategy without a delay; on GCRA, a fixed
-        cost above 1 (a shaped GCRA limit lets its requests go one at a
+    :raises InvalidLimit: for a strategy without a delay; on one that
+        bursts (GCRA), a fixed cost above 1 (such a shaped limit lets its requests go one at a
         time, so one that costs more would never pass); or ``deduct_when``,
         which counts a request after its response, when its turn can no
         longer be reserved.
     """
-    strategy, cost = checked.get("strategy") or "gcra", checked.get("cost", 1)
-    if strategy not in DELAYED_STRATEGIES:
+    strategy, cost = checked.get("strategy") or SHAPING_STRATEGY, checked.get("cost", 1)
+    record = STRATEGIES[strategy]
+    if not record.delays:
         raise InvalidLimit(
-            f"delay needs strategy='gcra' or 'sliding-log', not {strategy!r}: {NO_DELAY[strategy]}; "
-            "leave strategy out for gcra",
+            f"delay needs strategy={able('delays')}, not {strategy!r}: {record.no_delay}; "
+            f"leave strategy out for {SHAPING_STRATEGY}",
             spec=strategy,
         )
-    if strategy == "gcra" and not callable(cost) and cost > 1:
+    if record.bursts and not callable(cost) and cost > 1:
         raise InvalidLimit(
             f"cost {cost} with a delay: a shaped GCRA limit lets requests go one at a time, so none could pass "
             "(strategy='sliding-log' takes any cost)",

@@ -33,7 +33,7 @@ from werkzeug.exceptions import ServiceUnavailable
 from werkzeug.wrappers import Response as AnyResponse
 
 from ._config import Settings
-from ._decisions import _at_cost, _crossed, _limit_of, _outcome, _over_quota, _OverQuota, _tighter
+from ._decisions import OverQuota, at_cost, batch_limit, crossed, outcome_label, over_quota, tighter
 from ._headers import LayerNames, retry_after_value, set_headers
 from ._metrics import Metrics
 from ._notices import Notices, logger
@@ -284,7 +284,7 @@ class RateLimitState(Notices):
         held: list[Hold] | None = None
         if previous is not None:
             shown, deferred, held = previous.decision, previous.deferred, previous.held
-            labels = LayerNames.of((*previous.labels.policies, *labels.policies))
+            labels = previous.labels.joined(labels)
         metrics = self.metrics
         near = self.settings.near_limit
         wait = 0.0
@@ -294,7 +294,7 @@ class RateLimitState(Notices):
                 deduct_later = batch.deferred
                 if deduct_later:  # only inspected, at cost 0, and counted after the response
                     if batch.meta:  # or when another batch refuses
-                        decision, deduct_later = _at_cost(throttle.hit(batch.checks, 0), 1), False
+                        decision, deduct_later = at_cost(throttle.hit(batch.checks, 0), 1), False
                         if decision.admitted:
                             metas = [*(metas or ()), batch]
                             continue
@@ -314,11 +314,11 @@ class RateLimitState(Notices):
             if decision.fallback or self._failing:
                 self._watch(decision)
             if metrics is not None:
-                outcome = _outcome(decision, batch.shadow)
+                outcome = outcome_label(decision, batch.shadow)
                 metrics.decided(endpoint, decision.policy.scope, outcome, perf_counter() - started)
-            shown = decision if shown is None else _tighter(shown, decision)
+            shown = tighter(shown, decision)
             if decision.admitted:
-                if near is not None and _crossed(decision, batch.cost, near):
+                if near is not None and crossed(decision, batch.cost, near):
                     self._near_limit(endpoint, batch, decision)
                 if decision.retry_after > wait and not batch.shadow:  # shaped: its turn is later
                     wait = decision.retry_after
@@ -335,7 +335,7 @@ class RateLimitState(Notices):
                     deferred.append(batch)
                 continue
             if batch.shadow:
-                self._report_refusal(req, endpoint, batch, decision, True, _over_quota(batch.checks, batch.cost))
+                self._report_refusal(req, endpoint, batch, decision, True, over_quota(batch.checks, batch.cost))
                 continue
             if metas is not None:
                 self._breached(metas, throttle)
@@ -369,15 +369,14 @@ class RateLimitState(Notices):
         """The decision on a deferred batch, inspected at cost 0: refused if
         its real cost does not fit; and whether to count it after the response."""
         decision = throttle.hit(batch.checks, 0)
-        if not decision.admitted or decision.remaining >= batch.cost:
-            return decision, True
-        if batch.penalized:
+        priced = at_cost(decision, batch.cost)
+        if priced is not decision and batch.penalized:
             # Only a real hit lets the script see the offence and start a
             # penalty. It is refused and writes nothing else; should room
             # have appeared meanwhile, it is counted now, and there is
             # nothing left to deduct.
             return throttle.hit(batch.checks, batch.cost), False
-        return _at_cost(decision, batch.cost), True
+        return priced, True
 
     def after_request(self, response: Response) -> Response:
         """Count deferred limits whose ``deduct_when`` matches, and add the
@@ -473,7 +472,7 @@ class RateLimitState(Notices):
                 continue
             # Refused here means others took the room since the inspection:
             # this request goes uncounted (see "deduct_when" in docs/limits).
-            shown = _tighter(shown, decision)
+            shown = tighter(shown, decision)
         return shown
 
     def _refuse(
@@ -496,11 +495,11 @@ class RateLimitState(Notices):
         An ``on_breach`` hook's response replaces the 429's body and status;
         an error handler for 429 still sees the exception first.
         """
-        over = _over_quota(batch.checks, batch.cost)
+        over = over_quota(batch.checks, batch.cost)
         setattr(g._get_current_object(), OUTCOME_ATTRIBUTE, Outcome(labels, shown, over is None, None, held))
         replacement = self._report_refusal(req, endpoint, batch, decision, False, over)
         policy, layer = (decision.policy, decision.layer) if over is None else (over.policy, over.layer)
-        violated = (labels.name(policy, layer),) if self.settings.headers_draft >= 11 else None
+        violated = (labels.name(policy, layer),) if self.settings.draft.violated_policies else None
         if over is not None:
             error = RateLimitExceeded(
                 layer,
@@ -525,7 +524,7 @@ class RateLimitState(Notices):
                 violated_policies=violated,
                 concurrent=decision.policy.concurrent,
             )
-        limit = _limit_of(decision.policy if over is None else over.policy, batch)
+        limit = batch_limit(decision.policy if over is None else over.policy, batch)
         if limit is not None and limit.spec.error_message is not None:
             error.description = self._error_message(req, limit, error.description)
         # werkzeug sends an HTTPException's response, when it has one, instead of its own.
@@ -551,7 +550,7 @@ class RateLimitState(Notices):
         return message or description
 
     def _report_refusal(
-        self, req: Request, endpoint: str, batch: Batch, decision: Decision, shadow: bool, over: _OverQuota | None
+        self, req: Request, endpoint: str, batch: Batch, decision: Decision, shadow: bool, over: OverQuota | None
     ) -> AnyResponse | None:
         """Log a refusal of ``batch``, real or shadow, and tell the refusal hooks.
 
@@ -559,7 +558,7 @@ class RateLimitState(Notices):
             instead of the 429; None if none did, or for a shadow refusal.
 
         :param over: the layer whose whole quota the request's cost exceeds,
-            if any (see :func:`_over_quota`).
+            if any (see :func:`~flask_redis_throttle._decisions.over_quota`).
         """
         if over is not None:
             self._warn_over_quota(endpoint, over, batch, shadow)
@@ -587,7 +586,7 @@ class RateLimitState(Notices):
                 )
             if self.refusals is not None:
                 self._log_refusal(endpoint, batch.checks, decision, shadow)
-        limit = _limit_of(decision.policy, batch)
+        limit = batch_limit(decision.policy, batch)
         hook = limit.spec.on_breach if limit is not None else None
         if hook is not None or self.settings.on_breach is not None or request_refused.receivers:
             if over is None:
@@ -600,10 +599,10 @@ class RateLimitState(Notices):
             return None if shadow else response
         return None
 
-    def _warn_over_quota(self, endpoint: str, over: _OverQuota, batch: Batch, shadow: bool) -> None:
+    def _warn_over_quota(self, endpoint: str, over: OverQuota, batch: Batch, shadow: bool) -> None:
         """Warn that a request costs more than a layer's whole quota: a bug
         in a cost function or a dynamic limit, which only the app can fix."""
-        limit = _limit_of(over.policy, batch)
+        limit = batch_limit(over.policy, batch)
         which = limit.describe() if limit is not None else f"scope {over.policy.scope!r}"
         outcome = "shadow mode lets it through" if shadow else "refused without Retry-After"
         self._warn(

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from flask import g, request
 
-from ._decisions import _at_cost, _tighter
+from ._decisions import at_cost, tighter
 from ._plan import Plan, PlannedLimit
 from ._state import OUTCOME_ATTRIBUTE, Outcome, RateLimitState
 from .core.keys import Identity
@@ -190,8 +190,7 @@ def check(endpoint: str | None = None, method: str | None = None) -> CurrentLimi
         inspected = _inspected(state, batch.checks, "check()")
         if inspected is None:
             return None
-        decision = _at_cost(inspected, batch.cost)
-        shown = decision if shown is None else _tighter(shown, decision)
+        shown = tighter(shown, at_cost(inspected, batch.cost))
     return None if shown is None else CurrentLimit.of(shown, plan)
 
 

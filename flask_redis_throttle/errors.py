@@ -25,7 +25,7 @@ from werkzeug.datastructures import MIMEAccept
 from werkzeug.exceptions import Forbidden, HTTPException, TooManyRequests
 from werkzeug.http import parse_accept_header
 
-from ._headers import QUOTA_EXCEEDED
+from ._headers import Draft
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import WSGIEnvironment
@@ -217,11 +217,13 @@ class RateLimitExceeded(_Negotiated, TooManyRequests):
         ``violated-policies``; or, without :attr:`violated_policies`, of
         the type ``about:blank``, as before 0.3.0.
         """
-        if self.violated_policies is None:
-            problem: dict[str, Any] = {"type": "about:blank", "title": "Too Many Requests"}
-        else:
-            problem = {"type": QUOTA_EXCEEDED, "title": "Quota Exceeded"}
-        problem.update(status=self.code, detail=self.description)
+        draft = Draft.of_problem(self.violated_policies is not None)
+        problem: dict[str, Any] = {
+            "type": draft.problem_type,
+            "title": draft.problem_title,
+            "status": self.code,
+            "detail": self.description,
+        }
         if self.violated_policies is not None:
             problem["violated-policies"] = list(self.violated_policies)
         if self.retry_after is not None:

@@ -456,4 +456,4 @@ def test_a_setting_from_an_enum_of_strings_or_integers_is_taken() -> None:
     RateLimit(app)
     settings = app.extensions["ratelimit"].settings
     assert settings.default_mode == "add"
-    assert settings.headers_draft == 11
+    assert settings.draft.number == 11

@@ -266,3 +266,25 @@ def test_current_limits_keeps_what_it_read_when_redis_goes_down(caplog) -> None:
     finally:
         server.close()
     assert "current_limits() knows no limit" in caplog.text
+
+
+def test_the_headers_and_check_show_the_same_deciding_layer_across_batches(app: Flask, clock: Clock) -> None:
+    # Two batches: the request's, and a deduct_when limit counted after the
+    # response. Both layers have 1 left; the one that resets later decides,
+    # in the header after the deduction and in check() alike (one rule).
+    @app.get("/search")
+    @limit("2/m", scope="minute")
+    @limit("2/h", scope="hour", deduct_when=lambda response: True)
+    def search() -> str:
+        return "ok"
+
+    @app.get("/preview")
+    def preview() -> Any:
+        return describe(check("search", "GET"))
+
+    install(app)
+    clock.set(0)
+    client = app.test_client()
+    assert get(client, "/search").headers["RateLimit"] == '"1h";r=1;t=3600'
+    found = get(client, "/preview").get_json()
+    assert (found["scope"], found["remaining"], found["breached"]) == ("hour", 1, False)

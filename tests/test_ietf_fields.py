@@ -6,13 +6,14 @@ from __future__ import annotations
 import base64
 import json
 import re
+from dataclasses import replace
 
 import pytest
 from flask import Flask, request
-from helpers import Clock, get, install
+from helpers import Clock, flask_command, get, install
 
 from flask_redis_throttle import ConfigurationError, InvalidLimit, RateLimit, limit
-from flask_redis_throttle._headers import LayerNames
+from flask_redis_throttle._headers import DRAFTS, LayerNames
 from flask_redis_throttle.core.rates import parse_limits
 from flask_redis_throttle.core.throttle import Policy
 
@@ -57,6 +58,43 @@ def test_a_dynamic_limit_has_its_unit_too(app: Flask) -> None:
     assert response.headers["RateLimit"] == '"1h";r=490;t=3600'
 
 
+def test_a_block_limit_keeps_the_unit_of_the_view_s(app: Flask) -> None:
+    # The names are made again with the block's layers: the view's layer
+    # in bytes lost its qu there.
+    @app.post("/upload")
+    @limit("100/m", cost=lambda req: len(req.get_data()), unit="content-bytes")
+    def upload() -> str:
+        with limit("5/m", scope="inner"):
+            return "stored"
+
+    install(app)
+    response = app.test_client().post("/upload", data=b"x" * 30)
+    assert response.headers["RateLimit-Policy"] == '"1m";q=100;qu="content-bytes";w=60, "1m-2";q=5;w=60'
+
+
+def test_an_override_keeps_the_unit_of_the_limit_it_stands_for(app: Flask) -> None:
+    # The names are made again with the override's layers: they lost the
+    # limit's qu there.
+    uploads(app)
+    out = flask_command(app, "ratelimit", "override", "ip:192.0.2.9", "500/h", "--scope", "upload-bytes", "--for", "1h")
+    assert out.exit_code == 0, out.output
+    client = app.test_client()
+    response = client.post("/upload", data=b"x" * 30, environ_base={"REMOTE_ADDR": "192.0.2.9"})
+    assert response.status_code == 200
+    assert response.headers["RateLimit-Policy"] == '"1m";q=2;w=60, "1h";q=500;qu="content-bytes";w=3600'
+
+
+def test_a_concurrency_cap_keeps_its_unit_in_draft_10(app: Flask) -> None:
+    @app.get("/")
+    @limit("5/m", concurrent=3, unit="content-bytes", cost=1)
+    def index() -> str:
+        return "ok"
+
+    install(app, RATELIMIT_HEADERS_DRAFT=10)
+    response = get(app.test_client())
+    assert response.headers["RateLimit-Policy"] == '"1m";q=5;w=60, "conc";q=3;qu="concurrent-requests"'
+
+
 def test_a_bad_unit_is_refused_when_the_limit_is_written() -> None:
     for unit in ("bytes", "concurrent-requests", None, 1):
         with pytest.raises(InvalidLimit, match="unit"):
@@ -89,8 +127,17 @@ def test_a_json_refusal_is_of_the_quota_exceeded_type(app: Flask, clock: Clock) 
     assert json.loads(refused.text)["violated-policies"] == ["1m"]
 
 
-def test_draft_10_keeps_the_form_of_0_2(app: Flask, clock: Clock) -> None:
-    uploads(app, RATELIMIT_HEADERS_DRAFT=10)
+def draft_11_as_10(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make draft 11's record the same as draft 10's: what the responses
+    and the settings make of a draft is read from its record alone."""
+    monkeypatch.setitem(DRAFTS, 11, replace(DRAFTS[10], number=11))
+
+
+@pytest.mark.parametrize("draft", [10, 11], ids=["draft-10", "draft-11-recorded-as-10"])
+def test_draft_10_keeps_the_form_of_0_2(app: Flask, clock: Clock, draft: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    if draft == 11:
+        draft_11_as_10(monkeypatch)
+    uploads(app, RATELIMIT_HEADERS_DRAFT=draft)
     clock.set(0.5)
     client = app.test_client()
     client.post("/upload")
@@ -184,6 +231,16 @@ def test_a_refusal_has_the_partition_key_too(app: Flask) -> None:
     ],
 )
 def test_a_partition_key_needs_a_secret_and_draft_11(config: dict[str, object]) -> None:
+    refused_partition_key(config)
+
+
+def test_a_partition_key_needs_a_draft_whose_record_has_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    draft_11_as_10(monkeypatch)
+    refused_partition_key({"RATELIMIT_HEADERS_PARTITION_KEY": True, "RATELIMIT_KEY_SECRET": SECRET})
+
+
+def refused_partition_key(config: dict[str, object]) -> None:
+    """Check that ``config`` is refused at ``init_app``, naming the partition key and the secret."""
     app = Flask("tests")
     app.config.update(config)
     with pytest.raises(ConfigurationError, match="RATELIMIT_HEADERS_PARTITION_KEY") as raised:

@@ -1,4 +1,5 @@
-"""What a module's docstring says it imports is what it imports.
+"""What a module's docstring says it imports is what it imports; every
+file the prose names exists; ``tests/README.md`` maps every test file.
 
 A docstring that says "This module imports neither Flask nor Redis" is read
 as a promise about the whole module, what it imports through the package's
@@ -11,7 +12,9 @@ from __future__ import annotations
 
 import ast
 import functools
+import io
 import re
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -110,3 +113,73 @@ def test_the_claims_are_found() -> None:
 @pytest.mark.parametrize(("module", "claim"), claims())
 def test_a_module_imports_what_its_docstring_says(module: str, claim: str) -> None:
     assert imported(module) & CLAIMS[claim] == set()
+
+
+ROOT = PACKAGE.parent
+TESTS = ROOT / "tests"
+
+#: A file's path as prose names it: ``lua/records.lua``, ``core/keys.py``.
+NAMED_FILE = re.compile(r"(?<![\w/.-])((?:[\w-]+/)*[\w-]+\.(?:py|lua))\b")
+
+#: Files the docs name that are no file of this tree, each for its reason.
+NOT_OURS = {
+    "api/limits.py": "an app's module, in an example",
+    "wsgi.py": "an app's module, in an example",
+    "test_storage.py": "Flask-Limiter's own test file, which the shim is run against",
+    "core/ready.py": "a module gone, in a note on why it went",
+}
+
+
+def prose(path: Path) -> str:
+    """The prose of ``path``: a Python file's comments and strings, or a
+    whole page of the docs or a Lua file."""
+    text = path.read_text("utf-8")
+    if path.suffix != ".py":
+        return text
+    tokens = tokenize.generate_tokens(io.StringIO(text).readline)
+    return "\n".join(token.string for token in tokens if token.type in (tokenize.COMMENT, tokenize.STRING))
+
+
+def missing_files(path: Path) -> list[str]:
+    """The files ``path``'s prose names that do not exist: looked for beside
+    it, in the package, ``core/``, ``core/lua/``, the tests and the repository;
+    a bare file name anywhere in the tree."""
+    bases = (path.parent, PACKAGE, PACKAGE / "core", PACKAGE / "core" / "lua", TESTS, ROOT)
+    found = []
+    for named in NAMED_FILE.findall(prose(path)):
+        if named in NOT_OURS or any((base / named).exists() for base in bases):
+            continue
+        if "/" not in named and any(ROOT.glob(f"[!.]*/**/{named}")):
+            continue
+        found.append(named)
+    return found
+
+
+def prose_files() -> list[Path]:
+    """The package's modules and scripts, the docs' pages and the tests' map:
+    not CHANGES.md, whose entries name the files of their time."""
+    return [
+        *sorted(PACKAGE.rglob("*.py")),
+        *sorted(PACKAGE.rglob("*.lua")),
+        *sorted((ROOT / "docs").glob("*.rst")),
+        ROOT / "README.md",
+        TESTS / "README.md",
+    ]
+
+
+@pytest.mark.parametrize("path", prose_files(), ids=lambda path: str(path.relative_to(ROOT)))
+def test_every_file_the_prose_names_exists(path: Path) -> None:
+    assert not missing_files(path)
+
+
+def test_a_file_that_is_gone_is_found(tmp_path: Path) -> None:
+    module = tmp_path / "throttle.py"
+    module.write_text('"""Packed keys (see ``lua/packed.lua``), kept by ``lua/records.lua``."""\nself.lua = 1\n')
+    assert missing_files(module) == ["lua/packed.lua"]
+
+
+def test_the_tests_readme_maps_every_test_file() -> None:
+    mapped = set(re.findall(r"`([\w/]+\.py)`", (TESTS / "README.md").read_text("utf-8")))
+    files = {str(path.relative_to(TESTS)) for path in TESTS.rglob("*.py")}
+    assert sorted(files - mapped) == []
+    assert sorted(name for name in mapped if not (TESTS / name).exists() and not (ROOT / name).exists()) == []

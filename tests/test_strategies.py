@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 
 import pytest
 from flask import Flask
 from helpers import Clock, add_login, align_to_window, get, install
 
 from flask_redis_throttle import ConfigurationError, limit
-from flask_redis_throttle.core.scripts import STRATEGIES
+from flask_redis_throttle.core.scripts import PARTS, STRATEGIES
+from flask_redis_throttle.current import current_limit
+from flask_redis_throttle.errors import InvalidLimit
 
 # "2/10s", requests at these seconds: each strategy's answer, as
 # (status, Retry-After or None).
@@ -149,3 +152,45 @@ def test_real_clock_traffic(app: Flask, strategy: str, retry_after: int) -> None
     assert int(refused.headers["Retry-After"]) == retry_after
     time.sleep(retry_after)
     assert get(client).status_code == 200
+
+
+def test_each_strategy_record_says_what_it_can_do_and_why_not() -> None:
+    can = {
+        name: {ability for ability in ("packed", "delays", "bursts", "leases") if getattr(record, ability)}
+        for name, record in PARTS.items()
+    }
+    assert can == {
+        "fixed-window": {"packed", "leases"},
+        "sliding-window": {"packed"},
+        "sliding-log": {"delays"},
+        "gcra": {"packed", "delays", "bursts", "leases"},
+        "concurrency": set(),
+    }
+
+
+def test_a_strategy_record_alone_decides_its_burst(app: Flask, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A GCRA whose record says it has no burst: its shaped view lets the
+    # whole quota go at once, rather than one request every 0.25 s; the
+    # fifth waits for the first turn to come back.
+    gcra = replace(STRATEGIES["gcra"], no_burst="it lets the whole quota go at once")
+    monkeypatch.setitem(STRATEGIES, "gcra", gcra)
+    monkeypatch.setitem(PARTS, "gcra", gcra)
+
+    @app.route("/")
+    @limit("4/s", delay="500ms")
+    def index() -> dict[str, float]:
+        found = current_limit()
+        assert found is not None
+        return {"waited": found.retry_after}
+
+    install(app)
+    client = app.test_client()
+    assert [get(client).json for _ in range(5)] == [{"waited": 0}] * 4 + [{"waited": 0.25}]
+
+
+def test_a_strategy_record_alone_decides_its_delay(monkeypatch: pytest.MonkeyPatch) -> None:
+    gcra = replace(STRATEGIES["gcra"], no_delay="no reason at all")
+    monkeypatch.setitem(STRATEGIES, "gcra", gcra)
+    monkeypatch.setitem(PARTS, "gcra", gcra)
+    with pytest.raises(InvalidLimit, match=r"^delay needs strategy='sliding-log', not 'gcra': no reason at all"):
+        limit("4/s", delay="500ms")

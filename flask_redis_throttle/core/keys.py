@@ -15,7 +15,7 @@ A key looks like ``rl:{ip:Yq3...}:api:fw``:
 * the scope (by default the endpoint), escaped so that it cannot contain
   ``:``, braces or control characters;
 * the strategy; the key holds every layer of the limit (see
-  ``lua/packed.lua``).
+  ``lua/records.lua``).
 
 It also holds what every log line and the refusal log do with a value that
 came from a request: :func:`cut` it, and for logs make it :func:`loggable`.

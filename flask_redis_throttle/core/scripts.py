@@ -41,11 +41,13 @@ from .codec import SLOTS_CODE, Args
 __all__ = [
     "CONCURRENCY",
     "PARTS",
+    "SHAPING_STRATEGY",
     "STRATEGIES",
     "STRATEGY_NAMES",
     "Script",
     "ScriptCache",
     "Strategy",
+    "able",
     "is_strategy",
     "script_source",
 ]
@@ -53,41 +55,116 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class Strategy:
-    """An algorithm: its name in settings, its Lua file, and its code.
+    """An algorithm's record: its name in settings, its Lua file, its code,
+    and what it can do, each with the reason why not where it cannot. Every
+    rule about strategies reads it, so that a new strategy is one record.
 
     :param name: the value of ``RATELIMIT_STRATEGY`` and ``@limit(strategy=...)``.
     :param filename: its file under ``lua/``.
     :param code: two letters that name it in Redis keys and in the script's
         plan; codes never change, or counters would be lost.
-    :param packed: whether it keeps its layers in one string per key (see
-        ``lua/records.lua``).
+    :param no_pack: why it does not keep its layers in one string per key
+        (see ``lua/records.lua``); empty when it does.
+    :param no_delay: why a limit with a delay cannot use it (see
+        :doc:`/shaping`); empty when one can.
+    :param no_burst: why a shaped limit on it has no burst; empty when it has.
+    :param no_lease: why a process cannot lease a share of its quota, to
+        spend it without asking the storage; empty when it can.
     """
 
     name: str
     filename: str
     code: str
-    packed: bool = True
+    no_pack: str = ""
+    no_delay: str = ""
+    no_burst: str = ""
+    no_lease: str = ""
 
+    @property
+    def packed(self) -> bool:
+        """Whether it keeps its layers in one string per key."""
+        return not self.no_pack
+
+    @property
+    def delays(self) -> bool:
+        """Whether a limit with a delay can use it."""
+        return not self.no_delay
+
+    @property
+    def bursts(self) -> bool:
+        """Whether a shaped limit on it has a burst: such a limit is sent
+        with a burst of 1, which spreads its requests one at a time."""
+        return not self.no_burst
+
+    @property
+    def leases(self) -> bool:
+        """Whether a share of its quota can be leased."""
+        return not self.no_lease
+
+
+_NO_SHAPING = "it has no delay to shape"
 
 #: Every strategy, by name.
 STRATEGIES: dict[str, Strategy] = {
     strategy.name: strategy
     for strategy in (
-        Strategy("fixed-window", "fixed_window.lua", "fw"),
-        Strategy("sliding-window", "sliding_window.lua", "sw"),
-        Strategy("sliding-log", "sliding_log.lua", "sl", packed=False),
+        Strategy(
+            "fixed-window",
+            "fixed_window.lua",
+            "fw",
+            no_delay="a request put off to the next window would be counted in a window that has not begun, "
+            "and the waiting requests would all run at its start, the burst shaping is meant to smooth",
+            no_burst=_NO_SHAPING,
+        ),
+        Strategy(
+            "sliding-window",
+            "sliding_window.lua",
+            "sw",
+            no_delay="its count is an estimate from two windows, so it has no exact time at which a request fits",
+            no_burst=_NO_SHAPING,
+            no_lease="its count is an estimate from two windows, so a leased share has no exact time "
+            "at which it is spent",
+        ),
+        Strategy(
+            "sliding-log",
+            "sliding_log.lua",
+            "sl",
+            no_pack="it keeps the time of every request, in a sorted set of its own",
+            no_burst="the sliding log lets the whole quota go at once",
+            no_lease="its log holds the time each request ran, and a leased share's requests run after it is taken",
+        ),
         Strategy("gcra", "gcra.lua", "gc"),
     )
 }
 
+#: The strategy a limit with a delay uses when it names none: its burst of
+#: 1 spreads the waiting requests evenly.
+SHAPING_STRATEGY = "gcra"
+
 #: The concurrency slots (``lua/concurrency.lua``): a part of a script
 #: under a code of its own, like a strategy, but not one a limit counts
 #: with: a limit's ``concurrent=`` adds them (see :doc:`/limits`).
-CONCURRENCY = Strategy("concurrency", "concurrency.lua", SLOTS_CODE.decode(), packed=False)
+CONCURRENCY = Strategy(
+    "concurrency",
+    "concurrency.lua",
+    SLOTS_CODE.decode(),
+    no_pack="its slots are members of a sorted set, each given back by the request that holds it",
+    no_delay="a slot is freed by the end of the request that holds it, at no time known in advance",
+    no_burst=_NO_SHAPING,
+    no_lease="a slot is held by one running request, and cannot be spent by another",
+)
 
 #: Every part a script may have beside the shared ones, by name: the
 #: strategies and the concurrency slots.
 PARTS: dict[str, Strategy] = {**STRATEGIES, CONCURRENCY.name: CONCURRENCY}
+
+
+def able(ability: str) -> str:
+    """The strategies whose record has ``ability``, a property of
+    :class:`Strategy` such as ``"delays"``, quoted, for messages: ``'gcra'
+    or 'sliding-log'``."""
+    return " or ".join(sorted(repr(name) for name, strategy in STRATEGIES.items() if getattr(strategy, ability)))
+
 
 #: The strategies' names, quoted, for messages: ``'fixed-window', ...``.
 STRATEGY_NAMES = ", ".join(map(repr, STRATEGIES))

@@ -32,12 +32,10 @@ from .local import LocalFolder, folder_of
 from .penalties import Penalty, penalty_suffix
 from .rates import Layer
 from .reset import counter_pattern, delete_counters
-from .scripts import CONCURRENCY, PARTS, STRATEGY_NAMES, is_strategy
+from .scripts import CONCURRENCY, PARTS, STRATEGY_NAMES, able, is_strategy
 from .storage import STORAGE_ERRORS, NodeFailure, Storage
 
 __all__ = [
-    "DELAYED_STRATEGIES",
-    "NO_DELAY",
     "Check",
     "Decision",
     "Hold",
@@ -66,13 +64,16 @@ class Policy:
     :param delay: shaping: the longest a request over the rate may wait for
         its turn, in seconds, rather than be refused; 0 to refuse at once.
         The script reserves the turn, and the decision's ``retry_after`` is
-        the wait (see :doc:`/shaping`). Only ``"gcra"`` and
-        ``"sliding-log"`` have a delay.
+        the wait (see :doc:`/shaping`). Only a strategy whose record
+        :attr:`~flask_redis_throttle.core.scripts.Strategy.delays` has a
+        delay: ``"gcra"`` and ``"sliding-log"``.
     :param burst: with a delay, how many requests may go at once after a
         quiet spell: 1 spreads them one every ``window / quota``, never
         more than the quota in any span of the window; 0 lets the whole
-        quota go at once, as GCRA does without a delay. Only ``"gcra"``
-        has a burst: the sliding log always lets the whole quota go.
+        quota go at once, as GCRA does without a delay. Only a strategy
+        whose record :attr:`~flask_redis_throttle.core.scripts.Strategy.bursts`
+        has a burst: ``"gcra"``; the sliding log always lets the whole
+        quota go.
 
     A policy of concurrency slots, made by :meth:`concurrency`, caps how
     many of an identity's requests run at once instead.
@@ -86,7 +87,7 @@ class Policy:
     burst: int = 0
     #: ``}:<scope>:<strategy>``: a key is the prefix, ``{``, an identity's
     #: tag and this. One key holds every layer of the identity under the
-    #: scope and strategy (see ``lua/packed.lua``).
+    #: scope and strategy (see ``lua/records.lua``).
     suffix: str = field(init=False, repr=False)
     #: The policy's entry in a script's plan, the same for every identity
     #: (see :func:`~flask_redis_throttle.core.codec.entry`).
@@ -122,9 +123,9 @@ class Policy:
 
         :raises InvalidLimit: for a delay that is not a number of seconds
             from 0 to :data:`~flask_redis_throttle.core.codec.MAX_PLAN_DELAY`,
-            one on a strategy that has none (see :data:`DELAYED_STRATEGIES`),
-            or a burst without a delay, past the least quota or on another
-            strategy than GCRA.
+            one on a strategy that has none, or a burst without a delay,
+            past the least quota or on a strategy that has none (see
+            :class:`~flask_redis_throttle.core.scripts.Strategy`).
         """
         delay, burst = self.delay, self.burst
         if not is_number(delay) or not 0 <= delay <= MAX_PLAN_DELAY:
@@ -136,16 +137,14 @@ class Policy:
             raise InvalidLimit(f"burst {burst!r} must be from 1 to {most}, with a delay; or 0", spec=burst)
         if not delay:
             return None
-        if self.strategy not in DELAYED_STRATEGIES:
+        strategy = PARTS[self.strategy]
+        if not strategy.delays:
             raise InvalidLimit(
-                f"a delay needs the 'gcra' or 'sliding-log' strategy, not {self.strategy!r}: {NO_DELAY[self.strategy]}",
+                f"a delay needs the {able('delays')} strategy, not {self.strategy!r}: {strategy.no_delay}",
                 spec=delay,
             )
-        if burst and self.strategy != "gcra":
-            raise InvalidLimit(
-                f"burst {burst!r} needs the 'gcra' strategy: the sliding log lets the whole quota go at once",
-                spec=burst,
-            )
+        if burst and not strategy.bursts:
+            raise InvalidLimit(f"burst {burst!r} needs the {able('bursts')} strategy: {strategy.no_burst}", spec=burst)
         return max(1, round(delay * 1000)), burst
 
     @classmethod
@@ -296,18 +295,6 @@ class Hold:
             throttle.call(throttle.storage.evaluate, keys, self.strategies, keys, args)
         else:
             throttle.unguarded(throttle.storage.evaluate, self.strategies, keys, args)
-
-
-#: The strategies a policy's delay works with: GCRA and the sliding log,
-#: whose retry is exact, and which fit at every moment after it.
-DELAYED_STRATEGIES = frozenset({"gcra", "sliding-log"})
-
-#: Why the other strategies have no delay, for the error.
-NO_DELAY = {
-    "fixed-window": "a request put off to the next window would be counted in a window that has not begun, "
-    "and the waiting requests would all run at its start, the burst shaping is meant to smooth",
-    "sliding-window": "its count is an estimate from two windows, so it has no exact time at which a request fits",
-}
 
 
 class Throttle:
