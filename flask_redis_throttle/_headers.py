@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from email.utils import formatdate
 from typing import TYPE_CHECKING
 
-from .core.deprecated import renamed
 from .core.rates import Layer
 
 if TYPE_CHECKING:
@@ -35,24 +34,6 @@ if TYPE_CHECKING:
     from .core.keys import Identity
     from .core.throttle import Decision, Policy
 
-__all__ = [
-    "CONCURRENT",
-    "DRAFTS",
-    "LEGACY_HEADERS",
-    "QUOTA_EXCEEDED",
-    "REQUESTS",
-    "UNITS",
-    "Draft",
-    "LayerNames",
-    "LegacyNames",
-    "legacy_headers",
-    "partition_key",
-    "partition_secret",
-    "policy_header",
-    "retry_after_value",
-    "set_headers",
-    "state_header",
-]
 
 #: The problem type of an exceeded quota (draft-11, section 5.1).
 QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"
@@ -322,11 +303,3 @@ def retry_after_value(retry_after: float, http_date: bool, now: float) -> str:
     if http_date:
         return formatdate(math.ceil(now + max(retry_after, 1)), usegmt=True)
     return str(max(1, math.ceil(retry_after)))
-
-
-#: The old names of renamed things, answered with a DeprecationWarning.
-_RENAMED = {"Labels": "LayerNames"}  # old name
-
-
-def __getattr__(name: str) -> object:
-    return renamed(__name__, name, _RENAMED, globals())

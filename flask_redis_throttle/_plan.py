@@ -36,7 +36,7 @@ from flask import Flask, Request, Response
 from ._config import Settings
 from ._headers import REQUESTS, LayerNames
 from ._identity import IdentitySpec, Resolver, Warn, resolvers
-from ._sources import class_view_limits, limits_of
+from ._sources import limits_of
 from ._spec import LimitSpec
 from .core.bounded import remember
 from .core.checks import is_integer
@@ -44,19 +44,6 @@ from .core.keys import Identity, loggable
 from .core.rates import parse_limits
 from .core.throttle import Check, Policy
 from .errors import InvalidLimit
-
-__all__ = [
-    "Batch",
-    "Plan",
-    "PlannedLimit",
-    "Problem",
-    "UnresolvedCheck",
-    "class_view_limits",
-    "compile_plan",
-    "matching",
-    "per_method_scope",
-    "plan_of",
-]
 
 #: How many policies a dynamic limit keeps, one per distinct string returned;
 #: more, and the cache starts again, so its memory stays bounded whatever

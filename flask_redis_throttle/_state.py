@@ -47,11 +47,8 @@ from .core.keys import loggable
 from .core.refusals import RefusalLog
 from .core.storage import STORAGE_ERRORS, Storage
 from .core.throttle import Check, Decision, Hold, StorageUnavailable, Throttle, UnexpectedError
-from .decorators import EXTENSION_KEY
 from .errors import RateLimitExceeded
 from .signals import RefusalEvent, notify, request_refused
-
-__all__ = ["EXTENSION_KEY", "NEAR_LIMIT_MEMORY", "OUTCOME_ATTRIBUTE", "Outcome", "RateLimitState", "RequestFilter"]
 
 #: A request filter: given the request, True to leave it unlimited.
 RequestFilter = Callable[[Request], bool]

@@ -33,14 +33,14 @@ from ._identity import parse_identity
 from ._metrics import Metrics, metrics_for
 from ._override_changes import make_override, overrides_of, parse_target, parse_when
 from ._plan import PlannedLimit, qualified_name
-from ._state import EXTENSION_KEY, RateLimitState, RequestFilter
+from ._state import RateLimitState, RequestFilter
 from .core.keys import Identity
 from .core.overrides import Change, Override
 from .core.refusals import RefusalLog
 from .core.storage import STORAGE_ERRORS
 from .core.throttle import StorageUnavailable
 from .current import current_limit
-from .decorators import state_of
+from .decorators import EXTENSION_KEY, state_of
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry

@@ -1,7 +1,5 @@
 """Nothing has been released, so the old names of renamed things are gone
-rather than kept with a DeprecationWarning; the one left (in ``_headers``,
-until it is reworked) still warns and names the new one. The rename script
-leaves this file alone."""
+rather than kept with a DeprecationWarning."""
 
 from __future__ import annotations
 
@@ -10,7 +8,6 @@ import importlib
 import pytest
 
 import flask_redis_throttle
-from flask_redis_throttle._headers import LayerNames
 from flask_redis_throttle.core.penalties import parse_penalty
 from flask_redis_throttle.core.rates import Layer
 from flask_redis_throttle.core.throttle import Policy
@@ -51,13 +48,6 @@ def test_an_unreleased_old_name_is_gone(module: str, old: str) -> None:
 )
 def test_an_unreleased_old_attribute_is_gone(thing: object, old: str) -> None:
     assert not hasattr(thing, old)
-
-
-def test_the_old_name_left_is_the_new_thing_with_a_warning() -> None:
-    module = "flask_redis_throttle._headers"
-    with pytest.warns(DeprecationWarning, match=rf"^{module}\.Labels is deprecated; use {module}\.LayerNames$"):
-        found = getattr(importlib.import_module(module), "Labels")  # noqa: B009
-    assert found is LayerNames
 
 
 def test_an_unknown_name_is_still_an_attribute_error() -> None:

@@ -231,15 +231,6 @@ def test_the_names_a_front_end_reads_are_public_and_work() -> None:
 
 #: Private modules that still declare ``__all__``, left to the engineers
 #: reworking them (issue 34): this list only shrinks.
-ALL_LEFT_FOR_LATER = {
-    f"{NAME}._headers",
-    f"{NAME}._plan",
-    f"{NAME}._state",
-    *(f"{NAME}.compat.flask_limiter.{module}" for module in ("_extension", "_grammar", "_limits")),
-    *(f"{NAME}.compat.flask_limiter.{module}" for module in ("_presentation", "_routes", "_settings", "_tree")),
-}
-
-
 def declared_all(path: Path) -> list[str] | None:
     """The names a module's ``__all__`` lists, or None if it has none."""
     for node in ast.parse(path.read_text("utf-8"), str(path)).body:
@@ -256,7 +247,7 @@ def test_only_public_modules_declare_all_and_only_public_names(name: str) -> Non
     offers nothing, so it declares none, and no module offers a private name."""
     listed = declared_all(modules()[name])
     private = any(part.startswith("_") for part in name.split(".")[1:])
-    if private and name not in ALL_LEFT_FOR_LATER:
+    if private:
         assert listed is None, f"{name} is private, and declares __all__"
     assert not [entry for entry in listed or () if entry.startswith("_")]
 

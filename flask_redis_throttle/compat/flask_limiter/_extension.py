@@ -42,7 +42,6 @@ from .constants import ConfigVars, ExemptionScope, HeaderNames
 if TYPE_CHECKING:  # a string in the annotations, read by type checkers only
     from typing_extensions import Unpack
 
-__all__ = ["Limiter"]
 
 #: The flag that drops each kind of inherited limit of :func:`flask_redis_throttle.exempt`.
 EXEMPTION = {

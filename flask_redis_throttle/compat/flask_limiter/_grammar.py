@@ -17,8 +17,6 @@ import re
 
 from ...core.rates import MAX_LIMIT_LENGTH
 
-__all__ = ["translate"]
-
 #: The separators of layers.
 SEPARATORS = re.compile(r"[,;|]")
 #: One layer: its quota, its multiple (maybe none) and its unit. Digits

@@ -26,19 +26,6 @@ from ._grammar import translate
 from ._presentation import BREACH_ERROR, describe_refusal, limits_key, logger
 from .util import get_remote_address
 
-__all__ = [
-    "SEE",
-    "ApplicationLimit",
-    "Limit",
-    "MetaLimit",
-    "RequestLimit",
-    "RouteLimit",
-    "breach_hook",
-    "dynamic",
-    "identities",
-    "of_request",
-]
-
 Target = TypeVar("Target", bound="Callable[..., Any] | Blueprint")
 
 #: Where the errors send the reader.

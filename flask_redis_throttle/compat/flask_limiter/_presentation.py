@@ -23,14 +23,6 @@ from ...core.rates import Layer
 from ...current import current_limit
 from ...signals import request_refused
 
-__all__ = [
-    "BREACH_ERROR",
-    "describe_refusal",
-    "limits_key",
-    "log_refusals",
-    "respond",
-]
-
 #: The extension's logger, where the shim logs what Flask-Limiter logs on its own.
 logger = logging.getLogger("flask_redis_throttle")
 

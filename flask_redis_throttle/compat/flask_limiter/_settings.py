@@ -14,8 +14,6 @@ from ._grammar import translate
 from ._limits import SEE, Limit, breach_hook, dynamic, identities
 from .constants import ConfigVars, HeaderNames
 
-__all__ = ["REFUSED", "STRATEGIES", "THEIR_SETTINGS", "settings", "storage_url"]
-
 #: Flask-Limiter's strategies, by the name of ours that does their job.
 STRATEGIES = {
     "fixed-window": "fixed-window",
