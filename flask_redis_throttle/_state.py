@@ -2,10 +2,9 @@
 
 :class:`RateLimitState` lives at ``app.extensions["ratelimit"]``; see
 :mod:`flask_redis_throttle.extension` for a request's path through it. It
-decides requests, and does what follows a refusal besides its 429: the
-refusal hooks (the ``on_breach`` functions and the ``request_refused``
-signal), the warning for a cost no layer can ever allow, and the refusal
-log's entry.
+decides requests and raises the 429; what follows a refusal besides it (the
+refusal hooks, the warnings, the logs' entries) and the near-limit signal are
+:class:`~flask_redis_throttle._refusing.RefusalReporter`'s.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ from flask import (
     Flask,
     Request,
     Response,
-    after_this_request,
     g,
     got_request_exception,
     request,
@@ -30,25 +28,23 @@ from flask import (
     request_tearing_down,
 )
 from werkzeug.exceptions import ServiceUnavailable
-from werkzeug.wrappers import Response as AnyResponse
 
 from ._config import Settings
-from ._decisions import OverQuota, at_cost, batch_limit, crossed, outcome_label, over_quota, tighter
+from ._decisions import at_cost, batch_limit, crossed, outcome_label, over_quota, tighter
 from ._headers import LayerNames, retry_after_value, set_headers
 from ._metrics import Metrics
-from ._notices import Notices, logger
+from ._notices import Notices
 from ._overrides import Overrides
-from ._plan import Batch, Plan, PlannedLimit, Problem, compile_plan, matching, plan_of, qualified_name
+from ._plan import Batch, Plan, Problem, compile_plan, matching, plan_of, qualified_name
+from ._refusing import RefusalReporter
 from ._releases import Releases
 from ._spec import LimitSpec
 from .core.bounded import remember
 from .core.factory import build_refusal_log, build_throttle
-from .core.keys import loggable
 from .core.refusals import RefusalLog
 from .core.storage import STORAGE_ERRORS, Storage
 from .core.throttle import Check, Decision, Hold, StorageUnavailable, Throttle, UnexpectedError
 from .errors import RateLimitExceeded
-from .signals import RefusalEvent, notify, request_refused
 
 #: A request filter: given the request, True to leave it unlimited.
 RequestFilter = Callable[[Request], bool]
@@ -60,10 +56,6 @@ OUTCOME_ATTRIBUTE = "_ratelimit"
 #: takes them until its final response or an exception takes them over.
 HELD_ATTRIBUTE = "_ratelimit_held"
 
-#: How many identities' layers that came near their limit a process
-#: remembers, so as to signal each once per window: bounded, as the block
-#: cache is, however many identities there are.
-NEAR_LIMIT_MEMORY = 10_000
 #: How many plans of limits' ``with`` blocks are kept: one per limit,
 #: endpoint and method; more, and the cache starts again, so that a limit
 #: made anew in each request stays bounded.
@@ -124,11 +116,8 @@ class RateLimitState(Notices):
         self.refusals: RefusalLog | None = None
         #: Who came near them (see :ref:`near-limit`); None when disabled.
         self.near_limits: RefusalLog | None = None
-        #: When each identity's layer that came near its limit may do so
-        #: again, by scope, identity tag and window, on :attr:`clock`: at most
-        #: :data:`NEAR_LIMIT_MEMORY` of them, the oldest forgotten first.
-        self._near: dict[tuple[str, str, int], float] = {}
-        self._near_lock = threading.Lock()
+        #: What follows refusals and near-limit crossings; None when disabled.
+        self.reporter: RefusalReporter | None = None
         #: The overrides set at run time (see :doc:`/overrides`); None when disabled.
         self.overrides: Overrides | None = None
         #: The concurrency slots whose giving back failed, given back in the
@@ -159,6 +148,7 @@ class RateLimitState(Notices):
                 if settings.near_limit is not None:
                     key = settings.key_prefix + "near-limits"
                     self.near_limits = build_refusal_log(storage, key, settings.refusal_log_size)
+            self.reporter = RefusalReporter(app, self, self.throttle, self.refusals, self.near_limits, metrics)
         # Keys are real endpoints and the methods their rules accept (Flask
         # answers any other method 405 with no endpoint), so this is bounded.
         self._plans: dict[tuple[str, str], Plan | None] = {}
@@ -316,7 +306,7 @@ class RateLimitState(Notices):
             shown = tighter(shown, decision)
             if decision.admitted:
                 if near is not None and crossed(decision, batch.cost, near):
-                    self._near_limit(endpoint, batch, decision)
+                    self._reporter().near_limit(endpoint, batch, decision)
                 if decision.retry_after > wait and not batch.shadow:  # shaped: its turn is later
                     wait = decision.retry_after
                 if decision.hold is not None:
@@ -332,7 +322,8 @@ class RateLimitState(Notices):
                     deferred.append(batch)
                 continue
             if batch.shadow:
-                self._report_refusal(req, endpoint, batch, decision, True, over_quota(batch.checks, batch.cost))
+                over = over_quota(batch.checks, batch.cost)
+                self._reporter().report(req, endpoint, batch, decision, True, over, self.settings.on_breach)
                 continue
             if metas is not None:
                 self._breached(metas, throttle)
@@ -494,7 +485,7 @@ class RateLimitState(Notices):
         """
         over = over_quota(batch.checks, batch.cost)
         setattr(g._get_current_object(), OUTCOME_ATTRIBUTE, Outcome(labels, shown, over is None, None, held))
-        replacement = self._report_refusal(req, endpoint, batch, decision, False, over)
+        replacement = self._reporter().report(req, endpoint, batch, decision, False, over, self.settings.on_breach)
         policy, layer = (decision.policy, decision.layer) if over is None else (over.policy, over.layer)
         violated = (labels.name(policy, layer),) if self.settings.draft.violated_policies else None
         if over is not None:
@@ -523,175 +514,15 @@ class RateLimitState(Notices):
             )
         limit = batch_limit(decision.policy if over is None else over.policy, batch)
         if limit is not None and limit.spec.error_message is not None:
-            error.description = self._error_message(req, limit, error.description)
+            error.description = self._reporter().error_message(req, limit, error.description)
         # werkzeug sends an HTTPException's response, when it has one, instead of its own.
         error.response = replacement
         raise error
 
-    def _error_message(self, req: Request, limit: PlannedLimit, description: str) -> str:
-        """The 429's description from ``limit``'s ``error_message``; its
-        own ``description`` when a function returns anything but a non-empty
-        string, with a warning."""
-        message = limit.spec.error_message
-        if callable(message):
-            message = message(req)
-            if not isinstance(message, str) or not message:
-                returned = loggable(repr(message))
-                function = qualified_name(limit.spec.error_message)
-                self._warn(
-                    f"the error_message function {function} of {limit.describe()} returned {returned}; "
-                    "the 429 keeps its own description",
-                    "error message",
-                )
-                return description
-        return message or description
-
-    def _report_refusal(
-        self, req: Request, endpoint: str, batch: Batch, decision: Decision, shadow: bool, over: OverQuota | None
-    ) -> AnyResponse | None:
-        """Log a refusal of ``batch``, real or shadow, and tell the refusal hooks.
-
-        :returns: the response an ``on_breach`` hook returned, to send
-            instead of the 429; None if none did, or for a shadow refusal.
-
-        :param over: the layer whose whole quota the request's cost exceeds,
-            if any (see :func:`~flask_redis_throttle._decisions.over_quota`).
-        """
-        if over is not None:
-            self._warn_over_quota(endpoint, over, batch, shadow)
-        if not decision.cached:
-            # A refusal repeated from the block cache was logged when Redis made it.
-            if shadow and over is not None:
-                logger.warning(
-                    "shadow mode: %s on %s would be refused by %s of scope %r: it costs %d, "
-                    "more than the whole quota, so it could never pass",
-                    loggable(str(over.identity)),
-                    endpoint,
-                    over.layer,
-                    over.policy.scope,
-                    over.cost,
-                )
-            elif shadow:
-                logger.warning(
-                    "shadow mode: %s on %s would be refused by %s%s of scope %r for %.3f seconds",
-                    loggable(str(decision.identity)),
-                    endpoint,
-                    decision.layer,
-                    " (penalty)" if decision.penalized else "",
-                    decision.policy.scope,
-                    decision.retry_after,
-                )
-            if self.refusals is not None:
-                self._log_refusal(endpoint, batch.checks, decision, shadow)
-        limit = batch_limit(decision.policy, batch)
-        hook = limit.spec.on_breach if limit is not None else None
-        if hook is not None or self.settings.on_breach is not None or request_refused.receivers:
-            if over is None:
-                policy, layer, identity = decision.policy, decision.layer, decision.identity
-                retry_after: int | None = max(1, math.ceil(decision.retry_after))
-            else:
-                policy, layer, identity, retry_after = over.policy, over.layer, over.identity, None
-            event = RefusalEvent(req, endpoint, policy.scope, identity, layer, retry_after, shadow, decision.penalized)
-            response = notify(self.app, event, (hook, self.settings.on_breach))
-            return None if shadow else response
-        return None
-
-    def _warn_over_quota(self, endpoint: str, over: OverQuota, batch: Batch, shadow: bool) -> None:
-        """Warn that a request costs more than a layer's whole quota: a bug
-        in a cost function or a dynamic limit, which only the app can fix."""
-        limit = batch_limit(over.policy, batch)
-        which = limit.describe() if limit is not None else f"scope {over.policy.scope!r}"
-        outcome = "shadow mode lets it through" if shadow else "refused without Retry-After"
-        self._warn(
-            f"a request to {endpoint} costs {over.cost}, more than the whole quota of {over.layer} of {which}: "
-            f"it can never pass; {outcome}",
-            "over quota",
-        )
-
-    def _log_refusal(self, endpoint: str, checks: Sequence[Check], decision: Decision, shadow: bool) -> None:
-        """Add the refusal to the log: one ``XADD``, through the circuit
-        breaker like every call to Redis, so that a stalled Redis does not
-        make each refusal wait for it. A refusal the fallback decided is not
-        logged (the fallback's own warning says Redis is unavailable): Redis
-        has just failed that request, or the breaker keeps it out.
-
-        On a cluster it goes to a stream on the node of the refusing
-        identity's counters (see :meth:`RefusalLog.shard`), through that
-        node's breaker."""
-        assert self.refusals is not None
-        if not decision.fallback:
-            self._record(self.refusals, "refusal", endpoint, checks, decision, shadow)
-
-    def _near_limit(self, endpoint: str, batch: Batch, decision: Decision) -> None:
-        """Signal that the admitted ``decision`` took its identity's layer
-        past ``RATELIMIT_NEAR_LIMIT``: count it, and write it to the
-        near-limit log once the response is sent, so that the request does
-        not wait for the ``XADD``. At most once per identity, layer and
-        window in this process: until the layer is back to its full quota,
-        its identity is not signalled again (a gradual strategy's count can
-        cross the line back and forth). A decision of the fallback is not
-        signalled: it counts in this process only, while Redis is away."""
-        if decision.fallback:
-            return
-        assert self.throttle is not None
-        scope = decision.policy.scope
-        # The identity's tag, a short digest: the identity itself may be
-        # anything a client sent, and is not kept (see Refusal.cut).
-        key = (scope, self.throttle.tag(decision.identity), decision.layer.window)
-        now = self.clock()
-        known = self._near
-        with self._near_lock:  # a threaded server's requests share it
-            if known.get(key, now) > now:
-                return
-            known.pop(key, None)  # so that the oldest is first
-            known[key] = now + decision.reset
-            if len(known) > NEAR_LIMIT_MEMORY:
-                del known[next(iter(known))]
-        if self.metrics is not None:
-            self.metrics.near_limit(endpoint, scope)
-        log = self.near_limits
-        if log is not None:
-
-            def record() -> None:
-                self._record(log, "near-limit", endpoint, batch.checks, decision, batch.shadow)
-
-            @after_this_request
-            def record_when_sent(response: Response) -> Response:
-                response.call_on_close(record)
-                return response
-
-    def _record(
-        self, log: RefusalLog, what: str, endpoint: str, checks: Sequence[Check], decision: Decision, shadow: bool
-    ) -> None:
-        """Write ``decision`` to ``log``, the refusal log or the near-limit
-        one (``what`` names its entries): one ``XADD``, through the breaker
-        of the node of its stream (see :meth:`_log_refusal`)."""
-        throttle = self.throttle
-        assert throttle is not None
-        identities = dict.fromkeys(str(identity) for _policy, ids in checks for identity in ids)
-        stream = log.shard(throttle.tag(decision.identity))
-        try:
-            throttle.call(
-                lambda: log.record(
-                    endpoint=endpoint,
-                    scope=decision.policy.scope,
-                    layer=f"{decision.layer.quota}/{decision.layer.name}",
-                    strategy=decision.policy.strategy,
-                    identity=str(decision.identity),
-                    identities=identities,
-                    retry_after=decision.retry_after,
-                    shadow=shadow,
-                    penalized=decision.penalized,
-                    stream=stream,
-                ),
-                (stream,),
-            )
-        except UnexpectedError as error:
-            self._internal_error(f"internal error in the {what} log ({error}); the {what} is not logged", error)
-        except StorageUnavailable as error:
-            # The decision stands; only its log entry is lost.
-            reason = error.__cause__ or error  # Redis's words, or why it was not called
-            self._warn(f"{what} log unavailable ({reason}); the {what} is not logged", f"{what} log")
+    def _reporter(self) -> RefusalReporter:
+        """The reporter, which an app that decides requests has."""
+        assert self.reporter is not None
+        return self.reporter
 
     def _problems(self, problems: Sequence[Problem]) -> None:
         """Warn about bad costs and dynamic limits; a bad dynamic limit

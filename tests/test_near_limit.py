@@ -11,7 +11,7 @@ from flask import Flask
 from helpers import Clock, FakeMonotonic, get
 from prometheus_client import CollectorRegistry
 
-from flask_redis_throttle import RateLimit, _state, limit, near_limit_log
+from flask_redis_throttle import RateLimit, _refusing, limit, near_limit_log
 from flask_redis_throttle.core.scripts import STRATEGIES
 from flask_redis_throttle.extension import RateLimitState
 
@@ -128,7 +128,7 @@ def test_a_process_remembers_a_bounded_number_of_signalled_identities(
 ) -> None:
     """The memory that keeps an identity from being signalled twice in a
     window forgets the oldest first: then it may be signalled again."""
-    monkeypatch.setattr(_state, "NEAR_LIMIT_MEMORY", 2)
+    monkeypatch.setattr(_refusing, "NEAR_LIMIT_MEMORY", 2)
     near_app(app, strategy="gcra")
     clock.set(0.5)
     client = app.test_client()
