@@ -1,0 +1,255 @@
+"""Quota leases: blocks of quota taken in one script call and spent in
+process (flask_redis_throttle/core/leases.py)."""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+import signal
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from helpers import Clock
+
+from flask_redis_throttle import Identity, parse_limits
+from flask_redis_throttle.core.blocks import BlockCache
+from flask_redis_throttle.core.leases import SHARE, Leases
+from flask_redis_throttle.core.storage import Storage
+from flask_redis_throttle.core.throttle import Check, Policy, StorageUnavailable, Throttle
+from flask_redis_throttle.testing import redis_server
+
+ALICE = Identity("ip", "10.0.0.1")
+
+
+def checks_of(spec: str, strategy: str = "fixed-window", scope: str = "s") -> list[Check]:
+    return [(Policy(tuple(parse_limits(spec)), scope, strategy), [ALICE])]
+
+
+@pytest.fixture
+def leases(storage: Storage) -> Iterator[Leases]:
+    leases = Leases(Throttle(storage))
+    yield leases
+    leases.give_back()
+
+
+def used(leases: Leases, checks: list[Check]) -> int:
+    """What Redis has counted of the first layer, read without counting."""
+    decision = leases.throttle.hit(checks, 0)
+    return decision.policy.layers[0].quota - decision.remaining
+
+
+# -- the core, on a pinned clock ------------------------------------------------
+
+
+def test_a_busy_identity_takes_blocks_and_spends_them_without_a_call(leases: Leases, clock: Clock) -> None:
+    checks = checks_of("10000/minute")
+    for _ in range(1000):
+        assert leases.hit(checks).admitted
+        clock.advance(0.001)  # 1,000 requests a second
+    assert leases.calls <= 0.05 * 1000
+    # Redis counted every unit spent, and the units in hand: never fewer.
+    assert 1000 <= used(leases, checks) <= 1000 + 150
+
+
+def test_blocks_shrink_to_one_unit_near_the_limit_and_never_admit_past_it(leases: Leases, clock: Clock) -> None:
+    checks = checks_of("100/minute")
+    other = Leases(leases.throttle)  # a second worker on the same counters
+    admitted = 0
+    for i in range(300):
+        admitted += (leases if i % 2 else other).hit(checks).admitted
+        clock.advance(0.001)
+    assert admitted == 100  # the quota, exactly: what was leased was all spent
+    assert used(leases, checks) == 100
+
+
+def test_a_block_is_never_spent_after_its_window_ends(leases: Leases, clock: Clock) -> None:
+    checks = checks_of("1000/second")
+    clock.set(0.95)  # a block leased just before the window ends
+    for _ in range(40):
+        leases.hit(checks)
+        clock.advance(0.001)
+    held = sum(lease.units for lease in leases._leases.values())
+    assert held > 0
+    clock.set(1.0)  # the next window: the block is dropped, the request counted in Redis
+    calls = leases.calls
+    decision = leases.hit(checks)
+    assert decision.admitted
+    assert leases.calls == calls + 1
+    # The new window counts this request and the new block in hand, nothing of the old one.
+    assert used(leases, checks) == 1 + sum(lease.units for lease in leases._leases.values())
+
+
+def test_a_block_is_sized_to_the_time_left_in_the_window(leases: Leases, clock: Clock) -> None:
+    checks = checks_of("100000/minute")
+    clock.set(59.990)  # 10 ms left, at 1,000 requests a second
+    for _ in range(5):
+        leases.hit(checks)
+        clock.advance(0.001)
+    assert used(leases, checks) <= 5 + 10
+
+
+def test_unspent_units_are_given_back(leases: Leases, clock: Clock) -> None:
+    checks = checks_of("10000/minute")
+    for _ in range(200):
+        leases.hit(checks)
+        clock.advance(0.0005)
+    assert used(leases, checks) > 200
+    assert leases.give_back() > 0
+    assert used(leases, checks) == 200
+
+
+def test_a_refusal_is_the_scripts_with_an_honest_retry_after(leases: Leases, clock: Clock) -> None:
+    checks = checks_of("5/second")
+    clock.set(0.2)
+    decisions = [leases.hit(checks) for _ in range(6)]
+    assert [d.admitted for d in decisions] == [True] * 5 + [False]
+    assert decisions[-1].retry_after == pytest.approx(0.8)
+    assert [d.remaining for d in decisions[:5]] == [4, 3, 2, 1, 0]
+
+
+def test_absurd_costs_decide_exactly_and_never_lease_past_the_quota(leases: Leases, clock: Clock) -> None:
+    checks = checks_of("10/second")
+    assert not leases.hit(checks, 11).admitted
+    assert leases.hit(checks, 10).admitted
+    assert not leases.hit(checks, 1).admitted
+    assert used(leases, checks) == 10
+
+
+@pytest.mark.parametrize("strategy", ["gcra", "sliding-window", "sliding-log"])
+def test_other_strategies_are_decided_per_request(leases: Leases, clock: Clock, strategy: str) -> None:
+    checks = checks_of("1000/second", strategy)
+    for _ in range(50):
+        leases.hit(checks)
+        clock.advance(0.001)
+    assert leases.calls == 0
+
+
+@pytest.mark.redis
+def test_redis_down_spends_the_block_then_the_failure_policy(clock: Clock) -> None:
+    with redis_server() as server:
+        storage = Storage.from_url(server.url, {"socket_timeout": 0.2})
+        leases = Leases(Throttle(storage))
+        checks = checks_of("100000/minute")
+        for _ in range(100):
+            leases.hit(checks)
+            clock.advance(0.001)
+        held = sum(lease.units for lease in leases._leases.values())
+        assert held > 0
+        os.kill(server.pid, signal.SIGSTOP)  # stalled: every call times out
+        try:
+            for _ in range(held):
+                assert leases.hit(checks).admitted  # no call: the block in hand
+            with pytest.raises(StorageUnavailable):
+                leases.hit(checks)
+            assert leases.give_back() == 0  # lost refund, not lost quota: the window ends
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+        storage.close()
+
+
+# -- four worker processes on a real Redis ----------------------------------------
+
+
+QUOTA = 400  # a second
+WORKERS = 4
+SECONDS = 3
+
+
+def _worker(url: str, start: float, rate: float, spec: str, results: Any, die_at: float | None) -> None:
+    """Send ``rate`` requests a second from ``start`` for SECONDS, each timed
+    on the wall clock (which is Redis's, on this host) before and after."""
+    leases = Leases(Throttle(Storage.from_url(url), blocks=BlockCache(100)))
+    checks = checks_of(spec)
+    times: list[tuple[float, float]] = []
+    sent = 0
+    while True:
+        due = start + sent / rate
+        if due >= start + SECONDS:
+            break
+        if die_at is not None and due >= die_at:
+            results.put((times, sent, leases.calls))
+            results.close()
+            results.join_thread()  # sent before the kill
+            os.kill(os.getpid(), signal.SIGKILL)  # units in hand, never given back
+        pause = due - time.time()
+        if pause > 0:
+            time.sleep(pause)
+        before = time.time()
+        decision = leases.hit(checks)
+        after = time.time()
+        sent += 1
+        if decision.admitted:
+            times.append((before, after))
+    results.put((times, sent, leases.calls))
+
+
+def _run(url: str, rate: float, die_at_window: int | None = None) -> tuple[list[tuple[float, float]], int, int, float]:
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+    start = math.ceil(time.time()) + 1.0
+    die = None if die_at_window is None else start + die_at_window + 0.5
+    processes = [
+        context.Process(target=_worker, args=(url, start, rate, f"{QUOTA}/second", results, die if i == 0 else None))
+        for i in range(WORKERS)
+    ]
+    for process in processes:
+        process.start()
+    admitted: list[tuple[float, float]] = []
+    sent = calls = 0
+    for _ in processes:
+        times, n, c = results.get(timeout=30)
+        admitted += times
+        sent += n
+        calls += c
+    for process in processes:
+        process.join(timeout=10)
+    return admitted, sent, calls, start
+
+
+def _per_window(admitted: list[tuple[float, float]]) -> dict[int, int]:
+    """The admissions in each second, an admission timed across a boundary
+    counted in the earlier second while it has room, else in the later:
+    whether some assignment keeps every second within the quota."""
+    certain = Counter(math.floor(a) for a, b in admitted if math.floor(a) == math.floor(b))
+    straddling = Counter(math.floor(a) for a, b in admitted if math.floor(a) != math.floor(b))
+    windows = sorted(set(certain) | {w + 1 for w in straddling} | set(straddling))
+    counts: dict[int, int] = {}
+    carry = 0
+    for window in windows:
+        count = certain[window] + carry
+        room = max(QUOTA - count, 0)
+        early = min(room, straddling[window])
+        counts[window] = count + early
+        carry = straddling[window] - early
+    return counts
+
+
+@pytest.mark.redis
+@pytest.mark.real_clock
+def test_four_processes_never_admit_more_than_the_quota_in_a_window(redis_client: Any, redis_server: Any) -> None:
+    # Demand twice the quota: every window fills, from four processes at once.
+    admitted, sent, calls, start = _run(redis_server.url, QUOTA * 2 / WORKERS)
+    counts = _per_window(admitted)
+    assert max(counts.values()) <= QUOTA, counts
+    # Under-admission: each whole window admits at least 95 % of the quota.
+    whole = [counts.get(int(start) + i, 0) for i in range(SECONDS)]
+    assert min(whole) >= 0.95 * QUOTA, whole
+    assert calls <= 0.05 * sent, (calls, sent)
+
+
+@pytest.mark.redis
+@pytest.mark.real_clock
+def test_a_worker_killed_with_units_in_hand_loses_at_most_its_block(redis_client: Any, redis_server: Any) -> None:
+    # The first worker is killed half way through the second window with a
+    # block in hand: those units are lost to that window alone, and a block
+    # is at most 1/SHARE of the quota left.
+    admitted, _, _, start = _run(redis_server.url, QUOTA * 2 / WORKERS, die_at_window=1)
+    counts = _per_window(admitted)
+    assert max(counts.values()) <= QUOTA, counts
+    killed = counts.get(int(start) + 1, 0)
+    assert killed >= QUOTA - QUOTA // SHARE - 0.05 * QUOTA, counts
+    assert counts.get(int(start) + 2, 0) >= 0.95 * QUOTA, counts
