@@ -44,6 +44,7 @@ from ._spec import LimitSpec
 from .core.bounded import remember
 from .core.factory import build_refusal_log, build_throttle
 from .core.keys import loggable
+from .core.leases import Leases
 from .core.refusals import RefusalLog
 from .core.storage import STORAGE_ERRORS, Storage
 from .core.throttle import Check, Decision, Hold, StorageUnavailable, Throttle, UnexpectedError
@@ -123,6 +124,8 @@ class RateLimitState(Notices):
         #: The core decider; tests may override its ``now`` to pin time. When
         #: ``RATELIMIT_ENABLED`` is off there is none, and no storage either.
         self.throttle: Throttle | None = None
+        #: Blocks of quota taken in advance, for the limits with ``prefetch=`` (see :doc:`/leases`).
+        self.leases: Leases | None = None
         #: Who hit the limits (see :doc:`/refusals`); None when disabled.
         self.refusals: RefusalLog | None = None
         #: Who came near them (see :ref:`near-limit`); None when disabled.
@@ -153,6 +156,7 @@ class RateLimitState(Notices):
                 fallback=settings.fallback,
                 listener=self,
             )
+            self.leases = Leases(self.throttle)
             self.overrides = Overrides(self.throttle, settings, self._overrides_unavailable, self._warn)
             if settings.refusal_log_size:
                 key = settings.key_prefix + "refusals"
@@ -283,7 +287,7 @@ class RateLimitState(Notices):
         if previous is not None:
             shown, deferred, held = previous.decision, previous.deferred, previous.held
             labels = LayerNames.of((*previous.labels.policies, *labels.policies))
-        metrics = self.metrics
+        metrics, leases = self.metrics, self.leases
         near = self.settings.near_limit
         wait = 0.0
         for batch in batches:
@@ -299,7 +303,8 @@ class RateLimitState(Notices):
                     else:
                         decision, deduct_later = self._inspected(batch, throttle)
                 else:
-                    decision = throttle.hit(batch.checks, batch.cost)
+                    decider = leases if leases is not None and batch.leased else throttle
+                    decision = decider.hit(batch.checks, batch.cost)
             except Exception as error:
                 # Redis's failure; or any other error, which is a bug: never a 500 (see _storage_unavailable).
                 failure = error if isinstance(error, StorageUnavailable) else throttle.unexpected(error)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
+import re
 import signal
 import time
 from collections import Counter
@@ -13,13 +14,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from helpers import Clock
+from flask import Flask
+from helpers import Clock, get, install
+from prometheus_client import CollectorRegistry
 
-from flask_redis_throttle import Identity, parse_limits
+from flask_redis_throttle import ConfigurationError, Identity, InvalidLimit, RateLimit, limit, parse_limits
 from flask_redis_throttle.core.blocks import BlockCache
 from flask_redis_throttle.core.leases import SHARE, Leases
 from flask_redis_throttle.core.storage import Storage
 from flask_redis_throttle.core.throttle import Check, Policy, StorageUnavailable, Throttle
+from flask_redis_throttle.extension import RateLimitState
 from flask_redis_throttle.testing import redis_server
 
 ALICE = Identity("ip", "10.0.0.1")
@@ -255,3 +259,153 @@ def test_a_worker_killed_with_units_in_hand_loses_at_most_its_block(redis_client
     killed = counts.get(int(start) + 1, 0)
     assert killed >= QUOTA - QUOTA // SHARE - 0.05 * QUOTA, counts
     assert counts.get(int(start) + 2, 0) >= 0.95 * QUOTA, counts
+
+
+# -- the Flask option and the app-wide limit --------------------------------------
+
+
+def prefetched(app: Flask, spec: str = "1000/minute", **config: Any) -> RateLimitState:
+    """``/`` limited to ``spec`` per IP with ``prefetch=True``; ``/plain``
+    by the same limit without it."""
+
+    @app.get("/")
+    @limit(spec, prefetch=True, scope="hot")
+    def index() -> str:
+        return "ok"
+
+    @app.get("/plain")
+    @limit(spec, scope="plain")
+    def plain() -> str:
+        return "ok"
+
+    return install(app, **{"RATELIMIT_HEADERS_LEGACY": True, **config})
+
+
+def counted(state: RateLimitState) -> list[int]:
+    """A count of the script calls ``state``'s storage makes, kept up to date."""
+    assert state.throttle is not None
+    storage, calls = state.throttle.storage, [0]
+    evaluate = storage.evaluate
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        return evaluate(*args, **kwargs)
+
+    storage.evaluate = counting  # type: ignore[method-assign]
+    return calls
+
+
+def test_a_prefetched_view_is_decided_from_blocks(app: Flask, clock: Clock) -> None:
+    state = prefetched(app, "100000/minute")
+    client = app.test_client()
+    calls = counted(state)
+    remaining = []
+    for _ in range(400):
+        response = get(client)
+        assert response.status_code == 200
+        remaining.append(int(response.headers["X-RateLimit-Remaining"]))
+        clock.advance(0.001)
+    assert calls[0] <= 0.05 * 400
+    # The headers count down one a request, as the per-request path's do.
+    assert remaining == list(range(99_999, 99_999 - 400, -1))
+
+
+def everyone(request: Any) -> str:
+    """One identity for every request: the app's own budget."""
+    return "everyone"
+
+
+def test_the_app_wide_limit_leases_with_the_dict_form(app: Flask, clock: Clock) -> None:
+    app.add_url_rule("/", "index", lambda: "ok")
+    budget = {"limit": "5000/second", "prefetch": True, "identities": [everyone]}
+    calls = counted(install(app, RATELIMIT_APPLICATION=budget))
+    client = app.test_client()
+    for i in range(1000):
+        assert get(client, ip=f"192.0.2.{i % 200}").status_code == 200
+        clock.advance(0.0002)  # 5,000 requests a second from many clients
+    assert calls[0] <= 0.05 * 1000  # 250 calls a second at most
+
+
+def test_a_prefetched_view_never_admits_past_the_quota_and_refuses_honestly(app: Flask, clock: Clock) -> None:
+    prefetched(app, "50/minute")
+    client = app.test_client()
+    clock.set(15.0)
+    codes = []
+    for _ in range(80):
+        response = get(client)
+        codes.append(response.status_code)
+        clock.advance(0.001)
+    assert codes == [200] * 50 + [429] * 30
+    assert int(response.headers["Retry-After"]) == 45 or response.headers["Retry-After"] == "45"
+    assert response.headers["X-RateLimit-Remaining"] == "0"
+
+
+def test_a_block_override_applies_before_the_lease(app: Flask, clock: Clock) -> None:
+    state = prefetched(app)
+    client = app.test_client()
+    for _ in range(100):
+        assert get(client).status_code == 200
+        clock.advance(0.001)
+    assert state.leases is not None
+    assert sum(lease.units for lease in state.leases._leases.values()) > 0  # units in hand
+    RateLimit().block("ip:192.0.2.1", duration="1h", app=app)
+    assert state.overrides is not None
+    state.overrides.follower.refresh(force=True)
+    assert get(client).status_code == 429
+    assert get(client, ip="192.0.2.2").status_code == 200
+
+
+def test_refusals_of_a_prefetched_limit_are_logged(app: Flask, clock: Clock) -> None:
+    state = prefetched(app, "5/minute")
+    client = app.test_client()
+    assert [get(client).status_code for _ in range(7)] == [200] * 5 + [429] * 2
+    assert state.refusals is not None
+    assert [refusal.scope for refusal in state.refusals.recent()] == ["hot"]
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        ({"strategy": "gcra"}, "GCRA has no window end"),
+        ({"strategy": "sliding-window"}, "estimate weighted over two windows"),
+        ({"strategy": "sliding-log"}, "stamps each request"),
+        ({"delay": "250ms"}, "cannot go with delay="),
+        ({"penalty": "1m"}, "would count as an offence"),
+        ({"concurrent": 2}, "cannot go with concurrent="),
+        ({"deduct_when": lambda response: True}, "cannot go with deduct_when="),
+        ({"prefetch": "yes"}, "prefetch 'yes' must be True or False"),
+    ],
+)
+def test_prefetch_is_refused_where_it_cannot_lease(options: dict[str, Any], said: str) -> None:
+    with pytest.raises(InvalidLimit, match=re.escape(said)):
+        limit("10/second", **{"prefetch": True, **options})
+
+
+def test_prefetch_on_the_app_wide_limit_is_checked_at_init(app: Flask) -> None:
+    with pytest.raises(ConfigurationError, match="GCRA has no window end"):
+        install(app, RATELIMIT_APPLICATION={"limit": "10/second", "prefetch": True, "strategy": "gcra"})
+
+
+def test_metrics_count_leased_decisions(storage_url: str, clock: Clock) -> None:
+    registry = CollectorRegistry()
+    app = Flask("tests")
+    app.config.update(RATELIMIT_STORAGE_URL=storage_url)
+
+    @app.get("/")
+    @limit("3/minute", scope="hot", prefetch=True)
+    def index() -> str:
+        return "ok"
+
+    RateLimit(app, metrics=registry)
+    client = app.test_client()
+    for _ in range(5):
+        get(client)
+    counts = {
+        outcome: registry.get_sample_value(
+            "ratelimit_decisions_total", {"endpoint": "index", "scope": "hot", "outcome": outcome}
+        )
+        for outcome in ("admitted", "refused", "blocked_in_process")
+    }
+    app.extensions["ratelimit"].throttle.storage.close()
+    assert counts["admitted"] == 3
+    assert (counts["refused"] or 0) + (counts["blocked_in_process"] or 0) == 2
