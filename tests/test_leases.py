@@ -8,6 +8,9 @@ import multiprocessing
 import os
 import re
 import signal
+import subprocess
+import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -409,3 +412,55 @@ def test_metrics_count_leased_decisions(storage_url: str, clock: Clock) -> None:
     app.extensions["ratelimit"].throttle.storage.close()
     assert counts["admitted"] == 3
     assert (counts["refused"] or 0) + (counts["blocked_in_process"] or 0) == 2
+
+
+# -- given back -------------------------------------------------------------------
+
+_EXITING = """
+import sys, time
+from flask_redis_throttle import Identity, parse_limits
+from flask_redis_throttle.core.leases import Leases
+from flask_redis_throttle.core.storage import Storage
+from flask_redis_throttle.core.throttle import Policy, Throttle
+
+leases = Leases(Throttle(Storage.from_url(sys.argv[1])))
+checks = [(Policy(tuple(parse_limits("1000000/day")), "s"), [Identity("ip", "10.0.0.1")])]
+for _ in range(300):
+    assert leases.hit(checks).admitted
+    time.sleep(0.0005)
+print(sum(lease.units for lease in leases._leases.values()))
+"""
+
+
+@pytest.mark.redis
+@pytest.mark.real_clock
+def test_a_process_that_exits_cleanly_gives_its_units_back(redis_client: Any, redis_server: Any) -> None:
+    day = time.time() // 86_400
+    done = subprocess.run(
+        [sys.executable, "-c", _EXITING, redis_server.url], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert int(done.stdout) > 0  # it held units when it exited
+    if time.time() // 86_400 != day:
+        pytest.skip("the day's window ended during the test")
+    checks = checks_of("1000000/day")
+    decision = Throttle(Storage.from_url(redis_server.url)).hit(checks, 0)
+    assert 1_000_000 - decision.remaining == 300  # what it spent, not what it leased
+
+
+def test_threads_sharing_one_lease_table_admit_the_quota_exactly(storage: Storage, clock: Clock) -> None:
+    leases = Leases(Throttle(storage))
+    checks = checks_of("500/minute")
+    admitted: list[bool] = []
+
+    def send() -> None:
+        for _ in range(100):
+            admitted.append(leases.hit(checks).admitted)
+
+    threads = [threading.Thread(target=send) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert admitted.count(True) == 500
+    leases.give_back()
+    assert used(leases, checks) == 500
