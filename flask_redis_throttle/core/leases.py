@@ -39,8 +39,9 @@ LEASABLE = frozenset({"fixed-window"})
 
 #: Why the other strategies cannot lease, for the error.
 NO_LEASE = {
-    "gcra": "a unit leased now and spent later is counted earlier than it runs, and GCRA has no window end "
-    "by which it must be spent: another worker could start sooner than the rate allows",
+    "gcra": "GCRA has no window end by which a leased unit must be spent: a unit counted when leased and spent "
+    "later lets another worker go that much sooner than the rate allows, unless it is spent before the "
+    "identity's previous turns run out, which leaves nothing to lease below the rate",
     "sliding-window": "its count is an estimate weighted over two windows, so a unit leased in one is still "
     "counted, in part, in the next, where it may be spent twice over",
     "sliding-log": "it stamps each request with the time it runs, which a block taken in advance does not know",
