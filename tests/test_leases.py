@@ -3,9 +3,11 @@ process (flask_redis_throttle/core/leases.py)."""
 
 from __future__ import annotations
 
+import http.client
 import math
 import multiprocessing
 import os
+import pathlib
 import re
 import signal
 import subprocess
@@ -18,7 +20,7 @@ from typing import Any
 
 import pytest
 from flask import Flask
-from helpers import Clock, get, install
+from helpers import Clock, get, install, wait_for_gunicorn
 from prometheus_client import CollectorRegistry
 
 from flask_redis_throttle import ConfigurationError, Identity, InvalidLimit, RateLimit, limit, parse_limits
@@ -27,9 +29,11 @@ from flask_redis_throttle.core.leases import SHARE, Leases
 from flask_redis_throttle.core.storage import Storage
 from flask_redis_throttle.core.throttle import Check, Policy, StorageUnavailable, Throttle
 from flask_redis_throttle.extension import RateLimitState
-from flask_redis_throttle.testing import redis_server
+from flask_redis_throttle.testing import free_port, redis_server
 
 ALICE = Identity("ip", "10.0.0.1")
+#: The repository, for the processes the tests start.
+ROOT = str(pathlib.Path(__file__).resolve().parent.parent)
 
 
 def checks_of(spec: str, strategy: str = "fixed-window", scope: str = "s") -> list[Check]:
@@ -464,3 +468,67 @@ def test_threads_sharing_one_lease_table_admit_the_quota_exactly(storage: Storag
     assert admitted.count(True) == 500
     leases.give_back()
     assert used(leases, checks) == 500
+
+
+_SERVED = """
+from flask import Flask
+
+from flask_redis_throttle import RateLimit, limit
+
+app = Flask(__name__)
+app.config["RATELIMIT_STORAGE_URL"] = __import__("os").environ["FRT_TEST_REDIS"]
+
+
+@app.route("/")
+@limit("1000000/day", prefetch=True, scope="hot")
+def index():
+    return "ok"
+
+
+@app.route("/held")
+def held():
+    state = app.extensions["ratelimit"]
+    return str(sum(lease.units for lease in state.leases._leases.values()))
+
+
+RateLimit(app)
+"""
+
+
+@pytest.mark.redis
+@pytest.mark.real_clock
+def test_a_gunicorn_worker_that_stops_gives_its_units_back(
+    redis_client: Any, redis_server: Any, tmp_path: pathlib.Path
+) -> None:
+    (tmp_path / "served.py").write_text(_SERVED)
+    port = free_port()
+    env = {**os.environ, "FRT_TEST_REDIS": redis_server.url, "PYTHONPATH": os.pathsep.join([str(tmp_path), ROOT])}
+    options = ["--workers", "1", "--graceful-timeout", "5", "--bind", f"127.0.0.1:{port}"]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", *options, "served:app"],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    day = time.time() // 86_400
+    try:
+        wait_for_gunicorn(port, process, "/held")
+        for _ in range(200):
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            connection.request("GET", "/")
+            assert connection.getresponse().status == 200
+            connection.close()
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        connection.request("GET", "/held")
+        held = int(connection.getresponse().read())
+        connection.close()
+    finally:
+        process.terminate()  # gunicorn stops its worker gracefully
+        process.wait(timeout=30)
+    assert held > 0
+    if time.time() // 86_400 != day:
+        pytest.skip("the day's window ended during the test")
+    policy = Policy(tuple(parse_limits("1000000/day")), "hot")
+    decision = Throttle(Storage.from_url(redis_server.url)).hit([(policy, [Identity("ip", "127.0.0.1")])], 0)
+    assert 1_000_000 - decision.remaining == 200  # what it spent, not what it leased
