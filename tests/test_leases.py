@@ -113,6 +113,23 @@ def test_unspent_units_are_given_back(leases: Leases, clock: Clock) -> None:
     assert used(leases, checks) == 200
 
 
+def test_a_flood_of_identities_keeps_the_table_bounded_and_the_hot_block(storage: Storage, clock: Clock) -> None:
+    leases = Leases(Throttle(storage), size=10)
+    hot = checks_of("100000/minute")
+    for i in range(500):
+        leases.hit(hot)
+        leases.hit([(hot[0][0], [Identity("ip", f"10.1.{i // 250}.{i % 250}")])])
+        clock.advance(0.001)
+    assert len(leases._leases) <= 10
+    held = leases._leases[((hot[0][0], (ALICE,)),)].units
+    assert held > 0  # the busy identity's block outlived the flood
+    calls = leases.calls
+    for _ in range(held):
+        assert leases.hit(hot).admitted
+    assert leases.calls == calls
+    leases.give_back()
+
+
 def test_a_refusal_is_the_scripts_with_an_honest_retry_after(leases: Leases, clock: Clock) -> None:
     checks = checks_of("5/second")
     clock.set(0.2)

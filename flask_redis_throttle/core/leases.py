@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 
 from .throttle import Check, Decision, Hold, Policy, StorageUnavailable, Throttle
 
-__all__ = ["HORIZON", "LEASABLE", "NO_LEASE", "SHARE", "Leases", "leasable"]
+__all__ = ["HORIZON", "LEASABLE", "LEASE_TABLE_SIZE", "NO_LEASE", "SHARE", "Leases", "leasable"]
 
 #: The strategies whose quota can be leased: the fixed window, whose
 #: windows are aligned to the clock, so that a block counted in a window
@@ -54,6 +54,9 @@ HORIZON = 0.1
 
 #: A block is at most ``1 / SHARE`` of the quota the last reply left.
 SHARE = 8
+
+#: How many request shapes a :class:`Leases` keeps blocks for, by default.
+LEASE_TABLE_SIZE = 10_000
 
 
 @dataclass(slots=True)
@@ -85,11 +88,16 @@ class Leases:
     :param throttle: takes the blocks; its clock, when pinned, is the lease
         clock too.
     :param horizon: see :data:`HORIZON`.
+    :param size: how many request shapes (limits and identities) it keeps
+        blocks for: when it is full, a new one first drops those that hold
+        nothing to spend; if none does, every block is dropped, whose units
+        are then lost to their window (never spent twice).
     """
 
-    def __init__(self, throttle: Throttle, horizon: float = HORIZON) -> None:
+    def __init__(self, throttle: Throttle, horizon: float = HORIZON, size: int = LEASE_TABLE_SIZE) -> None:
         self.throttle = throttle
         self.horizon = horizon
+        self.size = size
         self._leases: dict[tuple[object, ...], _Lease] = {}
         self._lock = threading.Lock()
         #: Script calls made (the block cache's refusals are not), for the benchmark and tests.
@@ -148,10 +156,16 @@ class Leases:
         until = now + _window_left(checks, decision)
         lease = _Lease(size - cost, until, now, decision, decision.hold)
         with self._lock:
-            old = self._leases.get(shape)
+            leases = self._leases
+            old = leases.get(shape)
             if old is not None and old.until == until:
                 lease.units += old.units  # another thread's block of the same window
-            self._leases[shape] = lease
+            elif old is None and len(leases) >= self.size:
+                # A flood of identities: keep the blocks that have units to spend.
+                leases = self._leases = {key: kept for key, kept in leases.items() if kept.units and now < kept.until}
+                if len(leases) >= self.size:
+                    leases.clear()
+            leases[shape] = lease
         return replace(decision, remaining=decision.remaining + lease.units, hold=None)
 
     def give_back(self) -> int:
