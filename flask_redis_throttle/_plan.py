@@ -41,6 +41,7 @@ from ._spec import LimitSpec
 from .core.bounded import remember
 from .core.checks import is_integer
 from .core.keys import Identity, loggable
+from .core.leases import LEASABLE
 from .core.rates import parse_limits
 from .core.throttle import Check, Policy
 from .errors import InvalidLimit
@@ -104,6 +105,13 @@ class PlannedLimit:
     meta: bool = False
     slots: Policy | None = None
     _policies: dict[tuple[str, str], Policy] = field(default_factory=dict, repr=False)
+
+    @property
+    def leased(self) -> bool:
+        """Whether it takes blocks of quota in advance: ``prefetch=True`` on a
+        strategy that can (one from ``RATELIMIT_STRATEGY`` may not: then it
+        is decided with the others, per request; see :doc:`/leases`)."""
+        return self.spec.prefetch and self.strategy in LEASABLE
 
     @property
     def dynamic(self) -> bool:
@@ -205,7 +213,7 @@ class Batch:
     @property
     def leased(self) -> bool:
         """Whether all its limits take blocks of quota in advance (``prefetch=``, see :doc:`/leases`)."""
-        return all(limit.spec.prefetch for limit in self.limits)
+        return all(limit.leased for limit in self.limits)
 
     @property
     def penalized(self) -> bool:
@@ -299,7 +307,7 @@ class Plan:
                 continue
             cost = limit.cost_for(request, problems)
             deferred = limit.meta or limit.spec.deduct_when is not None
-            group = (limit.shadow, deferred, cost, limit.meta, limit.spec.prefetch)
+            group = (limit.shadow, deferred, cost, limit.meta, limit.leased)
             grouped, kept = groups.setdefault(group, ([], []))
             grouped.append((policy, identities))
             kept.append(limit)
@@ -431,7 +439,7 @@ def plan_of(
     costs = {limit.spec.cost for limit in limits}
     cost = next(iter(costs))
     # Limits that lease quota and limits that do not take a call each.
-    simple = len(costs) == 1 and isinstance(cost, int) and len({limit.spec.prefetch for limit in limits}) == 1
+    simple = len(costs) == 1 and isinstance(cost, int) and len({limit.leased for limit in limits}) == 1
     simple = simple and not any(
         limit.policy is None
         or limit.shadow

@@ -549,3 +549,17 @@ def test_a_gunicorn_worker_that_stops_gives_its_units_back(
     policy = Policy(tuple(parse_limits("1000000/day")), "hot")
     decision = Throttle(Storage.from_url(redis_server.url)).hit([(policy, [Identity("ip", "127.0.0.1")])], 0)
     assert 1_000_000 - decision.remaining == 200  # what it spent, not what it leased
+
+
+def test_prefetch_under_a_strategy_setting_that_cannot_lease_is_one_call_per_request(app: Flask, clock: Clock) -> None:
+    @app.get("/")
+    @limit("1000/minute", prefetch=True)
+    @limit("2000/minute", scope="other")
+    def index() -> str:
+        return "ok"
+
+    calls = counted(install(app, RATELIMIT_STRATEGY="gcra"))
+    client = app.test_client()
+    for _ in range(20):
+        assert get(client).status_code == 200
+    assert calls[0] == 20  # both limits in one call, as without prefetch
