@@ -130,6 +130,31 @@ def test_a_flood_of_identities_keeps_the_table_bounded_and_the_hot_block(storage
     leases.give_back()
 
 
+def _spend_in_child(leases: Leases, checks: list[Check], n: int, results: Any) -> None:
+    results.put([leases.hit(checks).admitted for _ in range(n)])
+
+
+@pytest.mark.redis
+def test_a_forked_child_never_spends_its_parents_block(redis_client: Any, redis_server: Any, clock: Clock) -> None:
+    leases = Leases(Throttle(Storage.from_url(redis_server.url)))
+    checks = checks_of("100000/minute")
+    for _ in range(100):
+        leases.hit(checks)
+        clock.advance(0.001)
+    held = sum(lease.units for lease in leases._leases.values())
+    assert held > 0
+    before = used(leases, checks)
+    context = multiprocessing.get_context("fork")  # as gunicorn --preload forks its workers
+    results = context.Queue()
+    child = context.Process(target=_spend_in_child, args=(leases, checks, held, results))
+    child.start()
+    assert all(results.get(timeout=30))
+    child.join(timeout=30)
+    # Every request of the child was counted in Redis: none spent the parent's units.
+    assert used(leases, checks) >= before + held
+    leases.give_back()
+
+
 def test_a_refusal_is_the_scripts_with_an_honest_retry_after(leases: Leases, clock: Clock) -> None:
     checks = checks_of("5/second")
     clock.set(0.2)

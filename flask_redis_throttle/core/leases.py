@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import atexit
 import math
+import os
 import threading
 import time
 import weakref
@@ -237,3 +238,16 @@ def _give_back_all() -> None:
     """At a clean exit (and a gunicorn worker's is one), give every block back."""
     for leases in list(_LIVE):
         leases.give_back()
+
+
+def _forget_in_child() -> None:
+    """In a forked child (a worker of ``gunicorn --preload``), forget the
+    parent's blocks: their units are the parent's, and each child spending
+    a copy of them would admit them once per child. The lock is new too:
+    the parent's may have been held by another thread when it forked."""
+    for leases in list(_LIVE):
+        leases._leases = {}
+        leases._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
