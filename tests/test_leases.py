@@ -155,6 +155,13 @@ def test_a_forked_child_never_spends_its_parents_block(redis_client: Any, redis_
     leases.give_back()
 
 
+def test_a_burst_at_one_instant_does_not_pass_for_a_boundless_rate(leases: Leases, clock: Clock) -> None:
+    checks = checks_of("1000000/minute")
+    for _ in range(3):
+        leases.hit(checks)  # three threads at the same microsecond
+    assert used(leases, checks) <= 3 + 4  # not an eighth of the quota: 125,000 units no one else could use
+
+
 def test_a_refusal_is_the_scripts_with_an_honest_retry_after(leases: Leases, clock: Clock) -> None:
     checks = checks_of("5/second")
     clock.set(0.2)

@@ -13,9 +13,10 @@ the window's end otherwise.
 What leasing costs is under-admission: units one worker holds are not
 available to another. Blocks are sized from the rate the worker sees (what
 it asked for over the last :data:`HORIZON` seconds), never past the time
-left in the window at that rate, and at most a :data:`SHARE` of the quota
-the last reply left, down to the request's own cost: near the limit every
-decision is exact again.
+left in the window at that rate, at most twice what it asked for since its
+last block, and at most a :data:`SHARE` of the quota the last reply left,
+down to the request's own cost: near the limit every decision is exact
+again.
 """
 
 from __future__ import annotations
@@ -136,12 +137,14 @@ class Leases:
 
     def _size(self, lease: _Lease, now: int, cost: int) -> int:
         """The next block: the rate seen since the last was taken, over the
-        horizon and at most the time left in the window; at most a share of
-        the quota the last reply left; never less than ``cost``."""
+        horizon and at most the time left in the window; at most twice what
+        was asked since, so that a burst at one instant does not pass for a
+        boundless rate; at most a share of the quota the last reply left;
+        never less than ``cost``."""
+        asked = lease.asked
         elapsed = max(now - lease.taken, 1) / 1e6
-        rate = lease.asked / elapsed
         left = self.horizon if now >= lease.until else min(self.horizon, (lease.until - now) / 1e6)
-        size = min(math.ceil(rate * left), lease.decision.remaining // SHARE)
+        size = min(math.ceil(asked / elapsed * left), 2 * asked, lease.decision.remaining // SHARE)
         return max(cost, size)
 
     def _take(self, shape: tuple[object, ...], checks: Sequence[Check], cost: int, size: int, now: int) -> Decision:
