@@ -132,19 +132,23 @@ class Leases:
                 if now < lease.until and lease.units >= cost:
                     lease.units -= cost
                     return _spent(lease, now)
-            size = cost if lease is None else self._size(lease, now, cost)
+            size = cost if lease is None else self._size(lease, now, cost, checks)
         return self._take(shape, checks, cost, size, now)
 
-    def _size(self, lease: _Lease, now: int, cost: int) -> int:
+    def _size(self, lease: _Lease, now: int, cost: int, checks: Sequence[Check]) -> int:
         """The next block: the rate seen since the last was taken, over the
         horizon and at most the time left in the window; at most twice what
         was asked since, so that a burst at one instant does not pass for a
-        boundless rate; at most a share of the quota the last reply left;
+        boundless rate; at most a share of the quota the last reply left
+        (of the least quota, once the window it was left in has ended);
         never less than ``cost``."""
         asked = lease.asked
         elapsed = max(now - lease.taken, 1) / 1e6
-        left = self.horizon if now >= lease.until else min(self.horizon, (lease.until - now) / 1e6)
-        size = min(math.ceil(asked / elapsed * left), 2 * asked, lease.decision.remaining // SHARE)
+        if now < lease.until:
+            left, remaining = min(self.horizon, (lease.until - now) / 1e6), lease.decision.remaining
+        else:
+            left, remaining = self.horizon, min(layer.quota for policy, _ in checks for layer in policy.layers)
+        size = min(math.ceil(asked / elapsed * left), 2 * asked, remaining // SHARE)
         return max(cost, size)
 
     def _take(self, shape: tuple[object, ...], checks: Sequence[Check], cost: int, size: int, now: int) -> Decision:
