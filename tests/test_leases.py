@@ -25,11 +25,12 @@ from prometheus_client import CollectorRegistry
 
 from flask_redis_throttle import ConfigurationError, Identity, InvalidLimit, RateLimit, limit, parse_limits
 from flask_redis_throttle.core.blocks import BlockCache
+from flask_redis_throttle.core.factory import build_throttle
 from flask_redis_throttle.core.leases import SHARE, Leases
 from flask_redis_throttle.core.storage import Storage
 from flask_redis_throttle.core.throttle import Check, Policy, StorageUnavailable, Throttle
 from flask_redis_throttle.extension import RateLimitState
-from flask_redis_throttle.testing import free_port, redis_server
+from flask_redis_throttle.testing import RedisServer, free_port, redis_server
 
 ALICE = Identity("ip", "10.0.0.1")
 #: The repository, for the processes the tests start.
@@ -128,6 +129,31 @@ def test_a_flood_of_identities_keeps_the_table_bounded_and_the_hot_block(storage
         assert leases.hit(hot).admitted
     assert leases.calls == calls
     leases.give_back()
+
+
+@pytest.mark.redis
+def test_no_block_is_kept_from_the_fallback_once_redis_is_back(clock: Clock) -> None:
+    port = free_port()
+    options = {"socket_timeout": 0.2, "socket_connect_timeout": 0.2}
+    throttle = build_throttle(Storage.from_url(f"redis://127.0.0.1:{port}/0", options), fallback=True)
+    leases = Leases(throttle)
+    checks = checks_of("100000/minute")
+    for _ in range(100):  # Redis is down: the fallback decides
+        decision = leases.hit(checks)
+        assert decision.admitted
+        assert decision.fallback
+        clock.advance(0.001)
+    server = RedisServer(port=port)
+    server.start()
+    try:
+        for _ in range(50):  # Redis is back: every request is counted there
+            assert leases.hit(checks).admitted
+            clock.advance(0.001)
+        leases.give_back()
+        assert used(leases, checks) == 50
+    finally:
+        throttle.storage.close()
+        server.close()
 
 
 def _spend_in_child(leases: Leases, checks: list[Check], n: int, results: Any) -> None:

@@ -161,6 +161,13 @@ class Leases:
             size = cost
         if not decision.admitted:
             return decision
+        if decision.fallback:
+            # Redis is unavailable and the fallback decided: no block is
+            # kept from it, which would go on being spent once Redis is
+            # back. What it took beyond this request goes back at once.
+            if size > cost and decision.hold is not None:
+                replace(decision.hold, cost=size - cost).release(guarded=False)
+            return replace(decision, hold=None)
         until = now + _window_left(checks, decision)
         lease = _Lease(size - cost, until, now, decision, decision.hold)
         with self._lock:
