@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from flask import Flask
-from helpers import Clock, get, install, wait_for_gunicorn
+from helpers import T0, Clock, get, install, wait_for_gunicorn
 from prometheus_client import CollectorRegistry
 
 from flask_redis_throttle import ConfigurationError, Identity, InvalidLimit, RateLimit, limit, parse_limits
@@ -49,9 +49,9 @@ def leases(storage: Storage) -> Iterator[Leases]:
 
 
 def used(leases: Leases, checks: list[Check]) -> int:
-    """What Redis has counted of the first layer, read without counting."""
+    """What Redis has counted of the layer with the least left, read without counting."""
     decision = leases.throttle.hit(checks, 0)
-    return decision.policy.layers[0].quota - decision.remaining
+    return decision.layer.quota - decision.remaining
 
 
 # -- the core, on a pinned clock ------------------------------------------------
@@ -78,8 +78,10 @@ def test_blocks_shrink_to_one_unit_near_the_limit_and_never_admit_past_it(leases
     assert used(leases, checks) == 100
 
 
-def test_a_block_is_never_spent_after_its_window_ends(leases: Leases, clock: Clock) -> None:
-    checks = checks_of("1000/second")
+@pytest.mark.parametrize("spec", ["1000/second", "100000/hour;1000/second"])
+def test_a_block_is_never_spent_after_its_window_ends(leases: Leases, clock: Clock, spec: str) -> None:
+    # With several layers, the block ends with the first window to end.
+    checks = checks_of(spec)
     clock.set(0.95)  # a block leased just before the window ends
     for _ in range(40):
         leases.hit(checks)
@@ -93,6 +95,18 @@ def test_a_block_is_never_spent_after_its_window_ends(leases: Leases, clock: Clo
     assert leases.calls == calls + 1
     # The new window counts this request and the new block in hand, nothing of the old one.
     assert used(leases, checks) == 1 + sum(lease.units for lease in leases._leases.values())
+
+
+def test_a_block_ends_with_the_shortest_layers_window(leases: Leases, clock: Clock) -> None:
+    checks = checks_of("50/second;100000/hour")
+    other = Leases(leases.throttle)
+    per_second: Counter[int] = Counter()
+    for i in range(6000):  # two workers, each at 1,000 requests a second, for 3 s
+        if (leases if i % 2 else other).hit(checks).admitted:
+            per_second[(clock.micros() - T0) // 1_000_000] += 1
+        clock.advance(0.0005)
+    assert per_second == {0: 50, 1: 50, 2: 50}
+    other.give_back()
 
 
 def test_a_block_is_sized_to_the_time_left_in_the_window(leases: Leases, clock: Clock) -> None:
