@@ -339,8 +339,10 @@ def test_four_processes_never_admit_more_than_the_quota_in_a_window(redis_client
     whole = [counts.get(int(start) + i, 0) for i in range(SECONDS)]
     assert min(whole) >= 0.95 * QUOTA, whole
     # Near the limit blocks shrink to one unit and every decision is exact
-    # again, so this is no place for the 5 % target (see the pinned test).
-    assert calls <= 0.25 * sent, (calls, sent)
+    # again, so this is no place for the 5 % target (see the pinned test):
+    # about 0.13 measured, and more on a loaded machine, whose late workers
+    # meet the end of the quota in smaller blocks.
+    assert calls <= 0.4 * sent, (calls, sent)
 
 
 @pytest.mark.redis
