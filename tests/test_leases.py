@@ -637,3 +637,23 @@ def test_prefetch_under_a_strategy_setting_that_cannot_lease_is_one_call_per_req
     for _ in range(20):
         assert get(client).status_code == 200
     assert calls[0] == 20  # both limits in one call, as without prefetch
+
+
+def test_a_prefetched_limit_beside_others_with_a_cost_function(app: Flask, clock: Clock) -> None:
+    # Not a simple plan: the leased limit is a batch of its own, beside a
+    # per-request limit and a shadow one.
+    @app.get("/")
+    @limit("30/minute", prefetch=True, cost=lambda request: 3, scope="hot")
+    @limit("1000/minute", scope="plain")
+    @limit("5/minute", scope="watched", shadow=True)
+    def index() -> str:
+        return "ok"
+
+    install(app)
+    client = app.test_client()
+    codes = []
+    for _ in range(12):
+        codes.append(get(client).status_code)
+        clock.advance(0.001)
+    assert codes == [200] * 10 + [429] * 2
+    assert int(get(client).headers["Retry-After"]) == 60
