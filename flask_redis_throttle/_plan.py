@@ -41,6 +41,7 @@ from ._spec import LimitSpec
 from .core.bounded import remember
 from .core.checks import is_integer
 from .core.keys import Identity, loggable
+from .core.leases import LEASABLE
 from .core.rates import parse_limits
 from .core.throttle import Check, Policy
 from .errors import InvalidLimit
@@ -91,6 +92,13 @@ class PlannedLimit:
     meta: bool = False
     slots: Policy | None = None
     _policies: dict[tuple[str, str], Policy] = field(default_factory=dict, repr=False)
+
+    @property
+    def leased(self) -> bool:
+        """Whether it takes blocks of quota in advance: ``prefetch=True`` on a
+        strategy that can (one from ``RATELIMIT_STRATEGY`` may not: then it
+        is decided with the others, per request; see :doc:`/leases`)."""
+        return self.spec.prefetch and self.strategy in LEASABLE
 
     @property
     def dynamic(self) -> bool:
@@ -190,6 +198,11 @@ class Batch:
     meta: bool = False
 
     @property
+    def leased(self) -> bool:
+        """Whether all its limits take blocks of quota in advance (``prefetch=``, see :doc:`/leases`)."""
+        return all(limit.leased for limit in self.limits)
+
+    @property
     def penalized(self) -> bool:
         """Whether any of its limits has a penalty."""
         return any(limit.spec.penalty is not None for limit in self.limits)
@@ -206,7 +219,7 @@ class Plan:
         since its layers are known only per request.
     :param simple: True when no limit is dynamic, shadow or deferred, has an
         ``exempt_when``, a cost function or concurrency slots, and all have
-        the same cost: then
+        the same cost and ``prefetch``: then
         :attr:`unresolved` and :attr:`cost` are all a request needs.
     """
 
@@ -232,8 +245,8 @@ class Plan:
 
         Otherwise, limits whose ``exempt_when`` is true, whose dynamic
         function returns None or a bad string, or none of whose identities
-        applies, are left out. The rest are grouped by cost, shadow and
-        deferred, and the groups ordered: deferred inspections first (they
+        applies, are left out. The rest are grouped by cost, shadow,
+        deferred and ``prefetch``, and the groups ordered: deferred inspections first (they
         write nothing), then enforced limits, then shadow ones (so that a
         request refused by an enforced limit is not counted by a shadow one).
 
@@ -255,7 +268,7 @@ class Plan:
                 limits = tuple(limit for limit in limits if any(limit.policy is fixed for fixed, _ in checks))
             return (Batch(self.cost, False, False, checks, limits),), labels, ()
         problems: list[Problem] = []
-        groups: dict[tuple[bool, bool, int, bool], tuple[list[Check], list[PlannedLimit]]] = {}
+        groups: dict[tuple[bool, bool, int, bool, bool], tuple[list[Check], list[PlannedLimit]]] = {}
         policies: list[Policy] = []
         for limit in self.limits:
             exempt_when = limit.spec.exempt_when
@@ -281,14 +294,16 @@ class Plan:
                 continue
             cost = limit.cost_for(request, problems)
             deferred = limit.meta or limit.spec.deduct_when is not None
-            grouped, kept = groups.setdefault((limit.shadow, deferred, cost, limit.meta), ([], []))
+            group = (limit.shadow, deferred, cost, limit.meta, limit.leased)
+            grouped, kept = groups.setdefault(group, ([], []))
             grouped.append((policy, identities))
             kept.append(limit)
             if slots is not None:  # its slots, in the same call: the limit again, for its check
                 grouped.append((slots, identities))
                 kept.append(limit)
         batches = [
-            Batch(cost, shadow, deferred, *lists, meta=meta) for (shadow, deferred, cost, meta), lists in groups.items()
+            Batch(cost, shadow, deferred, *lists, meta=meta)
+            for (shadow, deferred, cost, meta, _), lists in groups.items()
         ]
         batches.sort(key=lambda batch: (batch.shadow, not batch.meta, not batch.deferred))
         return batches, labels or self._labels_of(tuple(policies)), problems
@@ -410,7 +425,8 @@ def plan_of(
         )
     costs = {limit.spec.cost for limit in limits}
     cost = next(iter(costs))
-    simple = len(costs) == 1 and isinstance(cost, int)
+    # Limits that lease quota and limits that do not take a call each.
+    simple = len(costs) == 1 and isinstance(cost, int) and len({limit.leased for limit in limits}) == 1
     simple = simple and not any(
         limit.policy is None
         or limit.shadow

@@ -20,6 +20,7 @@ from flask import Request, Response
 from ._headers import REQUESTS, UNITS
 from ._identity import IDENTITY_NAMES, IdentitySpec, check_identities
 from .core.checks import is_integer, is_number
+from .core.leases import LEASABLE, NO_LEASE
 from .core.penalties import Penalty, parse_penalty
 from .core.rates import MAX_QUOTA, MAX_WINDOW, Layer, parse_limits
 from .core.scripts import SHAPING_STRATEGY, STRATEGIES, STRATEGY_NAMES, able, is_strategy
@@ -87,6 +88,8 @@ class LimitSpec:
         under the limit's scope; None for no cap.
     :param lease: the longest a request holds its slot, in seconds; None
         for ``RATELIMIT_CONCURRENCY_LEASE``.
+    :param prefetch: whether each worker takes blocks of the quota and
+        spends them in process (see :doc:`/leases`).
     """
 
     limit: str | DynamicLimit
@@ -109,6 +112,7 @@ class LimitSpec:
     delay: float = 0.0
     concurrent: int | None = None
     lease: int | None = None
+    prefetch: bool = False
 
     def policy(self, layers: tuple[Layer, ...], scope: str, strategy: str) -> Policy:
         """The policy of this limit's ``layers`` under ``scope`` and
@@ -157,6 +161,7 @@ class LimitOptions(TypedDict, total=False):
     delay: float | str | bool
     concurrent: int | None
     lease: int | None
+    prefetch: bool
 
 
 def make_spec(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> LimitSpec:
@@ -179,6 +184,7 @@ def make_spec(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> Limi
             if name == "cost":
                 _check_cost_fits(checked[name], layers, spec)
     _check_concurrency(checked)
+    _check_prefetch(checked)
     if checked.get("delay"):
         checked["strategy"] = _shaped_strategy(checked)
     return LimitSpec(spec, layers, **checked)
@@ -319,6 +325,31 @@ def _check_concurrency(checked: dict[str, Any]) -> None:
         )
 
 
+#: Why ``prefetch=`` cannot go with some options, for the error.
+_NO_PREFETCH = {
+    "delay": "a shaped request waits for a turn the script reserves for it, which a block taken in advance has not",
+    "penalty": "a block refused because other workers took what was left would count as an offence",
+    "concurrent": "a slot is held while a request runs, and cannot be taken in advance",
+    "deduct_when": "a request counted after its response is counted one at a time",
+}
+
+
+def _check_prefetch(checked: dict[str, Any]) -> None:
+    """Refuse ``prefetch=`` on a strategy that cannot lease (see
+    :data:`~flask_redis_throttle.core.leases.NO_LEASE`) and with the options
+    whose requests are decided one at a time, saying why."""
+    if not checked.get("prefetch"):
+        return
+    for name, why in _NO_PREFETCH.items():
+        if checked.get(name):
+            raise InvalidLimit(f"prefetch cannot go with {name}=: {why}", spec=checked[name])
+    strategy = checked.get("strategy")
+    if strategy is not None and strategy not in LEASABLE:
+        raise InvalidLimit(
+            f"prefetch needs the 'fixed-window' strategy, not {strategy!r}: {NO_LEASE[strategy]}", spec=strategy
+        )
+
+
 def _function(name: str, function: Any) -> Any:
     if function is not None and not callable(function):
         raise InvalidLimit(f"{name} {function!r} must be a function", spec=function)
@@ -404,4 +435,5 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "delay": _delay,
     "concurrent": _concurrent,
     "lease": _lease,
+    "prefetch": partial(_flag, "prefetch"),
 }

@@ -41,6 +41,7 @@ from ._releases import Releases
 from ._spec import LimitSpec
 from .core.bounded import remember
 from .core.factory import build_refusal_log, build_throttle
+from .core.leases import Leases
 from .core.refusals import RefusalLog
 from .core.storage import STORAGE_ERRORS, Storage
 from .core.throttle import Check, Decision, Hold, StorageUnavailable, Throttle, UnexpectedError
@@ -112,6 +113,8 @@ class RateLimitState(Notices):
         #: The core decider; tests may override its ``now`` to pin time. When
         #: ``RATELIMIT_ENABLED`` is off there is none, and no storage either.
         self.throttle: Throttle | None = None
+        #: Blocks of quota taken in advance, for the limits with ``prefetch=`` (see :doc:`/leases`).
+        self.leases: Leases | None = None
         #: Who hit the limits (see :doc:`/refusals`); None when disabled.
         self.refusals: RefusalLog | None = None
         #: Who came near them (see :ref:`near-limit`); None when disabled.
@@ -141,6 +144,7 @@ class RateLimitState(Notices):
             )
             # The slots an admission that timed out may take once Redis runs it.
             self.throttle.strays = self.releases.add
+            self.leases = Leases(self.throttle)
             self.overrides = Overrides(self.throttle, settings, self._overrides_unavailable, self._warn)
             if settings.refusal_log_size:
                 key = settings.key_prefix + "refusals"
@@ -272,7 +276,7 @@ class RateLimitState(Notices):
         if previous is not None:
             shown, deferred, held = previous.decision, previous.deferred, previous.held
             labels = previous.labels.joined(labels)
-        metrics = self.metrics
+        metrics, leases = self.metrics, self.leases
         near = self.settings.near_limit
         wait = 0.0
         for batch in batches:
@@ -288,7 +292,8 @@ class RateLimitState(Notices):
                     else:
                         decision, deduct_later = self._inspected(batch, throttle)
                 else:
-                    decision = throttle.hit(batch.checks, batch.cost)
+                    decider = leases if leases is not None and batch.leased else throttle
+                    decision = decider.hit(batch.checks, batch.cost)
             except Exception as error:
                 # Redis's failure; or any other error, which is a bug: never a 500 (see _storage_unavailable).
                 failure = error if isinstance(error, StorageUnavailable) else throttle.unexpected(error)

@@ -149,6 +149,12 @@ def limit(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> LimitDec
     :param lease: the longest a request holds its slot, in seconds, after
         which a slot whose request never ended (its worker killed) is free
         again; by default ``RATELIMIT_CONCURRENCY_LEASE``.
+    :param prefetch: quota leases: each worker takes a block of an
+        identity's quota in one call and spends it without asking Redis,
+        never admitting more than the quota in a window, for a hot identity
+        or an app-wide limit (see :doc:`/leases`). Only with the
+        ``"fixed-window"`` strategy, and not with a delay, a penalty,
+        ``concurrent`` or ``deduct_when``.
     :raises InvalidLimit: at once, when the decorator is made, if ``spec``
         or an option is malformed.
     :raises TypeError: when it is applied to something that is neither a

@@ -163,7 +163,7 @@ def test_each_strategy_record_says_what_it_can_do_and_why_not() -> None:
         "fixed-window": {"packed", "leases"},
         "sliding-window": {"packed"},
         "sliding-log": {"delays"},
-        "gcra": {"packed", "delays", "bursts", "leases"},
+        "gcra": {"packed", "delays", "bursts"},
         "concurrency": set(),
     }
 

@@ -122,8 +122,8 @@ STRATEGIES: dict[str, Strategy] = {
             "sw",
             no_delay="its count is an estimate from two windows, so it has no exact time at which a request fits",
             no_burst=_NO_SHAPING,
-            no_lease="its count is an estimate from two windows, so a leased share has no exact time "
-            "at which it is spent",
+            no_lease="its count is an estimate weighted over two windows, so a unit leased in one is still "
+            "counted, in part, in the next, where it may be spent twice over",
         ),
         Strategy(
             "sliding-log",
@@ -131,9 +131,16 @@ STRATEGIES: dict[str, Strategy] = {
             "sl",
             no_pack="it keeps the time of every request, in a sorted set of its own",
             no_burst="the sliding log lets the whole quota go at once",
-            no_lease="its log holds the time each request ran, and a leased share's requests run after it is taken",
+            no_lease="it stamps each request with the time it runs, which a block taken in advance does not know",
         ),
-        Strategy("gcra", "gcra.lua", "gc"),
+        Strategy(
+            "gcra",
+            "gcra.lua",
+            "gc",
+            no_lease="GCRA has no window end by which a leased unit must be spent: a unit counted when leased and "
+            "spent later lets another worker go that much sooner than the rate allows, unless it is spent before "
+            "the identity's previous turns run out, which leaves nothing to lease below the rate",
+        ),
     )
 }
 
@@ -151,7 +158,7 @@ CONCURRENCY = Strategy(
     no_pack="its slots are members of a sorted set, each given back by the request that holds it",
     no_delay="a slot is freed by the end of the request that holds it, at no time known in advance",
     no_burst=_NO_SHAPING,
-    no_lease="a slot is held by one running request, and cannot be spent by another",
+    no_lease="a slot is held while a request runs, and given back when it ends: it cannot be taken in advance",
 )
 
 #: Every part a script may have beside the shared ones, by name: the

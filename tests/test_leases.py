@@ -1,0 +1,659 @@
+"""Quota leases: blocks of quota taken in one script call and spent in
+process (flask_redis_throttle/core/leases.py)."""
+
+from __future__ import annotations
+
+import http.client
+import math
+import multiprocessing
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from flask import Flask
+from helpers import T0, Clock, get, install, wait_for_gunicorn
+from prometheus_client import CollectorRegistry
+
+from flask_redis_throttle import ConfigurationError, Identity, InvalidLimit, RateLimit, limit, parse_limits
+from flask_redis_throttle.core.blocks import BlockCache
+from flask_redis_throttle.core.factory import build_throttle
+from flask_redis_throttle.core.leases import SHARE, Leases
+from flask_redis_throttle.core.storage import Storage
+from flask_redis_throttle.core.throttle import Check, Policy, StorageUnavailable, Throttle
+from flask_redis_throttle.extension import RateLimitState
+from flask_redis_throttle.testing import RedisServer, free_port, redis_server
+
+ALICE = Identity("ip", "10.0.0.1")
+#: The repository, for the processes the tests start.
+ROOT = str(pathlib.Path(__file__).resolve().parent.parent)
+
+
+def checks_of(spec: str, strategy: str = "fixed-window", scope: str = "s") -> list[Check]:
+    return [(Policy(tuple(parse_limits(spec)), scope, strategy), [ALICE])]
+
+
+@pytest.fixture
+def leases(storage: Storage) -> Iterator[Leases]:
+    leases = Leases(Throttle(storage))
+    yield leases
+    leases.give_back()
+
+
+def used(leases: Leases, checks: list[Check]) -> int:
+    """What Redis has counted of the layer with the least left, read without counting."""
+    decision = leases.throttle.hit(checks, 0)
+    return decision.layer.quota - decision.remaining
+
+
+# -- the core, on a pinned clock ------------------------------------------------
+
+
+def test_a_busy_identity_takes_blocks_and_spends_them_without_a_call(leases: Leases, clock: Clock) -> None:
+    checks = checks_of("10000/minute")
+    for _ in range(1000):
+        assert leases.hit(checks).admitted
+        clock.advance(0.001)  # 1,000 requests a second
+    assert leases.calls <= 0.05 * 1000
+    # Redis counted every unit spent, and the units in hand: never fewer.
+    assert 1000 <= used(leases, checks) <= 1000 + 150
+
+
+def test_blocks_shrink_to_one_unit_near_the_limit_and_never_admit_past_it(leases: Leases, clock: Clock) -> None:
+    checks = checks_of("100/minute")
+    other = Leases(leases.throttle)  # a second worker on the same counters
+    admitted = 0
+    for i in range(300):
+        admitted += (leases if i % 2 else other).hit(checks).admitted
+        clock.advance(0.001)
+    assert admitted == 100  # the quota, exactly: what was leased was all spent
+    assert used(leases, checks) == 100
+
+
+@pytest.mark.parametrize("spec", ["1000/second", "100000/hour;1000/second"])
+def test_a_block_is_never_spent_after_its_window_ends(leases: Leases, clock: Clock, spec: str) -> None:
+    # With several layers, the block ends with the first window to end.
+    checks = checks_of(spec)
+    clock.set(0.95)  # a block leased just before the window ends
+    for _ in range(40):
+        leases.hit(checks)
+        clock.advance(0.001)
+    held = sum(lease.units for lease in leases._leases.values())
+    assert held > 0
+    clock.set(1.0)  # the next window: the block is dropped, the request counted in Redis
+    calls = leases.calls
+    decision = leases.hit(checks)
+    assert decision.admitted
+    assert leases.calls == calls + 1
+    # The new window counts this request and the new block in hand, nothing of the old one.
+    assert used(leases, checks) == 1 + sum(lease.units for lease in leases._leases.values())
+
+
+def test_a_block_ends_with_the_shortest_layers_window(leases: Leases, clock: Clock) -> None:
+    checks = checks_of("50/second;100000/hour")
+    other = Leases(leases.throttle)
+    per_second: Counter[int] = Counter()
+    for i in range(6000):  # two workers, each at 1,000 requests a second, for 3 s
+        if (leases if i % 2 else other).hit(checks).admitted:
+            per_second[(clock.micros() - T0) // 1_000_000] += 1
+        clock.advance(0.0005)
+    assert per_second == {0: 50, 1: 50, 2: 50}
+    other.give_back()
+
+
+def test_a_block_is_sized_to_the_time_left_in_the_window(leases: Leases, clock: Clock) -> None:
+    checks = checks_of("100000/minute")
+    clock.set(59.990)  # 10 ms left, at 1,000 requests a second
+    for _ in range(5):
+        leases.hit(checks)
+        clock.advance(0.001)
+    assert used(leases, checks) <= 5 + 10
+
+
+def test_unspent_units_are_given_back(leases: Leases, clock: Clock) -> None:
+    checks = checks_of("10000/minute")
+    for _ in range(200):
+        leases.hit(checks)
+        clock.advance(0.0005)
+    assert used(leases, checks) > 200
+    assert leases.give_back() > 0
+    assert used(leases, checks) == 200
+
+
+def test_a_flood_of_identities_keeps_the_table_bounded_and_the_hot_block(storage: Storage, clock: Clock) -> None:
+    leases = Leases(Throttle(storage), size=10)
+    hot = checks_of("100000/minute")
+    for i in range(500):
+        leases.hit(hot)
+        leases.hit([(hot[0][0], [Identity("ip", f"10.1.{i // 250}.{i % 250}")])])
+        clock.advance(0.001)
+    assert len(leases._leases) <= 10
+    held = leases._leases[((hot[0][0], (ALICE,)),)].units
+    assert held > 0  # the busy identity's block outlived the flood
+    calls = leases.calls
+    for _ in range(held):
+        assert leases.hit(hot).admitted
+    assert leases.calls == calls
+    leases.give_back()
+
+
+@pytest.mark.redis
+def test_no_block_is_kept_from_the_fallback_once_redis_is_back(clock: Clock) -> None:
+    port = free_port()
+    options = {"socket_timeout": 0.2, "socket_connect_timeout": 0.2}
+    throttle = build_throttle(Storage.from_url(f"redis://127.0.0.1:{port}/0", options), fallback=True)
+    leases = Leases(throttle)
+    checks = checks_of("100000/minute")
+    for _ in range(100):  # Redis is down: the fallback decides
+        decision = leases.hit(checks)
+        assert decision.admitted
+        assert decision.fallback
+        clock.advance(0.001)
+    server = RedisServer(port=port)
+    server.start()
+    try:
+        for _ in range(50):  # Redis is back: every request is counted there
+            assert leases.hit(checks).admitted
+            clock.advance(0.001)
+        leases.give_back()
+        assert used(leases, checks) == 50
+    finally:
+        throttle.storage.close()
+        server.close()
+
+
+def _spend_in_child(leases: Leases, checks: list[Check], n: int, results: Any) -> None:
+    results.put([leases.hit(checks).admitted for _ in range(n)])
+
+
+@pytest.mark.redis
+def test_a_forked_child_never_spends_its_parents_block(redis_client: Any, redis_server: Any, clock: Clock) -> None:
+    leases = Leases(Throttle(Storage.from_url(redis_server.url)))
+    checks = checks_of("100000/minute")
+    for _ in range(100):
+        leases.hit(checks)
+        clock.advance(0.001)
+    held = sum(lease.units for lease in leases._leases.values())
+    assert held > 0
+    before = used(leases, checks)
+    context = multiprocessing.get_context("fork")  # as gunicorn --preload forks its workers
+    results = context.Queue()
+    child = context.Process(target=_spend_in_child, args=(leases, checks, held, results))
+    child.start()
+    assert all(results.get(timeout=30))
+    child.join(timeout=30)
+    # Every request of the child was counted in Redis: none spent the parent's units.
+    assert used(leases, checks) >= before + held
+    leases.give_back()
+
+
+def test_a_burst_at_one_instant_does_not_pass_for_a_boundless_rate(leases: Leases, clock: Clock) -> None:
+    checks = checks_of("1000000/minute")
+    for _ in range(3):
+        leases.hit(checks)  # three threads at the same microsecond
+    assert used(leases, checks) <= 3 + 4  # not an eighth of the quota: 125,000 units no one else could use
+
+
+def test_a_refusal_is_the_scripts_with_an_honest_retry_after(leases: Leases, clock: Clock) -> None:
+    checks = checks_of("5/second")
+    clock.set(0.2)
+    decisions = [leases.hit(checks) for _ in range(6)]
+    assert [d.admitted for d in decisions] == [True] * 5 + [False]
+    assert decisions[-1].retry_after == pytest.approx(0.8)
+    assert [d.remaining for d in decisions[:5]] == [4, 3, 2, 1, 0]
+
+
+def test_absurd_costs_decide_exactly_and_never_lease_past_the_quota(leases: Leases, clock: Clock) -> None:
+    checks = checks_of("10/second")
+    assert not leases.hit(checks, 11).admitted
+    assert leases.hit(checks, 10).admitted
+    assert not leases.hit(checks, 1).admitted
+    assert used(leases, checks) == 10
+
+
+@pytest.mark.parametrize("strategy", ["gcra", "sliding-window", "sliding-log"])
+def test_other_strategies_are_decided_per_request(leases: Leases, clock: Clock, strategy: str) -> None:
+    checks = checks_of("1000/second", strategy)
+    for _ in range(50):
+        leases.hit(checks)
+        clock.advance(0.001)
+    assert leases.calls == 0
+
+
+@pytest.mark.redis
+def test_redis_down_spends_the_block_then_the_failure_policy(clock: Clock) -> None:
+    with redis_server() as server:
+        storage = Storage.from_url(server.url, {"socket_timeout": 0.2})
+        leases = Leases(Throttle(storage))
+        checks = checks_of("100000/minute")
+        for _ in range(100):
+            leases.hit(checks)
+            clock.advance(0.001)
+        held = sum(lease.units for lease in leases._leases.values())
+        assert held > 0
+        os.kill(server.pid, signal.SIGSTOP)  # stalled: every call times out
+        try:
+            for _ in range(held):
+                assert leases.hit(checks).admitted  # no call: the block in hand
+            with pytest.raises(StorageUnavailable):
+                leases.hit(checks)
+            assert leases.give_back() == 0  # lost refund, not lost quota: the window ends
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+        storage.close()
+
+
+# -- four worker processes on a real Redis ----------------------------------------
+
+
+QUOTA = 400  # a second
+WORKERS = 4
+SECONDS = 3
+
+
+def _worker(url: str, start: float, rate: float, spec: str, results: Any, die_at: float | None) -> None:
+    """Send ``rate`` requests a second from ``start`` for SECONDS, each timed
+    on the wall clock (which is Redis's, on this host) before and after."""
+    leases = Leases(Throttle(Storage.from_url(url), blocks=BlockCache(100)))
+    checks = checks_of(spec)
+    times: list[tuple[float, float]] = []
+    sent = 0
+    while True:
+        due = start + sent / rate
+        if due >= start + SECONDS:
+            break
+        if die_at is not None and due >= die_at:
+            results.put((times, sent, leases.calls))
+            results.close()
+            results.join_thread()  # sent before the kill
+            os.kill(os.getpid(), signal.SIGKILL)  # units in hand, never given back
+        pause = due - time.time()
+        if pause > 0:
+            time.sleep(pause)
+        before = time.time()
+        decision = leases.hit(checks)
+        after = time.time()
+        sent += 1
+        if decision.admitted:
+            times.append((before, after))
+    results.put((times, sent, leases.calls))
+
+
+def _run(url: str, rate: float, die_at_window: int | None = None) -> tuple[list[tuple[float, float]], int, int, float]:
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+    start = math.ceil(time.time()) + 1.0
+    die = None if die_at_window is None else start + die_at_window + 0.5
+    processes = [
+        context.Process(target=_worker, args=(url, start, rate, f"{QUOTA}/second", results, die if i == 0 else None))
+        for i in range(WORKERS)
+    ]
+    for process in processes:
+        process.start()
+    admitted: list[tuple[float, float]] = []
+    sent = calls = 0
+    for _ in processes:
+        times, n, c = results.get(timeout=30)
+        admitted += times
+        sent += n
+        calls += c
+    for process in processes:
+        process.join(timeout=10)
+    return admitted, sent, calls, start
+
+
+def _per_window(admitted: list[tuple[float, float]]) -> dict[int, int]:
+    """The admissions in each second, an admission timed across a boundary
+    counted in the earlier second while it has room, else in the later:
+    whether some assignment keeps every second within the quota."""
+    certain = Counter(math.floor(a) for a, b in admitted if math.floor(a) == math.floor(b))
+    straddling = Counter(math.floor(a) for a, b in admitted if math.floor(a) != math.floor(b))
+    windows = sorted(set(certain) | {w + 1 for w in straddling} | set(straddling))
+    counts: dict[int, int] = {}
+    carry = 0
+    for window in windows:
+        count = certain[window] + carry
+        room = max(QUOTA - count, 0)
+        early = min(room, straddling[window])
+        counts[window] = count + early
+        carry = straddling[window] - early
+    return counts
+
+
+@pytest.mark.redis
+@pytest.mark.real_clock
+def test_four_processes_never_admit_more_than_the_quota_in_a_window(redis_client: Any, redis_server: Any) -> None:
+    # Demand twice the quota: every window fills, from four processes at once.
+    admitted, sent, calls, start = _run(redis_server.url, QUOTA * 2 / WORKERS)
+    counts = _per_window(admitted)
+    assert max(counts.values()) <= QUOTA, counts
+    # Under-admission: each whole window admits at least 95 % of the quota.
+    whole = [counts.get(int(start) + i, 0) for i in range(SECONDS)]
+    assert min(whole) >= 0.95 * QUOTA, whole
+    # Near the limit blocks shrink to one unit and every decision is exact
+    # again, so this is no place for the 5 % target (see the pinned test):
+    # about 0.13 measured, and more on a loaded machine, whose late workers
+    # meet the end of the quota in smaller blocks.
+    assert calls <= 0.4 * sent, (calls, sent)
+
+
+@pytest.mark.redis
+@pytest.mark.real_clock
+def test_a_worker_killed_with_units_in_hand_loses_at_most_its_block(redis_client: Any, redis_server: Any) -> None:
+    # The first worker is killed half way through the second window with a
+    # block in hand: those units are lost to that window alone, and a block
+    # is at most 1/SHARE of the quota left.
+    admitted, _, _, start = _run(redis_server.url, QUOTA * 2 / WORKERS, die_at_window=1)
+    counts = _per_window(admitted)
+    assert max(counts.values()) <= QUOTA, counts
+    killed = counts.get(int(start) + 1, 0)
+    assert killed >= QUOTA - QUOTA // SHARE - 0.05 * QUOTA, counts
+    assert counts.get(int(start) + 2, 0) >= 0.95 * QUOTA, counts
+
+
+# -- the Flask option and the app-wide limit --------------------------------------
+
+
+def prefetched(app: Flask, spec: str = "1000/minute", **config: Any) -> RateLimitState:
+    """``/`` limited to ``spec`` per IP with ``prefetch=True``; ``/plain``
+    by the same limit without it."""
+
+    @app.get("/")
+    @limit(spec, prefetch=True, scope="hot")
+    def index() -> str:
+        return "ok"
+
+    @app.get("/plain")
+    @limit(spec, scope="plain")
+    def plain() -> str:
+        return "ok"
+
+    return install(app, **{"RATELIMIT_HEADERS_LEGACY": True, **config})
+
+
+def counted(state: RateLimitState) -> list[int]:
+    """A count of the script calls ``state``'s storage makes, kept up to date."""
+    assert state.throttle is not None
+    storage, calls = state.throttle.storage, [0]
+    evaluate = storage.evaluate
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        return evaluate(*args, **kwargs)
+
+    storage.evaluate = counting  # type: ignore[method-assign]
+    return calls
+
+
+def test_a_prefetched_view_is_decided_from_blocks(app: Flask, clock: Clock) -> None:
+    state = prefetched(app, "100000/minute")
+    client = app.test_client()
+    calls = counted(state)
+    remaining = []
+    for _ in range(400):
+        response = get(client)
+        assert response.status_code == 200
+        remaining.append(int(response.headers["X-RateLimit-Remaining"]))
+        clock.advance(0.001)
+    assert calls[0] <= 0.05 * 400
+    # The headers count down one a request, as the per-request path's do.
+    assert remaining == list(range(99_999, 99_999 - 400, -1))
+
+
+def everyone(request: Any) -> str:
+    """One identity for every request: the app's own budget."""
+    return "everyone"
+
+
+def test_the_app_wide_limit_leases_with_the_dict_form(app: Flask, clock: Clock) -> None:
+    app.add_url_rule("/", "index", lambda: "ok")
+    budget = {"limit": "5000/second", "prefetch": True, "identities": [everyone]}
+    calls = counted(install(app, RATELIMIT_APPLICATION=budget))
+    client = app.test_client()
+    for i in range(1000):
+        assert get(client, ip=f"192.0.2.{i % 200}").status_code == 200
+        clock.advance(0.0002)  # 5,000 requests a second from many clients
+    assert calls[0] <= 0.05 * 1000  # 250 calls a second at most
+
+
+def test_a_prefetched_view_never_admits_past_the_quota_and_refuses_honestly(app: Flask, clock: Clock) -> None:
+    prefetched(app, "50/minute")
+    client = app.test_client()
+    clock.set(15.0)
+    codes = []
+    for _ in range(80):
+        response = get(client)
+        codes.append(response.status_code)
+        clock.advance(0.001)
+    assert codes == [200] * 50 + [429] * 30
+    assert int(response.headers["Retry-After"]) == 45 or response.headers["Retry-After"] == "45"
+    assert response.headers["X-RateLimit-Remaining"] == "0"
+
+
+def test_a_block_override_applies_before_the_lease(app: Flask, clock: Clock) -> None:
+    state = prefetched(app)
+    client = app.test_client()
+    for _ in range(100):
+        assert get(client).status_code == 200
+        clock.advance(0.001)
+    assert state.leases is not None
+    assert sum(lease.units for lease in state.leases._leases.values()) > 0  # units in hand
+    RateLimit().block("ip:192.0.2.1", duration="1h", app=app)
+    assert state.overrides is not None
+    state.overrides.follower.refresh(force=True)
+    assert get(client).status_code == 429
+    assert get(client, ip="192.0.2.2").status_code == 200
+
+
+def test_refusals_of_a_prefetched_limit_are_logged(app: Flask, clock: Clock) -> None:
+    state = prefetched(app, "5/minute")
+    client = app.test_client()
+    assert [get(client).status_code for _ in range(7)] == [200] * 5 + [429] * 2
+    assert state.refusals is not None
+    assert [refusal.scope for refusal in state.refusals.recent()] == ["hot"]
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        ({"strategy": "gcra"}, "GCRA has no window end"),
+        ({"strategy": "sliding-window"}, "estimate weighted over two windows"),
+        ({"strategy": "sliding-log"}, "stamps each request"),
+        ({"delay": "250ms"}, "cannot go with delay="),
+        ({"penalty": "1m"}, "would count as an offence"),
+        ({"concurrent": 2}, "cannot go with concurrent="),
+        ({"deduct_when": lambda response: True}, "cannot go with deduct_when="),
+        ({"prefetch": "yes"}, "prefetch 'yes' must be True or False"),
+    ],
+)
+def test_prefetch_is_refused_where_it_cannot_lease(options: dict[str, Any], said: str) -> None:
+    with pytest.raises(InvalidLimit, match=re.escape(said)):
+        limit("10/second", **{"prefetch": True, **options})
+
+
+def test_prefetch_on_the_app_wide_limit_is_checked_at_init(app: Flask) -> None:
+    with pytest.raises(ConfigurationError, match="GCRA has no window end"):
+        install(app, RATELIMIT_APPLICATION={"limit": "10/second", "prefetch": True, "strategy": "gcra"})
+
+
+def test_metrics_count_leased_decisions(storage_url: str, clock: Clock) -> None:
+    registry = CollectorRegistry()
+    app = Flask("tests")
+    app.config.update(RATELIMIT_STORAGE_URL=storage_url)
+
+    @app.get("/")
+    @limit("3/minute", scope="hot", prefetch=True)
+    def index() -> str:
+        return "ok"
+
+    RateLimit(app, metrics=registry)
+    client = app.test_client()
+    for _ in range(5):
+        get(client)
+    counts = {
+        outcome: registry.get_sample_value(
+            "ratelimit_decisions_total", {"endpoint": "index", "scope": "hot", "outcome": outcome}
+        )
+        for outcome in ("admitted", "refused", "blocked_in_process")
+    }
+    app.extensions["ratelimit"].throttle.storage.close()
+    assert counts["admitted"] == 3
+    assert (counts["refused"] or 0) + (counts["blocked_in_process"] or 0) == 2
+
+
+# -- given back -------------------------------------------------------------------
+
+_EXITING = """
+import sys, time
+from flask_redis_throttle import Identity, parse_limits
+from flask_redis_throttle.core.leases import Leases
+from flask_redis_throttle.core.storage import Storage
+from flask_redis_throttle.core.throttle import Policy, Throttle
+
+leases = Leases(Throttle(Storage.from_url(sys.argv[1])))
+checks = [(Policy(tuple(parse_limits("1000000/day")), "s"), [Identity("ip", "10.0.0.1")])]
+for _ in range(300):
+    assert leases.hit(checks).admitted
+    time.sleep(0.0005)
+print(sum(lease.units for lease in leases._leases.values()))
+"""
+
+
+@pytest.mark.redis
+@pytest.mark.real_clock
+def test_a_process_that_exits_cleanly_gives_its_units_back(redis_client: Any, redis_server: Any) -> None:
+    day = time.time() // 86_400
+    done = subprocess.run(
+        [sys.executable, "-c", _EXITING, redis_server.url], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert int(done.stdout) > 0  # it held units when it exited
+    if time.time() // 86_400 != day:
+        pytest.skip("the day's window ended during the test")
+    checks = checks_of("1000000/day")
+    decision = Throttle(Storage.from_url(redis_server.url)).hit(checks, 0)
+    assert 1_000_000 - decision.remaining == 300  # what it spent, not what it leased
+
+
+def test_threads_sharing_one_lease_table_admit_the_quota_exactly(storage: Storage, clock: Clock) -> None:
+    leases = Leases(Throttle(storage))
+    checks = checks_of("500/minute")
+    admitted: list[bool] = []
+
+    def send() -> None:
+        for _ in range(100):
+            admitted.append(leases.hit(checks).admitted)
+
+    threads = [threading.Thread(target=send) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert admitted.count(True) == 500
+    leases.give_back()
+    assert used(leases, checks) == 500
+
+
+_SERVED = """
+from flask import Flask
+
+from flask_redis_throttle import RateLimit, limit
+
+app = Flask(__name__)
+app.config["RATELIMIT_STORAGE_URL"] = __import__("os").environ["FRT_TEST_REDIS"]
+
+
+@app.route("/")
+@limit("1000000/day", prefetch=True, scope="hot")
+def index():
+    return "ok"
+
+
+@app.route("/held")
+def held():
+    state = app.extensions["ratelimit"]
+    return str(sum(lease.units for lease in state.leases._leases.values()))
+
+
+RateLimit(app)
+"""
+
+
+@pytest.mark.redis
+@pytest.mark.real_clock
+def test_a_gunicorn_worker_that_stops_gives_its_units_back(
+    redis_client: Any, redis_server: Any, tmp_path: pathlib.Path
+) -> None:
+    (tmp_path / "served.py").write_text(_SERVED)
+    port = free_port()
+    env = {**os.environ, "FRT_TEST_REDIS": redis_server.url, "PYTHONPATH": os.pathsep.join([str(tmp_path), ROOT])}
+    options = ["--workers", "1", "--graceful-timeout", "5", "--bind", f"127.0.0.1:{port}"]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", *options, "served:app"],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    day = time.time() // 86_400
+    try:
+        wait_for_gunicorn(port, process, "/held")
+        for _ in range(200):
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            connection.request("GET", "/")
+            assert connection.getresponse().status == 200
+            connection.close()
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        connection.request("GET", "/held")
+        held = int(connection.getresponse().read())
+        connection.close()
+    finally:
+        process.terminate()  # gunicorn stops its worker gracefully
+        process.wait(timeout=30)
+    assert held > 0
+    if time.time() // 86_400 != day:
+        pytest.skip("the day's window ended during the test")
+    policy = Policy(tuple(parse_limits("1000000/day")), "hot")
+    decision = Throttle(Storage.from_url(redis_server.url)).hit([(policy, [Identity("ip", "127.0.0.1")])], 0)
+    assert 1_000_000 - decision.remaining == 200  # what it spent, not what it leased
+
+
+def test_prefetch_under_a_strategy_setting_that_cannot_lease_is_one_call_per_request(app: Flask, clock: Clock) -> None:
+    @app.get("/")
+    @limit("1000/minute", prefetch=True)
+    @limit("2000/minute", scope="other")
+    def index() -> str:
+        return "ok"
+
+    calls = counted(install(app, RATELIMIT_STRATEGY="gcra"))
+    client = app.test_client()
+    for _ in range(20):
+        assert get(client).status_code == 200
+    assert calls[0] == 20  # both limits in one call, as without prefetch
+
+
+def test_a_prefetched_limit_beside_others_with_a_cost_function(app: Flask, clock: Clock) -> None:
+    # Not a simple plan: the leased limit is a batch of its own, beside a
+    # per-request limit and a shadow one.
+    @app.get("/")
+    @limit("30/minute", prefetch=True, cost=lambda request: 3, scope="hot")
+    @limit("1000/minute", scope="plain")
+    @limit("5/minute", scope="watched", shadow=True)
+    def index() -> str:
+        return "ok"
+
+    install(app)
+    client = app.test_client()
+    codes = []
+    for _ in range(12):
+        codes.append(get(client).status_code)
+        clock.advance(0.001)
+    assert codes == [200] * 10 + [429] * 2
+    assert int(get(client).headers["Retry-After"]) == 60
