@@ -140,11 +140,15 @@ def prose(path: Path) -> str:
     return "\n".join(token.string for token in tokens if token.type in (tokenize.COMMENT, tokenize.STRING))
 
 
+#: The folder of the Lua scripts, wherever the package keeps it.
+SCRIPTS = next(PACKAGE.rglob("main.lua")).parent
+
+
 def missing_files(path: Path) -> list[str]:
     """The files ``path``'s prose names that do not exist: looked for beside
-    it, in the package, ``core/``, ``core/lua/``, the tests and the repository;
-    a bare file name anywhere in the tree."""
-    bases = (path.parent, PACKAGE, PACKAGE / "core", PACKAGE / "core" / "lua", TESTS, ROOT)
+    it, in the package, ``core/``, the scripts' folder and the one it is in,
+    the tests and the repository; a bare file name anywhere in the tree."""
+    bases = (path.parent, PACKAGE, PACKAGE / "core", SCRIPTS, SCRIPTS.parent, TESTS, ROOT)
     found = []
     for named in NAMED_FILE.findall(prose(path)):
         if named in NOT_OURS or any((base / named).exists() for base in bases):
