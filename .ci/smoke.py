@@ -47,7 +47,7 @@ def check_installed() -> None:
         name = path.relative_to(source).as_posix()
         assert files.joinpath(name).is_file(), f"the wheel lacks {name}"
     commands = importlib.metadata.entry_points(group="flask.commands")
-    assert [e.value for e in commands if e.name == "ratelimit"] == ["flask_redis_throttle._cli:ratelimit"]
+    assert [e.value for e in commands if e.name == "ratelimit"] == ["flask_redis_throttle._ops.cli:ratelimit"]
     print(f"smoke: flask-redis-throttle {importlib.metadata.version('flask-redis-throttle')} from {where}")
 
 

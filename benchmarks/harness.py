@@ -42,9 +42,9 @@ from werkzeug.exceptions import TooManyRequests
 from werkzeug.test import EnvironBuilder
 
 from flask_redis_throttle import RateLimit, limit
-from flask_redis_throttle.core.clients import DEFAULT_CLIENT_OPTIONS
-from flask_redis_throttle.core.scripts import STRATEGIES
-from flask_redis_throttle.core.storage import Connections
+from flask_redis_throttle.core.engine.scripts import STRATEGIES
+from flask_redis_throttle.core.storages.clients import DEFAULT_CLIENT_OPTIONS
+from flask_redis_throttle.core.storages.storage import Connections
 from flask_redis_throttle.testing import redis_server
 
 try:
@@ -246,7 +246,7 @@ def our_app(
 
 
 def our_storage(app: Flask) -> Any:
-    """Our app's :class:`~flask_redis_throttle.core.storage.Storage`, or None."""
+    """Our app's :class:`~flask_redis_throttle.core.storages.storage.Storage`, or None."""
     state = app.extensions.get("ratelimit")
     return getattr(getattr(state, "throttle", None), "storage", None)
 

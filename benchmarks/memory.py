@@ -45,9 +45,9 @@ import redis
 from harness import render_table, version
 
 from flask_redis_throttle import Identity, RefusalLog, parse_limits
-from flask_redis_throttle.core.scripts import STRATEGIES
-from flask_redis_throttle.core.storage import Storage
-from flask_redis_throttle.core.throttle import Policy, Throttle
+from flask_redis_throttle.core.engine.scripts import STRATEGIES
+from flask_redis_throttle.core.engine.throttle import Policy, Throttle
+from flask_redis_throttle.core.storages.storage import Storage
 from flask_redis_throttle.testing import redis_server
 
 try:

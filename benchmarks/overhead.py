@@ -149,8 +149,8 @@ def metrics_alone(variants: list[Variant], rounds: int, calls: int = 2000) -> li
     from prometheus_client import CollectorRegistry
 
     from flask_redis_throttle import Identity
-    from flask_redis_throttle._decisions import _outcome
-    from flask_redis_throttle._metrics import Metrics
+    from flask_redis_throttle._ops.metrics import Metrics
+    from flask_redis_throttle._request.decisions import _outcome
 
     app = next(v.app for v in variants if v.name == "ours")
     state = app.extensions["ratelimit"]  # type: ignore[union-attr]

@@ -49,7 +49,7 @@ from harness import SPEC, Environ, base_environ, client_options, interleaved, ma
 from harness import app_variant as variant_of
 
 from flask_redis_throttle import RateLimit, limit
-from flask_redis_throttle.core.overrides import Override
+from flask_redis_throttle.core.stores.overrides import Override
 from flask_redis_throttle.extension import RateLimitState
 
 #: ``none set``'s added time / ``without``'s: the bound.

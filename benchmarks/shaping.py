@@ -61,9 +61,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from flask_redis_throttle import Identity, parse_limits
-from flask_redis_throttle.core.outbound import SharedQuota
-from flask_redis_throttle.core.storage import Storage
-from flask_redis_throttle.core.throttle import Policy, Throttle
+from flask_redis_throttle.core.engine.outbound import SharedQuota
+from flask_redis_throttle.core.engine.throttle import Policy, Throttle
+from flask_redis_throttle.core.storages.storage import Storage
 from flask_redis_throttle.testing import redis_server
 
 BURST_LIMIT, BURST_DELAY = "10/s", 0.5

@@ -81,11 +81,11 @@ from harness import (
 )
 
 from flask_redis_throttle import Identity
-from flask_redis_throttle import _config as our_config
-from flask_redis_throttle.core import local
-from flask_redis_throttle.core.keys import identity_tag
-from flask_redis_throttle.core.rates import parse_limits
-from flask_redis_throttle.core.throttle import Policy
+from flask_redis_throttle._request import config as our_config
+from flask_redis_throttle.core.engine.keys import identity_tag
+from flask_redis_throttle.core.engine.rates import parse_limits
+from flask_redis_throttle.core.engine.throttle import Policy
+from flask_redis_throttle.core.storages import local
 from flask_redis_throttle.testing import find_redis_server, redis_server
 
 

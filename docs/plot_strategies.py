@@ -23,9 +23,9 @@ import matplotlib
 import matplotlib.pyplot as plt
 
 from flask_redis_throttle import Identity, parse_limits
-from flask_redis_throttle.core.scripts import STRATEGIES
-from flask_redis_throttle.core.storage import Storage
-from flask_redis_throttle.core.throttle import Policy, Throttle
+from flask_redis_throttle.core.engine.scripts import STRATEGIES
+from flask_redis_throttle.core.engine.throttle import Policy, Throttle
+from flask_redis_throttle.core.storages.storage import Storage
 
 LIMIT = "10/m"
 QUOTA = 10

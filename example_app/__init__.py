@@ -15,7 +15,7 @@ from flask import Flask, Response, redirect, render_template_string, request, ur
 from flask_login import LoginManager, UserMixin, current_user, login_user, logout_user
 
 from flask_redis_throttle import RateLimit, RateLimitExceeded, dashboard, limit
-from flask_redis_throttle.core.local import find_server_binary
+from flask_redis_throttle.core.storages.local import find_server_binary
 
 # Created once, bound to each app in create_app: tests build many apps, each with its own counters.
 login_manager = LoginManager()

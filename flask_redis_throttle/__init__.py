@@ -1,9 +1,9 @@
 """flask-redis-throttle: layered rate limits for Flask, decided in one Redis round trip."""
 
-from .core.keys import Identity
-from .core.rates import Layer, parse_limits
-from .core.refusals import Refusal, RefusalLog
-from .core.throttle import StorageUnavailable
+from .core.engine.keys import Identity
+from .core.engine.rates import Layer, parse_limits
+from .core.engine.throttle import StorageUnavailable
+from .core.stores.refusals import Refusal, RefusalLog
 from .current import CurrentLimit, check, current_limit, current_limits
 from .decorators import exempt, limit
 from .errors import ConfigurationError, InputError, InvalidLimit, RateLimitExceeded

@@ -9,10 +9,10 @@ as ``app.test_cli_runner().invoke(ratelimit, ["limits"])``. See :doc:`/cli`.
 
 from __future__ import annotations
 
-from ._cli import ratelimit, storage_errors, throttle_of
-from ._console import duration, table
-from ._identity import parse_identity, spec_name
-from ._reports import RouteLimits, counted_kinds, is_exempt, methods_of, route_limits
+from ._ops.cli import ratelimit, storage_errors, throttle_of
+from ._ops.console import duration, table
+from ._ops.reports import RouteLimits, counted_kinds, is_exempt, methods_of, route_limits
+from ._request.identity import parse_identity, spec_name
 
 __all__ = [
     "RouteLimits",

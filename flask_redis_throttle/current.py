@@ -19,12 +19,12 @@ from dataclasses import dataclass
 
 from flask import g, request
 
-from ._decisions import at_cost, tighter
-from ._plan import Plan, PlannedLimit
-from ._state import OUTCOME_ATTRIBUTE, Outcome, RateLimitState
-from .core.keys import Identity
-from .core.rates import Layer
-from .core.throttle import Check, Decision, Policy, StorageUnavailable, UnexpectedError
+from ._request.decisions import at_cost, tighter
+from ._request.plan import Plan, PlannedLimit
+from ._request.state import OUTCOME_ATTRIBUTE, Outcome, RateLimitState
+from .core.engine.keys import Identity
+from .core.engine.rates import Layer
+from .core.engine.throttle import Check, Decision, Policy, StorageUnavailable, UnexpectedError
 from .decorators import state_of
 
 __all__ = ["CurrentLimit", "check", "current_limit", "current_limits"]
@@ -37,7 +37,7 @@ class CurrentLimit:
     ``RateLimit`` header shows), or the one that refused it.
 
     :param limit: the limit, with its strategy, identities and where it
-        was written (see :class:`~flask_redis_throttle._plan.PlannedLimit`).
+        was written (see :class:`~flask_redis_throttle._request.plan.PlannedLimit`).
     :param scope: the scope its counters are kept under.
     :param layer: its deciding layer, such as ``10 per 1 minute``.
     :param identity: whose counter it is.

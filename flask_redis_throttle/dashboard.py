@@ -39,9 +39,8 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
 from werkzeug.routing import RequestRedirect
 from werkzeug.wrappers import Response
 
-from ._console import duration, utc
-from ._identity import parse_identity
-from ._override_changes import (
+from ._ops.console import duration, utc
+from ._ops.override_changes import (
     CHANGES_HEADER,
     OVERRIDES_HEADER,
     change_rows,
@@ -53,8 +52,7 @@ from ._override_changes import (
     parse_when,
     unsure,
 )
-from ._overrides import Overrides
-from ._reports import (
+from ._ops.reports import (
     LIMITS_HEADER,
     STATUS_HEADER,
     find_endpoint,
@@ -63,10 +61,12 @@ from ._reports import (
     reset_counters,
     status_rows,
 )
-from ._state import RateLimitState
-from .core.keys import MAX_VALUE_LENGTH, Identity
-from .core.refusals import Refusal
-from .core.throttle import StorageUnavailable
+from ._request.identity import parse_identity
+from ._request.overrides import Overrides
+from ._request.state import RateLimitState
+from .core.engine.keys import MAX_VALUE_LENGTH, Identity
+from .core.engine.throttle import StorageUnavailable
+from .core.stores.refusals import Refusal
 from .decorators import state_of
 
 __all__ = ["SESSION_KEY", "blueprint", "chart"]
@@ -384,7 +384,7 @@ def _requested(values: Mapping[str, str], state: RateLimitState) -> Identity | N
 def _shown(text: str) -> str:
     """``text`` as the page shows it: what is not printable (newlines,
     bidirectional overrides, lone surrogates) as Python escapes it, as in
-    :func:`~flask_redis_throttle.core.keys.loggable`, but not cut."""
+    :func:`~flask_redis_throttle.core.engine.keys.loggable`, but not cut."""
     if text.isprintable():
         return text
     return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)

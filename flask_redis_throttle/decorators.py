@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from flask import Blueprint, Flask, current_app
 
-from ._spec import CostFunction, DynamicLimit, LimitOptions, LimitSpec, RefusalHook, make_spec
+from ._request.spec import CostFunction, DynamicLimit, LimitOptions, LimitSpec, RefusalHook, make_spec
 
 if sys.version_info >= (3, 11):
     from typing import Unpack

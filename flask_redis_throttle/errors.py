@@ -25,13 +25,13 @@ from werkzeug.datastructures import MIMEAccept
 from werkzeug.exceptions import Forbidden, HTTPException, TooManyRequests
 from werkzeug.http import parse_accept_header
 
-from ._headers import Draft
+from ._request.headers import Draft
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import WSGIEnvironment
 
-    from .core.keys import Identity
-    from .core.rates import Layer
+    from .core.engine.keys import Identity
+    from .core.engine.rates import Layer
 
 from .core.errors import ConfigurationError, InputError, InvalidLimit
 

@@ -1,16 +1,16 @@
 """The Flask glue: :class:`RateLimit`, which installs on each app a
-:class:`~flask_redis_throttle._state.RateLimitState` (in ``_state.py``) with
+:class:`~flask_redis_throttle._request.state.RateLimitState` (in ``_request/state.py``) with
 the request hooks, and builds its core through
 :func:`~flask_redis_throttle.core.factory.build_throttle`.
 
 A request's path through the hooks:
 
-1. ``before_request`` finds the :class:`~flask_redis_throttle._plan.Plan` of
+1. ``before_request`` finds the :class:`~flask_redis_throttle._request.plan.Plan` of
    the request's endpoint and method, compiled on first use (see
-   :mod:`flask_redis_throttle._plan`), and skips the request if a request
+   :mod:`flask_redis_throttle._request.plan`), and skips the request if a request
    filter says so;
 2. the plan's resolvers name the request's identities;
-3. :meth:`Throttle.hit <flask_redis_throttle.core.throttle.Throttle.hit>` decides
+3. :meth:`Throttle.hit <flask_redis_throttle.core.engine.throttle.Throttle.hit>` decides
    every layer of every identity in one script call (a plan that uses
    per-request options may take more, see :doc:`/limits`);
 4. a refusal is logged, told to the refusal hooks, and raises
@@ -28,17 +28,17 @@ from typing import TYPE_CHECKING, Any
 
 from flask import Flask
 
-from ._config import APPLICATION_SCOPE, DEFAULTS, Settings
-from ._identity import parse_identity
-from ._metrics import Metrics, metrics_for
-from ._override_changes import make_override, overrides_of, parse_target, parse_when
-from ._plan import PlannedLimit, qualified_name
-from ._state import RateLimitState, RequestFilter
-from .core.keys import Identity
-from .core.overrides import Change, Override
-from .core.refusals import RefusalLog
-from .core.storage import STORAGE_ERRORS
-from .core.throttle import StorageUnavailable
+from ._ops.metrics import Metrics, metrics_for
+from ._ops.override_changes import make_override, overrides_of, parse_target, parse_when
+from ._request.config import APPLICATION_SCOPE, DEFAULTS, Settings
+from ._request.identity import parse_identity
+from ._request.plan import PlannedLimit, qualified_name
+from ._request.state import RateLimitState, RequestFilter
+from .core.engine.keys import Identity
+from .core.engine.throttle import StorageUnavailable
+from .core.storages.storage import STORAGE_ERRORS
+from .core.stores.overrides import Change, Override
+from .core.stores.refusals import RefusalLog
 from .current import current_limit
 from .decorators import EXTENSION_KEY, state_of
 

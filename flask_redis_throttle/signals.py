@@ -34,8 +34,8 @@ from blinker import Namespace
 from flask import Flask, Request
 from werkzeug.wrappers import Response
 
-from .core.keys import Identity
-from .core.rates import Layer
+from .core.engine.keys import Identity
+from .core.engine.rates import Layer
 
 __all__ = ["RefusalEvent", "notify", "request_refused"]
 

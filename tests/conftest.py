@@ -22,8 +22,8 @@ from flask import Flask
 from helpers import Clock, Statuses, get, pinned_clock
 
 from flask_redis_throttle import testing
-from flask_redis_throttle._notices import INTERNAL_ERROR
-from flask_redis_throttle.core.storage import Storage
+from flask_redis_throttle._ops.notices import INTERNAL_ERROR
+from flask_redis_throttle.core.storages.storage import Storage
 from flask_redis_throttle.extension import RateLimitState
 from flask_redis_throttle.testing import RedisServer
 

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from flask_redis_throttle import Identity, RateLimit, limit
 from flask_redis_throttle.compat.flask_limiter import Limiter
 from flask_redis_throttle.compat.flask_limiter.util import get_remote_address
-from flask_redis_throttle.core.throttle import Throttle
+from flask_redis_throttle.core.engine.throttle import Throttle
 from flask_redis_throttle.extension import RateLimitState
 
 #: A second boundary in microseconds, to pin the scripts' clock at.

@@ -10,8 +10,8 @@ from flask.views import MethodView, View
 from helpers import get, install
 
 from flask_redis_throttle import ConfigurationError, InvalidLimit, exempt, limit
-from flask_redis_throttle._plan import Plan
-from flask_redis_throttle.core.scripts import STRATEGIES
+from flask_redis_throttle._request.plan import Plan
+from flask_redis_throttle.core.engine.scripts import STRATEGIES
 
 
 def views(app: Flask | Blueprint, *names: str) -> None:

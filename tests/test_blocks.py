@@ -13,11 +13,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flask_redis_throttle import Identity, limit, refusal_log
-from flask_redis_throttle.core.blocks import MAX_AGE, Block, BlockCache
-from flask_redis_throttle.core.rates import Layer
-from flask_redis_throttle.core.scripts import STRATEGIES
-from flask_redis_throttle.core.storage import Storage
-from flask_redis_throttle.core.throttle import Policy, Throttle
+from flask_redis_throttle.core.engine.blocks import MAX_AGE, Block, BlockCache
+from flask_redis_throttle.core.engine.rates import Layer
+from flask_redis_throttle.core.engine.scripts import STRATEGIES
+from flask_redis_throttle.core.engine.throttle import Policy, Throttle
+from flask_redis_throttle.core.storages.storage import Storage
 
 
 def limited(app: Flask, spec: str = "1/m", path: str = "/", **options: object) -> None:

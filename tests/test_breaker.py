@@ -13,7 +13,7 @@ from flask import Flask
 from helpers import FakeMonotonic, extension_records, get, install
 
 from flask_redis_throttle import limit
-from flask_redis_throttle.core.breaker import CircuitBreaker
+from flask_redis_throttle.core.engine.breaker import CircuitBreaker
 from flask_redis_throttle.extension import RateLimitState
 from flask_redis_throttle.testing import RedisServer
 

@@ -32,7 +32,7 @@ from test_dashboard import PREFIX, shop
 from werkzeug.serving import make_server
 
 from flask_redis_throttle import dashboard
-from flask_redis_throttle.core.keys import MAX_VALUE_LENGTH
+from flask_redis_throttle.core.engine.keys import MAX_VALUE_LENGTH
 from flask_redis_throttle.extension import RateLimitState
 
 #: The browser window's width: every column of the page must fit in it.

@@ -15,11 +15,11 @@ from flask import Flask, Request
 from helpers import Clock, add_login, flask_command, get, install
 
 from flask_redis_throttle import Identity, limit
-from flask_redis_throttle._cli import ratelimit
-from flask_redis_throttle._identity import parse_identity, resolvers, spec_name
-from flask_redis_throttle.core.keys import identity_tag
-from flask_redis_throttle.core.reset import BATCH, counter_pattern
-from flask_redis_throttle.core.scripts import STRATEGIES
+from flask_redis_throttle._ops.cli import ratelimit
+from flask_redis_throttle._request.identity import parse_identity, resolvers, spec_name
+from flask_redis_throttle.core.engine.keys import identity_tag
+from flask_redis_throttle.core.engine.scripts import STRATEGIES
+from flask_redis_throttle.core.stores.reset import BATCH, counter_pattern
 from flask_redis_throttle.extension import RateLimitState
 from flask_redis_throttle.testing import free_port
 

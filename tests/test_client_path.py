@@ -26,7 +26,7 @@ from redis.retry import Retry
 from servers import redis_command, redis_sentinel_group, tls_proxy
 
 from flask_redis_throttle import RateLimit, limit
-from flask_redis_throttle.core.storage import Storage
+from flask_redis_throttle.core.storages.storage import Storage
 from flask_redis_throttle.testing import RedisServer, redis_server
 
 pytestmark = pytest.mark.redis
@@ -335,7 +335,7 @@ def test_a_client_of_ones_own_that_retries_timeouts_still_counts_a_timed_out_cal
     """A client handed over with ``redis=`` that retries timeouts (redis-py
     6 and later do by default) would send a timed-out script again, and
     Redis, waking up, would run both: the storage's script calls do not go
-    through the client's retry (see :class:`~flask_redis_throttle.core.storage.Connections`),
+    through the client's retry (see :class:`~flask_redis_throttle.core.storages.storage.Connections`),
     so the call is sent once, the request follows the failure policy, and
     it is counted once."""
     client = redis.Redis.from_url(

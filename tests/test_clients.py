@@ -10,8 +10,8 @@ from flask import Flask
 from helpers import get
 
 from flask_redis_throttle import RateLimit, limit
-from flask_redis_throttle.core.clients import LazyClient, client_from_url
-from flask_redis_throttle.core.storage import Storage
+from flask_redis_throttle.core.storages.clients import LazyClient, client_from_url
+from flask_redis_throttle.core.storages.storage import Storage
 from flask_redis_throttle.testing import RedisServer, free_port
 
 

@@ -12,9 +12,9 @@ Counts are judged by requests, never by reading counters: under a limit the
 traffic exceeds, an address whose counters Redis kept throughout is admitted
 exactly its quota, so none of its requests was lost or counted twice. Where
 an address's counters live is found from its hash tag
-(:func:`~flask_redis_throttle.core.keys.identity_tag`) and the cluster's slot
+(:func:`~flask_redis_throttle.core.engine.keys.identity_tag`) and the cluster's slot
 map, and its keys by ``SCAN`` of that tag
-(:func:`~flask_redis_throttle.core.reset.counter_pattern`).
+(:func:`~flask_redis_throttle.core.stores.reset.counter_pattern`).
 
 ``tests/test_topologies.py`` has the single faults without exact counts: a
 dead master without replicas, and a failover with a 1000/m limit.
@@ -38,8 +38,8 @@ from helpers import add_login, get, join_all
 from servers import RedisCluster, redis_cluster
 
 from flask_redis_throttle import RateLimit, limit, refusal_log
-from flask_redis_throttle.core.keys import identity_tag
-from flask_redis_throttle.core.reset import counter_pattern
+from flask_redis_throttle.core.engine.keys import identity_tag
+from flask_redis_throttle.core.stores.reset import counter_pattern
 from flask_redis_throttle.testing import RedisServer
 
 pytestmark = pytest.mark.redis

@@ -26,10 +26,10 @@ from redis.crc import key_slot
 from servers import RedisCluster, redis_cluster, redis_command
 
 from flask_redis_throttle import Identity
-from flask_redis_throttle.core.rates import parse_limits
-from flask_redis_throttle.core.scripts import ScriptCache
-from flask_redis_throttle.core.storage import Storage
-from flask_redis_throttle.core.throttle import Policy
+from flask_redis_throttle.core.engine.rates import parse_limits
+from flask_redis_throttle.core.engine.scripts import ScriptCache
+from flask_redis_throttle.core.engine.throttle import Policy
+from flask_redis_throttle.core.storages.storage import Storage
 from flask_redis_throttle.testing import RedisServer
 
 pytestmark = pytest.mark.redis

@@ -42,16 +42,16 @@ from helpers import T0, Clock, extension_records, get, install, join_all, wait_f
 from werkzeug.serving import make_server
 
 from flask_redis_throttle import ConfigurationError, InvalidLimit, check, limit
-from flask_redis_throttle import _releases as releases_module
-from flask_redis_throttle._releases import Releases
-from flask_redis_throttle.core import local
-from flask_redis_throttle.core.breaker import CircuitBreaker
-from flask_redis_throttle.core.codec import Layout, hash_tag
-from flask_redis_throttle.core.keys import Identity, identity_tag
-from flask_redis_throttle.core.local import LocalFolder
-from flask_redis_throttle.core.rates import parse_limits
-from flask_redis_throttle.core.storage import NodeFailure, Storage
-from flask_redis_throttle.core.throttle import Hold, Policy, StorageUnavailable, Throttle
+from flask_redis_throttle._request import releases as releases_module
+from flask_redis_throttle._request.releases import Releases
+from flask_redis_throttle.core.engine.breaker import CircuitBreaker
+from flask_redis_throttle.core.engine.codec import Layout, hash_tag
+from flask_redis_throttle.core.engine.keys import Identity, identity_tag
+from flask_redis_throttle.core.engine.rates import parse_limits
+from flask_redis_throttle.core.engine.throttle import Hold, Policy, StorageUnavailable, Throttle
+from flask_redis_throttle.core.storages import local
+from flask_redis_throttle.core.storages.local import LocalFolder
+from flask_redis_throttle.core.storages.storage import NodeFailure, Storage
 from flask_redis_throttle.testing import RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -1034,7 +1034,7 @@ def test_the_concurrency_file_stands_alone(storage: Storage) -> None:
     takes one slot for a request of any cost."""
     from importlib.resources import files
 
-    from flask_redis_throttle.core import scripts
+    from flask_redis_throttle.core.engine import scripts
 
     text = (files(scripts.__package__) / "lua" / "concurrency.lua").read_text("utf-8")
     script = (
@@ -1056,7 +1056,7 @@ SERVED = """
     from flask import Flask, Response
 
     from flask_redis_throttle import RateLimit, limit
-    from flask_redis_throttle.core.throttle import Throttle
+    from flask_redis_throttle.core.engine.throttle import Throttle
 
     T0 = 1_800_000_000 * 1_000_000
     CLOCK = os.environ["FRT_TEST_CLOCK"]

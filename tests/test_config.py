@@ -16,7 +16,7 @@ from flask import Flask
 from helpers import FakeMonotonic, get, install
 
 from flask_redis_throttle import ConfigurationError, RateLimit, limit, refusal_log, testing
-from flask_redis_throttle.core.breaker import CircuitBreaker
+from flask_redis_throttle.core.engine.breaker import CircuitBreaker
 from flask_redis_throttle.testing import RedisServer
 
 #: A password that must never show in a message.
@@ -401,7 +401,7 @@ def test_known_settings_and_other_extensions_settings_are_not_warned_about(caplo
 
 def test_the_warnings_follow_the_migration_page() -> None:
     """The table the warnings come from is the one docs/flask-limiter.rst shows."""
-    from flask_redis_throttle._config import DEFAULTS, FLASK_LIMITER_SETTINGS
+    from flask_redis_throttle._request.config import DEFAULTS, FLASK_LIMITER_SETTINGS
 
     page = (Path(__file__).parent.parent / "docs" / "flask-limiter.rst").read_text()
     section = page.split("The RATELIMIT settings\n")[1].split("\nDecorators\n")[0]
@@ -422,7 +422,7 @@ def test_the_warnings_follow_the_migration_page() -> None:
 
 def test_every_setting_is_listed_in_init_app_and_in_the_config_page() -> None:
     """The settings init_app reads are the ones its docstring and docs/config.rst name, no more, no fewer."""
-    from flask_redis_throttle._config import DEFAULTS
+    from flask_redis_throttle._request.config import DEFAULTS
 
     docstring = RateLimit.init_app.__doc__ or ""
     assert set(re.findall(r"``(RATELIMIT_\w+)``", docstring)) == set(DEFAULTS)

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from flask_redis_throttle._console import duration, parse_moment, table, utc
+from flask_redis_throttle._ops.console import duration, parse_moment, table, utc
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=timezone.utc).timestamp()
 

@@ -10,7 +10,7 @@ from flask import Flask, Request, Response, abort, g, request
 from helpers import get, install, packed_records
 
 from flask_redis_throttle import Layer, RefusalEvent, limit
-from flask_redis_throttle.core.scripts import STRATEGIES
+from flask_redis_throttle.core.engine.scripts import STRATEGIES
 from flask_redis_throttle.extension import RateLimitState
 
 

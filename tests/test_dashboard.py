@@ -18,7 +18,7 @@ from flask_login import LoginManager, current_user, login_user
 from helpers import User, add_login, get, install
 
 from flask_redis_throttle import dashboard, exempt, limit, testing
-from flask_redis_throttle.core.keys import MAX_VALUE_LENGTH
+from flask_redis_throttle.core.engine.keys import MAX_VALUE_LENGTH
 from flask_redis_throttle.extension import RateLimitState
 
 PREFIX = "/admin/limits"

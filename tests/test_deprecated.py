@@ -8,9 +8,9 @@ import importlib
 import pytest
 
 import flask_redis_throttle
-from flask_redis_throttle.core.penalties import parse_penalty
-from flask_redis_throttle.core.rates import Layer
-from flask_redis_throttle.core.throttle import Policy
+from flask_redis_throttle.core.engine.penalties import parse_penalty
+from flask_redis_throttle.core.engine.rates import Layer
+from flask_redis_throttle.core.engine.throttle import Policy
 from flask_redis_throttle.decorators import make_spec
 
 #: The old names dropped before any release, where each used to be answered.
@@ -22,9 +22,9 @@ DROPPED_NAMES = [
     ("flask_redis_throttle.signals", "Breach"),
     ("flask_redis_throttle.signals", "rate_limited"),
     ("flask_redis_throttle.errors", "RateLimitError"),
-    ("flask_redis_throttle.core.rates", "Rate"),
-    ("flask_redis_throttle.core.rates", "MAX_AMOUNT"),
-    ("flask_redis_throttle.core.rates", "MAX_PERIOD"),
+    ("flask_redis_throttle.core.engine.rates", "Rate"),
+    ("flask_redis_throttle.core.engine.rates", "MAX_AMOUNT"),
+    ("flask_redis_throttle.core.engine.rates", "MAX_PERIOD"),
     ("flask_redis_throttle.decorators", "BreachHook"),
 ]
 

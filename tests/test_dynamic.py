@@ -10,7 +10,7 @@ from flask import Flask, Request, request
 from helpers import get, install
 
 from flask_redis_throttle import RateLimit, RateLimitExceeded, limit
-from flask_redis_throttle import _plan as plan_module
+from flask_redis_throttle._request import plan as plan_module
 
 PLANS = {"free": "1/m", "pro": "3/m", "broken": "3 per fortnight", "odd": 42}
 

@@ -28,14 +28,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flask_redis_throttle import Identity
-from flask_redis_throttle.core.embedded import CURSORS, LUAS, SWEEP, EmbeddedRedis, lua_host
-from flask_redis_throttle.core.keys import identity_tag
-from flask_redis_throttle.core.penalties import Penalty
-from flask_redis_throttle.core.rates import Layer
-from flask_redis_throttle.core.reset import counter_pattern
-from flask_redis_throttle.core.scripts import STRATEGIES
-from flask_redis_throttle.core.storage import Storage
-from flask_redis_throttle.core.throttle import Policy, Throttle
+from flask_redis_throttle.core.engine.keys import identity_tag
+from flask_redis_throttle.core.engine.penalties import Penalty
+from flask_redis_throttle.core.engine.rates import Layer
+from flask_redis_throttle.core.engine.scripts import STRATEGIES
+from flask_redis_throttle.core.engine.throttle import Policy, Throttle
+from flask_redis_throttle.core.storages.embedded import CURSORS, LUAS, SWEEP, EmbeddedRedis, lua_host
+from flask_redis_throttle.core.storages.storage import Storage
+from flask_redis_throttle.core.stores.reset import counter_pattern
 from flask_redis_throttle.testing import RedisServer
 
 

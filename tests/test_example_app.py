@@ -12,7 +12,7 @@ from flask.testing import FlaskClient
 from helpers import Clock
 
 from example_app import create_app
-from flask_redis_throttle.core.local import find_server_binary
+from flask_redis_throttle.core.storages.local import find_server_binary
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from flask import Flask
 from helpers import extension_records, get, install
 
 from flask_redis_throttle import RateLimit, limit
-from flask_redis_throttle.core.throttle import UnexpectedError
+from flask_redis_throttle.core.engine.throttle import UnexpectedError
 from flask_redis_throttle.testing import RedisServer, free_port
 
 
@@ -59,7 +59,7 @@ def test_fail_open_lets_requests_through_and_warns_rarely(down_app: Flask, caplo
 
 
 def test_the_warning_repeats_after_its_interval(down_app: Flask, caplog, monkeypatch) -> None:
-    import flask_redis_throttle._notices as notices
+    import flask_redis_throttle._ops.notices as notices
 
     monkeypatch.setattr(notices, "WARNING_INTERVAL", 0.0)
     install(down_app)

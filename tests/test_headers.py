@@ -11,10 +11,16 @@ from helpers import Clock, get, install
 from werkzeug.datastructures import Headers
 
 from flask_redis_throttle import RateLimitExceeded, limit
-from flask_redis_throttle._headers import LayerNames, LegacyNames, legacy_headers, retry_after_value, set_headers
-from flask_redis_throttle.core.keys import Identity
-from flask_redis_throttle.core.rates import parse_limits
-from flask_redis_throttle.core.throttle import Decision, Policy
+from flask_redis_throttle._request.headers import (
+    LayerNames,
+    LegacyNames,
+    legacy_headers,
+    retry_after_value,
+    set_headers,
+)
+from flask_redis_throttle.core.engine.keys import Identity
+from flask_redis_throttle.core.engine.rates import parse_limits
+from flask_redis_throttle.core.engine.throttle import Decision, Policy
 
 
 def limited(app: Flask, spec: str = "2/m", **config: object) -> None:

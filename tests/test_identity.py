@@ -16,9 +16,9 @@ from helpers import flask_command, get, install
 from werkzeug.middleware.proxy_fix import ProxyFix
 
 from flask_redis_throttle import Identity, limit
-from flask_redis_throttle import _identity as identity
-from flask_redis_throttle._identity import parse_identity
-from flask_redis_throttle.core.keys import CACHED_VALUE_LENGTH, MAX_VALUE_LENGTH, loggable
+from flask_redis_throttle._request import identity
+from flask_redis_throttle._request.identity import parse_identity
+from flask_redis_throttle.core.engine.keys import CACHED_VALUE_LENGTH, MAX_VALUE_LENGTH, loggable
 
 #: How long a warning may be besides the request value it quotes.
 MESSAGE_TEXT = 300

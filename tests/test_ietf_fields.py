@@ -13,9 +13,9 @@ from flask import Flask, request
 from helpers import Clock, flask_command, get, install
 
 from flask_redis_throttle import ConfigurationError, InvalidLimit, RateLimit, limit
-from flask_redis_throttle._headers import DRAFTS, LayerNames
-from flask_redis_throttle.core.rates import parse_limits
-from flask_redis_throttle.core.throttle import Policy
+from flask_redis_throttle._request.headers import DRAFTS, LayerNames
+from flask_redis_throttle.core.engine.rates import parse_limits
+from flask_redis_throttle.core.engine.throttle import Policy
 
 JSON = {"Accept": "application/json"}
 QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"

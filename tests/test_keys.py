@@ -10,7 +10,7 @@ from helpers import add_login, install
 from redis.crc import key_slot
 
 from flask_redis_throttle import limit
-from flask_redis_throttle.core.keys import Identity, escape_scope, identity_tag
+from flask_redis_throttle.core.engine.keys import Identity, escape_scope, identity_tag
 
 HOSTILE = [
     "",

@@ -1,5 +1,5 @@
 """Quota leases: blocks of quota taken in one script call and spent in
-process (flask_redis_throttle/core/leases.py)."""
+process (flask_redis_throttle/core/engine/leases.py)."""
 
 from __future__ import annotations
 
@@ -24,11 +24,11 @@ from helpers import T0, Clock, get, install, wait_for_gunicorn
 from prometheus_client import CollectorRegistry
 
 from flask_redis_throttle import ConfigurationError, Identity, InvalidLimit, RateLimit, limit, parse_limits
-from flask_redis_throttle.core.blocks import BlockCache
+from flask_redis_throttle.core.engine.blocks import BlockCache
+from flask_redis_throttle.core.engine.leases import SHARE, Leases
+from flask_redis_throttle.core.engine.throttle import Check, Policy, StorageUnavailable, Throttle
 from flask_redis_throttle.core.factory import build_throttle
-from flask_redis_throttle.core.leases import SHARE, Leases
-from flask_redis_throttle.core.storage import Storage
-from flask_redis_throttle.core.throttle import Check, Policy, StorageUnavailable, Throttle
+from flask_redis_throttle.core.storages.storage import Storage
 from flask_redis_throttle.extension import RateLimitState
 from flask_redis_throttle.testing import RedisServer, free_port, redis_server
 
@@ -514,9 +514,9 @@ def test_metrics_count_leased_decisions(storage_url: str, clock: Clock) -> None:
 _EXITING = """
 import sys, time
 from flask_redis_throttle import Identity, parse_limits
-from flask_redis_throttle.core.leases import Leases
-from flask_redis_throttle.core.storage import Storage
-from flask_redis_throttle.core.throttle import Policy, Throttle
+from flask_redis_throttle.core.engine.leases import Leases
+from flask_redis_throttle.core.storages.storage import Storage
+from flask_redis_throttle.core.engine.throttle import Policy, Throttle
 
 leases = Leases(Throttle(Storage.from_url(sys.argv[1])))
 checks = [(Policy(tuple(parse_limits("1000000/day")), "s"), [Identity("ip", "10.0.0.1")])]

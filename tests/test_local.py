@@ -36,8 +36,8 @@ from flask import Flask
 from helpers import flask_command, get, install, join_all, wait_for_gunicorn
 
 from flask_redis_throttle import ConfigurationError, limit
-from flask_redis_throttle.core import binaries, clients, local
-from flask_redis_throttle.core.local import LocalFolder
+from flask_redis_throttle.core.storages import binaries, clients, local
+from flask_redis_throttle.core.storages.local import LocalFolder
 from flask_redis_throttle.extension import RateLimitState
 from flask_redis_throttle.testing import free_port
 
@@ -225,7 +225,7 @@ SERVED = """
     from flask import Flask
 
     from flask_redis_throttle import RateLimit, limit
-    from flask_redis_throttle.core.throttle import Throttle
+    from flask_redis_throttle.core.engine.throttle import Throttle
 
     # One pinned moment, so that no window boundary falls inside the test.
     Throttle.now = lambda self: 1_800_000_000 * 1_000_000
@@ -442,7 +442,7 @@ def test_the_cli_says_when_the_storage_is_not_local() -> None:
 def test_without_a_binary_it_falls_back_to_memory_with_a_warning(
     folder: LocalFolder, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    import flask_redis_throttle.core.clients as clients
+    import flask_redis_throttle.core.storages.clients as clients
 
     monkeypatch.setattr(clients, "find_server_binary", lambda: None)
     with caplog.at_level(logging.WARNING, "flask_redis_throttle"):

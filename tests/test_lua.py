@@ -1,5 +1,5 @@
 """The script's sources: each strategy's decision is written once, in its
-file under ``core/lua/``, as plain functions whose every value is a
+file under ``core/engine/lua/``, as plain functions whose every value is a
 parameter, and the one script every call runs is made of those files.
 
 The strategies' behaviour itself is held by test_strategies.py (each
@@ -15,10 +15,10 @@ from importlib.resources import files
 import pytest
 from helpers import SECOND, T0
 
-from flask_redis_throttle.core import scripts
-from flask_redis_throttle.core.codec import entry
-from flask_redis_throttle.core.rates import Layer
-from flask_redis_throttle.core.storage import Storage
+from flask_redis_throttle.core.engine import scripts
+from flask_redis_throttle.core.engine.codec import entry
+from flask_redis_throttle.core.engine.rates import Layer
+from flask_redis_throttle.core.storages.storage import Storage
 
 _scopes = itertools.count()
 

@@ -20,7 +20,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from servers import RedisCluster
 
 from flask_redis_throttle import RateLimit, limit, testing
-from flask_redis_throttle._metrics import OUTCOMES, metrics_for
+from flask_redis_throttle._ops.metrics import OUTCOMES, metrics_for
 from flask_redis_throttle.extension import RateLimitState
 from flask_redis_throttle.testing import RedisServer, free_port
 
@@ -222,7 +222,7 @@ def test_gunicorn_multiprocess_mode_sums_the_workers(server: RedisServer, tmp_pa
 
 
 def test_the_fast_path_exports_what_the_public_methods_do(monkeypatch: pytest.MonkeyPatch) -> None:
-    import flask_redis_throttle._metrics as module
+    import flask_redis_throttle._ops.metrics as module
 
     fast_registry, public_registry = CollectorRegistry(), CollectorRegistry()
     fast = module.Metrics(fast_registry)

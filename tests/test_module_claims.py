@@ -118,7 +118,7 @@ def test_a_module_imports_what_its_docstring_says(module: str, claim: str) -> No
 ROOT = PACKAGE.parent
 TESTS = ROOT / "tests"
 
-#: A file's path as prose names it: ``lua/records.lua``, ``core/keys.py``.
+#: A file's path as prose names it: ``lua/records.lua``, ``core/engine/keys.py``.
 NAMED_FILE = re.compile(r"(?<![\w/.-])((?:[\w-]+/)*[\w-]+\.(?:py|lua))\b")
 
 #: Files the docs name that are no file of this tree, each for its reason.

@@ -11,8 +11,9 @@ from flask import Flask
 from helpers import Clock, FakeMonotonic, get
 from prometheus_client import CollectorRegistry
 
-from flask_redis_throttle import RateLimit, _refusing, limit, near_limit_log
-from flask_redis_throttle.core.scripts import STRATEGIES
+from flask_redis_throttle import RateLimit, limit, near_limit_log
+from flask_redis_throttle._request import refusing as _refusing
+from flask_redis_throttle.core.engine.scripts import STRATEGIES
 from flask_redis_throttle.extension import RateLimitState
 
 

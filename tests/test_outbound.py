@@ -20,11 +20,11 @@ from flask import Flask
 from helpers import Clock
 
 from flask_redis_throttle import testing
-from flask_redis_throttle.core import outbound
+from flask_redis_throttle.core.engine import outbound
+from flask_redis_throttle.core.engine.outbound import QuotaTimeout, SharedQuota, acquire, reserve
+from flask_redis_throttle.core.engine.throttle import Check, Decision, Throttle
 from flask_redis_throttle.core.errors import InvalidLimit
-from flask_redis_throttle.core.outbound import QuotaTimeout, SharedQuota, acquire, reserve
-from flask_redis_throttle.core.storage import Storage
-from flask_redis_throttle.core.throttle import Check, Decision, Throttle
+from flask_redis_throttle.core.storages.storage import Storage
 from flask_redis_throttle.testing import RedisServer
 
 

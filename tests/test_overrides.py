@@ -21,10 +21,10 @@ from helpers import FakeMonotonic, add_login, evalsha_calls, extension_records, 
 from test_dashboard import PREFIX, page, tables, token
 
 from flask_redis_throttle import RateLimit, StorageUnavailable, current_limit, dashboard, limit, refusal_log
-from flask_redis_throttle import _notices as notices
-from flask_redis_throttle.core import overrides as overrides_module
-from flask_redis_throttle.core.keys import Identity
-from flask_redis_throttle.core.overrides import LONGEST, Override, OverrideTable
+from flask_redis_throttle._ops import notices
+from flask_redis_throttle.core.engine.keys import Identity
+from flask_redis_throttle.core.stores import overrides as overrides_module
+from flask_redis_throttle.core.stores.overrides import LONGEST, Override, OverrideTable
 from flask_redis_throttle.errors import BLOCKED, Blocked, RateLimitExceeded
 from flask_redis_throttle.extension import RateLimitState
 from flask_redis_throttle.testing import RedisServer

@@ -11,7 +11,7 @@ from flask import Flask, Response, request
 from helpers import Clock, get, install
 
 from flask_redis_throttle import ConfigurationError, InvalidLimit, RateLimitExceeded, limit, refusal_log
-from flask_redis_throttle.core.penalties import Penalty, parse_penalty
+from flask_redis_throttle.core.engine.penalties import Penalty, parse_penalty
 from flask_redis_throttle.extension import RateLimitState
 
 

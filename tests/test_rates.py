@@ -11,8 +11,8 @@ from flask import Flask
 from helpers import get, install
 
 from flask_redis_throttle import InvalidLimit, Layer, limit, parse_limits
-from flask_redis_throttle.core.rates import MAX_LAYERS, MAX_LIMIT_LENGTH
-from flask_redis_throttle.core.throttle import Policy
+from flask_redis_throttle.core.engine.rates import MAX_LAYERS, MAX_LIMIT_LENGTH
+from flask_redis_throttle.core.engine.throttle import Policy
 
 
 @pytest.mark.parametrize(

@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 from servers import RedisCluster
 
 from flask_redis_throttle import RateLimitExceeded, RefusalLog, limit, refusal_log
-from flask_redis_throttle.core.keys import identity_tag
-from flask_redis_throttle.core.refusals import CLUSTER_SHARDS, MAX_VALUE_LENGTH, Attribution
-from flask_redis_throttle.core.scripts import STRATEGIES
-from flask_redis_throttle.core.storage import Storage
+from flask_redis_throttle.core.engine.keys import identity_tag
+from flask_redis_throttle.core.engine.scripts import STRATEGIES
+from flask_redis_throttle.core.storages.storage import Storage
+from flask_redis_throttle.core.stores.refusals import CLUSTER_SHARDS, MAX_VALUE_LENGTH, Attribution
 
 
 def limited(app: Flask, spec: str = "1/m", **options: object) -> None:

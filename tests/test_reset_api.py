@@ -7,7 +7,7 @@ from flask import Flask
 from helpers import add_login, get, install
 
 from flask_redis_throttle import Identity, RateLimit, limit
-from flask_redis_throttle.core.throttle import StorageUnavailable
+from flask_redis_throttle.core.engine.throttle import StorageUnavailable
 from flask_redis_throttle.testing import free_port
 
 

@@ -19,10 +19,10 @@ from helpers import add_login, get, install
 from werkzeug.middleware.proxy_fix import ProxyFix
 
 from flask_redis_throttle import ConfigurationError, limit
-from flask_redis_throttle.core.keys import identity_tag
-from flask_redis_throttle.core.refusals import MAX_VALUE_LENGTH
-from flask_redis_throttle.core.scripts import STRATEGIES
-from flask_redis_throttle.core.storage import Storage
+from flask_redis_throttle.core.engine.keys import identity_tag
+from flask_redis_throttle.core.engine.scripts import STRATEGIES
+from flask_redis_throttle.core.storages.storage import Storage
+from flask_redis_throttle.core.stores.refusals import MAX_VALUE_LENGTH
 from flask_redis_throttle.testing import free_port
 
 #: Every key the extension writes, but for the refusal log: the prefix, a

@@ -13,13 +13,13 @@ import pytest
 from helpers import Clock
 
 from flask_redis_throttle import Identity, parse_limits
-from flask_redis_throttle.core.blocks import BlockCache
-from flask_redis_throttle.core.codec import entries, entry
+from flask_redis_throttle.core.engine.blocks import BlockCache
+from flask_redis_throttle.core.engine.codec import entries, entry
+from flask_redis_throttle.core.engine.rates import Layer
+from flask_redis_throttle.core.engine.throttle import Decision, Policy, Throttle
 from flask_redis_throttle.core.errors import InvalidLimit
-from flask_redis_throttle.core.rates import Layer
-from flask_redis_throttle.core.storage import Storage
-from flask_redis_throttle.core.throttle import Decision, Policy, Throttle
-from flask_redis_throttle.core.usage import usage
+from flask_redis_throttle.core.storages.storage import Storage
+from flask_redis_throttle.core.stores.usage import usage
 
 IP = Identity("ip", "192.0.2.1")
 USER = Identity("user", "ann")  # on another cluster node than IP (see test_topologies.py)

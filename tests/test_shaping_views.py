@@ -20,7 +20,7 @@ from helpers import Clock, get, install, join_all, wait_for_gunicorn
 from prometheus_client import CollectorRegistry
 
 from flask_redis_throttle import RateLimit, limit
-from flask_redis_throttle._spec import make_spec
+from flask_redis_throttle._request.spec import make_spec
 from flask_redis_throttle.current import current_limit
 from flask_redis_throttle.errors import InvalidLimit
 from flask_redis_throttle.testing import free_port, redis_server

@@ -12,7 +12,7 @@ from flask import Flask
 from helpers import Clock, add_login, align_to_window, get, install
 
 from flask_redis_throttle import ConfigurationError, limit
-from flask_redis_throttle.core.scripts import PARTS, STRATEGIES
+from flask_redis_throttle.core.engine.scripts import PARTS, STRATEGIES
 from flask_redis_throttle.current import current_limit
 from flask_redis_throttle.errors import InvalidLimit
 

@@ -11,12 +11,12 @@ import redis
 from helpers import T0, Clock
 
 from flask_redis_throttle import Identity, parse_limits
-from flask_redis_throttle.core import keys as keys_module
-from flask_redis_throttle.core.keys import CACHED_VALUE_LENGTH, identity_tag
-from flask_redis_throttle.core.penalties import Penalty
-from flask_redis_throttle.core.scripts import STRATEGIES
-from flask_redis_throttle.core.storage import Storage
-from flask_redis_throttle.core.throttle import Decision, Policy, Throttle
+from flask_redis_throttle.core.engine import keys as keys_module
+from flask_redis_throttle.core.engine.keys import CACHED_VALUE_LENGTH, identity_tag
+from flask_redis_throttle.core.engine.penalties import Penalty
+from flask_redis_throttle.core.engine.scripts import STRATEGIES
+from flask_redis_throttle.core.engine.throttle import Decision, Policy, Throttle
+from flask_redis_throttle.core.storages.storage import Storage
 
 IP = Identity("ip", "192.0.2.1")
 USER = Identity("user", "42")
@@ -191,7 +191,7 @@ def test_counts_from_an_old_window_never_leak(throttle: Throttle, hit: Hit) -> N
 
 
 def test_storage_errors_become_storage_unavailable() -> None:
-    from flask_redis_throttle.core.throttle import StorageUnavailable
+    from flask_redis_throttle.core.engine.throttle import StorageUnavailable
     from flask_redis_throttle.testing import free_port
 
     throttle = Throttle(Storage.from_url(f"redis://127.0.0.1:{free_port()}/0"))
@@ -208,8 +208,8 @@ def test_prefix_with_braces_is_refused() -> None:
 def test_counters_of_the_old_layout_are_not_read(throttle: Throttle, hit: Hit, clock: Clock) -> None:
     """0.2 kept a key per layer, ``...:<scope>:fw:1m``; 0.3 neither reads
     nor writes it, and a reset of the scope deletes it too."""
-    from flask_redis_throttle.core.keys import identity_tag
-    from flask_redis_throttle.core.reset import reset_identity
+    from flask_redis_throttle.core.engine.keys import identity_tag
+    from flask_redis_throttle.core.stores.reset import reset_identity
 
     old = f"rl:{{{identity_tag('ip', IP.value)}}}:s:fw:1m"
     client = throttle.storage.client
@@ -265,7 +265,7 @@ def test_a_request_shape_is_laid_out_once_and_the_layouts_are_bounded(
     """The plan and reply layout of a request depend only on its policies'
     plan entries and how many identities each has: made once, kept by
     those values in a bounded cache, and equal policies share one."""
-    from flask_redis_throttle.core import throttle as throttle_module
+    from flask_redis_throttle.core.engine import throttle as throttle_module
 
     throttle = Throttle(storage, prefix="shapes:")
     clock.set(0)

@@ -20,9 +20,9 @@ from helpers import add_login, evalsha_calls, extension_records, get, join_all, 
 from servers import RedisCluster, RedisSentinelGroup, redis_cluster, redis_command, redis_sentinel_group, tls_proxy
 
 from flask_redis_throttle import Identity, RateLimit, limit
-from flask_redis_throttle.core.rates import parse_limits
-from flask_redis_throttle.core.storage import Storage
-from flask_redis_throttle.core.throttle import Policy
+from flask_redis_throttle.core.engine.rates import parse_limits
+from flask_redis_throttle.core.engine.throttle import Policy
+from flask_redis_throttle.core.storages.storage import Storage
 from flask_redis_throttle.testing import RedisServer, free_port
 
 pytestmark = pytest.mark.redis

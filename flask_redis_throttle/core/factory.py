@@ -7,12 +7,12 @@ other program (see :doc:`/core`): nothing here knows about Flask.
 
 from __future__ import annotations
 
-from .blocks import BlockCache
-from .breaker import BreakerListener, CircuitBreaker
-from .clients import embedded_client
-from .refusals import CLUSTER_SHARDS, RefusalLog
-from .storage import Storage
-from .throttle import Throttle
+from .engine.blocks import BlockCache
+from .engine.breaker import BreakerListener, CircuitBreaker
+from .engine.throttle import Throttle
+from .storages.clients import embedded_client
+from .storages.storage import Storage
+from .stores.refusals import CLUSTER_SHARDS, RefusalLog
 
 __all__ = ["build_refusal_log", "build_throttle"]
 
@@ -29,7 +29,7 @@ def build_throttle(
     fallback: bool = False,
     listener: BreakerListener | None = None,
 ) -> Throttle:
-    """A :class:`~flask_redis_throttle.core.throttle.Throttle` on ``storage``.
+    """A :class:`~flask_redis_throttle.core.engine.throttle.Throttle` on ``storage``.
 
     :param storage: a storage, or its URL (such as ``"memory://"`` or
         ``"redis://localhost:6379/0"``; see :doc:`/deployment`).

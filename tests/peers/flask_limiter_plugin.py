@@ -29,7 +29,7 @@ import pytest
 
 from flask_redis_throttle.compat import flask_limiter
 from flask_redis_throttle.compat.flask_limiter import commands, constants, errors, util
-from flask_redis_throttle.core.throttle import Throttle
+from flask_redis_throttle.core.engine.throttle import Throttle
 from flask_redis_throttle.testing import RedisServer
 
 #: The port Flask-Limiter's tests find Redis on (its ``docker-compose.yml``'s).

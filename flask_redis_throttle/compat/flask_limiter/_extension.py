@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from flask import Blueprint, Flask, Request, Response, request
 from werkzeug.local import LocalProxy
 
-from ...core.clients import embedded_client
-from ...core.embedded import EmbeddedRedis
+from ...core.storages.clients import embedded_client
+from ...core.storages.embedded import EmbeddedRedis
 from ...current import current_limit, current_limits
 from ...decorators import LimitSpec
 from ...decorators import exempt as native_exempt

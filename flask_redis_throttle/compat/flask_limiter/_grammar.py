@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from ...core.rates import MAX_LIMIT_LENGTH
+from ...core.engine.rates import MAX_LIMIT_LENGTH
 
 #: The separators of layers.
 SEPARATORS = re.compile(r"[,;|]")

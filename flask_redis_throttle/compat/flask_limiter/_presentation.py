@@ -18,8 +18,8 @@ from typing import Any
 from flask import Flask, Request, Response, g
 from werkzeug.http import parse_date
 
-from ...core.keys import Identity
-from ...core.rates import Layer
+from ...core.engine.keys import Identity
+from ...core.engine.rates import Layer
 from ...current import current_limit
 from ...signals import request_refused
 

@@ -37,11 +37,11 @@ from ...cli import (
     table,
     throttle_of,
 )
-from ...core.keys import Identity
-from ...core.storage import STORAGE_ERRORS
-from ...core.throttle import Policy, StorageUnavailable, Throttle
-from ...core.urls import redact
-from ...core.usage import LayerUsage, usage
+from ...core.engine.keys import Identity
+from ...core.engine.throttle import Policy, StorageUnavailable, Throttle
+from ...core.storages.storage import STORAGE_ERRORS
+from ...core.storages.urls import redact
+from ...core.stores.usage import LayerUsage, usage
 from ...decorators import LimitSpec
 from ...extension import PlannedLimit, RateLimitState, qualified_name, state_of
 from ._settings import STRATEGIES

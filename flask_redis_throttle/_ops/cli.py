@@ -1,0 +1,468 @@
+"""``flask ratelimit``: see the limits, an identity's counters, the
+refusal log and the near-limit log, reset an identity's counters, and set overrides, from the
+command line.
+
+The group is registered with Flask's command line through the
+``flask.commands`` entry point (see ``pyproject.toml``), so the ``flask``
+command of any app has it once the package is installed; the extension does
+not import this module. Each command works through the app's own state, so it sees the
+same counters as the app (and, for ``memory://``, the same in-process store).
+See :doc:`/cli`.
+"""
+
+from __future__ import annotations
+
+import getpass
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import click
+import redis
+from flask import current_app
+from flask.cli import AppGroup
+
+from .._request.overrides import Overrides
+from .._request.state import RateLimitState
+from ..core.engine.keys import Identity, loggable
+from ..core.engine.throttle import StorageUnavailable, Throttle
+from ..core.storages.clients import redact
+from ..core.storages.embedded import EmbeddedRedis
+from ..core.storages.local import LocalFolder, server_status, stop_server
+from ..core.stores.refusals import Refusal, RefusalLog
+from ..decorators import state_of
+from .console import duration, parse_moment, table, utc
+from .override_changes import (
+    CHANGES_HEADER,
+    OVERRIDES_HEADER,
+    change_rows,
+    make_override,
+    override_rows,
+    overrides_of,
+    parse_target,
+    parse_when,
+    unsure,
+)
+from .reports import (
+    LIMITS_HEADER,
+    STATUS_HEADER,
+    find_endpoint,
+    find_identity,
+    limit_rows,
+    nothing_counts,
+    reset_counters,
+    status_rows,
+)
+
+ratelimit = AppGroup("ratelimit", help="Inspect and reset rate limits, and set overrides.")
+
+
+@ratelimit.command("limits")
+@click.option("--limited", is_flag=True, help="Show only the routes that have limits.")
+def limits_command(limited: bool) -> None:
+    """List every route with its limits: layers, strategy, scope and identities.
+
+    Views without @limit have RATELIMIT_DEFAULT, if it is set; static files
+    are never limited.
+    """
+    state = _state()
+    if not state.settings.enabled:
+        click.echo("note: RATELIMIT_ENABLED is False, so none of these limits is enforced.", err=True)
+    rows = limit_rows(state, limited)
+    if not rows:
+        click.echo("No route has limits." if limited else "The app has no routes.")
+        return
+    click.echo(table(LIMITS_HEADER, rows))
+
+
+@ratelimit.command("status")
+@click.argument("identity")
+@click.option("--endpoint", "-e", metavar="ENDPOINT", help="Only this endpoint's limits.")
+def status_command(identity: str, endpoint: str | None) -> None:
+    """Show what IDENTITY has used of each layer, what remains and when it resets.
+
+    IDENTITY is ip:<address>, user:<id> or <key function>:<value>. Nothing
+    is counted: the counters are read as a request would find them.
+    """
+    state = _state()
+    throttle = throttle_of(state)
+    who = _identity(identity, state)
+    if endpoint is not None:
+        endpoint = _endpoint(endpoint)
+    with storage_errors(throttle):
+        rows = status_rows(state, throttle, who, endpoint)
+    if not rows:
+        click.echo(nothing_counts(state, endpoint, who))
+        return
+    click.echo(f"{who}  (keys {throttle.keys_of(who)})")
+    click.echo(table(STATUS_HEADER, rows))
+
+
+@ratelimit.command("reset")
+@click.argument("identity")
+@click.option("--endpoint", "-e", metavar="ENDPOINT", help="Only the counters of this endpoint's scopes.")
+def reset_command(identity: str, endpoint: str | None) -> None:
+    """Delete IDENTITY's counters, in every scope or only ENDPOINT's.
+
+    App servers may refuse the identity for up to a second more: their
+    block caches trust a refusal that long.
+    """
+    state = _state()
+    throttle = throttle_of(state)
+    who = _identity(identity, state)
+    if endpoint is not None:
+        endpoint = _endpoint(endpoint)
+    with storage_errors(throttle):
+        reset = reset_counters(state, throttle, who, endpoint)
+    if reset is None:
+        click.echo(nothing_counts(state, endpoint, who) + " Nothing to reset.")
+        return
+    click.echo(reset.message)
+    if throttle.caches_refusals and reset.deleted:
+        click.echo("App servers' block caches may go on refusing it for up to 1 second.")
+
+
+@ratelimit.command("refusals")
+@click.option("--top", default=10, show_default=True, type=click.IntRange(min=0), help="How many identities.")
+@click.option("--recent", default=20, show_default=True, type=click.IntRange(min=0), help="How many refusals.")
+@click.option("--since", metavar="TIME", help="Only refusals since then: an ISO time, or a span such as 10m, 1h, 2d.")
+def refusals_command(top: int, recent: int, since: str | None) -> None:
+    """Show the most refused identities and the latest refusals, from the refusal log."""
+    state = _state()
+    throttle = throttle_of(state)
+    log = _refusal_log(state)
+    moment = _since(since)
+    with storage_errors(throttle):
+        ranking = log.top(top, since=moment) if top else []
+        latest = log.recent(recent, since=moment) if recent else []
+    period = _period(moment)
+    if not ranking and not latest:
+        click.echo(f"No refusals{period}.")
+        return
+    if ranking:
+        click.echo(f"Most refused identities{period}:")
+        click.echo(table(("IDENTITY", "REFUSALS"), [(loggable(identity), str(count)) for identity, count in ranking]))
+    if latest:
+        if ranking:
+            click.echo()
+        click.echo(f"Latest refusals{period}, newest first:")
+        # The identity whose counter refused, apart from the others present.
+        click.echo(_entries(latest, "REFUSED BY", retry=True))
+
+
+@ratelimit.command("near-limit")
+@click.option("--recent", default=20, show_default=True, type=click.IntRange(min=1), help="How many entries.")
+@click.option("--since", metavar="TIME", help="Only entries since then: an ISO time, or a span such as 10m, 1h, 2d.")
+def near_limit_command(recent: int, since: str | None) -> None:
+    """Show the latest identities that passed RATELIMIT_NEAR_LIMIT of a
+    layer, from the near-limit log: once per identity, layer and window,
+    before they are refused."""
+    state = _state()
+    throttle = throttle_of(state)
+    log = _near_limit_log(state)
+    moment = _since(since)
+    with storage_errors(throttle):
+        latest = log.recent(recent, since=moment)
+    period = _period(moment)
+    if not latest:
+        click.echo(f"No identity came near its limit{period}.")
+        return
+    click.echo(f"Near the limit{period}, newest first:")
+    click.echo(_entries(latest, "IDENTITY", retry=False))
+
+
+def _since(since: str | None) -> float | None:
+    """The moment ``--since`` writes, or None without it."""
+    if since is None:
+        return None
+    try:
+        return parse_moment(since, time.time())
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="'--since'") from None
+
+
+def _period(moment: float | None) -> str:
+    return f" since {utc(moment)} UTC" if moment is not None else ""
+
+
+def _entries(entries: list[Refusal], who: str, retry: bool) -> str:
+    """Entries of the refusal or near-limit log, newest first: the identity
+    whose counter refused or came near, under ``who``, apart from the
+    others present; with ``retry``, when the request would have passed."""
+    retry_after = ("RETRY AFTER",) if retry else ()
+    header = ("TIME (UTC)", "ENDPOINT", "SCOPE", "LAYER", "STRATEGY", who, *retry_after, "ALSO PRESENT")
+    rows = [
+        (
+            utc(entry.time),
+            entry.endpoint,
+            entry.scope,
+            entry.layer,
+            entry.strategy,
+            loggable(entry.identity),
+            *((duration(entry.retry_after),) if retry else ()),
+            ", ".join(map(loggable, entry.others)),
+        )
+        for entry in entries
+    ]
+    return table(header, rows)
+
+
+def _override_options(function: Callable[..., None]) -> Callable[..., None]:
+    """The options every command that sets an override takes."""
+    for option in reversed(
+        (
+            click.option("--scope", "-s", metavar="SCOPE", help="Only this scope (see `flask ratelimit limits`)."),
+            click.option("--for", "span", metavar="SPAN", help="For how long: 90s, 2h, 1h30m, 7d."),
+            click.option("--until", metavar="TIME", help="Or until when: an ISO time such as 2027-12-31 (UTC)."),
+            click.option("--by", metavar="NAME", help="Who sets it, for the log; by default your user name."),
+        )
+    ):
+        function = option(function)
+    return function
+
+
+def _set_override(
+    action: str,
+    identity: str,
+    limit: str | None,
+    scope: str | None,
+    span: str | None,
+    until: str | None,
+    by: str | None,
+) -> None:
+    """Check, store and report one override."""
+    state = _state()
+    throttle = throttle_of(state)
+    overrides = _shared_overrides(state)
+    try:
+        ends = parse_when(until, span, overrides.now())
+        made = make_override(state, action, identity, limit, scope, ends, by or _user())
+    except ValueError as error:
+        raise click.UsageError(str(error)) from None
+    with storage_errors(throttle, change=True):
+        overrides.put(made)
+    click.echo(f"{made.describe()} until {utc(made.until)} UTC; every worker follows it within 1 second.")
+
+
+@ratelimit.command("override")
+@click.argument("identity")
+@click.argument("limit")
+@_override_options
+def override_command(
+    identity: str, limit: str, scope: str | None, span: str | None, until: str | None, by: str | None
+) -> None:
+    """Decide IDENTITY against LIMIT (such as 100/s;10000/h) instead of its
+    limits, on one scope or on every scope, until a time or for a while.
+
+    IDENTITY is ip:<address>, ip:<network> (such as ip:203.0.113.0/24),
+    user:<id> or <key function>:<value>.
+    """
+    _set_override("limit", identity, limit, scope, span, until, by)
+
+
+@ratelimit.command("allow")
+@click.argument("identity")
+@_override_options
+def allow_command(identity: str, scope: str | None, span: str | None, until: str | None, by: str | None) -> None:
+    """Let IDENTITY through unlimited, on one scope or on every scope."""
+    _set_override("allow", identity, None, scope, span, until, by)
+
+
+@ratelimit.command("block")
+@click.argument("identity")
+@_override_options
+def block_command(identity: str, scope: str | None, span: str | None, until: str | None, by: str | None) -> None:
+    """Refuse IDENTITY's requests, on one scope or on every scope, without
+    asking Redis: 429 with Retry-After (or 403, see RATELIMIT_OVERRIDE_BLOCK_STATUS)."""
+    _set_override("block", identity, None, scope, span, until, by)
+
+
+@ratelimit.command("lift")
+@click.argument("identity", required=False)
+@click.option("--scope", "-s", metavar="SCOPE", help="Only its override on this scope.")
+@click.option("--all", "everyone", is_flag=True, help="Remove every override of everyone.")
+@click.option("--by", metavar="NAME", help="Who removes them, for the log; by default your user name.")
+def lift_command(identity: str | None, scope: str | None, everyone: bool, by: str | None) -> None:
+    """Lift IDENTITY's overrides (other layers, allow or block), on every
+    scope or only on SCOPE; or, with --all, every override."""
+    state = _state()
+    throttle = throttle_of(state)
+    overrides = _shared_overrides(state)
+    if (identity is None) != everyone:
+        raise click.UsageError("name an IDENTITY, or give --all to remove every override")
+    target = None
+    if identity is not None:
+        try:
+            target = parse_target(identity, state)[0]
+        except ValueError as error:
+            raise click.BadParameter(str(error), param_hint="'IDENTITY'") from None
+    with storage_errors(throttle, change=True):
+        gone = overrides.remove(target, scope, scope is None, by or _user())
+    if not gone:
+        click.echo("No such override; nothing removed.")
+        return
+    for override in gone:
+        click.echo(f"removed: {override.describe()}")
+
+
+@ratelimit.command("overrides")
+@click.option("--changes", default=20, show_default=True, type=click.IntRange(min=0), help="How many recent changes.")
+def overrides_command(changes: int) -> None:
+    """List the overrides in force, and the latest changes: who, what, until when."""
+    state = _state()
+    throttle = throttle_of(state)
+    overrides = overrides_of(state)
+    with storage_errors(throttle):
+        table_now = overrides.table()
+        latest = throttle.call(overrides.store.changes, (overrides.store.log_key,), changes) if changes else []
+    if table_now.overrides:
+        click.echo(table(OVERRIDES_HEADER, override_rows(table_now.overrides)))
+    else:
+        click.echo("No override is in force.")
+    if latest:
+        click.echo()
+        click.echo("Latest changes, newest first:")
+        click.echo(table(CHANGES_HEADER, change_rows(latest)))
+
+
+def _shared_overrides(state: RateLimitState) -> Overrides:
+    """The app's overrides, for a command that changes them.
+
+    :raises click.UsageError: on the embedded store (``memory://``, or
+        ``local://`` with no server binary), whose overrides live in each
+        process's memory: the command's process is not the app servers',
+        so none of them would follow the change. Under Flask's ``TESTING``
+        the command is taken to run in the app's own process, as
+        :meth:`~flask.Flask.test_cli_runner` runs it, and goes ahead.
+    """
+    overrides = overrides_of(state)
+    storage = overrides.throttle.storage
+    if isinstance(storage.client, EmbeddedRedis) and not current_app.testing:
+        raise click.UsageError(
+            f"the storage is {storage.url}, which keeps overrides in each process's memory: this command "
+            "runs in a process of its own, so no app server would follow the change. Steer a running app "
+            "on a storage its processes share: Redis (RATELIMIT_STORAGE_URL=redis://...) or local://."
+        )
+    return overrides
+
+
+def _user() -> str:
+    """Who runs the command, for the log of changes."""
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no user name in the environment nor the password database
+        return "cli"
+
+
+server = AppGroup("server", help="Show or stop the local:// server this host's workers share.")
+ratelimit.add_command(server)
+
+
+@server.command("status")
+def server_status_command() -> None:
+    """Show whether the app's local:// server runs: its pid, version, uptime,
+    clients and memory. Nothing is started. Exits 1 when it is not running.
+    """
+    folder = _local_folder(_state())
+    try:
+        status = server_status(folder)
+    except redis.RedisError as error:
+        raise click.ClickException(f"the local server at {folder.socket} does not answer: {error}") from None
+    if not status.running:
+        click.echo(f"not running (socket {folder.socket}); the next request that needs it starts it")
+        raise SystemExit(1)
+    rows = [
+        ("server", f"{status.product} {status.version}"),
+        ("pid", str(status.pid)),
+        ("socket", folder.socket),
+        ("log", folder.log),
+        ("uptime", duration(status.uptime)),
+        ("clients", str(status.clients)),
+        ("memory", status.memory),
+    ]
+    click.echo(table(("state", "running"), rows))
+
+
+@server.command("stop")
+def server_stop_command() -> None:
+    """Stop the app's local:// server; its counters are lost. Workers that
+    are still serving start it again at their next request that needs it.
+    """
+    folder = _local_folder(_state())
+    try:
+        pid = stop_server(folder)
+    except redis.RedisError as error:
+        raise click.ClickException(str(error)) from None
+    click.echo(f"stopped the local server (pid {pid})" if pid is not None else "not running; nothing to stop")
+
+
+def _local_folder(state: RateLimitState) -> LocalFolder:
+    """The folder of the app's local:// server.
+
+    :raises click.ClickException: when the app's storage is not ``local://``.
+    """
+    throttle = throttle_of(state)
+    folder = throttle.local_folder()
+    if folder is None:
+        raise click.ClickException(
+            f"the app's rate limit storage is {throttle.url}, not a local:// server "
+            "(set RATELIMIT_STORAGE_URL = 'local://')"
+        )
+    return folder
+
+
+def _state() -> RateLimitState:
+    try:
+        state: RateLimitState = state_of()
+    except RuntimeError as error:
+        raise click.ClickException(str(error)) from None
+    return state
+
+
+def throttle_of(state: RateLimitState) -> Throttle:
+    """The app's throttle, for a command that reads or changes its counters.
+
+    :raises click.ClickException: if rate limiting is disabled.
+    """
+    if state.throttle is None:
+        raise click.ClickException("rate limiting is disabled on this app (RATELIMIT_ENABLED is False)")
+    return state.throttle
+
+
+def _refusal_log(state: RateLimitState) -> RefusalLog:
+    if state.refusals is None:
+        raise click.ClickException("this app keeps no refusal log (RATELIMIT_REFUSAL_LOG_SIZE is 0)")
+    return state.refusals
+
+
+def _near_limit_log(state: RateLimitState) -> RefusalLog:
+    if state.near_limits is None:
+        setting = "RATELIMIT_REFUSAL_LOG_SIZE is 0" if state.refusals is None else "RATELIMIT_NEAR_LIMIT is None"
+        raise click.ClickException(f"this app keeps no near-limit log ({setting})")
+    return state.near_limits
+
+
+def _identity(text: str, state: RateLimitState) -> Identity:
+    try:
+        return find_identity(text, state)
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="'IDENTITY'") from None
+
+
+def _endpoint(name: str) -> str:
+    try:
+        return find_endpoint(name)
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="'--endpoint'") from None
+
+
+@contextmanager
+def storage_errors(throttle: Throttle, change: bool = False) -> Iterator[None]:
+    """Turn Redis failures into a message and a non-zero exit; for a
+    ``change``, one that says when it may have been made all the same."""
+    try:
+        yield
+    except (StorageUnavailable, redis.RedisError) as error:
+        reason = error.__cause__ if isinstance(error, StorageUnavailable) else error
+        message = f"rate limit storage unavailable at {redact(throttle.url)}: {reason}"
+        raise click.ClickException(message + (unsure(error) if change else "")) from None

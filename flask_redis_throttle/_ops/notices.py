@@ -1,0 +1,186 @@
+"""What the extension logs about itself: warnings, spaced out by kind;
+Redis's outages and recovery; the start-up line; and the circuit breakers'
+opening and closing, which it also exports as metrics.
+
+:class:`Notices` is the part of each app's
+:class:`~flask_redis_throttle.extension.RateLimitState` that remembers what
+was logged, so that a Redis that fails every request warns once per
+:data:`WARNING_INTERVAL`, not once per request.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .._request.config import Settings
+    from ..core.engine.throttle import Throttle
+    from .metrics import Metrics
+
+logger = logging.getLogger("flask_redis_throttle")
+#: The circuit breakers' opening and closing, a logger of their own so that
+#: an operator can route or silence them apart from the per-request warnings.
+breaker_logger = logging.getLogger("flask_redis_throttle.breaker")
+
+#: The shortest gap between two warnings of one kind, in seconds.
+WARNING_INTERVAL = 10.0
+
+#: The attribute set on the record of an internal error (see
+#: :meth:`Notices._internal_error`).
+INTERNAL_ERROR = "ratelimit_internal_error"
+
+#: What a left-out line of each level is called, in the next one.
+_NOUNS = {logging.WARNING: "warning", logging.ERROR: "error"}
+
+#: The kinds of warning that an outage of Redis causes; recovery resets their counts.
+_OUTAGE_WARNINGS = frozenset(["storage", "refusal log"])
+
+
+class Notices:
+    """The warnings and notices of one app's rate limiting state.
+
+    A subclass sets :attr:`settings`, :attr:`throttle` and :attr:`metrics`,
+    and says which endpoints are limited.
+    """
+
+    #: The monotonic clock that spaces warnings; tests may replace it.
+    clock: Callable[[], float] = staticmethod(time.monotonic)
+
+    settings: Settings
+    throttle: Throttle | None
+    metrics: Metrics | None
+
+    def __init__(self) -> None:
+        self._warning_lock = threading.Lock()
+        #: For each kind of warning: when it may be logged again, and how
+        #: many were not logged since the last one.
+        self._warnings: dict[str, tuple[float, int]] = {}
+        #: Whether Redis failed a request since it last decided one, and how
+        #: many it failed: recovery is logged with that count, then reset.
+        self._failing = False
+        self._failed_requests = 0
+        #: Whether the start-up line was logged (see :meth:`announce`).
+        self._announced = False
+
+    def limited_endpoints(self) -> set[str]:
+        """The endpoints of the app that have a limit for some method."""
+        raise NotImplementedError
+
+    def _outage(self, message: str) -> None:
+        """Warn that Redis failed a request, and count it for the recovery line."""
+        with self._warning_lock:
+            self._failing = True
+            self._failed_requests += 1
+        self._warn(message)
+
+    def _recovered(self) -> None:
+        """Redis decided a request after failing some: log it once, and
+        forget the outage's counts, so that the next outage's warnings
+        count its own failures only. The time of the next warning is kept:
+        a Redis that fails every other request still warns once per
+        :data:`WARNING_INTERVAL` at most."""
+        with self._warning_lock:
+            if not self._failing:
+                return  # another thread logged it
+            failed, self._failing, self._failed_requests = self._failed_requests, False, 0
+            for kind, (next_warning, _unwarned) in self._warnings.items():
+                if kind in _OUTAGE_WARNINGS:
+                    self._warnings[kind] = (next_warning, 0)
+        assert self.throttle is not None
+        logger.info(
+            "rate limit storage %s recovered: it decides requests again, after failing %d",
+            self.throttle.url,
+            failed,
+        )
+
+    def _warn(self, message: str, kind: str = "storage", exc_info: BaseException | None = None) -> None:
+        """Log a warning, at most once per :data:`WARNING_INTERVAL` for each
+        kind, with ``exc_info``'s traceback if given, and how many of its
+        kind were left out since the last one, if any were."""
+        self._log(logging.WARNING, message, kind, exc_info)
+
+    def _internal_error(self, message: str, error: BaseException) -> None:
+        """Log an error that is neither Redis's nor the app's (a bug, or a
+        dependency misbehaving) at ERROR, with its traceback, spaced out as
+        warnings are, so that a broken path cannot flood the log. Its
+        record carries :data:`INTERNAL_ERROR` (the tests fail on one they
+        did not expect)."""
+        self._log(logging.ERROR, message, "internal error", error, {INTERNAL_ERROR: True})
+
+    def _log(
+        self,
+        level: int,
+        message: str,
+        kind: str,
+        exc_info: BaseException | None = None,
+        extra: dict[str, object] | None = None,
+    ) -> None:
+        with self._warning_lock:
+            now = self.clock()
+            next_warning, unwarned = self._warnings.get(kind, (0.0, 0))
+            if now < next_warning:
+                self._warnings[kind] = (next_warning, unwarned + 1)
+                return
+            self._warnings[kind] = (now + WARNING_INTERVAL, 0)
+        if unwarned:
+            message = f"{message}. {unwarned} similar {_NOUNS[level]}(s) were not logged since the last one"
+        logger.log(level, "%s.", message, exc_info=exc_info, extra=extra)
+
+    def skip_announcement(self) -> None:
+        """Log no start-up line: the Flask-Limiter shim's apps, since
+        Flask-Limiter logs none."""
+        self._announced = True
+
+    def announce(self) -> None:
+        """Log the one start-up line: the storage (password redacted), the
+        strategy, and how many endpoints are limited.
+
+        Called at the app's first request, not by ``init_app``: the app may
+        register views and blueprints after it, and they count. Each
+        process logs it once (each gunicorn worker, say).
+        """
+        with self._warning_lock:
+            if self._announced:
+                return
+            self._announced = True
+        settings = self.settings
+        where = self.throttle.url if self.throttle is not None else "none (RATELIMIT_ENABLED is False)"
+        try:
+            endpoints = str(len(self.limited_endpoints()))
+        except Exception:  # a bad limit: its own endpoint's requests will say what is wrong
+            endpoints = "an unknown number of"
+        logger.info(
+            "flask-redis-throttle: storage %s, strategy %s, %s limited endpoint(s); %s when the storage is unavailable",
+            where,
+            settings.strategy,
+            endpoints,
+            "fallback in memory" if settings.fallback else "fail open" if settings.fail_open else "fail closed (503)",
+        )
+
+    def breaker_added(self, name: str) -> None:
+        """A breaker now guards ``name``: export it as up."""
+        if self.metrics is not None:
+            self.metrics.node(name, True)
+
+    def breaker_opened(self, name: str, failures: int, period: float) -> None:
+        """Log the breaker of ``name`` opening, and export it as down."""
+        breaker_logger.warning(
+            "circuit breaker opened for %s after %d failure(s) in a row: not calling it for %.1f s, then probing it",
+            name,
+            failures,
+            period,
+        )
+        if self.metrics is not None:
+            self.metrics.node(name, False)
+
+    def breaker_closed(self, name: str, failures: int) -> None:
+        """Log the breaker of ``name`` closing, and export it as up."""
+        breaker_logger.info(
+            "circuit breaker closed for %s: it answered a probe after %d failure(s) in a row", name, failures
+        )
+        if self.metrics is not None:
+            self.metrics.node(name, True)

@@ -1,0 +1,212 @@
+"""Overrides as an operator gives them: checked, stored and removed, for
+``flask ratelimit override``/``allow``/``block``/``clear``, the dashboard
+and :class:`~flask_redis_throttle.RateLimit`'s methods alike.
+
+Bad input raises :class:`ValueError` naming it, before anything is
+stored: an unknown action or scope, a malformed identity, network or
+limit, a network wider than the configured bound, an end that is not in
+the future or more than ten years ahead. See :doc:`/overrides`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from datetime import datetime, timedelta, timezone
+
+import redis
+from flask import Flask
+
+from .._request.identity import address_group
+from .._request.overrides import Overrides
+from .._request.state import RateLimitState
+from ..core.engine.keys import Identity, cut, loggable
+from ..core.engine.rates import Layer, parse_limits
+from ..core.engine.throttle import StorageUnavailable
+from ..core.stores.overrides import ACTIONS, Change, Override, check_end, network_of, refuse_zone
+from ..errors import InvalidLimit
+from .console import parse_moment, parse_span, utc
+from .reports import find_identity
+
+#: The columns of ``flask ratelimit overrides``, and of the dashboard's overrides.
+OVERRIDES_HEADER = ("IDENTITY", "SCOPE", "ACTION", "LIMIT", "UNTIL (UTC)", "BY", "SET AT (UTC)")
+#: The columns of the latest changes.
+CHANGES_HEADER = ("TIME (UTC)", "BY", "CHANGE", "OVERRIDE", "UNTIL (UTC)")
+
+
+def unsure(error: BaseException) -> str:
+    """What to add to the report of a change that failed: nothing, unless
+    Redis did not answer in time, in which case it may have got the change
+    all the same, and make it when it answers."""
+    cause = error.__cause__ if isinstance(error, StorageUnavailable) else error
+    if not isinstance(cause, redis.TimeoutError):
+        return ""
+    return (
+        " The change may have reached Redis all the same, and be made when it answers:"
+        " the overrides in force (flask ratelimit overrides, or the dashboard) say whether it was."
+    )
+
+
+def override_rows(overrides: Sequence[Override]) -> list[tuple[str, ...]]:
+    """The overrides in force, one row each, as the CLI and the dashboard show them."""
+    return [(o.target, o.scope or "(every scope)", o.action, o.limit, utc(o.until), o.by, utc(o.at)) for o in overrides]
+
+
+def change_rows(changes: Sequence[Change]) -> list[tuple[str, ...]]:
+    """The latest changes, one row each, newest first."""
+    return [(utc(c.time), c.by, c.what, c.override, "" if c.until is None else utc(c.until)) for c in changes]
+
+
+def overrides_of(state: RateLimitState) -> Overrides:
+    """The app's overrides.
+
+    :raises RuntimeError: if rate limiting is disabled on the app.
+    """
+    if state.overrides is None:
+        raise RuntimeError("rate limiting is disabled on this app (RATELIMIT_ENABLED is False)")
+    return state.overrides
+
+
+def make_override(
+    state: RateLimitState,
+    action: str,
+    target: str | Identity,
+    limit: str | None,
+    scope: str | None,
+    until: float,
+    by: str,
+) -> Override:
+    """An override from what an operator gave, checked; nothing is stored.
+
+    Runs in the app's context: a key function may go by its short name.
+
+    :raises ValueError: naming what is wrong: an unknown action or scope,
+        a malformed identity, network or limit, a network wider than
+        ``RATELIMIT_OVERRIDE_WIDEST_IPV4`` or ``RATELIMIT_OVERRIDE_WIDEST_IPV6``,
+        an end that is not in the future or more than ten years ahead
+        (:data:`~flask_redis_throttle.core.stores.overrides.LONGEST`).
+    """
+    overrides = overrides_of(state)
+    if action not in ACTIONS:
+        raise ValueError(f"unknown action {action!r}: expected one of {', '.join(ACTIONS)}")
+    name, network = parse_target(target, state)
+    if scope is not None:
+        known = known_scopes(state.app)
+        if scope not in known:
+            listed = ", ".join(map(repr, sorted(known))) or "none: no view has a limit"
+            raise ValueError(f"unknown scope {scope!r}: this app's scopes are {listed}")
+    layers: tuple[Layer, ...] = ()
+    if action == "limit":
+        if not isinstance(limit, str) or not limit.strip():
+            raise ValueError("an override of the layers needs a limit, such as '100/s;10000/h'")
+        try:
+            layers = parse_limits(limit)
+        except InvalidLimit as error:
+            raise ValueError(str(error)) from None
+    elif limit is not None:
+        raise ValueError(f"a {action} takes no limit, but {limit!r} was given")
+    now = overrides.now()
+    check_end(until, now)
+    return Override(action, name, scope, until, layers, network, cut(loggable(by or "unknown")), now)
+
+
+def parse_target(target: str | Identity, state: RateLimitState) -> tuple[str, bool]:
+    """The identity or network an operator wrote, as an override keeps it,
+    and whether it is a network.
+
+    An ``ip:`` target with a ``/`` is a network: an IPv4-mapped IPv6 one is
+    the IPv4 network it maps (see :func:`~.core.overrides.network_of`); an
+    IPv4 one of one address is that address, and an IPv6 one as narrow as
+    the groups clients are counted in (``RATELIMIT_IPV6_PREFIX``) or
+    narrower is that group.
+
+    :raises ValueError: if it names no identity or network, a network wider
+        than the configured bound, or an address with a zone id.
+    """
+    if isinstance(target, Identity):
+        return str(target), False
+    if not isinstance(target, str):
+        raise ValueError(f"{target!r} is not an identity: write ip:<address or network>, user:<id> or <key>:<value>")
+    text = target.strip()
+    if text.startswith("ip:"):
+        refuse_zone(text[3:])
+    if not (text.startswith("ip:") and "/" in text):
+        return str(find_identity(text, state)), False
+    value, settings = text[3:], state.settings
+    network = network_of(value)  # an IPv4-mapped network as the IPv4 one; no zone
+    if network.version == 4:
+        widest, setting = settings.override_widest_ipv4, "RATELIMIT_OVERRIDE_WIDEST_IPV4"
+        if network.prefixlen == 32:
+            return f"ip:{network.network_address}", False
+    else:
+        widest, setting = settings.override_widest_ipv6, "RATELIMIT_OVERRIDE_WIDEST_IPV6"
+        if network.prefixlen >= settings.ipv6_prefix:
+            return f"ip:{address_group(str(network.network_address), settings.ipv6_prefix)}", False
+    if network.prefixlen < widest:
+        named = value if network.with_prefixlen == value else f"{value} ({network.with_prefixlen})"
+        raise ValueError(f"{named!r} is wider than /{widest}, the widest network an override may name ({setting})")
+    return f"ip:{network.with_prefixlen}", True
+
+
+def known_scopes(app: Flask) -> set[str]:
+    """Every scope a limit of ``app`` counts under, for any method."""
+    state: RateLimitState = app.extensions["ratelimit"]
+    return {
+        limit.scope
+        for rule in app.url_map.iter_rules()
+        for method in rule.methods or ()
+        if (plan := state.plan(rule.endpoint, method)) is not None
+        for limit in plan.limits
+    }
+
+
+def parse_when(until: object, duration: object, now: float) -> float:
+    """When an override given ``until`` or ``duration`` ends, in seconds
+    since the epoch.
+
+    :param until: a :class:`~datetime.datetime` (naive means UTC), seconds
+        since the epoch, or text: an ISO time such as ``2027-12-31`` or
+        ``2027-12-31T18:00:00+01:00`` (UTC unless it says otherwise).
+    :param duration: a :class:`~datetime.timedelta`, seconds, or text such
+        as ``90s``, ``2h``, ``1h30m`` or ``7d``.
+    :raises ValueError: unless exactly one is given, and well formed. One
+        too far off for a float comes back as an infinity, for
+        :func:`make_override` to refuse.
+    """
+    if (until is None) == (duration is None):
+        raise ValueError("give one end: until (a time such as 2027-12-31) or a duration (a span such as 2h)")
+    if duration is not None:
+        if isinstance(duration, timedelta):
+            return now + duration.total_seconds()
+        if isinstance(duration, str):
+            span = parse_span(duration)
+            if span is None:
+                raise ValueError(f"duration {duration!r} is not a span such as 90s, 2h, 1h30m or 7d")
+            return now + _seconds(span)
+        seconds = _seconds(duration)
+        if not math.isnan(seconds):
+            return now + seconds
+        raise ValueError(f"duration {duration!r} is not a span such as 2h, a number of seconds, or a timedelta")
+    if isinstance(until, datetime):
+        return (until if until.tzinfo is not None else until.replace(tzinfo=timezone.utc)).timestamp()
+    if isinstance(until, str):
+        if parse_span(until) is not None:
+            raise ValueError(f"until {until!r} is a span: give it as the duration, or give a time such as 2027-12-31")
+        return parse_moment(until, now)
+    moment = _seconds(until)
+    if not math.isnan(moment):
+        return moment
+    raise ValueError(f"until {until!r} is not a time: a datetime, seconds since the epoch, or an ISO time")
+
+
+def _seconds(value: object) -> float:
+    """A number of seconds as a float; one too large for a float (``10**400``,
+    a span of that many days) as an infinity, which the bound on the end
+    then refuses by name, rather than an :class:`OverflowError`; NaN for
+    anything that is no number, NaN and booleans included."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return math.nan
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf

@@ -1,0 +1,278 @@
+"""What the CLI and the dashboard both show: the table of limits, what an
+identity has used, a reset, and finding the identity or endpoint an operator
+typed. Plain values and exceptions: the CLI prints them, the dashboard
+renders them.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from flask import current_app
+from werkzeug.routing import Rule
+
+from .._request.identity import parse_identity, spec_kinds, spec_name
+from .._request.plan import PlannedLimit
+from .._request.sources import blueprints_of
+from .._request.state import RateLimitState
+from ..core.engine.keys import Identity
+from ..core.engine.rates import Layer
+from ..core.engine.throttle import Policy, Throttle
+from ..core.stores.usage import usage
+from ..decorators import EXEMPT_ATTRIBUTE
+from .console import duration
+
+if TYPE_CHECKING:
+    from .._request.plan import Plan
+
+
+#: The columns of ``flask ratelimit limits``, and of the dashboard's limits.
+LIMITS_HEADER = ("RULE", "METHODS", "ENDPOINT", "LIMIT", "STRATEGY", "SCOPE", "IDENTITIES")
+
+
+@dataclass(frozen=True)
+class RouteLimits:
+    """A group of rows of ``flask ratelimit limits``: a rule of the app, the
+    methods of it whose limits are the same, and those limits.
+
+    :param rule: the rule.
+    :param methods: its methods, of :func:`methods_of`, with these limits.
+    :param limits: their limits as planned, each with where it came from
+        (:attr:`PlannedLimit.source <flask_redis_throttle.extension.PlannedLimit>`):
+        the view's, its blueprints', the default, the application and meta limits.
+    """
+
+    rule: Rule
+    methods: tuple[str, ...]
+    limits: tuple[PlannedLimit, ...]
+
+
+def route_limits(state: RateLimitState, endpoint: str | None = None, method: str | None = None) -> list[RouteLimits]:
+    """The current app's routes with their limits, in the order of their
+    rules, as ``flask ratelimit limits`` lists them and ``flask limiter
+    limits`` draws them; methods with the same limits together.
+
+    :param endpoint: only this endpoint's rules; None for every rule.
+    :param method: only this method of each rule; None for every method.
+    :raises KeyError: if the app has no endpoint ``endpoint``.
+    """
+    found: list[RouteLimits] = []
+    for rule in sorted(current_app.url_map.iter_rules(endpoint), key=lambda rule: (rule.rule, rule.endpoint)):
+        groups: dict[tuple[tuple[str, ...], ...], tuple[list[str], list[PlannedLimit]]] = {}
+        for verb in methods_of(rule):
+            if method is None or verb == method:
+                limits = _limits(state.plan(rule.endpoint, verb))
+                groups.setdefault(_limit_cells(limits), ([], limits))[0].append(verb)
+        found.extend(RouteLimits(rule, tuple(methods), tuple(limits)) for methods, limits in groups.values())
+    return found
+
+
+def limit_rows(state: RateLimitState, limited: bool = False) -> list[tuple[str, ...]]:
+    """Every route of the current app with its limits, one row per limit,
+    as ``flask ratelimit limits`` prints them and the dashboard shows them.
+
+    :param limited: leave out the routes without limits.
+    """
+    rows: list[tuple[str, ...]] = []
+    for route in route_limits(state):
+        cells = _limit_cells(list(route.limits))
+        if limited and not cells:
+            continue
+        head = (route.rule.rule, ",".join(route.methods), route.rule.endpoint)
+        for cell in cells or (("no limit", "", "", ""),):
+            rows.append((*head, *cell))
+            head = ("", "", "")
+    return rows
+
+
+#: The columns of ``flask ratelimit status``, and of the dashboard's lookup.
+STATUS_HEADER = ("ENDPOINT", "SCOPE", "STRATEGY", "LAYER", "USED", "REMAINING", "RESETS IN")
+
+
+def status_rows(
+    state: RateLimitState, throttle: Throttle, who: Identity, endpoint: str | None
+) -> list[tuple[str, ...]]:
+    """What ``who`` has used of each layer that counts it, as ``flask
+    ratelimit status`` prints it and the dashboard's lookup shows it.
+    Nothing is counted.
+
+    :param endpoint: only this endpoint's limits, or None for every endpoint's.
+    :raises StorageUnavailable: if Redis cannot answer.
+    """
+    endpoints = sorted(current_app.view_functions) if endpoint is None else [endpoint]
+    rows: list[tuple[str, ...]] = []
+    for name in endpoints:
+        for limit in _counting(state, name, who):
+            head = (name, limit.scope, limit.strategy)
+            if limit.policy is None:
+                rows.append((*head, "dynamic: not known outside a request", "", "", ""))
+                continue
+            for layer in usage(throttle, limit.policy, who):
+                reset = duration(layer.reset) if layer.used else "-"
+                rows.append((*head, _layer(layer.layer), str(layer.used), str(layer.remaining), reset))
+                head = ("", "", "")
+    return rows
+
+
+@dataclass(frozen=True)
+class Reset:
+    """What :func:`reset_counters` deleted.
+
+    :param identity: whose counters.
+    :param endpoint: the endpoint whose scopes were reset, or None for every scope.
+    :param scopes: those scopes; ``[None]`` for every scope.
+    :param deleted: how many counter keys were deleted.
+    """
+
+    identity: Identity
+    endpoint: str | None
+    scopes: list[str | None]
+    deleted: int
+
+    @property
+    def message(self) -> str:
+        """One line saying what was deleted, for the CLI and the dashboard."""
+        scopes = self.scopes
+        where = (
+            "every scope" if self.endpoint is None else f"scope{'s' * (len(scopes) > 1)} {', '.join(map(repr, scopes))}"
+        )
+        return f"Deleted {self.deleted} counter key{'' if self.deleted == 1 else 's'} of {self.identity} in {where}."
+
+
+def reset_counters(state: RateLimitState, throttle: Throttle, who: Identity, endpoint: str | None) -> Reset | None:
+    """Delete ``who``'s counters, in every scope or only ``endpoint``'s, and
+    clear this process's block cache; as ``flask ratelimit reset`` and the
+    dashboard's reset button do.
+
+    :returns: what was deleted; None if no limit of ``endpoint`` counts ``who``.
+    :raises redis.RedisError: if Redis cannot answer.
+    """
+    scopes: list[str | None] = [None]
+    if endpoint is not None:
+        scopes = list(dict.fromkeys(limit.scope for limit in _counting(state, endpoint, who)))
+        if not scopes:
+            return None
+    return Reset(who, endpoint, scopes, throttle.reset(who, scopes))
+
+
+def find_identity(text: str, state: RateLimitState) -> Identity:
+    """The identity written as ``text``; key functions may go by their short names.
+
+    :raises ValueError: if ``text`` is not one, saying what would be.
+    """
+    kinds = {
+        spec_name(spec)
+        for endpoint in current_app.view_functions
+        for limit in _endpoint_limits(state, endpoint)
+        for spec in limit.identities
+        if not isinstance(spec, str)
+    }
+    return parse_identity(text, state.settings.ipv6_prefix, sorted(kinds))
+
+
+def find_endpoint(name: str) -> str:
+    """``name``, if the current app has such an endpoint.
+
+    :raises ValueError: if it has not, naming the closest ones.
+    """
+    if name not in current_app.view_functions:
+        close = difflib.get_close_matches(name, current_app.view_functions, n=3)
+        hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else "; `flask ratelimit limits` lists them"
+        raise ValueError(f"no endpoint {name!r}{hint}")
+    return name
+
+
+def methods_of(rule: Rule) -> list[str]:
+    """The methods of ``rule`` worth showing: not the HEAD that Flask adds to
+    GET, nor the OPTIONS it answers itself, which are never limited."""
+    methods = set(rule.methods or ())
+    if "GET" in methods:
+        methods.discard("HEAD")
+    if getattr(rule, "provide_automatic_options", False):
+        methods.discard("OPTIONS")
+    return sorted(methods)
+
+
+def _limits(plan: Plan | None) -> list[PlannedLimit]:
+    return [] if plan is None else list(plan.limits)
+
+
+def _endpoint_limits(state: RateLimitState, endpoint: str) -> list[PlannedLimit]:
+    """The limits of ``endpoint`` over all its methods, each limit once."""
+    methods = {method for rule in current_app.url_map.iter_rules(endpoint) for method in methods_of(rule)}
+    found: dict[tuple[object, ...], PlannedLimit] = {}
+    for method in sorted(methods) or ["GET"]:
+        for limit in _limits(state.plan(endpoint, method)):
+            layers = limit.policy.layers if limit.policy is not None else limit.spec.limit
+            found.setdefault((layers, limit.scope, limit.strategy, limit.identities), limit)
+    return list(found.values())
+
+
+def _counting(state: RateLimitState, endpoint: str, identity: Identity) -> list[PlannedLimit]:
+    """The limits of ``endpoint`` that count identities of ``identity``'s kind."""
+    return [limit for limit in _endpoint_limits(state, endpoint) if identity.kind in counted_kinds(limit)]
+
+
+def counted_kinds(limit: PlannedLimit) -> tuple[str, ...]:
+    """The kinds of identity ``limit`` counts, such as ``("user", "ip")``
+    for ``user-or-ip``: what an identity of the CLI must be to be counted."""
+    return tuple(dict.fromkeys(kind for spec in limit.identities for kind in spec_kinds(spec)))
+
+
+def is_exempt(endpoint: str) -> bool:
+    """Whether the view of ``endpoint`` in the current app, or a blueprint
+    it is in, is exempt (:func:`~flask_redis_throttle.exempt`) from some
+    limits it would inherit."""
+    app = current_app
+    holders = [app.view_functions[endpoint], *(app.blueprints[name] for name in blueprints_of(app, endpoint))]
+    return any(getattr(holder, EXEMPT_ATTRIBUTE, None) is not None for holder in holders)
+
+
+def nothing_counts(state: RateLimitState, endpoint: str | None, identity: Identity) -> str:
+    if endpoint is None:
+        return f"No limit of this app counts {identity.kind} identities."
+    if not _endpoint_limits(state, endpoint):
+        return f"Endpoint {endpoint!r} has no limits."
+    return f"No limit of endpoint {endpoint!r} counts {identity.kind} identities."
+
+
+def _limit_cells(limits: list[PlannedLimit]) -> tuple[tuple[str, ...], ...]:
+    return tuple(
+        (
+            _limit_text(limit),
+            limit.strategy,
+            limit.scope,
+            ", ".join(spec_name(spec) for spec in limit.identities),
+        )
+        for limit in limits
+    )
+
+
+def _limit_text(limit: PlannedLimit) -> str:
+    """The layers, or the function of a dynamic limit, with the options that
+    change how it counts: its concurrency cap, shadow mode, and where it was
+    written when not on the view."""
+    if limit.policy is None:
+        text = f"dynamic: {getattr(limit.spec.limit, '__qualname__', 'function')}()"
+    else:
+        text = ";".join(_layer(layer) for layer in limit.policy.layers)
+    notes = [
+        note for note in (_cap(limit.slots), limit.shadow and "shadow", limit.source != "view" and limit.source) if note
+    ]
+    return f"{text} ({', '.join(notes)})" if notes else text
+
+
+def _cap(slots: Policy | None) -> str:
+    """A concurrency cap as the limits show it, such as ``3 concurrent,
+    lease 60s``: its one layer is the cap per lease (see
+    :meth:`~flask_redis_throttle.core.engine.throttle.Policy.concurrency`)."""
+    if slots is None:
+        return ""
+    [cap] = slots.layers
+    return f"{cap.quota} concurrent, lease {cap.window}s"
+
+
+def _layer(layer: Layer) -> str:
+    return f"{layer.quota}/{layer.name}"

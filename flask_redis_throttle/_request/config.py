@@ -1,0 +1,392 @@
+"""The ``RATELIMIT_*`` settings: their defaults, in one place, and their checks.
+
+Settings are read once, at ``init_app``. A bad value raises
+:class:`~flask_redis_throttle.ConfigurationError` there, quoting it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import logging
+import math
+from collections.abc import Callable, Mapping, MutableMapping
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from ..core.checks import is_integer, is_number
+from ..core.engine.rates import MAX_WINDOW
+from ..core.engine.scripts import STRATEGY_NAMES, is_strategy
+from ..errors import ConfigurationError, InvalidLimit
+from ..signals import RefusalEvent
+from .headers import DRAFTS, LEGACY_HEADERS, Draft, LegacyNames, partition_secret
+from .identity import IDENTITY_NAMES, IdentitySpec, check_identities
+from .spec import TOKEN, LimitSpec, make_spec
+
+logger = logging.getLogger("flask_redis_throttle")
+
+#: The scope of ``RATELIMIT_APPLICATION``: no endpoint name starts with ``@``.
+APPLICATION_SCOPE = "@app"
+#: The scope of ``RATELIMIT_META``.
+META_SCOPE = "@meta"
+#: The values of ``RATELIMIT_DEFAULT_MODE``.
+DEFAULT_MODES = ("replace", "add")
+#: The values of ``RATELIMIT_RETRY_AFTER``.
+RETRY_AFTER_FORMATS = ("seconds", "http-date")
+#: The most refusals ``RATELIMIT_REFUSAL_LOG_SIZE`` may keep. Redis keeps
+#: the whole log in memory, and :meth:`~flask_redis_throttle.RefusalLog.top`
+#: reads all of it; a larger value is a typo, and one beyond a 64-bit
+#: integer fails every ``XADD``, so that nothing is logged at all.
+MAX_REFUSAL_LOG_SIZE = 1_000_000
+#: The longest ``RATELIMIT_BREAKER_BACKOFF`` and ``RATELIMIT_BREAKER_MAX_BACKOFF``,
+#: in seconds: a day. A breaker that waited longer (``1e308``) would never
+#: probe Redis again, and the app would decide without it for good.
+MAX_BREAKER_BACKOFF = 86_400.0
+
+#: The fewest bytes ``RATELIMIT_KEY_SECRET`` may have: a shorter one can be
+#: found by brute force from a single ``pk`` of the attacker's own address,
+#: and then every other address's ``pk`` names its owner.
+MIN_KEY_SECRET_BYTES = 32
+
+#: A check of a setting's value, given every setting: whether it is good.
+Check = Callable[[Any, Mapping[str, Any]], bool]
+
+
+def _is(kind: type | tuple[type, ...]) -> Check:
+    return lambda value, _: isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+
+
+def _one_of(*choices: object) -> Check:
+    return lambda value, _: (
+        not isinstance(value, bool) and any(isinstance(value, type(choice)) and value == choice for choice in choices)
+    )
+
+
+def _integer(least: int, most: float = math.inf) -> Check:
+    return lambda value, _: is_integer(value) and least <= value <= most
+
+
+def _seconds(least: Callable[[Mapping[str, Any]], float]) -> Check:
+    return lambda value, config: is_number(value) and least(config) <= value <= MAX_BREAKER_BACKOFF and value > 0
+
+
+def _no_check(value: Any, config: Mapping[str, Any]) -> bool:
+    """For a setting read by its own function below, which says what is wrong."""
+    return True
+
+
+#: Every setting this extension reads: its default, the check of its value,
+#: and what the error says it should be (formatted with the settings, for
+#: one that depends on another). The checks run in this order, so that a
+#: setting is good before another's check reads it.
+SETTINGS: dict[str, tuple[Any, Check, str]] = {
+    "RATELIMIT_ENABLED": (True, _is(bool), "True or False"),
+    "RATELIMIT_STORAGE_URL": ("memory://", _is(str), "a URL string"),
+    "RATELIMIT_STORAGE_OPTIONS": ({}, _is(Mapping), "a dict of redis.Redis keyword arguments"),
+    "RATELIMIT_KEY_PREFIX": (
+        "rl:",
+        lambda value, _: isinstance(value, str) and not {"{", "}"} & set(value),
+        "a string without braces",
+    ),
+    "RATELIMIT_DEFAULT": (None, _no_check, ""),
+    "RATELIMIT_DEFAULT_MODE": ("replace", _one_of(*DEFAULT_MODES), " or ".join(map(repr, DEFAULT_MODES))),
+    "RATELIMIT_BLUEPRINT_MODE": ("add", _one_of(*DEFAULT_MODES), " or ".join(map(repr, DEFAULT_MODES))),
+    "RATELIMIT_APPLICATION": (None, _no_check, ""),
+    "RATELIMIT_META": (None, _no_check, ""),
+    "RATELIMIT_HEADERS_ENABLED": (True, _is(bool), "True or False"),
+    "RATELIMIT_HEADERS_LEGACY": (False, _is(bool), "True or False"),
+    "RATELIMIT_HEADER_NAMES": ({}, _no_check, ""),
+    "RATELIMIT_RETRY_AFTER": ("seconds", _one_of(*RETRY_AFTER_FORMATS), " or ".join(map(repr, RETRY_AFTER_FORMATS))),
+    "RATELIMIT_FAIL_OPEN": (True, _is(bool), "True or False"),
+    "RATELIMIT_IDENTITIES": (
+        ("ip", "user"),
+        lambda value, _: check_identities(value) is not None,
+        f"a non-empty list of {', '.join(map(repr, IDENTITY_NAMES))} or key functions",
+    ),
+    "RATELIMIT_IPV6_PREFIX": (64, _integer(0, 128), "an integer from 0 to 128"),
+    "RATELIMIT_KEY_SECRET": (None, _no_check, ""),
+    "RATELIMIT_STRATEGY": ("fixed-window", lambda value, _: is_strategy(value), f"one of {STRATEGY_NAMES}"),
+    "RATELIMIT_REFUSAL_LOG_SIZE": (
+        1000,
+        _integer(0, MAX_REFUSAL_LOG_SIZE),
+        f"an integer up to {MAX_REFUSAL_LOG_SIZE:_}, 0 to keep no log",
+    ),
+    "RATELIMIT_BLOCK_CACHE_SIZE": (10_000, _integer(0), "an integer, 0 for no cache"),
+    "RATELIMIT_BREAKER_THRESHOLD": (3, _integer(0), "an integer, 0 for no circuit breaker"),
+    "RATELIMIT_BREAKER_BACKOFF": (
+        1.0,
+        _seconds(lambda _: 0.0),
+        f"a number of seconds above 0, at most {MAX_BREAKER_BACKOFF:g} (a day)",
+    ),
+    "RATELIMIT_BREAKER_MAX_BACKOFF": (
+        30.0,
+        _seconds(lambda config: config["RATELIMIT_BREAKER_BACKOFF"]),
+        "a number of seconds at least RATELIMIT_BREAKER_BACKOFF ({RATELIMIT_BREAKER_BACKOFF:g}), "
+        f"at most {MAX_BREAKER_BACKOFF:g} (a day)",
+    ),
+    "RATELIMIT_FALLBACK": (False, _is(bool), "True or False"),
+    "RATELIMIT_SHADOW": (False, _is(bool), "True or False"),
+    "RATELIMIT_ON_BREACH": (
+        None,
+        lambda value, _: value is None or callable(value),
+        "None or a function that takes a RefusalEvent",
+    ),
+    "RATELIMIT_HEADERS_DRAFT": (11, _one_of(*DRAFTS), " or ".join(map(str, DRAFTS))),
+    "RATELIMIT_HEADERS_PARTITION_KEY": (False, _is(bool), "True or False"),
+    "RATELIMIT_NEAR_LIMIT": (
+        0.8,
+        lambda value, _: value is None or (is_number(value) and 0 < value <= 1),
+        "None, or a number above 0 and at most 1",
+    ),
+    "RATELIMIT_OVERRIDE_BLOCK_STATUS": (429, _one_of(429, 403), "429 or 403"),
+    "RATELIMIT_OVERRIDE_WIDEST_IPV4": (16, _integer(0, 32), "a prefix length, an integer from 0 to 32"),
+    "RATELIMIT_OVERRIDE_WIDEST_IPV6": (48, _integer(0, 128), "a prefix length, an integer from 0 to 128"),
+    "RATELIMIT_CONCURRENCY_LEASE": (60, _integer(1, MAX_WINDOW), f"a whole number of seconds from 1 to {MAX_WINDOW}"),
+}
+
+#: Every setting this extension reads, with its default.
+DEFAULTS: dict[str, Any] = {key: default for key, (default, _, _) in SETTINGS.items()}
+
+#: Flask-Limiter's settings that this extension does not read, each with
+#: ours that does its job, or None when there is none, and a hint. The same
+#: table as in :doc:`/flask-limiter`; a test keeps the two in step.
+FLASK_LIMITER_SETTINGS: dict[str, tuple[str | None, str]] = {
+    "RATELIMIT_KEY_FUNC": ("RATELIMIT_IDENTITIES", "a list of 'ip', 'user' or key functions of the request"),
+    "RATELIMIT_STORAGE_URI": ("RATELIMIT_STORAGE_URL", "note: URL"),
+    "RATELIMIT_DEFAULTS_PER_METHOD": ("RATELIMIT_DEFAULT", "{'limit': ..., 'per_method': True}"),
+    "RATELIMIT_DEFAULTS_EXEMPT_WHEN": ("RATELIMIT_DEFAULT", "{'limit': ..., 'exempt_when': function}"),
+    "RATELIMIT_DEFAULTS_DEDUCT_WHEN": ("RATELIMIT_DEFAULT", "{'limit': ..., 'deduct_when': function}"),
+    "RATELIMIT_DEFAULTS_COST": ("RATELIMIT_DEFAULT", "{'limit': ..., 'cost': ...}"),
+    "RATELIMIT_APPLICATION_PER_METHOD": ("RATELIMIT_APPLICATION", "{'limit': ..., 'per_method': True}"),
+    "RATELIMIT_APPLICATION_EXEMPT_WHEN": ("RATELIMIT_APPLICATION", "{'limit': ..., 'exempt_when': function}"),
+    "RATELIMIT_APPLICATION_DEDUCT_WHEN": ("RATELIMIT_APPLICATION", "{'limit': ..., 'deduct_when': function}"),
+    "RATELIMIT_APPLICATION_COST": ("RATELIMIT_APPLICATION", "{'limit': ..., 'cost': ...}"),
+    "RATELIMIT_HEADER_LIMIT": ("RATELIMIT_HEADER_NAMES", "{'X-RateLimit-Limit': name}"),
+    "RATELIMIT_HEADER_REMAINING": ("RATELIMIT_HEADER_NAMES", "{'X-RateLimit-Remaining': name}"),
+    "RATELIMIT_HEADER_RESET": ("RATELIMIT_HEADER_NAMES", "{'X-RateLimit-Reset': name}"),
+    "RATELIMIT_HEADER_RETRY_AFTER": (None, "Retry-After is a standard header, and keeps its name"),
+    "RATELIMIT_HEADER_RETRY_AFTER_VALUE": ("RATELIMIT_RETRY_AFTER", "'http-date' or 'seconds'"),
+    "RATELIMIT_SWALLOW_ERRORS": ("RATELIMIT_FAIL_OPEN", "True by default here"),
+    "RATELIMIT_FAIL_ON_FIRST_BREACH": (None, "none is needed: every limit is decided at once"),
+    "RATELIMIT_ON_BREACH_CALLBACK": ("RATELIMIT_ON_BREACH", "called with a RefusalEvent"),
+    "RATELIMIT_IN_MEMORY_FALLBACK": ("RATELIMIT_FALLBACK", "True or False"),
+    "RATELIMIT_IN_MEMORY_FALLBACK_ENABLED": ("RATELIMIT_FALLBACK", "True or False"),
+    "RATELIMIT_ON_META_BREACH_CALLBACK": ("RATELIMIT_META", "{'limit': ..., 'on_breach': function}"),
+    "RATELIMIT_REQUEST_IDENTIFIER": (None, "counters are named after the endpoint, or the limit's scope="),
+}
+
+#: Where the warnings about Flask-Limiter's settings send the reader.
+MIGRATION_PAGE = "see 'Coming from Flask-Limiter' in the docs (docs/flask-limiter.rst)"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The validated settings of one app. See :doc:`/config` for each key."""
+
+    enabled: bool
+    storage_url: str
+    storage_options: Mapping[str, Any]
+    key_prefix: str
+    default: tuple[LimitSpec, ...]
+    default_mode: str
+    #: ``RATELIMIT_BLUEPRINT_MODE``: whether a view's own limits that
+    #: override the default replace its blueprints' (``"replace"``), or add
+    #: up with them (``"add"``).
+    blueprint_mode: str
+    application: tuple[LimitSpec, ...]
+    meta: tuple[LimitSpec, ...]
+    headers_enabled: bool
+    headers_legacy: bool
+    #: The legacy headers' names, when they are sent; None when they are not.
+    legacy_names: LegacyNames | None
+    retry_after_http_date: bool
+    fail_open: bool
+    identities: tuple[IdentitySpec, ...]
+    ipv6_prefix: int
+    key_secret: bytes
+    strategy: str
+    refusal_log_size: int
+    block_cache_size: int
+    breaker_threshold: int
+    breaker_backoff: float
+    breaker_max_backoff: float
+    fallback: bool
+    shadow: bool
+    on_breach: Callable[[RefusalEvent], object] | None
+    #: The draft whose form the responses take (``RATELIMIT_HEADERS_DRAFT``).
+    draft: Draft
+    #: The key of the ``pk`` digests; None for no ``pk``
+    #: (``RATELIMIT_HEADERS_PARTITION_KEY``).
+    partition_secret: bytes | None
+    #: The share of a layer's quota past which an identity is near its
+    #: limit, as a fraction (numerator, denominator); None for no signal
+    #: (``RATELIMIT_NEAR_LIMIT``).
+    near_limit: tuple[int, int] | None
+    override_block_status: int
+    override_widest_ipv4: int
+    override_widest_ipv6: int
+    concurrency_lease: int
+
+    @classmethod
+    def from_config(cls, config: MutableMapping[str, Any]) -> Settings:
+        """Fill in missing defaults on ``config`` and validate every key.
+
+        :raises ConfigurationError: naming the first bad key and its value.
+        """
+        _warn_unknown(config)
+        for key, value in DEFAULTS.items():
+            config.setdefault(key, value)
+        for key, (_, check, expected) in SETTINGS.items():
+            if not check(config[key], config):
+                raise ConfigurationError(key, config[key], expected.format_map(config))
+        secret = _key_secret(config["RATELIMIT_KEY_SECRET"])
+        partition = config["RATELIMIT_HEADERS_PARTITION_KEY"]
+        draft = DRAFTS[config["RATELIMIT_HEADERS_DRAFT"]]
+        if partition and (secret is None or not draft.partition_keys):
+            raise ConfigurationError(
+                "RATELIMIT_HEADERS_PARTITION_KEY",
+                partition,
+                "False unless RATELIMIT_KEY_SECRET is set (the key of its digests) and RATELIMIT_HEADERS_DRAFT is "
+                + " or ".join(str(number) for number, each in DRAFTS.items() if each.partition_keys),
+            )
+        near_limit = config["RATELIMIT_NEAR_LIMIT"]
+        read = {
+            "default": _limits(config, "RATELIMIT_DEFAULT"),
+            "application": _limits(config, "RATELIMIT_APPLICATION", APPLICATION_SCOPE),
+            "meta": _meta_limits(config),
+            "legacy_names": _legacy_names(config, config["RATELIMIT_HEADERS_LEGACY"]),
+            "retry_after_http_date": config["RATELIMIT_RETRY_AFTER"] == "http-date",
+            "identities": check_identities(config["RATELIMIT_IDENTITIES"]),
+            "key_secret": secret or b"",
+            "breaker_backoff": float(config["RATELIMIT_BREAKER_BACKOFF"]),
+            "breaker_max_backoff": float(config["RATELIMIT_BREAKER_MAX_BACKOFF"]),
+            "partition_secret": partition_secret(secret) if partition and secret else None,
+            "near_limit": None if near_limit is None else _fraction(near_limit),
+            "draft": draft,
+        }
+        # The other fields are the settings as they are, named after them.
+        for field in dataclasses.fields(cls):
+            if field.name not in read:
+                read[field.name] = config[f"RATELIMIT_{field.name.upper()}"]
+        return cls(**read)
+
+
+def _warn_unknown(config: Mapping[str, Any]) -> None:
+    """Log a warning for each ``RATELIMIT_*`` key this extension does not
+    read: a Flask-Limiter setting, with ours that does its job, or a typo,
+    with the nearest known key. Either would otherwise be silently ignored,
+    and an app moving from Flask-Limiter with ``RATELIMIT_STORAGE_URI``
+    would limit per process in ``memory://`` without knowing why."""
+    for key in sorted(k for k in config if k.startswith("RATELIMIT_") and k not in DEFAULTS):
+        logger.warning("%s", _unknown_key_advice(key))
+
+
+def _unknown_key_advice(key: str) -> str:
+    """What to say about ``key``, a ``RATELIMIT_*`` key this extension does not read."""
+    if key in FLASK_LIMITER_SETTINGS:
+        equivalent, hint = FLASK_LIMITER_SETTINGS[key]
+        advice = f"use {equivalent} ({hint})" if equivalent else f"there is no equivalent here: {hint}"
+        return f"{key} is a Flask-Limiter setting that flask-redis-throttle ignores; {advice}; {MIGRATION_PAGE}."
+    nearest = difflib.get_close_matches(key, DEFAULTS, n=1)
+    guess = f"; did you mean {nearest[0]}?" if nearest else ""
+    return f"{key} is not a setting of flask-redis-throttle, and is ignored{guess}"
+
+
+#: What ``RATELIMIT_DEFAULT`` and ``RATELIMIT_APPLICATION`` may hold, for their errors.
+LIMIT_SETTING = (
+    "None, a limit string, a function of the request, a dict of limit()'s options with the limit "
+    "under 'limit', or a list of these"
+)
+
+
+def _limits(config: Mapping[str, Any], key: str, scope: str | None = None) -> tuple[LimitSpec, ...]:
+    """The limits a setting holds (see :data:`LIMIT_SETTING`), each checked
+    as :func:`~flask_redis_throttle.limit` checks its own. Given ``scope``
+    (``RATELIMIT_APPLICATION``'s), a limit without a ``scope`` option counts
+    under it, the second under ``scope+2``..., so that two never share a counter."""
+    value = config[key]
+    items = value if isinstance(value, (list, tuple)) else [] if value is None else [value]
+    if value is not None and not items:
+        raise ConfigurationError(key, value, LIMIT_SETTING)
+    found = []
+    for position, item in enumerate(items, 1):
+        options = dict(item) if isinstance(item, Mapping) else {"limit": item}
+        if "limit" not in options or "override_defaults" in options:
+            raise ConfigurationError(key, value, f"{LIMIT_SETTING}; override_defaults is for a view's own limits")
+        if scope is not None:
+            options.setdefault("scope", scope if position == 1 else f"{scope}+{position}")
+        try:
+            found.append(make_spec(options.pop("limit"), **options))
+        except (InvalidLimit, TypeError) as error:
+            raise ConfigurationError(key, value, f"{LIMIT_SETTING} ({error})") from error
+    return tuple(found)
+
+
+def _legacy_names(config: Mapping[str, Any], legacy: bool) -> LegacyNames | None:
+    """The legacy headers' names, from ``RATELIMIT_HEADER_NAMES``; None
+    when ``RATELIMIT_HEADERS_LEGACY`` is off, which a renaming needs."""
+    value = config["RATELIMIT_HEADER_NAMES"]
+    expected = f"a dict that renames some of {', '.join(LEGACY_HEADERS)} to other header names"
+    if not isinstance(value, Mapping) or not set(value) <= set(LEGACY_HEADERS):
+        raise ConfigurationError("RATELIMIT_HEADER_NAMES", value, expected)
+    names = tuple(value.get(name, name) for name in LEGACY_HEADERS)
+    lowered = [name.lower() for name in names if isinstance(name, str) and TOKEN.fullmatch(name)]
+    if len(set(lowered)) != len(LEGACY_HEADERS) or {"ratelimit", "ratelimit-policy", "retry-after"} & set(lowered):
+        raise ConfigurationError(
+            "RATELIMIT_HEADER_NAMES", value, f"{expected}: distinct, and not RateLimit, RateLimit-Policy or Retry-After"
+        )
+    if value and not legacy:
+        raise ConfigurationError("RATELIMIT_HEADER_NAMES", value, "{} while RATELIMIT_HEADERS_LEGACY is off")
+    return LegacyNames(names) if legacy else None
+
+
+def _meta_limits(config: Mapping[str, Any]) -> tuple[LimitSpec, ...]:
+    """``RATELIMIT_META``'s limits, with only the options a meta limit has."""
+    found = _limits(config, "RATELIMIT_META", META_SCOPE)
+    for spec in found:
+        extra = [
+            field.name
+            for field in dataclasses.fields(spec)
+            if field.name not in META_OPTIONS and getattr(spec, field.name) != field.default
+        ]
+        if extra:
+            raise ConfigurationError(
+                "RATELIMIT_META",
+                config["RATELIMIT_META"],
+                "limit strings, or dicts of one with on_breach, identities, scope or error_message; "
+                f"not {', '.join(extra)}",
+            )
+    return found
+
+
+#: What a meta limit has of a limit's options.
+META_OPTIONS = frozenset({"limit", "layers", "scope", "identities", "on_breach", "error_message"})
+
+
+def _fraction(share: float) -> tuple[int, int]:
+    """``share`` as the fraction it is written as: 0.8 is 4/5, where the
+    float is a little more, and 8 requests of 10 would not be 80 %."""
+    fraction = Fraction(str(share))
+    return fraction.numerator, fraction.denominator
+
+
+def _key_secret(secret: Any) -> bytes | None:
+    """``RATELIMIT_KEY_SECRET`` as bytes, or None.
+
+    :raises ConfigurationError: unless it is None, or a str or bytes of at
+        least :data:`MIN_KEY_SECRET_BYTES` bytes. The message never quotes
+        the secret, only its length.
+    """
+    if secret is None:
+        return None
+    encoded = secret.encode() if isinstance(secret, str) else secret
+    if not isinstance(encoded, bytes) or len(encoded) < MIN_KEY_SECRET_BYTES:
+        shown = f"{len(encoded)} bytes" if isinstance(encoded, bytes) else f"a {type(secret).__name__}"
+        raise ConfigurationError(
+            "RATELIMIT_KEY_SECRET",
+            f"<a secret of {shown}, not shown>",
+            f"None, or a random str or bytes of at least {MIN_KEY_SECRET_BYTES} bytes, such as the output of "
+            "python -c 'import secrets; print(secrets.token_hex(32))'",
+        )
+    return encoded

@@ -1,0 +1,293 @@
+"""Who is asking: the identities a Flask request is known by.
+
+Built-in identities, chosen by name in ``RATELIMIT_IDENTITIES`` or
+``@limit(..., identities=...)``:
+
+* ``"ip"``: ``request.remote_addr``. IPv6 addresses are grouped by network
+  (``RATELIMIT_IPV6_PREFIX``, /64 by default), because one client usually
+  owns a whole /64. A port (``203.0.113.5:40000``, ``[2001:db8::1]:443``),
+  the brackets of an IPv6 address and its zone are dropped, since some
+  proxies forward them and each port would otherwise count apart.
+  ``X-Forwarded-For`` is never read: a client can set it to anything. Behind
+  a proxy, use :class:`werkzeug.middleware.proxy_fix.ProxyFix`.
+* ``"user"``: the Flask-Login ``current_user.get_id()``, when someone is
+  logged in. Without Flask-Login, or a ``LoginManager`` on the app, it never
+  applies. Nor does it when ``get_id()`` raises or returns None: the request
+  is then anonymous, and a warning says so.
+* ``"user-or-ip"``: the user when logged in, else the IP.
+
+A callable ``key(request) -> str | None`` is a custom identity; returning
+None means it does not apply to this request. Its counters are kept under its
+module and qualified name, which are the same in every process; two key
+functions with the same name in the same module (two lambdas, say) would
+therefore share counters, so give key functions names of their own.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from collections.abc import Callable, Sequence
+from functools import lru_cache, partial
+from typing import Any
+
+from flask import Request
+
+from ..core.engine.keys import CACHED_VALUE_LENGTH, Identity, loggable
+
+try:
+    from flask_login import current_user
+except ImportError:  # Flask-Login is optional; without it there are no users
+    current_user = None
+
+logger = logging.getLogger("flask_redis_throttle")
+
+#: A custom key function: given the request, a string, or None when it does not apply.
+KeyFunction = Callable[[Request], str | None]
+#: How identities are named in settings: a built-in name or a key function.
+IdentitySpec = str | KeyFunction
+#: A compiled identity: given the request, an :class:`Identity` or None.
+Resolver = Callable[[Request], Identity | None]
+#: Logs a warning: given the message and its kind, which the extension logs
+#: at most once per interval.
+Warn = Callable[[str, str], None]
+
+#: The longest text that can be an IP address: an IPv6 address that ends in
+#: an IPv4 one, such as ``ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255``.
+#: Anything longer is not parsed, nor kept in the cache of addresses.
+MAX_ADDRESS_LENGTH = 45
+
+IDENTITY_NAMES = ("ip", "user", "user-or-ip")
+
+
+def check_identities(value: Any) -> tuple[IdentitySpec, ...] | None:
+    """Return ``value`` as a tuple if it is a valid identity list, else None.
+
+    Valid is a non-empty list or tuple of built-in names and callables.
+    """
+    if not isinstance(value, (list, tuple)) or not value:
+        return None
+    if all(callable(item) or item in IDENTITY_NAMES for item in value):
+        return tuple(value)
+    return None
+
+
+def resolvers(
+    specs: Sequence[IdentitySpec], ipv6_prefix: int, logins: bool, warn: Warn | None = None
+) -> tuple[Resolver, ...]:
+    """Compile identity specs into resolvers, once per view.
+
+    :param specs: built-in names and key functions.
+    :param ipv6_prefix: the prefix length IPv6 clients are grouped by.
+    :param logins: whether the app has a Flask-Login ``LoginManager``; without
+        one, the user identity never applies.
+    :param warn: how to warn of a logged-in user without an id; by default,
+        a warning for each such request.
+    """
+    ip = _ip_resolver(ipv6_prefix)
+    user: Resolver = partial(_user, warn=warn or _log) if logins and current_user is not None else _nobody
+    built_in: dict[str, Resolver] = {"ip": ip, "user": user, "user-or-ip": lambda r: user(r) or ip(r)}
+    return tuple(built_in[spec] if isinstance(spec, str) else _custom_resolver(spec, spec_name(spec)) for spec in specs)
+
+
+def spec_name(spec: IdentitySpec) -> str:
+    """An identity spec's name: the built-in name, or for a key function
+    ``key:<module>.<qualified name>``, which is also the kind of the
+    identities it returns."""
+    return spec if isinstance(spec, str) else f"key:{_function_name(spec)}"
+
+
+def spec_kinds(spec: IdentitySpec) -> tuple[str, ...]:
+    """The kinds of identity a spec can name: ``"user-or-ip"`` names users and IPs."""
+    return ("user", "ip") if spec == "user-or-ip" else (spec_name(spec),)
+
+
+def parse_identity(text: str, ipv6_prefix: int, key_kinds: Sequence[str] = ()) -> Identity:
+    """Read an identity written as ``<kind>:<value>``, as the refusal log and
+    ``str(identity)`` write it: ``ip:192.0.2.1``, ``user:42``, or
+    ``key:<module>.<function>:<value>`` for a key function.
+
+    An IPv6 address is grouped into its ``/ipv6_prefix`` network, as requests
+    are; that network itself (``ip:2001:db8::/64``) may be given instead. A
+    port and brackets are dropped, as they are from requests:
+    ``ip:[2001:db8::1]:443`` and ``ip:203.0.113.5:40000`` work.
+    ``ip:`` alone is the identity of requests that came with no address.
+
+    :param ipv6_prefix: the prefix length IPv6 clients are grouped by.
+    :param key_kinds: the kinds of the app's key functions. One of them may
+        also be named by the end of its name, ``api_key:<value>`` for
+        ``key:myapp.limits.api_key``, as long as no other ends the same way.
+    :raises ValueError: saying what is wrong, if ``text`` names no identity.
+    """
+    kind, colon, value = text.partition(":")
+    if not colon:
+        raise ValueError(f"{text!r} has no kind; write ip:<address>, user:<id> or <key function>:<value>")
+    if kind == "ip":
+        return Identity("ip", _parse_address(value, ipv6_prefix))
+    if kind == "user":
+        return Identity("user", value)
+    if kind == "key":
+        name, colon, value = value.partition(":")
+        if not colon or not name:
+            raise ValueError(f"{text!r} is not key:<module>.<function>:<value>")
+        return Identity(f"key:{name}", value)
+    found = [k for k in key_kinds if k == f"key:{kind}" or k.endswith(f".{kind}")]
+    if len(found) == 1:
+        return Identity(found[0], value)
+    known = ", ".join(sorted(key_kinds)) or "none"
+    if found:
+        raise ValueError(f"{kind!r} could be any of the key functions {', '.join(sorted(found))}; write one in full")
+    raise ValueError(f"unknown identity kind {kind!r}: expected ip, user, or a key function (this app's: {known})")
+
+
+def _parse_address(value: str, ipv6_prefix: int) -> str:
+    """The value requests from the address or network ``value`` are counted under."""
+    if not value:
+        return value
+    try:
+        network = ipaddress.ip_network(_host(value) or value, strict=False)
+    except ValueError:
+        raise ValueError(f"{value!r} is not an IP address") from None
+    address = str(network.network_address)
+    if network.version == 4:
+        if network.prefixlen != 32:
+            raise ValueError(f"IPv4 clients are counted by address, not by network; {value!r} is a network")
+        return address
+    if network.prefixlen < ipv6_prefix:
+        raise ValueError(
+            f"{value!r} is wider than the /{ipv6_prefix} networks IPv6 clients are counted by (RATELIMIT_IPV6_PREFIX)"
+        )
+    return address_group(address, ipv6_prefix)
+
+
+#: How many identities are kept made, by kind and value: enough for the
+#: clients of a busy minute, bounded so that a flood of new ones cannot grow
+#: the process. A request's identities are then one lookup each.
+IDENTITY_CACHE_SIZE = 4096
+
+_known = lru_cache(maxsize=IDENTITY_CACHE_SIZE)(Identity)
+
+
+def _identity(kind: str, value: str) -> Identity:
+    """The identity ``kind``/``value``, kept unless its value is too long
+    to keep (as its tag is not: see :mod:`flask_redis_throttle.core.engine.keys`)."""
+    return _known(kind, value) if len(value) <= CACHED_VALUE_LENGTH else Identity(kind, value)
+
+
+def _ip_resolver(ipv6_prefix: int) -> Resolver:
+    """The resolver of the ``ip`` identity: a closure rather than a
+    ``partial`` with a keyword, which builds a dict on every call."""
+
+    def ip(request: Request) -> Identity:
+        address = request.remote_addr or ""
+        if ":" in address:  # IPv6, or a port: a plain IPv4 address is counted as it is
+            address = _client_address(address, ipv6_prefix)
+        return _known("ip", address) if len(address) <= CACHED_VALUE_LENGTH else Identity("ip", address)
+
+    return ip
+
+
+def _client_address(text: str, prefix: int) -> str:
+    """What a client whose address is ``text`` is counted under: its IPv4
+    address, or its IPv6 network, without port, brackets or zone.
+
+    Text that is no address at all counts under itself, as it is: it is not
+    parsed if it is too long to be one, and never cached.
+    """
+    host = _host(text)
+    if host is None or len(host) > MAX_ADDRESS_LENGTH:
+        return text
+    try:
+        return address_group(host, prefix)
+    except ValueError:
+        return text
+
+
+def _host(text: str) -> str | None:
+    """The address in ``text``, without the port, brackets and zone that
+    servers and proxies may add (``[2001:db8::1%eth0]:443``,
+    ``203.0.113.5:40000``); None if ``text`` has a port or brackets that are
+    not well formed. Whether the rest is an address is not checked here."""
+    if text.startswith("["):
+        host, bracket, port = text[1:].partition("]")
+        if not bracket or (port and not (port[0] == ":" and _is_port(port[1:]))):
+            return None
+    elif text.count(":") == 1:
+        # One colon: an IPv4 address and a port. IPv6 has at least two.
+        host, _colon, port = text.partition(":")
+        return host if _is_port(port) else None
+    else:
+        host = text
+    return host.partition("%")[0] if ":" in host else host  # only IPv6 has zones
+
+
+def _is_port(text: str) -> bool:
+    return 0 < len(text) <= 5 and text.isascii() and text.isdigit()
+
+
+@lru_cache(maxsize=4096)
+def address_group(host: str, prefix: int) -> str:
+    """The IPv4 address ``host`` is, or maps to as an IPv6 address; or the
+    IPv6 network it belongs to.
+
+    :raises ValueError: if ``host`` is not an address. The cache keeps no
+        exceptions, so it only ever holds addresses, each at most
+        :data:`MAX_ADDRESS_LENGTH` characters long.
+    """
+    parsed = ipaddress.ip_address(host)
+    if parsed.version == 4:
+        return str(parsed)
+    if parsed.ipv4_mapped is not None:
+        return str(parsed.ipv4_mapped)
+    return str(ipaddress.IPv6Network((parsed, prefix), strict=False))
+
+
+def _user(request: Request, warn: Warn) -> Identity | None:
+    """The logged-in user; None for an anonymous request, and for a user
+    whose ``get_id()`` raises or returns None. Counting the latter as a user
+    would give a 500, or put everyone without an id under the user "None"."""
+    asked = "current_user.is_authenticated"
+    try:
+        # The proxy is resolved once: each use of it finds the user anew,
+        # through Flask-Login's lookup, which costs a few microseconds.
+        user = current_user._get_current_object()
+        if not user.is_authenticated:
+            return None
+        asked = "current_user.get_id()"
+        user_id = user.get_id()
+        if user_id is not None:
+            return _identity("user", str(user_id))
+        problem = "returned None for a logged-in user"
+    except Exception as error:  # the app's user loader or class, whatever it raises
+        problem = f"raised {loggable(repr(error))}"
+    warn(f"{asked} {problem}; the request is counted as anonymous", "identity")
+    return None
+
+
+def _log(message: str, kind: str) -> None:
+    logger.warning("%s", message)
+
+
+def _nobody(request: Request) -> None:
+    return None
+
+
+def _custom_resolver(function: KeyFunction, kind: str) -> Resolver:
+    """The resolver of a key function's identity, of kind ``kind``."""
+
+    def custom(request: Request) -> Identity | None:
+        value = function(request)
+        if value is None:
+            return None
+        text = str(value)
+        return _known(kind, text) if len(text) <= CACHED_VALUE_LENGTH else Identity(kind, text)
+
+    return custom
+
+
+def _function_name(function: KeyFunction) -> str:
+    """A name for a key function that is the same in every process, so that
+    all app servers count its identities under the same keys."""
+    module = getattr(function, "__module__", None) or ""
+    name = getattr(function, "__qualname__", None) or type(function).__qualname__
+    return f"{module}.{name}" if module else name

@@ -1,0 +1,192 @@
+"""Overrides in the Flask layer: following them on every request, and
+making them from what an operator typed, for the CLI, the dashboard and
+:class:`~flask_redis_throttle.RateLimit`'s methods alike.
+
+The store and the in-memory table are the core's
+(:mod:`flask_redis_throttle.core.stores.overrides`). Here a request's batches,
+as its plan made them, are decided against the table: a blocked identity
+is refused at once, a limit that counts an allowed identity is left out,
+and an identity given other layers is decided against a policy of the same
+scope and strategy with those layers, so that it keeps what it has used.
+See :doc:`/overrides`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+
+from ..core.engine.bounded import remember
+from ..core.engine.keys import Identity, loggable
+from ..core.engine.throttle import Check, Policy, Throttle
+from ..core.stores.overrides import Override, OverrideFollower, OverrideStore, OverrideTable
+from ..errors import Blocked, BlockedForbidden
+from .config import Settings
+from .headers import LayerNames, retry_after_value
+from .plan import Batch, PlannedLimit
+
+#: How many policies made for overrides are kept, and header names for them.
+POLICY_CACHE_SIZE = 1024
+#: How many unreadable fields a warning names.
+UNREADABLE_SHOWN = 10
+
+
+class Overrides:
+    """One app's overrides: its store, this process's copy, and their use.
+
+    :param throttle: the app's throttle: its storage, its breaker and its clock.
+    :param settings: the app's settings.
+    :param failed: told of a failure to read the overrides from storage.
+    """
+
+    def __init__(
+        self,
+        throttle: Throttle,
+        settings: Settings,
+        failed: Callable[[Exception, bool], None],
+        warn: Callable[[str, str], None],
+    ) -> None:
+        self.throttle = throttle
+        self.settings = settings
+        self.store = OverrideStore(throttle.storage.client, settings.key_prefix, clock=self.now)
+        self.follower = OverrideFollower(
+            load=self._load, version=self.store.version, clock=self.now, failed=failed, ready=self._ready
+        )
+        self._warn = warn
+        #: The version and the unreadable fields last warned of.
+        self._warned: tuple[bytes | None, tuple[str, ...]] | None = None
+        self._policies: dict[tuple[Policy, tuple[object, ...]], Policy] = {}
+        self._labels: dict[tuple[Policy, ...], LayerNames] = {}
+
+    def _ready(self) -> bool:
+        """Whether to ask the storage for the overrides now: not while the
+        circuit breaker holds calls back, since Redis keeps failing. The
+        reads are not counted by the breaker either way: it follows the
+        decisions, which report an outage themselves."""
+        breaker = self.throttle.breaker
+        return breaker is None or not breaker.open
+
+    def _load(self) -> tuple[bytes | None, list[Override]]:
+        """The version and the overrides in force, for the follower; a field
+        that cannot be read (another version's, in a rolling upgrade, or
+        one written by hand) is skipped, with a warning once per change,
+        and every other override stays in force."""
+        version, found, unreadable = self.store.read()
+        if unreadable and (version, tuple(unreadable)) != self._warned:
+            self._warned = (version, tuple(unreadable))
+            self._warn(
+                f"{len(unreadable)} stored override(s) cannot be read and are skipped, the others stay in force: "
+                + "; ".join(loggable(reason) for reason in unreadable[:UNREADABLE_SHOWN])
+                + ("; ..." if len(unreadable) > UNREADABLE_SHOWN else ""),
+                "overrides",
+            )
+        return version, found
+
+    def now(self) -> float:
+        """The time, in seconds since the epoch: the throttle's own, which
+        tests may pin."""
+        pinned = self.throttle.now()
+        return pinned / 1_000_000 if pinned is not None else time.time()
+
+    def apply(self, batches: Sequence[Batch], labels: LayerNames) -> tuple[Sequence[Batch], LayerNames]:
+        """A request's batches and header names, with the overrides in force.
+
+        :raises Blocked: (or :class:`BlockedForbidden`, as
+            ``RATELIMIT_OVERRIDE_BLOCK_STATUS`` says) if an identity of the
+            request is blocked on a scope in play.
+        """
+        table = self.follower.current()
+        if not table.overrides:  # the common case: a clock reading and this test
+            return batches, labels
+        found = [
+            [[table.find(identity, policy.scope) for identity in identities] for policy, identities in batch.checks]
+            for batch in batches
+        ]
+        if not any(o is not None for per_batch in found for per_check in per_batch for o in per_check):
+            return batches, labels
+        for per_batch in found:
+            for per_check in per_batch:
+                for override in per_check:
+                    if override is not None and override.action == "block":
+                        raise self._blocked(override)
+        changed: list[Batch] = []
+        touched: set[Policy] = set()
+        origins: dict[Policy, Policy] = {}  # an override's policy: the limit's it stands for
+        for batch, per_batch in zip(batches, found, strict=True):
+            checks: list[Check] = []
+            limits: list[PlannedLimit] = []
+            for (policy, identities), limit, per_check in zip(batch.checks, batch.limits, per_batch, strict=True):
+                if any(per_check):
+                    touched.add(policy)
+                if any(o is not None and o.action == "allow" for o in per_check):
+                    continue  # an allowed identity's requests are not limited by this limit
+                kept: list[Identity] = []
+                for identity, override in zip(identities, per_check, strict=True):
+                    if override is None:
+                        kept.append(identity)
+                    else:
+                        overridden = self._policy(policy, override)
+                        origins[overridden] = policy
+                        checks.append((overridden, [identity]))
+                        limits.append(limit)
+                if kept:
+                    checks.append((policy, kept))
+                    limits.append(limit)
+            if checks:
+                changed.append(Batch(batch.cost, batch.shadow, batch.deferred, checks, limits))
+        # The headers name the layers in play: an overridden identity's, not
+        # those of the limit it no longer counts under, unless others still do;
+        # each in its limit's quota unit.
+        in_play = [p for b in changed for p, _ in b.checks]
+        policies = tuple(dict.fromkeys([*(p for p in labels.policies if p not in touched or p in in_play), *in_play]))
+        named = self._labels.get(policies)
+        if named is None:
+            units = [labels.unit(origins.get(policy, policy)) for policy in policies]
+            named = remember(self._labels, policies, LayerNames.of(policies, units), POLICY_CACHE_SIZE)
+        return changed, named
+
+    def _policy(self, policy: Policy, override: Override) -> Policy:
+        """``policy`` with the override's layers: same scope, strategy,
+        penalty and shaping delay, so the identity's counters and penalties
+        carry on. A concurrency cap is not a rate: it stays the view's."""
+        if policy.concurrent:
+            return policy
+        key = (policy, override.layers)
+        made = self._policies.get(key)
+        if made is None:
+            made = dataclasses.replace(policy, layers=override.layers)
+            remember(self._policies, key, made, POLICY_CACHE_SIZE)
+        return made
+
+    def _blocked(self, override: Override) -> Blocked | BlockedForbidden:
+        """The refusal of a blocked identity, found in memory: no Redis call.
+        A 429 says, in ``Retry-After``, when the block ends."""
+        if self.settings.override_block_status == 403:
+            return BlockedForbidden()
+        now = self.now()
+        header = retry_after_value(override.until - now, True, now) if self.settings.retry_after_http_date else None
+        return Blocked(override.until - now, header)
+
+    def put(self, override: Override) -> Override:
+        """Store ``override``, log it, and follow it in this process at once.
+
+        The write goes past the circuit breaker (see
+        :meth:`~flask_redis_throttle.core.engine.throttle.Throttle.unguarded`),
+        as :meth:`remove`'s does: an operator's failed change never opens
+        it on the requests."""
+        self.throttle.unguarded(self.store.put, override)
+        self.follower.refresh(force=True)
+        return override
+
+    def remove(self, target: str | None, scope: str | None, every_scope: bool, by: str) -> list[Override]:
+        """Remove the overrides of ``target`` (of everyone if None), log it,
+        and follow it in this process at once."""
+        gone: list[Override] = self.throttle.unguarded(self.store.remove, target, scope, every_scope=every_scope, by=by)
+        self.follower.refresh(force=True)
+        return gone
+
+    def table(self) -> OverrideTable:
+        """The overrides in force, read from storage now."""
+        self.follower.refresh(force=True)
+        return self.follower.table

@@ -1,0 +1,504 @@
+"""Plans: which limits apply to one endpoint and HTTP method, worked out once.
+
+An endpoint's limits come from three places, in this order:
+
+1. the view's own :func:`~flask_redis_throttle.limit` decorators, and for
+   a class-based view those of its ``dispatch_request`` (every method) and
+   of its handlers (``get``, ``post``...: that method only);
+2. the limits of the blueprints it belongs to, from the innermost outwards,
+   up to and including the first blueprint marked
+   :func:`~flask_redis_throttle.exempt`;
+3. ``RATELIMIT_DEFAULT``, unless a limit from 1 or 2 that applies to the
+   method overrides it: one with ``override_defaults=True``, or with None
+   when ``RATELIMIT_DEFAULT_MODE`` is ``"replace"``;
+4. ``RATELIMIT_APPLICATION``, one limit shared by every view.
+
+3 and 4 are left out for a view exempted, or inside a blueprint exempted,
+unless the exemption keeps them (see :func:`~flask_redis_throttle.exempt`).
+
+Static file endpoints never get a limit. Of those limits, a plan keeps the
+ones whose ``methods`` include the request's method, each compiled into a
+:class:`PlannedLimit`: its :class:`~flask_redis_throttle.core.engine.throttle.Policy`
+(unless it is dynamic), its identity resolvers, and its options. A plan
+that uses no per-request option is *simple*: its one batch is built by a
+loop as short as it was before any option existed.
+
+This module imports Flask (for types) but makes no Redis call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from flask import Flask, Request, Response
+
+from ..core.checks import is_integer
+from ..core.engine.bounded import remember
+from ..core.engine.keys import Identity, loggable
+from ..core.engine.leases import LEASABLE
+from ..core.engine.rates import parse_limits
+from ..core.engine.throttle import Check, Policy
+from ..errors import InvalidLimit
+from .config import Settings
+from .headers import REQUESTS, LayerNames
+from .identity import IdentitySpec, Resolver, Warn, resolvers
+from .sources import limits_of
+from .spec import LimitSpec
+
+#: How many policies a dynamic limit keeps, one per distinct string returned;
+#: more, and the cache starts again, so its memory stays bounded whatever
+#: the function returns.
+DYNAMIC_CACHE_SIZE = 256
+
+#: A check before its identities are known: a limit's policy, and the
+#: resolvers that find its identities in a request. Resolving them turns it
+#: into a :data:`~flask_redis_throttle.core.engine.throttle.Check`.
+UnresolvedCheck = tuple[Policy, tuple[Resolver, ...]]
+
+#: A problem found with a request's limits: ``"cost"`` or ``"limit"``, and a message.
+Problem = tuple[str, str]
+
+
+@dataclass(frozen=True, eq=False)
+class PlannedLimit:
+    """One limit as it applies to one endpoint and method.
+
+    :param spec: the limit and its options, as written.
+    :param source: where it was written: ``"view"``, ``"blueprint <name>"``,
+        ``"RATELIMIT_DEFAULT"`` or ``"RATELIMIT_APPLICATION"``.
+    :param scope: the scope its counters are kept under; for a scope
+        function, its name, since each request's scope is its own.
+    :param strategy: its algorithm.
+    :param identities: whom it counts: built-in names and key functions.
+    :param resolvers: those identities, compiled.
+    :param shadow: whether it only logs (its own ``shadow=`` or ``RATELIMIT_SHADOW``).
+    :param policy: its policy; None for a dynamic limit or one with a
+        scope function, whose policy is found per request by :meth:`resolve`.
+    :param meta: whether it is a meta limit: a limit on refusals, checked
+        before the others and counted when one of them refuses.
+    :param slots: the policy of its concurrency slots (``concurrent=``),
+        decided in the same call as its layers; None for no cap.
+    """
+
+    spec: LimitSpec
+    source: str
+    scope: str
+    strategy: str
+    identities: tuple[IdentitySpec, ...]
+    resolvers: tuple[Resolver, ...] = field(repr=False)
+    shadow: bool
+    policy: Policy | None
+    meta: bool = False
+    slots: Policy | None = None
+    _policies: dict[tuple[str, str], Policy] = field(default_factory=dict, repr=False)
+
+    @property
+    def leased(self) -> bool:
+        """Whether it takes blocks of quota in advance: ``prefetch=True`` on a
+        strategy that can (one from ``RATELIMIT_STRATEGY`` may not: then it
+        is decided with the others, per request; see :doc:`/leases`)."""
+        return self.spec.prefetch and self.strategy in LEASABLE
+
+    @property
+    def dynamic(self) -> bool:
+        """Whether the limit string or the scope comes from a function, per request."""
+        return self.policy is None
+
+    def resolve(self, request: Request) -> Policy | None:
+        """This request's policy: the fixed one, or the one of the limit
+        string and scope its functions return.
+
+        :returns: None when the dynamic function returns None.
+        :raises InvalidLimit: when it returns anything but None or a valid
+            limit string, or the scope function anything but a non-empty string.
+        """
+        if self.policy is not None:
+            return self.policy
+        spec = self.spec
+        value = spec.limit if isinstance(spec.limit, str) else spec.limit(request)
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise InvalidLimit(f"a dynamic limit must return a limit string or None, not {value!r}", spec=value)
+        scope = self.scope
+        if callable(spec.scope):
+            scope = spec.scope(request)
+            if not isinstance(scope, str) or not scope:
+                raise InvalidLimit(f"a scope function must return a non-empty string, not {scope!r}", spec=scope)
+            if spec.per_method:
+                scope = per_method_scope(scope, request.method)
+        policy = self._policies.get((value, scope))
+        if policy is None:
+            # Every string shares the scope, so a client whose limit changes
+            # (a new pricing plan) keeps what it has used so far.
+            layers = spec.layers if spec.layers is not None else parse_limits(value)
+            policy = spec.policy(layers, scope, self.strategy)
+            remember(self._policies, (value, scope), policy, DYNAMIC_CACHE_SIZE)
+        return policy
+
+    def owns(self, policy: Policy) -> bool:
+        """Whether ``policy`` is this limit's: its fixed one, or one its
+        dynamic function returned."""
+        return (
+            self.policy is policy
+            or (self.slots is not None and self.slots is policy)
+            or (self.policy is None and policy in self._policies.values())
+        )
+
+    def cost_for(self, request: Request, problems: list[Problem]) -> int:
+        """What this request costs. A cost function that returns anything but
+        an integer of 0 or more counts as costing 1, with a problem noted."""
+        cost = self.spec.cost
+        if not callable(cost):
+            return cost
+        value = cost(request)
+        if is_integer(value) and value >= 0:
+            return value
+        name, returned = qualified_name(cost), loggable(repr(value))
+        problems.append(("cost", f"the cost function {name} of {self.describe()} returned {returned}; it counts as 1"))
+        return 1
+
+    def describe(self) -> str:
+        """The limit and where it comes from, for messages."""
+        spec = self.spec.limit
+        written = repr(spec) if isinstance(spec, str) else qualified_name(spec)
+        return f"limit {written} ({self.source}, scope {self.scope!r})"
+
+
+def qualified_name(function: object) -> str:
+    """``module.qualname`` of a function, to name it in a warning so that it
+    can be found; its ``repr`` if it has no such names (a callable object)."""
+    qualname = getattr(function, "__qualname__", None)
+    if not isinstance(qualname, str):
+        return repr(function)
+    module = getattr(function, "__module__", None)
+    return f"{module}.{qualname}" if isinstance(module, str) else qualname
+
+
+@dataclass(slots=True)
+class Batch:
+    """Limits of one request that are decided together, in one script call.
+
+    :param cost: the cost they are counted with.
+    :param shadow: whether a refusal is only logged.
+    :param deferred: whether they are only inspected before the view, and
+        counted after it when their ``deduct_when`` matches.
+    :param checks: the checks to send: one per limit, with its identities.
+    :param limits: the limit of each check, in the same order.
+    :param meta: whether they are meta limits: deferred, inspected before
+        the others at cost 1, and counted only when another batch refuses.
+    """
+
+    cost: int
+    shadow: bool
+    deferred: bool
+    checks: list[Check] = field(default_factory=list)
+    limits: Sequence[PlannedLimit] = ()
+    meta: bool = False
+
+    @property
+    def leased(self) -> bool:
+        """Whether all its limits take blocks of quota in advance (``prefetch=``, see :doc:`/leases`)."""
+        return all(limit.leased for limit in self.limits)
+
+    @property
+    def penalized(self) -> bool:
+        """Whether any of its limits has a penalty."""
+        return any(limit.spec.penalty is not None for limit in self.limits)
+
+
+@dataclass(frozen=True, eq=False)
+class Plan:
+    """The limits of one endpoint and method, ready for every request.
+
+    :param endpoint: the endpoint.
+    :param method: the HTTP method, upper case.
+    :param limits: the limits that apply, in the order of the module docstring.
+    :param labels: the layers' header names; None when a limit is dynamic,
+        since its layers are known only per request.
+    :param simple: True when no limit is dynamic, shadow or deferred, has an
+        ``exempt_when``, a cost function or concurrency slots, and all have
+        the same cost and ``prefetch``: then
+        :attr:`unresolved` and :attr:`cost` are all a request needs.
+    """
+
+    endpoint: str
+    method: str
+    limits: tuple[PlannedLimit, ...]
+    labels: LayerNames | None
+    simple: bool
+    #: Each limit's policy and identity resolvers, for simple plans.
+    unresolved: tuple[UnresolvedCheck, ...] = field(repr=False)
+    #: The cost every limit has, for simple plans.
+    cost: int = 1
+    #: Whether ``RateLimit-Policy`` says the quota unit of a limit that does
+    #: not count requests (see :attr:`~flask_redis_throttle._request.headers.Draft.quota_units`).
+    quota_units: bool = True
+    _labels: dict[tuple[Policy, ...], LayerNames] = field(default_factory=dict, repr=False)
+
+    def prepare(self, request: Request) -> tuple[Sequence[Batch], LayerNames, Sequence[Problem]]:
+        """Work out a request's script calls.
+
+        A simple plan makes one batch, of every limit one of whose identities
+        applies to the request, or none if no identity applies.
+
+        Otherwise, limits whose ``exempt_when`` is true, whose dynamic
+        function returns None or a bad string, or none of whose identities
+        applies, are left out. The rest are grouped by cost, shadow,
+        deferred and ``prefetch``, and the groups ordered: deferred inspections first (they
+        write nothing), then enforced limits, then shadow ones (so that a
+        request refused by an enforced limit is not counted by a shadow one).
+
+        :returns: the batches, the header labels for the layers in play, and
+            the problems met (bad costs, bad dynamic limits).
+        """
+        labels = self.labels
+        if self.simple and labels is not None:
+            checks: list[Check] = []
+            for fixed, found in self.unresolved:
+                identities = _identities(found, request)
+                if identities:
+                    checks.append((fixed, identities))
+            if not checks:
+                return (), labels, ()
+            limits = self.limits
+            if len(checks) < len(limits):
+                # The limits none of whose identities applies are left out.
+                limits = tuple(limit for limit in limits if any(limit.policy is fixed for fixed, _ in checks))
+            return (Batch(self.cost, False, False, checks, limits),), labels, ()
+        problems: list[Problem] = []
+        groups: dict[tuple[bool, bool, int, bool, bool], tuple[list[Check], list[PlannedLimit]]] = {}
+        policies: list[Policy] = []
+        for limit in self.limits:
+            exempt_when = limit.spec.exempt_when
+            slots = limit.slots
+            if exempt_when is not None and exempt_when(request):
+                if limit.policy is not None:
+                    policies.append(limit.policy)
+                if slots is not None:
+                    policies.append(slots)
+                continue
+            try:
+                policy = limit.resolve(request)
+            except InvalidLimit as error:
+                problems.append(("limit", f"the dynamic {limit.describe()} is unusable: {loggable(str(error))}"))
+                continue
+            if policy is None:
+                continue
+            policies.append(policy)
+            if slots is not None:
+                policies.append(slots)
+            identities = _identities(limit.resolvers, request)
+            if not identities:
+                continue
+            cost = limit.cost_for(request, problems)
+            deferred = limit.meta or limit.spec.deduct_when is not None
+            group = (limit.shadow, deferred, cost, limit.meta, limit.leased)
+            grouped, kept = groups.setdefault(group, ([], []))
+            grouped.append((policy, identities))
+            kept.append(limit)
+            if slots is not None:  # its slots, in the same call: the limit again, for its check
+                grouped.append((slots, identities))
+                kept.append(limit)
+        batches = [
+            Batch(cost, shadow, deferred, *lists, meta=meta)
+            for (shadow, deferred, cost, meta, _), lists in groups.items()
+        ]
+        batches.sort(key=lambda batch: (batch.shadow, not batch.meta, not batch.deferred))
+        return batches, labels or self._labels_of(tuple(policies)), problems
+
+    def _labels_of(self, policies: tuple[Policy, ...]) -> LayerNames:
+        """The header names of ``policies``, kept by the policies (a
+        dynamic limit's policy made again, equal to the old one, finds the
+        same names)."""
+        labels = self._labels.get(policies)
+        if labels is None:
+            units = [self._unit_of(policy) for policy in policies] if self.quota_units else []
+            labels = remember(self._labels, policies, LayerNames.of(policies, units), DYNAMIC_CACHE_SIZE)
+        return labels
+
+    def _unit_of(self, policy: Policy) -> str:
+        """The quota unit of the limit ``policy`` is of."""
+        return next((limit.spec.unit for limit in self.limits if limit.owns(policy)), REQUESTS)
+
+
+def matching(batches: list[Batch], response: Response) -> Iterator[Batch]:
+    """The part of each deferred batch whose ``deduct_when`` is true for ``response``."""
+    for batch in batches:
+        checks: list[Check] = []
+        limits: list[PlannedLimit] = []
+        for check, limit in zip(batch.checks, batch.limits, strict=True):
+            if limit.spec.deduct_when(response):  # type: ignore[misc]
+                checks.append(check)
+                limits.append(limit)
+        if checks:
+            yield Batch(batch.cost, batch.shadow, False, checks, limits)
+
+
+def _identities(found: tuple[Resolver, ...], request: Request) -> list[Identity]:
+    identities = []
+    for resolve in found:
+        identity = resolve(request)
+        if identity is not None:
+            identities.append(identity)
+    return identities
+
+
+def compile_plan(app: Flask, endpoint: str, method: str, settings: Settings, warn: Warn | None = None) -> Plan | None:
+    """The plan of ``endpoint`` for requests of ``method``, or None if no limit applies.
+
+    :param warn: how its identities warn of a logged-in user without an id
+        (see :func:`~flask_redis_throttle._request.identity.resolvers`).
+    """
+    found = limits_of(app, endpoint, settings, method)
+    return plan_of(found, endpoint, method, settings, hasattr(app, "login_manager"), warn)
+
+
+def plan_of(
+    found: Sequence[tuple[LimitSpec, str]],
+    endpoint: str,
+    method: str,
+    settings: Settings,
+    logins: bool,
+    warn: Warn | None = None,
+) -> Plan | None:
+    """The plan of the limits ``found`` (each with where it was written) for
+    requests of ``method`` to ``endpoint``, or None if none applies.
+
+    :param logins: whether the app logs users in with Flask-Login.
+    """
+    taken: list[tuple[str, str, frozenset[int] | None]] = []
+    limits = []
+    for position, (spec, source) in enumerate(found, 1):
+        strategy = spec.strategy or settings.strategy
+        periods = None if spec.layers is None else frozenset(layer.window for layer in spec.layers)
+        if callable(spec.scope):
+            scope = f"{qualified_name(spec.scope)}()"  # its name: each request's scope is its own
+        else:
+            scope = spec.scope or _default_scope(endpoint, position, strategy, periods, taken)
+        # Scopes are given over all the endpoint's limits, whatever their
+        # methods, so that a limit keeps its counters for every method.
+        taken.append((scope, strategy, periods))
+        if not spec.applies_to(method):
+            continue
+        if spec.per_method and not callable(spec.scope):
+            scope = per_method_scope(scope, method)
+        identities = spec.identities or settings.identities
+        slots = None
+        if spec.concurrent is not None:
+            slots = Policy.concurrency(spec.concurrent, spec.lease or settings.concurrency_lease, scope)
+        limits.append(
+            PlannedLimit(
+                spec=spec,
+                source=source,
+                scope=scope,
+                strategy=strategy,
+                identities=identities,
+                resolvers=resolvers(identities, settings.ipv6_prefix, logins, warn),
+                shadow=spec.shadow or settings.shadow,
+                policy=None
+                if spec.layers is None or callable(spec.scope)
+                else spec.policy(spec.layers, scope, strategy),
+                slots=slots,
+            )
+        )
+    if not limits:
+        return None
+    metas = [(_meta_spec(limit), f"meta of {limit.source}") for limit in limits if limit.spec.meta]
+    for spec, source in [*metas, *((spec, "RATELIMIT_META") for spec in settings.meta)]:
+        identities = spec.identities or settings.identities
+        scope = spec.scope if isinstance(spec.scope, str) else "@meta"
+        policy = None if spec.layers is None else Policy(spec.layers, scope, settings.strategy)
+        limits.append(
+            PlannedLimit(
+                spec,
+                source,
+                scope,
+                settings.strategy,
+                identities,
+                resolvers(identities, settings.ipv6_prefix, logins, warn),
+                False,
+                policy,
+                meta=True,
+            )
+        )
+    costs = {limit.spec.cost for limit in limits}
+    cost = next(iter(costs))
+    # Limits that lease quota and limits that do not take a call each.
+    simple = len(costs) == 1 and isinstance(cost, int) and len({limit.leased for limit in limits}) == 1
+    simple = simple and not any(
+        limit.policy is None
+        or limit.shadow
+        or limit.spec.exempt_when
+        or limit.spec.deduct_when
+        or limit.meta
+        or limit.slots
+        for limit in limits
+    )
+    policies = [limit.policy for limit in limits if limit.policy is not None]
+    quota_units = settings.draft.quota_units
+    unresolved = tuple(zip(policies, [limit.resolvers for limit in limits], strict=True)) if simple else ()
+    # The header names: each limit's layers, then its slots (whose unit
+    # LayerNames knows from the policy), with each one's quota unit.
+    named = [policy for limit in limits for policy in (limit.policy, limit.slots) if policy is not None]
+    units = (
+        [limit.spec.unit for limit in limits for policy in (limit.policy, limit.slots) if policy is not None]
+        if quota_units
+        else []
+    )
+    return Plan(
+        endpoint=endpoint,
+        method=method,
+        limits=tuple(limits),
+        labels=LayerNames.of(named, units) if len(policies) == len(limits) else None,
+        simple=simple,
+        unresolved=unresolved,
+        cost=cost if simple else 1,  # type: ignore[arg-type]
+        quota_units=quota_units,
+    )
+
+
+def _meta_spec(limit: PlannedLimit) -> LimitSpec:
+    """The meta limit of ``limit``, as a limit of its own: its layers,
+    counted under ``limit``'s scope and ``+meta``, whom ``limit`` counts,
+    and its hook and message for the refusals."""
+    spec = limit.spec
+    layers = spec.meta or ()
+    written = "; ".join(str(layer) for layer in layers)
+    return LimitSpec(
+        written,
+        layers,
+        scope=f"{limit.scope}+meta",
+        identities=limit.identities,
+        on_breach=spec.on_breach,
+        error_message=spec.error_message,
+    )
+
+
+def per_method_scope(scope: str, method: str) -> str:
+    """The scope a ``per_method`` limit counts requests of ``method`` under:
+    ``items@POST``. ``HEAD`` counts with ``GET``, since Flask answers it by
+    running the ``GET`` view: otherwise it would double the quota."""
+    return f"{scope}@{'GET' if method == 'HEAD' else method}"
+
+
+def _default_scope(
+    endpoint: str,
+    position: int,
+    strategy: str,
+    periods: frozenset[int] | None,
+    taken: list[tuple[str, str, frozenset[int] | None]],
+) -> str:
+    """The endpoint; or, if an earlier limit of the endpoint already counts
+    under it, with the same strategy and a window in common (any window, if
+    either is dynamic), the endpoint and the limit's position, so that two
+    limits never share a counter unless a ``scope=`` says so."""
+    for scope, other_strategy, other_periods in taken:
+        if (
+            scope == endpoint
+            and other_strategy == strategy
+            and (periods is None or other_periods is None or periods & other_periods)
+        ):
+            return f"{endpoint}+{position}"
+    return endpoint

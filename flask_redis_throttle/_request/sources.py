@@ -1,0 +1,135 @@
+"""Where an endpoint's limits come from, whatever the method, in this order:
+the view's own decorators (and a class-based view's, method by method), the
+blueprints it belongs to (innermost first, up to the first one exempted
+from them, or with ``RATELIMIT_BLUEPRINT_MODE = "replace"`` up to the view
+or blueprint whose limits replace those of the blueprints around it), then
+``RATELIMIT_DEFAULT`` unless a limit that applies to the request's method
+overrides it, and
+``RATELIMIT_APPLICATION``, each unless an exemption drops it (the view's,
+its blueprint's, or a nested one of an enclosing blueprint's).
+:mod:`flask_redis_throttle._request.plan` compiles them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Container, Iterator
+from typing import Any
+
+from flask import Flask
+from flask.views import http_method_funcs
+
+from ..decorators import EXEMPT_ATTRIBUTE, LIMITS_ATTRIBUTE, Exemption
+from .config import Settings
+from .spec import LimitSpec
+
+
+def limits_of(app: Flask, endpoint: str, settings: Settings, method: str | None = None) -> list[tuple[LimitSpec, str]]:
+    """Every limit of ``endpoint``, whatever the method, with where it was
+    written; ``RATELIMIT_DEFAULT`` among them unless a limit that applies
+    to ``method`` overrides it (any limit, for None)."""
+    view = app.view_functions.get(endpoint)
+    if view is None or endpoint == "static" or endpoint.endswith(".static"):
+        return []
+    exemption: Exemption | None = getattr(view, EXEMPT_ATTRIBUTE, None)
+    found = [] if exemption is not None and exemption.own_limits else _own(view)
+    drops = set() if exemption is None else set(exemption.drops)
+    replacing = settings.blueprint_mode == "replace"
+    applying = [spec for spec, _ in found if method is None or spec.applies_to(method)]
+    replaced = replacing and _overrides_default(applying, settings.default_mode)
+    for innermost, name in enumerate(blueprints_of(app, endpoint)):
+        blueprint = app.blueprints[name]
+        exemption = getattr(blueprint, EXEMPT_ATTRIBUTE, None)
+        if "blueprints" not in drops and not replaced:
+            specs = () if exemption is not None and exemption.own_limits else getattr(blueprint, LIMITS_ATTRIBUTE, ())
+            found += [(spec, f"blueprint {name}") for spec in specs]
+            # A blueprint replaces the ones around it, for its own views only,
+            # when each of its limits would replace the default.
+            replaced = (
+                replacing
+                and innermost == 0
+                and bool(specs)
+                and all(_overrides_default([spec], settings.default_mode) for spec in specs)
+            )
+        # An enclosing blueprint's exemption still counts when its limits do not.
+        if exemption is not None and (innermost == 0 or exemption.nested):
+            drops |= exemption.drops
+    own = [spec for spec, _ in found if method is None or spec.applies_to(method)]
+    if "default" not in drops and settings.default and not _overrides_default(own, settings.default_mode):
+        found += [(spec, "RATELIMIT_DEFAULT") for spec in settings.default]
+    if "application" not in drops:
+        found += [(spec, "RATELIMIT_APPLICATION") for spec in settings.application]
+    return found
+
+
+def _own(view: Callable[..., Any]) -> list[tuple[LimitSpec, str]]:
+    """The limits put on ``view`` itself, or on its class for a class-based view."""
+    found = [(spec, "view") for spec in getattr(view, LIMITS_ATTRIBUTE, ())]
+    view_class = getattr(view, "view_class", None)
+    if isinstance(view_class, type):
+        found += [(spec, "view") for spec in class_view_limits(view_class)]
+    return found
+
+
+def _overrides_default(own: list[LimitSpec], mode: str) -> bool:
+    """Whether a view with the limits ``own`` loses ``RATELIMIT_DEFAULT``: if
+    any of them overrides it, by its ``override_defaults`` or, when that is
+    None, by ``RATELIMIT_DEFAULT_MODE`` (``"replace"`` overrides). As in
+    Flask-Limiter, the default stays only if every limit lets it."""
+    return any(mode == "replace" if spec.override_defaults is None else spec.override_defaults for spec in own)
+
+
+def class_view_limits(view_class: type) -> list[LimitSpec]:
+    """The limits put on the methods of a class-based view: those of
+    ``dispatch_request`` apply to every method, those of a handler (``get``,
+    ``post``...) to its HTTP method only (``get``'s to ``HEAD`` too, which
+    :class:`~flask.views.MethodView` answers with ``get``), in that order,
+    handlers by name.
+
+    :raises TypeError: for a limit that would never apply, rather than
+        ignore it silently: on a method that handles no request, an
+        :func:`~flask_redis_throttle.exempt` on a method (exempt the class
+        through its ``decorators``), or a handler's limit whose ``methods=``
+        leaves out the handler's own method.
+    """
+    handlers: dict[str, frozenset[str] | None] = {"dispatch_request": None}
+    handlers |= {name: frozenset({name.upper()}) for name in sorted(http_method_funcs)}
+    found: list[LimitSpec] = []
+    for name, methods in handlers.items():
+        for spec in getattr(getattr(view_class, name, None), LIMITS_ATTRIBUTE, ()):
+            if methods is not None:
+                if spec.methods is not None and not spec.methods & methods:
+                    raise TypeError(
+                        f"limit {spec.limit!r} on {view_class.__qualname__}.{name}() has methods "
+                        f"{sorted(spec.methods)!r}, which leave out {name.upper()}: it would never apply"
+                    )
+                spec = dataclasses.replace(spec, methods=methods)
+            found.append(spec)
+    _check_class_view(view_class, handlers)
+    return found
+
+
+def _check_class_view(view_class: type, handlers: Container[str]) -> None:
+    """Refuse limits and exemptions a class-based view would silently ignore."""
+    for name in dir(view_class):
+        attribute = getattr(view_class, name, None)
+        if getattr(attribute, EXEMPT_ATTRIBUTE, False):
+            raise TypeError(
+                f"exempt() on {view_class.__qualname__}.{name}() is never applied: exempt the whole view with "
+                f"`decorators = [exempt]` on {view_class.__qualname__}"
+            )
+        if name not in handlers and getattr(attribute, LIMITS_ATTRIBUTE, None):
+            raise TypeError(
+                f"limit() on {view_class.__qualname__}.{name}() is never applied: {name}() handles no request. "
+                "Put it on get(), post()... or dispatch_request(), or in the class's `decorators`"
+            )
+
+
+def blueprints_of(app: Flask, endpoint: str) -> Iterator[str]:
+    """The names of the blueprints ``endpoint`` belongs to, innermost first,
+    as ``request.blueprints`` would give them: ``"parent.child"``, ``"parent"``."""
+    name = endpoint.rpartition(".")[0]
+    while name:
+        if name in app.blueprints:
+            yield name
+        name = name.rpartition(".")[0]

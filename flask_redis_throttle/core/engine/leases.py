@@ -1,0 +1,263 @@
+"""Quota leases: a worker takes a block of an identity's quota in one
+script call and spends it in process, with no Redis call, until the block
+is spent or its window ends (see :doc:`/limits`, "Leasing quota").
+
+Taking a block is an ordinary, all-or-nothing hit of cost ``n`` on every
+layer of every identity of the request (:meth:`Throttle.hit
+<flask_redis_throttle.core.engine.throttle.Throttle.hit>`): what a worker holds is
+counted in Redis when it is taken, so the sum of every worker's admissions
+in a window never passes the quota. Unspent units are given back with a
+refund (a negative cost) when the worker exits cleanly, and are dropped by
+the window's end otherwise.
+
+What leasing costs is under-admission: units one worker holds are not
+available to another. Blocks are sized from the rate the worker sees (what
+it asked for over the last :data:`HORIZON` seconds), never past the time
+left in the window at that rate, at most twice what it asked for since its
+last block, and at most a :data:`SHARE` of the quota the last reply left,
+down to the request's own cost: near the limit every decision is exact
+again.
+"""
+
+from __future__ import annotations
+
+import atexit
+import math
+import os
+import threading
+import time
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from .scripts import PARTS
+from .throttle import Check, Decision, Hold, Policy, StorageUnavailable, Throttle
+
+__all__ = ["HORIZON", "LEASABLE", "LEASE_TABLE_SIZE", "NO_LEASE", "SHARE", "Leases", "leasable"]
+
+#: The strategies whose quota can be leased, by their records: the fixed
+#: window, whose windows are aligned to the clock, so that a block counted
+#: in a window and spent before it ends is counted in the window it is
+#: spent in.
+LEASABLE = frozenset(name for name, strategy in PARTS.items() if strategy.leases)
+
+#: Why the other strategies cannot lease, for the error.
+NO_LEASE = {name: strategy.no_lease for name, strategy in PARTS.items() if not strategy.leases}
+
+#: How far ahead a block reaches, in seconds: a block is what the worker
+#: asked for over the last ``HORIZON`` seconds.
+HORIZON = 0.1
+
+#: A block is at most ``1 / SHARE`` of the quota the last reply left.
+SHARE = 8
+
+#: How many request shapes a :class:`Leases` keeps blocks for, by default.
+LEASE_TABLE_SIZE = 10_000
+
+
+@dataclass(slots=True)
+class _Lease:
+    """The units of one request shape that this worker holds.
+
+    :param units: units in hand, counted in Redis and not yet spent.
+    :param until: when they must be spent by, on the lease clock (the
+        earliest end of a window of the request's layers).
+    :param taken: when the block was taken, on the lease clock.
+    :param decision: the reply that took it: the headers of what is spent
+        from it are its own, less what has been spent since.
+    :param hold: gives unspent units back (its cost is set to them).
+    :param asked: units asked for since the block was taken, for the rate.
+    """
+
+    units: int
+    until: int
+    taken: int
+    decision: Decision
+    hold: Hold | None
+    asked: int = 0
+
+
+class Leases:
+    """Decides requests on ``throttle`` from blocks of quota taken in
+    advance (see the module). One per worker and throttle; thread-safe.
+
+    :param throttle: takes the blocks; its clock, when pinned, is the lease
+        clock too.
+    :param horizon: see :data:`HORIZON`.
+    :param size: how many request shapes (limits and identities) it keeps
+        blocks for: when it is full, a new one first drops those that hold
+        nothing to spend; if none does, every block is dropped, whose units
+        are then lost to their window (never spent twice).
+    """
+
+    def __init__(self, throttle: Throttle, horizon: float = HORIZON, size: int = LEASE_TABLE_SIZE) -> None:
+        self.throttle = throttle
+        self.horizon = horizon
+        self.size = size
+        self._leases: dict[tuple[object, ...], _Lease] = {}
+        self._lock = threading.Lock()
+        #: Script calls made (the block cache's refusals are not), for the benchmark and tests.
+        self.calls = 0
+        _LIVE.add(self)
+
+    def _clock(self) -> int:
+        """The lease clock in microseconds: the throttle's pinned time, or this process's monotonic clock."""
+        now = self.throttle.now()
+        return time.monotonic_ns() // 1000 if now is None else now
+
+    def hit(self, checks: Sequence[Check], cost: int = 1) -> Decision:
+        """Decide a request of ``cost`` from the block its shape holds, or
+        take a new block in one script call.
+
+        A request whose limits cannot all lease (see :func:`leasable`), or
+        of cost 0, is decided by the throttle as usual.
+
+        :raises StorageUnavailable: as :meth:`Throttle.hit` does, once
+            the block in hand is spent.
+        """
+        if cost <= 0 or not all(leasable(policy) for policy, _ in checks):
+            return self.throttle.hit(checks, cost)
+        shape = tuple((policy, tuple(identities)) for policy, identities in checks)
+        now = self._clock()
+        with self._lock:
+            lease = self._leases.get(shape)
+            if lease is not None:
+                lease.asked += cost
+                if now < lease.until and lease.units >= cost:
+                    lease.units -= cost
+                    return _spent(lease, now)
+            size = cost if lease is None else self._size(lease, now, cost, checks)
+        return self._take(shape, checks, cost, size, now)
+
+    def _size(self, lease: _Lease, now: int, cost: int, checks: Sequence[Check]) -> int:
+        """The next block: the rate seen since the last was taken, over the
+        horizon and at most the time left in the window; at most twice what
+        was asked since, so that a burst at one instant does not pass for a
+        boundless rate; at most a share of the quota the last reply left
+        (of the least quota, once the window it was left in has ended);
+        never less than ``cost``."""
+        asked = lease.asked
+        elapsed = max(now - lease.taken, 1) / 1e6
+        if now < lease.until:
+            left, remaining = min(self.horizon, (lease.until - now) / 1e6), lease.decision.remaining
+        else:
+            left, remaining = self.horizon, min(layer.quota for policy, _ in checks for layer in policy.layers)
+        size = min(math.ceil(asked / elapsed * left), 2 * asked, remaining // SHARE)
+        return max(cost, size)
+
+    def _take(self, shape: tuple[object, ...], checks: Sequence[Check], cost: int, size: int, now: int) -> Decision:
+        decision = self.throttle.hit(checks, size, returnable=True)
+        self.calls += not decision.cached
+        if not decision.admitted and size > cost and not decision.cached:
+            # Others took what was left: decide this request exactly.
+            decision = self.throttle.hit(checks, cost, returnable=True)
+            self.calls += not decision.cached
+            size = cost
+        if not decision.admitted:
+            return decision
+        if decision.fallback:
+            # Redis is unavailable and the fallback decided: no block is
+            # kept from it, which would go on being spent once Redis is
+            # back. What it took beyond this request goes back at once.
+            if size > cost and decision.hold is not None:
+                replace(decision.hold, cost=size - cost).release(guarded=False)
+            return replace(decision, hold=None)
+        until = now + _window_left(checks, decision)
+        lease = _Lease(size - cost, until, now, decision, decision.hold)
+        with self._lock:
+            leases = self._leases
+            old = leases.get(shape)
+            if old is not None and old.until == until:
+                lease.units += old.units  # another thread's block of the same window
+            elif old is None and len(leases) >= self.size:
+                # A flood of identities: keep the blocks that have units to spend.
+                leases = self._leases = {key: kept for key, kept in leases.items() if kept.units and now < kept.until}
+                if len(leases) >= self.size:
+                    leases.clear()
+            leases[shape] = lease
+        return replace(decision, remaining=decision.remaining + lease.units, hold=None)
+
+    def give_back(self) -> int:
+        """Refund every unspent unit, each block in one script call sent past
+        the breakers, and forget the blocks: for a worker that exits.
+        Blocks whose window has ended are dropped: a refund could not
+        reach them. Redis being down loses the refund, not the quota: the
+        units come back at the window's end.
+
+        :returns: the units given back.
+        """
+        now = self._clock()
+        with self._lock:
+            leases, self._leases = list(self._leases.values()), {}
+        given = 0
+        for lease in leases:
+            if lease.units and lease.hold is not None and now < lease.until:
+                try:
+                    replace(lease.hold, cost=lease.units).release(guarded=False)
+                except StorageUnavailable:
+                    continue
+                given += lease.units
+        return given
+
+
+def leasable(policy: Policy) -> bool:
+    """Whether ``policy``'s quota can be leased: its strategy is in
+    :data:`LEASABLE`, and it has no penalty (a block refused because other
+    workers took what was left would count as an offence)."""
+    return policy.strategy in LEASABLE and policy.penalty is None
+
+
+def _spent(lease: _Lease, now: int) -> Decision:
+    """The decision of a request spent from ``lease``: the last reply's, its
+    reset counted down, its remaining the quota left in Redis then plus the
+    units still in hand."""
+    decision = lease.decision
+    waited = (now - lease.taken) / 1e6
+    return replace(
+        decision,
+        remaining=decision.remaining + lease.units,
+        reset=max(decision.reset - waited, 0.0),
+        hold=None,
+    )
+
+
+def _window_left(checks: Sequence[Check], decision: Decision) -> int:
+    """Microseconds until the first window of any of the request's layers
+    ends, from the time the script decided at. A block must be spent by
+    then: its units were counted in those windows.
+
+    The script's time is at least the lease clock's when the call was sent,
+    so a block's end on the lease clock is never late (clocks that tick at
+    the same rate assumed)."""
+    hold = decision.hold
+    # An admission's reply: it holds what it took, and when.
+    assert hold is not None
+    assert hold.now is not None
+    at = hold.now
+    return min(
+        layer.window * 1_000_000 - at % (layer.window * 1_000_000) for policy, _ in checks for layer in policy.layers
+    )
+
+
+#: Every live lease table, to give back at exit.
+_LIVE: weakref.WeakSet[Leases] = weakref.WeakSet()
+
+
+@atexit.register
+def _give_back_all() -> None:
+    """At a clean exit (and a gunicorn worker's is one), give every block back."""
+    for leases in list(_LIVE):
+        leases.give_back()
+
+
+def _forget_in_child() -> None:
+    """In a forked child (a worker of ``gunicorn --preload``), forget the
+    parent's blocks: their units are the parent's, and each child spending
+    a copy of them would admit them once per child. The lock is new too:
+    the parent's may have been held by another thread when it forked."""
+    for leases in list(_LIVE):
+        leases._leases = {}
+        leases._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)

@@ -1,0 +1,385 @@
+"""Outbound limits: the calls an app makes to a third party, which grants
+it a quota ("10 calls a second"), wait for their turn under that quota,
+shared by every process and host that uses the same storage.
+
+A call reserves its turn in one script call (the reservation of a shaped
+limit: see ``lua/shaping.lua``): the script, on Redis's clock, gives it the
+next free turn and says how long that is from now; the call sleeps exactly
+that long, and never polls. A turn further off than the call's ``timeout``
+is not taken, and the call raises :class:`QuotaTimeout` at once, having
+used nothing of the quota.
+
+A quota such as ``"10/s;2000/d"`` means at most 10 calls a second and
+2,000 a day. Its layers of the shortest window set the pace, by GCRA (see
+:doc:`/algorithms`): the calls are spread one every ``window / quota``,
+with ``burst=1``, the default here; a larger burst lets that many calls go
+at once after a quiet spell. Every layer, that one too, is also kept as a
+sliding log, which caps the total exactly: never more than a layer's quota
+in any span of its window, which is what a third party that counts in
+windows of its own needs. So calls go at 10 a second until 2,000 have gone
+in the last day, and then wait for the oldest of them to be a day old. The
+log keeps one entry per call in the longest window (2,000 here).
+
+A wait that is given up on, interrupted (``KeyboardInterrupt``) or
+cancelled (``asyncio.wait_for``, a task's ``cancel()``), gives its turn
+back before the exception goes on, and the next caller gets it: the last
+turn reserved is given back to the layers; one from the middle of the
+line is kept, still counted, and marked free, and the next call whose own
+turn would be later takes it instead (see ``lua/shaping.lua``), so the
+turns are always ones the layers admitted. A caller with a deadline may
+still give it as its ``timeout`` too, so that no turn past it is reserved
+(see :ref:`outbound`).
+
+The quota lives in the storage: a Redis restarted without persistence
+forgets it, and a window that holds calls decided before and after the
+restart holds up to twice the quota (see :ref:`outbound`); one that
+persists every write (``appendfsync always``) keeps the rate.
+
+.. code-block:: python
+
+    quota = SharedQuota(Throttle(Storage.from_url(url)), "10/s", scope="api.example.com")
+
+    with quota:                      # waits for its turn
+        requests.get("https://api.example.com/items")
+
+    async with quota:                # the same, without blocking the loop
+        await client.get("https://api.example.com/items")
+
+This module imports nothing of Flask.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
+from types import TracebackType
+from typing import Any, ParamSpec, TypeVar, cast
+
+from ..checks import is_integer, is_number
+from ..errors import InvalidLimit
+from .bounded import remember
+from .codec import MAX_PLAN_DELAY
+from .keys import Identity
+from .rates import Layer, parse_limits
+from .throttle import Decision, Hold, Policy, StorageUnavailable, Throttle
+
+__all__ = ["QuotaTimeout", "SharedQuota", "acquire", "acquire_async", "quota_policies", "reserve"]
+
+_T = TypeVar("_T")
+_P = ParamSpec("_P")
+
+logger = logging.getLogger("flask_redis_throttle")
+
+#: How many (policies, timeout) pairs :func:`reserve` keeps the delayed policies of.
+_POLICY_CACHE_SIZE = 64
+_delayed: dict[tuple[tuple[Policy, ...], float], tuple[Policy, ...]] = {}
+
+
+class QuotaTimeout(Exception):
+    """The quota has no turn for the call within its timeout. Nothing of the
+    quota was used.
+
+    :param scope: the quota's scope.
+    :param timeout: the longest the call would have waited, in seconds.
+    :param retry_after: seconds until a call would get its turn at once.
+    """
+
+    def __init__(self, scope: str, timeout: float, retry_after: float) -> None:
+        super().__init__(
+            f"no turn under the quota {scope!r} within {timeout:g} s: the next free turn is {retry_after:.3f} s away"
+        )
+        self.scope = scope
+        self.timeout = timeout
+        self.retry_after = retry_after
+
+
+def quota_policies(layers: Sequence[Layer], scope: str, burst: int = 1) -> tuple[Policy, Policy]:
+    """The two policies of a quota of ``layers``: its layers of the shortest
+    window, by GCRA with ``burst``, which set the pace; and every layer as
+    a sliding log, which caps each window's total exactly.
+
+    :raises ~flask_redis_throttle.core.errors.InvalidLimit: for no layers,
+        or a burst that is not from 1 to the quota of the pace's layers.
+    """
+    if not layers:
+        raise InvalidLimit("a quota needs at least one layer, such as 10/s", spec=layers)
+    shortest = min(layer.window for layer in layers)
+    pace = tuple(layer for layer in layers if layer.window == shortest)
+    # The delay here is a placeholder: each call sends its timeout as the delay (see reserve()).
+    return (
+        Policy(pace, scope, "gcra", delay=MAX_PLAN_DELAY, burst=burst),
+        Policy(tuple(layers), scope, "sliding-log", delay=MAX_PLAN_DELAY),
+    )
+
+
+def _wait_bound(timeout: float | None) -> float:
+    """The longest wait a call accepts, as the plan's delay: ``timeout``,
+    at least a millisecond (the plan counts delays in whole milliseconds,
+    at least one), or the longest there is for None.
+
+    :raises ValueError: for a timeout that is not a number of seconds from
+        0 to :data:`~flask_redis_throttle.core.engine.codec.MAX_PLAN_DELAY` (nor None).
+    """
+    if timeout is None:
+        return MAX_PLAN_DELAY
+    if not is_number(timeout) or not 0 <= timeout <= MAX_PLAN_DELAY:
+        raise ValueError(
+            f"timeout {timeout!r} must be a number of seconds from 0 to {MAX_PLAN_DELAY:.0f}, "
+            "or None to wait as long as it takes"
+        )
+    return max(timeout, 0.001)
+
+
+def _take(
+    throttle: Throttle,
+    policy: Policy | Sequence[Policy],
+    identity: Identity,
+    cost: int = 1,
+    timeout: float | None = None,
+) -> Decision:
+    """Reserve the turn (see :func:`reserve`), and return the admitted
+    decision, whose hold gives the turn back."""
+    policies = (policy,) if isinstance(policy, Policy) else tuple(policy)
+    if not policies:
+        raise ValueError("no policy to reserve a turn under")
+    scope = policies[0].scope
+    if not is_integer(cost) or cost < 1:
+        # 0 would only look, and a negative cost would give back turns never taken.
+        raise ValueError(f"cost {cost!r} must be a whole number of 1 or more")
+    most = min(each.burst or min(layer.quota for layer in each.layers) for each in policies)
+    if cost > most:
+        raise ValueError(f"cost {cost} is more than {scope!r} lets go at once ({most}): it would never get a turn")
+    bound = _wait_bound(timeout)
+    delayed = _delayed.get((policies, bound))
+    if delayed is None:
+        made = tuple(replace(each, delay=bound) for each in policies)
+        delayed = remember(_delayed, (policies, bound), made, _POLICY_CACHE_SIZE)
+    decision = throttle.hit([(each, (identity,)) for each in delayed], cost, returnable=True)
+    if not decision.admitted:
+        raise QuotaTimeout(scope, bound, decision.retry_after)
+    return decision
+
+
+def reserve(
+    throttle: Throttle,
+    policy: Policy | Sequence[Policy],
+    identity: Identity,
+    cost: int = 1,
+    timeout: float | None = None,
+) -> float:
+    """Reserve the next turn of ``identity`` under ``policy``, GCRA or
+    sliding-log policies such as :func:`quota_policies` makes (their delay
+    is replaced by ``timeout``; a burst is kept), in one script call, and
+    return how many seconds from now it is (0 when the call may go at
+    once). The caller must wait that long before it calls: :func:`acquire`
+    does. A turn reserved here cannot be given back.
+
+    :param cost: how much of the quota the call takes.
+    :param timeout: the longest wait to accept, in seconds, rounded to a
+        millisecond (0 takes a turn at most a millisecond away); None for
+        any (up to :data:`~flask_redis_throttle.core.engine.codec.MAX_PLAN_DELAY`).
+    :raises QuotaTimeout: if the turn is further off than ``timeout``.
+    :raises ValueError: for a ``cost`` that is not a whole number of 1 or
+        more, or more than the policy's burst (or a layer's whole quota),
+        which no wait lets through; or a ``timeout`` that is not None or a
+        number of seconds from 0 to
+        :data:`~flask_redis_throttle.core.engine.codec.MAX_PLAN_DELAY`.
+    :raises ~flask_redis_throttle.core.engine.throttle.StorageUnavailable: if
+        Redis could not answer.
+    """
+    return _take(throttle, policy, identity, cost, timeout).retry_after
+
+
+def give_back(hold: Hold | None) -> None:
+    """Give back a turn that will not be used; a storage that cannot answer
+    loses it, with a warning, rather than hide the reason it was given up."""
+    if hold is None:
+        return
+    try:
+        hold.release()
+    except StorageUnavailable as error:
+        logger.warning("could not give back a turn of an outbound quota (%s): it is lost", error)
+
+
+def acquire(
+    throttle: Throttle,
+    policy: Policy | Sequence[Policy],
+    identity: Identity,
+    cost: int = 1,
+    timeout: float | None = None,
+) -> float:
+    """Wait for the next turn of ``identity`` under ``policy`` (see
+    :func:`reserve`), sleeping once for as long as the script says, and
+    return how long that was, in seconds. A wait interrupted by any
+    exception (``KeyboardInterrupt``) gives the turn back first."""
+    decision = _take(throttle, policy, identity, cost, timeout)
+    wait = decision.retry_after
+    if wait > 0:
+        try:
+            time.sleep(wait)
+        except BaseException:
+            give_back(decision.hold)
+            raise
+    return wait
+
+
+async def acquire_async(
+    throttle: Throttle,
+    policy: Policy | Sequence[Policy],
+    identity: Identity,
+    cost: int = 1,
+    timeout: float | None = None,
+) -> float:
+    """:func:`acquire` for ``asyncio``: the script call runs in a worker
+    thread and the wait is an ``asyncio.sleep``, so the event loop runs on.
+    A cancelled wait gives its turn back before the cancellation goes on;
+    one cancelled while the script call runs, once that call has answered
+    (in the worker thread, which the loop waits for when it closes)."""
+    reservation = _Reservation()
+    try:
+        decision = await asyncio.to_thread(reservation.take, throttle, policy, identity, cost, timeout)
+    except asyncio.CancelledError:
+        taken = reservation.abandon()
+        if taken is not None:
+            await asyncio.shield(asyncio.to_thread(give_back, taken.hold))
+        raise
+    wait = decision.retry_after
+    if wait > 0:
+        try:
+            await asyncio.sleep(wait)
+        except BaseException:
+            await asyncio.shield(asyncio.to_thread(give_back, decision.hold))
+            raise
+    return wait
+
+
+class _Reservation:
+    """A turn being reserved in a worker thread for a caller that may be
+    cancelled meanwhile: whichever of the two learns last that the turn
+    will not be used gives it back."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._decision: Decision | None = None
+        self._abandoned = False
+
+    def take(
+        self,
+        throttle: Throttle,
+        policy: Policy | Sequence[Policy],
+        identity: Identity,
+        cost: int,
+        timeout: float | None,
+    ) -> Decision:
+        """Reserve the turn (in the worker thread); give it back at once if
+        the caller has already been cancelled."""
+        decision = _take(throttle, policy, identity, cost, timeout)
+        with self._lock:
+            if not self._abandoned:
+                self._decision = decision
+                return decision
+        give_back(decision.hold)
+        return decision
+
+    def abandon(self) -> Decision | None:
+        """The caller was cancelled: the turn, for it to give back, if it was reserved already."""
+        with self._lock:
+            self._abandoned = True
+            return self._decision
+
+
+class SharedQuota:
+    """A third party's quota, shared by every process and host that uses the
+    same storage: a context manager (``with`` and ``async with``) and a
+    decorator (of plain and ``async`` functions) whose calls each wait for
+    their turn.
+
+    :param throttle: decides the turns; its storage is what is shared.
+    :param limit: the quota, such as ``"10/s"`` or ``"10/s;2000/d"`` (see
+        :doc:`/grammar`), or its layers: calls go at the pace of the
+        layers of the shortest window, and every layer caps its window's
+        total (see the module's docstring).
+    :param scope: names the quota in the keys: every ``SharedQuota`` with
+        the same scope (and identity) shares it, such as the host called.
+    :param identity: whose quota it is, when the third party grants one
+        per account: every call under one identity shares its turns.
+    :param timeout: the longest a call waits for its turn, in seconds;
+        None to wait as long as it takes. Past it, :class:`QuotaTimeout`.
+    :param burst: how many calls may go at once after a quiet spell (see
+        the module's docstring); 1 spreads every call evenly.
+    :raises ~flask_redis_throttle.core.errors.InvalidLimit: for a malformed
+        limit, or a burst that is not from 1 to the quota of the shortest
+        window.
+    :raises ValueError: for a timeout that is not None or a number of
+        seconds from 0 to :data:`~flask_redis_throttle.core.engine.codec.MAX_PLAN_DELAY`.
+    """
+
+    def __init__(
+        self,
+        throttle: Throttle,
+        limit: str | Sequence[Layer],
+        scope: str,
+        identity: str = "default",
+        timeout: float | None = None,
+        burst: int = 1,
+    ) -> None:
+        layers = parse_limits(limit) if isinstance(limit, str) else tuple(limit)
+        self.throttle = throttle
+        self.policies = quota_policies(layers, scope, burst)
+        self.identity = Identity("outbound", identity)
+        _wait_bound(timeout)  # a bad timeout fails here, not at the first call
+        self.timeout = timeout
+
+    def acquire(self, cost: int = 1, timeout: float | None = None) -> float:
+        """Wait for a turn (see :func:`acquire`); ``timeout`` overrides the quota's."""
+        return acquire(self.throttle, self.policies, self.identity, cost, self._timeout(timeout))
+
+    async def acquire_async(self, cost: int = 1, timeout: float | None = None) -> float:
+        """Wait for a turn without blocking the event loop (see :func:`acquire_async`)."""
+        return await acquire_async(self.throttle, self.policies, self.identity, cost, self._timeout(timeout))
+
+    def _timeout(self, timeout: float | None) -> float | None:
+        return self.timeout if timeout is None else timeout
+
+    def __enter__(self) -> SharedQuota:
+        self.acquire()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        return None
+
+    async def __aenter__(self) -> SharedQuota:
+        await self.acquire_async()
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        return None
+
+    def __call__(self, function: Callable[_P, _T]) -> Callable[_P, _T]:
+        """Make each call of ``function`` wait for its turn first."""
+        if inspect.iscoroutinefunction(function):
+            run = cast(Callable[_P, Awaitable[Any]], function)
+
+            @functools.wraps(function)
+            async def waiting(*args: _P.args, **kwargs: _P.kwargs) -> Any:
+                await self.acquire_async()
+                return await run(*args, **kwargs)
+
+            return cast(Callable[_P, _T], waiting)
+
+        @functools.wraps(function)
+        def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+            self.acquire()
+            return function(*args, **kwargs)
+
+        return wrapper

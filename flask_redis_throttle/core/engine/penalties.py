@@ -1,0 +1,163 @@
+"""Penalties: an identity that keeps hitting a limit is refused for an
+escalating time.
+
+``@limit("10/m", penalty="1m;x2;max=1h")``: the first time a client is
+refused by that limit, it serves a penalty of a minute; if it is refused
+again within an hour of that penalty's end, two minutes, then four, and so
+on up to an hour. While it serves one, every request it sends under that
+limit is refused, with a ``Retry-After`` that covers the penalty. ("Block"
+is the block cache's word, not a penalty's.)
+
+It is decided in the same script call as the limits, with one more key per
+penalized limit and identity (see ``lua/penalty.lua``), so it costs no round
+trip. Every penalty key expires at most two longest penalties after it was
+written.
+
+This module makes no Redis call and needs no Flask app.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from ..errors import InvalidLimit
+from .keys import escape_scope, identity_tag
+from .rates import MAX_WINDOW, check_length, parse_duration, read_number, whole_number
+
+__all__ = ["MAX_FACTOR", "Penalty", "parse_penalty", "penalty_key", "penalty_suffix"]
+
+#: The largest factor between two penalties in a row.
+MAX_FACTOR = 1000
+
+
+_GRAMMAR = (
+    "expected a first penalty such as '1m', then optionally ';x2' (each further penalty twice as long) "
+    "and ';max=1h' (the longest penalty), as in '1m;x2;max=1h'"
+)
+
+
+@dataclass(frozen=True)
+class Penalty:
+    """How long a repeat offender is refused.
+
+    :param first: the first penalty's duration, in seconds.
+    :param factor: each further penalty is this many times the one before;
+        1 keeps every penalty at ``first``.
+    :param longest: the longest penalty, in seconds. A level of offence is
+        remembered for this long after its penalty ends.
+    :param spec: the penalty as written.
+    :raises InvalidLimit: when a duration is not a whole number of seconds
+        from 1 to :data:`~flask_redis_throttle.core.engine.rates.MAX_WINDOW`, the
+        longest is shorter than the first, or the factor is not from 1 to
+        :data:`MAX_FACTOR`.
+    """
+
+    first: int
+    factor: int = 1
+    longest: int = 0
+    spec: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.longest:
+            object.__setattr__(self, "longest", self.first)
+        # As a layer's (see Layer): the scripts take each as a 4-byte integer.
+        if not (whole_number(self.first, MAX_WINDOW) and whole_number(self.factor, MAX_FACTOR)) or not (
+            whole_number(self.longest, MAX_WINDOW) and self.longest >= self.first
+        ):
+            raise InvalidLimit(
+                f"invalid penalty {self.first!r}, x{self.factor!r}, max {self.longest!r}: the penalties must be "
+                f"whole numbers of seconds from 1 to {MAX_WINDOW}, the longest at least the first, and the factor "
+                f"from 1 to {MAX_FACTOR}",
+                spec=self,
+            )
+
+    def duration(self, level: int) -> int:
+        """The penalty of the ``level``-th offence in a row (1 for the first), in seconds."""
+        duration = self.first
+        for _ in range(level - 1):
+            if duration >= self.longest or self.factor == 1:
+                break
+            duration *= self.factor
+        return min(duration, self.longest)
+
+
+def parse_penalty(spec: str) -> Penalty:
+    """Parse a penalty such as ``"1m"``, ``"30s;x3"`` or ``"1m;x2;max=1h"``.
+
+    Without ``max``, penalties escalate up to a day (or stay at the first
+    if that is longer); without a factor, every penalty is the first one. Each
+    part may be given once, and ``max`` only with a factor above 1: a
+    repeated part, or a ``max`` that changes nothing, is a typo that taking
+    the last value would hide.
+
+    :raises InvalidLimit: quoting ``spec``, if it is malformed, longer than
+        :data:`~flask_redis_throttle.core.engine.rates.MAX_LIMIT_LENGTH`, repeats a part,
+        has a factor below 1 or above :data:`MAX_FACTOR`, a ``max`` without
+        a factor above 1, or a longest penalty shorter than the first or
+        longer than 366 days.
+    """
+    if not isinstance(spec, str) or not spec.strip():
+        raise InvalidLimit(f"penalty {spec!r} is invalid: {_GRAMMAR}", spec=spec)
+    check_length(spec, "penalty")
+    first_text, *options = (part.strip() for part in spec.split(";"))
+    first = _duration(first_text, spec)
+    parts: dict[str, int] = {}
+    for option in options:
+        name, value = _option(option, spec)
+        if name in parts:
+            raise InvalidLimit(f"penalty {spec!r} gives {name} twice; {_GRAMMAR}", spec=spec)
+        parts[name] = value
+    factor = parts.get("the factor", 1)
+    longest = parts.get("max", 0)
+    if longest and factor == 1:
+        raise InvalidLimit(
+            f"penalty {spec!r}: max has no effect without a factor above 1 (every penalty is the first); {_GRAMMAR}",
+            spec=spec,
+        )
+    if not longest:
+        longest = max(first, 86_400) if factor > 1 else first
+    if longest < first:
+        raise InvalidLimit(f"penalty {spec!r}: the longest penalty is shorter than the first", spec=spec)
+    return Penalty(first, factor, longest, spec)
+
+
+def _option(option: str, spec: str) -> tuple[str, int]:
+    """One part after the first penalty: ``("the factor", 2)`` for ``x2``,
+    ``("max", 3600)`` for ``max=1h``."""
+    digits = option[1:].strip()
+    if option[:1] in ("x", "X") and digits.isascii() and digits.isdigit():
+        factor = read_number(digits, MAX_FACTOR)
+        if not 1 <= factor <= MAX_FACTOR:
+            raise InvalidLimit(f"penalty {spec!r}: the factor must be from 1 to {MAX_FACTOR}", spec=spec)
+        return "the factor", factor
+    name, equals, value = option.partition("=")
+    if name.strip().lower() == "max" and equals:
+        return "max", _duration(value.strip(), spec)
+    raise InvalidLimit(f"penalty {spec!r} has an unknown part {option!r}; {_GRAMMAR}", spec=spec)
+
+
+def _duration(text: str, spec: str) -> int:
+    try:
+        return parse_duration(text)
+    except InvalidLimit as error:
+        raise InvalidLimit(f"penalty {spec!r} has an {error}; {_GRAMMAR}", spec=spec) from None
+
+
+@lru_cache(maxsize=1024)
+def penalty_suffix(scope: str) -> str:
+    """What follows an identity's tag in its penalty key under ``scope``."""
+    return f"}}:{escape_scope(scope)}:pn"
+
+
+def penalty_key(prefix: str, kind: str, value: str, scope: str, secret: bytes = b"") -> str:
+    """The Redis key of one identity's penalty under one scope, such as
+    ``rl:{ip:Yq3...}:login:pn``: in the identity's hash tag, like its counters.
+
+    :param prefix: the key prefix (``RATELIMIT_KEY_PREFIX``).
+    :param kind: the identity's kind.
+    :param value: the identity's value.
+    :param scope: the limit's scope.
+    :param secret: the digest's secret (``RATELIMIT_KEY_SECRET``).
+    """
+    return prefix + "{" + identity_tag(kind, value, secret) + penalty_suffix(scope)

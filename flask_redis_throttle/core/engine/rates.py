@@ -1,0 +1,263 @@
+"""Parsing limit strings such as ``"10/s;120/m;240/h"`` into :class:`Layer` layers.
+
+This module makes no Redis call and needs no Flask app.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import InvalidLimit
+
+__all__ = ["MAX_LAYERS", "MAX_LIMIT_LENGTH", "MAX_QUOTA", "MAX_WINDOW", "Layer", "parse_duration", "parse_limits"]
+
+#: The largest quota one layer may have. Anything above is surely a typo.
+MAX_QUOTA = 1_000_000_000
+#: The longest window one layer may have, in seconds (366 days).
+MAX_WINDOW = 366 * 86_400
+#: The longest limit string, in characters. Limits can come from data (a
+#: dynamic limit's function), so anything longer is rejected by its length
+#: alone, before it is looked at: parsing takes time linear in this at most.
+MAX_LIMIT_LENGTH = 1000
+#: The most layers one limit string may have.
+MAX_LAYERS = 32
+
+_UNITS: dict[str, int] = {}
+for _names, _seconds in (
+    (("s", "sec", "second", "seconds"), 1),
+    (("m", "min", "minute", "minutes"), 60),
+    (("h", "hour", "hours"), 3_600),
+    (("d", "day", "days"), 86_400),
+):
+    _UNITS.update(dict.fromkeys(_names, _seconds))
+
+# The characters of the grammar. Digits and letters are ASCII only, so that
+# exotic Unicode digits cannot sneak past as numbers; spaces inside a layer
+# are ASCII whitespace, and str.strip() trims any whitespace around it.
+_DIGITS = frozenset("0123456789")
+_LETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_SPACES = frozenset(" \t\n\r\f\v")
+
+_GRAMMAR = (
+    "expected layers such as '10/s', '10 per second', '5/2m' or '5 per 2 minutes', "
+    "separated by ';' or ','; units are s, sec, second(s), m, min, minute(s), "
+    "h, hour(s), d, day(s)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Layer:
+    """One layer of a limit: at most ``quota`` requests every ``window`` seconds.
+
+    :param quota: the quota, from 1 to :data:`~flask_redis_throttle.core.engine.rates.MAX_QUOTA`.
+    :param window: the window length in whole seconds, from 1 to
+        :data:`~flask_redis_throttle.core.engine.rates.MAX_WINDOW`.
+    :raises InvalidLimit: when either is not a whole number in its range.
+    """
+
+    quota: int
+    window: int
+
+    def __post_init__(self) -> None:
+        # The scripts take each as a 4-byte integer (see codec.entry), and a
+        # quota of 0 would divide by 0: a layer made in code, not parsed, is
+        # refused here, when it is made, rather than by its first request.
+        if not (whole_number(self.quota, MAX_QUOTA) and whole_number(self.window, MAX_WINDOW)):
+            raise InvalidLimit(
+                f"invalid layer {self.quota!r}/{self.window!r}: the quota must be a whole number from 1 to "
+                f"{MAX_QUOTA}, the window a whole number of seconds from 1 to {MAX_WINDOW}",
+                spec=self,
+            )
+
+    @property
+    def name(self) -> str:
+        """A short name for the window, such as ``"1s"`` or ``"2m"``.
+
+        It names the layer in the ``RateLimit`` headers and in Redis keys.
+        """
+        for unit, seconds in (("d", 86_400), ("h", 3_600), ("m", 60)):
+            if self.window % seconds == 0:
+                return f"{self.window // seconds}{unit}"
+        return f"{self.window}s"
+
+    def __str__(self) -> str:
+        words = {"d": "day", "h": "hour", "m": "minute", "s": "second"}
+        name = self.name
+        count, unit = int(name[:-1]), words[name[-1]]
+        return f"{self.quota} per {count} {unit}{'' if count == 1 else 's'}"
+
+
+def whole_number(value: object, most: int) -> bool:
+    """Whether ``value`` is an int (not a bool) from 1 to ``most``."""
+    return type(value) is int and 1 <= value <= most
+
+
+def parse_limits(spec: str) -> tuple[Layer, ...]:
+    """Parse a limit string into its layers.
+
+    >>> parse_limits("10/s;120/m")
+    (Layer(quota=10, window=1), Layer(quota=120, window=60))
+
+    It reads the string once, left to right, without backtracking, and
+    rejects one longer than :data:`MAX_LIMIT_LENGTH` by its length alone, so
+    a limit that comes from data cannot make it slow.
+
+    :param spec: one or more layers separated by ``;`` or ``,``.
+    :returns: the layers, in the order written.
+    :raises InvalidLimit: if ``spec`` is not a string, is longer than
+        :data:`MAX_LIMIT_LENGTH`, has more than :data:`MAX_LAYERS` layers, an
+        empty or malformed layer, a zero or absurdly large number, or two
+        layers with the same window.
+    """
+    if not isinstance(spec, str):
+        raise InvalidLimit(f"a limit must be a string, not {spec!r}; {_GRAMMAR}", spec=spec)
+    check_length(spec, "limit")
+    if not spec.strip():
+        raise InvalidLimit(f"limit {spec!r} has no layers; {_GRAMMAR}", spec=spec)
+    layers = spec.replace(",", ";").split(";")
+    if len(layers) > MAX_LAYERS:
+        raise InvalidLimit(
+            f"limit {_start(spec)} has {len(layers)} layers; a limit has at most {MAX_LAYERS}", spec=spec
+        )
+    parsed = tuple(_parse_layer(layer, spec) for layer in layers)
+    windows: set[int] = set()
+    for layer in parsed:
+        if layer.window in windows:
+            raise InvalidLimit(
+                f"limit {spec!r} has more than one layer with a {layer.name} window; "
+                "give each layer its own window (only the smallest quota would matter)",
+                spec=spec,
+            )
+        windows.add(layer.window)
+    return parsed
+
+
+def check_length(spec: str, what: str) -> None:
+    """Reject ``spec`` if it is longer than :data:`MAX_LIMIT_LENGTH`, quoting
+    only its start: the whole of it could be megabytes.
+
+    :param what: what it is, for the message: ``"limit"`` or ``"penalty"``.
+    :raises InvalidLimit: if it is too long.
+    """
+    if len(spec) > MAX_LIMIT_LENGTH:
+        raise InvalidLimit(
+            f"{what} {_start(spec)} is {len(spec)} characters long; a {what} has at most {MAX_LIMIT_LENGTH}",
+            spec=spec,
+        )
+
+
+def _start(spec: str) -> str:
+    """``spec`` quoted, cut to its first 40 characters."""
+    return repr(spec) if len(spec) <= 40 else f"{spec[:40]!r}..."
+
+
+class _Scanner:
+    """Reads a layer or a duration left to right, one character at a time.
+
+    It never goes back, so reading takes time linear in the text's length,
+    which a regular expression with nested optional spaces does not.
+    """
+
+    __slots__ = ("at", "text")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.at = 0
+
+    def run(self, chars: frozenset[str]) -> str:
+        """Read and return the longest run of ``chars`` from here (maybe empty)."""
+        text, start, end = self.text, self.at, self.at
+        while end < len(text) and text[end] in chars:
+            end += 1
+        self.at = end
+        return text[start:end]
+
+    def word(self, word: str) -> bool:
+        """Read ``word``, in any case, if it comes next."""
+        end = self.at + len(word)
+        if self.text[self.at : end].lower() != word:
+            return False
+        self.at = end
+        return True
+
+    @property
+    def done(self) -> bool:
+        """Whether the whole text has been read."""
+        return self.at == len(self.text)
+
+
+def _scan_layer(text: str) -> tuple[str, str, str] | None:
+    """The quota's digits, the multiple's (maybe empty) and the unit of a
+    layer such as ``5/2m`` or ``5 per 2 minutes``; None if it is malformed."""
+    scan = _Scanner(text)
+    quota = scan.run(_DIGITS)
+    spaced = scan.run(_SPACES)
+    if not scan.word("/") and not (spaced and scan.word("per") and scan.run(_SPACES)):
+        return None
+    scan.run(_SPACES)
+    multiple = scan.run(_DIGITS)
+    scan.run(_SPACES)
+    unit = scan.run(_LETTERS)
+    if not quota or not unit or not scan.done:
+        return None
+    return quota, multiple, unit
+
+
+def read_number(digits: str, most: int) -> int:
+    """The number ``digits`` writes, or ``most + 1`` if it is larger than
+    ``most``: a long number is never converted in full, which Python refuses
+    beyond ``sys.get_int_max_str_digits()`` digits with a bare ValueError."""
+    significant = digits.lstrip("0")
+    if len(significant) > len(str(most)):
+        return most + 1
+    return int(significant or "0")
+
+
+def _parse_layer(layer: str, spec: str) -> Layer:
+    text = layer.strip()
+    if not text:
+        raise InvalidLimit(f"limit {spec!r} has an empty layer; {_GRAMMAR}", spec=spec)
+    scanned = _scan_layer(text)
+    unit = scanned and _UNITS.get(scanned[2].lower())
+    if scanned is None or unit is None:
+        raise InvalidLimit(f"invalid layer {text!r} in limit {spec!r}; {_GRAMMAR}", spec=spec)
+    quota = read_number(scanned[0], MAX_QUOTA)
+    window = read_number(scanned[1] or "1", MAX_WINDOW) * unit
+    if not 1 <= quota <= MAX_QUOTA:
+        raise InvalidLimit(
+            f"invalid layer {text!r} in limit {spec!r}: the quota must be from 1 to {MAX_QUOTA}",
+            spec=spec,
+        )
+    if not 1 <= window <= MAX_WINDOW:
+        raise InvalidLimit(
+            f"invalid layer {text!r} in limit {spec!r}: "
+            f"the window must be from 1 second to {MAX_WINDOW // 86_400} days",
+            spec=spec,
+        )
+    return Layer(quota, window)
+
+
+def parse_duration(text: str) -> int:
+    """Parse a duration such as ``"90s"``, ``"1m"`` or ``"2 hours"`` into whole seconds.
+
+    >>> parse_duration("2 hours")
+    7200
+
+    :raises InvalidLimit: if ``text`` is not a number and one of the units of
+        a limit's layers, or is not from 1 second to 366 days
+        (:data:`MAX_WINDOW`), or is longer than :data:`MAX_LIMIT_LENGTH`.
+    """
+    if isinstance(text, str):
+        check_length(text, "duration")
+        scan = _Scanner(text.strip())
+        quota, _, unit = scan.run(_DIGITS), scan.run(_SPACES), _UNITS.get(scan.run(_LETTERS).lower())
+        if quota and unit and scan.done:
+            seconds = read_number(quota, MAX_WINDOW) * unit
+            if not 1 <= seconds <= MAX_WINDOW:
+                raise InvalidLimit(
+                    f"invalid duration {text!r}: it must be from 1 second to {MAX_WINDOW // 86_400} days", spec=text
+                )
+            return seconds
+    raise InvalidLimit(
+        f"invalid duration {text!r}: expected a number and a unit, such as '90s', '1m' or '2 hours'", spec=text
+    )

@@ -1,0 +1,232 @@
+"""The Lua script, one file per strategy.
+
+A request's script is ``lua/records.lua`` (finding, keeping and writing the
+records of a packed key), ``lua/penalty.lua`` (reading and writing a
+penalty key), the files of the strategies the request uses,
+``lua/shaping.lua`` (the wait of a request that a limit with a delay lets
+wait its turn), and ``lua/main.lua``, which reads the plan, decides every layer in one pass,
+writes the keys only if all of them have room, and replies. Each
+strategy's file returns a table of plain functions (``check``, ``refund``,
+and for a packed strategy ``life``, else ``store``: see ``lua/main.lua``
+for their contract), which the script keeps under the strategy's code.
+Every value those functions use is a parameter; what the files before
+``lua/main.lua`` define, it calls, and none of them can see its locals. A
+strategy's decision is thus written once, in its file, and every call runs
+it: inspections, refunds, penalties, mixed strategies and keys shared by
+two limits alike. A request whose limits all use one strategy runs a
+script made of that strategy's file and the shared parts only.
+Production Redis and the embedded ``memory://`` store run the very same
+text.
+
+A storage sends them through a :class:`ScriptCache`, which makes each script
+once.
+
+What the scripts are sent and what they reply is written and read in one
+place, :mod:`flask_redis_throttle.core.engine.codec`.
+
+This module is pure Python: it imports neither Flask nor Redis.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib.resources import files
+from typing import TypeGuard
+
+from .codec import SLOTS_CODE, Args
+
+__all__ = [
+    "CONCURRENCY",
+    "PARTS",
+    "SHAPING_STRATEGY",
+    "STRATEGIES",
+    "STRATEGY_NAMES",
+    "Script",
+    "ScriptCache",
+    "Strategy",
+    "able",
+    "is_strategy",
+    "script_source",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Strategy:
+    """An algorithm's record: its name in settings, its Lua file, its code,
+    and what it can do, each with the reason why not where it cannot. Every
+    rule about strategies reads it, so that a new strategy is one record.
+
+    :param name: the value of ``RATELIMIT_STRATEGY`` and ``@limit(strategy=...)``.
+    :param filename: its file under ``lua/``.
+    :param code: two letters that name it in Redis keys and in the script's
+        plan; codes never change, or counters would be lost.
+    :param no_pack: why it does not keep its layers in one string per key
+        (see ``lua/records.lua``); empty when it does.
+    :param no_delay: why a limit with a delay cannot use it (see
+        :doc:`/shaping`); empty when one can.
+    :param no_burst: why a shaped limit on it has no burst; empty when it has.
+    :param no_lease: why a process cannot lease a share of its quota, to
+        spend it without asking the storage; empty when it can.
+    """
+
+    name: str
+    filename: str
+    code: str
+    no_pack: str = ""
+    no_delay: str = ""
+    no_burst: str = ""
+    no_lease: str = ""
+
+    @property
+    def packed(self) -> bool:
+        """Whether it keeps its layers in one string per key."""
+        return not self.no_pack
+
+    @property
+    def delays(self) -> bool:
+        """Whether a limit with a delay can use it."""
+        return not self.no_delay
+
+    @property
+    def bursts(self) -> bool:
+        """Whether a shaped limit on it has a burst: such a limit is sent
+        with a burst of 1, which spreads its requests one at a time."""
+        return not self.no_burst
+
+    @property
+    def leases(self) -> bool:
+        """Whether a share of its quota can be leased."""
+        return not self.no_lease
+
+
+_NO_SHAPING = "it has no delay to shape"
+
+#: Every strategy, by name.
+STRATEGIES: dict[str, Strategy] = {
+    strategy.name: strategy
+    for strategy in (
+        Strategy(
+            "fixed-window",
+            "fixed_window.lua",
+            "fw",
+            no_delay="a request put off to the next window would be counted in a window that has not begun, "
+            "and the waiting requests would all run at its start, the burst shaping is meant to smooth",
+            no_burst=_NO_SHAPING,
+        ),
+        Strategy(
+            "sliding-window",
+            "sliding_window.lua",
+            "sw",
+            no_delay="its count is an estimate from two windows, so it has no exact time at which a request fits",
+            no_burst=_NO_SHAPING,
+            no_lease="its count is an estimate weighted over two windows, so a unit leased in one is still "
+            "counted, in part, in the next, where it may be spent twice over",
+        ),
+        Strategy(
+            "sliding-log",
+            "sliding_log.lua",
+            "sl",
+            no_pack="it keeps the time of every request, in a sorted set of its own",
+            no_burst="the sliding log lets the whole quota go at once",
+            no_lease="it stamps each request with the time it runs, which a block taken in advance does not know",
+        ),
+        Strategy(
+            "gcra",
+            "gcra.lua",
+            "gc",
+            no_lease="GCRA has no window end by which a leased unit must be spent: a unit counted when leased and "
+            "spent later lets another worker go that much sooner than the rate allows, unless it is spent before "
+            "the identity's previous turns run out, which leaves nothing to lease below the rate",
+        ),
+    )
+}
+
+#: The strategy a limit with a delay uses when it names none: its burst of
+#: 1 spreads the waiting requests evenly.
+SHAPING_STRATEGY = "gcra"
+
+#: The concurrency slots (``lua/concurrency.lua``): a part of a script
+#: under a code of its own, like a strategy, but not one a limit counts
+#: with: a limit's ``concurrent=`` adds them (see :doc:`/limits`).
+CONCURRENCY = Strategy(
+    "concurrency",
+    "concurrency.lua",
+    SLOTS_CODE.decode(),
+    no_pack="its slots are members of a sorted set, each given back by the request that holds it",
+    no_delay="a slot is freed by the end of the request that holds it, at no time known in advance",
+    no_burst=_NO_SHAPING,
+    no_lease="a slot is held while a request runs, and given back when it ends: it cannot be taken in advance",
+)
+
+#: Every part a script may have beside the shared ones, by name: the
+#: strategies and the concurrency slots.
+PARTS: dict[str, Strategy] = {**STRATEGIES, CONCURRENCY.name: CONCURRENCY}
+
+
+def able(ability: str) -> str:
+    """The strategies whose record has ``ability``, a property of
+    :class:`Strategy` such as ``"delays"``, quoted, for messages: ``'gcra'
+    or 'sliding-log'``."""
+    return " or ".join(sorted(repr(name) for name, strategy in STRATEGIES.items() if getattr(strategy, ability)))
+
+
+#: The strategies' names, quoted, for messages: ``'fixed-window', ...``.
+STRATEGY_NAMES = ", ".join(map(repr, STRATEGIES))
+
+
+def is_strategy(value: object) -> TypeGuard[str]:
+    """Whether ``value`` names a strategy: the one check of
+    ``RATELIMIT_STRATEGY``, ``@limit(strategy=...)`` and a policy's."""
+    return isinstance(value, str) and value in STRATEGIES
+
+
+def script_source(names: Iterable[str]) -> str:
+    """The full Lua text for a request that uses the strategies ``names``.
+
+    :raises KeyError: for an unknown strategy.
+    """
+    return _source(frozenset(names))
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """A script's text, and the SHA1 that ``EVALSHA`` names it by."""
+
+    text: str
+    sha: str
+
+
+class ScriptCache:
+    """The scripts one storage sends, each made once: one per set of
+    strategies a request uses."""
+
+    def __init__(self) -> None:
+        self._scripts: dict[frozenset[str], Script] = {}
+
+    def choose(self, strategies: frozenset[str], calls: Sequence[tuple[Sequence[str], Args]]) -> Script:
+        """The script for ``calls`` (keys and arguments each) of a request
+        using ``strategies``: the same for every call of those strategies."""
+        script = self._scripts.get(strategies)
+        if script is None:
+            text = script_source(strategies)
+            script = self._scripts[strategies] = Script(text, hashlib.sha1(text.encode()).hexdigest())
+        return script
+
+
+@cache
+def _source(names: frozenset[str]) -> str:
+    parts = [_text("records.lua"), _text("penalty.lua"), "local strategies = {"]
+    for name in sorted(names):
+        strategy = PARTS[name]
+        # Each file returns its table, and sees nothing of what follows it.
+        parts += [f"{strategy.code} = (function()", _text(strategy.filename), "end)(),"]
+    parts += ["}", _text("shaping.lua"), _text("main.lua")]
+    return "\n".join(parts)
+
+
+def _text(path: str) -> str:
+    """The text of ``lua/<path>``."""
+    return (files(__package__) / "lua" / path).read_text("utf-8")

@@ -1,0 +1,349 @@
+"""The ``memory://`` client: the redis-py methods the package calls, on a
+keyspace of its own, under the one lock of every embedded store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import redis
+
+from ...checks import is_integer
+from .keyspace import Keyspace
+from .lua import forget_hosts, lua_host
+from .values import OK, CommandError, _integer, response_error
+
+#: The one lock of every embedded store in the process: Redis runs one
+#: command or script at a time, and so does the one Lua runtime.
+_LOCK = threading.Lock()
+
+
+def _after_fork() -> None:
+    """A child forked while another thread was inside a call inherits the
+    lock, and the Lua runtime's own, held by a thread it does not have: it
+    gets a free lock and new runtimes, on which scripts are compiled again
+    on their first call."""
+    global _LOCK
+    _LOCK = threading.Lock()
+    forget_hosts()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
+# -- the client -------------------------------------------------------------------
+
+
+def encode(value: Any) -> bytes:
+    """A command argument, encoded as redis-py encodes it."""
+    kind = type(value)
+    if kind is bytes:
+        return value  # type: ignore[no-any-return]
+    if kind is str:
+        return value.encode()  # type: ignore[no-any-return]
+    if kind is int:
+        return b"%d" % value
+    if kind is float:
+        return repr(value).encode()
+    if isinstance(value, (bytes, memoryview, bytearray)):
+        return bytes(value)
+    if isinstance(value, str):
+        return str(value).encode()
+    if is_integer(value):
+        return b"%d" % value
+    raise redis.DataError(
+        f"Invalid input of type: '{type(value).__name__}'. Convert to a bytes, string, int or float first."
+    )
+
+
+class EmbeddedRedis:
+    """The ``memory://`` client: the redis-py methods the package (and its
+    tests) call, on a :class:`Keyspace` of its own, replying as a
+    :class:`redis.Redis` with ``decode_responses=False`` replies.
+
+    :param clock: seconds since the epoch (see :class:`Keyspace`).
+    :param lua: the lupa module to run scripts on, one of :data:`LUAS`; by
+        default the first that lupa has.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.time, lua: str | None = None) -> None:
+        self.keyspace = Keyspace(clock)
+        #: The lupa module its scripts run on.
+        self.lua = lua_host(lua).name
+        #: The scripts this store knows (``SCRIPT LOAD``, ``EVAL``), by SHA1.
+        self.scripts: set[str] = set()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} memory://: {len(self.keyspace.data)} keys>"
+
+    # -- commands ---------------------------------------------------------------
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        """Run one command and return its reply as it comes from Redis
+        (before redis-py's per-command conversions).
+
+        :raises redis.ResponseError: its error reply, as redis-py raises it.
+        """
+        words = [encode(arg) for arg in args]
+        with _LOCK:
+            self.keyspace.tick()
+            try:
+                return self._dispatch(words)
+            except CommandError as error:
+                raise response_error(error.message) from None
+
+    def _dispatch(self, words: list[bytes]) -> Any:
+        name = words[0].upper()
+        if name == b"EVALSHA":
+            return self._evaluate(words[1].decode("utf-8", "replace").lower(), words[2:])
+        if name == b"EVAL":
+            return self._evaluate(self._load(words[1]), words[2:])
+        if name == b"SCRIPT":
+            return self._script(words[1:])
+        return self.keyspace.execute(words)
+
+    def _load(self, text: bytes) -> str:
+        sha = hashlib.sha1(text).hexdigest()
+        lua_host(self.lua).compile(sha, text)
+        self.scripts.add(sha)
+        return sha
+
+    def _evaluate(self, sha: str, rest: list[bytes]) -> Any:
+        if not rest:
+            raise CommandError("ERR wrong number of arguments for 'evalsha' command")
+        count = _integer(rest[0])
+        if count < 0:
+            raise CommandError("ERR Number of keys can't be negative")
+        if count > len(rest) - 1:
+            raise CommandError("ERR Number of keys can't be greater than number of args")
+        if sha not in self.scripts:
+            raise CommandError("NOSCRIPT No matching script. Please use EVAL.")
+        return lua_host(self.lua).run(self.keyspace, sha, count, rest[1:])
+
+    def _script(self, words: list[bytes]) -> Any:
+        command = words[0].upper() if words else b""
+        if command == b"LOAD" and len(words) == 2:
+            return self._load(words[1]).encode()
+        if command == b"FLUSH":
+            self.scripts.clear()
+            return OK
+        if command == b"EXISTS" and len(words) > 1:
+            return [int(word.decode("utf-8", "replace").lower() in self.scripts) for word in words[1:]]
+        raise CommandError("ERR unknown subcommand or wrong number of arguments for 'script' command")
+
+    def evalsha(self, sha: str, numkeys: int, *keys_and_args: Any) -> Any:
+        """Run a script this store knows by its SHA1: the one call of every
+        request, so it skips the generic command path when it can.
+
+        :raises redis.exceptions.NoScriptError: for a SHA1 it does not know.
+        """
+        if type(sha) is not str or type(numkeys) is not int or not 0 <= numkeys <= len(keys_and_args):
+            return self.execute_command("EVALSHA", sha, numkeys, *keys_and_args)
+        # Keys are strings and most arguments integers: encoded inline.
+        words = [
+            word.encode() if type(word) is str else b"%d" % word if type(word) is int else encode(word)
+            for word in keys_and_args
+        ]
+        with _LOCK:
+            self.keyspace.tick()
+            try:
+                if sha not in self.scripts:
+                    raise CommandError("NOSCRIPT No matching script. Please use EVAL.")
+                return lua_host(self.lua).run(self.keyspace, sha, numkeys, words)
+            except CommandError as error:
+                raise response_error(error.message) from None
+
+    def eval(self, script: str | bytes, numkeys: int, *keys_and_args: Any) -> Any:
+        """Run a script's text (compiled once per process, then known here by its SHA1)."""
+        return self.execute_command("EVAL", script, numkeys, *keys_and_args)
+
+    def script_load(self, script: str | bytes) -> str:
+        return str(self.execute_command("SCRIPT", "LOAD", script).decode())
+
+    def script_exists(self, *shas: str) -> list[bool]:
+        return [bool(found) for found in self.execute_command("SCRIPT", "EXISTS", *shas)]
+
+    def script_flush(self, sync_type: str | None = None) -> bool:
+        self.execute_command("SCRIPT", "FLUSH")
+        return True
+
+    def get(self, name: Any) -> bytes | None:
+        value: bytes | None = self.execute_command("GET", name)
+        return value
+
+    def set(
+        self,
+        name: Any,
+        value: Any,
+        ex: int | None = None,
+        px: int | None = None,
+        nx: bool = False,
+        xx: bool = False,
+        keepttl: bool = False,
+        get: bool = False,
+    ) -> Any:
+        words: list[Any] = ["SET", name, value]
+        if ex is not None:
+            words += ["EX", ex]
+        if px is not None:
+            words += ["PX", px]
+        words += [flag for flag, on in (("NX", nx), ("XX", xx), ("KEEPTTL", keepttl), ("GET", get)) if on]
+        reply = self.execute_command(*words)
+        return reply if get else (reply == b"OK" or None)
+
+    def delete(self, *names: Any) -> int:
+        return int(self.execute_command("DEL", *names))
+
+    def exists(self, *names: Any) -> int:
+        return int(self.execute_command("EXISTS", *names))
+
+    def type(self, name: Any) -> bytes:
+        return bytes(self.execute_command("TYPE", name))
+
+    def pexpire(self, name: Any, milliseconds: int) -> bool:
+        return bool(self.execute_command("PEXPIRE", name, milliseconds))
+
+    def expire(self, name: Any, seconds: int) -> bool:
+        return bool(self.execute_command("EXPIRE", name, seconds))
+
+    def persist(self, name: Any) -> bool:
+        return bool(self.execute_command("PERSIST", name))
+
+    def mset(self, mapping: dict[Any, Any]) -> bool:
+        self.execute_command("MSET", *(word for pair in mapping.items() for word in pair))
+        return True
+
+    def pttl(self, name: Any) -> int:
+        return int(self.execute_command("PTTL", name))
+
+    def ttl(self, name: Any) -> int:
+        return int(self.execute_command("TTL", name))
+
+    def keys(self, pattern: Any = "*") -> list[bytes]:
+        found: list[bytes] = self.execute_command("KEYS", pattern)
+        return found
+
+    def scan(self, cursor: int = 0, match: Any = None, count: int | None = None) -> tuple[int, list[bytes]]:
+        words: list[Any] = ["SCAN", cursor]
+        if match is not None:
+            words += ["MATCH", match]
+        if count is not None:
+            words += ["COUNT", count]
+        following, found = self.execute_command(*words)
+        return int(following), found
+
+    def scan_iter(self, match: Any = None, count: int | None = None) -> Iterator[bytes]:
+        """Every key (matching ``match``), a page of ``count`` at a time."""
+        cursor = None
+        while cursor != 0:
+            cursor, found = self.scan(cursor or 0, match, count)
+            yield from found
+
+    def dbsize(self) -> int:
+        return int(self.execute_command("DBSIZE"))
+
+    def dump(self, name: Any) -> bytes | None:
+        """An opaque snapshot of a value (see :meth:`Keyspace.dump`)."""
+        value: bytes | None = self.execute_command("DUMP", name)
+        return value
+
+    def flushall(self, asynchronous: bool = False) -> bool:
+        self.execute_command("FLUSHALL")
+        return True
+
+    def flushdb(self, asynchronous: bool = False) -> bool:
+        self.execute_command("FLUSHDB")
+        return True
+
+    def ping(self) -> bool:
+        self.execute_command("PING")
+        return True
+
+    def hgetall(self, name: Any) -> dict[bytes, bytes]:
+        flat = self.execute_command("HGETALL", name)
+        return dict(zip(flat[::2], flat[1::2], strict=True))
+
+    def xadd(
+        self,
+        name: Any,
+        fields: dict[Any, Any],
+        id: Any = "*",
+        maxlen: int | None = None,
+        approximate: bool = True,
+        nomkstream: bool = False,
+    ) -> bytes | None:
+        words: list[Any] = ["XADD", name]
+        if nomkstream:
+            words.append("NOMKSTREAM")
+        if maxlen is not None:
+            words += ["MAXLEN", "~" if approximate else "=", maxlen]
+        words.append(id)
+        for pair in fields.items():
+            words += pair
+        reply: bytes | None = self.execute_command(*words)
+        return reply
+
+    def xrange(self, name: Any, min: Any = "-", max: Any = "+", count: int | None = None) -> list[Any]:
+        return _entries(self.execute_command("XRANGE", name, min, max, *_count(count)))
+
+    def xrevrange(self, name: Any, max: Any = "+", min: Any = "-", count: int | None = None) -> list[Any]:
+        return _entries(self.execute_command("XREVRANGE", name, max, min, *_count(count)))
+
+    def xlen(self, name: Any) -> int:
+        return int(self.execute_command("XLEN", name))
+
+    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> EmbeddedPipeline:
+        """A pipeline: its commands run one by one when executed (each
+        atomic, the whole not, as a pipeline without MULTI)."""
+        return EmbeddedPipeline(self)
+
+    def close(self) -> None:
+        """Nothing to close: the keyspace lives as long as the client."""
+
+
+def _count(count: int | None) -> list[Any]:
+    return [] if count is None else ["COUNT", count]
+
+
+def _entries(raw: list[Any]) -> list[tuple[bytes, dict[bytes, bytes]]]:
+    """Stream entries as redis-py gives them: (ID, fields) pairs."""
+    return [(entry_id, dict(zip(flat[::2], flat[1::2], strict=True))) for entry_id, flat in raw]
+
+
+class EmbeddedPipeline:
+    """The commands of a pipeline, queued, then run one by one."""
+
+    def __init__(self, client: EmbeddedRedis) -> None:
+        self.client = client
+        self.commands: list[tuple[Any, ...]] = []
+
+    def __enter__(self) -> EmbeddedPipeline:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.commands.clear()
+
+    def execute_command(self, *args: Any, **options: Any) -> EmbeddedPipeline:
+        self.commands.append(args)
+        return self
+
+    def execute(self, raise_on_error: bool = True) -> list[Any]:
+        """Each command's reply, or its error in its place; the first
+        error is raised instead if ``raise_on_error``."""
+        results: list[Any] = []
+        for args in self.commands:
+            try:
+                results.append(self.client.execute_command(*args))
+            except redis.RedisError as error:
+                results.append(error)
+        self.commands.clear()
+        if raise_on_error:
+            for result in results:
+                if isinstance(result, Exception):
+                    raise result
+        return results

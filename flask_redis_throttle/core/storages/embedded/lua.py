@@ -1,0 +1,353 @@
+"""The Lua host: the rate limit scripts compiled once per process on lupa's
+Lua 5.1 (or LuaJIT), in a sandbox like Redis's, their ``redis.call`` going
+straight to the keyspace, with Redis's conversions between Lua and replies.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .keyspace import Keyspace
+from .values import OK, CommandError, Status
+
+# -- the Lua host ---------------------------------------------------------------
+
+#: Builds the sandbox every script runs in, from redis.call and redis.pcall,
+#: and returns the function that compiles a script into it. The globals are
+#: those of a Redis script the package's scripts use, and a few more of
+#: Lua's base library; reading a global that does not exist, or creating
+#: one, is an error, as in Redis.
+_SANDBOX = """
+local py_call, py_pcall, OK = ...
+-- A reply of OK comes from Python as the OK marker: a fresh {ok = 'OK'}
+-- here is cheaper than one built in Python.
+local function status(reply)
+  if reply == OK then
+    return {ok = 'OK'}
+  end
+  return reply
+end
+local redis = {
+  call = function(...) return status(py_call(...)) end,
+  pcall = function(...) return status(py_pcall(...)) end,
+  error_reply = function(message) return {err = message} end,
+  status_reply = function(message) return {ok = message} end,
+  log = function() end,
+  LOG_DEBUG = 0, LOG_VERBOSE = 1, LOG_NOTICE = 2, LOG_WARNING = 3,
+}
+-- Redis's struct library, as much of it as the scripts use: formats of
+-- little-endian unsigned integers of 1 to 8 bytes each ('<I4I6I4'), exact
+-- up to 2^53 as every Lua number. pack() keeps the low bytes of a larger
+-- value, as Redis's does; anything else in a format is an error.
+local byte, char, floor = string.byte, string.char, math.floor
+local formats = {}
+local function sizes(format)
+  local list = formats[format]
+  if list == nil then
+    list = {}
+    for n in string.gmatch(string.sub(format, 2), 'I([1-8])') do
+      list[#list + 1] = n + 0
+    end
+    if string.sub(format, 1, 1) ~= '<' or '<' .. string.rep('I_', #list) ~= string.gsub(format, '%d', '_') then
+      error('struct: unsupported format ' .. format, 3)
+    end
+    formats[format] = list
+  end
+  return list
+end
+local struct = {
+  pack = function(format, ...)
+    local list, bytes, m = sizes(format), {}, 0
+    for k = 1, #list do
+      local value = floor(select(k, ...))
+      for _ = 1, list[k] do
+        local low = value % 256
+        m = m + 1
+        bytes[m] = low
+        value = (value - low) / 256
+      end
+    end
+    return char(unpack(bytes, 1, m))
+  end,
+  unpack = function(format, data, at)
+    local list, out = sizes(format), {}
+    at = at or 1
+    for k = 1, #list do
+      local last = at + list[k] - 1
+      if last > #data then
+        error('struct: data string too short', 2)
+      end
+      local value = 0
+      for i = last, at, -1 do
+        value = value * 256 + byte(data, i)
+      end
+      out[k], at = value, last + 1
+    end
+    out[#list + 1] = at
+    return unpack(out, 1, #list + 1)
+  end,
+}
+local env = {
+  redis = redis, string = string, math = math, table = table, struct = struct,
+  tonumber = tonumber, tostring = tostring, ipairs = ipairs, pairs = pairs,
+  unpack = unpack, type = type, select = select, next = next, error = error,
+  assert = assert, pcall = pcall, rawget = rawget, rawset = rawset,
+  rawequal = rawequal, setmetatable = setmetatable, getmetatable = getmetatable,
+  _VERSION = _VERSION,
+}
+setmetatable(env, {
+  __index = function(_, name)
+    error("Script attempted to access nonexistent global variable '" .. tostring(name) .. "'", 2)
+  end,
+  __newindex = function(_, name)
+    error("Script attempted to create global variable '" .. tostring(name) .. "'", 2)
+  end,
+})
+local loadstring, setfenv = loadstring, setfenv
+local function compile(source)
+  local chunk, message = loadstring(source, '@user_script')
+  if not chunk then
+    return nil, message
+  end
+  setfenv(chunk, env)
+  return chunk
+end
+-- A script's return value, as it goes back to Python. An array of numbers
+-- and strings (a rate limit script's reply) is converted here, as Redis
+-- converts it: up to its first nil, numbers truncated to integers; it goes
+-- back as several values, true, its length and its items, so that Python
+-- takes it as a tuple. Anything else goes back as it is, one value.
+local floor, ceil = math.floor, math.ceil
+local function reply(result)
+  if type(result) ~= 'table' or result.err ~= nil or result.ok ~= nil then
+    return result
+  end
+  local items, n = {}, 0
+  while true do
+    local item = result[n + 1]
+    local kind = type(item)
+    if kind == 'number' then
+      if item >= 0 then item = floor(item) else item = ceil(item) end
+    elseif kind ~= 'string' then
+      if item == nil then
+        break
+      end
+      return result
+    end
+    n = n + 1
+    items[n] = item
+  end
+  return true, n, unpack(items, 1, n)
+end
+-- Runs a chunk with the first `keys` arguments as KEYS, the others as ARGV.
+local function run(chunk, keys, ...)
+  local all, KEYS, ARGV = {...}, {}, {}
+  for i = 1, keys do
+    KEYS[i] = all[i]
+  end
+  for i = keys + 1, #all do
+    ARGV[i - keys] = all[i]
+  end
+  return reply(chunk(KEYS, ARGV))
+end
+return compile, run
+"""
+
+#: Put before a script's text, on its first line so that line numbers in
+#: errors are the script's own: KEYS and ARGV are the chunk's arguments.
+_HEAD = "local KEYS, ARGV = ...; "
+
+#: Integers below this are numbers Lua holds exactly, and written in full.
+_EXACT = 2**53
+
+_LUA_ARGUMENT = "ERR Lua redis lib command arguments must be strings or integers"
+
+
+class LuaHost:
+    """One Lua runtime for the process, the scripts compiled on it (by
+    SHA1), and ``redis.call`` bound to whichever keyspace runs a script.
+
+    Not locked: callers hold :data:`_LOCK`.
+
+    :param name: the lupa module of the runtime, one of :data:`LUAS`.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.lua = importlib.import_module(f"lupa.{name}")
+        self.runtime = self.lua.LuaRuntime(
+            encoding=None, register_eval=False, register_builtins=False, unpack_returned_tuples=False
+        )
+        self.table_from = self.runtime.table_from
+        #: What a command's OK comes back to Lua as (see _SANDBOX).
+        self.ok = self.runtime.table()
+        self.compiler, self.runner = self.runtime.execute(_SANDBOX, self._call, self._pcall, self.ok)
+        self.functions: dict[str, Any] = {}
+        self.keyspace: Keyspace | None = None
+
+    def compile(self, sha: str, text: bytes) -> Any:
+        """The compiled script ``text``, whose SHA1 is ``sha``.
+
+        :raises CommandError: when it does not compile.
+        """
+        function = self.functions.get(sha)
+        if function is None:
+            function = self.compiler(_HEAD.encode() + text)
+            if isinstance(function, tuple):  # nil and the message
+                message = function[1]
+                raise CommandError(f"ERR Error compiling script (new function): {message.decode('utf-8', 'replace')}")
+            self.functions[sha] = function
+            _SOURCES[sha] = text
+        return function
+
+    def run(self, keyspace: Keyspace, sha: str, keys: int, words: Sequence[bytes]) -> Any:
+        """Run a compiled script on ``keyspace`` and return its reply,
+        converted as Redis converts a script's return value.
+
+        :raises CommandError: the error of a ``redis.call`` (which aborts
+            the script), of the script itself, or the one it returned.
+        """
+        function = self.functions.get(sha)
+        if function is None:  # known to the store, not yet to this runtime (see _after_fork)
+            function = self.compile(sha, _SOURCES[sha])
+        self.keyspace = keyspace
+        try:
+            result = self.runner(function, keys, *words)
+        except CommandError as error:
+            raise CommandError(f"{error.message} script: {sha}") from None
+        except self.lua.LuaError as error:
+            message = str(error).split("\nstack traceback:", 1)[0]
+            raise CommandError(f"ERR {message} script: {sha}") from None
+        finally:
+            self.keyspace = None
+        if type(result) is tuple:  # an array of numbers and strings (see _SANDBOX)
+            return [item if type(item) is not float else self.from_lua(item) for item in result[2:]]
+        return self.from_lua(result)
+
+    def _call(self, *words: Any) -> Any:
+        """``redis.call``: run a command; its error aborts the script.
+
+        The two calls every fixed-window and GCRA counter makes, a GET and
+        a SET with PX, skip the generic path when their arguments are those
+        it would run anyway.
+        """
+        keyspace = self.keyspace
+        assert keyspace is not None
+        count = len(words)
+        if count == 2 and words[0] == b"GET" and type(words[1]) is bytes:
+            value = keyspace.typed(words[1], bytes)
+            return False if value is None else value
+        if count == 5 and words[0] == b"SET" and words[3] == b"PX":
+            key, value, amount = words[1], words[2], words[4]
+            if type(key) is bytes and type(value) is bytes and type(amount) is int and 0 < amount < _EXACT:
+                keyspace.data[key] = value
+                keyspace.expire_at(key, keyspace.now + amount)
+                return self.ok
+        return self._to_lua(keyspace.execute([word if type(word) is bytes else _lua_word(word) for word in words]))
+
+    def _pcall(self, *words: Any) -> Any:
+        """``redis.pcall``: run a command; its error is returned as ``{err = ...}``."""
+        try:
+            return self._call(*words)
+        except CommandError as error:
+            return self.table_from({b"err": error.message.encode()})
+
+    def _to_lua(self, reply: Any) -> Any:
+        """A reply as Redis gives it to a script: integers as numbers, a
+        nil as false, arrays as tables, a status as ``{ok = ...}``."""
+        kind = type(reply)
+        if kind is bytes or kind is int:
+            return reply
+        if reply is None:
+            return False
+        if kind is list:
+            return self.table_from([self._to_lua(item) for item in reply])
+        if reply is OK:
+            return self.ok
+        return self.table_from({b"ok": bytes(reply)})
+
+    def from_lua(self, value: Any) -> Any:
+        """A script's return value as Redis replies it: numbers truncated to
+        integers, true as 1 and false as a nil, a table with ``err`` as an
+        error, with ``ok`` as a status, any other as an array up to its
+        first nil."""
+        return _from_lua(value, self.lua.lua_type)
+
+
+def _lua_word(word: Any) -> bytes:
+    """A ``redis.call`` argument as Redis takes it: a string as it is, a
+    number with 17 significant digits (``%.17g``, as Redis up to 7.0 writes
+    it; later versions write the shortest form that reads back the same,
+    which differs only for numbers that are not whole)."""
+    kind = type(word)
+    if kind is bytes:
+        return word  # type: ignore[no-any-return]
+    if kind is int or kind is float:
+        return b"%.17g" % word
+    raise CommandError(_LUA_ARGUMENT)
+
+
+def _from_lua(value: Any, lua_type: Callable[[Any], str | None]) -> Any:
+    kind = type(value)
+    if kind is int or kind is bytes:
+        return value
+    if kind is float:
+        return int(value) if value == value and abs(value) != float("inf") else -(2**63)
+    if kind is bool:
+        return 1 if value else None
+    if lua_type(value) != "table":
+        return None
+    error = value[b"err"]
+    if type(error) is bytes:
+        raise CommandError(error.decode("utf-8", "replace"))
+    status = value[b"ok"]
+    if type(status) is bytes:
+        return Status(status)
+    items = []
+    i = 1
+    item = value[1]
+    while item is not None:
+        items.append(_from_lua(item, lua_type))
+        i += 1
+        item = value[i]
+    return items
+
+
+#: The lupa modules scripts may run on, by preference. LuaJIT runs the
+#: language of Lua 5.1, the one Redis runs, several times faster than Lua
+#: 5.1 itself (most of a request's time on this store is spent in the
+#: script); lupa has no LuaJIT on some platforms, where Lua 5.1 runs them.
+#: tests/test_embedded.py holds both against a real server.
+LUAS = ("luajit21", "lua51")
+
+
+_HOSTS: dict[str, LuaHost] = {}
+#: Every script compiled in the process, by SHA1, to compile it again on a
+#: new runtime.
+_SOURCES: dict[str, bytes] = {}
+
+
+def lua_host(name: str | None = None) -> LuaHost:
+    """The process's Lua host on the lupa module ``name`` (see :data:`LUAS`),
+    made on first use: by default, the first of :data:`LUAS` that lupa has."""
+    if name is None:
+        name = _default_lua()
+    host = _HOSTS.get(name)
+    if host is None:
+        host = _HOSTS[name] = LuaHost(name)
+    return host
+
+
+def _default_lua() -> str:
+    for name in LUAS:
+        if importlib.util.find_spec(f"lupa.{name}") is not None:
+            return name
+    raise ImportError(f"lupa has none of {', '.join(LUAS)}")  # pragma: no cover - lupa always has lua51
+
+
+def forget_hosts() -> None:
+    """Forget every runtime (after a fork): scripts compile again on new ones."""
+    _HOSTS.clear()

