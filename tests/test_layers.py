@@ -263,20 +263,11 @@ def test_only_public_modules_declare_all_and_only_public_names(name: str) -> Non
     assert not [entry for entry in listed or () if entry.startswith("_")]
 
 
-#: Modules whose underscore names other modules still import, left to the
-#: engineers reworking them (issue 34): this list only shrinks.
-UNDERSCORE_IMPORTS_LEFT_FOR_LATER = (f"{NAME}.core.storages.embedded.",)
-
-
 def underscore_imports(name: str, path: Path) -> set[str]:
     """The underscore names ``name`` imports from other modules of the
     package: ``from ._decisions import _tighter``. A name another module
     uses is one its module offers, so it has no underscore."""
-    return {
-        full
-        for full in private_imports(name, path)
-        if full.rpartition(".")[2].startswith("_") and not full.startswith(UNDERSCORE_IMPORTS_LEFT_FOR_LATER)
-    }
+    return {full for full in private_imports(name, path) if full.rpartition(".")[2].startswith("_")}
 
 
 @pytest.mark.parametrize("name", sorted(modules()))

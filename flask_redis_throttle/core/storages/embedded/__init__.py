@@ -24,18 +24,15 @@ server.
 This package imports Redis (for its exceptions) but not Flask.
 
 The package's modules, bottom up: ``values`` (replies, errors, parsing, the
-sorted set and stream types), ``store`` (keys, values and expiry),
-``commands`` and ``aggregates`` (the commands, by type of value),
-``keyspace`` (dispatch), ``lua`` (the Lua host) and ``client``
-(:class:`EmbeddedRedis`).
+sorted set and stream types), ``keyspace`` (keys, expiry and the commands),
+``lua`` (the Lua host) and ``client`` (:class:`EmbeddedRedis`).
 """
 
 from __future__ import annotations
 
 from .client import EmbeddedPipeline, EmbeddedRedis, encode
-from .keyspace import COMMANDS, Keyspace
+from .keyspace import COMMANDS, CURSORS, SWEEP, Keyspace
 from .lua import LUAS, LuaHost, lua_host
-from .store import CURSORS, SWEEP
 from .values import CommandError, Status
 
 __all__ = [

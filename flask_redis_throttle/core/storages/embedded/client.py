@@ -16,7 +16,7 @@ import redis
 from ...checks import is_integer
 from .keyspace import Keyspace
 from .lua import forget_hosts, lua_host
-from .values import OK, CommandError, _integer, response_error
+from .values import OK, CommandError, parse_integer, response_error
 
 #: The one lock of every embedded store in the process: Redis runs one
 #: command or script at a time, and so does the one Lua runtime.
@@ -116,7 +116,7 @@ class EmbeddedRedis:
     def _evaluate(self, sha: str, rest: list[bytes]) -> Any:
         if not rest:
             raise CommandError("ERR wrong number of arguments for 'evalsha' command")
-        count = _integer(rest[0])
+        count = parse_integer(rest[0])
         if count < 0:
             raise CommandError("ERR Number of keys can't be negative")
         if count > len(rest) - 1:
