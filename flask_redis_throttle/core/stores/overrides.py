@@ -1,24 +1,9 @@
 """Overrides set at run time: other layers for one identity, an allowed
-identity, a blocked one; kept in storage, and followed by every process.
-
-An :class:`Override` names an identity (or, for IPs, a network), a scope or
-every scope, what to do, and until when. :class:`OverrideStore` keeps them
-in one hash, ``<prefix>{overrides}``, one field each, with a ``~version``
-field that every change sets anew; and each change in a capped stream,
-``<prefix>{overrides}:log``. The braces put both in one cluster slot. The
-hash expires when its last override does, and every reader ignores an
-override whose time has passed, so nothing outlives what it was set for.
-Each change is one script call (``lua/overrides.lua``): its fields, the
-version, the expiry and its log entries are written together, or, if any
-of it would fail, none is. An override ends at most :data:`LONGEST`
-ahead, which :meth:`OverrideStore.put` checks before anything is sent.
-
-Each process keeps a :class:`OverrideTable`, a snapshot, in memory; its
-:class:`OverrideFollower` asks the storage for the version at most once a
-second, and for the whole hash only when the version changed. Deciding a
-request against the snapshot is a dict lookup per identity, plus, when
-networks are set, one lookup of the address's prefix per prefix length in
-use: its cost does not grow with the number of overrides.
+identity, a blocked one; kept in storage (:class:`OverrideStore`: one hash,
+each change one script call, ``lua/overrides.lua``), and followed by every
+process (:class:`OverrideFollower`, keeping an :class:`OverrideTable` in
+memory, asked again at most once a second). :doc:`/overrides` tells how
+they are stored, followed and looked up.
 
 This module is pure Python: it imports neither Flask nor Redis.
 """
