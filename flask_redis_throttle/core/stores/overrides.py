@@ -23,7 +23,7 @@ from functools import cache, lru_cache
 from importlib.resources import files
 from typing import Any
 
-from ..engine.bounded import remember
+from ..bounded import remember
 from ..engine.keys import Identity
 from ..engine.rates import Layer, parse_limits
 
