@@ -19,13 +19,13 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from functools import cache, lru_cache
-from importlib.resources import files
+from functools import lru_cache
 from typing import Any
 
 from ..bounded import remember
 from ..engine.keys import Identity
 from ..engine.rates import Layer, parse_limits
+from ..engine.scripts import lua_text
 
 __all__ = [
     "ACTIONS",
@@ -446,12 +446,7 @@ class OverrideStore:
         """Make one change (see ``lua/overrides.lua``), with a new version,
         the hash's expiry and its log entries, all in one script call."""
         args = (repr(now), _token(), self.log_size, by, what, LONGEST, *fields)
-        return self.client.eval(_script(), 2, self.key, self.log_key, *args)
-
-
-@cache
-def _script() -> str:
-    return (files("flask_redis_throttle.core.engine") / "lua" / "overrides.lua").read_text("utf-8")
+        return self.client.eval(lua_text("overrides.lua"), 2, self.key, self.log_key, *args)
 
 
 def check_end(until: float, now: float) -> None:
