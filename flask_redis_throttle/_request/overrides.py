@@ -17,7 +17,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Sequence
 
-from ..core.engine.bounded import remember
+from ..core.bounded import remember
 from ..core.engine.keys import Identity, loggable
 from ..core.engine.throttle import Check, Policy, Throttle
 from ..core.stores.overrides import Override, OverrideFollower, OverrideStore, OverrideTable

@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 
 from flask import Flask, Request, Response
 
+from ..core.bounded import remember
 from ..core.checks import is_integer
-from ..core.engine.bounded import remember
 from ..core.engine.keys import Identity, loggable
 from ..core.engine.leases import LEASABLE
 from ..core.engine.rates import parse_limits

@@ -31,7 +31,7 @@ from werkzeug.exceptions import ServiceUnavailable
 
 from .._ops.metrics import Metrics
 from .._ops.notices import Notices
-from ..core.engine.bounded import remember
+from ..core.bounded import remember
 from ..core.engine.leases import Leases
 from ..core.engine.throttle import Check, Decision, Hold, StorageUnavailable, Throttle, UnexpectedError
 from ..core.factory import build_refusal_log, build_throttle

@@ -20,6 +20,12 @@ A key looks like ``rl:{ip:Yq3...}:api:fw``:
 It also holds what every log line and the refusal log do with a value that
 came from a request: :func:`cut` it, and for logs make it :func:`loggable`.
 
+And it finds the keys again: :func:`counter_pattern` is the ``SCAN`` glob
+of an identity's counters (each carries its hash tag, ``<prefix>{<tag>}:``,
+then its scope), which :func:`delete_counters` deletes a batch at a time, so
+that a large Redis is never blocked as ``KEYS`` would block it; on a Redis
+Cluster client, redis-py's ``scan_iter`` walks every primary.
+
 This module is pure Python: it imports neither Flask nor Redis.
 """
 
@@ -28,16 +34,22 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any, Protocol
 
 __all__ = [
+    "BATCH",
     "MAX_VALUE_LENGTH",
     "Identity",
     "cached_counter_key",
     "counter_key",
+    "counter_pattern",
     "cut",
+    "delete_counters",
     "escape_scope",
+    "glob_escape",
     "identity_tag",
     "kept_counter_key",
     "loggable",
@@ -173,3 +185,68 @@ def loggable(value: str) -> str:
     if len(value) > MAX_VALUE_LENGTH:
         return head[: MAX_VALUE_LENGTH - 1] + "…"
     return cut(head)
+
+
+#: How many keys one ``DEL`` deletes at most, and the ``COUNT`` hint of ``SCAN``.
+BATCH = 500
+
+_GLOB = re.compile(r"([\\*?\[\]])")
+
+
+class _Deleting(Protocol):
+    """What :func:`delete_counters` needs of a client."""
+
+    def scan_iter(self, match: str, count: int) -> Iterable[Any]: ...
+
+    def delete(self, *names: Any) -> Any: ...
+
+
+def glob_escape(text: str) -> str:
+    """``text`` with the characters special to Redis glob patterns (``*?[]\\``) escaped."""
+    return _GLOB.sub(r"\\\1", text)
+
+
+def counter_pattern(prefix: str, tag: str | None, scope: str | None = None, beneath: bool = False) -> str:
+    """The ``SCAN`` pattern of an identity's counters, or every identity's,
+    in one scope or all.
+
+    :param prefix: the key prefix (``RATELIMIT_KEY_PREFIX``).
+    :param tag: the identity's hash tag, from
+        :func:`~flask_redis_throttle.core.engine.keys.identity_tag`; None for every identity.
+    :param scope: only this scope's counters, or None for every scope.
+    :param beneath: instead of ``scope``'s, those of every scope named
+        ``scope:...`` (a dynamic limit of the Flask-Limiter shim counts each
+        of its strings in one).
+    """
+    tail = ""
+    if scope is not None:
+        tail = escape_scope(scope + ":") if beneath else escape_scope(scope) + ":"
+    if tag is None:  # a tag never holds a brace
+        return glob_escape(f"{prefix}{{") + "*" + glob_escape(f"}}:{tail}") + "*"
+    return glob_escape(f"{prefix}{{{tag}}}:{tail}") + "*"
+
+
+def delete_counters(client: _Deleting, pattern: str) -> int:
+    """Delete every key that matches ``pattern``, in batches, and return how many were deleted.
+
+    Keys deleted by someone else meanwhile (or expired) are not counted.
+    ``SCAN`` may return a key more than once (Valkey does while its table
+    rehashes); each is sent to ``DEL`` once.
+
+    :raises redis.RedisError: if Redis cannot answer; keys of batches already
+        sent stay deleted.
+    """
+    deleted = 0
+    seen: set[Any] = set()
+    batch: list[Any] = []
+    for key in client.scan_iter(match=pattern, count=BATCH):
+        if key in seen:
+            continue
+        seen.add(key)
+        batch.append(key)
+        if len(batch) == BATCH:
+            deleted += int(client.delete(*batch))
+            batch = []
+    if batch:
+        deleted += int(client.delete(*batch))
+    return deleted

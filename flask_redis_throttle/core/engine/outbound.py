@@ -61,9 +61,9 @@ from dataclasses import replace
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar, cast
 
+from ..bounded import remember
 from ..checks import is_integer, is_number
 from ..errors import InvalidLimit
-from .bounded import remember
 from .codec import MAX_PLAN_DELAY
 from .keys import Identity
 from .rates import Layer, parse_limits

@@ -49,6 +49,7 @@ __all__ = [
     "Strategy",
     "able",
     "is_strategy",
+    "lua_text",
     "script_source",
 ]
 
@@ -218,15 +219,15 @@ class ScriptCache:
 
 @cache
 def _source(names: frozenset[str]) -> str:
-    parts = [_text("records.lua"), _text("penalty.lua"), "local strategies = {"]
+    parts = [lua_text("records.lua"), lua_text("penalty.lua"), "local strategies = {"]
     for name in sorted(names):
         strategy = PARTS[name]
         # Each file returns its table, and sees nothing of what follows it.
-        parts += [f"{strategy.code} = (function()", _text(strategy.filename), "end)(),"]
-    parts += ["}", _text("shaping.lua"), _text("main.lua")]
+        parts += [f"{strategy.code} = (function()", lua_text(strategy.filename), "end)(),"]
+    parts += ["}", lua_text("shaping.lua"), lua_text("main.lua")]
     return "\n".join(parts)
 
 
-def _text(path: str) -> str:
+def lua_text(path: str) -> str:
     """The text of ``lua/<path>``."""
     return (files(__package__) / "lua" / path).read_text("utf-8")

@@ -16,16 +16,15 @@ from typing import ParamSpec, TypeVar
 
 import redis
 
+from ..bounded import remember
 from ..checks import is_integer, is_number
 from ..errors import InvalidLimit
 from ..storages.local import LocalFolder, folder_of
 from ..storages.storage import STORAGE_ERRORS, NodeFailure, Storage
-from ..stores.reset import counter_pattern, delete_counters
 from .blocks import Block, BlockCache
-from .bounded import remember
 from .breaker import CircuitBreaker
 from .codec import LAYOUT_CACHE_SIZE, MAX_PLAN_DELAY, Arg, Layout, Reply, entry
-from .keys import Identity, escape_scope, identity_tag, kept_counter_key
+from .keys import Identity, counter_pattern, delete_counters, escape_scope, identity_tag, kept_counter_key
 from .penalties import Penalty, penalty_suffix
 from .rates import Layer
 from .scripts import CONCURRENCY, PARTS, STRATEGY_NAMES, able, is_strategy

@@ -33,7 +33,7 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from ..engine.bounded import remember
+from ..bounded import remember
 from ..engine.codec import Args, Call, Fanout, hash_tag, settle, split
 from ..engine.scripts import Script, ScriptCache
 from .clients import DEFAULT_CLIENT_OPTIONS, client_from_url, redact

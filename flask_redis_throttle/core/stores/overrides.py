@@ -1,24 +1,9 @@
 """Overrides set at run time: other layers for one identity, an allowed
-identity, a blocked one; kept in storage, and followed by every process.
-
-An :class:`Override` names an identity (or, for IPs, a network), a scope or
-every scope, what to do, and until when. :class:`OverrideStore` keeps them
-in one hash, ``<prefix>{overrides}``, one field each, with a ``~version``
-field that every change sets anew; and each change in a capped stream,
-``<prefix>{overrides}:log``. The braces put both in one cluster slot. The
-hash expires when its last override does, and every reader ignores an
-override whose time has passed, so nothing outlives what it was set for.
-Each change is one script call (``lua/overrides.lua``): its fields, the
-version, the expiry and its log entries are written together, or, if any
-of it would fail, none is. An override ends at most :data:`LONGEST`
-ahead, which :meth:`OverrideStore.put` checks before anything is sent.
-
-Each process keeps a :class:`OverrideTable`, a snapshot, in memory; its
-:class:`OverrideFollower` asks the storage for the version at most once a
-second, and for the whole hash only when the version changed. Deciding a
-request against the snapshot is a dict lookup per identity, plus, when
-networks are set, one lookup of the address's prefix per prefix length in
-use: its cost does not grow with the number of overrides.
+identity, a blocked one; kept in storage (:class:`OverrideStore`: one hash,
+each change one script call, ``lua/overrides.lua``), and followed by every
+process (:class:`OverrideFollower`, keeping an :class:`OverrideTable` in
+memory, asked again at most once a second). :doc:`/overrides` tells how
+they are stored, followed and looked up.
 
 This module is pure Python: it imports neither Flask nor Redis.
 """
@@ -34,13 +19,13 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from functools import cache, lru_cache
-from importlib.resources import files
+from functools import lru_cache
 from typing import Any
 
-from ..engine.bounded import remember
+from ..bounded import remember
 from ..engine.keys import Identity
 from ..engine.rates import Layer, parse_limits
+from ..engine.scripts import lua_text
 
 __all__ = [
     "ACTIONS",
@@ -461,12 +446,7 @@ class OverrideStore:
         """Make one change (see ``lua/overrides.lua``), with a new version,
         the hash's expiry and its log entries, all in one script call."""
         args = (repr(now), _token(), self.log_size, by, what, LONGEST, *fields)
-        return self.client.eval(_script(), 2, self.key, self.log_key, *args)
-
-
-@cache
-def _script() -> str:
-    return (files("flask_redis_throttle.core.engine") / "lua" / "overrides.lua").read_text("utf-8")
+        return self.client.eval(lua_text("overrides.lua"), 2, self.key, self.log_key, *args)
 
 
 def check_end(until: float, now: float) -> None:

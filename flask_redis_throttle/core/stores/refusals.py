@@ -1,39 +1,9 @@
-"""The refusal log: who hit the limits, kept in capped Redis streams.
+"""The refusal log: who hit the limits, kept in capped Redis streams, apart
+from the counters so that admitted requests never pay for it; split into
+:data:`CLUSTER_SHARDS` streams on a Redis Cluster, each refusal written on
+the node that refused it. :doc:`/refusals` tells how it is kept and read.
 
-Who was refused is kept apart from the counters, so that admitted requests
-never pay for it: one stream per app, ``<prefix>refusals``, trimmed to
-``RATELIMIT_REFUSAL_LOG_SIZE`` entries, so its memory is bounded however many
-clients are refused. Each entry's ID is Redis's own clock in milliseconds.
-
-On a Redis Cluster one stream would be one slot on one node taking every
-refusal of the whole cluster, so the log is split into :data:`CLUSTER_SHARDS`
-streams whose slots are spread evenly over the cluster. A refusal goes to a
-stream on the node that holds the refusing identity's counters, the node
-that has just refused it: a node that fails or stalls costs only its own
-identities' entries, and writing never waits on another node. Each stream
-keeps ``size`` entries, so the newest ``size`` of the whole log are always
-kept, however the refusals fall; reads merge the streams and show those.
-
-Admitted requests never touch it. A refusal costs one ``XADD`` after the
-script has refused: writing it from inside the script would mean sending the
-request's raw identities with every request, which admitted requests would
-pay for, and a key outside the identity's cluster slot.
-
-This module imports Redis but not Flask, and is usable without an app::
-
-    log = RefusalLog(redis.Redis(), "rl:refusals")
-    for refusal in log.recent(10):
-        print(refusal.time, refusal.identity, refusal.endpoint)
-    print(log.top(5, since=time.time() - 3600))
-
-Each entry names the identity whose counter refused the request apart from
-the others present on it (:attr:`Refusal.others`): only the first is counted
-as refused, so a user over its limit does not make its IP look refused.
-
-The refusing identity is kept exactly, whatever it holds (newlines, control
-characters, lone surrogates), so that it can be looked up and reset as it
-is; unless it is longer than :data:`MAX_VALUE_LENGTH`: then the log keeps
-its first characters and an ellipsis, and says so (:attr:`Refusal.cut`).
+This module imports Redis but not Flask, and is usable without an app.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import redis
 from ...checks import is_integer
 from .keyspace import Keyspace
 from .lua import forget_hosts, lua_host
-from .values import OK, CommandError, _integer, response_error
+from .values import OK, CommandError, parse_integer, response_error
 
 #: The one lock of every embedded store in the process: Redis runs one
 #: command or script at a time, and so does the one Lua runtime.
@@ -59,6 +59,17 @@ def encode(value: Any) -> bytes:
     raise redis.DataError(
         f"Invalid input of type: '{type(value).__name__}'. Convert to a bytes, string, int or float first."
     )
+
+
+def _command(name: str, convert: Callable[[Any], Any] = lambda reply: reply) -> Callable[..., Any]:
+    """A method of :class:`EmbeddedRedis` that sends the command ``name``
+    with its arguments, and converts the reply as redis-py does."""
+
+    def method(self: EmbeddedRedis, *args: Any) -> Any:
+        return convert(self.execute_command(name, *args))
+
+    method.__name__ = name.lower()
+    return method
 
 
 class EmbeddedRedis:
@@ -116,7 +127,7 @@ class EmbeddedRedis:
     def _evaluate(self, sha: str, rest: list[bytes]) -> Any:
         if not rest:
             raise CommandError("ERR wrong number of arguments for 'evalsha' command")
-        count = _integer(rest[0])
+        count = parse_integer(rest[0])
         if count < 0:
             raise CommandError("ERR Number of keys can't be negative")
         if count > len(rest) - 1:
@@ -172,9 +183,20 @@ class EmbeddedRedis:
         self.execute_command("SCRIPT", "FLUSH")
         return True
 
-    def get(self, name: Any) -> bytes | None:
-        value: bytes | None = self.execute_command("GET", name)
-        return value
+    # The commands whose reply redis-py only converts: each method sends its
+    # name and its arguments. DUMP's snapshot is opaque (see Keyspace.dump).
+    get = _command("GET")
+    delete = _command("DEL", int)
+    exists = _command("EXISTS", int)
+    type = _command("TYPE", bytes)
+    pexpire = _command("PEXPIRE", bool)
+    expire = _command("EXPIRE", bool)
+    persist = _command("PERSIST", bool)
+    pttl = _command("PTTL", int)
+    ttl = _command("TTL", int)
+    dbsize = _command("DBSIZE", int)
+    dump = _command("DUMP")
+    xlen = _command("XLEN", int)
 
     def set(
         self,
@@ -196,33 +218,9 @@ class EmbeddedRedis:
         reply = self.execute_command(*words)
         return reply if get else (reply == b"OK" or None)
 
-    def delete(self, *names: Any) -> int:
-        return int(self.execute_command("DEL", *names))
-
-    def exists(self, *names: Any) -> int:
-        return int(self.execute_command("EXISTS", *names))
-
-    def type(self, name: Any) -> bytes:
-        return bytes(self.execute_command("TYPE", name))
-
-    def pexpire(self, name: Any, milliseconds: int) -> bool:
-        return bool(self.execute_command("PEXPIRE", name, milliseconds))
-
-    def expire(self, name: Any, seconds: int) -> bool:
-        return bool(self.execute_command("EXPIRE", name, seconds))
-
-    def persist(self, name: Any) -> bool:
-        return bool(self.execute_command("PERSIST", name))
-
     def mset(self, mapping: dict[Any, Any]) -> bool:
         self.execute_command("MSET", *(word for pair in mapping.items() for word in pair))
         return True
-
-    def pttl(self, name: Any) -> int:
-        return int(self.execute_command("PTTL", name))
-
-    def ttl(self, name: Any) -> int:
-        return int(self.execute_command("TTL", name))
 
     def keys(self, pattern: Any = "*") -> list[bytes]:
         found: list[bytes] = self.execute_command("KEYS", pattern)
@@ -243,14 +241,6 @@ class EmbeddedRedis:
         while cursor != 0:
             cursor, found = self.scan(cursor or 0, match, count)
             yield from found
-
-    def dbsize(self) -> int:
-        return int(self.execute_command("DBSIZE"))
-
-    def dump(self, name: Any) -> bytes | None:
-        """An opaque snapshot of a value (see :meth:`Keyspace.dump`)."""
-        value: bytes | None = self.execute_command("DUMP", name)
-        return value
 
     def flushall(self, asynchronous: bool = False) -> bool:
         self.execute_command("FLUSHALL")
@@ -293,9 +283,6 @@ class EmbeddedRedis:
 
     def xrevrange(self, name: Any, max: Any = "+", min: Any = "-", count: int | None = None) -> list[Any]:
         return _entries(self.execute_command("XREVRANGE", name, max, min, *_count(count)))
-
-    def xlen(self, name: Any) -> int:
-        return int(self.execute_command("XLEN", name))
 
     def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> EmbeddedPipeline:
         """A pipeline: its commands run one by one when executed (each

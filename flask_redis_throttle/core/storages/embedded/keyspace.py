@@ -1,24 +1,56 @@
-"""The keyspace: every command the store implements, found by name and
-checked for its arity, as Redis dispatches them.
+"""The keyspace: keys and values with millisecond expiry (lazy, and swept),
+and every command the store implements, found by name and checked for its
+arity as Redis dispatches them, each with Redis's replies and errors.
 """
 
 from __future__ import annotations
 
+import heapq
+import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
-from .aggregates import SortedSets, Streams
-from .commands import Generic, Hashes, Strings
-from .values import CommandError
+from .values import (
+    BAD_STREAM_ID,
+    EXPIRY_OPTIONS,
+    INT64,
+    MAX_SEQ,
+    OK,
+    OVERFLOW,
+    SYNTAX,
+    TYPE_NAMES,
+    WRONGTYPE,
+    CommandError,
+    Status,
+    Stream,
+    ZSet,
+    arity_error,
+    format_id,
+    format_score,
+    glob,
+    parse_bound,
+    parse_float,
+    parse_integer,
+    parse_stream_id,
+    reply_members,
+)
 
-#: Each command: its method on :class:`Keyspace`, and Redis's arity (the
-#: exact count of words with the name, or at least -arity).
-Command = tuple[Callable[["Keyspace", list[bytes]], Any], int]
+_T = TypeVar("_T")
+
+#: How many expired keys each call may delete at most, beyond the ones it
+#: reads: more than any script writes, so the sweep keeps pace with any
+#: stream of new keys, and little enough that no request pays for a large
+#: expiry at once.
+SWEEP = 64
+
+#: How many SCAN cursors are remembered: an iteration left unfinished is
+#: forgotten after this many more have started.
+CURSORS = 1024
 
 
-class Keyspace(Generic, Strings, Hashes, SortedSets, Streams):
-    """Keys and values, with millisecond expiry; every method takes the
-    words of one command (name first, as bytes) and returns its reply:
+class Keyspace:
+    """Keys and values, with millisecond expiry; every command method takes
+    the words of one command (name first, as bytes) and returns its reply:
     bytes, an int, None (a nil), a list, or a :class:`Status`; an error is a
     :class:`CommandError`.
 
@@ -26,6 +58,556 @@ class Keyspace(Generic, Strings, Hashes, SortedSets, Streams):
 
     :param clock: seconds since the epoch, for expiry, ``TIME`` and stream IDs.
     """
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock
+        self.data: dict[bytes, Any] = {}
+        #: Each key's deadline, in milliseconds since the epoch.
+        self.expires: dict[bytes, int] = {}
+        #: Keys with a deadline, by the second it falls in; and those seconds, in a heap.
+        self._buckets: dict[int, set[bytes]] = {}
+        self._seconds: list[int] = []
+        #: SCAN's cursors: the last key each returned, oldest first.
+        self._cursors: dict[int, bytes] = {}
+        self._next_cursor = 0
+        #: The time every command of a call is judged at, in milliseconds:
+        #: frozen for a script, as in Redis.
+        self.now = 0
+
+    # -- time and expiry --------------------------------------------------
+
+    def tick(self) -> None:
+        """Start a call: read the clock, then sweep some expired keys."""
+        self.now = int(self.clock() * 1000)
+        seconds = self._seconds
+        if seconds and seconds[0] < self.now // 1000:
+            self._sweep(SWEEP)
+
+    def _sweep(self, budget: int) -> None:
+        """Delete up to ``budget`` keys whose deadline's second has passed."""
+        current = self.now // 1000
+        seconds, buckets = self._seconds, self._buckets
+        while seconds and seconds[0] < current and budget > 0:
+            bucket = buckets[seconds[0]]
+            while bucket and budget > 0:
+                key = bucket.pop()
+                self.data.pop(key, None)
+                del self.expires[key]
+                budget -= 1
+            if not bucket:
+                del buckets[heapq.heappop(seconds)]
+
+    def _unexpire(self, key: bytes) -> None:
+        deadline = self.expires.pop(key, None)
+        if deadline is not None:
+            self._buckets[deadline // 1000].discard(key)
+
+    def expire_at(self, key: bytes, deadline: int) -> None:
+        """Give the (existing) ``key`` a deadline, in epoch milliseconds."""
+        self._unexpire(key)
+        self.expires[key] = deadline
+        second = deadline // 1000
+        bucket = self._buckets.get(second)
+        if bucket is None:
+            bucket = self._buckets[second] = set()
+            heapq.heappush(self._seconds, second)
+        bucket.add(key)
+
+    def remove(self, key: bytes) -> bool:
+        """Delete ``key`` (alive or not); whether it was there."""
+        if self.data.pop(key, None) is None:
+            return False
+        self._unexpire(key)
+        return True
+
+    def lookup(self, key: bytes) -> Any:
+        """The value of ``key``, None if it is missing or past its deadline
+        (which deletes it: lazy expiry). Redis keeps a key until the
+        millisecond after its deadline."""
+        value = self.data.get(key)
+        if value is not None:
+            deadline = self.expires.get(key)
+            if deadline is not None and deadline < self.now:
+                self.remove(key)
+                return None
+        return value
+
+    def typed(self, key: bytes, kind: type[_T]) -> _T | None:
+        """The value of ``key`` if it is of ``kind``, None if missing.
+
+        :raises CommandError: WRONGTYPE for a value of another type.
+        """
+        value = self.lookup(key)
+        if value is not None and type(value) is not kind:
+            raise CommandError(WRONGTYPE)
+        return value
+
+    def keys_alive(self) -> list[bytes]:
+        """Every key that is not past its deadline."""
+        now, expires = self.now, self.expires
+        return [key for key in self.data if expires.get(key, now) >= now]
+
+    def store(self, key: bytes, value: Any) -> None:
+        self.data[key] = value
+
+    def drop_if_empty(self, key: bytes, value: Any) -> None:
+        """Delete an aggregate left empty, as Redis does (but not a stream)."""
+        if not (value.scores if type(value) is ZSet else value):
+            self.remove(key)
+
+    # -- generic ------------------------------------------------------------
+
+    def del_(self, words: list[bytes]) -> int:
+        return sum(self.lookup(key) is not None and self.remove(key) for key in words[1:])
+
+    def exists(self, words: list[bytes]) -> int:
+        return sum(self.lookup(key) is not None for key in words[1:])
+
+    def type_(self, words: list[bytes]) -> Status:
+        value = self.lookup(words[1])
+        return Status(TYPE_NAMES.get(type(value), b"none"))
+
+    def _expire(self, key: bytes, deadline: int) -> int:
+        if self.lookup(key) is None:
+            return 0
+        if deadline <= self.now:
+            self.remove(key)
+        else:
+            self.expire_at(key, deadline)
+        return 1
+
+    def pexpire(self, words: list[bytes]) -> int:
+        return self._expire(words[1], self.now + parse_integer(words[2]))
+
+    def expire(self, words: list[bytes]) -> int:
+        return self._expire(words[1], self.now + parse_integer(words[2]) * 1000)
+
+    def pexpireat(self, words: list[bytes]) -> int:
+        return self._expire(words[1], parse_integer(words[2]))
+
+    def persist(self, words: list[bytes]) -> int:
+        if self.lookup(words[1]) is None or words[1] not in self.expires:
+            return 0
+        self._unexpire(words[1])
+        return 1
+
+    def pttl(self, words: list[bytes]) -> int:
+        if self.lookup(words[1]) is None:
+            return -2
+        deadline = self.expires.get(words[1])
+        return -1 if deadline is None else deadline - self.now
+
+    def ttl(self, words: list[bytes]) -> int:
+        left = self.pttl(words)
+        return left if left < 0 else (left + 500) // 1000
+
+    def keys(self, words: list[bytes]) -> list[bytes]:
+        match = glob(words[1])
+        return [key for key in self.keys_alive() if match is None or match(key)]
+
+    def scan(self, words: list[bytes]) -> list[Any]:
+        """SCAN, visiting keys in byte order: a cursor stands for the last
+        key it returned (the last :data:`CURSORS` cursors are kept), so
+        every key that exists from the first call to the last is returned
+        exactly once, whatever is added or deleted meanwhile."""
+        cursor = parse_integer(words[1], "ERR invalid cursor")
+        if cursor < 0:
+            raise CommandError("ERR invalid cursor")
+        match, count, kind = None, 10, None
+        i = 2
+        while i < len(words):
+            option = words[i].upper()
+            if i + 1 >= len(words):
+                raise CommandError(SYNTAX)
+            if option == b"MATCH":
+                match = glob(words[i + 1])
+            elif option == b"COUNT":
+                count = parse_integer(words[i + 1])
+                if count < 1:
+                    raise CommandError(SYNTAX)
+            elif option == b"TYPE":
+                kind = words[i + 1].lower()
+            else:
+                raise CommandError(SYNTAX)
+            i += 2
+        # An unknown cursor (one of too long ago) starts again: keys may be
+        # returned twice, as Redis allows, but none is missed.
+        after = self._cursors.pop(cursor, None)
+        pending = [key for key in self.data if after is None or key > after]
+        page = heapq.nsmallest(count, pending)
+        following = b"0"
+        if len(pending) > count:
+            self._next_cursor += 1
+            self._cursors[self._next_cursor] = page[-1]
+            if len(self._cursors) > CURSORS:
+                del self._cursors[next(iter(self._cursors))]
+            following = b"%d" % self._next_cursor
+        found = []
+        for key in page:
+            value = self.lookup(key)
+            if value is None or (match is not None and not match(key)):
+                continue
+            if kind is None or TYPE_NAMES[type(value)] == kind:
+                found.append(key)
+        return [following, found]
+
+    def dump(self, words: list[bytes]) -> bytes | None:
+        """A snapshot of a value, for telling whether it changed: opaque,
+        and not Redis's serialization (no RESTORE takes it)."""
+        value = self.lookup(words[1])
+        if value is None:
+            return None
+        if type(value) is ZSet:
+            value = value.items
+        elif type(value) is Stream:
+            value = (value.entries, value.last)
+        return b"embedded:" + repr(value).encode()
+
+    def dbsize(self, words: list[bytes]) -> int:
+        return len(self.keys_alive())
+
+    def flushall(self, words: list[bytes]) -> Status:
+        if len(words) > 1 and words[1].upper() not in (b"SYNC", b"ASYNC"):
+            raise CommandError(SYNTAX)
+        self.data.clear()
+        self.expires.clear()
+        self._buckets.clear()
+        self._seconds.clear()
+        return OK
+
+    def ping(self, words: list[bytes]) -> Any:
+        return words[1] if len(words) == 2 else Status(b"PONG")
+
+    def time_(self, words: list[bytes]) -> list[bytes]:
+        micros = int(self.clock() * 1_000_000)
+        return [b"%d" % (micros // 1_000_000), b"%d" % (micros % 1_000_000)]
+
+    # -- strings ------------------------------------------------------------
+
+    def get(self, words: list[bytes]) -> bytes | None:
+        value: bytes | None = self.typed(words[1], bytes)
+        return value
+
+    def set(self, words: list[bytes]) -> Any:
+        key, value = words[1], words[2]
+        condition, get, deadline, keep = b"", False, None, False
+        i = 3
+        while i < len(words):
+            option = words[i].upper()
+            if option in (b"NX", b"XX") and not condition:
+                condition = option
+            elif option == b"GET" and not get:
+                get = True
+            elif option == b"KEEPTTL" and deadline is None and not keep:
+                keep = True
+            elif option in EXPIRY_OPTIONS and deadline is None and not keep and i + 1 < len(words):
+                i += 1
+                amount = parse_integer(words[i])
+                if amount <= 0:
+                    raise CommandError("ERR invalid expire time in 'set' command")
+                scale, base = EXPIRY_OPTIONS[option]
+                deadline = base * self.now + scale * amount
+            else:
+                raise CommandError(SYNTAX)
+            i += 1
+        old = None
+        if get:
+            old = self.typed(key, bytes)
+        elif condition:
+            old = self.lookup(key)
+        if (condition == b"NX" and old is not None) or (condition == b"XX" and old is None):
+            return old if get else None
+        self.data[key] = value
+        if deadline is not None:
+            if deadline <= self.now:
+                self.remove(key)
+            else:
+                self.expire_at(key, deadline)
+        elif not keep:
+            self._unexpire(key)
+        return old if get else OK
+
+    def mset(self, words: list[bytes]) -> Status:
+        if len(words) % 2 == 0:
+            raise arity_error(words[0])
+        for i in range(1, len(words), 2):
+            self._unexpire(words[i])
+            self.data[words[i]] = words[i + 1]
+        return OK
+
+    def incrby(self, words: list[bytes]) -> int:
+        return self._incr(words[1], parse_integer(words[2]))
+
+    def incr(self, words: list[bytes]) -> int:
+        return self._incr(words[1], 1)
+
+    def _incr(self, key: bytes, by: int) -> int:
+        old = self.typed(key, bytes)
+        result = _added(0 if old is None else parse_integer(old), by)
+        self.store(key, b"%d" % result)
+        return result
+
+    # -- hashes -------------------------------------------------------------
+
+    def hget(self, words: list[bytes]) -> bytes | None:
+        fields = self.typed(words[1], dict)
+        return None if fields is None else fields.get(words[2])
+
+    def hmget(self, words: list[bytes]) -> list[bytes | None]:
+        fields = self.typed(words[1], dict) or {}
+        return [fields.get(name) for name in words[2:]]
+
+    def hgetall(self, words: list[bytes]) -> list[bytes]:
+        fields = self.typed(words[1], dict) or {}
+        return [part for pair in fields.items() for part in pair]
+
+    def hlen(self, words: list[bytes]) -> int:
+        return len(self.typed(words[1], dict) or ())
+
+    def hset(self, words: list[bytes]) -> int:
+        if len(words) % 2:
+            raise arity_error(words[0])
+        fields = self.typed(words[1], dict)
+        if fields is None:
+            fields = {}
+            self.store(words[1], fields)
+        added = 0
+        for i in range(2, len(words), 2):
+            added += words[i] not in fields
+            fields[words[i]] = words[i + 1]
+        return added
+
+    def hincrby(self, words: list[bytes]) -> int:
+        by = parse_integer(words[3])
+        fields = self.typed(words[1], dict)
+        old = None if fields is None else fields.get(words[2])
+        result = _added(0 if old is None else parse_integer(old, "ERR hash value is not an integer"), by)
+        if fields is None:
+            fields = {}
+            self.store(words[1], fields)
+        fields[words[2]] = b"%d" % result
+        return result
+
+    def hdel(self, words: list[bytes]) -> int:
+        fields = self.typed(words[1], dict)
+        if fields is None:
+            return 0
+        removed = sum(fields.pop(name, None) is not None for name in words[2:])
+        self.drop_if_empty(words[1], fields)
+        return removed
+
+    # -- sorted sets --------------------------------------------------------
+
+    def zadd(self, words: list[bytes]) -> Any:
+        flags: set[bytes] = set()
+        i = 2
+        while i < len(words) and words[i].upper() in (b"NX", b"XX", b"GT", b"LT", b"CH", b"INCR"):
+            flags.add(words[i].upper())
+            i += 1
+        pairs = words[i:]
+        if not pairs or len(pairs) % 2:
+            raise CommandError(SYNTAX)
+        if {b"NX", b"XX"} <= flags:
+            raise CommandError("ERR XX and NX options at the same time are not compatible")
+        if len(flags & {b"NX", b"GT", b"LT"}) > 1:
+            raise CommandError("ERR GT, LT, and/or NX options at the same time are not compatible")
+        if b"INCR" in flags and len(pairs) != 2:
+            raise CommandError("ERR INCR option supports a single increment-element pair")
+        scores = [parse_float(pairs[j]) for j in range(0, len(pairs), 2)]
+        zset = self.typed(words[1], ZSet)
+        if zset is None:
+            if b"XX" in flags:
+                return None if b"INCR" in flags else 0
+            zset = ZSet()
+            self.store(words[1], zset)
+        changed = added = 0
+        result: Any = None
+        for score, member in zip(scores, pairs[1::2], strict=True):
+            old = zset.scores.get(member)
+            if b"INCR" in flags:
+                score += 0 if old is None else old
+                if score != score:
+                    raise CommandError("ERR resulting score is not a number (NaN)")
+            if (old is None and b"XX" in flags) or (old is not None and b"NX" in flags):
+                continue
+            if old is not None and ((b"GT" in flags and score <= old) or (b"LT" in flags and score >= old)):
+                continue
+            if old is None:
+                added += 1
+            elif old != score:
+                changed += 1
+            zset.add(member, score)
+            result = format_score(score)
+        self.drop_if_empty(words[1], zset)
+        if b"INCR" in flags:
+            return result
+        return added + changed if b"CH" in flags else added
+
+    def zcard(self, words: list[bytes]) -> int:
+        zset = self.typed(words[1], ZSet)
+        return 0 if zset is None else len(zset.items)
+
+    def zscore(self, words: list[bytes]) -> bytes | None:
+        zset = self.typed(words[1], ZSet)
+        score = None if zset is None else zset.scores.get(words[2])
+        return None if score is None else format_score(score)
+
+    def _scored(self, words: list[bytes]) -> tuple[ZSet | None, int, int]:
+        """The sorted set of ``key min max`` words, and the span of its items
+        in that range of scores (empty when there is no set)."""
+        low, high = parse_bound(words[2]), parse_bound(words[3])
+        zset = self.typed(words[1], ZSet)
+        return (zset, *zset.span(low, high)) if zset is not None else (None, 0, 0)
+
+    def zcount(self, words: list[bytes]) -> int:
+        _, start, stop = self._scored(words)
+        return stop - start
+
+    def zrange(self, words: list[bytes]) -> list[bytes]:
+        start, stop = parse_integer(words[2]), parse_integer(words[3])
+        options = [word.upper() for word in words[4:]]
+        if options not in ([], [b"WITHSCORES"]):
+            raise CommandError(SYNTAX)
+        zset = self.typed(words[1], ZSet)
+        if zset is None:
+            return []
+        size = len(zset.items)
+        start = max(start + size if start < 0 else start, 0)
+        stop = stop + size if stop < 0 else stop
+        if start > stop or start >= size:
+            return []
+        return reply_members(zset.items[start : min(stop, size - 1) + 1], bool(options))
+
+    def zrangebyscore(self, words: list[bytes]) -> list[bytes]:
+        low, high = parse_bound(words[2]), parse_bound(words[3])
+        scores, offset, count = False, 0, -1
+        i = 4
+        while i < len(words):
+            option = words[i].upper()
+            if option == b"WITHSCORES":
+                scores = True
+                i += 1
+            elif option == b"LIMIT" and i + 2 < len(words):
+                offset, count = parse_integer(words[i + 1]), parse_integer(words[i + 2])
+                i += 3
+            else:
+                raise CommandError(SYNTAX)
+        zset = self.typed(words[1], ZSet)
+        if zset is None or offset < 0:
+            return []
+        start, stop = zset.span(low, high)
+        start += offset
+        if count >= 0:
+            stop = min(stop, start + count)
+        return reply_members(zset.items[start:stop], scores)
+
+    def zrem(self, words: list[bytes]) -> int:
+        zset = self.typed(words[1], ZSet)
+        if zset is None:
+            return 0
+        removed = sum(zset.remove(member) for member in words[2:])
+        self.drop_if_empty(words[1], zset)
+        return removed
+
+    def zremrangebyscore(self, words: list[bytes]) -> int:
+        zset, start, stop = self._scored(words)
+        if zset is None:
+            return 0
+        for _, member in zset.items[start:stop]:
+            del zset.scores[member]
+        del zset.items[start:stop]
+        self.drop_if_empty(words[1], zset)
+        return stop - start
+
+    # -- streams ------------------------------------------------------------
+
+    def xadd(self, words: list[bytes]) -> bytes | None:
+        key, i = words[1], 2
+        make, maxlen = True, None
+        while i < len(words):
+            option = words[i].upper()
+            if option == b"NOMKSTREAM":
+                make = False
+                i += 1
+            elif option == b"MAXLEN":
+                i += 1
+                if i < len(words) and words[i] in (b"=", b"~"):
+                    i += 1
+                if i >= len(words):
+                    raise CommandError(SYNTAX)
+                maxlen = parse_integer(words[i])
+                if maxlen < 0:
+                    raise CommandError("ERR The MAXLEN argument must be >= 0.")
+                i += 1
+            else:
+                break
+        if i >= len(words) or (len(words) - i - 1) < 2 or (len(words) - i - 1) % 2:
+            raise CommandError("ERR wrong number of arguments for 'xadd' command")
+        stream = self.typed(key, Stream)
+        wanted = words[i]
+        if wanted != b"*":
+            entry_id = self._explicit_id(wanted, stream)
+        if stream is None:
+            if not make:
+                return None
+            stream = Stream()
+            self.store(key, stream)
+        if wanted == b"*":
+            ms = max(self.now, stream.last[0])
+            entry_id = (ms, stream.last[1] + 1 if ms == stream.last[0] else 0)
+        stream.entries.append((entry_id, list(words[i + 1 :])))
+        stream.last = entry_id
+        if maxlen is not None and len(stream.entries) > maxlen:
+            del stream.entries[: len(stream.entries) - maxlen]
+        return format_id(entry_id)
+
+    def _explicit_id(self, wanted: bytes, stream: Stream | None) -> tuple[int, int]:
+        """The ID an XADD asks for (``ms-seq`` or ``ms-*``), checked
+        against the stream's last."""
+        last = stream.last if stream is not None else (0, 0)
+        if wanted.endswith(b"-*"):
+            ms = parse_stream_id(wanted[:-2], 0, False)[0][0]
+            entry_id = (ms, last[1] + 1 if ms == last[0] else 0)
+            if ms < last[0]:
+                entry_id = (0, 0)
+        else:
+            entry_id = parse_stream_id(wanted, 0, False)[0]
+            if wanted in (b"-", b"+"):
+                raise CommandError(BAD_STREAM_ID)
+        if entry_id == (0, 0):
+            raise CommandError("ERR The ID specified in XADD must be greater than 0-0")
+        if entry_id <= last:
+            raise CommandError("ERR The ID specified in XADD is equal or smaller than the target stream top item")
+        return entry_id
+
+    def _xrange(self, key: bytes, low: bytes, high: bytes, rest: list[bytes], reverse: bool) -> list[Any]:
+        start, start_ex = parse_stream_id(low, 0)
+        end, end_ex = parse_stream_id(high, MAX_SEQ)
+        count = None
+        if rest:
+            if len(rest) != 2 or rest[0].upper() != b"COUNT":
+                raise CommandError(SYNTAX)
+            count = parse_integer(rest[1])
+        stream = self.typed(key, Stream)
+        if stream is None or (count is not None and count <= 0):
+            return []
+        found = [
+            [format_id(entry_id), list(fields)]
+            for entry_id, fields in (reversed(stream.entries) if reverse else stream.entries)
+            if (start < entry_id or (start == entry_id and not start_ex))
+            and (entry_id < end or (entry_id == end and not end_ex))
+        ]
+        return found if count is None else found[:count]
+
+    def xrange(self, words: list[bytes]) -> list[Any]:
+        return self._xrange(words[1], words[2], words[3], words[4:], False)
+
+    def xrevrange(self, words: list[bytes]) -> list[Any]:
+        return self._xrange(words[1], words[3], words[2], words[4:], True)
+
+    def xlen(self, words: list[bytes]) -> int:
+        stream = self.typed(words[1], Stream)
+        return 0 if stream is None else len(stream.entries)
 
     # -- dispatch -----------------------------------------------------------
 
@@ -41,53 +623,37 @@ class Keyspace(Generic, Strings, Hashes, SortedSets, Streams):
         method, arity = entry
         count = len(words)
         if (arity > 0 and count != arity) or count < -arity:
-            raise CommandError(
-                f"ERR wrong number of arguments for '{words[0].decode('utf-8', 'replace').lower()}' command"
-            )
+            raise arity_error(words[0])
         return method(self, words if type(words) is list else list(words))
 
 
-COMMANDS: dict[bytes, Command] = {
-    b"GET": (Keyspace.get, 2),
-    b"SET": (Keyspace.set, -3),
-    b"MSET": (Keyspace.mset, -3),
-    b"INCR": (Keyspace.incr, 2),
-    b"INCRBY": (Keyspace.incrby, 3),
-    b"DEL": (Keyspace.del_, -2),
-    b"UNLINK": (Keyspace.del_, -2),
-    b"EXISTS": (Keyspace.exists, -2),
-    b"TYPE": (Keyspace.type_, 2),
-    b"PEXPIRE": (Keyspace.pexpire, 3),
-    b"EXPIRE": (Keyspace.expire, 3),
-    b"PEXPIREAT": (Keyspace.pexpireat, 3),
-    b"PERSIST": (Keyspace.persist, 2),
-    b"PTTL": (Keyspace.pttl, 2),
-    b"TTL": (Keyspace.ttl, 2),
-    b"KEYS": (Keyspace.keys, 2),
-    b"SCAN": (Keyspace.scan, -2),
-    b"DBSIZE": (Keyspace.dbsize, 1),
-    b"DUMP": (Keyspace.dump, 2),
-    b"FLUSHALL": (Keyspace.flushall, -1),
-    b"FLUSHDB": (Keyspace.flushall, -1),
-    b"PING": (Keyspace.ping, -1),
-    b"TIME": (Keyspace.time_, 1),
-    b"HGET": (Keyspace.hget, 3),
-    b"HMGET": (Keyspace.hmget, -3),
-    b"HGETALL": (Keyspace.hgetall, 2),
-    b"HLEN": (Keyspace.hlen, 2),
-    b"HSET": (Keyspace.hset, -4),
-    b"HINCRBY": (Keyspace.hincrby, 4),
-    b"HDEL": (Keyspace.hdel, -3),
-    b"ZADD": (Keyspace.zadd, -4),
-    b"ZCARD": (Keyspace.zcard, 2),
-    b"ZSCORE": (Keyspace.zscore, 3),
-    b"ZCOUNT": (Keyspace.zcount, 4),
-    b"ZRANGE": (Keyspace.zrange, -4),
-    b"ZRANGEBYSCORE": (Keyspace.zrangebyscore, -4),
-    b"ZREM": (Keyspace.zrem, -3),
-    b"ZREMRANGEBYSCORE": (Keyspace.zremrangebyscore, 4),
-    b"XADD": (Keyspace.xadd, -5),
-    b"XRANGE": (Keyspace.xrange, -4),
-    b"XREVRANGE": (Keyspace.xrevrange, -4),
-    b"XLEN": (Keyspace.xlen, 2),
+def _added(number: int, by: int) -> int:
+    """``number + by``, as INCRBY and HINCRBY add: an error past 64 bits."""
+    if not INT64[0] <= number + by <= INT64[1]:
+        raise CommandError(OVERFLOW)
+    return number + by
+
+
+#: Each command's Redis arity: the exact count of words, its name included,
+#: or at least -arity. Its method is its name in lower case (with ``_`` after
+#: a Python name); UNLINK and FLUSHDB run DEL and FLUSHALL.
+ARITIES = """
+GET 2  SET -3  MSET -3  INCR 2  INCRBY 3  DEL -2  UNLINK -2  EXISTS -2  TYPE 2  PEXPIRE 3  EXPIRE 3
+PEXPIREAT 3  PERSIST 2  PTTL 2  TTL 2  KEYS 2  SCAN -2  DBSIZE 1  DUMP 2  FLUSHALL -1  FLUSHDB -1  PING -1
+TIME 1  HGET 3  HMGET -3  HGETALL 2  HLEN 2  HSET -4  HINCRBY 4  HDEL -3  ZADD -4  ZCARD 2  ZSCORE 3
+ZCOUNT 4  ZRANGE -4  ZRANGEBYSCORE -4  ZREM -3  ZREMRANGEBYSCORE 4  XADD -5  XRANGE -4  XREVRANGE -4  XLEN 2
+"""
+ALIASES = {"UNLINK": "DEL", "FLUSHDB": "FLUSHALL"}
+
+
+def _method(name: str) -> Callable[[Keyspace, list[bytes]], Any]:
+    name = ALIASES.get(name, name).lower()
+    method: Callable[[Keyspace, list[bytes]], Any] = getattr(Keyspace, name, None) or getattr(Keyspace, f"{name}_")
+    return method
+
+
+#: Each command: its method on :class:`Keyspace`, and its arity.
+COMMANDS = {
+    name.encode(): (_method(name), int(arity))
+    for name, arity in zip(ARITIES.split()[::2], ARITIES.split()[1::2], strict=True)
 }

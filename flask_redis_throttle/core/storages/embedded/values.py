@@ -18,11 +18,11 @@ from redis._parsers.base import BaseParser
 _T = TypeVar("_T")
 
 _INT = re.compile(rb"-?(?:0|[1-9][0-9]*)\Z")
-_INT64 = (-(2**63), 2**63 - 1)
+INT64 = (-(2**63), 2**63 - 1)
 _FLOAT = re.compile(rb"\s*[-+]?(?:inf|infinity|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:e[-+]?[0-9]+)?)\Z", re.IGNORECASE)
-_MAX_SEQ = 2**64 - 1
+MAX_SEQ = 2**64 - 1
 #: SET's expiry options: the deadline is base * now + scale * amount, in ms.
-_EXPIRY_OPTIONS = {b"EX": (1000, 1), b"PX": (1, 1), b"EXAT": (1000, 0), b"PXAT": (1, 0)}
+EXPIRY_OPTIONS = {b"EX": (1000, 1), b"PX": (1, 1), b"EXAT": (1000, 0), b"PXAT": (1, 0)}
 
 WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
 SYNTAX = "ERR syntax error"
@@ -56,21 +56,21 @@ def response_error(message: str) -> redis.RedisError:
 OK = Status(b"OK")
 
 
-def _arity(name: bytes) -> CommandError:
+def arity_error(name: bytes) -> CommandError:
     return CommandError(f"ERR wrong number of arguments for '{name.decode('utf-8', 'replace').lower()}' command")
 
 
-def _integer(value: bytes, error: str = NOT_INTEGER) -> int:
+def parse_integer(value: bytes, error: str = NOT_INTEGER) -> int:
     """``value`` as Redis reads a 64-bit integer: no sign but ``-``, no
     leading zero, no spaces."""
     if _INT.match(value):
         number = int(value)
-        if _INT64[0] <= number <= _INT64[1]:
+        if INT64[0] <= number <= INT64[1]:
             return number
     raise CommandError(error)
 
 
-def _float(value: bytes, error: str = NOT_FLOAT) -> float:
+def parse_float(value: bytes, error: str = NOT_FLOAT) -> float:
     """``value`` as Redis reads a score (``inf`` and ``-inf`` included)."""
     if not _FLOAT.match(value):
         raise CommandError(error)
@@ -89,7 +89,7 @@ def format_score(score: float) -> bytes:
     return b"%.17g" % score
 
 
-def _bound(value: bytes) -> tuple[float, bool]:
+def parse_bound(value: bytes) -> tuple[float, bool]:
     """A score range bound: its score, and whether it is exclusive (``(``)."""
     exclusive = value.startswith(b"(")
     text = value[1:] if exclusive else value
@@ -205,7 +205,7 @@ class Stream:
         self.last = (0, 0)
 
 
-def _stream_id(value: bytes, default_seq: int, exclusive_ok: bool = True) -> tuple[tuple[int, int], bool]:
+def parse_stream_id(value: bytes, default_seq: int, exclusive_ok: bool = True) -> tuple[tuple[int, int], bool]:
     """An ID bound of XRANGE: ``-``, ``+``, ``ms`` or ``ms-seq``, maybe
     after ``(``. Returns the ID and whether it is exclusive."""
     exclusive = exclusive_ok and value.startswith(b"(")
@@ -213,7 +213,7 @@ def _stream_id(value: bytes, default_seq: int, exclusive_ok: bool = True) -> tup
     if text == b"-":
         return (0, 0), exclusive
     if text == b"+":
-        return (_MAX_SEQ, _MAX_SEQ), exclusive
+        return (MAX_SEQ, MAX_SEQ), exclusive
     ms, dash, seq = text.partition(b"-")
     try:
         if not ms.isdigit() or (dash and not seq.isdigit()):
@@ -221,19 +221,19 @@ def _stream_id(value: bytes, default_seq: int, exclusive_ok: bool = True) -> tup
         parsed = (int(ms), int(seq) if dash else default_seq)
     except ValueError:
         raise CommandError(BAD_STREAM_ID) from None
-    if parsed[0] > _MAX_SEQ or parsed[1] > _MAX_SEQ:
+    if parsed[0] > MAX_SEQ or parsed[1] > MAX_SEQ:
         raise CommandError(BAD_STREAM_ID)
     return parsed, exclusive
 
 
-def _format_id(entry_id: tuple[int, int]) -> bytes:
+def format_id(entry_id: tuple[int, int]) -> bytes:
     return b"%d-%d" % entry_id
 
 
-def _members(items: Iterable[tuple[float, bytes]], scores: bool) -> list[bytes]:
+def reply_members(items: Iterable[tuple[float, bytes]], scores: bool) -> list[bytes]:
     if scores:
         return [part for score, member in items for part in (member, format_score(score))]
     return [member for _, member in items]
 
 
-_TYPES: dict[type, bytes] = {bytes: b"string", dict: b"hash", ZSet: b"zset", Stream: b"stream"}
+TYPE_NAMES: dict[type, bytes] = {bytes: b"string", dict: b"hash", ZSet: b"zset", Stream: b"stream"}
