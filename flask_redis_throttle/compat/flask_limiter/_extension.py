@@ -64,14 +64,9 @@ class LimitArguments(TypedDict, total=False):
 
 
 class Limiter:
-    """Flask-Limiter's ``Limiter``, over :class:`~flask_redis_throttle.RateLimit`.
-
-    It takes Flask-Limiter 4.x's arguments; :doc:`/flask-limiter` says what
-    each becomes. One that has no counterpart here raises
-    :class:`~flask_redis_throttle.ConfigurationError` at :meth:`init_app`.
-
-    :param key_func: whom to count: a function of no arguments that returns
-        a string, such as :func:`~.util.get_remote_address`.
+    """Flask-Limiter's ``Limiter``, over :class:`~flask_redis_throttle.RateLimit`, with
+    Flask-Limiter 4.x's arguments (see :doc:`/flask-limiter`); one that has no
+    counterpart here raises :class:`~flask_redis_throttle.ConfigurationError`.
     """
 
     def __init__(

@@ -71,6 +71,23 @@ def keyed_by(key_func: Callable[[], str]) -> Callable[[Request], str | None]:
     return called
 
 
+def of_value(value: Any) -> Any:
+    """A value, or a function of nothing as a function of the request."""
+    return of_request(value) if callable(value) else value
+
+
+#: The fields of :class:`Limit` that are :func:`~flask_redis_throttle.limit`'s
+#: options as they are: their name there, and how their value is read.
+OPTIONS: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "key_function": ("identities", identities),
+    "methods": ("methods", list),
+    "per_method": ("per_method", bool),
+    "cost": ("cost", of_value),
+    "exempt_when": ("exempt_when", of_request),
+    "deduct_when": ("deduct_when", lambda deduct_when: deduct_when),  # a function of the response in both
+}
+
+
 @dataclasses.dataclass(eq=False)
 class Limit:
     """Flask-Limiter's ``Limit``: an item of ``default_limits``, a limit of ``RATELIMIT_DEFAULT``."""
@@ -116,23 +133,10 @@ class Limit:
         provider = self.spec(fallback) if callable(self.limit_provider) else None
         if isinstance(provider, Dynamic):
             options["scope"] = provider.apart(options.get("scope"))
-        if self.key_function is not None:
-            options["identities"] = identities(self.key_function)
-        if self.methods is not None:
-            options["methods"] = list(self.methods)
-        if self.per_method:
-            options["per_method"] = True
-        if self.cost is not None:
-            options["cost"] = of_request(self.cost) if callable(self.cost) else self.cost
-        if self.exempt_when is not None:
-            options["exempt_when"] = of_request(self.exempt_when)
-        if self.deduct_when is not None:
-            options["deduct_when"] = self.deduct_when  # a function of the response in both
-        message = self.error_message
-        if message is None:
-            options["error_message"] = describe_refusal
-        else:
-            options["error_message"] = of_request(message) if callable(message) else message
+        for field, (name, read) in OPTIONS.items():
+            if getattr(self, field) is not None:
+                options[name] = read(getattr(self, field))
+        options["error_message"] = describe_refusal if self.error_message is None else of_value(self.error_message)
         hook = breach_hook(self.on_breach, self.shared)
         if hook is not None:
             options["on_breach"] = hook
