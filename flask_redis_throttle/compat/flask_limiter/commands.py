@@ -1,10 +1,7 @@
-"""Flask-Limiter's ``flask_limiter.commands``: ``cli``, the ``flask limiter``
-group, which ``Limiter.init_app`` puts on the app's command line (see
-:data:`COMMAND_NAMES`). ``config``, ``limits`` and ``clear`` are
-Flask-Limiter's, over the rows of ``flask ratelimit limits``
-(:func:`~flask_redis_throttle.cli.route_limits`) drawn as its trees; the
-others are ``flask ratelimit``'s. See :ref:`cli-flask-limiter`.
-"""
+"""Flask-Limiter's ``flask_limiter.commands``: the ``flask limiter`` group, its
+``config``, ``limits`` and ``clear`` over the rows of ``flask ratelimit limits``
+(:func:`~flask_redis_throttle.cli.route_limits`), beside ``flask ratelimit``'s others.
+See :ref:`cli-flask-limiter`."""
 
 from __future__ import annotations
 
@@ -199,10 +196,8 @@ def _labels(limit: PlannedLimit) -> list[str]:
 
 
 def _scope(limit: PlannedLimit, whole: bool, endpoint: str | None = None) -> tuple[str | None, bool]:
-    """The scope ``clear`` resets of ``limit`` (None for every scope, when
-    every limit is chosen; "" for none: a scope function gives each request
-    its own), and whether every scope beneath it instead (a dynamic limit of
-    the shim counts each of its strings beneath its scope, see ``Dynamic.apart``)."""
+    """The scope ``clear`` resets of ``limit`` (None for every one, when every limit is
+    chosen; "" for none, with a scope function), and whether the scopes beneath it instead."""
     beneath = getattr(limit.spec.scope, "beneath", None)
     if whole:
         return None, False
@@ -215,9 +210,8 @@ class Key:
     """``--key``: a value of the key function, as the identity of each kind a limit counts."""
 
     def __init__(self, value: str, state: RateLimitState) -> None:
-        self.value, self.state, self.down, self.counted = value, state, "", False
-        #: Why the key is no identity of some kind a limit counts, while it is none of any.
-        self.unknown = ""
+        # Why the storage did not answer; why the key is no identity of some kind a limit counts.
+        self.value, self.state, self.down, self.unknown, self.counted = value, state, "", "", False
 
     def identities(self, limit: PlannedLimit) -> list[Identity]:
         found = []
@@ -264,10 +258,8 @@ class Key:
 @_routes
 @click.option("--key", metavar="KEY", help="Also show what KEY, a value of the key function, has left of each limit.")
 def limits_command(state: RateLimitState, survey: Survey, key: str | None) -> None:
-    """Show every route's limits, grouped by blueprint, after the meta and
-    application limits; with --key, whether KEY's next request would pass
-    each. Nothing is counted. `flask ratelimit limits` lists the same rows
-    with their strategies, scopes and identities."""
+    """Show every route's limits by blueprint, after the meta and application limits;
+    with --key, whether KEY's next request would pass each. Nothing is counted."""
     if key is None:
         survey.echo(_labels)
         return
@@ -281,12 +273,8 @@ def limits_command(state: RateLimitState, survey: Survey, key: str | None) -> No
 @_routes
 @click.option("-y", "--yes", is_flag=True, help="Clear without asking first.")
 def clear_command(state: RateLimitState, survey: Survey, key: str, yes: bool) -> None:
-    """Clear KEY's counters of every limit, or of the chosen routes' limits:
-    `flask ratelimit reset` by a value of the key function.
-
-    App servers may refuse KEY for up to a second more: their block caches
-    trust a refusal that long.
-    """
+    """Clear KEY's counters of every limit, or of the chosen routes' limits, as
+    `flask ratelimit reset` does; app servers may refuse KEY for a second more."""
     throttle = ops.throttle_of(state)
     tester = Key(key, state)
     if not yes:
@@ -304,12 +292,8 @@ def clear_command(state: RateLimitState, survey: Survey, key: str, yes: bool) ->
     tester.check()
 
     def cleared(limit: PlannedLimit) -> list[str]:
-        done = (
-            "Cleared"
-            if _scope(limit, survey.whole)[0] != ""
-            else "not cleared, its scope function gives each request its own"
-        )
-        return [f"{label}: {done}" for label in _labels(limit)]
+        done = "not cleared, its scope function gives each request its own"
+        return [f"{label}: {done if _scope(limit, survey.whole)[0] == '' else 'Cleared'}" for label in _labels(limit)]
 
     survey.echo(cleared, limited=True)
     click.echo(f"Deleted {deleted} counter key{'' if deleted == 1 else 's'} of key {key}.")
