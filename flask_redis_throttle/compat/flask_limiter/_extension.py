@@ -122,14 +122,9 @@ class Limiter:
             self.init_app(app)
 
     def init_app(self, app: Flask) -> None:
-        """Set up rate limiting on ``app`` (or the app a proxy such as
-        :data:`flask.current_app` stands for): the extension's settings from
-        this limiter's arguments and Flask-Limiter's settings, then
-        :meth:`RateLimit.init_app <flask_redis_throttle.RateLimit.init_app>`.
-        One that fails leaves the app's config as it was.
-
-        :raises ConfigurationError: for an argument or setting that has no
-            counterpart here, or a bad value.
+        """Set up :meth:`RateLimit.init_app <flask_redis_throttle.RateLimit.init_app>` on ``app``
+        (or the app a proxy stands for) with the extension's settings for this limiter's
+        arguments and Flask-Limiter's settings; one that fails leaves the config as it was.
         """
         app = app._get_current_object() if isinstance(app, LocalProxy) else app  # kept weakly, read later
         config = app.config

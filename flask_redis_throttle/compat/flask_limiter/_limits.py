@@ -309,8 +309,7 @@ def scope_of(scope: Callable[[str], str], shared: bool) -> Callable[[Request], s
     return scoped
 
 
-#: The attribute of :data:`flask.g` that holds the request's
-#: :class:`Dynamic` limits whose function raised before the view.
+#: The attribute of :data:`flask.g` with the request's :class:`Dynamic` limits that raised.
 UNDECIDED = "_flask_limiter_undecided"
 
 
@@ -325,9 +324,9 @@ class Dynamic:
     def __init__(self, items: Sequence[str | Callable[[], str]], fallback: DynamicLimit | None = None) -> None:
         self.items = list(items)
         self.fallback = fallback
-        # The last request, its value and the error raised, which its scope reads: one
-        # tuple, replaced whole, so that a thread reads its own request's or calls again.
-        self.last: tuple[object, str | None, Exception | None] = (None, None, None)
+        # The last request and its value, which its scope reads: replaced whole, so
+        # that a thread reads its own request's or calls again.
+        self.last: tuple[object, str | None] = (None, None)
         named = next((item for item in items if callable(item)), None)
         if named is not None:
             functools.update_wrapper(self, named, updated=())
@@ -350,7 +349,7 @@ class Dynamic:
             value = None
         if value is None and raised is None and self.fallback is not None:
             value = self.fallback(request)
-        self.last = (request, value, raised)
+        self.last = (request, value)
         return value
 
     def apart(self, scope: str | Callable[[Request], str] | None) -> Callable[[Request], str]:
@@ -358,15 +357,14 @@ class Dynamic:
         value, or the endpoint when None), ``:``, the string."""
 
         def apart(request: Request) -> str:
-            asked, value, _ = self.last
+            asked, value = self.last
             if asked is not request:
                 value = self(request)
             base = scope(request) if callable(scope) else scope or request.endpoint
             return f"{base}:{value}"
 
         functools.update_wrapper(apart, self, updated=())
-        # What ``flask limiter clear`` clears every string's counters beneath:
-        # the scope, "" for the endpoint's, None when a function gives it.
+        # Where ``flask limiter clear`` finds every string's counters: "" for the endpoint, None for a function.
         apart.beneath = "" if scope is None else scope if isinstance(scope, str) else None  # type: ignore[attr-defined]
         return apart
 
@@ -412,10 +410,8 @@ class RequestLimit:
     """Flask-Limiter's ``RequestLimit``: a limit as it stands for the current
     request, from a :class:`~flask_redis_throttle.CurrentLimit` or refusal.
 
-    :param limit: the deciding :class:`~flask_redis_throttle.Layer`
-        (``limit.quota``, ``limit.window``; ``str(limit)`` as ``"10 per 1 minute"``).
-    :param key: the name Flask-Limiter gives its counter, such as
-        ``"LIMITER/127.0.0.1/index/10/1/minute"`` (see :func:`._presentation.limits_key`).
+    :param limit: the deciding :class:`~flask_redis_throttle.Layer` (``str(limit)``: ``"10 per 1 minute"``).
+    :param key: Flask-Limiter's name of its counter, such as ``"LIMITER/127.0.0.1/index/10/1/minute"``.
     :param breached: whether it had no room for the request.
     :param shared: whether it is a shared limit (its scope is not the endpoint's).
     :param remaining: what is left of it.

@@ -74,11 +74,8 @@ FIXED = {"RATELIMIT_HEADERS_LEGACY": True, "RATELIMIT_DEFAULT_MODE": "replace", 
 def settings(
     given: Callable[[str], Any], header_name_mapping: Mapping[HeaderNames, str], auto_check: bool
 ) -> MutableMapping[str, Any]:
-    """The extension's settings for Flask-Limiter's: ``given(key)`` is the
-    value of a Flask-Limiter setting (the argument, else the app's setting).
-
-    :raises ConfigurationError: for one that has no counterpart here.
-    """
+    """The extension's settings for Flask-Limiter's, each ``given(key)`` (the
+    argument, else the app's setting); a ConfigurationError for one it has not."""
     for key, why in REFUSED.items():
         if given(key):
             raise unsupported(key, given(key), why)
@@ -128,23 +125,15 @@ def layered(
 ) -> list[dict[str, Any]] | None:
     """``RATELIMIT_DEFAULT`` or ``RATELIMIT_APPLICATION`` for Flask-Limiter's
     default or application limits, with the options the settings give all of them."""
-    shared = Limit(
-        "",
-        per_method=bool(given(per_method)),
-        exempt_when=given(exempt_when),
-        deduct_when=given(deduct_when),
-        cost=given(cost),
-    )
+    shared = Limit("", cost=given(cost), per_method=bool(given(per_method)))
+    shared.exempt_when, shared.deduct_when = given(exempt_when), given(deduct_when)
     return limits_of(key, given(key), shared.options())
 
 
 def limits_of(key: str, value: Any, shared: dict[str, Any], inherited: bool = False) -> list[dict[str, Any]] | None:
-    """The extension's limits for a Flask-Limiter list of limits: its limit
-    strings as one limit, and each function as a dynamic limit, with the
-    ``shared`` options; and each ``Limit(...)`` item as a limit of its own,
-    with its own options, and the ``shared`` ones too if ``inherited``. A
-    dynamic limit counts each string it returns apart, as in Flask-Limiter:
-    under the endpoint, or the application's scope for application limits."""
+    """The extension's limits for a Flask-Limiter list of limits: its strings as
+    one limit and each function as a dynamic one, with the ``shared`` options;
+    each ``Limit(...)`` with its own (and the ``shared`` ones if ``inherited``)."""
     if value is None:
         return None
     items = [value] if isinstance(value, str) or callable(value) else list(value)
