@@ -211,6 +211,14 @@ def test_limits_lists_the_meta_application_and_every_routes_limits(url: str) -> 
     )
 
 
+def test_limits_draws_the_routes_of_flask_ratelimit_limits() -> None:
+    app = shop("memory://")
+    table = app.test_cli_runner().invoke(ratelimit, ["limits"]).output.splitlines()[1:]
+    routes = {(line.split()[2], line.split()[0]) for line in table if not line.startswith(" ")}
+    drawn = set(re.findall(r"── ([\w.]+): (/\S*)\n", ok(app, "limits")))
+    assert drawn == routes - {("static", "/static/<path:filename>")}
+
+
 def test_limits_with_a_key_shows_what_it_has_left(url: str) -> None:
     app = shop(url)
     assert send(app, "/cart", 3) == [200, 200, 429]
