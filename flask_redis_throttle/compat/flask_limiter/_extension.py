@@ -19,7 +19,6 @@ from werkzeug.local import LocalProxy
 
 from ...core.storages.clients import embedded_client
 from ...current import current_limit, current_limits
-from ...decorators import LimitSpec
 from ...decorators import exempt as native_exempt
 from ...errors import ConfigurationError
 from ...extension import APPLICATION_SCOPE, DEFAULTS, EXTENSION_KEY, RateLimit, RateLimitState, Settings, state_of
@@ -198,15 +197,14 @@ class Limiter:
             }
         )
 
-        def counted(specs: tuple[LimitSpec, ...]) -> tuple[LimitSpec, ...]:
-            return tuple(dataclasses.replace(spec, identities=spec.identities or own.identities) for spec in specs)
-
-        state.settings = dataclasses.replace(
-            state.settings,
-            default=state.settings.default + counted(own.default),
-            application=state.settings.application + counted(own.application),
-            meta=state.settings.meta + counted(own.meta),
-        )
+        joined = {  # each of its limits counting whom its key_func names, unless it says
+            kind: getattr(state.settings, kind)
+            + tuple(
+                dataclasses.replace(spec, identities=spec.identities or own.identities) for spec in getattr(own, kind)
+            )
+            for kind in ("default", "application", "meta")
+        }
+        state.settings = dataclasses.replace(state.settings, **joined)
         state.forget_plans()
         first.extension.filters.extend(self.extension.filters[1:])  # its request filters, but not its switch
         self.extension = first.extension

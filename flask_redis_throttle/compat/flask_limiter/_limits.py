@@ -47,9 +47,7 @@ def identities(key_func: Callable[[], str] | None) -> list[Any] | None:
         return None
     if not callable(key_func):
         raise InvalidLimit(f"key_func {key_func!r} must be a function of no arguments", spec=key_func)
-    if key_func is get_remote_address:
-        return ["ip"]
-    return [keyed_by(key_func)]
+    return ["ip"] if key_func is get_remote_address else [keyed_by(key_func)]
 
 
 def keyed_by(key_func: Callable[[], str]) -> Callable[[Request], str | None]:
