@@ -50,7 +50,7 @@ def retry_after(value: str) -> str:
 
 
 #: Flask-Limiter's settings that the extension has under another name, each
-#: with how its value is read; those of :data:`OPTIONAL` only when given.
+#: with how its value is read; those of :data:`OPTIONAL` not when they are one of its values.
 RENAMED: dict[str, tuple[str, Callable[[Any], Any]]] = {
     ConfigVars.KEY_FUNC: ("RATELIMIT_IDENTITIES", lambda value: identities(value) or ["ip"]),
     ConfigVars.HEADERS_ENABLED: ("RATELIMIT_HEADERS_ENABLED", bool),
@@ -63,7 +63,7 @@ RENAMED: dict[str, tuple[str, Callable[[Any], Any]]] = {
     ConfigVars.KEY_PREFIX: ("RATELIMIT_KEY_PREFIX", str),
     ConfigVars.HEADER_RETRY_AFTER_VALUE: ("RATELIMIT_RETRY_AFTER", retry_after),
 }
-OPTIONAL = {ConfigVars.KEY_PREFIX, ConfigVars.HEADER_RETRY_AFTER_VALUE}
+OPTIONAL = {ConfigVars.KEY_PREFIX: (None, ""), ConfigVars.HEADER_RETRY_AFTER_VALUE: (None,)}
 
 #: The extension's settings as every Flask-Limiter app has them: its
 #: header names beside the IETF ones, and its limits replacing the
@@ -92,7 +92,7 @@ def settings(
     if HeaderNames.RETRY_AFTER.value in renamed:
         raise unsupported("header_name_mapping", renamed, "Retry-After is a standard header, and keeps its name")
     ours: dict[str, Any] = {
-        name: read(given(key)) for key, (name, read) in RENAMED.items() if key not in OPTIONAL or given(key)
+        name: read(given(key)) for key, (name, read) in RENAMED.items() if given(key) not in OPTIONAL.get(key, ())
     }
     ours.update(FIXED, RATELIMIT_HEADER_NAMES=renamed, RATELIMIT_META=meta_limits(given))
     ours.update(RATELIMIT_DEFAULT=layered(given, *DEFAULT_SETTINGS))
