@@ -1,10 +1,5 @@
-"""Flask-Limiter 4.x's public names, over flask-redis-throttle.
-
-Replace ``flask_limiter`` with ``flask_redis_throttle.compat.flask_limiter``
-in an app's imports: its ``Limiter(...)``, ``@limiter.limit(...)``,
-``@limiter.exempt`` and ``RATELIMIT_*`` settings then run through
-:class:`~flask_redis_throttle.RateLimit`, its scripts and its storages.
-See :doc:`/flask-limiter` for what maps to what, and what is refused.
+"""Flask-Limiter 4.x's public names, over :class:`~flask_redis_throttle.RateLimit`:
+import them from here instead of ``flask_limiter``. See :doc:`/flask-limiter`.
 """
 
 from __future__ import annotations

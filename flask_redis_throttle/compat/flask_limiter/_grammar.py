@@ -1,14 +1,5 @@
-"""Flask-Limiter's limit strings: the ``limits`` library's grammar, read
-here and written again in the extension's.
-
-Theirs is one or more layers joined by ``,``, ``;`` or ``|``; a layer is a
-quota, ``/`` or ``per``, an optional multiple and a unit: ``second``,
-``minute``, ``hour``, ``day``, ``month`` (30 days) or ``year`` (360 days),
-each also with an ``s``, in any case. It has none of the extension's short
-units (``s``, ``sec``, ``m``, ``min``, ``h``, ``d``): a Flask-Limiter app
-that writes ``"2/sec"`` gets Flask-Limiter's error, not a limit. Two layers
-with the same window are two limits there, each counting every request, so
-only the smaller quota matters: it is the one kept.
+"""Flask-Limiter's limit strings, in the ``limits`` library's grammar, read
+and written again in the extension's (see "Limit strings" in :doc:`/flask-limiter`).
 """
 
 from __future__ import annotations
@@ -17,10 +8,8 @@ import re
 
 from ...core.engine.rates import MAX_LIMIT_LENGTH
 
-#: The separators of layers.
 SEPARATORS = re.compile(r"[,;|]")
-#: One layer: its quota, its multiple (maybe none) and its unit. Digits
-#: are ASCII only, spaces any whitespace, as in the ``limits`` library.
+#: One layer: its quota, its multiple (maybe none) and its unit, as the ``limits`` library reads it.
 LAYER = re.compile(r"\s*([0-9]+)\s*(?:/|per)\s*([0-9]*)\s*([a-z]+)\s*", re.IGNORECASE)
 #: Each unit, and its plural, in seconds: a month is 30 days there, a year 360.
 UNITS = {"second": 1, "minute": 60, "hour": 3_600, "day": 86_400, "month": 30 * 86_400, "year": 360 * 86_400}
@@ -30,14 +19,10 @@ WRITTEN = (("day", 86_400), ("hour", 3_600), ("minute", 60), ("second", 1))
 
 
 def translate(text: str) -> str:
-    """``text``, a limit string in the ``limits`` library's grammar, in the
-    extension's: ``"5 per minute | 1/second"`` as ``"5 per 1 minute;1 per 1 second"``.
+    """``text`` in the extension's grammar: ``"5 per minute | 1/second"`` as
+    ``"5 per 1 minute;1 per 1 second"``; the empty string, or one too long, as it is.
 
-    A string longer than the extension takes is returned as it is, for the
-    extension to refuse; so is the empty string, which is no limit.
-
-    :raises ValueError: if the ``limits`` library would not parse ``text``,
-        with its message.
+    :raises ValueError: if the ``limits`` library would not parse ``text``, with its message.
     """
     if not isinstance(text, str) or len(text) > MAX_LIMIT_LENGTH or not text:
         return text

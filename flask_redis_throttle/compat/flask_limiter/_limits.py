@@ -1,7 +1,6 @@
 """Flask-Limiter's limit objects (``Limit``, ``RouteLimit``, ``RequestLimit``...)
-as the extension's: each Flask-Limiter limit becomes the keyword arguments
-of :func:`~flask_redis_throttle.limit`, and its functions of nothing
-functions of the request (or of the refusal event), once, when it is given.
+as the keyword arguments of :func:`~flask_redis_throttle.limit`; their
+functions of nothing as functions of the request, once, when given.
 """
 
 from __future__ import annotations
@@ -33,8 +32,7 @@ SEE = "see 'Coming from Flask-Limiter' in the docs"
 
 
 def of_request(function: Callable[[], Any]) -> Callable[[Request], Any]:
-    """Flask-Limiter's function of nothing as the extension's function of
-    the request, under the same module and name."""
+    """A function of nothing as a function of the request, under the same name."""
 
     @functools.wraps(function)
     def called(request: Request) -> Any:
@@ -44,27 +42,18 @@ def of_request(function: Callable[[], Any]) -> Callable[[Request], Any]:
 
 
 def identities(key_func: Callable[[], str] | None) -> list[Any] | None:
-    """Whom a Flask-Limiter key function counts: the built-in ``"ip"`` for
-    :func:`~.util.get_remote_address`, else the function itself."""
+    """Whom a key function counts: ``"ip"`` for :func:`~.util.get_remote_address`, else the function."""
     if key_func is None:
         return None
     if not callable(key_func):
         raise InvalidLimit(f"key_func {key_func!r} must be a function of no arguments", spec=key_func)
-    if key_func is get_remote_address:
-        return ["ip"]
-    return [keyed_by(key_func)]
+    return ["ip"] if key_func is get_remote_address else [keyed_by(key_func)]
 
 
 def keyed_by(key_func: Callable[[], str]) -> Callable[[Request], str | None]:
-    """A Flask-Limiter key function as the extension's custom identity, under
-    the same module and name (its counters are named after it).
-
-    With ``swallow_errors`` (the app's :data:`RATELIMIT_FAIL_OPEN`), an error
-    it raises is logged with its traceback, as Flask-Limiter logs it, and the
-    identity does not apply to the request: its limits let it through
-    uncounted, where Flask-Limiter lets the request through unlimited.
-    Without it, the error is raised, a 500, as in Flask-Limiter.
-    """
+    """A key function as the extension's custom identity, under the same name.
+    An error it raises is a 500; with ``swallow_errors`` it is logged, and its
+    limits let the request through uncounted."""
 
     @functools.wraps(key_func)
     def called(request: Request) -> str | None:
@@ -80,13 +69,26 @@ def keyed_by(key_func: Callable[[], str]) -> Callable[[Request], str | None]:
     return called
 
 
+def of_value(value: Any) -> Any:
+    """A value, or a function of nothing as a function of the request."""
+    return of_request(value) if callable(value) else value
+
+
+#: The fields of :class:`Limit` that are :func:`~flask_redis_throttle.limit`'s
+#: options as they are: their name there, and how their value is read.
+OPTIONS: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "key_function": ("identities", identities),
+    "methods": ("methods", list),
+    "per_method": ("per_method", bool),
+    "cost": ("cost", of_value),
+    "exempt_when": ("exempt_when", of_request),
+    "deduct_when": ("deduct_when", lambda deduct_when: deduct_when),  # a function of the response in both
+}
+
+
 @dataclasses.dataclass(eq=False)
 class Limit:
-    """Flask-Limiter's ``Limit``: a default limit, as an item of ``default_limits``.
-
-    Each becomes a limit of ``RATELIMIT_DEFAULT``, with its options; the
-    plain limit strings and functions of ``default_limits`` are one more.
-    """
+    """Flask-Limiter's ``Limit``: an item of ``default_limits``, a limit of ``RATELIMIT_DEFAULT``."""
 
     limit_provider: Callable[[], str] | str
     key_function: Callable[[], str] | None = None
@@ -102,13 +104,10 @@ class Limit:
     on_breach: Callable[[RequestLimit], Response | None] | None = None
 
     def options(self, scope: str | None = None, fallback: DynamicLimit | None = None) -> dict[str, Any]:
-        """The extension's options for this limit: :func:`~flask_redis_throttle.limit`'s keyword arguments.
+        """:func:`~flask_redis_throttle.limit`'s keyword arguments for this limit.
 
-        :param scope: the scope it counts under unless it is shared or has a
-            scope function; None for the endpoint.
-        :param fallback: the fallback of the dynamic limit (``spec(fallback)``)
-            these options go with: their scope reads what it returned.
-        :raises InvalidLimit: for an option that has no counterpart.
+        :param scope: its scope unless it is shared or has a scope function; None for the endpoint.
+        :param fallback: the fallback of the dynamic limit (``spec(fallback)``) these options go with.
         """
         options: dict[str, Any] = {}
         if self.meta_limits:
@@ -132,35 +131,19 @@ class Limit:
         provider = self.spec(fallback) if callable(self.limit_provider) else None
         if isinstance(provider, Dynamic):
             options["scope"] = provider.apart(options.get("scope"))
-        if self.key_function is not None:
-            options["identities"] = identities(self.key_function)
-        if self.methods is not None:
-            options["methods"] = list(self.methods)
-        if self.per_method:
-            options["per_method"] = True
-        if self.cost is not None:
-            options["cost"] = of_request(self.cost) if callable(self.cost) else self.cost
-        if self.exempt_when is not None:
-            options["exempt_when"] = of_request(self.exempt_when)
-        if self.deduct_when is not None:
-            options["deduct_when"] = self.deduct_when  # a function of the response in both
-        message = self.error_message
-        if message is None:
-            options["error_message"] = describe_refusal
-        else:
-            options["error_message"] = of_request(message) if callable(message) else message
+        for field, (name, read) in OPTIONS.items():
+            if getattr(self, field) is not None:
+                options[name] = read(getattr(self, field))
+        options["error_message"] = describe_refusal if self.error_message is None else of_value(self.error_message)
         hook = breach_hook(self.on_breach, self.shared)
         if hook is not None:
             options["on_breach"] = hook
         return options
 
     def spec(self, fallback: DynamicLimit | None = None) -> str | Dynamic:
-        """The limit string in the extension's grammar, or the dynamic
-        limit: the function of the request, made once for each ``fallback``,
-        since its scope reads what it returned (see :meth:`options`).
+        """The limit string in the extension's grammar, or the :class:`Dynamic`
+        limit, made once for each ``fallback`` (its scope reads what it returned).
 
-        :param fallback: the limit of a request for which a dynamic limit
-            comes to nothing (see :class:`Dynamic`); none by default.
         :raises ValueError: for a limit string the ``limits`` library rejects.
         """
         provider = self.limit_provider
@@ -168,7 +151,7 @@ class Limit:
             return translate(provider)
         made: dict[DynamicLimit | None, Dynamic] = self.__dict__.setdefault("_dynamic", {})
         if fallback not in made:
-            made[fallback] = dynamic([provider], fallback)
+            made[fallback] = Dynamic([provider], fallback)
         return made[fallback]
 
 
@@ -194,15 +177,10 @@ class RouteLimit(Limit):
         **fields: Any,
     ) -> None:
         super().__init__(limit_value, **fields)
-        #: The :class:`Limiter` that made it, whose apps read their endpoints'
-        #: limits again when it is put on a view; None for none.
-        self.limiter = limiter
-        #: Why the limit string cannot be read, as Flask-Limiter says it; None if it can.
-        self.unreadable: ValueError | None = None
-        # Made now, so that a malformed limit or option fails where it is written.
-        self.native: LimitDecorator | None = None
-        #: What a dynamic limit that comes to nothing falls back to, on a
-        #: view and on a blueprint, as in Flask-Limiter: the default limits.
+        self.limiter = limiter  # whose apps read their limits again when it is put on a view
+        self.unreadable: ValueError | None = None  # why the limit string cannot be read
+        self.native: LimitDecorator | None = None  # made now: a malformed limit fails where it is written
+        # What a dynamic limit that comes to nothing falls back to, on a view and on a blueprint.
         self.fallbacks: tuple[DynamicLimit | None, DynamicLimit | None] = (None, None)
         if override_defaults is not False:
             self.fallbacks = (default_limits, blueprint_default_limits)
@@ -215,18 +193,15 @@ class RouteLimit(Limit):
         if spec:  # an empty one is no limit, as in Flask-Limiter
             options = self.options(fallback=self.fallbacks[0])
             self.native = native_limit(spec, override_defaults=override_defaults, **options)
-        #: The limit as ``with limit(...)``: a dynamic one without the
-        #: fallback, since the view's own limits were decided before it.
+        # The limit as ``with limit(...)``: a dynamic one without the fallback.
         self.block = self.native
         if callable(spec):
             self.block = native_limit(self.spec(), **self.options())
 
     def __call__(self, target: Target) -> Target:
-        """Limit a blueprint or a view, as the extension's :func:`limit`
-        does; and, as in Flask-Limiter, a function that is not a view, when
-        it is called in a request: its counters are named after it, unless
-        the limit is shared. A limit string the ``limits`` library rejects
-        is logged, and ``target`` left as it is: the default limits apply."""
+        """Limit a blueprint or a view; and a function that is not a view, when
+        called in a request, under its own name unless the limit is shared. A
+        limit string the ``limits`` library rejects is logged, ``target`` left as is."""
         exemption: Exemption | None = getattr(target, EXEMPT_ATTRIBUTE, None)
         if exemption is not None and exemption.own_limits:
             return target  # as in Flask-Limiter, an exempt view has no limits, not even its own
@@ -264,11 +239,8 @@ class RouteLimit(Limit):
         return limited  # type: ignore[return-value]
 
     def decide_when_called(self, limited: Callable[..., Any], block: LimitDecorator) -> None:
-        """Decide the limit when ``limited`` is called in a request, unless
-        the extension decided it before the view: ``block`` for a function
-        that is not the view; and the view's own limit when its dynamic
-        function raised before the view (it may read what the view's
-        decorators set, as in Flask-Limiter)."""
+        """Decide ``block`` when ``limited``, not a view, is called in a request;
+        and a view's own limit whose dynamic function raised before the view."""
         if not has_request_context():
             return
         if not is_view_of(limited, request.endpoint):
@@ -279,13 +251,10 @@ class RouteLimit(Limit):
             self.native.__enter__()  # only a dynamic limit can be undecided
 
     def made(self) -> list[Dynamic]:
-        """The dynamic limits :meth:`spec` has made, one per fallback."""
         return list(self.__dict__.get("_dynamic", {}).values())
 
     def __enter__(self) -> None:
-        """Decide the limit for the current request now: the extension's
-        ``with limit(...)``. A scope here gives the block counters of its own
-        within the endpoint, as in Flask-Limiter."""
+        """Decide the limit now: ``with limit(...)``, a scope giving counters of its own in the endpoint."""
         block = self.block
         if block is None:
             unread(request.endpoint, self.unreadable)
@@ -299,10 +268,8 @@ class RouteLimit(Limit):
 
 
 def hint_override(endpoint: str | None) -> None:
-    """The view of ``endpoint`` loses the default limits from its next
-    request on: a function with a limit that overrides them ran in one of
-    its requests. Flask-Limiter learns it the same way, at the first call.
-    Its exemption, if it has one, drops the default too."""
+    """The view of ``endpoint`` loses the default limits from its next request
+    on: a function with a limit that overrides them ran in one of its requests."""
     view = current_app.view_functions.get(endpoint) if endpoint is not None else None
     exemption: Exemption | None = getattr(view, EXEMPT_ATTRIBUTE, None)
     if view is None or (exemption is not None and "default" in exemption.drops):
@@ -315,9 +282,7 @@ def hint_override(endpoint: str | None) -> None:
 
 
 def is_view_of(function: Callable[..., Any], endpoint: str | None) -> bool:
-    """Whether ``function`` is the view of ``endpoint`` (or a function the
-    view wraps, or a method of its class that handles requests), whose
-    limits the extension decided before the view."""
+    """Whether ``function`` is the view of ``endpoint``, one it wraps, or a method of its class."""
     view = current_app.view_functions.get(endpoint) if endpoint is not None else None
     while view is not None:
         if view is function:
@@ -332,9 +297,7 @@ def is_view_of(function: Callable[..., Any], endpoint: str | None) -> bool:
 
 
 def scope_of(scope: Callable[[str], str], shared: bool) -> Callable[[Request], str]:
-    """The extension's scope function for Flask-Limiter's, which takes the
-    endpoint: its value, for a shared limit; else within the endpoint, as
-    Flask-Limiter keeps a limit that is not shared apart for each endpoint."""
+    """Flask-Limiter's scope function, of the endpoint: within it unless the limit is shared."""
 
     @functools.wraps(scope)
     def scoped(request: Request) -> str:
@@ -344,41 +307,24 @@ def scope_of(scope: Callable[[str], str], shared: bool) -> Callable[[Request], s
     return scoped
 
 
-#: The attribute of :data:`flask.g` that holds the request's
-#: :class:`Dynamic` limits whose function raised before the view.
+#: The attribute of :data:`flask.g` with the request's :class:`Dynamic` limits that raised.
 UNDECIDED = "_flask_limiter_undecided"
 
 
-def dynamic(items: Sequence[str | Callable[[], str]], fallback: DynamicLimit | None = None) -> Dynamic:
-    """One dynamic limit of several Flask-Limiter limit values: their limit
-    strings joined, in the extension's grammar (see :class:`Dynamic`)."""
-    return Dynamic(items, fallback)
-
-
 class Dynamic:
-    """A dynamic limit of Flask-Limiter limit values: called with the
-    request, their limit strings joined, in the extension's grammar. Named
-    after the first function, for the extension's logs.
-
-    It comes to nothing when none returns a limit string, or when the
-    ``limits`` library rejects what they return (that is logged, as in
-    Flask-Limiter): then it is no limit, or ``fallback``'s for the request.
-    A function that raises is logged, and its limit left out (no fallback).
-
-    Flask-Limiter keeps a counter for each limit string a function returns;
-    the extension shares one for every string of a limit, so :meth:`apart`
-    gives the limit a scope function that names the string.
+    """A dynamic limit of Flask-Limiter limit values: their limit strings
+    joined, in the extension's grammar, named after the first function. One
+    that comes to nothing (no string, or one the ``limits`` library rejects)
+    is ``fallback``'s; a function that raises is logged, its limit left out.
+    Flask-Limiter counts each string apart: see :meth:`apart`.
     """
 
     def __init__(self, items: Sequence[str | Callable[[], str]], fallback: DynamicLimit | None = None) -> None:
         self.items = list(items)
         self.fallback = fallback
-        #: The last request, what it was given, and the error a function
-        #: raised instead (None if none did): its scope reads it rather than
-        #: call the functions again, and ``flask limiter limits`` shows the
-        #: error. One tuple, replaced whole, so that a thread reads a
-        #: request's own value or calls the functions.
-        self.last: tuple[object, str | None, Exception | None] = (None, None, None)
+        # The last request and its value, which its scope reads: replaced whole, so
+        # that a thread reads its own request's or calls again.
+        self.last: tuple[object, str | None] = (None, None)
         named = next((item for item in items if callable(item)), None)
         if named is not None:
             functools.update_wrapper(self, named, updated=())
@@ -389,9 +335,7 @@ class Dynamic:
             texts = [item() if callable(item) else item for item in self.items]
         except Exception as error:
             raised = error
-            # As in Flask-Limiter: logged, and the limit left out; a function
-            # that reads what the view's decorators set is called again when
-            # the view is (see RouteLimit.__call__).
+            # Called again with the view, if it reads what the view's decorators set (RouteLimit.__call__).
             logger.exception("the limit function %s raised; its limit is left out", qualified_name(self))
             if has_request_context():
                 g.setdefault(UNDECIDED, set()).add(self)
@@ -403,38 +347,28 @@ class Dynamic:
             value = None
         if value is None and raised is None and self.fallback is not None:
             value = self.fallback(request)
-        self.last = (request, value, raised)
+        self.last = (request, value)
         return value
 
     def apart(self, scope: str | Callable[[Request], str] | None) -> Callable[[Request], str]:
-        """A scope function that counts each limit string under a scope of
-        its own: ``scope`` (or the function's value, or the endpoint when
-        None), ``:``, the string, as Flask-Limiter keeps a counter per
-        limit string."""
+        """A scope function that counts each limit string apart: ``scope`` (or its
+        value, or the endpoint when None), ``:``, the string."""
 
         def apart(request: Request) -> str:
-            asked, value, _ = self.last
+            asked, value = self.last
             if asked is not request:
                 value = self(request)
             base = scope(request) if callable(scope) else scope or request.endpoint
             return f"{base}:{value}"
 
         functools.update_wrapper(apart, self, updated=())
-        # What ``flask limiter clear`` clears every string's counters beneath:
-        # the scope, "" for the endpoint's, None when a function gives it.
+        # Where ``flask limiter clear`` finds every string's counters: "" for the endpoint, None for a function.
         apart.beneath = "" if scope is None else scope if isinstance(scope, str) else None  # type: ignore[attr-defined]
         return apart
 
 
-def nothing(request: Request) -> None:
-    """No limit."""
-    return None
-
-
 def default_limits(request: Request) -> str | None:
-    """The default limits that apply to ``request``, joined: the ones a
-    view falls back to when its own come to nothing, unless it is exempt
-    from them."""
+    """The default limits that apply to ``request``, joined: a dynamic limit's fallback."""
     state = state_of(required=False)
     if state is None or drops_default(request):
         return None
@@ -446,8 +380,7 @@ def default_limits(request: Request) -> str | None:
 
 
 def blueprint_default_limits(request: Request) -> str | None:
-    """:func:`default_limits`, for a blueprint's limit: none for a view
-    with limits of its own, which Flask-Limiter decides instead."""
+    """:func:`default_limits`, for a blueprint's limit: none for a view with limits of its own."""
     view = current_app.view_functions.get(request.endpoint or "")
     return None if getattr(view, LIMITS_ATTRIBUTE, None) else default_limits(request)
 
@@ -463,40 +396,32 @@ def drops_default(request: Request) -> bool:
 
 
 def unread(target: object, error: ValueError | None) -> None:
-    """Log that a limit of ``target`` (a view, a blueprint, an endpoint) was
-    not read, as Flask-Limiter does; nothing for an empty limit string."""
-    if error is None:
-        return
-    if isinstance(target, Blueprint):
-        logger.error("failed to load ratelimit for blueprint %s: %s", target.name, error)
-    elif callable(target):
-        logger.error("failed to load ratelimit for function %s: %s", qualified_name(target), error)
-    else:
-        logger.error("failed to load ratelimit for endpoint %s: %s", target, error)
+    """Log that a limit of ``target`` (a view, a blueprint, an endpoint) was not read."""
+    if error is not None:
+        kind, name = ("function", qualified_name(target)) if callable(target) else ("endpoint", target)
+        kind, name = ("blueprint", target.name) if isinstance(target, Blueprint) else (kind, name)
+        logger.error("failed to load ratelimit for %s %s: %s", kind, name, error)
 
 
+@dataclasses.dataclass(eq=False)
 class RequestLimit:
-    """Flask-Limiter's ``RequestLimit``: a limit as it stands for the
-    current request, from the extension's
-    :class:`~flask_redis_throttle.CurrentLimit` or refusal.
+    """Flask-Limiter's ``RequestLimit``: a limit as it stands for the current
+    request, from a :class:`~flask_redis_throttle.CurrentLimit` or refusal.
 
-    :param limit: the deciding :class:`~flask_redis_throttle.Layer`
-        (``limit.quota``, ``limit.window``; ``str(limit)`` as ``"10 per 1 minute"``).
-    :param key: the name Flask-Limiter gives its counter, such as
-        ``"LIMITER/127.0.0.1/index/10/1/minute"`` (see :func:`._presentation.limits_key`).
+    :param limit: the deciding :class:`~flask_redis_throttle.Layer` (``str(limit)``: ``"10 per 1 minute"``).
+    :param key: Flask-Limiter's name of its counter, such as ``"LIMITER/127.0.0.1/index/10/1/minute"``.
     :param breached: whether it had no room for the request.
     :param shared: whether it is a shared limit (its scope is not the endpoint's).
+    :param remaining: what is left of it.
+    :param reset_at: when it is full again, a Unix time.
     """
 
-    def __init__(
-        self, limit: Any, key: str, breached: bool, shared: bool, remaining: int = 0, reset_at: float = 0
-    ) -> None:
-        self.limit = limit
-        self.key = key
-        self.breached = breached
-        self.shared = shared
-        self.remaining = remaining
-        self.reset_at = int(reset_at)
+    limit: Any
+    key: str
+    breached: bool
+    shared: bool
+    remaining: int = 0
+    reset_at: int = 0
 
     @classmethod
     def current(cls, found: CurrentLimit, endpoint: str | None) -> RequestLimit:
@@ -506,22 +431,18 @@ class RequestLimit:
             found.breached,
             is_shared(found.scope, endpoint),
             found.remaining,
-            found.reset_at,
+            int(found.reset_at),
         )
 
 
 def is_shared(scope: str, endpoint: str | None) -> bool:
-    """Whether a limit counted under ``scope`` is shared: a limit that is
-    not counts under its endpoint, or, with a dynamic limit or a scope
-    function, under ``endpoint:...`` (see :meth:`Dynamic.apart`, :func:`scope_of`)."""
+    """Whether a limit counted under ``scope`` is shared: not the endpoint's, nor ``endpoint:...``."""
     return scope != endpoint and not (endpoint is not None and scope.startswith(f"{endpoint}:"))
 
 
 def reset_at(event: RefusalEvent) -> float:
-    """When the counter that refused ``event``'s request is back to its full
-    quota, as a Unix time (Flask-Limiter's ``RequestLimit.reset_at``): what
-    :func:`~flask_redis_throttle.current_limit` reads, which is that
-    counter; else when the request would pass."""
+    """When the counter that refused ``event``'s request is full again, as a
+    Unix time; else when the request would pass."""
     found = current_limit()
     if found is not None and (found.scope, found.layer, found.identity) == (event.scope, event.layer, event.identity):
         return found.reset_at
@@ -531,8 +452,7 @@ def reset_at(event: RefusalEvent) -> float:
 def breach_hook(
     on_breach: Callable[[RequestLimit], Response | None] | None, shared: bool
 ) -> Callable[[RefusalEvent], Response | None] | None:
-    """The extension's ``on_breach`` for Flask-Limiter's, which takes a
-    :class:`RequestLimit`: a response it returns is sent instead of the 429."""
+    """The extension's ``on_breach`` for Flask-Limiter's, which takes a :class:`RequestLimit`."""
     if on_breach is None:
         return None
     if not callable(on_breach):
@@ -541,12 +461,12 @@ def breach_hook(
     def hook(event: RefusalEvent) -> Response | None:
         key = limits_key(event.identity, event.scope, event.layer)
         limit = RequestLimit(
-            event.layer, key, True, shared or is_shared(event.scope, event.endpoint), 0, reset_at(event)
+            event.layer, key, True, shared or is_shared(event.scope, event.endpoint), 0, int(reset_at(event))
         )
         try:
             response = on_breach(limit)
         except Exception as error:
-            # Kept for the response, where Flask-Limiter's swallow_errors decides (see _presentation.py).
+            # Raised or logged with the response, as swallow_errors says (see _presentation.py).
             g.setdefault(BREACH_ERROR, error)
             return None
         return response if isinstance(response, Response) else None

@@ -1,9 +1,6 @@
 """What a Flask-Limiter app sees of the extension's decisions: its
-``Retry-After`` on every limited response, its 429 description, its log
-lines, and its ``on_breach`` errors. None of it decides a request: each
-reads the decision the extension already made (what
-:func:`~flask_redis_throttle.current_limit` reads, the
-:data:`~flask_redis_throttle.request_refused` signal).
+``Retry-After``, its 429 description, its log lines and its ``on_breach``
+errors, each read from the decision already made.
 """
 
 from __future__ import annotations
@@ -22,6 +19,7 @@ from ...core.engine.keys import Identity
 from ...core.engine.rates import Layer
 from ...current import current_limit
 from ...signals import request_refused
+from ._grammar import written
 
 #: The extension's logger, where the shim logs what Flask-Limiter logs on its own.
 logger = logging.getLogger("flask_redis_throttle")
@@ -30,18 +28,12 @@ logger = logging.getLogger("flask_redis_throttle")
 #: the response: raised there, or logged with ``swallow_errors``.
 BREACH_ERROR = "_flask_limiter_breach_error"
 
-#: The ``limits`` library's granularities that a window is named in, longest first.
-GRANULARITIES = (("day", 86_400), ("hour", 3_600), ("minute", 60), ("second", 1))
-
 
 def limits_key(identity: Identity, scope: str, layer: Layer) -> str:
     """The name Flask-Limiter gives a limit's counter (``RequestLimit.key``),
     such as ``"LIMITER/127.0.0.1/index/2/1/second"``: the key function's
     value, the scope, then the layer as the ``limits`` library writes it."""
-    multiples, granularity = next(
-        (layer.window // seconds, name) for name, seconds in GRANULARITIES if layer.window % seconds == 0
-    )
-    return f"LIMITER/{identity.value}/{scope}/{layer.quota}/{multiples}/{granularity}"
+    return f"LIMITER/{identity.value}/{scope}/{layer.quota}/{written(layer.window).replace(' ', '/')}"
 
 
 def describe_refusal(request: Request) -> str:
@@ -62,17 +54,11 @@ def _log_refusal(sender: Flask, *, identity: Identity, layer: Layer, scope: str,
 
 
 def respond(headers: bool, http_date: bool, swallow_errors: bool) -> Callable[[Response], Response]:
-    """An ``after_request`` function for a Flask-Limiter app, to register
-    after the extension's, so that it runs first and finds the request's
-    decision.
-
-    It raises the error an ``on_breach`` function raised (a 500, as in
-    Flask-Limiter), or logs it with ``swallow_errors``, and the 429 stands.
-    With ``headers``, it gives a response the limits let through
-    Flask-Limiter's ``Retry-After``: when the deciding layer resets, or the
-    app's own ``Retry-After`` if that is later; in seconds, or as an
-    HTTP-date with ``http_date``. A refused request gets the extension's,
-    when it can pass.
+    """An ``after_request`` function, registered after the extension's so that
+    it runs first: it raises an ``on_breach`` function's error (or logs it with
+    ``swallow_errors``); with ``headers``, it gives a response the limits let
+    through Flask-Limiter's ``Retry-After``, when the deciding layer resets or
+    the app's own if later, in seconds or as an HTTP-date with ``http_date``.
     """
 
     def after_request(response: Response) -> Response:

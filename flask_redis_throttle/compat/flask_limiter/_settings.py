@@ -9,9 +9,9 @@ from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
 from ...errors import ConfigurationError, InvalidLimit
-from ...extension import APPLICATION_SCOPE
+from ...extension import APPLICATION_SCOPE, DEFAULTS
 from ._grammar import translate
-from ._limits import SEE, Limit, breach_hook, dynamic, identities
+from ._limits import SEE, Dynamic, Limit, breach_hook, identities
 from .constants import ConfigVars, HeaderNames
 
 #: Flask-Limiter's strategies, by the name of ours that does their job.
@@ -24,23 +24,11 @@ STRATEGIES = {
 #: Flask-Limiter's storage URL schemes, by ours; the rest are kept as they are.
 SCHEMES = {"redis+unix": "unix", "rediss+cluster": "redis+cluster"}
 
-#: Flask-Limiter's settings that are not the extension's own: read by
-#: :meth:`Limiter.init_app`, and hidden from the extension's check of
-#: unknown keys while it sets up, since they have been read.
-THEIR_SETTINGS = frozenset(
-    value
-    for name, value in vars(ConfigVars).items()
-    if name.isupper()
-    and value
-    not in {
-        "RATELIMIT_ENABLED",
-        "RATELIMIT_KEY_PREFIX",
-        "RATELIMIT_APPLICATION",
-        "RATELIMIT_DEFAULT",
-        "RATELIMIT_STRATEGY",
-        "RATELIMIT_STORAGE_OPTIONS",
-        "RATELIMIT_HEADERS_ENABLED",
-    }
+#: Flask-Limiter's settings that are not the extension's own, and RATELIMIT_META,
+#: which it writes with objects of its own: hidden from the extension's check of
+#: unknown keys while it sets up, since they have been read, and put back after.
+THEIR_SETTINGS = frozenset(value for name, value in vars(ConfigVars).items() if name.isupper()) - (
+    DEFAULTS.keys() - {ConfigVars.META_LIMITS}
 )
 
 
@@ -49,62 +37,68 @@ def unsupported(where: str, value: object, why: str) -> ConfigurationError:
     return ConfigurationError(where, value, f"{why} ({SEE})")
 
 
+def strategy(value: str | None) -> str:
+    if (value or "fixed-window") not in STRATEGIES:
+        raise ConfigurationError(ConfigVars.STRATEGY, value, f"one of {', '.join(STRATEGIES)}")
+    return STRATEGIES[value or "fixed-window"]
+
+
+def retry_after(value: str) -> str:
+    if value not in ("http-date", "delta-seconds"):
+        raise ConfigurationError(ConfigVars.HEADER_RETRY_AFTER_VALUE, value, "'http-date' or 'delta-seconds'")
+    return "http-date" if value == "http-date" else "seconds"
+
+
+#: Flask-Limiter's settings that the extension has under another name, each
+#: with how its value is read; those of :data:`OPTIONAL` not when they are one of its values.
+RENAMED: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    ConfigVars.KEY_FUNC: ("RATELIMIT_IDENTITIES", lambda value: identities(value) or ["ip"]),
+    ConfigVars.HEADERS_ENABLED: ("RATELIMIT_HEADERS_ENABLED", bool),
+    ConfigVars.SWALLOW_ERRORS: ("RATELIMIT_FAIL_OPEN", bool),
+    ConfigVars.IN_MEMORY_FALLBACK_ENABLED: ("RATELIMIT_FALLBACK", bool),
+    ConfigVars.STORAGE_OPTIONS: ("RATELIMIT_STORAGE_OPTIONS", lambda value: dict(value or {})),
+    ConfigVars.STORAGE_URI: ("RATELIMIT_STORAGE_URL", lambda value: storage_url(value or "memory://")),
+    ConfigVars.STRATEGY: ("RATELIMIT_STRATEGY", strategy),
+    ConfigVars.ON_BREACH: ("RATELIMIT_ON_BREACH", lambda value: breach_hook(value, False)),
+    ConfigVars.KEY_PREFIX: ("RATELIMIT_KEY_PREFIX", str),
+    ConfigVars.HEADER_RETRY_AFTER_VALUE: ("RATELIMIT_RETRY_AFTER", retry_after),
+}
+OPTIONAL = {ConfigVars.KEY_PREFIX: (None, ""), ConfigVars.HEADER_RETRY_AFTER_VALUE: (None,)}
+
+#: The extension's settings as every Flask-Limiter app has them: its
+#: header names beside the IETF ones, and its limits replacing the
+#: default, and a view's those of the blueprints around it.
+FIXED = {"RATELIMIT_HEADERS_LEGACY": True, "RATELIMIT_DEFAULT_MODE": "replace", "RATELIMIT_BLUEPRINT_MODE": "replace"}
+
+
 def settings(
     given: Callable[[str], Any], header_name_mapping: Mapping[HeaderNames, str], auto_check: bool
 ) -> MutableMapping[str, Any]:
-    """The extension's settings for Flask-Limiter's: ``given(key)`` is the
-    value of a Flask-Limiter setting (the argument, else the app's setting).
-
-    :raises ConfigurationError: for one that has no counterpart here.
-    """
+    """The extension's settings for Flask-Limiter's, each ``given(key)`` (the
+    argument, else the app's setting); a ConfigurationError for one it has not."""
     for key, why in REFUSED.items():
         if given(key):
             raise unsupported(key, given(key), why)
+    if given(ConfigVars.FAIL_ON_FIRST_BREACH) is False:
+        raise unsupported(
+            ConfigVars.FAIL_ON_FIRST_BREACH, False, "True: a refused request is counted in no limit, never in some"
+        )
+    if not auto_check:
+        raise unsupported("Limiter(auto_check=False)", False, "True: every request is decided before its view")
     renamed = {header.value: name for header, name in header_name_mapping.items() if header.value != name}
     for key, header in HEADER_SETTINGS.items():
         if given(key) is not None and given(key) != header.value:
             renamed[header.value] = given(key)
     if HeaderNames.RETRY_AFTER.value in renamed:
         raise unsupported("header_name_mapping", renamed, "Retry-After is a standard header, and keeps its name")
-    if not auto_check:
-        raise unsupported("Limiter(auto_check=False)", False, "True: every request is decided before its view")
-    if given(ConfigVars.FAIL_ON_FIRST_BREACH) is False:
-        raise unsupported(
-            ConfigVars.FAIL_ON_FIRST_BREACH, False, "True: a refused request is counted in no limit, never in some"
-        )
     ours: dict[str, Any] = {
-        "RATELIMIT_IDENTITIES": identities(given(ConfigVars.KEY_FUNC)) or ["ip"],
-        "RATELIMIT_HEADERS_ENABLED": bool(given(ConfigVars.HEADERS_ENABLED)),
-        "RATELIMIT_HEADERS_LEGACY": True,
-        "RATELIMIT_HEADER_NAMES": renamed,
-        "RATELIMIT_FAIL_OPEN": bool(given(ConfigVars.SWALLOW_ERRORS)),
-        "RATELIMIT_FALLBACK": bool(given(ConfigVars.IN_MEMORY_FALLBACK_ENABLED)),
-        "RATELIMIT_STORAGE_OPTIONS": dict(given(ConfigVars.STORAGE_OPTIONS) or {}),
-        "RATELIMIT_DEFAULT": layered(given, *DEFAULT_SETTINGS),
-        "RATELIMIT_APPLICATION": layered(given, *APPLICATION_SETTINGS),
-        "RATELIMIT_META": meta_limits(given),
-        # Flask-Limiter's limits replace the default, and a view's (or a
-        # blueprint's) those of the blueprints around it, unless told otherwise.
-        "RATELIMIT_DEFAULT_MODE": "replace",
-        "RATELIMIT_BLUEPRINT_MODE": "replace",
+        name: read(given(key)) for key, (name, read) in RENAMED.items() if given(key) not in OPTIONAL.get(key, ())
     }
-    uri = given(ConfigVars.STORAGE_URI) or "memory://"
-    ours["RATELIMIT_STORAGE_URL"] = storage_url(uri)
-    if uri.startswith("rediss+cluster://"):
+    ours.update(FIXED, RATELIMIT_HEADER_NAMES=renamed, RATELIMIT_META=meta_limits(given))
+    ours.update(RATELIMIT_DEFAULT=layered(given, *DEFAULT_SETTINGS))
+    ours.update(RATELIMIT_APPLICATION=layered(given, *APPLICATION_SETTINGS))
+    if str(given(ConfigVars.STORAGE_URI)).startswith("rediss+cluster://"):
         ours["RATELIMIT_STORAGE_OPTIONS"].setdefault("ssl", True)
-    strategy = given(ConfigVars.STRATEGY) or "fixed-window"
-    if strategy not in STRATEGIES:
-        raise ConfigurationError(ConfigVars.STRATEGY, strategy, f"one of {', '.join(STRATEGIES)}")
-    ours["RATELIMIT_STRATEGY"] = STRATEGIES[strategy]
-    if given(ConfigVars.KEY_PREFIX):
-        ours["RATELIMIT_KEY_PREFIX"] = given(ConfigVars.KEY_PREFIX)
-    retry_after = given(ConfigVars.HEADER_RETRY_AFTER_VALUE)
-    if retry_after is not None:
-        if retry_after not in ("http-date", "delta-seconds"):
-            raise ConfigurationError(ConfigVars.HEADER_RETRY_AFTER_VALUE, retry_after, "'http-date' or 'delta-seconds'")
-        ours["RATELIMIT_RETRY_AFTER"] = "http-date" if retry_after == "http-date" else "seconds"
-    on_breach = given(ConfigVars.ON_BREACH)
-    ours["RATELIMIT_ON_BREACH"] = breach_hook(on_breach, False)
     return ours
 
 
@@ -117,59 +111,29 @@ REFUSED = {
 }
 
 #: Flask-Limiter's settings that rename a header, with the header.
-HEADER_SETTINGS = {
-    ConfigVars.HEADER_LIMIT: HeaderNames.LIMIT,
-    ConfigVars.HEADER_REMAINING: HeaderNames.REMAINING,
-    ConfigVars.HEADER_RESET: HeaderNames.RESET,
-    ConfigVars.HEADER_RETRY_AFTER: HeaderNames.RETRY_AFTER,
-}
-
-
-#: Flask-Limiter's settings of the default limits: the limits, then the
-#: options every one of them takes (``per_method``, ``exempt_when``,
-#: ``deduct_when``, ``cost``).
-DEFAULT_SETTINGS = (
-    ConfigVars.DEFAULT_LIMITS,
-    ConfigVars.DEFAULT_LIMITS_PER_METHOD,
-    ConfigVars.DEFAULT_LIMITS_EXEMPT_WHEN,
-    ConfigVars.DEFAULT_LIMITS_DEDUCT_WHEN,
-    ConfigVars.DEFAULT_LIMITS_COST,
-)
+HEADER_SETTINGS = {getattr(ConfigVars, f"HEADER_{header.name}"): header for header in HeaderNames}
+#: Flask-Limiter's settings of the default limits: the limits, then the options
+#: every one of them takes (``per_method``, ``exempt_when``, ``deduct_when``, ``cost``).
+OPTIONS = ("", "_PER_METHOD", "_EXEMPT_WHEN", "_DEDUCT_WHEN", "_COST")
+DEFAULT_SETTINGS = tuple(getattr(ConfigVars, f"DEFAULT_LIMITS{option}") for option in OPTIONS)
 #: The same for the application limits.
-APPLICATION_SETTINGS = (
-    ConfigVars.APPLICATION_LIMITS,
-    ConfigVars.APPLICATION_LIMITS_PER_METHOD,
-    ConfigVars.APPLICATION_LIMITS_EXEMPT_WHEN,
-    ConfigVars.APPLICATION_LIMITS_DEDUCT_WHEN,
-    ConfigVars.APPLICATION_LIMITS_COST,
-)
+APPLICATION_SETTINGS = tuple(getattr(ConfigVars, f"APPLICATION_LIMITS{option}") for option in OPTIONS)
 
 
 def layered(
     given: Callable[[str], Any], key: str, per_method: str, exempt_when: str, deduct_when: str, cost: str
 ) -> list[dict[str, Any]] | None:
     """``RATELIMIT_DEFAULT`` or ``RATELIMIT_APPLICATION`` for Flask-Limiter's
-    default or application limits: their limit strings and functions as one
-    limit (a dynamic one if any is a function), with the options the
-    settings give all of them; and each ``Limit(...)`` item as a limit of
-    its own, with its own options."""
-    shared = Limit(
-        "",
-        per_method=bool(given(per_method)),
-        exempt_when=given(exempt_when),
-        deduct_when=given(deduct_when),
-        cost=given(cost),
-    )
+    default or application limits, with the options the settings give all of them."""
+    shared = Limit("", cost=given(cost), per_method=bool(given(per_method)))
+    shared.exempt_when, shared.deduct_when = given(exempt_when), given(deduct_when)
     return limits_of(key, given(key), shared.options())
 
 
 def limits_of(key: str, value: Any, shared: dict[str, Any], inherited: bool = False) -> list[dict[str, Any]] | None:
-    """The extension's limits for a Flask-Limiter list of limits: its limit
-    strings as one limit, and each function as a dynamic limit, with the
-    ``shared`` options; and each ``Limit(...)`` item as a limit of its own,
-    with its own options, and the ``shared`` ones too if ``inherited``. A
-    dynamic limit counts each string it returns apart, as in Flask-Limiter:
-    under the endpoint, or the application's scope for application limits."""
+    """The extension's limits for a Flask-Limiter list of limits: its strings as
+    one limit and each function as a dynamic one, with the ``shared`` options;
+    each ``Limit(...)`` with its own (and the ``shared`` ones if ``inherited``)."""
     if value is None:
         return None
     items = [value] if isinstance(value, str) or callable(value) else list(value)
@@ -184,7 +148,7 @@ def limits_of(key: str, value: Any, shared: dict[str, Any], inherited: bool = Fa
         elif isinstance(item, str):
             strings.append(item)
         elif callable(item):
-            made = dynamic([item])
+            made = Dynamic([item])
             apart = {} if key == ConfigVars.META_LIMITS else {"scope": made.apart(base)}  # meta limits have theirs
             found.append({"limit": made, **shared, **apart})
         else:
@@ -197,12 +161,8 @@ def limits_of(key: str, value: Any, shared: dict[str, Any], inherited: bool = Fa
 
 
 def read(key: str, value: Any, spec: Callable[[], Any]) -> Any:
-    """``spec()``: a limit in the extension's grammar, of one in the
-    ``limits`` library's.
-
-    :raises ConfigurationError: if that library would reject it, as
-        Flask-Limiter would at the first request.
-    """
+    """``spec()``, a limit in the extension's grammar; a ConfigurationError
+    if the ``limits`` library would reject it, as Flask-Limiter would."""
     try:
         return spec()
     except InvalidLimit:

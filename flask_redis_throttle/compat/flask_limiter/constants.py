@@ -9,8 +9,7 @@ __all__ = ["ConfigVars", "ExemptionScope", "HeaderNames"]
 
 
 class ConfigVars:
-    """The names of Flask-Limiter's ``RATELIMIT_*`` settings; see
-    :doc:`/flask-limiter` for what each becomes here."""
+    """The names of Flask-Limiter's ``RATELIMIT_*`` settings."""
 
     ENABLED = "RATELIMIT_ENABLED"
     KEY_FUNC = "RATELIMIT_KEY_FUNC"
@@ -45,9 +44,7 @@ class ConfigVars:
 
 
 class HeaderNames(enum.Enum):
-    """The ``X-RateLimit-*`` headers, sent (with the IETF ones) when
-    ``headers_enabled`` is on: the keys of ``header_name_mapping``, which
-    renames them (``Retry-After`` keeps its name)."""
+    """The headers ``header_name_mapping`` renames (``Retry-After`` keeps its name)."""
 
     RESET = "X-RateLimit-Reset"
     REMAINING = "X-RateLimit-Remaining"
@@ -57,10 +54,7 @@ class HeaderNames(enum.Enum):
 
 class ExemptionScope(enum.Flag):
     """What :meth:`Limiter.exempt <flask_redis_throttle.compat.flask_limiter.Limiter.exempt>`
-    drops: the application limits, the default limits, the limits of
-    enclosing blueprints (``ANCESTORS``); and whether a blueprint's
-    exemption covers nested blueprints (``DESCENDENTS``). ``META`` is
-    accepted, and means nothing here."""
+    drops, and whether nested blueprints too (``DESCENDENTS``); ``META`` means nothing here."""
 
     NONE = 0
     APPLICATION = enum.auto()

@@ -1,9 +1,5 @@
-"""Flask-Limiter's ``flask_limiter.util``: its key functions.
-
-``get_remote_address`` given as a ``key_func`` counts the built-in ``"ip"``
-identity (IPv6 clients grouped by ``RATELIMIT_IPV6_PREFIX``); called
-directly, it returns the address as Flask-Limiter's does.
-"""
+"""Flask-Limiter's ``flask_limiter.util``: its key functions. ``get_remote_address``
+as a ``key_func`` counts the built-in ``"ip"`` identity."""
 
 from __future__ import annotations
 
@@ -18,10 +14,7 @@ def get_remote_address() -> str:
 
 
 def get_ipaddr() -> str:
-    """The first address of ``X-Forwarded-For``, else the client's address.
-
-    Any client can send that header: behind a proxy you trust, use
-    werkzeug's ``ProxyFix`` and :func:`get_remote_address` instead.
-    """
+    """The first address of ``X-Forwarded-For`` (which any client can send:
+    prefer werkzeug's ``ProxyFix``), else the client's address."""
     route = request.access_route
     return route[0] if route else get_remote_address()
