@@ -17,6 +17,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 __all__ = ["BreakerListener", "CircuitBreaker"]
@@ -41,6 +42,7 @@ class BreakerListener(Protocol):
         failures in a row."""
 
 
+@dataclass(eq=False)
 class CircuitBreaker:
     """Counts failures in a row and decides whether to call Redis at all.
 
@@ -54,35 +56,29 @@ class CircuitBreaker:
     :param listener: told when the breaker opens and closes; None for no one.
     """
 
-    def __init__(
-        self,
-        threshold: int = 3,
-        backoff: float = 1.0,
-        max_backoff: float = 30.0,
-        clock: Callable[[], float] = time.monotonic,
-        name: str = "",
-        listener: BreakerListener | None = None,
-    ) -> None:
-        if threshold < 1 or backoff <= 0 or max_backoff < backoff:
+    threshold: int = 3
+    backoff: float = 1.0
+    max_backoff: float = 30.0
+    clock: Callable[[], float] = time.monotonic
+    name: str = ""
+    listener: BreakerListener | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _failures: int = field(default=0, init=False)
+    #: When the breaker may next let a probe through; 0 while closed.
+    _open_until: float = field(default=0.0, init=False)
+    _period: float = field(default=0.0, init=False)
+    _probing: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        if self.threshold < 1 or self.backoff <= 0 or self.max_backoff < self.backoff:
             raise ValueError("need threshold >= 1 and 0 < backoff <= max_backoff")
-        self.threshold = threshold
-        self.backoff = backoff
-        self.max_backoff = max_backoff
-        self.clock = clock
-        self.name = name
-        self.listener = listener
-        self._lock = threading.Lock()
-        self._failures = 0
-        #: When the breaker may next let a probe through; 0 while closed.
-        self._open_until = 0.0
-        self._period = backoff
-        self._probing = False
+        self._period = self.backoff
 
     def like(self, name: str = "") -> CircuitBreaker:
         """A closed breaker named ``name`` with this one's settings, clock
         and listener: one per cluster node, so that a dead node does not
         stop calls to the others."""
-        breaker = CircuitBreaker(self.threshold, self.backoff, self.max_backoff, self.clock, name, self.listener)
+        breaker = replace(self, name=name)
         if self.listener is not None:
             self.listener.breaker_added(name)
         return breaker
