@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..checks import is_integer_in
 from ..errors import InvalidLimit
 
 __all__ = ["MAX_LAYERS", "MAX_LIMIT_LENGTH", "MAX_QUOTA", "MAX_WINDOW", "Layer", "parse_duration", "parse_limits"]
@@ -22,14 +23,8 @@ MAX_LIMIT_LENGTH = 1000
 #: The most layers one limit string may have.
 MAX_LAYERS = 32
 
-_UNITS: dict[str, int] = {}
-for _names, _seconds in (
-    (("s", "sec", "second", "seconds"), 1),
-    (("m", "min", "minute", "minutes"), 60),
-    (("h", "hour", "hours"), 3_600),
-    (("d", "day", "days"), 86_400),
-):
-    _UNITS.update(dict.fromkeys(_names, _seconds))
+_DURATIONS = {"s sec second seconds": 1, "m min minute minutes": 60, "h hour hours": 3_600, "d day days": 86_400}
+_UNITS = {name: seconds for names, seconds in _DURATIONS.items() for name in names.split()}
 
 # The characters of the grammar. Digits and letters are ASCII only, so that
 # exotic Unicode digits cannot sneak past as numbers; spaces inside a layer
@@ -59,10 +54,8 @@ class Layer:
     window: int
 
     def __post_init__(self) -> None:
-        # The scripts take each as a 4-byte integer (see codec.entry), and a
-        # quota of 0 would divide by 0: a layer made in code, not parsed, is
-        # refused here, when it is made, rather than by its first request.
-        if not (whole_number(self.quota, MAX_QUOTA) and whole_number(self.window, MAX_WINDOW)):
+        # The scripts take each as a 4-byte integer, and a quota of 0 would divide by 0.
+        if not (is_integer_in(self.quota, 1, MAX_QUOTA) and is_integer_in(self.window, 1, MAX_WINDOW)):
             raise InvalidLimit(
                 f"invalid layer {self.quota!r}/{self.window!r}: the quota must be a whole number from 1 to "
                 f"{MAX_QUOTA}, the window a whole number of seconds from 1 to {MAX_WINDOW}",
@@ -85,11 +78,6 @@ class Layer:
         name = self.name
         count, unit = int(name[:-1]), words[name[-1]]
         return f"{self.quota} per {count} {unit}{'' if count == 1 else 's'}"
-
-
-def whole_number(value: object, most: int) -> bool:
-    """Whether ``value`` is an int (not a bool) from 1 to ``most``."""
-    return type(value) is int and 1 <= value <= most
 
 
 def parse_limits(spec: str) -> tuple[Layer, ...]:
@@ -223,15 +211,10 @@ def _parse_layer(layer: str, spec: str) -> Layer:
         raise InvalidLimit(f"invalid layer {text!r} in limit {spec!r}; {_GRAMMAR}", spec=spec)
     quota = read_number(scanned[0], MAX_QUOTA)
     window = read_number(scanned[1] or "1", MAX_WINDOW) * unit
-    if not 1 <= quota <= MAX_QUOTA:
+    if not (1 <= quota <= MAX_QUOTA and 1 <= window <= MAX_WINDOW):
         raise InvalidLimit(
-            f"invalid layer {text!r} in limit {spec!r}: the quota must be from 1 to {MAX_QUOTA}",
-            spec=spec,
-        )
-    if not 1 <= window <= MAX_WINDOW:
-        raise InvalidLimit(
-            f"invalid layer {text!r} in limit {spec!r}: "
-            f"the window must be from 1 second to {MAX_WINDOW // 86_400} days",
+            f"invalid layer {text!r} in limit {spec!r}: the quota must be from 1 to {MAX_QUOTA}, "
+            f"and the window from 1 second to {MAX_WINDOW // 86_400} days",
             spec=spec,
         )
     return Layer(quota, window)
