@@ -34,19 +34,12 @@ META_SCOPE = "@meta"
 DEFAULT_MODES = ("replace", "add")
 #: The values of ``RATELIMIT_RETRY_AFTER``.
 RETRY_AFTER_FORMATS = ("seconds", "http-date")
-#: The most refusals ``RATELIMIT_REFUSAL_LOG_SIZE`` may keep. Redis keeps
-#: the whole log in memory, and :meth:`~flask_redis_throttle.RefusalLog.top`
-#: reads all of it; a larger value is a typo, and one beyond a 64-bit
-#: integer fails every ``XADD``, so that nothing is logged at all.
+#: The most refusals ``RATELIMIT_REFUSAL_LOG_SIZE`` may keep (see :doc:`/config`).
 MAX_REFUSAL_LOG_SIZE = 1_000_000
 #: The longest ``RATELIMIT_BREAKER_BACKOFF`` and ``RATELIMIT_BREAKER_MAX_BACKOFF``,
-#: in seconds: a day. A breaker that waited longer (``1e308``) would never
-#: probe Redis again, and the app would decide without it for good.
+#: in seconds: a day (see :doc:`/config`).
 MAX_BREAKER_BACKOFF = 86_400.0
-
-#: The fewest bytes ``RATELIMIT_KEY_SECRET`` may have: a shorter one can be
-#: found by brute force from a single ``pk`` of the attacker's own address,
-#: and then every other address's ``pk`` names its owner.
+#: The fewest bytes ``RATELIMIT_KEY_SECRET`` may have (see :doc:`/config`).
 MIN_KEY_SECRET_BYTES = 32
 
 #: A check of a setting's value, given every setting: whether it is good.
@@ -292,24 +285,20 @@ class Settings:
 
 
 def _warn_unknown(config: Mapping[str, Any]) -> None:
-    """Log a warning for each ``RATELIMIT_*`` key this extension does not
-    read: a Flask-Limiter setting, with ours that does its job, or a typo,
-    with the nearest known key. Either would otherwise be silently ignored,
-    and an app moving from Flask-Limiter with ``RATELIMIT_STORAGE_URI``
-    would limit per process in ``memory://`` without knowing why."""
+    """Warn of each ``RATELIMIT_*`` key this extension does not read, which
+    would otherwise be ignored in silence: a Flask-Limiter setting, naming
+    ours that does its job, or a typo, naming the nearest known key."""
     for key in sorted(k for k in config if k.startswith("RATELIMIT_") and k not in DEFAULTS):
-        logger.warning("%s", _unknown_key_advice(key))
-
-
-def _unknown_key_advice(key: str) -> str:
-    """What to say about ``key``, a ``RATELIMIT_*`` key this extension does not read."""
-    if key in FLASK_LIMITER_SETTINGS:
-        equivalent, hint = FLASK_LIMITER_SETTINGS[key]
-        advice = f"use {equivalent} ({hint})" if equivalent else f"there is no equivalent here: {hint}"
-        return f"{key} is a Flask-Limiter setting that flask-redis-throttle ignores; {advice}; {MIGRATION_PAGE}."
-    nearest = difflib.get_close_matches(key, DEFAULTS, n=1)
-    guess = f"; did you mean {nearest[0]}?" if nearest else ""
-    return f"{key} is not a setting of flask-redis-throttle, and is ignored{guess}"
+        if key in FLASK_LIMITER_SETTINGS:
+            equivalent, hint = FLASK_LIMITER_SETTINGS[key]
+            advice = f"use {equivalent} ({hint})" if equivalent else f"there is no equivalent here: {hint}"
+            logger.warning(
+                "%s is a Flask-Limiter setting that flask-redis-throttle ignores; %s; %s.", key, advice, MIGRATION_PAGE
+            )
+        else:
+            nearest = difflib.get_close_matches(key, DEFAULTS, n=1)
+            guess = f"; did you mean {nearest[0]}?" if nearest else ""
+            logger.warning("%s is not a setting of flask-redis-throttle, and is ignored%s", key, guess)
 
 
 #: What ``RATELIMIT_DEFAULT`` and ``RATELIMIT_APPLICATION`` may hold, for their errors.

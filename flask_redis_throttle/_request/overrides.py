@@ -1,14 +1,8 @@
 """Overrides in the Flask layer: following them on every request, and
 making them from what an operator typed, for the CLI, the dashboard and
-:class:`~flask_redis_throttle.RateLimit`'s methods alike.
-
-The store and the in-memory table are the core's
-(:mod:`flask_redis_throttle.core.stores.overrides`). Here a request's batches,
-as its plan made them, are decided against the table: a blocked identity
-is refused at once, a limit that counts an allowed identity is left out,
-and an identity given other layers is decided against a policy of the same
-scope and strategy with those layers, so that it keeps what it has used.
-See :doc:`/overrides`.
+:class:`~flask_redis_throttle.RateLimit`'s methods alike. The store and
+the table are the core's (:mod:`flask_redis_throttle.core.stores.overrides`);
+see :doc:`/overrides`.
 """
 
 from __future__ import annotations

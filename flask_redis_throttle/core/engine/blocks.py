@@ -1,21 +1,9 @@
 """The block cache: refusals remembered in process, so that a blocked client
-costs Redis nothing until it may pass again.
-
-When the script refuses a request, its reply says which counter was full and
-for how long: ``retry_after`` seconds, counted from the moment Redis ran the
-script. That moment is at or after the moment the request was sent, so the
-counter is certainly still full until ``sent + retry_after`` on this
-process's monotonic clock. Until then a request that needs the same counter
-(the same Redis key and quota) at the same cost would be refused by Redis
-too; the cache refuses it without asking, with the same headers
-and ``Retry-After``.
-
-That holds as long as nothing deletes counters behind the cache's back: a
-``FLUSHALL``, a counter reset, a restart or a failover that loses writes can
-make Redis admit a request earlier. So an entry is only trusted for
-:data:`MAX_AGE` (one second) at most, then Redis is asked again: a flood
-costs Redis one call per second per blocked counter and process, and a reset
-counter is seen within a second.
+costs Redis nothing until it may pass again. An entry refuses only what
+Redis would refuse too (the same counter, quota and cost, until the
+refusal's ``Retry-After`` counted from when the request was sent), and is
+trusted for :data:`MAX_AGE` at most, so that counters deleted behind its
+back are seen within a second. See :doc:`/blocks`.
 
 This module is pure Python: it imports neither Flask nor Redis.
 """

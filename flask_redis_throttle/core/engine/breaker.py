@@ -1,13 +1,9 @@
 """A circuit breaker: stop calling a Redis that keeps failing, then probe it.
 
-While Redis is down, every call to it costs a request up to the connect
-timeout (0.5 s by default), and a stalled Redis costs the socket timeout.
-After ``threshold`` failures in a row the breaker *opens*: for a back-off
-period no call is made at all, and requests are decided by the failure
-policy at once. When the period is over, one request *probes* Redis: if it
-succeeds the breaker closes; if it fails the breaker opens again for twice
-as long, up to ``max_backoff``. Requests that arrive while the probe is in
-flight do not wait for it.
+After ``threshold`` failures in a row it opens: for a back-off no call is
+made, and requests are decided by the failure policy at once, rather than
+each waiting for a timeout. Then one request probes Redis: success closes
+it, failure opens it again for twice as long, up to ``max_backoff``.
 
 This module is pure Python: it imports neither Flask nor Redis.
 """

@@ -1,24 +1,11 @@
-"""Who a counter belongs to, and the Redis key it lives under.
-
-A key looks like ``rl:{ip:Yq3...}:api:fw``:
-
-* the configured prefix (``rl:``);
-* the identity's *hash tag* in braces: its kind, then a 128-bit BLAKE2b digest
-  of its value in URL-safe base64. Whatever the value holds (``:``, ``{}``,
-  newlines, megabytes of unicode), the tag is 22 safe characters. Two values
-  share a tag only if BLAKE2b collides, and no value can carry a hash tag of
-  its own. With a secret (``RATELIMIT_KEY_SECRET``) the digest is keyed, so
-  a client that controls its identity (its IPv6 /64 within a larger block,
-  say) cannot even search for values that land in a Redis Cluster slot of
-  its choosing. All keys of one identity share the tag, so they share a slot
-  and one script can touch them all;
-* the scope (by default the endpoint), escaped so that it cannot contain
-  ``:``, braces or control characters;
-* the strategy; the key holds every layer of the limit (see
-  ``lua/records.lua``).
-
-It also holds what every log line and the refusal log do with a value that
-came from a request: :func:`cut` it, and for logs make it :func:`loggable`.
+"""Who a counter belongs to, and the Redis key it lives under, such as
+``rl:{ip:Yq3...}:api:fw``: the prefix, the identity's hash tag (a digest
+of its kind and value, keyed by ``RATELIMIT_KEY_SECRET`` when set, so that
+whatever a value holds, every key of one identity shares one safe tag and
+one cluster slot), the escaped scope and the strategy; see
+:ref:`keys`. It also holds what every log
+line and the refusal log do with a value that came from a request:
+:func:`cut` it, and for logs make it :func:`loggable`.
 
 This module is pure Python: it imports neither Flask nor Redis.
 """
