@@ -97,13 +97,12 @@ class Overrides:
             [[table.find(identity, policy.scope) for identity in identities] for policy, identities in batch.checks]
             for batch in batches
         ]
-        if not any(o is not None for per_batch in found for per_check in per_batch for o in per_check):
+        every = [o for per_batch in found for per_check in per_batch for o in per_check if o is not None]
+        if not every:
             return batches, labels
-        for per_batch in found:
-            for per_check in per_batch:
-                for override in per_check:
-                    if override is not None and override.action == "block":
-                        raise self._blocked(override)
+        blocked = next((override for override in every if override.action == "block"), None)
+        if blocked is not None:
+            raise self._blocked(blocked)
         changed: list[Batch] = []
         touched: set[Policy] = set()
         origins: dict[Policy, Policy] = {}  # an override's policy: the limit's it stands for
@@ -149,8 +148,7 @@ class Overrides:
         key = (policy, override.layers)
         made = self._policies.get(key)
         if made is None:
-            made = dataclasses.replace(policy, layers=override.layers)
-            remember(self._policies, key, made, POLICY_CACHE_SIZE)
+            made = remember(self._policies, key, dataclasses.replace(policy, layers=override.layers), POLICY_CACHE_SIZE)
         return made
 
     def _blocked(self, override: Override) -> Blocked | BlockedForbidden:

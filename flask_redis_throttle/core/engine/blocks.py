@@ -70,17 +70,14 @@ class BlockCache:
             raise ValueError(f"a block cache holds at least one entry, not {size}")
         self.size = size
         self._blocks: dict[str, Block] = {}
-        #: The blocks, by ``<key>=<window>``: the same dict, never replaced,
-        #: to read only. Whether it is empty is every request's test, and
-        #: ``len(cache)`` would make it a Python call.
+        #: The blocks, by ``<key>=<window>``, to read only: whether it is
+        #: empty is every request's test, which ``len(cache)`` would slow.
         self.entries: Mapping[str, Block] = self._blocks
         #: How many entries each counter has, by its Redis key.
         self._counters: dict[str, int] = {}
-        #: The Redis keys of the counters that have an entry, a live view:
-        #: a request none of whose keys is here has no blocked layer, which
-        #: one C-level set test tells, without naming its layers for
-        #: :meth:`find`. Every request pays that naming while any client at
-        #: all is blocked, which a busy server nearly always has.
+        #: The Redis keys of the counters that have an entry, a live view: a
+        #: request none of whose keys is here has no blocked layer, which one
+        #: set test tells without naming its layers for :meth:`find`.
         self.blocked_keys: KeysView[str] = self._counters.keys()
         self._lock = threading.Lock()
 

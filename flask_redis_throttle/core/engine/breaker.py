@@ -20,11 +20,9 @@ __all__ = ["BreakerListener", "CircuitBreaker"]
 
 
 class BreakerListener(Protocol):
-    """Told of a breaker's life, to log it and to export it as a metric.
-
-    Each method is called outside the breaker's lock, once per event: an
-    operator sees an outage begin and end, not every request it fails.
-    """
+    """Told of a breaker's life, to log it and to export it as a metric:
+    outside the breaker's lock, once per event (an outage's start and end,
+    not every request it fails)."""
 
     def breaker_added(self, name: str) -> None:
         """A closed breaker named ``name`` now guards a node."""

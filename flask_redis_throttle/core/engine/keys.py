@@ -48,10 +48,8 @@ class Identity:
 
     @classmethod
     def written(cls, text: str) -> Identity:
-        """The identity that ``str()`` wrote as ``text``: its kind runs to
-        the first colon, or, for a key function's (``key:<module>.<name>``,
-        whose name has no colon), to the second; the value is the rest,
-        colons and all."""
+        """The identity that ``str()`` wrote as ``text``: its kind runs to the
+        first colon (the second for a key function's, ``key:<name>``)."""
         kind, _colon, value = text.partition(":")
         if kind == "key":
             name, _colon, value = value.partition(":")
@@ -76,17 +74,10 @@ _cached_tag = lru_cache(maxsize=8192)(_tag)
 
 
 def identity_tag(kind: str, value: str, secret: bytes = b"") -> str:
-    """The hash tag, without braces, that every key of this identity carries.
-
-    The tag is ``ip:``, ``user:`` or ``key:`` followed by a digest of the kind
-    and the value together, so that two key functions (whose kinds are their
-    module and qualified name) that return the same string still count apart.
-
-    :param kind: the identity's kind.
-    :param value: the identity's value; anything at all.
-    :param secret: keys the digest when not empty; every app server that
-        shares the counters must use the same one.
-    """
+    """The hash tag, without braces, that every key of this identity carries:
+    ``ip:``, ``user:`` or ``key:`` and a digest of the kind and ``value``
+    (anything at all) together, keyed by ``secret`` when it is not empty, so
+    that two key functions that return the same string still count apart."""
     if len(value) <= CACHED_VALUE_LENGTH:
         return _cached_tag(kind, value, secret)
     return _tag(kind, value, secret)
@@ -99,9 +90,8 @@ def counter_key(head: str, kind: str, value: str, secret: bytes, suffix: str) ->
     return head + identity_tag(kind, value, secret) + suffix
 
 
-#: :func:`counter_key`, kept: a returning client's keys are one lookup each.
-#: Bounded like the tags, and for values no longer than
-#: :data:`CACHED_VALUE_LENGTH` only, which its callers check.
+#: :func:`counter_key`, kept: a returning client's keys are one lookup each
+#: (for values no longer than :data:`CACHED_VALUE_LENGTH` only).
 cached_counter_key = lru_cache(maxsize=8192)(counter_key)
 
 
@@ -131,10 +121,8 @@ def escape_scope(scope: str) -> str:
     return _UNSAFE.sub(lambda m: "".join(f"%{b:02X}" for b in m[0].encode("utf-8", "surrogatepass")), scope)
 
 
-#: Values from a request (identities above all) longer than this are cut
-#: wherever they are written down, in the refusal log and in log lines, so
-#: that a client who picks its own identity (a custom key from a header, say)
-#: cannot bloat either.
+#: Values from a request longer than this are cut wherever they are written
+#: down (the refusal log, log lines), so that a client cannot bloat either.
 MAX_VALUE_LENGTH = 200
 
 
@@ -145,15 +133,10 @@ def cut(value: str) -> str:
 
 
 def loggable(value: str) -> str:
-    """``value`` as part of one log line: characters that are not printable
-    (newlines, carriage returns, terminal escapes, lone surrogates) as Python
-    writes them in a string literal, ``\\n`` say, and :func:`cut`.
-
-    A newline in a request value could otherwise forge log lines, and a
-    megabyte of it would make a megabyte of log. Only the first
-    :data:`MAX_VALUE_LENGTH` characters are looked at, so a huge value costs
-    no more than a short one.
-    """
+    """``value`` as part of one log line, so that it cannot forge lines:
+    characters that are not printable as Python writes them in a string
+    literal (``\\n``), and :func:`cut`. Only the first
+    :data:`MAX_VALUE_LENGTH` characters are looked at."""
     head = value[:MAX_VALUE_LENGTH]
     if not head.isprintable():
         head = "".join(char if char.isprintable() else repr(char)[1:-1] for char in head)

@@ -40,7 +40,7 @@ logger = logging.getLogger("flask_redis_throttle")
 #: What a turn is reserved under: one policy, or several decided together.
 Policies = Policy | Sequence[Policy]
 
-#: How many (policies, timeout) pairs :func:`reserve` keeps the delayed policies of.
+#: The delayed policies :func:`reserve` keeps, by (policies, timeout): at most 64.
 _POLICY_CACHE_SIZE = 64
 _delayed: dict[tuple[tuple[Policy, ...], float], tuple[Policy, ...]] = {}
 
@@ -83,12 +83,10 @@ def quota_policies(layers: Sequence[Layer], scope: str, burst: int = 1) -> tuple
 
 
 def _wait_bound(timeout: float | None) -> float:
-    """The longest wait a call accepts, as the plan's delay: ``timeout``,
-    at least a millisecond (the plan counts delays in whole milliseconds,
-    at least one), or the longest there is for None.
+    """The longest wait a call accepts, as the plan's delay: ``timeout``, at
+    least the plan's millisecond, or the longest there is for None.
 
-    :raises ValueError: for a timeout that is not a number of seconds from
-        0 to :data:`~flask_redis_throttle.core.engine.codec.MAX_PLAN_DELAY` (nor None).
+    :raises ValueError: for a timeout out of 0 to ``MAX_PLAN_DELAY`` (nor None).
     """
     if timeout is None:
         return MAX_PLAN_DELAY
@@ -138,14 +136,10 @@ def reserve(
 
     :param cost: how much of the quota the call takes.
     :param timeout: the longest wait to accept, in seconds, rounded to a
-        millisecond (0 takes a turn at most a millisecond away); None for
-        any (up to :data:`~flask_redis_throttle.core.engine.codec.MAX_PLAN_DELAY`).
+        millisecond; None for any (up to ``MAX_PLAN_DELAY``).
     :raises QuotaTimeout: if the turn is further off than ``timeout``.
-    :raises ValueError: for a ``cost`` that is not a whole number of 1 or
-        more, or more than the policy's burst (or a layer's whole quota),
-        which no wait lets through; or a ``timeout`` that is not None or a
-        number of seconds from 0 to
-        :data:`~flask_redis_throttle.core.engine.codec.MAX_PLAN_DELAY`.
+    :raises ValueError: for a ``cost`` that is not a whole number from 1 to
+        the policy's burst (or a layer's quota), or a bad ``timeout``.
     :raises ~flask_redis_throttle.core.engine.throttle.StorageUnavailable: if
         Redis could not answer.
     """
@@ -257,10 +251,9 @@ class SharedQuota:
     :param burst: how many calls may go at once after a quiet spell (see
         :ref:`outbound`); 1 spreads every call evenly.
     :raises ~flask_redis_throttle.core.errors.InvalidLimit: for a malformed
-        limit, or a burst that is not from 1 to the quota of the shortest
-        window.
+        limit, or a burst out of 1 to the quota of the shortest window.
     :raises ValueError: for a timeout that is not None or a number of
-        seconds from 0 to :data:`~flask_redis_throttle.core.engine.codec.MAX_PLAN_DELAY`.
+        seconds from 0 to ``MAX_PLAN_DELAY``.
     """
 
     def __init__(

@@ -1,5 +1,5 @@
 """Penalties: an identity that keeps hitting a limit is refused for an
-escalating time, ``penalty="1m;x2;max=1h"`` (see :doc:`/limits`). They are
+escalating time, ``penalty="1m;x2;max=1h"`` (see :ref:`penalties`). They are
 decided in the same script call as the limits (``lua/penalty.lua``), with
 one more key per penalized limit and identity.
 
@@ -76,19 +76,15 @@ class Penalty:
 
 
 def parse_penalty(spec: str) -> Penalty:
-    """Parse a penalty such as ``"1m"``, ``"30s;x3"`` or ``"1m;x2;max=1h"``.
+    """Parse a penalty such as ``"1m"``, ``"30s;x3"`` or ``"1m;x2;max=1h"``:
+    without ``max``, penalties escalate up to a day (or stay at the first
+    if that is longer); without a factor, every penalty is the first one.
 
-    Without ``max``, penalties escalate up to a day (or stay at the first
-    if that is longer); without a factor, every penalty is the first one. Each
-    part may be given once, and ``max`` only with a factor above 1: a
-    repeated part, or a ``max`` that changes nothing, is a typo that taking
-    the last value would hide.
-
-    :raises InvalidLimit: quoting ``spec``, if it is malformed, longer than
-        :data:`~flask_redis_throttle.core.engine.rates.MAX_LIMIT_LENGTH`, repeats a part,
-        has a factor below 1 or above :data:`MAX_FACTOR`, a ``max`` without
-        a factor above 1, or a longest penalty shorter than the first or
-        longer than 366 days.
+    :raises InvalidLimit: quoting ``spec``, if it is malformed or too long,
+        repeats a part (a typo that taking the last would hide), has a
+        factor out of 1 to :data:`MAX_FACTOR`, a ``max`` without a factor
+        above 1, or a longest penalty shorter than the first or longer than
+        366 days.
     """
     if not isinstance(spec, str) or not spec.strip():
         raise InvalidLimit(f"penalty {spec!r} is invalid: {_GRAMMAR}", spec=spec)

@@ -64,10 +64,7 @@ class Layer:
 
     @property
     def name(self) -> str:
-        """A short name for the window, such as ``"1s"`` or ``"2m"``.
-
-        It names the layer in the ``RateLimit`` headers and in Redis keys.
-        """
+        """A short name for the window, such as ``"1s"`` or ``"2m"``, in the headers and the keys."""
         for unit, seconds in (("d", 86_400), ("h", 3_600), ("m", 60)):
             if self.window % seconds == 0:
                 return f"{self.window // seconds}{unit}"
@@ -108,25 +105,20 @@ def parse_limits(spec: str) -> tuple[Layer, ...]:
             f"limit {_start(spec)} has {len(layers)} layers; a limit has at most {MAX_LAYERS}", spec=spec
         )
     parsed = tuple(_parse_layer(layer, spec) for layer in layers)
-    windows: set[int] = set()
-    for layer in parsed:
-        if layer.window in windows:
+    windows = [layer.window for layer in parsed]
+    for index, layer in enumerate(parsed):
+        if layer.window in windows[:index]:
             raise InvalidLimit(
                 f"limit {spec!r} has more than one layer with a {layer.name} window; "
                 "give each layer its own window (only the smallest quota would matter)",
                 spec=spec,
             )
-        windows.add(layer.window)
     return parsed
 
 
 def check_length(spec: str, what: str) -> None:
-    """Reject ``spec`` if it is longer than :data:`MAX_LIMIT_LENGTH`, quoting
-    only its start: the whole of it could be megabytes.
-
-    :param what: what it is, for the message: ``"limit"`` or ``"penalty"``.
-    :raises InvalidLimit: if it is too long.
-    """
+    """Reject ``spec``, a ``what`` (``"limit"``, ``"penalty"``), if it is longer than
+    :data:`MAX_LIMIT_LENGTH`, quoting only its start: the whole could be megabytes."""
     if len(spec) > MAX_LIMIT_LENGTH:
         raise InvalidLimit(
             f"{what} {_start(spec)} is {len(spec)} characters long; a {what} has at most {MAX_LIMIT_LENGTH}",
@@ -140,11 +132,8 @@ def _start(spec: str) -> str:
 
 
 class _Scanner:
-    """Reads a layer or a duration left to right, one character at a time.
-
-    It never goes back, so reading takes time linear in the text's length,
-    which a regular expression with nested optional spaces does not.
-    """
+    """Reads a layer or a duration left to right, never going back, so in
+    time linear in its length (which a regular expression may not be)."""
 
     __slots__ = ("at", "text")
 
