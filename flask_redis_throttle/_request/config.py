@@ -372,19 +372,14 @@ META_OPTIONS = frozenset({"limit", "layers", "scope", "identities", "on_breach",
 
 
 def _fraction(share: float) -> tuple[int, int]:
-    """``share`` as the fraction it is written as: 0.8 is 4/5, where the
-    float is a little more, and 8 requests of 10 would not be 80 %."""
+    """``share`` as the fraction it is written as: 0.8 is 4/5 (the float is a little more)."""
     fraction = Fraction(str(share))
     return fraction.numerator, fraction.denominator
 
 
 def _key_secret(secret: Any) -> bytes | None:
-    """``RATELIMIT_KEY_SECRET`` as bytes, or None.
-
-    :raises ConfigurationError: unless it is None, or a str or bytes of at
-        least :data:`MIN_KEY_SECRET_BYTES` bytes. The message never quotes
-        the secret, only its length.
-    """
+    """``RATELIMIT_KEY_SECRET`` as bytes, or None; an error for a bad one
+    says its length, never the secret."""
     if secret is None:
         return None
     encoded = secret.encode() if isinstance(secret, str) else secret

@@ -19,15 +19,10 @@ from collections.abc import Callable
 
 from ..core.engine.throttle import Hold, StorageUnavailable, UnexpectedError
 
-#: How many holds wait to be given back, at most, in one app of a process:
-#: past it, the oldest is left to its lease.
+#: How many holds wait, at most, in one app of a process: past it, the oldest is left to its lease.
 MOST_PENDING = 10_000
-#: The pause after the first failed try, in seconds; it doubles with each
-#: failure in a row, up to :data:`LONGEST_PAUSE`.
-FIRST_PAUSE = 0.05
-#: The longest pause between two tries: once the storage answers again, the
-#: slots are back within this (and one call's timeout).
-LONGEST_PAUSE = 1.0
+#: The pauses after failed tries, in seconds: the first, doubled with each failure up to the longest.
+FIRST_PAUSE, LONGEST_PAUSE = 0.05, 1.0
 
 #: Told of a hold that will not be given back, and why: its failure and what follows.
 Failed = Callable[[StorageUnavailable, str], None]

@@ -51,43 +51,18 @@ TOKEN = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")
 @dataclass(frozen=True)
 class LimitSpec:
     """One limit, as written in a :func:`limit` or ``RATELIMIT_DEFAULT``,
-    parsed and validated. See :func:`limit` for what each option means.
+    parsed and validated: each field but the first two is the option of
+    :func:`limit` of its name (see there), as checked and read by
+    :func:`make_spec`; None where :func:`limit` says it falls back on a
+    setting.
 
     :param limit: the limit string as written, or the dynamic limit function.
     :param layers: its layers; None for a dynamic limit, whose layers are
         known only per request.
-    :param scope: the counters' scope, or a function of the request that
-        returns it, or None for the endpoint name.
-    :param identities: whom it counts, or None for ``RATELIMIT_IDENTITIES``.
-    :param strategy: the algorithm, or None for ``RATELIMIT_STRATEGY``.
-    :param methods: the HTTP methods it applies to, upper case; None for all.
-    :param cost: the quota one request takes, or a function of the request.
-    :param deduct_when: if given, a request is only counted when this
-        returns True for its response.
-    :param exempt_when: if given, the limit skips requests for which this
-        returns True.
-    :param shadow: whether a refusal is only logged, never enforced.
-    :param on_breach: called when this limit refuses a request.
-    :param penalty: refuses identities that keep hitting the limit for longer.
-    :param per_method: whether each HTTP method counts on its own.
-    :param override_defaults: whether the limit drops ``RATELIMIT_DEFAULT``
-        from its views (True), keeps it (False), or follows
-        ``RATELIMIT_DEFAULT_MODE`` (None).
-    :param unit: what its quota counts, the ``qu`` of its layers in
-        ``RateLimit-Policy``: ``"requests"`` or ``"content-bytes"``.
-    :param error_message: the 429's description when this limit refuses,
-        or a function of the request that returns it; None for the
-        extension's own.
-    :param meta: the layers of its meta limit, a limit on how often it
-        refuses an identity; None for none.
-    :param delay: shaping: the longest a request over the rate waits for its
-        turn, in seconds, rather than be refused; 0 to refuse at once.
-    :param concurrent: how many of an identity's requests may run at once
-        under the limit's scope; None for no cap.
-    :param lease: the longest a request holds its slot, in seconds; None
-        for ``RATELIMIT_CONCURRENCY_LEASE``.
-    :param prefetch: whether each worker takes blocks of the quota and
-        spends them in process (see :doc:`/leases`).
+    :param methods: upper case, as a set.
+    :param penalty: parsed, as a :class:`~flask_redis_throttle.core.engine.penalties.Penalty`.
+    :param meta: parsed, as layers.
+    :param delay: in seconds.
     """
 
     limit: str | DynamicLimit
@@ -113,9 +88,7 @@ class LimitSpec:
     prefetch: bool = False
 
     def policy(self, layers: tuple[Layer, ...], scope: str, strategy: str) -> Policy:
-        """The policy of this limit's ``layers`` under ``scope`` and
-        ``strategy``: a shaped limit on a strategy that bursts (GCRA) spreads its requests one at a time
-        (a burst of 1: see :doc:`/shaping`)."""
+        """The policy of this limit's ``layers`` under ``scope`` and ``strategy``."""
         return Policy(layers, scope, strategy, self.penalty, self.delay, shaped_burst(self.delay, strategy))
 
     @property
@@ -124,12 +97,8 @@ class LimitSpec:
         return self.layers is None
 
     def applies_to(self, method: str) -> bool:
-        """Whether the limit applies to requests of ``method`` (upper case).
-
-        A limit on ``GET`` also covers ``HEAD``, which Flask answers by
-        running the ``GET`` view: otherwise ``HEAD`` would be a free way
-        around it.
-        """
+        """Whether the limit applies to requests of ``method`` (upper case): one
+        on ``GET`` covers ``HEAD`` too, which Flask answers with the ``GET`` view."""
         methods = self.methods
         return methods is None or method in methods or (method == "HEAD" and "GET" in methods)
 

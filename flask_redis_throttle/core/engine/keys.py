@@ -112,12 +112,9 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._/@+-]")
 
 
 def escape_scope(scope: str) -> str:
-    """Percent-escape a scope name so that it is a safe part of a key.
-
-    Letters, digits and ``._/@+-`` stay as they are, so that endpoint names
-    remain readable in ``redis-cli``; everything else, ``%`` included, becomes
-    ``%XX`` for each UTF-8 byte. Two scopes therefore never share a key.
-    """
+    """Percent-escape a scope so that it is a safe part of a key, and two
+    scopes never share one: all but letters, digits and ``._/@+-`` (which
+    keep endpoint names readable) become ``%XX`` for each UTF-8 byte."""
     return _UNSAFE.sub(lambda m: "".join(f"%{b:02X}" for b in m[0].encode("utf-8", "surrogatepass")), scope)
 
 
