@@ -68,10 +68,9 @@ def _seconds(least: Callable[[Mapping[str, Any]], float]) -> Check:
 
 
 class Setting(NamedTuple):
-    """One setting: its default; the check of its value and what the error
-    says it should be (formatted with the settings, for one that depends
-    on another); how its field is read from it (None: as it is); and the
-    field's name, when it is not the key's tail in lower case."""
+    """One setting: its default; its check and what its error says it should
+    be (formatted with the settings); how its field is read from it (None:
+    as it is), and the field's name if not the key's tail in lower case."""
 
     default: Any
     check: Check = lambda value, config: True
@@ -81,6 +80,7 @@ class Setting(NamedTuple):
 
 
 _FLAG = "True or False"
+_RENAMES = f"a dict that renames some of {', '.join(LEGACY_HEADERS)} to other header names"
 _MODES = " or ".join(map(repr, DEFAULT_MODES))
 
 
@@ -112,7 +112,11 @@ SETTINGS: dict[str, Setting] = {
     "RATELIMIT_HEADERS_ENABLED": Setting(True, _is(bool), _FLAG),
     "RATELIMIT_HEADERS_LEGACY": Setting(False, _is(bool), _FLAG),
     "RATELIMIT_HEADER_NAMES": Setting(
-        {}, read=lambda value, config: _legacy_names(value, config), field="legacy_names"
+        {},
+        lambda value, _: isinstance(value, Mapping) and set(value) <= set(LEGACY_HEADERS),
+        _RENAMES,
+        lambda value, config: _legacy_names(value, config),
+        "legacy_names",
     ),
     "RATELIMIT_RETRY_AFTER": Setting(
         "seconds",
@@ -334,14 +338,11 @@ def _legacy_names(value: Any, config: Mapping[str, Any]) -> LegacyNames | None:
     """The legacy headers' names, from ``RATELIMIT_HEADER_NAMES``; None
     when ``RATELIMIT_HEADERS_LEGACY`` is off, which a renaming needs."""
     legacy = config["RATELIMIT_HEADERS_LEGACY"]
-    expected = f"a dict that renames some of {', '.join(LEGACY_HEADERS)} to other header names"
-    if not isinstance(value, Mapping) or not set(value) <= set(LEGACY_HEADERS):
-        raise ConfigurationError("RATELIMIT_HEADER_NAMES", value, expected)
     names = tuple(value.get(name, name) for name in LEGACY_HEADERS)
     lowered = [name.lower() for name in names if isinstance(name, str) and TOKEN.fullmatch(name)]
     if len(set(lowered)) != len(LEGACY_HEADERS) or {"ratelimit", "ratelimit-policy", "retry-after"} & set(lowered):
         raise ConfigurationError(
-            "RATELIMIT_HEADER_NAMES", value, f"{expected}: distinct, and not RateLimit, RateLimit-Policy or Retry-After"
+            "RATELIMIT_HEADER_NAMES", value, f"{_RENAMES}: distinct, and not RateLimit, RateLimit-Policy or Retry-After"
         )
     if value and not legacy:
         raise ConfigurationError("RATELIMIT_HEADER_NAMES", value, "{} while RATELIMIT_HEADERS_LEGACY is off")

@@ -32,6 +32,7 @@ class Overrides:
     :param throttle: the app's throttle: its storage, its breaker and its clock.
     :param settings: the app's settings.
     :param failed: told of a failure to read the overrides from storage.
+    :param warn: told of stored overrides that cannot be read.
     """
 
     def __init__(
@@ -55,17 +56,13 @@ class Overrides:
 
     def _ready(self) -> bool:
         """Whether to ask the storage for the overrides now: not while the
-        circuit breaker holds calls back, since Redis keeps failing. The
-        reads are not counted by the breaker either way: it follows the
-        decisions, which report an outage themselves."""
+        circuit breaker holds calls back (the reads are not counted by it)."""
         breaker = self.throttle.breaker
         return breaker is None or not breaker.open
 
     def _load(self) -> tuple[bytes | None, list[Override]]:
         """The version and the overrides in force, for the follower; a field
-        that cannot be read (another version's, in a rolling upgrade, or
-        one written by hand) is skipped, with a warning once per change,
-        and every other override stays in force."""
+        that cannot be read is skipped, with a warning once per change."""
         version, found, unreadable = self.store.read()
         if unreadable and (version, tuple(unreadable)) != self._warned:
             self._warned = (version, tuple(unreadable))
@@ -152,8 +149,7 @@ class Overrides:
         return made
 
     def _blocked(self, override: Override) -> Blocked | BlockedForbidden:
-        """The refusal of a blocked identity, found in memory: no Redis call.
-        A 429 says, in ``Retry-After``, when the block ends."""
+        """The refusal of a blocked identity, found in memory; a 429 says when it ends."""
         if self.settings.override_block_status == 403:
             return BlockedForbidden()
         now = self.now()
@@ -161,12 +157,9 @@ class Overrides:
         return Blocked(override.until - now, header)
 
     def put(self, override: Override) -> Override:
-        """Store ``override``, log it, and follow it in this process at once.
-
-        The write goes past the circuit breaker (see
-        :meth:`~flask_redis_throttle.core.engine.throttle.Throttle.unguarded`),
-        as :meth:`remove`'s does: an operator's failed change never opens
-        it on the requests."""
+        """Store ``override``, log it, and follow it in this process at once;
+        the write, as :meth:`remove`'s, goes past the circuit breaker, which
+        an operator's failed change never opens on the requests."""
         self.throttle.unguarded(self.store.put, override)
         self.follower.refresh(force=True)
         return override

@@ -32,9 +32,8 @@ class Releases:
     """The holds of one app whose giving back failed, and the thread that
     gives them back.
 
-    :param failed: told of a hold left to its lease: an error that is not
-        the storage's (a bug: trying again would not help), or the oldest
-        hold dropped when :data:`MOST_PENDING` wait.
+    :param failed: told of a hold left to its lease: after an error not the
+        storage's (a bug), or the oldest dropped when :data:`MOST_PENDING` wait.
     :param clock: seconds on a monotonic clock, for the holds' leases.
     """
 
@@ -42,9 +41,8 @@ class Releases:
         self.failed = failed
         self.clock = clock
         self._lock = threading.Lock()
-        #: Each hold that waits, and when its lease has ended at the latest
-        #: (on :attr:`clock`: its lease counted from now, which is after its
-        #: admission).
+        #: Each hold that waits, and when its lease has ended at the latest (on
+        #: :attr:`clock`: its lease counted from now, after its admission).
         self._pending: deque[tuple[Hold, float]] = deque()
         self._thread: threading.Thread | None = None
         #: Set whenever nothing waits (for tests, and whoever must know).

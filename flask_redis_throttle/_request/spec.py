@@ -176,9 +176,8 @@ def make_spec(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> Limi
 
 
 def shaped_burst(delay: float, strategy: str) -> int:
-    """The burst of a limit's policy: 1 for a shaped limit on a strategy
-    that bursts, which spreads its requests one at a time (see
-    :doc:`/shaping`); 0, the quota, for any other."""
+    """The burst of a limit's policy: 1 for a shaped limit on a strategy that
+    bursts, spreading its requests one at a time (see :doc:`/shaping`); else 0."""
     return 1 if delay and STRATEGIES[strategy].bursts else 0
 
 
@@ -222,12 +221,9 @@ def _delay(delay: object) -> Any:
 def _methods(methods: object) -> Any:
     if methods is None:
         return None
-    if isinstance(methods, str) or not isinstance(methods, Iterable):
-        return _BAD
-    items = list(methods)
-    if not items or not all(isinstance(item, str) and TOKEN.fullmatch(item) for item in items):
-        return _BAD
-    return frozenset(item.upper() for item in items)
+    items = [] if isinstance(methods, str) or not isinstance(methods, Iterable) else list(methods)
+    good = items and all(isinstance(item, str) and TOKEN.fullmatch(item) for item in items)
+    return frozenset(item.upper() for item in items) if good else _BAD
 
 
 #: The units a limit's quota may count: the draft's registry's, but for
@@ -236,10 +232,9 @@ _LIMIT_UNITS = tuple(unit for unit in UNITS if unit != "concurrent-requests")
 _FUNCTION = (_kept(lambda value: value is None or callable(value)), "a function")
 _FLAG = (_kept(lambda value: isinstance(value, bool)), "True or False")
 
-#: Each option's reading, which returns the value :class:`LimitSpec` keeps
-#: or :data:`_BAD`, and what the error says it must be, in the order they
-#: are checked: a call with two bad options is told of the first. Its keys
-#: are :class:`LimitOptions`'.
+#: Each of :class:`LimitOptions`, in the order they are checked: its reading,
+#: which returns the value :class:`LimitSpec` keeps or :data:`_BAD`, and what
+#: the error says it must be.
 _OPTIONS: dict[str, tuple[Callable[[Any], Any], str]] = {
     "scope": (_kept(_text_or_function), "a non-empty string, or a function of the request"),
     "identities": (

@@ -26,9 +26,8 @@ class Block:
     """One remembered refusal of one counter.
 
     :param quota: the counter's quota when it refused.
-    :param cost: the cost that was refused. Only requests of that cost are
-        refused from the cache: a cheaper one may fit sooner, and a dearer one
-        later, so its ``Retry-After`` would be early.
+    :param cost: the cost that was refused, the only one refused from the
+        cache (see :doc:`/blocks`).
     :param remaining: the quota the counter had left.
     :param until: when the request may pass, in microseconds on the cache's clock.
     :param reset: when the counter is back to its full quota, on that clock.
@@ -56,11 +55,9 @@ class Block:
 
 
 class BlockCache:
-    """Counters known to be full, by Redis key, bounded in number.
-
-    Reads take no lock: a lookup is one ``dict.get``. Adding takes a lock and,
-    when the cache is full, evicts the oldest entry; forgetting a block only
-    means asking Redis again, so eviction is always safe.
+    """Counters known to be full, by Redis key, bounded in number: reads take
+    no lock; adding does, and evicts the oldest entry of a full cache
+    (forgetting a block only means asking Redis again).
 
     :param size: how many blocked counters to remember at most.
     """

@@ -93,11 +93,9 @@ class CircuitBreaker:
         if not self._open_until:
             return True
         with self._lock:
-            if not self._open_until:
-                return True
-            if self._probing or self.clock() < self._open_until:
+            if self._open_until and (self._probing or self.clock() < self._open_until):
                 return False
-            self._probing = True
+            self._probing = bool(self._open_until)
             return True
 
     def abandon(self) -> None:

@@ -149,10 +149,9 @@ def reserve(
 def give_back(hold: Hold | None) -> None:
     """Give back a turn that will not be used; a storage that cannot answer
     loses it, with a warning, rather than hide the reason it was given up."""
-    if hold is None:
-        return
     try:
-        hold.release()
+        if hold is not None:
+            hold.release()
     except StorageUnavailable as error:
         logger.warning("could not give back a turn of an outbound quota (%s): it is lost", error)
 
@@ -204,9 +203,8 @@ async def acquire_async(
 
 
 class _Reservation:
-    """A turn being reserved in a worker thread for a caller that may be
-    cancelled meanwhile: whichever of the two learns last that the turn
-    will not be used gives it back."""
+    """A turn reserved in a worker thread for a caller that may be cancelled
+    meanwhile: whichever learns last that it will not be used gives it back."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

@@ -38,10 +38,8 @@ class Penalty:
     :param longest: the longest penalty, in seconds. A level of offence is
         remembered for this long after its penalty ends.
     :param spec: the penalty as written.
-    :raises InvalidLimit: when a duration is not a whole number of seconds
-        from 1 to :data:`~flask_redis_throttle.core.engine.rates.MAX_WINDOW`, the
-        longest is shorter than the first, or the factor is not from 1 to
-        :data:`MAX_FACTOR`.
+    :raises InvalidLimit: for a duration out of 1 to ``MAX_WINDOW`` seconds, a
+        longest shorter than the first, or a factor out of 1 to :data:`MAX_FACTOR`.
     """
 
     first: int

@@ -83,9 +83,8 @@ def parse_limits(spec: str) -> tuple[Layer, ...]:
     >>> parse_limits("10/s;120/m")
     (Layer(quota=10, window=1), Layer(quota=120, window=60))
 
-    It reads the string once, left to right, without backtracking, and
-    rejects one longer than :data:`MAX_LIMIT_LENGTH` by its length alone, so
-    a limit that comes from data cannot make it slow.
+    It reads the string once, without backtracking, so that a limit that
+    comes from data cannot make it slow.
 
     :param spec: one or more layers separated by ``;`` or ``,``.
     :returns: the layers, in the order written.
@@ -181,9 +180,8 @@ def _scan_layer(text: str) -> tuple[str, str, str] | None:
 
 
 def read_number(digits: str, most: int) -> int:
-    """The number ``digits`` writes, or ``most + 1`` if it is larger than
-    ``most``: a long number is never converted in full, which Python refuses
-    beyond ``sys.get_int_max_str_digits()`` digits with a bare ValueError."""
+    """The number ``digits`` writes, or ``most + 1`` if it is larger, never
+    converting a long number in full (which Python may refuse)."""
     significant = digits.lstrip("0")
     if len(significant) > len(str(most)):
         return most + 1
