@@ -49,8 +49,8 @@ Check = Callable[[Any, Mapping[str, Any]], bool]
 Read = Callable[[Any, Mapping[str, Any]], Any]
 
 
-def _is(kind: type | tuple[type, ...]) -> Check:
-    return lambda value, _: isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+def _is(kind: type) -> Check:
+    return lambda value, _: isinstance(value, kind)
 
 
 def _one_of(*choices: object) -> Check:
