@@ -11,6 +11,7 @@ from helpers import get, install
 
 from flask_redis_throttle import ConfigurationError, InvalidLimit, exempt, limit
 from flask_redis_throttle._request.plan import Plan
+from flask_redis_throttle._request.spec import make_spec
 from flask_redis_throttle.core.engine.scripts import STRATEGIES
 
 
@@ -760,6 +761,13 @@ def test_bad_options_raise_when_decorating(options: dict[str, Any]) -> None:
     with pytest.raises(InvalidLimit) as info:
         limit("10/s;100/m", **options)
     assert repr(next(iter(options.values()))) in str(info.value)
+
+
+def test_methods_are_read_once_from_any_iterable() -> None:
+    """The methods are read from what is given once: a generator is not
+    exhausted by their check before they are kept."""
+    made = make_spec("10/s", methods=(method for method in ["post", "Get"]))
+    assert made.methods == frozenset({"POST", "GET"})
 
 
 def test_unknown_limit_options_raise_when_decorating() -> None:

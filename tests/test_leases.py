@@ -24,6 +24,7 @@ from helpers import T0, Clock, get, install, wait_for_gunicorn
 from prometheus_client import CollectorRegistry
 
 from flask_redis_throttle import ConfigurationError, Identity, InvalidLimit, RateLimit, limit, parse_limits
+from flask_redis_throttle._request.spec import make_spec
 from flask_redis_throttle.core.engine.blocks import BlockCache
 from flask_redis_throttle.core.engine.leases import SHARE, Leases
 from flask_redis_throttle.core.engine.throttle import Check, Policy, StorageUnavailable, Throttle
@@ -477,6 +478,15 @@ def test_refusals_of_a_prefetched_limit_are_logged(app: Flask, clock: Clock) -> 
 def test_prefetch_is_refused_where_it_cannot_lease(options: dict[str, Any], said: str) -> None:
     with pytest.raises(InvalidLimit, match=re.escape(said)):
         limit("10/second", **{"prefetch": True, **options})
+
+
+def test_prefetch_goes_with_the_options_it_cannot_go_with_when_they_are_off() -> None:
+    """Only an option that is on rules prefetch out: a delay of 0, or None
+    for the others, is the same as leaving it out."""
+    made = make_spec("10/second", prefetch=True, delay=0, penalty=None, concurrent=None, deduct_when=None)
+    assert made.prefetch
+    assert made.delay == 0
+    assert made.strategy is None
 
 
 def test_prefetch_on_the_app_wide_limit_is_checked_at_init(app: Flask) -> None:

@@ -33,9 +33,9 @@ ROOT = Path(__file__).resolve().parent.parent
     [
         ({"strategy": "fixed-window"}, "delay needs strategy='gcra' or 'sliding-log', not 'fixed-window'"),
         ({"strategy": "sliding-window"}, "not 'sliding-window': its count is an estimate"),
-        ({"strategy": "sliding-log", "deduct_when": lambda response: True}, "delay with deduct_when"),
-        ({"cost": 2}, "cost 2 with a delay"),
-        ({"deduct_when": lambda response: True}, "delay with deduct_when"),
+        ({"strategy": "sliding-log", "deduct_when": lambda response: True}, "delay= cannot go with deduct_when="),
+        ({"cost": 2}, "cost 2 is more than '10/s' lets go at once with a delay"),
+        ({"deduct_when": lambda response: True}, "delay= cannot go with deduct_when="),
     ],
 )
 def test_a_delay_where_it_has_no_meaning_fails_at_decoration(options: dict[str, object], message: str) -> None:

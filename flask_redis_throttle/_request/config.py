@@ -13,9 +13,9 @@ import math
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import Any, NamedTuple
 
-from ..core.checks import is_integer, is_number
+from ..core.checks import is_integer_in, is_number
 from ..core.engine.rates import MAX_WINDOW
 from ..core.engine.scripts import STRATEGY_NAMES, is_strategy
 from ..errors import ConfigurationError, InvalidLimit
@@ -34,27 +34,23 @@ META_SCOPE = "@meta"
 DEFAULT_MODES = ("replace", "add")
 #: The values of ``RATELIMIT_RETRY_AFTER``.
 RETRY_AFTER_FORMATS = ("seconds", "http-date")
-#: The most refusals ``RATELIMIT_REFUSAL_LOG_SIZE`` may keep. Redis keeps
-#: the whole log in memory, and :meth:`~flask_redis_throttle.RefusalLog.top`
-#: reads all of it; a larger value is a typo, and one beyond a 64-bit
-#: integer fails every ``XADD``, so that nothing is logged at all.
+#: The most refusals ``RATELIMIT_REFUSAL_LOG_SIZE`` may keep (see :doc:`/config`).
 MAX_REFUSAL_LOG_SIZE = 1_000_000
 #: The longest ``RATELIMIT_BREAKER_BACKOFF`` and ``RATELIMIT_BREAKER_MAX_BACKOFF``,
-#: in seconds: a day. A breaker that waited longer (``1e308``) would never
-#: probe Redis again, and the app would decide without it for good.
+#: in seconds: a day (see :doc:`/config`).
 MAX_BREAKER_BACKOFF = 86_400.0
-
-#: The fewest bytes ``RATELIMIT_KEY_SECRET`` may have: a shorter one can be
-#: found by brute force from a single ``pk`` of the attacker's own address,
-#: and then every other address's ``pk`` names its owner.
+#: The fewest bytes ``RATELIMIT_KEY_SECRET`` may have (see :doc:`/config`).
 MIN_KEY_SECRET_BYTES = 32
 
 #: A check of a setting's value, given every setting: whether it is good.
 Check = Callable[[Any, Mapping[str, Any]], bool]
+#: How a setting's field of :class:`Settings` is read from its value, given
+#: every setting: a reading that finds the value bad raises its own error.
+Read = Callable[[Any, Mapping[str, Any]], Any]
 
 
-def _is(kind: type | tuple[type, ...]) -> Check:
-    return lambda value, _: isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+def _is(kind: type) -> Check:
+    return lambda value, _: isinstance(value, kind)
 
 
 def _one_of(*choices: object) -> Check:
@@ -64,89 +60,131 @@ def _one_of(*choices: object) -> Check:
 
 
 def _integer(least: int, most: float = math.inf) -> Check:
-    return lambda value, _: is_integer(value) and least <= value <= most
+    return lambda value, _: is_integer_in(value, least, most)
 
 
 def _seconds(least: Callable[[Mapping[str, Any]], float]) -> Check:
     return lambda value, config: is_number(value) and least(config) <= value <= MAX_BREAKER_BACKOFF and value > 0
 
 
-def _no_check(value: Any, config: Mapping[str, Any]) -> bool:
-    """For a setting read by its own function below, which says what is wrong."""
-    return True
+class Setting(NamedTuple):
+    """One setting: its default; its check and what its error says it should
+    be (formatted with the settings); how its field is read from it (None:
+    as it is), and the field's name if not the key's tail in lower case."""
+
+    default: Any
+    check: Check = lambda value, config: True
+    expected: str = ""
+    read: Read | None = None
+    field: str = ""
 
 
-#: Every setting this extension reads: its default, the check of its value,
-#: and what the error says it should be (formatted with the settings, for
-#: one that depends on another). The checks run in this order, so that a
-#: setting is good before another's check reads it.
-SETTINGS: dict[str, tuple[Any, Check, str]] = {
-    "RATELIMIT_ENABLED": (True, _is(bool), "True or False"),
-    "RATELIMIT_STORAGE_URL": ("memory://", _is(str), "a URL string"),
-    "RATELIMIT_STORAGE_OPTIONS": ({}, _is(Mapping), "a dict of redis.Redis keyword arguments"),
-    "RATELIMIT_KEY_PREFIX": (
-        "rl:",
-        lambda value, _: isinstance(value, str) and not {"{", "}"} & set(value),
-        "a string without braces",
+_FLAG = "True or False"
+_RENAMES = f"a dict that renames some of {', '.join(LEGACY_HEADERS)} to other header names"
+_MODES = " or ".join(map(repr, DEFAULT_MODES))
+
+
+def _partition_key(value: Any, config: Mapping[str, Any]) -> bool:
+    """Whether ``RATELIMIT_HEADERS_PARTITION_KEY`` can be on: with a secret
+    for the digests, and a draft that has ``pk``."""
+    return not value or (
+        config["RATELIMIT_KEY_SECRET"] is not None and DRAFTS[config["RATELIMIT_HEADERS_DRAFT"]].partition_keys
+    )
+
+
+#: Every setting this extension reads, and how. The checks run in this
+#: order, so that a setting is good before another's check reads it; then
+#: the readings, in the same order.
+SETTINGS: dict[str, Setting] = {
+    "RATELIMIT_ENABLED": Setting(True, _is(bool), _FLAG),
+    "RATELIMIT_STORAGE_URL": Setting("memory://", _is(str), "a URL string"),
+    "RATELIMIT_STORAGE_OPTIONS": Setting({}, _is(Mapping), "a dict of redis.Redis keyword arguments"),
+    "RATELIMIT_KEY_PREFIX": Setting(
+        "rl:", lambda value, _: isinstance(value, str) and not {"{", "}"} & set(value), "a string without braces"
     ),
-    "RATELIMIT_DEFAULT": (None, _no_check, ""),
-    "RATELIMIT_DEFAULT_MODE": ("replace", _one_of(*DEFAULT_MODES), " or ".join(map(repr, DEFAULT_MODES))),
-    "RATELIMIT_BLUEPRINT_MODE": ("add", _one_of(*DEFAULT_MODES), " or ".join(map(repr, DEFAULT_MODES))),
-    "RATELIMIT_APPLICATION": (None, _no_check, ""),
-    "RATELIMIT_META": (None, _no_check, ""),
-    "RATELIMIT_HEADERS_ENABLED": (True, _is(bool), "True or False"),
-    "RATELIMIT_HEADERS_LEGACY": (False, _is(bool), "True or False"),
-    "RATELIMIT_HEADER_NAMES": ({}, _no_check, ""),
-    "RATELIMIT_RETRY_AFTER": ("seconds", _one_of(*RETRY_AFTER_FORMATS), " or ".join(map(repr, RETRY_AFTER_FORMATS))),
-    "RATELIMIT_FAIL_OPEN": (True, _is(bool), "True or False"),
-    "RATELIMIT_IDENTITIES": (
+    "RATELIMIT_DEFAULT": Setting(None, read=lambda value, _: _limits("RATELIMIT_DEFAULT", value)),
+    "RATELIMIT_DEFAULT_MODE": Setting("replace", _one_of(*DEFAULT_MODES), _MODES),
+    "RATELIMIT_BLUEPRINT_MODE": Setting("add", _one_of(*DEFAULT_MODES), _MODES),
+    "RATELIMIT_APPLICATION": Setting(
+        None, read=lambda value, _: _limits("RATELIMIT_APPLICATION", value, APPLICATION_SCOPE)
+    ),
+    "RATELIMIT_META": Setting(None, read=lambda value, _: _meta_limits(value)),
+    "RATELIMIT_HEADERS_ENABLED": Setting(True, _is(bool), _FLAG),
+    "RATELIMIT_HEADERS_LEGACY": Setting(False, _is(bool), _FLAG),
+    "RATELIMIT_HEADER_NAMES": Setting(
+        {},
+        lambda value, _: isinstance(value, Mapping) and set(value) <= set(LEGACY_HEADERS),
+        _RENAMES,
+        lambda value, config: _legacy_names(value, config),
+        "legacy_names",
+    ),
+    "RATELIMIT_RETRY_AFTER": Setting(
+        "seconds",
+        _one_of(*RETRY_AFTER_FORMATS),
+        " or ".join(map(repr, RETRY_AFTER_FORMATS)),
+        lambda value, _: value == "http-date",
+        "retry_after_http_date",
+    ),
+    "RATELIMIT_FAIL_OPEN": Setting(True, _is(bool), _FLAG),
+    "RATELIMIT_IDENTITIES": Setting(
         ("ip", "user"),
         lambda value, _: check_identities(value) is not None,
         f"a non-empty list of {', '.join(map(repr, IDENTITY_NAMES))} or key functions",
+        lambda value, _: check_identities(value),
     ),
-    "RATELIMIT_IPV6_PREFIX": (64, _integer(0, 128), "an integer from 0 to 128"),
-    "RATELIMIT_KEY_SECRET": (None, _no_check, ""),
-    "RATELIMIT_STRATEGY": ("fixed-window", lambda value, _: is_strategy(value), f"one of {STRATEGY_NAMES}"),
-    "RATELIMIT_REFUSAL_LOG_SIZE": (
-        1000,
-        _integer(0, MAX_REFUSAL_LOG_SIZE),
-        f"an integer up to {MAX_REFUSAL_LOG_SIZE:_}, 0 to keep no log",
+    "RATELIMIT_IPV6_PREFIX": Setting(64, _integer(0, 128), "an integer from 0 to 128"),
+    "RATELIMIT_KEY_SECRET": Setting(None, read=lambda value, _: _key_secret(value) or b""),
+    "RATELIMIT_STRATEGY": Setting("fixed-window", lambda value, _: is_strategy(value), f"one of {STRATEGY_NAMES}"),
+    "RATELIMIT_REFUSAL_LOG_SIZE": Setting(
+        1000, _integer(0, MAX_REFUSAL_LOG_SIZE), f"an integer up to {MAX_REFUSAL_LOG_SIZE:_}, 0 to keep no log"
     ),
-    "RATELIMIT_BLOCK_CACHE_SIZE": (10_000, _integer(0), "an integer, 0 for no cache"),
-    "RATELIMIT_BREAKER_THRESHOLD": (3, _integer(0), "an integer, 0 for no circuit breaker"),
-    "RATELIMIT_BREAKER_BACKOFF": (
+    "RATELIMIT_BLOCK_CACHE_SIZE": Setting(10_000, _integer(0), "an integer, 0 for no cache"),
+    "RATELIMIT_BREAKER_THRESHOLD": Setting(3, _integer(0), "an integer, 0 for no circuit breaker"),
+    "RATELIMIT_BREAKER_BACKOFF": Setting(
         1.0,
         _seconds(lambda _: 0.0),
         f"a number of seconds above 0, at most {MAX_BREAKER_BACKOFF:g} (a day)",
+        lambda value, _: float(value),
     ),
-    "RATELIMIT_BREAKER_MAX_BACKOFF": (
+    "RATELIMIT_BREAKER_MAX_BACKOFF": Setting(
         30.0,
         _seconds(lambda config: config["RATELIMIT_BREAKER_BACKOFF"]),
         "a number of seconds at least RATELIMIT_BREAKER_BACKOFF ({RATELIMIT_BREAKER_BACKOFF:g}), "
         f"at most {MAX_BREAKER_BACKOFF:g} (a day)",
+        lambda value, _: float(value),
     ),
-    "RATELIMIT_FALLBACK": (False, _is(bool), "True or False"),
-    "RATELIMIT_SHADOW": (False, _is(bool), "True or False"),
-    "RATELIMIT_ON_BREACH": (
-        None,
-        lambda value, _: value is None or callable(value),
-        "None or a function that takes a RefusalEvent",
+    "RATELIMIT_FALLBACK": Setting(False, _is(bool), _FLAG),
+    "RATELIMIT_SHADOW": Setting(False, _is(bool), _FLAG),
+    "RATELIMIT_ON_BREACH": Setting(
+        None, lambda value, _: value is None or callable(value), "None or a function that takes a RefusalEvent"
     ),
-    "RATELIMIT_HEADERS_DRAFT": (11, _one_of(*DRAFTS), " or ".join(map(str, DRAFTS))),
-    "RATELIMIT_HEADERS_PARTITION_KEY": (False, _is(bool), "True or False"),
-    "RATELIMIT_NEAR_LIMIT": (
+    "RATELIMIT_HEADERS_DRAFT": Setting(
+        11, _one_of(*DRAFTS), " or ".join(map(str, DRAFTS)), lambda value, _: DRAFTS[value], "draft"
+    ),
+    "RATELIMIT_HEADERS_PARTITION_KEY": Setting(
+        False,
+        lambda value, config: isinstance(value, bool) and _partition_key(value, config),
+        "False unless RATELIMIT_KEY_SECRET is set (the key of its digests) and RATELIMIT_HEADERS_DRAFT is "
+        + " or ".join(str(number) for number, each in DRAFTS.items() if each.partition_keys),
+        lambda value, config: partition_secret(_key_secret(config["RATELIMIT_KEY_SECRET"]) or b"") if value else None,
+        "partition_secret",
+    ),
+    "RATELIMIT_NEAR_LIMIT": Setting(
         0.8,
         lambda value, _: value is None or (is_number(value) and 0 < value <= 1),
         "None, or a number above 0 and at most 1",
+        lambda value, _: None if value is None else _fraction(value),
     ),
-    "RATELIMIT_OVERRIDE_BLOCK_STATUS": (429, _one_of(429, 403), "429 or 403"),
-    "RATELIMIT_OVERRIDE_WIDEST_IPV4": (16, _integer(0, 32), "a prefix length, an integer from 0 to 32"),
-    "RATELIMIT_OVERRIDE_WIDEST_IPV6": (48, _integer(0, 128), "a prefix length, an integer from 0 to 128"),
-    "RATELIMIT_CONCURRENCY_LEASE": (60, _integer(1, MAX_WINDOW), f"a whole number of seconds from 1 to {MAX_WINDOW}"),
+    "RATELIMIT_OVERRIDE_BLOCK_STATUS": Setting(429, _one_of(429, 403), "429 or 403"),
+    "RATELIMIT_OVERRIDE_WIDEST_IPV4": Setting(16, _integer(0, 32), "a prefix length, an integer from 0 to 32"),
+    "RATELIMIT_OVERRIDE_WIDEST_IPV6": Setting(48, _integer(0, 128), "a prefix length, an integer from 0 to 128"),
+    "RATELIMIT_CONCURRENCY_LEASE": Setting(
+        60, _integer(1, MAX_WINDOW), f"a whole number of seconds from 1 to {MAX_WINDOW}"
+    ),
 }
 
 #: Every setting this extension reads, with its default.
-DEFAULTS: dict[str, Any] = {key: default for key, (default, _, _) in SETTINGS.items()}
+DEFAULTS: dict[str, Any] = {key: setting.default for key, setting in SETTINGS.items()}
 
 #: Flask-Limiter's settings that this extension does not read, each with
 #: ours that does its job, or None when there is none, and a hint. The same
@@ -154,17 +192,17 @@ DEFAULTS: dict[str, Any] = {key: default for key, (default, _, _) in SETTINGS.it
 FLASK_LIMITER_SETTINGS: dict[str, tuple[str | None, str]] = {
     "RATELIMIT_KEY_FUNC": ("RATELIMIT_IDENTITIES", "a list of 'ip', 'user' or key functions of the request"),
     "RATELIMIT_STORAGE_URI": ("RATELIMIT_STORAGE_URL", "note: URL"),
-    "RATELIMIT_DEFAULTS_PER_METHOD": ("RATELIMIT_DEFAULT", "{'limit': ..., 'per_method': True}"),
-    "RATELIMIT_DEFAULTS_EXEMPT_WHEN": ("RATELIMIT_DEFAULT", "{'limit': ..., 'exempt_when': function}"),
-    "RATELIMIT_DEFAULTS_DEDUCT_WHEN": ("RATELIMIT_DEFAULT", "{'limit': ..., 'deduct_when': function}"),
+    **{
+        f"RATELIMIT_{theirs}_{option.upper()}": (f"RATELIMIT_{ours}", f"{{'limit': ..., '{option}': {value}}}")
+        for theirs, ours in (("DEFAULTS", "DEFAULT"), ("APPLICATION", "APPLICATION"))
+        for option, value in (("per_method", "True"), ("exempt_when", "function"), ("deduct_when", "function"))
+    },
     "RATELIMIT_DEFAULTS_COST": ("RATELIMIT_DEFAULT", "{'limit': ..., 'cost': ...}"),
-    "RATELIMIT_APPLICATION_PER_METHOD": ("RATELIMIT_APPLICATION", "{'limit': ..., 'per_method': True}"),
-    "RATELIMIT_APPLICATION_EXEMPT_WHEN": ("RATELIMIT_APPLICATION", "{'limit': ..., 'exempt_when': function}"),
-    "RATELIMIT_APPLICATION_DEDUCT_WHEN": ("RATELIMIT_APPLICATION", "{'limit': ..., 'deduct_when': function}"),
     "RATELIMIT_APPLICATION_COST": ("RATELIMIT_APPLICATION", "{'limit': ..., 'cost': ...}"),
-    "RATELIMIT_HEADER_LIMIT": ("RATELIMIT_HEADER_NAMES", "{'X-RateLimit-Limit': name}"),
-    "RATELIMIT_HEADER_REMAINING": ("RATELIMIT_HEADER_NAMES", "{'X-RateLimit-Remaining': name}"),
-    "RATELIMIT_HEADER_RESET": ("RATELIMIT_HEADER_NAMES", "{'X-RateLimit-Reset': name}"),
+    **{
+        f"RATELIMIT_HEADER_{name.upper()}": ("RATELIMIT_HEADER_NAMES", f"{{'X-RateLimit-{name}': name}}")
+        for name in ("Limit", "Remaining", "Reset")
+    },
     "RATELIMIT_HEADER_RETRY_AFTER": (None, "Retry-After is a standard header, and keeps its name"),
     "RATELIMIT_HEADER_RETRY_AFTER_VALUE": ("RATELIMIT_RETRY_AFTER", "'http-date' or 'seconds'"),
     "RATELIMIT_SWALLOW_ERRORS": ("RATELIMIT_FAIL_OPEN", "True by default here"),
@@ -235,62 +273,36 @@ class Settings:
         :raises ConfigurationError: naming the first bad key and its value.
         """
         _warn_unknown(config)
-        for key, value in DEFAULTS.items():
-            config.setdefault(key, value)
-        for key, (_, check, expected) in SETTINGS.items():
-            if not check(config[key], config):
-                raise ConfigurationError(key, config[key], expected.format_map(config))
-        secret = _key_secret(config["RATELIMIT_KEY_SECRET"])
-        partition = config["RATELIMIT_HEADERS_PARTITION_KEY"]
-        draft = DRAFTS[config["RATELIMIT_HEADERS_DRAFT"]]
-        if partition and (secret is None or not draft.partition_keys):
-            raise ConfigurationError(
-                "RATELIMIT_HEADERS_PARTITION_KEY",
-                partition,
-                "False unless RATELIMIT_KEY_SECRET is set (the key of its digests) and RATELIMIT_HEADERS_DRAFT is "
-                + " or ".join(str(number) for number, each in DRAFTS.items() if each.partition_keys),
-            )
-        near_limit = config["RATELIMIT_NEAR_LIMIT"]
-        read = {
-            "default": _limits(config, "RATELIMIT_DEFAULT"),
-            "application": _limits(config, "RATELIMIT_APPLICATION", APPLICATION_SCOPE),
-            "meta": _meta_limits(config),
-            "legacy_names": _legacy_names(config, config["RATELIMIT_HEADERS_LEGACY"]),
-            "retry_after_http_date": config["RATELIMIT_RETRY_AFTER"] == "http-date",
-            "identities": check_identities(config["RATELIMIT_IDENTITIES"]),
-            "key_secret": secret or b"",
-            "breaker_backoff": float(config["RATELIMIT_BREAKER_BACKOFF"]),
-            "breaker_max_backoff": float(config["RATELIMIT_BREAKER_MAX_BACKOFF"]),
-            "partition_secret": partition_secret(secret) if partition and secret else None,
-            "near_limit": None if near_limit is None else _fraction(near_limit),
-            "draft": draft,
-        }
-        # The other fields are the settings as they are, named after them.
-        for field in dataclasses.fields(cls):
-            if field.name not in read:
-                read[field.name] = config[f"RATELIMIT_{field.name.upper()}"]
-        return cls(**read)
+        for key, setting in SETTINGS.items():
+            config.setdefault(key, setting.default)
+        for key, setting in SETTINGS.items():
+            if not setting.check(config[key], config):
+                raise ConfigurationError(key, config[key], setting.expected.format_map(config))
+        return cls(
+            **{
+                setting.field or key.removeprefix("RATELIMIT_").lower(): (
+                    config[key] if setting.read is None else setting.read(config[key], config)
+                )
+                for key, setting in SETTINGS.items()
+            }
+        )
 
 
 def _warn_unknown(config: Mapping[str, Any]) -> None:
-    """Log a warning for each ``RATELIMIT_*`` key this extension does not
-    read: a Flask-Limiter setting, with ours that does its job, or a typo,
-    with the nearest known key. Either would otherwise be silently ignored,
-    and an app moving from Flask-Limiter with ``RATELIMIT_STORAGE_URI``
-    would limit per process in ``memory://`` without knowing why."""
+    """Warn of each ``RATELIMIT_*`` key this extension does not read, which
+    would otherwise be ignored in silence: a Flask-Limiter setting, naming
+    ours that does its job, or a typo, naming the nearest known key."""
     for key in sorted(k for k in config if k.startswith("RATELIMIT_") and k not in DEFAULTS):
-        logger.warning("%s", _unknown_key_advice(key))
-
-
-def _unknown_key_advice(key: str) -> str:
-    """What to say about ``key``, a ``RATELIMIT_*`` key this extension does not read."""
-    if key in FLASK_LIMITER_SETTINGS:
-        equivalent, hint = FLASK_LIMITER_SETTINGS[key]
-        advice = f"use {equivalent} ({hint})" if equivalent else f"there is no equivalent here: {hint}"
-        return f"{key} is a Flask-Limiter setting that flask-redis-throttle ignores; {advice}; {MIGRATION_PAGE}."
-    nearest = difflib.get_close_matches(key, DEFAULTS, n=1)
-    guess = f"; did you mean {nearest[0]}?" if nearest else ""
-    return f"{key} is not a setting of flask-redis-throttle, and is ignored{guess}"
+        if key in FLASK_LIMITER_SETTINGS:
+            equivalent, hint = FLASK_LIMITER_SETTINGS[key]
+            advice = f"use {equivalent} ({hint})" if equivalent else f"there is no equivalent here: {hint}"
+            logger.warning(
+                "%s is a Flask-Limiter setting that flask-redis-throttle ignores; %s; %s.", key, advice, MIGRATION_PAGE
+            )
+        else:
+            nearest = difflib.get_close_matches(key, DEFAULTS, n=1)
+            guess = f"; did you mean {nearest[0]}?" if nearest else ""
+            logger.warning("%s is not a setting of flask-redis-throttle, and is ignored%s", key, guess)
 
 
 #: What ``RATELIMIT_DEFAULT`` and ``RATELIMIT_APPLICATION`` may hold, for their errors.
@@ -300,12 +312,11 @@ LIMIT_SETTING = (
 )
 
 
-def _limits(config: Mapping[str, Any], key: str, scope: str | None = None) -> tuple[LimitSpec, ...]:
+def _limits(key: str, value: Any, scope: str | None = None) -> tuple[LimitSpec, ...]:
     """The limits a setting holds (see :data:`LIMIT_SETTING`), each checked
     as :func:`~flask_redis_throttle.limit` checks its own. Given ``scope``
     (``RATELIMIT_APPLICATION``'s), a limit without a ``scope`` option counts
     under it, the second under ``scope+2``..., so that two never share a counter."""
-    value = config[key]
     items = value if isinstance(value, (list, tuple)) else [] if value is None else [value]
     if value is not None and not items:
         raise ConfigurationError(key, value, LIMIT_SETTING)
@@ -323,27 +334,24 @@ def _limits(config: Mapping[str, Any], key: str, scope: str | None = None) -> tu
     return tuple(found)
 
 
-def _legacy_names(config: Mapping[str, Any], legacy: bool) -> LegacyNames | None:
+def _legacy_names(value: Any, config: Mapping[str, Any]) -> LegacyNames | None:
     """The legacy headers' names, from ``RATELIMIT_HEADER_NAMES``; None
     when ``RATELIMIT_HEADERS_LEGACY`` is off, which a renaming needs."""
-    value = config["RATELIMIT_HEADER_NAMES"]
-    expected = f"a dict that renames some of {', '.join(LEGACY_HEADERS)} to other header names"
-    if not isinstance(value, Mapping) or not set(value) <= set(LEGACY_HEADERS):
-        raise ConfigurationError("RATELIMIT_HEADER_NAMES", value, expected)
+    legacy = config["RATELIMIT_HEADERS_LEGACY"]
     names = tuple(value.get(name, name) for name in LEGACY_HEADERS)
     lowered = [name.lower() for name in names if isinstance(name, str) and TOKEN.fullmatch(name)]
     if len(set(lowered)) != len(LEGACY_HEADERS) or {"ratelimit", "ratelimit-policy", "retry-after"} & set(lowered):
         raise ConfigurationError(
-            "RATELIMIT_HEADER_NAMES", value, f"{expected}: distinct, and not RateLimit, RateLimit-Policy or Retry-After"
+            "RATELIMIT_HEADER_NAMES", value, f"{_RENAMES}: distinct, and not RateLimit, RateLimit-Policy or Retry-After"
         )
     if value and not legacy:
         raise ConfigurationError("RATELIMIT_HEADER_NAMES", value, "{} while RATELIMIT_HEADERS_LEGACY is off")
     return LegacyNames(names) if legacy else None
 
 
-def _meta_limits(config: Mapping[str, Any]) -> tuple[LimitSpec, ...]:
+def _meta_limits(value: Any) -> tuple[LimitSpec, ...]:
     """``RATELIMIT_META``'s limits, with only the options a meta limit has."""
-    found = _limits(config, "RATELIMIT_META", META_SCOPE)
+    found = _limits("RATELIMIT_META", value, META_SCOPE)
     for spec in found:
         extra = [
             field.name
@@ -353,7 +361,7 @@ def _meta_limits(config: Mapping[str, Any]) -> tuple[LimitSpec, ...]:
         if extra:
             raise ConfigurationError(
                 "RATELIMIT_META",
-                config["RATELIMIT_META"],
+                value,
                 "limit strings, or dicts of one with on_breach, identities, scope or error_message; "
                 f"not {', '.join(extra)}",
             )
@@ -365,19 +373,14 @@ META_OPTIONS = frozenset({"limit", "layers", "scope", "identities", "on_breach",
 
 
 def _fraction(share: float) -> tuple[int, int]:
-    """``share`` as the fraction it is written as: 0.8 is 4/5, where the
-    float is a little more, and 8 requests of 10 would not be 80 %."""
+    """``share`` as the fraction it is written as: 0.8 is 4/5 (the float is a little more)."""
     fraction = Fraction(str(share))
     return fraction.numerator, fraction.denominator
 
 
 def _key_secret(secret: Any) -> bytes | None:
-    """``RATELIMIT_KEY_SECRET`` as bytes, or None.
-
-    :raises ConfigurationError: unless it is None, or a str or bytes of at
-        least :data:`MIN_KEY_SECRET_BYTES` bytes. The message never quotes
-        the secret, only its length.
-    """
+    """``RATELIMIT_KEY_SECRET`` as bytes, or None; an error for a bad one
+    says its length, never the secret."""
     if secret is None:
         return None
     encoded = secret.encode() if isinstance(secret, str) else secret

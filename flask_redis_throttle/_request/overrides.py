@@ -1,14 +1,8 @@
 """Overrides in the Flask layer: following them on every request, and
 making them from what an operator typed, for the CLI, the dashboard and
-:class:`~flask_redis_throttle.RateLimit`'s methods alike.
-
-The store and the in-memory table are the core's
-(:mod:`flask_redis_throttle.core.stores.overrides`). Here a request's batches,
-as its plan made them, are decided against the table: a blocked identity
-is refused at once, a limit that counts an allowed identity is left out,
-and an identity given other layers is decided against a policy of the same
-scope and strategy with those layers, so that it keeps what it has used.
-See :doc:`/overrides`.
+:class:`~flask_redis_throttle.RateLimit`'s methods alike. The store and
+the table are the core's (:mod:`flask_redis_throttle.core.stores.overrides`);
+see :doc:`/overrides`.
 """
 
 from __future__ import annotations
@@ -38,6 +32,7 @@ class Overrides:
     :param throttle: the app's throttle: its storage, its breaker and its clock.
     :param settings: the app's settings.
     :param failed: told of a failure to read the overrides from storage.
+    :param warn: told of stored overrides that cannot be read.
     """
 
     def __init__(
@@ -61,17 +56,13 @@ class Overrides:
 
     def _ready(self) -> bool:
         """Whether to ask the storage for the overrides now: not while the
-        circuit breaker holds calls back, since Redis keeps failing. The
-        reads are not counted by the breaker either way: it follows the
-        decisions, which report an outage themselves."""
+        circuit breaker holds calls back (the reads are not counted by it)."""
         breaker = self.throttle.breaker
         return breaker is None or not breaker.open
 
     def _load(self) -> tuple[bytes | None, list[Override]]:
         """The version and the overrides in force, for the follower; a field
-        that cannot be read (another version's, in a rolling upgrade, or
-        one written by hand) is skipped, with a warning once per change,
-        and every other override stays in force."""
+        that cannot be read is skipped, with a warning once per change."""
         version, found, unreadable = self.store.read()
         if unreadable and (version, tuple(unreadable)) != self._warned:
             self._warned = (version, tuple(unreadable))
@@ -103,13 +94,12 @@ class Overrides:
             [[table.find(identity, policy.scope) for identity in identities] for policy, identities in batch.checks]
             for batch in batches
         ]
-        if not any(o is not None for per_batch in found for per_check in per_batch for o in per_check):
+        every = [o for per_batch in found for per_check in per_batch for o in per_check if o is not None]
+        if not every:
             return batches, labels
-        for per_batch in found:
-            for per_check in per_batch:
-                for override in per_check:
-                    if override is not None and override.action == "block":
-                        raise self._blocked(override)
+        blocked = next((override for override in every if override.action == "block"), None)
+        if blocked is not None:
+            raise self._blocked(blocked)
         changed: list[Batch] = []
         touched: set[Policy] = set()
         origins: dict[Policy, Policy] = {}  # an override's policy: the limit's it stands for
@@ -155,13 +145,11 @@ class Overrides:
         key = (policy, override.layers)
         made = self._policies.get(key)
         if made is None:
-            made = dataclasses.replace(policy, layers=override.layers)
-            remember(self._policies, key, made, POLICY_CACHE_SIZE)
+            made = remember(self._policies, key, dataclasses.replace(policy, layers=override.layers), POLICY_CACHE_SIZE)
         return made
 
     def _blocked(self, override: Override) -> Blocked | BlockedForbidden:
-        """The refusal of a blocked identity, found in memory: no Redis call.
-        A 429 says, in ``Retry-After``, when the block ends."""
+        """The refusal of a blocked identity, found in memory; a 429 says when it ends."""
         if self.settings.override_block_status == 403:
             return BlockedForbidden()
         now = self.now()
@@ -169,12 +157,9 @@ class Overrides:
         return Blocked(override.until - now, header)
 
     def put(self, override: Override) -> Override:
-        """Store ``override``, log it, and follow it in this process at once.
-
-        The write goes past the circuit breaker (see
-        :meth:`~flask_redis_throttle.core.engine.throttle.Throttle.unguarded`),
-        as :meth:`remove`'s does: an operator's failed change never opens
-        it on the requests."""
+        """Store ``override``, log it, and follow it in this process at once;
+        the write, as :meth:`remove`'s, goes past the circuit breaker, which
+        an operator's failed change never opens on the requests."""
         self.throttle.unguarded(self.store.put, override)
         self.follower.refresh(force=True)
         return override

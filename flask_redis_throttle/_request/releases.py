@@ -1,33 +1,13 @@
 """Concurrency slots whose giving back failed, given back in the background
-once the storage answers again.
+once the storage answers again, so that a stall costs its clients the
+stall rather than a whole lease (see :ref:`concurrency`).
 
-A request gives its slots back when it ends (see
-:meth:`~flask_redis_throttle._request.state.RateLimitState.release`). When the
-storage cannot answer that call (stalled, restarting, its breaker open),
-the slots would stay held until their lease ends, 60 seconds by default:
-every capped client of the process locked out for a lease by an outage of
-a second. Instead, each such :class:`~flask_redis_throttle.core.engine.throttle.Hold`
-waits here, and one background thread of the app's tries them again until
-the storage answers, so that a stall costs its clients the stall.
-
-No request waits for it: the thread calls the storage past the circuit
-breakers (a request's call is held back by an open one, and this one would
-be too, for as long as the breaker's back-off, long after the storage is
-back), and tells them nothing. It is bounded: at most :data:`MOST_PENDING`
-holds wait, the oldest left to its lease past that; a hold whose lease has
-ended is dropped, since the storage has freed its slots by then; and the
-thread pauses between failed tries, twice as long each time up to
-:data:`LONGEST_PAUSE`. It ends when nothing is left to give back, and starts
-again when something is.
-
-A call that timed out may have reached the storage, which then runs it
-(a stalled server runs what it was sent once it resumes): trying it again
-gives back nothing more, since each request's slots are found by its own
-token. An *admission* that timed out is such a call too: answered without
-its slots, it takes them when the storage runs it, for a request that has
-ended; so its slots wait here as well (see
-:attr:`~flask_redis_throttle.core.engine.throttle.Throttle.strays`). Given back
-before the admission ran, they leave a tombstone that makes it take none.
+One thread per app tries each waiting
+:class:`~flask_redis_throttle.core.engine.throttle.Hold` again, past the
+circuit breakers, pausing twice as long after each failure up to
+:data:`LONGEST_PAUSE`; at most :data:`MOST_PENDING` wait, and one whose
+lease has ended is dropped. A try that reaches the storage twice gives
+back nothing more: each request's slots are found by its own token.
 """
 
 from __future__ import annotations
@@ -39,15 +19,10 @@ from collections.abc import Callable
 
 from ..core.engine.throttle import Hold, StorageUnavailable, UnexpectedError
 
-#: How many holds wait to be given back, at most, in one app of a process:
-#: past it, the oldest is left to its lease.
+#: How many holds wait, at most, in one app of a process: past it, the oldest is left to its lease.
 MOST_PENDING = 10_000
-#: The pause after the first failed try, in seconds; it doubles with each
-#: failure in a row, up to :data:`LONGEST_PAUSE`.
-FIRST_PAUSE = 0.05
-#: The longest pause between two tries: once the storage answers again, the
-#: slots are back within this (and one call's timeout).
-LONGEST_PAUSE = 1.0
+#: The pauses after failed tries, in seconds: the first, doubled with each failure up to the longest.
+FIRST_PAUSE, LONGEST_PAUSE = 0.05, 1.0
 
 #: Told of a hold that will not be given back, and why: its failure and what follows.
 Failed = Callable[[StorageUnavailable, str], None]
@@ -57,9 +32,8 @@ class Releases:
     """The holds of one app whose giving back failed, and the thread that
     gives them back.
 
-    :param failed: told of a hold left to its lease: an error that is not
-        the storage's (a bug: trying again would not help), or the oldest
-        hold dropped when :data:`MOST_PENDING` wait.
+    :param failed: told of a hold left to its lease: after an error not the
+        storage's (a bug), or the oldest dropped when :data:`MOST_PENDING` wait.
     :param clock: seconds on a monotonic clock, for the holds' leases.
     """
 
@@ -67,9 +41,8 @@ class Releases:
         self.failed = failed
         self.clock = clock
         self._lock = threading.Lock()
-        #: Each hold that waits, and when its lease has ended at the latest
-        #: (on :attr:`clock`: its lease counted from now, which is after its
-        #: admission).
+        #: Each hold that waits, and when its lease has ended at the latest (on
+        #: :attr:`clock`: its lease counted from now, after its admission).
         self._pending: deque[tuple[Hold, float]] = deque()
         self._thread: threading.Thread | None = None
         #: Set whenever nothing waits (for tests, and whoever must know).

@@ -12,13 +12,11 @@ import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from flask import Request, Response
 
-from ..core.checks import is_integer, is_number
-from ..core.engine.leases import LEASABLE, NO_LEASE
+from ..core.checks import is_integer_in, is_number
 from ..core.engine.penalties import Penalty, parse_penalty
 from ..core.engine.rates import MAX_QUOTA, MAX_WINDOW, Layer, parse_limits
 from ..core.engine.scripts import SHAPING_STRATEGY, STRATEGIES, STRATEGY_NAMES, able, is_strategy
@@ -53,43 +51,18 @@ TOKEN = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")
 @dataclass(frozen=True)
 class LimitSpec:
     """One limit, as written in a :func:`limit` or ``RATELIMIT_DEFAULT``,
-    parsed and validated. See :func:`limit` for what each option means.
+    parsed and validated: each field but the first two is the option of
+    :func:`limit` of its name (see there), as checked and read by
+    :func:`make_spec`; None where :func:`limit` says it falls back on a
+    setting.
 
     :param limit: the limit string as written, or the dynamic limit function.
     :param layers: its layers; None for a dynamic limit, whose layers are
         known only per request.
-    :param scope: the counters' scope, or a function of the request that
-        returns it, or None for the endpoint name.
-    :param identities: whom it counts, or None for ``RATELIMIT_IDENTITIES``.
-    :param strategy: the algorithm, or None for ``RATELIMIT_STRATEGY``.
-    :param methods: the HTTP methods it applies to, upper case; None for all.
-    :param cost: the quota one request takes, or a function of the request.
-    :param deduct_when: if given, a request is only counted when this
-        returns True for its response.
-    :param exempt_when: if given, the limit skips requests for which this
-        returns True.
-    :param shadow: whether a refusal is only logged, never enforced.
-    :param on_breach: called when this limit refuses a request.
-    :param penalty: refuses identities that keep hitting the limit for longer.
-    :param per_method: whether each HTTP method counts on its own.
-    :param override_defaults: whether the limit drops ``RATELIMIT_DEFAULT``
-        from its views (True), keeps it (False), or follows
-        ``RATELIMIT_DEFAULT_MODE`` (None).
-    :param unit: what its quota counts, the ``qu`` of its layers in
-        ``RateLimit-Policy``: ``"requests"`` or ``"content-bytes"``.
-    :param error_message: the 429's description when this limit refuses,
-        or a function of the request that returns it; None for the
-        extension's own.
-    :param meta: the layers of its meta limit, a limit on how often it
-        refuses an identity; None for none.
-    :param delay: shaping: the longest a request over the rate waits for its
-        turn, in seconds, rather than be refused; 0 to refuse at once.
-    :param concurrent: how many of an identity's requests may run at once
-        under the limit's scope; None for no cap.
-    :param lease: the longest a request holds its slot, in seconds; None
-        for ``RATELIMIT_CONCURRENCY_LEASE``.
-    :param prefetch: whether each worker takes blocks of the quota and
-        spends them in process (see :doc:`/leases`).
+    :param methods: upper case, as a set.
+    :param penalty: parsed, as a :class:`~flask_redis_throttle.core.engine.penalties.Penalty`.
+    :param meta: parsed, as layers.
+    :param delay: in seconds.
     """
 
     limit: str | DynamicLimit
@@ -115,11 +88,8 @@ class LimitSpec:
     prefetch: bool = False
 
     def policy(self, layers: tuple[Layer, ...], scope: str, strategy: str) -> Policy:
-        """The policy of this limit's ``layers`` under ``scope`` and
-        ``strategy``: a shaped limit on a strategy that bursts (GCRA) spreads its requests one at a time
-        (a burst of 1: see :doc:`/shaping`)."""
-        burst = 1 if self.delay and STRATEGIES[strategy].bursts else 0
-        return Policy(layers, scope, strategy, self.penalty, self.delay, burst)
+        """The policy of this limit's ``layers`` under ``scope`` and ``strategy``."""
+        return Policy(layers, scope, strategy, self.penalty, self.delay, shaped_burst(self.delay, strategy))
 
     @property
     def dynamic(self) -> bool:
@@ -127,12 +97,8 @@ class LimitSpec:
         return self.layers is None
 
     def applies_to(self, method: str) -> bool:
-        """Whether the limit applies to requests of ``method`` (upper case).
-
-        A limit on ``GET`` also covers ``HEAD``, which Flask answers by
-        running the ``GET`` view: otherwise ``HEAD`` would be a free way
-        around it.
-        """
+        """Whether the limit applies to requests of ``method`` (upper case): one
+        on ``GET`` covers ``HEAD`` too, which Flask answers with the ``GET`` view."""
         methods = self.methods
         return methods is None or method in methods or (method == "HEAD" and "GET" in methods)
 
@@ -173,60 +139,65 @@ def make_spec(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> Limi
     :raises TypeError: for an option that does not exist, as Python would
         for a keyword argument.
     """
-    given: dict[str, Any] = dict(options)
-    for name in sorted(given.keys() - _CHECKS.keys()):
+    for name in sorted(options.keys() - _OPTIONS.keys()):
         raise TypeError(f"limit() got an unexpected keyword argument {name!r}")
     layers = None if callable(spec) else parse_limits(spec)
     checked: dict[str, Any] = {}
-    for name, check in _CHECKS.items():
-        if name in given:
-            checked[name] = check(given[name])
-            if name == "cost":
-                _check_cost_fits(checked[name], layers, spec)
-    _check_concurrency(checked)
-    _check_prefetch(checked)
-    if checked.get("delay"):
-        checked["strategy"] = _shaped_strategy(checked)
+    for name, (read, expected) in _OPTIONS.items():
+        if name in options:
+            value = options[name]  # type: ignore[literal-required]
+            checked[name] = read(value)
+            if checked[name] is _BAD:
+                raise InvalidLimit(f"{name} {value!r} must be {expected}", spec=value)
+    for (option, other), why in _APART.items():
+        if checked.get(option) and checked.get(other):
+            raise InvalidLimit(f"{option}= cannot go with {other}=: {why}", spec=checked[other])
+    if checked.get("lease") is not None and checked.get("concurrent") is None:
+        raise InvalidLimit(f"lease {checked['lease']!r} needs concurrent=, the cap it leases slots of", spec=None)
+    delay = checked.get("delay", 0.0)
+    if delay:
+        checked["strategy"] = checked.get("strategy") or SHAPING_STRATEGY
+    strategy = checked.get("strategy")
+    for option, (ability, reason) in _NEEDS.items():
+        if checked.get(option) and strategy is not None and not getattr(STRATEGIES[strategy], ability):
+            raise InvalidLimit(
+                f"{option} needs strategy={able(ability)}, not {strategy!r}: {getattr(STRATEGIES[strategy], reason)}"
+                + (f"; leave strategy out for {SHAPING_STRATEGY}" if option == "delay" else ""),
+                spec=strategy,
+            )
+    cost, burst = checked.get("cost", 1), shaped_burst(delay, strategy) if strategy else 0
+    most = burst or (None if layers is None else min(layer.quota for layer in layers))
+    if not callable(cost) and most is not None and cost > most:
+        shaped = " with a delay" if burst else ""
+        raise InvalidLimit(
+            f"cost {cost} is more than {spec!r} lets go at once{shaped} ({most}): no request could pass", spec=cost
+        )
     return LimitSpec(spec, layers, **checked)
 
 
-def _scope(scope: Any) -> str | ScopeFunction | None:
-    if scope is not None and not callable(scope) and (not isinstance(scope, str) or not scope):
-        raise InvalidLimit(f"scope {scope!r} must be a non-empty string, or a function of the request", spec=scope)
-    return scope  # type: ignore[no-any-return]
+def shaped_burst(delay: float, strategy: str) -> int:
+    """The burst of a limit's policy: 1 for a shaped limit on a strategy that
+    bursts, spreading its requests one at a time (see :doc:`/shaping`); else 0."""
+    return 1 if delay and STRATEGIES[strategy].bursts else 0
 
 
-def _identities(identities: Any) -> tuple[IdentitySpec, ...] | None:
-    if identities is None:
-        return None
-    checked = check_identities(identities)
-    if checked is None:
-        raise InvalidLimit(
-            f"identities {identities!r} must be a non-empty list of "
-            f"{', '.join(map(repr, IDENTITY_NAMES))} or key functions",
-            spec=identities,
-        )
-    return checked
+#: A value an option's reading finds bad.
+_BAD: Any = object()
 
 
-def _strategy(strategy: object) -> str | None:
-    if strategy is not None and not is_strategy(strategy):
-        raise InvalidLimit(f"strategy {strategy!r} must be one of {STRATEGY_NAMES}", spec=strategy)
-    return strategy
+def _kept(good: Callable[[Any], bool]) -> Callable[[Any], Any]:
+    """The reading of an option kept as given when it is ``good``."""
+    return lambda value: value if good(value) else _BAD
 
 
-def _cost(cost: Any) -> int | CostFunction:
-    if not callable(cost) and not (is_integer(cost) and 0 <= cost <= MAX_QUOTA):
-        raise InvalidLimit(
-            f"cost {cost!r} must be an integer from 0 to {MAX_QUOTA}, or a function of the request", spec=cost
-        )
-    return cost  # type: ignore[no-any-return]
+def _text_or_function(value: object) -> bool:
+    return value is None or callable(value) or (isinstance(value, str) and value != "")
 
 
-def _check_cost_fits(cost: int | CostFunction, layers: tuple[Layer, ...] | None, spec: str | DynamicLimit) -> None:
-    """Refuse a fixed cost that no request could pay: more than a layer's whole quota."""
-    if not callable(cost) and layers is not None and cost > min(layer.quota for layer in layers):
-        raise InvalidLimit(f"cost {cost} is more than a layer of {spec!r} allows: no request could pass", spec=cost)
+def _bounded(least: int, most: int, function: bool = False) -> Callable[[Any], bool]:
+    return lambda value: (
+        (value is None and not function) or (function and callable(value)) or is_integer_in(value, least, most)
+    )
 
 
 #: The delay of ``delay=True``, and the longest a view's request may be told
@@ -236,204 +207,89 @@ DEFAULT_DELAY, MAX_DELAY = 0.5, 10.0
 _DELAY = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s)?\s*")
 
 
-def _delay(delay: object) -> float:
+def _delay(delay: object) -> Any:
     """A delay in seconds: a number of seconds, a string such as ``"250ms"``
     or ``"1.5s"``, or True for :data:`DEFAULT_DELAY`; False or 0 for none."""
-    if delay is True:
-        return DEFAULT_DELAY
-    seconds: float | None = None
-    if delay is False:
-        seconds = 0.0
-    elif is_number(delay):
-        seconds = float(delay)
-    elif isinstance(delay, str) and len(delay) <= 40 and (found := _DELAY.fullmatch(delay)):
+    if delay is True or delay is False:
+        return DEFAULT_DELAY if delay else 0.0
+    seconds = float(delay) if is_number(delay) else None
+    if isinstance(delay, str) and len(delay) <= 40 and (found := _DELAY.fullmatch(delay)):
         seconds = float(found[1]) / (1000 if found[2] == "ms" else 1)
-    if seconds is None or not 0 <= seconds <= MAX_DELAY:
-        raise InvalidLimit(
-            f"delay {delay!r} must be a duration from 0 to {MAX_DELAY:g} s, such as '250ms', '1.5s' or 0.25; "
-            f"or True for {DEFAULT_DELAY:g} s",
-            spec=delay,
-        )
-    return seconds
+    return seconds if seconds is not None and 0 <= seconds <= MAX_DELAY else _BAD
 
 
-def _shaped_strategy(checked: dict[str, Any]) -> str:
-    """The strategy of a limit with a delay, given its ``checked`` options:
-    the one it names, if it has a delay (see
-    :attr:`~flask_redis_throttle.core.engine.scripts.Strategy.delays`), or
-    :data:`~flask_redis_throttle.core.engine.scripts.SHAPING_STRATEGY` when it
-    names none.
-
-    :raises InvalidLimit: for a strategy without a delay; on one that
-        bursts (GCRA), a fixed cost above 1 (such a shaped limit lets its requests go one at a
-        time, so one that costs more would never pass); or ``deduct_when``,
-        which counts a request after its response, when its turn can no
-        longer be reserved.
-    """
-    strategy, cost = checked.get("strategy") or SHAPING_STRATEGY, checked.get("cost", 1)
-    record = STRATEGIES[strategy]
-    if not record.delays:
-        raise InvalidLimit(
-            f"delay needs strategy={able('delays')}, not {strategy!r}: {record.no_delay}; "
-            f"leave strategy out for {SHAPING_STRATEGY}",
-            spec=strategy,
-        )
-    if record.bursts and not callable(cost) and cost > 1:
-        raise InvalidLimit(
-            f"cost {cost} with a delay: a shaped GCRA limit lets requests go one at a time, so none could pass "
-            "(strategy='sliding-log' takes any cost)",
-            spec=cost,
-        )
-    if checked.get("deduct_when") is not None:
-        raise InvalidLimit(
-            "delay with deduct_when: a request's turn is reserved when it is decided, before its response",
-            spec=checked["deduct_when"],
-        )
-    return strategy
-
-
-def _concurrent(concurrent: object) -> int | None:
-    if concurrent is not None and not (is_integer(concurrent) and 1 <= concurrent <= MAX_QUOTA):
-        raise InvalidLimit(
-            f"concurrent {concurrent!r} must be an integer from 1 to {MAX_QUOTA}: how many requests may run at once",
-            spec=concurrent,
-        )
-    return concurrent
-
-
-def _lease(lease: object) -> int | None:
-    if lease is not None and not (is_integer(lease) and 1 <= lease <= MAX_WINDOW):
-        raise InvalidLimit(
-            f"lease {lease!r} must be a whole number of seconds from 1 to {MAX_WINDOW}: "
-            "the longest a request holds its slot",
-            spec=lease,
-        )
-    return lease
-
-
-def _check_concurrency(checked: dict[str, Any]) -> None:
-    """Refuse the options that make no sense with ``concurrent=``: a lease
-    without a cap, and a cap with ``deduct_when``, whose requests are
-    counted after the response, when a slot would be taken too late."""
-    concurrent = checked.get("concurrent")
-    if concurrent is None and checked.get("lease") is not None:
-        raise InvalidLimit(f"lease {checked['lease']!r} needs concurrent=, the cap it leases slots of", spec=None)
-    if concurrent is not None and checked.get("deduct_when") is not None:
-        raise InvalidLimit(
-            "concurrent= cannot go with deduct_when=: a request must take its slot before the view runs",
-            spec=concurrent,
-        )
-
-
-#: Why ``prefetch=`` cannot go with some options, for the error.
-_NO_PREFETCH = {
-    "delay": "a shaped request waits for a turn the script reserves for it, which a block taken in advance has not",
-    "penalty": "a block refused because other workers took what was left would count as an offence",
-    "concurrent": "a slot is held while a request runs, and cannot be taken in advance",
-    "deduct_when": "a request counted after its response is counted one at a time",
-}
-
-
-def _check_prefetch(checked: dict[str, Any]) -> None:
-    """Refuse ``prefetch=`` on a strategy that cannot lease (see
-    :data:`~flask_redis_throttle.core.engine.leases.NO_LEASE`) and with the options
-    whose requests are decided one at a time, saying why."""
-    if not checked.get("prefetch"):
-        return
-    for name, why in _NO_PREFETCH.items():
-        if checked.get(name):
-            raise InvalidLimit(f"prefetch cannot go with {name}=: {why}", spec=checked[name])
-    strategy = checked.get("strategy")
-    if strategy is not None and strategy not in LEASABLE:
-        raise InvalidLimit(
-            f"prefetch needs the 'fixed-window' strategy, not {strategy!r}: {NO_LEASE[strategy]}", spec=strategy
-        )
-
-
-def _function(name: str, function: Any) -> Any:
-    if function is not None and not callable(function):
-        raise InvalidLimit(f"{name} {function!r} must be a function", spec=function)
-    return function
-
-
-def _flag(name: str, flag: object) -> bool:
-    if not isinstance(flag, bool):
-        raise InvalidLimit(f"{name} {flag!r} must be True or False", spec=flag)
-    return flag
-
-
-def _override_defaults(override_defaults: object) -> bool | None:
-    if override_defaults is not None and not isinstance(override_defaults, bool):
-        raise InvalidLimit(
-            f"override_defaults {override_defaults!r} must be True, False, or None for RATELIMIT_DEFAULT_MODE",
-            spec=override_defaults,
-        )
-    return override_defaults
+def _methods(methods: object) -> Any:
+    if methods is None:
+        return None
+    items = [] if isinstance(methods, str) or not isinstance(methods, Iterable) else list(methods)
+    good = items and all(isinstance(item, str) and TOKEN.fullmatch(item) for item in items)
+    return frozenset(item.upper() for item in items) if good else _BAD
 
 
 #: The units a limit's quota may count: the draft's registry's, but for
 #: concurrent requests, which a rate does not count.
 _LIMIT_UNITS = tuple(unit for unit in UNITS if unit != "concurrent-requests")
+_FUNCTION = (_kept(lambda value: value is None or callable(value)), "a function")
+_FLAG = (_kept(lambda value: isinstance(value, bool)), "True or False")
 
-
-def _unit(unit: object) -> str:
-    if unit not in _LIMIT_UNITS:
-        raise InvalidLimit(f"unit {unit!r} must be one of {_LIMIT_UNITS}", spec=unit)
-    return unit
-
-
-def _error_message(message: Any) -> str | MessageFunction | None:
-    if message is not None and not callable(message) and (not isinstance(message, str) or not message):
-        raise InvalidLimit(
-            f"error_message {message!r} must be a non-empty string, or a function of the request", spec=message
-        )
-    return message  # type: ignore[no-any-return]
-
-
-def _meta(meta: object) -> tuple[Layer, ...] | None:
-    if meta is None:
-        return None
-    if not isinstance(meta, str):
-        raise InvalidLimit(f"meta {meta!r} must be a limit string, such as '3/h'", spec=meta)
-    return parse_limits(meta)
-
-
-def _penalty(penalty: str | None) -> Penalty | None:
-    return None if penalty is None else parse_penalty(penalty)
-
-
-def _methods(methods: Iterable[str] | None) -> frozenset[str] | None:
-    if methods is None:
-        return None
-    if isinstance(methods, str) or not isinstance(methods, Iterable):
-        raise InvalidLimit(f"methods {methods!r} must be a list of HTTP methods, such as ['POST']", spec=methods)
-    items = list(methods)
-    if not items or not all(isinstance(item, str) and TOKEN.fullmatch(item) for item in items):
-        raise InvalidLimit(f"methods {methods!r} must be a non-empty list of HTTP methods", spec=methods)
-    return frozenset(item.upper() for item in items)
-
-
-#: Each option's check, which returns the value :class:`LimitSpec` keeps, in
-#: the order they are checked: a call with two bad options is told of the
-#: first. Its keys are :class:`LimitOptions`'.
-_CHECKS: dict[str, Callable[[Any], Any]] = {
-    "scope": _scope,
-    "identities": _identities,
-    "strategy": _strategy,
-    "cost": _cost,
-    "deduct_when": partial(_function, "deduct_when"),
-    "exempt_when": partial(_function, "exempt_when"),
-    "on_breach": partial(_function, "on_breach"),
-    "shadow": partial(_flag, "shadow"),
-    "per_method": partial(_flag, "per_method"),
-    "override_defaults": _override_defaults,
-    "methods": _methods,
-    "penalty": _penalty,
-    "unit": _unit,
-    "error_message": _error_message,
-    "meta": _meta,
-    "delay": _delay,
-    "concurrent": _concurrent,
-    "lease": _lease,
-    "prefetch": partial(_flag, "prefetch"),
+#: Each of :class:`LimitOptions`, in the order they are checked: its reading,
+#: which returns the value :class:`LimitSpec` keeps or :data:`_BAD`, and what
+#: the error says it must be.
+_OPTIONS: dict[str, tuple[Callable[[Any], Any], str]] = {
+    "scope": (_kept(_text_or_function), "a non-empty string, or a function of the request"),
+    "identities": (
+        lambda value: None if value is None else check_identities(value) or _BAD,
+        f"a non-empty list of {', '.join(map(repr, IDENTITY_NAMES))} or key functions",
+    ),
+    "strategy": (_kept(lambda value: value is None or is_strategy(value)), f"one of {STRATEGY_NAMES}"),
+    "cost": (
+        _kept(_bounded(0, MAX_QUOTA, function=True)),
+        f"an integer from 0 to {MAX_QUOTA}, or a function of the request",
+    ),
+    "deduct_when": _FUNCTION,
+    "exempt_when": _FUNCTION,
+    "on_breach": _FUNCTION,
+    "shadow": _FLAG,
+    "per_method": _FLAG,
+    "override_defaults": (
+        _kept(lambda value: value is None or isinstance(value, bool)),
+        "True, False, or None for RATELIMIT_DEFAULT_MODE",
+    ),
+    "methods": (_methods, "a non-empty list of HTTP methods, such as ['POST']"),
+    "penalty": (lambda value: None if value is None else parse_penalty(value), ""),
+    "unit": (_kept(lambda value: value in _LIMIT_UNITS), f"one of {_LIMIT_UNITS}"),
+    "error_message": (_kept(_text_or_function), "a non-empty string, or a function of the request"),
+    "meta": (
+        lambda value: None if value is None else parse_limits(value) if isinstance(value, str) else _BAD,
+        "a limit string, such as '3/h'",
+    ),
+    "delay": (
+        _delay,
+        f"a duration from 0 to {MAX_DELAY:g} s, such as '250ms', '1.5s' or 0.25; or True for {DEFAULT_DELAY:g} s",
+    ),
+    "concurrent": (
+        _kept(_bounded(1, MAX_QUOTA)),
+        f"an integer from 1 to {MAX_QUOTA}: how many requests may run at once",
+    ),
+    "lease": (
+        _kept(_bounded(1, MAX_WINDOW)),
+        f"a whole number of seconds from 1 to {MAX_WINDOW}: the longest a request holds its slot",
+    ),
+    "prefetch": _FLAG,
 }
+
+#: The options that cannot go together, and why, in the order they are checked.
+_APART = {
+    ("concurrent", "deduct_when"): "a request must take its slot before the view runs",
+    ("delay", "deduct_when"): "a request's turn is reserved when it is decided, before its response",
+    ("prefetch", "delay"): "a shaped request waits for a turn the script reserves for it, "
+    "which a block taken in advance has not",
+    ("prefetch", "penalty"): "a block refused because other workers took what was left would count as an offence",
+    ("prefetch", "concurrent"): "a slot is held while a request runs, and cannot be taken in advance",
+    ("prefetch", "deduct_when"): "a request counted after its response is counted one at a time",
+}
+
+#: The options that need a strategy able to do something, by the property
+#: of its record (:class:`~flask_redis_throttle.core.engine.scripts.Strategy`)
+#: that says it can, and the one that says why not.
+_NEEDS = {"delay": ("delays", "no_delay"), "prefetch": ("leases", "no_lease")}

@@ -1,13 +1,7 @@
-"""Caches of things worked out once and kept, which new keys cannot grow
-without bound.
-
-The process keeps many such caches keyed by what requests bring: the
-shapes of requests, dynamic limits' strings, the keys of a cluster request.
-A flood of new ones (every request a new identity, a dynamic limit that
-returns a new string each time) must not grow the process, and keeping
-the most used of them is not worth a lock or an ordering on every
-request: when a cache is full, all of it is forgotten at once, and each
-entry is worked out again on its next use.
+"""Caches of things worked out once and kept (request shapes, dynamic
+limits' strings, a cluster request's keys), which a flood of new keys
+cannot grow without bound: a full cache is forgotten at once, rather than
+paying a lock or an ordering on every request.
 
 This module is pure Python: it imports neither Flask nor Redis.
 """

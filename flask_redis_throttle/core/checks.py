@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TypeGuard
 
-__all__ = ["is_integer", "is_number"]
+__all__ = ["is_integer", "is_integer_in", "is_number"]
 
 
 def is_integer(value: object) -> TypeGuard[int]:
@@ -21,3 +21,8 @@ def is_integer(value: object) -> TypeGuard[int]:
 def is_number(value: object) -> TypeGuard[int | float]:
     """Whether ``value`` is an integer or a float, and not a bool."""
     return isinstance(value, float) or is_integer(value)
+
+
+def is_integer_in(value: object, least: float, most: float) -> TypeGuard[int]:
+    """Whether ``value`` is an integer from ``least`` to ``most``, and not a bool."""
+    return is_integer(value) and least <= value <= most

@@ -1,21 +1,9 @@
 """The block cache: refusals remembered in process, so that a blocked client
-costs Redis nothing until it may pass again.
-
-When the script refuses a request, its reply says which counter was full and
-for how long: ``retry_after`` seconds, counted from the moment Redis ran the
-script. That moment is at or after the moment the request was sent, so the
-counter is certainly still full until ``sent + retry_after`` on this
-process's monotonic clock. Until then a request that needs the same counter
-(the same Redis key and quota) at the same cost would be refused by Redis
-too; the cache refuses it without asking, with the same headers
-and ``Retry-After``.
-
-That holds as long as nothing deletes counters behind the cache's back: a
-``FLUSHALL``, a counter reset, a restart or a failover that loses writes can
-make Redis admit a request earlier. So an entry is only trusted for
-:data:`MAX_AGE` (one second) at most, then Redis is asked again: a flood
-costs Redis one call per second per blocked counter and process, and a reset
-counter is seen within a second.
+costs Redis nothing until it may pass again. An entry refuses only what
+Redis would refuse too (the same counter, quota and cost, until the
+refusal's ``Retry-After`` counted from when the request was sent), and is
+trusted for :data:`MAX_AGE` at most, so that counters deleted behind its
+back are seen within a second. See :doc:`/blocks`.
 
 This module is pure Python: it imports neither Flask nor Redis.
 """
@@ -38,9 +26,8 @@ class Block:
     """One remembered refusal of one counter.
 
     :param quota: the counter's quota when it refused.
-    :param cost: the cost that was refused. Only requests of that cost are
-        refused from the cache: a cheaper one may fit sooner, and a dearer one
-        later, so its ``Retry-After`` would be early.
+    :param cost: the cost that was refused, the only one refused from the
+        cache (see :doc:`/blocks`).
     :param remaining: the quota the counter had left.
     :param until: when the request may pass, in microseconds on the cache's clock.
     :param reset: when the counter is back to its full quota, on that clock.
@@ -68,11 +55,9 @@ class Block:
 
 
 class BlockCache:
-    """Counters known to be full, by Redis key, bounded in number.
-
-    Reads take no lock: a lookup is one ``dict.get``. Adding takes a lock and,
-    when the cache is full, evicts the oldest entry; forgetting a block only
-    means asking Redis again, so eviction is always safe.
+    """Counters known to be full, by Redis key, bounded in number: reads take
+    no lock; adding does, and evicts the oldest entry of a full cache
+    (forgetting a block only means asking Redis again).
 
     :param size: how many blocked counters to remember at most.
     """
@@ -82,17 +67,14 @@ class BlockCache:
             raise ValueError(f"a block cache holds at least one entry, not {size}")
         self.size = size
         self._blocks: dict[str, Block] = {}
-        #: The blocks, by ``<key>=<window>``: the same dict, never replaced,
-        #: to read only. Whether it is empty is every request's test, and
-        #: ``len(cache)`` would make it a Python call.
+        #: The blocks, by ``<key>=<window>``, to read only: whether it is
+        #: empty is every request's test, which ``len(cache)`` would slow.
         self.entries: Mapping[str, Block] = self._blocks
         #: How many entries each counter has, by its Redis key.
         self._counters: dict[str, int] = {}
-        #: The Redis keys of the counters that have an entry, a live view:
-        #: a request none of whose keys is here has no blocked layer, which
-        #: one C-level set test tells, without naming its layers for
-        #: :meth:`find`. Every request pays that naming while any client at
-        #: all is blocked, which a busy server nearly always has.
+        #: The Redis keys of the counters that have an entry, a live view: a
+        #: request none of whose keys is here has no blocked layer, which one
+        #: set test tells without naming its layers for :meth:`find`.
         self.blocked_keys: KeysView[str] = self._counters.keys()
         self._lock = threading.Lock()
 

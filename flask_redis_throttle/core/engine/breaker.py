@@ -1,13 +1,9 @@
 """A circuit breaker: stop calling a Redis that keeps failing, then probe it.
 
-While Redis is down, every call to it costs a request up to the connect
-timeout (0.5 s by default), and a stalled Redis costs the socket timeout.
-After ``threshold`` failures in a row the breaker *opens*: for a back-off
-period no call is made at all, and requests are decided by the failure
-policy at once. When the period is over, one request *probes* Redis: if it
-succeeds the breaker closes; if it fails the breaker opens again for twice
-as long, up to ``max_backoff``. Requests that arrive while the probe is in
-flight do not wait for it.
+After ``threshold`` failures in a row it opens: for a back-off no call is
+made, and requests are decided by the failure policy at once, rather than
+each waiting for a timeout. Then one request probes Redis: success closes
+it, failure opens it again for twice as long, up to ``max_backoff``.
 
 This module is pure Python: it imports neither Flask nor Redis.
 """
@@ -17,17 +13,16 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 __all__ = ["BreakerListener", "CircuitBreaker"]
 
 
 class BreakerListener(Protocol):
-    """Told of a breaker's life, to log it and to export it as a metric.
-
-    Each method is called outside the breaker's lock, once per event: an
-    operator sees an outage begin and end, not every request it fails.
-    """
+    """Told of a breaker's life, to log it and to export it as a metric:
+    outside the breaker's lock, once per event (an outage's start and end,
+    not every request it fails)."""
 
     def breaker_added(self, name: str) -> None:
         """A closed breaker named ``name`` now guards a node."""
@@ -41,6 +36,7 @@ class BreakerListener(Protocol):
         failures in a row."""
 
 
+@dataclass(eq=False)
 class CircuitBreaker:
     """Counts failures in a row and decides whether to call Redis at all.
 
@@ -54,35 +50,29 @@ class CircuitBreaker:
     :param listener: told when the breaker opens and closes; None for no one.
     """
 
-    def __init__(
-        self,
-        threshold: int = 3,
-        backoff: float = 1.0,
-        max_backoff: float = 30.0,
-        clock: Callable[[], float] = time.monotonic,
-        name: str = "",
-        listener: BreakerListener | None = None,
-    ) -> None:
-        if threshold < 1 or backoff <= 0 or max_backoff < backoff:
+    threshold: int = 3
+    backoff: float = 1.0
+    max_backoff: float = 30.0
+    clock: Callable[[], float] = time.monotonic
+    name: str = ""
+    listener: BreakerListener | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _failures: int = field(default=0, init=False)
+    #: When the breaker may next let a probe through; 0 while closed.
+    _open_until: float = field(default=0.0, init=False)
+    _period: float = field(default=0.0, init=False)
+    _probing: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        if self.threshold < 1 or self.backoff <= 0 or self.max_backoff < self.backoff:
             raise ValueError("need threshold >= 1 and 0 < backoff <= max_backoff")
-        self.threshold = threshold
-        self.backoff = backoff
-        self.max_backoff = max_backoff
-        self.clock = clock
-        self.name = name
-        self.listener = listener
-        self._lock = threading.Lock()
-        self._failures = 0
-        #: When the breaker may next let a probe through; 0 while closed.
-        self._open_until = 0.0
-        self._period = backoff
-        self._probing = False
+        self._period = self.backoff
 
     def like(self, name: str = "") -> CircuitBreaker:
         """A closed breaker named ``name`` with this one's settings, clock
         and listener: one per cluster node, so that a dead node does not
         stop calls to the others."""
-        breaker = CircuitBreaker(self.threshold, self.backoff, self.max_backoff, self.clock, name, self.listener)
+        breaker = replace(self, name=name)
         if self.listener is not None:
             self.listener.breaker_added(name)
         return breaker
@@ -103,11 +93,9 @@ class CircuitBreaker:
         if not self._open_until:
             return True
         with self._lock:
-            if not self._open_until:
-                return True
-            if self._probing or self.clock() < self._open_until:
+            if self._open_until and (self._probing or self.clock() < self._open_until):
                 return False
-            self._probing = True
+            self._probing = bool(self._open_until)
             return True
 
     def abandon(self) -> None:

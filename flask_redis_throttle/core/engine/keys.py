@@ -1,24 +1,11 @@
-"""Who a counter belongs to, and the Redis key it lives under.
-
-A key looks like ``rl:{ip:Yq3...}:api:fw``:
-
-* the configured prefix (``rl:``);
-* the identity's *hash tag* in braces: its kind, then a 128-bit BLAKE2b digest
-  of its value in URL-safe base64. Whatever the value holds (``:``, ``{}``,
-  newlines, megabytes of unicode), the tag is 22 safe characters. Two values
-  share a tag only if BLAKE2b collides, and no value can carry a hash tag of
-  its own. With a secret (``RATELIMIT_KEY_SECRET``) the digest is keyed, so
-  a client that controls its identity (its IPv6 /64 within a larger block,
-  say) cannot even search for values that land in a Redis Cluster slot of
-  its choosing. All keys of one identity share the tag, so they share a slot
-  and one script can touch them all;
-* the scope (by default the endpoint), escaped so that it cannot contain
-  ``:``, braces or control characters;
-* the strategy; the key holds every layer of the limit (see
-  ``lua/records.lua``).
-
-It also holds what every log line and the refusal log do with a value that
-came from a request: :func:`cut` it, and for logs make it :func:`loggable`.
+"""Who a counter belongs to, and the Redis key it lives under, such as
+``rl:{ip:Yq3...}:api:fw``: the prefix, the identity's hash tag (a digest
+of its kind and value, keyed by ``RATELIMIT_KEY_SECRET`` when set, so that
+whatever a value holds, every key of one identity shares one safe tag and
+one cluster slot), the escaped scope and the strategy; see
+:ref:`keys`. It also holds what every log
+line and the refusal log do with a value that came from a request:
+:func:`cut` it, and for logs make it :func:`loggable`.
 
 And it finds the keys again: :func:`counter_pattern` is the ``SCAN`` glob
 of an identity's counters (each carries its hash tag, ``<prefix>{<tag>}:``,
@@ -73,10 +60,8 @@ class Identity:
 
     @classmethod
     def written(cls, text: str) -> Identity:
-        """The identity that ``str()`` wrote as ``text``: its kind runs to
-        the first colon, or, for a key function's (``key:<module>.<name>``,
-        whose name has no colon), to the second; the value is the rest,
-        colons and all."""
+        """The identity that ``str()`` wrote as ``text``: its kind runs to the
+        first colon (the second for a key function's, ``key:<name>``)."""
         kind, _colon, value = text.partition(":")
         if kind == "key":
             name, _colon, value = value.partition(":")
@@ -101,17 +86,10 @@ _cached_tag = lru_cache(maxsize=8192)(_tag)
 
 
 def identity_tag(kind: str, value: str, secret: bytes = b"") -> str:
-    """The hash tag, without braces, that every key of this identity carries.
-
-    The tag is ``ip:``, ``user:`` or ``key:`` followed by a digest of the kind
-    and the value together, so that two key functions (whose kinds are their
-    module and qualified name) that return the same string still count apart.
-
-    :param kind: the identity's kind.
-    :param value: the identity's value; anything at all.
-    :param secret: keys the digest when not empty; every app server that
-        shares the counters must use the same one.
-    """
+    """The hash tag, without braces, that every key of this identity carries:
+    ``ip:``, ``user:`` or ``key:`` and a digest of the kind and ``value``
+    (anything at all) together, keyed by ``secret`` when it is not empty, so
+    that two key functions that return the same string still count apart."""
     if len(value) <= CACHED_VALUE_LENGTH:
         return _cached_tag(kind, value, secret)
     return _tag(kind, value, secret)
@@ -124,9 +102,8 @@ def counter_key(head: str, kind: str, value: str, secret: bytes, suffix: str) ->
     return head + identity_tag(kind, value, secret) + suffix
 
 
-#: :func:`counter_key`, kept: a returning client's keys are one lookup each.
-#: Bounded like the tags, and for values no longer than
-#: :data:`CACHED_VALUE_LENGTH` only, which its callers check.
+#: :func:`counter_key`, kept: a returning client's keys are one lookup each
+#: (for values no longer than :data:`CACHED_VALUE_LENGTH` only).
 cached_counter_key = lru_cache(maxsize=8192)(counter_key)
 
 
@@ -147,19 +124,14 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._/@+-]")
 
 
 def escape_scope(scope: str) -> str:
-    """Percent-escape a scope name so that it is a safe part of a key.
-
-    Letters, digits and ``._/@+-`` stay as they are, so that endpoint names
-    remain readable in ``redis-cli``; everything else, ``%`` included, becomes
-    ``%XX`` for each UTF-8 byte. Two scopes therefore never share a key.
-    """
+    """Percent-escape a scope so that it is a safe part of a key, and two
+    scopes never share one: all but letters, digits and ``._/@+-`` (which
+    keep endpoint names readable) become ``%XX`` for each UTF-8 byte."""
     return _UNSAFE.sub(lambda m: "".join(f"%{b:02X}" for b in m[0].encode("utf-8", "surrogatepass")), scope)
 
 
-#: Values from a request (identities above all) longer than this are cut
-#: wherever they are written down, in the refusal log and in log lines, so
-#: that a client who picks its own identity (a custom key from a header, say)
-#: cannot bloat either.
+#: Values from a request longer than this are cut wherever they are written
+#: down (the refusal log, log lines), so that a client cannot bloat either.
 MAX_VALUE_LENGTH = 200
 
 
@@ -170,15 +142,10 @@ def cut(value: str) -> str:
 
 
 def loggable(value: str) -> str:
-    """``value`` as part of one log line: characters that are not printable
-    (newlines, carriage returns, terminal escapes, lone surrogates) as Python
-    writes them in a string literal, ``\\n`` say, and :func:`cut`.
-
-    A newline in a request value could otherwise forge log lines, and a
-    megabyte of it would make a megabyte of log. Only the first
-    :data:`MAX_VALUE_LENGTH` characters are looked at, so a huge value costs
-    no more than a short one.
-    """
+    """``value`` as part of one log line, so that it cannot forge lines:
+    characters that are not printable as Python writes them in a string
+    literal (``\\n``), and :func:`cut`. Only the first
+    :data:`MAX_VALUE_LENGTH` characters are looked at."""
     head = value[:MAX_VALUE_LENGTH]
     if not head.isprintable():
         head = "".join(char if char.isprintable() else repr(char)[1:-1] for char in head)

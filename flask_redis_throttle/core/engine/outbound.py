@@ -2,48 +2,10 @@
 it a quota ("10 calls a second"), wait for their turn under that quota,
 shared by every process and host that uses the same storage.
 
-A call reserves its turn in one script call (the reservation of a shaped
-limit: see ``lua/shaping.lua``): the script, on Redis's clock, gives it the
-next free turn and says how long that is from now; the call sleeps exactly
-that long, and never polls. A turn further off than the call's ``timeout``
-is not taken, and the call raises :class:`QuotaTimeout` at once, having
-used nothing of the quota.
-
-A quota such as ``"10/s;2000/d"`` means at most 10 calls a second and
-2,000 a day. Its layers of the shortest window set the pace, by GCRA (see
-:doc:`/algorithms`): the calls are spread one every ``window / quota``,
-with ``burst=1``, the default here; a larger burst lets that many calls go
-at once after a quiet spell. Every layer, that one too, is also kept as a
-sliding log, which caps the total exactly: never more than a layer's quota
-in any span of its window, which is what a third party that counts in
-windows of its own needs. So calls go at 10 a second until 2,000 have gone
-in the last day, and then wait for the oldest of them to be a day old. The
-log keeps one entry per call in the longest window (2,000 here).
-
-A wait that is given up on, interrupted (``KeyboardInterrupt``) or
-cancelled (``asyncio.wait_for``, a task's ``cancel()``), gives its turn
-back before the exception goes on, and the next caller gets it: the last
-turn reserved is given back to the layers; one from the middle of the
-line is kept, still counted, and marked free, and the next call whose own
-turn would be later takes it instead (see ``lua/shaping.lua``), so the
-turns are always ones the layers admitted. A caller with a deadline may
-still give it as its ``timeout`` too, so that no turn past it is reserved
-(see :ref:`outbound`).
-
-The quota lives in the storage: a Redis restarted without persistence
-forgets it, and a window that holds calls decided before and after the
-restart holds up to twice the quota (see :ref:`outbound`); one that
-persists every write (``appendfsync always``) keeps the rate.
-
-.. code-block:: python
-
-    quota = SharedQuota(Throttle(Storage.from_url(url)), "10/s", scope="api.example.com")
-
-    with quota:                      # waits for its turn
-        requests.get("https://api.example.com/items")
-
-    async with quota:                # the same, without blocking the loop
-        await client.get("https://api.example.com/items")
+A call reserves its turn in one script call (``lua/shaping.lua``), on
+Redis's clock, and sleeps exactly until it, never polling; a wait given up
+on gives its turn back. See :ref:`outbound` for the pace, the caps, the
+refunds and what a restart of Redis does.
 
 This module imports nothing of Flask.
 """
@@ -58,7 +20,6 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
-from types import TracebackType
 from typing import Any, ParamSpec, TypeVar, cast
 
 from ..bounded import remember
@@ -76,7 +37,10 @@ _P = ParamSpec("_P")
 
 logger = logging.getLogger("flask_redis_throttle")
 
-#: How many (policies, timeout) pairs :func:`reserve` keeps the delayed policies of.
+#: What a turn is reserved under: one policy, or several decided together.
+Policies = Policy | Sequence[Policy]
+
+#: The delayed policies :func:`reserve` keeps, by (policies, timeout): at most 64.
 _POLICY_CACHE_SIZE = 64
 _delayed: dict[tuple[tuple[Policy, ...], float], tuple[Policy, ...]] = {}
 
@@ -119,12 +83,10 @@ def quota_policies(layers: Sequence[Layer], scope: str, burst: int = 1) -> tuple
 
 
 def _wait_bound(timeout: float | None) -> float:
-    """The longest wait a call accepts, as the plan's delay: ``timeout``,
-    at least a millisecond (the plan counts delays in whole milliseconds,
-    at least one), or the longest there is for None.
+    """The longest wait a call accepts, as the plan's delay: ``timeout``, at
+    least the plan's millisecond, or the longest there is for None.
 
-    :raises ValueError: for a timeout that is not a number of seconds from
-        0 to :data:`~flask_redis_throttle.core.engine.codec.MAX_PLAN_DELAY` (nor None).
+    :raises ValueError: for a timeout out of 0 to ``MAX_PLAN_DELAY`` (nor None).
     """
     if timeout is None:
         return MAX_PLAN_DELAY
@@ -137,11 +99,7 @@ def _wait_bound(timeout: float | None) -> float:
 
 
 def _take(
-    throttle: Throttle,
-    policy: Policy | Sequence[Policy],
-    identity: Identity,
-    cost: int = 1,
-    timeout: float | None = None,
+    throttle: Throttle, policy: Policies, identity: Identity, cost: int = 1, timeout: float | None = None
 ) -> Decision:
     """Reserve the turn (see :func:`reserve`), and return the admitted
     decision, whose hold gives the turn back."""
@@ -167,11 +125,7 @@ def _take(
 
 
 def reserve(
-    throttle: Throttle,
-    policy: Policy | Sequence[Policy],
-    identity: Identity,
-    cost: int = 1,
-    timeout: float | None = None,
+    throttle: Throttle, policy: Policies, identity: Identity, cost: int = 1, timeout: float | None = None
 ) -> float:
     """Reserve the next turn of ``identity`` under ``policy``, GCRA or
     sliding-log policies such as :func:`quota_policies` makes (their delay
@@ -182,14 +136,10 @@ def reserve(
 
     :param cost: how much of the quota the call takes.
     :param timeout: the longest wait to accept, in seconds, rounded to a
-        millisecond (0 takes a turn at most a millisecond away); None for
-        any (up to :data:`~flask_redis_throttle.core.engine.codec.MAX_PLAN_DELAY`).
+        millisecond; None for any (up to ``MAX_PLAN_DELAY``).
     :raises QuotaTimeout: if the turn is further off than ``timeout``.
-    :raises ValueError: for a ``cost`` that is not a whole number of 1 or
-        more, or more than the policy's burst (or a layer's whole quota),
-        which no wait lets through; or a ``timeout`` that is not None or a
-        number of seconds from 0 to
-        :data:`~flask_redis_throttle.core.engine.codec.MAX_PLAN_DELAY`.
+    :raises ValueError: for a ``cost`` that is not a whole number from 1 to
+        the policy's burst (or a layer's quota), or a bad ``timeout``.
     :raises ~flask_redis_throttle.core.engine.throttle.StorageUnavailable: if
         Redis could not answer.
     """
@@ -199,20 +149,15 @@ def reserve(
 def give_back(hold: Hold | None) -> None:
     """Give back a turn that will not be used; a storage that cannot answer
     loses it, with a warning, rather than hide the reason it was given up."""
-    if hold is None:
-        return
     try:
-        hold.release()
+        if hold is not None:
+            hold.release()
     except StorageUnavailable as error:
         logger.warning("could not give back a turn of an outbound quota (%s): it is lost", error)
 
 
 def acquire(
-    throttle: Throttle,
-    policy: Policy | Sequence[Policy],
-    identity: Identity,
-    cost: int = 1,
-    timeout: float | None = None,
+    throttle: Throttle, policy: Policies, identity: Identity, cost: int = 1, timeout: float | None = None
 ) -> float:
     """Wait for the next turn of ``identity`` under ``policy`` (see
     :func:`reserve`), sleeping once for as long as the script says, and
@@ -230,11 +175,7 @@ def acquire(
 
 
 async def acquire_async(
-    throttle: Throttle,
-    policy: Policy | Sequence[Policy],
-    identity: Identity,
-    cost: int = 1,
-    timeout: float | None = None,
+    throttle: Throttle, policy: Policies, identity: Identity, cost: int = 1, timeout: float | None = None
 ) -> float:
     """:func:`acquire` for ``asyncio``: the script call runs in a worker
     thread and the wait is an ``asyncio.sleep``, so the event loop runs on.
@@ -243,7 +184,9 @@ async def acquire_async(
     (in the worker thread, which the loop waits for when it closes)."""
     reservation = _Reservation()
     try:
-        decision = await asyncio.to_thread(reservation.take, throttle, policy, identity, cost, timeout)
+        decision = await asyncio.to_thread(
+            reservation.take, functools.partial(_take, throttle, policy, identity, cost, timeout)
+        )
     except asyncio.CancelledError:
         taken = reservation.abandon()
         if taken is not None:
@@ -260,26 +203,18 @@ async def acquire_async(
 
 
 class _Reservation:
-    """A turn being reserved in a worker thread for a caller that may be
-    cancelled meanwhile: whichever of the two learns last that the turn
-    will not be used gives it back."""
+    """A turn reserved in a worker thread for a caller that may be cancelled
+    meanwhile: whichever learns last that it will not be used gives it back."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._decision: Decision | None = None
         self._abandoned = False
 
-    def take(
-        self,
-        throttle: Throttle,
-        policy: Policy | Sequence[Policy],
-        identity: Identity,
-        cost: int,
-        timeout: float | None,
-    ) -> Decision:
+    def take(self, reserve: Callable[[], Decision]) -> Decision:
         """Reserve the turn (in the worker thread); give it back at once if
         the caller has already been cancelled."""
-        decision = _take(throttle, policy, identity, cost, timeout)
+        decision = reserve()
         with self._lock:
             if not self._abandoned:
                 self._decision = decision
@@ -304,7 +239,7 @@ class SharedQuota:
     :param limit: the quota, such as ``"10/s"`` or ``"10/s;2000/d"`` (see
         :doc:`/grammar`), or its layers: calls go at the pace of the
         layers of the shortest window, and every layer caps its window's
-        total (see the module's docstring).
+        total (see :ref:`outbound`).
     :param scope: names the quota in the keys: every ``SharedQuota`` with
         the same scope (and identity) shares it, such as the host called.
     :param identity: whose quota it is, when the third party grants one
@@ -312,12 +247,11 @@ class SharedQuota:
     :param timeout: the longest a call waits for its turn, in seconds;
         None to wait as long as it takes. Past it, :class:`QuotaTimeout`.
     :param burst: how many calls may go at once after a quiet spell (see
-        the module's docstring); 1 spreads every call evenly.
+        :ref:`outbound`); 1 spreads every call evenly.
     :raises ~flask_redis_throttle.core.errors.InvalidLimit: for a malformed
-        limit, or a burst that is not from 1 to the quota of the shortest
-        window.
+        limit, or a burst out of 1 to the quota of the shortest window.
     :raises ValueError: for a timeout that is not None or a number of
-        seconds from 0 to :data:`~flask_redis_throttle.core.engine.codec.MAX_PLAN_DELAY`.
+        seconds from 0 to ``MAX_PLAN_DELAY``.
     """
 
     def __init__(
@@ -351,18 +285,14 @@ class SharedQuota:
         self.acquire()
         return self
 
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exception: object) -> None:
         return None
 
     async def __aenter__(self) -> SharedQuota:
         await self.acquire_async()
         return self
 
-    async def __aexit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
+    async def __aexit__(self, *exception: object) -> None:
         return None
 
     def __call__(self, function: Callable[_P, _T]) -> Callable[_P, _T]:

@@ -1,17 +1,7 @@
 """Penalties: an identity that keeps hitting a limit is refused for an
-escalating time.
-
-``@limit("10/m", penalty="1m;x2;max=1h")``: the first time a client is
-refused by that limit, it serves a penalty of a minute; if it is refused
-again within an hour of that penalty's end, two minutes, then four, and so
-on up to an hour. While it serves one, every request it sends under that
-limit is refused, with a ``Retry-After`` that covers the penalty. ("Block"
-is the block cache's word, not a penalty's.)
-
-It is decided in the same script call as the limits, with one more key per
-penalized limit and identity (see ``lua/penalty.lua``), so it costs no round
-trip. Every penalty key expires at most two longest penalties after it was
-written.
+escalating time, ``penalty="1m;x2;max=1h"`` (see :ref:`penalties`). They are
+decided in the same script call as the limits (``lua/penalty.lua``), with
+one more key per penalized limit and identity.
 
 This module makes no Redis call and needs no Flask app.
 """
@@ -21,9 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from ..checks import is_integer_in
 from ..errors import InvalidLimit
 from .keys import escape_scope, identity_tag
-from .rates import MAX_WINDOW, check_length, parse_duration, read_number, whole_number
+from .rates import MAX_WINDOW, check_length, parse_duration, read_number
 
 __all__ = ["MAX_FACTOR", "Penalty", "parse_penalty", "penalty_key", "penalty_suffix"]
 
@@ -47,10 +38,8 @@ class Penalty:
     :param longest: the longest penalty, in seconds. A level of offence is
         remembered for this long after its penalty ends.
     :param spec: the penalty as written.
-    :raises InvalidLimit: when a duration is not a whole number of seconds
-        from 1 to :data:`~flask_redis_throttle.core.engine.rates.MAX_WINDOW`, the
-        longest is shorter than the first, or the factor is not from 1 to
-        :data:`MAX_FACTOR`.
+    :raises InvalidLimit: for a duration out of 1 to ``MAX_WINDOW`` seconds, a
+        longest shorter than the first, or a factor out of 1 to :data:`MAX_FACTOR`.
     """
 
     first: int
@@ -62,8 +51,10 @@ class Penalty:
         if not self.longest:
             object.__setattr__(self, "longest", self.first)
         # As a layer's (see Layer): the scripts take each as a 4-byte integer.
-        if not (whole_number(self.first, MAX_WINDOW) and whole_number(self.factor, MAX_FACTOR)) or not (
-            whole_number(self.longest, MAX_WINDOW) and self.longest >= self.first
+        if not (
+            is_integer_in(self.first, 1, MAX_WINDOW)
+            and is_integer_in(self.factor, 1, MAX_FACTOR)
+            and is_integer_in(self.longest, self.first, MAX_WINDOW)
         ):
             raise InvalidLimit(
                 f"invalid penalty {self.first!r}, x{self.factor!r}, max {self.longest!r}: the penalties must be "
@@ -83,19 +74,15 @@ class Penalty:
 
 
 def parse_penalty(spec: str) -> Penalty:
-    """Parse a penalty such as ``"1m"``, ``"30s;x3"`` or ``"1m;x2;max=1h"``.
+    """Parse a penalty such as ``"1m"``, ``"30s;x3"`` or ``"1m;x2;max=1h"``:
+    without ``max``, penalties escalate up to a day (or stay at the first
+    if that is longer); without a factor, every penalty is the first one.
 
-    Without ``max``, penalties escalate up to a day (or stay at the first
-    if that is longer); without a factor, every penalty is the first one. Each
-    part may be given once, and ``max`` only with a factor above 1: a
-    repeated part, or a ``max`` that changes nothing, is a typo that taking
-    the last value would hide.
-
-    :raises InvalidLimit: quoting ``spec``, if it is malformed, longer than
-        :data:`~flask_redis_throttle.core.engine.rates.MAX_LIMIT_LENGTH`, repeats a part,
-        has a factor below 1 or above :data:`MAX_FACTOR`, a ``max`` without
-        a factor above 1, or a longest penalty shorter than the first or
-        longer than 366 days.
+    :raises InvalidLimit: quoting ``spec``, if it is malformed or too long,
+        repeats a part (a typo that taking the last would hide), has a
+        factor out of 1 to :data:`MAX_FACTOR`, a ``max`` without a factor
+        above 1, or a longest penalty shorter than the first or longer than
+        366 days.
     """
     if not isinstance(spec, str) or not spec.strip():
         raise InvalidLimit(f"penalty {spec!r} is invalid: {_GRAMMAR}", spec=spec)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..checks import is_integer_in
 from ..errors import InvalidLimit
 
 __all__ = ["MAX_LAYERS", "MAX_LIMIT_LENGTH", "MAX_QUOTA", "MAX_WINDOW", "Layer", "parse_duration", "parse_limits"]
@@ -22,14 +23,8 @@ MAX_LIMIT_LENGTH = 1000
 #: The most layers one limit string may have.
 MAX_LAYERS = 32
 
-_UNITS: dict[str, int] = {}
-for _names, _seconds in (
-    (("s", "sec", "second", "seconds"), 1),
-    (("m", "min", "minute", "minutes"), 60),
-    (("h", "hour", "hours"), 3_600),
-    (("d", "day", "days"), 86_400),
-):
-    _UNITS.update(dict.fromkeys(_names, _seconds))
+_DURATIONS = {"s sec second seconds": 1, "m min minute minutes": 60, "h hour hours": 3_600, "d day days": 86_400}
+_UNITS = {name: seconds for names, seconds in _DURATIONS.items() for name in names.split()}
 
 # The characters of the grammar. Digits and letters are ASCII only, so that
 # exotic Unicode digits cannot sneak past as numbers; spaces inside a layer
@@ -59,10 +54,8 @@ class Layer:
     window: int
 
     def __post_init__(self) -> None:
-        # The scripts take each as a 4-byte integer (see codec.entry), and a
-        # quota of 0 would divide by 0: a layer made in code, not parsed, is
-        # refused here, when it is made, rather than by its first request.
-        if not (whole_number(self.quota, MAX_QUOTA) and whole_number(self.window, MAX_WINDOW)):
+        # The scripts take each as a 4-byte integer, and a quota of 0 would divide by 0.
+        if not (is_integer_in(self.quota, 1, MAX_QUOTA) and is_integer_in(self.window, 1, MAX_WINDOW)):
             raise InvalidLimit(
                 f"invalid layer {self.quota!r}/{self.window!r}: the quota must be a whole number from 1 to "
                 f"{MAX_QUOTA}, the window a whole number of seconds from 1 to {MAX_WINDOW}",
@@ -71,10 +64,7 @@ class Layer:
 
     @property
     def name(self) -> str:
-        """A short name for the window, such as ``"1s"`` or ``"2m"``.
-
-        It names the layer in the ``RateLimit`` headers and in Redis keys.
-        """
+        """A short name for the window, such as ``"1s"`` or ``"2m"``, in the headers and the keys."""
         for unit, seconds in (("d", 86_400), ("h", 3_600), ("m", 60)):
             if self.window % seconds == 0:
                 return f"{self.window // seconds}{unit}"
@@ -87,20 +77,14 @@ class Layer:
         return f"{self.quota} per {count} {unit}{'' if count == 1 else 's'}"
 
 
-def whole_number(value: object, most: int) -> bool:
-    """Whether ``value`` is an int (not a bool) from 1 to ``most``."""
-    return type(value) is int and 1 <= value <= most
-
-
 def parse_limits(spec: str) -> tuple[Layer, ...]:
     """Parse a limit string into its layers.
 
     >>> parse_limits("10/s;120/m")
     (Layer(quota=10, window=1), Layer(quota=120, window=60))
 
-    It reads the string once, left to right, without backtracking, and
-    rejects one longer than :data:`MAX_LIMIT_LENGTH` by its length alone, so
-    a limit that comes from data cannot make it slow.
+    It reads the string once, without backtracking, so that a limit that
+    comes from data cannot make it slow.
 
     :param spec: one or more layers separated by ``;`` or ``,``.
     :returns: the layers, in the order written.
@@ -120,25 +104,20 @@ def parse_limits(spec: str) -> tuple[Layer, ...]:
             f"limit {_start(spec)} has {len(layers)} layers; a limit has at most {MAX_LAYERS}", spec=spec
         )
     parsed = tuple(_parse_layer(layer, spec) for layer in layers)
-    windows: set[int] = set()
-    for layer in parsed:
-        if layer.window in windows:
+    windows = [layer.window for layer in parsed]
+    for index, layer in enumerate(parsed):
+        if layer.window in windows[:index]:
             raise InvalidLimit(
                 f"limit {spec!r} has more than one layer with a {layer.name} window; "
                 "give each layer its own window (only the smallest quota would matter)",
                 spec=spec,
             )
-        windows.add(layer.window)
     return parsed
 
 
 def check_length(spec: str, what: str) -> None:
-    """Reject ``spec`` if it is longer than :data:`MAX_LIMIT_LENGTH`, quoting
-    only its start: the whole of it could be megabytes.
-
-    :param what: what it is, for the message: ``"limit"`` or ``"penalty"``.
-    :raises InvalidLimit: if it is too long.
-    """
+    """Reject ``spec``, a ``what`` (``"limit"``, ``"penalty"``), if it is longer than
+    :data:`MAX_LIMIT_LENGTH`, quoting only its start: the whole could be megabytes."""
     if len(spec) > MAX_LIMIT_LENGTH:
         raise InvalidLimit(
             f"{what} {_start(spec)} is {len(spec)} characters long; a {what} has at most {MAX_LIMIT_LENGTH}",
@@ -152,11 +131,8 @@ def _start(spec: str) -> str:
 
 
 class _Scanner:
-    """Reads a layer or a duration left to right, one character at a time.
-
-    It never goes back, so reading takes time linear in the text's length,
-    which a regular expression with nested optional spaces does not.
-    """
+    """Reads a layer or a duration left to right, never going back, so in
+    time linear in its length (which a regular expression may not be)."""
 
     __slots__ = ("at", "text")
 
@@ -204,9 +180,8 @@ def _scan_layer(text: str) -> tuple[str, str, str] | None:
 
 
 def read_number(digits: str, most: int) -> int:
-    """The number ``digits`` writes, or ``most + 1`` if it is larger than
-    ``most``: a long number is never converted in full, which Python refuses
-    beyond ``sys.get_int_max_str_digits()`` digits with a bare ValueError."""
+    """The number ``digits`` writes, or ``most + 1`` if it is larger, never
+    converting a long number in full (which Python may refuse)."""
     significant = digits.lstrip("0")
     if len(significant) > len(str(most)):
         return most + 1
@@ -223,15 +198,10 @@ def _parse_layer(layer: str, spec: str) -> Layer:
         raise InvalidLimit(f"invalid layer {text!r} in limit {spec!r}; {_GRAMMAR}", spec=spec)
     quota = read_number(scanned[0], MAX_QUOTA)
     window = read_number(scanned[1] or "1", MAX_WINDOW) * unit
-    if not 1 <= quota <= MAX_QUOTA:
+    if not (1 <= quota <= MAX_QUOTA and 1 <= window <= MAX_WINDOW):
         raise InvalidLimit(
-            f"invalid layer {text!r} in limit {spec!r}: the quota must be from 1 to {MAX_QUOTA}",
-            spec=spec,
-        )
-    if not 1 <= window <= MAX_WINDOW:
-        raise InvalidLimit(
-            f"invalid layer {text!r} in limit {spec!r}: "
-            f"the window must be from 1 second to {MAX_WINDOW // 86_400} days",
+            f"invalid layer {text!r} in limit {spec!r}: the quota must be from 1 to {MAX_QUOTA}, "
+            f"and the window from 1 second to {MAX_WINDOW // 86_400} days",
             spec=spec,
         )
     return Layer(quota, window)
