@@ -28,7 +28,8 @@ import base64
 import hmac
 import secrets
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -40,29 +41,21 @@ from werkzeug.routing import RequestRedirect
 from werkzeug.wrappers import Response
 
 from ._ops.console import duration, utc
-from ._ops.override_changes import (
-    CHANGES_HEADER,
-    OVERRIDES_HEADER,
-    change_rows,
-    known_scopes,
-    make_override,
-    override_rows,
-    overrides_of,
-    parse_target,
-    parse_when,
-    unsure,
-)
+from ._ops.override_changes import known_scopes, latest_changes, lift, set_override, unsure
 from ._ops.reports import (
+    CHANGES_HEADER,
     LIMITS_HEADER,
+    OVERRIDES_HEADER,
     STATUS_HEADER,
+    change_rows,
     find_endpoint,
     find_identity,
     limit_rows,
+    override_rows,
     reset_counters,
     status_rows,
 )
 from ._request.identity import parse_identity
-from ._request.overrides import Overrides
 from ._request.state import RateLimitState
 from .core.engine.keys import MAX_VALUE_LENGTH, Identity
 from .core.engine.throttle import StorageUnavailable
@@ -175,9 +168,7 @@ def _overrides(state: RateLimitState) -> dict[str, Any]:
     """The overrides' part of the page: those in force, and the latest changes."""
     if state.overrides is None:
         return {}
-    overrides = state.overrides
-    table = overrides.table()
-    changes = overrides.throttle.call(overrides.store.changes, (overrides.store.log_key,), RECENT)
+    table = state.overrides.table()
     return {
         "overrides_header": OVERRIDES_HEADER,
         "overrides": [
@@ -185,7 +176,7 @@ def _overrides(state: RateLimitState) -> dict[str, Any]:
             for row, o in zip(override_rows(table.overrides), table.overrides, strict=True)
         ],
         "changes_header": CHANGES_HEADER,
-        "changes": [[_shown(cell) for cell in row] for row in change_rows(changes)],
+        "changes": [[_shown(cell) for cell in row] for row in change_rows(latest_changes(state, RECENT))],
         "scopes": sorted(known_scopes(state.app)),
     }
 
@@ -194,22 +185,13 @@ def _override(by: str) -> Response:
     """Set an override from the form, then show the overrides again. Bad
     input answers 400, naming it, and stores nothing."""
     _check_token("override")
-    state: RateLimitState = state_of()
-    form = request.form
-    overrides = _overrides_or_400(state)
-    action = form.get("action", "")
-    limit = form.get("limit", "").strip() if action == "limit" else None
-    scope = form.get("scope", "").strip() or None
-    span, until = form.get("for", "").strip() or None, form.get("until", "").strip() or None
-    try:
-        ends = parse_when(until, span, overrides.now())
-        made = make_override(state, action, form.get("identity", ""), limit, scope, ends, by)
-    except ValueError as error:
-        abort(400, str(error))
-    try:
-        overrides.put(made)
-    except (StorageUnavailable, redis.RedisError) as error:
-        abort(503, f"rate limit storage unavailable: {error}.{unsure(error)}")
+    state = _enabled()
+    form = {name: value.strip() for name, value in request.form.items()}
+    action = request.form.get("action", "")
+    limit = form.get("limit", "") if action == "limit" else None
+    with _answered(change=True):
+        scope, until, span = (form.get(name) or None for name in ("scope", "until", "for"))
+        made = set_override(state, action, form.get("identity", ""), limit, scope, until, span, by)
     flash(f"{_shown(made.describe())} until {utc(made.until)} UTC.", "ratelimit")
     return redirect(url_for(".index", _anchor="overrides"))
 
@@ -217,27 +199,33 @@ def _override(by: str) -> Response:
 def _remove_override(by: str) -> Response:
     """Remove one override (its target and scope, from its row's button)."""
     _check_token("remove")
-    state: RateLimitState = state_of()
-    overrides = _overrides_or_400(state)
-    scope = request.form.get("scope", "") or None
-    try:
-        target = parse_target(request.form.get("target", ""), state)[0]
-    except ValueError as error:
-        abort(400, str(error))
-    try:
-        gone = overrides.remove(target, scope, False, by)
-    except (StorageUnavailable, redis.RedisError) as error:
-        abort(503, f"rate limit storage unavailable: {error}.{unsure(error)}")
+    state = _enabled()
+    with _answered(change=True):
+        gone = lift(state, request.form.get("target", ""), request.form.get("scope", "") or None, False, by)
     message = f"Removed: {_shown(gone[0].describe())}." if gone else "No such override: nothing removed."
     flash(message, "ratelimit")
     return redirect(url_for(".index", _anchor="overrides"))
 
 
-def _overrides_or_400(state: RateLimitState) -> Overrides:
+def _enabled() -> RateLimitState:
+    """The app's state; a 400 if rate limiting is disabled on it."""
+    state: RateLimitState = state_of()
+    if state.throttle is None:
+        abort(400, "rate limiting is disabled on this app (RATELIMIT_ENABLED is False)")
+    return state
+
+
+@contextmanager
+def _answered(change: bool = False) -> Iterator[None]:
+    """Answer bad input with a 400 naming it, and a storage that cannot
+    answer with a 503; for a ``change``, one that says when it may have
+    been made all the same."""
     try:
-        return overrides_of(state)
-    except RuntimeError as error:
+        yield
+    except ValueError as error:
         abort(400, str(error))
+    except (StorageUnavailable, redis.RedisError) as error:
+        abort(503, f"rate limit storage unavailable: {error}{'.' + unsure(error) if change else ''}")
 
 
 def _refusals(state: RateLimitState) -> dict[str, Any]:
@@ -311,22 +299,16 @@ def _reset() -> Response:
     browser post here, with its cookies, but cannot read the token.
     """
     _check_token("reset")
-    state: RateLimitState = state_of()
+    state = _enabled()
+    assert state.throttle is not None
     endpoint = request.form.get("view", "").strip() or None
-    if state.throttle is None:
-        abort(400, "rate limiting is disabled on this app (RATELIMIT_ENABLED is False)")
-    try:
+    with _answered():
         who = _requested(request.form, state)
         if who is None:
             raise ValueError("no identity to reset: write ip:<address>, user:<id> or <key function>:<value>")
         if endpoint is not None:
             find_endpoint(endpoint)
-    except ValueError as error:
-        abort(400, str(error))
-    try:
         done = reset_counters(state, state.throttle, who, endpoint)
-    except redis.RedisError as error:
-        abort(503, f"rate limit storage unavailable: {error}")
     message = "Nothing to reset: no limit of this endpoint counts it." if done is None else _shown(done.message)
     flash(message, "ratelimit")
     return redirect(url_for(".index", **_naming(str(who), state), view=endpoint, _anchor="lookup"))

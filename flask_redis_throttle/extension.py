@@ -24,7 +24,7 @@ A request's path through the hooks:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from flask import Flask
 
@@ -44,6 +44,19 @@ from .decorators import EXTENSION_KEY, state_of
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
+    from typing_extensions import Unpack
+
+
+class OverrideOptions(TypedDict, total=False):
+    """The keyword arguments of :meth:`RateLimit.override`, :meth:`~RateLimit.allow`
+    and :meth:`~RateLimit.block`, described in :meth:`RateLimit.override`."""
+
+    scope: str | None
+    until: object
+    duration: object
+    by: str
+    app: Flask | None
+
 
 __all__ = [
     "APPLICATION_SCOPE",
@@ -179,17 +192,7 @@ class RateLimit:
         except STORAGE_ERRORS as error:
             raise StorageUnavailable(f"{state.throttle.url}: {error}") from error
 
-    def override(
-        self,
-        identity: str | Identity,
-        limit: str,
-        *,
-        scope: str | None = None,
-        until: object = None,
-        duration: object = None,
-        by: str = "python",
-        app: Flask | None = None,
-    ) -> Override:
+    def override(self, identity: str | Identity, limit: str, **options: Unpack[OverrideOptions]) -> Override:
         """Decide ``identity`` against other layers, on ``scope`` or on
         every scope, until a time or for a while: in every worker of every
         host within a second, with no restart (see :doc:`/overrides`).
@@ -222,38 +225,20 @@ class RateLimit:
             stored then, unless Redis did not answer in time, and makes the
             change when it wakes up.
         """
-        return self._set("limit", identity, limit, scope, until, duration, by, app)
+        return self._set("limit", identity, limit, **options)
 
-    def allow(
-        self,
-        identity: str | Identity,
-        *,
-        scope: str | None = None,
-        until: object = None,
-        duration: object = None,
-        by: str = "python",
-        app: Flask | None = None,
-    ) -> Override:
+    def allow(self, identity: str | Identity, **options: Unpack[OverrideOptions]) -> Override:
         """Let ``identity`` through unlimited, on ``scope`` or on every
         scope: a limit that counts it leaves its requests alone. The
         arguments are :meth:`override`'s."""
-        return self._set("allow", identity, None, scope, until, duration, by, app)
+        return self._set("allow", identity, None, **options)
 
-    def block(
-        self,
-        identity: str | Identity,
-        *,
-        scope: str | None = None,
-        until: object = None,
-        duration: object = None,
-        by: str = "python",
-        app: Flask | None = None,
-    ) -> Override:
+    def block(self, identity: str | Identity, **options: Unpack[OverrideOptions]) -> Override:
         """Refuse ``identity``'s requests, on ``scope`` or on every scope,
         with 429 and a ``Retry-After`` until the block ends (or 403, as
         ``RATELIMIT_OVERRIDE_BLOCK_STATUS`` says), without asking Redis.
         The arguments are :meth:`override`'s."""
-        return self._set("block", identity, None, scope, until, duration, by, app)
+        return self._set("block", identity, None, **options)
 
     def remove_overrides(
         self,
@@ -289,11 +274,12 @@ class RateLimit:
         action: str,
         identity: str | Identity,
         limit: str | None,
-        scope: str | None,
-        until: object,
-        duration: object,
-        by: str,
-        app: Flask | None,
+        *,
+        scope: str | None = None,
+        until: object = None,
+        duration: object = None,
+        by: str = "python",
+        app: Flask | None = None,
     ) -> Override:
         state = _state_of(app)
         overrides = overrides_of(state)

@@ -22,34 +22,28 @@ import redis
 from flask import current_app
 from flask.cli import AppGroup
 
-from .._request.overrides import Overrides
 from .._request.state import RateLimitState
 from ..core.engine.keys import Identity, loggable
 from ..core.engine.throttle import StorageUnavailable, Throttle
 from ..core.storages.clients import redact
 from ..core.storages.embedded import EmbeddedRedis
 from ..core.storages.local import LocalFolder, server_status, stop_server
-from ..core.stores.refusals import Refusal, RefusalLog
+from ..core.stores.refusals import RefusalLog
 from ..decorators import state_of
 from .console import duration, parse_moment, table, utc
-from .override_changes import (
-    CHANGES_HEADER,
-    OVERRIDES_HEADER,
-    change_rows,
-    make_override,
-    override_rows,
-    overrides_of,
-    parse_target,
-    parse_when,
-    unsure,
-)
+from .override_changes import latest_changes, lift, overrides_of, set_override, unsure
 from .reports import (
+    CHANGES_HEADER,
     LIMITS_HEADER,
+    OVERRIDES_HEADER,
     STATUS_HEADER,
+    change_rows,
+    entry_rows,
     find_endpoint,
     find_identity,
     limit_rows,
     nothing_counts,
+    override_rows,
     reset_counters,
     status_rows,
 )
@@ -84,11 +78,7 @@ def status_command(identity: str, endpoint: str | None) -> None:
     IDENTITY is ip:<address>, user:<id> or <key function>:<value>. Nothing
     is counted: the counters are read as a request would find them.
     """
-    state = _state()
-    throttle = throttle_of(state)
-    who = _identity(identity, state)
-    if endpoint is not None:
-        endpoint = _endpoint(endpoint)
+    state, throttle, who = _named(identity, endpoint)
     with storage_errors(throttle):
         rows = status_rows(state, throttle, who, endpoint)
     if not rows:
@@ -107,11 +97,7 @@ def reset_command(identity: str, endpoint: str | None) -> None:
     App servers may refuse the identity for up to a second more: their
     block caches trust a refusal that long.
     """
-    state = _state()
-    throttle = throttle_of(state)
-    who = _identity(identity, state)
-    if endpoint is not None:
-        endpoint = _endpoint(endpoint)
+    state, throttle, who = _named(identity, endpoint)
     with storage_errors(throttle):
         reset = reset_counters(state, throttle, who, endpoint)
     if reset is None:
@@ -147,7 +133,7 @@ def refusals_command(top: int, recent: int, since: str | None) -> None:
             click.echo()
         click.echo(f"Latest refusals{period}, newest first:")
         # The identity whose counter refused, apart from the others present.
-        click.echo(_entries(latest, "REFUSED BY", retry=True))
+        click.echo(table(*entry_rows(latest, "REFUSED BY", retry=True)))
 
 
 @ratelimit.command("near-limit")
@@ -168,43 +154,19 @@ def near_limit_command(recent: int, since: str | None) -> None:
         click.echo(f"No identity came near its limit{period}.")
         return
     click.echo(f"Near the limit{period}, newest first:")
-    click.echo(_entries(latest, "IDENTITY", retry=False))
+    click.echo(table(*entry_rows(latest, "IDENTITY", retry=False)))
 
 
 def _since(since: str | None) -> float | None:
     """The moment ``--since`` writes, or None without it."""
     if since is None:
         return None
-    try:
+    with _parameter("'--since'"):
         return parse_moment(since, time.time())
-    except ValueError as error:
-        raise click.BadParameter(str(error), param_hint="'--since'") from None
 
 
 def _period(moment: float | None) -> str:
     return f" since {utc(moment)} UTC" if moment is not None else ""
-
-
-def _entries(entries: list[Refusal], who: str, retry: bool) -> str:
-    """Entries of the refusal or near-limit log, newest first: the identity
-    whose counter refused or came near, under ``who``, apart from the
-    others present; with ``retry``, when the request would have passed."""
-    retry_after = ("RETRY AFTER",) if retry else ()
-    header = ("TIME (UTC)", "ENDPOINT", "SCOPE", "LAYER", "STRATEGY", who, *retry_after, "ALSO PRESENT")
-    rows = [
-        (
-            utc(entry.time),
-            entry.endpoint,
-            entry.scope,
-            entry.layer,
-            entry.strategy,
-            loggable(entry.identity),
-            *((duration(entry.retry_after),) if retry else ()),
-            ", ".join(map(loggable, entry.others)),
-        )
-        for entry in entries
-    ]
-    return table(header, rows)
 
 
 def _override_options(function: Callable[..., None]) -> Callable[..., None]:
@@ -232,15 +194,11 @@ def _set_override(
 ) -> None:
     """Check, store and report one override."""
     state = _state()
-    throttle = throttle_of(state)
-    overrides = _shared_overrides(state)
-    try:
-        ends = parse_when(until, span, overrides.now())
-        made = make_override(state, action, identity, limit, scope, ends, by or _user())
-    except ValueError as error:
-        raise click.UsageError(str(error)) from None
-    with storage_errors(throttle, change=True):
-        overrides.put(made)
+    with storage_errors(_shared(state), change=True):
+        try:
+            made = set_override(state, action, identity, limit, scope, until, span, by or _user())
+        except ValueError as error:
+            raise click.UsageError(str(error)) from None
     click.echo(f"{made.describe()} until {utc(made.until)} UTC; every worker follows it within 1 second.")
 
 
@@ -286,18 +244,11 @@ def lift_command(identity: str | None, scope: str | None, everyone: bool, by: st
     """Lift IDENTITY's overrides (other layers, allow or block), on every
     scope or only on SCOPE; or, with --all, every override."""
     state = _state()
-    throttle = throttle_of(state)
-    overrides = _shared_overrides(state)
+    throttle = _shared(state)
     if (identity is None) != everyone:
         raise click.UsageError("name an IDENTITY, or give --all to remove every override")
-    target = None
-    if identity is not None:
-        try:
-            target = parse_target(identity, state)[0]
-        except ValueError as error:
-            raise click.BadParameter(str(error), param_hint="'IDENTITY'") from None
-    with storage_errors(throttle, change=True):
-        gone = overrides.remove(target, scope, scope is None, by or _user())
+    with storage_errors(throttle, change=True), _parameter("'IDENTITY'"):
+        gone = lift(state, identity, scope, scope is None, by or _user())
     if not gone:
         click.echo("No such override; nothing removed.")
         return
@@ -310,11 +261,9 @@ def lift_command(identity: str | None, scope: str | None, everyone: bool, by: st
 def overrides_command(changes: int) -> None:
     """List the overrides in force, and the latest changes: who, what, until when."""
     state = _state()
-    throttle = throttle_of(state)
-    overrides = overrides_of(state)
-    with storage_errors(throttle):
-        table_now = overrides.table()
-        latest = throttle.call(overrides.store.changes, (overrides.store.log_key,), changes) if changes else []
+    with storage_errors(throttle_of(state)):
+        table_now = overrides_of(state).table()
+        latest = latest_changes(state, changes)
     if table_now.overrides:
         click.echo(table(OVERRIDES_HEADER, override_rows(table_now.overrides)))
     else:
@@ -325,8 +274,8 @@ def overrides_command(changes: int) -> None:
         click.echo(table(CHANGES_HEADER, change_rows(latest)))
 
 
-def _shared_overrides(state: RateLimitState) -> Overrides:
-    """The app's overrides, for a command that changes them.
+def _shared(state: RateLimitState) -> Throttle:
+    """The app's throttle, for a command that changes the overrides.
 
     :raises click.UsageError: on the embedded store (``memory://``, or
         ``local://`` with no server binary), whose overrides live in each
@@ -335,15 +284,14 @@ def _shared_overrides(state: RateLimitState) -> Overrides:
         the command is taken to run in the app's own process, as
         :meth:`~flask.Flask.test_cli_runner` runs it, and goes ahead.
     """
-    overrides = overrides_of(state)
-    storage = overrides.throttle.storage
-    if isinstance(storage.client, EmbeddedRedis) and not current_app.testing:
+    throttle = throttle_of(state)
+    if isinstance(throttle.storage.client, EmbeddedRedis) and not current_app.testing:
         raise click.UsageError(
-            f"the storage is {storage.url}, which keeps overrides in each process's memory: this command "
+            f"the storage is {throttle.storage.url}, which keeps overrides in each process's memory: this command "
             "runs in a process of its own, so no app server would follow the change. Steer a running app "
             "on a storage its processes share: Redis (RATELIMIT_STORAGE_URL=redis://...) or local://."
         )
-    return overrides
+    return throttle
 
 
 def _user() -> str:
@@ -442,18 +390,26 @@ def _near_limit_log(state: RateLimitState) -> RefusalLog:
     return state.near_limits
 
 
-def _identity(text: str, state: RateLimitState) -> Identity:
-    try:
-        return find_identity(text, state)
-    except ValueError as error:
-        raise click.BadParameter(str(error), param_hint="'IDENTITY'") from None
+def _named(identity: str, endpoint: str | None) -> tuple[RateLimitState, Throttle, Identity]:
+    """The app's state and throttle, and the identity a command names,
+    once its ``--endpoint``, if any, is found to be one of the app's."""
+    state = _state()
+    throttle = throttle_of(state)
+    with _parameter("'IDENTITY'"):
+        who = find_identity(identity, state)
+    if endpoint is not None:
+        with _parameter("'--endpoint'"):
+            find_endpoint(endpoint)
+    return state, throttle, who
 
 
-def _endpoint(name: str) -> str:
+@contextmanager
+def _parameter(hint: str) -> Iterator[None]:
+    """Turn the :class:`ValueError` of a bad argument into click's usage error naming it."""
     try:
-        return find_endpoint(name)
+        yield
     except ValueError as error:
-        raise click.BadParameter(str(error), param_hint="'--endpoint'") from None
+        raise click.BadParameter(str(error), param_hint=hint) from None
 
 
 @contextmanager

@@ -11,7 +11,6 @@ the future or more than ten years ahead. See :doc:`/overrides`.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 
 import redis
@@ -25,13 +24,8 @@ from ..core.engine.rates import Layer, parse_limits
 from ..core.engine.throttle import StorageUnavailable
 from ..core.stores.overrides import ACTIONS, Change, Override, check_end, network_of, refuse_zone
 from ..errors import InvalidLimit
-from .console import parse_moment, parse_span, utc
+from .console import parse_moment, parse_span
 from .reports import find_identity
-
-#: The columns of ``flask ratelimit overrides``, and of the dashboard's overrides.
-OVERRIDES_HEADER = ("IDENTITY", "SCOPE", "ACTION", "LIMIT", "UNTIL (UTC)", "BY", "SET AT (UTC)")
-#: The columns of the latest changes.
-CHANGES_HEADER = ("TIME (UTC)", "BY", "CHANGE", "OVERRIDE", "UNTIL (UTC)")
 
 
 def unsure(error: BaseException) -> str:
@@ -47,16 +41,6 @@ def unsure(error: BaseException) -> str:
     )
 
 
-def override_rows(overrides: Sequence[Override]) -> list[tuple[str, ...]]:
-    """The overrides in force, one row each, as the CLI and the dashboard show them."""
-    return [(o.target, o.scope or "(every scope)", o.action, o.limit, utc(o.until), o.by, utc(o.at)) for o in overrides]
-
-
-def change_rows(changes: Sequence[Change]) -> list[tuple[str, ...]]:
-    """The latest changes, one row each, newest first."""
-    return [(utc(c.time), c.by, c.what, c.override, "" if c.until is None else utc(c.until)) for c in changes]
-
-
 def overrides_of(state: RateLimitState) -> Overrides:
     """The app's overrides.
 
@@ -65,6 +49,50 @@ def overrides_of(state: RateLimitState) -> Overrides:
     if state.overrides is None:
         raise RuntimeError("rate limiting is disabled on this app (RATELIMIT_ENABLED is False)")
     return state.overrides
+
+
+def set_override(
+    state: RateLimitState,
+    action: str,
+    target: str | Identity,
+    limit: str | None,
+    scope: str | None,
+    until: object,
+    duration: object,
+    by: str,
+) -> Override:
+    """Check and store one override, as the CLI, the dashboard and
+    :meth:`RateLimit.override <flask_redis_throttle.RateLimit.override>` give it.
+
+    :raises ValueError: naming what is wrong (see :func:`make_override`
+        and :func:`parse_when`), with nothing stored.
+    :raises StorageUnavailable: or :class:`redis.RedisError`, if Redis
+        could not answer.
+    """
+    overrides = overrides_of(state)
+    with state.app.app_context():
+        ends = parse_when(until, duration, overrides.now())
+        return overrides.put(make_override(state, action, target, limit, scope, ends, by))
+
+
+def lift(
+    state: RateLimitState, target: str | Identity | None, scope: str | None, every: bool, by: str
+) -> list[Override]:
+    """Remove ``target``'s overrides (everyone's if None) on ``scope``, or
+    on every scope if ``every``; the overrides removed.
+
+    :raises ValueError: if ``target`` names no identity or network.
+    """
+    overrides = overrides_of(state)
+    with state.app.app_context():
+        name = None if target is None else parse_target(target, state)[0]
+    return overrides.remove(name, scope, every, by)
+
+
+def latest_changes(state: RateLimitState, count: int) -> list[Change]:
+    """The latest ``count`` changes of the overrides, newest first."""
+    store = overrides_of(state).store
+    return list(overrides_of(state).throttle.call(store.changes, (store.log_key,), count)) if count else []
 
 
 def make_override(

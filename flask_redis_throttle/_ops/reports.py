@@ -7,6 +7,7 @@ renders them.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -17,12 +18,14 @@ from .._request.identity import parse_identity, spec_kinds, spec_name
 from .._request.plan import PlannedLimit
 from .._request.sources import blueprints_of
 from .._request.state import RateLimitState
-from ..core.engine.keys import Identity
+from ..core.engine.keys import Identity, loggable
 from ..core.engine.rates import Layer
 from ..core.engine.throttle import Policy, Throttle
+from ..core.stores.overrides import Change, Override
+from ..core.stores.refusals import Refusal
 from ..core.stores.usage import usage
 from ..decorators import EXEMPT_ATTRIBUTE
-from .console import duration
+from .console import duration, utc
 
 if TYPE_CHECKING:
     from .._request.plan import Plan
@@ -155,6 +158,44 @@ def reset_counters(state: RateLimitState, throttle: Throttle, who: Identity, end
         if not scopes:
             return None
     return Reset(who, endpoint, scopes, throttle.reset(who, scopes))
+
+
+#: The columns of ``flask ratelimit overrides``, and of the dashboard's overrides.
+OVERRIDES_HEADER = ("IDENTITY", "SCOPE", "ACTION", "LIMIT", "UNTIL (UTC)", "BY", "SET AT (UTC)")
+#: The columns of the latest changes.
+CHANGES_HEADER = ("TIME (UTC)", "BY", "CHANGE", "OVERRIDE", "UNTIL (UTC)")
+
+
+def override_rows(overrides: Sequence[Override]) -> list[tuple[str, ...]]:
+    """The overrides in force, one row each, as the CLI and the dashboard show them."""
+    return [(o.target, o.scope or "(every scope)", o.action, o.limit, utc(o.until), o.by, utc(o.at)) for o in overrides]
+
+
+def change_rows(changes: Sequence[Change]) -> list[tuple[str, ...]]:
+    """The latest changes, one row each, newest first."""
+    return [(utc(c.time), c.by, c.what, c.override, "" if c.until is None else utc(c.until)) for c in changes]
+
+
+def entry_rows(entries: Sequence[Refusal], who: str, retry: bool) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    """The header and rows of entries of the refusal or near-limit log: the
+    identity whose counter refused or came near, under ``who``, apart from
+    the others present; with ``retry``, when the request would have passed."""
+    retry_after = ("RETRY AFTER",) if retry else ()
+    header = ("TIME (UTC)", "ENDPOINT", "SCOPE", "LAYER", "STRATEGY", who, *retry_after, "ALSO PRESENT")
+    rows = [
+        (
+            utc(entry.time),
+            entry.endpoint,
+            entry.scope,
+            entry.layer,
+            entry.strategy,
+            loggable(entry.identity),
+            *((duration(entry.retry_after),) if retry else ()),
+            ", ".join(map(loggable, entry.others)),
+        )
+        for entry in entries
+    ]
+    return header, rows
 
 
 def find_identity(text: str, state: RateLimitState) -> Identity:
