@@ -19,8 +19,7 @@ from contextlib import contextmanager
 
 import click
 import redis
-from flask import current_app
-from flask.cli import AppGroup
+from flask.cli import AppGroup, FlaskGroup
 
 from .._request.state import RateLimitState
 from ..core.engine.keys import Identity, loggable
@@ -278,14 +277,17 @@ def _shared(state: RateLimitState) -> Throttle:
     """The app's throttle, for a command that changes the overrides.
 
     :raises click.UsageError: on the embedded store (``memory://``, or
-        ``local://`` with no server binary), whose overrides live in each
-        process's memory: the command's process is not the app servers',
-        so none of them would follow the change. Under Flask's ``TESTING``
-        the command is taken to run in the app's own process, as
-        :meth:`~flask.Flask.test_cli_runner` runs it, and goes ahead.
+        ``local://`` with no server binary), whose overrides live in the
+        memory of the process that made the app, when the command runs
+        under the ``flask`` command line (a :class:`~flask.cli.FlaskGroup`
+        at the root): that loads the app for the command, in a process no
+        app server reads. Run inside the app's own process, as
+        :meth:`~flask.Flask.test_cli_runner` runs it, the command changes
+        the store the app serves from, and goes ahead.
     """
     throttle = throttle_of(state)
-    if isinstance(throttle.storage.client, EmbeddedRedis) and not current_app.testing:
+    own_process = isinstance(click.get_current_context().find_root().command, FlaskGroup)
+    if isinstance(throttle.storage.client, EmbeddedRedis) and own_process:
         raise click.UsageError(
             f"the storage is {throttle.storage.url}, which keeps overrides in each process's memory: this command "
             "runs in a process of its own, so no app server would follow the change. Steer a running app "
