@@ -1,20 +1,14 @@
-"""``flask ratelimit``: see the limits, an identity's counters, the
-refusal log and the near-limit log, reset an identity's counters, and set overrides, from the
-command line.
-
-The group is registered with Flask's command line through the
-``flask.commands`` entry point (see ``pyproject.toml``), so the ``flask``
-command of any app has it once the package is installed; the extension does
-not import this module. Each command works through the app's own state, so it sees the
-same counters as the app (and, for ``memory://``, the same in-process store).
-See :doc:`/cli`.
+"""``flask ratelimit``: the limits, an identity's counters, the refusal
+and near-limit logs, resets and overrides, from the command line (see
+:doc:`/cli`). Found through the ``flask.commands`` entry point; each
+command works through the app's own state.
 """
 
 from __future__ import annotations
 
 import getpass
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import click
@@ -46,6 +40,15 @@ from .reports import (
     reset_counters,
     status_rows,
 )
+
+
+def _since(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    """``--since``: an ISO time, or a span before now."""
+    try:
+        return None if value is None else parse_moment(value, time.time())
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from None
+
 
 ratelimit = AppGroup("ratelimit", help="Inspect and reset rate limits, and set overrides.")
 
@@ -110,17 +113,19 @@ def reset_command(identity: str, endpoint: str | None) -> None:
 @ratelimit.command("refusals")
 @click.option("--top", default=10, show_default=True, type=click.IntRange(min=0), help="How many identities.")
 @click.option("--recent", default=20, show_default=True, type=click.IntRange(min=0), help="How many refusals.")
-@click.option("--since", metavar="TIME", help="Only refusals since then: an ISO time, or a span such as 10m, 1h, 2d.")
-def refusals_command(top: int, recent: int, since: str | None) -> None:
+@click.option(
+    "--since",
+    callback=_since,
+    metavar="TIME",
+    help="Only refusals since then: an ISO time, or a span such as 10m, 1h, 2d.",
+)
+def refusals_command(top: int, recent: int, since: float | None) -> None:
     """Show the most refused identities and the latest refusals, from the refusal log."""
-    state = _state()
-    throttle = throttle_of(state)
-    log = _refusal_log(state)
-    moment = _since(since)
+    throttle, log = _log("refusals")
     with storage_errors(throttle):
-        ranking = log.top(top, since=moment) if top else []
-        latest = log.recent(recent, since=moment) if recent else []
-    period = _period(moment)
+        ranking = log.top(top, since=since) if top else []
+        latest = log.recent(recent, since=since) if recent else []
+    period = _period(since)
     if not ranking and not latest:
         click.echo(f"No refusals{period}.")
         return
@@ -137,18 +142,20 @@ def refusals_command(top: int, recent: int, since: str | None) -> None:
 
 @ratelimit.command("near-limit")
 @click.option("--recent", default=20, show_default=True, type=click.IntRange(min=1), help="How many entries.")
-@click.option("--since", metavar="TIME", help="Only entries since then: an ISO time, or a span such as 10m, 1h, 2d.")
-def near_limit_command(recent: int, since: str | None) -> None:
+@click.option(
+    "--since",
+    callback=_since,
+    metavar="TIME",
+    help="Only entries since then: an ISO time, or a span such as 10m, 1h, 2d.",
+)
+def near_limit_command(recent: int, since: float | None) -> None:
     """Show the latest identities that passed RATELIMIT_NEAR_LIMIT of a
     layer, from the near-limit log: once per identity, layer and window,
     before they are refused."""
-    state = _state()
-    throttle = throttle_of(state)
-    log = _near_limit_log(state)
-    moment = _since(since)
+    throttle, log = _log("near_limits")
     with storage_errors(throttle):
-        latest = log.recent(recent, since=moment)
-    period = _period(moment)
+        latest = log.recent(recent, since=since)
+    period = _period(since)
     if not latest:
         click.echo(f"No identity came near its limit{period}.")
         return
@@ -156,82 +163,55 @@ def near_limit_command(recent: int, since: str | None) -> None:
     click.echo(table(*entry_rows(latest, "IDENTITY", retry=False)))
 
 
-def _since(since: str | None) -> float | None:
-    """The moment ``--since`` writes, or None without it."""
-    if since is None:
-        return None
-    with _parameter("'--since'"):
-        return parse_moment(since, time.time())
-
-
 def _period(moment: float | None) -> str:
     return f" since {utc(moment)} UTC" if moment is not None else ""
 
 
-def _override_options(function: Callable[..., None]) -> Callable[..., None]:
-    """The options every command that sets an override takes."""
-    for option in reversed(
+def _set_override(action: str, takes_limit: bool, help: str) -> None:
+    """Add the command that sets an override of ``action``: it checks, stores and reports it."""
+
+    def command(
+        identity: str, scope: str | None, span: str | None, until: str | None, by: str | None, limit: str | None = None
+    ) -> None:
+        state = _state()
+        with storage_errors(_shared(state), change=True):
+            try:
+                made = set_override(state, action, identity, limit, scope, until, span, by or _user())
+            except ValueError as error:
+                raise click.UsageError(str(error)) from None
+        click.echo(f"{made.describe()} until {utc(made.until)} UTC; every worker follows it within 1 second.")
+
+    for param in reversed(
         (
+            click.argument("identity"),
+            *((click.argument("limit"),) if takes_limit else ()),
             click.option("--scope", "-s", metavar="SCOPE", help="Only this scope (see `flask ratelimit limits`)."),
             click.option("--for", "span", metavar="SPAN", help="For how long: 90s, 2h, 1h30m, 7d."),
             click.option("--until", metavar="TIME", help="Or until when: an ISO time such as 2027-12-31 (UTC)."),
             click.option("--by", metavar="NAME", help="Who sets it, for the log; by default your user name."),
         )
     ):
-        function = option(function)
-    return function
+        command = param(command)
+    ratelimit.command("override" if takes_limit else action, help=help)(command)
 
 
-def _set_override(
-    action: str,
-    identity: str,
-    limit: str | None,
-    scope: str | None,
-    span: str | None,
-    until: str | None,
-    by: str | None,
-) -> None:
-    """Check, store and report one override."""
-    state = _state()
-    with storage_errors(_shared(state), change=True):
-        try:
-            made = set_override(state, action, identity, limit, scope, until, span, by or _user())
-        except ValueError as error:
-            raise click.UsageError(str(error)) from None
-    click.echo(f"{made.describe()} until {utc(made.until)} UTC; every worker follows it within 1 second.")
-
-
-@ratelimit.command("override")
-@click.argument("identity")
-@click.argument("limit")
-@_override_options
-def override_command(
-    identity: str, limit: str, scope: str | None, span: str | None, until: str | None, by: str | None
-) -> None:
+_set_override(
+    "limit",
+    True,
     """Decide IDENTITY against LIMIT (such as 100/s;10000/h) instead of its
     limits, on one scope or on every scope, until a time or for a while.
 
     IDENTITY is ip:<address>, ip:<network> (such as ip:203.0.113.0/24),
     user:<id> or <key function>:<value>.
-    """
-    _set_override("limit", identity, limit, scope, span, until, by)
-
-
-@ratelimit.command("allow")
-@click.argument("identity")
-@_override_options
-def allow_command(identity: str, scope: str | None, span: str | None, until: str | None, by: str | None) -> None:
-    """Let IDENTITY through unlimited, on one scope or on every scope."""
-    _set_override("allow", identity, None, scope, span, until, by)
-
-
-@ratelimit.command("block")
-@click.argument("identity")
-@_override_options
-def block_command(identity: str, scope: str | None, span: str | None, until: str | None, by: str | None) -> None:
+    """,
+)
+_set_override("allow", False, "Let IDENTITY through unlimited, on one scope or on every scope.")
+_set_override(
+    "block",
+    False,
     """Refuse IDENTITY's requests, on one scope or on every scope, without
-    asking Redis: 429 with Retry-After (or 403, see RATELIMIT_OVERRIDE_BLOCK_STATUS)."""
-    _set_override("block", identity, None, scope, span, until, by)
+    asking Redis: 429 with Retry-After (or 403, see RATELIMIT_OVERRIDE_BLOCK_STATUS).""",
+)
 
 
 @ratelimit.command("lift")
@@ -274,17 +254,10 @@ def overrides_command(changes: int) -> None:
 
 
 def _shared(state: RateLimitState) -> Throttle:
-    """The app's throttle, for a command that changes the overrides.
-
-    :raises click.UsageError: on the embedded store (``memory://``, or
-        ``local://`` with no server binary), whose overrides live in the
-        memory of the process that made the app, when the command runs
-        under the ``flask`` command line (a :class:`~flask.cli.FlaskGroup`
-        at the root): that loads the app for the command, in a process no
-        app server reads. Run inside the app's own process, as
-        :meth:`~flask.Flask.test_cli_runner` runs it, the command changes
-        the store the app serves from, and goes ahead.
-    """
+    """The app's throttle, for a command that changes the overrides; a
+    usage error on the embedded store under the ``flask`` command line (a
+    :class:`~flask.cli.FlaskGroup`), which loads the app in a process no app
+    server reads (see :doc:`/cli`)."""
     throttle = throttle_of(state)
     own_process = isinstance(click.get_current_context().find_root().command, FlaskGroup)
     if isinstance(throttle.storage.client, EmbeddedRedis) and own_process:
@@ -379,17 +352,14 @@ def throttle_of(state: RateLimitState) -> Throttle:
     return state.throttle
 
 
-def _refusal_log(state: RateLimitState) -> RefusalLog:
-    if state.refusals is None:
-        raise click.ClickException("this app keeps no refusal log (RATELIMIT_REFUSAL_LOG_SIZE is 0)")
-    return state.refusals
-
-
-def _near_limit_log(state: RateLimitState) -> RefusalLog:
-    if state.near_limits is None:
-        setting = "RATELIMIT_REFUSAL_LOG_SIZE is 0" if state.refusals is None else "RATELIMIT_NEAR_LIMIT is None"
-        raise click.ClickException(f"this app keeps no near-limit log ({setting})")
-    return state.near_limits
+def _log(name: str) -> tuple[Throttle, RefusalLog]:
+    """The app's throttle and its refusal log (``"refusals"``) or near-limit log (``"near_limits"``)."""
+    state = _state()
+    throttle, log = throttle_of(state), getattr(state, name)
+    if log is None:
+        missing = "RATELIMIT_REFUSAL_LOG_SIZE is 0" if state.refusals is None else "RATELIMIT_NEAR_LIMIT is None"
+        raise click.ClickException(f"this app keeps no {name.replace('_', '-')[:-1]} log ({missing})")
+    return throttle, log
 
 
 def _named(identity: str, endpoint: str | None) -> tuple[RateLimitState, Throttle, Identity]:
