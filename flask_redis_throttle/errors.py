@@ -96,8 +96,22 @@ class _Negotiated(HTTPException):
     retry_after_header: str | None
 
     def problem(self) -> dict[str, Any]:
-        """The RFC 9457 problem details of the JSON body."""
-        raise NotImplementedError
+        """The RFC 9457 problem details of the JSON body: of the type
+        :data:`BLOCKED` for a block, with the seconds until it ends if it does."""
+        kind, title = self._kind()
+        problem: dict[str, Any] = {"type": kind, "title": title, "status": self.code, "detail": self.description}
+        problem.update(self._details())
+        if self.retry_after is not None:
+            problem["retry_after"] = self.retry_after
+        return problem
+
+    def _kind(self) -> tuple[str, str]:
+        """The problem details' type and title."""
+        return BLOCKED, "Blocked"
+
+    def _details(self) -> dict[str, Any]:
+        """The problem details' members of this kind of refusal."""
+        return {}
 
     def _content_type(self, environ: WSGIEnvironment | None) -> str:
         """The body's type for the request's ``Accept``: text, unless it asks
@@ -210,25 +224,15 @@ class RateLimitExceeded(_Negotiated, TooManyRequests):
         #: Whether a concurrency cap refused it.
         self.concurrent = concurrent
 
-    def problem(self) -> dict[str, Any]:
-        """The RFC 9457 problem details of the JSON body.
-
-        Of the type ``quota-exceeded`` of the IETF draft, with the layers in
-        ``violated-policies``; or, without :attr:`violated_policies`, of
-        the type ``about:blank``, as before 0.3.0.
-        """
+    def _kind(self) -> tuple[str, str]:
+        """Of the type ``quota-exceeded`` of the IETF draft, with the layers
+        in ``violated-policies``; or, without :attr:`violated_policies`, of
+        the type ``about:blank``, as before 0.3.0."""
         draft = Draft.of_problem(self.violated_policies is not None)
-        problem: dict[str, Any] = {
-            "type": draft.problem_type,
-            "title": draft.problem_title,
-            "status": self.code,
-            "detail": self.description,
-        }
-        if self.violated_policies is not None:
-            problem["violated-policies"] = list(self.violated_policies)
-        if self.retry_after is not None:
-            problem["retry_after"] = self.retry_after
-        return problem
+        return draft.problem_type, draft.problem_title
+
+    def _details(self) -> dict[str, Any]:
+        return {} if self.violated_policies is None else {"violated-policies": list(self.violated_policies)}
 
 
 class Blocked(_Negotiated, TooManyRequests):
@@ -256,11 +260,6 @@ class Blocked(_Negotiated, TooManyRequests):
         #: The ``Retry-After`` header's value.
         self.retry_after_header = retry_after_header or str(seconds)
 
-    def problem(self) -> dict[str, Any]:
-        """The problem details: of the type :data:`BLOCKED`, with the seconds
-        until the block ends."""
-        return _blocked_problem(self)
-
 
 class BlockedForbidden(_Negotiated, Forbidden):
     """A request was refused because an identity of it is blocked, with
@@ -273,17 +272,6 @@ class BlockedForbidden(_Negotiated, Forbidden):
         super().__init__("Access is blocked.")
         self.retry_after: int | None = None
         self.retry_after_header: str | None = None
-
-    def problem(self) -> dict[str, Any]:
-        """The problem details: of the type :data:`BLOCKED`."""
-        return _blocked_problem(self)
-
-
-def _blocked_problem(error: _Negotiated) -> dict[str, Any]:
-    problem: dict[str, Any] = {"type": BLOCKED, "title": "Blocked", "status": error.code, "detail": error.description}
-    if error.retry_after is not None:
-        problem["retry_after"] = error.retry_after
-    return problem
 
 
 def _description(layer: Layer, seconds: int | None, penalized: bool, cost: int | None, concurrent: bool) -> str:

@@ -1,25 +1,7 @@
 """The Flask glue: :class:`RateLimit`, which installs on each app a
-:class:`~flask_redis_throttle._request.state.RateLimitState` (in ``_request/state.py``) with
-the request hooks, and builds its core through
-:func:`~flask_redis_throttle.core.factory.build_throttle`.
-
-A request's path through the hooks:
-
-1. ``before_request`` finds the :class:`~flask_redis_throttle._request.plan.Plan` of
-   the request's endpoint and method, compiled on first use (see
-   :mod:`flask_redis_throttle._request.plan`), and skips the request if a request
-   filter says so;
-2. the plan's resolvers name the request's identities;
-3. :meth:`Throttle.hit <flask_redis_throttle.core.engine.throttle.Throttle.hit>` decides
-   every layer of every identity in one script call (a plan that uses
-   per-request options may take more, see :doc:`/limits`);
-4. a refusal is logged, told to the refusal hooks, and raises
-   :class:`~flask_redis_throttle.RateLimitExceeded` (429);
-5. ``after_request`` counts the requests whose ``deduct_when`` matches their
-   response, and adds the headers, to the view's response or to the 429;
-6. the concurrency slots the request took (``concurrent=``) are given back
-   once its response is made, before it is sent (when the server closes a
-   streamed one), or at once if the view raises.
+:class:`~flask_redis_throttle._request.state.RateLimitState` with the
+request hooks, and gives operators' calls (reset, overrides) in Python. A
+request's path through the modules is in :doc:`/architecture`.
 """
 
 from __future__ import annotations
