@@ -177,7 +177,7 @@ def _overrides(state: RateLimitState) -> dict[str, Any]:
         ],
         "changes_header": CHANGES_HEADER,
         "changes": [[_shown(cell) for cell in row] for row in change_rows(latest_changes(state, RECENT))],
-        "scopes": sorted(known_scopes(state.app)),
+        "scopes": sorted(known_scopes(state)),
     }
 
 

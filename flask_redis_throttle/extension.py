@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from flask import Flask
 
 from ._ops.metrics import Metrics, metrics_for
-from ._ops.override_changes import make_override, overrides_of, parse_target, parse_when
+from ._ops.override_changes import latest_changes, lift, overrides_of, set_override
 from ._request.config import APPLICATION_SCOPE, DEFAULTS, Settings
 from ._request.identity import parse_identity
 from ._request.plan import PlannedLimit, qualified_name
@@ -162,7 +162,7 @@ class RateLimit:
         :raises StorageUnavailable: if Redis could not answer; the keys
             deleted before that stay deleted.
         """
-        state = _state_of(app)
+        state: RateLimitState = state_of(app)
         if state.throttle is None:
             raise RuntimeError("rate limiting is disabled on this app (RATELIMIT_ENABLED is False)")
         if scope is not None and (not isinstance(scope, str) or not scope):
@@ -236,20 +236,15 @@ class RateLimit:
         :returns: the overrides removed.
         :raises ValueError: if ``identity`` names no identity or network.
         """
-        state = _state_of(app)
-        with state.app.app_context():
-            target = None if identity is None else parse_target(identity, state)[0]
-            every = scope is None
-            return overrides_of(state).remove(target, scope, every, by)
+        return lift(state_of(app), identity, scope, scope is None, by)
 
     def overrides(self, *, app: Flask | None = None) -> list[Override]:
         """The overrides in force, read from storage now."""
-        return list(overrides_of(_state_of(app)).table().overrides)
+        return list(overrides_of(state_of(app)).table().overrides)
 
     def override_changes(self, count: int = 20, *, app: Flask | None = None) -> list[Change]:
         """The latest changes of the overrides, newest first: who, what, until when."""
-        overrides = overrides_of(_state_of(app))
-        return list(overrides.throttle.call(overrides.store.changes, (overrides.store.log_key,), count))
+        return latest_changes(state_of(app), count)
 
     def _set(
         self,
@@ -263,11 +258,7 @@ class RateLimit:
         by: str = "python",
         app: Flask | None = None,
     ) -> Override:
-        state = _state_of(app)
-        overrides = overrides_of(state)
-        with state.app.app_context():
-            ends = parse_when(until, duration, overrides.now())
-            return overrides.put(make_override(state, action, identity, limit, scope, ends, by))
+        return set_override(state_of(app), action, identity, limit, scope, until, duration, by)
 
     def request_filter(self, function: RequestFilter) -> RequestFilter:
         """Register a function of the request that, when it returns True,
@@ -291,18 +282,13 @@ class RateLimit:
         return function
 
 
-def _state_of(app: Flask | None) -> RateLimitState:
-    state: RateLimitState = state_of(app)
-    return state
-
-
 def refusal_log(app: Flask | None = None) -> RefusalLog:
     """The refusal log of ``app``, or of the current app.
 
     :raises RuntimeError: if the extension is not set up on the app, or is
         disabled, or keeps no log (``RATELIMIT_REFUSAL_LOG_SIZE = 0``).
     """
-    state = _state_of(app)
+    state: RateLimitState = state_of(app)
     if state.refusals is None:
         raise RuntimeError("this app keeps no refusal log: set up RateLimit with RATELIMIT_REFUSAL_LOG_SIZE above 0")
     return state.refusals
@@ -318,7 +304,7 @@ def near_limit_log(app: Flask | None = None) -> RefusalLog:
         disabled, or keeps no log (``RATELIMIT_NEAR_LIMIT = None`` or
         ``RATELIMIT_REFUSAL_LOG_SIZE = 0``).
     """
-    state = _state_of(app)
+    state: RateLimitState = state_of(app)
     if state.near_limits is None:
         raise RuntimeError(
             "this app keeps no near-limit log: set up RateLimit with RATELIMIT_NEAR_LIMIT "

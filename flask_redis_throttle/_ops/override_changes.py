@@ -14,7 +14,6 @@ import math
 from datetime import datetime, timedelta, timezone
 
 import redis
-from flask import Flask
 
 from .._request.identity import address_group
 from .._request.overrides import Overrides
@@ -64,15 +63,35 @@ def set_override(
     """Check and store one override, as the CLI, the dashboard and
     :meth:`RateLimit.override <flask_redis_throttle.RateLimit.override>` give it.
 
-    :raises ValueError: naming what is wrong (see :func:`make_override`
-        and :func:`parse_when`), with nothing stored.
+    :raises ValueError: naming what is wrong (see the module's docstring),
+        with nothing stored.
     :raises StorageUnavailable: or :class:`redis.RedisError`, if Redis
         could not answer.
     """
     overrides = overrides_of(state)
-    with state.app.app_context():
+    with state.app.app_context():  # a key function may go by its short name
         ends = parse_when(until, duration, overrides.now())
-        return overrides.put(make_override(state, action, target, limit, scope, ends, by))
+        if action not in ACTIONS:
+            raise ValueError(f"unknown action {action!r}: expected one of {', '.join(ACTIONS)}")
+        name, network = parse_target(target, state)
+    if scope is not None:
+        known = known_scopes(state)
+        if scope not in known:
+            listed = ", ".join(map(repr, sorted(known))) or "none: no view has a limit"
+            raise ValueError(f"unknown scope {scope!r}: this app's scopes are {listed}")
+    layers: tuple[Layer, ...] = ()
+    if action == "limit":
+        if not isinstance(limit, str) or not limit.strip():
+            raise ValueError("an override of the layers needs a limit, such as '100/s;10000/h'")
+        try:
+            layers = parse_limits(limit)
+        except InvalidLimit as error:
+            raise ValueError(str(error)) from None
+    elif limit is not None:
+        raise ValueError(f"a {action} takes no limit, but {limit!r} was given")
+    now = overrides.now()
+    check_end(ends, now)
+    return overrides.put(Override(action, name, scope, ends, layers, network, cut(loggable(by or "unknown")), now))
 
 
 def lift(
@@ -93,49 +112,6 @@ def latest_changes(state: RateLimitState, count: int) -> list[Change]:
     """The latest ``count`` changes of the overrides, newest first."""
     store = overrides_of(state).store
     return list(overrides_of(state).throttle.call(store.changes, (store.log_key,), count)) if count else []
-
-
-def make_override(
-    state: RateLimitState,
-    action: str,
-    target: str | Identity,
-    limit: str | None,
-    scope: str | None,
-    until: float,
-    by: str,
-) -> Override:
-    """An override from what an operator gave, checked; nothing is stored.
-
-    Runs in the app's context: a key function may go by its short name.
-
-    :raises ValueError: naming what is wrong: an unknown action or scope,
-        a malformed identity, network or limit, a network wider than
-        ``RATELIMIT_OVERRIDE_WIDEST_IPV4`` or ``RATELIMIT_OVERRIDE_WIDEST_IPV6``,
-        an end that is not in the future or more than ten years ahead
-        (:data:`~flask_redis_throttle.core.stores.overrides.LONGEST`).
-    """
-    overrides = overrides_of(state)
-    if action not in ACTIONS:
-        raise ValueError(f"unknown action {action!r}: expected one of {', '.join(ACTIONS)}")
-    name, network = parse_target(target, state)
-    if scope is not None:
-        known = known_scopes(state.app)
-        if scope not in known:
-            listed = ", ".join(map(repr, sorted(known))) or "none: no view has a limit"
-            raise ValueError(f"unknown scope {scope!r}: this app's scopes are {listed}")
-    layers: tuple[Layer, ...] = ()
-    if action == "limit":
-        if not isinstance(limit, str) or not limit.strip():
-            raise ValueError("an override of the layers needs a limit, such as '100/s;10000/h'")
-        try:
-            layers = parse_limits(limit)
-        except InvalidLimit as error:
-            raise ValueError(str(error)) from None
-    elif limit is not None:
-        raise ValueError(f"a {action} takes no limit, but {limit!r} was given")
-    now = overrides.now()
-    check_end(until, now)
-    return Override(action, name, scope, until, layers, network, cut(loggable(by or "unknown")), now)
 
 
 def parse_target(target: str | Identity, state: RateLimitState) -> tuple[str, bool]:
@@ -176,12 +152,11 @@ def parse_target(target: str | Identity, state: RateLimitState) -> tuple[str, bo
     return f"ip:{network.with_prefixlen}", True
 
 
-def known_scopes(app: Flask) -> set[str]:
-    """Every scope a limit of ``app`` counts under, for any method."""
-    state: RateLimitState = app.extensions["ratelimit"]
+def known_scopes(state: RateLimitState) -> set[str]:
+    """Every scope a limit of the app counts under, for any method."""
     return {
         limit.scope
-        for rule in app.url_map.iter_rules()
+        for rule in state.app.url_map.iter_rules()
         for method in rule.methods or ()
         if (plan := state.plan(rule.endpoint, method)) is not None
         for limit in plan.limits
@@ -199,7 +174,7 @@ def parse_when(until: object, duration: object, now: float) -> float:
         as ``90s``, ``2h``, ``1h30m`` or ``7d``.
     :raises ValueError: unless exactly one is given, and well formed. One
         too far off for a float comes back as an infinity, for
-        :func:`make_override` to refuse.
+        :func:`set_override` to refuse.
     """
     if (until is None) == (duration is None):
         raise ValueError("give one end: until (a time such as 2027-12-31) or a duration (a span such as 2h)")
