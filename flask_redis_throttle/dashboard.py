@@ -1,24 +1,8 @@
-"""A dashboard page: what the limiter does, in a browser.
-
-:func:`blueprint` makes a Flask blueprint that the app mounts at a URL of its
-choice. It shows what the ``flask ratelimit`` commands print (see
-:doc:`/cli`), computed by the same functions: each endpoint's limits, the
-refusal log's latest entries and most refused identities, refusals per
-minute over the last hour as an SVG chart drawn here, the near-limit
-log's latest entries, one identity's counters, a button that resets them,
-and the overrides (see :doc:`/overrides`): a form that sets one, a button
-that removes each, and the latest changes::
-
-    from flask_login import current_user
-    from flask_redis_throttle import dashboard
-
-    app.register_blueprint(
-        dashboard.blueprint(authorize=lambda: current_user.is_authenticated and current_user.is_admin),
-        url_prefix="/admin/ratelimit",
-    )
-
-It shows IP addresses and user ids, so it is never open by default: without
-an ``authorize`` callable, or when it returns False, every URL of it answers
+"""A dashboard page: what the ``flask ratelimit`` commands print, computed
+by the same functions (``_ops/reports.py``), in a browser, with buttons that
+reset an identity's counters and set and remove overrides. It shows IP
+addresses and user ids, so it is never open by default: without an
+``authorize`` callable, or when it returns False, every URL of it answers
 404. See :doc:`/dashboard`.
 """
 
@@ -94,17 +78,11 @@ def blueprint(
     who = operator or (lambda: "dashboard")
 
     def hide(endpoint: str | None, values: object) -> None:
-        """Make a request that ``authorize`` refuses an unknown URL's: a
-        404 that no limit counts and no hook of the dashboard sees.
-
-        A URL value preprocessor runs before every ``before_request``
-        function, the limiter's among them, so the limiter skips the
-        request as it skips any URL that matches no view; the app's own
-        hooks and 404 handler see what they see for an unknown URL.
-
-        What ``authorize`` did to the session (Flask-Login reads it, and
-        may refresh it) is not saved: the session cookie and ``Vary:
-        Cookie`` would tell this 404 from an unknown URL's."""
+        """Make a request that ``authorize`` refuses an unknown URL's: a URL
+        value preprocessor runs before every ``before_request`` function, so
+        the limiter skips it as any unmatched URL. What ``authorize`` did to
+        the session is not saved: its cookie and ``Vary: Cookie`` would tell
+        this 404 from an unknown URL's."""
         flags = {name: getattr(session, name, None) for name in ("accessed", "modified")}
         if authorize is not None and authorize():
             return
@@ -130,8 +108,7 @@ def blueprint(
 
 
 def _index() -> tuple[str, int]:
-    """The page; with ``?identity=`` (or ``?exact=``, see :func:`_naming`) it
-    also shows that identity's counters."""
+    """The page; with ``?identity=`` (or ``?exact=``) that identity's counters too."""
     state: RateLimitState = state_of()
     page: dict[str, Any] = {
         "limits_header": LIMITS_HEADER,
@@ -165,7 +142,7 @@ def _index() -> tuple[str, int]:
 
 
 def _overrides(state: RateLimitState) -> dict[str, Any]:
-    """The overrides' part of the page: those in force, and the latest changes."""
+    """The overrides in force, and the latest changes."""
     if state.overrides is None:
         return {}
     table = state.overrides.table()
@@ -229,7 +206,7 @@ def _answered(change: bool = False) -> Iterator[None]:
 
 
 def _refusals(state: RateLimitState) -> dict[str, Any]:
-    """The refusal log's part of the page: latest, top and per minute."""
+    """The refusal log's latest entries, most refused identities and refusals per minute."""
     if state.refusals is None:
         return {}
     now = time.time()
@@ -256,9 +233,7 @@ def _near_limits(state: RateLimitState) -> dict[str, Any]:
 
 
 def _entries(entries: list[Refusal], state: RateLimitState) -> list[dict[str, Any]]:
-    """Entries of the refusal log or the near-limit log as the page shows
-    them: identities escaped, the one whose counter refused or came near
-    linked to its exact lookup."""
+    """Log entries as the page shows them, the identity linked to its lookup."""
     return [
         {
             "time": utc(r.time),
@@ -277,10 +252,7 @@ def _entries(entries: list[Refusal], state: RateLimitState) -> list[dict[str, An
 
 
 def _lookup(state: RateLimitState, who: Identity, endpoint: str | None) -> dict[str, Any]:
-    """One identity's counters, as ``flask ratelimit status`` shows them.
-
-    :raises ValueError: if the endpoint is not one.
-    """
+    """One identity's counters, as ``flask ratelimit status`` shows them."""
     if state.throttle is None:
         raise ValueError("rate limiting is disabled on this app (RATELIMIT_ENABLED is False)")
     if endpoint is not None:
@@ -293,11 +265,7 @@ def _lookup(state: RateLimitState, who: Identity, endpoint: str | None) -> dict[
 
 
 def _reset() -> Response:
-    """Delete an identity's counters, then show its lookup again.
-
-    The form must send back this session's token: another site can make a
-    browser post here, with its cookies, but cannot read the token.
-    """
+    """Delete an identity's counters, then show its lookup again."""
     _check_token("reset")
     state = _enabled()
     assert state.throttle is not None
@@ -325,15 +293,12 @@ def _check_token(form: str) -> None:
 
 
 def _naming(text: str, state: RateLimitState) -> dict[str, Any]:
-    """The arguments of a link or form that name the identity written as
-    ``text`` (as ``str(identity)`` and the refusal log write it) exactly:
-    ``identity=<text>`` when a URL and a form keep it as it is and it reads
-    back as itself, else ``exact=<text>`` in URL-safe base64 of its UTF-8,
-    lone surrogates included. A form turns a newline into two characters,
-    a URL cannot carry a lone surrogate, ``identity=`` drops spaces around
-    it, and an ``ip:`` value that is no address (what a proxy sent) would
-    not read as one.
-    """
+    """The arguments of a link or form that name the identity ``text``
+    exactly: ``identity=<text>`` when it reads back as itself, else
+    ``exact=`` its UTF-8 in URL-safe base64, since a form turns a newline
+    into two characters, a URL cannot carry a lone surrogate, ``identity=``
+    drops spaces around it, and an ``ip:`` value that is no address would
+    not read as one."""
     if text.isprintable() and text == text.strip():
         try:
             if not text.startswith("ip:") or str(parse_identity(text, state.settings.ipv6_prefix)) == text:
@@ -345,12 +310,8 @@ def _naming(text: str, state: RateLimitState) -> dict[str, Any]:
 
 def _requested(values: Mapping[str, str], state: RateLimitState) -> Identity | None:
     """The identity a query or form names: by ``exact=`` (see
-    :func:`_naming`) as it is, or as an operator typed it in ``identity=``,
-    spaces around it dropped and an ``ip:`` value read as an address, as
-    the CLI reads it; None if it names none.
-
-    :raises ValueError: if it names no identity, saying why.
-    """
+    :func:`_naming`) as it is, or in ``identity=`` as the CLI reads it;
+    None if it names none. A :class:`ValueError` says why it names none."""
     exact = values.get("exact")
     if exact is None:
         text = values.get("identity", "").strip()
@@ -364,9 +325,8 @@ def _requested(values: Mapping[str, str], state: RateLimitState) -> Identity | N
 
 
 def _shown(text: str) -> str:
-    """``text`` as the page shows it: what is not printable (newlines,
-    bidirectional overrides, lone surrogates) as Python escapes it, as in
-    :func:`~flask_redis_throttle.core.engine.keys.loggable`, but not cut."""
+    """``text`` with what is not printable escaped, as
+    :func:`~flask_redis_throttle.core.engine.keys.loggable` does, but not cut."""
     if text.isprintable():
         return text
     return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
@@ -396,8 +356,7 @@ def _ours(name: str, error: BaseException | None) -> bool:
 
 
 def _csrf_token() -> str | None:
-    """This session's reset token, made on first use; None when the app has
-    no ``SECRET_KEY``, so no session to keep it in."""
+    """This session's form token, made on first use; None without a ``SECRET_KEY``."""
     if not current_app.secret_key:
         return None
     token = session.get(SESSION_KEY)

@@ -1,5 +1,5 @@
-"""Overrides as an operator gives them: checked, stored and removed, for
-``flask ratelimit override``/``allow``/``block``/``clear``, the dashboard
+"""Overrides as an operator gives them: checked, stored, removed and listed,
+for ``flask ratelimit override``/``allow``/``block``/``lift``, the dashboard
 and :class:`~flask_redis_throttle.RateLimit`'s methods alike.
 
 Bad input raises :class:`ValueError` naming it, before anything is
@@ -28,9 +28,8 @@ from .reports import find_identity
 
 
 def unsure(error: BaseException) -> str:
-    """What to add to the report of a change that failed: nothing, unless
-    Redis did not answer in time, in which case it may have got the change
-    all the same, and make it when it answers."""
+    """What to add to the report of a change that failed: that Redis may
+    make it all the same, if it did not answer in time."""
     cause = error.__cause__ if isinstance(error, StorageUnavailable) else error
     if not isinstance(cause, redis.TimeoutError):
         return ""
@@ -41,10 +40,7 @@ def unsure(error: BaseException) -> str:
 
 
 def overrides_of(state: RateLimitState) -> Overrides:
-    """The app's overrides.
-
-    :raises RuntimeError: if rate limiting is disabled on the app.
-    """
+    """The app's overrides; a :class:`RuntimeError` if rate limiting is disabled."""
     if state.overrides is None:
         raise RuntimeError("rate limiting is disabled on this app (RATELIMIT_ENABLED is False)")
     return state.overrides
@@ -98,10 +94,7 @@ def lift(
     state: RateLimitState, target: str | Identity | None, scope: str | None, every: bool, by: str
 ) -> list[Override]:
     """Remove ``target``'s overrides (everyone's if None) on ``scope``, or
-    on every scope if ``every``; the overrides removed.
-
-    :raises ValueError: if ``target`` names no identity or network.
-    """
+    on every scope if ``every``; the overrides removed."""
     overrides = overrides_of(state)
     with state.app.app_context():
         name = None if target is None else parse_target(target, state)[0]
@@ -116,17 +109,9 @@ def latest_changes(state: RateLimitState, count: int) -> list[Change]:
 
 def parse_target(target: str | Identity, state: RateLimitState) -> tuple[str, bool]:
     """The identity or network an operator wrote, as an override keeps it,
-    and whether it is a network.
-
-    An ``ip:`` target with a ``/`` is a network: an IPv4-mapped IPv6 one is
-    the IPv4 network it maps (see :func:`~.core.overrides.network_of`); an
-    IPv4 one of one address is that address, and an IPv6 one as narrow as
-    the groups clients are counted in (``RATELIMIT_IPV6_PREFIX``) or
-    narrower is that group.
-
-    :raises ValueError: if it names no identity or network, a network wider
-        than the configured bound, or an address with a zone id.
-    """
+    and whether it is a network: an ``ip:`` target with a ``/``, unless it
+    is one IPv4 address, or an IPv6 network no wider than the groups clients
+    are counted in (``RATELIMIT_IPV6_PREFIX``), which is that group."""
     if isinstance(target, Identity):
         return str(target), False
     if not isinstance(target, str):
@@ -203,10 +188,9 @@ def parse_when(until: object, duration: object, now: float) -> float:
 
 
 def _seconds(value: object) -> float:
-    """A number of seconds as a float; one too large for a float (``10**400``,
-    a span of that many days) as an infinity, which the bound on the end
-    then refuses by name, rather than an :class:`OverflowError`; NaN for
-    anything that is no number, NaN and booleans included."""
+    """A number of seconds as a float: one too large for a float as an
+    infinity, which the bound on the end refuses by name; NaN for what is
+    no number, booleans included."""
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return math.nan
     try:
