@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import getpass
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import click
@@ -42,12 +42,17 @@ from .reports import (
 )
 
 
-def _since(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
-    """``--since``: an ISO time, or a span before now."""
-    try:
-        return None if value is None else parse_moment(value, time.time())
-    except ValueError as error:
-        raise click.BadParameter(str(error)) from None
+def _since(entries: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """The ``--since`` option of a log's command: an ISO time, or a span before now."""
+
+    def moment(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+        try:
+            return None if value is None else parse_moment(value, time.time())
+        except ValueError as error:
+            raise click.BadParameter(str(error)) from None
+
+    help = f"Only {entries} since then: an ISO time, or a span such as 10m, 1h, 2d."
+    return click.option("--since", callback=moment, metavar="TIME", help=help)
 
 
 ratelimit = AppGroup("ratelimit", help="Inspect and reset rate limits, and set overrides.")
@@ -113,12 +118,7 @@ def reset_command(identity: str, endpoint: str | None) -> None:
 @ratelimit.command("refusals")
 @click.option("--top", default=10, show_default=True, type=click.IntRange(min=0), help="How many identities.")
 @click.option("--recent", default=20, show_default=True, type=click.IntRange(min=0), help="How many refusals.")
-@click.option(
-    "--since",
-    callback=_since,
-    metavar="TIME",
-    help="Only refusals since then: an ISO time, or a span such as 10m, 1h, 2d.",
-)
+@_since("refusals")
 def refusals_command(top: int, recent: int, since: float | None) -> None:
     """Show the most refused identities and the latest refusals, from the refusal log."""
     throttle, log = _log("refusals")
@@ -142,12 +142,7 @@ def refusals_command(top: int, recent: int, since: float | None) -> None:
 
 @ratelimit.command("near-limit")
 @click.option("--recent", default=20, show_default=True, type=click.IntRange(min=1), help="How many entries.")
-@click.option(
-    "--since",
-    callback=_since,
-    metavar="TIME",
-    help="Only entries since then: an ISO time, or a span such as 10m, 1h, 2d.",
-)
+@_since("entries")
 def near_limit_command(recent: int, since: float | None) -> None:
     """Show the latest identities that passed RATELIMIT_NEAR_LIMIT of a
     layer, from the near-limit log: once per identity, layer and window,
