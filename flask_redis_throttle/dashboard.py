@@ -43,7 +43,6 @@ from ._request.identity import parse_identity
 from ._request.state import RateLimitState
 from .core.engine.keys import MAX_VALUE_LENGTH, Identity
 from .core.engine.throttle import StorageUnavailable
-from .core.stores.refusals import Refusal
 from .decorators import state_of
 
 __all__ = ["SESSION_KEY", "blueprint", "chart"]
@@ -123,6 +122,11 @@ def _index() -> tuple[str, int]:
         # "view", not "endpoint": url_for() takes that name itself.
         "endpoint": request.args.get("view", "").strip(),
         "max_length": MAX_VALUE_LENGTH,
+        # How the page writes what it shows: times, spans, identities, and their lookups.
+        "utc": utc,
+        "duration": duration,
+        "shown": _shown,
+        "lookup": lambda identity: url_for(".index", **_naming(identity, state), _anchor="lookup"),
     }
     status = 200
     try:
@@ -161,8 +165,7 @@ def _overrides(state: RateLimitState) -> dict[str, Any]:
 def _override(by: str) -> Response:
     """Set an override from the form, then show the overrides again. Bad
     input answers 400, naming it, and stores nothing."""
-    _check_token("override")
-    state = _enabled()
+    state = _posted("override")
     form = {name: value.strip() for name, value in request.form.items()}
     action = request.form.get("action", "")
     limit = form.get("limit", "") if action == "limit" else None
@@ -175,21 +178,12 @@ def _override(by: str) -> Response:
 
 def _remove_override(by: str) -> Response:
     """Remove one override (its target and scope, from its row's button)."""
-    _check_token("remove")
-    state = _enabled()
+    state = _posted("remove")
     with _answered(change=True):
         gone = lift(state, request.form.get("target", ""), request.form.get("scope", "") or None, False, by)
     message = f"Removed: {_shown(gone[0].describe())}." if gone else "No such override: nothing removed."
     flash(message, "ratelimit")
     return redirect(url_for(".index", _anchor="overrides"))
-
-
-def _enabled() -> RateLimitState:
-    """The app's state; a 400 if rate limiting is disabled on it."""
-    state: RateLimitState = state_of()
-    if state.throttle is None:
-        abort(400, "rate limiting is disabled on this app (RATELIMIT_ENABLED is False)")
-    return state
 
 
 @contextmanager
@@ -211,44 +205,15 @@ def _refusals(state: RateLimitState) -> dict[str, Any]:
         return {}
     now = time.time()
     return {
-        "recent": _entries(state.refusals.recent(RECENT), state),
-        "top": [
-            (
-                _shown(found.identity),
-                _link(found.identity, found.cut, state),
-                found.refusals,
-                [(_shown(o), n) for o, n in found.others],
-            )
-            for found in state.refusals.attributed(TOP, since=now - 3600)
-        ],
+        "recent": state.refusals.recent(RECENT),
+        "top": state.refusals.attributed(TOP, since=now - 3600),
         "chart": chart(state.refusals.per_minute(now)),
     }
 
 
 def _near_limits(state: RateLimitState) -> dict[str, Any]:
-    """The near-limit log's part of the page: its latest entries."""
-    if state.near_limits is None:
-        return {}
-    return {"near": _entries(state.near_limits.recent(RECENT), state)}
-
-
-def _entries(entries: list[Refusal], state: RateLimitState) -> list[dict[str, Any]]:
-    """Log entries as the page shows them, the identity linked to its lookup."""
-    return [
-        {
-            "time": utc(r.time),
-            "endpoint": r.endpoint,
-            "scope": r.scope,
-            "layer": r.layer,
-            "identity": _shown(r.identity),
-            "link": _link(r.identity, r.cut, state),
-            "others": [_shown(other) for other in r.others],
-            "retry_after": duration(r.retry_after),
-            "shadow": r.shadow,
-            "penalized": r.penalized,
-        }
-        for r in entries
-    ]
+    """The near-limit log's latest entries."""
+    return {} if state.near_limits is None else {"near": state.near_limits.recent(RECENT)}
 
 
 def _lookup(state: RateLimitState, who: Identity, endpoint: str | None) -> dict[str, Any]:
@@ -266,8 +231,7 @@ def _lookup(state: RateLimitState, who: Identity, endpoint: str | None) -> dict[
 
 def _reset() -> Response:
     """Delete an identity's counters, then show its lookup again."""
-    _check_token("reset")
-    state = _enabled()
+    state = _posted("reset")
     assert state.throttle is not None
     endpoint = request.form.get("view", "").strip() or None
     with _answered():
@@ -282,14 +246,18 @@ def _reset() -> Response:
     return redirect(url_for(".index", **_naming(str(who), state), view=endpoint, _anchor="lookup"))
 
 
-def _check_token(form: str) -> None:
-    """Answer 400 unless the form sent back this session's token: another
-    site can make a browser post here, with its cookies, but cannot read
-    the token."""
+def _posted(form: str) -> RateLimitState:
+    """The app's state, for a form's post; a 400 unless the form sent back
+    this session's token (another site can make a browser post here, with
+    its cookies, but cannot read the token), or if rate limiting is disabled."""
     sent = request.form.get("csrf_token", "")
     token = session.get(SESSION_KEY) if current_app.secret_key else None
     if not isinstance(token, str) or not hmac.compare_digest(sent.encode(), token.encode()):
         abort(400, f"the {form} form's token is missing or stale: reload the dashboard and try again")
+    state: RateLimitState = state_of()
+    if state.throttle is None:
+        abort(400, "rate limiting is disabled on this app (RATELIMIT_ENABLED is False)")
+    return state
 
 
 def _naming(text: str, state: RateLimitState) -> dict[str, Any]:
@@ -330,11 +298,6 @@ def _shown(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
-
-
-def _link(identity: str, cut: bool, state: RateLimitState) -> str | None:
-    """The lookup of ``identity`` from the refusal or near-limit log; None if the log cut it."""
-    return None if cut else url_for(".index", **_naming(identity, state), _anchor="lookup")
 
 
 def _ours(name: str, error: BaseException | None) -> bool:
