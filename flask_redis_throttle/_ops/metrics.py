@@ -45,18 +45,11 @@ _INSTALL_HINT = 'RateLimit(metrics=...) needs prometheus_client: pip install "fl
 
 
 class Metrics:
-    """The metrics, registered once in ``registry``.
-
-    Use :func:`metrics_for`, which returns the same object for the same
-    registry: registering a metric name twice in one registry raises, and
-    several apps (or several tests) may share the default one.
-    """
+    """The metrics, registered once in ``registry``: made by :func:`metrics_for`,
+    since a registry refuses a name twice and several apps may share one."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        try:
-            from prometheus_client import Counter, Gauge, Histogram
-        except ImportError as error:  # pragma: no cover - the extra is installed for the tests
-            raise ImportError(_INSTALL_HINT) from error
+        from prometheus_client import Counter, Gauge, Histogram  # metrics_for() checked it is installed
         self.decisions = Counter(
             "ratelimit_decisions",
             "Rate limit decisions, by endpoint, scope of the deciding limit, and outcome.",
