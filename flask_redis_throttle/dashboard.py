@@ -152,12 +152,9 @@ def _overrides(state: RateLimitState) -> dict[str, Any]:
     table = state.overrides.table()
     return {
         "overrides_header": OVERRIDES_HEADER,
-        "overrides": [
-            ([_shown(cell) for cell in row], {"target": o.target, "scope": o.scope or ""})
-            for row, o in zip(override_rows(table.overrides), table.overrides, strict=True)
-        ],
+        "overrides": list(zip(override_rows(table.overrides), table.overrides, strict=True)),
         "changes_header": CHANGES_HEADER,
-        "changes": [[_shown(cell) for cell in row] for row in change_rows(latest_changes(state, RECENT))],
+        "changes": change_rows(latest_changes(state, RECENT)),
         "scopes": sorted(known_scopes(state)),
     }
 

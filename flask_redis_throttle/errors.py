@@ -1,16 +1,11 @@
-"""The exceptions of flask-redis-throttle, in one small hierarchy.
-
-* :class:`InputError` is the base of everything raised for bad input.
-* :class:`InvalidLimit` and :class:`ConfigurationError` are also
-  :class:`ValueError`, raised at decoration time and at ``init_app``. These
-  three are plain Python and live in the core
-  (:mod:`flask_redis_throttle.core.errors`); they are re-exported here.
-* :class:`RateLimitExceeded` is the HTTP 429 a refused request raises. It is
-  a :class:`werkzeug.exceptions.TooManyRequests`, so ``@app.errorhandler(429)``
-  catches it.
-* :class:`Blocked` (429) and :class:`BlockedForbidden` (403) refuse a
-  request an override blocks; their bodies follow ``Accept`` as
-  :class:`RateLimitExceeded`'s does.
+"""The exceptions of flask-redis-throttle: :class:`InputError`, with its
+:class:`ValueError` subclasses :class:`InvalidLimit` and
+:class:`ConfigurationError` (plain Python, from
+:mod:`flask_redis_throttle.core.errors`), and the refusals, whose bodies
+follow the client's ``Accept``: :class:`RateLimitExceeded` (429, a
+:class:`werkzeug.exceptions.TooManyRequests`, so ``@app.errorhandler(429)``
+catches it), and :class:`Blocked` (429) and :class:`BlockedForbidden` (403)
+for a request an override blocks.
 """
 
 from __future__ import annotations
