@@ -50,6 +50,7 @@ class Metrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         from prometheus_client import Counter, Gauge, Histogram  # metrics_for() checked it is installed
+
         self.decisions = Counter(
             "ratelimit_decisions",
             "Rate limit decisions, by endpoint, scope of the deciding limit, and outcome.",
