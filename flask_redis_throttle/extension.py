@@ -6,6 +6,7 @@ request's path through the modules is in :doc:`/architecture`.
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from flask import Flask
@@ -24,9 +25,12 @@ from .core.stores.refusals import RefusalLog
 from .current import current_limit
 from .decorators import EXTENSION_KEY, state_of
 
+if sys.version_info >= (3, 11):
+    from typing import Unpack
+elif TYPE_CHECKING:
+    from typing_extensions import Unpack
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
-    from typing_extensions import Unpack
 
 
 class OverrideOptions(TypedDict, total=False):
