@@ -1,14 +1,9 @@
 """The request-time API: what the limits say about the current request.
 
-:func:`current_limit` reads the decision the extension already made for the
-request, so it costs nothing: a view can show "3 searches left this minute",
-and a template too, where it is a global. :func:`check` asks Redis, without
-counting anything, whether the request would pass now: it is decided by the
-same throttle at cost 0, which the script answers without writing (see
-``lua/main.lua``), so the counters are exactly as a request would find them.
-
-Both work inside a request, on the app's own state; Flask-Limiter's
-``limiter.current_limit`` and ``limiter.check()`` are their counterparts.
+:func:`current_limit` reads the decision the extension already made, so it
+costs nothing; :func:`check` and :func:`current_limits` ask Redis at cost 0,
+which the script answers without writing (see ``lua/main.lua``), so the
+counters are exactly as a request would find them.
 """
 
 from __future__ import annotations
@@ -24,7 +19,7 @@ from ._request.plan import Plan, PlannedLimit
 from ._request.state import OUTCOME_ATTRIBUTE, Outcome, RateLimitState
 from .core.engine.keys import Identity
 from .core.engine.rates import Layer
-from .core.engine.throttle import Check, Decision, Policy, StorageUnavailable, UnexpectedError
+from .core.engine.throttle import Check, Decision, StorageUnavailable, UnexpectedError
 from .decorators import state_of
 
 __all__ = ["CurrentLimit", "check", "current_limit", "current_limits"]
@@ -64,7 +59,8 @@ class CurrentLimit:
     @classmethod
     def of(cls, decision: Decision, plan: Plan | None) -> CurrentLimit:
         """The deciding limit of ``decision``, one of ``plan``'s."""
-        limit = _limit_of(decision.policy, plan) if plan is not None else None
+        limits = plan.limits if plan is not None else ()
+        limit = next((limit for limit in limits if limit.owns(decision.policy)), None)
         return cls(
             limit,
             decision.policy.scope,
@@ -192,10 +188,3 @@ def check(endpoint: str | None = None, method: str | None = None) -> CurrentLimi
             return None
         shown = tighter(shown, at_cost(inspected, batch.cost))
     return None if shown is None else CurrentLimit.of(shown, plan)
-
-
-def _limit_of(policy: Policy, plan: Plan) -> PlannedLimit | None:
-    for limit in plan.limits:
-        if limit.owns(policy):
-            return limit
-    return None

@@ -1,24 +1,8 @@
-"""A dashboard page: what the limiter does, in a browser.
-
-:func:`blueprint` makes a Flask blueprint that the app mounts at a URL of its
-choice. It shows what the ``flask ratelimit`` commands print (see
-:doc:`/cli`), computed by the same functions: each endpoint's limits, the
-refusal log's latest entries and most refused identities, refusals per
-minute over the last hour as an SVG chart drawn here, the near-limit
-log's latest entries, one identity's counters, a button that resets them,
-and the overrides (see :doc:`/overrides`): a form that sets one, a button
-that removes each, and the latest changes::
-
-    from flask_login import current_user
-    from flask_redis_throttle import dashboard
-
-    app.register_blueprint(
-        dashboard.blueprint(authorize=lambda: current_user.is_authenticated and current_user.is_admin),
-        url_prefix="/admin/ratelimit",
-    )
-
-It shows IP addresses and user ids, so it is never open by default: without
-an ``authorize`` callable, or when it returns False, every URL of it answers
+"""A dashboard page: what the ``flask ratelimit`` commands print, computed
+by the same functions (``_ops/reports.py``), in a browser, with buttons that
+reset an identity's counters and set and remove overrides. It shows IP
+addresses and user ids, so it is never open by default: without an
+``authorize`` callable, or when it returns False, every URL of it answers
 404. See :doc:`/dashboard`.
 """
 
@@ -28,7 +12,8 @@ import base64
 import hmac
 import secrets
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -40,33 +25,24 @@ from werkzeug.routing import RequestRedirect
 from werkzeug.wrappers import Response
 
 from ._ops.console import duration, utc
-from ._ops.override_changes import (
-    CHANGES_HEADER,
-    OVERRIDES_HEADER,
-    change_rows,
-    known_scopes,
-    make_override,
-    override_rows,
-    overrides_of,
-    parse_target,
-    parse_when,
-    unsure,
-)
+from ._ops.override_changes import known_scopes, latest_changes, lift, set_override, unsure
 from ._ops.reports import (
+    CHANGES_HEADER,
     LIMITS_HEADER,
+    OVERRIDES_HEADER,
     STATUS_HEADER,
+    change_rows,
     find_endpoint,
     find_identity,
     limit_rows,
+    override_rows,
     reset_counters,
     status_rows,
 )
 from ._request.identity import parse_identity
-from ._request.overrides import Overrides
 from ._request.state import RateLimitState
 from .core.engine.keys import MAX_VALUE_LENGTH, Identity
 from .core.engine.throttle import StorageUnavailable
-from .core.stores.refusals import Refusal
 from .decorators import state_of
 
 __all__ = ["SESSION_KEY", "blueprint", "chart"]
@@ -101,17 +77,11 @@ def blueprint(
     who = operator or (lambda: "dashboard")
 
     def hide(endpoint: str | None, values: object) -> None:
-        """Make a request that ``authorize`` refuses an unknown URL's: a
-        404 that no limit counts and no hook of the dashboard sees.
-
-        A URL value preprocessor runs before every ``before_request``
-        function, the limiter's among them, so the limiter skips the
-        request as it skips any URL that matches no view; the app's own
-        hooks and 404 handler see what they see for an unknown URL.
-
-        What ``authorize`` did to the session (Flask-Login reads it, and
-        may refresh it) is not saved: the session cookie and ``Vary:
-        Cookie`` would tell this 404 from an unknown URL's."""
+        """Make a request that ``authorize`` refuses an unknown URL's: a URL
+        value preprocessor runs before every ``before_request`` function, so
+        the limiter skips it as any unmatched URL. What ``authorize`` did to
+        the session is not saved: its cookie and ``Vary: Cookie`` would tell
+        this 404 from an unknown URL's."""
         flags = {name: getattr(session, name, None) for name in ("accessed", "modified")}
         if authorize is not None and authorize():
             return
@@ -137,8 +107,7 @@ def blueprint(
 
 
 def _index() -> tuple[str, int]:
-    """The page; with ``?identity=`` (or ``?exact=``, see :func:`_naming`) it
-    also shows that identity's counters."""
+    """The page; with ``?identity=`` (or ``?exact=``) that identity's counters too."""
     state: RateLimitState = state_of()
     page: dict[str, Any] = {
         "limits_header": LIMITS_HEADER,
@@ -153,6 +122,11 @@ def _index() -> tuple[str, int]:
         # "view", not "endpoint": url_for() takes that name itself.
         "endpoint": request.args.get("view", "").strip(),
         "max_length": MAX_VALUE_LENGTH,
+        # How the page writes what it shows: times, spans, identities, and their lookups.
+        "utc": utc,
+        "duration": duration,
+        "shown": _shown,
+        "lookup": lambda identity: url_for(".index", **_naming(identity, state), _anchor="lookup"),
     }
     status = 200
     try:
@@ -172,127 +146,75 @@ def _index() -> tuple[str, int]:
 
 
 def _overrides(state: RateLimitState) -> dict[str, Any]:
-    """The overrides' part of the page: those in force, and the latest changes."""
+    """The overrides in force, and the latest changes."""
     if state.overrides is None:
         return {}
-    overrides = state.overrides
-    table = overrides.table()
-    changes = overrides.throttle.call(overrides.store.changes, (overrides.store.log_key,), RECENT)
+    table = state.overrides.table()
     return {
         "overrides_header": OVERRIDES_HEADER,
-        "overrides": [
-            ([_shown(cell) for cell in row], {"target": o.target, "scope": o.scope or ""})
-            for row, o in zip(override_rows(table.overrides), table.overrides, strict=True)
-        ],
+        "overrides": list(zip(override_rows(table.overrides), table.overrides, strict=True)),
         "changes_header": CHANGES_HEADER,
-        "changes": [[_shown(cell) for cell in row] for row in change_rows(changes)],
-        "scopes": sorted(known_scopes(state.app)),
+        "changes": change_rows(latest_changes(state, RECENT)),
+        "scopes": sorted(known_scopes(state)),
     }
 
 
 def _override(by: str) -> Response:
     """Set an override from the form, then show the overrides again. Bad
     input answers 400, naming it, and stores nothing."""
-    _check_token("override")
-    state: RateLimitState = state_of()
-    form = request.form
-    overrides = _overrides_or_400(state)
-    action = form.get("action", "")
-    limit = form.get("limit", "").strip() if action == "limit" else None
-    scope = form.get("scope", "").strip() or None
-    span, until = form.get("for", "").strip() or None, form.get("until", "").strip() or None
-    try:
-        ends = parse_when(until, span, overrides.now())
-        made = make_override(state, action, form.get("identity", ""), limit, scope, ends, by)
-    except ValueError as error:
-        abort(400, str(error))
-    try:
-        overrides.put(made)
-    except (StorageUnavailable, redis.RedisError) as error:
-        abort(503, f"rate limit storage unavailable: {error}.{unsure(error)}")
+    state = _posted("override")
+    form = {name: value.strip() for name, value in request.form.items()}
+    action = request.form.get("action", "")
+    limit = form.get("limit", "") if action == "limit" else None
+    with _answered(change=True):
+        scope, until, span = (form.get(name) or None for name in ("scope", "until", "for"))
+        made = set_override(state, action, form.get("identity", ""), limit, scope, until, span, by)
     flash(f"{_shown(made.describe())} until {utc(made.until)} UTC.", "ratelimit")
     return redirect(url_for(".index", _anchor="overrides"))
 
 
 def _remove_override(by: str) -> Response:
     """Remove one override (its target and scope, from its row's button)."""
-    _check_token("remove")
-    state: RateLimitState = state_of()
-    overrides = _overrides_or_400(state)
-    scope = request.form.get("scope", "") or None
-    try:
-        target = parse_target(request.form.get("target", ""), state)[0]
-    except ValueError as error:
-        abort(400, str(error))
-    try:
-        gone = overrides.remove(target, scope, False, by)
-    except (StorageUnavailable, redis.RedisError) as error:
-        abort(503, f"rate limit storage unavailable: {error}.{unsure(error)}")
+    state = _posted("remove")
+    with _answered(change=True):
+        gone = lift(state, request.form.get("target", ""), request.form.get("scope", "") or None, False, by)
     message = f"Removed: {_shown(gone[0].describe())}." if gone else "No such override: nothing removed."
     flash(message, "ratelimit")
     return redirect(url_for(".index", _anchor="overrides"))
 
 
-def _overrides_or_400(state: RateLimitState) -> Overrides:
+@contextmanager
+def _answered(change: bool = False) -> Iterator[None]:
+    """Answer bad input with a 400 naming it, and a storage that cannot
+    answer with a 503; for a ``change``, one that says when it may have
+    been made all the same."""
     try:
-        return overrides_of(state)
-    except RuntimeError as error:
+        yield
+    except ValueError as error:
         abort(400, str(error))
+    except (StorageUnavailable, redis.RedisError) as error:
+        abort(503, f"rate limit storage unavailable: {error}{'.' + unsure(error) if change else ''}")
 
 
 def _refusals(state: RateLimitState) -> dict[str, Any]:
-    """The refusal log's part of the page: latest, top and per minute."""
+    """The refusal log's latest entries, most refused identities and refusals per minute."""
     if state.refusals is None:
         return {}
     now = time.time()
     return {
-        "recent": _entries(state.refusals.recent(RECENT), state),
-        "top": [
-            (
-                _shown(found.identity),
-                _link(found.identity, found.cut, state),
-                found.refusals,
-                [(_shown(o), n) for o, n in found.others],
-            )
-            for found in state.refusals.attributed(TOP, since=now - 3600)
-        ],
+        "recent": state.refusals.recent(RECENT),
+        "top": state.refusals.attributed(TOP, since=now - 3600),
         "chart": chart(state.refusals.per_minute(now)),
     }
 
 
 def _near_limits(state: RateLimitState) -> dict[str, Any]:
-    """The near-limit log's part of the page: its latest entries."""
-    if state.near_limits is None:
-        return {}
-    return {"near": _entries(state.near_limits.recent(RECENT), state)}
-
-
-def _entries(entries: list[Refusal], state: RateLimitState) -> list[dict[str, Any]]:
-    """Entries of the refusal log or the near-limit log as the page shows
-    them: identities escaped, the one whose counter refused or came near
-    linked to its exact lookup."""
-    return [
-        {
-            "time": utc(r.time),
-            "endpoint": r.endpoint,
-            "scope": r.scope,
-            "layer": r.layer,
-            "identity": _shown(r.identity),
-            "link": _link(r.identity, r.cut, state),
-            "others": [_shown(other) for other in r.others],
-            "retry_after": duration(r.retry_after),
-            "shadow": r.shadow,
-            "penalized": r.penalized,
-        }
-        for r in entries
-    ]
+    """The near-limit log's latest entries."""
+    return {} if state.near_limits is None else {"near": state.near_limits.recent(RECENT)}
 
 
 def _lookup(state: RateLimitState, who: Identity, endpoint: str | None) -> dict[str, Any]:
-    """One identity's counters, as ``flask ratelimit status`` shows them.
-
-    :raises ValueError: if the endpoint is not one.
-    """
+    """One identity's counters, as ``flask ratelimit status`` shows them."""
     if state.throttle is None:
         raise ValueError("rate limiting is disabled on this app (RATELIMIT_ENABLED is False)")
     if endpoint is not None:
@@ -305,53 +227,43 @@ def _lookup(state: RateLimitState, who: Identity, endpoint: str | None) -> dict[
 
 
 def _reset() -> Response:
-    """Delete an identity's counters, then show its lookup again.
-
-    The form must send back this session's token: another site can make a
-    browser post here, with its cookies, but cannot read the token.
-    """
-    _check_token("reset")
-    state: RateLimitState = state_of()
+    """Delete an identity's counters, then show its lookup again."""
+    state = _posted("reset")
+    assert state.throttle is not None
     endpoint = request.form.get("view", "").strip() or None
-    if state.throttle is None:
-        abort(400, "rate limiting is disabled on this app (RATELIMIT_ENABLED is False)")
-    try:
+    with _answered():
         who = _requested(request.form, state)
         if who is None:
             raise ValueError("no identity to reset: write ip:<address>, user:<id> or <key function>:<value>")
         if endpoint is not None:
             find_endpoint(endpoint)
-    except ValueError as error:
-        abort(400, str(error))
-    try:
         done = reset_counters(state, state.throttle, who, endpoint)
-    except redis.RedisError as error:
-        abort(503, f"rate limit storage unavailable: {error}")
     message = "Nothing to reset: no limit of this endpoint counts it." if done is None else _shown(done.message)
     flash(message, "ratelimit")
     return redirect(url_for(".index", **_naming(str(who), state), view=endpoint, _anchor="lookup"))
 
 
-def _check_token(form: str) -> None:
-    """Answer 400 unless the form sent back this session's token: another
-    site can make a browser post here, with its cookies, but cannot read
-    the token."""
+def _posted(form: str) -> RateLimitState:
+    """The app's state, for a form's post; a 400 unless the form sent back
+    this session's token (another site can make a browser post here, with
+    its cookies, but cannot read the token), or if rate limiting is disabled."""
     sent = request.form.get("csrf_token", "")
     token = session.get(SESSION_KEY) if current_app.secret_key else None
     if not isinstance(token, str) or not hmac.compare_digest(sent.encode(), token.encode()):
         abort(400, f"the {form} form's token is missing or stale: reload the dashboard and try again")
+    state: RateLimitState = state_of()
+    if state.throttle is None:
+        abort(400, "rate limiting is disabled on this app (RATELIMIT_ENABLED is False)")
+    return state
 
 
 def _naming(text: str, state: RateLimitState) -> dict[str, Any]:
-    """The arguments of a link or form that name the identity written as
-    ``text`` (as ``str(identity)`` and the refusal log write it) exactly:
-    ``identity=<text>`` when a URL and a form keep it as it is and it reads
-    back as itself, else ``exact=<text>`` in URL-safe base64 of its UTF-8,
-    lone surrogates included. A form turns a newline into two characters,
-    a URL cannot carry a lone surrogate, ``identity=`` drops spaces around
-    it, and an ``ip:`` value that is no address (what a proxy sent) would
-    not read as one.
-    """
+    """The arguments of a link or form that name the identity ``text``
+    exactly: ``identity=<text>`` when it reads back as itself, else
+    ``exact=`` its UTF-8 in URL-safe base64, since a form turns a newline
+    into two characters, a URL cannot carry a lone surrogate, ``identity=``
+    drops spaces around it, and an ``ip:`` value that is no address would
+    not read as one."""
     if text.isprintable() and text == text.strip():
         try:
             if not text.startswith("ip:") or str(parse_identity(text, state.settings.ipv6_prefix)) == text:
@@ -363,12 +275,8 @@ def _naming(text: str, state: RateLimitState) -> dict[str, Any]:
 
 def _requested(values: Mapping[str, str], state: RateLimitState) -> Identity | None:
     """The identity a query or form names: by ``exact=`` (see
-    :func:`_naming`) as it is, or as an operator typed it in ``identity=``,
-    spaces around it dropped and an ``ip:`` value read as an address, as
-    the CLI reads it; None if it names none.
-
-    :raises ValueError: if it names no identity, saying why.
-    """
+    :func:`_naming`) as it is, or in ``identity=`` as the CLI reads it;
+    None if it names none. A :class:`ValueError` says why it names none."""
     exact = values.get("exact")
     if exact is None:
         text = values.get("identity", "").strip()
@@ -382,17 +290,11 @@ def _requested(values: Mapping[str, str], state: RateLimitState) -> Identity | N
 
 
 def _shown(text: str) -> str:
-    """``text`` as the page shows it: what is not printable (newlines,
-    bidirectional overrides, lone surrogates) as Python escapes it, as in
-    :func:`~flask_redis_throttle.core.engine.keys.loggable`, but not cut."""
+    """``text`` with what is not printable escaped, as
+    :func:`~flask_redis_throttle.core.engine.keys.loggable` does, but not cut."""
     if text.isprintable():
         return text
     return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
-
-
-def _link(identity: str, cut: bool, state: RateLimitState) -> str | None:
-    """The lookup of ``identity`` from the refusal or near-limit log; None if the log cut it."""
-    return None if cut else url_for(".index", **_naming(identity, state), _anchor="lookup")
 
 
 def _ours(name: str, error: BaseException | None) -> bool:
@@ -414,8 +316,7 @@ def _ours(name: str, error: BaseException | None) -> bool:
 
 
 def _csrf_token() -> str | None:
-    """This session's reset token, made on first use; None when the app has
-    no ``SECRET_KEY``, so no session to keep it in."""
+    """This session's form token, made on first use; None without a ``SECRET_KEY``."""
     if not current_app.secret_key:
         return None
     token = session.get(SESSION_KEY)

@@ -50,10 +50,8 @@ def state_of(app: Flask | None = None, *, required: bool = True) -> Any:
     :class:`~flask_redis_throttle.extension.RateLimitState` (typed ``Any``
     here, below the module that defines it), or None where the extension
     is not set up and the state is not ``required``. Every lookup of the
-    state goes through here, so that an app without it says so one way.
-
-    :raises RuntimeError: where the extension is not set up on the app
-        and the state is ``required``.
+    state goes through here, so that an app without it says so one way:
+    a :class:`RuntimeError`.
     """
     state = (app or current_app).extensions.get(EXTENSION_KEY)
     if state is None and required:

@@ -1,16 +1,11 @@
-"""The exceptions of flask-redis-throttle, in one small hierarchy.
-
-* :class:`InputError` is the base of everything raised for bad input.
-* :class:`InvalidLimit` and :class:`ConfigurationError` are also
-  :class:`ValueError`, raised at decoration time and at ``init_app``. These
-  three are plain Python and live in the core
-  (:mod:`flask_redis_throttle.core.errors`); they are re-exported here.
-* :class:`RateLimitExceeded` is the HTTP 429 a refused request raises. It is
-  a :class:`werkzeug.exceptions.TooManyRequests`, so ``@app.errorhandler(429)``
-  catches it.
-* :class:`Blocked` (429) and :class:`BlockedForbidden` (403) refuse a
-  request an override blocks; their bodies follow ``Accept`` as
-  :class:`RateLimitExceeded`'s does.
+"""The exceptions of flask-redis-throttle: :class:`InputError`, with its
+:class:`ValueError` subclasses :class:`InvalidLimit` and
+:class:`ConfigurationError` (plain Python, from
+:mod:`flask_redis_throttle.core.errors`), and the refusals, whose bodies
+follow the client's ``Accept``: :class:`RateLimitExceeded` (429, a
+:class:`werkzeug.exceptions.TooManyRequests`, so ``@app.errorhandler(429)``
+catches it), and :class:`Blocked` (429) and :class:`BlockedForbidden` (403)
+for a request an override blocks.
 """
 
 from __future__ import annotations
@@ -96,8 +91,22 @@ class _Negotiated(HTTPException):
     retry_after_header: str | None
 
     def problem(self) -> dict[str, Any]:
-        """The RFC 9457 problem details of the JSON body."""
-        raise NotImplementedError
+        """The RFC 9457 problem details of the JSON body: of the type
+        :data:`BLOCKED` for a block, with the seconds until it ends if it does."""
+        kind, title = self._kind()
+        problem: dict[str, Any] = {"type": kind, "title": title, "status": self.code, "detail": self.description}
+        problem.update(self._details())
+        if self.retry_after is not None:
+            problem["retry_after"] = self.retry_after
+        return problem
+
+    def _kind(self) -> tuple[str, str]:
+        """The problem details' type and title."""
+        return BLOCKED, "Blocked"
+
+    def _details(self) -> dict[str, Any]:
+        """The problem details' members of this kind of refusal."""
+        return {}
 
     def _content_type(self, environ: WSGIEnvironment | None) -> str:
         """The body's type for the request's ``Accept``: text, unless it asks
@@ -210,25 +219,15 @@ class RateLimitExceeded(_Negotiated, TooManyRequests):
         #: Whether a concurrency cap refused it.
         self.concurrent = concurrent
 
-    def problem(self) -> dict[str, Any]:
-        """The RFC 9457 problem details of the JSON body.
-
-        Of the type ``quota-exceeded`` of the IETF draft, with the layers in
-        ``violated-policies``; or, without :attr:`violated_policies`, of
-        the type ``about:blank``, as before 0.3.0.
-        """
+    def _kind(self) -> tuple[str, str]:
+        """Of the type ``quota-exceeded`` of the IETF draft, with the layers
+        in ``violated-policies``; or, without :attr:`violated_policies`, of
+        the type ``about:blank``, as before 0.3.0."""
         draft = Draft.of_problem(self.violated_policies is not None)
-        problem: dict[str, Any] = {
-            "type": draft.problem_type,
-            "title": draft.problem_title,
-            "status": self.code,
-            "detail": self.description,
-        }
-        if self.violated_policies is not None:
-            problem["violated-policies"] = list(self.violated_policies)
-        if self.retry_after is not None:
-            problem["retry_after"] = self.retry_after
-        return problem
+        return draft.problem_type, draft.problem_title
+
+    def _details(self) -> dict[str, Any]:
+        return {} if self.violated_policies is None else {"violated-policies": list(self.violated_policies)}
 
 
 class Blocked(_Negotiated, TooManyRequests):
@@ -256,11 +255,6 @@ class Blocked(_Negotiated, TooManyRequests):
         #: The ``Retry-After`` header's value.
         self.retry_after_header = retry_after_header or str(seconds)
 
-    def problem(self) -> dict[str, Any]:
-        """The problem details: of the type :data:`BLOCKED`, with the seconds
-        until the block ends."""
-        return _blocked_problem(self)
-
 
 class BlockedForbidden(_Negotiated, Forbidden):
     """A request was refused because an identity of it is blocked, with
@@ -273,17 +267,6 @@ class BlockedForbidden(_Negotiated, Forbidden):
         super().__init__("Access is blocked.")
         self.retry_after: int | None = None
         self.retry_after_header: str | None = None
-
-    def problem(self) -> dict[str, Any]:
-        """The problem details: of the type :data:`BLOCKED`."""
-        return _blocked_problem(self)
-
-
-def _blocked_problem(error: _Negotiated) -> dict[str, Any]:
-    problem: dict[str, Any] = {"type": BLOCKED, "title": "Blocked", "status": error.code, "detail": error.description}
-    if error.retry_after is not None:
-        problem["retry_after"] = error.retry_after
-    return problem
 
 
 def _description(layer: Layer, seconds: int | None, penalized: bool, cost: int | None, concurrent: bool) -> str:

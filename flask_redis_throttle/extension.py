@@ -1,35 +1,18 @@
 """The Flask glue: :class:`RateLimit`, which installs on each app a
-:class:`~flask_redis_throttle._request.state.RateLimitState` (in ``_request/state.py``) with
-the request hooks, and builds its core through
-:func:`~flask_redis_throttle.core.factory.build_throttle`.
-
-A request's path through the hooks:
-
-1. ``before_request`` finds the :class:`~flask_redis_throttle._request.plan.Plan` of
-   the request's endpoint and method, compiled on first use (see
-   :mod:`flask_redis_throttle._request.plan`), and skips the request if a request
-   filter says so;
-2. the plan's resolvers name the request's identities;
-3. :meth:`Throttle.hit <flask_redis_throttle.core.engine.throttle.Throttle.hit>` decides
-   every layer of every identity in one script call (a plan that uses
-   per-request options may take more, see :doc:`/limits`);
-4. a refusal is logged, told to the refusal hooks, and raises
-   :class:`~flask_redis_throttle.RateLimitExceeded` (429);
-5. ``after_request`` counts the requests whose ``deduct_when`` matches their
-   response, and adds the headers, to the view's response or to the 429;
-6. the concurrency slots the request took (``concurrent=``) are given back
-   once its response is made, before it is sent (when the server closes a
-   streamed one), or at once if the view raises.
+:class:`~flask_redis_throttle._request.state.RateLimitState` with the
+request hooks, and gives operators' calls (reset, overrides) in Python. A
+request's path through the modules is in :doc:`/architecture`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import sys
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from flask import Flask
 
 from ._ops.metrics import Metrics, metrics_for
-from ._ops.override_changes import make_override, overrides_of, parse_target, parse_when
+from ._ops.override_changes import latest_changes, lift, overrides_of, set_override
 from ._request.config import APPLICATION_SCOPE, DEFAULTS, Settings
 from ._request.identity import parse_identity
 from ._request.plan import PlannedLimit, qualified_name
@@ -42,8 +25,24 @@ from .core.stores.refusals import RefusalLog
 from .current import current_limit
 from .decorators import EXTENSION_KEY, state_of
 
+if sys.version_info >= (3, 11):
+    from typing import Unpack
+elif TYPE_CHECKING:
+    from typing_extensions import Unpack
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
+
+
+class OverrideOptions(TypedDict, total=False):
+    """The keyword arguments of :meth:`RateLimit.override`, :meth:`~RateLimit.allow`
+    and :meth:`~RateLimit.block`, described in :meth:`RateLimit.override`."""
+
+    scope: str | None
+    until: object
+    duration: object
+    by: str
+    app: Flask | None
+
 
 __all__ = [
     "APPLICATION_SCOPE",
@@ -167,7 +166,7 @@ class RateLimit:
         :raises StorageUnavailable: if Redis could not answer; the keys
             deleted before that stay deleted.
         """
-        state = _state_of(app)
+        state: RateLimitState = state_of(app)
         if state.throttle is None:
             raise RuntimeError("rate limiting is disabled on this app (RATELIMIT_ENABLED is False)")
         if scope is not None and (not isinstance(scope, str) or not scope):
@@ -179,17 +178,7 @@ class RateLimit:
         except STORAGE_ERRORS as error:
             raise StorageUnavailable(f"{state.throttle.url}: {error}") from error
 
-    def override(
-        self,
-        identity: str | Identity,
-        limit: str,
-        *,
-        scope: str | None = None,
-        until: object = None,
-        duration: object = None,
-        by: str = "python",
-        app: Flask | None = None,
-    ) -> Override:
+    def override(self, identity: str | Identity, limit: str, **options: Unpack[OverrideOptions]) -> Override:
         """Decide ``identity`` against other layers, on ``scope`` or on
         every scope, until a time or for a while: in every worker of every
         host within a second, with no restart (see :doc:`/overrides`).
@@ -222,38 +211,20 @@ class RateLimit:
             stored then, unless Redis did not answer in time, and makes the
             change when it wakes up.
         """
-        return self._set("limit", identity, limit, scope, until, duration, by, app)
+        return self._set("limit", identity, limit, **options)
 
-    def allow(
-        self,
-        identity: str | Identity,
-        *,
-        scope: str | None = None,
-        until: object = None,
-        duration: object = None,
-        by: str = "python",
-        app: Flask | None = None,
-    ) -> Override:
+    def allow(self, identity: str | Identity, **options: Unpack[OverrideOptions]) -> Override:
         """Let ``identity`` through unlimited, on ``scope`` or on every
         scope: a limit that counts it leaves its requests alone. The
         arguments are :meth:`override`'s."""
-        return self._set("allow", identity, None, scope, until, duration, by, app)
+        return self._set("allow", identity, None, **options)
 
-    def block(
-        self,
-        identity: str | Identity,
-        *,
-        scope: str | None = None,
-        until: object = None,
-        duration: object = None,
-        by: str = "python",
-        app: Flask | None = None,
-    ) -> Override:
+    def block(self, identity: str | Identity, **options: Unpack[OverrideOptions]) -> Override:
         """Refuse ``identity``'s requests, on ``scope`` or on every scope,
         with 429 and a ``Retry-After`` until the block ends (or 403, as
         ``RATELIMIT_OVERRIDE_BLOCK_STATUS`` says), without asking Redis.
         The arguments are :meth:`override`'s."""
-        return self._set("block", identity, None, scope, until, duration, by, app)
+        return self._set("block", identity, None, **options)
 
     def remove_overrides(
         self,
@@ -269,37 +240,29 @@ class RateLimit:
         :returns: the overrides removed.
         :raises ValueError: if ``identity`` names no identity or network.
         """
-        state = _state_of(app)
-        with state.app.app_context():
-            target = None if identity is None else parse_target(identity, state)[0]
-            every = scope is None
-            return overrides_of(state).remove(target, scope, every, by)
+        return lift(state_of(app), identity, scope, scope is None, by)
 
     def overrides(self, *, app: Flask | None = None) -> list[Override]:
         """The overrides in force, read from storage now."""
-        return list(overrides_of(_state_of(app)).table().overrides)
+        return list(overrides_of(state_of(app)).table().overrides)
 
     def override_changes(self, count: int = 20, *, app: Flask | None = None) -> list[Change]:
         """The latest changes of the overrides, newest first: who, what, until when."""
-        overrides = overrides_of(_state_of(app))
-        return list(overrides.throttle.call(overrides.store.changes, (overrides.store.log_key,), count))
+        return latest_changes(state_of(app), count)
 
     def _set(
         self,
         action: str,
         identity: str | Identity,
         limit: str | None,
-        scope: str | None,
-        until: object,
-        duration: object,
-        by: str,
-        app: Flask | None,
+        *,
+        scope: str | None = None,
+        until: object = None,
+        duration: object = None,
+        by: str = "python",
+        app: Flask | None = None,
     ) -> Override:
-        state = _state_of(app)
-        overrides = overrides_of(state)
-        with state.app.app_context():
-            ends = parse_when(until, duration, overrides.now())
-            return overrides.put(make_override(state, action, identity, limit, scope, ends, by))
+        return set_override(state_of(app), action, identity, limit, scope, until, duration, by)
 
     def request_filter(self, function: RequestFilter) -> RequestFilter:
         """Register a function of the request that, when it returns True,
@@ -323,18 +286,13 @@ class RateLimit:
         return function
 
 
-def _state_of(app: Flask | None) -> RateLimitState:
-    state: RateLimitState = state_of(app)
-    return state
-
-
 def refusal_log(app: Flask | None = None) -> RefusalLog:
     """The refusal log of ``app``, or of the current app.
 
     :raises RuntimeError: if the extension is not set up on the app, or is
         disabled, or keeps no log (``RATELIMIT_REFUSAL_LOG_SIZE = 0``).
     """
-    state = _state_of(app)
+    state: RateLimitState = state_of(app)
     if state.refusals is None:
         raise RuntimeError("this app keeps no refusal log: set up RateLimit with RATELIMIT_REFUSAL_LOG_SIZE above 0")
     return state.refusals
@@ -350,7 +308,7 @@ def near_limit_log(app: Flask | None = None) -> RefusalLog:
         disabled, or keeps no log (``RATELIMIT_NEAR_LIMIT = None`` or
         ``RATELIMIT_REFUSAL_LOG_SIZE = 0``).
     """
-    state = _state_of(app)
+    state: RateLimitState = state_of(app)
     if state.near_limits is None:
         raise RuntimeError(
             "this app keeps no near-limit log: set up RateLimit with RATELIMIT_NEAR_LIMIT "

@@ -1,26 +1,11 @@
 """Refusal hooks: the :data:`request_refused` signal, and ``on_breach`` functions.
 
-When a limit refuses a request (or would have, in shadow mode), the
-extension calls the limit's ``on_breach``, then ``RATELIMIT_ON_BREACH``, with
-a :class:`RefusalEvent`, then sends :data:`request_refused` in Flask's signal style,
-with the app as sender and every field of the event as a keyword argument.
-Receivers take ``**extra``, so that a field added later does not make them
-raise ``TypeError`` on every refusal::
-
-    from flask_redis_throttle.signals import request_refused
-
-    @request_refused.connect_via(app)
-    def count_refusal(sender, identity, layer, **extra):
-        metrics.increment("request_refused", tags=[identity.kind])
-
-An ``on_breach`` function may return a response (a :class:`flask.Response`)
-to send instead of the 429, as in Flask-Limiter: the first one returned,
-the limit's before ``RATELIMIT_ON_BREACH``'s, wins; the rate limit headers
-are still added to it. Anything else it returns is ignored, and so is a
-response for a shadow refusal, which lets the request through.
-
-A hook that raises is logged and skipped: the 429 still goes out, and the
-other hooks still run.
+When a limit refuses a request (or would have, in shadow mode), the limit's
+``on_breach``, then ``RATELIMIT_ON_BREACH``, are called with a
+:class:`RefusalEvent`, then :data:`request_refused` is sent with the app as
+sender and every field of the event as a keyword argument: receivers take
+``**extra``, so that a field added later does not break them. A hook that
+raises is logged and skipped; the 429 still goes out (see :ref:`refusal-hooks`).
 """
 
 from __future__ import annotations

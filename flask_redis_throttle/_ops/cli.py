@@ -1,13 +1,7 @@
-"""``flask ratelimit``: see the limits, an identity's counters, the
-refusal log and the near-limit log, reset an identity's counters, and set overrides, from the
-command line.
-
-The group is registered with Flask's command line through the
-``flask.commands`` entry point (see ``pyproject.toml``), so the ``flask``
-command of any app has it once the package is installed; the extension does
-not import this module. Each command works through the app's own state, so it sees the
-same counters as the app (and, for ``memory://``, the same in-process store).
-See :doc:`/cli`.
+"""``flask ratelimit``: the limits, an identity's counters, the refusal
+and near-limit logs, resets and overrides, from the command line (see
+:doc:`/cli`). Found through the ``flask.commands`` entry point; each
+command works through the app's own state.
 """
 
 from __future__ import annotations
@@ -19,40 +13,47 @@ from contextlib import contextmanager
 
 import click
 import redis
-from flask import current_app
-from flask.cli import AppGroup
+from flask.cli import AppGroup, FlaskGroup
 
-from .._request.overrides import Overrides
 from .._request.state import RateLimitState
 from ..core.engine.keys import Identity, loggable
 from ..core.engine.throttle import StorageUnavailable, Throttle
 from ..core.storages.clients import redact
 from ..core.storages.embedded import EmbeddedRedis
 from ..core.storages.local import LocalFolder, server_status, stop_server
-from ..core.stores.refusals import Refusal, RefusalLog
+from ..core.stores.refusals import RefusalLog
 from ..decorators import state_of
 from .console import duration, parse_moment, table, utc
-from .override_changes import (
-    CHANGES_HEADER,
-    OVERRIDES_HEADER,
-    change_rows,
-    make_override,
-    override_rows,
-    overrides_of,
-    parse_target,
-    parse_when,
-    unsure,
-)
+from .override_changes import latest_changes, lift, overrides_of, set_override, unsure
 from .reports import (
+    CHANGES_HEADER,
     LIMITS_HEADER,
+    OVERRIDES_HEADER,
     STATUS_HEADER,
+    change_rows,
+    entry_rows,
     find_endpoint,
     find_identity,
     limit_rows,
     nothing_counts,
+    override_rows,
     reset_counters,
     status_rows,
 )
+
+
+def _since(entries: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """The ``--since`` option of a log's command: an ISO time, or a span before now."""
+
+    def moment(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+        try:
+            return None if value is None else parse_moment(value, time.time())
+        except ValueError as error:
+            raise click.BadParameter(str(error)) from None
+
+    help = f"Only {entries} since then: an ISO time, or a span such as 10m, 1h, 2d."
+    return click.option("--since", callback=moment, metavar="TIME", help=help)
+
 
 ratelimit = AppGroup("ratelimit", help="Inspect and reset rate limits, and set overrides.")
 
@@ -84,11 +85,7 @@ def status_command(identity: str, endpoint: str | None) -> None:
     IDENTITY is ip:<address>, user:<id> or <key function>:<value>. Nothing
     is counted: the counters are read as a request would find them.
     """
-    state = _state()
-    throttle = throttle_of(state)
-    who = _identity(identity, state)
-    if endpoint is not None:
-        endpoint = _endpoint(endpoint)
+    state, throttle, who = _named(identity, endpoint)
     with storage_errors(throttle):
         rows = status_rows(state, throttle, who, endpoint)
     if not rows:
@@ -107,11 +104,7 @@ def reset_command(identity: str, endpoint: str | None) -> None:
     App servers may refuse the identity for up to a second more: their
     block caches trust a refusal that long.
     """
-    state = _state()
-    throttle = throttle_of(state)
-    who = _identity(identity, state)
-    if endpoint is not None:
-        endpoint = _endpoint(endpoint)
+    state, throttle, who = _named(identity, endpoint)
     with storage_errors(throttle):
         reset = reset_counters(state, throttle, who, endpoint)
     if reset is None:
@@ -125,17 +118,14 @@ def reset_command(identity: str, endpoint: str | None) -> None:
 @ratelimit.command("refusals")
 @click.option("--top", default=10, show_default=True, type=click.IntRange(min=0), help="How many identities.")
 @click.option("--recent", default=20, show_default=True, type=click.IntRange(min=0), help="How many refusals.")
-@click.option("--since", metavar="TIME", help="Only refusals since then: an ISO time, or a span such as 10m, 1h, 2d.")
-def refusals_command(top: int, recent: int, since: str | None) -> None:
+@_since("refusals")
+def refusals_command(top: int, recent: int, since: float | None) -> None:
     """Show the most refused identities and the latest refusals, from the refusal log."""
-    state = _state()
-    throttle = throttle_of(state)
-    log = _refusal_log(state)
-    moment = _since(since)
+    throttle, log = _log("refusals")
     with storage_errors(throttle):
-        ranking = log.top(top, since=moment) if top else []
-        latest = log.recent(recent, since=moment) if recent else []
-    period = _period(moment)
+        ranking = log.top(top, since=since) if top else []
+        latest = log.recent(recent, since=since) if recent else []
+    period = _period(since)
     if not ranking and not latest:
         click.echo(f"No refusals{period}.")
         return
@@ -147,134 +137,76 @@ def refusals_command(top: int, recent: int, since: str | None) -> None:
             click.echo()
         click.echo(f"Latest refusals{period}, newest first:")
         # The identity whose counter refused, apart from the others present.
-        click.echo(_entries(latest, "REFUSED BY", retry=True))
+        click.echo(table(*entry_rows(latest, "REFUSED BY", retry=True)))
 
 
 @ratelimit.command("near-limit")
 @click.option("--recent", default=20, show_default=True, type=click.IntRange(min=1), help="How many entries.")
-@click.option("--since", metavar="TIME", help="Only entries since then: an ISO time, or a span such as 10m, 1h, 2d.")
-def near_limit_command(recent: int, since: str | None) -> None:
+@_since("entries")
+def near_limit_command(recent: int, since: float | None) -> None:
     """Show the latest identities that passed RATELIMIT_NEAR_LIMIT of a
     layer, from the near-limit log: once per identity, layer and window,
     before they are refused."""
-    state = _state()
-    throttle = throttle_of(state)
-    log = _near_limit_log(state)
-    moment = _since(since)
+    throttle, log = _log("near_limits")
     with storage_errors(throttle):
-        latest = log.recent(recent, since=moment)
-    period = _period(moment)
+        latest = log.recent(recent, since=since)
+    period = _period(since)
     if not latest:
         click.echo(f"No identity came near its limit{period}.")
         return
     click.echo(f"Near the limit{period}, newest first:")
-    click.echo(_entries(latest, "IDENTITY", retry=False))
-
-
-def _since(since: str | None) -> float | None:
-    """The moment ``--since`` writes, or None without it."""
-    if since is None:
-        return None
-    try:
-        return parse_moment(since, time.time())
-    except ValueError as error:
-        raise click.BadParameter(str(error), param_hint="'--since'") from None
+    click.echo(table(*entry_rows(latest, "IDENTITY", retry=False)))
 
 
 def _period(moment: float | None) -> str:
     return f" since {utc(moment)} UTC" if moment is not None else ""
 
 
-def _entries(entries: list[Refusal], who: str, retry: bool) -> str:
-    """Entries of the refusal or near-limit log, newest first: the identity
-    whose counter refused or came near, under ``who``, apart from the
-    others present; with ``retry``, when the request would have passed."""
-    retry_after = ("RETRY AFTER",) if retry else ()
-    header = ("TIME (UTC)", "ENDPOINT", "SCOPE", "LAYER", "STRATEGY", who, *retry_after, "ALSO PRESENT")
-    rows = [
-        (
-            utc(entry.time),
-            entry.endpoint,
-            entry.scope,
-            entry.layer,
-            entry.strategy,
-            loggable(entry.identity),
-            *((duration(entry.retry_after),) if retry else ()),
-            ", ".join(map(loggable, entry.others)),
-        )
-        for entry in entries
-    ]
-    return table(header, rows)
+def _set_override(action: str, takes_limit: bool, help: str) -> None:
+    """Add the command that sets an override of ``action``: it checks, stores and reports it."""
 
+    def command(
+        identity: str, scope: str | None, span: str | None, until: str | None, by: str | None, limit: str | None = None
+    ) -> None:
+        state = _state()
+        with storage_errors(_shared(state), change=True):
+            try:
+                made = set_override(state, action, identity, limit, scope, until, span, by or _user())
+            except ValueError as error:
+                raise click.UsageError(str(error)) from None
+        click.echo(f"{made.describe()} until {utc(made.until)} UTC; every worker follows it within 1 second.")
 
-def _override_options(function: Callable[..., None]) -> Callable[..., None]:
-    """The options every command that sets an override takes."""
-    for option in reversed(
+    for param in reversed(
         (
+            click.argument("identity"),
+            *((click.argument("limit"),) if takes_limit else ()),
             click.option("--scope", "-s", metavar="SCOPE", help="Only this scope (see `flask ratelimit limits`)."),
             click.option("--for", "span", metavar="SPAN", help="For how long: 90s, 2h, 1h30m, 7d."),
             click.option("--until", metavar="TIME", help="Or until when: an ISO time such as 2027-12-31 (UTC)."),
             click.option("--by", metavar="NAME", help="Who sets it, for the log; by default your user name."),
         )
     ):
-        function = option(function)
-    return function
+        command = param(command)
+    ratelimit.command("override" if takes_limit else action, help=help)(command)
 
 
-def _set_override(
-    action: str,
-    identity: str,
-    limit: str | None,
-    scope: str | None,
-    span: str | None,
-    until: str | None,
-    by: str | None,
-) -> None:
-    """Check, store and report one override."""
-    state = _state()
-    throttle = throttle_of(state)
-    overrides = _shared_overrides(state)
-    try:
-        ends = parse_when(until, span, overrides.now())
-        made = make_override(state, action, identity, limit, scope, ends, by or _user())
-    except ValueError as error:
-        raise click.UsageError(str(error)) from None
-    with storage_errors(throttle, change=True):
-        overrides.put(made)
-    click.echo(f"{made.describe()} until {utc(made.until)} UTC; every worker follows it within 1 second.")
-
-
-@ratelimit.command("override")
-@click.argument("identity")
-@click.argument("limit")
-@_override_options
-def override_command(
-    identity: str, limit: str, scope: str | None, span: str | None, until: str | None, by: str | None
-) -> None:
+_set_override(
+    "limit",
+    True,
     """Decide IDENTITY against LIMIT (such as 100/s;10000/h) instead of its
     limits, on one scope or on every scope, until a time or for a while.
 
     IDENTITY is ip:<address>, ip:<network> (such as ip:203.0.113.0/24),
     user:<id> or <key function>:<value>.
-    """
-    _set_override("limit", identity, limit, scope, span, until, by)
-
-
-@ratelimit.command("allow")
-@click.argument("identity")
-@_override_options
-def allow_command(identity: str, scope: str | None, span: str | None, until: str | None, by: str | None) -> None:
-    """Let IDENTITY through unlimited, on one scope or on every scope."""
-    _set_override("allow", identity, None, scope, span, until, by)
-
-
-@ratelimit.command("block")
-@click.argument("identity")
-@_override_options
-def block_command(identity: str, scope: str | None, span: str | None, until: str | None, by: str | None) -> None:
+    """,
+)
+_set_override("allow", False, "Let IDENTITY through unlimited, on one scope or on every scope.")
+_set_override(
+    "block",
+    False,
     """Refuse IDENTITY's requests, on one scope or on every scope, without
-    asking Redis: 429 with Retry-After (or 403, see RATELIMIT_OVERRIDE_BLOCK_STATUS)."""
-    _set_override("block", identity, None, scope, span, until, by)
+    asking Redis: 429 with Retry-After (or 403, see RATELIMIT_OVERRIDE_BLOCK_STATUS).""",
+)
 
 
 @ratelimit.command("lift")
@@ -286,18 +218,11 @@ def lift_command(identity: str | None, scope: str | None, everyone: bool, by: st
     """Lift IDENTITY's overrides (other layers, allow or block), on every
     scope or only on SCOPE; or, with --all, every override."""
     state = _state()
-    throttle = throttle_of(state)
-    overrides = _shared_overrides(state)
+    throttle = _shared(state)
     if (identity is None) != everyone:
         raise click.UsageError("name an IDENTITY, or give --all to remove every override")
-    target = None
-    if identity is not None:
-        try:
-            target = parse_target(identity, state)[0]
-        except ValueError as error:
-            raise click.BadParameter(str(error), param_hint="'IDENTITY'") from None
-    with storage_errors(throttle, change=True):
-        gone = overrides.remove(target, scope, scope is None, by or _user())
+    with storage_errors(throttle, change=True), _parameter("'IDENTITY'"):
+        gone = lift(state, identity, scope, scope is None, by or _user())
     if not gone:
         click.echo("No such override; nothing removed.")
         return
@@ -310,11 +235,9 @@ def lift_command(identity: str | None, scope: str | None, everyone: bool, by: st
 def overrides_command(changes: int) -> None:
     """List the overrides in force, and the latest changes: who, what, until when."""
     state = _state()
-    throttle = throttle_of(state)
-    overrides = overrides_of(state)
-    with storage_errors(throttle):
-        table_now = overrides.table()
-        latest = throttle.call(overrides.store.changes, (overrides.store.log_key,), changes) if changes else []
+    with storage_errors(throttle_of(state)):
+        table_now = overrides_of(state).table()
+        latest = latest_changes(state, changes)
     if table_now.overrides:
         click.echo(table(OVERRIDES_HEADER, override_rows(table_now.overrides)))
     else:
@@ -325,25 +248,20 @@ def overrides_command(changes: int) -> None:
         click.echo(table(CHANGES_HEADER, change_rows(latest)))
 
 
-def _shared_overrides(state: RateLimitState) -> Overrides:
-    """The app's overrides, for a command that changes them.
-
-    :raises click.UsageError: on the embedded store (``memory://``, or
-        ``local://`` with no server binary), whose overrides live in each
-        process's memory: the command's process is not the app servers',
-        so none of them would follow the change. Under Flask's ``TESTING``
-        the command is taken to run in the app's own process, as
-        :meth:`~flask.Flask.test_cli_runner` runs it, and goes ahead.
-    """
-    overrides = overrides_of(state)
-    storage = overrides.throttle.storage
-    if isinstance(storage.client, EmbeddedRedis) and not current_app.testing:
+def _shared(state: RateLimitState) -> Throttle:
+    """The app's throttle, for a command that changes the overrides; a
+    usage error on the embedded store under the ``flask`` command line (a
+    :class:`~flask.cli.FlaskGroup`), which loads the app in a process no app
+    server reads (see :doc:`/cli`)."""
+    throttle = throttle_of(state)
+    own_process = isinstance(click.get_current_context().find_root().command, FlaskGroup)
+    if isinstance(throttle.storage.client, EmbeddedRedis) and own_process:
         raise click.UsageError(
-            f"the storage is {storage.url}, which keeps overrides in each process's memory: this command "
+            f"the storage is {throttle.storage.url}, which keeps overrides in each process's memory: this command "
             "runs in a process of its own, so no app server would follow the change. Steer a running app "
             "on a storage its processes share: Redis (RATELIMIT_STORAGE_URL=redis://...) or local://."
         )
-    return overrides
+    return throttle
 
 
 def _user() -> str:
@@ -429,31 +347,36 @@ def throttle_of(state: RateLimitState) -> Throttle:
     return state.throttle
 
 
-def _refusal_log(state: RateLimitState) -> RefusalLog:
-    if state.refusals is None:
-        raise click.ClickException("this app keeps no refusal log (RATELIMIT_REFUSAL_LOG_SIZE is 0)")
-    return state.refusals
+def _log(name: str) -> tuple[Throttle, RefusalLog]:
+    """The app's throttle and its refusal log (``"refusals"``) or near-limit log (``"near_limits"``)."""
+    state = _state()
+    throttle, log = throttle_of(state), getattr(state, name)
+    if log is None:
+        missing = "RATELIMIT_REFUSAL_LOG_SIZE is 0" if state.refusals is None else "RATELIMIT_NEAR_LIMIT is None"
+        raise click.ClickException(f"this app keeps no {name.replace('_', '-')[:-1]} log ({missing})")
+    return throttle, log
 
 
-def _near_limit_log(state: RateLimitState) -> RefusalLog:
-    if state.near_limits is None:
-        setting = "RATELIMIT_REFUSAL_LOG_SIZE is 0" if state.refusals is None else "RATELIMIT_NEAR_LIMIT is None"
-        raise click.ClickException(f"this app keeps no near-limit log ({setting})")
-    return state.near_limits
+def _named(identity: str, endpoint: str | None) -> tuple[RateLimitState, Throttle, Identity]:
+    """The app's state and throttle, and the identity a command names,
+    once its ``--endpoint``, if any, is found to be one of the app's."""
+    state = _state()
+    throttle = throttle_of(state)
+    with _parameter("'IDENTITY'"):
+        who = find_identity(identity, state)
+    if endpoint is not None:
+        with _parameter("'--endpoint'"):
+            find_endpoint(endpoint)
+    return state, throttle, who
 
 
-def _identity(text: str, state: RateLimitState) -> Identity:
+@contextmanager
+def _parameter(hint: str) -> Iterator[None]:
+    """Turn the :class:`ValueError` of a bad argument into click's usage error naming it."""
     try:
-        return find_identity(text, state)
+        yield
     except ValueError as error:
-        raise click.BadParameter(str(error), param_hint="'IDENTITY'") from None
-
-
-def _endpoint(name: str) -> str:
-    try:
-        return find_endpoint(name)
-    except ValueError as error:
-        raise click.BadParameter(str(error), param_hint="'--endpoint'") from None
+        raise click.BadParameter(str(error), param_hint=hint) from None
 
 
 @contextmanager

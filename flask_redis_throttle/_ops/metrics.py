@@ -1,37 +1,13 @@
-"""Prometheus metrics of the limiter's decisions, built on ``prometheus_client``.
+"""Prometheus metrics of the limiter's decisions, built on ``prometheus_client``
+(``RateLimit(app, metrics=...)``; the metrics and the multiprocess mode are
+in :doc:`/operations`).
 
-Turned on with ``RateLimit(app, metrics=True)`` (the default registry, the
-one ``prometheus_client``'s exporters serve) or ``metrics=registry`` (a
-:class:`prometheus_client.CollectorRegistry` of the app's). It needs the
-``prometheus`` extra: ``pip install "flask-redis-throttle[prometheus]"``.
-
-* ``ratelimit_decisions_total{endpoint, scope, outcome}``: one per decision,
-  ``outcome`` being one of :data:`OUTCOMES`;
-* ``ratelimit_decision_seconds``: a histogram of the time spent deciding;
-* ``ratelimit_storage_up{node}``: 1 while the circuit breaker of ``node``
-  is closed, 0 while it is open;
-* ``ratelimit_near_limit_total{endpoint, scope}``: one each time an
-  identity passes ``RATELIMIT_NEAR_LIMIT`` of a layer, at most once per
-  identity, layer and window in each process;
-* ``ratelimit_delayed_total{endpoint}`` and ``ratelimit_delay_seconds``:
-  the requests a shaped limit let wait for their turn, and a histogram of
-  how long they waited (see :doc:`/shaping`).
-
-Under gunicorn's multiprocess mode (``PROMETHEUS_MULTIPROC_DIR`` set before
-the workers import ``prometheus_client``), each worker writes its values to
-that directory and :class:`prometheus_client.multiprocess.MultiProcessCollector`
-sums the counters and histograms; the gauge is the minimum over the live
-workers, so a node is reported down as soon as one worker's breaker has
-opened (see :doc:`/operations`).
-
-The counters' children are cached by their labels, so that a decision costs
-one dictionary look-up and one increment, not a ``labels()`` call. The target
-is under 3% of the time the limiter adds to a request (``python
-benchmarks/overhead.py --metrics`` measures it), a microsecond or two: the
-public ``inc()`` and ``observe()`` re-check their arguments on every call,
-and take as long as the rest, so the increments go to the metrics' value
-objects directly, when this version of ``prometheus_client`` has them (see
-:func:`_fast_path`), and through the public methods otherwise.
+A decision must cost a dictionary look-up and an increment, not a
+``labels()`` call nor the public ``inc()``/``observe()``, which re-check
+their arguments and take as long as the rest: the children are cached by
+their labels, and the increments go to the value objects directly when this
+version of ``prometheus_client`` has them (``python benchmarks/overhead.py
+--metrics`` measures it).
 """
 
 from __future__ import annotations
@@ -69,18 +45,12 @@ _INSTALL_HINT = 'RateLimit(metrics=...) needs prometheus_client: pip install "fl
 
 
 class Metrics:
-    """The metrics, registered once in ``registry``.
-
-    Use :func:`metrics_for`, which returns the same object for the same
-    registry: registering a metric name twice in one registry raises, and
-    several apps (or several tests) may share the default one.
-    """
+    """The metrics, registered once in ``registry``: made by :func:`metrics_for`,
+    since a registry refuses a name twice and several apps may share one."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        try:
-            from prometheus_client import Counter, Gauge, Histogram
-        except ImportError as error:  # pragma: no cover - the extra is installed for the tests
-            raise ImportError(_INSTALL_HINT) from error
+        from prometheus_client import Counter, Gauge, Histogram  # metrics_for() checked it is installed
+
         self.decisions = Counter(
             "ratelimit_decisions",
             "Rate limit decisions, by endpoint, scope of the deciding limit, and outcome.",

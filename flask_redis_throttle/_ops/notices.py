@@ -79,10 +79,8 @@ class Notices:
 
     def _recovered(self) -> None:
         """Redis decided a request after failing some: log it once, and
-        forget the outage's counts, so that the next outage's warnings
-        count its own failures only. The time of the next warning is kept:
-        a Redis that fails every other request still warns once per
-        :data:`WARNING_INTERVAL` at most."""
+        forget the outage's counts but not the time of the next warning, so
+        that a Redis failing every other request still warns once per interval."""
         with self._warning_lock:
             if not self._failing:
                 return  # another thread logged it
@@ -104,11 +102,9 @@ class Notices:
         self._log(logging.WARNING, message, kind, exc_info)
 
     def _internal_error(self, message: str, error: BaseException) -> None:
-        """Log an error that is neither Redis's nor the app's (a bug, or a
-        dependency misbehaving) at ERROR, with its traceback, spaced out as
-        warnings are, so that a broken path cannot flood the log. Its
-        record carries :data:`INTERNAL_ERROR` (the tests fail on one they
-        did not expect)."""
+        """Log an error that is neither Redis's nor the app's (a bug) at ERROR,
+        with its traceback, spaced out as warnings are; its record carries
+        :data:`INTERNAL_ERROR` (the tests fail on one they did not expect)."""
         self._log(logging.ERROR, message, "internal error", error, {INTERNAL_ERROR: True})
 
     def _log(
@@ -136,13 +132,9 @@ class Notices:
         self._announced = True
 
     def announce(self) -> None:
-        """Log the one start-up line: the storage (password redacted), the
-        strategy, and how many endpoints are limited.
-
-        Called at the app's first request, not by ``init_app``: the app may
-        register views and blueprints after it, and they count. Each
-        process logs it once (each gunicorn worker, say).
-        """
+        """Log the one start-up line of each process: the storage, the
+        strategy, and how many endpoints are limited; at the first request,
+        since views registered after ``init_app`` count."""
         with self._warning_lock:
             if self._announced:
                 return
@@ -163,8 +155,7 @@ class Notices:
 
     def breaker_added(self, name: str) -> None:
         """A breaker now guards ``name``: export it as up."""
-        if self.metrics is not None:
-            self.metrics.node(name, True)
+        self._node(name, True)
 
     def breaker_opened(self, name: str, failures: int, period: float) -> None:
         """Log the breaker of ``name`` opening, and export it as down."""
@@ -174,13 +165,15 @@ class Notices:
             failures,
             period,
         )
-        if self.metrics is not None:
-            self.metrics.node(name, False)
+        self._node(name, False)
 
     def breaker_closed(self, name: str, failures: int) -> None:
         """Log the breaker of ``name`` closing, and export it as up."""
         breaker_logger.info(
             "circuit breaker closed for %s: it answered a probe after %d failure(s) in a row", name, failures
         )
+        self._node(name, True)
+
+    def _node(self, name: str, up: bool) -> None:
         if self.metrics is not None:
-            self.metrics.node(name, True)
+            self.metrics.node(name, up)

@@ -1,5 +1,5 @@
-"""Overrides as an operator gives them: checked, stored and removed, for
-``flask ratelimit override``/``allow``/``block``/``clear``, the dashboard
+"""Overrides as an operator gives them: checked, stored, removed and listed,
+for ``flask ratelimit override``/``allow``/``block``/``lift``, the dashboard
 and :class:`~flask_redis_throttle.RateLimit`'s methods alike.
 
 Bad input raises :class:`ValueError` naming it, before anything is
@@ -11,11 +11,9 @@ the future or more than ten years ahead. See :doc:`/overrides`.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 
 import redis
-from flask import Flask
 
 from .._request.identity import address_group
 from .._request.overrides import Overrides
@@ -25,19 +23,13 @@ from ..core.engine.rates import Layer, parse_limits
 from ..core.engine.throttle import StorageUnavailable
 from ..core.stores.overrides import ACTIONS, Change, Override, check_end, network_of, refuse_zone
 from ..errors import InvalidLimit
-from .console import parse_moment, parse_span, utc
+from .console import parse_moment, parse_span
 from .reports import find_identity
-
-#: The columns of ``flask ratelimit overrides``, and of the dashboard's overrides.
-OVERRIDES_HEADER = ("IDENTITY", "SCOPE", "ACTION", "LIMIT", "UNTIL (UTC)", "BY", "SET AT (UTC)")
-#: The columns of the latest changes.
-CHANGES_HEADER = ("TIME (UTC)", "BY", "CHANGE", "OVERRIDE", "UNTIL (UTC)")
 
 
 def unsure(error: BaseException) -> str:
-    """What to add to the report of a change that failed: nothing, unless
-    Redis did not answer in time, in which case it may have got the change
-    all the same, and make it when it answers."""
+    """What to add to the report of a change that failed: that Redis may
+    make it all the same, if it did not answer in time."""
     cause = error.__cause__ if isinstance(error, StorageUnavailable) else error
     if not isinstance(cause, redis.TimeoutError):
         return ""
@@ -47,51 +39,39 @@ def unsure(error: BaseException) -> str:
     )
 
 
-def override_rows(overrides: Sequence[Override]) -> list[tuple[str, ...]]:
-    """The overrides in force, one row each, as the CLI and the dashboard show them."""
-    return [(o.target, o.scope or "(every scope)", o.action, o.limit, utc(o.until), o.by, utc(o.at)) for o in overrides]
-
-
-def change_rows(changes: Sequence[Change]) -> list[tuple[str, ...]]:
-    """The latest changes, one row each, newest first."""
-    return [(utc(c.time), c.by, c.what, c.override, "" if c.until is None else utc(c.until)) for c in changes]
-
-
 def overrides_of(state: RateLimitState) -> Overrides:
-    """The app's overrides.
-
-    :raises RuntimeError: if rate limiting is disabled on the app.
-    """
+    """The app's overrides; a :class:`RuntimeError` if rate limiting is disabled."""
     if state.overrides is None:
         raise RuntimeError("rate limiting is disabled on this app (RATELIMIT_ENABLED is False)")
     return state.overrides
 
 
-def make_override(
+def set_override(
     state: RateLimitState,
     action: str,
     target: str | Identity,
     limit: str | None,
     scope: str | None,
-    until: float,
+    until: object,
+    duration: object,
     by: str,
 ) -> Override:
-    """An override from what an operator gave, checked; nothing is stored.
+    """Check and store one override, as the CLI, the dashboard and
+    :meth:`RateLimit.override <flask_redis_throttle.RateLimit.override>` give it.
 
-    Runs in the app's context: a key function may go by its short name.
-
-    :raises ValueError: naming what is wrong: an unknown action or scope,
-        a malformed identity, network or limit, a network wider than
-        ``RATELIMIT_OVERRIDE_WIDEST_IPV4`` or ``RATELIMIT_OVERRIDE_WIDEST_IPV6``,
-        an end that is not in the future or more than ten years ahead
-        (:data:`~flask_redis_throttle.core.stores.overrides.LONGEST`).
+    :raises ValueError: naming what is wrong (see the module's docstring),
+        with nothing stored.
+    :raises StorageUnavailable: or :class:`redis.RedisError`, if Redis
+        could not answer.
     """
     overrides = overrides_of(state)
-    if action not in ACTIONS:
-        raise ValueError(f"unknown action {action!r}: expected one of {', '.join(ACTIONS)}")
-    name, network = parse_target(target, state)
+    with state.app.app_context():  # a key function may go by its short name
+        ends = parse_when(until, duration, overrides.now())
+        if action not in ACTIONS:
+            raise ValueError(f"unknown action {action!r}: expected one of {', '.join(ACTIONS)}")
+        name, network = parse_target(target, state)
     if scope is not None:
-        known = known_scopes(state.app)
+        known = known_scopes(state)
         if scope not in known:
             listed = ", ".join(map(repr, sorted(known))) or "none: no view has a limit"
             raise ValueError(f"unknown scope {scope!r}: this app's scopes are {listed}")
@@ -106,23 +86,32 @@ def make_override(
     elif limit is not None:
         raise ValueError(f"a {action} takes no limit, but {limit!r} was given")
     now = overrides.now()
-    check_end(until, now)
-    return Override(action, name, scope, until, layers, network, cut(loggable(by or "unknown")), now)
+    check_end(ends, now)
+    return overrides.put(Override(action, name, scope, ends, layers, network, cut(loggable(by or "unknown")), now))
+
+
+def lift(
+    state: RateLimitState, target: str | Identity | None, scope: str | None, every: bool, by: str
+) -> list[Override]:
+    """Remove ``target``'s overrides (everyone's if None) on ``scope``, or
+    on every scope if ``every``; the overrides removed."""
+    overrides = overrides_of(state)
+    with state.app.app_context():
+        name = None if target is None else parse_target(target, state)[0]
+    return overrides.remove(name, scope, every, by)
+
+
+def latest_changes(state: RateLimitState, count: int) -> list[Change]:
+    """The latest ``count`` changes of the overrides, newest first."""
+    store = overrides_of(state).store
+    return list(overrides_of(state).throttle.call(store.changes, (store.log_key,), count)) if count else []
 
 
 def parse_target(target: str | Identity, state: RateLimitState) -> tuple[str, bool]:
     """The identity or network an operator wrote, as an override keeps it,
-    and whether it is a network.
-
-    An ``ip:`` target with a ``/`` is a network: an IPv4-mapped IPv6 one is
-    the IPv4 network it maps (see :func:`~.core.overrides.network_of`); an
-    IPv4 one of one address is that address, and an IPv6 one as narrow as
-    the groups clients are counted in (``RATELIMIT_IPV6_PREFIX``) or
-    narrower is that group.
-
-    :raises ValueError: if it names no identity or network, a network wider
-        than the configured bound, or an address with a zone id.
-    """
+    and whether it is a network: an ``ip:`` target with a ``/``, unless it
+    is one IPv4 address, or an IPv6 network no wider than the groups clients
+    are counted in (``RATELIMIT_IPV6_PREFIX``), which is that group."""
     if isinstance(target, Identity):
         return str(target), False
     if not isinstance(target, str):
@@ -148,12 +137,11 @@ def parse_target(target: str | Identity, state: RateLimitState) -> tuple[str, bo
     return f"ip:{network.with_prefixlen}", True
 
 
-def known_scopes(app: Flask) -> set[str]:
-    """Every scope a limit of ``app`` counts under, for any method."""
-    state: RateLimitState = app.extensions["ratelimit"]
+def known_scopes(state: RateLimitState) -> set[str]:
+    """Every scope a limit of the app counts under, for any method."""
     return {
         limit.scope
-        for rule in app.url_map.iter_rules()
+        for rule in state.app.url_map.iter_rules()
         for method in rule.methods or ()
         if (plan := state.plan(rule.endpoint, method)) is not None
         for limit in plan.limits
@@ -171,7 +159,7 @@ def parse_when(until: object, duration: object, now: float) -> float:
         as ``90s``, ``2h``, ``1h30m`` or ``7d``.
     :raises ValueError: unless exactly one is given, and well formed. One
         too far off for a float comes back as an infinity, for
-        :func:`make_override` to refuse.
+        :func:`set_override` to refuse.
     """
     if (until is None) == (duration is None):
         raise ValueError("give one end: until (a time such as 2027-12-31) or a duration (a span such as 2h)")
@@ -200,10 +188,9 @@ def parse_when(until: object, duration: object, now: float) -> float:
 
 
 def _seconds(value: object) -> float:
-    """A number of seconds as a float; one too large for a float (``10**400``,
-    a span of that many days) as an infinity, which the bound on the end
-    then refuses by name, rather than an :class:`OverflowError`; NaN for
-    anything that is no number, NaN and booleans included."""
+    """A number of seconds as a float: one too large for a float as an
+    infinity, which the bound on the end refuses by name; NaN for what is
+    no number, booleans included."""
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return math.nan
     try:

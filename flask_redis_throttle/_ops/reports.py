@@ -1,12 +1,13 @@
-"""What the CLI and the dashboard both show: the table of limits, what an
-identity has used, a reset, and finding the identity or endpoint an operator
-typed. Plain values and exceptions: the CLI prints them, the dashboard
-renders them.
+"""The one place the rows the CLI prints and the dashboard renders are built
+(limits, an identity's counters, overrides, changes, log entries), with a
+reset and finding the identity or endpoint an operator typed: plain values
+and :class:`ValueError`, for each front end to show its way.
 """
 
 from __future__ import annotations
 
 import difflib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -17,12 +18,14 @@ from .._request.identity import parse_identity, spec_kinds, spec_name
 from .._request.plan import PlannedLimit
 from .._request.sources import blueprints_of
 from .._request.state import RateLimitState
-from ..core.engine.keys import Identity
+from ..core.engine.keys import Identity, loggable
 from ..core.engine.rates import Layer
 from ..core.engine.throttle import Policy, Throttle
+from ..core.stores.overrides import Change, Override
+from ..core.stores.refusals import Refusal
 from ..core.stores.usage import usage
 from ..decorators import EXEMPT_ATTRIBUTE
-from .console import duration
+from .console import duration, utc
 
 if TYPE_CHECKING:
     from .._request.plan import Plan
@@ -70,11 +73,8 @@ def route_limits(state: RateLimitState, endpoint: str | None = None, method: str
 
 
 def limit_rows(state: RateLimitState, limited: bool = False) -> list[tuple[str, ...]]:
-    """Every route of the current app with its limits, one row per limit,
-    as ``flask ratelimit limits`` prints them and the dashboard shows them.
-
-    :param limited: leave out the routes without limits.
-    """
+    """Every route of the current app with its limits, one row per limit;
+    with ``limited``, only the routes that have limits."""
     rows: list[tuple[str, ...]] = []
     for route in route_limits(state):
         cells = _limit_cells(list(route.limits))
@@ -94,13 +94,8 @@ STATUS_HEADER = ("ENDPOINT", "SCOPE", "STRATEGY", "LAYER", "USED", "REMAINING", 
 def status_rows(
     state: RateLimitState, throttle: Throttle, who: Identity, endpoint: str | None
 ) -> list[tuple[str, ...]]:
-    """What ``who`` has used of each layer that counts it, as ``flask
-    ratelimit status`` prints it and the dashboard's lookup shows it.
-    Nothing is counted.
-
-    :param endpoint: only this endpoint's limits, or None for every endpoint's.
-    :raises StorageUnavailable: if Redis cannot answer.
-    """
+    """What ``who`` has used of each layer that counts it, of ``endpoint``'s
+    limits or every endpoint's; nothing is counted."""
     endpoints = sorted(current_app.view_functions) if endpoint is None else [endpoint]
     rows: list[tuple[str, ...]] = []
     for name in endpoints:
@@ -118,13 +113,8 @@ def status_rows(
 
 @dataclass(frozen=True)
 class Reset:
-    """What :func:`reset_counters` deleted.
-
-    :param identity: whose counters.
-    :param endpoint: the endpoint whose scopes were reset, or None for every scope.
-    :param scopes: those scopes; ``[None]`` for every scope.
-    :param deleted: how many counter keys were deleted.
-    """
+    """What :func:`reset_counters` deleted: how many keys of ``identity``,
+    in the ``scopes`` of ``endpoint`` (``[None]`` and None for every scope)."""
 
     identity: Identity
     endpoint: str | None
@@ -143,12 +133,7 @@ class Reset:
 
 def reset_counters(state: RateLimitState, throttle: Throttle, who: Identity, endpoint: str | None) -> Reset | None:
     """Delete ``who``'s counters, in every scope or only ``endpoint``'s, and
-    clear this process's block cache; as ``flask ratelimit reset`` and the
-    dashboard's reset button do.
-
-    :returns: what was deleted; None if no limit of ``endpoint`` counts ``who``.
-    :raises redis.RedisError: if Redis cannot answer.
-    """
+    clear this process's block cache; None if no limit of ``endpoint`` counts ``who``."""
     scopes: list[str | None] = [None]
     if endpoint is not None:
         scopes = list(dict.fromkeys(limit.scope for limit in _counting(state, endpoint, who)))
@@ -157,11 +142,47 @@ def reset_counters(state: RateLimitState, throttle: Throttle, who: Identity, end
     return Reset(who, endpoint, scopes, throttle.reset(who, scopes))
 
 
-def find_identity(text: str, state: RateLimitState) -> Identity:
-    """The identity written as ``text``; key functions may go by their short names.
+#: The columns of ``flask ratelimit overrides``, and of the dashboard's overrides.
+OVERRIDES_HEADER = ("IDENTITY", "SCOPE", "ACTION", "LIMIT", "UNTIL (UTC)", "BY", "SET AT (UTC)")
+#: The columns of the latest changes.
+CHANGES_HEADER = ("TIME (UTC)", "BY", "CHANGE", "OVERRIDE", "UNTIL (UTC)")
 
-    :raises ValueError: if ``text`` is not one, saying what would be.
-    """
+
+def override_rows(overrides: Sequence[Override]) -> list[tuple[str, ...]]:
+    """The overrides in force, one row each, as the CLI and the dashboard show them."""
+    return [(o.target, o.scope or "(every scope)", o.action, o.limit, utc(o.until), o.by, utc(o.at)) for o in overrides]
+
+
+def change_rows(changes: Sequence[Change]) -> list[tuple[str, ...]]:
+    """The latest changes, one row each, newest first."""
+    return [(utc(c.time), c.by, c.what, c.override, "" if c.until is None else utc(c.until)) for c in changes]
+
+
+def entry_rows(entries: Sequence[Refusal], who: str, retry: bool) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    """The header and rows of entries of the refusal or near-limit log: the
+    identity whose counter refused or came near, under ``who``, apart from
+    the others present; with ``retry``, when the request would have passed."""
+    retry_after = ("RETRY AFTER",) if retry else ()
+    header = ("TIME (UTC)", "ENDPOINT", "SCOPE", "LAYER", "STRATEGY", who, *retry_after, "ALSO PRESENT")
+    rows = [
+        (
+            utc(entry.time),
+            entry.endpoint,
+            entry.scope,
+            entry.layer,
+            entry.strategy,
+            loggable(entry.identity),
+            *((duration(entry.retry_after),) if retry else ()),
+            ", ".join(map(loggable, entry.others)),
+        )
+        for entry in entries
+    ]
+    return header, rows
+
+
+def find_identity(text: str, state: RateLimitState) -> Identity:
+    """The identity written as ``text`` (key functions may go by their short
+    names); else a :class:`ValueError` saying what would be one."""
     kinds = {
         spec_name(spec)
         for endpoint in current_app.view_functions
@@ -173,10 +194,8 @@ def find_identity(text: str, state: RateLimitState) -> Identity:
 
 
 def find_endpoint(name: str) -> str:
-    """``name``, if the current app has such an endpoint.
-
-    :raises ValueError: if it has not, naming the closest ones.
-    """
+    """``name``, if the current app has such an endpoint; else a
+    :class:`ValueError` naming the closest ones."""
     if name not in current_app.view_functions:
         close = difflib.get_close_matches(name, current_app.view_functions, n=3)
         hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else "; `flask ratelimit limits` lists them"
