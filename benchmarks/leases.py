@@ -24,10 +24,10 @@ Two parts, each on a throwaway ``redis-server``:
    decisions a second reached, the admissions, and the script calls that
    reach Redis (``INFO commandstats``, every one of them on the app-wide
    key) a second and per request. Three times with ``prefetch``: under a
-   quota far above the demand, under ``5000/second``, a quota the demand
-   meets, where blocks shrink near each window's end, and under
-   ``2500/second``, half the demand, where half the requests are refused;
-   once per request.
+   quota far above the demand, under a quota the demand meets
+   (``5000/second``), where blocks shrink near each window's end, and
+   under half of it (``2500/second``), where half the requests are
+   refused; once per request.
    This is the app-wide target (at most 250 calls a second to the key at
    5,000 requests a second) without gunicorn and a load generator in the
    way, which on a small machine cannot reach that rate; it measures
@@ -218,13 +218,14 @@ def through_gunicorn(url: str, seconds: float, workers: int) -> dict[str, Any]:
     return results
 
 
-#: Part 3's runs: a name, the app's mode and its app-wide limit.
-IN_PROCESS = (
-    ("leased", "app", SPEC),
-    ("leased-at-quota", "app", "5000/second"),
-    ("leased-twice", "app", "2500/second"),
-    ("per-request", "app-plain", SPEC),
-)
+def in_process_runs(rate: float) -> tuple[tuple[str, str, str], ...]:
+    """Part 3's runs at ``rate`` a second: a name, the app's mode and its app-wide limit."""
+    return (
+        ("leased", "app", SPEC),
+        ("leased-at-quota", "app", f"{round(rate)}/second"),
+        ("leased-twice", "app", f"{round(rate) // 2}/second"),
+        ("per-request", "app-plain", SPEC),
+    )
 
 
 def _drive(url: str, mode: str, spec: str, rate: float, seconds: float, offset: int, workers: int, sync: Any) -> None:
@@ -276,7 +277,7 @@ def in_process(url: str, rate: float, seconds: float, workers: int) -> dict[str,
     admin = redis.Redis.from_url(url)
     context = multiprocessing.get_context("fork")
     results: dict[str, Any] = {}
-    for name, mode, spec in IN_PROCESS:
+    for name, mode, spec in in_process_runs(rate):
         admin.flushall()
         sync = _Sync(context, workers)
         arguments = (url, mode, spec, rate, seconds)
@@ -345,7 +346,7 @@ def report(figures: dict[str, Any], workers: int) -> None:
     if "added_time" in figures:
         print_added_and_served(figures["added_time"], figures["gunicorn"], workers)
     for name, entry in figures.get("in_process", {}).items():
-        if name == IN_PROCESS[0][0]:
+        if name == "leased":
             print(f"in process, {workers} forked workers, app-wide limit, the WSGI callable (no HTTP server):")
         print(
             f"  {name:<16} {entry['limit']:<16} asked {entry['asked_rate']:>5.0f}/s "

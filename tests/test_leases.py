@@ -219,6 +219,44 @@ def test_absurd_costs_decide_exactly_and_never_lease_past_the_quota(leases: Leas
     assert used(leases, checks) == 10
 
 
+def test_demand_past_the_quota_is_refused_from_the_block_cache_not_by_redis(storage: Storage, clock: Clock) -> None:
+    # Four workers asking twice the quota, with the block cache a worker
+    # has: once the quota is spent, each request asks for its own cost,
+    # whose refusal the cache remembers, not for a block of a size that
+    # changes with every request, which Redis would refuse every time.
+    throttle = Throttle(storage, blocks=BlockCache(100))
+    workers = [Leases(throttle) for _ in range(4)]
+    checks = checks_of("1000/second")
+    admitted: Counter[int] = Counter()
+    for i in range(6000):  # 2,000 requests a second for 3 seconds
+        admitted[i // 2000] += workers[i % 4].hit(checks).admitted
+        clock.advance(1 / 2000)
+    assert list(admitted.values()) == [1000] * 3
+    # Per request, a window costs 1,004 calls (each admission, and each
+    # worker's first refusal); leased, about 46: the blocks, which shrink
+    # near the limit, and one exact refusal a worker. Blocks whose size
+    # changed with every refused request cost 1,623.
+    assert sum(worker.calls for worker in workers) <= 3 * 60
+
+
+def test_a_block_the_cache_refuses_still_decides_the_request_exactly(storage: Storage, clock: Clock) -> None:
+    # Two workers' tables in step ask for blocks of the same size; another
+    # worker leaves 2 units. The first block is refused by Redis and
+    # remembered at its size by the block cache; the second is refused by
+    # the cache: its request, of cost 1, must still be decided exactly.
+    throttle = Throttle(storage, blocks=BlockCache(100))
+    first, second = Leases(throttle), Leases(throttle)
+    checks = checks_of("100/second")
+    for _ in range(3):  # the same requests, 10 ms apart
+        assert first.hit(checks).admitted
+        assert second.hit(checks).admitted
+        clock.advance(0.01)
+    assert throttle.hit(checks, 100 - used(first, checks) - 2).admitted  # another worker
+    assert first.hit(checks).admitted
+    assert second.hit(checks).admitted  # the last unit, though a block was refused from the cache
+    assert used(first, checks) == 100
+
+
 @pytest.mark.parametrize("strategy", ["gcra", "sliding-window", "sliding-log"])
 def test_other_strategies_are_decided_per_request(leases: Leases, clock: Clock, strategy: str) -> None:
     checks = checks_of("1000/second", strategy)

@@ -16,7 +16,10 @@ it asked for over the last :data:`HORIZON` seconds), never past the time
 left in the window at that rate, at most twice what it asked for since its
 last block, and at most a :data:`SHARE` of the quota the last reply left,
 down to the request's own cost: near the limit every decision is exact
-again.
+again. Once a request is refused, blocks are sized from the quota the
+refusal left until its counter resets: each request then asks for its own
+cost, and the block cache refuses it without a call, as it refuses a
+request decided per request.
 """
 
 from __future__ import annotations
@@ -148,12 +151,15 @@ class Leases:
     def _take(self, shape: tuple[object, ...], checks: Sequence[Check], cost: int, size: int, now: int) -> Decision:
         decision = self.throttle.hit(checks, size, returnable=True)
         self.calls += not decision.cached
-        if not decision.admitted and size > cost and not decision.cached:
-            # Others took what was left: decide this request exactly.
+        if not decision.admitted and size > cost:
+            # Others took what was left (or the block cache remembers that
+            # they did, for a block of this size): decide this request
+            # exactly, at its own cost, which may still fit.
             decision = self.throttle.hit(checks, cost, returnable=True)
             self.calls += not decision.cached
             size = cost
         if not decision.admitted:
+            self._refused(shape, decision, now)
             return decision
         if decision.fallback:
             # Redis is unavailable and the fallback decided: no block is
@@ -176,6 +182,28 @@ class Leases:
                     leases.clear()
             leases[shape] = lease
         return replace(decision, remaining=decision.remaining + lease.units, hold=None)
+
+    def _refused(self, shape: tuple[object, ...], refusal: Decision, now: int) -> None:
+        """Size the next blocks of ``shape`` from the quota ``refusal`` left,
+        until the refusing counter resets: each following request then asks
+        for its own cost, which the block cache refuses without a call, as
+        it refuses a request decided per request, instead of asking Redis
+        for a block of a size that changes with every request."""
+        with self._lock:
+            lease = self._leases.get(shape)
+            if lease is not None and now < lease.until:
+                # Units in hand are still the window's to spend.
+                lease.decision = replace(lease.decision, remaining=min(lease.decision.remaining, refusal.remaining))
+                return
+            until = now + max(round(refusal.reset * 1_000_000), 1)
+            if lease is None:
+                if len(self._leases) >= self.size:
+                    return  # a flood of refused identities keeps no table entries
+                lease = _Lease(0, until, now, refusal, None)
+            else:
+                # The rate seen so far still sizes the first block once it resets.
+                lease = _Lease(0, until, lease.taken, refusal, None, lease.asked)
+            self._leases[shape] = lease
 
     def give_back(self) -> int:
         """Refund every unspent unit, each block in one script call sent past
