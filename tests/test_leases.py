@@ -257,6 +257,41 @@ def test_a_block_the_cache_refuses_still_decides_the_request_exactly(storage: St
     assert used(first, checks) == 100
 
 
+@pytest.mark.parametrize("jump", [0.5, -1.0], ids=["forward", "back"])
+def test_a_jump_of_redis_clock_admits_at_most_the_units_in_hand_once(
+    leases: Leases, clock: Clock, monkeypatch: pytest.MonkeyPatch, jump: float
+) -> None:
+    # Redis's clock jumps (a failover to a server whose clock differs) into
+    # another window, whose quota is whole; the worker's own clock, which
+    # says when a block must be spent, does not jump. What the worker
+    # holds is spent on top of that window's quota: at most once, then every
+    # unit is counted in the window Redis is in.
+    checks = checks_of("1000/second")
+    clock.set(0.2)
+    worker = [clock.micros()]
+    monkeypatch.setattr(leases, "_clock", lambda: worker[0])
+    for _ in range(500):  # 1,000 requests a second, on both clocks
+        assert leases.hit(checks).admitted
+        clock.advance(0.001)
+        worker[0] += 1000
+    held = sum(lease.units for lease in leases._leases.values())
+    assert held > 0
+    clock.advance(jump)
+    admitted = 0
+    for _ in range(3000):  # three times the quota, within Redis's window
+        admitted += leases.hit(checks).admitted
+        clock.advance(0.00005)
+        worker[0] += 50
+    assert 1000 <= admitted <= 1000 + held
+    assert used(leases, checks) + held >= admitted
+
+
+@pytest.mark.parametrize("value", ["true", 1, None])
+def test_absurd_prefetch_values_on_the_app_wide_limit_are_refused_at_init(app: Flask, value: object) -> None:
+    with pytest.raises(ConfigurationError, match=re.escape(f"prefetch {value!r} must be True or False")):
+        install(app, RATELIMIT_APPLICATION={"limit": "10/second", "prefetch": value, "identities": [everyone]})
+
+
 @pytest.mark.parametrize("strategy", ["gcra", "sliding-window", "sliding-log"])
 def test_other_strategies_are_decided_per_request(leases: Leases, clock: Clock, strategy: str) -> None:
     checks = checks_of("1000/second", strategy)
