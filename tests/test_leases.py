@@ -324,6 +324,36 @@ def test_redis_down_spends_the_block_then_the_failure_policy(clock: Clock) -> No
         storage.close()
 
 
+@pytest.mark.redis
+def test_a_stalled_redis_costs_the_exit_one_refund_not_one_per_block(
+    clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A worker holding blocks of many identities exits while Redis is
+    # stalled: each refund would wait out the socket timeout, 0.5 s by
+    # default, and an exit holding a thousand blocks would outlast
+    # gunicorn's graceful timeout. The first unanswered refund ends it.
+    with redis_server() as server:
+        storage = Storage.from_url(server.url, {"socket_timeout": 0.2})
+        throttle = Throttle(storage)
+        leases = Leases(throttle)
+        shapes = [[(Policy(tuple(parse_limits("100000/minute")), "s"), [Identity("key", str(n))])] for n in range(5)]
+        for _ in range(20):
+            for checks in shapes:
+                leases.hit(checks)
+            clock.advance(0.001)
+        assert all(lease.units for lease in leases._leases.values())
+        sent = []
+        unguarded = throttle.unguarded
+        monkeypatch.setattr(throttle, "unguarded", lambda *args: sent.append(args) or unguarded(*args))
+        os.kill(server.pid, signal.SIGSTOP)
+        try:
+            assert leases.give_back() == 0
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+        assert len(sent) == 1
+        storage.close()
+
+
 # -- four worker processes on a real Redis ----------------------------------------
 
 

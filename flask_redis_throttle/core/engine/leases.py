@@ -210,7 +210,9 @@ class Leases:
         the breakers, and forget the blocks: for a worker that exits.
         Blocks whose window has ended are dropped: a refund could not
         reach them. Redis being down loses the refund, not the quota: the
-        units come back at the window's end.
+        units come back at the window's end. The first refund Redis does
+        not answer ends the giving back: each of the others would wait as
+        long for a stalled server, at the worker's exit.
 
         :returns: the units given back.
         """
@@ -223,7 +225,7 @@ class Leases:
                 try:
                     replace(lease.hold, cost=lease.units).release(guarded=False)
                 except StorageUnavailable:
-                    continue
+                    break
                 given += lease.units
         return given
 
