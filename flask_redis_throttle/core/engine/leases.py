@@ -191,19 +191,16 @@ class Leases:
         for a block of a size that changes with every request."""
         with self._lock:
             lease = self._leases.get(shape)
-            if lease is not None and now < lease.until:
+            if lease is None:
+                return  # with no block yet, the next request asks for its own cost anyway
+            if now < lease.until:
                 # Units in hand are still the window's to spend.
                 lease.decision = replace(lease.decision, remaining=min(lease.decision.remaining, refusal.remaining))
                 return
+            # No units, until the counter resets; the rate seen so far
+            # still sizes the first block after it.
             until = now + max(round(refusal.reset * 1_000_000), 1)
-            if lease is None:
-                if len(self._leases) >= self.size:
-                    return  # a flood of refused identities keeps no table entries
-                lease = _Lease(0, until, now, refusal, None)
-            else:
-                # The rate seen so far still sizes the first block once it resets.
-                lease = _Lease(0, until, lease.taken, refusal, None, lease.asked)
-            self._leases[shape] = lease
+            self._leases[shape] = _Lease(0, until, lease.taken, refusal, None, lease.asked)
 
     def give_back(self) -> int:
         """Refund every unspent unit, each block in one script call sent past
