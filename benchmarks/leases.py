@@ -148,6 +148,22 @@ def gunicorn(url: str, mode: str, workers: int) -> Iterator[Server]:
             stop(process)
 
 
+def schedule(start: float, rate: float, seconds: float, offset: float) -> Iterator[None]:
+    """Yield at each due time of ``rate`` a second from ``start`` (on the
+    monotonic clock) for ``seconds``, shifted by ``offset`` of an interval;
+    when late, at once."""
+    n = 0
+    while True:
+        due = start + (n + offset) / rate
+        if due >= start + seconds:
+            return
+        pause = due - time.monotonic()
+        if pause > 0:
+            time.sleep(pause)
+        n += 1
+        yield
+
+
 def paced(port: int, rate: float, seconds: float, threads: int) -> dict[str, float]:
     """Send ``rate`` requests a second for ``seconds`` over ``threads``
     connections (a new one per request: sync workers close them), each
@@ -157,17 +173,8 @@ def paced(port: int, rate: float, seconds: float, threads: int) -> dict[str, flo
     start = time.monotonic() + 0.2
 
     def send(offset: int) -> None:
-        each = rate / threads
-        n = 0
         ok = refused = errors = 0
-        while True:
-            due = start + (n + offset / threads) / each
-            if due >= start + seconds:
-                break
-            pause = due - time.monotonic()
-            if pause > 0:
-                time.sleep(pause)
-            n += 1
+        for _ in schedule(start, rate / threads, seconds, offset / threads):
             connection = http.client.HTTPConnection(HOST, port, timeout=5)
             try:
                 connection.request("GET", "/")
@@ -244,15 +251,8 @@ def _drive(url: str, mode: str, spec: str, rate: float, seconds: float, offset: 
     sync.ready.wait()
     sync.go.wait()
     start = sync.start.value
-    each = rate / workers
     sent = 0
-    while True:
-        due = start + (sent + offset / workers) / each
-        if due >= start + seconds:
-            break
-        pause = due - time.monotonic()
-        if pause > 0:
-            time.sleep(pause)
+    for _ in schedule(start, rate / workers, seconds, offset / workers):
         run(1)
         sent += 1
     finished = time.monotonic()
