@@ -220,6 +220,79 @@ def test_absurd_costs_decide_exactly_and_never_lease_past_the_quota(leases: Leas
     assert used(leases, checks) == 10
 
 
+def test_demand_past_the_quota_is_refused_from_the_block_cache_not_by_redis(storage: Storage, clock: Clock) -> None:
+    # Four workers asking twice the quota, with the block cache a worker
+    # has: once the quota is spent, each request asks for its own cost,
+    # whose refusal the cache remembers, not for a block of a size that
+    # changes with every request, which Redis would refuse every time.
+    throttle = Throttle(storage, blocks=BlockCache(100))
+    workers = [Leases(throttle) for _ in range(4)]
+    checks = checks_of("1000/second")
+    admitted: Counter[int] = Counter()
+    for i in range(6000):  # 2,000 requests a second for 3 seconds
+        admitted[i // 2000] += workers[i % 4].hit(checks).admitted
+        clock.advance(1 / 2000)
+    assert list(admitted.values()) == [1000] * 3
+    # Per request, a window costs 1,004 calls (each admission, and each
+    # worker's first refusal); leased, about 46: the blocks, which shrink
+    # near the limit, and one exact refusal a worker. Blocks whose size
+    # changed with every refused request cost 1,623.
+    assert sum(worker.calls for worker in workers) <= 3 * 60
+
+
+def test_a_block_the_cache_refuses_still_decides_the_request_exactly(storage: Storage, clock: Clock) -> None:
+    # Two workers' tables in step ask for blocks of the same size; another
+    # worker leaves 2 units. The first block is refused by Redis and
+    # remembered at its size by the block cache; the second is refused by
+    # the cache: its request, of cost 1, must still be decided exactly.
+    throttle = Throttle(storage, blocks=BlockCache(100))
+    first, second = Leases(throttle), Leases(throttle)
+    checks = checks_of("100/second")
+    for _ in range(3):  # the same requests, 10 ms apart
+        assert first.hit(checks).admitted
+        assert second.hit(checks).admitted
+        clock.advance(0.01)
+    assert throttle.hit(checks, 100 - used(first, checks) - 2).admitted  # another worker
+    assert first.hit(checks).admitted
+    assert second.hit(checks).admitted  # the last unit, though a block was refused from the cache
+    assert used(first, checks) == 100
+
+
+@pytest.mark.parametrize("jump", [0.5, -1.0], ids=["forward", "back"])
+def test_a_jump_of_redis_clock_admits_at_most_the_units_in_hand_once(
+    leases: Leases, clock: Clock, monkeypatch: pytest.MonkeyPatch, jump: float
+) -> None:
+    # Redis's clock jumps (a failover to a server whose clock differs) into
+    # another window, whose quota is whole; the worker's own clock, which
+    # says when a block must be spent, does not jump. What the worker
+    # holds is spent on top of that window's quota: at most once, then every
+    # unit is counted in the window Redis is in.
+    checks = checks_of("1000/second")
+    clock.set(0.2)
+    worker = [clock.micros()]
+    monkeypatch.setattr(leases, "_clock", lambda: worker[0])
+    for _ in range(500):  # 1,000 requests a second, on both clocks
+        assert leases.hit(checks).admitted
+        clock.advance(0.001)
+        worker[0] += 1000
+    held = sum(lease.units for lease in leases._leases.values())
+    assert held > 0
+    clock.advance(jump)
+    admitted = 0
+    for _ in range(3000):  # three times the quota, within Redis's window
+        admitted += leases.hit(checks).admitted
+        clock.advance(0.00005)
+        worker[0] += 50
+    assert 1000 <= admitted <= 1000 + held
+    assert used(leases, checks) + held >= admitted
+
+
+@pytest.mark.parametrize("value", ["true", 1, None])
+def test_absurd_prefetch_values_on_the_app_wide_limit_are_refused_at_init(app: Flask, value: object) -> None:
+    with pytest.raises(ConfigurationError, match=re.escape(f"prefetch {value!r} must be True or False")):
+        install(app, RATELIMIT_APPLICATION={"limit": "10/second", "prefetch": value, "identities": [everyone]})
+
+
 @pytest.mark.parametrize("strategy", ["gcra", "sliding-window", "sliding-log"])
 def test_other_strategies_are_decided_per_request(leases: Leases, clock: Clock, strategy: str) -> None:
     checks = checks_of("1000/second", strategy)
@@ -249,6 +322,36 @@ def test_redis_down_spends_the_block_then_the_failure_policy(clock: Clock) -> No
             assert leases.give_back() == 0  # lost refund, not lost quota: the window ends
         finally:
             os.kill(server.pid, signal.SIGCONT)
+        storage.close()
+
+
+@pytest.mark.redis
+def test_a_stalled_redis_costs_the_exit_one_refund_not_one_per_block(
+    clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A worker holding blocks of many identities exits while Redis is
+    # stalled: each refund would wait out the socket timeout, 0.5 s by
+    # default, and an exit holding a thousand blocks would outlast
+    # gunicorn's graceful timeout. The first unanswered refund ends it.
+    with redis_server() as server:
+        storage = Storage.from_url(server.url, {"socket_timeout": 1.0})  # no timeout before the stall on a busy machine
+        throttle = Throttle(storage)
+        leases = Leases(throttle)
+        shapes = [[(Policy(tuple(parse_limits("100000/minute")), "s"), [Identity("key", str(n))])] for n in range(5)]
+        for _ in range(20):
+            for checks in shapes:
+                leases.hit(checks)
+            clock.advance(0.001)
+        assert all(lease.units for lease in leases._leases.values())
+        sent = []
+        unguarded = throttle.unguarded
+        monkeypatch.setattr(throttle, "unguarded", lambda *args: sent.append(args) or unguarded(*args))
+        os.kill(server.pid, signal.SIGSTOP)
+        try:
+            assert leases.give_back() == 0
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+        assert len(sent) == 1
         storage.close()
 
 

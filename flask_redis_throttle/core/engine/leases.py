@@ -16,7 +16,10 @@ it asked for over the last :data:`HORIZON` seconds), never past the time
 left in the window at that rate, at most twice what it asked for since its
 last block, and at most a :data:`SHARE` of the quota the last reply left,
 down to the request's own cost: near the limit every decision is exact
-again.
+again. Once a request is refused, blocks are sized from the quota the
+refusal left until its counter resets: each request then asks for its own
+cost, and the block cache refuses it without a call, as it refuses a
+request decided per request.
 """
 
 from __future__ import annotations
@@ -148,12 +151,15 @@ class Leases:
     def _take(self, shape: tuple[object, ...], checks: Sequence[Check], cost: int, size: int, now: int) -> Decision:
         decision = self.throttle.hit(checks, size, returnable=True)
         self.calls += not decision.cached
-        if not decision.admitted and size > cost and not decision.cached:
-            # Others took what was left: decide this request exactly.
+        if not decision.admitted and size > cost:
+            # Others took what was left (or the block cache remembers that
+            # they did, for a block of this size): decide this request
+            # exactly, at its own cost, which may still fit.
             decision = self.throttle.hit(checks, cost, returnable=True)
             self.calls += not decision.cached
             size = cost
         if not decision.admitted:
+            self._refused(shape, decision, now)
             return decision
         if decision.fallback:
             # Redis is unavailable and the fallback decided: no block is
@@ -177,12 +183,33 @@ class Leases:
             leases[shape] = lease
         return replace(decision, remaining=decision.remaining + lease.units, hold=None)
 
+    def _refused(self, shape: tuple[object, ...], refusal: Decision, now: int) -> None:
+        """Size the next blocks of ``shape`` from the quota ``refusal`` left,
+        until the refusing counter resets: each following request then asks
+        for its own cost, which the block cache refuses without a call, as
+        it refuses a request decided per request, instead of asking Redis
+        for a block of a size that changes with every request."""
+        with self._lock:
+            lease = self._leases.get(shape)
+            if lease is None:
+                return  # with no block yet, the next request asks for its own cost anyway
+            if now < lease.until:
+                # Units in hand are still the window's to spend.
+                lease.decision = replace(lease.decision, remaining=min(lease.decision.remaining, refusal.remaining))
+                return
+            # No units, until the counter resets; the rate seen so far
+            # still sizes the first block after it.
+            until = now + max(round(refusal.reset * 1_000_000), 1)
+            self._leases[shape] = _Lease(0, until, lease.taken, refusal, None, lease.asked)
+
     def give_back(self) -> int:
         """Refund every unspent unit, each block in one script call sent past
         the breakers, and forget the blocks: for a worker that exits.
         Blocks whose window has ended are dropped: a refund could not
         reach them. Redis being down loses the refund, not the quota: the
-        units come back at the window's end.
+        units come back at the window's end. The first refund Redis does
+        not answer ends the giving back: each of the others would wait as
+        long for a stalled server, at the worker's exit.
 
         :returns: the units given back.
         """
@@ -195,7 +222,7 @@ class Leases:
                 try:
                     replace(lease.hold, cost=lease.units).release(guarded=False)
                 except StorageUnavailable:
-                    continue
+                    break
                 given += lease.units
         return given
 
