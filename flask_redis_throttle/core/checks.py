@@ -1,9 +1,5 @@
-"""The checks of numbers a user gives, written once.
-
-``True`` is an ``int`` in Python, so ``isinstance(value, int)`` lets
-``cost=True`` or ``RATELIMIT_BREAKER_THRESHOLD = True`` through as 1. A flag
-where a number is wanted is a mistake, so every option and setting that
-takes a number asks these instead.
+"""The checks of numbers a user gives, written once: ``True`` is an ``int``
+in Python, and a flag where a number is wanted is a mistake, not a 1.
 """
 
 from __future__ import annotations

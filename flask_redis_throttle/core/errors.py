@@ -1,11 +1,5 @@
-"""The exceptions the core raises for bad input, free of HTTP.
-
-* :class:`InputError` is the base of everything raised for bad input.
-* :class:`InvalidLimit` and :class:`ConfigurationError` are also
-  :class:`ValueError`, raised at decoration time and at ``init_app``.
-
-The HTTP 429 a refused request raises, ``RateLimitExceeded``, is Werkzeug's
-and lives one layer up, in :mod:`flask_redis_throttle.errors`.
+"""The exceptions the core raises for bad input, free of HTTP: the 429 a
+refused request raises is Werkzeug's, in :mod:`flask_redis_throttle.errors`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Building the core in one call: a throttle with its block cache, breaker
-and fallback, and the refusal log beside it.
-
-The Flask extension builds its core here from its settings, and so can any
-other program (see :doc:`/core`): nothing here knows about Flask.
+"""Building the core in one call, without Flask (see :doc:`/core`): a throttle
+with its block cache, breaker and fallback, and the refusal log beside it.
 """
 
 from __future__ import annotations
@@ -48,20 +45,19 @@ def build_throttle(
     """
     if isinstance(storage, str):
         storage = Storage.from_url(storage)
-    blocks = BlockCache(block_cache_size) if block_cache_size else None
-    breaker = None
-    if breaker_threshold:
-        breaker = CircuitBreaker(
-            breaker_threshold, breaker_backoff, breaker_max_backoff, name=storage.url, listener=listener
-        )
-    spare = None
-    if fallback:
-        spare = Throttle(Storage(embedded_client(warn=False), "memory://"), prefix, secret)
-    return Throttle(storage, prefix, secret, blocks, breaker, spare)
+    return Throttle(
+        storage,
+        prefix,
+        secret,
+        BlockCache(block_cache_size) if block_cache_size else None,
+        CircuitBreaker(breaker_threshold, breaker_backoff, breaker_max_backoff, name=storage.url, listener=listener)
+        if breaker_threshold
+        else None,
+        Throttle(Storage(embedded_client(warn=False), "memory://"), prefix, secret) if fallback else None,
+    )
 
 
 def build_refusal_log(storage: Storage, key: str, size: int) -> RefusalLog:
     """The refusal log at ``key`` on ``storage``, capped at about ``size``
     entries; sharded on a cluster, so that its writes spread over the nodes."""
-    shards = CLUSTER_SHARDS if storage.cluster else 1
-    return RefusalLog(storage.client, key, size, shards)
+    return RefusalLog(storage.client, key, size, CLUSTER_SHARDS if storage.cluster else 1)
