@@ -20,19 +20,6 @@ from redis.retry import Retry
 from ..checks import is_integer, is_number
 from ..errors import ConfigurationError
 
-__all__ = [
-    "MAX_URL_DB",
-    "REDIS_OPTIONS",
-    "SCHEMES",
-    "bad_url",
-    "check_options",
-    "check_url",
-    "parse_hosts",
-    "redact",
-    "redacted_options",
-    "try_connection",
-]
-
 #: The URL schemes ``RATELIMIT_STORAGE_URL`` accepts.
 SCHEMES = ("memory", "local", "redis", "rediss", "unix", "redis+cluster", "redis+sentinel")
 
@@ -111,57 +98,48 @@ def check_url(scheme: str, url: str) -> None:
     :raises ConfigurationError: quoting ``url`` without its password.
     """
     parts = urlsplit(url)
-    path = parts.path.strip("/")
-    if scheme in _BARE:
-        extra, expected = _BARE[scheme]
-        if extra(parts) or parts.query or parts.fragment:
-            raise bad_url(url, f"{expected}, not {url!r}")
-        return
-    if scheme in ("redis+cluster", "redis+sentinel"):
-        if parts.query:
-            raise bad_url(
-                url, f"no query ({parts.query!r}) in a {scheme}:// URL: put options in RATELIMIT_STORAGE_OPTIONS"
-            )
-        try:
-            parse_hosts(url)
-        except ValueError as error:
-            raise bad_url(url, f"a valid {scheme}:// URL ({error})") from error
-        if scheme == "redis+cluster" and path not in ("", "0"):
-            raise bad_url(url, f"no database but 0: a cluster has only database 0, not {path!r}")
-        service, _, database = path.partition("/")
-        if scheme == "redis+sentinel" and not service:
-            raise bad_url(url, "a valid redis+sentinel:// URL: the path must name the service (host:port/service)")
-        if scheme == "redis+sentinel" and database and not _url_db(database):
-            raise bad_url(url, f"a path of service/database, the database from 0 to {MAX_URL_DB}, not {database!r}")
-        return
+    path, extra = parts.path.strip("/"), parts.query or parts.fragment
+    service, _, database = path.partition("/")
+    pool, kwargs = None, {}
     try:
-        pool = redis.ConnectionPool.from_url(url)
+        if scheme in ("redis", "rediss", "unix"):
+            pool = redis.ConnectionPool.from_url(url)
+            kwargs = pool.connection_kwargs
+        elif scheme in _HOSTS:
+            parse_hosts(url)
     except ValueError as error:
         raise bad_url(url, f"a valid {scheme}:// URL ({error})") from error
-    if scheme != "unix" and path and (not path.isdigit() or "db" not in pool.connection_kwargs):
-        raise bad_url(url, f"a path of a database number from 0 to {MAX_URL_DB}, not {parts.path!r}")
-    db = pool.connection_kwargs.get("db", 0)
-    if not _url_db(db):
-        raise bad_url(url, f"a database number from 0 to {MAX_URL_DB}, not {db}")
-    bad = _bad_value(pool.connection_kwargs)
-    if bad:
-        raise bad_url(url, f"{bad[0]} to be {bad[2]}, not {bad[1]!r}")
+    db, bad, dbs = kwargs.get("db", 0), _bad_value(kwargs), f"from 0 to {MAX_URL_DB}"
+    # memory://name is a label and local:///folder a folder; neither takes a query.
+    for schemes, wrong, expected in (
+        (("memory",), path or extra, "memory:// or memory://name, with no path or query"),
+        (("local",), parts.netloc or extra, "local:// or local:///absolute/folder, with no host or query"),
+        (_HOSTS, parts.query,
+         f"no query ({parts.query!r}) in a {scheme}:// URL: put options in RATELIMIT_STORAGE_OPTIONS"),
+        (("redis+cluster",), path not in ("", "0"), f"no database but 0: a cluster has only database 0, not {path!r}"),
+        (("redis+sentinel",), not service,
+         "a valid redis+sentinel:// URL: the path must name the service (host:port/service)"),
+        (("redis+sentinel",), database and not _url_db(database),
+         f"a path of service/database, the database {dbs}, not {database!r}"),
+        (("redis", "rediss"), path and (not path.isdigit() or "db" not in kwargs),
+         f"a path of a database number {dbs}, not {parts.path!r}"),
+        (SCHEMES, not _url_db(db), f"a database number {dbs}, not {db}"),
+        (SCHEMES, bad, bad and f"{bad[0]} to be {bad[2]}, not {bad[1]!r}"),
+    ):  # fmt: skip
+        if wrong and scheme in schemes:
+            raise bad_url(url, str(expected))
     try:
-        try_connection(pool)
+        if pool:
+            try_connection(pool)
     except (TypeError, ValueError, redis.RedisError) as error:
         raise bad_url(url, f"query parameters a connection takes ({error})") from error
 
 
+_HOSTS = ("redis+cluster", "redis+sentinel")
+
+
 def _url_db(database: str | int) -> bool:
     return str(database).isdigit() and int(database) <= MAX_URL_DB
-
-
-#: The schemes whose URL has no query: for each, the part it has no use for
-#: either (memory://name is a label, local:///folder a folder) and the message.
-_BARE: dict[str, tuple[Callable[[Any], str], str]] = {
-    "memory": (lambda parts: parts.path.strip("/"), "memory:// or memory://name, with no path or query"),
-    "local": (lambda parts: parts.netloc, "local:// or local:///absolute/folder, with no host or query"),
-}
 
 
 def _count(least: int, none: bool = False) -> tuple[Callable[[Any], bool], str]:
