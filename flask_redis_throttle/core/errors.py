@@ -15,7 +15,6 @@ class InvalidLimit(InputError, ValueError):
     """A limit string or a :func:`~flask_redis_throttle.limit` option is malformed.
 
     :param message: what is wrong, quoting the bad text and saying what is valid.
-    :param spec: the offending value, as it was given.
     """
 
     def __init__(self, message: str, spec: object = None) -> None:
@@ -27,8 +26,6 @@ class InvalidLimit(InputError, ValueError):
 class ConfigurationError(InputError, ValueError):
     """A ``RATELIMIT_*`` setting has a bad value. Raised by ``init_app``.
 
-    :param key: the config key.
-    :param value: the bad value.
     :param expected: what would be valid.
     """
 

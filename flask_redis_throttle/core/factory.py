@@ -28,19 +28,15 @@ def build_throttle(
 ) -> Throttle:
     """A :class:`~flask_redis_throttle.core.engine.throttle.Throttle` on ``storage``.
 
-    :param storage: a storage, or its URL (such as ``"memory://"`` or
-        ``"redis://localhost:6379/0"``; see :doc:`/deployment`).
+    :param storage: a storage, or its URL (see :doc:`/deployment`).
     :param prefix: put in front of every key.
     :param secret: keys the digest of identities in keys; empty for none.
-    :param block_cache_size: how many refusals to remember in process; 0 for
-        no block cache (see :doc:`/blocks`).
-    :param breaker_threshold: failures in a row that open the circuit
-        breaker; 0 for no breaker.
-    :param breaker_backoff: the first wait, in seconds, before an open breaker
-        lets a probe through.
+    :param block_cache_size: how many refusals to remember in process; 0 for none (see :doc:`/blocks`).
+    :param breaker_threshold: failures in a row that open the circuit breaker; 0 for no breaker.
+    :param breaker_backoff: the first wait, in seconds, before an open breaker lets a probe through.
     :param breaker_max_backoff: the longest such wait, in seconds.
-    :param fallback: decide in process memory while the storage is
-        unavailable, instead of raising ``StorageUnavailable``.
+    :param fallback: decide in process memory while the storage is unavailable, instead of raising
+        ``StorageUnavailable``.
     :param listener: told when a breaker opens and closes.
     """
     if isinstance(storage, str):

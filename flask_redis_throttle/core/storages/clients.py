@@ -45,13 +45,8 @@ __all__ = [
 
 logger = logging.getLogger("flask_redis_throttle")
 
-#: Client options we set unless ``RATELIMIT_STORAGE_OPTIONS`` overrides them
-#: (see :doc:`/config`): redis-py's own wait 5 seconds on a stalled server and
-#: retry a refused connection for about 4, too long to hold a request. One
-#: immediate retry, on a broken connection only: a second timeout would double
-#: the delay. redis-py 5 retries on ``retry_on_error``, later releases on the
-#: ``Retry``'s errors, so both say the same. Script calls follow the storage's
-#: own rule instead (see :class:`~flask_redis_throttle.core.storages.storage.Connections`).
+#: Client options we set unless ``RATELIMIT_STORAGE_OPTIONS`` overrides them:
+#: redis-py's own would hold a request for seconds (why these: :doc:`/config`).
 DEFAULT_CLIENT_OPTIONS: dict[str, Any] = {
     "socket_connect_timeout": 0.5,
     "socket_timeout": 0.5,
@@ -119,8 +114,7 @@ def client_from_url(url: str, options: Mapping[str, Any] | None = None, instance
 
 def _try_connections(client: Any, url: str, options: Mapping[str, Any]) -> None:
     """Build, without connecting, one connection of each kind ``client`` will
-    make (to a cluster node, the server or master, a sentinel), so that an
-    option no connection takes fails now rather than on every request."""
+    make, so that an option no connection takes fails now, not on every request."""
     if isinstance(client, LazyClient):  # a cluster: its nodes' clients take the Redis options
         credentials, [(host, port), *_], _ = urls.parse_hosts(url)
         node_options = {name: value for name, value in options.items() if name in urls.REDIS_OPTIONS}
@@ -133,11 +127,7 @@ def _try_connections(client: Any, url: str, options: Mapping[str, Any]) -> None:
 
 
 def _local_folder(url: str, instance_path: str | None) -> LocalFolder:
-    """The folder of ``local://``'s server, made now if missing (the server is not started).
-
-    :raises ConfigurationError: when there is no folder, or one whose socket
-        path is too long for a Unix socket, or one that cannot be made.
-    """
+    """The folder of ``local://``'s server, made now if missing (the server is not started)."""
     folder = unquote(urlsplit(url).path) or instance_path
     if not folder:
         raise urls.bad_url(
@@ -166,8 +156,7 @@ def _local(folder: LocalFolder, options: Mapping[str, Any]) -> redis.Redis:
 def embedded_client(warn: bool = True) -> EmbeddedRedis:
     """A client on a keyspace of its own, in this process.
 
-    :param warn: log that counts are per process (not for a fallback store,
-        which is per process on purpose).
+    :param warn: log that counts are per process (not for a fallback store, which is on purpose).
     """
     if warn:
         logger.warning(
@@ -191,10 +180,8 @@ def _sentinel(url: str, options: dict[str, Any]) -> redis.Redis:
     service, _, db = path.strip("/").partition("/")  # checked with the URL
     if db:
         options["db"] = int(db)
-    # The sentinels get the same short timeouts unless told otherwise, and no
-    # retry: finding the master moves on to the next sentinel anyway, and
-    # redis-py's default (three more tries, with back-off) held a request
-    # seconds per dead sentinel.
+    # The sentinels get the same short timeouts, and no retry: finding the master moves on to the next
+    # sentinel anyway, and redis-py's default (three more tries, with back-off) held a request seconds.
     timeouts = {k: options[k] for k in ("socket_connect_timeout", "socket_timeout") if k in options}
     sentinel_kwargs = {**timeouts, "retry": Retry(NoBackoff(), 0), **(options.pop("sentinel_kwargs", None) or {})}
     min_other = options.pop("min_other_sentinels", 0)
@@ -208,11 +195,9 @@ _BUILDERS: dict[str, Callable[[str, dict[str, Any]], Any]] = {"redis+cluster": _
 
 class ClusterClient(RedisCluster):
     """redis-py's cluster client, except that a command that timed out is not
-    sent again: the node is most likely stalled, and a request would wait out
-    the socket timeout twice. A refused or broken connection is still tried
-    again, after the slot map is refreshed: that is how a request reaches a
-    promoted replica, or a node restarted with every pooled connection dead.
-    """
+    sent again: the node is most likely stalled, and a request would wait
+    twice. A refused or broken connection is still tried again, after the slot
+    map is refreshed, which is how a request reaches a promoted replica."""
 
     ERRORS_ALLOW_RETRY = tuple(  # type: ignore[assignment]
         error for error in RedisCluster.ERRORS_ALLOW_RETRY if error is not redis.TimeoutError

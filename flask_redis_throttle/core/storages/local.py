@@ -30,11 +30,8 @@ from redis.retry import Retry
 from .binaries import find_server_binary
 from .ownership import UnsafeFolder, check_owned, open_nofollow
 
-fcntl: Any
-try:  # pragma: no cover - which branch runs depends on the platform
+if sys.platform != "win32":  # pragma: no branch - Windows has no flock, and no binary either
     import fcntl
-except ImportError:  # pragma: no cover - Windows, where there is no binary either
-    fcntl = None
 
 __all__ = [
     "SOCKET_NAME",
@@ -50,14 +47,11 @@ __all__ = [
     "stop_server",
 ]
 
-#: The name of the server's Unix socket in its folder; the lock file, the pid
-#: file and the log are named alike (see :class:`LocalFolder`).
+#: The name of the server's Unix socket in its folder; its other files are named alike.
 SOCKET_NAME = "ratelimit-server.sock"
 
-#: How long, in seconds, a connection waits for the server to start (or for
-#: another worker to finish starting it) before it fails as a down Redis
-#: fails. Starting takes about 50 ms, but seconds on a host short of CPU,
-#: memory or disk, and a request that gave up then went uncounted.
+#: How long, in seconds, a connection waits for the server to start before it
+#: fails as a down Redis fails: about 50 ms is usual, seconds on a loaded host.
 START_TIMEOUT = 10.0
 
 #: The longest Unix socket path the platform takes (``sun_path`` holds 108
@@ -71,15 +65,13 @@ _POLL = 0.005
 class LocalFolder:
     """The folder of one local server: its socket, lock, pid file and log.
 
-    :param path: an absolute path; the app's instance folder by default.
     :raises UnsafeFolder: if the folder exists and fails :meth:`check`.
     """
 
     path: str
 
     def __post_init__(self) -> None:
-        # Without fcntl (Windows) there is no server to start, nor uids.
-        if fcntl is not None and os.path.isdir(self.path):
+        if sys.platform != "win32" and os.path.isdir(self.path):  # Windows has no uids
             self.check()
 
     @property
@@ -99,13 +91,11 @@ class LocalFolder:
         return os.path.join(self.path, "ratelimit-server.log")
 
     def check(self) -> None:
-        """:func:`~flask_redis_throttle.core.storages.ownership.check_owned` on the folder and its files.
-
-        :raises UnsafeFolder: if one is not this process's user's alone."""
+        """:raises UnsafeFolder: if the folder or a file in it is not this process's user's alone."""
         check_owned(self.path, (self.socket, self.lock, self.pidfile, self.log))
 
     def pid(self) -> int | None:
-        """The pid the server wrote at its start, or None if there is no pid file (a link is not followed)."""
+        """The pid the server wrote at its start, or None if there is no pid file."""
         try:
             with open_nofollow(self.pidfile, os.O_RDONLY) as file:
                 return int(file.read().strip())
@@ -115,25 +105,19 @@ class LocalFolder:
 
 class LocalConnection(UnixDomainSocketConnection):
     """A connection to the local server that starts the server when there is
-    none to connect to: on the first connection of any worker, and on the
-    first after the server was killed. It overrides only redis-py's public
-    ``connect``.
-    """
+    none to connect to, overriding only redis-py's public ``connect``."""
 
     def connect(self) -> None:
         try:
             super().connect()  # type: ignore[no-untyped-call]
         except redis.ConnectionError:
-            # When one answers after all (another worker started it, or the
-            # error was not about the server being gone), this returns at
-            # once, and the second attempt fails as redis-py would.
+            # If a server answers after all, this returns at once, and the second attempt fails as redis-py would.
             ensure_server(LocalFolder(os.path.dirname(self.path)))
             super().connect()  # type: ignore[no-untyped-call]
 
 
 def folder_of(client: Any) -> LocalFolder | None:
-    """The folder of the local server ``client`` connects to; None when it
-    is not a ``local://`` client (or is the ``memory://`` fallback of one)."""
+    """The folder of the local server ``client`` connects to; None for any other client."""
     pool = getattr(client, "connection_pool", None)
     if getattr(pool, "connection_class", None) is not LocalConnection:
         return None
@@ -141,8 +125,7 @@ def folder_of(client: Any) -> LocalFolder | None:
 
 
 def ensure_server(folder: LocalFolder, timeout: float | None = None) -> None:
-    """Make sure the server of ``folder`` answers, starting it under the
-    folder's lock if it does not.
+    """Make sure the server of ``folder`` answers, starting it if it does not.
 
     :param timeout: how long to wait, in all; :data:`START_TIMEOUT` by default.
     :raises redis.ConnectionError: if it could not be had in time, or could
@@ -160,11 +143,8 @@ def ensure_server(folder: LocalFolder, timeout: float | None = None) -> None:
 
 @contextlib.contextmanager
 def _locked(folder: LocalFolder, deadline: float) -> Iterator[None]:
-    """Hold the folder's lock, waiting for it until ``deadline``. The kernel
-    drops a :func:`fcntl.flock` when its holder dies, so a worker killed
-    while starting the server never leaves it taken."""
-    if fcntl is None:  # pragma: no cover - no binary on such platforms either
-        raise redis.ConnectionError("local:// needs fcntl.flock, which this platform lacks")
+    """Hold the folder's lock until ``deadline``: the kernel drops a flock when
+    its holder dies, so a worker killed while starting never leaves it taken."""
     os.makedirs(folder.path, mode=0o700, exist_ok=True)
     folder.check()
     with open_nofollow(folder.lock, os.O_WRONLY | os.O_CREAT | os.O_APPEND, "a") as file:
@@ -232,11 +212,8 @@ def _remove_stale(folder: LocalFolder) -> None:
 
 
 def _start(folder: LocalFolder, deadline: float) -> None:
-    """Start the server of ``folder`` and wait until it answers, or ``deadline``.
-
-    :raises redis.ConnectionError: if there is no binary, or the server
-        exited, or did not answer in time (it is killed then).
-    """
+    """Start the server of ``folder`` and wait until it answers, or ``deadline``
+    (it is killed then, so that the next start does not race it for the socket)."""
     binary = find_server_binary()
     if binary is None:
         raise redis.ConnectionError(
@@ -250,8 +227,7 @@ def _start(folder: LocalFolder, deadline: float) -> None:
         "--daemonize", "yes",
     ]  # fmt: skip
     with open_nofollow(folder.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, "ab") as log:
-        # The server daemonizes into a session of its own, which no worker's
-        # exit (or Ctrl-C sent to the terminal's process group) reaches.
+        # A session of its own, which no worker's exit (or Ctrl-C to the terminal's group) reaches.
         # umask: what the server makes (its pid file) is its user's alone, as check() wants.
         process = subprocess.Popen(
             command,
@@ -271,7 +247,7 @@ def _start(folder: LocalFolder, deadline: float) -> None:
     if status != 0:
         raise redis.ConnectionError(f"the local server {binary} exited with status {status}: {_tail(folder.log)}")
     if not _reached(folder, "up", deadline):
-        _kill(folder.pid())  # so that the next start does not race it for the socket
+        _kill(folder.pid())
         raise redis.ConnectionError(
             f"the local server {binary} did not answer on {folder.socket} in time: {_tail(folder.log)}"
         )
@@ -327,9 +303,8 @@ def server_status(folder: LocalFolder) -> ServerStatus:
 
 
 def _admin(folder: LocalFolder) -> redis.Redis:
-    """A plain client on the server's socket, for the CLI: one that never
-    starts the server, and never retries (a server that exits on SHUTDOWN
-    leaves nothing to retry on)."""
+    """A client for the CLI, which never starts the server, and never retries
+    (a server that exits on SHUTDOWN leaves nothing to retry on)."""
     return redis.Redis(
         unix_socket_path=folder.socket, socket_timeout=2.0, socket_connect_timeout=2.0, retry=Retry(NoBackoff(), 0)
     )
