@@ -18,7 +18,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -148,17 +148,10 @@ def _locked(folder: LocalFolder, deadline: float) -> Iterator[None]:
     os.makedirs(folder.path, mode=0o700, exist_ok=True)
     folder.check()
     with open_nofollow(folder.lock, os.O_WRONLY | os.O_CREAT | os.O_APPEND, "a") as file:
-        while True:
-            try:
-                fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise redis.ConnectionError(
-                        f"another process has been starting the local server at {folder.socket} "
-                        f"for {START_TIMEOUT:g} s or more"
-                    ) from None
-                time.sleep(_POLL)
+        if not _until(lambda: _flock(file.fileno()), deadline):
+            raise redis.ConnectionError(
+                f"another process has been starting the local server at {folder.socket} for {START_TIMEOUT:g} s or more"
+            )
         try:
             yield
         finally:
@@ -189,9 +182,17 @@ def _probe(path: str, timeout: float) -> str:
         sock.close()
 
 
-def _reached(folder: LocalFolder, state: str, deadline: float) -> bool:
-    """Wait until the server of ``folder`` is ``state``; False at ``deadline``."""
-    while _probe(folder.socket, 0.5) != state:
+def _flock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _until(done: Callable[[], bool], deadline: float) -> bool:
+    """Poll ``done`` until it is true; False if it is not by ``deadline``."""
+    while not done():
         if time.monotonic() >= deadline:
             return False
         time.sleep(_POLL)
@@ -246,7 +247,7 @@ def _start(folder: LocalFolder, deadline: float) -> None:
             raise redis.ConnectionError(f"the local server {binary} did not start in time") from None
     if status != 0:
         raise redis.ConnectionError(f"the local server {binary} exited with status {status}: {_tail(folder.log)}")
-    if not _reached(folder, "up", deadline):
+    if not _until(lambda: _probe(folder.socket, 0.5) == "up", deadline):
         _kill(folder.pid())
         raise redis.ConnectionError(
             f"the local server {binary} did not answer on {folder.socket} in time: {_tail(folder.log)}"
@@ -330,7 +331,7 @@ def stop_server(folder: LocalFolder, timeout: float = 10.0) -> int | None:
             with _admin(folder) as client, contextlib.suppress(redis.ConnectionError):
                 pid = int(client.info("server")["process_id"])
                 client.shutdown(nosave=True)  # it exits before it can answer
-        if not _reached(folder, "down", deadline):
+        if not _until(lambda: _probe(folder.socket, 0.5) == "down", deadline):
             raise redis.ConnectionError(f"the local server at {folder.socket} did not exit in {timeout:g} s")
         _remove_stale(folder)
         return pid

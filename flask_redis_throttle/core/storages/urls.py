@@ -142,18 +142,9 @@ def _url_db(database: str | int) -> bool:
     return str(database).isdigit() and int(database) <= MAX_URL_DB
 
 
-def _count(least: int, none: bool = False) -> tuple[Callable[[Any], bool], str]:
-    return (
-        lambda value: (none and value is None) or (is_integer(value) and value >= least),
-        f"{'None or ' if none else ''}an integer of {least} or more",
-    )
-
-
-_FLAG = (lambda value: isinstance(value, bool), "True or False")
-_TIMEOUT = (
-    lambda value: value is None or (is_number(value) and 0 < value < math.inf),
-    "None or a number of seconds above 0",
-)
+_TIMEOUT = (lambda v: v is None or (is_number(v) and 0 < v < math.inf), "None or a number of seconds above 0")
+_COUNT = (lambda v: is_integer(v) and v >= 0, "an integer of 0 or more")
+_FLAG = (lambda v: isinstance(v, bool), "True or False")
 
 #: The client options whose bad values redis-py takes without a word and
 #: fails on at the first command (or never uses, as ``ssl_cert_reqs`` without
@@ -161,27 +152,21 @@ _TIMEOUT = (
 _VALUE_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "socket_timeout": _TIMEOUT,
     "socket_connect_timeout": _TIMEOUT,
-    "retry": (lambda value: value is None or isinstance(value, Retry), "None or a redis.retry.Retry"),
+    "retry": (lambda v: v is None or isinstance(v, Retry), "None or a redis.retry.Retry"),
     "retry_on_error": (
-        lambda value: (
-            isinstance(value, (list, tuple))
-            and all(isinstance(error, type) and issubclass(error, BaseException) for error in value)
-        ),
+        lambda v: isinstance(v, (list, tuple)) and all(isinstance(e, type) and issubclass(e, BaseException) for e in v),
         "a list of exception classes",
     ),
-    "health_check_interval": (
-        lambda value: is_number(value) and 0 <= value < math.inf,
-        "a number of seconds, 0 or more",
-    ),
-    "max_connections": _count(1, none=True),
-    "db": _count(0),
-    "min_other_sentinels": _count(0),
+    "health_check_interval": (lambda v: is_number(v) and 0 <= v < math.inf, "a number of seconds, 0 or more"),
+    "max_connections": (lambda v: v is None or (is_integer(v) and v >= 1), "None or an integer of 1 or more"),
+    "db": _COUNT,
+    "min_other_sentinels": _COUNT,
     "ssl_cert_reqs": (
-        lambda value: value is None or isinstance(value, ssl.VerifyMode) or value in ("none", "optional", "required"),
+        lambda v: v is None or isinstance(v, ssl.VerifyMode) or v in ("none", "optional", "required"),
         "None, 'none', 'optional', 'required' or an ssl.VerifyMode",
     ),
     # One connection shared by every request, opened when the client is made.
-    "single_connection_client": (lambda value: value is False, "False: requests need a pool of connections"),
+    "single_connection_client": (lambda v: v is False, "False: requests need a pool of connections"),
     **dict.fromkeys(("ssl", "socket_keepalive", "retry_on_timeout", "decode_responses"), _FLAG),
 }
 
