@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from typing import TypeGuard
 
-__all__ = ["is_integer", "is_number"]
-
 
 def is_integer(value: object) -> TypeGuard[int]:
     """Whether ``value`` is an integer, and not a bool."""

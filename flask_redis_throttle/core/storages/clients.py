@@ -2,10 +2,8 @@
 ``RATELIMIT_STORAGE_OPTIONS`` (the schemes and their options: :doc:`/deployment`).
 
 Nothing is sent to Redis here: a Redis that is down at start-up must not stop
-the app from starting. What redis-py would take without a word and fail on at
-the first command is refused here instead (see
-:mod:`~flask_redis_throttle.core.storages.urls`), and one connection object of
-each kind the client will make is built, without connecting it.
+the app from starting, so bad options are found by building, unconnected, one
+connection object of each kind the client will make.
 """
 
 from __future__ import annotations
@@ -102,13 +100,10 @@ def client_from_url(url: str, options: Mapping[str, Any] | None = None, instance
     except (ValueError, TypeError, IndexError, redis.RedisError) as error:
         # The URL alone was checked: what fails now is the options' doing.
         message = str(error).replace(url, redact(url))
-        if given:
-            raise ConfigurationError(
-                "RATELIMIT_STORAGE_OPTIONS",
-                urls.redacted_options(given),
-                f"keyword arguments of the {scheme} client ({message})",
-            ) from error
-        raise urls.bad_url(url, f"a valid {scheme}:// URL ({message})") from error
+        if not given:
+            raise urls.bad_url(url, f"a valid {scheme}:// URL ({message})") from error
+        expected = f"keyword arguments of the {scheme} client ({message})"
+        raise ConfigurationError("RATELIMIT_STORAGE_OPTIONS", urls.redacted_options(given), expected) from error
     return client
 
 
@@ -186,8 +181,7 @@ def _sentinel(url: str, options: dict[str, Any]) -> redis.Redis:
     sentinel_kwargs = {**timeouts, "retry": Retry(NoBackoff(), 0), **(options.pop("sentinel_kwargs", None) or {})}
     min_other = options.pop("min_other_sentinels", 0)
     sentinel = Sentinel(hosts, min_other_sentinels=min_other, sentinel_kwargs=sentinel_kwargs)  # type: ignore[no-untyped-call]
-    master: redis.Redis = sentinel.master_for(service, **{**credentials, **options})  # type: ignore[no-untyped-call]
-    return master
+    return sentinel.master_for(service, **{**credentials, **options})  # type: ignore[no-any-return, no-untyped-call]
 
 
 _BUILDERS: dict[str, Callable[[str, dict[str, Any]], Any]] = {"redis+cluster": _cluster, "redis+sentinel": _sentinel}

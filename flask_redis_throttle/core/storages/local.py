@@ -1,11 +1,6 @@
 """``local://``: one real server per host, shared by every worker of the app,
-started on demand from a binary that a pip package ships (see :ref:`local`).
-
-Exactly one server starts however many workers race: starting happens under
-an exclusive :func:`fcntl.flock` on the lock file, and whoever gets the lock
-first asks the socket before starting anything. A :class:`LocalConnection`
-that cannot connect starts the server and connects again, so a killed server
-is restarted by the next request that needs it.
+started on demand from a binary that a pip package ships; how exactly one
+starts however many workers race, and when it is restarted: :ref:`local`.
 """
 
 from __future__ import annotations
@@ -162,8 +157,7 @@ def _probe(path: str, timeout: float) -> str:
     """Whether a server answers ``PING`` on the socket at ``path``: ``"up"``;
     ``"down"`` when nothing listens there (no socket file, or a stale one);
     ``"stalled"`` when something listens but does not answer in time."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         try:
             sock.connect(path)
@@ -178,8 +172,6 @@ def _probe(path: str, timeout: float) -> str:
             return "down"
         # A server still loading answers -LOADING: it is there, not ready.
         return "up" if reply.startswith(b"+PONG") else "stalled" if reply else "down"
-    finally:
-        sock.close()
 
 
 def _flock(fd: int) -> bool:
@@ -258,8 +250,7 @@ def _tail(path: str, size: int = 400) -> str:
     """The end of the server's log, for an error message."""
     try:
         with open_nofollow(path, os.O_RDONLY, "rb") as file:
-            file.seek(0, os.SEEK_END)
-            file.seek(max(0, file.tell() - size))
+            file.seek(max(0, os.fstat(file.fileno()).st_size - size))
             end: bytes = file.read()
         return end.decode(errors="replace").strip()
     except OSError:
@@ -316,8 +307,7 @@ def stop_server(folder: LocalFolder, timeout: float = 10.0) -> int | None:
     ``SHUTDOWN NOSAVE``, or killed by its pid file's pid if it does not answer.
 
     :returns: the pid of the server stopped, or None if none was running.
-    :raises redis.ConnectionError: if the lock or the server's exit could
-        not be had within ``timeout``.
+    :raises redis.ConnectionError: if the lock or the exit did not come within ``timeout``.
     """
     deadline = time.monotonic() + timeout
     with _locked(folder, deadline):

@@ -15,8 +15,6 @@ import redis
 
 from ..errors import ConfigurationError
 
-__all__ = ["UnsafeFolder", "check_owned", "open_nofollow"]
-
 
 class UnsafeFolder(ConfigurationError, redis.ConnectionError):
     """The folder of ``local://``, or a file in it, is not this process's
