@@ -54,6 +54,5 @@ def build_throttle(
 
 
 def build_refusal_log(storage: Storage, key: str, size: int) -> RefusalLog:
-    """The refusal log at ``key`` on ``storage``, capped at about ``size``
-    entries; sharded on a cluster, so that its writes spread over the nodes."""
+    """The refusal log at ``key``, of about ``size`` entries; sharded on a cluster, to spread its writes."""
     return RefusalLog(storage.client, key, size, CLUSTER_SHARDS if storage.cluster else 1)

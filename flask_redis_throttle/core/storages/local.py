@@ -49,8 +49,7 @@ SOCKET_NAME = "ratelimit-server.sock"
 #: fails as a down Redis fails: about 50 ms is usual, seconds on a loaded host.
 START_TIMEOUT = 10.0
 
-#: The longest Unix socket path the platform takes (``sun_path`` holds 108
-#: bytes on Linux and 104 on macOS and the BSDs, with the trailing NUL).
+#: The longest Unix socket path: ``sun_path`` holds 108 bytes on Linux, 104 on macOS and the BSDs, with the NUL.
 MAX_SOCKET_PATH = 107 if sys.platform.startswith("linux") else 103
 
 _POLL = 0.005
@@ -223,13 +222,7 @@ def _start(folder: LocalFolder, deadline: float) -> None:
         # A session of its own, which no worker's exit (or Ctrl-C to the terminal's group) reaches.
         # umask: what the server makes (its pid file) is its user's alone, as check() wants.
         process = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-            close_fds=True,
-            umask=0o077,
+            command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, umask=0o077
         )
         try:
             status = process.wait(max(0.05, deadline - time.monotonic()))
@@ -251,8 +244,7 @@ def _tail(path: str, size: int = 400) -> str:
     try:
         with open_nofollow(path, os.O_RDONLY, "rb") as file:
             file.seek(max(0, os.fstat(file.fileno()).st_size - size))
-            end: bytes = file.read()
-        return end.decode(errors="replace").strip()
+            return bytes(file.read()).decode(errors="replace").strip()
     except OSError:
         return "(no log)"
 
@@ -274,8 +266,7 @@ class ServerStatus:
 def server_status(folder: LocalFolder) -> ServerStatus:
     """The state of the server of ``folder``, asked over its socket; nothing is started.
 
-    :raises redis.RedisError: if a server is there but cannot answer, or
-        the folder is not this process's user's alone (:class:`UnsafeFolder`).
+    :raises redis.RedisError: if a server is there but cannot answer, or the folder is unsafe (:class:`UnsafeFolder`).
     """
     folder.check()
     if _probe(folder.socket, 1.0) == "down":

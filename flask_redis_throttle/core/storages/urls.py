@@ -23,9 +23,8 @@ from ..errors import ConfigurationError
 #: The URL schemes ``RATELIMIT_STORAGE_URL`` accepts.
 SCHEMES = ("memory", "local", "redis", "rediss", "unix", "redis+cluster", "redis+sentinel")
 
-#: The highest database number a URL may name: a ``/99`` is far more often a
-#: typo than a server with a hundred databases (Redis has 16 unless told
-#: otherwise). The ``db`` option reaches beyond, on purpose.
+#: The highest database number a URL may name: a ``/99`` is far more often a typo than a
+#: server with a hundred databases (Redis has 16). The ``db`` option reaches beyond, on purpose.
 MAX_URL_DB = 15
 
 
@@ -60,10 +59,7 @@ def redacted_options(options: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def check_options(scheme: str, options: Mapping[str, Any]) -> None:
-    """Check the names and values of ``RATELIMIT_STORAGE_OPTIONS``, and of its ``sentinel_kwargs``.
-
-    :raises ConfigurationError: quoting the unknown names, or the bad value.
-    """
+    """Check the names and values of ``RATELIMIT_STORAGE_OPTIONS``, and of its ``sentinel_kwargs``."""
     _check(options, _OPTIONS[scheme], f"keyword arguments of the {scheme} client", lambda quoted: quoted)
     if options.get("sentinel_kwargs") is not None:
         expected = "sentinel_kwargs to be keyword arguments of redis.Redis"
@@ -93,10 +89,7 @@ def _bad_value(options: Mapping[str, Any]) -> tuple[str, Any, str] | None:
 def check_url(scheme: str, url: str) -> None:
     """Check what redis-py would take from ``url`` without a word: a query
     parameter no connection takes, a bad value of one it takes, a path that
-    is not a database, a database Redis lacks.
-
-    :raises ConfigurationError: quoting ``url`` without its password.
-    """
+    is not a database, a database Redis lacks."""
     parts = urlsplit(url)
     path, extra = parts.path.strip("/"), parts.query or parts.fragment
     service, _, database = path.partition("/")
