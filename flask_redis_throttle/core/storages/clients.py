@@ -1,5 +1,5 @@
 """Redis clients built from ``RATELIMIT_STORAGE_URL`` and
-``RATELIMIT_STORAGE_OPTIONS`` (the schemes and their options: :doc:`/deployment`).
+``RATELIMIT_STORAGE_OPTIONS`` (the schemes and their options: :doc:`/config`).
 
 Nothing is sent to Redis here: a Redis that is down at start-up must not stop
 the app from starting, so bad options are found by building, unconnected, one
