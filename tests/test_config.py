@@ -144,6 +144,8 @@ BAD_URLS = [
     ("memory:///abc", "abc"),
     ("memory:///1", "1"),
     ("memory://dev/0", "/0"),
+    (f"memory://u:{SECRET}@dev/0", "memory://u:***@dev/0"),
+    (f"local://u:{SECRET}@host/tmp", "local://u:***@host/tmp"),
     ("redis+cluster://127.0.0.1", "'127.0.0.1' is not host:port"),
     ("redis+cluster://127.0.0.1:7000,:7001", "':7001' is not host:port"),
     ("redis+cluster://127.0.0.1:7000/3", "'3'"),

@@ -1,16 +1,10 @@
-"""The checks of numbers a user gives, written once.
-
-``True`` is an ``int`` in Python, so ``isinstance(value, int)`` lets
-``cost=True`` or ``RATELIMIT_BREAKER_THRESHOLD = True`` through as 1. A flag
-where a number is wanted is a mistake, so every option and setting that
-takes a number asks these instead.
+"""The checks of numbers a user gives, written once: ``True`` is an ``int``
+in Python, and a flag where a number is wanted is a mistake, not a 1.
 """
 
 from __future__ import annotations
 
 from typing import TypeGuard
-
-__all__ = ["is_integer", "is_integer_in", "is_number"]
 
 
 def is_integer(value: object) -> TypeGuard[int]:

@@ -1,11 +1,5 @@
-"""The exceptions the core raises for bad input, free of HTTP.
-
-* :class:`InputError` is the base of everything raised for bad input.
-* :class:`InvalidLimit` and :class:`ConfigurationError` are also
-  :class:`ValueError`, raised at decoration time and at ``init_app``.
-
-The HTTP 429 a refused request raises, ``RateLimitExceeded``, is Werkzeug's
-and lives one layer up, in :mod:`flask_redis_throttle.errors`.
+"""The exceptions the core raises for bad input, free of HTTP: the 429 a
+refused request raises is Werkzeug's, in :mod:`flask_redis_throttle.errors`.
 """
 
 from __future__ import annotations
@@ -21,7 +15,6 @@ class InvalidLimit(InputError, ValueError):
     """A limit string or a :func:`~flask_redis_throttle.limit` option is malformed.
 
     :param message: what is wrong, quoting the bad text and saying what is valid.
-    :param spec: the offending value, as it was given.
     """
 
     def __init__(self, message: str, spec: object = None) -> None:
@@ -33,8 +26,6 @@ class InvalidLimit(InputError, ValueError):
 class ConfigurationError(InputError, ValueError):
     """A ``RATELIMIT_*`` setting has a bad value. Raised by ``init_app``.
 
-    :param key: the config key.
-    :param value: the bad value.
     :param expected: what would be valid.
     """
 

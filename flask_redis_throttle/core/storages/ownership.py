@@ -1,16 +1,6 @@
-"""Whether a folder and the files in it are this process's user's alone,
-as ``local://`` needs its server's folder to be (see
-:mod:`flask_redis_throttle.core.storages.local`).
-
-Another local user who can write the folder could run a server of their
-own on its socket, which the app would use and they could read, or plant a
-file as a symbolic link for the server to write through. So the folder must
-be owned by the process's user and writable by no one else, its group
-included; each of its files that exists must be too, and not be a symbolic
-link. The folder's own path may go through a link: its target is checked.
-Files are opened with ``O_NOFOLLOW``, so that a link is never followed.
-
-This module imports Redis (its error is also a connection error) but not Flask.
+"""Whether a folder and the files in it are this process's user's alone, as
+``local://`` needs its server's folder to be (the why: :ref:`local`). Files
+are opened with ``O_NOFOLLOW``, so that a link is never followed.
 """
 
 from __future__ import annotations
@@ -25,14 +15,12 @@ import redis
 
 from ..errors import ConfigurationError
 
-__all__ = ["UnsafeFolder", "check_owned", "open_nofollow"]
-
 
 class UnsafeFolder(ConfigurationError, redis.ConnectionError):
     """The folder of ``local://``, or a file in it, is not this process's
-    user's alone. At ``init_app`` it is a :class:`ConfigurationError`;
-    later, on a connection, a :class:`redis.ConnectionError`, so that
-    requests fail as they do while Redis is down.
+    user's alone: a :class:`ConfigurationError` at ``init_app``, and a
+    :class:`redis.ConnectionError` on a connection, so that requests fail
+    as they do while Redis is down.
 
     :param path: the folder or file.
     :param reason: what is wrong with it, and how to fix it.
@@ -47,14 +35,13 @@ class UnsafeFolder(ConfigurationError, redis.ConnectionError):
 
 
 def check_owned(folder: str, files: Iterable[str]) -> None:
-    """Refuse ``folder`` unless this process's user owns it and no one else
-    can write it, and each of ``files`` that exists unless it is not a
-    symbolic link and is the user's alone too.
+    """Refuse ``folder``, or any of ``files`` that exists, unless it is this
+    process's user's alone, and refuse a file that is a symbolic link.
 
     :raises UnsafeFolder: naming the path and what is wrong with it.
     """
     user = os.geteuid()
-    _trust(folder, os.stat(folder), user)
+    _trust(folder, os.stat(folder), user)  # the folder's path may go through a link
     for path in files:
         try:
             found = os.lstat(path)
@@ -66,19 +53,15 @@ def check_owned(folder: str, files: Iterable[str]) -> None:
 
 
 def _trust(path: str, found: os.stat_result, user: int) -> None:
-    """Refuse ``path``, whose ``stat`` is ``found``, unless ``user`` owns it
-    and neither its group nor others can write it."""
     if found.st_uid != user:
         owner = f"it is owned by uid {found.st_uid}, not by this process's user (uid {user})"
         raise UnsafeFolder(path, f"{owner}; use a folder of your own")
     if found.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise UnsafeFolder(
-            path, f"others can write it (mode {stat.S_IMODE(found.st_mode):04o}); chmod go-w {shlex.quote(path)}"
-        )
+        mode = stat.S_IMODE(found.st_mode)
+        raise UnsafeFolder(path, f"others can write it (mode {mode:04o}); chmod go-w {shlex.quote(path)}")
 
 
 def open_nofollow(path: str, flags: int, mode: str = "r") -> IO[Any]:
-    """``path`` opened as a file object with ``os.open`` ``flags``, never
-    through a symbolic link (``O_NOFOLLOW``: a link fails with ``ELOOP``).
-    What it creates only its owner may read and write."""
+    """``path`` opened with ``os.open`` ``flags``, never through a symbolic
+    link; what it creates only its owner may read and write."""
     return os.fdopen(os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600), mode)

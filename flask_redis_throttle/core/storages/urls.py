@@ -1,8 +1,6 @@
-"""Checking ``RATELIMIT_STORAGE_URL`` and ``RATELIMIT_STORAGE_OPTIONS``
-before any client is built: the scheme, the URL's parts, which options each
-kind of client takes, and the values of those redis-py would take without a
-word and fail on at the first command. And :func:`redact`, which keeps a
-password out of every message.
+"""Checking ``RATELIMIT_STORAGE_URL`` and ``RATELIMIT_STORAGE_OPTIONS`` before
+any client is built, for what redis-py would take without a word and fail on
+at the first command; and :func:`redact`, which keeps passwords out of messages.
 """
 
 from __future__ import annotations
@@ -22,27 +20,11 @@ from redis.retry import Retry
 from ..checks import is_integer, is_number
 from ..errors import ConfigurationError
 
-__all__ = [
-    "MAX_URL_DB",
-    "REDIS_OPTIONS",
-    "SCHEMES",
-    "bad_url",
-    "check_options",
-    "check_url",
-    "parse_hosts",
-    "redact",
-    "redacted_options",
-    "try_connection",
-]
-
 #: The URL schemes ``RATELIMIT_STORAGE_URL`` accepts.
 SCHEMES = ("memory", "local", "redis", "rediss", "unix", "redis+cluster", "redis+sentinel")
 
-#: The highest database number a URL may name. Redis has 16 databases (0 to
-#: 15) unless its ``databases`` setting says more, and a server answers any
-#: command on a database it lacks with an error: a ``/99`` is far more often
-#: a typo than a server with a hundred databases. The ``db`` option of
-#: ``RATELIMIT_STORAGE_OPTIONS`` reaches beyond, on purpose.
+#: The highest database number a URL may name: a ``/99`` is far more often a typo than a
+#: server with a hundred databases (Redis has 16). The ``db`` option reaches beyond, on purpose.
 MAX_URL_DB = 15
 
 
@@ -52,28 +34,18 @@ def _parameters(function: Any) -> frozenset[str]:
 
 REDIS_OPTIONS = _parameters(redis.Redis.__init__)
 _OPTIONS = {
-    "memory": REDIS_OPTIONS,  # checked, then unused
+    **dict.fromkeys(("memory", "redis", "rediss", "unix"), REDIS_OPTIONS),
     # Where the server is, and how it is spoken to, is local://'s own business.
     "local": REDIS_OPTIONS - {"host", "port", "unix_socket_path", "connection_pool", "ssl"},
-    "redis": REDIS_OPTIONS,
-    "rediss": REDIS_OPTIONS,
-    "unix": REDIS_OPTIONS,
     "redis+cluster": REDIS_OPTIONS | _parameters(RedisCluster.__init__),
     "redis+sentinel": REDIS_OPTIONS | {"sentinel_kwargs", "min_other_sentinels"},
 }
 
 
 def redact(url: str) -> str:
-    """``url`` with its password, if any, replaced by ``***``, for messages and
-    logs: the one before ``@`` and a ``password=`` in the query."""
+    """``url`` with its passwords (before ``@``, and a ``password=`` in the query) replaced by ``***``."""
     url = re.sub(r"([?&]password=)[^&#]*", r"\1***", url)
-    scheme, sep, rest = url.partition("://")
-    netloc, slash, path = rest.partition("/")
-    if not sep or "@" not in netloc:
-        return url
-    userinfo, host = netloc.rsplit("@", 1)
-    user, colon, _password = userinfo.partition(":")
-    return f"{scheme}://{user}{':***' if colon else ''}@{host}{slash}{path}"
+    return re.sub(r"^([^:/]+://[^:/]*):[^/]*@", r"\1:***@", url)
 
 
 def bad_url(url: str, expected: str) -> ConfigurationError:
@@ -87,159 +59,107 @@ def redacted_options(options: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def check_options(scheme: str, options: Mapping[str, Any]) -> None:
-    """Check the names and values of ``RATELIMIT_STORAGE_OPTIONS``, and of its
-    ``sentinel_kwargs``.
-
-    :raises ConfigurationError: quoting the unknown names, or the bad value.
-    """
-    _check_options(options, _OPTIONS[scheme], f"keyword arguments of the {scheme} client", lambda quoted: quoted)
-    sentinel_kwargs = options.get("sentinel_kwargs")
-    if sentinel_kwargs is not None:
-        _check_options(
-            sentinel_kwargs,
-            REDIS_OPTIONS,
-            "sentinel_kwargs to be keyword arguments of redis.Redis",
-            lambda quoted: {"sentinel_kwargs": quoted},
-        )
+    """Check the names and values of ``RATELIMIT_STORAGE_OPTIONS``, and of its ``sentinel_kwargs``."""
+    _check(options, _OPTIONS[scheme], f"keyword arguments of the {scheme} client", lambda quoted: quoted)
+    if options.get("sentinel_kwargs") is not None:
+        expected = "sentinel_kwargs to be keyword arguments of redis.Redis"
+        _check(options["sentinel_kwargs"], REDIS_OPTIONS, expected, lambda quoted: {"sentinel_kwargs": quoted})
 
 
-def _check_options(options: object, known: frozenset[str], expected: str, quote: Callable[[object], object]) -> None:
-    """Check that ``options`` is a dict of ``known`` names, each with a value
-    :data:`_VALUE_CHECKS` takes.
-
-    :param quote: what the error quotes, given the bad part of ``options``.
-    """
+def _check(options: object, known: frozenset[str], expected: str, quote: Callable[[object], object]) -> None:
+    """:param quote: what the error quotes, given the bad part of ``options``."""
+    bad: tuple[object, str] | None
     if not isinstance(options, Mapping):
-        raise ConfigurationError("RATELIMIT_STORAGE_OPTIONS", quote(options), f"{expected}, in a dict")
-    unknown = sorted(set(options) - known)
-    if unknown:
-        quoted = redacted_options({name: options[name] for name in unknown})
-        raise ConfigurationError(
-            "RATELIMIT_STORAGE_OPTIONS", quote(quoted), f"{expected}; unknown: {', '.join(unknown)}"
-        )
-    bad = _bad_value(options)
-    if bad is not None:
-        name, value, what = bad
-        raise ConfigurationError("RATELIMIT_STORAGE_OPTIONS", quote({name: value}), f"{name} to be {what}")
+        bad = options, f"{expected}, in a dict"
+    elif unknown := sorted(set(options) - known):
+        bad = redacted_options({name: options[name] for name in unknown}), f"{expected}; unknown: {', '.join(unknown)}"
+    else:
+        wrong = _bad_value(options)
+        bad = wrong and ({wrong[0]: wrong[1]}, f"{wrong[0]} to be {wrong[2]}")
+    if bad:
+        raise ConfigurationError("RATELIMIT_STORAGE_OPTIONS", quote(bad[0]), bad[1])
 
 
 def _bad_value(options: Mapping[str, Any]) -> tuple[str, Any, str] | None:
-    """The first option :data:`_VALUE_CHECKS` rejects: its name, its value
-    and what it should be; None if there is none."""
-    for name, value in options.items():
-        check = _VALUE_CHECKS.get(name)
-        if check is not None and not check[0](value):
-            return name, value, check[1]
-    return None
+    """The first option :data:`_VALUE_CHECKS` rejects: its name, its value and what it should be."""
+    checks = ((name, value, _VALUE_CHECKS.get(name)) for name, value in options.items())
+    return next(((name, value, check[1]) for name, value, check in checks if check and not check[0](value)), None)
 
 
 def check_url(scheme: str, url: str) -> None:
     """Check what redis-py would take from ``url`` without a word: a query
     parameter no connection takes, a bad value of one it takes, a path that
-    is not a database, a database Redis lacks.
-
-    :raises ConfigurationError: quoting ``url`` without its password.
-    """
+    is not a database, a database Redis lacks."""
     parts = urlsplit(url)
-    if scheme == "memory":
-        # A name, as in memory://dev, is a label; a path or a query would
-        # name a database or options that the embedded store does not have.
-        if parts.path.strip("/") or parts.query or parts.fragment:
-            raise bad_url(url, f"memory:// or memory://name, with no path or query, not {url!r}")
-        return
-    if scheme in ("redis+cluster", "redis+sentinel"):
-        _check_hosts_url(scheme, url)
-        return
-    if scheme == "local":
-        # A host would name another machine; the folder is the path.
-        if parts.netloc or parts.query or parts.fragment:
-            raise bad_url(url, f"local:// or local:///absolute/folder, with no host or query, not {url!r}")
-        return
+    path, extra = parts.path.strip("/"), parts.query or parts.fragment
+    service, _, database = path.partition("/")
+    pool, kwargs = None, {}
     try:
-        pool = redis.ConnectionPool.from_url(url)
+        if scheme in ("redis", "rediss", "unix"):
+            pool = redis.ConnectionPool.from_url(url)
+            kwargs = pool.connection_kwargs
+        elif scheme in _HOSTS:
+            parse_hosts(url)
     except ValueError as error:
         raise bad_url(url, f"a valid {scheme}:// URL ({error})") from error
-    if scheme != "unix":
-        database = parts.path.strip("/")
-        if database and (not database.isdigit() or "db" not in pool.connection_kwargs):
-            raise bad_url(url, f"a path of a database number from 0 to {MAX_URL_DB}, not {parts.path!r}")
-    db = pool.connection_kwargs.get("db", 0)
-    if not 0 <= db <= MAX_URL_DB:
-        raise bad_url(url, f"a database number from 0 to {MAX_URL_DB}, not {db}")
-    bad = _bad_value(pool.connection_kwargs)
-    if bad is not None:
-        name, value, expected = bad
-        raise bad_url(url, f"{name} to be {expected}, not {value!r}")
+    db, bad, dbs = kwargs.get("db", 0), _bad_value(kwargs), f"from 0 to {MAX_URL_DB}"
+    # memory://name is a label and local:///folder a folder; neither takes a query.
+    for schemes, wrong, expected in (
+        (("memory",), path or extra, "memory:// or memory://name, with no path or query"),
+        (("local",), parts.netloc or extra, "local:// or local:///absolute/folder, with no host or query"),
+        (_HOSTS, parts.query,
+         f"no query ({parts.query!r}) in a {scheme}:// URL: put options in RATELIMIT_STORAGE_OPTIONS"),
+        (("redis+cluster",), path not in ("", "0"), f"no database but 0: a cluster has only database 0, not {path!r}"),
+        (("redis+sentinel",), not service,
+         "a valid redis+sentinel:// URL: the path must name the service (host:port/service)"),
+        (("redis+sentinel",), database and not _url_db(database),
+         f"a path of service/database, the database {dbs}, not {database!r}"),
+        (("redis", "rediss"), path and (not path.isdigit() or "db" not in kwargs),
+         f"a path of a database number {dbs}, not {parts.path!r}"),
+        (SCHEMES, not _url_db(db), f"a database number {dbs}, not {db}"),
+        (SCHEMES, bad, bad and f"{bad[0]} to be {bad[2]}, not {bad[1]!r}"),
+    ):  # fmt: skip
+        if wrong and scheme in schemes:
+            raise bad_url(url, str(expected))
     try:
-        try_connection(pool)
+        if pool:
+            try_connection(pool)
     except (TypeError, ValueError, redis.RedisError) as error:
         raise bad_url(url, f"query parameters a connection takes ({error})") from error
 
 
-def _check_hosts_url(scheme: str, url: str) -> None:
-    """Check a cluster or sentinel URL: host:port pairs, a path naming the
-    database (and the service), and no query, which these URLs would ignore.
-
-    :raises ConfigurationError: quoting ``url`` without its password.
-    """
-    parts = urlsplit(url)
-    if parts.query:
-        raise bad_url(url, f"no query ({parts.query!r}) in a {scheme}:// URL: put options in RATELIMIT_STORAGE_OPTIONS")
-    try:
-        parse_hosts(url)
-    except ValueError as error:
-        raise bad_url(url, f"a valid {scheme}:// URL ({error})") from error
-    path = parts.path.strip("/")
-    if scheme == "redis+cluster":
-        if path not in ("", "0"):
-            raise bad_url(url, f"no database but 0: a cluster has only database 0, not {path!r}")
-        return
-    service, _, database = path.partition("/")
-    if not service:
-        raise bad_url(url, "a valid redis+sentinel:// URL: the path must name the service (host:port/service)")
-    if database and (not database.isdigit() or int(database) > MAX_URL_DB):
-        raise bad_url(url, f"a path of service/database, the database from 0 to {MAX_URL_DB}, not {database!r}")
+_HOSTS = ("redis+cluster", "redis+sentinel")
 
 
-def _timeout(value: Any) -> bool:
-    return value is None or (is_number(value) and 0 < value < math.inf)
+def _url_db(database: str | int) -> bool:
+    return str(database).isdigit() and int(database) <= MAX_URL_DB
 
 
-def _count(least: int) -> Callable[[Any], bool]:
-    return lambda value: is_integer(value) and value >= least
-
-
-_FLAG = (lambda value: isinstance(value, bool), "True or False")
-_TIMEOUT = (_timeout, "None or a number of seconds above 0")
+_TIMEOUT = (lambda v: v is None or (is_number(v) and 0 < v < math.inf), "None or a number of seconds above 0")
+_COUNT = (lambda v: is_integer(v) and v >= 0, "an integer of 0 or more")
+_FLAG = (lambda v: isinstance(v, bool), "True or False")
 
 #: The client options whose bad values redis-py takes without a word and
-#: fails on at the first command (or never uses, as ``ssl_cert_reqs``
-#: without TLS, or reads as true, as ``ssl="false"``): for each, its test
-#: and what it expects. A connection object checks the rest when it is made.
+#: fails on at the first command (or never uses, as ``ssl_cert_reqs`` without
+#: TLS, or reads as true, as ``ssl="false"``): a test and what it expects.
 _VALUE_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "socket_timeout": _TIMEOUT,
     "socket_connect_timeout": _TIMEOUT,
-    "retry": (lambda value: value is None or isinstance(value, Retry), "None or a redis.retry.Retry"),
+    "retry": (lambda v: v is None or isinstance(v, Retry), "None or a redis.retry.Retry"),
     "retry_on_error": (
-        lambda value: (
-            isinstance(value, (list, tuple))
-            and all(isinstance(error, type) and issubclass(error, BaseException) for error in value)
-        ),
+        lambda v: isinstance(v, (list, tuple)) and all(isinstance(e, type) and issubclass(e, BaseException) for e in v),
         "a list of exception classes",
     ),
-    "health_check_interval": (
-        lambda value: is_number(value) and 0 <= value < math.inf,
-        "a number of seconds, 0 or more",
-    ),
-    "max_connections": (lambda value: value is None or _count(1)(value), "None or an integer of 1 or more"),
-    "db": (_count(0), "an integer of 0 or more"),
-    "min_other_sentinels": (_count(0), "an integer of 0 or more"),
+    "health_check_interval": (lambda v: is_number(v) and 0 <= v < math.inf, "a number of seconds, 0 or more"),
+    "max_connections": (lambda v: v is None or (is_integer(v) and v >= 1), "None or an integer of 1 or more"),
+    "db": _COUNT,
+    "min_other_sentinels": _COUNT,
     "ssl_cert_reqs": (
-        lambda value: value is None or isinstance(value, ssl.VerifyMode) or value in ("none", "optional", "required"),
+        lambda v: v is None or isinstance(v, ssl.VerifyMode) or v in ("none", "optional", "required"),
         "None, 'none', 'optional', 'required' or an ssl.VerifyMode",
     ),
     # One connection shared by every request, opened when the client is made.
-    "single_connection_client": (lambda value: value is False, "False: requests need a pool of connections"),
+    "single_connection_client": (lambda v: v is False, "False: requests need a pool of connections"),
     **dict.fromkeys(("ssl", "socket_keepalive", "retry_on_timeout", "decode_responses"), _FLAG),
 }
 
@@ -252,17 +172,10 @@ def try_connection(pool: Any) -> None:
 def parse_hosts(url: str) -> tuple[dict[str, Any], list[tuple[str, int]], str]:
     """Credentials, ``host:port`` pairs and path of a URL with several hosts."""
     parts = urlsplit(url)
-    credentials: dict[str, Any] = {}
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, netloc = netloc.rsplit("@", 1)
-        user, _, password = userinfo.partition(":")
-        if user:
-            credentials["username"] = unquote(user)
-        if password:
-            credentials["password"] = unquote(password)
+    user, password = parts.username, parts.password
+    credentials = {name: unquote(value) for name, value in (("username", user), ("password", password)) if value}
     hosts = []
-    for item in netloc.split(","):
+    for item in parts.netloc.rpartition("@")[2].split(","):
         host, sep, port = item.rpartition(":")
         if not sep or not host or not port.isdigit():
             raise ValueError(f"{item!r} is not host:port")
