@@ -150,7 +150,7 @@ def make_spec(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> Limi
             if checked[name] is _BAD:
                 raise InvalidLimit(f"{name} {value!r} must be {expected}", spec=value)
     for (option, other), why in _APART.items():
-        if checked.get(option) and checked.get(other):
+        if _given(checked.get(option)) and _given(checked.get(other)):
             raise InvalidLimit(f"{option}= cannot go with {other}=: {why}", spec=checked[other])
     if checked.get("lease") is not None and checked.get("concurrent") is None:
         raise InvalidLimit(f"lease {checked['lease']!r} needs concurrent=, the cap it leases slots of", spec=None)
@@ -183,6 +183,13 @@ def shaped_burst(delay: float, strategy: str) -> int:
 
 #: A value an option's reading finds bad.
 _BAD: Any = object()
+
+
+def _given(value: object) -> bool:
+    """Whether an option read as ``value`` is in use: not None, False or 0
+    (what its truth would say of a function that is false, such as a
+    callable object with ``__len__``, which is in use all the same)."""
+    return value is not None and value is not False and value != 0
 
 
 def _kept(good: Callable[[Any], bool]) -> Callable[[Any], Any]:
