@@ -753,6 +753,8 @@ def test_the_default_stays_only_if_no_limit_overrides_it(app: Flask, statuses) -
         {"penalty": "1m;x2;max=400d"},
         {"penalty": "400d"},
         {"penalty": 5},
+        {"delay": 10**400},  # past a float: refused, not an OverflowError
+        {"delay": float("nan")},
     ],
 )
 def test_bad_options_raise_when_decorating(options: dict[str, Any]) -> None:

@@ -219,10 +219,10 @@ def _delay(delay: object) -> Any:
     or ``"1.5s"``, or True for :data:`DEFAULT_DELAY`; False or 0 for none."""
     if delay is True or delay is False:
         return DEFAULT_DELAY if delay else 0.0
-    seconds = float(delay) if is_number(delay) else None
+    seconds = delay if is_number(delay) else None  # compared before float(), which 10**400 overflows
     if isinstance(delay, str) and len(delay) <= 40 and (found := _DELAY.fullmatch(delay)):
         seconds = float(found[1]) / (1000 if found[2] == "ms" else 1)
-    return seconds if seconds is not None and 0 <= seconds <= MAX_DELAY else _BAD
+    return float(seconds) if seconds is not None and 0 <= seconds <= MAX_DELAY else _BAD
 
 
 def _methods(methods: object) -> Any:
