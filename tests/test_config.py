@@ -110,6 +110,13 @@ def test_bad_settings_raise_at_init_app(key: str, value: object) -> None:
     assert repr(value)[:40] in str(error)
 
 
+@pytest.mark.parametrize("value", ["yes", 1, None])
+def test_a_partition_key_that_is_no_flag_is_told_to_be_one(value: object) -> None:
+    """A value that is not True or False is told so, not only that True
+    needs a secret and draft 11, which reads as if it were a flag."""
+    assert "True or False" in str(refused(RATELIMIT_HEADERS_PARTITION_KEY=value))
+
+
 # Every scheme: a query parameter the client does not take, a bad value of
 # one it takes, and a path or database that is not a database number.
 BAD_URLS = [

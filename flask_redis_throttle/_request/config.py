@@ -168,7 +168,8 @@ SETTINGS: dict[str, Setting] = {
     "RATELIMIT_HEADERS_PARTITION_KEY": Setting(
         False,
         lambda value, config: isinstance(value, bool) and _partition_key(value, config),
-        "False unless RATELIMIT_KEY_SECRET is set (the key of its digests) and RATELIMIT_HEADERS_DRAFT is "
+        "True or False, and False unless RATELIMIT_KEY_SECRET is set (the key of its digests) and "
+        "RATELIMIT_HEADERS_DRAFT is "
         + " or ".join(str(number) for number, each in DRAFTS.items() if each.partition_keys),
         lambda value, config: partition_secret(_key_secret(config["RATELIMIT_KEY_SECRET"]) or b"") if value else None,
         "partition_secret",
