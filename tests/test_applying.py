@@ -753,6 +753,8 @@ def test_the_default_stays_only_if_no_limit_overrides_it(app: Flask, statuses) -
         {"penalty": "1m;x2;max=400d"},
         {"penalty": "400d"},
         {"penalty": 5},
+        {"delay": 10**400},  # past a float: refused, not an OverflowError
+        {"delay": float("nan")},
     ],
 )
 def test_bad_options_raise_when_decorating(options: dict[str, Any]) -> None:
@@ -761,6 +763,36 @@ def test_bad_options_raise_when_decorating(options: dict[str, Any]) -> None:
     with pytest.raises(InvalidLimit) as info:
         limit("10/s;100/m", **options)
     assert repr(next(iter(options.values()))) in str(info.value)
+
+
+class _FalseCheck:
+    """A deduct_when that is a callable object whose truth is false, as an
+    object with ``__len__`` of 0 is: in use all the same."""
+
+    def __len__(self) -> int:
+        return 0
+
+    def __call__(self, response: object) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"concurrent": 2}, "concurrent= cannot go with deduct_when="),
+        ({"delay": "250ms"}, "delay= cannot go with deduct_when="),
+        ({"prefetch": True}, "prefetch= cannot go with deduct_when="),
+    ],
+)
+def test_options_that_cannot_go_together_are_refused_whatever_their_truth(
+    options: dict[str, Any], message: str
+) -> None:
+    """A deduct_when given is in use whether or not it is true as a value,
+    as the request path takes it (not None): so it is refused beside the
+    options it cannot go with, rather than deferring a concurrent slot or a
+    shaped turn to after the response."""
+    with pytest.raises(InvalidLimit, match=message):
+        limit("10/s", deduct_when=_FalseCheck(), **options)
 
 
 def test_methods_are_read_once_from_any_iterable() -> None:

@@ -316,6 +316,38 @@ def test_clear_clears_every_limit_of_the_key_and_only_its_counters(url: str) -> 
     assert "2 per 1 minute: Pass (2 out of 2 remaining)" not in ok(app, "limits", "--key", "192.0.2.2")
 
 
+#: Keys a client may send that are special to Redis's glob patterns, or to our keys' layout.
+HOSTILE_KEYS = ["*", "?", "[a]", "[", "\\", "\\*", "a:b", ":", "", "{", "}", "%2A"]
+
+
+def header_key() -> str:
+    return request.headers.get("X-Key", "")
+
+
+def test_clear_of_a_hostile_key_clears_that_key_alone(storage_url: str) -> None:
+    """Every limit chosen, clear resets every scope of the key's identities:
+    a key such as ``*`` or ``[a]``, under a key prefix of glob characters
+    and in a scope named with one, matches its own counters only, on
+    memory://, Redis and the cluster."""
+    app = Flask("hostile")
+    limiter = Limiter(header_key, app=app, storage_uri=storage_url, key_prefix="r*[l]?\\:")
+
+    @app.get("/")
+    @limiter.limit("1/minute", scope="x*")
+    def home() -> str:
+        return "home"
+
+    client = app.test_client()
+
+    def status(key: str) -> int:
+        return client.get("/", headers={"X-Key": key}).status_code
+
+    assert [status(key) for key in HOSTILE_KEYS] == [200] * len(HOSTILE_KEYS)
+    for target in HOSTILE_KEYS:
+        ok(app, "clear", "--key", target, "-y")
+        assert [status(key) for key in HOSTILE_KEYS] == [200 if key == target else 429 for key in HOSTILE_KEYS]
+
+
 def test_clear_with_an_endpoint_clears_only_that_routes_limits(url: str) -> None:
     app = shop(url)
     assert send(app, "/cart", 3) == [200, 200, 429]

@@ -57,6 +57,7 @@ def refused(**config: Any) -> ConfigurationError:
         ("RATELIMIT_STORAGE_URL", "redis://localhost:notaport"),
         ("RATELIMIT_STORAGE_OPTIONS", "socket_timeout=1"),
         ("RATELIMIT_STORAGE_OPTIONS", {"socket_timout": 1}),
+        ("RATELIMIT_STORAGE_OPTIONS", {5: 1}),  # a keyword argument is named by a string
         ("RATELIMIT_KEY_PREFIX", "app{1}:"),
         ("RATELIMIT_KEY_PREFIX", 5),
         ("RATELIMIT_DEFAULT", "10 per fortnight"),
@@ -107,6 +108,13 @@ def test_bad_settings_raise_at_init_app(key: str, value: object) -> None:
     assert error.key == key
     assert key in str(error)
     assert repr(value)[:40] in str(error)
+
+
+@pytest.mark.parametrize("value", ["yes", 1, None])
+def test_a_partition_key_that_is_no_flag_is_told_to_be_one(value: object) -> None:
+    """A value that is not True or False is told so, not only that True
+    needs a secret and draft 11, which reads as if it were a flag."""
+    assert "True or False" in str(refused(RATELIMIT_HEADERS_PARTITION_KEY=value))
 
 
 # Every scheme: a query parameter the client does not take, a bad value of
@@ -395,6 +403,17 @@ def test_an_unknown_setting_like_no_other_is_still_warned_about(caplog: pytest.L
     [message] = warnings_at_init(caplog, RATELIMIT_XYZZY=1)
     assert message.startswith("RATELIMIT_XYZZY is not a setting of flask-redis-throttle")
     assert "ignored" in message
+
+
+def test_a_config_key_that_is_not_a_string_is_left_alone(caplog: pytest.LogCaptureFixture) -> None:
+    """Flask's config is a dict, and an app may keep a key of any type in it:
+    the unknown settings' warning looks only at strings, rather than raise
+    AttributeError at init_app."""
+    app = make_app(RATELIMIT_ENABLED=False)
+    app.config.update({5: "five", ("RATELIMIT_X",): 1})
+    with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
+        RateLimit(app)
+    assert [record.getMessage() for record in caplog.records] == []
 
 
 def test_known_settings_and_other_extensions_settings_are_not_warned_about(caplog: pytest.LogCaptureFixture) -> None:

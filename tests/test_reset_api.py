@@ -80,6 +80,20 @@ def test_reset_every_identity_in_every_scope_or_one(app: Flask) -> None:
     assert app.extensions["ratelimit"].refusals.top(10)  # and the refusal log is kept
 
 
+def test_reset_of_every_counter_keeps_the_overrides_and_their_log(app: Flask) -> None:
+    """The overrides' log lives under the prefix too, as ``{overrides}:log``:
+    a reset of every identity's counters matched it as one and deleted who
+    set which override when, while the overrides themselves stayed."""
+    limited(app)
+    install(app)
+    ratelimit = RateLimit()
+    ratelimit.block("ip:192.0.2.9", duration="1h", by="ops", app=app)
+    assert get(app.test_client(), "/items").status_code == 200
+    assert ratelimit.reset(app=app) == 1  # the one counter of /items
+    assert [change.by for change in ratelimit.override_changes(app=app)] == ["ops"]
+    assert [o.describe() for o in ratelimit.overrides(app=app)] == ["ip:192.0.2.9 blocked on every scope"]
+
+
 def test_reset_a_user_and_an_ipv6_network(app: Flask) -> None:
     add_login(app)
     limited(app)

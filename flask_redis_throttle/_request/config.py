@@ -98,7 +98,11 @@ def _partition_key(value: Any, config: Mapping[str, Any]) -> bool:
 SETTINGS: dict[str, Setting] = {
     "RATELIMIT_ENABLED": Setting(True, _is(bool), _FLAG),
     "RATELIMIT_STORAGE_URL": Setting("memory://", _is(str), "a URL string"),
-    "RATELIMIT_STORAGE_OPTIONS": Setting({}, _is(Mapping), "a dict of redis.Redis keyword arguments"),
+    "RATELIMIT_STORAGE_OPTIONS": Setting(
+        {},
+        lambda value, _: isinstance(value, Mapping) and all(isinstance(name, str) for name in value),
+        "a dict of redis.Redis keyword arguments",
+    ),
     "RATELIMIT_KEY_PREFIX": Setting(
         "rl:", lambda value, _: isinstance(value, str) and not {"{", "}"} & set(value), "a string without braces"
     ),
@@ -164,7 +168,8 @@ SETTINGS: dict[str, Setting] = {
     "RATELIMIT_HEADERS_PARTITION_KEY": Setting(
         False,
         lambda value, config: isinstance(value, bool) and _partition_key(value, config),
-        "False unless RATELIMIT_KEY_SECRET is set (the key of its digests) and RATELIMIT_HEADERS_DRAFT is "
+        "True or False, and False unless RATELIMIT_KEY_SECRET is set (the key of its digests) and "
+        "RATELIMIT_HEADERS_DRAFT is "
         + " or ".join(str(number) for number, each in DRAFTS.items() if each.partition_keys),
         lambda value, config: partition_secret(_key_secret(config["RATELIMIT_KEY_SECRET"]) or b"") if value else None,
         "partition_secret",
@@ -292,7 +297,7 @@ def _warn_unknown(config: Mapping[str, Any]) -> None:
     """Warn of each ``RATELIMIT_*`` key this extension does not read, which
     would otherwise be ignored in silence: a Flask-Limiter setting, naming
     ours that does its job, or a typo, naming the nearest known key."""
-    for key in sorted(k for k in config if k.startswith("RATELIMIT_") and k not in DEFAULTS):
+    for key in sorted(k for k in config if isinstance(k, str) and k.startswith("RATELIMIT_") and k not in DEFAULTS):
         if key in FLASK_LIMITER_SETTINGS:
             equivalent, hint = FLASK_LIMITER_SETTINGS[key]
             advice = f"use {equivalent} ({hint})" if equivalent else f"there is no equivalent here: {hint}"

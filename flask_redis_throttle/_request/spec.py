@@ -150,7 +150,7 @@ def make_spec(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> Limi
             if checked[name] is _BAD:
                 raise InvalidLimit(f"{name} {value!r} must be {expected}", spec=value)
     for (option, other), why in _APART.items():
-        if checked.get(option) and checked.get(other):
+        if _given(checked.get(option)) and _given(checked.get(other)):
             raise InvalidLimit(f"{option}= cannot go with {other}=: {why}", spec=checked[other])
     if checked.get("lease") is not None and checked.get("concurrent") is None:
         raise InvalidLimit(f"lease {checked['lease']!r} needs concurrent=, the cap it leases slots of", spec=None)
@@ -185,6 +185,13 @@ def shaped_burst(delay: float, strategy: str) -> int:
 _BAD: Any = object()
 
 
+def _given(value: object) -> bool:
+    """Whether an option read as ``value`` is in use: not None, False or 0
+    (what its truth would say of a function that is false, such as a
+    callable object with ``__len__``, which is in use all the same)."""
+    return value is not None and value is not False and value != 0
+
+
 def _kept(good: Callable[[Any], bool]) -> Callable[[Any], Any]:
     """The reading of an option kept as given when it is ``good``."""
     return lambda value: value if good(value) else _BAD
@@ -212,10 +219,10 @@ def _delay(delay: object) -> Any:
     or ``"1.5s"``, or True for :data:`DEFAULT_DELAY`; False or 0 for none."""
     if delay is True or delay is False:
         return DEFAULT_DELAY if delay else 0.0
-    seconds = float(delay) if is_number(delay) else None
+    seconds = delay if is_number(delay) else None  # compared before float(), which 10**400 overflows
     if isinstance(delay, str) and len(delay) <= 40 and (found := _DELAY.fullmatch(delay)):
         seconds = float(found[1]) / (1000 if found[2] == "ms" else 1)
-    return seconds if seconds is not None and 0 <= seconds <= MAX_DELAY else _BAD
+    return float(seconds) if seconds is not None and 0 <= seconds <= MAX_DELAY else _BAD
 
 
 def _methods(methods: object) -> Any:

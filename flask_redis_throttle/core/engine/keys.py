@@ -168,6 +168,14 @@ class _Deleting(Protocol):
     def delete(self, *names: Any) -> Any: ...
 
 
+#: The glob of every identity's tag (see :func:`identity_tag`): its label
+#: (``ip``, ``user`` or ``key``), a colon and the 16 bytes of its digest in
+#: 22 characters, so that a pattern of every identity's counters leaves
+#: other keys under the prefix alone, such as the overrides' log,
+#: ``<prefix>{overrides}:log``.
+_ANY_TAG = "[iuk]*:" + "?" * 22
+
+
 def glob_escape(text: str) -> str:
     """``text`` with the characters special to Redis glob patterns (``*?[]\\``) escaped."""
     return _GLOB.sub(r"\\\1", text)
@@ -188,8 +196,8 @@ def counter_pattern(prefix: str, tag: str | None, scope: str | None = None, bene
     tail = ""
     if scope is not None:
         tail = escape_scope(scope + ":") if beneath else escape_scope(scope) + ":"
-    if tag is None:  # a tag never holds a brace
-        return glob_escape(f"{prefix}{{") + "*" + glob_escape(f"}}:{tail}") + "*"
+    if tag is None:
+        return glob_escape(f"{prefix}{{") + _ANY_TAG + glob_escape(f"}}:{tail}") + "*"
     return glob_escape(f"{prefix}{{{tag}}}:{tail}") + "*"
 
 

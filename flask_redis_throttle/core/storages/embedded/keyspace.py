@@ -176,11 +176,19 @@ class Keyspace:
             self.expire_at(key, deadline)
         return 1
 
+    def _expire_in(self, words: list[bytes], scale: int) -> int:
+        """EXPIRE (``scale`` 1000) or PEXPIRE (1): an error, as Redis's, for a
+        deadline past 64 bits of milliseconds."""
+        span = parse_integer(words[2]) * scale
+        if not INT64[0] <= span <= INT64[1] - self.now:
+            raise CommandError(f"ERR invalid expire time in '{words[0].decode('utf-8', 'replace').lower()}' command")
+        return self._expire(words[1], self.now + span)
+
     def pexpire(self, words: list[bytes]) -> int:
-        return self._expire(words[1], self.now + parse_integer(words[2]))
+        return self._expire_in(words, 1)
 
     def expire(self, words: list[bytes]) -> int:
-        return self._expire(words[1], self.now + parse_integer(words[2]) * 1000)
+        return self._expire_in(words, 1000)
 
     def pexpireat(self, words: list[bytes]) -> int:
         return self._expire(words[1], parse_integer(words[2]))
@@ -303,9 +311,9 @@ class Keyspace:
             elif option in EXPIRY_OPTIONS and deadline is None and not keep and i + 1 < len(words):
                 i += 1
                 amount = parse_integer(words[i])
-                if amount <= 0:
-                    raise CommandError("ERR invalid expire time in 'set' command")
                 scale, base = EXPIRY_OPTIONS[option]
+                if not 0 < scale * amount <= INT64[1] - base * self.now:
+                    raise CommandError("ERR invalid expire time in 'set' command")
                 deadline = base * self.now + scale * amount
             else:
                 raise CommandError(SYNTAX)

@@ -71,10 +71,16 @@ def parse_integer(value: bytes, error: str = NOT_INTEGER) -> int:
 
 
 def parse_float(value: bytes, error: str = NOT_FLOAT) -> float:
-    """``value`` as Redis reads a score (``inf`` and ``-inf`` included)."""
-    if not _FLOAT.match(value):
+    """``value`` as Redis reads a score (``inf`` and ``-inf`` included): not
+    after a space, and not past what a double holds (``1e400``, or ``1e-400``,
+    which would be read as infinity or 0)."""
+    if not _FLOAT.match(value) or value[:1].isspace():
         raise CommandError(error)
-    return float(value)
+    number = float(value)
+    mantissa = value.lower().partition(b"e")[0]
+    if (math.isinf(number) and b"inf" not in mantissa) or (number == 0 and re.search(rb"[1-9]", mantissa)):
+        raise CommandError(error)
+    return number
 
 
 def format_score(score: float) -> bytes:
@@ -90,10 +96,12 @@ def format_score(score: float) -> bytes:
 
 
 def parse_bound(value: bytes) -> tuple[float, bool]:
-    """A score range bound: its score, and whether it is exclusive (``(``)."""
+    """A score range bound: its score, and whether it is exclusive (``(``);
+    read as Redis reads it, by ``strtod``, which skips leading spaces and
+    takes a number past a double as infinity or 0."""
     exclusive = value.startswith(b"(")
     text = value[1:] if exclusive else value
-    if not _FLOAT.match(text) or text.strip() != text:
+    if not _FLOAT.match(text):
         raise CommandError("ERR min or max is not a float")
     return float(text), exclusive
 
