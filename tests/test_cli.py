@@ -12,6 +12,7 @@ import pytest
 import redis
 from click.testing import Result
 from flask import Flask, Request
+from flask.cli import FlaskGroup
 from helpers import Clock, add_login, flask_command, get, install
 
 from flask_redis_throttle import Identity, limit
@@ -308,6 +309,31 @@ def test_reset_deletes_that_identity_only(app: Flask) -> None:
     assert ok(app, "reset", "ip:192.0.2.1").startswith("Deleted 1 counter key of")
     assert ok(app, "reset", "ip:203.0.113.9") == "Deleted 0 counter keys of ip:203.0.113.9 in every scope.\n"
     assert len(counters(state)) == 2  # the other IP's login and items keys
+
+
+@pytest.mark.parametrize("storage_url", ["memory"], indirect=True)
+def test_reset_on_memory_from_the_flask_command_changes_nothing_and_says_so(
+    app: Flask, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ``flask`` command loads the app in a process of its own, whose
+    memory:// store no app server reads: ``reset`` printed "Deleted 0
+    counter keys", exited 0, and the running app's counters stayed. It is
+    refused there, as the override commands are; run in the app's own
+    process (test_cli_runner) it resets the store the app serves from."""
+    shop(app)
+    state = install(app)
+    client = app.test_client()
+    for _ in range(3):
+        get(client, "/login")
+    monkeypatch.delenv("FLASK_RUN_FROM_CLI", raising=False)  # which FlaskGroup sets
+    flask = FlaskGroup(add_default_commands=False, load_dotenv=False)  # the `flask` command
+    flask.add_command(ratelimit)
+    result = app.test_cli_runner().invoke(flask, ["ratelimit", "reset", "ip:192.0.2.1"], prog_name="flask")
+    assert result.exit_code == 2, result.output
+    assert "memory://, which keeps counters and overrides in each process's memory" in result.output
+    assert counters(state)
+    assert ok(app, "reset", "ip:192.0.2.1").startswith("Deleted 1 counter key of")
+    assert not counters(state)
 
 
 def test_reset_one_endpoint(app: Flask) -> None:

@@ -653,7 +653,7 @@ def test_the_cli_refuses_to_change_overrides_on_memory(
     flask.add_command(ratelimit)
     result = app.test_cli_runner().invoke(flask, ["ratelimit", *args], prog_name="flask")
     assert result.exit_code == 2, result.output
-    assert "memory://, which keeps overrides in each process's memory" in result.output
+    assert "memory://, which keeps counters and overrides in each process's memory" in result.output
     assert "Redis (RATELIMIT_STORAGE_URL=redis://...) or local://" in result.output
     assert [c.what for c in RateLimit().override_changes(app=app)] == ["set"]
     assert [o.describe() for o in RateLimit().overrides(app=app)] == ["user:1 blocked on every scope"]

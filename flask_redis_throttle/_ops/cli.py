@@ -105,7 +105,7 @@ def reset_command(identity: str, endpoint: str | None) -> None:
     block caches trust a refusal that long.
     """
     state, throttle, who = _named(identity, endpoint)
-    with storage_errors(throttle):
+    with storage_errors(_shared(state)):
         reset = reset_counters(state, throttle, who, endpoint)
     if reset is None:
         click.echo(nothing_counts(state, endpoint, who) + " Nothing to reset.")
@@ -249,16 +249,16 @@ def overrides_command(changes: int) -> None:
 
 
 def _shared(state: RateLimitState) -> Throttle:
-    """The app's throttle, for a command that changes the overrides; a
-    usage error on the embedded store under the ``flask`` command line (a
-    :class:`~flask.cli.FlaskGroup`), which loads the app in a process no app
-    server reads (see :doc:`/cli`)."""
+    """The app's throttle, for a command that changes what app servers
+    read (overrides, counters); a usage error on the embedded store under
+    the ``flask`` command line (a :class:`~flask.cli.FlaskGroup`), which
+    loads the app in a process no app server reads (see :doc:`/cli`)."""
     throttle = throttle_of(state)
     own_process = isinstance(click.get_current_context().find_root().command, FlaskGroup)
     if isinstance(throttle.storage.client, EmbeddedRedis) and own_process:
         raise click.UsageError(
-            f"the storage is {throttle.storage.url}, which keeps overrides in each process's memory: this command "
-            "runs in a process of its own, so no app server would follow the change. Steer a running app "
+            f"the storage is {throttle.storage.url}, which keeps counters and overrides in each process's memory: "
+            "this command runs in a process of its own, so no app server would follow the change. Steer a running app "
             "on a storage its processes share: Redis (RATELIMIT_STORAGE_URL=redis://...) or local://."
         )
     return throttle
