@@ -51,18 +51,27 @@ local function add(now, stamped, key, horizon, count)
   end
   redis.call('ZREMRANGEBYSCORE', key, 0, format('%d', now - horizon))
   -- Members are unique: "<time>:<number>", numbered on from the entries
-  -- already stamped with this time.
+  -- already stamped with this time. Numbered from 1 first: a time is
+  -- seldom stamped twice, and ZADD NX, which says how many it added, then
+  -- saves counting them (numbers are written with '%d', as a number that
+  -- Lua turns into text itself is written with '%.14g', which costs more).
   local stamp = format('%d', stamped)
-  local before = redis.call('ZCOUNT', key, stamp, stamp)
-  for first = 1, count, 100 do
+  local added, n = 0, 0
+  while added < count do
     local entries = {}
-    for n = first, math.min(first + 99, count) do
+    for _ = 1, math.min(count - added, 100) do
+      n = n + 1
       entries[#entries + 1] = stamp
-      entries[#entries + 1] = stamp .. ':' .. (before + n)
+      entries[#entries + 1] = format('%s:%d', stamp, n)
     end
-    redis.call('ZADD', key, unpack(entries))
+    local more = redis.call('ZADD', key, 'NX', unpack(entries))
+    if more < #entries / 2 and added == 0 then
+      -- Some were there: go on from the last number taken.
+      n = redis.call('ZCOUNT', key, stamp, stamp)
+    end
+    added = added + more
   end
-  redis.call('PEXPIRE', key, math.ceil((horizon + stamped - now) / 1000) + 1000)
+  redis.call('PEXPIRE', key, format('%d', math.ceil((horizon + stamped - now) / 1000) + 1000))
 end
 
 -- Remove `given` entries stamped `stamped` from the set `key`, the latest
