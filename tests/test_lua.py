@@ -138,4 +138,6 @@ def test_a_sliding_log_numbers_the_entries_of_an_instant_on(storage: Storage) ->
     assert stamped() == [f"{T0}:1"]
     assert storage.evaluate(names, keys, [T0, 3, plan])[0] == 1
     assert stamped() == [f"{T0}:{n}" for n in (1, 2, 3, 4)]
-    assert storage.evaluate(names, keys, [T0, 0, plan])[2] == 6
+    assert storage.evaluate(names, keys, [T0, 1, plan])[0] == 1
+    assert stamped() == [f"{T0}:{n}" for n in (1, 2, 3, 4, 5)]
+    assert storage.evaluate(names, keys, [T0, 0, plan])[2] == 5

@@ -58,14 +58,21 @@ local function add(now, stamped, key, horizon, count)
   local stamp = format('%d', stamped)
   local added, n = 0, 0
   while added < count do
-    local entries = {}
-    for _ = 1, math.min(count - added, 100) do
+    local batch, more = math.min(count - added, 100), nil
+    if batch == 1 then
+      -- One entry, the usual request: sent without a table to unpack.
       n = n + 1
-      entries[#entries + 1] = stamp
-      entries[#entries + 1] = format('%s:%d', stamp, n)
+      more = redis.call('ZADD', key, 'NX', stamp, format('%s:%d', stamp, n))
+    else
+      local entries = {}
+      for _ = 1, batch do
+        n = n + 1
+        entries[#entries + 1] = stamp
+        entries[#entries + 1] = format('%s:%d', stamp, n)
+      end
+      more = redis.call('ZADD', key, 'NX', unpack(entries))
     end
-    local more = redis.call('ZADD', key, 'NX', unpack(entries))
-    if more < #entries / 2 and added == 0 then
+    if more < batch and added == 0 then
       -- Some were there: go on from the last number taken.
       n = redis.call('ZCOUNT', key, stamp, stamp)
     end
