@@ -74,7 +74,27 @@ def test_the_cache_makes_one_script_per_set_of_strategies() -> None:
     assert cache.choose(frozenset(["fixed-window"]), [call, call]) is first
     mixed = cache.choose(frozenset(["fixed-window", "gcra"]), [call])
     assert mixed.sha != first.sha
-    assert mixed.text == scripts.script_source(["gcra", "fixed-window"])
+    assert mixed.text == scripts.script_source(["gcra", "fixed-window"], plain=True)
+
+
+def test_a_plain_plan_takes_a_script_without_penalties_or_shaping() -> None:
+    """Redis makes every function of a script on every call: a plan none of
+    whose entries has a penalty or a delay never calls those of
+    penalty.lua and shaping.lua, so its script leaves them out; a plan with
+    either, in any call of the request, takes the whole script."""
+    cache = scripts.ScriptCache()
+    names = frozenset(["gcra"])
+    plain = (["k:gc"], [T0, 1, entry("gc", [Layer(1, 1)])])
+    penalized = (["k:gc", "k:p"], [T0, 1, entry("gc", [Layer(1, 1)], penalty=(1, 2, 8))])
+    delayed = (["k:gc"], [T0, 1, entry("gc", [Layer(1, 1)], shaping=(500, 0))])
+    lean = cache.choose(names, [plain])
+    for shared in ("penalty.lua", "shaping.lua"):
+        assert source(shared) not in lean.text
+    for other in (penalized, delayed):
+        whole = cache.choose(names, [plain, other])
+        assert whole.text == scripts.script_source(names)
+        assert cache.choose(names, [other]) is whole
+    assert cache.choose(names, [plain]) is lean
 
 
 def test_a_sliding_window_drops_no_count_when_the_clock_goes_back(storage: Storage) -> None:
@@ -96,3 +116,28 @@ def test_a_sliding_window_drops_no_count_when_the_clock_goes_back(storage: Stora
     assert call(newest) == [0, 1, 0, 11 * SECOND // 10, SECOND // 10, newest]
     assert call(newest + SECOND // 10 - 1)[0] == 0
     assert call(newest + SECOND // 10)[0] == 1
+
+
+def test_a_sliding_log_numbers_the_entries_of_an_instant_on(storage: Storage) -> None:
+    """A sliding log's entries are "<time>:<number>". A request takes the
+    numbers from 1 with ZADD NX, which says how many were free: at an
+    instant already stamped, it goes on after the numbers there, so no
+    entry is lost to another of the same name; a refund takes back the
+    latest."""
+    names, keys, plan = frozenset(["sliding-log"]), [f"sl{next(_scopes)}:sl"], entry("sl", [Layer(10, 60)])
+
+    def stamped() -> list[str]:
+        members = storage.client.execute_command("ZRANGEBYSCORE", keys[0], T0, T0)
+        return sorted(m.decode() if isinstance(m, bytes) else m for m in members)
+
+    assert storage.evaluate(names, keys, [T0, 1, plan])[0] == 1
+    assert storage.evaluate(names, keys, [T0, 2, plan])[0] == 1
+    assert stamped() == [f"{T0}:{n}" for n in (1, 2, 3)]
+    assert storage.evaluate(names, keys, [T0, 0, plan])[2] == 7
+    storage.evaluate(names, keys, [T0, -2, plan])
+    assert stamped() == [f"{T0}:1"]
+    assert storage.evaluate(names, keys, [T0, 3, plan])[0] == 1
+    assert stamped() == [f"{T0}:{n}" for n in (1, 2, 3, 4)]
+    assert storage.evaluate(names, keys, [T0, 1, plan])[0] == 1
+    assert stamped() == [f"{T0}:{n}" for n in (1, 2, 3, 4, 5)]
+    assert storage.evaluate(names, keys, [T0, 0, plan])[2] == 5

@@ -1,6 +1,6 @@
 """The Lua script, one file per strategy.
 
-A request's script is ``lua/records.lua`` (finding, keeping and writing the
+A request's script is ``lua/records.lua`` (finding and keeping the
 records of a packed key), ``lua/penalty.lua`` (reading and writing a
 penalty key), the files of the strategies the request uses,
 ``lua/shaping.lua`` (the wait of a request that a limit with a delay lets
@@ -14,7 +14,11 @@ Every value those functions use is a parameter; what the files before
 strategy's decision is thus written once, in its file, and every call runs
 it: inspections, refunds, penalties, mixed strategies and keys shared by
 two limits alike. A request whose limits all use one strategy runs a
-script made of that strategy's file and the shared parts only.
+script made of that strategy's file and the shared parts only; one whose
+plans have neither a penalty nor a delay (a plain plan), of the shared
+parts but ``lua/penalty.lua`` and ``lua/shaping.lua``: Redis runs a
+script's whole text on every call, and makes a function for each one it
+defines, so a function the request never calls still costs it.
 Production Redis and the embedded ``memory://`` store run the very same
 text.
 
@@ -36,11 +40,13 @@ from functools import cache
 from importlib.resources import files
 from typing import TypeGuard
 
-from .codec import SLOTS_CODE, Args
+from ..bounded import remember
+from .codec import SLOTS_CODE, Args, penalized, shaped
 
 __all__ = [
     "CONCURRENCY",
     "PARTS",
+    "PLAN_CACHE_SIZE",
     "SHAPING_STRATEGY",
     "STRATEGIES",
     "STRATEGY_NAMES",
@@ -184,12 +190,16 @@ def is_strategy(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and value in STRATEGIES
 
 
-def script_source(names: Iterable[str]) -> str:
+def script_source(names: Iterable[str], plain: bool = False) -> str:
     """The full Lua text for a request that uses the strategies ``names``.
 
+    :param plain: the script of plans none of whose entries has a penalty
+        or a delay: it leaves out ``lua/penalty.lua`` and
+        ``lua/shaping.lua``, which such a plan never calls, so that Redis
+        does not make their functions on every call.
     :raises KeyError: for an unknown strategy.
     """
-    return _source(frozenset(names))
+    return _source(frozenset(names), plain)
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,31 +210,57 @@ class Script:
     sha: str
 
 
+#: How many plans a :class:`ScriptCache` remembers whether they are plain.
+PLAN_CACHE_SIZE = 1024
+
+
 class ScriptCache:
     """The scripts one storage sends, each made once: one per set of
-    strategies a request uses."""
+    strategies a request uses, and whether its plans are plain (see
+    :func:`script_source`)."""
 
     def __init__(self) -> None:
-        self._scripts: dict[frozenset[str], Script] = {}
+        self._scripts: dict[tuple[frozenset[str], bool], Script] = {}
+        # Whether each plan met is plain: a request's plan is the same
+        # bytes object request after request, whose hash Python keeps.
+        self._plain: dict[object, bool] = {}
 
     def choose(self, strategies: frozenset[str], calls: Sequence[tuple[Sequence[str], Args]]) -> Script:
         """The script for ``calls`` (keys and arguments each) of a request
-        using ``strategies``: the same for every call of those strategies."""
-        script = self._scripts.get(strategies)
+        using ``strategies``: the same for every call of those strategies
+        whose plans are all plain, or not."""
+        plain = True
+        for _, args in calls:
+            plan = args[2]
+            known = self._plain.get(plan)
+            if known is None:
+                known = remember(
+                    self._plain,
+                    plan,
+                    isinstance(plan, bytes) and not (penalized(plan) or shaped(plan)),
+                    PLAN_CACHE_SIZE,
+                )
+            plain = plain and known
+        script = self._scripts.get((strategies, plain))
         if script is None:
-            text = script_source(strategies)
-            script = self._scripts[strategies] = Script(text, hashlib.sha1(text.encode()).hexdigest())
+            text = script_source(strategies, plain)
+            script = self._scripts[strategies, plain] = Script(text, hashlib.sha1(text.encode()).hexdigest())
         return script
 
 
 @cache
-def _source(names: frozenset[str]) -> str:
-    parts = [lua_text("records.lua"), lua_text("penalty.lua"), "local strategies = {"]
+def _source(names: frozenset[str], plain: bool = False) -> str:
+    # A plain plan calls no function of penalty.lua or shaping.lua (see main.lua).
+    parts = [lua_text("records.lua")] if plain else [lua_text("records.lua"), lua_text("penalty.lua")]
+    parts.append("local strategies = {")
     for name in sorted(names):
         strategy = PARTS[name]
         # Each file returns its table, and sees nothing of what follows it.
         parts += [f"{strategy.code} = (function()", lua_text(strategy.filename), "end)(),"]
-    parts += ["}", lua_text("shaping.lua"), lua_text("main.lua")]
+    parts.append("}")
+    if not plain:
+        parts.append(lua_text("shaping.lua"))
+    parts.append(lua_text("main.lua"))
     return "\n".join(parts)
 
 

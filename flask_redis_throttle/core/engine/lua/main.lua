@@ -2,8 +2,11 @@
 -- anything, penalties, and the reply. The loader puts records.lua and
 -- penalty.lua first, then the files of the strategies the request uses,
 -- each a table of plain functions kept in `strategies` under its two-letter
--- code (see scripts.py), then shaping.lua (delays), then this. Every value
--- a strategy's function uses is one of its parameters:
+-- code (see scripts.py), then shaping.lua (delays), then this; a plan
+-- whose entries have neither a penalty nor a delay (their flag bytes 0)
+-- is sent a script without penalty.lua and shaping.lua, whose functions
+-- Redis would make on every call and this never calls for such a plan.
+-- Every value a strategy's function uses is one of its parameters:
 --
 --   check(now, cost, quota, name, key, value, p[, burst])
 --       -> fit, left, reset, retry[, record, life]
@@ -147,8 +150,14 @@ while at <= #plan do
   local first = at + 3
   local flag = first + 8 * byte(plan, at + 2)
   local last = flag - 8
-  local penalized, delay, burst
-  at, penalized, delay, burst = entry_end(plan, flag)
+  local penalized, delay, burst = false, 0, nil
+  if byte(plan, flag) == 0 then
+    -- Neither a penalty nor a delay, the usual entry: it ends at its flag,
+    -- with no call to read flags it has not.
+    at = flag + 1
+  else
+    at, penalized, delay, burst = entry_end(plan, flag)
+  end
   if delay > 0 and not shaped then
     wait, read, free = shaping_wait(now, cost, plan)
     shaped = true
@@ -308,7 +317,9 @@ if admitted and cost ~= 0 then
     local key, strategy, written = keys[s], keys[s + 1], keys[s + 3]
     if written then
       if strategy.size then
-        set(key, written, keys[s + 4])
+        -- Kept its longest record's life and a second (see records.lua). A
+        -- number Redis is given is formatted with '%.17g'; '%d' costs less.
+        redis.call('SET', key, written, 'PX', string.format('%d', math.ceil(keys[s + 4] / 1000) + 1000))
       else
         strategy.store(now, cost, key, written, keys[s + 4], wait, ARGV[5])
       end

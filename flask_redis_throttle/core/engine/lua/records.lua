@@ -64,9 +64,3 @@ local function keep(value, size, life, now, plan, first, last, parts, n, longest
   end
   return n, longest
 end
-
--- Write `value` to `key`, to be kept `life` microseconds and a second.
-local function set(key, value, life)
-  -- (A number Redis is given is formatted with '%.17g'; '%d' costs less.)
-  redis.call('SET', key, value, 'PX', string.format('%d', math.ceil(life / 1000) + 1000))
-end

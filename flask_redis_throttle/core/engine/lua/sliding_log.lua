@@ -51,18 +51,34 @@ local function add(now, stamped, key, horizon, count)
   end
   redis.call('ZREMRANGEBYSCORE', key, 0, format('%d', now - horizon))
   -- Members are unique: "<time>:<number>", numbered on from the entries
-  -- already stamped with this time.
+  -- already stamped with this time. Numbered from 1 first: a time is
+  -- seldom stamped twice, and ZADD NX, which says how many it added, then
+  -- saves counting them (numbers are written with '%d', as a number that
+  -- Lua turns into text itself is written with '%.14g', which costs more).
   local stamp = format('%d', stamped)
-  local before = redis.call('ZCOUNT', key, stamp, stamp)
-  for first = 1, count, 100 do
-    local entries = {}
-    for n = first, math.min(first + 99, count) do
-      entries[#entries + 1] = stamp
-      entries[#entries + 1] = stamp .. ':' .. (before + n)
+  local added, n = 0, 0
+  while added < count do
+    local batch, more = math.min(count - added, 100), nil
+    if batch == 1 then
+      -- One entry, the usual request: sent without a table to unpack.
+      n = n + 1
+      more = redis.call('ZADD', key, 'NX', stamp, format('%s:%d', stamp, n))
+    else
+      local entries = {}
+      for _ = 1, batch do
+        n = n + 1
+        entries[#entries + 1] = stamp
+        entries[#entries + 1] = format('%s:%d', stamp, n)
+      end
+      more = redis.call('ZADD', key, 'NX', unpack(entries))
     end
-    redis.call('ZADD', key, unpack(entries))
+    if more < batch and added == 0 then
+      -- Some were there: go on from the last number taken.
+      n = redis.call('ZCOUNT', key, stamp, stamp)
+    end
+    added = added + more
   end
-  redis.call('PEXPIRE', key, math.ceil((horizon + stamped - now) / 1000) + 1000)
+  redis.call('PEXPIRE', key, format('%d', math.ceil((horizon + stamped - now) / 1000) + 1000))
 end
 
 -- Remove `given` entries stamped `stamped` from the set `key`, the latest
