@@ -16,7 +16,7 @@ from flask import Blueprint, Request, Response, current_app, g, has_request_cont
 from flask.views import http_method_funcs
 
 from ...current import CurrentLimit, current_limit
-from ...decorators import EXEMPT_ATTRIBUTE, LIMITS_ATTRIBUTE, DynamicLimit, Exemption, LimitDecorator
+from ...decorators import INHERITED, DynamicLimit, Exemption, LimitDecorator, exempt, exemption_of
 from ...decorators import limit as native_limit
 from ...errors import InvalidLimit
 from ...extension import qualified_name, state_of
@@ -202,7 +202,7 @@ class RouteLimit(Limit):
         """Limit a blueprint or a view; and a function that is not a view, when
         called in a request, under its own name unless the limit is shared. A
         limit string the ``limits`` library rejects is logged, ``target`` left as is."""
-        exemption: Exemption | None = getattr(target, EXEMPT_ATTRIBUTE, None)
+        exemption = exemption_of(target)
         if exemption is not None and exemption.own_limits:
             return target  # as in Flask-Limiter, an exempt view has no limits, not even its own
         if self.native is None:
@@ -271,11 +271,11 @@ def hint_override(endpoint: str | None) -> None:
     """The view of ``endpoint`` loses the default limits from its next request
     on: a function with a limit that overrides them ran in one of its requests."""
     view = current_app.view_functions.get(endpoint) if endpoint is not None else None
-    exemption: Exemption | None = getattr(view, EXEMPT_ATTRIBUTE, None)
-    if view is None or (exemption is not None and "default" in exemption.drops):
+    found = exemption_of(view) or Exemption(frozenset())
+    if view is None or "default" in found.drops:
         return
-    exemption = exemption or Exemption(frozenset())
-    setattr(view, EXEMPT_ATTRIBUTE, dataclasses.replace(exemption, drops=exemption.drops | {"default"}))
+    keep = [kind for kind in INHERITED if kind not in found.drops | {"default"}]
+    exempt(keep=keep, nested=found.nested, own_limits=found.own_limits)(view)
     state = state_of(required=False)
     if state is not None:
         state.forget_plans()
@@ -381,8 +381,9 @@ def default_limits(request: Request) -> str | None:
 
 def blueprint_default_limits(request: Request) -> str | None:
     """:func:`default_limits`, for a blueprint's limit: none for a view with limits of its own."""
-    view = current_app.view_functions.get(request.endpoint or "")
-    return None if getattr(view, LIMITS_ATTRIBUTE, None) else default_limits(request)
+    plan = state_of().plan(request.endpoint, request.method)
+    own = plan is not None and any(limit.source == "view" for limit in plan.limits)
+    return None if own else default_limits(request)
 
 
 def drops_default(request: Request) -> bool:
@@ -391,7 +392,7 @@ def drops_default(request: Request) -> bool:
         current_app.view_functions.get(request.endpoint or ""),
         *map(current_app.blueprints.get, request.blueprints),
     ]
-    exemptions = (getattr(holder, EXEMPT_ATTRIBUTE, None) for holder in holders)
+    exemptions = (exemption_of(holder) for holder in holders if holder is not None)
     return any(exemption is not None and "default" in exemption.drops for exemption in exemptions)
 
 
