@@ -224,27 +224,13 @@ class Limiter:
     ) -> RouteLimit:
         """Limit a view or a blueprint: :func:`flask_redis_throttle.limit`. A ``scope``
         only names the limit: its counters are the endpoint's, unless :meth:`shared_limit`."""
-        return self._route_limit(limit_value, scope, False, options)
+        return RouteLimit(limit_value, limiter=self, scope=scope, **options)
 
     def shared_limit(
         self, limit_value: str | Callable[[], str], scope: str | Callable[[str], str], **options: Unpack[LimitArguments]
     ) -> RouteLimit:
         """A limit whose counters every view given the same ``scope`` shares."""
-        return self._route_limit(limit_value, scope, True, options)
-
-    def _route_limit(
-        self,
-        limit_value: str | Callable[[], str],
-        scope: str | Callable[[str], str] | None,
-        shared: bool,
-        options: LimitArguments,
-    ) -> RouteLimit:
-        fields: dict[str, Any] = dict(options)
-        key_func, override_defaults = fields.pop("key_func", None), fields.pop("override_defaults", True)
-        key_function = key_func or self.key_func
-        return RouteLimit(
-            limit_value, override_defaults, self, key_function=key_function, scope=scope, shared=shared, **fields
-        )
+        return RouteLimit(limit_value, limiter=self, scope=scope, shared=True, **options)
 
     def exempt(
         self,

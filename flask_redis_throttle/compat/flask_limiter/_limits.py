@@ -174,9 +174,10 @@ class RouteLimit(Limit):
         limit_value: str | Callable[[], str],
         override_defaults: bool | None = True,
         limiter: object = None,
+        key_func: Callable[[], str] | None = None,
         **fields: Any,
     ) -> None:
-        super().__init__(limit_value, **fields)
+        super().__init__(limit_value, key_func or getattr(limiter, "key_func", None), **fields)
         self.limiter = limiter  # whose apps read their limits again when it is put on a view
         self.unreadable: ValueError | None = None  # why the limit string cannot be read
         self.native: LimitDecorator | None = None  # made now: a malformed limit fails where it is written
