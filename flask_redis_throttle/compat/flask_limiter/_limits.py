@@ -223,20 +223,15 @@ class RouteLimit(Limit):
         block = native_limit(self.spec(), **self.options(qualified_name(target)))
         function: Callable[..., Any] = target
 
-        if inspect.iscoroutinefunction(function):
+        async def limited_async(*args: Any, **kwargs: Any) -> Any:
+            self.decide_when_called(limited, block)
+            return await function(*args, **kwargs)
 
-            @functools.wraps(function)
-            async def limited_async(*args: Any, **kwargs: Any) -> Any:
-                self.decide_when_called(limited_async, block)
-                return await function(*args, **kwargs)
-
-            return limited_async  # type: ignore[return-value]
-
-        @functools.wraps(function)
-        def limited(*args: Any, **kwargs: Any) -> Any:
+        def limited_sync(*args: Any, **kwargs: Any) -> Any:
             self.decide_when_called(limited, block)
             return function(*args, **kwargs)
 
+        limited = functools.wraps(function)(limited_async if inspect.iscoroutinefunction(function) else limited_sync)
         return limited  # type: ignore[return-value]
 
     def decide_when_called(self, limited: Callable[..., Any], block: LimitDecorator) -> None:
@@ -248,11 +243,10 @@ class RouteLimit(Limit):
             block.__enter__()
             if self.override_defaults is not False:
                 hint_override(request.endpoint)
-        elif self.native is not None and any(made in g.get(UNDECIDED, ()) for made in self.made()):
+        elif self.native is not None and any(
+            made in g.get(UNDECIDED, ()) for made in self.__dict__.get("_dynamic", {}).values()
+        ):
             self.native.__enter__()  # only a dynamic limit can be undecided
-
-    def made(self) -> list[Dynamic]:
-        return list(self.__dict__.get("_dynamic", {}).values())
 
     def __enter__(self) -> None:
         """Decide the limit now: ``with limit(...)``, a scope giving counters of its own in the endpoint."""

@@ -45,12 +45,11 @@ def describe_refusal(request: Request) -> str:
 
 def log_refusals(app: Flask) -> None:
     """Log each refusal of ``app`` at INFO, as Flask-Limiter does."""
-    request_refused.connect_via(app)(_log_refusal)
 
-
-def _log_refusal(sender: Flask, *, identity: Identity, layer: Layer, scope: str, shadow: bool, **extra: Any) -> None:
-    if not shadow:
-        logger.info("ratelimit %s (%s) exceeded at endpoint: %s", layer, identity.value, scope)
+    @request_refused.connect_via(app)
+    def log(sender: Flask, *, identity: Identity, layer: Layer, scope: str, shadow: bool, **extra: Any) -> None:
+        if not shadow:
+            logger.info("ratelimit %s (%s) exceeded at endpoint: %s", layer, identity.value, scope)
 
 
 def respond(headers: bool, http_date: bool, swallow_errors: bool) -> Callable[[Response], Response]:
