@@ -130,7 +130,7 @@ class Limit:
             options["scope"] = scope
         provider = self.spec(fallback) if callable(self.limit_provider) else None
         if isinstance(provider, Dynamic):
-            options["scope"] = provider.apart(options.get("scope"))
+            options["scope"] = Apart(provider, options.get("scope"))
         for field, (name, read) in OPTIONS.items():
             if getattr(self, field) is not None:
                 options[name] = read(getattr(self, field))
@@ -311,7 +311,7 @@ class Dynamic:
     joined, in the extension's grammar, named after the first function. One
     that comes to nothing (no string, or one the ``limits`` library rejects)
     is ``fallback``'s; a function that raises is logged, its limit left out.
-    Flask-Limiter counts each string apart: see :meth:`apart`.
+    Flask-Limiter counts each string apart: see :class:`Apart`.
     """
 
     def __init__(self, items: Sequence[str | Callable[[], str]], fallback: DynamicLimit | None = None) -> None:
@@ -345,21 +345,29 @@ class Dynamic:
         self.last = (request, value)
         return value
 
-    def apart(self, scope: str | Callable[[Request], str] | None) -> Callable[[Request], str]:
-        """A scope function that counts each limit string apart: ``scope`` (or its
-        value, or the endpoint when None), ``:``, the string."""
 
-        def apart(request: Request) -> str:
-            asked, value = self.last
-            if asked is not request:
-                value = self(request)
-            base = scope(request) if callable(scope) else scope or request.endpoint
-            return f"{base}:{value}"
+@dataclasses.dataclass(eq=False)
+class Apart:
+    """A scope function that counts each limit string of ``dynamic`` apart:
+    ``scope`` (or its value, or the endpoint when None), ``:``, the string."""
 
-        functools.update_wrapper(apart, self, updated=())
-        # Where ``flask limiter clear`` finds every string's counters: "" for the endpoint, None for a function.
-        apart.beneath = "" if scope is None else scope if isinstance(scope, str) else None  # type: ignore[attr-defined]
-        return apart
+    dynamic: Dynamic
+    scope: str | Callable[[Request], str] | None
+
+    def __post_init__(self) -> None:
+        functools.update_wrapper(self, self.dynamic, updated=())
+
+    @property
+    def beneath(self) -> str | None:
+        """Where ``flask limiter clear`` finds every string's counters: "" for the endpoint, None for a function."""
+        return "" if self.scope is None else self.scope if isinstance(self.scope, str) else None
+
+    def __call__(self, request: Request) -> str:
+        asked, value = self.dynamic.last
+        if asked is not request:
+            value = self.dynamic(request)
+        base = self.scope(request) if callable(self.scope) else self.scope or request.endpoint
+        return f"{base}:{value}"
 
 
 def default_limits(request: Request) -> str | None:
