@@ -409,16 +409,8 @@ def unread(target: object, error: ValueError | None) -> None:
 
 @dataclasses.dataclass(eq=False)
 class RequestLimit:
-    """Flask-Limiter's ``RequestLimit``: a limit as it stands for the current
-    request, from a :class:`~flask_redis_throttle.CurrentLimit` or refusal.
-
-    :param limit: the deciding :class:`~flask_redis_throttle.Layer` (``str(limit)``: ``"10 per 1 minute"``).
-    :param key: Flask-Limiter's name of its counter, such as ``"LIMITER/127.0.0.1/index/10/1/minute"``.
-    :param breached: whether it had no room for the request.
-    :param shared: whether it is a shared limit (its scope is not the endpoint's).
-    :param remaining: what is left of it.
-    :param reset_at: when it is full again, a Unix time.
-    """
+    """Flask-Limiter's ``RequestLimit``: a limit as it stands for the current request,
+    from a :class:`~flask_redis_throttle.CurrentLimit` or a refusal (its fields: :doc:`/flask-limiter`)."""
 
     limit: Any
     key: str

@@ -30,9 +30,7 @@ BREACH_ERROR = "_flask_limiter_breach_error"
 
 
 def limits_key(identity: Identity, scope: str, layer: Layer) -> str:
-    """The name Flask-Limiter gives a limit's counter (``RequestLimit.key``),
-    such as ``"LIMITER/127.0.0.1/index/2/1/second"``: the key function's
-    value, the scope, then the layer as the ``limits`` library writes it."""
+    """The name Flask-Limiter gives a limit's counter: ``RequestLimit.key`` (see :doc:`/flask-limiter`)."""
     return f"LIMITER/{identity.value}/{scope}/{layer.quota}/{written(layer.window).replace(' ', '/')}"
 
 

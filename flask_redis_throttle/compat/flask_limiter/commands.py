@@ -162,9 +162,7 @@ class Survey:
 
         trees: list[Tree] = [(title, grown(limits)) for title, limits in self.shared.items()]
         blueprints: dict[str, list[Tree]] = {}
-        for rule in [
-            row.rule for number, row in enumerate(self.rows) if not number or self.rows[number - 1].rule is not row.rule
-        ]:
+        for rule in {id(row.rule): row.rule for row in self.rows}.values():
             groups = [(", ".join(row.methods), grown(self.own(row))) for row in self.rows if row.rule is rule]
             groups = [group for group in groups if group[1]]
             if limited and not groups:
