@@ -7,10 +7,10 @@ Nothing here decides a request; see :doc:`/flask-limiter`.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import warnings
 import weakref
+from collections import ChainMap
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -135,7 +135,7 @@ class Limiter:
         before = dict(config)
         try:
             self.enabled = config.setdefault(ConfigVars.ENABLED, self.enabled)
-            given = functools.partial(self._given, config)
+            given = ChainMap({key: value for key, value in self.arguments.items() if value is not None}, config).get
             ours = settings(given, self.header_name_mapping, self.auto_check)
             storage_uri, swallow_errors = given(ConfigVars.STORAGE_URI), bool(given(ConfigVars.SWALLOW_ERRORS))
             for key in THEIR_SETTINGS:  # read: hidden from the extension's check of unknown keys
@@ -210,10 +210,6 @@ class Limiter:
         self.extension = first.extension
         app.extensions["limiter"].add(self)
         self.apps.add(app)
-
-    def _given(self, config: Mapping[str, Any], key: str) -> Any:
-        value = self.arguments.get(key)
-        return config.get(key) if value is None else value
 
     def limit(
         self,

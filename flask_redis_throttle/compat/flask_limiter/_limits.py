@@ -47,14 +47,11 @@ def identities(key_func: Callable[[], str] | None) -> list[Any] | None:
         return None
     if not callable(key_func):
         raise InvalidLimit(f"key_func {key_func!r} must be a function of no arguments", spec=key_func)
-    return ["ip"] if key_func is get_remote_address else [keyed_by(key_func)]
+    if key_func is get_remote_address:
+        return ["ip"]
 
-
-def keyed_by(key_func: Callable[[], str]) -> Callable[[Request], str | None]:
-    """A key function as the extension's custom identity, under the same name.
-    An error it raises is a 500; with ``swallow_errors`` it is logged, and its
-    limits let the request through uncounted."""
-
+    # The extension's custom identity, under the same name. An error it raises is a 500;
+    # with ``swallow_errors`` it is logged, and its limits let the request through uncounted.
     @functools.wraps(key_func)
     def called(request: Request) -> str | None:
         try:
@@ -66,7 +63,7 @@ def keyed_by(key_func: Callable[[], str]) -> Callable[[Request], str | None]:
             logger.exception("Failed to rate limit. Swallowing error")
             return None
 
-    return called
+    return [called]
 
 
 def of_value(value: Any) -> Any:
@@ -421,28 +418,13 @@ class RequestLimit:
 
     @classmethod
     def current(cls, found: CurrentLimit, endpoint: str | None) -> RequestLimit:
-        return cls(
-            found.layer,
-            limits_key(found.identity, found.scope, found.layer),
-            found.breached,
-            is_shared(found.scope, endpoint),
-            found.remaining,
-            int(found.reset_at),
-        )
+        key, shared = limits_key(found.identity, found.scope, found.layer), is_shared(found.scope, endpoint)
+        return cls(found.layer, key, found.breached, shared, found.remaining, int(found.reset_at))
 
 
 def is_shared(scope: str, endpoint: str | None) -> bool:
     """Whether a limit counted under ``scope`` is shared: not the endpoint's, nor ``endpoint:...``."""
     return scope != endpoint and not (endpoint is not None and scope.startswith(f"{endpoint}:"))
-
-
-def reset_at(event: RefusalEvent) -> float:
-    """When the counter that refused ``event``'s request is full again, as a
-    Unix time; else when the request would pass."""
-    found = current_limit()
-    if found is not None and (found.scope, found.layer, found.identity) == (event.scope, event.layer, event.identity):
-        return found.reset_at
-    return time.time() + (event.retry_after or 0)
 
 
 def breach_hook(
@@ -455,10 +437,12 @@ def breach_hook(
         raise InvalidLimit(f"on_breach {on_breach!r} must be a function", spec=on_breach)
 
     def hook(event: RefusalEvent) -> Response | None:
-        key = limits_key(event.identity, event.scope, event.layer)
-        limit = RequestLimit(
-            event.layer, key, True, shared or is_shared(event.scope, event.endpoint), 0, int(reset_at(event))
-        )
+        # When the refusing counter is full again; else when the request would pass.
+        found, refusing = current_limit(), (event.scope, event.layer, event.identity)
+        same = found is not None and (found.scope, found.layer, found.identity) == refusing
+        reset_at = found.reset_at if found is not None and same else time.time() + (event.retry_after or 0)
+        key, shared_here = limits_key(event.identity, event.scope, event.layer), is_shared(event.scope, event.endpoint)
+        limit = RequestLimit(event.layer, key, True, shared or shared_here, 0, int(reset_at))
         try:
             response = on_breach(limit)
         except Exception as error:
