@@ -148,7 +148,7 @@ class Limit:
             return translate(provider)
         made: dict[DynamicLimit | None, Dynamic] = self.__dict__.setdefault("_dynamic", {})
         if fallback not in made:
-            made[fallback] = Dynamic([provider], fallback)
+            made[fallback] = Dynamic(provider, fallback)
         return made[fallback]
 
 
@@ -304,40 +304,35 @@ UNDECIDED = "_flask_limiter_undecided"
 
 
 class Dynamic:
-    """A dynamic limit of Flask-Limiter limit values: their limit strings
-    joined, in the extension's grammar, named after the first function. One
-    that comes to nothing (no string, or one the ``limits`` library rejects)
-    is ``fallback``'s; a function that raises is logged, its limit left out.
-    Flask-Limiter counts each string apart: see :class:`Apart`.
+    """A Flask-Limiter limit function as a dynamic limit, under its name: its limit
+    string in the extension's grammar. One that comes to nothing (no string, or one
+    the ``limits`` library rejects) is ``fallback``'s; a function that raises is
+    logged, its limit left out. Flask-Limiter counts each string apart: see :class:`Apart`.
     """
 
-    def __init__(self, items: Sequence[str | Callable[[], str]], fallback: DynamicLimit | None = None) -> None:
-        self.items = list(items)
-        self.fallback = fallback
+    def __init__(self, function: Callable[[], str], fallback: DynamicLimit | None = None) -> None:
+        self.function, self.fallback = function, fallback
         # The last request and its value, which its scope reads: replaced whole, so
         # that a thread reads its own request's or calls again.
         self.last: tuple[object, str | None] = (None, None)
-        named = next((item for item in items if callable(item)), None)
-        if named is not None:
-            functools.update_wrapper(self, named, updated=())
+        functools.update_wrapper(self, function, updated=())
 
     def __call__(self, request: Request) -> str | None:
-        raised = None
         try:
-            texts = [item() if callable(item) else item for item in self.items]
-        except Exception as error:
-            raised = error
+            text = self.function()
+        except Exception:
             # Called again with the view, if it reads what the view's decorators set (RouteLimit.__call__).
             logger.exception("the limit function %s raised; its limit is left out", qualified_name(self))
             if has_request_context():
                 g.setdefault(UNDECIDED, set()).add(self)
-            texts = []
+            self.last = (request, None)
+            return None
         try:
-            value = translate(";".join(text for text in texts if text)) or None
+            value = translate(text) or None
         except ValueError as error:
             logger.error("failed to load ratelimit for endpoint %s: %s", request.endpoint, error)
             value = None
-        if value is None and raised is None and self.fallback is not None:
+        if value is None and self.fallback is not None:
             value = self.fallback(request)
         self.last = (request, value)
         return value

@@ -148,7 +148,7 @@ def limits_of(key: str, value: Any, shared: dict[str, Any], inherited: bool = Fa
         elif isinstance(item, str):
             strings.append(item)
         elif callable(item):
-            made = Dynamic([item])
+            made = Dynamic(item)
             apart = {} if key == ConfigVars.META_LIMITS else {"scope": Apart(made, base)}  # meta limits have theirs
             found.append({"limit": made, **shared, **apart})
         else:
