@@ -192,9 +192,7 @@ class RouteLimit(Limit):
             options = self.options(fallback=self.fallbacks[0])
             self.native = native_limit(spec, override_defaults=override_defaults, **options)
         # The limit as ``with limit(...)``: a dynamic one without the fallback.
-        self.block = self.native
-        if callable(spec):
-            self.block = native_limit(self.spec(), **self.options())
+        self.block = native_limit(self.spec(), **self.options()) if callable(spec) else self.native
 
     def __call__(self, target: Target) -> Target:
         """Limit a blueprint or a view; and a function that is not a view, when
@@ -212,9 +210,7 @@ class RouteLimit(Limit):
             options = self.options(fallback=fallback)
             native = native_limit(self.spec(fallback), override_defaults=self.override_defaults, **options)
         native(target)
-        forget = getattr(self.limiter, "forget_plans", None)
-        if forget is not None:
-            forget()
+        getattr(self.limiter, "forget_plans", lambda: None)()
         if isinstance(target, Blueprint):
             return target
         block = native_limit(self.spec(), **self.options(qualified_name(target)))
