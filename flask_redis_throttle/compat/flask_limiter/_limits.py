@@ -359,9 +359,14 @@ class Apart:
 
 
 def default_limits(request: Request) -> str | None:
-    """The default limits that apply to ``request``, joined: a dynamic limit's fallback."""
+    """The default limits that apply to ``request``, joined: a dynamic limit's fallback;
+    none where its view, or a blueprint it is in, is exempt from them."""
     state = state_of(required=False)
-    if state is None or drops_default(request):
+    holders = [
+        current_app.view_functions.get(request.endpoint or ""),
+        *map(current_app.blueprints.get, request.blueprints),
+    ]
+    if state is None or any("default" in (exemption_of(holder) or Exemption(frozenset())).drops for holder in holders):
         return None
     texts = []
     for spec in state.settings.default:
@@ -375,16 +380,6 @@ def blueprint_default_limits(request: Request) -> str | None:
     plan = state_of().plan(request.endpoint, request.method)
     own = plan is not None and any(limit.source == "view" for limit in plan.limits)
     return None if own else default_limits(request)
-
-
-def drops_default(request: Request) -> bool:
-    """Whether the view of ``request``, or a blueprint it is in, is exempt from the default limits."""
-    holders = [
-        current_app.view_functions.get(request.endpoint or ""),
-        *map(current_app.blueprints.get, request.blueprints),
-    ]
-    exemptions = (exemption_of(holder) for holder in holders if holder is not None)
-    return any(exemption is not None and "default" in exemption.drops for exemption in exemptions)
 
 
 def unread(target: object, error: ValueError | None) -> None:
