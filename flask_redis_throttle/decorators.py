@@ -36,6 +36,7 @@ __all__ = [
     "LimitSpec",
     "RefusalHook",
     "exempt",
+    "exemption_of",
     "limit",
     "make_spec",
 ]
@@ -280,6 +281,16 @@ def exempt(
         return target
 
     return decorate if target is None else decorate(target)
+
+
+def exemption_of(target: object) -> Exemption | None:
+    """What :func:`exempt` recorded on a view or a blueprint, or None: for a
+    front end that decides with the exemptions, such as Flask-Limiter's shim
+    (a dynamic limit's fallback to ``RATELIMIT_DEFAULT`` applies only where
+    the default is not dropped), and that adds to one with :func:`exempt`.
+    """
+    exemption: Exemption | None = getattr(target, EXEMPT_ATTRIBUTE, None)
+    return exemption
 
 
 def _flag_of(name: str, value: object) -> bool:

@@ -13,6 +13,7 @@ from flask_redis_throttle import ConfigurationError, InvalidLimit, exempt, limit
 from flask_redis_throttle._request.plan import Plan
 from flask_redis_throttle._request.spec import make_spec
 from flask_redis_throttle.core.engine.scripts import STRATEGIES
+from flask_redis_throttle.decorators import Exemption, exemption_of
 
 
 def views(app: Flask | Blueprint, *names: str) -> None:
@@ -218,6 +219,33 @@ def test_an_exemption_with_own_limits_drops_the_limits_put_on_the_exempt_object_
     # blueprints' views; the nested blueprint's own limit still applies.
     assert statuses(client, 4, "/api/a") == [200, 200, 200, 429]
     assert statuses(client, 3, "/api/inner/b") == [200, 200, 429]
+
+
+def test_exemption_of_reads_what_exempt_recorded_for_a_front_end_to_add_to(app: Flask, statuses) -> None:
+    @app.get("/search")
+    @exempt(keep=["application"], nested=False)
+    def search() -> str:
+        return "ok"
+
+    views(app, "free")
+    api = Blueprint("api", __name__)
+    exempt(api, keep=["default"], own_limits=True)
+    views(api, "a")
+    app.register_blueprint(api, url_prefix="/api")
+    assert exemption_of(search) == Exemption(frozenset({"default", "blueprints"}), nested=False)
+    assert exemption_of(api) == Exemption(frozenset({"application", "blueprints"}), own_limits=True)
+    assert exemption_of(app.view_functions["free"]) is None
+    assert exemption_of(app) is None
+    # Flask-Limiter's shim drops the default from a view at run time this way,
+    # keeping what the view's exemption (none here) already drops.
+    free = app.view_functions["free"]
+    before = exemption_of(free) or Exemption(frozenset())
+    exempt(keep=[kind for kind in ("application", "blueprints") if kind not in before.drops])(free)
+    install(app, RATELIMIT_DEFAULT="1/m", RATELIMIT_APPLICATION="4/m")
+    client = app.test_client()
+    assert statuses(client, 2, "/search") == [200, 200]  # not the default's 1/m
+    assert statuses(client, 3, "/free") == [200, 200, 429]  # nor here: the app's 4/m, shared with /search
+    assert exemption_of(free) == Exemption(frozenset({"default"}))
 
 
 @pytest.mark.parametrize(

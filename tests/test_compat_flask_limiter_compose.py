@@ -18,6 +18,7 @@ from helpers import evalsha_calls, get, limiter_for, statuses
 from flask_redis_throttle import ConfigurationError, exempt
 from flask_redis_throttle.compat.flask_limiter import ExemptionScope, Limiter
 from flask_redis_throttle.compat.flask_limiter.util import get_remote_address
+from flask_redis_throttle.decorators import Exemption, exemption_of
 from flask_redis_throttle.testing import RedisServer
 
 
@@ -215,6 +216,27 @@ def test_a_limited_function_that_overrides_the_default_takes_it_from_the_endpoin
     assert statuses(client, 4, "/search") == [200, 200, 200, 429]
     assert statuses(client, 1, "/native") == [429]  # search()'s counters are its own, shared
     assert flask_app.extensions["ratelimit"].plan("native", "GET") is None  # its own exemption stays
+
+
+def test_a_limited_function_takes_the_default_from_an_exempt_view_keeping_its_exemption(
+    flask_app: Flask, url: str
+) -> None:
+    limiter = limiter_for(flask_app, url, default_limits=["1/minute"], application_limits=["2/minute"])
+
+    @limiter.limit("5/minute")
+    def search() -> str:
+        return "found"
+
+    @flask_app.get("/kept")
+    @exempt(keep=["default", "blueprints"], own_limits=True)  # drops the application's, and its own
+    def kept() -> str:
+        return search()
+
+    client = flask_app.test_client()
+    # The default counts the first request, before the endpoint is known to call search();
+    # from then on only search()'s 5/minute: the view still drops the application's 2/minute.
+    assert statuses(client, 5, "/kept") == [200, 200, 200, 200, 200]
+    assert exemption_of(kept) == Exemption(frozenset({"default", "application"}), own_limits=True)
 
 
 def test_a_second_limiter_adds_its_limits_decided_in_the_same_call(flask_app: Flask, url: str) -> None:

@@ -7,10 +7,10 @@ Nothing here decides a request; see :doc:`/flask-limiter`.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import warnings
 import weakref
+from collections import ChainMap
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -135,7 +135,7 @@ class Limiter:
         before = dict(config)
         try:
             self.enabled = config.setdefault(ConfigVars.ENABLED, self.enabled)
-            given = functools.partial(self._given, config)
+            given = ChainMap({key: value for key, value in self.arguments.items() if value is not None}, config).get
             ours = settings(given, self.header_name_mapping, self.auto_check)
             storage_uri, swallow_errors = given(ConfigVars.STORAGE_URI), bool(given(ConfigVars.SWALLOW_ERRORS))
             for key in THEIR_SETTINGS:  # read: hidden from the extension's check of unknown keys
@@ -211,10 +211,6 @@ class Limiter:
         app.extensions["limiter"].add(self)
         self.apps.add(app)
 
-    def _given(self, config: Mapping[str, Any], key: str) -> Any:
-        value = self.arguments.get(key)
-        return config.get(key) if value is None else value
-
     def limit(
         self,
         limit_value: str | Callable[[], str],
@@ -224,27 +220,13 @@ class Limiter:
     ) -> RouteLimit:
         """Limit a view or a blueprint: :func:`flask_redis_throttle.limit`. A ``scope``
         only names the limit: its counters are the endpoint's, unless :meth:`shared_limit`."""
-        return self._route_limit(limit_value, scope, False, options)
+        return RouteLimit(limit_value, limiter=self, scope=scope, **options)
 
     def shared_limit(
         self, limit_value: str | Callable[[], str], scope: str | Callable[[str], str], **options: Unpack[LimitArguments]
     ) -> RouteLimit:
         """A limit whose counters every view given the same ``scope`` shares."""
-        return self._route_limit(limit_value, scope, True, options)
-
-    def _route_limit(
-        self,
-        limit_value: str | Callable[[], str],
-        scope: str | Callable[[str], str] | None,
-        shared: bool,
-        options: LimitArguments,
-    ) -> RouteLimit:
-        fields: dict[str, Any] = dict(options)
-        key_func, override_defaults = fields.pop("key_func", None), fields.pop("override_defaults", True)
-        key_function = key_func or self.key_func
-        return RouteLimit(
-            limit_value, override_defaults, self, key_function=key_function, scope=scope, shared=shared, **fields
-        )
+        return RouteLimit(limit_value, limiter=self, scope=scope, shared=True, **options)
 
     def exempt(
         self,

@@ -16,7 +16,7 @@ from flask import Blueprint, Request, Response, current_app, g, has_request_cont
 from flask.views import http_method_funcs
 
 from ...current import CurrentLimit, current_limit
-from ...decorators import EXEMPT_ATTRIBUTE, LIMITS_ATTRIBUTE, DynamicLimit, Exemption, LimitDecorator
+from ...decorators import INHERITED, DynamicLimit, Exemption, LimitDecorator, exempt, exemption_of
 from ...decorators import limit as native_limit
 from ...errors import InvalidLimit
 from ...extension import qualified_name, state_of
@@ -47,14 +47,11 @@ def identities(key_func: Callable[[], str] | None) -> list[Any] | None:
         return None
     if not callable(key_func):
         raise InvalidLimit(f"key_func {key_func!r} must be a function of no arguments", spec=key_func)
-    return ["ip"] if key_func is get_remote_address else [keyed_by(key_func)]
+    if key_func is get_remote_address:
+        return ["ip"]
 
-
-def keyed_by(key_func: Callable[[], str]) -> Callable[[Request], str | None]:
-    """A key function as the extension's custom identity, under the same name.
-    An error it raises is a 500; with ``swallow_errors`` it is logged, and its
-    limits let the request through uncounted."""
-
+    # The extension's custom identity, under the same name. An error it raises is a 500;
+    # with ``swallow_errors`` it is logged, and its limits let the request through uncounted.
     @functools.wraps(key_func)
     def called(request: Request) -> str | None:
         try:
@@ -66,7 +63,7 @@ def keyed_by(key_func: Callable[[], str]) -> Callable[[Request], str | None]:
             logger.exception("Failed to rate limit. Swallowing error")
             return None
 
-    return called
+    return [called]
 
 
 def of_value(value: Any) -> Any:
@@ -130,7 +127,7 @@ class Limit:
             options["scope"] = scope
         provider = self.spec(fallback) if callable(self.limit_provider) else None
         if isinstance(provider, Dynamic):
-            options["scope"] = provider.apart(options.get("scope"))
+            options["scope"] = Apart(provider, options.get("scope"))
         for field, (name, read) in OPTIONS.items():
             if getattr(self, field) is not None:
                 options[name] = read(getattr(self, field))
@@ -151,7 +148,7 @@ class Limit:
             return translate(provider)
         made: dict[DynamicLimit | None, Dynamic] = self.__dict__.setdefault("_dynamic", {})
         if fallback not in made:
-            made[fallback] = Dynamic([provider], fallback)
+            made[fallback] = Dynamic(provider, fallback)
         return made[fallback]
 
 
@@ -174,9 +171,10 @@ class RouteLimit(Limit):
         limit_value: str | Callable[[], str],
         override_defaults: bool | None = True,
         limiter: object = None,
+        key_func: Callable[[], str] | None = None,
         **fields: Any,
     ) -> None:
-        super().__init__(limit_value, **fields)
+        super().__init__(limit_value, key_func or getattr(limiter, "key_func", None), **fields)
         self.limiter = limiter  # whose apps read their limits again when it is put on a view
         self.unreadable: ValueError | None = None  # why the limit string cannot be read
         self.native: LimitDecorator | None = None  # made now: a malformed limit fails where it is written
@@ -194,15 +192,13 @@ class RouteLimit(Limit):
             options = self.options(fallback=self.fallbacks[0])
             self.native = native_limit(spec, override_defaults=override_defaults, **options)
         # The limit as ``with limit(...)``: a dynamic one without the fallback.
-        self.block = self.native
-        if callable(spec):
-            self.block = native_limit(self.spec(), **self.options())
+        self.block = native_limit(self.spec(), **self.options()) if callable(spec) else self.native
 
     def __call__(self, target: Target) -> Target:
         """Limit a blueprint or a view; and a function that is not a view, when
         called in a request, under its own name unless the limit is shared. A
         limit string the ``limits`` library rejects is logged, ``target`` left as is."""
-        exemption: Exemption | None = getattr(target, EXEMPT_ATTRIBUTE, None)
+        exemption = exemption_of(target)
         if exemption is not None and exemption.own_limits:
             return target  # as in Flask-Limiter, an exempt view has no limits, not even its own
         if self.native is None:
@@ -214,28 +210,21 @@ class RouteLimit(Limit):
             options = self.options(fallback=fallback)
             native = native_limit(self.spec(fallback), override_defaults=self.override_defaults, **options)
         native(target)
-        forget = getattr(self.limiter, "forget_plans", None)
-        if forget is not None:
-            forget()
+        getattr(self.limiter, "forget_plans", lambda: None)()
         if isinstance(target, Blueprint):
             return target
         block = native_limit(self.spec(), **self.options(qualified_name(target)))
         function: Callable[..., Any] = target
 
-        if inspect.iscoroutinefunction(function):
+        async def limited_async(*args: Any, **kwargs: Any) -> Any:
+            self.decide_when_called(limited, block)
+            return await function(*args, **kwargs)
 
-            @functools.wraps(function)
-            async def limited_async(*args: Any, **kwargs: Any) -> Any:
-                self.decide_when_called(limited_async, block)
-                return await function(*args, **kwargs)
-
-            return limited_async  # type: ignore[return-value]
-
-        @functools.wraps(function)
-        def limited(*args: Any, **kwargs: Any) -> Any:
+        def limited_sync(*args: Any, **kwargs: Any) -> Any:
             self.decide_when_called(limited, block)
             return function(*args, **kwargs)
 
+        limited = functools.wraps(function)(limited_async if inspect.iscoroutinefunction(function) else limited_sync)
         return limited  # type: ignore[return-value]
 
     def decide_when_called(self, limited: Callable[..., Any], block: LimitDecorator) -> None:
@@ -247,11 +236,10 @@ class RouteLimit(Limit):
             block.__enter__()
             if self.override_defaults is not False:
                 hint_override(request.endpoint)
-        elif self.native is not None and any(made in g.get(UNDECIDED, ()) for made in self.made()):
+        elif self.native is not None and any(
+            made in g.get(UNDECIDED, ()) for made in self.__dict__.get("_dynamic", {}).values()
+        ):
             self.native.__enter__()  # only a dynamic limit can be undecided
-
-    def made(self) -> list[Dynamic]:
-        return list(self.__dict__.get("_dynamic", {}).values())
 
     def __enter__(self) -> None:
         """Decide the limit now: ``with limit(...)``, a scope giving counters of its own in the endpoint."""
@@ -271,11 +259,11 @@ def hint_override(endpoint: str | None) -> None:
     """The view of ``endpoint`` loses the default limits from its next request
     on: a function with a limit that overrides them ran in one of its requests."""
     view = current_app.view_functions.get(endpoint) if endpoint is not None else None
-    exemption: Exemption | None = getattr(view, EXEMPT_ATTRIBUTE, None)
-    if view is None or (exemption is not None and "default" in exemption.drops):
+    found = exemption_of(view) or Exemption(frozenset())
+    if view is None or "default" in found.drops:
         return
-    exemption = exemption or Exemption(frozenset())
-    setattr(view, EXEMPT_ATTRIBUTE, dataclasses.replace(exemption, drops=exemption.drops | {"default"}))
+    keep = [kind for kind in INHERITED if kind not in found.drops | {"default"}]
+    exempt(keep=keep, nested=found.nested, own_limits=found.own_limits)(view)
     state = state_of(required=False)
     if state is not None:
         state.forget_plans()
@@ -312,65 +300,73 @@ UNDECIDED = "_flask_limiter_undecided"
 
 
 class Dynamic:
-    """A dynamic limit of Flask-Limiter limit values: their limit strings
-    joined, in the extension's grammar, named after the first function. One
-    that comes to nothing (no string, or one the ``limits`` library rejects)
-    is ``fallback``'s; a function that raises is logged, its limit left out.
-    Flask-Limiter counts each string apart: see :meth:`apart`.
+    """A Flask-Limiter limit function as a dynamic limit, under its name: its limit
+    string in the extension's grammar. One that comes to nothing (no string, or one
+    the ``limits`` library rejects) is ``fallback``'s; a function that raises is
+    logged, its limit left out. Flask-Limiter counts each string apart: see :class:`Apart`.
     """
 
-    def __init__(self, items: Sequence[str | Callable[[], str]], fallback: DynamicLimit | None = None) -> None:
-        self.items = list(items)
-        self.fallback = fallback
+    def __init__(self, function: Callable[[], str], fallback: DynamicLimit | None = None) -> None:
+        self.function, self.fallback = function, fallback
         # The last request and its value, which its scope reads: replaced whole, so
         # that a thread reads its own request's or calls again.
         self.last: tuple[object, str | None] = (None, None)
-        named = next((item for item in items if callable(item)), None)
-        if named is not None:
-            functools.update_wrapper(self, named, updated=())
+        functools.update_wrapper(self, function, updated=())
 
     def __call__(self, request: Request) -> str | None:
-        raised = None
         try:
-            texts = [item() if callable(item) else item for item in self.items]
-        except Exception as error:
-            raised = error
+            text = self.function()
+        except Exception:
             # Called again with the view, if it reads what the view's decorators set (RouteLimit.__call__).
             logger.exception("the limit function %s raised; its limit is left out", qualified_name(self))
             if has_request_context():
                 g.setdefault(UNDECIDED, set()).add(self)
-            texts = []
+            self.last = (request, None)
+            return None
         try:
-            value = translate(";".join(text for text in texts if text)) or None
+            value = translate(text) or None
         except ValueError as error:
             logger.error("failed to load ratelimit for endpoint %s: %s", request.endpoint, error)
             value = None
-        if value is None and raised is None and self.fallback is not None:
+        if value is None and self.fallback is not None:
             value = self.fallback(request)
         self.last = (request, value)
         return value
 
-    def apart(self, scope: str | Callable[[Request], str] | None) -> Callable[[Request], str]:
-        """A scope function that counts each limit string apart: ``scope`` (or its
-        value, or the endpoint when None), ``:``, the string."""
 
-        def apart(request: Request) -> str:
-            asked, value = self.last
-            if asked is not request:
-                value = self(request)
-            base = scope(request) if callable(scope) else scope or request.endpoint
-            return f"{base}:{value}"
+@dataclasses.dataclass(eq=False)
+class Apart:
+    """A scope function that counts each limit string of ``dynamic`` apart:
+    ``scope`` (or its value, or the endpoint when None), ``:``, the string."""
 
-        functools.update_wrapper(apart, self, updated=())
-        # Where ``flask limiter clear`` finds every string's counters: "" for the endpoint, None for a function.
-        apart.beneath = "" if scope is None else scope if isinstance(scope, str) else None  # type: ignore[attr-defined]
-        return apart
+    dynamic: Dynamic
+    scope: str | Callable[[Request], str] | None
+
+    def __post_init__(self) -> None:
+        functools.update_wrapper(self, self.dynamic, updated=())
+
+    @property
+    def beneath(self) -> str | None:
+        """Where ``flask limiter clear`` finds every string's counters: "" for the endpoint, None for a function."""
+        return "" if self.scope is None else self.scope if isinstance(self.scope, str) else None
+
+    def __call__(self, request: Request) -> str:
+        asked, value = self.dynamic.last
+        if asked is not request:
+            value = self.dynamic(request)
+        base = self.scope(request) if callable(self.scope) else self.scope or request.endpoint
+        return f"{base}:{value}"
 
 
 def default_limits(request: Request) -> str | None:
-    """The default limits that apply to ``request``, joined: a dynamic limit's fallback."""
+    """The default limits that apply to ``request``, joined: a dynamic limit's fallback;
+    none where its view, or a blueprint it is in, is exempt from them."""
     state = state_of(required=False)
-    if state is None or drops_default(request):
+    holders = [
+        current_app.view_functions.get(request.endpoint or ""),
+        *map(current_app.blueprints.get, request.blueprints),
+    ]
+    if state is None or any("default" in (exemption_of(holder) or Exemption(frozenset())).drops for holder in holders):
         return None
     texts = []
     for spec in state.settings.default:
@@ -381,18 +377,9 @@ def default_limits(request: Request) -> str | None:
 
 def blueprint_default_limits(request: Request) -> str | None:
     """:func:`default_limits`, for a blueprint's limit: none for a view with limits of its own."""
-    view = current_app.view_functions.get(request.endpoint or "")
-    return None if getattr(view, LIMITS_ATTRIBUTE, None) else default_limits(request)
-
-
-def drops_default(request: Request) -> bool:
-    """Whether the view of ``request``, or a blueprint it is in, is exempt from the default limits."""
-    holders = [
-        current_app.view_functions.get(request.endpoint or ""),
-        *map(current_app.blueprints.get, request.blueprints),
-    ]
-    exemptions = (getattr(holder, EXEMPT_ATTRIBUTE, None) for holder in holders)
-    return any(exemption is not None and "default" in exemption.drops for exemption in exemptions)
+    plan = state_of().plan(request.endpoint, request.method)
+    own = plan is not None and any(limit.source == "view" for limit in plan.limits)
+    return None if own else default_limits(request)
 
 
 def unread(target: object, error: ValueError | None) -> None:
@@ -405,16 +392,8 @@ def unread(target: object, error: ValueError | None) -> None:
 
 @dataclasses.dataclass(eq=False)
 class RequestLimit:
-    """Flask-Limiter's ``RequestLimit``: a limit as it stands for the current
-    request, from a :class:`~flask_redis_throttle.CurrentLimit` or refusal.
-
-    :param limit: the deciding :class:`~flask_redis_throttle.Layer` (``str(limit)``: ``"10 per 1 minute"``).
-    :param key: Flask-Limiter's name of its counter, such as ``"LIMITER/127.0.0.1/index/10/1/minute"``.
-    :param breached: whether it had no room for the request.
-    :param shared: whether it is a shared limit (its scope is not the endpoint's).
-    :param remaining: what is left of it.
-    :param reset_at: when it is full again, a Unix time.
-    """
+    """Flask-Limiter's ``RequestLimit``: a limit as it stands for the current request,
+    from a :class:`~flask_redis_throttle.CurrentLimit` or a refusal (its fields: :doc:`/flask-limiter`)."""
 
     limit: Any
     key: str
@@ -425,28 +404,13 @@ class RequestLimit:
 
     @classmethod
     def current(cls, found: CurrentLimit, endpoint: str | None) -> RequestLimit:
-        return cls(
-            found.layer,
-            limits_key(found.identity, found.scope, found.layer),
-            found.breached,
-            is_shared(found.scope, endpoint),
-            found.remaining,
-            int(found.reset_at),
-        )
+        key, shared = limits_key(found.identity, found.scope, found.layer), is_shared(found.scope, endpoint)
+        return cls(found.layer, key, found.breached, shared, found.remaining, int(found.reset_at))
 
 
 def is_shared(scope: str, endpoint: str | None) -> bool:
     """Whether a limit counted under ``scope`` is shared: not the endpoint's, nor ``endpoint:...``."""
     return scope != endpoint and not (endpoint is not None and scope.startswith(f"{endpoint}:"))
-
-
-def reset_at(event: RefusalEvent) -> float:
-    """When the counter that refused ``event``'s request is full again, as a
-    Unix time; else when the request would pass."""
-    found = current_limit()
-    if found is not None and (found.scope, found.layer, found.identity) == (event.scope, event.layer, event.identity):
-        return found.reset_at
-    return time.time() + (event.retry_after or 0)
 
 
 def breach_hook(
@@ -459,10 +423,12 @@ def breach_hook(
         raise InvalidLimit(f"on_breach {on_breach!r} must be a function", spec=on_breach)
 
     def hook(event: RefusalEvent) -> Response | None:
-        key = limits_key(event.identity, event.scope, event.layer)
-        limit = RequestLimit(
-            event.layer, key, True, shared or is_shared(event.scope, event.endpoint), 0, int(reset_at(event))
-        )
+        # When the refusing counter is full again; else when the request would pass.
+        found, refusing = current_limit(), (event.scope, event.layer, event.identity)
+        same = found is not None and (found.scope, found.layer, found.identity) == refusing
+        reset_at = found.reset_at if found is not None and same else time.time() + (event.retry_after or 0)
+        key, shared_here = limits_key(event.identity, event.scope, event.layer), is_shared(event.scope, event.endpoint)
+        limit = RequestLimit(event.layer, key, True, shared or shared_here, 0, int(reset_at))
         try:
             response = on_breach(limit)
         except Exception as error:

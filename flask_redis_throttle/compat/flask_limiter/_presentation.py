@@ -30,9 +30,7 @@ BREACH_ERROR = "_flask_limiter_breach_error"
 
 
 def limits_key(identity: Identity, scope: str, layer: Layer) -> str:
-    """The name Flask-Limiter gives a limit's counter (``RequestLimit.key``),
-    such as ``"LIMITER/127.0.0.1/index/2/1/second"``: the key function's
-    value, the scope, then the layer as the ``limits`` library writes it."""
+    """The name Flask-Limiter gives a limit's counter: ``RequestLimit.key`` (see :doc:`/flask-limiter`)."""
     return f"LIMITER/{identity.value}/{scope}/{layer.quota}/{written(layer.window).replace(' ', '/')}"
 
 
@@ -45,12 +43,11 @@ def describe_refusal(request: Request) -> str:
 
 def log_refusals(app: Flask) -> None:
     """Log each refusal of ``app`` at INFO, as Flask-Limiter does."""
-    request_refused.connect_via(app)(_log_refusal)
 
-
-def _log_refusal(sender: Flask, *, identity: Identity, layer: Layer, scope: str, shadow: bool, **extra: Any) -> None:
-    if not shadow:
-        logger.info("ratelimit %s (%s) exceeded at endpoint: %s", layer, identity.value, scope)
+    @request_refused.connect_via(app)
+    def log(sender: Flask, *, identity: Identity, layer: Layer, scope: str, shadow: bool, **extra: Any) -> None:
+        if not shadow:
+            logger.info("ratelimit %s (%s) exceeded at endpoint: %s", layer, identity.value, scope)
 
 
 def respond(headers: bool, http_date: bool, swallow_errors: bool) -> Callable[[Response], Response]:

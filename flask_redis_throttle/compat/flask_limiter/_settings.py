@@ -11,7 +11,7 @@ from typing import Any
 from ...errors import ConfigurationError, InvalidLimit
 from ...extension import APPLICATION_SCOPE, DEFAULTS
 from ._grammar import translate
-from ._limits import SEE, Dynamic, Limit, breach_hook, identities
+from ._limits import SEE, Apart, Dynamic, Limit, breach_hook, identities
 from .constants import ConfigVars, HeaderNames
 
 #: Flask-Limiter's strategies, by the name of ours that does their job.
@@ -148,8 +148,8 @@ def limits_of(key: str, value: Any, shared: dict[str, Any], inherited: bool = Fa
         elif isinstance(item, str):
             strings.append(item)
         elif callable(item):
-            made = Dynamic([item])
-            apart = {} if key == ConfigVars.META_LIMITS else {"scope": made.apart(base)}  # meta limits have theirs
+            made = Dynamic(item)
+            apart = {} if key == ConfigVars.META_LIMITS else {"scope": Apart(made, base)}  # meta limits have theirs
             found.append({"limit": made, **shared, **apart})
         else:
             raise ConfigurationError(key, value, "a list of limit strings, functions that return one, or Limit(...)")

@@ -23,6 +23,7 @@ from ...core.storages.storage import STORAGE_ERRORS
 from ...core.storages.urls import redact
 from ...core.stores.usage import usage
 from ...extension import PlannedLimit, RateLimitState, Settings, qualified_name, state_of
+from ._limits import Apart
 from .constants import ConfigVars
 
 #: The names ``Limiter.init_app`` gives :data:`cli` on the app's command
@@ -161,9 +162,7 @@ class Survey:
 
         trees: list[Tree] = [(title, grown(limits)) for title, limits in self.shared.items()]
         blueprints: dict[str, list[Tree]] = {}
-        for rule in [
-            row.rule for number, row in enumerate(self.rows) if not number or self.rows[number - 1].rule is not row.rule
-        ]:
+        for rule in {id(row.rule): row.rule for row in self.rows}.values():
             groups = [(", ".join(row.methods), grown(self.own(row))) for row in self.rows if row.rule is rule]
             groups = [group for group in groups if group[1]]
             if limited and not groups:
@@ -198,7 +197,7 @@ def _labels(limit: PlannedLimit) -> list[str]:
 def _scope(limit: PlannedLimit, whole: bool, endpoint: str | None = None) -> tuple[str | None, bool]:
     """The scope ``clear`` resets of ``limit`` (None for every one, when every limit is
     chosen; "" for none, with a scope function), and whether the scopes beneath it instead."""
-    beneath = getattr(limit.spec.scope, "beneath", None)
+    beneath = limit.spec.scope.beneath if isinstance(limit.spec.scope, Apart) else None
     if whole:
         return None, False
     if beneath is not None:
