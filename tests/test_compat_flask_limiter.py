@@ -238,12 +238,6 @@ def test_what_has_no_counterpart_is_refused_at_init_app(flask_app: Flask, argume
         limiter.init_app(flask_app)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="compat/ (not this branch's to edit): since the shim's settings are read by RENAMED (issue 34), "
-    "RATELIMIT_KEY_PREFIX is read by str(), so a prefix that is no string, such as 5, becomes '5' in silence; "
-    "before, the extension's check refused it at init_app, naming the setting",
-)
 def test_a_key_prefix_that_is_not_a_string_is_refused_at_init_app(flask_app: Flask) -> None:
     flask_app.config[ConfigVars.KEY_PREFIX] = 5
     with pytest.raises(ConfigurationError, match=ConfigVars.KEY_PREFIX):

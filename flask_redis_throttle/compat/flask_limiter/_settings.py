@@ -60,7 +60,7 @@ RENAMED: dict[str, tuple[str, Callable[[Any], Any]]] = {
     ConfigVars.STORAGE_URI: ("RATELIMIT_STORAGE_URL", lambda value: storage_url(value or "memory://")),
     ConfigVars.STRATEGY: ("RATELIMIT_STRATEGY", strategy),
     ConfigVars.ON_BREACH: ("RATELIMIT_ON_BREACH", lambda value: breach_hook(value, False)),
-    ConfigVars.KEY_PREFIX: ("RATELIMIT_KEY_PREFIX", str),
+    ConfigVars.KEY_PREFIX: ("RATELIMIT_KEY_PREFIX", lambda value: value),  # the extension checks it
     ConfigVars.HEADER_RETRY_AFTER_VALUE: ("RATELIMIT_RETRY_AFTER", retry_after),
 }
 OPTIONAL = {ConfigVars.KEY_PREFIX: (None, ""), ConfigVars.HEADER_RETRY_AFTER_VALUE: (None,)}
