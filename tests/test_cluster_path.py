@@ -26,7 +26,8 @@ from redis.crc import key_slot
 from servers import RedisCluster, redis_cluster, redis_command
 
 from flask_redis_throttle import Identity
-from flask_redis_throttle.core.engine.rates import parse_limits
+from flask_redis_throttle.core.engine.codec import entry, merge, split
+from flask_redis_throttle.core.engine.rates import Layer, parse_limits
 from flask_redis_throttle.core.engine.scripts import ScriptCache
 from flask_redis_throttle.core.engine.throttle import Policy
 from flask_redis_throttle.core.storages.storage import Storage
@@ -341,6 +342,24 @@ def test_replies_equal_one_call_on_a_single_node(cluster: RedisCluster, redis_se
         )
     assert answers[0] == answers[1]
     assert [status for status, _, _ in answers[0]] == [200] * 3 + [429] * 3 + [200] * 3 + [429] + [429] * 2
+
+
+def test_an_admission_merged_from_skewed_nodes_carries_the_time_whose_window_ends_first() -> None:
+    # Ann's part has the least left, so its layer, remaining and reset
+    # make the headers; Bob's node decided at 59.9 s, 0.1 s before its
+    # minute ends, while Ann's second ends 0.8 s after its node's 0.2 s.
+    # A block leased by the request ends with the earliest window: the
+    # merged reply carries the time of the node whose window ends first.
+    plan = entry("fw", [Layer(10, 1)]) + entry("fw", [Layer(100, 60)])
+    parts = split(["{ann}:s", "{bob}:s"], ["", 1, plan])
+    ann, bob = [1, 1, 5, 800_000, 0, 1_000_200_000], [1, 1, 50, 100_000, 0, 1_019_900_000]
+    assert merge(parts, [ann, bob]) == [1, 1, 5, 800_000, 0, 1_019_900_000]
+    assert merge(parts[::-1], [bob, ann]) == [1, 1, 5, 800_000, 0, 1_019_900_000]  # in either order
+    # Nodes that decided at one time (a pinned clock) reply it, as one call would.
+    assert merge(parts, [ann, [*bob[:5], ann[5]]]) == ann
+    # A refusal is the refusing part's: its wait is never early.
+    refused = [0, 1, 0, 100_000, 100_000, 1_019_900_000]
+    assert merge(parts, [ann, refused]) == [0, 2, *refused[2:]]
 
 
 def move_slot(cluster: RedisCluster, slot: int, source: RedisServer, target: RedisServer, finish: bool = True) -> None:

@@ -16,19 +16,24 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from flask import Flask
 from helpers import T0, Clock, get, install, wait_for_gunicorn
 from prometheus_client import CollectorRegistry
+from redis.crc import key_slot
+from servers import RedisCluster, redis_command
 
 from flask_redis_throttle import ConfigurationError, Identity, InvalidLimit, RateLimit, limit, parse_limits
 from flask_redis_throttle._request.spec import make_spec
+from flask_redis_throttle.core.engine import codec
 from flask_redis_throttle.core.engine.blocks import BlockCache
 from flask_redis_throttle.core.engine.leases import SHARE, Leases
 from flask_redis_throttle.core.engine.throttle import Check, Policy, StorageUnavailable, Throttle
 from flask_redis_throttle.core.factory import build_throttle
+from flask_redis_throttle.core.storages import storage as storage_module
 from flask_redis_throttle.core.storages.storage import Storage
 from flask_redis_throttle.extension import RateLimitState
 from flask_redis_throttle.testing import RedisServer, free_port, redis_server
@@ -285,6 +290,61 @@ def test_a_jump_of_redis_clock_admits_at_most_the_units_in_hand_once(
         worker[0] += 50
     assert 1000 <= admitted <= 1000 + held
     assert used(leases, checks) + held >= admitted
+
+
+def masters_of(cluster: RedisCluster) -> dict[int, int]:
+    """Each slot's master's port, by the first master's word."""
+    served: dict[int, int] = {}
+    for start, end, master, *_ in redis_command(cluster.masters()[0].port, "CLUSTER", "SLOTS"):
+        served.update(dict.fromkeys(range(int(start), int(end) + 1), int(master[1])))
+    return served
+
+
+@pytest.mark.redis
+def test_a_block_on_a_cluster_ends_with_the_window_of_the_node_whose_clock_is_ahead(
+    redis_cluster: RedisCluster, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The request counts Alice on one master, whose clock is 0.3 s ahead,
+    # and Bob on another: Alice's windows end 0.3 s before Bob's. A block
+    # taken before Alice's window ends and spent after it would be spent
+    # in her next window, where nothing counted it, and her windows would
+    # admit more than the quota. Two nodes' clocks cannot differ on one
+    # host: the node's time, which the pinned clock sends with each call,
+    # is moved instead, as a skewed clock moves the time the script reads.
+    redis_cluster.flushall()
+    skew = 300_000
+    storage = Storage.from_url(redis_cluster.url)
+    leases = Leases(Throttle(storage))
+    policy = Policy(tuple(parse_limits("1000/second")), "s", "fixed-window")
+    served = masters_of(redis_cluster)
+    ahead = served[key_slot(leases.throttle.key(policy, ALICE).encode())]
+    bob = next(
+        who
+        for who in (Identity("user", f"bob{i}") for i in range(200))
+        if served[key_slot(leases.throttle.key(policy, who).encode())] != ahead
+    )
+
+    def skewed(keys: Any, args: Any) -> list[codec.Part]:
+        return [
+            replace(part, args=[part.args[0] + skew, *part.args[1:]])
+            if served[key_slot(part.keys[0].encode())] == ahead
+            else part
+            for part in codec.split(keys, args)
+        ]
+
+    monkeypatch.setattr(storage_module, "split", skewed)
+    checks: list[Check] = [(policy, [ALICE, bob])]
+    alice: Counter[int] = Counter()
+    bobs: Counter[int] = Counter()
+    while clock.at < 2.0:  # 1,000 requests a second until Alice's window ends, 5,000 after
+        if leases.hit(checks).admitted:
+            alice[(clock.micros() - T0 + skew) // 1_000_000] += 1
+            bobs[(clock.micros() - T0) // 1_000_000] += 1
+        clock.advance(0.001 if clock.at < 0.7 else 0.0002)
+    leases.give_back()
+    storage.close()
+    assert max(alice.values()) <= 1000
+    assert max(bobs.values()) <= 1000
 
 
 @pytest.mark.parametrize("value", ["true", 1, None])
@@ -628,6 +688,7 @@ _EXITING = """
 import sys, time
 from flask_redis_throttle import Identity, parse_limits
 from flask_redis_throttle.core.engine.leases import Leases
+from flask_redis_throttle.core.storages import storage as storage_module
 from flask_redis_throttle.core.storages.storage import Storage
 from flask_redis_throttle.core.engine.throttle import Policy, Throttle
 

@@ -256,11 +256,14 @@ class Part:
         follow the plan, if any.
     :param layers: for each of its layers, in order, the layer's number in
         the whole request's plan (0-based).
+    :param windows: its layers' windows, in microseconds, each once: when
+        the first of them ends depends on its node's clock (see :func:`merge`).
     """
 
     keys: list[str]
     args: list[Arg]
     layers: list[int]
+    windows: tuple[int, ...] = ()
 
 
 def split(keys: Sequence[str], args: Args) -> list[Part]:
@@ -271,19 +274,20 @@ def split(keys: Sequence[str], args: Args) -> list[Part]:
     assert isinstance(plan, bytes)
     parts = list(entries(plan))
     penalty_keys = iter(keys[len(parts) :])
-    groups: dict[str, tuple[list[str], list[str], list[bytes], list[int]]] = {}
+    groups: dict[str, tuple[list[str], list[str], list[bytes], list[int], set[int]]] = {}
     layer = 0
     for key, (text, count, penalty) in zip(keys, parts, strict=False):
-        own_keys, penalties, texts, layers = groups.setdefault(hash_tag(key), ([], [], [], []))
+        own_keys, penalties, texts, layers, windows = groups.setdefault(hash_tag(key), ([], [], [], [], set()))
         own_keys.append(key)
         texts.append(text)
         layers.extend(range(layer, layer + count))
+        windows.update(window * 1_000_000 for _, window in _LAYER.iter_unpack(text[3 : 3 + _LAYER.size * count]))
         layer += count
         if penalty:
             penalties.append(next(penalty_keys))
     return [
-        Part(own_keys + penalties, [now, cost, b"".join(texts), *rest], layers)
-        for own_keys, penalties, texts, layers in groups.values()
+        Part(own_keys + penalties, [now, cost, b"".join(texts), *rest], layers, tuple(sorted(windows)))
+        for own_keys, penalties, texts, layers, windows in groups.values()
     ]
 
 
@@ -325,7 +329,7 @@ class Fanout:
         slots' token), kept out of the fan-outs kept. Its scripts are this one's."""
         if not rest:
             return self
-        parts = [Part(part.keys, [*part.args, *rest], part.layers) for part in self.parts]
+        parts = [Part(part.keys, [*part.args, *rest], part.layers, part.windows) for part in self.parts]
         return Fanout(parts, [(part.keys, part.args) for part in parts], self.scripts)
 
 
@@ -353,6 +357,14 @@ def merge(parts: Sequence[Part], replies: Sequence[Sequence[int]]) -> list[int]:
     script chooses it (see ``lua/main.lua``), numbered in the whole plan.
 
     The penalty flag is there if any part replied with one.
+
+    An admission's time is that of the part whose first window ends
+    soonest on its node's clock: each node decides on its own clock, and a
+    block of quota leased by the request (see
+    :mod:`~flask_redis_throttle.core.engine.leases`) must be spent before
+    the first of the windows it was counted in ends, on whichever node
+    that window is, or it would be spent in that node's next window,
+    where nothing counted it.
     """
     # Plain loops, and the merged reply built once: this runs on every
     # cluster request, and all() and any() over generators, with a new
@@ -383,6 +395,25 @@ def merge(parts: Sequence[Part], replies: Sequence[Sequence[int]]) -> list[int]:
     if admitted:
         # A shaped request waits for the latest turn any part reserved.
         merged[4] = max(reply[4] for reply in replies)
+        merged[5] = _soonest_ending(parts, replies)
     if flagged:
         merged.append(best[6] if len(best) > 6 else 0)
     return merged
+
+
+def _soonest_ending(parts: Sequence[Part], replies: Sequence[Sequence[int]]) -> int:
+    """The time of the reply whose part's first window ends soonest after
+    it: on a block's clock, that window's end is the earliest of the
+    request's, whichever node's clock is ahead; from that time, a block
+    ends with the first window of any of the request's layers (see
+    :func:`~flask_redis_throttle.core.engine.leases._window_left`), which is
+    never later than that one."""
+    # Plain loops, as merge's: this runs on every cluster admission.
+    at, soonest = replies[0][5], -1
+    for part, reply in zip(parts, replies, strict=True):
+        now = reply[5]
+        for window in part.windows:
+            left = window - now % window
+            if soonest < 0 or left < soonest:
+                at, soonest = now, left
+    return at

@@ -255,7 +255,9 @@ def _window_left(checks: Sequence[Check], decision: Decision) -> int:
 
     The script's time is at least the lease clock's when the call was sent,
     so a block's end on the lease clock is never late (clocks that tick at
-    the same rate assumed)."""
+    the same rate assumed). On a cluster, it is the time of the node whose
+    window ends first (see :func:`~flask_redis_throttle.core.engine.codec.merge`):
+    nodes' clocks differ, and the block ends with the first of their windows."""
     hold = decision.hold
     # An admission's reply: it holds what it took, and when.
     assert hold is not None
