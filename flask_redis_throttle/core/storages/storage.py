@@ -39,7 +39,7 @@ from ..engine.scripts import Script, ScriptCache
 from .clients import DEFAULT_CLIENT_OPTIONS, client_from_url, redact
 from .local import folder_of
 
-__all__ = ["DEFAULT_CLIENT_OPTIONS", "STORAGE_ERRORS", "Call", "NodeFailure", "Storage"]
+__all__ = ["DEFAULT_CLIENT_OPTIONS", "STORAGE_ERRORS", "Call", "NodeFailure", "NotSent", "Storage"]
 
 logger = logging.getLogger("flask_redis_throttle")
 
@@ -84,6 +84,19 @@ class NodeFailure(redis.RedisError):
         self.nodes = nodes
         self.answered = answered
         self.__cause__ = error
+
+
+class NotSent(redis.ConnectionError):
+    """A script call that failed before any of it was sent (no connection
+    could be taken, or connecting failed): unlike a call that failed once
+    sent, it cannot have run. Its ``__cause__`` is the error."""
+
+    @classmethod
+    def of(cls, error: Exception) -> NotSent:
+        """``error``, as a call never sent."""
+        not_sent = cls(str(error))
+        not_sent.__cause__ = error
+        return not_sent
 
 
 class Storage:
@@ -527,32 +540,36 @@ class Connections:
         a connection error before anything was sent: the connection is
         closed, connected again and sent the commands once more. A new
         connection that cannot connect is not tried again here: connecting
-        already retries as the client's options say. A timeout while
-        sending may have left the commands sent: not sent again.
+        already retries as the client's options say; its error is a
+        :class:`NotSent`, as is any error met before writing. A timeout
+        while sending may have left the commands sent: not sent again.
         """
+        connection, writing = None, False
         try:
-            connection = self.take()
-        except (redis.ConnectionError, redis.TimeoutError) as error:
-            return error  # a new connection that could not connect (the pool put it back)
-        try:
+            connection = self.take()  # a new one connects: the pool puts it back if that fails
             connection.connect()
             try:
                 # Replies pending on a kept connection, or its end closed:
                 # it is not fit to send on (``can_read`` raises when closed).
                 if connection.can_read():
                     raise redis.ConnectionError("a reply was left unread on the connection")
+                writing = True
                 _write(connection, commands)
             except redis.ConnectionError:
+                writing = False
                 connection.disconnect()
                 # connect() itself: a Sentinel's connection asks for the
                 # master there (redis-py 8's send does not).
                 connection.connect()
+                writing = True
                 _write(connection, commands)
         except (redis.ConnectionError, redis.TimeoutError) as error:
-            self.drop(connection)
-            return error
+            if connection is not None:
+                self.drop(connection)
+            return error if writing else NotSent.of(error)
         except BaseException:
-            self.drop(connection)
+            if connection is not None:
+                self.drop(connection)
             raise
         return connection
 
