@@ -241,7 +241,10 @@ class RateLimitState(Notices):
         endpoint = req.endpoint
         if endpoint is None:
             return  # 404 and 405
-        plan = self.plan(endpoint, req.method)
+        try:  # the request's method is upper case already
+            plan = self._plans[endpoint, req.method]
+        except KeyError:
+            plan = self.plan(endpoint, req.method)
         if plan is None or self.throttle is None:
             return
         if self.filters and any(accept(req) for accept in self.filters):
@@ -308,7 +311,7 @@ class RateLimitState(Notices):
             if metrics is not None:
                 outcome = outcome_label(decision, batch.shadow)
                 metrics.decided(endpoint, decision.policy.scope, outcome, perf_counter() - started)
-            shown = tighter(shown, decision)
+            shown = decision if shown is None else tighter(shown, decision)
             if decision.admitted:
                 if near is not None and crossed(decision, batch.cost, near):
                     self._reporter().near_limit(endpoint, batch, decision)
@@ -340,7 +343,7 @@ class RateLimitState(Notices):
                 metrics.delayed(endpoint, wait)
             time.sleep(wait)
         if shown is not None:
-            setattr(g, OUTCOME_ATTRIBUTE, Outcome(labels, shown, False, deferred, held))
+            g._get_current_object().__dict__[OUTCOME_ATTRIBUTE] = Outcome(labels, shown, False, deferred, held)
 
     def _breached(self, metas: list[Batch], throttle: Throttle) -> None:
         """Count a refusal in the request's meta limits."""

@@ -180,10 +180,9 @@ class Storage:
 
     def _node_of(self, key: str) -> str:
         try:
-            node = self.client.get_node_from_key(key)
+            return self.client.get_node_from_key(key).name  # type: ignore[no-any-return]
         except SlotNotCoveredError:
             return UNCOVERED
-        return f"{node.host}:{node.port}"
 
     def evaluate(self, strategies: frozenset[str], keys: Sequence[str], args: Args) -> list[int]:
         """Run the script for ``strategies`` once: one EVALSHA, one round trip.
@@ -206,9 +205,6 @@ class Storage:
         """
         if self.cluster:
             return self.evaluate_split(strategies, keys, args)
-        return self._evaluate_one(strategies, keys, args)
-
-    def _evaluate_one(self, strategies: frozenset[str], keys: Sequence[str], args: Args) -> list[int]:
         script = self.scripts.choose(strategies, ((keys, args),))
         connections = self._connections
         if connections is None:
@@ -608,7 +604,8 @@ class Connections:
             or the connection broke after the call was sent.
         :raises redis.TimeoutError: when it did not answer in time.
         """
-        [reply] = self.exchange((command,))
+        sent = self.send((command,))
+        reply = sent if isinstance(sent, Exception) else self.receive(sent, 1)[0]
         if isinstance(reply, (redis.ConnectionError, redis.TimeoutError)):
             raise reply
         return reply
