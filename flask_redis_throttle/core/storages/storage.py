@@ -516,9 +516,11 @@ class Connections:
             return self._pool.get_connection(*self._arguments)
 
     def drop(self, connection: Any) -> None:
-        """Put back ``connection``, closed: a reply may be left unread on it."""
+        """Close ``connection`` (a reply may be left unread on it) and give it
+        back to its pool, which connects it again when it is next checked
+        out: a kept connection is one that answered its last call."""
         connection.disconnect()
-        self._free.append(connection)
+        self._pool.release(connection)
 
     def close(self) -> None:
         """Close the free connections (the pool's ``disconnect()`` closes them too)."""
@@ -543,10 +545,10 @@ class Connections:
         connection, writing = None, False
         try:
             connection = self.take()  # a new one connects: the pool puts it back if that fails
-            connection.connect()
             try:
                 # Replies pending on a kept connection, or its end closed:
-                # it is not fit to send on (``can_read`` raises when closed).
+                # it is not fit to send on (``can_read`` raises when closed,
+                # and connects one that its pool's ``disconnect()`` closed).
                 if connection.can_read():
                     raise redis.ConnectionError("a reply was left unread on the connection")
                 writing = True
