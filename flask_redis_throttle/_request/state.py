@@ -181,12 +181,13 @@ class RateLimitState(Notices):
         """
         if endpoint is None:
             return None
-        key = (endpoint, method.upper())
         try:
-            return self._plans[key]
+            return self._plans[endpoint, method]  # a request's method is upper case already
         except KeyError:
-            plan = self._plans[key] = compile_plan(self.app, key[0], key[1], self.settings, self._warn)
-            return plan
+            key = (endpoint, method.upper())
+            if key not in self._plans:
+                self._plans[key] = compile_plan(self.app, key[0], key[1], self.settings, self._warn)
+            return self._plans[key]
 
     def forget_plans(self) -> None:
         """Forget the compiled plans, so that each endpoint's limits are read
@@ -241,10 +242,7 @@ class RateLimitState(Notices):
         endpoint = req.endpoint
         if endpoint is None:
             return  # 404 and 405
-        try:  # the request's method is upper case already
-            plan = self._plans[endpoint, req.method]
-        except KeyError:
-            plan = self.plan(endpoint, req.method)
+        plan = self.plan(endpoint, req.method)
         if plan is None or self.throttle is None:
             return
         if self.filters and any(accept(req) for accept in self.filters):
@@ -311,7 +309,7 @@ class RateLimitState(Notices):
             if metrics is not None:
                 outcome = outcome_label(decision, batch.shadow)
                 metrics.decided(endpoint, decision.policy.scope, outcome, perf_counter() - started)
-            shown = decision if shown is None else tighter(shown, decision)
+            shown = tighter(shown, decision)
             if decision.admitted:
                 if near is not None and crossed(decision, batch.cost, near):
                     self._reporter().near_limit(endpoint, batch, decision)
