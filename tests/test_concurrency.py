@@ -44,6 +44,7 @@ from werkzeug.serving import make_server
 from flask_redis_throttle import ConfigurationError, InvalidLimit, check, limit
 from flask_redis_throttle._request import releases as releases_module
 from flask_redis_throttle._request.releases import Releases
+from flask_redis_throttle._request.state import RateLimitState
 from flask_redis_throttle.core.engine.breaker import CircuitBreaker
 from flask_redis_throttle.core.engine.codec import Layout, hash_tag
 from flask_redis_throttle.core.engine.keys import Identity, identity_tag
@@ -51,7 +52,7 @@ from flask_redis_throttle.core.engine.rates import parse_limits
 from flask_redis_throttle.core.engine.throttle import Hold, Policy, StorageUnavailable, Throttle
 from flask_redis_throttle.core.storages import local
 from flask_redis_throttle.core.storages.local import LocalFolder
-from flask_redis_throttle.core.storages.storage import NodeFailure, Storage
+from flask_redis_throttle.core.storages.storage import NodeFailure, NotSent, Storage
 from flask_redis_throttle.testing import RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -641,6 +642,22 @@ def test_a_stall_costs_capped_clients_the_stall_not_the_lease(stallable: tuple[s
     assert answers[-1][0] < 4, answers
 
 
+def capped_app(url: str, fail_open: bool) -> tuple[Flask, RateLimitState]:
+    """An app on ``url`` whose ``/quick`` takes a client's one
+    concurrency slot while it runs, and its state. No near-limit log: its
+    write would keep the pooled connection busy, and the admission, on a
+    new one, would time out before it is sent."""
+    app = Flask("tests")
+    app.config.update(RATELIMIT_STORAGE_URL=url, RATELIMIT_FAIL_OPEN=fail_open, RATELIMIT_NEAR_LIMIT=None)
+
+    @app.get("/quick")
+    @limit("1000/h", concurrent=1, scope="work")
+    def quick() -> str:
+        return "ok"
+
+    return app, install(app)
+
+
 @pytest.mark.parametrize("fail_open", [False, True])
 def test_an_admission_a_stall_cut_off_takes_no_slot_once_redis_runs_it(
     stallable: tuple[str, int], fail_open: bool
@@ -654,17 +671,7 @@ def test_an_admission_a_stall_cut_off_takes_no_slot_once_redis_runs_it(
     Redis answers, whichever of the two calls Redis runs first: the client is
     refused for no longer than that takes, and admitted after."""
     url, pid = stallable
-    app = Flask("tests")
-    # No near-limit log: its write would keep the pooled connection busy,
-    # and the admission, on a new one, would time out before it is sent.
-    app.config.update(RATELIMIT_STORAGE_URL=url, RATELIMIT_FAIL_OPEN=fail_open, RATELIMIT_NEAR_LIMIT=None)
-
-    @app.get("/quick")
-    @limit("1000/h", concurrent=1, scope="work")
-    def quick() -> str:
-        return "ok"
-
-    state = install(app)
+    app, state = capped_app(url, fail_open)
     with serving(app) as port, closing(app):
         assert fetch(port, "/quick")[0] == 200  # connected, the script loaded
         os.kill(pid, signal.SIGSTOP)
@@ -685,6 +692,34 @@ def test_an_admission_a_stall_cut_off_takes_no_slot_once_redis_runs_it(
         assert [fetch(port, "/quick")[0] for _ in range(3)] == [200, 200, 200]
     assert answers[-1][1] == 200, answers
     assert all(after < 1.6 for after, status in answers if status == 429), answers
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("gone", [False, True])
+@pytest.mark.parametrize("fail_open", [False, True])
+def test_an_admission_never_sent_to_a_redis_that_is_down_leaves_nothing_to_give_back(
+    gone: bool, fail_open: bool
+) -> None:
+    """Nothing listens on Redis's port (never did, or the server is ``gone``
+    after a request, its kept connection closed): a capped request's
+    admission fails to connect, before anything was sent, so it cannot have
+    run, and no release of its slot is queued (a stall's is: see above). The
+    failure policy answers as ever."""
+    server = RedisServer() if gone else None
+    url = server.url if server is not None else f"redis://127.0.0.1:{free_port()}/0"
+    app, state = capped_app(url, fail_open)
+    client = app.test_client()
+    with closing(app):
+        if server is not None:
+            server.start()
+            try:
+                assert client.get("/quick").status_code == 200  # a connection kept
+            finally:
+                server.close()
+        for _ in range(3):
+            assert client.get("/quick").status_code == (200 if fail_open else 503)
+        assert len(state.releases) == 0
+        assert state.releases.idle.is_set()
 
 
 def slots_call(storage: Storage, cost: int, token: str) -> list[int]:
@@ -754,6 +789,7 @@ def test_a_release_that_runs_after_its_admission_gives_its_slot_back(storage: St
         (NodeFailure(redis.TimeoutError("Timeout"), frozenset(["a:1"])), 1),
         (NodeFailure(redis.ResponseError("ERR"), frozenset(["a:1"])), 0),
         (None, 0),  # held back by the open breaker: never sent
+        (NotSent.of(redis.ConnectionError("Connection refused")), 0),  # nor when connecting failed
     ],
 )
 @pytest.mark.parametrize("fallback", [False, True])

@@ -188,6 +188,9 @@ class Batch:
     :param limits: the limit of each check, in the same order.
     :param meta: whether they are meta limits: deferred, inspected before
         the others at cost 1, and counted only when another batch refuses.
+    :param leased: whether all its limits take blocks of quota in advance
+        (``prefetch=``, see :doc:`/leases`); by default, worked out from
+        ``limits`` (a plan, which knows it already, gives it).
     """
 
     cost: int
@@ -196,11 +199,11 @@ class Batch:
     checks: list[Check] = field(default_factory=list)
     limits: Sequence[PlannedLimit] = ()
     meta: bool = False
+    leased: bool | None = None
 
-    @property
-    def leased(self) -> bool:
-        """Whether all its limits take blocks of quota in advance (``prefetch=``, see :doc:`/leases`)."""
-        return all(limit.leased for limit in self.limits)
+    def __post_init__(self) -> None:
+        if self.leased is None:
+            self.leased = all(limit.leased for limit in self.limits)
 
     @property
     def penalized(self) -> bool:
@@ -235,6 +238,8 @@ class Plan:
     #: Whether ``RateLimit-Policy`` says the quota unit of a limit that does
     #: not count requests (see :attr:`~flask_redis_throttle._request.headers.Draft.quota_units`).
     quota_units: bool = True
+    #: Whether every limit takes blocks of quota in advance, for simple plans.
+    leased: bool = False
     _labels: dict[tuple[Policy, ...], LayerNames] = field(default_factory=dict, repr=False)
 
     def prepare(self, request: Request) -> tuple[Sequence[Batch], LayerNames, Sequence[Problem]]:
@@ -266,7 +271,7 @@ class Plan:
             if len(checks) < len(limits):
                 # The limits none of whose identities applies are left out.
                 limits = tuple(limit for limit in limits if any(limit.policy is fixed for fixed, _ in checks))
-            return (Batch(self.cost, False, False, checks, limits),), labels, ()
+            return (Batch(self.cost, False, False, checks, limits, False, self.leased),), labels, ()
         problems: list[Problem] = []
         groups: dict[tuple[bool, bool, int, bool, bool], tuple[list[Check], list[PlannedLimit]]] = {}
         policies: list[Policy] = []
@@ -302,8 +307,8 @@ class Plan:
                 grouped.append((slots, identities))
                 kept.append(limit)
         batches = [
-            Batch(cost, shadow, deferred, *lists, meta=meta)
-            for (shadow, deferred, cost, meta, _), lists in groups.items()
+            Batch(cost, shadow, deferred, *lists, meta, leased)
+            for (shadow, deferred, cost, meta, leased), lists in groups.items()
         ]
         batches.sort(key=lambda batch: (batch.shadow, not batch.meta, not batch.deferred))
         return batches, labels or self._labels_of(tuple(policies)), problems
@@ -333,7 +338,7 @@ def matching(batches: list[Batch], response: Response) -> Iterator[Batch]:
                 checks.append(check)
                 limits.append(limit)
         if checks:
-            yield Batch(batch.cost, batch.shadow, False, checks, limits)
+            yield Batch(batch.cost, batch.shadow, False, checks, limits, leased=batch.leased)
 
 
 def _identities(found: tuple[Resolver, ...], request: Request) -> list[Identity]:
@@ -456,6 +461,7 @@ def plan_of(
         unresolved=unresolved,
         cost=cost if simple else 1,  # type: ignore[arg-type]
         quota_units=quota_units,
+        leased=simple and limits[0].leased,
     )
 
 

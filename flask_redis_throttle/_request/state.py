@@ -181,12 +181,13 @@ class RateLimitState(Notices):
         """
         if endpoint is None:
             return None
-        key = (endpoint, method.upper())
         try:
-            return self._plans[key]
+            return self._plans[endpoint, method]  # a request's method is upper case already
         except KeyError:
-            plan = self._plans[key] = compile_plan(self.app, key[0], key[1], self.settings, self._warn)
-            return plan
+            key = (endpoint, method.upper())
+            if key not in self._plans:
+                self._plans[key] = compile_plan(self.app, key[0], key[1], self.settings, self._warn)
+            return self._plans[key]
 
     def forget_plans(self) -> None:
         """Forget the compiled plans, so that each endpoint's limits are read
@@ -340,7 +341,7 @@ class RateLimitState(Notices):
                 metrics.delayed(endpoint, wait)
             time.sleep(wait)
         if shown is not None:
-            setattr(g, OUTCOME_ATTRIBUTE, Outcome(labels, shown, False, deferred, held))
+            g._get_current_object().__dict__[OUTCOME_ATTRIBUTE] = Outcome(labels, shown, False, deferred, held)
 
     def _breached(self, metas: list[Batch], throttle: Throttle) -> None:
         """Count a refusal in the request's meta limits."""

@@ -20,7 +20,7 @@ from ..bounded import remember
 from ..checks import is_integer, is_number
 from ..errors import InvalidLimit
 from ..storages.local import LocalFolder, folder_of
-from ..storages.storage import STORAGE_ERRORS, NodeFailure, Storage
+from ..storages.storage import STORAGE_ERRORS, NodeFailure, NotSent, Storage
 from .blocks import Block, BlockCache
 from .breaker import CircuitBreaker
 from .codec import LAYOUT_CACHE_SIZE, MAX_PLAN_DELAY, Arg, Layout, Reply, entry
@@ -631,11 +631,15 @@ def _settle(breakers: dict[str, CircuitBreaker], error: Exception) -> None:
 def _may_have_run(error: StorageUnavailable) -> bool:
     """Whether the call that failed with ``error`` may have run, or still
     run: it was sent, and its reply never came (a timeout, or a connection
-    lost; redis-py does not tell one lost while reading from one lost while
-    connecting, so both count), or, on a cluster, some node answered its
-    part. A call a breaker held back was never sent."""
+    lost), or, on a cluster, some node answered its part. A call a breaker
+    held back was never sent, nor one that failed to connect
+    (:class:`~flask_redis_throttle.core.storages.storage.NotSent`; a client
+    whose connections are not kept does not tell, so its connection errors
+    all count)."""
     cause = error.__cause__
     while cause is not None:
+        if isinstance(cause, NotSent):
+            return False
         if isinstance(cause, (redis.TimeoutError, redis.ConnectionError)):
             return True
         if isinstance(cause, NodeFailure) and cause.answered:

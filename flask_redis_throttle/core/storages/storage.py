@@ -39,7 +39,7 @@ from ..engine.scripts import Script, ScriptCache
 from .clients import DEFAULT_CLIENT_OPTIONS, client_from_url, redact
 from .local import folder_of
 
-__all__ = ["DEFAULT_CLIENT_OPTIONS", "STORAGE_ERRORS", "Call", "NodeFailure", "Storage"]
+__all__ = ["DEFAULT_CLIENT_OPTIONS", "STORAGE_ERRORS", "Call", "NodeFailure", "NotSent", "Storage"]
 
 logger = logging.getLogger("flask_redis_throttle")
 
@@ -84,6 +84,19 @@ class NodeFailure(redis.RedisError):
         self.nodes = nodes
         self.answered = answered
         self.__cause__ = error
+
+
+class NotSent(redis.ConnectionError):
+    """A script call that failed before any of it was sent (no connection
+    could be taken, or connecting failed): unlike a call that failed once
+    sent, it cannot have run. Its ``__cause__`` is the error."""
+
+    @classmethod
+    def of(cls, error: Exception) -> NotSent:
+        """``error``, as a call never sent."""
+        not_sent = cls(str(error))
+        not_sent.__cause__ = error
+        return not_sent
 
 
 class Storage:
@@ -167,10 +180,9 @@ class Storage:
 
     def _node_of(self, key: str) -> str:
         try:
-            node = self.client.get_node_from_key(key)
+            return self.client.get_node_from_key(key).name  # type: ignore[no-any-return]
         except SlotNotCoveredError:
             return UNCOVERED
-        return f"{node.host}:{node.port}"
 
     def evaluate(self, strategies: frozenset[str], keys: Sequence[str], args: Args) -> list[int]:
         """Run the script for ``strategies`` once: one EVALSHA, one round trip.
@@ -193,9 +205,6 @@ class Storage:
         """
         if self.cluster:
             return self.evaluate_split(strategies, keys, args)
-        return self._evaluate_one(strategies, keys, args)
-
-    def _evaluate_one(self, strategies: frozenset[str], keys: Sequence[str], args: Args) -> list[int]:
         script = self.scripts.choose(strategies, ((keys, args),))
         connections = self._connections
         if connections is None:
@@ -507,9 +516,11 @@ class Connections:
             return self._pool.get_connection(*self._arguments)
 
     def drop(self, connection: Any) -> None:
-        """Put back ``connection``, closed: a reply may be left unread on it."""
+        """Close ``connection`` (a reply may be left unread on it) and give it
+        back to its pool, which connects it again when it is next checked
+        out: a kept connection is one that answered its last call."""
         connection.disconnect()
-        self._free.append(connection)
+        self._pool.release(connection)
 
     def close(self) -> None:
         """Close the free connections (the pool's ``disconnect()`` closes them too)."""
@@ -527,32 +538,36 @@ class Connections:
         a connection error before anything was sent: the connection is
         closed, connected again and sent the commands once more. A new
         connection that cannot connect is not tried again here: connecting
-        already retries as the client's options say. A timeout while
-        sending may have left the commands sent: not sent again.
+        already retries as the client's options say; its error is a
+        :class:`NotSent`, as is any error met before writing. A timeout
+        while sending may have left the commands sent: not sent again.
         """
+        connection, writing = None, False
         try:
-            connection = self.take()
-        except (redis.ConnectionError, redis.TimeoutError) as error:
-            return error  # a new connection that could not connect (the pool put it back)
-        try:
-            connection.connect()
+            connection = self.take()  # a new one connects: the pool puts it back if that fails
             try:
                 # Replies pending on a kept connection, or its end closed:
-                # it is not fit to send on (``can_read`` raises when closed).
+                # it is not fit to send on (``can_read`` raises when closed,
+                # and connects one that its pool's ``disconnect()`` closed).
                 if connection.can_read():
                     raise redis.ConnectionError("a reply was left unread on the connection")
+                writing = True
                 _write(connection, commands)
             except redis.ConnectionError:
+                writing = False
                 connection.disconnect()
                 # connect() itself: a Sentinel's connection asks for the
                 # master there (redis-py 8's send does not).
                 connection.connect()
+                writing = True
                 _write(connection, commands)
         except (redis.ConnectionError, redis.TimeoutError) as error:
-            self.drop(connection)
-            return error
+            if connection is not None:
+                self.drop(connection)
+            return error if writing else NotSent.of(error)
         except BaseException:
-            self.drop(connection)
+            if connection is not None:
+                self.drop(connection)
             raise
         return connection
 
@@ -591,7 +606,8 @@ class Connections:
             or the connection broke after the call was sent.
         :raises redis.TimeoutError: when it did not answer in time.
         """
-        [reply] = self.exchange((command,))
+        sent = self.send((command,))
+        reply = sent if isinstance(sent, Exception) else self.receive(sent, 1)[0]
         if isinstance(reply, (redis.ConnectionError, redis.TimeoutError)):
             raise reply
         return reply
