@@ -1,9 +1,6 @@
-"""The request-time API: what the limits say about the current request.
-
-:func:`current_limit` reads the decision the extension already made, so it
-costs nothing; :func:`check` and :func:`current_limits` ask Redis at cost 0,
-which the script answers without writing (see ``lua/main.lua``), so the
-counters are exactly as a request would find them.
+"""What the limits say about the current request (:ref:`current-limit`):
+:func:`current_limit` reads the decision already made, at no cost;
+:func:`check` and :func:`current_limits` ask Redis at cost 0, which writes nothing.
 """
 
 from __future__ import annotations
@@ -27,23 +24,18 @@ __all__ = ["CurrentLimit", "check", "current_limit", "current_limits"]
 
 @dataclass(frozen=True)
 class CurrentLimit:
-    """The deciding limit of a request: of every layer of every identity it
-    was checked against, the one with the least room (the one the
-    ``RateLimit`` header shows), or the one that refused it.
+    """The deciding limit of a request: the layer of an identity with the
+    least room (the one the ``RateLimit`` header shows), or the one that refused it.
 
-    :param limit: the limit, with its strategy, identities and where it
-        was written (see :class:`~flask_redis_throttle._request.plan.PlannedLimit`).
+    :param limit: the limit (a :class:`~flask_redis_throttle._request.plan.PlannedLimit`).
     :param scope: the scope its counters are kept under.
-    :param layer: its deciding layer, such as ``10 per 1 minute``.
+    :param layer: its deciding layer.
     :param identity: whose counter it is.
     :param remaining: the quota that counter has left, after this request.
-    :param reset: seconds until that counter is back to its full quota.
+    :param reset: seconds until that counter is full again.
     :param reset_at: the same moment, as a Unix time.
-    :param breached: True if the counter had no room for the request: it
-        was refused (or, for a shadow limit, would have been).
-    :param retry_after: seconds until the request would pass; 0 unless
-        ``breached``, or, for a request a shaped limit let wait for its
-        turn, how long it waited (see :doc:`/shaping`).
+    :param breached: whether the counter had no room: the request was (or, shadowed, would have been) refused.
+    :param retry_after: seconds until it would pass; for a shaped request, how long it waited (:doc:`/shaping`).
     """
 
     limit: PlannedLimit | None
@@ -75,19 +67,11 @@ class CurrentLimit:
 
 
 def current_limit() -> CurrentLimit | None:
-    """The deciding limit of the current request, as it was decided before
-    the view: readable in the view, in a template (``{{ current_limit() }}``
-    is a template global), in an error handler for the 429, and in an
-    ``after_request`` function registered after ``init_app``.
+    """The deciding limit of the current request as decided before the view,
+    at no cost (also a template global). A ``deduct_when`` limit shows the
+    room the request found, since it counts only after the response.
 
-    It reads what the extension kept for the ``RateLimit`` header, so it
-    costs no call to Redis. A ``deduct_when`` limit counts the request
-    only after the response, so before that it shows the room the request
-    found, not what is left after it.
-
-    :returns: None outside a request, and for a request no limit was
-        checked against: an unlimited or exempt view, a request filter's, one
-        while rate limiting is disabled, or one Redis could not decide.
+    :returns: None outside a request, or for a request no limit was checked against.
     """
     outcome: Outcome | None = g.get(OUTCOME_ATTRIBUTE) if g else None
     if outcome is None:
@@ -98,17 +82,11 @@ def current_limit() -> CurrentLimit | None:
 
 def current_limits() -> list[CurrentLimit]:
     """Every limit the current request was checked against before its view,
-    each with its own deciding layer, in the order of its plan (see
-    :ref:`current-limit`).
+    each with its deciding layer, in its plan's order: the refusing one as
+    decided, the others read now at cost 0, a script call each.
 
-    The limit that refused the request is as it was decided, ``breached``;
-    the others are read from Redis now, at cost 0, which writes nothing:
-    one script call for each, so this costs what :func:`check` does per
-    limit, and :func:`current_limit` nothing.
-
-    :returns: an empty list where :func:`current_limit` returns None, and
-        with the limits read so far when Redis cannot answer (that is
-        logged as a request's failure is).
+    :returns: an empty list where :func:`current_limit` returns None; those
+        read so far when Redis cannot answer (logged).
     """
     outcome: Outcome | None = g.get(OUTCOME_ATTRIBUTE) if g else None
     state: RateLimitState | None = state_of(required=False)
@@ -146,13 +124,8 @@ def _inspected(state: RateLimitState, checks: Sequence[Check], caller: str) -> D
 
 
 def check(endpoint: str | None = None, method: str | None = None) -> CurrentLimit | None:
-    """Decide the current request against its limits now, without counting it.
-
-    Every limit is decided at cost 0, which writes nothing, through the same
-    throttle as requests; a request whose cost is more than a counter has
-    left is ``breached``. Shadow limits are left out, since they never
-    refuse. Nothing is logged, no hook is called and nothing is raised for
-    a refusal: what to do is the caller's choice.
+    """Decide the current request against its limits now at cost 0, without
+    counting, logging, hooks or raising; shadow limits are left out.
 
     .. code-block:: python
 
@@ -164,10 +137,9 @@ def check(endpoint: str | None = None, method: str | None = None) -> CurrentLimi
             ...
 
     :param endpoint: whose limits to decide; by default the request's own.
-    :param method: the HTTP method those limits are for; by default the request's.
-    :returns: the deciding limit, or None when no limit applies, rate
-        limiting is disabled, a request filter exempts the request, or Redis
-        could not answer (that is logged as a request's failure is).
+    :param method: their HTTP method; by default the request's.
+    :returns: the deciding limit, or None when no limit applies, or Redis
+        could not answer (logged).
     """
     state: RateLimitState | None = state_of(required=False)
     if state is None or state.throttle is None:
