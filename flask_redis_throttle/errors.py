@@ -35,8 +35,7 @@ __all__ = [
     "RateLimitExceeded",
 ]
 
-#: The problem type of a request refused by a block (see :class:`Blocked`),
-#: not over any quota: a tag URI (RFC 4151), a name that is not fetched.
+#: The problem type of a block: a tag URI (RFC 4151), never fetched.
 BLOCKED = "tag:flask-redis-throttle,2026:blocked"
 
 
@@ -103,6 +102,7 @@ class _Negotiated(HTTPException):
         return _OFFERS.get(accept.best_match(_OFFERS) or "", _TEXT)
 
     def get_body(self, environ: WSGIEnvironment | None = None, scope: dict[str, Any] | None = None) -> str:
+        """Problem-details JSON, an HTML page, or a line of text, as ``Accept`` asks."""
         content_type = self._content_type(environ)
         if content_type == _HTML:
             return self._page()
@@ -113,7 +113,8 @@ class _Negotiated(HTTPException):
     def get_headers(
         self, environ: WSGIEnvironment | None = None, scope: dict[str, Any] | None = None
     ) -> list[tuple[str, str]]:
-        # Vary: a shared cache must not give a JSON client the page.
+        """``Content-Type``, ``Vary: Accept`` (a shared cache must not give a
+        JSON client the page), and ``Retry-After`` unless it never passes."""
         headers = [("Content-Type", self._content_type(environ)), ("Vary", "Accept")]
         if self.retry_after_header is not None:
             headers.append(("Retry-After", self.retry_after_header))
@@ -167,15 +168,13 @@ class RateLimitExceeded(_Negotiated, TooManyRequests):
         self.retry_after: int | None = seconds
         #: The scope the counters are kept under.
         self.scope = scope
-        #: The ``Retry-After`` header's value: ``retry_after``, or an
-        #: HTTP-date; None when the request can never pass.
+        #: The ``Retry-After`` header's value; None when the request can never pass.
         self.retry_after_header = None if seconds is None else retry_after_header or str(seconds)
         #: Whether the identity serves a penalty.
         self.penalized = penalized
         #: The request's cost if it is more than the layer's whole quota, else None.
         self.cost = cost
-        #: The names of the layers whose quota it exceeded, for the problem
-        #: details; None for ``about:blank`` ones.
+        #: The layers whose quota it exceeded; None for ``about:blank`` problem details.
         self.violated_policies = None if violated_policies is None else tuple(violated_policies)
         #: Whether a concurrency cap refused it.
         self.concurrent = concurrent
