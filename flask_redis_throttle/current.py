@@ -9,7 +9,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from flask import g, request
+from flask import Request, g, request
 
 from ._request.decisions import at_cost, tighter
 from ._request.plan import Plan, PlannedLimit
@@ -89,26 +89,30 @@ def current_limits() -> list[CurrentLimit]:
         read so far when Redis cannot answer (logged).
     """
     outcome: Outcome | None = g.get(OUTCOME_ATTRIBUTE) if g else None
-    state: RateLimitState | None = state_of(required=False)
-    if outcome is None or state is None or state.throttle is None:
+    planned = _planned(None, None) if outcome is not None else None
+    if outcome is None or planned is None:
         return []
-    req = request._get_current_object()  # type: ignore[attr-defined]
-    plan = state.plan(req.endpoint, req.method)
-    if plan is None:
-        return []
+    state, req, plan = planned
     refused = None if outcome.decision.admitted else outcome.decision
-    batches, _labels, _problems = plan.prepare(req)
     found: list[CurrentLimit] = []
-    for batch in batches:
+    for batch in plan.prepare(req)[0]:
         for check in batch.checks:
-            if refused is not None and check[0] is refused.policy:
-                found.append(CurrentLimit.of(refused, plan))
-                continue
-            decision = _inspected(state, [check], "current_limits()")
+            is_refused = refused is not None and check[0] is refused.policy
+            decision = refused if is_refused else _inspected(state, [check], "current_limits()")
             if decision is None:
                 return found
             found.append(CurrentLimit.of(decision, plan))
     return found
+
+
+def _planned(endpoint: str | None, method: str | None) -> tuple[RateLimitState, Request, Plan] | None:
+    """The state, request and plan of ``endpoint`` and ``method``; None without one, or while disabled."""
+    state: RateLimitState | None = state_of(required=False)
+    if state is None or state.throttle is None:
+        return None
+    req: Request = request._get_current_object()  # type: ignore[attr-defined]
+    plan = state.plan(endpoint or req.endpoint, method or req.method)
+    return None if plan is None else (state, req, plan)
 
 
 def _inspected(state: RateLimitState, checks: Sequence[Check], caller: str) -> Decision | None:
@@ -125,29 +129,18 @@ def _inspected(state: RateLimitState, checks: Sequence[Check], caller: str) -> D
 
 def check(endpoint: str | None = None, method: str | None = None) -> CurrentLimit | None:
     """Decide the current request against its limits now at cost 0, without
-    counting, logging, hooks or raising; shadow limits are left out.
-
-    .. code-block:: python
-
-        @app.post("/search/preview")
-        def preview():
-            found = check("search", "POST")     # would a search pass now?
-            if found is not None and found.breached:
-                return {"wait": found.retry_after}
-            ...
+    counting, logging, hooks or raising; shadow limits are left out (see
+    :ref:`current-limit`).
 
     :param endpoint: whose limits to decide; by default the request's own.
     :param method: their HTTP method; by default the request's.
     :returns: the deciding limit, or None when no limit applies, or Redis
         could not answer (logged).
     """
-    state: RateLimitState | None = state_of(required=False)
-    if state is None or state.throttle is None:
+    planned = _planned(endpoint, method)
+    if planned is None or any(accept(planned[1]) for accept in planned[0].filters):
         return None
-    req = request._get_current_object()  # type: ignore[attr-defined]
-    plan = state.plan(endpoint or req.endpoint, method or req.method)
-    if plan is None or any(accept(req) for accept in state.filters):
-        return None
+    state, req, plan = planned
     batches, _labels, problems = plan.prepare(req)
     for kind, message in problems:
         state._warn(message, kind)

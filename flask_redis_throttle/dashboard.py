@@ -14,7 +14,6 @@ from contextlib import contextmanager
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-import redis
 from flask import Blueprint, abort, current_app, flash, redirect, render_template, request, session, url_for
 from markupsafe import Markup
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
@@ -22,7 +21,7 @@ from werkzeug.routing import RequestRedirect
 from werkzeug.wrappers import Response
 
 from ._ops.console import duration, utc
-from ._ops.override_changes import known_scopes, latest_changes, lift, set_override, unsure
+from ._ops.override_changes import DISABLED, FAILURES, cause, known_scopes, latest_changes, lift, set_override, unsure
 from ._ops.reports import (
     CHANGES_HEADER,
     LIMITS_HEADER,
@@ -39,7 +38,6 @@ from ._ops.reports import (
 from ._request.identity import parse_identity
 from ._request.state import RateLimitState
 from .core.engine.keys import MAX_VALUE_LENGTH, Identity
-from .core.engine.throttle import StorageUnavailable
 from .decorators import state_of
 
 __all__ = ["SESSION_KEY", "blueprint", "chart"]
@@ -125,9 +123,8 @@ def _index() -> tuple[str, int]:
             page["identity"] = page["identity"] or _shown(str(who))
     except ValueError as error:
         page["problem"], status = str(error), 400
-    except (StorageUnavailable, redis.RedisError) as error:
-        reason = error.__cause__ if isinstance(error, StorageUnavailable) else error
-        page["problem"], status = f"rate limit storage unavailable: {reason}", 503
+    except FAILURES as error:
+        page["problem"], status = f"rate limit storage unavailable: {cause(error)}", 503
     return render_template("ratelimit_dashboard/index.html", **page), status
 
 
@@ -174,7 +171,7 @@ def _answered(change: bool = False) -> Iterator[None]:
         yield
     except ValueError as error:
         abort(400, str(error))
-    except (StorageUnavailable, redis.RedisError) as error:
+    except FAILURES as error:
         abort(503, f"rate limit storage unavailable: {error}{'.' + unsure(error) if change else ''}")
 
 
@@ -198,7 +195,7 @@ def _near_limits(state: RateLimitState) -> dict[str, Any]:
 def _lookup(state: RateLimitState, who: Identity, endpoint: str | None) -> dict[str, Any]:
     """One identity's counters, as ``flask ratelimit status`` shows them."""
     if state.throttle is None:
-        raise ValueError("rate limiting is disabled on this app (RATELIMIT_ENABLED is False)")
+        raise ValueError(DISABLED)
     if endpoint is not None:
         find_endpoint(endpoint)
     return {
@@ -234,7 +231,7 @@ def _posted(form: str) -> RateLimitState:
         abort(400, f"the {form} form's token is missing or stale: reload the dashboard and try again")
     state: RateLimitState = state_of()
     if state.throttle is None:
-        abort(400, "rate limiting is disabled on this app (RATELIMIT_ENABLED is False)")
+        abort(400, DISABLED)
     return state
 
 

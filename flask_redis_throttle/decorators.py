@@ -159,21 +159,8 @@ def exempt(
 def exempt(
     target: Target | None = None, /, *, keep: Iterable[str] = (), nested: bool = True, own_limits: bool = False
 ) -> Target | Callable[[Target], Target]:
-    """Exempt a view, or every view of a blueprint, from inherited limits.
-
-    .. code-block:: python
-
-        @app.get("/health")
-        @exempt
-        def health(): ...
-
-        exempt(internal_blueprint)
-
-        @app.get("/search")
-        @exempt(keep=["application"])      # no default, but the app's ceiling
-        def search(): ...
-
-    See :ref:`exempt`.
+    """Exempt a view, or every view of a blueprint, from the limits it
+    inherits (:ref:`exempt`): ``@exempt``, or ``@exempt(keep=["application"])``.
 
     :param keep: the inherited limits to keep, of :data:`INHERITED`; by default none.
     :param nested: whether a blueprint's exemption covers its nested blueprints.

@@ -79,17 +79,14 @@ class _Negotiated(HTTPException):
 
     def problem(self) -> dict[str, Any]:
         """The RFC 9457 problem details of the JSON body."""
-        kind, title = self._kind()
-        problem: dict[str, Any] = {"type": kind, "title": title, "status": self.code, "detail": self.description}
+        problem: dict[str, Any] = {"type": BLOCKED, "title": "Blocked", "status": self.code, "detail": self.description}
         problem.update(self._details())
         if self.retry_after is not None:
             problem["retry_after"] = self.retry_after
         return problem
 
-    def _kind(self) -> tuple[str, str]:
-        return BLOCKED, "Blocked"
-
     def _details(self) -> dict[str, Any]:
+        """The problem details' members that differ from a block's."""
         return {}
 
     def _content_type(self, environ: WSGIEnvironment | None) -> str:
@@ -179,12 +176,12 @@ class RateLimitExceeded(_Negotiated, TooManyRequests):
         #: Whether a concurrency cap refused it.
         self.concurrent = concurrent
 
-    def _kind(self) -> tuple[str, str]:
-        draft = Draft.of_problem(self.violated_policies is not None)
-        return draft.problem_type, draft.problem_title
-
     def _details(self) -> dict[str, Any]:
-        return {} if self.violated_policies is None else {"violated-policies": list(self.violated_policies)}
+        draft = Draft.of_problem(self.violated_policies is not None)
+        details: dict[str, Any] = {"type": draft.problem_type, "title": draft.problem_title}
+        if self.violated_policies is not None:
+            details["violated-policies"] = list(self.violated_policies)
+        return details
 
 
 class Blocked(_Negotiated, TooManyRequests):

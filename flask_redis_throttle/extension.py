@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from flask import Flask
 
 from ._ops.metrics import Metrics, metrics_for
-from ._ops.override_changes import latest_changes, lift, overrides_of, set_override
+from ._ops.override_changes import DISABLED, latest_changes, lift, overrides_of, set_override
 from ._request.config import APPLICATION_SCOPE, DEFAULTS, Settings
 from ._request.identity import parse_identity
 from ._request.plan import PlannedLimit, qualified_name
@@ -141,7 +141,7 @@ class RateLimit:
         """
         state: RateLimitState = state_of(app)
         if state.throttle is None:
-            raise RuntimeError("rate limiting is disabled on this app (RATELIMIT_ENABLED is False)")
+            raise RuntimeError(DISABLED)
         if scope is not None and (not isinstance(scope, str) or not scope):
             raise ValueError(f"scope {scope!r} must be a non-empty string, or None for every scope")
         if identity is not None and not isinstance(identity, Identity):

@@ -13,14 +13,14 @@ from flask.cli import AppGroup, FlaskGroup
 
 from .._request.state import RateLimitState
 from ..core.engine.keys import Identity, loggable
-from ..core.engine.throttle import StorageUnavailable, Throttle
+from ..core.engine.throttle import Throttle
 from ..core.storages.clients import redact
 from ..core.storages.embedded import EmbeddedRedis
 from ..core.storages.local import LocalFolder, server_status, stop_server
 from ..core.stores.refusals import RefusalLog
 from ..decorators import state_of
 from .console import duration, parse_moment, table, utc
-from .override_changes import latest_changes, lift, overrides_of, set_override, unsure
+from .override_changes import DISABLED, FAILURES, cause, latest_changes, lift, overrides_of, set_override, unsure
 from .reports import (
     CHANGES_HEADER,
     LIMITS_HEADER,
@@ -329,7 +329,7 @@ def _state() -> RateLimitState:
 def throttle_of(state: RateLimitState) -> Throttle:
     """:raises click.ClickException: if rate limiting is disabled."""
     if state.throttle is None:
-        raise click.ClickException("rate limiting is disabled on this app (RATELIMIT_ENABLED is False)")
+        raise click.ClickException(DISABLED)
     return state.throttle
 
 
@@ -369,7 +369,6 @@ def storage_errors(throttle: Throttle, change: bool = False) -> Iterator[None]:
     """Redis failures as a message and a non-zero exit, saying when a ``change`` may be made all the same."""
     try:
         yield
-    except (StorageUnavailable, redis.RedisError) as error:
-        reason = error.__cause__ if isinstance(error, StorageUnavailable) else error
-        message = f"rate limit storage unavailable at {redact(throttle.url)}: {reason}"
+    except FAILURES as error:
+        message = f"rate limit storage unavailable at {redact(throttle.url)}: {cause(error)}"
         raise click.ClickException(message + (unsure(error) if change else "")) from None

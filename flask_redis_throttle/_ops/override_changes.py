@@ -21,11 +21,21 @@ from ..errors import InvalidLimit
 from .console import parse_moment, parse_span
 from .reports import find_identity
 
+#: What every operator's call says when rate limiting is disabled.
+DISABLED = "rate limiting is disabled on this app (RATELIMIT_ENABLED is False)"
+
+#: What an operator's call meets when Redis cannot answer.
+FAILURES = (StorageUnavailable, redis.RedisError)
+
+
+def cause(error: BaseException) -> BaseException:
+    """The Redis error behind a failure: a :class:`StorageUnavailable`'s cause."""
+    return error.__cause__ or error if isinstance(error, StorageUnavailable) else error
+
 
 def unsure(error: BaseException) -> str:
     """What to add to a failed change's report: that a Redis that timed out may make it all the same."""
-    cause = error.__cause__ if isinstance(error, StorageUnavailable) else error
-    if not isinstance(cause, redis.TimeoutError):
+    if not isinstance(cause(error), redis.TimeoutError):
         return ""
     return (
         " The change may have reached Redis all the same, and be made when it answers:"
@@ -36,7 +46,7 @@ def unsure(error: BaseException) -> str:
 def overrides_of(state: RateLimitState) -> Overrides:
     """The app's overrides; a :class:`RuntimeError` if rate limiting is disabled."""
     if state.overrides is None:
-        raise RuntimeError("rate limiting is disabled on this app (RATELIMIT_ENABLED is False)")
+        raise RuntimeError(DISABLED)
     return state.overrides
 
 
