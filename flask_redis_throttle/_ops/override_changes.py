@@ -28,9 +28,9 @@ DISABLED = "rate limiting is disabled on this app (RATELIMIT_ENABLED is False)"
 FAILURES = (StorageUnavailable, redis.RedisError)
 
 
-def cause(error: BaseException) -> BaseException:
+def cause(error: BaseException) -> BaseException | None:
     """The Redis error behind a failure: a :class:`StorageUnavailable`'s cause."""
-    return error.__cause__ or error if isinstance(error, StorageUnavailable) else error
+    return error.__cause__ if isinstance(error, StorageUnavailable) else error
 
 
 def unsure(error: BaseException) -> str:

@@ -23,7 +23,7 @@ from ..core.engine.throttle import Policy, Throttle
 from ..core.stores.overrides import Change, Override
 from ..core.stores.refusals import Refusal
 from ..core.stores.usage import usage
-from ..decorators import EXEMPT_ATTRIBUTE
+from ..decorators import exemption_of
 from .console import duration, utc
 
 if TYPE_CHECKING:
@@ -228,7 +228,7 @@ def is_exempt(endpoint: str) -> bool:
     """Whether the view of ``endpoint``, or a blueprint it is in, has an exemption."""
     app = current_app
     holders = [app.view_functions[endpoint], *(app.blueprints[name] for name in blueprints_of(app, endpoint))]
-    return any(getattr(holder, EXEMPT_ATTRIBUTE, None) is not None for holder in holders)
+    return any(exemption_of(holder) is not None for holder in holders)
 
 
 def nothing_counts(state: RateLimitState, endpoint: str | None, identity: Identity) -> str:
@@ -241,12 +241,7 @@ def nothing_counts(state: RateLimitState, endpoint: str | None, identity: Identi
 
 def _limit_cells(limits: list[PlannedLimit]) -> tuple[tuple[str, ...], ...]:
     return tuple(
-        (
-            _limit_text(limit),
-            limit.strategy,
-            limit.scope,
-            ", ".join(spec_name(spec) for spec in limit.identities),
-        )
+        (_limit_text(limit), limit.strategy, limit.scope, ", ".join(map(spec_name, limit.identities)))
         for limit in limits
     )
 
