@@ -116,7 +116,8 @@ def _index() -> tuple[str, int]:
     try:
         page.update(_overrides(state))
         page.update(_refusals(state))
-        page.update(_near_limits(state))
+        if state.near_limits is not None:
+            page["near"] = state.near_limits.recent(RECENT)
         who = _requested(request.args, state)
         if who is not None:
             page.update(_lookup(state, who, page["endpoint"] or None))
@@ -185,11 +186,6 @@ def _refusals(state: RateLimitState) -> dict[str, Any]:
         "top": state.refusals.attributed(TOP, since=now - 3600),
         "chart": chart(state.refusals.per_minute(now)),
     }
-
-
-def _near_limits(state: RateLimitState) -> dict[str, Any]:
-    """The near-limit log's latest entries."""
-    return {} if state.near_limits is None else {"near": state.near_limits.recent(RECENT)}
 
 
 def _lookup(state: RateLimitState, who: Identity, endpoint: str | None) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from flask import Flask
 
-from ._ops.metrics import Metrics, metrics_for
+from ._ops.metrics import metrics_for
 from ._ops.override_changes import DISABLED, latest_changes, lift, overrides_of, set_override
 from ._request.config import APPLICATION_SCOPE, DEFAULTS, Settings
 from ._request.identity import parse_identity
@@ -34,8 +34,7 @@ if TYPE_CHECKING:
 
 
 class OverrideOptions(TypedDict, total=False):
-    """The keyword arguments of :meth:`RateLimit.override`, :meth:`~RateLimit.allow`
-    and :meth:`~RateLimit.block`, described in :meth:`RateLimit.override`."""
+    """The keyword arguments of :meth:`RateLimit.override`, ``allow`` and ``block``."""
 
     scope: str | None
     until: object
@@ -75,11 +74,8 @@ class RateLimit:
     ) -> None:
         self.redis = redis
         #: The metrics every app of this instance records, or None.
-        self.metrics: Metrics | None = None
-        if metrics is not False:
-            self.metrics = metrics_for(None if metrics is True else metrics)
-        #: The functions registered with :meth:`request_filter`, shared by
-        #: every app this instance serves.
+        self.metrics = None if metrics is False else metrics_for(None if metrics is True else metrics)
+        #: The functions of :meth:`request_filter`, shared by every app this instance serves.
         self.filters: list[RequestFilter] = []
         if app is not None:
             self.init_app(app)
