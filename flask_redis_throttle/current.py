@@ -1,9 +1,6 @@
-"""The request-time API: what the limits say about the current request.
-
-:func:`current_limit` reads the decision the extension already made, so it
-costs nothing; :func:`check` and :func:`current_limits` ask Redis at cost 0,
-which the script answers without writing (see ``lua/main.lua``), so the
-counters are exactly as a request would find them.
+"""What the limits say about the current request (:ref:`current-limit`):
+:func:`current_limit` reads the decision already made, at no cost;
+:func:`check` and :func:`current_limits` ask Redis at cost 0, which writes nothing.
 """
 
 from __future__ import annotations
@@ -12,7 +9,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from flask import g, request
+from flask import Request, g, request
 
 from ._request.decisions import at_cost, tighter
 from ._request.plan import Plan, PlannedLimit
@@ -27,23 +24,18 @@ __all__ = ["CurrentLimit", "check", "current_limit", "current_limits"]
 
 @dataclass(frozen=True)
 class CurrentLimit:
-    """The deciding limit of a request: of every layer of every identity it
-    was checked against, the one with the least room (the one the
-    ``RateLimit`` header shows), or the one that refused it.
+    """The deciding limit of a request: the layer of an identity with the
+    least room (the one the ``RateLimit`` header shows), or the one that refused it.
 
-    :param limit: the limit, with its strategy, identities and where it
-        was written (see :class:`~flask_redis_throttle._request.plan.PlannedLimit`).
+    :param limit: the limit (a :class:`~flask_redis_throttle._request.plan.PlannedLimit`).
     :param scope: the scope its counters are kept under.
-    :param layer: its deciding layer, such as ``10 per 1 minute``.
+    :param layer: its deciding layer.
     :param identity: whose counter it is.
     :param remaining: the quota that counter has left, after this request.
-    :param reset: seconds until that counter is back to its full quota.
+    :param reset: seconds until that counter is full again.
     :param reset_at: the same moment, as a Unix time.
-    :param breached: True if the counter had no room for the request: it
-        was refused (or, for a shadow limit, would have been).
-    :param retry_after: seconds until the request would pass; 0 unless
-        ``breached``, or, for a request a shaped limit let wait for its
-        turn, how long it waited (see :doc:`/shaping`).
+    :param breached: whether the counter had no room: the request was (or, shadowed, would have been) refused.
+    :param retry_after: seconds until it would pass; for a shaped request, how long it waited (:doc:`/shaping`).
     """
 
     limit: PlannedLimit | None
@@ -75,19 +67,11 @@ class CurrentLimit:
 
 
 def current_limit() -> CurrentLimit | None:
-    """The deciding limit of the current request, as it was decided before
-    the view: readable in the view, in a template (``{{ current_limit() }}``
-    is a template global), in an error handler for the 429, and in an
-    ``after_request`` function registered after ``init_app``.
+    """The deciding limit of the current request as decided before the view,
+    at no cost (also a template global). A ``deduct_when`` limit shows the
+    room the request found, since it counts only after the response.
 
-    It reads what the extension kept for the ``RateLimit`` header, so it
-    costs no call to Redis. A ``deduct_when`` limit counts the request
-    only after the response, so before that it shows the room the request
-    found, not what is left after it.
-
-    :returns: None outside a request, and for a request no limit was
-        checked against: an unlimited or exempt view, a request filter's, one
-        while rate limiting is disabled, or one Redis could not decide.
+    :returns: None outside a request, or for a request no limit was checked against.
     """
     outcome: Outcome | None = g.get(OUTCOME_ATTRIBUTE) if g else None
     if outcome is None:
@@ -98,39 +82,37 @@ def current_limit() -> CurrentLimit | None:
 
 def current_limits() -> list[CurrentLimit]:
     """Every limit the current request was checked against before its view,
-    each with its own deciding layer, in the order of its plan (see
-    :ref:`current-limit`).
+    each with its deciding layer, in its plan's order: the refusing one as
+    decided, the others read now at cost 0, a script call each.
 
-    The limit that refused the request is as it was decided, ``breached``;
-    the others are read from Redis now, at cost 0, which writes nothing:
-    one script call for each, so this costs what :func:`check` does per
-    limit, and :func:`current_limit` nothing.
-
-    :returns: an empty list where :func:`current_limit` returns None, and
-        with the limits read so far when Redis cannot answer (that is
-        logged as a request's failure is).
+    :returns: an empty list where :func:`current_limit` returns None; those
+        read so far when Redis cannot answer (logged).
     """
     outcome: Outcome | None = g.get(OUTCOME_ATTRIBUTE) if g else None
-    state: RateLimitState | None = state_of(required=False)
-    if outcome is None or state is None or state.throttle is None:
+    planned = _planned(None, None) if outcome is not None else None
+    if outcome is None or planned is None:
         return []
-    req = request._get_current_object()  # type: ignore[attr-defined]
-    plan = state.plan(req.endpoint, req.method)
-    if plan is None:
-        return []
+    state, req, plan = planned
     refused = None if outcome.decision.admitted else outcome.decision
-    batches, _labels, _problems = plan.prepare(req)
     found: list[CurrentLimit] = []
-    for batch in batches:
+    for batch in plan.prepare(req)[0]:
         for check in batch.checks:
-            if refused is not None and check[0] is refused.policy:
-                found.append(CurrentLimit.of(refused, plan))
-                continue
-            decision = _inspected(state, [check], "current_limits()")
+            is_refused = refused is not None and check[0] is refused.policy
+            decision = refused if is_refused else _inspected(state, [check], "current_limits()")
             if decision is None:
                 return found
             found.append(CurrentLimit.of(decision, plan))
     return found
+
+
+def _planned(endpoint: str | None, method: str | None) -> tuple[RateLimitState, Request, Plan] | None:
+    """The state, request and plan of ``endpoint`` and ``method``; None without one, or while disabled."""
+    state: RateLimitState | None = state_of(required=False)
+    if state is None or state.throttle is None:
+        return None
+    req: Request = request._get_current_object()  # type: ignore[attr-defined]
+    plan = state.plan(endpoint or req.endpoint, method or req.method)
+    return None if plan is None else (state, req, plan)
 
 
 def _inspected(state: RateLimitState, checks: Sequence[Check], caller: str) -> Decision | None:
@@ -146,36 +128,19 @@ def _inspected(state: RateLimitState, checks: Sequence[Check], caller: str) -> D
 
 
 def check(endpoint: str | None = None, method: str | None = None) -> CurrentLimit | None:
-    """Decide the current request against its limits now, without counting it.
-
-    Every limit is decided at cost 0, which writes nothing, through the same
-    throttle as requests; a request whose cost is more than a counter has
-    left is ``breached``. Shadow limits are left out, since they never
-    refuse. Nothing is logged, no hook is called and nothing is raised for
-    a refusal: what to do is the caller's choice.
-
-    .. code-block:: python
-
-        @app.post("/search/preview")
-        def preview():
-            found = check("search", "POST")     # would a search pass now?
-            if found is not None and found.breached:
-                return {"wait": found.retry_after}
-            ...
+    """Decide the current request against its limits now at cost 0, without
+    counting, logging, hooks or raising; shadow limits are left out (see
+    :ref:`current-limit`).
 
     :param endpoint: whose limits to decide; by default the request's own.
-    :param method: the HTTP method those limits are for; by default the request's.
-    :returns: the deciding limit, or None when no limit applies, rate
-        limiting is disabled, a request filter exempts the request, or Redis
-        could not answer (that is logged as a request's failure is).
+    :param method: their HTTP method; by default the request's.
+    :returns: the deciding limit, or None when no limit applies, or Redis
+        could not answer (logged).
     """
-    state: RateLimitState | None = state_of(required=False)
-    if state is None or state.throttle is None:
+    planned = _planned(endpoint, method)
+    if planned is None or any(accept(planned[1]) for accept in planned[0].filters):
         return None
-    req = request._get_current_object()  # type: ignore[attr-defined]
-    plan = state.plan(endpoint or req.endpoint, method or req.method)
-    if plan is None or any(accept(req) for accept in state.filters):
-        return None
+    state, req, plan = planned
     batches, _labels, problems = plan.prepare(req)
     for kind, message in problems:
         state._warn(message, kind)

@@ -1,9 +1,6 @@
-"""A dashboard page: what the ``flask ratelimit`` commands print, computed
-by the same functions (``_ops/reports.py``), in a browser, with buttons that
-reset an identity's counters and set and remove overrides. It shows IP
-addresses and user ids, so it is never open by default: without an
-``authorize`` callable, or when it returns False, every URL of it answers
-404. See :doc:`/dashboard`.
+"""The dashboard (:doc:`/dashboard`): the ``flask ratelimit`` reports, from
+the same functions, in a browser. It shows IP addresses and user ids, so
+every URL of it is a 404 unless ``authorize`` says yes.
 """
 
 from __future__ import annotations
@@ -17,7 +14,6 @@ from contextlib import contextmanager
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-import redis
 from flask import Blueprint, abort, current_app, flash, redirect, render_template, request, session, url_for
 from markupsafe import Markup
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
@@ -25,7 +21,7 @@ from werkzeug.routing import RequestRedirect
 from werkzeug.wrappers import Response
 
 from ._ops.console import duration, utc
-from ._ops.override_changes import known_scopes, latest_changes, lift, set_override, unsure
+from ._ops.override_changes import DISABLED, FAILURES, cause, known_scopes, latest_changes, lift, set_override, unsure
 from ._ops.reports import (
     CHANGES_HEADER,
     LIMITS_HEADER,
@@ -42,7 +38,6 @@ from ._ops.reports import (
 from ._request.identity import parse_identity
 from ._request.state import RateLimitState
 from .core.engine.keys import MAX_VALUE_LENGTH, Identity
-from .core.engine.throttle import StorageUnavailable
 from .decorators import state_of
 
 __all__ = ["SESSION_KEY", "blueprint", "chart"]
@@ -61,27 +56,17 @@ def blueprint(
 ) -> Blueprint:
     """The dashboard, as a blueprint to register at a URL prefix of the app's choice.
 
-    :param authorize: called before every request to the dashboard, in the
-        request's context, before the app's ``before_request`` functions;
-        the dashboard answers only when it returns True. Without it, or
-        when it returns False, the request is an unknown URL's: a 404 that
-        no limit counts, so that a dashboard showing IP addresses and user
-        ids is never open by default, nor found by probing. It may also
-        raise or abort itself (redirect to a login page, say).
+    :param authorize: called before every dashboard request; unless it returns True, the URL is an unknown one's 404.
     :param name: the blueprint's name, to register more than one.
-    :param operator: called in the request's context, names who sets or
-        removes an override, for the log of changes (``lambda:
-        current_user.name``, say); by default ``"dashboard"``.
+    :param operator: names who changes an override, for the log; by default ``"dashboard"``.
     """
     bp = Blueprint(name, __name__, template_folder="templates")
     who = operator or (lambda: "dashboard")
 
     def hide(endpoint: str | None, values: object) -> None:
-        """Make a request that ``authorize`` refuses an unknown URL's: a URL
-        value preprocessor runs before every ``before_request`` function, so
-        the limiter skips it as any unmatched URL. What ``authorize`` did to
-        the session is not saved: its cookie and ``Vary: Cookie`` would tell
-        this 404 from an unknown URL's."""
+        """Make a request ``authorize`` refuses an unknown URL's: a URL value
+        preprocessor runs before the limiter's hook. The session is left
+        unsaved, or its cookie would tell this 404 from others."""
         flags = {name: getattr(session, name, None) for name in ("accessed", "modified")}
         if authorize is not None and authorize():
             return
@@ -92,9 +77,8 @@ def blueprint(
 
     @bp.app_url_value_preprocessor
     def hide_near_misses(endpoint: str | None, values: object) -> None:
-        """A dashboard URL asked with a method it does not take (a 405), or
-        without its trailing slash (a 308 to it), is hidden too: Flask runs
-        no blueprint hook for such a request, since no rule matched."""
+        """Hide a dashboard URL's 405 and trailing-slash 308 too: Flask runs
+        no blueprint hook when no rule matched."""
         if _ours(name, request.routing_exception):
             hide(endpoint, values)
 
@@ -132,16 +116,16 @@ def _index() -> tuple[str, int]:
     try:
         page.update(_overrides(state))
         page.update(_refusals(state))
-        page.update(_near_limits(state))
+        if state.near_limits is not None:
+            page["near"] = state.near_limits.recent(RECENT)
         who = _requested(request.args, state)
         if who is not None:
             page.update(_lookup(state, who, page["endpoint"] or None))
             page["identity"] = page["identity"] or _shown(str(who))
     except ValueError as error:
         page["problem"], status = str(error), 400
-    except (StorageUnavailable, redis.RedisError) as error:
-        reason = error.__cause__ if isinstance(error, StorageUnavailable) else error
-        page["problem"], status = f"rate limit storage unavailable: {reason}", 503
+    except FAILURES as error:
+        page["problem"], status = f"rate limit storage unavailable: {cause(error)}", 503
     return render_template("ratelimit_dashboard/index.html", **page), status
 
 
@@ -160,8 +144,6 @@ def _overrides(state: RateLimitState) -> dict[str, Any]:
 
 
 def _override(by: str) -> Response:
-    """Set an override from the form, then show the overrides again. Bad
-    input answers 400, naming it, and stores nothing."""
     state = _posted("override")
     form = {name: value.strip() for name, value in request.form.items()}
     action = request.form.get("action", "")
@@ -185,14 +167,12 @@ def _remove_override(by: str) -> Response:
 
 @contextmanager
 def _answered(change: bool = False) -> Iterator[None]:
-    """Answer bad input with a 400 naming it, and a storage that cannot
-    answer with a 503; for a ``change``, one that says when it may have
-    been made all the same."""
+    """Bad input is a 400 naming it, a storage failure a 503."""
     try:
         yield
     except ValueError as error:
         abort(400, str(error))
-    except (StorageUnavailable, redis.RedisError) as error:
+    except FAILURES as error:
         abort(503, f"rate limit storage unavailable: {error}{'.' + unsure(error) if change else ''}")
 
 
@@ -208,15 +188,10 @@ def _refusals(state: RateLimitState) -> dict[str, Any]:
     }
 
 
-def _near_limits(state: RateLimitState) -> dict[str, Any]:
-    """The near-limit log's latest entries."""
-    return {} if state.near_limits is None else {"near": state.near_limits.recent(RECENT)}
-
-
 def _lookup(state: RateLimitState, who: Identity, endpoint: str | None) -> dict[str, Any]:
     """One identity's counters, as ``flask ratelimit status`` shows them."""
     if state.throttle is None:
-        raise ValueError("rate limiting is disabled on this app (RATELIMIT_ENABLED is False)")
+        raise ValueError(DISABLED)
     if endpoint is not None:
         find_endpoint(endpoint)
     return {
@@ -244,26 +219,22 @@ def _reset() -> Response:
 
 
 def _posted(form: str) -> RateLimitState:
-    """The app's state, for a form's post; a 400 unless the form sent back
-    this session's token (another site can make a browser post here, with
-    its cookies, but cannot read the token), or if rate limiting is disabled."""
+    """The app's state; a 400 unless the form sent back this session's token
+    (another site can make a browser post here, but cannot read it)."""
     sent = request.form.get("csrf_token", "")
     token = session.get(SESSION_KEY) if current_app.secret_key else None
     if not isinstance(token, str) or not hmac.compare_digest(sent.encode(), token.encode()):
         abort(400, f"the {form} form's token is missing or stale: reload the dashboard and try again")
     state: RateLimitState = state_of()
     if state.throttle is None:
-        abort(400, "rate limiting is disabled on this app (RATELIMIT_ENABLED is False)")
+        abort(400, DISABLED)
     return state
 
 
 def _naming(text: str, state: RateLimitState) -> dict[str, Any]:
-    """The arguments of a link or form that name the identity ``text``
-    exactly: ``identity=<text>`` when it reads back as itself, else
-    ``exact=`` its UTF-8 in URL-safe base64, since a form turns a newline
-    into two characters, a URL cannot carry a lone surrogate, ``identity=``
-    drops spaces around it, and an ``ip:`` value that is no address would
-    not read as one."""
+    """The link arguments that name ``text`` exactly: ``identity=`` when it
+    reads back as itself, else ``exact=`` its UTF-8 in URL-safe base64 (a
+    form mangles newlines, a URL lone surrogates, ``identity=`` is stripped)."""
     if text.isprintable() and text == text.strip():
         try:
             if not text.startswith("ip:") or str(parse_identity(text, state.settings.ipv6_prefix)) == text:
@@ -274,9 +245,10 @@ def _naming(text: str, state: RateLimitState) -> dict[str, Any]:
 
 
 def _requested(values: Mapping[str, str], state: RateLimitState) -> Identity | None:
-    """The identity a query or form names: by ``exact=`` (see
-    :func:`_naming`) as it is, or in ``identity=`` as the CLI reads it;
-    None if it names none. A :class:`ValueError` says why it names none."""
+    """The identity a query or form names (see :func:`_naming`), or None.
+
+    :raises ValueError: saying why it names none.
+    """
     exact = values.get("exact")
     if exact is None:
         text = values.get("identity", "").strip()
@@ -298,8 +270,7 @@ def _shown(text: str) -> str:
 
 
 def _ours(name: str, error: BaseException | None) -> bool:
-    """Whether ``error`` is a 405 of a URL of the blueprint ``name``, or a
-    redirect to one."""
+    """Whether ``error`` is a 405 of a URL of blueprint ``name``, or a redirect to one."""
     if isinstance(error, MethodNotAllowed) and error.valid_methods:
         path, method = None, next(iter(error.valid_methods))
     elif isinstance(error, RequestRedirect):

@@ -1,10 +1,7 @@
-"""The :func:`limit` and :func:`exempt` decorators.
-
-They only record the limit, or the exemption, on the view function or the
-blueprint; the extension reads them when an endpoint is first requested. So
-they need no extension instance in scope, work in either order with
-``@app.route``, and leave ``async def`` views alone. Every option is checked
-here, when the decorator is applied, so that a typo fails at import time.
+"""The :func:`limit` and :func:`exempt` decorators. They only record on
+the view or blueprint, so they need no extension in scope and work in
+either order with ``@app.route``; options are checked here, so that a typo
+fails at import time.
 """
 
 from __future__ import annotations
@@ -47,12 +44,11 @@ EXTENSION_KEY = "ratelimit"
 
 
 def state_of(app: Flask | None = None, *, required: bool = True) -> Any:
-    """The extension's state on ``app``, or on the current app: its
-    :class:`~flask_redis_throttle.extension.RateLimitState` (typed ``Any``
-    here, below the module that defines it), or None where the extension
-    is not set up and the state is not ``required``. Every lookup of the
-    state goes through here, so that an app without it says so one way:
-    a :class:`RuntimeError`.
+    """The :class:`~flask_redis_throttle.extension.RateLimitState` of
+    ``app`` or the current app (``Any``: it is defined above this module);
+    None if missing and not ``required``.
+
+    :raises RuntimeError: if missing and ``required``.
     """
     state = (app or current_app).extensions.get(EXTENSION_KEY)
     if state is None and required:
@@ -71,8 +67,8 @@ Target = TypeVar("Target", bound="Callable[..., Any] | Blueprint")
 
 
 def limit(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> LimitDecorator:
-    """Limit a view, or every view of a blueprint. A request passes only if
-    every layer of every identity has room.
+    """Limit a view, or every view of a blueprint: a request passes only if
+    every layer of every identity has room. The options are in :doc:`/limits`.
 
     .. code-block:: python
 
@@ -82,100 +78,38 @@ def limit(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> LimitDec
 
         limit("1000/h")(api_blueprint)
 
-    Several limits on one view all apply, and are still decided in one round
-    trip (see :doc:`/limits` for the options that take more).
+    :param spec: the layers, such as ``"10/s;120/m"`` (:doc:`/grammar`), or a function of the request.
+    :param scope: the name to count under, or a function of the request (:ref:`scopes`); by default the endpoint.
+    :param identities: whom to count, overriding ``RATELIMIT_IDENTITIES``.
+    :param strategy: the algorithm, overriding ``RATELIMIT_STRATEGY`` (:doc:`/algorithms`).
+    :param methods: only these HTTP methods (``GET`` covers ``HEAD``); by default every one (:ref:`methods`).
+    :param cost: the quota a request takes: an integer or a function of the request (:ref:`cost`).
+    :param deduct_when: a function of the response: count the request only when it returns True (:ref:`deduct-when`).
+    :param exempt_when: a function of the request: the limit skips requests for which it returns True.
+    :param shadow: a dry run: log, send headers and hooks, but let the request through (:ref:`shadow`).
+    :param on_breach: called with a :class:`~flask_redis_throttle.signals.RefusalEvent` when this limit refuses.
+    :param penalty: refuse an identity that keeps hitting it longer each time, ``"1m;x2;max=1h"`` (:ref:`penalties`).
+    :param meta: a limit on how often this limit refuses an identity, such as ``"3/h"`` (:ref:`meta-limits`).
+    :param per_method: give each HTTP method the whole quota (:ref:`methods`).
+    :param error_message: the 429's description, or a function of the request returning it (:ref:`custom-429`).
+    :param override_defaults: whether the view loses ``RATELIMIT_DEFAULT`` (:ref:`default-limits`).
+    :param unit: what the quota counts: ``"requests"`` or ``"content-bytes"`` (:ref:`quota-units`).
+    :param delay: how long a request over the rate may wait its turn, at most 10 s (:doc:`/shaping`).
+    :param concurrent: also cap how many of an identity's requests run at once (:ref:`concurrency`).
+    :param lease: the longest a request holds its concurrency slot; by default ``RATELIMIT_CONCURRENCY_LEASE``.
+    :param prefetch: the quota each worker takes in one call and spends without Redis (:doc:`/leases`).
+    :raises InvalidLimit: when the decorator is made, if ``spec`` or an option is malformed.
+    :raises TypeError: when applied to neither a view function nor a blueprint (:ref:`class-based-views`).
 
-    :param spec: the layers, such as ``"10/s;120/m"`` (see :doc:`/grammar`),
-        or a function that takes the request and returns such a string, or
-        None for no limit, per request (a *dynamic* limit).
-    :param scope: the name to count under. Views that give the same scope
-        share counters. By default each endpoint counts on its own. It may
-        also be a function of the request that returns the name, for a
-        scope per request (see :ref:`scope functions <scope-functions>`).
-    :param identities: whom to count, overriding ``RATELIMIT_IDENTITIES``:
-        ``"ip"``, ``"user"``, ``"user-or-ip"`` or key functions.
-    :param strategy: the algorithm, overriding ``RATELIMIT_STRATEGY``:
-        ``"fixed-window"``, ``"sliding-window"``, ``"sliding-log"`` or
-        ``"gcra"`` (see :doc:`/algorithms`).
-    :param methods: only limit requests with these HTTP methods, such as
-        ``["POST"]``; ``GET`` covers ``HEAD`` too. By default, every method.
-    :param cost: how much quota a request takes: an integer, or a function
-        that takes the request and returns one.
-    :param deduct_when: a function of the response; when given, the request
-        is refused before the view if it would not fit, but counted only if
-        this returns True for the view's response.
-    :param exempt_when: a function of the request; the limit does not apply
-        to requests for which it returns True.
-    :param shadow: log refusals, send the headers and the hooks, but let
-        the request through (a dry run).
-    :param on_breach: a function called with a
-        :class:`~flask_redis_throttle.signals.RefusalEvent` when this limit refuses
-        a request.
-    :param penalty: refuse an identity that keeps hitting this limit for an
-        escalating time, such as ``"1m;x2;max=1h"``: a minute after its
-        first refusal, then two, four... up to an hour (see :ref:`penalties`).
-    :param meta: a meta limit, such as ``"3/h"``: a limit on how often this
-        limit refuses an identity; once full, the identity is refused until
-        its window passes (see :ref:`meta-limits`).
-    :param per_method: count each HTTP method on its own: ``GET`` and
-        ``POST`` each get the whole quota (``HEAD`` counts with ``GET``).
-        By default the methods it applies to share its counters.
-    :param error_message: the description of the 429 when this limit
-        refuses a request (the body's text, the JSON ``detail``, an error
-        handler's ``error.description``), or a function of the request that
-        returns it; by default the extension's, which names the layer and
-        the wait (see :ref:`custom-429`).
-    :param override_defaults: whether the views this limit is on lose
-        ``RATELIMIT_DEFAULT`` (True) or keep it beside this limit (False).
-        By default (None), ``RATELIMIT_DEFAULT_MODE`` decides. The default
-        applies to a view only if none of its limits overrides it (see
-        :ref:`default-limits`).
-    :param unit: what the quota counts, sent as ``qu`` in
-        ``RateLimit-Policy``: ``"requests"`` (the default, left unsaid), or
-        ``"content-bytes"`` for a ``cost`` in bytes (see :ref:`quota-units`).
-    :param delay: shaping: a request over the rate waits for its turn, up
-        to this long, rather than get a 429. A duration such as ``"250ms"``
-        or ``"1.5s"``, a number of seconds, or True for half a second; at
-        most 10 s. It needs the ``"gcra"`` strategy, which it picks when
-        none is given, and with which requests go one every ``window /
-        quota``; or ``"sliding-log"``, which lets the whole quota go at
-        once and a request over it wait until the entry that blocks it
-        leaves the window (see :doc:`/shaping`).
-    :param concurrent: also cap how many of an identity's requests run at
-        once under the limit's scope, such as ``3``; decided in the same
-        call as the layers, and each slot given back when its request ends
-        (see :ref:`concurrency`).
-    :param lease: the longest a request holds its slot, in seconds, after
-        which a slot whose request never ended (its worker killed) is free
-        again; by default ``RATELIMIT_CONCURRENCY_LEASE``.
-    :param prefetch: quota leases: each worker takes a block of an
-        identity's quota in one call and spends it without asking Redis,
-        never admitting more than the quota in a window, for a hot identity
-        or an app-wide limit (see :doc:`/leases`). Only with the
-        ``"fixed-window"`` strategy, and not with a delay, a penalty,
-        ``concurrent`` or ``deduct_when``.
-    :raises InvalidLimit: at once, when the decorator is made, if ``spec``
-        or an option is malformed.
-    :raises TypeError: when it is applied to something that is neither a
-        view function nor a blueprint, such as a class. On a class-based
-        view, put it on the methods that handle requests (``get``,
-        ``post``...) or in the class's ``decorators`` (see
-        :ref:`class-based-views`).
-
-    What it returns is also a context manager: ``with limit("3/h"):``
-    inside a request decides the limit when the block starts (see
-    :ref:`block-limits`).
+    It is also a context manager: ``with limit("3/h"):`` decides the limit
+    when the block starts (:ref:`block-limits`).
     """
     return LimitDecorator(make_spec(spec, **options))
 
 
 class LimitDecorator:
-    """What :func:`limit` returns: a decorator for a view or a blueprint, and
-    a context manager that decides the limit for the current request when
-    its block starts.
-
-    :param spec: the limit and its options, checked.
-    """
+    """What :func:`limit` returns: a decorator, and a context manager that
+    decides the limit when its block starts."""
 
     __slots__ = ("spec",)
 
@@ -184,19 +118,14 @@ class LimitDecorator:
 
     def __call__(self, target: Target) -> Target:
         _check_target(target, "limit")
-        # Decorators apply bottom-up; putting this one first keeps the limits
-        # in the order they are written. A new tuple rather than a list
-        # append, because functools.wraps copies __dict__ shallowly and a
-        # wrapped view must not gain its wrapper's limits.
+        # Prepended, as decorators apply bottom-up; a new tuple, since
+        # functools.wraps shares __dict__ with the wrapper.
         setattr(target, LIMITS_ATTRIBUTE, (self.spec, *getattr(target, LIMITS_ATTRIBUTE, ())))
         return target
 
     def __enter__(self) -> None:
-        """Decide the limit for the current request, now.
-
-        :raises RateLimitExceeded: when it refuses the request.
-        :raises RuntimeError: outside a request, or in an app without the extension.
-        """
+        """:raises RateLimitExceeded: when it refuses the request.
+        :raises RuntimeError: outside a request, or in an app without the extension."""
         state_of().decide_block(self.spec)
 
     def __exit__(self, *exc: object) -> None:
@@ -209,14 +138,8 @@ INHERITED = ("default", "application", "blueprints")
 
 @dataclass(frozen=True)
 class Exemption:
-    """What :func:`exempt` records on a view or a blueprint.
-
-    :param drops: the kinds of inherited limits it drops, of :data:`INHERITED`.
-    :param nested: whether a blueprint's exemption covers the blueprints
-        nested in it too.
-    :param own_limits: whether it drops the limits put on the exempt view
-        or blueprint itself too, whenever they are put there.
-    """
+    """What :func:`exempt` records: the kinds of :data:`INHERITED` limits it
+    ``drops``, and its ``nested`` and ``own_limits`` as given to it."""
 
     drops: frozenset[str]
     nested: bool = True
@@ -236,37 +159,14 @@ def exempt(
 def exempt(
     target: Target | None = None, /, *, keep: Iterable[str] = (), nested: bool = True, own_limits: bool = False
 ) -> Target | Callable[[Target], Target]:
-    """Exempt a view, or every view of a blueprint, from inherited limits.
+    """Exempt a view, or every view of a blueprint, from the limits it
+    inherits (:ref:`exempt`): ``@exempt``, or ``@exempt(keep=["application"])``.
 
-    .. code-block:: python
-
-        @app.get("/health")
-        @exempt
-        def health(): ...
-
-        exempt(internal_blueprint)
-
-        @app.get("/search")
-        @exempt(keep=["application"])      # no default, but the app's ceiling
-        def search(): ...
-
-    Inherited limits are ``RATELIMIT_DEFAULT``, ``RATELIMIT_APPLICATION``
-    and the limits of enclosing blueprints. Limits put on the exempt object
-    itself, or below it (on a nested blueprint or a view), still apply; see
-    :ref:`exempt`.
-
-    :param keep: the inherited limits to keep rather than drop, of
-        ``"default"``, ``"application"`` and ``"blueprints"`` (the
-        enclosing blueprints' limits). By default none is kept.
-    :param nested: for a blueprint, whether the exemption covers the
-        blueprints nested in it too (the default), or only its own views.
-    :param own_limits: drop the limits put on the exempt view or blueprint
-        itself too, before or after the exemption (Flask-Limiter's
-        ``exempt``); limits below a blueprint still apply.
-    :raises TypeError: when applied to something that is neither a view
-        function nor a blueprint.
-    :raises ValueError: for a ``keep`` that names something else, or keeps
-        everything.
+    :param keep: the inherited limits to keep, of :data:`INHERITED`; by default none.
+    :param nested: whether a blueprint's exemption covers its nested blueprints.
+    :param own_limits: drop the limits put on the exempt view or blueprint itself too.
+    :raises TypeError: when applied to neither a view function nor a blueprint.
+    :raises ValueError: for a ``keep`` that names something else, or keeps everything.
     """
     if isinstance(keep, str) or not all(kind in INHERITED for kind in keep):
         raise ValueError(f"exempt(keep={keep!r}): keep a list of {', '.join(map(repr, INHERITED))}")
@@ -284,11 +184,7 @@ def exempt(
 
 
 def exemption_of(target: object) -> Exemption | None:
-    """What :func:`exempt` recorded on a view or a blueprint, or None: for a
-    front end that decides with the exemptions, such as Flask-Limiter's shim
-    (a dynamic limit's fallback to ``RATELIMIT_DEFAULT`` applies only where
-    the default is not dropped), and that adds to one with :func:`exempt`.
-    """
+    """What :func:`exempt` recorded on a view or a blueprint, or None."""
     exemption: Exemption | None = getattr(target, EXEMPT_ATTRIBUTE, None)
     return exemption
 
@@ -300,8 +196,7 @@ def _flag_of(name: str, value: object) -> bool:
 
 
 def _check_target(target: object, name: str) -> None:
-    # A Flask app and a class are callable too, but an attribute on them
-    # would never be read: say so now rather than silently not limiting.
+    # An app and a class are callable too, but nothing reads their attributes.
     if isinstance(target, Flask):
         raise TypeError(f"{name}() takes a view function or a blueprint; for the whole app, use RATELIMIT_DEFAULT")
     if isinstance(target, type):

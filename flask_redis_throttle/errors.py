@@ -1,11 +1,6 @@
-"""The exceptions of flask-redis-throttle: :class:`InputError`, with its
-:class:`ValueError` subclasses :class:`InvalidLimit` and
-:class:`ConfigurationError` (plain Python, from
-:mod:`flask_redis_throttle.core.errors`), and the refusals, whose bodies
-follow the client's ``Accept``: :class:`RateLimitExceeded` (429, a
-:class:`werkzeug.exceptions.TooManyRequests`, so ``@app.errorhandler(429)``
-catches it), and :class:`Blocked` (429) and :class:`BlockedForbidden` (403)
-for a request an override blocks.
+"""The exceptions: the input errors of :mod:`flask_redis_throttle.core.errors`,
+and the refusals, whose bodies follow the client's ``Accept`` (see
+:ref:`refusal-response`).
 """
 
 from __future__ import annotations
@@ -40,25 +35,15 @@ __all__ = [
     "RateLimitExceeded",
 ]
 
-#: The problem type of a request refused by a block (see :class:`Blocked`),
-#: not over any quota: a tag URI (RFC 4151), a name that is not fetched.
+#: The problem type of a block: a tag URI (RFC 4151), never fetched.
 BLOCKED = "tag:flask-redis-throttle,2026:blocked"
 
 
-# Offered in this order so that a client sending ``*/*`` (curl, browsers'
-# fetch without headers) gets short text; only a client that asks for JSON
-# gets JSON, and only one that prefers HTML to everything else (a browser
-# navigating) gets a page: HTML comes last, so it loses every tie.
+# HTML comes last, so it loses every tie: ``*/*`` (curl) gets text.
 _TEXT, _JSON, _HTML = "text/plain; charset=utf-8", "application/problem+json", "text/html; charset=utf-8"
-_OFFERS = {
-    "text/plain": _TEXT,
-    "application/problem+json": _JSON,
-    "application/json": _JSON,
-    "text/html": _HTML,
-}
+_OFFERS = {"text/plain": _TEXT, "application/problem+json": _JSON, "application/json": _JSON, "text/html": _HTML}
 
-# The page a browser gets: small, self-contained, no script. Only escaped
-# text goes into it.
+# Only escaped text goes into the page.
 _PAGE = """<!doctype html>
 <html lang="en">
 <head>
@@ -77,11 +62,8 @@ h1{{font-size:1.4em}}</style>
 
 
 class _Negotiated(HTTPException):
-    """A refusal whose body is what the client's ``Accept`` asks for: RFC
-    9457 problem details (``application/problem+json``) when it accepts
-    JSON, a small HTML page when it prefers ``text/html`` (a browser), and
-    one line of text otherwise; with ``Vary: Accept``, and ``Retry-After``
-    when it can pass later."""
+    """A refusal whose body is problem details, a page or a line of text,
+    as ``Accept`` asks, with ``Vary: Accept``."""
 
     #: The HTML page's heading.
     heading = "Too many requests"
@@ -91,29 +73,20 @@ class _Negotiated(HTTPException):
     retry_after_header: str | None
 
     def problem(self) -> dict[str, Any]:
-        """The RFC 9457 problem details of the JSON body: of the type
-        :data:`BLOCKED` for a block, with the seconds until it ends if it does."""
-        kind, title = self._kind()
-        problem: dict[str, Any] = {"type": kind, "title": title, "status": self.code, "detail": self.description}
+        """The RFC 9457 problem details of the JSON body."""
+        problem: dict[str, Any] = {"type": BLOCKED, "title": "Blocked", "status": self.code, "detail": self.description}
         problem.update(self._details())
         if self.retry_after is not None:
             problem["retry_after"] = self.retry_after
         return problem
 
-    def _kind(self) -> tuple[str, str]:
-        """The problem details' type and title."""
-        return BLOCKED, "Blocked"
-
     def _details(self) -> dict[str, Any]:
-        """The problem details' members of this kind of refusal."""
+        """The problem details' members that differ from a block's."""
         return {}
 
     def _content_type(self, environ: WSGIEnvironment | None) -> str:
-        """The body's type for the request's ``Accept``: text, unless it asks
-        for JSON or prefers HTML."""
         if environ is None:
-            # Called as error.get_response() in an error handler: use the
-            # current request, if there is one.
+            # error.get_response() in an error handler: the current request's.
             from flask import has_request_context, request
 
             environ = request.environ if has_request_context() else {}
@@ -121,7 +94,7 @@ class _Negotiated(HTTPException):
         return _OFFERS.get(accept.best_match(_OFFERS) or "", _TEXT)
 
     def get_body(self, environ: WSGIEnvironment | None = None, scope: dict[str, Any] | None = None) -> str:
-        """The problem-details JSON, an HTML page, or a line of text, depending on ``Accept``."""
+        """Problem-details JSON, an HTML page, or a line of text, as ``Accept`` asks."""
         content_type = self._content_type(environ)
         if content_type == _HTML:
             return self._page()
@@ -132,16 +105,14 @@ class _Negotiated(HTTPException):
     def get_headers(
         self, environ: WSGIEnvironment | None = None, scope: dict[str, Any] | None = None
     ) -> list[tuple[str, str]]:
-        """``Content-Type`` to match the body, ``Vary: Accept`` since the body
-        depends on it (a shared cache must not give a JSON client the page),
-        and ``Retry-After`` unless the request can never pass."""
+        """``Content-Type``, ``Vary: Accept`` (a shared cache must not give a
+        JSON client the page), and ``Retry-After`` unless it never passes."""
         headers = [("Content-Type", self._content_type(environ)), ("Vary", "Accept")]
         if self.retry_after_header is not None:
             headers.append(("Retry-After", self.retry_after_header))
         return headers
 
     def _page(self) -> str:
-        """The HTML page: the message, and when to try again."""
         retry = ""
         if self.retry_after is not None:
             plural = "" if self.retry_after == 1 else "s"
@@ -153,35 +124,18 @@ class _Negotiated(HTTPException):
 
 
 class RateLimitExceeded(_Negotiated, TooManyRequests):
-    """A request was refused because a layer of its limit had no room left.
+    """A request was refused because a layer of its limit had no room left:
+    429 with ``Retry-After`` in whole seconds, rounded up (:doc:`/responses`).
 
-    The response is 429 with a ``Retry-After`` header in whole seconds,
-    rounded up. Its body is RFC 9457 problem details
-    (``application/problem+json``) when the client accepts JSON, a small
-    HTML page when it prefers ``text/html`` (a browser), and one line of
-    text otherwise.
-
-    :param layer: the layer that refused the request (the one whose wait is
-        longest, when several did).
-    :param identity: whose counter refused it, such as the client's IP.
-    :param retry_after: seconds until the request would pass; rounded up to a
-        whole number of seconds, at least 1.
-    :param scope: the name the counters are kept under, by default the endpoint.
-    :param retry_after_header: the ``Retry-After`` value, when it is not
-        ``retry_after`` in seconds (an HTTP-date, with
-        ``RATELIMIT_RETRY_AFTER = "http-date"``).
-    :param penalized: whether the identity serves a penalty of the limit
-        for hitting it repeatedly.
-    :param cost: the request's cost, when it is more than the whole quota of
-        ``layer``: then it can never pass, and there is no ``Retry-After``
-        (``retry_after`` is None), since any would promise a pass that will
-        not come.
-    :param violated_policies: the names, as in ``RateLimit-Policy``, of the
-        layers whose quota the request exceeded. Given, the problem details
-        are of the draft's ``quota-exceeded`` type and list them; None
-        (``RATELIMIT_HEADERS_DRAFT = 10``), they are ``about:blank``.
-    :param concurrent: whether ``layer`` is a concurrency cap (its quota the
-        cap): the identity had that many requests in flight already.
+    :param layer: the layer that refused it (the longest wait, when several did).
+    :param identity: whose counter refused it.
+    :param retry_after: seconds until the request would pass.
+    :param scope: the name the counters are kept under.
+    :param retry_after_header: the ``Retry-After`` value, when it is an HTTP-date.
+    :param penalized: whether the identity serves a penalty.
+    :param cost: the request's cost, when it exceeds ``layer``'s whole quota: it never passes, no ``Retry-After``.
+    :param violated_policies: the layers it exceeded, for ``quota-exceeded`` problem details; None for ``about:blank``.
+    :param concurrent: whether ``layer`` is a concurrency cap.
     """
 
     def __init__(
@@ -206,43 +160,32 @@ class RateLimitExceeded(_Negotiated, TooManyRequests):
         self.retry_after: int | None = seconds
         #: The scope the counters are kept under.
         self.scope = scope
-        #: The ``Retry-After`` header's value: ``retry_after``, or an
-        #: HTTP-date; None when the request can never pass.
+        #: The ``Retry-After`` header's value; None when the request can never pass.
         self.retry_after_header = None if seconds is None else retry_after_header or str(seconds)
         #: Whether the identity serves a penalty.
         self.penalized = penalized
         #: The request's cost if it is more than the layer's whole quota, else None.
         self.cost = cost
-        #: The names of the layers whose quota it exceeded, for the problem
-        #: details; None for ``about:blank`` ones.
+        #: The layers whose quota it exceeded; None for ``about:blank`` problem details.
         self.violated_policies = None if violated_policies is None else tuple(violated_policies)
         #: Whether a concurrency cap refused it.
         self.concurrent = concurrent
 
-    def _kind(self) -> tuple[str, str]:
-        """Of the type ``quota-exceeded`` of the IETF draft, with the layers
-        in ``violated-policies``; or, without :attr:`violated_policies`, of
-        the type ``about:blank``, as before 0.3.0."""
-        draft = Draft.of_problem(self.violated_policies is not None)
-        return draft.problem_type, draft.problem_title
-
     def _details(self) -> dict[str, Any]:
-        return {} if self.violated_policies is None else {"violated-policies": list(self.violated_policies)}
+        draft = Draft.of_problem(self.violated_policies is not None)
+        details: dict[str, Any] = {"type": draft.problem_type, "title": draft.problem_title}
+        if self.violated_policies is not None:
+            details["violated-policies"] = list(self.violated_policies)
+        return details
 
 
 class Blocked(_Negotiated, TooManyRequests):
     """A request was refused because an identity of it is blocked by an
-    :doc:`override </overrides>` (``flask ratelimit block``): 429, with a
-    ``Retry-After`` that says when the block ends. No layer refused it, so
-    it is no :class:`RateLimitExceeded`, and carries no ``RateLimit``
-    headers; its body follows ``Accept`` as that one's does, and its
-    problem details are of the type :data:`BLOCKED`, titled ``Blocked``.
+    :doc:`override </overrides>`: 429 with ``Retry-After`` until the block
+    ends, no ``RateLimit`` headers, problem details of the type :data:`BLOCKED`.
 
-    :param retry_after: seconds until the block ends; rounded up to a whole
-        number of seconds, at least 1.
-    :param retry_after_header: the ``Retry-After`` value, when it is not
-        ``retry_after`` in seconds (an HTTP-date, with
-        ``RATELIMIT_RETRY_AFTER = "http-date"``).
+    :param retry_after: seconds until the block ends.
+    :param retry_after_header: the ``Retry-After`` value, when it is an HTTP-date.
     """
 
     heading = "Blocked"
@@ -257,9 +200,7 @@ class Blocked(_Negotiated, TooManyRequests):
 
 
 class BlockedForbidden(_Negotiated, Forbidden):
-    """A request was refused because an identity of it is blocked, with
-    ``RATELIMIT_OVERRIDE_BLOCK_STATUS = 403``: as :class:`Blocked`, but 403
-    and without ``Retry-After``."""
+    """As :class:`Blocked`, with ``RATELIMIT_OVERRIDE_BLOCK_STATUS = 403``: no ``Retry-After``."""
 
     heading = "Blocked"
 

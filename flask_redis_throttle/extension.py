@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from flask import Flask
 
-from ._ops.metrics import Metrics, metrics_for
-from ._ops.override_changes import latest_changes, lift, overrides_of, set_override
+from ._ops.metrics import metrics_for
+from ._ops.override_changes import DISABLED, latest_changes, lift, overrides_of, set_override
 from ._request.config import APPLICATION_SCOPE, DEFAULTS, Settings
 from ._request.identity import parse_identity
 from ._request.plan import PlannedLimit, qualified_name
@@ -34,8 +34,7 @@ if TYPE_CHECKING:
 
 
 class OverrideOptions(TypedDict, total=False):
-    """The keyword arguments of :meth:`RateLimit.override`, :meth:`~RateLimit.allow`
-    and :meth:`~RateLimit.block`, described in :meth:`RateLimit.override`."""
+    """The keyword arguments of :meth:`RateLimit.override`, ``allow`` and ``block``."""
 
     scope: str | None
     until: object
@@ -60,23 +59,14 @@ __all__ = [
 
 
 class RateLimit:
-    """The extension. ``RateLimit(app)``, or ``RateLimit()`` then :meth:`init_app`.
-
-    It keeps no app of its own: each app's settings and storage live in
-    ``app.extensions["ratelimit"]``, so one instance can serve many apps.
+    """The extension: ``RateLimit(app)``, or ``RateLimit()`` then
+    :meth:`init_app`. Each app's state lives in ``app.extensions``, so one
+    instance can serve many apps.
 
     :param app: the app to set up at once, if any.
-    :param redis: a Redis client the app already has (a :class:`redis.Redis`,
-        one from :meth:`redis.sentinel.Sentinel.master_for`, or a
-        :class:`redis.cluster.RedisCluster`), to use instead of building one
-        from ``RATELIMIT_STORAGE_URL``. Its own options (timeouts, retries)
-        are kept as they are; see :doc:`/deployment`.
-    :param metrics: True to export Prometheus metrics of every decision in
-        ``prometheus_client``'s default registry, or a
-        :class:`~prometheus_client.CollectorRegistry` to export them in; False
-        for none. It needs the ``prometheus`` extra; see :doc:`/operations`.
-    :raises ImportError: if ``metrics`` is on and ``prometheus_client`` is
-        not installed.
+    :param redis: a Redis, Sentinel or cluster client to use instead of ``RATELIMIT_STORAGE_URL`` (:doc:`/deployment`).
+    :param metrics: export Prometheus metrics: True for the default registry, or a registry (:doc:`/operations`).
+    :raises ImportError: if ``metrics`` is on and ``prometheus_client`` is not installed.
     """
 
     def __init__(
@@ -84,11 +74,8 @@ class RateLimit:
     ) -> None:
         self.redis = redis
         #: The metrics every app of this instance records, or None.
-        self.metrics: Metrics | None = None
-        if metrics is not False:
-            self.metrics = metrics_for(None if metrics is True else metrics)
-        #: The functions registered with :meth:`request_filter`, shared by
-        #: every app this instance serves.
+        self.metrics = None if metrics is False else metrics_for(None if metrics is True else metrics)
+        #: The functions of :meth:`request_filter`, shared by every app this instance serves.
         self.filters: list[RequestFilter] = []
         if app is not None:
             self.init_app(app)
@@ -109,10 +96,8 @@ class RateLimit:
         ``RATELIMIT_NEAR_LIMIT``, ``RATELIMIT_OVERRIDE_BLOCK_STATUS``, ``RATELIMIT_OVERRIDE_WIDEST_IPV4``,
         ``RATELIMIT_OVERRIDE_WIDEST_IPV6`` and ``RATELIMIT_CONCURRENCY_LEASE``.
 
-        It also adds :func:`~flask_redis_throttle.current_limit` to the app's
-        templates' globals. (The ``flask ratelimit`` commands come with the
-        package, through an entry point; see :doc:`/cli`.)
-        Nothing is sent to Redis here, so an app starts even while Redis is down.
+        It adds :func:`~flask_redis_throttle.current_limit` to the templates'
+        globals, and sends nothing to Redis, so an app starts while Redis is down.
 
         :raises RuntimeError: if the extension is already set up on ``app``.
         :raises ConfigurationError: if a setting has a bad value.
@@ -121,8 +106,7 @@ class RateLimit:
             raise RuntimeError("flask-redis-throttle is already set up on this app; call init_app once per app")
         settings = Settings.from_config(app.config)
         state = RateLimitState(app, settings, self.filters, self.redis, self.metrics)
-        # Flask's setup methods refuse an app that has served a request:
-        # called first, so that a refused init_app leaves no state behind.
+        # First, as Flask refuses it on an app that has served: no state left behind.
         app.add_template_global(current_limit, "current_limit")
         if settings.enabled:
             app.before_request(state.before_request)
@@ -132,43 +116,28 @@ class RateLimit:
     def reset(
         self, identity: str | Identity | None = None, *, scope: str | None = None, app: Flask | None = None
     ) -> int:
-        """Delete an identity's counters, and its penalties, as ``flask
-        ratelimit reset`` does: in every scope, or in ``scope`` only. Without
-        an identity, every identity's: the app's every counter, or every
-        counter of ``scope``.
+        """Delete an identity's counters and penalties, or everyone's, in
+        every scope or in ``scope``, as ``flask ratelimit reset`` does
+        (:doc:`/cli`). Other processes' block caches may go on refusing the
+        identity for up to a second.
 
         .. code-block:: python
 
-            ratelimit.reset("user:42")                   # a support agent's "unblock"
+            ratelimit.reset("user:42")
             ratelimit.reset("ip:203.0.113.5", scope="login")
             ratelimit.reset(scope="login")               # everyone's logins
-            ratelimit.reset()                            # every counter of the app
 
-        Counting starts afresh at the identity's next request. This process
-        forgets its cached refusals at once; other processes' block caches
-        may go on refusing the identity for up to a second.
-
-        :param identity: as the CLI and the refusal log write it:
-            ``ip:<address>`` (an IPv6 address is grouped by
-            ``RATELIMIT_IPV6_PREFIX``, as requests are), ``user:<id>``,
-            ``key:<module>.<function>:<value>``; or an
-            :class:`~flask_redis_throttle.Identity`; or None for every
-            identity's counters under the app's ``RATELIMIT_KEY_PREFIX``
-            (the refusal log is kept).
-        :param scope: only this scope's counters (a limit's ``scope=``, or
-            by default its endpoint; see :ref:`scopes`); None for every scope.
-        :param app: the app whose counters to reset; by default the current app.
-        :returns: how many keys were deleted; 0 if the identity had none.
-        :raises ValueError: if ``identity`` names no identity, saying why,
-            or ``scope`` is empty.
-        :raises RuntimeError: if the extension is not set up on the app, or
-            is disabled.
-        :raises StorageUnavailable: if Redis could not answer; the keys
-            deleted before that stay deleted.
+        :param identity: ``ip:<address>``, ``user:<id>``, ``key:<function>:<value>``, an :class:`Identity`, or None.
+        :param scope: only this scope's counters (:ref:`scopes`); None for every scope.
+        :param app: the app; by default the current app.
+        :returns: how many keys were deleted.
+        :raises ValueError: if ``identity`` names no identity, or ``scope`` is empty.
+        :raises RuntimeError: if the extension is not set up on the app, or is disabled.
+        :raises StorageUnavailable: if Redis could not answer; keys deleted before stay deleted.
         """
         state: RateLimitState = state_of(app)
         if state.throttle is None:
-            raise RuntimeError("rate limiting is disabled on this app (RATELIMIT_ENABLED is False)")
+            raise RuntimeError(DISABLED)
         if scope is not None and (not isinstance(scope, str) or not scope):
             raise ValueError(f"scope {scope!r} must be a non-empty string, or None for every scope")
         if identity is not None and not isinstance(identity, Identity):
@@ -180,50 +149,35 @@ class RateLimit:
 
     def override(self, identity: str | Identity, limit: str, **options: Unpack[OverrideOptions]) -> Override:
         """Decide ``identity`` against other layers, on ``scope`` or on
-        every scope, until a time or for a while: in every worker of every
-        host within a second, with no restart (see :doc:`/overrides`).
+        every scope, until a time or for a while, in every worker within a
+        second (:doc:`/overrides`). It replaces any override of the same
+        identity and scope.
 
         .. code-block:: python
 
             ratelimit.override("user:42", "100/s;10000/h", scope="api", until="2027-12-31")
 
-        It replaces any override of the same identity and scope; the
-        identity keeps what it has used of the windows its layers share.
-
-        :param identity: as the CLI writes it (``user:42``, ``ip:203.0.113.7``),
-            or an IP network (``ip:203.0.113.0/24``, ``ip:2001:db8::/48``).
+        :param identity: as the CLI writes it, or an IP network such as ``ip:203.0.113.0/24``.
         :param limit: the layers, such as ``"100/s;10000/h"``.
-        :param scope: a scope of the app's limits (see :ref:`scopes`); None for every scope.
-        :param until: when it ends: a :class:`~datetime.datetime` (naive
-            means UTC), seconds since the epoch, or an ISO time.
-        :param duration: or for how long: a :class:`~datetime.timedelta`,
-            seconds, or a span such as ``"2h"``.
+        :param scope: a scope of the app's limits (:ref:`scopes`); None for every scope.
+        :param until: when it ends: a :class:`~datetime.datetime` (naive is UTC), epoch seconds or an ISO time.
+        :param duration: or for how long: a :class:`~datetime.timedelta`, seconds, or a span such as ``"2h"``.
         :param by: who set it, for the log of changes.
         :param app: the app; by default the current app.
         :returns: the override stored.
-        :raises ValueError: naming what is wrong, with nothing stored: an
-            unknown scope, a malformed identity, network or limit, a network
-            wider than ``RATELIMIT_OVERRIDE_WIDEST_IPV4``/``_IPV6``, an end
-            not in the future or more than ten years ahead, or neither or
-            both of ``until`` and ``duration``.
+        :raises ValueError: naming what is wrong, with nothing stored.
         :raises RuntimeError: if the extension is not set up on the app, or is disabled.
-        :raises StorageUnavailable: if Redis could not answer; nothing is
-            stored then, unless Redis did not answer in time, and makes the
-            change when it wakes up.
+        :raises StorageUnavailable: if Redis could not answer; if it timed out, the change may still be made.
         """
         return self._set("limit", identity, limit, **options)
 
     def allow(self, identity: str | Identity, **options: Unpack[OverrideOptions]) -> Override:
-        """Let ``identity`` through unlimited, on ``scope`` or on every
-        scope: a limit that counts it leaves its requests alone. The
-        arguments are :meth:`override`'s."""
+        """Let ``identity`` through unlimited; the arguments are :meth:`override`'s."""
         return self._set("allow", identity, None, **options)
 
     def block(self, identity: str | Identity, **options: Unpack[OverrideOptions]) -> Override:
-        """Refuse ``identity``'s requests, on ``scope`` or on every scope,
-        with 429 and a ``Retry-After`` until the block ends (or 403, as
-        ``RATELIMIT_OVERRIDE_BLOCK_STATUS`` says), without asking Redis.
-        The arguments are :meth:`override`'s."""
+        """Refuse ``identity``'s requests without asking Redis, with 429 (or
+        ``RATELIMIT_OVERRIDE_BLOCK_STATUS``); the arguments are :meth:`override`'s."""
         return self._set("block", identity, None, **options)
 
     def remove_overrides(
@@ -266,17 +220,8 @@ class RateLimit:
 
     def request_filter(self, function: RequestFilter) -> RequestFilter:
         """Register a function of the request that, when it returns True,
-        leaves the request unlimited: not counted, not refused, no headers.
-
-        .. code-block:: python
-
-            @ratelimit.request_filter
-            def internal(request):
-                return request.remote_addr in TRUSTED_ADDRESSES
-
-        It is called only for requests to limited endpoints, before anything
-        else; it applies to every app this instance serves, including those
-        set up before it was registered.
+        leaves the request unlimited: not counted, not refused, no headers
+        (:ref:`filters`). It applies to every app of this instance.
 
         :raises TypeError: if ``function`` is not callable.
         """
@@ -299,10 +244,7 @@ def refusal_log(app: Flask | None = None) -> RefusalLog:
 
 
 def near_limit_log(app: Flask | None = None) -> RefusalLog:
-    """The near-limit log of ``app``, or of the current app: who passed
-    ``RATELIMIT_NEAR_LIMIT`` of a layer, once per identity, layer and window
-    (see :ref:`near-limit`). Its entries are :class:`Refusal` objects of
-    requests that were admitted: their ``retry_after`` is 0.
+    """The near-limit log of ``app``, or of the current app (:ref:`near-limit`).
 
     :raises RuntimeError: if the extension is not set up on the app, or is
         disabled, or keeps no log (``RATELIMIT_NEAR_LIMIT = None`` or

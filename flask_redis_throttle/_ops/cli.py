@@ -1,8 +1,4 @@
-"""``flask ratelimit``: the limits, an identity's counters, the refusal
-and near-limit logs, resets and overrides, from the command line (see
-:doc:`/cli`). Found through the ``flask.commands`` entry point; each
-command works through the app's own state.
-"""
+"""The ``flask ratelimit`` commands (:doc:`/cli`), each working through the app's own state."""
 
 from __future__ import annotations
 
@@ -17,14 +13,14 @@ from flask.cli import AppGroup, FlaskGroup
 
 from .._request.state import RateLimitState
 from ..core.engine.keys import Identity, loggable
-from ..core.engine.throttle import StorageUnavailable, Throttle
+from ..core.engine.throttle import Throttle
 from ..core.storages.clients import redact
 from ..core.storages.embedded import EmbeddedRedis
 from ..core.storages.local import LocalFolder, server_status, stop_server
 from ..core.stores.refusals import RefusalLog
 from ..decorators import state_of
 from .console import duration, parse_moment, table, utc
-from .override_changes import latest_changes, lift, overrides_of, set_override, unsure
+from .override_changes import DISABLED, FAILURES, cause, latest_changes, lift, overrides_of, set_override, unsure
 from .reports import (
     CHANGES_HEADER,
     LIMITS_HEADER,
@@ -43,7 +39,6 @@ from .reports import (
 
 
 def _since(entries: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """The ``--since`` option of a log's command: an ISO time, or a span before now."""
 
     def moment(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
         try:
@@ -163,7 +158,6 @@ def _period(moment: float | None) -> str:
 
 
 def _set_override(action: str, takes_limit: bool, help: str) -> None:
-    """Add the command that sets an override of ``action``: it checks, stores and reports it."""
 
     def command(
         identity: str, scope: str | None, span: str | None, until: str | None, by: str | None, limit: str | None = None
@@ -249,10 +243,9 @@ def overrides_command(changes: int) -> None:
 
 
 def _shared(state: RateLimitState) -> Throttle:
-    """The app's throttle, for a command that changes what app servers
-    read (overrides, counters); a usage error on the embedded store under
-    the ``flask`` command line (a :class:`~flask.cli.FlaskGroup`), which
-    loads the app in a process no app server reads (see :doc:`/cli`)."""
+    """The app's throttle, for a command that changes what app servers read;
+    a usage error on the embedded store under ``flask``, whose process no
+    app server reads."""
     throttle = throttle_of(state)
     own_process = isinstance(click.get_current_context().find_root().command, FlaskGroup)
     if isinstance(throttle.storage.client, EmbeddedRedis) and own_process:
@@ -265,7 +258,6 @@ def _shared(state: RateLimitState) -> Throttle:
 
 
 def _user() -> str:
-    """Who runs the command, for the log of changes."""
     try:
         return getpass.getuser()
     except (OSError, KeyError):  # no user name in the environment nor the password database
@@ -315,10 +307,7 @@ def server_stop_command() -> None:
 
 
 def _local_folder(state: RateLimitState) -> LocalFolder:
-    """The folder of the app's local:// server.
-
-    :raises click.ClickException: when the app's storage is not ``local://``.
-    """
+    """:raises click.ClickException: when the app's storage is not ``local://``."""
     throttle = throttle_of(state)
     folder = throttle.local_folder()
     if folder is None:
@@ -338,17 +327,14 @@ def _state() -> RateLimitState:
 
 
 def throttle_of(state: RateLimitState) -> Throttle:
-    """The app's throttle, for a command that reads or changes its counters.
-
-    :raises click.ClickException: if rate limiting is disabled.
-    """
+    """:raises click.ClickException: if rate limiting is disabled."""
     if state.throttle is None:
-        raise click.ClickException("rate limiting is disabled on this app (RATELIMIT_ENABLED is False)")
+        raise click.ClickException(DISABLED)
     return state.throttle
 
 
 def _log(name: str) -> tuple[Throttle, RefusalLog]:
-    """The app's throttle and its refusal log (``"refusals"``) or near-limit log (``"near_limits"``)."""
+    """The app's throttle and its ``"refusals"`` or ``"near_limits"`` log."""
     state = _state()
     throttle, log = throttle_of(state), getattr(state, name)
     if log is None:
@@ -358,8 +344,7 @@ def _log(name: str) -> tuple[Throttle, RefusalLog]:
 
 
 def _named(identity: str, endpoint: str | None) -> tuple[RateLimitState, Throttle, Identity]:
-    """The app's state and throttle, and the identity a command names,
-    once its ``--endpoint``, if any, is found to be one of the app's."""
+    """The app's state and throttle, and the identity a command names, once its ``--endpoint`` is found."""
     state = _state()
     throttle = throttle_of(state)
     with _parameter("'IDENTITY'"):
@@ -372,7 +357,7 @@ def _named(identity: str, endpoint: str | None) -> tuple[RateLimitState, Throttl
 
 @contextmanager
 def _parameter(hint: str) -> Iterator[None]:
-    """Turn the :class:`ValueError` of a bad argument into click's usage error naming it."""
+    """A :class:`ValueError` as click's usage error naming the argument."""
     try:
         yield
     except ValueError as error:
@@ -381,11 +366,9 @@ def _parameter(hint: str) -> Iterator[None]:
 
 @contextmanager
 def storage_errors(throttle: Throttle, change: bool = False) -> Iterator[None]:
-    """Turn Redis failures into a message and a non-zero exit; for a
-    ``change``, one that says when it may have been made all the same."""
+    """Redis failures as a message and a non-zero exit, saying when a ``change`` may be made all the same."""
     try:
         yield
-    except (StorageUnavailable, redis.RedisError) as error:
-        reason = error.__cause__ if isinstance(error, StorageUnavailable) else error
-        message = f"rate limit storage unavailable at {redact(throttle.url)}: {reason}"
+    except FAILURES as error:
+        message = f"rate limit storage unavailable at {redact(throttle.url)}: {cause(error)}"
         raise click.ClickException(message + (unsure(error) if change else "")) from None

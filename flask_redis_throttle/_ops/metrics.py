@@ -1,13 +1,9 @@
-"""Prometheus metrics of the limiter's decisions, built on ``prometheus_client``
-(``RateLimit(app, metrics=...)``; the metrics and the multiprocess mode are
-in :doc:`/operations`).
+"""Prometheus metrics of the limiter's decisions (:doc:`/operations`).
 
-A decision must cost a dictionary look-up and an increment, not a
-``labels()`` call nor the public ``inc()``/``observe()``, which re-check
-their arguments and take as long as the rest: the children are cached by
-their labels, and the increments go to the value objects directly when this
-version of ``prometheus_client`` has them (``python benchmarks/overhead.py
---metrics`` measures it).
+A decision costs a dictionary look-up and an increment: the children are
+cached by their labels and incremented through their value objects, since
+``labels()`` and the public ``inc()``/``observe()`` re-check their
+arguments and take as long as the rest (``benchmarks/overhead.py --metrics``).
 """
 
 from __future__ import annotations
@@ -36,9 +32,7 @@ OUTCOMES = (
 #: at most 10 s (see :doc:`/shaping`).
 DELAY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
-#: The bounds of ``ratelimit_decision_seconds``'s buckets: a decision takes
-#: one round trip to Redis, from a tenth of a millisecond on loopback up to
-#: the socket timeout (0.5 s by default) when Redis stalls.
+#: From a loopback round trip to the socket timeout (0.5 s by default) of a stalled Redis.
 BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 _INSTALL_HINT = 'RateLimit(metrics=...) needs prometheus_client: pip install "flask-redis-throttle[prometheus]"'
@@ -88,8 +82,7 @@ class Metrics:
             buckets=DELAY_BUCKETS,
             registry=registry,
         )
-        #: Each label set's increment, made on first use. Keys are
-        #: endpoints x scopes x 8 outcomes: bounded, like the plans.
+        #: Each label set's increment: endpoints x scopes x 8 outcomes, bounded as the plans.
         self._count: dict[tuple[str, str, str], Callable[[float], None]] = {}
         self._observe = _fast_observe(self.seconds) or self.seconds.observe
 
@@ -118,18 +111,15 @@ class Metrics:
 
 
 def _fast_inc(counter: Any) -> Callable[[float], None] | None:
-    """The ``inc(amount)`` of ``counter``'s value object, or None if this
-    version of ``prometheus_client`` keeps it elsewhere. Both the in-process
-    value and the multiprocess one (a file) have it."""
+    """The ``inc`` of ``counter``'s value object (in-process or multiprocess), or None if elsewhere."""
     inc = getattr(getattr(counter, "_value", None), "inc", None)
     return inc if callable(inc) else None
 
 
 def _fast_observe(histogram: Any) -> Callable[[float], None] | None:
-    """``histogram.observe`` without its per-call checks: the sum's value,
-    then the first bucket whose bound is at least the amount, found by
-    bisection; None if this version of ``prometheus_client`` keeps them
-    elsewhere. Its buckets are not cumulative: the exporter adds them up."""
+    """``histogram.observe`` without its per-call checks, or None if this
+    ``prometheus_client`` keeps its values elsewhere. Its buckets are not
+    cumulative: the exporter adds them up."""
     total = getattr(histogram, "_sum", None)
     buckets = getattr(histogram, "_buckets", None)
     bounds = getattr(histogram, "_upper_bounds", None)
@@ -154,11 +144,9 @@ _registered: dict[CollectorRegistry, Metrics] = {}
 
 
 def metrics_for(registry: CollectorRegistry | None) -> Metrics:
-    """The metrics registered in ``registry``, or in ``prometheus_client``'s
-    default registry if None; registered on first use.
+    """The metrics registered in ``registry`` (the default if None), on first use.
 
-    :raises ImportError: if ``prometheus_client`` is not installed, saying
-        which extra to install.
+    :raises ImportError: if ``prometheus_client`` is not installed, naming the extra.
     """
     try:
         import prometheus_client

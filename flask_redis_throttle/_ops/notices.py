@@ -1,11 +1,6 @@
-"""What the extension logs about itself: warnings, spaced out by kind;
-Redis's outages and recovery; the start-up line; and the circuit breakers'
-opening and closing, which it also exports as metrics.
-
-:class:`Notices` is the part of each app's
-:class:`~flask_redis_throttle.extension.RateLimitState` that remembers what
-was logged, so that a Redis that fails every request warns once per
-:data:`WARNING_INTERVAL`, not once per request.
+"""What the extension logs about itself: warnings spaced out by kind (so a
+Redis that fails every request warns once per :data:`WARNING_INTERVAL`),
+outages and recovery, the start-up line, and the circuit breakers.
 """
 
 from __future__ import annotations
@@ -22,15 +17,13 @@ if TYPE_CHECKING:
     from .metrics import Metrics
 
 logger = logging.getLogger("flask_redis_throttle")
-#: The circuit breakers' opening and closing, a logger of their own so that
-#: an operator can route or silence them apart from the per-request warnings.
+#: A logger of its own, for operators to route or silence apart.
 breaker_logger = logging.getLogger("flask_redis_throttle.breaker")
 
 #: The shortest gap between two warnings of one kind, in seconds.
 WARNING_INTERVAL = 10.0
 
-#: The attribute set on the record of an internal error (see
-#: :meth:`Notices._internal_error`).
+#: The attribute set on the record of an internal error.
 INTERNAL_ERROR = "ratelimit_internal_error"
 
 #: What a left-out line of each level is called, in the next one.
@@ -41,11 +34,8 @@ _OUTAGE_WARNINGS = frozenset(["storage", "refusal log"])
 
 
 class Notices:
-    """The warnings and notices of one app's rate limiting state.
-
-    A subclass sets :attr:`settings`, :attr:`throttle` and :attr:`metrics`,
-    and says which endpoints are limited.
-    """
+    """The warnings and notices of one app's state; a subclass sets
+    :attr:`settings`, :attr:`throttle` and :attr:`metrics`."""
 
     #: The monotonic clock that spaces warnings; tests may replace it.
     clock: Callable[[], float] = staticmethod(time.monotonic)
@@ -56,14 +46,11 @@ class Notices:
 
     def __init__(self) -> None:
         self._warning_lock = threading.Lock()
-        #: For each kind of warning: when it may be logged again, and how
-        #: many were not logged since the last one.
+        #: Per kind: when it may be logged again, and how many were left out.
         self._warnings: dict[str, tuple[float, int]] = {}
-        #: Whether Redis failed a request since it last decided one, and how
-        #: many it failed: recovery is logged with that count, then reset.
+        #: Whether Redis failed since it last decided, and how often.
         self._failing = False
         self._failed_requests = 0
-        #: Whether the start-up line was logged (see :meth:`announce`).
         self._announced = False
 
     def limited_endpoints(self) -> set[str]:
@@ -78,9 +65,8 @@ class Notices:
         self._warn(message)
 
     def _recovered(self) -> None:
-        """Redis decided a request after failing some: log it once, and
-        forget the outage's counts but not the time of the next warning, so
-        that a Redis failing every other request still warns once per interval."""
+        """Log a recovery once. The next warning's time is kept, so a Redis
+        failing every other request still warns once per interval."""
         with self._warning_lock:
             if not self._failing:
                 return  # another thread logged it
@@ -90,20 +76,16 @@ class Notices:
                     self._warnings[kind] = (next_warning, 0)
         assert self.throttle is not None
         logger.info(
-            "rate limit storage %s recovered: it decides requests again, after failing %d",
-            self.throttle.url,
-            failed,
+            "rate limit storage %s recovered: it decides requests again, after failing %d", self.throttle.url, failed
         )
 
     def _warn(self, message: str, kind: str = "storage", exc_info: BaseException | None = None) -> None:
-        """Log a warning, at most once per :data:`WARNING_INTERVAL` for each
-        kind, with ``exc_info``'s traceback if given, and how many of its
-        kind were left out since the last one, if any were."""
+        """Log a warning, at most once per :data:`WARNING_INTERVAL` per kind,
+        with how many were left out since."""
         self._log(logging.WARNING, message, kind, exc_info)
 
     def _internal_error(self, message: str, error: BaseException) -> None:
-        """Log an error that is neither Redis's nor the app's (a bug) at ERROR,
-        with its traceback, spaced out as warnings are; its record carries
+        """Log a bug at ERROR, spaced out as warnings; its record carries
         :data:`INTERNAL_ERROR` (the tests fail on one they did not expect)."""
         self._log(logging.ERROR, message, "internal error", error, {INTERNAL_ERROR: True})
 
@@ -127,14 +109,12 @@ class Notices:
         logger.log(level, "%s.", message, exc_info=exc_info, extra=extra)
 
     def skip_announcement(self) -> None:
-        """Log no start-up line: the Flask-Limiter shim's apps, since
-        Flask-Limiter logs none."""
+        """Log no start-up line, as Flask-Limiter (for the shim's apps)."""
         self._announced = True
 
     def announce(self) -> None:
-        """Log the one start-up line of each process: the storage, the
-        strategy, and how many endpoints are limited; at the first request,
-        since views registered after ``init_app`` count."""
+        """Log the process's start-up line, at the first request, so that
+        views registered after ``init_app`` count."""
         with self._warning_lock:
             if self._announced:
                 return

@@ -1,11 +1,6 @@
-"""Overrides as an operator gives them: checked, stored, removed and listed,
-for ``flask ratelimit override``/``allow``/``block``/``lift``, the dashboard
-and :class:`~flask_redis_throttle.RateLimit`'s methods alike.
-
-Bad input raises :class:`ValueError` naming it, before anything is
-stored: an unknown action or scope, a malformed identity, network or
-limit, a network wider than the configured bound, an end that is not in
-the future or more than ten years ahead. See :doc:`/overrides`.
+"""Overrides as an operator gives them, checked, stored, removed and listed,
+for the CLI, the dashboard and :class:`~flask_redis_throttle.RateLimit`
+alike; bad input raises :class:`ValueError` naming it, with nothing stored.
 """
 
 from __future__ import annotations
@@ -26,12 +21,21 @@ from ..errors import InvalidLimit
 from .console import parse_moment, parse_span
 from .reports import find_identity
 
+#: What every operator's call says when rate limiting is disabled.
+DISABLED = "rate limiting is disabled on this app (RATELIMIT_ENABLED is False)"
+
+#: What an operator's call meets when Redis cannot answer.
+FAILURES = (StorageUnavailable, redis.RedisError)
+
+
+def cause(error: BaseException) -> BaseException | None:
+    """The Redis error behind a failure: a :class:`StorageUnavailable`'s cause."""
+    return error.__cause__ if isinstance(error, StorageUnavailable) else error
+
 
 def unsure(error: BaseException) -> str:
-    """What to add to the report of a change that failed: that Redis may
-    make it all the same, if it did not answer in time."""
-    cause = error.__cause__ if isinstance(error, StorageUnavailable) else error
-    if not isinstance(cause, redis.TimeoutError):
+    """What to add to a failed change's report: that a Redis that timed out may make it all the same."""
+    if not isinstance(cause(error), redis.TimeoutError):
         return ""
     return (
         " The change may have reached Redis all the same, and be made when it answers:"
@@ -42,7 +46,7 @@ def unsure(error: BaseException) -> str:
 def overrides_of(state: RateLimitState) -> Overrides:
     """The app's overrides; a :class:`RuntimeError` if rate limiting is disabled."""
     if state.overrides is None:
-        raise RuntimeError("rate limiting is disabled on this app (RATELIMIT_ENABLED is False)")
+        raise RuntimeError(DISABLED)
     return state.overrides
 
 
@@ -56,13 +60,10 @@ def set_override(
     duration: object,
     by: str,
 ) -> Override:
-    """Check and store one override, as the CLI, the dashboard and
-    :meth:`RateLimit.override <flask_redis_throttle.RateLimit.override>` give it.
+    """Check and store one override.
 
-    :raises ValueError: naming what is wrong (see the module's docstring),
-        with nothing stored.
-    :raises StorageUnavailable: or :class:`redis.RedisError`, if Redis
-        could not answer.
+    :raises ValueError: naming what is wrong, with nothing stored.
+    :raises StorageUnavailable: or :class:`redis.RedisError`, if Redis could not answer.
     """
     overrides = overrides_of(state)
     with state.app.app_context():  # a key function may go by its short name
@@ -93,8 +94,7 @@ def set_override(
 def lift(
     state: RateLimitState, target: str | Identity | None, scope: str | None, every: bool, by: str
 ) -> list[Override]:
-    """Remove ``target``'s overrides (everyone's if None) on ``scope``, or
-    on every scope if ``every``; the overrides removed."""
+    """Remove ``target``'s overrides (everyone's if None) on ``scope``, or every scope if ``every``."""
     overrides = overrides_of(state)
     with state.app.app_context():
         name = None if target is None else parse_target(target, state)[0]
@@ -109,9 +109,8 @@ def latest_changes(state: RateLimitState, count: int) -> list[Change]:
 
 def parse_target(target: str | Identity, state: RateLimitState) -> tuple[str, bool]:
     """The identity or network an operator wrote, as an override keeps it,
-    and whether it is a network: an ``ip:`` target with a ``/``, unless it
-    is one IPv4 address, or an IPv6 network no wider than the groups clients
-    are counted in (``RATELIMIT_IPV6_PREFIX``), which is that group."""
+    and whether it is a network: an IPv4 /32, or an IPv6 network within the
+    ``RATELIMIT_IPV6_PREFIX`` groups clients are counted in, is one identity."""
     if isinstance(target, Identity):
         return str(target), False
     if not isinstance(target, str):
@@ -149,17 +148,10 @@ def known_scopes(state: RateLimitState) -> set[str]:
 
 
 def parse_when(until: object, duration: object, now: float) -> float:
-    """When an override given ``until`` or ``duration`` ends, in seconds
-    since the epoch.
+    """When an override given ``until`` or ``duration`` ends, in epoch
+    seconds; one too far off for a float is infinite, for :func:`set_override` to refuse.
 
-    :param until: a :class:`~datetime.datetime` (naive means UTC), seconds
-        since the epoch, or text: an ISO time such as ``2027-12-31`` or
-        ``2027-12-31T18:00:00+01:00`` (UTC unless it says otherwise).
-    :param duration: a :class:`~datetime.timedelta`, seconds, or text such
-        as ``90s``, ``2h``, ``1h30m`` or ``7d``.
-    :raises ValueError: unless exactly one is given, and well formed. One
-        too far off for a float comes back as an infinity, for
-        :func:`set_override` to refuse.
+    :raises ValueError: unless exactly one is given, and well formed.
     """
     if (until is None) == (duration is None):
         raise ValueError("give one end: until (a time such as 2027-12-31) or a duration (a span such as 2h)")
@@ -188,9 +180,8 @@ def parse_when(until: object, duration: object, now: float) -> float:
 
 
 def _seconds(value: object) -> float:
-    """A number of seconds as a float: one too large for a float as an
-    infinity, which the bound on the end refuses by name; NaN for what is
-    no number, booleans included."""
+    """Seconds as a float, infinite if too large (the end's bound refuses
+    it by name); NaN for what is no number, booleans included."""
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return math.nan
     try:

@@ -1,7 +1,6 @@
-"""The one place the rows the CLI prints and the dashboard renders are built
-(limits, an identity's counters, overrides, changes, log entries), with a
-reset and finding the identity or endpoint an operator typed: plain values
-and :class:`ValueError`, for each front end to show its way.
+"""The rows the CLI prints and the dashboard renders, a reset, and the
+identity or endpoint an operator typed: plain values and :class:`ValueError`,
+for each front end to show its way.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from ..core.engine.throttle import Policy, Throttle
 from ..core.stores.overrides import Change, Override
 from ..core.stores.refusals import Refusal
 from ..core.stores.usage import usage
-from ..decorators import EXEMPT_ATTRIBUTE
+from ..decorators import exemption_of
 from .console import duration, utc
 
 if TYPE_CHECKING:
@@ -37,15 +36,8 @@ LIMITS_HEADER = ("RULE", "METHODS", "ENDPOINT", "LIMIT", "STRATEGY", "SCOPE", "I
 
 @dataclass(frozen=True)
 class RouteLimits:
-    """A group of rows of ``flask ratelimit limits``: a rule of the app, the
-    methods of it whose limits are the same, and those limits.
-
-    :param rule: the rule.
-    :param methods: its methods, of :func:`methods_of`, with these limits.
-    :param limits: their limits as planned, each with where it came from
-        (:attr:`PlannedLimit.source <flask_redis_throttle.extension.PlannedLimit>`):
-        the view's, its blueprints', the default, the application and meta limits.
-    """
+    """A rule of the app, its methods (of :func:`methods_of`) that have the
+    same limits, and those limits as planned, each with its source."""
 
     rule: Rule
     methods: tuple[str, ...]
@@ -53,12 +45,9 @@ class RouteLimits:
 
 
 def route_limits(state: RateLimitState, endpoint: str | None = None, method: str | None = None) -> list[RouteLimits]:
-    """The current app's routes with their limits, in the order of their
-    rules, as ``flask ratelimit limits`` lists them and ``flask limiter
-    limits`` draws them; methods with the same limits together.
+    """The current app's routes with their limits, by rule, methods with the
+    same limits together; only ``endpoint``'s, or ``method``, if given.
 
-    :param endpoint: only this endpoint's rules; None for every rule.
-    :param method: only this method of each rule; None for every method.
     :raises KeyError: if the app has no endpoint ``endpoint``.
     """
     found: list[RouteLimits] = []
@@ -73,8 +62,7 @@ def route_limits(state: RateLimitState, endpoint: str | None = None, method: str
 
 
 def limit_rows(state: RateLimitState, limited: bool = False) -> list[tuple[str, ...]]:
-    """Every route of the current app with its limits, one row per limit;
-    with ``limited``, only the routes that have limits."""
+    """One row per limit of each route; with ``limited``, only limited routes."""
     rows: list[tuple[str, ...]] = []
     for route in route_limits(state):
         cells = _limit_cells(list(route.limits))
@@ -94,8 +82,7 @@ STATUS_HEADER = ("ENDPOINT", "SCOPE", "STRATEGY", "LAYER", "USED", "REMAINING", 
 def status_rows(
     state: RateLimitState, throttle: Throttle, who: Identity, endpoint: str | None
 ) -> list[tuple[str, ...]]:
-    """What ``who`` has used of each layer that counts it, of ``endpoint``'s
-    limits or every endpoint's; nothing is counted."""
+    """What ``who`` has used of each layer that counts it; nothing is counted."""
     endpoints = sorted(current_app.view_functions) if endpoint is None else [endpoint]
     rows: list[tuple[str, ...]] = []
     for name in endpoints:
@@ -113,8 +100,7 @@ def status_rows(
 
 @dataclass(frozen=True)
 class Reset:
-    """What :func:`reset_counters` deleted: how many keys of ``identity``,
-    in the ``scopes`` of ``endpoint`` (``[None]`` and None for every scope)."""
+    """What :func:`reset_counters` deleted (``scopes`` ``[None]`` for every scope)."""
 
     identity: Identity
     endpoint: str | None
@@ -132,8 +118,8 @@ class Reset:
 
 
 def reset_counters(state: RateLimitState, throttle: Throttle, who: Identity, endpoint: str | None) -> Reset | None:
-    """Delete ``who``'s counters, in every scope or only ``endpoint``'s, and
-    clear this process's block cache; None if no limit of ``endpoint`` counts ``who``."""
+    """Delete ``who``'s counters, in every scope or ``endpoint``'s; None if
+    no limit of ``endpoint`` counts ``who``."""
     scopes: list[str | None] = [None]
     if endpoint is not None:
         scopes = list(dict.fromkeys(limit.scope for limit in _counting(state, endpoint, who)))
@@ -149,19 +135,16 @@ CHANGES_HEADER = ("TIME (UTC)", "BY", "CHANGE", "OVERRIDE", "UNTIL (UTC)")
 
 
 def override_rows(overrides: Sequence[Override]) -> list[tuple[str, ...]]:
-    """The overrides in force, one row each, as the CLI and the dashboard show them."""
     return [(o.target, o.scope or "(every scope)", o.action, o.limit, utc(o.until), o.by, utc(o.at)) for o in overrides]
 
 
 def change_rows(changes: Sequence[Change]) -> list[tuple[str, ...]]:
-    """The latest changes, one row each, newest first."""
     return [(utc(c.time), c.by, c.what, c.override, "" if c.until is None else utc(c.until)) for c in changes]
 
 
 def entry_rows(entries: Sequence[Refusal], who: str, retry: bool) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
-    """The header and rows of entries of the refusal or near-limit log: the
-    identity whose counter refused or came near, under ``who``, apart from
-    the others present; with ``retry``, when the request would have passed."""
+    """The header and rows of a log's entries, the deciding identity under
+    ``who``; with ``retry``, when the request would have passed."""
     retry_after = ("RETRY AFTER",) if retry else ()
     header = ("TIME (UTC)", "ENDPOINT", "SCOPE", "LAYER", "STRATEGY", who, *retry_after, "ALSO PRESENT")
     rows = [
@@ -181,8 +164,10 @@ def entry_rows(entries: Sequence[Refusal], who: str, retry: bool) -> tuple[tuple
 
 
 def find_identity(text: str, state: RateLimitState) -> Identity:
-    """The identity written as ``text`` (key functions may go by their short
-    names); else a :class:`ValueError` saying what would be one."""
+    """The identity written as ``text``, key functions by their short names too.
+
+    :raises ValueError: saying what would be one.
+    """
     kinds = {
         spec_name(spec)
         for endpoint in current_app.view_functions
@@ -194,8 +179,10 @@ def find_identity(text: str, state: RateLimitState) -> Identity:
 
 
 def find_endpoint(name: str) -> str:
-    """``name``, if the current app has such an endpoint; else a
-    :class:`ValueError` naming the closest ones."""
+    """``name``, if the current app has such an endpoint.
+
+    :raises ValueError: naming the closest ones.
+    """
     if name not in current_app.view_functions:
         close = difflib.get_close_matches(name, current_app.view_functions, n=3)
         hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else "; `flask ratelimit limits` lists them"
@@ -204,8 +191,7 @@ def find_endpoint(name: str) -> str:
 
 
 def methods_of(rule: Rule) -> list[str]:
-    """The methods of ``rule`` worth showing: not the HEAD that Flask adds to
-    GET, nor the OPTIONS it answers itself, which are never limited."""
+    """The methods of ``rule`` without Flask's automatic HEAD and OPTIONS, never limited."""
     methods = set(rule.methods or ())
     if "GET" in methods:
         methods.discard("HEAD")
@@ -230,23 +216,19 @@ def _endpoint_limits(state: RateLimitState, endpoint: str) -> list[PlannedLimit]
 
 
 def _counting(state: RateLimitState, endpoint: str, identity: Identity) -> list[PlannedLimit]:
-    """The limits of ``endpoint`` that count identities of ``identity``'s kind."""
     return [limit for limit in _endpoint_limits(state, endpoint) if identity.kind in counted_kinds(limit)]
 
 
 def counted_kinds(limit: PlannedLimit) -> tuple[str, ...]:
-    """The kinds of identity ``limit`` counts, such as ``("user", "ip")``
-    for ``user-or-ip``: what an identity of the CLI must be to be counted."""
+    """The kinds of identity ``limit`` counts: ``("user", "ip")`` for ``user-or-ip``."""
     return tuple(dict.fromkeys(kind for spec in limit.identities for kind in spec_kinds(spec)))
 
 
 def is_exempt(endpoint: str) -> bool:
-    """Whether the view of ``endpoint`` in the current app, or a blueprint
-    it is in, is exempt (:func:`~flask_redis_throttle.exempt`) from some
-    limits it would inherit."""
+    """Whether the view of ``endpoint``, or a blueprint it is in, has an exemption."""
     app = current_app
     holders = [app.view_functions[endpoint], *(app.blueprints[name] for name in blueprints_of(app, endpoint))]
-    return any(getattr(holder, EXEMPT_ATTRIBUTE, None) is not None for holder in holders)
+    return any(exemption_of(holder) is not None for holder in holders)
 
 
 def nothing_counts(state: RateLimitState, endpoint: str | None, identity: Identity) -> str:
@@ -259,20 +241,13 @@ def nothing_counts(state: RateLimitState, endpoint: str | None, identity: Identi
 
 def _limit_cells(limits: list[PlannedLimit]) -> tuple[tuple[str, ...], ...]:
     return tuple(
-        (
-            _limit_text(limit),
-            limit.strategy,
-            limit.scope,
-            ", ".join(spec_name(spec) for spec in limit.identities),
-        )
+        (_limit_text(limit), limit.strategy, limit.scope, ", ".join(map(spec_name, limit.identities)))
         for limit in limits
     )
 
 
 def _limit_text(limit: PlannedLimit) -> str:
-    """The layers, or the function of a dynamic limit, with the options that
-    change how it counts: its concurrency cap, shadow mode, and where it was
-    written when not on the view."""
+    """The layers or a dynamic limit's function, with its cap, shadow mode and source."""
     if limit.policy is None:
         text = f"dynamic: {getattr(limit.spec.limit, '__qualname__', 'function')}()"
     else:
@@ -284,9 +259,7 @@ def _limit_text(limit: PlannedLimit) -> str:
 
 
 def _cap(slots: Policy | None) -> str:
-    """A concurrency cap as the limits show it, such as ``3 concurrent,
-    lease 60s``: its one layer is the cap per lease (see
-    :meth:`~flask_redis_throttle.core.engine.throttle.Policy.concurrency`)."""
+    """A concurrency cap, such as ``3 concurrent, lease 60s``: its one layer is the cap per lease."""
     if slots is None:
         return ""
     [cap] = slots.layers
