@@ -1,6 +1,4 @@
-"""The ``memory://`` client: the redis-py methods the package calls, on a
-keyspace of its own, under the one lock of every embedded store.
-"""
+"""The ``memory://`` client: the redis-py methods the package calls, on a keyspace of its own."""
 
 from __future__ import annotations
 
@@ -24,10 +22,8 @@ _LOCK = threading.Lock()
 
 
 def _after_fork() -> None:
-    """A child forked while another thread was inside a call inherits the
-    lock, and the Lua runtime's own, held by a thread it does not have: it
-    gets a free lock and new runtimes, on which scripts are compiled again
-    on their first call."""
+    """A child forked while another thread held the lock (or the Lua
+    runtime's own) gets a free lock and new runtimes."""
     global _LOCK
     _LOCK = threading.Lock()
     forget_hosts()
@@ -35,8 +31,6 @@ def _after_fork() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
-
-# -- the client -------------------------------------------------------------------
 
 
 def encode(value: Any) -> bytes:
@@ -62,8 +56,6 @@ def encode(value: Any) -> bytes:
 
 
 def _command(name: str, convert: Callable[[Any], Any] = lambda reply: reply) -> Callable[..., Any]:
-    """A method of :class:`EmbeddedRedis` that sends the command ``name``
-    with its arguments, and converts the reply as redis-py does."""
 
     def method(self: EmbeddedRedis, *args: Any) -> Any:
         return convert(self.execute_command(name, *args))
@@ -73,14 +65,8 @@ def _command(name: str, convert: Callable[[Any], Any] = lambda reply: reply) -> 
 
 
 class EmbeddedRedis:
-    """The ``memory://`` client: the redis-py methods the package (and its
-    tests) call, on a :class:`Keyspace` of its own, replying as a
-    :class:`redis.Redis` with ``decode_responses=False`` replies.
-
-    :param clock: seconds since the epoch (see :class:`Keyspace`).
-    :param lua: the lupa module to run scripts on, one of :data:`LUAS`; by
-        default the first that lupa has.
-    """
+    """The ``memory://`` client, replying as a :class:`redis.Redis` with
+    ``decode_responses=False``; ``lua`` is one of :data:`LUAS`."""
 
     def __init__(self, clock: Callable[[], float] = time.time, lua: str | None = None) -> None:
         self.keyspace = Keyspace(clock)
@@ -92,19 +78,15 @@ class EmbeddedRedis:
     def __repr__(self) -> str:
         return f"<{type(self).__name__} memory://: {len(self.keyspace.data)} keys>"
 
-    # -- commands ---------------------------------------------------------------
-
     def execute_command(self, *args: Any, **options: Any) -> Any:
-        """Run one command and return its reply as it comes from Redis
-        (before redis-py's per-command conversions).
+        """One command's reply before redis-py's per-command conversions."""
+        return self._locked(self._dispatch, [encode(arg) for arg in args])
 
-        :raises redis.ResponseError: its error reply, as redis-py raises it.
-        """
-        words = [encode(arg) for arg in args]
+    def _locked(self, call: Callable[..., Any], *args: Any) -> Any:
         with _LOCK:
             self.keyspace.tick()
             try:
-                return self._dispatch(words)
+                return call(*args)
             except CommandError as error:
                 raise response_error(error.message) from None
 
@@ -132,9 +114,12 @@ class EmbeddedRedis:
             raise CommandError("ERR Number of keys can't be negative")
         if count > len(rest) - 1:
             raise CommandError("ERR Number of keys can't be greater than number of args")
+        return self._run(sha, count, rest[1:])
+
+    def _run(self, sha: str, count: int, words: list[bytes]) -> Any:
         if sha not in self.scripts:
             raise CommandError("NOSCRIPT No matching script. Please use EVAL.")
-        return lua_host(self.lua).run(self.keyspace, sha, count, rest[1:])
+        return lua_host(self.lua).run(self.keyspace, sha, count, words)
 
     def _script(self, words: list[bytes]) -> Any:
         command = words[0].upper() if words else b""
@@ -148,11 +133,7 @@ class EmbeddedRedis:
         raise CommandError("ERR unknown subcommand or wrong number of arguments for 'script' command")
 
     def evalsha(self, sha: str, numkeys: int, *keys_and_args: Any) -> Any:
-        """Run a script this store knows by its SHA1: the one call of every
-        request, so it skips the generic command path when it can.
-
-        :raises redis.exceptions.NoScriptError: for a SHA1 it does not know.
-        """
+        """The one call of every request: it skips the generic command path when it can."""
         if type(sha) is not str or type(numkeys) is not int or not 0 <= numkeys <= len(keys_and_args):
             return self.execute_command("EVALSHA", sha, numkeys, *keys_and_args)
         # Keys are strings and most arguments integers: encoded inline.
@@ -160,35 +141,22 @@ class EmbeddedRedis:
             word.encode() if type(word) is str else b"%d" % word if type(word) is int else encode(word)
             for word in keys_and_args
         ]
-        with _LOCK:
-            self.keyspace.tick()
-            try:
-                if sha not in self.scripts:
-                    raise CommandError("NOSCRIPT No matching script. Please use EVAL.")
-                return lua_host(self.lua).run(self.keyspace, sha, numkeys, words)
-            except CommandError as error:
-                raise response_error(error.message) from None
+        return self._locked(self._run, sha, numkeys, words)
 
     def eval(self, script: str | bytes, numkeys: int, *keys_and_args: Any) -> Any:
-        """Run a script's text (compiled once per process, then known here by its SHA1)."""
         return self.execute_command("EVAL", script, numkeys, *keys_and_args)
 
     def script_load(self, script: str | bytes) -> str:
         return str(self.execute_command("SCRIPT", "LOAD", script).decode())
 
-    def script_exists(self, *shas: str) -> list[bool]:
-        return [bool(found) for found in self.execute_command("SCRIPT", "EXISTS", *shas)]
-
     def script_flush(self, sync_type: str | None = None) -> bool:
         self.execute_command("SCRIPT", "FLUSH")
         return True
 
-    # The commands whose reply redis-py only converts: each method sends its
-    # name and its arguments. DUMP's snapshot is opaque (see Keyspace.dump).
+    # The commands whose reply redis-py only converts.
     get = _command("GET")
     delete = _command("DEL", int)
     exists = _command("EXISTS", int)
-    type = _command("TYPE", bytes)
     pexpire = _command("PEXPIRE", bool)
     expire = _command("EXPIRE", bool)
     persist = _command("PERSIST", bool)
@@ -236,7 +204,6 @@ class EmbeddedRedis:
         return int(following), found
 
     def scan_iter(self, match: Any = None, count: int | None = None) -> Iterator[bytes]:
-        """Every key (matching ``match``), a page of ``count`` at a time."""
         cursor = None
         while cursor != 0:
             cursor, found = self.scan(cursor or 0, match, count)
@@ -285,12 +252,11 @@ class EmbeddedRedis:
         return _entries(self.execute_command("XREVRANGE", name, max, min, *_count(count)))
 
     def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> EmbeddedPipeline:
-        """A pipeline: its commands run one by one when executed (each
-        atomic, the whole not, as a pipeline without MULTI)."""
+        """A pipeline without MULTI: each command atomic, the whole not."""
         return EmbeddedPipeline(self)
 
     def close(self) -> None:
-        """Nothing to close: the keyspace lives as long as the client."""
+        pass
 
 
 def _count(count: int | None) -> list[Any]:
@@ -298,13 +264,10 @@ def _count(count: int | None) -> list[Any]:
 
 
 def _entries(raw: list[Any]) -> list[tuple[bytes, dict[bytes, bytes]]]:
-    """Stream entries as redis-py gives them: (ID, fields) pairs."""
     return [(entry_id, dict(zip(flat[::2], flat[1::2], strict=True))) for entry_id, flat in raw]
 
 
 class EmbeddedPipeline:
-    """The commands of a pipeline, queued, then run one by one."""
-
     def __init__(self, client: EmbeddedRedis) -> None:
         self.client = client
         self.commands: list[tuple[Any, ...]] = []
@@ -320,8 +283,6 @@ class EmbeddedPipeline:
         return self
 
     def execute(self, raise_on_error: bool = True) -> list[Any]:
-        """Each command's reply, or its error in its place; the first
-        error is raised instead if ``raise_on_error``."""
         results: list[Any] = []
         for args in self.commands:
             try:
