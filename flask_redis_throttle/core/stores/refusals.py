@@ -1,6 +1,6 @@
 """The refusal log: who hit the limits, in capped Redis streams apart from
 the counters, so that admitted requests never pay for it; :doc:`/refusals`
-tells how it is kept and read. Usable without Flask."""
+tells how it is kept and read. This module imports Redis but not Flask."""
 
 from __future__ import annotations
 
