@@ -186,23 +186,16 @@ class Keyspace:
         cursor = parse_integer(words[1], "ERR invalid cursor")
         if cursor < 0:
             raise CommandError("ERR invalid cursor")
-        match, count, kind = None, 10, None
-        i = 2
-        while i < len(words):
-            option = words[i].upper()
-            if i + 1 >= len(words):
-                raise CommandError(SYNTAX)
-            if option == b"MATCH":
-                match = glob(words[i + 1])
-            elif option == b"COUNT":
-                count = parse_integer(words[i + 1])
-                if count < 1:
-                    raise CommandError(SYNTAX)
-            elif option == b"TYPE":
-                kind = words[i + 1].lower()
+        match, count = None, 10
+        for option, value in zip(words[2::2], words[3::2], strict=False):
+            if option.upper() == b"MATCH":
+                match = glob(value)
+            elif option.upper() == b"COUNT" and parse_integer(value) > 0:
+                count = parse_integer(value)
             else:
                 raise CommandError(SYNTAX)
-            i += 2
+        if len(words) % 2:
+            raise CommandError(SYNTAX)
         # An unknown cursor (one of too long ago) starts again: keys may be
         # returned twice, as Redis allows, but none is missed.
         after = self._cursors.pop(cursor, None)
@@ -215,14 +208,7 @@ class Keyspace:
             if len(self._cursors) > CURSORS:
                 del self._cursors[next(iter(self._cursors))]
             following = b"%d" % self._next_cursor
-        found = []
-        for key in page:
-            value = self.lookup(key)
-            if value is None or (match is not None and not match(key)):
-                continue
-            if kind is None or TYPE_NAMES[type(value)] == kind:
-                found.append(key)
-        return [following, found]
+        return [following, [key for key in page if self.lookup(key) is not None and (match is None or match(key))]]
 
     def dump(self, words: list[bytes]) -> bytes | None:
         """An opaque snapshot, for telling whether a value changed: no RESTORE takes it."""
@@ -247,8 +233,8 @@ class Keyspace:
         self._seconds.clear()
         return OK
 
-    def ping(self, words: list[bytes]) -> Any:
-        return words[1] if len(words) == 2 else Status(b"PONG")
+    def ping(self, words: list[bytes]) -> Status:
+        return Status(b"PONG")
 
     def time_(self, words: list[bytes]) -> list[bytes]:
         micros = int(self.clock() * 1_000_000)
@@ -520,17 +506,11 @@ class Keyspace:
         return format_id(entry_id)
 
     def _explicit_id(self, wanted: bytes, stream: Stream | None) -> tuple[int, int]:
-        """The ID an XADD asks for (``ms-seq`` or ``ms-*``), checked against the stream's last."""
+        """The ID an XADD asks for, checked against the stream's last."""
         last = stream.last if stream is not None else (0, 0)
-        if wanted.endswith(b"-*"):
-            ms = parse_stream_id(wanted[:-2], 0, False)[0][0]
-            entry_id = (ms, last[1] + 1 if ms == last[0] else 0)
-            if ms < last[0]:
-                entry_id = (0, 0)
-        else:
-            entry_id = parse_stream_id(wanted, 0, False)[0]
-            if wanted in (b"-", b"+"):
-                raise CommandError(BAD_STREAM_ID)
+        entry_id = parse_stream_id(wanted, 0, False)[0]
+        if wanted in (b"-", b"+"):
+            raise CommandError(BAD_STREAM_ID)
         if entry_id == (0, 0):
             raise CommandError("ERR The ID specified in XADD must be greater than 0-0")
         if entry_id <= last:
@@ -587,7 +567,7 @@ def _added(number: int, by: int) -> int:
 #: a Python name), or that of the command :data:`ALIASES` names.
 ARITIES = """
 GET 2  SET -3  MSET -3  INCR 2  INCRBY 3  DEL -2  UNLINK -2  EXISTS -2  TYPE 2  PEXPIRE 3  EXPIRE 3
-PEXPIREAT 3  PERSIST 2  PTTL 2  TTL 2  KEYS 2  SCAN -2  DBSIZE 1  DUMP 2  FLUSHALL -1  FLUSHDB -1  PING -1
+PEXPIREAT 3  PERSIST 2  PTTL 2  TTL 2  KEYS 2  SCAN -2  DBSIZE 1  DUMP 2  FLUSHALL -1  FLUSHDB -1  PING 1
 TIME 1  HGET 3  HMGET -3  HGETALL 2  HLEN 2  HSET -4  HINCRBY 4  HDEL -3  ZADD -4  ZCARD 2  ZSCORE 3
 ZCOUNT 4  ZRANGE -4  ZRANGEBYSCORE -4  ZREM -3  ZREMRANGEBYSCORE 4  XADD -5  XRANGE -4  XREVRANGE -4  XLEN 2
 """
