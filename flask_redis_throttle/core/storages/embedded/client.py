@@ -55,13 +55,22 @@ def encode(value: Any) -> bytes:
     )
 
 
-def _command(name: str, convert: Callable[[Any], Any] = lambda reply: reply) -> Callable[..., Any]:
+def _command(*name: str, convert: Callable[[Any], Any] = lambda reply: reply) -> Callable[..., Any]:
+    """A method sending ``name`` and its arguments; its options (such as
+    ``flushall(asynchronous=True)``) change nothing here."""
 
-    def method(self: EmbeddedRedis, *args: Any) -> Any:
-        return convert(self.execute_command(name, *args))
+    def method(self: EmbeddedRedis, *args: Any, **options: Any) -> Any:
+        return convert(self.execute_command(*name, *args))
 
-    method.__name__ = name.lower()
     return method
+
+
+def _true(reply: Any) -> bool:
+    return True
+
+
+def _pairs(flat: list[bytes]) -> dict[bytes, bytes]:
+    return dict(zip(flat[::2], flat[1::2], strict=True))
 
 
 class EmbeddedRedis:
@@ -146,25 +155,24 @@ class EmbeddedRedis:
     def eval(self, script: str | bytes, numkeys: int, *keys_and_args: Any) -> Any:
         return self.execute_command("EVAL", script, numkeys, *keys_and_args)
 
-    def script_load(self, script: str | bytes) -> str:
-        return str(self.execute_command("SCRIPT", "LOAD", script).decode())
-
-    def script_flush(self, sync_type: str | None = None) -> bool:
-        self.execute_command("SCRIPT", "FLUSH")
-        return True
-
     # The commands whose reply redis-py only converts.
+    script_load = _command("SCRIPT", "LOAD", convert=bytes.decode)
+    script_flush = _command("SCRIPT", "FLUSH", convert=_true)
     get = _command("GET")
-    delete = _command("DEL", int)
-    exists = _command("EXISTS", int)
-    pexpire = _command("PEXPIRE", bool)
-    expire = _command("EXPIRE", bool)
-    persist = _command("PERSIST", bool)
-    pttl = _command("PTTL", int)
-    ttl = _command("TTL", int)
-    dbsize = _command("DBSIZE", int)
+    delete = _command("DEL", convert=int)
+    exists = _command("EXISTS", convert=int)
+    pexpire = _command("PEXPIRE", convert=bool)
+    expire = _command("EXPIRE", convert=bool)
+    persist = _command("PERSIST", convert=bool)
+    pttl = _command("PTTL", convert=int)
+    ttl = _command("TTL", convert=int)
+    dbsize = _command("DBSIZE", convert=int)
     dump = _command("DUMP")
-    xlen = _command("XLEN", int)
+    xlen = _command("XLEN", convert=int)
+    flushall = _command("FLUSHALL", convert=_true)
+    flushdb = _command("FLUSHDB", convert=_true)
+    ping = _command("PING", convert=_true)
+    hgetall = _command("HGETALL", convert=_pairs)
 
     def set(
         self,
@@ -209,22 +217,6 @@ class EmbeddedRedis:
             cursor, found = self.scan(cursor or 0, match, count)
             yield from found
 
-    def flushall(self, asynchronous: bool = False) -> bool:
-        self.execute_command("FLUSHALL")
-        return True
-
-    def flushdb(self, asynchronous: bool = False) -> bool:
-        self.execute_command("FLUSHDB")
-        return True
-
-    def ping(self) -> bool:
-        self.execute_command("PING")
-        return True
-
-    def hgetall(self, name: Any) -> dict[bytes, bytes]:
-        flat = self.execute_command("HGETALL", name)
-        return dict(zip(flat[::2], flat[1::2], strict=True))
-
     def xadd(
         self,
         name: Any,
@@ -264,7 +256,7 @@ def _count(count: int | None) -> list[Any]:
 
 
 def _entries(raw: list[Any]) -> list[tuple[bytes, dict[bytes, bytes]]]:
-    return [(entry_id, dict(zip(flat[::2], flat[1::2], strict=True))) for entry_id, flat in raw]
+    return [(entry_id, _pairs(flat)) for entry_id, flat in raw]
 
 
 class EmbeddedPipeline:
@@ -290,8 +282,7 @@ class EmbeddedPipeline:
             except redis.RedisError as error:
                 results.append(error)
         self.commands.clear()
-        if raise_on_error:
-            for result in results:
-                if isinstance(result, Exception):
-                    raise result
+        failed = next((result for result in results if isinstance(result, Exception)), None)
+        if raise_on_error and failed is not None:
+            raise failed
         return results
