@@ -330,8 +330,7 @@ class OverrideStore:
         return value
 
     def load(self) -> tuple[bytes | None, list[Override]]:
-        version, found, _unreadable = self.read()
-        return version, found
+        return self.read()[:2]
 
     def read(self) -> tuple[bytes | None, list[Override], list[str]]:
         """The version, every override in force, and why each field that
@@ -381,7 +380,7 @@ class OverrideStore:
         return [_change(fields) for _entry_id, fields in entries]
 
     def _change(self, now: float, by: str, what: str, *fields: str) -> Any:
-        args = (repr(now), _token(), self.log_size, by, what, LONGEST, *fields)
+        args = (repr(now), os.urandom(8).hex(), self.log_size, by, what, LONGEST, *fields)
         return self.client.eval(lua_text("overrides.lua"), 2, self.key, self.log_key, *args)
 
 
@@ -407,10 +406,6 @@ def _moment(seconds: float) -> str:
         return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     except (OverflowError, ValueError, OSError):
         return f"{seconds!r} seconds since the epoch"
-
-
-def _token() -> str:
-    return os.urandom(8).hex()
 
 
 def _text(value: Any) -> str:

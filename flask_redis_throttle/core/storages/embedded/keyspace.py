@@ -241,8 +241,7 @@ class Keyspace:
         return [b"%d" % (micros // 1_000_000), b"%d" % (micros % 1_000_000)]
 
     def get(self, words: list[bytes]) -> bytes | None:
-        value: bytes | None = self.typed(words[1], bytes)
-        return value
+        return self.typed(words[1], bytes)
 
     def set(self, words: list[bytes]) -> Any:
         key, value = words[1], words[2]
@@ -298,13 +297,12 @@ class Keyspace:
         self.data[words[1]] = b"%d" % result
         return result
 
-    def hget(self, words: list[bytes]) -> bytes | None:
-        fields = self.typed(words[1], dict)
-        return None if fields is None else fields.get(words[2])
-
     def hmget(self, words: list[bytes]) -> list[bytes | None]:
         fields = self.typed(words[1], dict) or {}
         return [fields.get(name) for name in words[2:]]
+
+    def hget(self, words: list[bytes]) -> bytes | None:
+        return self.hmget(words)[0]
 
     def hgetall(self, words: list[bytes]) -> list[bytes]:
         fields = self.typed(words[1], dict) or {}
@@ -488,34 +486,27 @@ class Keyspace:
         if i >= len(words) or (len(words) - i - 1) < 2 or (len(words) - i - 1) % 2:
             raise CommandError("ERR wrong number of arguments for 'xadd' command")
         stream = self.typed(key, Stream)
-        wanted = words[i]
-        if wanted != b"*":
-            entry_id = self._explicit_id(wanted, stream)
+        last, wanted = (0, 0) if stream is None else stream.last, words[i]
+        if wanted == b"*":
+            ms = max(self.now, last[0])
+            entry_id = (ms, last[1] + 1 if ms == last[0] else 0)
+        else:
+            entry_id = parse_stream_id(wanted, 0, False)[0]
+            if wanted in (b"-", b"+"):
+                raise CommandError(BAD_STREAM_ID)
+            if entry_id == (0, 0):
+                raise CommandError("ERR The ID specified in XADD must be greater than 0-0")
+            if entry_id <= last:
+                raise CommandError("ERR The ID specified in XADD is equal or smaller than the target stream top item")
         if stream is None:
             if not make:
                 return None
-            stream = Stream()
-            self.data[key] = stream
-        if wanted == b"*":
-            ms = max(self.now, stream.last[0])
-            entry_id = (ms, stream.last[1] + 1 if ms == stream.last[0] else 0)
+            stream = self.data[key] = Stream()
         stream.entries.append((entry_id, list(words[i + 1 :])))
         stream.last = entry_id
         if maxlen is not None and len(stream.entries) > maxlen:
             del stream.entries[: len(stream.entries) - maxlen]
         return format_id(entry_id)
-
-    def _explicit_id(self, wanted: bytes, stream: Stream | None) -> tuple[int, int]:
-        """The ID an XADD asks for, checked against the stream's last."""
-        last = stream.last if stream is not None else (0, 0)
-        entry_id = parse_stream_id(wanted, 0, False)[0]
-        if wanted in (b"-", b"+"):
-            raise CommandError(BAD_STREAM_ID)
-        if entry_id == (0, 0):
-            raise CommandError("ERR The ID specified in XADD must be greater than 0-0")
-        if entry_id <= last:
-            raise CommandError("ERR The ID specified in XADD is equal or smaller than the target stream top item")
-        return entry_id
 
     def xrange(self, words: list[bytes]) -> list[Any]:
         """XRANGE, and XREVRANGE."""
