@@ -23,7 +23,6 @@ from .values import (
     Stream,
     ZSet,
     arity_error,
-    format_id,
     format_score,
     glob,
     parse_bound,
@@ -35,14 +34,12 @@ from .values import (
 
 _T = TypeVar("_T")
 
-#: How many expired keys each call may delete at most, beyond the ones it
-#: reads: more than any script writes, so the sweep keeps pace with any
-#: stream of new keys, and little enough that no request pays for a large
-#: expiry at once.
+#: How many expired keys each call may delete, beyond those it reads: more
+#: than any script writes, so the sweep keeps pace, and few enough that no
+#: request pays for a large expiry at once.
 SWEEP = 64
 
-#: How many SCAN cursors are remembered: an iteration left unfinished is
-#: forgotten after this many more have started.
+#: How many SCAN cursors are remembered.
 CURSORS = 1024
 
 
@@ -506,7 +503,7 @@ class Keyspace:
         stream.last = entry_id
         if maxlen is not None and len(stream.entries) > maxlen:
             del stream.entries[: len(stream.entries) - maxlen]
-        return format_id(entry_id)
+        return b"%d-%d" % entry_id
 
     def xrange(self, words: list[bytes]) -> list[Any]:
         """XRANGE, and XREVRANGE."""
@@ -523,7 +520,7 @@ class Keyspace:
         if stream is None or (count is not None and count <= 0):
             return []
         found = [
-            [format_id(entry_id), list(fields)]
+            [b"%d-%d" % entry_id, list(fields)]
             for entry_id, fields in (reversed(stream.entries) if reverse else stream.entries)
             if (start < entry_id or (start == entry_id and not start_ex))
             and (entry_id < end or (entry_id == end and not end_ex))

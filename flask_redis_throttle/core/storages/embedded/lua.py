@@ -28,8 +28,6 @@ local redis = {
   pcall = function(...) return status(py_pcall(...)) end,
   error_reply = function(message) return {err = message} end,
   status_reply = function(message) return {ok = message} end,
-  log = function() end,
-  LOG_DEBUG = 0, LOG_VERBOSE = 1, LOG_NOTICE = 2, LOG_WARNING = 3,
 }
 -- Redis's struct library, as much as our scripts use: little-endian
 -- unsigned integers of 1 to 8 bytes ('<I4I6I4'), exact up to 2^53.

@@ -8,12 +8,10 @@ import re
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable
 from functools import lru_cache
-from typing import Any, TypeVar
+from typing import Any
 
 import redis
 from redis._parsers.base import BaseParser
-
-_T = TypeVar("_T")
 
 _INT = re.compile(rb"-?(?:0|[1-9][0-9]*)\Z")
 INT64 = (-(2**63), 2**63 - 1)
@@ -211,10 +209,6 @@ def parse_stream_id(value: bytes, default_seq: int, exclusive_ok: bool = True) -
     if parsed[0] > MAX_SEQ or parsed[1] > MAX_SEQ:
         raise CommandError(BAD_STREAM_ID)
     return parsed, exclusive
-
-
-def format_id(entry_id: tuple[int, int]) -> bytes:
-    return b"%d-%d" % entry_id
 
 
 def reply_members(items: Iterable[tuple[float, bytes]], scores: bool) -> list[bytes]:
