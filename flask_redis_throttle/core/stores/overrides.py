@@ -220,7 +220,7 @@ class _Networks:
     """The overrides of networks, found for an address by its prefixes:
     one lookup per prefix length in use, however many networks there are."""
 
-    def __init__(self, networks: Iterable[tuple[Network, Override]] = ()) -> None:
+    def __init__(self, networks: Iterable[tuple[Network, Override]]) -> None:
         by_length: dict[tuple[int, int], dict[int, list[Override]]] = {}
         for network, override in networks:
             prefixes = by_length.setdefault((network.version, network.prefixlen), {})
@@ -232,10 +232,6 @@ class _Networks:
             version: tuple((length, by_length[v, length]) for v, length in sorted(by_length) if v == version)
             for version in (4, 6)
         }
-        self._any = bool(by_length)
-
-    def __bool__(self) -> bool:
-        return self._any
 
     def within(self, client: Network) -> tuple[Override, ...]:
         number, length, bits = int(client.network_address), client.prefixlen, client.max_prefixlen
@@ -273,8 +269,8 @@ class OverrideTable:
             else:
                 self.exact.setdefault((who.kind, who.value), []).append(override)
             self._ranks[override] = (override.action == "block", override.scope is not None, width)
-        #: The overrides of networks, found by prefix.
-        self.networks = _Networks(networks)
+        #: The overrides of networks, found by prefix; None without any.
+        self.networks = _Networks(networks) if networks else None
         self._within: dict[str, tuple[Override, ...]] = {}
         #: The earliest end of an override, after which the table is out of date.
         self.ends = min((o.until for o in live), default=float("inf"))
@@ -283,23 +279,14 @@ class OverrideTable:
         """The override that decides ``identity`` under ``scope``: a block
         first, then one for this scope, then the narrowest target."""
         found = self.exact.get((identity.kind, identity.value))
-        if self.networks and identity.kind == "ip":
-            within = self._in_networks(identity.value)
+        if self.networks is not None and identity.kind == "ip":
+            within = self._in_networks(self.networks, identity.value)
             if within:
                 found = [*(found or ()), *within]
-        if not found:
-            return None
-        best: Override | None = None
-        best_rank: tuple[bool, bool, int] = (False, False, -1)
-        for override in found:
-            if override.scope is not None and override.scope != scope:
-                continue
-            rank = self._ranks[override]
-            if best is None or rank > best_rank:
-                best, best_rank = override, rank
-        return best
+        candidates = [override for override in found or () if override.scope in (None, scope)]
+        return max(candidates, key=self._ranks.__getitem__, default=None)
 
-    def _in_networks(self, value: str) -> tuple[Override, ...]:
+    def _in_networks(self, networks: _Networks, value: str) -> tuple[Override, ...]:
         known = self._within.get(value)
         if known is not None:
             return known
@@ -308,7 +295,7 @@ class OverrideTable:
             client = ipaddress.ip_network(value, strict=False)
         except ValueError:
             return ()  # no address: what a proxy sent
-        within = self.networks.within(client)
+        within = networks.within(client)
         if len(value) <= 64:
             remember(self._within, value, within, NETWORK_CACHE_SIZE)
         return within
