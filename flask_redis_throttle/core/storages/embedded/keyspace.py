@@ -311,10 +311,7 @@ class Keyspace:
     def hset(self, words: list[bytes]) -> int:
         if len(words) % 2:
             raise arity_error(words[0])
-        fields = self.typed(words[1], dict)
-        if fields is None:
-            fields = {}
-            self.data[words[1]] = fields
+        fields = self.data[words[1]] = self.typed(words[1], dict) or {}
         added = 0
         for i in range(2, len(words), 2):
             added += words[i] not in fields
@@ -323,13 +320,10 @@ class Keyspace:
 
     def hincrby(self, words: list[bytes]) -> int:
         by = parse_integer(words[3])
-        fields = self.typed(words[1], dict)
-        old = None if fields is None else fields.get(words[2])
-        result = _added(0 if old is None else parse_integer(old, "ERR hash value is not an integer"), by)
-        if fields is None:
-            fields = {}
-            self.data[words[1]] = fields
+        fields = self.typed(words[1], dict) or {}
+        result = _added(parse_integer(fields.get(words[2], b"0"), "ERR hash value is not an integer"), by)
         fields[words[2]] = b"%d" % result
+        self.data[words[1]] = fields
         return result
 
     def hdel(self, words: list[bytes]) -> int:
@@ -355,13 +349,12 @@ class Keyspace:
             raise CommandError("ERR GT, LT, and/or NX options at the same time are not compatible")
         if b"INCR" in flags and len(pairs) != 2:
             raise CommandError("ERR INCR option supports a single increment-element pair")
-        scores = [parse_float(pairs[j]) for j in range(0, len(pairs), 2)]
+        scores = [parse_float(score) for score in pairs[::2]]
         zset = self.typed(words[1], ZSet)
         if zset is None:
             if b"XX" in flags:
                 return None if b"INCR" in flags else 0
-            zset = ZSet()
-            self.data[words[1]] = zset
+            zset = self.data[words[1]] = ZSet()
         changed = added = 0
         result: Any = None
         for score, member in zip(scores, pairs[1::2], strict=True):
