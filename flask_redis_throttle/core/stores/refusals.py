@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import re
 import time
 from collections import Counter
 from collections.abc import Iterable
@@ -84,6 +85,9 @@ class Attribution:
     others: tuple[tuple[str, int], ...]
     cut: bool = False
 
+
+#: What UTF-8 cannot encode: the identity field keeps it as escapes.
+_SURROGATES = re.compile("[\ud800-\udfff]")
 
 #: The fields of an entry that are "1" when a refusal is so, and missing otherwise.
 _FLAGS = ("shadow", "penalized", "cut")
@@ -180,7 +184,7 @@ class RefusalLog:
             "retry_after": f"{retry_after:.6f}",
         }
         fields.update((flag, "1") for flag, on in zip(_FLAGS, (shadow, penalized, kept != identity), strict=True) if on)
-        if not _encodable(kept):
+        if _SURROGATES.search(kept):
             # The identity field keeps lone surrogates as their escapes;
             # this one keeps them, so that the identity can be named exactly.
             fields["exact"] = json.dumps(kept)
@@ -206,7 +210,7 @@ class RefusalLog:
         entries = self._newest(self.size, since)
         if until is not None:
             last = int(_bound(until, "+"))
-            entries = [entry for entry in entries if _milliseconds(entry[0]) <= last]
+            entries = [entry for entry in entries if _order(entry, 0)[0] <= last]
         return [_decode(entry_id, fields) for entry_id, fields in reversed(entries)]
 
     def top(self, count: int = 10, since: Moment | None = None, until: Moment | None = None) -> list[tuple[str, int]]:
@@ -283,24 +287,11 @@ def _shard_key(key: str, shard: int, shards: int) -> str:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _milliseconds(entry_id: Any) -> int:
-    return int(_text(entry_id).partition("-")[0])
-
-
 def _order(entry: tuple[Any, dict[Any, Any]], shard: int) -> _Order:
     """Where an entry of stream ``shard`` falls in the merged log (see :data:`_Order`)."""
     milliseconds, _, sequence = _text(entry[0]).partition("-")
     written = _text(entry[1].get(b"at", entry[1].get("at", b"0")))
     return (int(milliseconds), int(written) if written.isdigit() else 0, int(sequence or 0), shard)
-
-
-def _encodable(text: str) -> bool:
-    """Whether ``text`` has no lone surrogates."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _text(value: Any) -> str:

@@ -264,12 +264,6 @@ class EmbeddedPipeline:
         self.client = client
         self.commands: list[tuple[Any, ...]] = []
 
-    def __enter__(self) -> EmbeddedPipeline:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.commands.clear()
-
     def execute_command(self, *args: Any, **options: Any) -> EmbeddedPipeline:
         self.commands.append(args)
         return self

@@ -224,10 +224,8 @@ class Keyspace:
     def flushall(self, words: list[bytes]) -> Status:
         if len(words) > 1 and words[1].upper() not in (b"SYNC", b"ASYNC"):
             raise CommandError(SYNTAX)
-        self.data.clear()
-        self.expires.clear()
-        self._buckets.clear()
-        self._seconds.clear()
+        for part in (self.data, self.expires, self._buckets, self._seconds):
+            part.clear()
         return OK
 
     def ping(self, words: list[bytes]) -> Status:
