@@ -1,12 +1,6 @@
-"""Overrides set at run time: other layers for one identity, an allowed
-identity, a blocked one; kept in storage (:class:`OverrideStore`: one hash,
-each change one script call, ``lua/overrides.lua``), and followed by every
-process (:class:`OverrideFollower`, keeping an :class:`OverrideTable` in
-memory, asked again at most once a second). :doc:`/overrides` tells how
-they are stored, followed and looked up.
-
-This module is pure Python: it imports neither Flask nor Redis.
-"""
+"""Overrides set at run time, kept in storage (:class:`OverrideStore`) and
+followed by every process (:class:`OverrideFollower`); :doc:`/overrides`
+tells how. Pure Python: it imports neither Flask nor Redis."""
 
 from __future__ import annotations
 
@@ -53,9 +47,8 @@ VERSION_FIELD = "~version"
 #: ten years, leap days included.
 LONGEST_YEARS = 10
 LONGEST = 3653 * 86_400
-#: How many addresses' lookups in the networks a table keeps: a client seen
-#: again skips reading its address; a new one costs a lookup per prefix
-#: length in use, so forgetting them all when full costs little.
+#: How many addresses' lookups in the networks a table keeps: a new one
+#: costs a lookup per prefix length in use, so forgetting them all costs little.
 NETWORK_CACHE_SIZE = 4096
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -65,18 +58,9 @@ MAPPED = ipaddress.IPv6Network("::ffff:0:0/96")
 
 @dataclass(frozen=True)
 class Override:
-    """One override.
-
-    :param action: ``"limit"``, ``"allow"`` or ``"block"`` (see :data:`ACTIONS`).
-    :param target: whom it applies to, written as ``str(identity)`` writes
-        an identity (``user:42``), or an IP network (``ip:203.0.113.0/24``).
-    :param scope: the scope it applies to; None for every scope.
-    :param until: when it ends, in seconds since the epoch.
-    :param layers: the layers the identity is decided against, for ``"limit"``.
-    :param network: whether ``target`` is a network of several clients.
-    :param by: who set it.
-    :param at: when it was set, in seconds since the epoch.
-    """
+    """One override: ``target`` is ``str(identity)`` (``user:42``) or an IP
+    network (``ip:203.0.113.0/24``, with ``network``); ``scope`` None is
+    every scope; ``until`` and ``at`` (when set) are epoch seconds."""
 
     action: str
     target: str
@@ -89,38 +73,24 @@ class Override:
 
     @property
     def field(self) -> str:
-        """Its field in the hash: one override per target and scope, so a
-        new one for the same replaces the old."""
+        """Its field in the hash: a new one for the same target and scope replaces the old."""
         return f"{self.scope or '*'}\0{self.target}"
 
     @property
     def limit(self) -> str:
-        """Its layers as a limit string, such as ``100/1s;10000/1h``; empty for no layers."""
         return ";".join(f"{layer.quota}/{layer.name}" for layer in self.layers)
 
     def describe(self) -> str:
-        """What it does, in words, for the log and the lists."""
         where = f"scope {self.scope!r}" if self.scope is not None else "every scope"
         what = {"limit": f"limited to {self.limit}", "allow": "allowed", "block": "blocked"}[self.action]
         return f"{self.target} {what} on {where}"
 
     def encode(self) -> str:
-        return json.dumps(
-            {
-                "action": self.action,
-                "target": self.target,
-                "scope": self.scope,
-                "until": self.until,
-                "limit": self.limit,
-                "network": self.network,
-                "by": self.by,
-                "at": self.at,
-            }
-        )
+        return json.dumps({name: getattr(self, name) for name in _STORED})
 
     @classmethod
     def read(cls, raw: str | bytes) -> Override:
-        """The override a field holds, every part checked for its type.
+        """The override a field holds, every part checked.
 
         :raises ValueError: saying what cannot be read: a field written by
             another version (in a rolling upgrade), or by hand.
@@ -131,28 +101,20 @@ class Override:
             raise ValueError("it is not JSON") from None
         if not isinstance(data, dict):
             raise ValueError("it is not a JSON object")
-        action, target, scope, limit, network = (data.get(k) for k in ("action", "target", "scope", "limit", "network"))
-        if action not in ACTIONS:
-            raise ValueError(f"its action {_shown(action)} is not one of {', '.join(ACTIONS)}")
-        if not isinstance(target, str) or ":" not in target:
-            raise ValueError(f"its target {_shown(target)} is not an identity such as user:42 or ip:203.0.113.0/24")
-        if scope is not None and not isinstance(scope, str):
-            raise ValueError(f"its scope {_shown(scope)} is neither text nor null")
-        if not isinstance(network, bool):
-            raise ValueError(f"its network {_shown(network)} is neither true nor false")
-        if network:
+        read = {}
+        for name, (what, default, good, wanted) in _FIELDS.items():
+            value = read[name] = data.get(name, default)
+            if not good(value):
+                raise ValueError(f"its {what} {_shown(value)} {wanted}")
+        target = read["target"]
+        if read["network"]:
             kind, _colon, value = target.partition(":")
             if kind != "ip":
                 raise ValueError(f"its target {_shown(target)} is a network, but not of IP addresses")
             network_of(value)  # raises ValueError saying why it is none
-        if not isinstance(limit, str):
-            raise ValueError(f"its limit {_shown(limit)} is not text")
-        layers = parse_limits(limit) if action == "limit" else ()  # InvalidLimit is a ValueError
-        by = data.get("by", "")
-        if not isinstance(by, str):
-            raise ValueError(f"its author {_shown(by)} is not text")
-        until, at = _stored_time(data.get("until"), "end"), _stored_time(data.get("at", 0.0), "time set")
-        return cls(action, target, scope, until, layers, network, by, at)
+        layers = parse_limits(read["limit"]) if read["action"] == "limit" else ()  # InvalidLimit is a ValueError
+        action, scope, network, by, until, at = (read[k] for k in ("action", "scope", "network", "by", "until", "at"))
+        return cls(action, target, scope, float(until), layers, network, by, float(at))
 
     @classmethod
     def decode(cls, raw: str | bytes) -> Override | None:
@@ -164,32 +126,47 @@ class Override:
             return None
 
 
+#: What an override's JSON holds, in this order.
+_STORED = ("action", "target", "scope", "until", "limit", "network", "by", "at")
+
+
+def _text_or(none: bool) -> Callable[[Any], bool]:
+    return lambda value: isinstance(value, str) or (none and value is None)
+
+
+def _time(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+
+
+_NOT_TIME = "is not a time in seconds since the epoch"
+#: Each stored field: its name in messages, its default, its check, and what a bad value is said not to be.
+_FIELDS: dict[str, tuple[str, Any, Callable[[Any], bool], str]] = {
+    "action": ("action", None, ACTIONS.__contains__, f"is not one of {', '.join(ACTIONS)}"),
+    "target": (
+        "target",
+        None,
+        lambda value: isinstance(value, str) and ":" in value,
+        "is not an identity such as user:42 or ip:203.0.113.0/24",
+    ),
+    "scope": ("scope", None, _text_or(none=True), "is neither text nor null"),
+    "network": ("network", None, lambda value: isinstance(value, bool), "is neither true nor false"),
+    "limit": ("limit", None, _text_or(none=False), "is not text"),
+    "by": ("author", "", _text_or(none=False), "is not text"),
+    "until": ("end", None, _time, _NOT_TIME),
+    "at": ("time set", 0.0, _time, _NOT_TIME),
+}
+
+
 def _shown(value: Any) -> str:
     """A value read from storage, for a message: short, on one line."""
     text = json.dumps(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _stored_time(value: Any, what: str) -> float:
-    """A time read from storage, in seconds since the epoch.
-
-    :raises ValueError: unless it is a finite number.
-    """
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"its {what} {_shown(value)} is not a time in seconds since the epoch")
-    return float(value)
-
-
 @dataclass(frozen=True)
 class Change:
-    """One change, as the log keeps it.
-
-    :param time: when, in seconds since the epoch.
-    :param by: who made it.
-    :param what: ``"set"``, ``"removed"`` or ``"cleared"``.
-    :param override: what was set or removed, in words.
-    :param until: when the override set ends; None for a removal.
-    """
+    """One change, as the log keeps it: ``what`` is ``"set"``,
+    ``"removed"`` or ``"cleared"``; ``until`` is None for a removal."""
 
     time: float
     by: str
@@ -200,21 +177,12 @@ class Change:
 
 @lru_cache(maxsize=16384)
 def network_of(value: str) -> Network:
-    """The IP network ``value`` writes, such as ``203.0.113.0/24``, as
-    clients are counted: an IPv4-mapped IPv6 network
-    (``::ffff:203.0.113.0/120``) is the IPv4 network it maps
-    (``203.0.113.0/24``), since a client with a mapped address is counted
-    under its IPv4 address.
+    """The IP network ``value`` writes, as clients are counted: an
+    IPv4-mapped network is the IPv4 network it maps (see :doc:`/overrides`).
+    Cached: each change has every process read every override again.
 
-    Kept for the next reading of the same overrides: each change has every
-    process read them all again, and check each network before its table
-    is made of them. (The cache keeps no exceptions.)
-
-    :raises ValueError: saying why, if it is no network; if it has bits set
-        after its prefix; if it has a zone id (``fe80::%eth0/64``), which
-        names a link of one host, while clients are counted without one; or
-        if it is an IPv6 network wider than ``::ffff:0:0/96`` that covers
-        mapped addresses, which are counted as IPv4.
+    :raises ValueError: saying why it is none: bits set after its prefix,
+        a zone id, or a span over the mapped addresses wider than theirs.
     """
     refuse_zone(value)
     address, _slash, _length = value.partition("/")
@@ -236,11 +204,10 @@ def network_of(value: str) -> Network:
 
 
 def refuse_zone(value: str) -> None:
-    """Refuse an address or network with a zone id (``fe80::1%eth0``): it
-    names a link of one host, and clients are counted without one, so an
-    override with it would match no one.
+    """Refuse a zone id (``fe80::1%eth0``): clients are counted without
+    one, so an override with it would match no one.
 
-    :raises ValueError: if ``value`` has one, naming what to write instead.
+    :raises ValueError: naming what to write instead.
     """
     if "%" in value:
         plain = re.sub(r"%[^/\]]*", "", value)
@@ -251,12 +218,9 @@ def refuse_zone(value: str) -> None:
 
 class _Networks:
     """The overrides of networks, found for an address by its prefixes:
-    one lookup per prefix length in use, however many networks there are.
+    one lookup per prefix length in use, however many networks there are."""
 
-    :param networks: the overrides, each with its network.
-    """
-
-    def __init__(self, networks: Iterable[tuple[Network, Override]] = ()) -> None:
+    def __init__(self, networks: Iterable[tuple[Network, Override]]) -> None:
         by_length: dict[tuple[int, int], dict[int, list[Override]]] = {}
         for network, override in networks:
             prefixes = by_length.setdefault((network.version, network.prefixlen), {})
@@ -268,14 +232,8 @@ class _Networks:
             version: tuple((length, by_length[v, length]) for v, length in sorted(by_length) if v == version)
             for version in (4, 6)
         }
-        self._any = bool(by_length)
-
-    def __bool__(self) -> bool:
-        return self._any
 
     def within(self, client: Network) -> tuple[Override, ...]:
-        """The overrides of the networks ``client`` (an address, or the
-        IPv6 group a client is counted in) is in."""
         number, length, bits = int(client.network_address), client.prefixlen, client.max_prefixlen
         found: list[Override] = []
         for prefixlen, prefixes in self.lengths[client.version]:
@@ -288,11 +246,7 @@ class _Networks:
 
 
 class OverrideTable:
-    """The overrides in force, in memory, for lookups on every request.
-
-    :param overrides: the overrides; those whose time has passed at ``now`` are left out.
-    :param now: the time, in seconds since the epoch.
-    """
+    """The overrides in force at ``now``, in memory, for lookups on every request."""
 
     def __init__(self, overrides: Iterable[Override] = (), now: float = 0.0) -> None:
         live = sorted((o for o in overrides if o.until > now), key=lambda o: (o.target, o.scope or ""))
@@ -315,38 +269,24 @@ class OverrideTable:
             else:
                 self.exact.setdefault((who.kind, who.value), []).append(override)
             self._ranks[override] = (override.action == "block", override.scope is not None, width)
-        #: The overrides of networks, found by prefix.
-        self.networks = _Networks(networks)
+        #: The overrides of networks, found by prefix; None without any.
+        self.networks = _Networks(networks) if networks else None
         self._within: dict[str, tuple[Override, ...]] = {}
         #: The earliest end of an override, after which the table is out of date.
         self.ends = min((o.until for o in live), default=float("inf"))
 
     def find(self, identity: Identity, scope: str) -> Override | None:
-        """The override that decides ``identity`` under ``scope``, if any.
-
-        A block wins over anything else; then one for this scope over one
-        for every scope; then one for the identity over one for a network
-        it is in, and a narrower network over a wider one.
-        """
+        """The override that decides ``identity`` under ``scope``: a block
+        first, then one for this scope, then the narrowest target."""
         found = self.exact.get((identity.kind, identity.value))
-        if self.networks and identity.kind == "ip":
-            within = self._in_networks(identity.value)
+        if self.networks is not None and identity.kind == "ip":
+            within = self._in_networks(self.networks, identity.value)
             if within:
                 found = [*(found or ()), *within]
-        if not found:
-            return None
-        best: Override | None = None
-        best_rank: tuple[bool, bool, int] = (False, False, -1)
-        for override in found:
-            if override.scope is not None and override.scope != scope:
-                continue
-            rank = self._ranks[override]
-            if best is None or rank > best_rank:
-                best, best_rank = override, rank
-        return best
+        candidates = [override for override in found or () if override.scope in (None, scope)]
+        return max(candidates, key=self._ranks.__getitem__, default=None)
 
-    def _in_networks(self, value: str) -> tuple[Override, ...]:
-        """The overrides of the networks an address (or IPv6 group) is in."""
+    def _in_networks(self, networks: _Networks, value: str) -> tuple[Override, ...]:
         known = self._within.get(value)
         if known is not None:
             return known
@@ -355,21 +295,15 @@ class OverrideTable:
             client = ipaddress.ip_network(value, strict=False)
         except ValueError:
             return ()  # no address: what a proxy sent
-        within = self.networks.within(client)
+        within = networks.within(client)
         if len(value) <= 64:
             remember(self._within, value, within, NETWORK_CACHE_SIZE)
         return within
 
 
 class OverrideStore:
-    """The overrides in storage, and the log of their changes.
-
-    :param client: the Redis client (the embedded one for ``memory://``),
-        or a cluster client: every key is in one slot.
-    :param prefix: the key prefix.
-    :param log_size: how many changes the log keeps, about.
-    :param clock: the time in seconds since the epoch.
-    """
+    """The overrides in storage, and the log of their changes (about
+    ``log_size``); every key is in one slot, for a cluster client."""
 
     def __init__(self, client: Any, prefix: str, log_size: int = 1000, clock: Callable[[], float] = time.time) -> None:
         self.client = client
@@ -379,19 +313,15 @@ class OverrideStore:
         self.clock = clock
 
     def version(self) -> bytes | None:
-        """The version of the overrides: it changes with each change."""
         value: bytes | None = self.client.execute_command("HGET", self.key, VERSION_FIELD)
         return value
 
     def load(self) -> tuple[bytes | None, list[Override]]:
-        """The version and every override in force."""
-        version, found, _unreadable = self.read()
-        return version, found
+        return self.read()[:2]
 
     def read(self) -> tuple[bytes | None, list[Override], list[str]]:
         """The version, every override in force, and why each field that
-        cannot be read is skipped: one field does not keep the others from
-        being read."""
+        cannot be read is skipped: one does not keep the others from being read."""
         raw = self.client.hgetall(self.key)
         version = raw.pop(VERSION_FIELD.encode(), None)
         now = self.clock()
@@ -408,11 +338,9 @@ class OverrideStore:
         return version, found, unreadable
 
     def put(self, override: Override) -> None:
-        """Store ``override``, replacing any for the same target and scope,
-        and log it: in one step, with the hash's expiry.
+        """Store ``override`` and log it, in one step.
 
-        :raises ValueError: if its end is not in the future, or more than
-            :data:`LONGEST` ahead; nothing is written then.
+        :raises ValueError: from :func:`check_end`; nothing is written then.
         """
         now = self.clock()
         check_end(override.until, now)
@@ -423,11 +351,8 @@ class OverrideStore:
     def remove(
         self, target: str | None, scope: str | None = None, *, every_scope: bool = True, by: str = ""
     ) -> list[Override]:
-        """Remove the overrides of ``target`` (every target if None) on
-        ``scope``, or on any scope when ``every_scope``; log each.
-
-        :returns: the overrides removed.
-        """
+        """Remove and log the overrides of ``target`` (every target if None)
+        on ``scope``, or on any scope when ``every_scope``; return them."""
         _version, found = self.load()
         gone = [o for o in found if (target is None or o.target == target) and (every_scope or o.scope == scope)]
         if not gone:
@@ -438,25 +363,20 @@ class OverrideStore:
         return [override for override, there in zip(gone, removed, strict=True) if there]
 
     def changes(self, count: int = 20) -> list[Change]:
-        """The latest changes, newest first."""
         entries = self.client.xrevrange(self.log_key, "+", "-", count=count)
         return [_change(fields) for _entry_id, fields in entries]
 
     def _change(self, now: float, by: str, what: str, *fields: str) -> Any:
-        """Make one change (see ``lua/overrides.lua``), with a new version,
-        the hash's expiry and its log entries, all in one script call."""
-        args = (repr(now), _token(), self.log_size, by, what, LONGEST, *fields)
+        args = (repr(now), os.urandom(8).hex(), self.log_size, by, what, LONGEST, *fields)
         return self.client.eval(lua_text("overrides.lua"), 2, self.key, self.log_key, *args)
 
 
 def check_end(until: float, now: float) -> None:
-    """Check an override's end, ``until``, set at ``now`` (both in seconds
-    since the epoch).
+    """Check an override's end, set at ``now``.
 
     :raises ValueError: unless it is in the future and at most
-        :data:`LONGEST` ahead. An end past that is a slip (a year's digits
-        typed twice, a span in the wrong unit), and stored it would have to
-        be written as an expiry Redis can hold.
+        :data:`LONGEST` ahead: an end past that is a slip (a year typed
+        twice, a span in the wrong unit), and must fit an expiry Redis holds.
     """
     if not until > now:  # NaN too
         raise ValueError(f"the end, {_moment(until)}, is not in the future (now is {_moment(now)})")
@@ -468,16 +388,11 @@ def check_end(until: float, now: float) -> None:
 
 
 def _moment(seconds: float) -> str:
-    """A time for a message, as ``2027-12-31 00:00:00 UTC``; one no calendar
-    holds as a number of seconds since the epoch."""
+    """A time for a message, as ``2027-12-31 00:00:00 UTC`` when a calendar holds it."""
     try:
         return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     except (OverflowError, ValueError, OSError):
         return f"{seconds!r} seconds since the epoch"
-
-
-def _token() -> str:
-    return os.urandom(8).hex()
 
 
 def _text(value: Any) -> str:
@@ -499,17 +414,9 @@ def _change(raw: dict[Any, Any]) -> Change:
 @dataclass
 class OverrideFollower:
     """This process's copy of the overrides, asked again at most once every
-    :data:`REFRESH_INTERVAL` seconds.
-
-    :param load: returns the version and the overrides (see :meth:`OverrideStore.load`).
-    :param version: returns the version alone (see :meth:`OverrideStore.version`).
-    :param clock: the time in seconds since the epoch, to drop the overrides
-        whose time has passed.
-    :param failed: told of a failure to read them, and whether the read
-        before failed too; the last copy stays in force.
-    :param ready: whether to ask now; when it says no, the copy in hand
-        stays, and it is asked again a second later.
-    """
+    :data:`REFRESH_INTERVAL` seconds (``load`` and ``version`` are the
+    store's). ``failed`` is told of a failed read and whether the one before
+    failed too; the last copy stays in force, as when ``ready`` says no."""
 
     load: Callable[[], tuple[bytes | None, Sequence[Override]]]
     version: Callable[[], bytes | None]
@@ -525,11 +432,8 @@ class OverrideFollower:
     _due: float = float("-inf")
 
     def current(self) -> OverrideTable:
-        """The table, read again first if it was read over a second ago.
-
-        One request per second and process pays that read: one ``HGET``,
-        and an ``HGETALL`` when something changed. The others pay one
-        clock reading."""
+        """The table, read again first if it was read over a second ago:
+        one request a second pays an ``HGET`` (and an ``HGETALL`` after a change)."""
         if self.monotonic() >= self._due:
             self.refresh()
         table = self.table
@@ -538,7 +442,6 @@ class OverrideFollower:
         return table
 
     def refresh(self, force: bool = False) -> None:
-        """Read the version, and the overrides if it changed (or if ``force``)."""
         # Due again in a second, before asking: the other threads of the
         # process go on with the copy in hand meanwhile. (No lock: one a
         # fork could leave held would stop the child from ever asking.)

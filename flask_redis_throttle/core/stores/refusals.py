@@ -1,16 +1,13 @@
-"""The refusal log: who hit the limits, kept in capped Redis streams, apart
-from the counters so that admitted requests never pay for it; split into
-:data:`CLUSTER_SHARDS` streams on a Redis Cluster, each refusal written on
-the node that refused it. :doc:`/refusals` tells how it is kept and read.
-
-This module imports Redis but not Flask, and is usable without an app.
-"""
+"""The refusal log: who hit the limits, in capped Redis streams apart from
+the counters, so that admitted requests never pay for it; :doc:`/refusals`
+tells how it is kept and read. This module imports Redis but not Flask."""
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
 import json
+import re
 import time
 from collections import Counter
 from collections.abc import Iterable
@@ -31,28 +28,11 @@ Moment = float | datetime
 
 @dataclass(frozen=True, slots=True)
 class Refusal:
-    """One refused request.
-
-    :param id: the stream entry's ID.
-    :param time: when, in seconds since the epoch, by Redis's clock.
-    :param endpoint: the Flask endpoint, or ``""`` outside Flask.
-    :param scope: the scope of the limit that refused it.
-    :param layer: that layer, such as ``"10/1s"``.
-    :param strategy: that limit's strategy.
-    :param identity: the identity whose counter refused the request, such as
-        ``"ip:192.0.2.1"``: the one that was over the limit.
-    :param identities: every identity counted on the request (the IP and the
-        user, say), ``identity`` among them; :attr:`others` are the rest.
-    :param retry_after: seconds until the request would have passed.
-    :param shadow: True if the limit was in shadow mode, so the request was
-        let through after all.
-    :param penalized: True if the identity served a penalty.
-    :param cut: True if ``identity`` was longer than
-        :data:`~flask_redis_throttle.core.engine.keys.MAX_VALUE_LENGTH`, so that the log kept only its first
-        characters and an ellipsis: it then names no identity exactly.
-        Otherwise ``identity`` is exact, whatever it holds (newlines,
-        lone surrogates).
-    """
+    """One refused request: ``time`` by Redis's clock; ``identity`` the one
+    whose counter refused it, among ``identities``, every one counted.
+    ``cut`` when ``identity`` was longer than
+    :data:`~flask_redis_throttle.core.engine.keys.MAX_VALUE_LENGTH` and the
+    log kept its start: otherwise it is exact, whatever it holds."""
 
     id: str
     time: float
@@ -68,8 +48,7 @@ class Refusal:
     cut: bool = False
 
     def as_dict(self) -> dict[str, Any]:
-        """Every field by name, with ``identities`` as a list: ready for JSON,
-        as in an admin view's response. (A slotted class has no ``__dict__``.)
+        """Every field by name, ready for JSON.
 
         >>> Refusal("1-0", 0.001, "login", "login", "5/1m", "fixed-window", "ip:192.0.2.1",
         ...         ("ip:192.0.2.1",), 42.0).as_dict()["identities"]
@@ -81,8 +60,7 @@ class Refusal:
 
     @property
     def others(self) -> tuple[str, ...]:
-        """The identities present on the request whose counters did not
-        refuse it: innocent bystanders, such as the IP of a user over its limit.
+        """The identities on the request that did not refuse it, such as the IP of a user over its limit.
 
         >>> Refusal("1-0", 0.001, "e", "e", "1/1m", "gcra", "user:42", ("ip:192.0.2.1", "user:42"), 1.0).others
         ('ip:192.0.2.1',)
@@ -108,6 +86,12 @@ class Attribution:
     cut: bool = False
 
 
+#: What UTF-8 cannot encode: the identity field keeps it as escapes.
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+#: The fields of an entry that are "1" when a refusal is so, and missing otherwise.
+_FLAGS = ("shadow", "penalized", "cut")
+
 #: How many streams the log is split into on a Redis Cluster: enough for
 #: every master of a cluster of up to 16 to hold at least one.
 CLUSTER_SHARDS = 16
@@ -120,20 +104,10 @@ _Order = tuple[int, int, int, int]
 
 
 class RefusalLog:
-    """A bounded log of refusals in Redis streams.
-
-    :param client: the Redis client (the embedded one for ``memory://``).
-    :param key: the stream's key; with several shards, the streams' keys
-        are ``<key>:<shard>.<n>``.
-    :param size: how many refusals to keep; older ones are trimmed as new
-        ones arrive.
-    :param shards: how many streams to split the log into: 1 on a single
-        Redis (one stream, trimmed exactly), :data:`CLUSTER_SHARDS` for a
-        cluster client. Each of several streams is trimmed to about
-        ``size`` entries (``MAXLEN ~``, whole stream nodes at a time), so
-        Redis holds at most ``shards`` times ``size``, plus one stream node
-        (100 entries by default) each; reads show the newest ``size``.
-    """
+    """A log of the newest ``size`` refusals, in one stream or in ``shards``
+    (:data:`CLUSTER_SHARDS` on a cluster), each of those trimmed to about
+    ``size`` a stream node at a time, so Redis holds at most ``shards``
+    times ``size`` plus a node each."""
 
     def __init__(self, client: Any, key: str, size: int = 1000, shards: int = 1) -> None:
         if size < 1:
@@ -149,14 +123,10 @@ class RefusalLog:
         self.keys: tuple[str, ...] = (key,) if shards == 1 else tuple(_shard_key(key, i, shards) for i in range(shards))
 
     def shard(self, near: str) -> str:
-        """The stream that a refusal by the identity whose keys hash as
-        ``near`` (its hash tag) is written to: one on the node that holds
-        that identity's counters, if the client's slot map has one there;
-        otherwise the one whose slots are nearest. Nothing is sent.
-
-        The cluster client's slot map is read, not copied: after a
-        migration or a failover, refusals follow their identities.
-        """
+        """The stream for a refusal by the identity whose hash tag is
+        ``near``: one on the node of its counters if there is one, else the
+        one whose slots are nearest. The slot map is read, not copied, so
+        refusals follow their identities through a failover."""
         keys = self.keys
         if len(keys) == 1:
             return keys[0]
@@ -171,8 +141,7 @@ class RefusalLog:
         return keys[home]
 
     def _node(self, key: str) -> str | None:
-        """The node (``host:port``) the cluster client's slot map puts ``key``
-        on; None without one, or while no node serves its slot."""
+        """The node the slot map puts ``key`` on; None without one."""
         try:
             node = self.client.get_node_from_key(key)
         except (AttributeError, RedisError, RedisClusterException):
@@ -194,14 +163,9 @@ class RefusalLog:
         penalized: bool = False,
         stream: str | None = None,
     ) -> None:
-        """Append one refusal, trimming its stream to the log's size: one ``XADD``.
+        """Append one refusal with one ``XADD``, to ``stream`` (by default
+        ``shard(identity)``).
 
-        :param shadow: whether the refusing limit was in shadow mode.
-        :param penalized: whether the identity served a penalty.
-        :param stream: the stream to write to, from :meth:`shard`; by
-            default ``shard(identity)``.
-
-        :raises redis.RedisError: if Redis cannot take it.
         :raises ValueError: if ``stream`` is not one of :attr:`keys`.
         """
         if stream is None:
@@ -219,13 +183,8 @@ class RefusalLog:
             "identities": json.dumps([cut(i) for i in identities]),
             "retry_after": f"{retry_after:.6f}",
         }
-        if shadow:
-            fields["shadow"] = "1"
-        if penalized:
-            fields["penalized"] = "1"
-        if kept != identity:
-            fields["cut"] = "1"
-        if not _encodable(kept):
+        fields.update((flag, "1") for flag, on in zip(_FLAGS, (shadow, penalized, kept != identity), strict=True) if on)
+        if _SURROGATES.search(kept):
             # The identity field keeps lone surrogates as their escapes;
             # this one keeps them, so that the identity can be named exactly.
             fields["exact"] = json.dumps(kept)
@@ -241,48 +200,29 @@ class RefusalLog:
         self.client.xadd(stream, encoded, maxlen=self.size, approximate=sharded)
 
     def recent(self, count: int = 20, since: Moment | None = None) -> list[Refusal]:
-        """The latest refusals, newest first.
-
-        :param count: at most this many.
-        :param since: only those at or after this time.
-        """
+        """At most ``count`` latest refusals at or after ``since``, newest first."""
         return [_decode(entry_id, fields) for entry_id, fields in self._newest(count, since)]
 
     def between(self, since: Moment | None = None, until: Moment | None = None) -> list[Refusal]:
-        """Every refusal kept in a time range, oldest first.
-
-        :param since: from this time (by default, the oldest entry kept).
-        :param until: up to this time (by default, now).
-        """
+        """Every refusal kept in a time range, oldest first."""
         # The newest entries of the whole log, then those up to `until`: an
         # entry is kept if fewer than `size` came after it, whenever they came.
         entries = self._newest(self.size, since)
         if until is not None:
             last = int(_bound(until, "+"))
-            entries = [entry for entry in entries if _milliseconds(entry[0]) <= last]
+            entries = [entry for entry in entries if _order(entry, 0)[0] <= last]
         return [_decode(entry_id, fields) for entry_id, fields in reversed(entries)]
 
     def top(self, count: int = 10, since: Moment | None = None, until: Moment | None = None) -> list[tuple[str, int]]:
-        """The most refused identities in a time range, most refused first.
-
-        Only the identity whose counter refused a request counts: a user
-        over its limit is refused, the IP it came from is not (it is among
-        :attr:`Refusal.others`). Ties keep the order they were first seen in.
-
-        :param count: at most this many identities.
-        :param since: from this time (by default, the oldest entry kept).
-        :param until: up to this time (by default, now).
-        """
+        """The most refused identities in a time range, most refused first:
+        only the identity whose counter refused counts (not the IP of a user
+        over its limit). Ties keep the order they were first seen in."""
         return [(found.identity, found.refusals) for found in self.attributed(count, since, until)]
 
     def attributed(
         self, count: int = 10, since: Moment | None = None, until: Moment | None = None
     ) -> list[Attribution]:
-        """:meth:`top`, with the other identities present on each one's refusals.
-
-        A dashboard shows these apart, so an operator sees that a user
-        hammering from one IP was refused, not the IP, and can still find it.
-        """
+        """:meth:`top`, with the other identities present on each one's refusals."""
         tally: Counter[tuple[str, bool]] = Counter()
         others: dict[tuple[str, bool], Counter[str]] = {}
         for refusal in self.between(since, until):
@@ -296,12 +236,8 @@ class RefusalLog:
 
     def per_minute(self, until: float, minutes: int = 60) -> list[int]:
         """How many refusals there were in each of the ``minutes`` minutes
-        before ``until``, oldest first: the last item counts those in the
-        minute up to ``until``.
-
-        The minutes end at ``until``, not on the clock's minutes, so a
-        refusal just logged always falls in the last one.
-        """
+        before ``until``, oldest first: minutes end at ``until``, not on the
+        clock's, so a refusal just logged falls in the last."""
         start = until - 60 * minutes
         counts = [0] * minutes
         for refusal in self.between(start, until):
@@ -316,8 +252,7 @@ class RefusalLog:
 
     def _newest(self, count: int, since: Moment | None) -> list[tuple[Any, dict[Any, Any]]]:
         """The newest ``count`` entries at or after ``since`` among the
-        newest :attr:`size` of the log, newest first: one ``XREVRANGE`` per
-        stream, pipelined (on a cluster, one round trip per node), merged."""
+        newest :attr:`size`, newest first: one pipelined ``XREVRANGE`` per stream."""
         count = min(count, self.size)
         if count < 1:
             return []
@@ -343,21 +278,13 @@ def _bound(moment: Moment | None, open_end: str) -> str:
 
 
 def _shard_key(key: str, shard: int, shards: int) -> str:
-    """The key of stream ``shard`` of ``shards``: the first of
-    ``<key>:<shard>.0``, ``<key>:<shard>.1``... whose slot is in the shard's
-    equal part of the slots, so that every master of an evenly split
-    cluster holds some streams. No braces: a key with a hash tag is an
-    identity's counter (see :mod:`flask_redis_throttle.core.engine.keys`)."""
+    """The first ``<key>:<shard>.<n>`` whose slot is in the shard's equal
+    part of the slots, so every master of an evenly split cluster holds some."""
     for n in itertools.count():
         name = f"{key}:{shard}.{n}"
         if key_slot(name.encode()) * shards // REDIS_CLUSTER_HASH_SLOTS == shard:
             return name
     raise AssertionError("unreachable")  # pragma: no cover
-
-
-def _milliseconds(entry_id: Any) -> int:
-    """The milliseconds part of a stream entry ID."""
-    return int(_text(entry_id).partition("-")[0])
 
 
 def _order(entry: tuple[Any, dict[Any, Any]], shard: int) -> _Order:
@@ -367,15 +294,6 @@ def _order(entry: tuple[Any, dict[Any, Any]], shard: int) -> _Order:
     return (int(milliseconds), int(written) if written.isdigit() else 0, int(sequence or 0), shard)
 
 
-def _encodable(text: str) -> bool:
-    """Whether ``text`` is kept as it is in UTF-8: no lone surrogates."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def _text(value: Any) -> str:
     return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else str(value)
 
@@ -383,17 +301,12 @@ def _text(value: Any) -> str:
 def _decode(entry_id: Any, raw: dict[Any, Any]) -> Refusal:
     fields = {_text(k): _text(v) for k, v in raw.items()}
     entry = _text(entry_id)
+    endpoint, scope, layer, strategy = (fields.get(name, "") for name in ("endpoint", "scope", "layer", "strategy"))
+    shadow, penalized, cut = (fields.get(flag) == "1" for flag in _FLAGS)
+    identity = json.loads(fields["exact"]) if "exact" in fields else fields.get("identity", "")
+    identities = tuple(json.loads(fields.get("identities", "[]")))
+    retry_after = float(fields.get("retry_after", "0"))
+    when = int(entry.split("-")[0]) / 1000
     return Refusal(
-        id=entry,
-        time=int(entry.split("-")[0]) / 1000,
-        endpoint=fields.get("endpoint", ""),
-        scope=fields.get("scope", ""),
-        layer=fields.get("layer", ""),
-        strategy=fields.get("strategy", ""),
-        identity=json.loads(fields["exact"]) if "exact" in fields else fields.get("identity", ""),
-        identities=tuple(json.loads(fields.get("identities", "[]"))),
-        retry_after=float(fields.get("retry_after", "0")),
-        shadow=fields.get("shadow") == "1",
-        penalized=fields.get("penalized") == "1",
-        cut=fields.get("cut") == "1",
+        entry, when, endpoint, scope, layer, strategy, identity, identities, retry_after, shadow, penalized, cut
     )

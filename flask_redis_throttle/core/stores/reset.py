@@ -1,14 +1,7 @@
 """Resetting one identity: deleting its counters, found with ``SCAN``.
-
-:func:`reset_identity` is what ``flask ratelimit reset`` and
-:meth:`RateLimit.reset <flask_redis_throttle.RateLimit.reset>` both do. The
-patterns that find an identity's counters, and their deletion in batches,
-live beside the keys they match, in :mod:`flask_redis_throttle.core.engine.keys`
-(the engine's :meth:`~flask_redis_throttle.core.engine.throttle.Throttle.reset`
-uses them); this module offers them under their documented names too.
-
-This module imports neither Flask nor Redis.
-"""
+The patterns and batched deletion live beside the keys they match, in
+:mod:`flask_redis_throttle.core.engine.keys`; this module offers them under
+their documented names. This module imports neither Flask nor Redis."""
 
 from __future__ import annotations
 
@@ -25,10 +18,9 @@ class _Resettable(Protocol):
 
 
 def reset_identity(throttle: _Resettable, identity: Identity | None, scopes: Iterable[str | None] = (None,)) -> int:
-    """Delete ``identity``'s counters (and penalties) in each of ``scopes``
-    (None for every scope), and forget this process's cached refusals: what
-    :meth:`Throttle.reset <flask_redis_throttle.core.engine.throttle.Throttle.reset>`
-    does, which this calls.
+    """Delete ``identity``'s counters and penalties in each of ``scopes``
+    (None for every scope) and forget this process's cached refusals, by
+    :meth:`Throttle.reset <flask_redis_throttle.core.engine.throttle.Throttle.reset>`.
 
     :returns: how many keys were deleted.
     :raises redis.RedisError: if Redis cannot answer.

@@ -1,14 +1,7 @@
-"""How much of a limit an identity has used, read without counting anything.
-
-The script decides a request at cost 0 the way it decides any other, then
-writes nothing (see ``lua/main.lua``), so it reports a counter exactly as
-the next request would find it, whatever the strategy. Its reply names one
-counter only, so each layer is asked about on its own: one round trip per
-layer.
-
-This module needs no Flask app, and calls Redis only through a
-:class:`~flask_redis_throttle.core.engine.throttle.Throttle`.
-"""
+"""How much of a limit an identity has used, read without counting: a
+cost-0 script call reports a counter as the next request would find it,
+whatever the strategy; its reply names one counter, so each layer costs a
+round trip. Needs no Flask app."""
 
 from __future__ import annotations
 
@@ -23,14 +16,8 @@ __all__ = ["LayerUsage", "usage"]
 
 @dataclass(frozen=True, slots=True)
 class LayerUsage:
-    """One layer of a limit, as one identity has used it.
-
-    :param policy: the limit.
-    :param layer: the layer.
-    :param remaining: the quota left.
-    :param reset: seconds until the counter is back to its full quota; 0 when
-        nothing of it is used.
-    """
+    """One layer of a limit, as one identity has used it: ``reset`` is the
+    seconds until its full quota is back, 0 when nothing of it is used."""
 
     policy: Policy
     layer: Layer
@@ -39,15 +26,13 @@ class LayerUsage:
 
     @property
     def used(self) -> int:
-        """The quota in use: the layer's quota less what remains."""
+        """The quota in use."""
         return self.layer.quota - self.remaining
 
 
 def usage(throttle: Throttle, policy: Policy, identity: Identity) -> list[LayerUsage]:
-    """Each layer of ``policy`` as ``identity`` has used it, in order.
-
-    The counters are read with cost-0 script calls, one per layer, which
-    neither count a request nor touch the block cache.
+    """Each layer of ``policy`` as ``identity`` has used it, in order, read
+    by cost-0 calls that neither count a request nor touch the block cache.
 
     :raises StorageUnavailable: if Redis could not answer.
     """

@@ -1,14 +1,9 @@
-"""The embedded ``memory://`` store: a small keyspace in this process, and
-the rate limit scripts run on it by Lua 5.1, the Lua Redis runs, so that
-what a test or a development server sees is what production does; each
-``redis.call`` goes straight to a Python function on the keyspace. What it
-implements, and how it is held to Redis, is in :ref:`embedded-store`.
+"""The embedded ``memory://`` store: a keyspace in this process, on which
+our scripts run in Lua 5.1, the Lua Redis runs, so a test sees what
+production does (see :ref:`embedded-store`). Modules, bottom up:
+``values``, ``keyspace``, ``lua``, ``client``.
 
 This package imports Redis (for its exceptions) but not Flask.
-
-The package's modules, bottom up: ``values`` (replies, errors, parsing, the
-sorted set and stream types), ``keyspace`` (keys, expiry and the commands),
-``lua`` (the Lua host) and ``client`` (:class:`EmbeddedRedis`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,4 @@
-"""The ``memory://`` client: the redis-py methods the package calls, on a
-keyspace of its own, under the one lock of every embedded store.
-"""
+"""The ``memory://`` client: the redis-py methods the package calls, on a keyspace of its own."""
 
 from __future__ import annotations
 
@@ -24,10 +22,8 @@ _LOCK = threading.Lock()
 
 
 def _after_fork() -> None:
-    """A child forked while another thread was inside a call inherits the
-    lock, and the Lua runtime's own, held by a thread it does not have: it
-    gets a free lock and new runtimes, on which scripts are compiled again
-    on their first call."""
+    """A child forked while another thread held the lock (or the Lua
+    runtime's own) gets a free lock and new runtimes."""
     global _LOCK
     _LOCK = threading.Lock()
     forget_hosts()
@@ -35,8 +31,6 @@ def _after_fork() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
-
-# -- the client -------------------------------------------------------------------
 
 
 def encode(value: Any) -> bytes:
@@ -61,26 +55,27 @@ def encode(value: Any) -> bytes:
     )
 
 
-def _command(name: str, convert: Callable[[Any], Any] = lambda reply: reply) -> Callable[..., Any]:
-    """A method of :class:`EmbeddedRedis` that sends the command ``name``
-    with its arguments, and converts the reply as redis-py does."""
+def _command(*name: str, convert: Callable[[Any], Any] = lambda reply: reply) -> Callable[..., Any]:
+    """A method sending ``name`` and its arguments; its options (such as
+    ``flushall(asynchronous=True)``) change nothing here."""
 
-    def method(self: EmbeddedRedis, *args: Any) -> Any:
-        return convert(self.execute_command(name, *args))
+    def method(self: EmbeddedRedis, *args: Any, **options: Any) -> Any:
+        return convert(self.execute_command(*name, *args))
 
-    method.__name__ = name.lower()
     return method
 
 
-class EmbeddedRedis:
-    """The ``memory://`` client: the redis-py methods the package (and its
-    tests) call, on a :class:`Keyspace` of its own, replying as a
-    :class:`redis.Redis` with ``decode_responses=False`` replies.
+def _true(reply: Any) -> bool:
+    return True
 
-    :param clock: seconds since the epoch (see :class:`Keyspace`).
-    :param lua: the lupa module to run scripts on, one of :data:`LUAS`; by
-        default the first that lupa has.
-    """
+
+def _pairs(flat: list[bytes]) -> dict[bytes, bytes]:
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
+class EmbeddedRedis:
+    """The ``memory://`` client, replying as a :class:`redis.Redis` with
+    ``decode_responses=False``; ``lua`` is one of :data:`LUAS`."""
 
     def __init__(self, clock: Callable[[], float] = time.time, lua: str | None = None) -> None:
         self.keyspace = Keyspace(clock)
@@ -92,19 +87,15 @@ class EmbeddedRedis:
     def __repr__(self) -> str:
         return f"<{type(self).__name__} memory://: {len(self.keyspace.data)} keys>"
 
-    # -- commands ---------------------------------------------------------------
-
     def execute_command(self, *args: Any, **options: Any) -> Any:
-        """Run one command and return its reply as it comes from Redis
-        (before redis-py's per-command conversions).
+        """One command's reply before redis-py's per-command conversions."""
+        return self._locked(self._dispatch, [encode(arg) for arg in args])
 
-        :raises redis.ResponseError: its error reply, as redis-py raises it.
-        """
-        words = [encode(arg) for arg in args]
+    def _locked(self, call: Callable[..., Any], *args: Any) -> Any:
         with _LOCK:
             self.keyspace.tick()
             try:
-                return self._dispatch(words)
+                return call(*args)
             except CommandError as error:
                 raise response_error(error.message) from None
 
@@ -132,9 +123,12 @@ class EmbeddedRedis:
             raise CommandError("ERR Number of keys can't be negative")
         if count > len(rest) - 1:
             raise CommandError("ERR Number of keys can't be greater than number of args")
+        return self._run(sha, count, rest[1:])
+
+    def _run(self, sha: str, count: int, words: list[bytes]) -> Any:
         if sha not in self.scripts:
             raise CommandError("NOSCRIPT No matching script. Please use EVAL.")
-        return lua_host(self.lua).run(self.keyspace, sha, count, rest[1:])
+        return lua_host(self.lua).run(self.keyspace, sha, count, words)
 
     def _script(self, words: list[bytes]) -> Any:
         command = words[0].upper() if words else b""
@@ -148,11 +142,7 @@ class EmbeddedRedis:
         raise CommandError("ERR unknown subcommand or wrong number of arguments for 'script' command")
 
     def evalsha(self, sha: str, numkeys: int, *keys_and_args: Any) -> Any:
-        """Run a script this store knows by its SHA1: the one call of every
-        request, so it skips the generic command path when it can.
-
-        :raises redis.exceptions.NoScriptError: for a SHA1 it does not know.
-        """
+        """The one call of every request: it skips the generic command path when it can."""
         if type(sha) is not str or type(numkeys) is not int or not 0 <= numkeys <= len(keys_and_args):
             return self.execute_command("EVALSHA", sha, numkeys, *keys_and_args)
         # Keys are strings and most arguments integers: encoded inline.
@@ -160,43 +150,29 @@ class EmbeddedRedis:
             word.encode() if type(word) is str else b"%d" % word if type(word) is int else encode(word)
             for word in keys_and_args
         ]
-        with _LOCK:
-            self.keyspace.tick()
-            try:
-                if sha not in self.scripts:
-                    raise CommandError("NOSCRIPT No matching script. Please use EVAL.")
-                return lua_host(self.lua).run(self.keyspace, sha, numkeys, words)
-            except CommandError as error:
-                raise response_error(error.message) from None
+        return self._locked(self._run, sha, numkeys, words)
 
     def eval(self, script: str | bytes, numkeys: int, *keys_and_args: Any) -> Any:
-        """Run a script's text (compiled once per process, then known here by its SHA1)."""
         return self.execute_command("EVAL", script, numkeys, *keys_and_args)
 
-    def script_load(self, script: str | bytes) -> str:
-        return str(self.execute_command("SCRIPT", "LOAD", script).decode())
-
-    def script_exists(self, *shas: str) -> list[bool]:
-        return [bool(found) for found in self.execute_command("SCRIPT", "EXISTS", *shas)]
-
-    def script_flush(self, sync_type: str | None = None) -> bool:
-        self.execute_command("SCRIPT", "FLUSH")
-        return True
-
-    # The commands whose reply redis-py only converts: each method sends its
-    # name and its arguments. DUMP's snapshot is opaque (see Keyspace.dump).
+    # The commands whose reply redis-py only converts.
+    script_load = _command("SCRIPT", "LOAD", convert=bytes.decode)
+    script_flush = _command("SCRIPT", "FLUSH", convert=_true)
     get = _command("GET")
-    delete = _command("DEL", int)
-    exists = _command("EXISTS", int)
-    type = _command("TYPE", bytes)
-    pexpire = _command("PEXPIRE", bool)
-    expire = _command("EXPIRE", bool)
-    persist = _command("PERSIST", bool)
-    pttl = _command("PTTL", int)
-    ttl = _command("TTL", int)
-    dbsize = _command("DBSIZE", int)
+    delete = _command("DEL", convert=int)
+    exists = _command("EXISTS", convert=int)
+    pexpire = _command("PEXPIRE", convert=bool)
+    expire = _command("EXPIRE", convert=bool)
+    persist = _command("PERSIST", convert=bool)
+    pttl = _command("PTTL", convert=int)
+    ttl = _command("TTL", convert=int)
+    dbsize = _command("DBSIZE", convert=int)
     dump = _command("DUMP")
-    xlen = _command("XLEN", int)
+    xlen = _command("XLEN", convert=int)
+    flushall = _command("FLUSHALL", convert=_true)
+    flushdb = _command("FLUSHDB", convert=_true)
+    ping = _command("PING", convert=_true)
+    hgetall = _command("HGETALL", convert=_pairs)
 
     def set(
         self,
@@ -236,27 +212,10 @@ class EmbeddedRedis:
         return int(following), found
 
     def scan_iter(self, match: Any = None, count: int | None = None) -> Iterator[bytes]:
-        """Every key (matching ``match``), a page of ``count`` at a time."""
         cursor = None
         while cursor != 0:
             cursor, found = self.scan(cursor or 0, match, count)
             yield from found
-
-    def flushall(self, asynchronous: bool = False) -> bool:
-        self.execute_command("FLUSHALL")
-        return True
-
-    def flushdb(self, asynchronous: bool = False) -> bool:
-        self.execute_command("FLUSHDB")
-        return True
-
-    def ping(self) -> bool:
-        self.execute_command("PING")
-        return True
-
-    def hgetall(self, name: Any) -> dict[bytes, bytes]:
-        flat = self.execute_command("HGETALL", name)
-        return dict(zip(flat[::2], flat[1::2], strict=True))
 
     def xadd(
         self,
@@ -285,12 +244,11 @@ class EmbeddedRedis:
         return _entries(self.execute_command("XREVRANGE", name, max, min, *_count(count)))
 
     def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> EmbeddedPipeline:
-        """A pipeline: its commands run one by one when executed (each
-        atomic, the whole not, as a pipeline without MULTI)."""
+        """A pipeline without MULTI: each command atomic, the whole not."""
         return EmbeddedPipeline(self)
 
     def close(self) -> None:
-        """Nothing to close: the keyspace lives as long as the client."""
+        pass
 
 
 def _count(count: int | None) -> list[Any]:
@@ -298,30 +256,19 @@ def _count(count: int | None) -> list[Any]:
 
 
 def _entries(raw: list[Any]) -> list[tuple[bytes, dict[bytes, bytes]]]:
-    """Stream entries as redis-py gives them: (ID, fields) pairs."""
-    return [(entry_id, dict(zip(flat[::2], flat[1::2], strict=True))) for entry_id, flat in raw]
+    return [(entry_id, _pairs(flat)) for entry_id, flat in raw]
 
 
 class EmbeddedPipeline:
-    """The commands of a pipeline, queued, then run one by one."""
-
     def __init__(self, client: EmbeddedRedis) -> None:
         self.client = client
         self.commands: list[tuple[Any, ...]] = []
-
-    def __enter__(self) -> EmbeddedPipeline:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.commands.clear()
 
     def execute_command(self, *args: Any, **options: Any) -> EmbeddedPipeline:
         self.commands.append(args)
         return self
 
     def execute(self, raise_on_error: bool = True) -> list[Any]:
-        """Each command's reply, or its error in its place; the first
-        error is raised instead if ``raise_on_error``."""
         results: list[Any] = []
         for args in self.commands:
             try:
@@ -329,8 +276,7 @@ class EmbeddedPipeline:
             except redis.RedisError as error:
                 results.append(error)
         self.commands.clear()
-        if raise_on_error:
-            for result in results:
-                if isinstance(result, Exception):
-                    raise result
+        failed = next((result for result in results if isinstance(result, Exception)), None)
+        if raise_on_error and failed is not None:
+            raise failed
         return results

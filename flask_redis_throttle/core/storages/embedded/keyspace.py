@@ -1,7 +1,5 @@
 """The keyspace: keys and values with millisecond expiry (lazy, and swept),
-and every command the store implements, found by name and checked for its
-arity as Redis dispatches them, each with Redis's replies and errors.
-"""
+and the commands our code sends, with Redis's replies and errors."""
 
 from __future__ import annotations
 
@@ -25,7 +23,6 @@ from .values import (
     Stream,
     ZSet,
     arity_error,
-    format_id,
     format_score,
     glob,
     parse_bound,
@@ -37,27 +34,20 @@ from .values import (
 
 _T = TypeVar("_T")
 
-#: How many expired keys each call may delete at most, beyond the ones it
-#: reads: more than any script writes, so the sweep keeps pace with any
-#: stream of new keys, and little enough that no request pays for a large
-#: expiry at once.
+#: How many expired keys each call may delete, beyond those it reads: more
+#: than any script writes, so the sweep keeps pace, and few enough that no
+#: request pays for a large expiry at once.
 SWEEP = 64
 
-#: How many SCAN cursors are remembered: an iteration left unfinished is
-#: forgotten after this many more have started.
+#: How many SCAN cursors are remembered.
 CURSORS = 1024
 
 
 class Keyspace:
-    """Keys and values, with millisecond expiry; every command method takes
-    the words of one command (name first, as bytes) and returns its reply:
-    bytes, an int, None (a nil), a list, or a :class:`Status`; an error is a
-    :class:`CommandError`.
-
-    Not locked: :class:`EmbeddedRedis` holds its lock around each call.
-
-    :param clock: seconds since the epoch, for expiry, ``TIME`` and stream IDs.
-    """
+    """Each command method takes one command's words (name first) and
+    returns its reply: bytes, an int, None (a nil), a list or a
+    :class:`Status`; an error is a :class:`CommandError`. Not locked:
+    :class:`EmbeddedRedis` holds its lock around each call."""
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self.clock = clock
@@ -74,17 +64,13 @@ class Keyspace:
         #: frozen for a script, as in Redis.
         self.now = 0
 
-    # -- time and expiry --------------------------------------------------
-
     def tick(self) -> None:
-        """Start a call: read the clock, then sweep some expired keys."""
         self.now = int(self.clock() * 1000)
         seconds = self._seconds
         if seconds and seconds[0] < self.now // 1000:
             self._sweep(SWEEP)
 
     def _sweep(self, budget: int) -> None:
-        """Delete up to ``budget`` keys whose deadline's second has passed."""
         current = self.now // 1000
         seconds, buckets = self._seconds, self._buckets
         while seconds and seconds[0] < current and budget > 0:
@@ -103,7 +89,6 @@ class Keyspace:
             self._buckets[deadline // 1000].discard(key)
 
     def expire_at(self, key: bytes, deadline: int) -> None:
-        """Give the (existing) ``key`` a deadline, in epoch milliseconds."""
         self._unexpire(key)
         self.expires[key] = deadline
         second = deadline // 1000
@@ -114,16 +99,14 @@ class Keyspace:
         bucket.add(key)
 
     def remove(self, key: bytes) -> bool:
-        """Delete ``key`` (alive or not); whether it was there."""
         if self.data.pop(key, None) is None:
             return False
         self._unexpire(key)
         return True
 
     def lookup(self, key: bytes) -> Any:
-        """The value of ``key``, None if it is missing or past its deadline
-        (which deletes it: lazy expiry). Redis keeps a key until the
-        millisecond after its deadline."""
+        """None for a key missing or past its deadline (which deletes it):
+        Redis keeps a key until the millisecond after its deadline."""
         value = self.data.get(key)
         if value is not None:
             deadline = self.expires.get(key)
@@ -133,29 +116,18 @@ class Keyspace:
         return value
 
     def typed(self, key: bytes, kind: type[_T]) -> _T | None:
-        """The value of ``key`` if it is of ``kind``, None if missing.
-
-        :raises CommandError: WRONGTYPE for a value of another type.
-        """
         value = self.lookup(key)
         if value is not None and type(value) is not kind:
             raise CommandError(WRONGTYPE)
         return value
 
     def keys_alive(self) -> list[bytes]:
-        """Every key that is not past its deadline."""
         now, expires = self.now, self.expires
         return [key for key in self.data if expires.get(key, now) >= now]
 
-    def store(self, key: bytes, value: Any) -> None:
-        self.data[key] = value
-
     def drop_if_empty(self, key: bytes, value: Any) -> None:
-        """Delete an aggregate left empty, as Redis does (but not a stream)."""
         if not (value.scores if type(value) is ZSet else value):
             self.remove(key)
-
-    # -- generic ------------------------------------------------------------
 
     def del_(self, words: list[bytes]) -> int:
         return sum(self.lookup(key) is not None and self.remove(key) for key in words[1:])
@@ -176,19 +148,13 @@ class Keyspace:
             self.expire_at(key, deadline)
         return 1
 
-    def _expire_in(self, words: list[bytes], scale: int) -> int:
-        """EXPIRE (``scale`` 1000) or PEXPIRE (1): an error, as Redis's, for a
-        deadline past 64 bits of milliseconds."""
-        span = parse_integer(words[2]) * scale
-        if not INT64[0] <= span <= INT64[1] - self.now:
-            raise CommandError(f"ERR invalid expire time in '{words[0].decode('utf-8', 'replace').lower()}' command")
-        return self._expire(words[1], self.now + span)
-
     def pexpire(self, words: list[bytes]) -> int:
-        return self._expire_in(words, 1)
-
-    def expire(self, words: list[bytes]) -> int:
-        return self._expire_in(words, 1000)
+        """PEXPIRE, and EXPIRE: an error, as Redis's, for a deadline past 64 bits of milliseconds."""
+        name = words[0].decode("utf-8", "replace").lower()
+        span = parse_integer(words[2]) * (1000 if name == "expire" else 1)
+        if not INT64[0] <= span <= INT64[1] - self.now:
+            raise CommandError(f"ERR invalid expire time in '{name}' command")
+        return self._expire(words[1], self.now + span)
 
     def pexpireat(self, words: list[bytes]) -> int:
         return self._expire(words[1], parse_integer(words[2]))
@@ -200,44 +166,33 @@ class Keyspace:
         return 1
 
     def pttl(self, words: list[bytes]) -> int:
+        """PTTL, and TTL."""
         if self.lookup(words[1]) is None:
             return -2
         deadline = self.expires.get(words[1])
-        return -1 if deadline is None else deadline - self.now
-
-    def ttl(self, words: list[bytes]) -> int:
-        left = self.pttl(words)
-        return left if left < 0 else (left + 500) // 1000
+        left = -1 if deadline is None else deadline - self.now
+        return left if left < 0 or words[0].upper() == b"PTTL" else (left + 500) // 1000
 
     def keys(self, words: list[bytes]) -> list[bytes]:
         match = glob(words[1])
         return [key for key in self.keys_alive() if match is None or match(key)]
 
     def scan(self, words: list[bytes]) -> list[Any]:
-        """SCAN, visiting keys in byte order: a cursor stands for the last
-        key it returned (the last :data:`CURSORS` cursors are kept), so
-        every key that exists from the first call to the last is returned
-        exactly once, whatever is added or deleted meanwhile."""
+        """SCAN in byte order: a cursor stands for the last key it returned,
+        so every key that lives through the scan is returned exactly once."""
         cursor = parse_integer(words[1], "ERR invalid cursor")
         if cursor < 0:
             raise CommandError("ERR invalid cursor")
-        match, count, kind = None, 10, None
-        i = 2
-        while i < len(words):
-            option = words[i].upper()
-            if i + 1 >= len(words):
-                raise CommandError(SYNTAX)
-            if option == b"MATCH":
-                match = glob(words[i + 1])
-            elif option == b"COUNT":
-                count = parse_integer(words[i + 1])
-                if count < 1:
-                    raise CommandError(SYNTAX)
-            elif option == b"TYPE":
-                kind = words[i + 1].lower()
+        match, count = None, 10
+        for option, value in zip(words[2::2], words[3::2], strict=False):
+            if option.upper() == b"MATCH":
+                match = glob(value)
+            elif option.upper() == b"COUNT" and parse_integer(value) > 0:
+                count = parse_integer(value)
             else:
                 raise CommandError(SYNTAX)
-            i += 2
+        if len(words) % 2:
+            raise CommandError(SYNTAX)
         # An unknown cursor (one of too long ago) starts again: keys may be
         # returned twice, as Redis allows, but none is missed.
         after = self._cursors.pop(cursor, None)
@@ -250,18 +205,10 @@ class Keyspace:
             if len(self._cursors) > CURSORS:
                 del self._cursors[next(iter(self._cursors))]
             following = b"%d" % self._next_cursor
-        found = []
-        for key in page:
-            value = self.lookup(key)
-            if value is None or (match is not None and not match(key)):
-                continue
-            if kind is None or TYPE_NAMES[type(value)] == kind:
-                found.append(key)
-        return [following, found]
+        return [following, [key for key in page if self.lookup(key) is not None and (match is None or match(key))]]
 
     def dump(self, words: list[bytes]) -> bytes | None:
-        """A snapshot of a value, for telling whether it changed: opaque,
-        and not Redis's serialization (no RESTORE takes it)."""
+        """An opaque snapshot, for telling whether a value changed: no RESTORE takes it."""
         value = self.lookup(words[1])
         if value is None:
             return None
@@ -277,24 +224,19 @@ class Keyspace:
     def flushall(self, words: list[bytes]) -> Status:
         if len(words) > 1 and words[1].upper() not in (b"SYNC", b"ASYNC"):
             raise CommandError(SYNTAX)
-        self.data.clear()
-        self.expires.clear()
-        self._buckets.clear()
-        self._seconds.clear()
+        for part in (self.data, self.expires, self._buckets, self._seconds):
+            part.clear()
         return OK
 
-    def ping(self, words: list[bytes]) -> Any:
-        return words[1] if len(words) == 2 else Status(b"PONG")
+    def ping(self, words: list[bytes]) -> Status:
+        return Status(b"PONG")
 
     def time_(self, words: list[bytes]) -> list[bytes]:
         micros = int(self.clock() * 1_000_000)
         return [b"%d" % (micros // 1_000_000), b"%d" % (micros % 1_000_000)]
 
-    # -- strings ------------------------------------------------------------
-
     def get(self, words: list[bytes]) -> bytes | None:
-        value: bytes | None = self.typed(words[1], bytes)
-        return value
+        return self.typed(words[1], bytes)
 
     def set(self, words: list[bytes]) -> Any:
         key, value = words[1], words[2]
@@ -344,26 +286,18 @@ class Keyspace:
         return OK
 
     def incrby(self, words: list[bytes]) -> int:
-        return self._incr(words[1], parse_integer(words[2]))
-
-    def incr(self, words: list[bytes]) -> int:
-        return self._incr(words[1], 1)
-
-    def _incr(self, key: bytes, by: int) -> int:
-        old = self.typed(key, bytes)
-        result = _added(0 if old is None else parse_integer(old), by)
-        self.store(key, b"%d" % result)
+        """INCRBY, and INCR."""
+        old = self.typed(words[1], bytes)
+        result = _added(0 if old is None else parse_integer(old), parse_integer(words[2]) if len(words) > 2 else 1)
+        self.data[words[1]] = b"%d" % result
         return result
-
-    # -- hashes -------------------------------------------------------------
-
-    def hget(self, words: list[bytes]) -> bytes | None:
-        fields = self.typed(words[1], dict)
-        return None if fields is None else fields.get(words[2])
 
     def hmget(self, words: list[bytes]) -> list[bytes | None]:
         fields = self.typed(words[1], dict) or {}
         return [fields.get(name) for name in words[2:]]
+
+    def hget(self, words: list[bytes]) -> bytes | None:
+        return self.hmget(words)[0]
 
     def hgetall(self, words: list[bytes]) -> list[bytes]:
         fields = self.typed(words[1], dict) or {}
@@ -375,10 +309,7 @@ class Keyspace:
     def hset(self, words: list[bytes]) -> int:
         if len(words) % 2:
             raise arity_error(words[0])
-        fields = self.typed(words[1], dict)
-        if fields is None:
-            fields = {}
-            self.store(words[1], fields)
+        fields = self.data[words[1]] = self.typed(words[1], dict) or {}
         added = 0
         for i in range(2, len(words), 2):
             added += words[i] not in fields
@@ -387,13 +318,10 @@ class Keyspace:
 
     def hincrby(self, words: list[bytes]) -> int:
         by = parse_integer(words[3])
-        fields = self.typed(words[1], dict)
-        old = None if fields is None else fields.get(words[2])
-        result = _added(0 if old is None else parse_integer(old, "ERR hash value is not an integer"), by)
-        if fields is None:
-            fields = {}
-            self.store(words[1], fields)
+        fields = self.typed(words[1], dict) or {}
+        result = _added(parse_integer(fields.get(words[2], b"0"), "ERR hash value is not an integer"), by)
         fields[words[2]] = b"%d" % result
+        self.data[words[1]] = fields
         return result
 
     def hdel(self, words: list[bytes]) -> int:
@@ -403,8 +331,6 @@ class Keyspace:
         removed = sum(fields.pop(name, None) is not None for name in words[2:])
         self.drop_if_empty(words[1], fields)
         return removed
-
-    # -- sorted sets --------------------------------------------------------
 
     def zadd(self, words: list[bytes]) -> Any:
         flags: set[bytes] = set()
@@ -421,13 +347,12 @@ class Keyspace:
             raise CommandError("ERR GT, LT, and/or NX options at the same time are not compatible")
         if b"INCR" in flags and len(pairs) != 2:
             raise CommandError("ERR INCR option supports a single increment-element pair")
-        scores = [parse_float(pairs[j]) for j in range(0, len(pairs), 2)]
+        scores = [parse_float(score) for score in pairs[::2]]
         zset = self.typed(words[1], ZSet)
         if zset is None:
             if b"XX" in flags:
                 return None if b"INCR" in flags else 0
-            zset = ZSet()
-            self.store(words[1], zset)
+            zset = self.data[words[1]] = ZSet()
         changed = added = 0
         result: Any = None
         for score, member in zip(scores, pairs[1::2], strict=True):
@@ -461,8 +386,7 @@ class Keyspace:
         return None if score is None else format_score(score)
 
     def _scored(self, words: list[bytes]) -> tuple[ZSet | None, int, int]:
-        """The sorted set of ``key min max`` words, and the span of its items
-        in that range of scores (empty when there is no set)."""
+        """The sorted set of ``key min max`` words, and its items' span in that range."""
         low, high = parse_bound(words[2]), parse_bound(words[3])
         zset = self.typed(words[1], ZSet)
         return (zset, *zset.span(low, high)) if zset is not None else (None, 0, 0)
@@ -527,8 +451,6 @@ class Keyspace:
         self.drop_if_empty(words[1], zset)
         return stop - start
 
-    # -- streams ------------------------------------------------------------
-
     def xadd(self, words: list[bytes]) -> bytes | None:
         key, i = words[1], 2
         make, maxlen = True, None
@@ -552,43 +474,32 @@ class Keyspace:
         if i >= len(words) or (len(words) - i - 1) < 2 or (len(words) - i - 1) % 2:
             raise CommandError("ERR wrong number of arguments for 'xadd' command")
         stream = self.typed(key, Stream)
-        wanted = words[i]
-        if wanted != b"*":
-            entry_id = self._explicit_id(wanted, stream)
-        if stream is None:
-            if not make:
-                return None
-            stream = Stream()
-            self.store(key, stream)
+        last, wanted = (0, 0) if stream is None else stream.last, words[i]
         if wanted == b"*":
-            ms = max(self.now, stream.last[0])
-            entry_id = (ms, stream.last[1] + 1 if ms == stream.last[0] else 0)
-        stream.entries.append((entry_id, list(words[i + 1 :])))
-        stream.last = entry_id
-        if maxlen is not None and len(stream.entries) > maxlen:
-            del stream.entries[: len(stream.entries) - maxlen]
-        return format_id(entry_id)
-
-    def _explicit_id(self, wanted: bytes, stream: Stream | None) -> tuple[int, int]:
-        """The ID an XADD asks for (``ms-seq`` or ``ms-*``), checked
-        against the stream's last."""
-        last = stream.last if stream is not None else (0, 0)
-        if wanted.endswith(b"-*"):
-            ms = parse_stream_id(wanted[:-2], 0, False)[0][0]
+            ms = max(self.now, last[0])
             entry_id = (ms, last[1] + 1 if ms == last[0] else 0)
-            if ms < last[0]:
-                entry_id = (0, 0)
         else:
             entry_id = parse_stream_id(wanted, 0, False)[0]
             if wanted in (b"-", b"+"):
                 raise CommandError(BAD_STREAM_ID)
-        if entry_id == (0, 0):
-            raise CommandError("ERR The ID specified in XADD must be greater than 0-0")
-        if entry_id <= last:
-            raise CommandError("ERR The ID specified in XADD is equal or smaller than the target stream top item")
-        return entry_id
+            if entry_id == (0, 0):
+                raise CommandError("ERR The ID specified in XADD must be greater than 0-0")
+            if entry_id <= last:
+                raise CommandError("ERR The ID specified in XADD is equal or smaller than the target stream top item")
+        if stream is None:
+            if not make:
+                return None
+            stream = self.data[key] = Stream()
+        stream.entries.append((entry_id, list(words[i + 1 :])))
+        stream.last = entry_id
+        if maxlen is not None and len(stream.entries) > maxlen:
+            del stream.entries[: len(stream.entries) - maxlen]
+        return b"%d-%d" % entry_id
 
-    def _xrange(self, key: bytes, low: bytes, high: bytes, rest: list[bytes], reverse: bool) -> list[Any]:
+    def xrange(self, words: list[bytes]) -> list[Any]:
+        """XRANGE, and XREVRANGE."""
+        reverse = words[0].upper() == b"XREVRANGE"
+        key, low, high, rest = words[1], words[3 if reverse else 2], words[2 if reverse else 3], words[4:]
         start, start_ex = parse_stream_id(low, 0)
         end, end_ex = parse_stream_id(high, MAX_SEQ)
         count = None
@@ -600,30 +511,18 @@ class Keyspace:
         if stream is None or (count is not None and count <= 0):
             return []
         found = [
-            [format_id(entry_id), list(fields)]
+            [b"%d-%d" % entry_id, list(fields)]
             for entry_id, fields in (reversed(stream.entries) if reverse else stream.entries)
             if (start < entry_id or (start == entry_id and not start_ex))
             and (entry_id < end or (entry_id == end and not end_ex))
         ]
         return found if count is None else found[:count]
 
-    def xrange(self, words: list[bytes]) -> list[Any]:
-        return self._xrange(words[1], words[2], words[3], words[4:], False)
-
-    def xrevrange(self, words: list[bytes]) -> list[Any]:
-        return self._xrange(words[1], words[3], words[2], words[4:], True)
-
     def xlen(self, words: list[bytes]) -> int:
         stream = self.typed(words[1], Stream)
         return 0 if stream is None else len(stream.entries)
 
-    # -- dispatch -----------------------------------------------------------
-
     def execute(self, words: Sequence[bytes]) -> Any:
-        """Run one command.
-
-        :raises CommandError: its error reply.
-        """
         entry = COMMANDS.get(words[0]) or COMMANDS.get(bytes(words[0]).upper())
         if entry is None:
             shown = words[0].decode("utf-8", "replace")
@@ -644,14 +543,21 @@ def _added(number: int, by: int) -> int:
 
 #: Each command's Redis arity: the exact count of words, its name included,
 #: or at least -arity. Its method is its name in lower case (with ``_`` after
-#: a Python name); UNLINK and FLUSHDB run DEL and FLUSHALL.
+#: a Python name), or that of the command :data:`ALIASES` names.
 ARITIES = """
 GET 2  SET -3  MSET -3  INCR 2  INCRBY 3  DEL -2  UNLINK -2  EXISTS -2  TYPE 2  PEXPIRE 3  EXPIRE 3
-PEXPIREAT 3  PERSIST 2  PTTL 2  TTL 2  KEYS 2  SCAN -2  DBSIZE 1  DUMP 2  FLUSHALL -1  FLUSHDB -1  PING -1
+PEXPIREAT 3  PERSIST 2  PTTL 2  TTL 2  KEYS 2  SCAN -2  DBSIZE 1  DUMP 2  FLUSHALL -1  FLUSHDB -1  PING 1
 TIME 1  HGET 3  HMGET -3  HGETALL 2  HLEN 2  HSET -4  HINCRBY 4  HDEL -3  ZADD -4  ZCARD 2  ZSCORE 3
 ZCOUNT 4  ZRANGE -4  ZRANGEBYSCORE -4  ZREM -3  ZREMRANGEBYSCORE 4  XADD -5  XRANGE -4  XREVRANGE -4  XLEN 2
 """
-ALIASES = {"UNLINK": "DEL", "FLUSHDB": "FLUSHALL"}
+ALIASES = {
+    "UNLINK": "DEL",
+    "FLUSHDB": "FLUSHALL",
+    "INCR": "INCRBY",
+    "EXPIRE": "PEXPIRE",
+    "TTL": "PTTL",
+    "XREVRANGE": "XRANGE",
+}
 
 
 def _method(name: str) -> Callable[[Keyspace, list[bytes]], Any]:
@@ -660,7 +566,6 @@ def _method(name: str) -> Callable[[Keyspace, list[bytes]], Any]:
     return method
 
 
-#: Each command: its method on :class:`Keyspace`, and its arity.
 COMMANDS = {
     name.encode(): (_method(name), int(arity))
     for name, arity in zip(ARITIES.split()[::2], ARITIES.split()[1::2], strict=True)

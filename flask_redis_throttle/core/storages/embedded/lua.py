@@ -1,7 +1,5 @@
-"""The Lua host: the rate limit scripts compiled once per process on lupa's
-Lua 5.1 (or LuaJIT), in a sandbox like Redis's, their ``redis.call`` going
-straight to the keyspace, with Redis's conversions between Lua and replies.
-"""
+"""The Lua host: our scripts compiled once per process on lupa's Lua 5.1
+(or LuaJIT), in a sandbox like Redis's, ``redis.call`` going to the keyspace."""
 
 from __future__ import annotations
 
@@ -13,17 +11,12 @@ from typing import Any
 from .keyspace import Keyspace
 from .values import OK, CommandError, Status
 
-# -- the Lua host ---------------------------------------------------------------
-
-#: Builds the sandbox every script runs in, from redis.call and redis.pcall,
-#: and returns the function that compiles a script into it. The globals are
-#: those of a Redis script the package's scripts use, and a few more of
-#: Lua's base library; reading a global that does not exist, or creating
-#: one, is an error, as in Redis.
+#: Builds the sandbox every script runs in and returns the functions that
+#: compile and run a script in it. As in Redis, reading a global that does
+#: not exist, or creating one, is an error.
 _SANDBOX = """
 local py_call, py_pcall, OK = ...
--- A reply of OK comes from Python as the OK marker: a fresh {ok = 'OK'}
--- here is cheaper than one built in Python.
+-- OK comes from Python as a marker: a fresh {ok = 'OK'} is cheaper built here.
 local function status(reply)
   if reply == OK then
     return {ok = 'OK'}
@@ -35,13 +28,9 @@ local redis = {
   pcall = function(...) return status(py_pcall(...)) end,
   error_reply = function(message) return {err = message} end,
   status_reply = function(message) return {ok = message} end,
-  log = function() end,
-  LOG_DEBUG = 0, LOG_VERBOSE = 1, LOG_NOTICE = 2, LOG_WARNING = 3,
 }
--- Redis's struct library, as much of it as the scripts use: formats of
--- little-endian unsigned integers of 1 to 8 bytes each ('<I4I6I4'), exact
--- up to 2^53 as every Lua number. pack() keeps the low bytes of a larger
--- value, as Redis's does; anything else in a format is an error.
+-- Redis's struct library, as much as our scripts use: little-endian
+-- unsigned integers of 1 to 8 bytes ('<I4I6I4'), exact up to 2^53.
 local byte, char, floor = string.byte, string.char, math.floor
 local formats = {}
 local function sizes(format)
@@ -115,12 +104,10 @@ local function compile(source)
   setfenv(chunk, env)
   return chunk
 end
--- A script's return value, as it goes back to Python. An array of numbers
--- and strings (a rate limit script's reply) is converted here, as Redis
--- converts it: up to its first nil, numbers truncated to integers; it goes
--- back as several values, true, its length and its items, so that Python
--- takes it as a tuple. Anything else goes back as it is, one value.
-local floor, ceil = math.floor, math.ceil
+-- An array of numbers and strings (our scripts' reply) is converted here
+-- as Redis converts it, and goes back as true, its length and its items,
+-- which Python takes as a tuple. Anything else goes back as it is.
+local ceil = math.ceil
 local function reply(result)
   if type(result) ~= 'table' or result.err ~= nil or result.ok ~= nil then
     return result
@@ -142,7 +129,6 @@ local function reply(result)
   end
   return true, n, unpack(items, 1, n)
 end
--- Runs a chunk with the first `keys` arguments as KEYS, the others as ARGV.
 local function run(chunk, keys, ...)
   local all, KEYS, ARGV = {...}, {}, {}
   for i = 1, keys do
@@ -157,23 +143,17 @@ return compile, run
 """
 
 #: Put before a script's text, on its first line so that line numbers in
-#: errors are the script's own: KEYS and ARGV are the chunk's arguments.
+#: errors are the script's own.
 _HEAD = "local KEYS, ARGV = ...; "
 
 #: Integers below this are numbers Lua holds exactly, and written in full.
 _EXACT = 2**53
 
-_LUA_ARGUMENT = "ERR Lua redis lib command arguments must be strings or integers"
-
 
 class LuaHost:
-    """One Lua runtime for the process, the scripts compiled on it (by
-    SHA1), and ``redis.call`` bound to whichever keyspace runs a script.
-
-    Not locked: callers hold :data:`_LOCK`.
-
-    :param name: the lupa module of the runtime, one of :data:`LUAS`.
-    """
+    """One Lua runtime for the process (a module of :data:`LUAS`), the
+    scripts compiled on it by SHA1, and ``redis.call`` bound to whichever
+    keyspace runs a script. Not locked: callers hold the store's lock."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -189,26 +169,20 @@ class LuaHost:
         self.keyspace: Keyspace | None = None
 
     def compile(self, sha: str, text: bytes) -> Any:
-        """The compiled script ``text``, whose SHA1 is ``sha``.
-
-        :raises CommandError: when it does not compile.
-        """
         function = self.functions.get(sha)
         if function is None:
             function = self.compiler(_HEAD.encode() + text)
             if isinstance(function, tuple):  # nil and the message
-                message = function[1]
-                raise CommandError(f"ERR Error compiling script (new function): {message.decode('utf-8', 'replace')}")
+                message = function[1].decode("utf-8", "replace")
+                raise CommandError(f"ERR Error compiling script (new function): {message}")
             self.functions[sha] = function
             _SOURCES[sha] = text
         return function
 
     def run(self, keyspace: Keyspace, sha: str, keys: int, words: Sequence[bytes]) -> Any:
-        """Run a compiled script on ``keyspace`` and return its reply,
-        converted as Redis converts a script's return value.
+        """Run a script on ``keyspace``; its reply as Redis converts it.
 
-        :raises CommandError: the error of a ``redis.call`` (which aborts
-            the script), of the script itself, or the one it returned.
+        :raises CommandError: the error of a ``redis.call``, of the script, or the one it returned.
         """
         function = self.functions.get(sha)
         if function is None:  # known to the store, not yet to this runtime (see _after_fork)
@@ -223,17 +197,14 @@ class LuaHost:
             raise CommandError(f"ERR {message} script: {sha}") from None
         finally:
             self.keyspace = None
+        lua_type = self.lua.lua_type
         if type(result) is tuple:  # an array of numbers and strings (see _SANDBOX)
-            return [item if type(item) is not float else self.from_lua(item) for item in result[2:]]
-        return self.from_lua(result)
+            return [item if type(item) is not float else _from_lua(item, lua_type) for item in result[2:]]
+        return _from_lua(result, lua_type)
 
     def _call(self, *words: Any) -> Any:
-        """``redis.call``: run a command; its error aborts the script.
-
-        The two calls every fixed-window and GCRA counter makes, a GET and
-        a SET with PX, skip the generic path when their arguments are those
-        it would run anyway.
-        """
+        """``redis.call``. The GET and the SET with PX of every counter skip
+        the generic path when their arguments are those it would run anyway."""
         keyspace = self.keyspace
         assert keyspace is not None
         count = len(words)
@@ -246,18 +217,17 @@ class LuaHost:
                 keyspace.data[key] = value
                 keyspace.expire_at(key, keyspace.now + amount)
                 return self.ok
-        return self._to_lua(keyspace.execute([word if type(word) is bytes else _lua_word(word) for word in words]))
+        return self._to_lua(keyspace.execute([_lua_word(word) for word in words]))
 
     def _pcall(self, *words: Any) -> Any:
-        """``redis.pcall``: run a command; its error is returned as ``{err = ...}``."""
         try:
             return self._call(*words)
         except CommandError as error:
             return self.table_from({b"err": error.message.encode()})
 
     def _to_lua(self, reply: Any) -> Any:
-        """A reply as Redis gives it to a script: integers as numbers, a
-        nil as false, arrays as tables, a status as ``{ok = ...}``."""
+        """A reply as Redis gives it to a script: a nil as false, arrays as
+        tables, a status as ``{ok = ...}``."""
         kind = type(reply)
         if kind is bytes or kind is int:
             return reply
@@ -265,32 +235,25 @@ class LuaHost:
             return False
         if kind is list:
             return self.table_from([self._to_lua(item) for item in reply])
-        if reply is OK:
-            return self.ok
-        return self.table_from({b"ok": bytes(reply)})
-
-    def from_lua(self, value: Any) -> Any:
-        """A script's return value as Redis replies it: numbers truncated to
-        integers, true as 1 and false as a nil, a table with ``err`` as an
-        error, with ``ok`` as a status, any other as an array up to its
-        first nil."""
-        return _from_lua(value, self.lua.lua_type)
+        return self.ok if reply is OK else self.table_from({b"ok": bytes(reply)})
 
 
 def _lua_word(word: Any) -> bytes:
-    """A ``redis.call`` argument as Redis takes it: a string as it is, a
-    number with 17 significant digits (``%.17g``, as Redis up to 7.0 writes
-    it; later versions write the shortest form that reads back the same,
-    which differs only for numbers that are not whole)."""
+    """A ``redis.call`` argument as Redis takes it: a number with 17
+    significant digits (``%.17g``, as Redis up to 7.0 writes it; later
+    versions differ only for numbers that are not whole)."""
     kind = type(word)
     if kind is bytes:
         return word  # type: ignore[no-any-return]
     if kind is int or kind is float:
         return b"%.17g" % word
-    raise CommandError(_LUA_ARGUMENT)
+    raise CommandError("ERR Lua redis lib command arguments must be strings or integers")
 
 
 def _from_lua(value: Any, lua_type: Callable[[Any], str | None]) -> Any:
+    """A script's return value as Redis replies it: numbers truncated, true
+    as 1, false as a nil, ``{err=}`` an error, ``{ok=}`` a status, any
+    other table an array up to its first nil."""
     kind = type(value)
     if kind is int or kind is bytes:
         return value
@@ -300,52 +263,35 @@ def _from_lua(value: Any, lua_type: Callable[[Any], str | None]) -> Any:
         return 1 if value else None
     if lua_type(value) != "table":
         return None
-    error = value[b"err"]
+    error, status = value[b"err"], value[b"ok"]
     if type(error) is bytes:
         raise CommandError(error.decode("utf-8", "replace"))
-    status = value[b"ok"]
     if type(status) is bytes:
         return Status(status)
-    items = []
-    i = 1
-    item = value[1]
-    while item is not None:
-        items.append(_from_lua(item, lua_type))
+    items, i = [], 1
+    while value[i] is not None:
+        items.append(_from_lua(value[i], lua_type))
         i += 1
-        item = value[i]
     return items
 
 
-#: The lupa modules scripts may run on, by preference. LuaJIT runs the
-#: language of Lua 5.1, the one Redis runs, several times faster than Lua
-#: 5.1 itself (most of a request's time on this store is spent in the
-#: script); lupa has no LuaJIT on some platforms, where Lua 5.1 runs them.
-#: tests/test_embedded.py holds both against a real server.
+#: The lupa modules scripts may run on, by preference: LuaJIT runs Redis's
+#: Lua 5.1 several times faster; lupa lacks it on some platforms.
 LUAS = ("luajit21", "lua51")
 
-
 _HOSTS: dict[str, LuaHost] = {}
-#: Every script compiled in the process, by SHA1, to compile it again on a
-#: new runtime.
+#: Every script compiled in the process, by SHA1, to compile it again on a new runtime.
 _SOURCES: dict[str, bytes] = {}
 
 
 def lua_host(name: str | None = None) -> LuaHost:
-    """The process's Lua host on the lupa module ``name`` (see :data:`LUAS`),
-    made on first use: by default, the first of :data:`LUAS` that lupa has."""
+    """The process's Lua host on ``name``, by default the first of :data:`LUAS` lupa has."""
     if name is None:
-        name = _default_lua()
+        name = next((n for n in LUAS if importlib.util.find_spec(f"lupa.{n}") is not None), LUAS[-1])
     host = _HOSTS.get(name)
     if host is None:
         host = _HOSTS[name] = LuaHost(name)
     return host
-
-
-def _default_lua() -> str:
-    for name in LUAS:
-        if importlib.util.find_spec(f"lupa.{name}") is not None:
-            return name
-    raise ImportError(f"lupa has none of {', '.join(LUAS)}")  # pragma: no cover - lupa always has lua51
 
 
 def forget_hosts() -> None:

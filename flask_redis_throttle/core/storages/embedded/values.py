@@ -1,7 +1,5 @@
-"""The values of the embedded store and the words of its commands: the
-reply and error types, number parsing as Redis parses, glob patterns, and the
-sorted set and stream types.
-"""
+"""The embedded store's values and words: replies, errors, numbers and
+glob patterns read as Redis reads them, sorted sets and streams."""
 
 from __future__ import annotations
 
@@ -10,12 +8,10 @@ import re
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable
 from functools import lru_cache
-from typing import Any, TypeVar
+from typing import Any
 
 import redis
 from redis._parsers.base import BaseParser
-
-_T = TypeVar("_T")
 
 _INT = re.compile(rb"-?(?:0|[1-9][0-9]*)\Z")
 INT64 = (-(2**63), 2**63 - 1)
@@ -38,17 +34,12 @@ class Status(bytes):
 
 
 class CommandError(Exception):
-    """An error reply: ``message`` as Redis sends it, error code first."""
-
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
 
 
 def response_error(message: str) -> redis.RedisError:
-    """The exception redis-py raises for the error reply ``message``
-    (a :class:`~redis.exceptions.NoScriptError` for ``NOSCRIPT``, the code
-    ``ERR`` left out of the message, as redis-py does)."""
     error: redis.RedisError = BaseParser.parse_error(message)  # type: ignore[no-untyped-call]
     return error
 
@@ -61,8 +52,6 @@ def arity_error(name: bytes) -> CommandError:
 
 
 def parse_integer(value: bytes, error: str = NOT_INTEGER) -> int:
-    """``value`` as Redis reads a 64-bit integer: no sign but ``-``, no
-    leading zero, no spaces."""
     if _INT.match(value):
         number = int(value)
         if INT64[0] <= number <= INT64[1]:
@@ -71,9 +60,7 @@ def parse_integer(value: bytes, error: str = NOT_INTEGER) -> int:
 
 
 def parse_float(value: bytes, error: str = NOT_FLOAT) -> float:
-    """``value`` as Redis reads a score (``inf`` and ``-inf`` included): not
-    after a space, and not past what a double holds (``1e400``, or ``1e-400``,
-    which would be read as infinity or 0)."""
+    """Not after a space, nor past what a double holds (``1e400``, ``1e-400``)."""
     if not _FLOAT.match(value) or value[:1].isspace():
         raise CommandError(error)
     number = float(value)
@@ -84,8 +71,6 @@ def parse_float(value: bytes, error: str = NOT_FLOAT) -> float:
 
 
 def format_score(score: float) -> bytes:
-    """A score as Redis replies it: whole numbers without a point, others
-    with 17 significant digits (``%.17g``), infinities as ``inf``/``-inf``."""
     if score == score and abs(score) != float("inf") and score.is_integer() and abs(score) < 1e17:
         return b"%d" % int(score)
     if score == float("inf"):
@@ -96,9 +81,8 @@ def format_score(score: float) -> bytes:
 
 
 def parse_bound(value: bytes) -> tuple[float, bool]:
-    """A score range bound: its score, and whether it is exclusive (``(``);
-    read as Redis reads it, by ``strtod``, which skips leading spaces and
-    takes a number past a double as infinity or 0."""
+    """A score bound and whether it is exclusive; read by ``strtod``, which
+    skips leading spaces and takes a number past a double as infinity or 0."""
     exclusive = value.startswith(b"(")
     text = value[1:] if exclusive else value
     if not _FLOAT.match(text):
@@ -108,8 +92,7 @@ def parse_bound(value: bytes) -> tuple[float, bool]:
 
 @lru_cache(maxsize=256)
 def glob(pattern: bytes) -> Callable[[bytes], Any] | None:
-    """The matcher of a Redis glob pattern (``*``, ``?``, ``[...]`` with ``^``
-    and ranges, ``\\`` escapes); None for ``*``, which matches everything."""
+    """A Redis glob pattern's matcher; None for ``*``."""
     if pattern == b"*":
         return None
     out, i, n = [], 0, len(pattern)
@@ -131,9 +114,8 @@ def glob(pattern: bytes) -> Callable[[bytes], Any] | None:
 
 
 def _glob_class(pattern: bytes, i: int, out: list[bytes]) -> int:
-    """Translate the ``[...]`` class starting at ``i``, just after ``[``, as
-    Redis's ``stringmatchlen`` reads it (an unclosed class runs to the end);
-    return where the pattern goes on."""
+    """Translate the class just after ``[`` at ``i`` (an unclosed one runs
+    to the end, as in Redis); return where the pattern goes on."""
     n = len(pattern)
     negate = i < n and pattern[i : i + 1] == b"^"
     if negate:
@@ -159,8 +141,7 @@ def _glob_class(pattern: bytes, i: int, out: list[bytes]) -> int:
 
 
 class ZSet:
-    """A sorted set: each member's score, and (score, member) pairs in
-    Redis's order (by score, then by member's bytes)."""
+    """Each member's score, and (score, member) pairs in Redis's order."""
 
     __slots__ = ("items", "scores")
 
@@ -185,16 +166,13 @@ class ZSet:
         return True
 
     def span(self, low: tuple[float, bool], high: tuple[float, bool]) -> tuple[int, int]:
-        """The indexes ``[start, stop)`` of the items in a score range."""
         start = self._first(low[0], after=low[1])
         stop = self._first(high[0], after=not high[1])
         return start, max(start, stop)
 
     def _first(self, score: float, after: bool) -> int:
-        """The index of the first item whose score is at least ``score``
-        (above it if ``after``). A one-item tuple sorts before every item of
-        its score, so no key function is needed; the next float up turns
-        "above" into "at least"."""
+        """The first item at least ``score`` (above it if ``after``): a
+        one-item tuple sorts before every item of its score."""
         if after:
             if score == math.inf:
                 return len(self.items)
@@ -203,8 +181,7 @@ class ZSet:
 
 
 class Stream:
-    """A stream: entries in ID order, each its ``(ms, seq)`` ID and its
-    flat field/value list, and the last ID ever given."""
+    """Entries in ID order, each ``(ms, seq)`` and its flat fields, and the last ID given."""
 
     __slots__ = ("entries", "last")
 
@@ -214,8 +191,8 @@ class Stream:
 
 
 def parse_stream_id(value: bytes, default_seq: int, exclusive_ok: bool = True) -> tuple[tuple[int, int], bool]:
-    """An ID bound of XRANGE: ``-``, ``+``, ``ms`` or ``ms-seq``, maybe
-    after ``(``. Returns the ID and whether it is exclusive."""
+    """An ID bound of XRANGE (``-``, ``+``, ``ms``, ``ms-seq``, maybe after
+    ``(``) and whether it is exclusive."""
     exclusive = exclusive_ok and value.startswith(b"(")
     text = value[1:] if exclusive else value
     if text == b"-":
@@ -232,10 +209,6 @@ def parse_stream_id(value: bytes, default_seq: int, exclusive_ok: bool = True) -
     if parsed[0] > MAX_SEQ or parsed[1] > MAX_SEQ:
         raise CommandError(BAD_STREAM_ID)
     return parsed, exclusive
-
-
-def format_id(entry_id: tuple[int, int]) -> bytes:
-    return b"%d-%d" % entry_id
 
 
 def reply_members(items: Iterable[tuple[float, bytes]], scores: bool) -> list[bytes]:
