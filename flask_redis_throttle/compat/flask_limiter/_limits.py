@@ -259,7 +259,7 @@ def hint_override(endpoint: str | None) -> None:
     """The view of ``endpoint`` loses the default limits from its next request
     on: a function with a limit that overrides them ran in one of its requests."""
     view = current_app.view_functions.get(endpoint) if endpoint is not None else None
-    found = exemption_of(view) or Exemption(frozenset())
+    found = exemption(view)
     if view is None or "default" in found.drops:
         return
     keep = [kind for kind in INHERITED if kind not in found.drops | {"default"}]
@@ -267,6 +267,11 @@ def hint_override(endpoint: str | None) -> None:
     state = state_of(required=False)
     if state is not None:
         state.forget_plans()
+
+
+def exemption(holder: object) -> Exemption:
+    """What ``holder`` (a view, a blueprint, None) is exempt from: nothing when it is not."""
+    return exemption_of(holder) or Exemption(frozenset())
 
 
 def is_view_of(function: Callable[..., Any], endpoint: str | None) -> bool:
@@ -366,7 +371,7 @@ def default_limits(request: Request) -> str | None:
         current_app.view_functions.get(request.endpoint or ""),
         *map(current_app.blueprints.get, request.blueprints),
     ]
-    if state is None or any("default" in (exemption_of(holder) or Exemption(frozenset())).drops for holder in holders):
+    if state is None or any("default" in exemption(holder).drops for holder in holders):
         return None
     texts = []
     for spec in state.settings.default:

@@ -6,6 +6,7 @@ sets up the extension, and what it refuses.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, MutableMapping
+from functools import partial
 from typing import Any
 
 from ...errors import ConfigurationError, InvalidLimit
@@ -20,6 +21,9 @@ STRATEGIES = {
     "moving-window": "sliding-log",
     "sliding-window-counter": "sliding-window",
 }
+
+#: Flask-Limiter's ``Retry-After`` formats, by ours.
+RETRY_AFTER = {"http-date": "http-date", "delta-seconds": "seconds"}
 
 #: Flask-Limiter's storage URL schemes, by ours; the rest are kept as they are.
 SCHEMES = {"redis+unix": "unix", "rediss+cluster": "redis+cluster"}
@@ -37,16 +41,11 @@ def unsupported(where: str, value: object, why: str) -> ConfigurationError:
     return ConfigurationError(where, value, f"{why} ({SEE})")
 
 
-def strategy(value: str | None) -> str:
-    if (value or "fixed-window") not in STRATEGIES:
-        raise ConfigurationError(ConfigVars.STRATEGY, value, f"one of {', '.join(STRATEGIES)}")
-    return STRATEGIES[value or "fixed-window"]
-
-
-def retry_after(value: str) -> str:
-    if value not in ("http-date", "delta-seconds"):
-        raise ConfigurationError(ConfigVars.HEADER_RETRY_AFTER_VALUE, value, "'http-date' or 'delta-seconds'")
-    return "http-date" if value == "http-date" else "seconds"
+def chosen(key: str, table: Mapping[str, str], default: str, value: Any) -> str:
+    """What ``value``, a name of ``table`` (``default`` when empty), stands for there."""
+    if (value or default) not in table:
+        raise ConfigurationError(key, value, f"one of {', '.join(table)}")
+    return table[value or default]
 
 
 #: Flask-Limiter's settings that the extension has under another name, each
@@ -58,10 +57,13 @@ RENAMED: dict[str, tuple[str, Callable[[Any], Any]]] = {
     ConfigVars.IN_MEMORY_FALLBACK_ENABLED: ("RATELIMIT_FALLBACK", bool),
     ConfigVars.STORAGE_OPTIONS: ("RATELIMIT_STORAGE_OPTIONS", lambda value: dict(value or {})),
     ConfigVars.STORAGE_URI: ("RATELIMIT_STORAGE_URL", lambda value: storage_url(value or "memory://")),
-    ConfigVars.STRATEGY: ("RATELIMIT_STRATEGY", strategy),
+    ConfigVars.STRATEGY: ("RATELIMIT_STRATEGY", partial(chosen, ConfigVars.STRATEGY, STRATEGIES, "fixed-window")),
     ConfigVars.ON_BREACH: ("RATELIMIT_ON_BREACH", lambda value: breach_hook(value, False)),
     ConfigVars.KEY_PREFIX: ("RATELIMIT_KEY_PREFIX", lambda value: value),  # the extension checks it
-    ConfigVars.HEADER_RETRY_AFTER_VALUE: ("RATELIMIT_RETRY_AFTER", retry_after),
+    ConfigVars.HEADER_RETRY_AFTER_VALUE: (
+        "RATELIMIT_RETRY_AFTER",
+        partial(chosen, ConfigVars.HEADER_RETRY_AFTER_VALUE, RETRY_AFTER, ""),
+    ),
 }
 OPTIONAL = {ConfigVars.KEY_PREFIX: (None, ""), ConfigVars.HEADER_RETRY_AFTER_VALUE: (None,)}
 
