@@ -1,7 +1,4 @@
-"""Flask-Limiter's arguments and settings as the extension's ``RATELIMIT_*``
-settings: what ``Limiter.init_app`` writes into ``app.config`` before it
-sets up the extension, and what it refuses.
-"""
+"""Flask-Limiter's arguments and settings as the extension's ``RATELIMIT_*`` settings, or refused."""
 
 from __future__ import annotations
 
@@ -28,9 +25,8 @@ RETRY_AFTER = {"http-date": "http-date", "delta-seconds": "seconds"}
 #: Flask-Limiter's storage URL schemes, by ours; the rest are kept as they are.
 SCHEMES = {"redis+unix": "unix", "rediss+cluster": "redis+cluster"}
 
-#: Flask-Limiter's settings that are not the extension's own, and RATELIMIT_META,
-#: which it writes with objects of its own: hidden from the extension's check of
-#: unknown keys while it sets up, since they have been read, and put back after.
+#: Flask-Limiter's settings that are not ours (and RATELIMIT_META, which it writes with its
+#: own objects): hidden from the extension's check of unknown keys while it sets up.
 THEIR_SETTINGS = frozenset(value for name, value in vars(ConfigVars).items() if name.isupper()) - (
     DEFAULTS.keys() - {ConfigVars.META_LIMITS}
 )
@@ -48,8 +44,7 @@ def chosen(key: str, table: Mapping[str, str], default: str, value: Any) -> str:
     return table[value or default]
 
 
-#: Flask-Limiter's settings that the extension has under another name, each
-#: with how its value is read; those of :data:`OPTIONAL` not when they are one of its values.
+#: Flask-Limiter's settings by ours, each with how read; not when one of its :data:`OPTIONAL` values.
 RENAMED: dict[str, tuple[str, Callable[[Any], Any]]] = {
     ConfigVars.KEY_FUNC: ("RATELIMIT_IDENTITIES", lambda value: identities(value) or ["ip"]),
     ConfigVars.HEADERS_ENABLED: ("RATELIMIT_HEADERS_ENABLED", bool),
@@ -67,17 +62,14 @@ RENAMED: dict[str, tuple[str, Callable[[Any], Any]]] = {
 }
 OPTIONAL = {ConfigVars.KEY_PREFIX: (None, ""), ConfigVars.HEADER_RETRY_AFTER_VALUE: (None,)}
 
-#: The extension's settings as every Flask-Limiter app has them: its
-#: header names beside the IETF ones, and its limits replacing the
-#: default, and a view's those of the blueprints around it.
+#: Our settings as every Flask-Limiter app has them.
 FIXED = {"RATELIMIT_HEADERS_LEGACY": True, "RATELIMIT_DEFAULT_MODE": "replace", "RATELIMIT_BLUEPRINT_MODE": "replace"}
 
 
 def settings(
     given: Callable[[str], Any], header_name_mapping: Mapping[HeaderNames, str], auto_check: bool
 ) -> MutableMapping[str, Any]:
-    """The extension's settings for Flask-Limiter's, each ``given(key)`` (the
-    argument, else the app's setting); a ConfigurationError for one it has not."""
+    """Our settings for Flask-Limiter's ``given(key)``; a ConfigurationError for one we have not."""
     for key, why in REFUSED.items():
         if given(key):
             raise unsupported(key, given(key), why)
@@ -114,8 +106,7 @@ REFUSED = {
 
 #: Flask-Limiter's settings that rename a header, with the header.
 HEADER_SETTINGS = {getattr(ConfigVars, f"HEADER_{header.name}"): header for header in HeaderNames}
-#: Flask-Limiter's settings of the default limits: the limits, then the options
-#: every one of them takes (``per_method``, ``exempt_when``, ``deduct_when``, ``cost``).
+#: Flask-Limiter's settings of the default limits: the limits, then the options every one takes.
 OPTIONS = ("", "_PER_METHOD", "_EXEMPT_WHEN", "_DEDUCT_WHEN", "_COST")
 DEFAULT_SETTINGS = tuple(getattr(ConfigVars, f"DEFAULT_LIMITS{option}") for option in OPTIONS)
 #: The same for the application limits.
@@ -125,17 +116,15 @@ APPLICATION_SETTINGS = tuple(getattr(ConfigVars, f"APPLICATION_LIMITS{option}") 
 def layered(
     given: Callable[[str], Any], key: str, per_method: str, exempt_when: str, deduct_when: str, cost: str
 ) -> list[dict[str, Any]] | None:
-    """``RATELIMIT_DEFAULT`` or ``RATELIMIT_APPLICATION`` for Flask-Limiter's
-    default or application limits, with the options the settings give all of them."""
+    """``RATELIMIT_DEFAULT`` or ``RATELIMIT_APPLICATION`` for Flask-Limiter's settings of them."""
     shared = Limit("", cost=given(cost), per_method=bool(given(per_method)))
     shared.exempt_when, shared.deduct_when = given(exempt_when), given(deduct_when)
     return limits_of(key, given(key), shared.options())
 
 
 def limits_of(key: str, value: Any, shared: dict[str, Any], inherited: bool = False) -> list[dict[str, Any]] | None:
-    """The extension's limits for a Flask-Limiter list of limits: its strings as
-    one limit and each function as a dynamic one, with the ``shared`` options;
-    each ``Limit(...)`` with its own (and the ``shared`` ones if ``inherited``)."""
+    """Our limits for a Flask-Limiter list: its strings as one, each function as a dynamic one,
+    with the ``shared`` options; each ``Limit(...)`` with its own (and ``shared`` if ``inherited``)."""
     if value is None:
         return None
     items = [value] if isinstance(value, str) or callable(value) else list(value)
@@ -163,8 +152,7 @@ def limits_of(key: str, value: Any, shared: dict[str, Any], inherited: bool = Fa
 
 
 def read(key: str, value: Any, spec: Callable[[], Any]) -> Any:
-    """``spec()``, a limit in the extension's grammar; a ConfigurationError
-    if the ``limits`` library would reject it, as Flask-Limiter would."""
+    """``spec()``; a ConfigurationError where the ``limits`` library rejects it, as in Flask-Limiter."""
     try:
         return spec()
     except InvalidLimit:
@@ -174,14 +162,13 @@ def read(key: str, value: Any, spec: Callable[[], Any]) -> Any:
 
 
 def meta_limits(given: Callable[[str], Any]) -> list[dict[str, Any]] | None:
-    """``RATELIMIT_META`` for Flask-Limiter's ``meta_limits``, each with
-    ``on_meta_breach`` unless a ``MetaLimit(...)`` has its own ``on_breach``."""
+    """``RATELIMIT_META`` for Flask-Limiter's ``meta_limits`` and ``on_meta_breach``."""
     shared = Limit("", on_breach=given(ConfigVars.ON_META_BREACH)).options()
     return limits_of(ConfigVars.META_LIMITS, given(ConfigVars.META_LIMITS), shared, True)
 
 
 def storage_url(uri: str) -> str:
-    """Flask-Limiter's (the ``limits`` library's) storage URL as the extension's."""
+    """The ``limits`` library's storage URL as ours."""
     if not isinstance(uri, str):
         raise ConfigurationError(ConfigVars.STORAGE_URI, uri, "a storage URL string")
     scheme, sep, rest = uri.partition("://")
