@@ -176,10 +176,13 @@ class RouteLimit(Limit):
             self.unreadable = error  # logged where it is put; the default limits apply there
             spec = ""
         if spec:  # an empty one is no limit, as in Flask-Limiter
-            options = self.options(fallback=self.fallbacks[0])
-            self.native = native_limit(spec, override_defaults=override_defaults, **options)
+            self.native = self.decorator(self.fallbacks[0], override_defaults=override_defaults)
         # The limit as ``with limit(...)``: a dynamic one without the fallback.
-        self.block = native_limit(self.spec(), **self.options()) if callable(spec) else self.native
+        self.block = self.decorator() if callable(spec) else self.native
+
+    def decorator(self, fallback: DynamicLimit | None = None, scope: str | None = None, **extra: Any) -> LimitDecorator:
+        """:func:`~flask_redis_throttle.limit` for this limit, under ``scope``, falling back to ``fallback``."""
+        return native_limit(self.spec(fallback), **self.options(scope, fallback), **extra)
 
     def __call__(self, target: Target) -> Target:
         """Limit a blueprint, a view, or a function called in a request (under its own name unless shared);
@@ -192,14 +195,12 @@ class RouteLimit(Limit):
             return target
         native = self.native
         if isinstance(target, Blueprint) and callable(self.limit_provider):
-            fallback = self.fallbacks[1]
-            options = self.options(fallback=fallback)
-            native = native_limit(self.spec(fallback), override_defaults=self.override_defaults, **options)
+            native = self.decorator(self.fallbacks[1], override_defaults=self.override_defaults)
         native(target)
         getattr(self.limiter, "forget_plans", lambda: None)()
         if isinstance(target, Blueprint):
             return target
-        block = native_limit(self.spec(), **self.options(qualified_name(target)))
+        block = self.decorator(scope=qualified_name(target))
         function: Callable[..., Any] = target
 
         async def limited_async(*args: Any, **kwargs: Any) -> Any:
@@ -234,7 +235,7 @@ class RouteLimit(Limit):
             unread(request.endpoint, self.unreadable)
             return
         if self.scope is not None and not self.shared:
-            block = native_limit(self.spec(), **self.options(f"{request.endpoint}:{self.scope}"))
+            block = self.decorator(scope=f"{request.endpoint}:{self.scope}")
         block.__enter__()
 
     def __exit__(self, *exc: object) -> None:
