@@ -1,6 +1,4 @@
-"""Flask-Limiter 4.x's public names, over :class:`~flask_redis_throttle.RateLimit`:
-import them from here instead of ``flask_limiter``. See :doc:`/flask-limiter`.
-"""
+"""Flask-Limiter 4.x's public names over :class:`~flask_redis_throttle.RateLimit` (:doc:`/flask-limiter`)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""Flask-Limiter's ``Limiter``, over :class:`~flask_redis_throttle.RateLimit`:
-``init_app`` writes the extension's settings from Flask-Limiter's (``_settings.py``),
-``limit`` and ``exempt`` put the extension's decorators on views (``_limits.py``).
-Nothing here decides a request; see :doc:`/flask-limiter`.
-"""
+"""Flask-Limiter's ``Limiter`` over :class:`~flask_redis_throttle.RateLimit`; nothing here decides a request."""
 
 from __future__ import annotations
 
@@ -40,15 +36,14 @@ EXEMPTION = {
 }
 
 
-#: The arguments a second Limiter on an app may give: its own limits, and whom
-#: they count (its limits count apart from the first's, under the first's prefix).
+#: The arguments a second Limiter on an app may give: its own limits, and whom they count.
 JOINED = frozenset(
     {ConfigVars.KEY_FUNC, ConfigVars.KEY_PREFIX, ConfigVars.META_LIMITS, *DEFAULT_SETTINGS, *APPLICATION_SETTINGS}
 )
 
 
 class LimitArguments(TypedDict, total=False):
-    """The keyword arguments :meth:`Limiter.limit` and :meth:`Limiter.shared_limit` share."""
+    """:meth:`Limiter.limit`'s and :meth:`Limiter.shared_limit`'s keyword arguments."""
 
     key_func: Callable[[], str] | None
     per_method: bool
@@ -63,10 +58,8 @@ class LimitArguments(TypedDict, total=False):
 
 
 class Limiter:
-    """Flask-Limiter's ``Limiter``, over :class:`~flask_redis_throttle.RateLimit`, with
-    Flask-Limiter 4.x's arguments (see :doc:`/flask-limiter`); one that has no
-    counterpart here raises :class:`~flask_redis_throttle.ConfigurationError`.
-    """
+    """Flask-Limiter 4.x's ``Limiter`` (:doc:`/flask-limiter`): an argument with no counterpart
+    here raises :class:`~flask_redis_throttle.ConfigurationError`."""
 
     def __init__(
         self,
@@ -115,16 +108,13 @@ class Limiter:
         self.logger = logging.getLogger("flask_redis_throttle")
         self.extension = RateLimit()
         self.apps: weakref.WeakSet[Flask] = weakref.WeakSet()
-        # ``enabled`` is read at each request: an app may switch the limiter off and on.
         self.extension.request_filter(lambda request: not self.enabled)
         if app:  # a proxy bound to no app (current_app outside an app context) is no app yet
             self.init_app(app)
 
     def init_app(self, app: Flask) -> None:
-        """Set up :meth:`RateLimit.init_app <flask_redis_throttle.RateLimit.init_app>` on ``app``
-        (or the app a proxy stands for) with the extension's settings for this limiter's
-        arguments and Flask-Limiter's settings; one that fails leaves the config as it was.
-        """
+        """:meth:`RateLimit.init_app <flask_redis_throttle.RateLimit.init_app>` with our settings for
+        Flask-Limiter's; on failure, the app's config is left as it was."""
         app = app._get_current_object() if isinstance(app, LocalProxy) else app  # kept weakly, read later
         config = app.config
         first = next((other for other in app.extensions.get("limiter", ()) if isinstance(other, Limiter)), None)
@@ -171,9 +161,7 @@ class Limiter:
         self.apps.add(app)
 
     def _join(self, app: Flask, first: Limiter) -> None:
-        """A second Limiter on ``app``: its default, application and meta limits
-        join the extension ``first`` set up, counting whom its ``key_func``
-        names, so that one script call still decides all of them.
+        """A second Limiter's limits join ``first``'s extension, so one script call still decides all.
 
         :raises ConfigurationError: for an argument only the first Limiter may give.
         """
@@ -218,8 +206,7 @@ class Limiter:
         scope: str | Callable[[str], str] | None = None,
         **options: Unpack[LimitArguments],
     ) -> RouteLimit:
-        """Limit a view or a blueprint: :func:`flask_redis_throttle.limit`. A ``scope``
-        only names the limit: its counters are the endpoint's, unless :meth:`shared_limit`."""
+        """:func:`flask_redis_throttle.limit`; a ``scope`` counts within the endpoint."""
         return RouteLimit(limit_value, limiter=self, scope=scope, **options)
 
     def shared_limit(
@@ -234,7 +221,7 @@ class Limiter:
         *,
         flags: ExemptionScope = ExemptionScope.APPLICATION | ExemptionScope.DEFAULT | ExemptionScope.META,
     ) -> Any:
-        """Exempt a view or a blueprint: :func:`flask_redis_throttle.exempt`, keeping what ``flags`` leave out."""
+        """:func:`flask_redis_throttle.exempt`, keeping what ``flags`` leave out."""
         keep = [kind for kind, flag in EXEMPTION.items() if flag not in flags]
         nested = ExemptionScope.DESCENDENTS in flags
         inherited = native_exempt(keep=keep, nested=nested)  # refuses flags that drop nothing
@@ -246,7 +233,7 @@ class Limiter:
         return decorate if obj is None else decorate(obj)
 
     def forget_plans(self) -> None:
-        """Have this limiter's apps read their endpoints' limits again: a limit put on a view at run time applies."""
+        """Have this limiter's apps read their limits again: one put on a view at run time applies."""
         for app in self.apps:
             state = state_of(app, required=False)
             if state is not None:

@@ -1,6 +1,4 @@
-"""Flask-Limiter's limit strings, in the ``limits`` library's grammar, read
-and written again in the extension's (see "Limit strings" in :doc:`/flask-limiter`).
-"""
+"""Flask-Limiter's limit strings in our grammar (:doc:`/flask-limiter`)."""
 
 from __future__ import annotations
 
@@ -19,8 +17,7 @@ WRITTEN = (("day", 86_400), ("hour", 3_600), ("minute", 60), ("second", 1))
 
 
 def translate(text: str) -> str:
-    """``text`` in the extension's grammar: ``"5 per minute | 1/second"`` as
-    ``"5 per 1 minute;1 per 1 second"``; the empty string, or one too long, as it is.
+    """``"5 per minute | 1/second"`` as ``"5 per 1 minute;1 per 1 second"``; empty or too long, as is.
 
     :raises ValueError: if the ``limits`` library would not parse ``text``, with its message.
     """

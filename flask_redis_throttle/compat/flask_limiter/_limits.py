@@ -1,7 +1,4 @@
-"""Flask-Limiter's limit objects (``Limit``, ``RouteLimit``, ``RequestLimit``...)
-as the keyword arguments of :func:`~flask_redis_throttle.limit`; their
-functions of nothing as functions of the request, once, when given.
-"""
+"""Flask-Limiter's limit objects as :func:`~flask_redis_throttle.limit`'s keyword arguments (:doc:`/flask-limiter`)."""
 
 from __future__ import annotations
 
@@ -27,7 +24,6 @@ from .util import get_remote_address
 
 Target = TypeVar("Target", bound="Callable[..., Any] | Blueprint")
 
-#: Where the errors send the reader.
 SEE = "see 'Coming from Flask-Limiter' in the docs"
 
 
@@ -42,7 +38,7 @@ def of_request(function: Callable[[], Any]) -> Callable[[Request], Any]:
 
 
 def identities(key_func: Callable[[], str] | None) -> list[Any] | None:
-    """Whom a key function counts: ``"ip"`` for :func:`~.util.get_remote_address`, else the function."""
+    """Whom a key function counts: ``"ip"`` for ``get_remote_address``, else the function."""
     if key_func is None:
         return None
     if not callable(key_func):
@@ -50,8 +46,7 @@ def identities(key_func: Callable[[], str] | None) -> list[Any] | None:
     if key_func is get_remote_address:
         return ["ip"]
 
-    # The extension's custom identity, under the same name. An error it raises is a 500;
-    # with ``swallow_errors`` it is logged, and its limits let the request through uncounted.
+    # An error it raises is a 500; with swallow_errors, logged and the request let through uncounted.
     @functools.wraps(key_func)
     def called(request: Request) -> str | None:
         try:
@@ -71,8 +66,7 @@ def of_value(value: Any) -> Any:
     return of_request(value) if callable(value) else value
 
 
-#: The fields of :class:`Limit` that are :func:`~flask_redis_throttle.limit`'s
-#: options as they are: their name there, and how their value is read.
+#: The fields of :class:`Limit` that are :func:`~flask_redis_throttle.limit`'s options: their name there, how read.
 OPTIONS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "key_function": ("identities", identities),
     "methods": ("methods", list),
@@ -85,7 +79,7 @@ OPTIONS: dict[str, tuple[str, Callable[[Any], Any]]] = {
 
 @dataclasses.dataclass(eq=False)
 class Limit:
-    """Flask-Limiter's ``Limit``: an item of ``default_limits``, a limit of ``RATELIMIT_DEFAULT``."""
+    """Flask-Limiter's ``Limit``."""
 
     limit_provider: Callable[[], str] | str
     key_function: Callable[[], str] | None = None
@@ -101,11 +95,8 @@ class Limit:
     on_breach: Callable[[RequestLimit], Response | None] | None = None
 
     def options(self, scope: str | None = None, fallback: DynamicLimit | None = None) -> dict[str, Any]:
-        """:func:`~flask_redis_throttle.limit`'s keyword arguments for this limit.
-
-        :param scope: its scope unless it is shared or has a scope function; None for the endpoint.
-        :param fallback: the fallback of the dynamic limit (``spec(fallback)``) these options go with.
-        """
+        """:func:`~flask_redis_throttle.limit`'s keyword arguments, counted under ``scope``
+        unless shared or a scope function, with the dynamic limit ``spec(fallback)``."""
         options: dict[str, Any] = {}
         if self.meta_limits:
             items = [self.meta_limits] if isinstance(self.meta_limits, str) else list(self.meta_limits)
@@ -138,11 +129,8 @@ class Limit:
         return options
 
     def spec(self, fallback: DynamicLimit | None = None) -> str | Dynamic:
-        """The limit string in the extension's grammar, or the :class:`Dynamic`
-        limit, made once for each ``fallback`` (its scope reads what it returned).
-
-        :raises ValueError: for a limit string the ``limits`` library rejects.
-        """
+        """The limit string in our grammar (ValueError if the ``limits`` library rejects it),
+        or the :class:`Dynamic` limit, made once per ``fallback``: its scope reads what it returned."""
         provider = self.limit_provider
         if not callable(provider):
             return translate(provider)
@@ -154,13 +142,12 @@ class Limit:
 
 @dataclasses.dataclass(eq=False)
 class ApplicationLimit(Limit):
-    """Flask-Limiter's ``ApplicationLimit``: an item of ``application_limits``."""
+    """Flask-Limiter's ``ApplicationLimit``."""
 
 
 @dataclasses.dataclass(eq=False)
 class MetaLimit(Limit):
-    """Flask-Limiter's ``MetaLimit``: an item of the ``Limiter``'s
-    ``meta_limits``, one of :data:`RATELIMIT_META`."""
+    """Flask-Limiter's ``MetaLimit``."""
 
 
 class RouteLimit(Limit):
@@ -175,8 +162,8 @@ class RouteLimit(Limit):
         **fields: Any,
     ) -> None:
         super().__init__(limit_value, key_func or getattr(limiter, "key_func", None), **fields)
-        self.limiter = limiter  # whose apps read their limits again when it is put on a view
-        self.unreadable: ValueError | None = None  # why the limit string cannot be read
+        self.limiter = limiter
+        self.unreadable: ValueError | None = None
         self.native: LimitDecorator | None = None  # made now: a malformed limit fails where it is written
         # What a dynamic limit that comes to nothing falls back to, on a view and on a blueprint.
         self.fallbacks: tuple[DynamicLimit | None, DynamicLimit | None] = (None, None)
@@ -189,15 +176,17 @@ class RouteLimit(Limit):
             self.unreadable = error  # logged where it is put; the default limits apply there
             spec = ""
         if spec:  # an empty one is no limit, as in Flask-Limiter
-            options = self.options(fallback=self.fallbacks[0])
-            self.native = native_limit(spec, override_defaults=override_defaults, **options)
+            self.native = self.decorator(self.fallbacks[0], override_defaults=override_defaults)
         # The limit as ``with limit(...)``: a dynamic one without the fallback.
-        self.block = native_limit(self.spec(), **self.options()) if callable(spec) else self.native
+        self.block = self.decorator() if callable(spec) else self.native
+
+    def decorator(self, fallback: DynamicLimit | None = None, scope: str | None = None, **extra: Any) -> LimitDecorator:
+        """:func:`~flask_redis_throttle.limit` for this limit, under ``scope``, falling back to ``fallback``."""
+        return native_limit(self.spec(fallback), **self.options(scope, fallback), **extra)
 
     def __call__(self, target: Target) -> Target:
-        """Limit a blueprint or a view; and a function that is not a view, when
-        called in a request, under its own name unless the limit is shared. A
-        limit string the ``limits`` library rejects is logged, ``target`` left as is."""
+        """Limit a blueprint, a view, or a function called in a request (under its own name unless shared);
+        a limit string the ``limits`` library rejects is logged, ``target`` left as is."""
         exemption = exemption_of(target)
         if exemption is not None and exemption.own_limits:
             return target  # as in Flask-Limiter, an exempt view has no limits, not even its own
@@ -206,14 +195,12 @@ class RouteLimit(Limit):
             return target
         native = self.native
         if isinstance(target, Blueprint) and callable(self.limit_provider):
-            fallback = self.fallbacks[1]
-            options = self.options(fallback=fallback)
-            native = native_limit(self.spec(fallback), override_defaults=self.override_defaults, **options)
+            native = self.decorator(self.fallbacks[1], override_defaults=self.override_defaults)
         native(target)
         getattr(self.limiter, "forget_plans", lambda: None)()
         if isinstance(target, Blueprint):
             return target
-        block = native_limit(self.spec(), **self.options(qualified_name(target)))
+        block = self.decorator(scope=qualified_name(target))
         function: Callable[..., Any] = target
 
         async def limited_async(*args: Any, **kwargs: Any) -> Any:
@@ -228,8 +215,8 @@ class RouteLimit(Limit):
         return limited  # type: ignore[return-value]
 
     def decide_when_called(self, limited: Callable[..., Any], block: LimitDecorator) -> None:
-        """Decide ``block`` when ``limited``, not a view, is called in a request;
-        and a view's own limit whose dynamic function raised before the view."""
+        """Decide ``block`` when ``limited`` is called in a request and is not its view; else
+        the view's own limit again if its dynamic function raised (it may read what decorators set)."""
         if not has_request_context():
             return
         if not is_view_of(limited, request.endpoint):
@@ -242,13 +229,13 @@ class RouteLimit(Limit):
             self.native.__enter__()  # only a dynamic limit can be undecided
 
     def __enter__(self) -> None:
-        """Decide the limit now: ``with limit(...)``, a scope giving counters of its own in the endpoint."""
+        """``with limit(...)``: decide the limit now; a scope counts apart within the endpoint."""
         block = self.block
         if block is None:
             unread(request.endpoint, self.unreadable)
             return
         if self.scope is not None and not self.shared:
-            block = native_limit(self.spec(), **self.options(f"{request.endpoint}:{self.scope}"))
+            block = self.decorator(scope=f"{request.endpoint}:{self.scope}")
         block.__enter__()
 
     def __exit__(self, *exc: object) -> None:
@@ -256,10 +243,10 @@ class RouteLimit(Limit):
 
 
 def hint_override(endpoint: str | None) -> None:
-    """The view of ``endpoint`` loses the default limits from its next request
-    on: a function with a limit that overrides them ran in one of its requests."""
+    """Drop the default limits of ``endpoint``'s view from its next request on, as Flask-Limiter
+    does once a function with a limit that overrides them ran in one of its requests."""
     view = current_app.view_functions.get(endpoint) if endpoint is not None else None
-    found = exemption_of(view) or Exemption(frozenset())
+    found = exemption(view)
     if view is None or "default" in found.drops:
         return
     keep = [kind for kind in INHERITED if kind not in found.drops | {"default"}]
@@ -267,6 +254,11 @@ def hint_override(endpoint: str | None) -> None:
     state = state_of(required=False)
     if state is not None:
         state.forget_plans()
+
+
+def exemption(holder: object) -> Exemption:
+    """What ``holder`` (a view, a blueprint, None) is exempt from."""
+    return exemption_of(holder) or Exemption(frozenset())
 
 
 def is_view_of(function: Callable[..., Any], endpoint: str | None) -> bool:
@@ -285,7 +277,7 @@ def is_view_of(function: Callable[..., Any], endpoint: str | None) -> bool:
 
 
 def scope_of(scope: Callable[[str], str], shared: bool) -> Callable[[Request], str]:
-    """Flask-Limiter's scope function, of the endpoint: within it unless the limit is shared."""
+    """Flask-Limiter's scope function of the endpoint: counted within it unless shared."""
 
     @functools.wraps(scope)
     def scoped(request: Request) -> str:
@@ -295,21 +287,17 @@ def scope_of(scope: Callable[[str], str], shared: bool) -> Callable[[Request], s
     return scoped
 
 
-#: The attribute of :data:`flask.g` with the request's :class:`Dynamic` limits that raised.
+#: On :data:`flask.g`: the request's :class:`Dynamic` limits that raised.
 UNDECIDED = "_flask_limiter_undecided"
 
 
 class Dynamic:
-    """A Flask-Limiter limit function as a dynamic limit, under its name: its limit
-    string in the extension's grammar. One that comes to nothing (no string, or one
-    the ``limits`` library rejects) is ``fallback``'s; a function that raises is
-    logged, its limit left out. Flask-Limiter counts each string apart: see :class:`Apart`.
-    """
+    """A Flask-Limiter limit function as a dynamic limit: ``fallback``'s when it comes to
+    nothing, left out (and logged) when it raises; each string counted apart (:class:`Apart`)."""
 
     def __init__(self, function: Callable[[], str], fallback: DynamicLimit | None = None) -> None:
         self.function, self.fallback = function, fallback
-        # The last request and its value, which its scope reads: replaced whole, so
-        # that a thread reads its own request's or calls again.
+        # The last request and its value, for its scope: replaced whole, so a thread reads its own or calls again.
         self.last: tuple[object, str | None] = (None, None)
         functools.update_wrapper(self, function, updated=())
 
@@ -317,7 +305,6 @@ class Dynamic:
         try:
             text = self.function()
         except Exception:
-            # Called again with the view, if it reads what the view's decorators set (RouteLimit.__call__).
             logger.exception("the limit function %s raised; its limit is left out", qualified_name(self))
             if has_request_context():
                 g.setdefault(UNDECIDED, set()).add(self)
@@ -336,8 +323,7 @@ class Dynamic:
 
 @dataclasses.dataclass(eq=False)
 class Apart:
-    """A scope function that counts each limit string of ``dynamic`` apart:
-    ``scope`` (or its value, or the endpoint when None), ``:``, the string."""
+    """A scope that counts each string of ``dynamic`` apart: ``scope`` (or the endpoint), ``:``, the string."""
 
     dynamic: Dynamic
     scope: str | Callable[[Request], str] | None
@@ -347,7 +333,7 @@ class Apart:
 
     @property
     def beneath(self) -> str | None:
-        """Where ``flask limiter clear`` finds every string's counters: "" for the endpoint, None for a function."""
+        """Where ``flask limiter clear`` finds the counters: "" for the endpoint, None for a function."""
         return "" if self.scope is None else self.scope if isinstance(self.scope, str) else None
 
     def __call__(self, request: Request) -> str:
@@ -359,14 +345,13 @@ class Apart:
 
 
 def default_limits(request: Request) -> str | None:
-    """The default limits that apply to ``request``, joined: a dynamic limit's fallback;
-    none where its view, or a blueprint it is in, is exempt from them."""
+    """The default limits of ``request``, joined (a dynamic limit's fallback); None where exempt."""
     state = state_of(required=False)
     holders = [
         current_app.view_functions.get(request.endpoint or ""),
         *map(current_app.blueprints.get, request.blueprints),
     ]
-    if state is None or any("default" in (exemption_of(holder) or Exemption(frozenset())).drops for holder in holders):
+    if state is None or any("default" in exemption(holder).drops for holder in holders):
         return None
     texts = []
     for spec in state.settings.default:
@@ -383,7 +368,7 @@ def blueprint_default_limits(request: Request) -> str | None:
 
 
 def unread(target: object, error: ValueError | None) -> None:
-    """Log that a limit of ``target`` (a view, a blueprint, an endpoint) was not read."""
+    """Log that a limit of ``target`` was not read."""
     if error is not None:
         kind, name = ("function", qualified_name(target)) if callable(target) else ("endpoint", target)
         kind, name = ("blueprint", target.name) if isinstance(target, Blueprint) else (kind, name)
@@ -392,8 +377,7 @@ def unread(target: object, error: ValueError | None) -> None:
 
 @dataclasses.dataclass(eq=False)
 class RequestLimit:
-    """Flask-Limiter's ``RequestLimit``: a limit as it stands for the current request,
-    from a :class:`~flask_redis_throttle.CurrentLimit` or a refusal (its fields: :doc:`/flask-limiter`)."""
+    """Flask-Limiter's ``RequestLimit`` (:doc:`/flask-limiter`)."""
 
     limit: Any
     key: str
@@ -409,14 +393,14 @@ class RequestLimit:
 
 
 def is_shared(scope: str, endpoint: str | None) -> bool:
-    """Whether a limit counted under ``scope`` is shared: not the endpoint's, nor ``endpoint:...``."""
+    """Whether ``scope`` is neither ``endpoint`` nor within it."""
     return scope != endpoint and not (endpoint is not None and scope.startswith(f"{endpoint}:"))
 
 
 def breach_hook(
     on_breach: Callable[[RequestLimit], Response | None] | None, shared: bool
 ) -> Callable[[RefusalEvent], Response | None] | None:
-    """The extension's ``on_breach`` for Flask-Limiter's, which takes a :class:`RequestLimit`."""
+    """The extension's ``on_breach`` for Flask-Limiter's."""
     if on_breach is None:
         return None
     if not callable(on_breach):
@@ -432,7 +416,7 @@ def breach_hook(
         try:
             response = on_breach(limit)
         except Exception as error:
-            # Raised or logged with the response, as swallow_errors says (see _presentation.py).
+            # Raised or logged with the response, as swallow_errors says.
             g.setdefault(BREACH_ERROR, error)
             return None
         return response if isinstance(response, Response) else None

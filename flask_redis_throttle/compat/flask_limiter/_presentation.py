@@ -1,7 +1,4 @@
-"""What a Flask-Limiter app sees of the extension's decisions: its
-``Retry-After``, its 429 description, its log lines and its ``on_breach``
-errors, each read from the decision already made.
-"""
+"""What a Flask-Limiter app sees of a decision already made (:ref:`shown-as-flask-limiter`)."""
 
 from __future__ import annotations
 
@@ -21,22 +18,19 @@ from ...current import current_limit
 from ...signals import request_refused
 from ._grammar import written
 
-#: The extension's logger, where the shim logs what Flask-Limiter logs on its own.
 logger = logging.getLogger("flask_redis_throttle")
 
-#: Where an ``on_breach`` function's error waits, on :data:`flask.g`, for
-#: the response: raised there, or logged with ``swallow_errors``.
+#: On :data:`flask.g`: an ``on_breach`` function's error, raised or logged with the response.
 BREACH_ERROR = "_flask_limiter_breach_error"
 
 
 def limits_key(identity: Identity, scope: str, layer: Layer) -> str:
-    """The name Flask-Limiter gives a limit's counter: ``RequestLimit.key`` (see :doc:`/flask-limiter`)."""
+    """``RequestLimit.key``: the name Flask-Limiter gives a limit's counter."""
     return f"LIMITER/{identity.value}/{scope}/{layer.quota}/{written(layer.window).replace(' ', '/')}"
 
 
 def describe_refusal(request: Request) -> str:
-    """The 429's description when a limit has no ``error_message``, as
-    Flask-Limiter words it: the refusing layer, such as ``"1 per 1 day"``."""
+    """The 429's description without an ``error_message``: the refusing layer, as Flask-Limiter words it."""
     found = current_limit()
     return "Too Many Requests" if found is None else str(found.layer)
 
@@ -51,12 +45,8 @@ def log_refusals(app: Flask) -> None:
 
 
 def respond(headers: bool, http_date: bool, swallow_errors: bool) -> Callable[[Response], Response]:
-    """An ``after_request`` function, registered after the extension's so that
-    it runs first: it raises an ``on_breach`` function's error (or logs it with
-    ``swallow_errors``); with ``headers``, it gives a response the limits let
-    through Flask-Limiter's ``Retry-After``, when the deciding layer resets or
-    the app's own if later, in seconds or as an HTTP-date with ``http_date``.
-    """
+    """An ``after_request`` function, registered after the extension's so that it runs first:
+    it raises an ``on_breach`` error, and gives a response let through Flask-Limiter's ``Retry-After``."""
 
     def after_request(response: Response) -> Response:
         error: Exception | None = g.pop(BREACH_ERROR, None)
@@ -67,8 +57,7 @@ def respond(headers: bool, http_date: bool, swallow_errors: bool) -> Callable[[R
         found = current_limit() if headers else None
         if found is not None and not found.breached:
             now = time.time()
-            # As X-RateLimit-Reset gives it: whole seconds, rounded up.
-            reset_at: float = math.ceil(now + found.reset)
+            reset_at: float = math.ceil(now + found.reset)  # as X-RateLimit-Reset: whole seconds, rounded up
             own = response.headers.getlist("Retry-After")
             if own:
                 reset_at = max(reset_at, _retry_at(own[-1], now))

@@ -1,11 +1,9 @@
-"""Flask-Limiter's arguments and settings as the extension's ``RATELIMIT_*``
-settings: what ``Limiter.init_app`` writes into ``app.config`` before it
-sets up the extension, and what it refuses.
-"""
+"""Flask-Limiter's arguments and settings as the extension's ``RATELIMIT_*`` settings, or refused."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, MutableMapping
+from functools import partial
 from typing import Any
 
 from ...errors import ConfigurationError, InvalidLimit
@@ -21,12 +19,14 @@ STRATEGIES = {
     "sliding-window-counter": "sliding-window",
 }
 
+#: Flask-Limiter's ``Retry-After`` formats, by ours.
+RETRY_AFTER = {"http-date": "http-date", "delta-seconds": "seconds"}
+
 #: Flask-Limiter's storage URL schemes, by ours; the rest are kept as they are.
 SCHEMES = {"redis+unix": "unix", "rediss+cluster": "redis+cluster"}
 
-#: Flask-Limiter's settings that are not the extension's own, and RATELIMIT_META,
-#: which it writes with objects of its own: hidden from the extension's check of
-#: unknown keys while it sets up, since they have been read, and put back after.
+#: Flask-Limiter's settings that are not ours (and RATELIMIT_META, which it writes with its
+#: own objects): hidden from the extension's check of unknown keys while it sets up.
 THEIR_SETTINGS = frozenset(value for name, value in vars(ConfigVars).items() if name.isupper()) - (
     DEFAULTS.keys() - {ConfigVars.META_LIMITS}
 )
@@ -37,20 +37,14 @@ def unsupported(where: str, value: object, why: str) -> ConfigurationError:
     return ConfigurationError(where, value, f"{why} ({SEE})")
 
 
-def strategy(value: str | None) -> str:
-    if (value or "fixed-window") not in STRATEGIES:
-        raise ConfigurationError(ConfigVars.STRATEGY, value, f"one of {', '.join(STRATEGIES)}")
-    return STRATEGIES[value or "fixed-window"]
+def chosen(key: str, table: Mapping[str, str], default: str, value: Any) -> str:
+    """What ``value``, a name of ``table`` (``default`` when empty), stands for there."""
+    if (value or default) not in table:
+        raise ConfigurationError(key, value, f"one of {', '.join(table)}")
+    return table[value or default]
 
 
-def retry_after(value: str) -> str:
-    if value not in ("http-date", "delta-seconds"):
-        raise ConfigurationError(ConfigVars.HEADER_RETRY_AFTER_VALUE, value, "'http-date' or 'delta-seconds'")
-    return "http-date" if value == "http-date" else "seconds"
-
-
-#: Flask-Limiter's settings that the extension has under another name, each
-#: with how its value is read; those of :data:`OPTIONAL` not when they are one of its values.
+#: Flask-Limiter's settings by ours, each with how read; not when one of its :data:`OPTIONAL` values.
 RENAMED: dict[str, tuple[str, Callable[[Any], Any]]] = {
     ConfigVars.KEY_FUNC: ("RATELIMIT_IDENTITIES", lambda value: identities(value) or ["ip"]),
     ConfigVars.HEADERS_ENABLED: ("RATELIMIT_HEADERS_ENABLED", bool),
@@ -58,24 +52,24 @@ RENAMED: dict[str, tuple[str, Callable[[Any], Any]]] = {
     ConfigVars.IN_MEMORY_FALLBACK_ENABLED: ("RATELIMIT_FALLBACK", bool),
     ConfigVars.STORAGE_OPTIONS: ("RATELIMIT_STORAGE_OPTIONS", lambda value: dict(value or {})),
     ConfigVars.STORAGE_URI: ("RATELIMIT_STORAGE_URL", lambda value: storage_url(value or "memory://")),
-    ConfigVars.STRATEGY: ("RATELIMIT_STRATEGY", strategy),
+    ConfigVars.STRATEGY: ("RATELIMIT_STRATEGY", partial(chosen, ConfigVars.STRATEGY, STRATEGIES, "fixed-window")),
     ConfigVars.ON_BREACH: ("RATELIMIT_ON_BREACH", lambda value: breach_hook(value, False)),
     ConfigVars.KEY_PREFIX: ("RATELIMIT_KEY_PREFIX", lambda value: value),  # the extension checks it
-    ConfigVars.HEADER_RETRY_AFTER_VALUE: ("RATELIMIT_RETRY_AFTER", retry_after),
+    ConfigVars.HEADER_RETRY_AFTER_VALUE: (
+        "RATELIMIT_RETRY_AFTER",
+        partial(chosen, ConfigVars.HEADER_RETRY_AFTER_VALUE, RETRY_AFTER, ""),
+    ),
 }
 OPTIONAL = {ConfigVars.KEY_PREFIX: (None, ""), ConfigVars.HEADER_RETRY_AFTER_VALUE: (None,)}
 
-#: The extension's settings as every Flask-Limiter app has them: its
-#: header names beside the IETF ones, and its limits replacing the
-#: default, and a view's those of the blueprints around it.
+#: Our settings as every Flask-Limiter app has them.
 FIXED = {"RATELIMIT_HEADERS_LEGACY": True, "RATELIMIT_DEFAULT_MODE": "replace", "RATELIMIT_BLUEPRINT_MODE": "replace"}
 
 
 def settings(
     given: Callable[[str], Any], header_name_mapping: Mapping[HeaderNames, str], auto_check: bool
 ) -> MutableMapping[str, Any]:
-    """The extension's settings for Flask-Limiter's, each ``given(key)`` (the
-    argument, else the app's setting); a ConfigurationError for one it has not."""
+    """Our settings for Flask-Limiter's ``given(key)``; a ConfigurationError for one we have not."""
     for key, why in REFUSED.items():
         if given(key):
             raise unsupported(key, given(key), why)
@@ -112,8 +106,7 @@ REFUSED = {
 
 #: Flask-Limiter's settings that rename a header, with the header.
 HEADER_SETTINGS = {getattr(ConfigVars, f"HEADER_{header.name}"): header for header in HeaderNames}
-#: Flask-Limiter's settings of the default limits: the limits, then the options
-#: every one of them takes (``per_method``, ``exempt_when``, ``deduct_when``, ``cost``).
+#: Flask-Limiter's settings of the default limits: the limits, then the options every one takes.
 OPTIONS = ("", "_PER_METHOD", "_EXEMPT_WHEN", "_DEDUCT_WHEN", "_COST")
 DEFAULT_SETTINGS = tuple(getattr(ConfigVars, f"DEFAULT_LIMITS{option}") for option in OPTIONS)
 #: The same for the application limits.
@@ -123,17 +116,15 @@ APPLICATION_SETTINGS = tuple(getattr(ConfigVars, f"APPLICATION_LIMITS{option}") 
 def layered(
     given: Callable[[str], Any], key: str, per_method: str, exempt_when: str, deduct_when: str, cost: str
 ) -> list[dict[str, Any]] | None:
-    """``RATELIMIT_DEFAULT`` or ``RATELIMIT_APPLICATION`` for Flask-Limiter's
-    default or application limits, with the options the settings give all of them."""
+    """``RATELIMIT_DEFAULT`` or ``RATELIMIT_APPLICATION`` for Flask-Limiter's settings of them."""
     shared = Limit("", cost=given(cost), per_method=bool(given(per_method)))
     shared.exempt_when, shared.deduct_when = given(exempt_when), given(deduct_when)
     return limits_of(key, given(key), shared.options())
 
 
 def limits_of(key: str, value: Any, shared: dict[str, Any], inherited: bool = False) -> list[dict[str, Any]] | None:
-    """The extension's limits for a Flask-Limiter list of limits: its strings as
-    one limit and each function as a dynamic one, with the ``shared`` options;
-    each ``Limit(...)`` with its own (and the ``shared`` ones if ``inherited``)."""
+    """Our limits for a Flask-Limiter list: its strings as one, each function as a dynamic one,
+    with the ``shared`` options; each ``Limit(...)`` with its own (and ``shared`` if ``inherited``)."""
     if value is None:
         return None
     items = [value] if isinstance(value, str) or callable(value) else list(value)
@@ -161,8 +152,7 @@ def limits_of(key: str, value: Any, shared: dict[str, Any], inherited: bool = Fa
 
 
 def read(key: str, value: Any, spec: Callable[[], Any]) -> Any:
-    """``spec()``, a limit in the extension's grammar; a ConfigurationError
-    if the ``limits`` library would reject it, as Flask-Limiter would."""
+    """``spec()``; a ConfigurationError where the ``limits`` library rejects it, as in Flask-Limiter."""
     try:
         return spec()
     except InvalidLimit:
@@ -172,14 +162,13 @@ def read(key: str, value: Any, spec: Callable[[], Any]) -> Any:
 
 
 def meta_limits(given: Callable[[str], Any]) -> list[dict[str, Any]] | None:
-    """``RATELIMIT_META`` for Flask-Limiter's ``meta_limits``, each with
-    ``on_meta_breach`` unless a ``MetaLimit(...)`` has its own ``on_breach``."""
+    """``RATELIMIT_META`` for Flask-Limiter's ``meta_limits`` and ``on_meta_breach``."""
     shared = Limit("", on_breach=given(ConfigVars.ON_META_BREACH)).options()
     return limits_of(ConfigVars.META_LIMITS, given(ConfigVars.META_LIMITS), shared, True)
 
 
 def storage_url(uri: str) -> str:
-    """Flask-Limiter's (the ``limits`` library's) storage URL as the extension's."""
+    """The ``limits`` library's storage URL as ours."""
     if not isinstance(uri, str):
         raise ConfigurationError(ConfigVars.STORAGE_URI, uri, "a storage URL string")
     scheme, sep, rest = uri.partition("://")

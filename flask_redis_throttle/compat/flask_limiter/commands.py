@@ -1,7 +1,4 @@
-"""Flask-Limiter's ``flask_limiter.commands``: the ``flask limiter`` group, its
-``config``, ``limits`` and ``clear`` over the rows of ``flask ratelimit limits``
-(:func:`~flask_redis_throttle.cli.route_limits`), beside ``flask ratelimit``'s others.
-See :ref:`cli-flask-limiter`."""
+"""Flask-Limiter's ``flask limiter`` commands over ``flask ratelimit``'s rows (:ref:`cli-flask-limiter`)."""
 
 from __future__ import annotations
 
@@ -26,9 +23,7 @@ from ...extension import PlannedLimit, RateLimitState, Settings, qualified_name,
 from ._limits import Apart
 from .constants import ConfigVars
 
-#: The names ``Limiter.init_app`` gives :data:`cli` on the app's command
-#: line. Flask finds its plugins' commands before the app's, so while
-#: Flask-Limiter is installed only ``flask limiter-compat`` reaches these.
+#: :data:`cli`'s names: Flask finds plugins' commands first, so with Flask-Limiter installed only the second.
 COMMAND_NAMES = ("limiter", "limiter-compat")
 
 cli = AppGroup(
@@ -48,14 +43,14 @@ def _installed() -> RateLimitState:
 
 
 def _written(specs: Iterable[Any]) -> str:
-    """Limits as written: their layers, or a dynamic limit's function."""
+    """Limits as written, or a dynamic limit's function."""
     return ", ".join(
         "; ".join(map(str, spec.layers)) if spec.layers is not None else f"{qualified_name(spec.limit)}()"
         for spec in specs
     )
 
 
-#: ``flask limiter config``'s rows: Flask-Limiter's setting, and the extension's setting that does its job.
+#: ``flask limiter config``'s rows.
 CONFIG: tuple[tuple[str, str, Callable[[Settings], object]], ...] = (
     ("Enabled", ConfigVars.ENABLED, lambda settings: settings.enabled),
     ("Identities", ConfigVars.KEY_FUNC, lambda settings: ", ".join(map(ops.spec_name, settings.identities))),
@@ -73,7 +68,7 @@ CONFIG: tuple[tuple[str, str, Callable[[Settings], object]], ...] = (
 
 @cli.command("config")
 def config_command() -> None:
-    """Show the settings the app's limits run with, by Flask-Limiter's names, and whether the storage answers."""
+    """Show the app's settings by Flask-Limiter's names, and whether the storage answers."""
     state = _installed()
     rows = [(label, name, str(value(state.settings)) or "none") for label, name, value in CONFIG]
     status = "off: RATELIMIT_ENABLED is False"
@@ -87,7 +82,7 @@ def config_command() -> None:
 
 
 def _endpoint(endpoint: str | None, path: str | None, method: str | None) -> str | None:
-    """The endpoint ``--endpoint``, or ``--path`` with ``--method``, names; None for every one."""
+    """The endpoint the options name; None for every one."""
     if endpoint is not None and path is not None:
         raise click.UsageError("give --endpoint or --path, not both")
     if endpoint is not None and endpoint not in current_app.view_functions:
@@ -106,7 +101,7 @@ def _endpoint(endpoint: str | None, path: str | None, method: str | None) -> str
 
 
 def _routes(function: Callable[..., None]) -> Callable[..., None]:
-    """Flask-Limiter's options that choose the routes, read into ``survey``: the chosen rows of ``route_limits``."""
+    """Flask-Limiter's options that choose the routes, read into a :class:`Survey`."""
 
     @functools.wraps(function)  # its docstring, and the options it has
     def command(endpoint: str | None, path: str | None, method: str | None, **rest: Any) -> None:
@@ -131,9 +126,7 @@ Tree = tuple[str, list[Any]]
 
 
 class Survey:
-    """The chosen rows of ``flask ratelimit limits``, as Flask-Limiter's
-    trees group them: the meta and application limits once each (when
-    every route is chosen), then each route's own, by blueprint."""
+    """The chosen rows of ``flask ratelimit limits``, grouped as Flask-Limiter's trees."""
 
     def __init__(self, rows: list[Any], everywhere: bool, whole: bool) -> None:
         self.rows, self.everywhere, self.whole = rows, everywhere, whole
@@ -150,12 +143,12 @@ class Survey:
         return [limit for limit in row.limits if not limit.meta and limit.source != "RATELIMIT_APPLICATION"]
 
     def limits(self) -> list[tuple[PlannedLimit, str | None]]:
-        """Every limit shown, with its route's endpoint (None for a meta or application limit)."""
+        """Every limit shown, with its route's endpoint (None for a shared one)."""
         shared = [(limit, None) for limits in self.shared.values() for limit in limits]
         return shared + [(limit, row.rule.endpoint) for row in self.rows for limit in self.own(row)]
 
     def echo(self, leaves: Callable[[PlannedLimit], list[str]], limited: bool = False) -> None:
-        """Print the trees, one leaf per label ``leaves`` gives a limit; with ``limited``, only limited routes."""
+        """Print the trees, a leaf per label of ``leaves``; with ``limited``, only limited routes."""
 
         def grown(limits: Iterable[PlannedLimit]) -> list[Tree]:
             return [(label, []) for limit in limits for label in leaves(limit)]
@@ -187,7 +180,7 @@ def _draw(tree: Tree) -> list[str]:
 
 
 def _labels(limit: PlannedLimit) -> list[str]:
-    """One label per layer, as ``5 per 1 minute``; a dynamic limit's function."""
+    """One label per layer; a dynamic limit's function."""
     if limit.policy is None:
         spec = limit.spec
         return [f"dynamic: {qualified_name(spec.limit if callable(spec.limit) else spec.scope)}()"]
@@ -195,8 +188,7 @@ def _labels(limit: PlannedLimit) -> list[str]:
 
 
 def _scope(limit: PlannedLimit, whole: bool, endpoint: str | None = None) -> tuple[str | None, bool]:
-    """The scope ``clear`` resets of ``limit`` (None for every one, when every limit is
-    chosen; "" for none, with a scope function), and whether the scopes beneath it instead."""
+    """The scope ``clear`` resets (None for all, "" for none), and whether those beneath it instead."""
     beneath = limit.spec.scope.beneath if isinstance(limit.spec.scope, Apart) else None
     if whole:
         return None, False
@@ -206,10 +198,9 @@ def _scope(limit: PlannedLimit, whole: bool, endpoint: str | None = None) -> tup
 
 
 class Key:
-    """``--key``: a value of the key function, as the identity of each kind a limit counts."""
+    """``--key``: a value of the key function, as each kind of identity a limit counts."""
 
     def __init__(self, value: str, state: RateLimitState) -> None:
-        # Why the storage did not answer; why the key is no identity of some kind a limit counts.
         self.value, self.state, self.down, self.unknown, self.counted = value, state, "", "", False
 
     def identities(self, limit: PlannedLimit) -> list[Identity]:
@@ -257,8 +248,7 @@ class Key:
 @_routes
 @click.option("--key", metavar="KEY", help="Also show what KEY, a value of the key function, has left of each limit.")
 def limits_command(state: RateLimitState, survey: Survey, key: str | None) -> None:
-    """Show every route's limits by blueprint, after the meta and application limits;
-    with --key, whether KEY's next request would pass each. Nothing is counted."""
+    """Show every route's limits; with --key, whether KEY's next request would pass each. Nothing is counted."""
     if key is None:
         survey.echo(_labels)
         return
@@ -280,7 +270,6 @@ def clear_command(state: RateLimitState, survey: Survey, key: str, yes: bool) ->
         survey.echo(tester.states, limited=True)
         tester.check()
         click.confirm(f"Clear these limits for key {key}?", abort=True)
-    # Every scope of the key's identities when every limit is chosen, as `flask ratelimit reset IDENTITY`.
     scopes: dict[tuple[Identity, bool], dict[str | None, None]] = {}
     for limit, endpoint in survey.limits():
         scope, beneath = _scope(limit, survey.whole, endpoint)

@@ -1,5 +1,4 @@
-"""Flask-Limiter's ``flask_limiter.constants``: its setting names, header
-names and exemption flags, under the same names and values."""
+"""Flask-Limiter's ``flask_limiter.constants``, under the same names and values."""
 
 from __future__ import annotations
 
@@ -53,8 +52,7 @@ class HeaderNames(enum.Enum):
 
 
 class ExemptionScope(enum.Flag):
-    """What :meth:`Limiter.exempt <flask_redis_throttle.compat.flask_limiter.Limiter.exempt>`
-    drops, and whether nested blueprints too (``DESCENDENTS``); ``META`` means nothing here."""
+    """What ``Limiter.exempt`` drops; ``META`` means nothing here."""
 
     NONE = 0
     APPLICATION = enum.auto()

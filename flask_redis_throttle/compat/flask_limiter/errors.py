@@ -1,6 +1,4 @@
-"""Flask-Limiter's ``flask_limiter.errors``: the 429 is the extension's own
-:class:`~flask_redis_throttle.RateLimitExceeded`, a subclass of werkzeug's
-``TooManyRequests`` as Flask-Limiter's is."""
+"""Flask-Limiter's ``flask_limiter.errors``: the 429 is our :class:`~flask_redis_throttle.RateLimitExceeded`."""
 
 from __future__ import annotations
 

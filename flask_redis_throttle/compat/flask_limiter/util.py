@@ -1,5 +1,4 @@
-"""Flask-Limiter's ``flask_limiter.util``: its key functions. ``get_remote_address``
-as a ``key_func`` counts the built-in ``"ip"`` identity."""
+"""Flask-Limiter's key functions; ``get_remote_address`` counts the built-in ``"ip"`` identity."""
 
 from __future__ import annotations
 
