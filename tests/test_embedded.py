@@ -237,9 +237,10 @@ ZSETS = [
     ("ZADD", "z", "-1e400", "a"),
     ("ZADD", "z", "1e-400", "a"),
     ("ZADD", "z", " 1", "a"),
-    ("ZADD", "z", "1e-310", "tiny"),
+    # Not compared: a subnormal score ("1e-310"), which Valkey 9 writes back
+    # in 17 digits and Redis in its shortest form, and a ZCOUNT bound with a
+    # leading space, which Redis takes and Valkey 9 refuses.
     ("ZCOUNT", "z", "1e400", "+inf"),
-    ("ZCOUNT", "z", "-1e400", " 1"),
     ("ZADD", "z", "1"),
     ("ZADD", "z", "1", "a", "2"),
     ("ZADD", "nozset", "XX", "1", "a"),
