@@ -606,8 +606,7 @@ class Connections:
             or the connection broke after the call was sent.
         :raises redis.TimeoutError: when it did not answer in time.
         """
-        sent = self.send((command,))
-        reply = sent if isinstance(sent, Exception) else self.receive(sent, 1)[0]
+        [reply] = self.exchange((command,))
         if isinstance(reply, (redis.ConnectionError, redis.TimeoutError)):
             raise reply
         return reply
