@@ -25,9 +25,10 @@ from .core.stores.refusals import RefusalLog
 from .current import current_limit
 from .decorators import EXTENSION_KEY, state_of
 
+# At run time too, so that typing.get_type_hints() resolves the options.
 if sys.version_info >= (3, 11):
     from typing import Unpack
-elif TYPE_CHECKING:
+else:
     from typing_extensions import Unpack
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
