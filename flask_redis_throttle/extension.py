@@ -139,8 +139,7 @@ class RateLimit:
         state: RateLimitState = state_of(app)
         if state.throttle is None:
             raise RuntimeError(DISABLED)
-        if scope is not None and (not isinstance(scope, str) or not scope):
-            raise ValueError(f"scope {scope!r} must be a non-empty string, or None for every scope")
+        _check_scope(scope)
         if identity is not None and not isinstance(identity, Identity):
             identity = parse_identity(identity, state.settings.ipv6_prefix)
         try:
@@ -193,8 +192,10 @@ class RateLimit:
         scope, or only the one on ``scope``.
 
         :returns: the overrides removed.
-        :raises ValueError: if ``identity`` names no identity or network.
+        :raises ValueError: if ``identity`` names no identity or network, or ``scope`` or ``by`` is no string.
         """
+        _check_scope(scope)
+        _check_by(by)
         return lift(state_of(app), identity, scope, scope is None, by)
 
     def overrides(self, *, app: Flask | None = None) -> list[Override]:
@@ -217,6 +218,7 @@ class RateLimit:
         by: str = "python",
         app: Flask | None = None,
     ) -> Override:
+        _check_by(by)
         return set_override(state_of(app), action, identity, limit, scope, until, duration, by)
 
     def request_filter(self, function: RequestFilter) -> RequestFilter:
@@ -230,6 +232,16 @@ class RateLimit:
             raise TypeError(f"request_filter() takes a function of the request, not {function!r}")
         self.filters.append(function)
         return function
+
+
+def _check_scope(scope: object) -> None:
+    if scope is not None and (not isinstance(scope, str) or not scope):
+        raise ValueError(f"scope {scope!r} must be a non-empty string, or None for every scope")
+
+
+def _check_by(by: object) -> None:
+    if not isinstance(by, str):
+        raise ValueError(f"by {by!r} must be a string: who made the change, for the log of changes")
 
 
 def refusal_log(app: Flask | None = None) -> RefusalLog:
