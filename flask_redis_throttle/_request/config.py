@@ -390,7 +390,7 @@ def _key_secret(secret: Any) -> bytes | None:
         return None
     encoded = secret.encode() if isinstance(secret, str) else secret
     if not isinstance(encoded, bytes) or len(encoded) < MIN_KEY_SECRET_BYTES:
-        shown = f"{len(encoded)} bytes" if isinstance(encoded, bytes) else f"a {type(secret).__name__}"
+        shown = f"{len(encoded)} bytes" if isinstance(encoded, bytes) else f"type {type(secret).__name__}"
         raise ConfigurationError(
             "RATELIMIT_KEY_SECRET",
             f"<a secret of {shown}, not shown>",
