@@ -104,7 +104,9 @@ SETTINGS: dict[str, Setting] = {
         "a dict of redis.Redis keyword arguments",
     ),
     "RATELIMIT_KEY_PREFIX": Setting(
-        "rl:", lambda value, _: isinstance(value, str) and not {"{", "}"} & set(value), "a string without braces"
+        "rl:",
+        lambda value, _: isinstance(value, str) and len(value) <= 256 and not {"{", "}"} & set(value),
+        "a string of at most 256 characters, without braces",
     ),
     "RATELIMIT_DEFAULT": Setting(None, read=lambda value, _: _limits("RATELIMIT_DEFAULT", value)),
     "RATELIMIT_DEFAULT_MODE": Setting("replace", _one_of(*DEFAULT_MODES), _MODES),
