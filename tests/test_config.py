@@ -328,7 +328,6 @@ def test_the_refusal_log_keeps_its_largest_size(app: Flask) -> None:
     assert refusal.endpoint == "index"
 
 
-
 def test_the_longest_key_prefix_counts_and_a_longer_one_is_refused_in_one_line(app: Flask) -> None:
     """A 100,000-character RATELIMIT_KEY_PREFIX was taken, sent in every key
     of every request; its error would quote it whole."""
