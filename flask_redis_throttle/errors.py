@@ -164,11 +164,8 @@ class RateLimitExceeded(_Negotiated, TooManyRequests):
         self.retry_after_header = None if seconds is None else retry_after_header or str(seconds)
         #: Whether the identity serves a penalty.
         self.penalized = penalized
-        #: The request's cost if it is more than the layer's whole quota, else None.
         self.cost = cost
-        #: The layers whose quota it exceeded; None for ``about:blank`` problem details.
         self.violated_policies = None if violated_policies is None else tuple(violated_policies)
-        #: Whether a concurrency cap refused it.
         self.concurrent = concurrent
 
     def _details(self) -> dict[str, Any]:
@@ -212,13 +209,13 @@ class BlockedForbidden(_Negotiated, Forbidden):
 
 def _description(layer: Layer, seconds: int | None, penalized: bool, cost: int | None, concurrent: bool) -> str:
     """The one-line message of a refusal: the body's text and ``detail``."""
+    wait = f"Try again in {seconds} second{'' if seconds == 1 else 's'}."
     if concurrent:
         requests = "request" if layer.quota == 1 else "requests"
-        wait = f"Try again in {seconds} second{'' if seconds == 1 else 's'}."
         return f"Concurrency limit exceeded: at most {layer.quota} {requests} at once. {wait}"
     if seconds is None:
         return (
             f"Rate limit exceeded: this request costs {cost}, more than the whole quota of {layer}; it can never pass."
         )
     exceeded = "Rate limit exceeded too often" if penalized else "Rate limit exceeded"
-    return f"{exceeded}: {layer}. Try again in {seconds} second{'' if seconds == 1 else 's'}."
+    return f"{exceeded}: {layer}. {wait}"
