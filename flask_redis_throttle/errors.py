@@ -68,9 +68,9 @@ class _Negotiated(HTTPException):
     #: The HTML page's heading.
     heading = "Too many requests"
     #: Whole seconds until the request would pass; None if not known, or never.
-    retry_after: int | None
+    retry_after: int | None = None
     #: The ``Retry-After`` header's value; None for no header.
-    retry_after_header: str | None
+    retry_after_header: str | None = None
 
     def problem(self) -> dict[str, Any]:
         """The RFC 9457 problem details of the JSON body."""
@@ -203,8 +203,6 @@ class BlockedForbidden(_Negotiated, Forbidden):
 
     def __init__(self) -> None:
         super().__init__("Access is blocked.")
-        self.retry_after: int | None = None
-        self.retry_after_header: str | None = None
 
 
 def _description(layer: Layer, seconds: int | None, penalized: bool, cost: int | None, concurrent: bool) -> str:

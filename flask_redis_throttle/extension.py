@@ -250,10 +250,7 @@ def refusal_log(app: Flask | None = None) -> RefusalLog:
     :raises RuntimeError: if the extension is not set up on the app, or is
         disabled, or keeps no log (``RATELIMIT_REFUSAL_LOG_SIZE = 0``).
     """
-    state: RateLimitState = state_of(app)
-    if state.refusals is None:
-        raise RuntimeError("this app keeps no refusal log: set up RateLimit with RATELIMIT_REFUSAL_LOG_SIZE above 0")
-    return state.refusals
+    return _kept(state_of(app).refusals, "refusal log", "RATELIMIT_REFUSAL_LOG_SIZE above 0")
 
 
 def near_limit_log(app: Flask | None = None) -> RefusalLog:
@@ -263,10 +260,12 @@ def near_limit_log(app: Flask | None = None) -> RefusalLog:
         disabled, or keeps no log (``RATELIMIT_NEAR_LIMIT = None`` or
         ``RATELIMIT_REFUSAL_LOG_SIZE = 0``).
     """
-    state: RateLimitState = state_of(app)
-    if state.near_limits is None:
-        raise RuntimeError(
-            "this app keeps no near-limit log: set up RateLimit with RATELIMIT_NEAR_LIMIT "
-            "and RATELIMIT_REFUSAL_LOG_SIZE above 0"
-        )
-    return state.near_limits
+    return _kept(
+        state_of(app).near_limits, "near-limit log", "RATELIMIT_NEAR_LIMIT and RATELIMIT_REFUSAL_LOG_SIZE above 0"
+    )
+
+
+def _kept(log: RefusalLog | None, name: str, settings: str) -> RefusalLog:
+    if log is None:
+        raise RuntimeError(f"this app keeps no {name}: set up RateLimit with {settings}")
+    return log
