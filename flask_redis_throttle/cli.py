@@ -1,10 +1,6 @@
-"""The ``flask ratelimit`` command group, and what other command lines
-built on the extension (``flask limiter``, see :doc:`/flask-limiter`) share
-with it: the report code, importable for tests, scripts and front ends.
-
-Flask's command line finds the group through the package's
-``flask.commands`` entry point; import it from here to invoke it in a test,
-as ``app.test_cli_runner().invoke(ratelimit, ["limits"])``. See :doc:`/cli`.
+"""The ``flask ratelimit`` command group (found through the ``flask.commands``
+entry point), and the report code other front ends built on the extension
+share with it, such as ``flask limiter`` (:doc:`/flask-limiter`). See :doc:`/cli`.
 """
 
 from __future__ import annotations

@@ -9,15 +9,16 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import Any, TypeVar, overload
 
 from flask import Blueprint, Flask, current_app
 
 from ._request.spec import CostFunction, DynamicLimit, LimitOptions, LimitSpec, RefusalHook, make_spec
 
+# At run time too, so that typing.get_type_hints() resolves the options.
 if sys.version_info >= (3, 11):
     from typing import Unpack
-elif TYPE_CHECKING:
+else:
     from typing_extensions import Unpack
 
 __all__ = [

@@ -68,9 +68,9 @@ class _Negotiated(HTTPException):
     #: The HTML page's heading.
     heading = "Too many requests"
     #: Whole seconds until the request would pass; None if not known, or never.
-    retry_after: int | None
+    retry_after: int | None = None
     #: The ``Retry-After`` header's value; None for no header.
-    retry_after_header: str | None
+    retry_after_header: str | None = None
 
     def problem(self) -> dict[str, Any]:
         """The RFC 9457 problem details of the JSON body."""
@@ -164,11 +164,8 @@ class RateLimitExceeded(_Negotiated, TooManyRequests):
         self.retry_after_header = None if seconds is None else retry_after_header or str(seconds)
         #: Whether the identity serves a penalty.
         self.penalized = penalized
-        #: The request's cost if it is more than the layer's whole quota, else None.
         self.cost = cost
-        #: The layers whose quota it exceeded; None for ``about:blank`` problem details.
         self.violated_policies = None if violated_policies is None else tuple(violated_policies)
-        #: Whether a concurrency cap refused it.
         self.concurrent = concurrent
 
     def _details(self) -> dict[str, Any]:
@@ -206,19 +203,17 @@ class BlockedForbidden(_Negotiated, Forbidden):
 
     def __init__(self) -> None:
         super().__init__("Access is blocked.")
-        self.retry_after: int | None = None
-        self.retry_after_header: str | None = None
 
 
 def _description(layer: Layer, seconds: int | None, penalized: bool, cost: int | None, concurrent: bool) -> str:
     """The one-line message of a refusal: the body's text and ``detail``."""
+    wait = f"Try again in {seconds} second{'' if seconds == 1 else 's'}."
     if concurrent:
         requests = "request" if layer.quota == 1 else "requests"
-        wait = f"Try again in {seconds} second{'' if seconds == 1 else 's'}."
         return f"Concurrency limit exceeded: at most {layer.quota} {requests} at once. {wait}"
     if seconds is None:
         return (
             f"Rate limit exceeded: this request costs {cost}, more than the whole quota of {layer}; it can never pass."
         )
     exceeded = "Rate limit exceeded too often" if penalized else "Rate limit exceeded"
-    return f"{exceeded}: {layer}. Try again in {seconds} second{'' if seconds == 1 else 's'}."
+    return f"{exceeded}: {layer}. {wait}"

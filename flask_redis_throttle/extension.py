@@ -25,9 +25,10 @@ from .core.stores.refusals import RefusalLog
 from .current import current_limit
 from .decorators import EXTENSION_KEY, state_of
 
+# At run time too, so that typing.get_type_hints() resolves the options.
 if sys.version_info >= (3, 11):
     from typing import Unpack
-elif TYPE_CHECKING:
+else:
     from typing_extensions import Unpack
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -138,8 +139,7 @@ class RateLimit:
         state: RateLimitState = state_of(app)
         if state.throttle is None:
             raise RuntimeError(DISABLED)
-        if scope is not None and (not isinstance(scope, str) or not scope):
-            raise ValueError(f"scope {scope!r} must be a non-empty string, or None for every scope")
+        _check_scope(scope)
         if identity is not None and not isinstance(identity, Identity):
             identity = parse_identity(identity, state.settings.ipv6_prefix)
         try:
@@ -192,8 +192,10 @@ class RateLimit:
         scope, or only the one on ``scope``.
 
         :returns: the overrides removed.
-        :raises ValueError: if ``identity`` names no identity or network.
+        :raises ValueError: if ``identity`` names no identity or network, or ``scope`` or ``by`` is no string.
         """
+        _check_scope(scope)
+        _check_by(by)
         return lift(state_of(app), identity, scope, scope is None, by)
 
     def overrides(self, *, app: Flask | None = None) -> list[Override]:
@@ -216,6 +218,7 @@ class RateLimit:
         by: str = "python",
         app: Flask | None = None,
     ) -> Override:
+        _check_by(by)
         return set_override(state_of(app), action, identity, limit, scope, until, duration, by)
 
     def request_filter(self, function: RequestFilter) -> RequestFilter:
@@ -231,16 +234,23 @@ class RateLimit:
         return function
 
 
+def _check_scope(scope: object) -> None:
+    if scope is not None and (not isinstance(scope, str) or not scope):
+        raise ValueError(f"scope {scope!r} must be a non-empty string, or None for every scope")
+
+
+def _check_by(by: object) -> None:
+    if not isinstance(by, str):
+        raise ValueError(f"by {by!r} must be a string: who made the change, for the log of changes")
+
+
 def refusal_log(app: Flask | None = None) -> RefusalLog:
     """The refusal log of ``app``, or of the current app.
 
     :raises RuntimeError: if the extension is not set up on the app, or is
         disabled, or keeps no log (``RATELIMIT_REFUSAL_LOG_SIZE = 0``).
     """
-    state: RateLimitState = state_of(app)
-    if state.refusals is None:
-        raise RuntimeError("this app keeps no refusal log: set up RateLimit with RATELIMIT_REFUSAL_LOG_SIZE above 0")
-    return state.refusals
+    return _kept(state_of(app).refusals, "refusal log", "RATELIMIT_REFUSAL_LOG_SIZE above 0")
 
 
 def near_limit_log(app: Flask | None = None) -> RefusalLog:
@@ -250,10 +260,12 @@ def near_limit_log(app: Flask | None = None) -> RefusalLog:
         disabled, or keeps no log (``RATELIMIT_NEAR_LIMIT = None`` or
         ``RATELIMIT_REFUSAL_LOG_SIZE = 0``).
     """
-    state: RateLimitState = state_of(app)
-    if state.near_limits is None:
-        raise RuntimeError(
-            "this app keeps no near-limit log: set up RateLimit with RATELIMIT_NEAR_LIMIT "
-            "and RATELIMIT_REFUSAL_LOG_SIZE above 0"
-        )
-    return state.near_limits
+    return _kept(
+        state_of(app).near_limits, "near-limit log", "RATELIMIT_NEAR_LIMIT and RATELIMIT_REFUSAL_LOG_SIZE above 0"
+    )
+
+
+def _kept(log: RefusalLog | None, name: str, settings: str) -> RefusalLog:
+    if log is None:
+        raise RuntimeError(f"this app keeps no {name}: set up RateLimit with {settings}")
+    return log

@@ -72,13 +72,8 @@ def notify(
             continue
         if response is None and isinstance(returned, Response):
             response = returned
-    if request_refused.receivers:
-        _send(app, event)
-    return response
-
-
-def _send(app: Flask, event: RefusalEvent) -> None:
-    """Send :data:`request_refused` to each receiver of ``app``'s, logging their failures."""
+    if not request_refused.receivers:
+        return response
     fields = {field.name: getattr(event, field.name) for field in dataclasses.fields(event)}
     for receiver in request_refused.receivers_for(app):
         try:
@@ -92,3 +87,4 @@ def _send(app: Flask, event: RefusalEvent) -> None:
             )
         except Exception:
             logger.exception("request_refused receiver %r failed; the refusal stands", receiver)
+    return response

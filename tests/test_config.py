@@ -328,6 +328,26 @@ def test_the_refusal_log_keeps_its_largest_size(app: Flask) -> None:
     assert refusal.endpoint == "index"
 
 
+def test_the_longest_key_prefix_counts_and_a_longer_one_is_refused_in_one_line(app: Flask) -> None:
+    """A 100,000-character RATELIMIT_KEY_PREFIX was taken, sent in every key
+    of every request; its error would quote it whole."""
+    for prefix in ("p" * 257, "rl:" * 40_000):
+        error = refused(RATELIMIT_KEY_PREFIX=prefix)
+        assert error.key == "RATELIMIT_KEY_PREFIX"
+        assert "at most 256 characters" in str(error)
+        assert len(str(error)) < 400  # the value is cut, not quoted whole
+        assert error.value == prefix  # but kept whole on the error
+
+    @app.get("/")
+    @limit("1/m")
+    def index() -> str:
+        return "ok"
+
+    install(app, RATELIMIT_KEY_PREFIX="p" * 256)
+    web = app.test_client()
+    assert [get(web).status_code for _ in range(2)] == [200, 429]
+
+
 def test_the_breaker_probes_again_after_its_longest_backoff() -> None:
     clock = FakeMonotonic()
     breaker = CircuitBreaker(threshold=1, backoff=86_400, max_backoff=86_400, clock=clock)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import typing
 from typing import Any
 
 import pytest
@@ -180,3 +181,21 @@ def test_every_lookup_of_an_apps_state_fails_one_way_without_the_extension() -> 
         with pytest.raises(RuntimeError, match=message), limit("1/m"):
             pass
         assert state_of(required=False) is None
+
+
+def test_keyword_options_type_hints_resolve_on_every_python() -> None:
+    """typing.Unpack came in 3.11: on 3.10 the hints of override(), allow(),
+    block() and limit() named an Unpack imported only for the type checker,
+    so get_type_hints() (an IDE's or a docs tool's) failed with a NameError."""
+    from flask_redis_throttle._request.spec import LimitOptions
+    from flask_redis_throttle.extension import OverrideOptions
+
+    for function in (RateLimit.override, RateLimit.allow, RateLimit.block):
+        assert typing.get_type_hints(function)["options"].__args__ == (OverrideOptions,)
+    assert typing.get_type_hints(limit)["options"].__args__ == (LimitOptions,)
+    app = make_app(RATELIMIT_STORAGE_URL="memory://")
+    ratelimit = RateLimit(app)
+    options = dict.fromkeys(typing.get_type_hints(OverrideOptions))
+    options.update(duration="1h", by="test", app=app)
+    ratelimit.block("ip:192.0.2.1", **options)  # type: ignore[arg-type]
+    assert app.test_client().get("/limited", environ_base={"REMOTE_ADDR": "192.0.2.1"}).status_code == 429

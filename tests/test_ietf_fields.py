@@ -275,7 +275,7 @@ def test_a_key_secret_of_another_type_is_refused_unquoted(secret: object) -> Non
     with pytest.raises(ConfigurationError, match="RATELIMIT_KEY_SECRET") as raised:
         partitioned(app, secret)  # type: ignore[arg-type]
     message = str(raised.value)
-    assert f"<a secret of a {type(secret).__name__}, not shown>" in message
+    assert f"<a secret of type {type(secret).__name__}, not shown>" in message  # not "of a int"
     assert "k9" not in message
     assert "0123456789abcdef" not in message
     assert repr(secret) not in message  # the secret is never quoted

@@ -897,6 +897,26 @@ def test_python_sets_lists_and_removes_overrides(app: Flask) -> None:
         ratelimit.allow("user:1", app=app)
 
 
+def test_python_names_a_bad_author_or_scope_and_stores_nothing(app: Flask) -> None:
+    """by=5 failed in the middle of storing with "'int' object is not
+    subscriptable"; remove_overrides(by=5) logged an author of 5, and its
+    scope=5 removed nothing without a word."""
+    shop(app)
+    ratelimit = RateLimit()
+    for set_one in (ratelimit.allow, ratelimit.block):
+        with pytest.raises(ValueError, match=r"^by 5 must be a string: who made the change"):
+            set_one("user:1", duration="1h", by=5, app=app)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^by \[\] must be a string"):
+        ratelimit.override("user:1", "3/m", duration="1h", by=[], app=app)  # type: ignore[arg-type]
+    ratelimit.block("user:1", duration="1h", app=app)
+    with pytest.raises(ValueError, match=r"^by 5 must be a string"):
+        ratelimit.remove_overrides("user:1", by=5, app=app)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^scope 5 must be a non-empty string, or None for every scope"):
+        ratelimit.remove_overrides("user:1", scope=5, app=app)  # type: ignore[arg-type]
+    assert [(o.target, o.by) for o in ratelimit.overrides(app=app)] == [("user:1", "python")]
+    assert [c.what for c in ratelimit.override_changes(app=app)] == ["set"]
+
+
 def test_the_dashboard_sets_lists_and_removes_an_override(app: Flask) -> None:
     shop(app)
     client = app.test_client()

@@ -104,7 +104,9 @@ SETTINGS: dict[str, Setting] = {
         "a dict of redis.Redis keyword arguments",
     ),
     "RATELIMIT_KEY_PREFIX": Setting(
-        "rl:", lambda value, _: isinstance(value, str) and not {"{", "}"} & set(value), "a string without braces"
+        "rl:",
+        lambda value, _: isinstance(value, str) and len(value) <= 256 and not {"{", "}"} & set(value),
+        "a string of at most 256 characters, without braces",
     ),
     "RATELIMIT_DEFAULT": Setting(None, read=lambda value, _: _limits("RATELIMIT_DEFAULT", value)),
     "RATELIMIT_DEFAULT_MODE": Setting("replace", _one_of(*DEFAULT_MODES), _MODES),
@@ -390,7 +392,7 @@ def _key_secret(secret: Any) -> bytes | None:
         return None
     encoded = secret.encode() if isinstance(secret, str) else secret
     if not isinstance(encoded, bytes) or len(encoded) < MIN_KEY_SECRET_BYTES:
-        shown = f"{len(encoded)} bytes" if isinstance(encoded, bytes) else f"a {type(secret).__name__}"
+        shown = f"{len(encoded)} bytes" if isinstance(encoded, bytes) else f"type {type(secret).__name__}"
         raise ConfigurationError(
             "RATELIMIT_KEY_SECRET",
             f"<a secret of {shown}, not shown>",

@@ -4,6 +4,8 @@ refused request raises is Werkzeug's, in :mod:`flask_redis_throttle.errors`.
 
 from __future__ import annotations
 
+from .engine.keys import cut
+
 __all__ = ["ConfigurationError", "InputError", "InvalidLimit"]
 
 
@@ -30,7 +32,8 @@ class ConfigurationError(InputError, ValueError):
     """
 
     def __init__(self, key: str, value: object, expected: str) -> None:
-        super().__init__(f"{key} = {value!r} is invalid: expected {expected}")
+        # Cut, as a 100,000-character value would otherwise flood the log line.
+        super().__init__(f"{key} = {cut(repr(value))} is invalid: expected {expected}")
         #: The config key, such as ``"RATELIMIT_STORAGE_URL"``.
         self.key = key
         #: The bad value.
