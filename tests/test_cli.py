@@ -16,6 +16,7 @@ from flask.cli import FlaskGroup
 from helpers import Clock, add_login, flask_command, get, install
 
 from flask_redis_throttle import Identity, limit
+from flask_redis_throttle._ops import cli as ops_cli
 from flask_redis_throttle._ops.cli import ratelimit
 from flask_redis_throttle._request.identity import parse_identity, resolvers, spec_name
 from flask_redis_throttle.core.engine.keys import identity_tag
@@ -309,6 +310,24 @@ def test_reset_deletes_that_identity_only(app: Flask) -> None:
     assert ok(app, "reset", "ip:192.0.2.1").startswith("Deleted 1 counter key of")
     assert ok(app, "reset", "ip:203.0.113.9") == "Deleted 0 counter keys of ip:203.0.113.9 in every scope.\n"
     assert len(counters(state)) == 2  # the other IP's login and items keys
+
+
+def test_reset_looks_the_throttle_up_once(app: Flask, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``reset`` got the app's throttle twice, once for the identity and once
+    for the check that app servers read the change: one lookup does both."""
+    shop(app)
+    install(app)
+    get(app.test_client(), "/login")
+    lookups: list[RateLimitState] = []
+    looked_up = ops_cli.throttle_of
+
+    def throttle_of(state: RateLimitState) -> Any:
+        lookups.append(state)
+        return looked_up(state)
+
+    monkeypatch.setattr(ops_cli, "throttle_of", throttle_of)
+    assert ok(app, "reset", "ip:192.0.2.1", "-e", "login").startswith("Deleted 1 counter key of")
+    assert len(lookups) == 1
 
 
 @pytest.mark.parametrize("storage_url", ["memory"], indirect=True)

@@ -99,8 +99,8 @@ def reset_command(identity: str, endpoint: str | None) -> None:
     App servers may refuse the identity for up to a second more: their
     block caches trust a refusal that long.
     """
-    state, throttle, who = _named(identity, endpoint)
-    with storage_errors(_shared(state)):
+    state, throttle, who = _named(identity, endpoint, change=True)
+    with storage_errors(throttle):
         reset = reset_counters(state, throttle, who, endpoint)
     if reset is None:
         click.echo(nothing_counts(state, endpoint, who) + " Nothing to reset.")
@@ -343,10 +343,11 @@ def _log(name: str) -> tuple[Throttle, RefusalLog]:
     return throttle, log
 
 
-def _named(identity: str, endpoint: str | None) -> tuple[RateLimitState, Throttle, Identity]:
-    """The app's state and throttle, and the identity a command names, once its ``--endpoint`` is found."""
+def _named(identity: str, endpoint: str | None, change: bool = False) -> tuple[RateLimitState, Throttle, Identity]:
+    """The app's state and throttle (:func:`_shared` for a ``change``), and
+    the identity a command names, once its ``--endpoint`` is found."""
     state = _state()
-    throttle = throttle_of(state)
+    throttle = _shared(state) if change else throttle_of(state)
     with _parameter("'IDENTITY'"):
         who = find_identity(identity, state)
     if endpoint is not None:
