@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 import click
 import redis
-from flask.cli import AppGroup, FlaskGroup
+from flask.cli import AppGroup
 
 from .._request.state import RateLimitState
 from ..core.engine.keys import Identity, loggable
@@ -243,16 +243,21 @@ def overrides_command(changes: int) -> None:
 
 
 def _shared(state: RateLimitState) -> Throttle:
-    """The app's throttle, for a command that changes what app servers read;
-    a usage error on the embedded store under ``flask``, whose process no
-    app server reads."""
+    """The app's throttle, for a command that changes what app servers read.
+
+    The embedded store is read by this process alone, which serves the app's
+    requests only when the app is under test (``TESTING``: its test client
+    serves them here). Elsewhere (the ``flask`` command, a script with its
+    own group or ``app.cli``) no app server would follow the change: a usage
+    error, whatever group runs the command.
+    """
     throttle = throttle_of(state)
-    own_process = isinstance(click.get_current_context().find_root().command, FlaskGroup)
-    if isinstance(throttle.storage.client, EmbeddedRedis) and own_process:
+    if isinstance(throttle.storage.client, EmbeddedRedis) and not state.app.testing:
         raise click.UsageError(
             f"the storage is {throttle.storage.url}, which keeps counters and overrides in each process's memory: "
-            "this command runs in a process of its own, so no app server would follow the change. Steer a running app "
-            "on a storage its processes share: Redis (RATELIMIT_STORAGE_URL=redis://...) or local://."
+            "this command runs in a process that serves none of the app's requests (the app is not TESTING), so no "
+            "app server would follow the change. Steer a running app on a storage its processes share: Redis "
+            "(RATELIMIT_STORAGE_URL=redis://...) or local://."
         )
     return throttle
 
