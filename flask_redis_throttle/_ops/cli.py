@@ -131,7 +131,6 @@ def refusals_command(top: int, recent: int, since: float | None) -> None:
         if ranking:
             click.echo()
         click.echo(f"Latest refusals{period}, newest first:")
-        # The identity whose counter refused, apart from the others present.
         click.echo(table(*entry_rows(latest, "REFUSED BY", retry=True)))
 
 
@@ -139,9 +138,8 @@ def refusals_command(top: int, recent: int, since: float | None) -> None:
 @click.option("--recent", default=20, show_default=True, type=click.IntRange(min=1), help="How many entries.")
 @_since("entries")
 def near_limit_command(recent: int, since: float | None) -> None:
-    """Show the latest identities that passed RATELIMIT_NEAR_LIMIT of a
-    layer, from the near-limit log: once per identity, layer and window,
-    before they are refused."""
+    """Show the latest identities that passed RATELIMIT_NEAR_LIMIT of a layer,
+    from the near-limit log: once per identity, layer and window."""
     throttle, log = _log("near_limits")
     with storage_errors(throttle):
         latest = log.recent(recent, since=since)
@@ -243,14 +241,9 @@ def overrides_command(changes: int) -> None:
 
 
 def _shared(state: RateLimitState) -> Throttle:
-    """The app's throttle, for a command that changes what app servers read.
-
-    The embedded store is read by this process alone, which serves the app's
-    requests only when the app is under test (``TESTING``: its test client
-    serves them here). Elsewhere (the ``flask`` command, a script with its
-    own group or ``app.cli``) no app server would follow the change: a usage
-    error, whatever group runs the command.
-    """
+    """The app's throttle, for a command that changes what app servers read: a usage error on the
+    embedded store, which only this process reads, unless the app is under test (its test client
+    serves requests here). See docs/cli.rst."""
     throttle = throttle_of(state)
     if isinstance(throttle.storage.client, EmbeddedRedis) and not state.app.testing:
         raise click.UsageError(
@@ -276,8 +269,7 @@ ratelimit.add_command(server)
 @server.command("status")
 def server_status_command() -> None:
     """Show whether the app's local:// server runs: its pid, version, uptime,
-    clients and memory. Nothing is started. Exits 1 when it is not running.
-    """
+    clients and memory. Nothing is started. Exits 1 when it is not running."""
     folder = _local_folder(_state())
     try:
         status = server_status(folder)
@@ -301,8 +293,7 @@ def server_status_command() -> None:
 @server.command("stop")
 def server_stop_command() -> None:
     """Stop the app's local:// server; its counters are lost. Workers that
-    are still serving start it again at their next request that needs it.
-    """
+    are still serving start it again at their next request that needs it."""
     folder = _local_folder(_state())
     try:
         pid = stop_server(folder)
@@ -312,7 +303,6 @@ def server_stop_command() -> None:
 
 
 def _local_folder(state: RateLimitState) -> LocalFolder:
-    """:raises click.ClickException: when the app's storage is not ``local://``."""
     throttle = throttle_of(state)
     folder = throttle.local_folder()
     if folder is None:
@@ -349,8 +339,7 @@ def _log(name: str) -> tuple[Throttle, RefusalLog]:
 
 
 def _named(identity: str, endpoint: str | None, change: bool = False) -> tuple[RateLimitState, Throttle, Identity]:
-    """The app's state and throttle (:func:`_shared` for a ``change``), and
-    the identity a command names, once its ``--endpoint`` is found."""
+    """The app's state, its throttle (:func:`_shared` for a ``change``) and the identity a command names."""
     state = _state()
     throttle = _shared(state) if change else throttle_of(state)
     with _parameter("'IDENTITY'"):
@@ -363,7 +352,6 @@ def _named(identity: str, endpoint: str | None, change: bool = False) -> tuple[R
 
 @contextmanager
 def _parameter(hint: str) -> Iterator[None]:
-    """A :class:`ValueError` as click's usage error naming the argument."""
     try:
         yield
     except ValueError as error:
@@ -372,7 +360,7 @@ def _parameter(hint: str) -> Iterator[None]:
 
 @contextmanager
 def storage_errors(throttle: Throttle, change: bool = False) -> Iterator[None]:
-    """Redis failures as a message and a non-zero exit, saying when a ``change`` may be made all the same."""
+    """Redis failures as a message and exit 1, saying when a ``change`` may be made all the same."""
     try:
         yield
     except FAILURES as error:
