@@ -6,7 +6,6 @@ from __future__ import annotations
 import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from flask import current_app
 from werkzeug.routing import Rule
@@ -23,10 +22,6 @@ from ..core.stores.refusals import Refusal
 from ..core.stores.usage import usage
 from ..decorators import exemption_of
 from .console import duration, utc
-
-if TYPE_CHECKING:
-    from .._request.plan import Plan
-
 
 #: The columns of ``flask ratelimit limits``, and of the dashboard's limits.
 LIMITS_HEADER = ("RULE", "METHODS", "ENDPOINT", "LIMIT", "STRATEGY", "SCOPE", "IDENTITIES")
@@ -53,7 +48,8 @@ def route_limits(state: RateLimitState, endpoint: str | None = None, method: str
         groups: dict[tuple[tuple[str, ...], ...], tuple[list[str], list[PlannedLimit]]] = {}
         for verb in methods_of(rule):
             if method is None or verb == method:
-                limits = _limits(state.plan(rule.endpoint, verb))
+                plan = state.plan(rule.endpoint, verb)
+                limits = [] if plan is None else list(plan.limits)
                 groups.setdefault(_limit_cells(limits), ([], limits))[0].append(verb)
         found.extend(RouteLimits(rule, tuple(methods), tuple(limits)) for methods, limits in groups.values())
     return found
@@ -190,16 +186,13 @@ def methods_of(rule: Rule) -> list[str]:
     return sorted(methods)
 
 
-def _limits(plan: Plan | None) -> list[PlannedLimit]:
-    return [] if plan is None else list(plan.limits)
-
-
 def _endpoint_limits(state: RateLimitState, endpoint: str) -> list[PlannedLimit]:
     """The limits of ``endpoint`` over all its methods, each limit once."""
     methods = {method for rule in current_app.url_map.iter_rules(endpoint) for method in methods_of(rule)}
     found: dict[tuple[object, ...], PlannedLimit] = {}
     for method in sorted(methods) or ["GET"]:
-        for limit in _limits(state.plan(endpoint, method)):
+        plan = state.plan(endpoint, method)
+        for limit in () if plan is None else plan.limits:
             layers = limit.policy.layers if limit.policy is not None else limit.spec.limit
             found.setdefault((layers, limit.scope, limit.strategy, limit.identities), limit)
     return list(found.values())

@@ -82,7 +82,7 @@ class Override:
         return f"{self.target} {what} on {where}"
 
     def encode(self) -> str:
-        return json.dumps({name: getattr(self, name) for name in _STORED})
+        return json.dumps({name: getattr(self, name) for name in _FIELDS})
 
     @classmethod
     def read(cls, raw: str | bytes) -> Override:
@@ -128,10 +128,6 @@ class Override:
             return None
 
 
-#: What an override's JSON holds, in this order.
-_STORED = ("action", "target", "scope", "until", "limit", "network", "by", "at")
-
-
 def _text_or(none: bool) -> Callable[[Any], bool]:
     return lambda value: isinstance(value, str) or (none and value is None)
 
@@ -141,7 +137,8 @@ def _time(value: Any) -> bool:
 
 
 _NOT_TIME = "is not a time in seconds since the epoch"
-#: Each stored field: its name in messages, its default, its check, and what a bad value is said not to be.
+#: Each field of an override's JSON, in order: its name in messages, its default, its check, and
+#: what a bad value is said not to be.
 _FIELDS: dict[str, tuple[str, Any, Callable[[Any], bool], str]] = {
     "action": ("action", None, ACTIONS.__contains__, f"is not one of {', '.join(ACTIONS)}"),
     "target": (
@@ -151,10 +148,10 @@ _FIELDS: dict[str, tuple[str, Any, Callable[[Any], bool], str]] = {
         "is not an identity such as user:42 or ip:203.0.113.0/24",
     ),
     "scope": ("scope", None, _text_or(none=True), "is neither text nor null"),
-    "network": ("network", None, lambda value: isinstance(value, bool), "is neither true nor false"),
-    "limit": ("limit", None, _text_or(none=False), "is not text"),
-    "by": ("author", "", _text_or(none=False), "is not text"),
     "until": ("end", None, _time, _NOT_TIME),
+    "limit": ("limit", None, _text_or(none=False), "is not text"),
+    "network": ("network", None, lambda value: isinstance(value, bool), "is neither true nor false"),
+    "by": ("author", "", _text_or(none=False), "is not text"),
     "at": ("time set", 0.0, _time, _NOT_TIME),
 }
 
