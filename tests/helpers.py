@@ -6,12 +6,14 @@ clock, threads and log records. The fixtures that use them are in
 from __future__ import annotations
 
 import http.client
+import io
 import logging
+import os
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from importlib.metadata import entry_points
 from typing import Any
 from unittest import mock
@@ -21,10 +23,12 @@ import pytest
 import redis
 from click.testing import Result
 from flask import Flask, request
+from flask.cli import FlaskGroup
 from flask_login import LoginManager, UserMixin
 from hypothesis import strategies as st
 
 from flask_redis_throttle import Identity, RateLimit, limit
+from flask_redis_throttle.cli import ratelimit
 from flask_redis_throttle.compat.flask_limiter import Limiter
 from flask_redis_throttle.compat.flask_limiter.util import get_remote_address
 from flask_redis_throttle.core.engine.throttle import Throttle
@@ -221,6 +225,33 @@ def flask_command(app: Flask, *args: str) -> Result:
     entry point, which is how ``flask ratelimit`` is found."""
     commands = {entry.name: entry.load() for entry in entry_points(group="flask.commands")}
     return app.test_cli_runner().invoke(click.Group("flask", commands=commands), args=list(args), prog_name="flask")
+
+
+#: How a process that serves none of the app's requests runs a command of
+#: ``flask ratelimit``: the ``flask`` command, a script's own click group, the
+#: app's ``app.cli`` through its CLI runner, and ``app.cli.main``.
+ELSEWHERE = ("flask", "own group", "app.cli", "app.cli.main")
+
+
+def run_elsewhere(way: str, app: Flask, *args: str) -> tuple[int, str]:
+    """Run ``ratelimit <args>`` on ``app`` the ``way`` of :data:`ELSEWHERE`:
+    its exit status and what it wrote."""
+    app.cli.add_command(ratelimit)
+    with mock.patch.dict(os.environ):  # FlaskGroup sets FLASK_RUN_FROM_CLI
+        if way == "app.cli.main":
+            out = io.StringIO()
+            with app.app_context(), redirect_stdout(out), redirect_stderr(out), pytest.raises(SystemExit) as exit:
+                app.cli.main(["ratelimit", *args], prog_name="manage")
+            return int(exit.value.code or 0), out.getvalue()
+        group = {
+            "flask": FlaskGroup(add_default_commands=False, load_dotenv=False),
+            "own group": click.Group("manage"),
+            "app.cli": app.cli,
+        }[way]
+        if group is not app.cli:
+            group.add_command(ratelimit)
+        result = app.test_cli_runner().invoke(group, ["ratelimit", *args])
+        return result.exit_code, result.output
 
 
 def get(client: Any, path: str = "/", ip: str = "192.0.2.1", user: str | None = None, **kwargs: Any) -> Any:

@@ -12,10 +12,10 @@ import pytest
 import redis
 from click.testing import Result
 from flask import Flask, Request
-from flask.cli import FlaskGroup
-from helpers import Clock, add_login, flask_command, get, install
+from helpers import ELSEWHERE, Clock, add_login, flask_command, get, install, run_elsewhere
 
 from flask_redis_throttle import Identity, limit
+from flask_redis_throttle._ops import cli as ops_cli
 from flask_redis_throttle._ops.cli import ratelimit
 from flask_redis_throttle._request.identity import parse_identity, resolvers, spec_name
 from flask_redis_throttle.core.engine.keys import identity_tag
@@ -311,27 +311,45 @@ def test_reset_deletes_that_identity_only(app: Flask) -> None:
     assert len(counters(state)) == 2  # the other IP's login and items keys
 
 
+def test_reset_looks_the_throttle_up_once(app: Flask, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``reset`` got the app's throttle twice, once for the identity and once
+    for the check that app servers read the change: one lookup does both."""
+    shop(app)
+    install(app)
+    get(app.test_client(), "/login")
+    lookups: list[RateLimitState] = []
+    looked_up = ops_cli.throttle_of
+
+    def throttle_of(state: RateLimitState) -> Any:
+        lookups.append(state)
+        return looked_up(state)
+
+    monkeypatch.setattr(ops_cli, "throttle_of", throttle_of)
+    assert ok(app, "reset", "ip:192.0.2.1", "-e", "login").startswith("Deleted 1 counter key of")
+    assert len(lookups) == 1
+
+
+@pytest.mark.parametrize("way", ELSEWHERE)
 @pytest.mark.parametrize("storage_url", ["memory"], indirect=True)
-def test_reset_on_memory_from_the_flask_command_changes_nothing_and_says_so(
-    app: Flask, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The ``flask`` command loads the app in a process of its own, whose
-    memory:// store no app server reads: ``reset`` printed "Deleted 0
+def test_reset_on_memory_from_the_flask_command_changes_nothing_and_says_so(app: Flask, way: str) -> None:
+    """A command run where the app serves no request (the ``flask``
+    command, a script with its own group, ``app.cli`` or ``app.cli.main``)
+    has a memory:// store no app server reads: ``reset`` printed "Deleted 0
     counter keys", exited 0, and the running app's counters stayed. It is
-    refused there, as the override commands are; run in the app's own
-    process (test_cli_runner) it resets the store the app serves from."""
+    refused there whatever group runs it, as the override commands are;
+    where the app is under test (TESTING), its test client serves requests
+    in this process, and it resets the store they are decided in."""
     shop(app)
     state = install(app)
     client = app.test_client()
     for _ in range(3):
         get(client, "/login")
-    monkeypatch.delenv("FLASK_RUN_FROM_CLI", raising=False)  # which FlaskGroup sets
-    flask = FlaskGroup(add_default_commands=False, load_dotenv=False)  # the `flask` command
-    flask.add_command(ratelimit)
-    result = app.test_cli_runner().invoke(flask, ["ratelimit", "reset", "ip:192.0.2.1"], prog_name="flask")
-    assert result.exit_code == 2, result.output
-    assert "memory://, which keeps counters and overrides in each process's memory" in result.output
+    app.testing = False
+    code, output = run_elsewhere(way, app, "reset", "ip:192.0.2.1")
+    assert code == 2, output
+    assert "memory://, which keeps counters and overrides in each process's memory" in output
     assert counters(state)
+    app.testing = True
     assert ok(app, "reset", "ip:192.0.2.1").startswith("Deleted 1 counter key of")
     assert not counters(state)
 

@@ -83,8 +83,9 @@ def run_samples(commands: list[str], clock: Clock) -> list[str]:
     on the pinned ``clock``; each one's output."""
     outputs: list[str] = []
     app = shop.create_app()
-    # The commands run in the app's own process, as under test_cli_runner,
-    # so that the override commands change its memory:// store.
+    # The commands run in the app's own process, under test (TESTING), whose
+    # test client serves its requests: the override commands change its memory:// store.
+    app.testing = True
     some_requests(app, clock)
     down = shop.create_app(DOWN_URL)
     last_status = max(i for i, command in enumerate(commands) if command.startswith(PROMPT + "status"))

@@ -17,13 +17,21 @@ from typing import Any
 
 import pytest
 from flask import Flask, Response, request
-from flask.cli import FlaskGroup
-from helpers import FakeMonotonic, add_login, evalsha_calls, extension_records, flask_command, get, install
+from helpers import (
+    ELSEWHERE,
+    FakeMonotonic,
+    add_login,
+    evalsha_calls,
+    extension_records,
+    flask_command,
+    get,
+    install,
+    run_elsewhere,
+)
 from test_dashboard import PREFIX, page, tables, token
 
 from flask_redis_throttle import RateLimit, StorageUnavailable, current_limit, dashboard, limit, refusal_log
 from flask_redis_throttle._ops import notices
-from flask_redis_throttle.cli import ratelimit
 from flask_redis_throttle.core.engine.keys import Identity
 from flask_redis_throttle.core.stores import overrides as overrides_module
 from flask_redis_throttle.core.stores.overrides import LONGEST, Override, OverrideTable
@@ -637,26 +645,25 @@ def test_a_failed_override_write_never_opens_the_breaker(app: Flask) -> None:
         ("lift", "--all"),
     ],
 )
+@pytest.mark.parametrize("way", ELSEWHERE)
 @pytest.mark.parametrize("storage_url", ["memory"], indirect=True)
-def test_the_cli_refuses_to_change_overrides_on_memory(
-    app: Flask, args: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The ``flask`` command runs in a process of its own, whose memory://
-    store no app server reads: it said every worker would follow a block
-    within a second, exited 0, and nothing changed in the running app. Run
-    in the app's own process (test_cli_runner), it changes the store the
-    app serves from, TESTING or not."""
+def test_the_cli_refuses_to_change_overrides_on_memory(app: Flask, args: tuple[str, ...], way: str) -> None:
+    """A command run where the app serves no request (the ``flask``
+    command, a script with its own group, ``app.cli`` or ``app.cli.main``)
+    changes a memory:// store no app server reads: it said every worker
+    would follow a block within a second, exited 0, and nothing changed in
+    the running app. Only the ``flask`` command was refused, by the group
+    that ran it; now any is. Where the app is under test (TESTING), its test
+    client serves requests in this process, and the change goes ahead."""
     shop(app, TESTING=False)
     RateLimit().block("user:1", duration="1h", app=app)  # what the app's own process set
-    monkeypatch.delenv("FLASK_RUN_FROM_CLI", raising=False)  # which FlaskGroup sets
-    flask = FlaskGroup(add_default_commands=False, load_dotenv=False)  # the `flask` command
-    flask.add_command(ratelimit)
-    result = app.test_cli_runner().invoke(flask, ["ratelimit", *args], prog_name="flask")
-    assert result.exit_code == 2, result.output
-    assert "memory://, which keeps counters and overrides in each process's memory" in result.output
-    assert "Redis (RATELIMIT_STORAGE_URL=redis://...) or local://" in result.output
+    code, output = run_elsewhere(way, app, *args)
+    assert code == 2, output
+    assert "memory://, which keeps counters and overrides in each process's memory" in output
+    assert "Redis (RATELIMIT_STORAGE_URL=redis://...) or local://" in output
     assert [c.what for c in RateLimit().override_changes(app=app)] == ["set"]
     assert [o.describe() for o in RateLimit().overrides(app=app)] == ["user:1 blocked on every scope"]
+    app.testing = True
     cli(app, *args)
     assert len(RateLimit().override_changes(app=app)) == 2
 

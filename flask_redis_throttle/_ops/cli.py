@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 import click
 import redis
-from flask.cli import AppGroup, FlaskGroup
+from flask.cli import AppGroup
 
 from .._request.state import RateLimitState
 from ..core.engine.keys import Identity, loggable
@@ -99,8 +99,8 @@ def reset_command(identity: str, endpoint: str | None) -> None:
     App servers may refuse the identity for up to a second more: their
     block caches trust a refusal that long.
     """
-    state, throttle, who = _named(identity, endpoint)
-    with storage_errors(_shared(state)):
+    state, throttle, who = _named(identity, endpoint, change=True)
+    with storage_errors(throttle):
         reset = reset_counters(state, throttle, who, endpoint)
     if reset is None:
         click.echo(nothing_counts(state, endpoint, who) + " Nothing to reset.")
@@ -131,7 +131,6 @@ def refusals_command(top: int, recent: int, since: float | None) -> None:
         if ranking:
             click.echo()
         click.echo(f"Latest refusals{period}, newest first:")
-        # The identity whose counter refused, apart from the others present.
         click.echo(table(*entry_rows(latest, "REFUSED BY", retry=True)))
 
 
@@ -139,9 +138,8 @@ def refusals_command(top: int, recent: int, since: float | None) -> None:
 @click.option("--recent", default=20, show_default=True, type=click.IntRange(min=1), help="How many entries.")
 @_since("entries")
 def near_limit_command(recent: int, since: float | None) -> None:
-    """Show the latest identities that passed RATELIMIT_NEAR_LIMIT of a
-    layer, from the near-limit log: once per identity, layer and window,
-    before they are refused."""
+    """Show the latest identities that passed RATELIMIT_NEAR_LIMIT of a layer,
+    from the near-limit log: once per identity, layer and window."""
     throttle, log = _log("near_limits")
     with storage_errors(throttle):
         latest = log.recent(recent, since=since)
@@ -243,16 +241,16 @@ def overrides_command(changes: int) -> None:
 
 
 def _shared(state: RateLimitState) -> Throttle:
-    """The app's throttle, for a command that changes what app servers read;
-    a usage error on the embedded store under ``flask``, whose process no
-    app server reads."""
+    """The app's throttle, for a command that changes what app servers read: a usage error on the
+    embedded store, which only this process reads, unless the app is under test (its test client
+    serves requests here). See docs/cli.rst."""
     throttle = throttle_of(state)
-    own_process = isinstance(click.get_current_context().find_root().command, FlaskGroup)
-    if isinstance(throttle.storage.client, EmbeddedRedis) and own_process:
+    if isinstance(throttle.storage.client, EmbeddedRedis) and not state.app.testing:
         raise click.UsageError(
             f"the storage is {throttle.storage.url}, which keeps counters and overrides in each process's memory: "
-            "this command runs in a process of its own, so no app server would follow the change. Steer a running app "
-            "on a storage its processes share: Redis (RATELIMIT_STORAGE_URL=redis://...) or local://."
+            "this command runs in a process that serves none of the app's requests (the app is not TESTING), so no "
+            "app server would follow the change. Steer a running app on a storage its processes share: Redis "
+            "(RATELIMIT_STORAGE_URL=redis://...) or local://."
         )
     return throttle
 
@@ -271,8 +269,7 @@ ratelimit.add_command(server)
 @server.command("status")
 def server_status_command() -> None:
     """Show whether the app's local:// server runs: its pid, version, uptime,
-    clients and memory. Nothing is started. Exits 1 when it is not running.
-    """
+    clients and memory. Nothing is started. Exits 1 when it is not running."""
     folder = _local_folder(_state())
     try:
         status = server_status(folder)
@@ -296,8 +293,7 @@ def server_status_command() -> None:
 @server.command("stop")
 def server_stop_command() -> None:
     """Stop the app's local:// server; its counters are lost. Workers that
-    are still serving start it again at their next request that needs it.
-    """
+    are still serving start it again at their next request that needs it."""
     folder = _local_folder(_state())
     try:
         pid = stop_server(folder)
@@ -307,7 +303,6 @@ def server_stop_command() -> None:
 
 
 def _local_folder(state: RateLimitState) -> LocalFolder:
-    """:raises click.ClickException: when the app's storage is not ``local://``."""
     throttle = throttle_of(state)
     folder = throttle.local_folder()
     if folder is None:
@@ -343,10 +338,10 @@ def _log(name: str) -> tuple[Throttle, RefusalLog]:
     return throttle, log
 
 
-def _named(identity: str, endpoint: str | None) -> tuple[RateLimitState, Throttle, Identity]:
-    """The app's state and throttle, and the identity a command names, once its ``--endpoint`` is found."""
+def _named(identity: str, endpoint: str | None, change: bool = False) -> tuple[RateLimitState, Throttle, Identity]:
+    """The app's state, its throttle (:func:`_shared` for a ``change``) and the identity a command names."""
     state = _state()
-    throttle = throttle_of(state)
+    throttle = _shared(state) if change else throttle_of(state)
     with _parameter("'IDENTITY'"):
         who = find_identity(identity, state)
     if endpoint is not None:
@@ -357,7 +352,6 @@ def _named(identity: str, endpoint: str | None) -> tuple[RateLimitState, Throttl
 
 @contextmanager
 def _parameter(hint: str) -> Iterator[None]:
-    """A :class:`ValueError` as click's usage error naming the argument."""
     try:
         yield
     except ValueError as error:
@@ -366,7 +360,7 @@ def _parameter(hint: str) -> Iterator[None]:
 
 @contextmanager
 def storage_errors(throttle: Throttle, change: bool = False) -> Iterator[None]:
-    """Redis failures as a message and a non-zero exit, saying when a ``change`` may be made all the same."""
+    """Redis failures as a message and exit 1, saying when a ``change`` may be made all the same."""
     try:
         yield
     except FAILURES as error:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from bisect import bisect_left
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -45,42 +46,29 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         from prometheus_client import Counter, Gauge, Histogram  # metrics_for() checked it is installed
 
-        self.decisions = Counter(
+        counter, histogram = partial(Counter, registry=registry), partial(Histogram, registry=registry)
+        self.decisions = counter(
             "ratelimit_decisions",
             "Rate limit decisions, by endpoint, scope of the deciding limit, and outcome.",
             ("endpoint", "scope", "outcome"),
-            registry=registry,
         )
-        self.seconds = Histogram(
+        self.seconds = histogram(
             "ratelimit_decision_seconds",
             "Time spent deciding a request's rate limits, storage round trips included.",
             buckets=BUCKETS,
-            registry=registry,
         )
-        self.storage_up = Gauge(
-            "ratelimit_storage_up",
-            "1 while the circuit breaker of the node is closed, 0 while it is open.",
-            ("node",),
-            registry=registry,
-            multiprocess_mode="livemin",
-        )
-        self.near_limits = Counter(
+        up = "1 while the circuit breaker of the node is closed, 0 while it is open."
+        self.storage_up = Gauge("ratelimit_storage_up", up, ("node",), registry=registry, multiprocess_mode="livemin")
+        self.near_limits = counter(
             "ratelimit_near_limit",
             "Identities that passed RATELIMIT_NEAR_LIMIT of a layer, by endpoint and scope of the limit.",
             ("endpoint", "scope"),
-            registry=registry,
         )
-        self.delays = Counter(
-            "ratelimit_delayed",
-            "Requests a shaped limit let wait for their turn, by endpoint.",
-            ("endpoint",),
-            registry=registry,
+        self.delays = counter(
+            "ratelimit_delayed", "Requests a shaped limit let wait for their turn, by endpoint.", ("endpoint",)
         )
-        self.delay_seconds = Histogram(
-            "ratelimit_delay_seconds",
-            "Time shaped requests waited for their turn.",
-            buckets=DELAY_BUCKETS,
-            registry=registry,
+        self.delay_seconds = histogram(
+            "ratelimit_delay_seconds", "Time shaped requests waited for their turn.", buckets=DELAY_BUCKETS
         )
         #: Each label set's increment: endpoints x scopes x 8 outcomes, bounded as the plans.
         self._count: dict[tuple[str, str, str], Callable[[float], None]] = {}

@@ -1,7 +1,5 @@
-"""What the extension logs about itself: warnings spaced out by kind (so a
-Redis that fails every request warns once per :data:`WARNING_INTERVAL`),
-outages and recovery, the start-up line, and the circuit breakers.
-"""
+"""What the extension logs about itself: warnings spaced out by kind, outages
+and recovery, the start-up line, and the circuit breakers."""
 
 from __future__ import annotations
 
@@ -65,8 +63,8 @@ class Notices:
         self._warn(message)
 
     def _recovered(self) -> None:
-        """Log a recovery once. The next warning's time is kept, so a Redis
-        failing every other request still warns once per interval."""
+        """Log a recovery once, keeping the next warning's time: a Redis failing
+        every other request still warns once per interval."""
         with self._warning_lock:
             if not self._failing:
                 return  # another thread logged it
@@ -79,24 +77,16 @@ class Notices:
             "rate limit storage %s recovered: it decides requests again, after failing %d", self.throttle.url, failed
         )
 
-    def _warn(self, message: str, kind: str = "storage", exc_info: BaseException | None = None) -> None:
-        """Log a warning, at most once per :data:`WARNING_INTERVAL` per kind,
-        with how many were left out since."""
-        self._log(logging.WARNING, message, kind, exc_info)
-
-    def _internal_error(self, message: str, error: BaseException) -> None:
-        """Log a bug at ERROR, spaced out as warnings; its record carries
-        :data:`INTERNAL_ERROR` (the tests fail on one they did not expect)."""
-        self._log(logging.ERROR, message, "internal error", error, {INTERNAL_ERROR: True})
-
-    def _log(
+    def _warn(
         self,
-        level: int,
         message: str,
-        kind: str,
+        kind: str = "storage",
         exc_info: BaseException | None = None,
+        level: int = logging.WARNING,
         extra: dict[str, object] | None = None,
     ) -> None:
+        """Log a warning, at most once per :data:`WARNING_INTERVAL` per kind,
+        with how many were left out since."""
         with self._warning_lock:
             now = self.clock()
             next_warning, unwarned = self._warnings.get(kind, (0.0, 0))
@@ -107,6 +97,11 @@ class Notices:
         if unwarned:
             message = f"{message}. {unwarned} similar {_NOUNS[level]}(s) were not logged since the last one"
         logger.log(level, "%s.", message, exc_info=exc_info, extra=extra)
+
+    def _internal_error(self, message: str, error: BaseException) -> None:
+        """Log a bug at ERROR, spaced out as warnings; its record carries
+        :data:`INTERNAL_ERROR` (the tests fail on one they did not expect)."""
+        self._warn(message, "internal error", error, logging.ERROR, {INTERNAL_ERROR: True})
 
     def skip_announcement(self) -> None:
         """Log no start-up line, as Flask-Limiter (for the shim's apps)."""

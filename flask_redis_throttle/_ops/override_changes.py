@@ -1,7 +1,6 @@
-"""Overrides as an operator gives them, checked, stored, removed and listed,
-for the CLI, the dashboard and :class:`~flask_redis_throttle.RateLimit`
-alike; bad input raises :class:`ValueError` naming it, with nothing stored.
-"""
+"""Overrides as an operator gives them, for the CLI, the dashboard and
+:class:`~flask_redis_throttle.RateLimit` alike: bad input raises
+:class:`ValueError` naming it, with nothing stored."""
 
 from __future__ import annotations
 
@@ -34,7 +33,7 @@ def cause(error: BaseException) -> BaseException | None:
 
 
 def unsure(error: BaseException) -> str:
-    """What to add to a failed change's report: that a Redis that timed out may make it all the same."""
+    """What a failed change's report adds: a Redis that timed out may make it all the same."""
     if not isinstance(cause(error), redis.TimeoutError):
         return ""
     return (
@@ -103,14 +102,13 @@ def lift(
 
 def latest_changes(state: RateLimitState, count: int) -> list[Change]:
     """The latest ``count`` changes of the overrides, newest first."""
-    store = overrides_of(state).store
-    return list(overrides_of(state).throttle.call(store.changes, (store.log_key,), count)) if count else []
+    overrides = overrides_of(state)
+    return list(overrides.throttle.call(overrides.store.changes, (overrides.store.log_key,), count)) if count else []
 
 
 def parse_target(target: str | Identity, state: RateLimitState) -> tuple[str, bool]:
-    """The identity or network an operator wrote, as an override keeps it,
-    and whether it is a network: an IPv4 /32, or an IPv6 network within the
-    ``RATELIMIT_IPV6_PREFIX`` groups clients are counted in, is one identity."""
+    """The identity or network an operator wrote, as an override keeps it, and whether it is a network
+    (an IPv4 /32, or an IPv6 network within a ``RATELIMIT_IPV6_PREFIX`` group, is one identity)."""
     if isinstance(target, Identity):
         return str(target), False
     if not isinstance(target, str):
@@ -148,43 +146,34 @@ def known_scopes(state: RateLimitState) -> set[str]:
 
 
 def parse_when(until: object, duration: object, now: float) -> float:
-    """When an override given ``until`` or ``duration`` ends, in epoch
-    seconds; one too far off for a float is infinite, for :func:`set_override` to refuse.
+    """When an override given ``until`` or ``duration`` ends, in epoch seconds;
+    infinite if too far off for a float, for :func:`check_end` to refuse by name.
 
     :raises ValueError: unless exactly one is given, and well formed.
     """
     if (until is None) == (duration is None):
         raise ValueError("give one end: until (a time such as 2027-12-31) or a duration (a span such as 2h)")
-    if duration is not None:
-        if isinstance(duration, timedelta):
-            return now + duration.total_seconds()
-        if isinstance(duration, str):
-            span = parse_span(duration)
-            if span is None:
-                raise ValueError(f"duration {duration!r} is not a span such as 90s, 2h, 1h30m or 7d")
-            return now + _seconds(span)
-        seconds = _seconds(duration)
-        if not math.isnan(seconds):
-            return now + seconds
-        raise ValueError(f"duration {duration!r} is not a span such as 2h, a number of seconds, or a timedelta")
+    if isinstance(duration, timedelta):
+        return now + duration.total_seconds()
+    if isinstance(duration, str):
+        span = parse_span(duration)
+        if span is None:
+            raise ValueError(f"duration {duration!r} is not a span such as 90s, 2h, 1h30m or 7d")
+        duration = span
     if isinstance(until, datetime):
         return (until if until.tzinfo is not None else until.replace(tzinfo=timezone.utc)).timestamp()
     if isinstance(until, str):
         if parse_span(until) is not None:
             raise ValueError(f"until {until!r} is a span: give it as the duration, or give a time such as 2027-12-31")
         return parse_moment(until, now)
-    moment = _seconds(until)
-    if not math.isnan(moment):
-        return moment
-    raise ValueError(f"until {until!r} is not a time: a datetime, seconds since the epoch, or an ISO time")
-
-
-def _seconds(value: object) -> float:
-    """Seconds as a float, infinite if too large (the end's bound refuses
-    it by name); NaN for what is no number, booleans included."""
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        return math.nan
-    try:
-        return float(value)
-    except OverflowError:
-        return math.inf if value > 0 else -math.inf
+    given, seconds = (until if duration is None else duration), math.nan
+    if isinstance(given, (int, float)) and not isinstance(given, bool):  # seconds
+        try:
+            seconds = float(given)
+        except OverflowError:  # an int too large
+            seconds = math.inf if given > 0 else -math.inf
+    if not math.isnan(seconds):
+        return seconds if duration is None else now + seconds
+    if duration is None:
+        raise ValueError(f"until {until!r} is not a time: a datetime, seconds since the epoch, or an ISO time")
+    raise ValueError(f"duration {duration!r} is not a span such as 2h, a number of seconds, or a timedelta")

@@ -1,14 +1,11 @@
-"""The rows the CLI prints and the dashboard renders, a reset, and the
-identity or endpoint an operator typed: plain values and :class:`ValueError`,
-for each front end to show its way.
-"""
+"""The rows the CLI prints and the dashboard renders, a reset, and the identity or endpoint an
+operator typed: plain values and :class:`ValueError`, for each front end to show its way."""
 
 from __future__ import annotations
 
 import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from flask import current_app
 from werkzeug.routing import Rule
@@ -26,18 +23,14 @@ from ..core.stores.usage import usage
 from ..decorators import exemption_of
 from .console import duration, utc
 
-if TYPE_CHECKING:
-    from .._request.plan import Plan
-
-
 #: The columns of ``flask ratelimit limits``, and of the dashboard's limits.
 LIMITS_HEADER = ("RULE", "METHODS", "ENDPOINT", "LIMIT", "STRATEGY", "SCOPE", "IDENTITIES")
 
 
 @dataclass(frozen=True)
 class RouteLimits:
-    """A rule of the app, its methods (of :func:`methods_of`) that have the
-    same limits, and those limits as planned, each with its source."""
+    """A rule of the app, its methods (of :func:`methods_of`) that have the same limits, and those limits as
+    planned, each with its source."""
 
     rule: Rule
     methods: tuple[str, ...]
@@ -45,8 +38,8 @@ class RouteLimits:
 
 
 def route_limits(state: RateLimitState, endpoint: str | None = None, method: str | None = None) -> list[RouteLimits]:
-    """The current app's routes with their limits, by rule, methods with the
-    same limits together; only ``endpoint``'s, or ``method``, if given.
+    """The current app's routes with their limits, by rule, methods with the same limits together;
+    only ``endpoint``'s, or ``method``, if given.
 
     :raises KeyError: if the app has no endpoint ``endpoint``.
     """
@@ -55,7 +48,8 @@ def route_limits(state: RateLimitState, endpoint: str | None = None, method: str
         groups: dict[tuple[tuple[str, ...], ...], tuple[list[str], list[PlannedLimit]]] = {}
         for verb in methods_of(rule):
             if method is None or verb == method:
-                limits = _limits(state.plan(rule.endpoint, verb))
+                plan = state.plan(rule.endpoint, verb)
+                limits = [] if plan is None else list(plan.limits)
                 groups.setdefault(_limit_cells(limits), ([], limits))[0].append(verb)
         found.extend(RouteLimits(rule, tuple(methods), tuple(limits)) for methods, limits in groups.values())
     return found
@@ -118,8 +112,7 @@ class Reset:
 
 
 def reset_counters(state: RateLimitState, throttle: Throttle, who: Identity, endpoint: str | None) -> Reset | None:
-    """Delete ``who``'s counters, in every scope or ``endpoint``'s; None if
-    no limit of ``endpoint`` counts ``who``."""
+    """Delete ``who``'s counters, in every scope or ``endpoint``'s; None if no limit of ``endpoint`` counts ``who``."""
     scopes: list[str | None] = [None]
     if endpoint is not None:
         scopes = list(dict.fromkeys(limit.scope for limit in _counting(state, endpoint, who)))
@@ -143,8 +136,7 @@ def change_rows(changes: Sequence[Change]) -> list[tuple[str, ...]]:
 
 
 def entry_rows(entries: Sequence[Refusal], who: str, retry: bool) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
-    """The header and rows of a log's entries, the deciding identity under
-    ``who``; with ``retry``, when the request would have passed."""
+    """The header and rows of a log's entries, the deciding identity under ``who``; with ``retry``, the wait."""
     retry_after = ("RETRY AFTER",) if retry else ()
     header = ("TIME (UTC)", "ENDPOINT", "SCOPE", "LAYER", "STRATEGY", who, *retry_after, "ALSO PRESENT")
     rows = [
@@ -164,10 +156,7 @@ def entry_rows(entries: Sequence[Refusal], who: str, retry: bool) -> tuple[tuple
 
 
 def find_identity(text: str, state: RateLimitState) -> Identity:
-    """The identity written as ``text``, key functions by their short names too.
-
-    :raises ValueError: saying what would be one.
-    """
+    """The identity written as ``text``, key functions by their short names too; a :class:`ValueError` if none."""
     kinds = {
         spec_name(spec)
         for endpoint in current_app.view_functions
@@ -179,10 +168,7 @@ def find_identity(text: str, state: RateLimitState) -> Identity:
 
 
 def find_endpoint(name: str) -> str:
-    """``name``, if the current app has such an endpoint.
-
-    :raises ValueError: naming the closest ones.
-    """
+    """``name``, if the current app has such an endpoint; a :class:`ValueError` naming the closest ones."""
     if name not in current_app.view_functions:
         close = difflib.get_close_matches(name, current_app.view_functions, n=3)
         hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else "; `flask ratelimit limits` lists them"
@@ -200,16 +186,13 @@ def methods_of(rule: Rule) -> list[str]:
     return sorted(methods)
 
 
-def _limits(plan: Plan | None) -> list[PlannedLimit]:
-    return [] if plan is None else list(plan.limits)
-
-
 def _endpoint_limits(state: RateLimitState, endpoint: str) -> list[PlannedLimit]:
     """The limits of ``endpoint`` over all its methods, each limit once."""
     methods = {method for rule in current_app.url_map.iter_rules(endpoint) for method in methods_of(rule)}
     found: dict[tuple[object, ...], PlannedLimit] = {}
     for method in sorted(methods) or ["GET"]:
-        for limit in _limits(state.plan(endpoint, method)):
+        plan = state.plan(endpoint, method)
+        for limit in () if plan is None else plan.limits:
             layers = limit.policy.layers if limit.policy is not None else limit.spec.limit
             found.setdefault((layers, limit.scope, limit.strategy, limit.identities), limit)
     return list(found.values())
@@ -259,7 +242,7 @@ def _limit_text(limit: PlannedLimit) -> str:
 
 
 def _cap(slots: Policy | None) -> str:
-    """A concurrency cap, such as ``3 concurrent, lease 60s``: its one layer is the cap per lease."""
+    """A concurrency cap, such as ``3 concurrent, lease 60s``."""
     if slots is None:
         return ""
     [cap] = slots.layers

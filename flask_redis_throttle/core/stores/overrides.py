@@ -1,6 +1,5 @@
 """Overrides set at run time, kept in storage (:class:`OverrideStore`) and
-followed by every process (:class:`OverrideFollower`); :doc:`/overrides`
-tells how. Pure Python: it imports neither Flask nor Redis."""
+followed by every process (:class:`OverrideFollower`); see :doc:`/overrides`."""
 
 from __future__ import annotations
 
@@ -36,19 +35,16 @@ __all__ = [
     "refuse_zone",
 ]
 
-#: What an override does: decide the identity against other layers, let it
-#: through unlimited, or refuse it.
+#: What an override does: other layers, unlimited, or refused.
 ACTIONS = ("limit", "allow", "block")
 #: How often, at most, a process asks the storage whether overrides changed, in seconds.
 REFRESH_INTERVAL = 1.0
 #: The field of the hash that changes with every change.
 VERSION_FIELD = "~version"
-#: How far ahead, at most, an override ends, in years, and in seconds:
-#: ten years, leap days included.
+#: How far ahead, at most, an override ends, in years and in seconds (leap days included).
 LONGEST_YEARS = 10
 LONGEST = 3653 * 86_400
-#: How many addresses' lookups in the networks a table keeps: a new one
-#: costs a lookup per prefix length in use, so forgetting them all costs little.
+#: How many addresses' lookups in the networks a table keeps: forgetting them all costs little.
 NETWORK_CACHE_SIZE = 4096
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -86,14 +82,13 @@ class Override:
         return f"{self.target} {what} on {where}"
 
     def encode(self) -> str:
-        return json.dumps({name: getattr(self, name) for name in _STORED})
+        return json.dumps({name: getattr(self, name) for name in _FIELDS})
 
     @classmethod
     def read(cls, raw: str | bytes) -> Override:
         """The override a field holds, every part checked.
 
-        :raises ValueError: saying what cannot be read: a field written by
-            another version (in a rolling upgrade), or by hand.
+        :raises ValueError: saying what cannot be read (another version's field, or one written by hand).
         """
         try:
             data = json.loads(raw)
@@ -113,21 +108,24 @@ class Override:
                 raise ValueError(f"its target {_shown(target)} is a network, but not of IP addresses")
             network_of(value)  # raises ValueError saying why it is none
         layers = parse_limits(read["limit"]) if read["action"] == "limit" else ()  # InvalidLimit is a ValueError
-        action, scope, network, by, until, at = (read[k] for k in ("action", "scope", "network", "by", "until", "at"))
-        return cls(action, target, scope, float(until), layers, network, by, float(at))
+        return cls(
+            read["action"],
+            target,
+            read["scope"],
+            float(read["until"]),
+            layers,
+            read["network"],
+            read["by"],
+            float(read["at"]),
+        )
 
     @classmethod
     def decode(cls, raw: str | bytes) -> Override | None:
-        """The override a field holds; None if it cannot be read (see
-        :meth:`read`), which readers skip."""
+        """The override a field holds; None if it cannot be read (see :meth:`read`)."""
         try:
             return cls.read(raw)
         except ValueError:
             return None
-
-
-#: What an override's JSON holds, in this order.
-_STORED = ("action", "target", "scope", "until", "limit", "network", "by", "at")
 
 
 def _text_or(none: bool) -> Callable[[Any], bool]:
@@ -139,7 +137,8 @@ def _time(value: Any) -> bool:
 
 
 _NOT_TIME = "is not a time in seconds since the epoch"
-#: Each stored field: its name in messages, its default, its check, and what a bad value is said not to be.
+#: Each field of an override's JSON, in order: its name in messages, its default, its check, and
+#: what a bad value is said not to be.
 _FIELDS: dict[str, tuple[str, Any, Callable[[Any], bool], str]] = {
     "action": ("action", None, ACTIONS.__contains__, f"is not one of {', '.join(ACTIONS)}"),
     "target": (
@@ -149,10 +148,10 @@ _FIELDS: dict[str, tuple[str, Any, Callable[[Any], bool], str]] = {
         "is not an identity such as user:42 or ip:203.0.113.0/24",
     ),
     "scope": ("scope", None, _text_or(none=True), "is neither text nor null"),
-    "network": ("network", None, lambda value: isinstance(value, bool), "is neither true nor false"),
-    "limit": ("limit", None, _text_or(none=False), "is not text"),
-    "by": ("author", "", _text_or(none=False), "is not text"),
     "until": ("end", None, _time, _NOT_TIME),
+    "limit": ("limit", None, _text_or(none=False), "is not text"),
+    "network": ("network", None, lambda value: isinstance(value, bool), "is neither true nor false"),
+    "by": ("author", "", _text_or(none=False), "is not text"),
     "at": ("time set", 0.0, _time, _NOT_TIME),
 }
 
@@ -165,8 +164,7 @@ def _shown(value: Any) -> str:
 
 @dataclass(frozen=True)
 class Change:
-    """One change, as the log keeps it: ``what`` is ``"set"``,
-    ``"removed"`` or ``"cleared"``; ``until`` is None for a removal."""
+    """One change, as the log keeps it: ``what`` is ``"set"`` or ``"removed"``; ``until`` is None for a removal."""
 
     time: float
     by: str
@@ -177,12 +175,10 @@ class Change:
 
 @lru_cache(maxsize=16384)
 def network_of(value: str) -> Network:
-    """The IP network ``value`` writes, as clients are counted: an
-    IPv4-mapped network is the IPv4 network it maps (see :doc:`/overrides`).
-    Cached: each change has every process read every override again.
+    """The IP network ``value`` writes, as clients are counted: an IPv4-mapped
+    network is the IPv4 one. Cached: each change has every process read every override again.
 
-    :raises ValueError: saying why it is none: bits set after its prefix,
-        a zone id, or a span over the mapped addresses wider than theirs.
+    :raises ValueError: saying why it is none (bits after its prefix, a zone id, wider than the mapped addresses).
     """
     refuse_zone(value)
     address, _slash, _length = value.partition("/")
@@ -204,45 +200,12 @@ def network_of(value: str) -> Network:
 
 
 def refuse_zone(value: str) -> None:
-    """Refuse a zone id (``fe80::1%eth0``): clients are counted without
-    one, so an override with it would match no one.
-
-    :raises ValueError: naming what to write instead.
-    """
+    """:raises ValueError: for a zone id (``fe80::1%eth0``), naming what to write: clients are counted without one."""
     if "%" in value:
         plain = re.sub(r"%[^/\]]*", "", value)
         raise ValueError(
             f"{value!r} has a zone id, which names a link of one host; clients are counted without one: write {plain}"
         )
-
-
-class _Networks:
-    """The overrides of networks, found for an address by its prefixes:
-    one lookup per prefix length in use, however many networks there are."""
-
-    def __init__(self, networks: Iterable[tuple[Network, Override]]) -> None:
-        by_length: dict[tuple[int, int], dict[int, list[Override]]] = {}
-        for network, override in networks:
-            prefixes = by_length.setdefault((network.version, network.prefixlen), {})
-            prefix = int(network.network_address) >> (network.max_prefixlen - network.prefixlen)
-            prefixes.setdefault(prefix, []).append(override)
-        #: By IP version: each prefix length in use, shortest first, with the
-        #: overrides of its networks by their prefix as a number.
-        self.lengths: dict[int, tuple[tuple[int, dict[int, list[Override]]], ...]] = {
-            version: tuple((length, by_length[v, length]) for v, length in sorted(by_length) if v == version)
-            for version in (4, 6)
-        }
-
-    def within(self, client: Network) -> tuple[Override, ...]:
-        number, length, bits = int(client.network_address), client.prefixlen, client.max_prefixlen
-        found: list[Override] = []
-        for prefixlen, prefixes in self.lengths[client.version]:
-            if prefixlen > length:
-                break
-            overrides = prefixes.get(number >> (bits - prefixlen))
-            if overrides:
-                found.extend(overrides)
-        return tuple(found)
 
 
 class OverrideTable:
@@ -254,9 +217,8 @@ class OverrideTable:
         self.overrides: tuple[Override, ...] = tuple(live)
         #: The overrides of one identity, by ``(kind, value)``.
         self.exact: dict[tuple[str, str], list[Override]] = {}
-        networks: list[tuple[Network, Override]] = []
-        #: How each override ranks against the others that name the same
-        #: identity (see :meth:`find`), worked out once.
+        by_length: dict[tuple[int, int], dict[int, list[Override]]] = {}
+        #: How each override ranks against the others that name the same identity (see :meth:`find`).
         self._ranks: dict[Override, tuple[bool, bool, int]] = {}
         for override in live:
             # Split as requests' identities are, a key function's kind and all.
@@ -264,13 +226,17 @@ class OverrideTable:
             width = 129  # an identity is narrower than any network
             if override.network:
                 network = network_of(who.value)
-                networks.append((network, override))
                 width = network.prefixlen
+                prefix = int(network.network_address) >> (network.max_prefixlen - width)
+                by_length.setdefault((network.version, width), {}).setdefault(prefix, []).append(override)
             else:
                 self.exact.setdefault((who.kind, who.value), []).append(override)
             self._ranks[override] = (override.action == "block", override.scope is not None, width)
-        #: The overrides of networks, found by prefix; None without any.
-        self.networks = _Networks(networks) if networks else None
+        #: By IP version: each prefix length in use, shortest first, with its networks' overrides by
+        #: prefix as a number. An address costs one lookup per length, however many networks there are.
+        self.lengths: dict[int, list[tuple[int, dict[int, list[Override]]]]] = {4: [], 6: []}
+        for version, length in sorted(by_length):
+            self.lengths[version].append((length, by_length[version, length]))
         self._within: dict[str, tuple[Override, ...]] = {}
         #: The earliest end of an override, after which the table is out of date.
         self.ends = min((o.until for o in live), default=float("inf"))
@@ -279,14 +245,14 @@ class OverrideTable:
         """The override that decides ``identity`` under ``scope``: a block
         first, then one for this scope, then the narrowest target."""
         found = self.exact.get((identity.kind, identity.value))
-        if self.networks is not None and identity.kind == "ip":
-            within = self._in_networks(self.networks, identity.value)
+        if identity.kind == "ip" and (self.lengths[4] or self.lengths[6]):
+            within = self._in_networks(identity.value)
             if within:
                 found = [*(found or ()), *within]
         candidates = [override for override in found or () if override.scope in (None, scope)]
         return max(candidates, key=self._ranks.__getitem__, default=None)
 
-    def _in_networks(self, networks: _Networks, value: str) -> tuple[Override, ...]:
+    def _in_networks(self, value: str) -> tuple[Override, ...]:
         known = self._within.get(value)
         if known is not None:
             return known
@@ -295,7 +261,13 @@ class OverrideTable:
             client = ipaddress.ip_network(value, strict=False)
         except ValueError:
             return ()  # no address: what a proxy sent
-        within = networks.within(client)
+        number, bits = int(client.network_address), client.max_prefixlen
+        within = tuple(
+            override
+            for length, prefixes in self.lengths[client.version]
+            if length <= client.prefixlen
+            for override in prefixes.get(number >> (bits - length), ())
+        )
         if len(value) <= 64:
             remember(self._within, value, within, NETWORK_CACHE_SIZE)
         return within
@@ -316,12 +288,8 @@ class OverrideStore:
         value: bytes | None = self.client.execute_command("HGET", self.key, VERSION_FIELD)
         return value
 
-    def load(self) -> tuple[bytes | None, list[Override]]:
-        return self.read()[:2]
-
     def read(self) -> tuple[bytes | None, list[Override], list[str]]:
-        """The version, every override in force, and why each field that
-        cannot be read is skipped: one does not keep the others from being read."""
+        """The version, every override in force, and why each field that cannot be read is skipped."""
         raw = self.client.hgetall(self.key)
         version = raw.pop(VERSION_FIELD.encode(), None)
         now = self.clock()
@@ -338,22 +306,16 @@ class OverrideStore:
         return version, found, unreadable
 
     def put(self, override: Override) -> None:
-        """Store ``override`` and log it, in one step.
-
-        :raises ValueError: from :func:`check_end`; nothing is written then.
-        """
-        now = self.clock()
-        check_end(override.until, now)
-        self._change(
-            now, override.by, "set", override.field, override.encode(), override.describe(), repr(override.until)
-        )
+        """Store ``override`` and log it, in one step; its end is checked (:func:`check_end`) before."""
+        fields = (override.field, override.encode(), override.describe(), repr(override.until))
+        self._change(self.clock(), override.by, "set", *fields)
 
     def remove(
         self, target: str | None, scope: str | None = None, *, every_scope: bool = True, by: str = ""
     ) -> list[Override]:
         """Remove and log the overrides of ``target`` (every target if None)
         on ``scope``, or on any scope when ``every_scope``; return them."""
-        _version, found = self.load()
+        _version, found, _unreadable = self.read()
         gone = [o for o in found if (target is None or o.target == target) and (every_scope or o.scope == scope)]
         if not gone:
             return []
@@ -363,8 +325,13 @@ class OverrideStore:
         return [override for override, there in zip(gone, removed, strict=True) if there]
 
     def changes(self, count: int = 20) -> list[Change]:
-        entries = self.client.xrevrange(self.log_key, "+", "-", count=count)
-        return [_change(fields) for _entry_id, fields in entries]
+        found = []
+        for _entry_id, raw in self.client.xrevrange(self.log_key, "+", "-", count=count):
+            fields = {_text(k): _text(v) for k, v in raw.items()}
+            until = fields.get("until")
+            by, what, override = (fields.get(name, "") for name in ("by", "what", "override"))
+            found.append(Change(float(fields.get("time", 0)), by, what, override, float(until) if until else None))
+        return found
 
     def _change(self, now: float, by: str, what: str, *fields: str) -> Any:
         args = (repr(now), os.urandom(8).hex(), self.log_size, by, what, LONGEST, *fields)
@@ -372,11 +339,8 @@ class OverrideStore:
 
 
 def check_end(until: float, now: float) -> None:
-    """Check an override's end, set at ``now``.
-
-    :raises ValueError: unless it is in the future and at most
-        :data:`LONGEST` ahead: an end past that is a slip (a year typed
-        twice, a span in the wrong unit), and must fit an expiry Redis holds.
+    """:raises ValueError: unless an override's end, set at ``now``, is in the future and at most
+    :data:`LONGEST` ahead: further is a slip (a year typed twice), and must fit an expiry Redis holds.
     """
     if not until > now:  # NaN too
         raise ValueError(f"the end, {_moment(until)}, is not in the future (now is {_moment(now)})")
@@ -399,24 +363,11 @@ def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def _change(raw: dict[Any, Any]) -> Change:
-    fields = {_text(k): _text(v) for k, v in raw.items()}
-    until = fields.get("until")
-    return Change(
-        time=float(fields.get("time", 0)),
-        by=fields.get("by", ""),
-        what=fields.get("what", ""),
-        override=fields.get("override", ""),
-        until=float(until) if until else None,
-    )
-
-
 @dataclass
 class OverrideFollower:
-    """This process's copy of the overrides, asked again at most once every
-    :data:`REFRESH_INTERVAL` seconds (``load`` and ``version`` are the
-    store's). ``failed`` is told of a failed read and whether the one before
-    failed too; the last copy stays in force, as when ``ready`` says no."""
+    """This process's copy of the overrides, asked again at most once every :data:`REFRESH_INTERVAL`
+    seconds. ``failed`` is told of a failed read and whether the one before failed too; the last copy
+    stays in force, as when ``ready`` says no."""
 
     load: Callable[[], tuple[bytes | None, Sequence[Override]]]
     version: Callable[[], bytes | None]

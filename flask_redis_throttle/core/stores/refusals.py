@@ -96,10 +96,8 @@ _FLAGS = ("shadow", "penalized", "cut")
 #: every master of a cluster of up to 16 to hold at least one.
 CLUSTER_SHARDS = 16
 
-#: An entry's place in the merged log: its stream ID's milliseconds, the
-#: writing process's clock in microseconds (two streams' entries of one
-#: millisecond, written one after the other, keep their order), the ID's
-#: sequence number, and the stream.
+#: An entry's place in the merged log: its ID's milliseconds, the writer's clock in microseconds
+#: (which orders two streams' entries of one millisecond), the ID's sequence number, and the stream.
 _Order = tuple[int, int, int, int]
 
 
@@ -141,7 +139,6 @@ class RefusalLog:
         return keys[home]
 
     def _node(self, key: str) -> str | None:
-        """The node the slot map puts ``key`` on; None without one."""
         try:
             node = self.client.get_node_from_key(key)
         except (AttributeError, RedisError, RedisClusterException):
@@ -179,24 +176,19 @@ class RefusalLog:
             "layer": layer,
             "strategy": strategy,
             "identity": kept,
-            # JSON's escapes carry any value, lone surrogates included.
             "identities": json.dumps([cut(i) for i in identities]),
             "retry_after": f"{retry_after:.6f}",
         }
         fields.update((flag, "1") for flag, on in zip(_FLAGS, (shadow, penalized, kept != identity), strict=True) if on)
-        if _SURROGATES.search(kept):
-            # The identity field keeps lone surrogates as their escapes;
-            # this one keeps them, so that the identity can be named exactly.
+        if _SURROGATES.search(kept):  # the identity field keeps them as escapes; this one, exactly
             fields["exact"] = json.dumps(kept)
         sharded = len(self.keys) > 1
         if sharded:
             # Where two streams' entries share a millisecond, this orders them.
             fields["at"] = str(time.time_ns() // 1000)
-        # Identities and scopes may hold anything; backslashreplace keeps
-        # what UTF-8 cannot encode (lone surrogates) readable.
+        # backslashreplace keeps what UTF-8 cannot encode (lone surrogates) readable.
         encoded = {name: value.encode("utf-8", "backslashreplace") for name, value in fields.items()}
-        # A shard is trimmed a whole stream node at a time, which costs Redis
-        # less than exact trimming; reads cut the log to its size.
+        # A shard is trimmed a stream node at a time (cheaper for Redis); reads cut the log to its size.
         self.client.xadd(stream, encoded, maxlen=self.size, approximate=sharded)
 
     def recent(self, count: int = 20, since: Moment | None = None) -> list[Refusal]:
@@ -251,8 +243,7 @@ class RefusalLog:
             self.client.delete(key)
 
     def _newest(self, count: int, since: Moment | None) -> list[tuple[Any, dict[Any, Any]]]:
-        """The newest ``count`` entries at or after ``since`` among the
-        newest :attr:`size`, newest first: one pipelined ``XREVRANGE`` per stream."""
+        """The newest ``count`` entries at or after ``since`` among the newest :attr:`size`, newest first."""
         count = min(count, self.size)
         if count < 1:
             return []
@@ -270,7 +261,6 @@ class RefusalLog:
 
 
 def _bound(moment: Moment | None, open_end: str) -> str:
-    """A stream ID bound for a time: its millisecond, or the open end."""
     if moment is None:
         return open_end
     seconds = moment.timestamp() if isinstance(moment, datetime) else float(moment)
@@ -278,8 +268,7 @@ def _bound(moment: Moment | None, open_end: str) -> str:
 
 
 def _shard_key(key: str, shard: int, shards: int) -> str:
-    """The first ``<key>:<shard>.<n>`` whose slot is in the shard's equal
-    part of the slots, so every master of an evenly split cluster holds some."""
+    """The first ``<key>:<shard>.<n>`` whose slot is in the shard's equal part of the slots."""
     for n in itertools.count():
         name = f"{key}:{shard}.{n}"
         if key_slot(name.encode()) * shards // REDIS_CLUSTER_HASH_SLOTS == shard:
@@ -288,7 +277,6 @@ def _shard_key(key: str, shard: int, shards: int) -> str:
 
 
 def _order(entry: tuple[Any, dict[Any, Any]], shard: int) -> _Order:
-    """Where an entry of stream ``shard`` falls in the merged log (see :data:`_Order`)."""
     milliseconds, _, sequence = _text(entry[0]).partition("-")
     written = _text(entry[1].get(b"at", entry[1].get("at", b"0")))
     return (int(milliseconds), int(written) if written.isdigit() else 0, int(sequence or 0), shard)

@@ -1,7 +1,5 @@
-"""Resetting one identity: deleting its counters, found with ``SCAN``.
-The patterns and batched deletion live beside the keys they match, in
-:mod:`flask_redis_throttle.core.engine.keys`; this module offers them under
-their documented names. This module imports neither Flask nor Redis."""
+"""Resetting one identity, under the documented names of what lives beside the keys in
+:mod:`flask_redis_throttle.core.engine.keys`. This module imports neither Flask nor Redis."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""How much of a limit an identity has used, read without counting: a
-cost-0 script call reports a counter as the next request would find it,
-whatever the strategy; its reply names one counter, so each layer costs a
-round trip. Needs no Flask app."""
+"""How much of a limit an identity has used, read by cost-0 script calls that
+count nothing: one round trip per layer, since a reply names one counter."""
 
 from __future__ import annotations
 
