@@ -238,6 +238,36 @@ def test_what_has_no_counterpart_is_refused_at_init_app(flask_app: Flask, argume
         limiter.init_app(flask_app)
 
 
+@pytest.mark.parametrize(
+    ("setting", "value", "takes"),
+    [
+        (ConfigVars.STORAGE_OPTIONS, "x", "a dict of options"),
+        (ConfigVars.STRATEGY, {"name": "moving-window"}, "one of fixed-window"),
+        (ConfigVars.HEADER_RETRY_AFTER_VALUE, ["http-date"], "one of http-date"),
+        (ConfigVars.DEFAULT_LIMITS, 5, "a limit string"),
+        (ConfigVars.APPLICATION_LIMITS, 5, "a limit string"),
+        (ConfigVars.META_LIMITS, 5, "a limit string"),
+        (ConfigVars.DEFAULT_LIMITS, [5], "a limit string"),
+        (ConfigVars.DEFAULT_LIMITS_EXEMPT_WHEN, True, "a function"),
+        (ConfigVars.APPLICATION_LIMITS_DEDUCT_WHEN, "yes", "a function"),
+        (ConfigVars.ON_BREACH, "log", "a function"),
+        (ConfigVars.ON_META_BREACH, 5, "a function"),
+    ],
+)
+def test_a_setting_of_the_wrong_type_is_refused_at_init_app_by_name(
+    flask_app: Flask, url: str, setting: str, value: Any, takes: str
+) -> None:
+    flask_app.config.update(
+        {ConfigVars.STORAGE_URI: url, setting: value},
+        **{key: "5/minute" for key in ("RATELIMIT_DEFAULT", "RATELIMIT_APPLICATION") if key != setting},
+    )
+    config = dict(flask_app.config)
+    with pytest.raises(ConfigurationError, match=f"^{setting} = .* expected {takes}"):
+        Limiter(get_remote_address, app=flask_app)
+    assert flask_app.config == config
+    assert statuses(flask_app.test_client(), 1) == [200]  # no extension, no 500
+
+
 def test_a_key_prefix_that_is_not_a_string_is_refused_at_init_app(flask_app: Flask) -> None:
     flask_app.config[ConfigVars.KEY_PREFIX] = 5
     with pytest.raises(ConfigurationError, match=ConfigVars.KEY_PREFIX):

@@ -25,12 +25,21 @@ from .util import get_remote_address
 Target = TypeVar("Target", bound="Callable[..., Any] | Blueprint")
 
 SEE = "see 'Coming from Flask-Limiter' in the docs"
+#: What an argument or setting that is a function takes.
+FUNCTION = "a function"
+
+
+def a_function(value: Any) -> Any:
+    """``value``, a function; else a TypeError."""
+    if not callable(value):
+        raise TypeError(f"{value!r} is not a function")
+    return value
 
 
 def of_request(function: Callable[[], Any]) -> Callable[[Request], Any]:
     """A function of nothing as a function of the request, under the same name."""
 
-    @functools.wraps(function)
+    @functools.wraps(a_function(function))
     def called(request: Request) -> Any:
         return function()
 
@@ -66,14 +75,15 @@ def of_value(value: Any) -> Any:
     return of_request(value) if callable(value) else value
 
 
-#: The fields of :class:`Limit` that are :func:`~flask_redis_throttle.limit`'s options: their name there, how read.
-OPTIONS: dict[str, tuple[str, Callable[[Any], Any]]] = {
-    "key_function": ("identities", identities),
-    "methods": ("methods", list),
-    "per_method": ("per_method", bool),
-    "cost": ("cost", of_value),
-    "exempt_when": ("exempt_when", of_request),
-    "deduct_when": ("deduct_when", lambda deduct_when: deduct_when),  # a function of the response in both
+#: The fields of :class:`Limit` that are :func:`~flask_redis_throttle.limit`'s options: their name there,
+#: how read, and what they take.
+OPTIONS: dict[str, tuple[str, Callable[[Any], Any], str]] = {
+    "key_function": ("identities", identities, FUNCTION),
+    "methods": ("methods", list, "a list of HTTP methods"),
+    "per_method": ("per_method", bool, "True or False"),
+    "cost": ("cost", of_value, "a number, or a function that returns one"),
+    "exempt_when": ("exempt_when", of_request, FUNCTION),
+    "deduct_when": ("deduct_when", a_function, FUNCTION),  # a function of the response in both
 }
 
 
@@ -119,7 +129,7 @@ class Limit:
         provider = self.spec(fallback) if callable(self.limit_provider) else None
         if isinstance(provider, Dynamic):
             options["scope"] = Apart(provider, options.get("scope"))
-        for field, (name, read) in OPTIONS.items():
+        for field, (name, read, _) in OPTIONS.items():
             if getattr(self, field) is not None:
                 options[name] = read(getattr(self, field))
         options["error_message"] = describe_refusal if self.error_message is None else of_value(self.error_message)
