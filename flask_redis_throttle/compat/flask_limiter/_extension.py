@@ -103,7 +103,7 @@ class Limiter:
             for name, value in given.items()
             if name != "enabled" and hasattr(ConfigVars, name.upper())
         }
-        self.header_name_mapping = dict(header_name_mapping or {})
+        self.header_name_mapping = header_name_mapping or {}
         self.auto_check = auto_check
         self.logger = logging.getLogger("flask_redis_throttle")
         self.extension = RateLimit()

@@ -75,15 +75,24 @@ def of_value(value: Any) -> Any:
     return of_request(value) if callable(value) else value
 
 
+def meta_of(meta_limits: Any) -> str | None:
+    """A limit's meta limits, limit strings, as ours."""
+    items = [meta_limits] if isinstance(meta_limits, str) else list(meta_limits)
+    if not all(isinstance(item, str) for item in items):
+        raise TypeError(f"functions and MetaLimit(...) only in the Limiter's meta_limits ({SEE})")
+    return translate(";".join(items)) or None
+
+
 #: The fields of :class:`Limit` that are :func:`~flask_redis_throttle.limit`'s options: their name there,
 #: how read, and what they take.
 OPTIONS: dict[str, tuple[str, Callable[[Any], Any], str]] = {
     "key_function": ("identities", identities, FUNCTION),
-    "methods": ("methods", list, "a list of HTTP methods"),
+    "methods": ("methods", lambda methods: [methods] if isinstance(methods, str) else list(methods), "HTTP methods"),
     "per_method": ("per_method", bool, "True or False"),
     "cost": ("cost", of_value, "a number, or a function that returns one"),
     "exempt_when": ("exempt_when", of_request, FUNCTION),
     "deduct_when": ("deduct_when", a_function, FUNCTION),  # a function of the response in both
+    "meta_limits": ("meta", meta_of, "limit strings"),
 }
 
 
@@ -108,18 +117,15 @@ class Limit:
         """:func:`~flask_redis_throttle.limit`'s keyword arguments, counted under ``scope``
         unless shared or a scope function, with the dynamic limit ``spec(fallback)``."""
         options: dict[str, Any] = {}
-        if self.meta_limits:
-            items = [self.meta_limits] if isinstance(self.meta_limits, str) else list(self.meta_limits)
-            if not all(isinstance(item, str) for item in items):
-                raise InvalidLimit(
-                    f"meta_limits {self.meta_limits!r}: a limit's meta limits are limit strings here; "
-                    f"functions and MetaLimit(...) only in the Limiter's meta_limits ({SEE})",
-                    spec=self.meta_limits,
-                )
-            try:
-                options["meta"] = translate(";".join(map(str, items)))
-            except ValueError as error:
-                raise InvalidLimit(f"meta_limits {self.meta_limits!r}: {error}", spec=self.meta_limits) from None
+        for field, (name, read, takes) in OPTIONS.items():
+            value = getattr(self, field)
+            if value is not None:
+                try:
+                    options[name] = read(value)
+                except InvalidLimit:
+                    raise
+                except (TypeError, ValueError) as error:
+                    raise InvalidLimit(f"{field} {value!r} must be {takes}: {error}", spec=value) from None
         if callable(self.scope):
             options["scope"] = scope_of(self.scope, self.shared)
         elif self.shared:
@@ -129,9 +135,6 @@ class Limit:
         provider = self.spec(fallback) if callable(self.limit_provider) else None
         if isinstance(provider, Dynamic):
             options["scope"] = Apart(provider, options.get("scope"))
-        for field, (name, read, _) in OPTIONS.items():
-            if getattr(self, field) is not None:
-                options[name] = read(getattr(self, field))
         options["error_message"] = describe_refusal if self.error_message is None else of_value(self.error_message)
         hook = breach_hook(self.on_breach, self.shared)
         if hook is not None:

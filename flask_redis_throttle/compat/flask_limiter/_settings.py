@@ -89,7 +89,7 @@ def settings(
         )
     if not auto_check:
         raise unsupported("Limiter(auto_check=False)", False, "True: every request is decided before its view")
-    renamed = {header.value: name for header, name in header_name_mapping.items() if header.value != name}
+    renamed = read("header_name_mapping", header_name_mapping, header_names, "a dict of HeaderNames to names")
     for key, header in HEADER_SETTINGS.items():
         if given(key) is not None and given(key) != header.value:
             renamed[header.value] = given(key)
@@ -106,6 +106,12 @@ def settings(
     if str(given(ConfigVars.STORAGE_URI)).startswith("rediss+cluster://"):
         ours["RATELIMIT_STORAGE_OPTIONS"].setdefault("ssl", True)
     return ours
+
+
+def header_names(mapping: Mapping[HeaderNames, str]) -> dict[str, str]:
+    """``header_name_mapping``'s headers that it renames, by name."""
+    headers = {HeaderNames(header).value: name for header, name in dict(mapping).items()}
+    return {header: name for header, name in headers.items() if header != name}
 
 
 #: Flask-Limiter's settings that have no counterpart here yet, with why.
