@@ -20,7 +20,7 @@ from ...errors import ConfigurationError
 from ...extension import APPLICATION_SCOPE, DEFAULTS, EXTENSION_KEY, RateLimit, RateLimitState, Settings, state_of
 from ._limits import SEE, Limit, MetaLimit, RequestLimit, RouteLimit, Target, of_request
 from ._presentation import log_refusals, respond
-from ._settings import APPLICATION_SETTINGS, DEFAULT_SETTINGS, THEIR_SETTINGS, settings
+from ._settings import LAYERED, THEIR_SETTINGS, settings
 from .commands import COMMAND_NAMES, cli
 from .constants import ConfigVars, ExemptionScope, HeaderNames
 
@@ -36,10 +36,11 @@ EXEMPTION = {
 }
 
 
-#: The arguments a second Limiter on an app may give: its own limits, and whom they count.
-JOINED = frozenset(
-    {ConfigVars.KEY_FUNC, ConfigVars.KEY_PREFIX, ConfigVars.META_LIMITS, *DEFAULT_SETTINGS, *APPLICATION_SETTINGS}
-)
+#: The arguments a second Limiter on an app may give: its own limits and their options (not on_meta_breach,
+#: the first's), and whom they count.
+JOINED = frozenset({ConfigVars.KEY_FUNC, ConfigVars.KEY_PREFIX, *LAYERED, *ChainMap(*LAYERED.values())}) - {
+    ConfigVars.ON_META_BREACH
+}
 #: What it adds to the first's settings.
 OWN = {"RATELIMIT_DEFAULT", "RATELIMIT_APPLICATION", "RATELIMIT_META", "RATELIMIT_IDENTITIES"}
 
@@ -119,14 +120,13 @@ class Limiter:
         Flask-Limiter's; on failure, the app's config is left as it was."""
         app = app._get_current_object() if isinstance(app, LocalProxy) else app  # kept weakly, read later
         config = app.config
+        before = dict(config)
+        self.enabled = config.setdefault(ConfigVars.ENABLED, self.enabled)
         first = next((other for other in app.extensions.get("limiter", ()) if isinstance(other, Limiter)), None)
         if first is not None and EXTENSION_KEY in app.extensions:
-            self.enabled = config.setdefault(ConfigVars.ENABLED, self.enabled)
             self._join(app, first)
             return
-        before = dict(config)
         try:
-            self.enabled = config.setdefault(ConfigVars.ENABLED, self.enabled)
             given = ChainMap({key: value for key, value in self.arguments.items() if value is not None}, config).get
             ours = settings(given, self.header_name_mapping, self.auto_check)
             storage_uri, swallow_errors = given(ConfigVars.STORAGE_URI), bool(given(ConfigVars.SWALLOW_ERRORS))

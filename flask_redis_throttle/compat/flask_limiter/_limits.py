@@ -179,9 +179,7 @@ class RouteLimit(Limit):
         self.unreadable: ValueError | None = None
         self.native: LimitDecorator | None = None  # made now: a malformed limit fails where it is written
         # What a dynamic limit that comes to nothing falls back to, on a view and on a blueprint.
-        self.fallbacks: tuple[DynamicLimit | None, DynamicLimit | None] = (None, None)
-        if override_defaults is not False:
-            self.fallbacks = (default_limits, blueprint_default_limits)
+        self.fallbacks = (default_limits, blueprint_default_limits) if override_defaults is not False else (None, None)
         self.override_defaults = override_defaults
         try:
             spec = self.spec(self.fallbacks[0])

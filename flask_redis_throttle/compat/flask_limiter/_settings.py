@@ -100,9 +100,8 @@ def settings(
         for key, (name, how, takes) in RENAMED.items()
         if given(key) not in OPTIONAL.get(key, ())
     }
-    ours.update(FIXED, RATELIMIT_HEADER_NAMES=renamed, RATELIMIT_META=meta_limits(given))
-    ours.update(RATELIMIT_DEFAULT=layered(given, *DEFAULT_SETTINGS))
-    ours.update(RATELIMIT_APPLICATION=layered(given, *APPLICATION_SETTINGS))
+    ours.update(FIXED, RATELIMIT_HEADER_NAMES=renamed)
+    ours.update({key: layered(given, key) for key in LAYERED})
     if str(given(ConfigVars.STORAGE_URI)).startswith("rediss+cluster://"):
         ours["RATELIMIT_STORAGE_OPTIONS"].setdefault("ssl", True)
     return ours
@@ -124,27 +123,32 @@ REFUSED = {
 
 #: Flask-Limiter's settings that rename a header, with the header.
 HEADER_SETTINGS = {getattr(ConfigVars, f"HEADER_{header.name}"): header for header in HeaderNames}
-#: Flask-Limiter's settings of the default limits: the limits, then the options every one takes.
-SUFFIXES = ("", "_PER_METHOD", "_EXEMPT_WHEN", "_DEDUCT_WHEN", "_COST")
-DEFAULT_SETTINGS = tuple(getattr(ConfigVars, f"DEFAULT_LIMITS{suffix}") for suffix in SUFFIXES)
-#: The same for the application limits.
-APPLICATION_SETTINGS = tuple(getattr(ConfigVars, f"APPLICATION_LIMITS{suffix}") for suffix in SUFFIXES)
-#: How each of those options is read, and what it takes.
-LAYERED = tuple(OPTIONS[field] for field in ("per_method", "exempt_when", "deduct_when", "cost"))
+#: Flask-Limiter's settings of limits (ours have the same names), each with the settings of their
+#: options: how each is read into our limits' options, and what it takes.
+LAYERED = {
+    getattr(ConfigVars, kind): {
+        getattr(ConfigVars, f"{kind}_{field.upper()}"): OPTIONS[field]
+        for field in ("per_method", "exempt_when", "deduct_when", "cost")
+    }
+    for kind in ("DEFAULT_LIMITS", "APPLICATION_LIMITS")
+}
+LAYERED[ConfigVars.META_LIMITS] = {
+    ConfigVars.ON_META_BREACH: ("on_breach", lambda value: breach_hook(value, False), FUNCTION)
+}
 
 
-def layered(given: Callable[[str], Any], key: str, *options: str) -> list[dict[str, Any]] | None:
-    """``RATELIMIT_DEFAULT`` or ``RATELIMIT_APPLICATION`` for Flask-Limiter's settings of them."""
+def layered(given: Callable[[str], Any], key: str) -> list[dict[str, Any]] | None:
+    """Our limits for Flask-Limiter's setting of limits ``key`` and the settings of their options."""
     shared = Limit("").options()
-    for (name, how, takes), option in zip(LAYERED, options, strict=True):
+    for option, (name, how, takes) in LAYERED[key].items():
         if given(option) is not None:
             shared[name] = read(option, given(option), how, takes)
     return read(key, given(key), lambda value: limits_of(key, value, shared), LIMITS)
 
 
-def limits_of(key: str, value: Any, shared: dict[str, Any], inherited: bool = False) -> list[dict[str, Any]] | None:
+def limits_of(key: str, value: Any, shared: dict[str, Any]) -> list[dict[str, Any]] | None:
     """Our limits for a Flask-Limiter list: its strings as one, each function as a dynamic one,
-    with the ``shared`` options; each ``Limit(...)`` with its own (and ``shared`` if ``inherited``)."""
+    with the ``shared`` options; each ``Limit(...)`` with its own (and ``shared`` for meta limits)."""
     if value is None:
         return None
     items = [value] if isinstance(value, str) or callable(value) else list(value)
@@ -154,7 +158,8 @@ def limits_of(key: str, value: Any, shared: dict[str, Any], inherited: bool = Fa
     for item in items:
         if isinstance(item, Limit):
             options = item.options(base) if callable(item.limit_provider) else item.options()
-            found.append({"limit": item.spec(), **(shared if inherited else {}), **options})
+            inherited = shared if key == ConfigVars.META_LIMITS else {}
+            found.append({"limit": item.spec(), **inherited, **options})
         elif isinstance(item, str):
             strings.append(item)
         elif callable(item):
@@ -167,14 +172,6 @@ def limits_of(key: str, value: Any, shared: dict[str, Any], inherited: bool = Fa
     if joined:
         found.insert(0, {"limit": joined, **shared})
     return found or None
-
-
-def meta_limits(given: Callable[[str], Any]) -> list[dict[str, Any]] | None:
-    """``RATELIMIT_META`` for Flask-Limiter's ``meta_limits`` and ``on_meta_breach``."""
-    on_breach = given(ConfigVars.ON_META_BREACH)
-    shared = read(ConfigVars.ON_META_BREACH, on_breach, lambda value: Limit("", on_breach=value).options(), FUNCTION)
-    key = ConfigVars.META_LIMITS
-    return read(key, given(key), lambda value: limits_of(key, value, shared, True), LIMITS)
 
 
 def storage_url(uri: str) -> str:
