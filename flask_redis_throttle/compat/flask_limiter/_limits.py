@@ -409,7 +409,7 @@ def is_shared(scope: str, endpoint: str | None) -> bool:
 
 
 def breach_hook(
-    on_breach: Callable[[RequestLimit], Response | None] | None, shared: bool
+    on_breach: Callable[[RequestLimit], Response | None] | None, shared: bool = False
 ) -> Callable[[RefusalEvent], Response | None] | None:
     """The extension's ``on_breach`` for Flask-Limiter's."""
     if on_breach is None:

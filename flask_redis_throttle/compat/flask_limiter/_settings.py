@@ -66,7 +66,7 @@ RENAMED: dict[str, tuple[str, Callable[[Any], Any], str]] = {
     ConfigVars.STORAGE_OPTIONS: ("RATELIMIT_STORAGE_OPTIONS", lambda value: {**(value or {})}, "a dict of options"),
     ConfigVars.STORAGE_URI: ("RATELIMIT_STORAGE_URL", lambda value: storage_url(value or "memory://"), "a storage URL"),
     ConfigVars.STRATEGY: ("RATELIMIT_STRATEGY", lambda value: STRATEGIES[value or "fixed-window"], one_of(STRATEGIES)),
-    ConfigVars.ON_BREACH: ("RATELIMIT_ON_BREACH", lambda value: breach_hook(value, False), FUNCTION),
+    ConfigVars.ON_BREACH: ("RATELIMIT_ON_BREACH", breach_hook, FUNCTION),
     ConfigVars.KEY_PREFIX: ("RATELIMIT_KEY_PREFIX", lambda value: value, ""),  # the extension checks it
     ConfigVars.HEADER_RETRY_AFTER_VALUE: ("RATELIMIT_RETRY_AFTER", RETRY_AFTER.__getitem__, one_of(RETRY_AFTER)),
 }
@@ -132,9 +132,7 @@ LAYERED = {
     }
     for kind in ("DEFAULT_LIMITS", "APPLICATION_LIMITS")
 }
-LAYERED[ConfigVars.META_LIMITS] = {
-    ConfigVars.ON_META_BREACH: ("on_breach", lambda value: breach_hook(value, False), FUNCTION)
-}
+LAYERED[ConfigVars.META_LIMITS] = {ConfigVars.ON_META_BREACH: ("on_breach", breach_hook, FUNCTION)}
 
 
 def layered(given: Callable[[str], Any], key: str) -> list[dict[str, Any]] | None:
