@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import logging
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +28,12 @@ from flask_redis_throttle.compat.flask_limiter import (
 from flask_redis_throttle.compat.flask_limiter._extension import LimitArguments
 from flask_redis_throttle.compat.flask_limiter.constants import ConfigVars, HeaderNames
 from flask_redis_throttle.compat.flask_limiter.util import get_ipaddr, get_remote_address
+from flask_redis_throttle.extension import state_of
 from flask_redis_throttle.testing import free_port
 
 
 @pytest.fixture
-def flask_app() -> Flask:
+def flask_app() -> Iterator[Flask]:
     app = Flask("compat")
     app.config["TESTING"] = True
 
@@ -39,7 +41,10 @@ def flask_app() -> Flask:
     def index() -> str:
         return "ok"
 
-    return app
+    yield app
+    state = state_of(app, required=False)
+    if state is not None and state.throttle is not None:
+        state.throttle.storage.close()  # not left to the collector: a test's error may hold the app to the end
 
 
 def test_default_limits_are_joined_and_a_view_limit_replaces_them(flask_app: Flask, url: str) -> None:
@@ -236,6 +241,73 @@ def test_what_has_no_counterpart_is_refused_at_init_app(flask_app: Flask, argume
     limiter = Limiter(get_remote_address, **arguments)
     with pytest.raises(ConfigurationError, match=refused):
         limiter.init_app(flask_app)
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "takes"),
+    [
+        (ConfigVars.STORAGE_OPTIONS, "x", "a dict of options"),
+        (ConfigVars.STRATEGY, {"name": "moving-window"}, "one of fixed-window"),
+        (ConfigVars.HEADER_RETRY_AFTER_VALUE, ["http-date"], "one of http-date"),
+        (ConfigVars.DEFAULT_LIMITS, 5, "a limit string"),
+        (ConfigVars.APPLICATION_LIMITS, 5, "a limit string"),
+        (ConfigVars.META_LIMITS, 5, "a limit string"),
+        (ConfigVars.DEFAULT_LIMITS, [5], "a limit string"),
+        (ConfigVars.DEFAULT_LIMITS_EXEMPT_WHEN, True, "a function"),
+        (ConfigVars.APPLICATION_LIMITS_DEDUCT_WHEN, "yes", "a function"),
+        (ConfigVars.ON_BREACH, "log", "a function"),
+        (ConfigVars.ON_META_BREACH, 5, "a function"),
+    ],
+)
+def test_a_setting_of_the_wrong_type_is_refused_at_init_app_by_name(
+    flask_app: Flask, url: str, setting: str, value: Any, takes: str
+) -> None:
+    flask_app.config.update(
+        {ConfigVars.STORAGE_URI: url, setting: value},
+        **{key: "5/minute" for key in ("RATELIMIT_DEFAULT", "RATELIMIT_APPLICATION") if key != setting},
+    )
+    config = dict(flask_app.config)
+    with pytest.raises(ConfigurationError, match=f"^{setting} = .* expected {takes}"):
+        Limiter(get_remote_address, app=flask_app)
+    assert flask_app.config == config
+    assert statuses(flask_app.test_client(), 1) == [200]  # no extension, no 500
+
+
+@pytest.mark.parametrize("mapping", [5, "X-Limit", {"X-Limit": "X-Quota"}, [HeaderNames.LIMIT]])
+def test_a_header_name_mapping_that_is_no_mapping_of_headers_is_refused_at_init_app(
+    flask_app: Flask, url: str, mapping: Any
+) -> None:
+    limiter = Limiter(get_remote_address, storage_uri=url, header_name_mapping=mapping)
+    with pytest.raises(ConfigurationError, match=r"^header_name_mapping = .* expected a dict of HeaderNames"):
+        limiter.init_app(flask_app)
+    assert statuses(flask_app.test_client(), 1) == [200]
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("exempt_when", True), ("deduct_when", "yes"), ("methods", 5), ("meta_limits", 5)],
+)
+def test_a_limit_option_of_the_wrong_type_is_refused_where_it_is_written(
+    flask_app: Flask, url: str, option: str, value: Any
+) -> None:
+    limiter = limiter_for(flask_app, url)
+    with pytest.raises(InvalidLimit, match=f"^{option} {value!r} must be"):
+        limiter.limit("1/minute", **{option: value})
+    with pytest.raises(InvalidLimit, match=f"^{option} {value!r} must be"):
+        limiter.shared_limit("1/minute", scope="shared", **{option: value})
+
+
+def test_one_method_written_as_a_string_is_that_method(flask_app: Flask, url: str) -> None:
+    limiter = limiter_for(flask_app, url)
+
+    @flask_app.route("/items", methods=["GET", "POST"])
+    @limiter.limit("1/minute", methods="POST")
+    def items() -> str:
+        return "ok"
+
+    client = flask_app.test_client()
+    assert [client.post("/items").status_code for _ in range(2)] == [200, 429]
+    assert statuses(client, 2, "/items") == [200, 200]
 
 
 def test_a_key_prefix_that_is_not_a_string_is_refused_at_init_app(flask_app: Flask) -> None:

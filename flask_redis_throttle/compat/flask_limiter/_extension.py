@@ -18,9 +18,9 @@ from ...current import current_limit, current_limits
 from ...decorators import exempt as native_exempt
 from ...errors import ConfigurationError
 from ...extension import APPLICATION_SCOPE, DEFAULTS, EXTENSION_KEY, RateLimit, RateLimitState, Settings, state_of
-from ._limits import SEE, Limit, MetaLimit, RequestLimit, RouteLimit, Target, identities, of_request
+from ._limits import SEE, Limit, MetaLimit, RequestLimit, RouteLimit, Target, of_request
 from ._presentation import log_refusals, respond
-from ._settings import APPLICATION_SETTINGS, DEFAULT_SETTINGS, THEIR_SETTINGS, layered, meta_limits, settings
+from ._settings import LAYERED, THEIR_SETTINGS, settings
 from .commands import COMMAND_NAMES, cli
 from .constants import ConfigVars, ExemptionScope, HeaderNames
 
@@ -36,10 +36,13 @@ EXEMPTION = {
 }
 
 
-#: The arguments a second Limiter on an app may give: its own limits, and whom they count.
-JOINED = frozenset(
-    {ConfigVars.KEY_FUNC, ConfigVars.KEY_PREFIX, ConfigVars.META_LIMITS, *DEFAULT_SETTINGS, *APPLICATION_SETTINGS}
-)
+#: The arguments a second Limiter on an app may give: its own limits and their options (not on_meta_breach,
+#: the first's), and whom they count.
+JOINED = frozenset({ConfigVars.KEY_FUNC, ConfigVars.KEY_PREFIX, *LAYERED, *ChainMap(*LAYERED.values())}) - {
+    ConfigVars.ON_META_BREACH
+}
+#: What it adds to the first's settings.
+OWN = {"RATELIMIT_DEFAULT", "RATELIMIT_APPLICATION", "RATELIMIT_META", "RATELIMIT_IDENTITIES"}
 
 
 class LimitArguments(TypedDict, total=False):
@@ -103,7 +106,7 @@ class Limiter:
             for name, value in given.items()
             if name != "enabled" and hasattr(ConfigVars, name.upper())
         }
-        self.header_name_mapping = dict(header_name_mapping or {})
+        self.header_name_mapping = header_name_mapping or {}
         self.auto_check = auto_check
         self.logger = logging.getLogger("flask_redis_throttle")
         self.extension = RateLimit()
@@ -117,14 +120,13 @@ class Limiter:
         Flask-Limiter's; on failure, the app's config is left as it was."""
         app = app._get_current_object() if isinstance(app, LocalProxy) else app  # kept weakly, read later
         config = app.config
+        before = dict(config)
+        self.enabled = config.setdefault(ConfigVars.ENABLED, self.enabled)
         first = next((other for other in app.extensions.get("limiter", ()) if isinstance(other, Limiter)), None)
         if first is not None and EXTENSION_KEY in app.extensions:
-            self.enabled = config.setdefault(ConfigVars.ENABLED, self.enabled)
             self._join(app, first)
             return
-        before = dict(config)
         try:
-            self.enabled = config.setdefault(ConfigVars.ENABLED, self.enabled)
             given = ChainMap({key: value for key, value in self.arguments.items() if value is not None}, config).get
             ours = settings(given, self.header_name_mapping, self.auto_check)
             storage_uri, swallow_errors = given(ConfigVars.STORAGE_URI), bool(given(ConfigVars.SWALLOW_ERRORS))
@@ -171,19 +173,11 @@ class Limiter:
         if self.header_name_mapping or not self.auto_check:
             raise ConfigurationError("header_name_mapping", self.header_name_mapping, "the first Limiter's")
         state: RateLimitState = state_of(app)
-        given = self.arguments.get
-        application = layered(given, *APPLICATION_SETTINGS) or []
+        ours = settings(self.arguments.get, {}, True)
         taken = len(state.settings.application)
-        for position, item in enumerate(application, taken + 1):  # apart from the first's, which start at @app
+        for position, item in enumerate(ours["RATELIMIT_APPLICATION"] or (), taken + 1):  # the first's start at @app
             item.setdefault("scope", f"{APPLICATION_SCOPE}+{position}")
-        own = Settings.from_config(
-            {
-                "RATELIMIT_DEFAULT": layered(given, *DEFAULT_SETTINGS),
-                "RATELIMIT_APPLICATION": application or None,
-                "RATELIMIT_META": meta_limits(given),
-                "RATELIMIT_IDENTITIES": identities(self.key_func) or ["ip"],
-            }
-        )
+        own = Settings.from_config({key: ours[key] for key in OWN})
 
         joined = {  # each of its limits counting whom its key_func names, unless it says
             kind: getattr(state.settings, kind)

@@ -25,12 +25,21 @@ from .util import get_remote_address
 Target = TypeVar("Target", bound="Callable[..., Any] | Blueprint")
 
 SEE = "see 'Coming from Flask-Limiter' in the docs"
+#: What an argument or setting that is a function takes.
+FUNCTION = "a function"
+
+
+def a_function(value: Any) -> Any:
+    """``value``, a function; else a TypeError."""
+    if not callable(value):
+        raise TypeError(f"{value!r} is not a function")
+    return value
 
 
 def of_request(function: Callable[[], Any]) -> Callable[[Request], Any]:
     """A function of nothing as a function of the request, under the same name."""
 
-    @functools.wraps(function)
+    @functools.wraps(a_function(function))
     def called(request: Request) -> Any:
         return function()
 
@@ -66,14 +75,24 @@ def of_value(value: Any) -> Any:
     return of_request(value) if callable(value) else value
 
 
-#: The fields of :class:`Limit` that are :func:`~flask_redis_throttle.limit`'s options: their name there, how read.
-OPTIONS: dict[str, tuple[str, Callable[[Any], Any]]] = {
-    "key_function": ("identities", identities),
-    "methods": ("methods", list),
-    "per_method": ("per_method", bool),
-    "cost": ("cost", of_value),
-    "exempt_when": ("exempt_when", of_request),
-    "deduct_when": ("deduct_when", lambda deduct_when: deduct_when),  # a function of the response in both
+def meta_of(meta_limits: Any) -> str | None:
+    """A limit's meta limits, limit strings, as ours."""
+    items = [meta_limits] if isinstance(meta_limits, str) else list(meta_limits)
+    if not all(isinstance(item, str) for item in items):
+        raise TypeError(f"functions and MetaLimit(...) only in the Limiter's meta_limits ({SEE})")
+    return translate(";".join(items)) or None
+
+
+#: The fields of :class:`Limit` that are :func:`~flask_redis_throttle.limit`'s options: their name there,
+#: how read, and what they take.
+OPTIONS: dict[str, tuple[str, Callable[[Any], Any], str]] = {
+    "key_function": ("identities", identities, FUNCTION),
+    "methods": ("methods", lambda methods: [methods] if isinstance(methods, str) else list(methods), "HTTP methods"),
+    "per_method": ("per_method", bool, "True or False"),
+    "cost": ("cost", of_value, "a number, or a function that returns one"),
+    "exempt_when": ("exempt_when", of_request, FUNCTION),
+    "deduct_when": ("deduct_when", a_function, FUNCTION),  # a function of the response in both
+    "meta_limits": ("meta", meta_of, "limit strings"),
 }
 
 
@@ -98,18 +117,15 @@ class Limit:
         """:func:`~flask_redis_throttle.limit`'s keyword arguments, counted under ``scope``
         unless shared or a scope function, with the dynamic limit ``spec(fallback)``."""
         options: dict[str, Any] = {}
-        if self.meta_limits:
-            items = [self.meta_limits] if isinstance(self.meta_limits, str) else list(self.meta_limits)
-            if not all(isinstance(item, str) for item in items):
-                raise InvalidLimit(
-                    f"meta_limits {self.meta_limits!r}: a limit's meta limits are limit strings here; "
-                    f"functions and MetaLimit(...) only in the Limiter's meta_limits ({SEE})",
-                    spec=self.meta_limits,
-                )
-            try:
-                options["meta"] = translate(";".join(map(str, items)))
-            except ValueError as error:
-                raise InvalidLimit(f"meta_limits {self.meta_limits!r}: {error}", spec=self.meta_limits) from None
+        for field, (name, read, takes) in OPTIONS.items():
+            value = getattr(self, field)
+            if value is not None:
+                try:
+                    options[name] = read(value)
+                except InvalidLimit:
+                    raise
+                except (TypeError, ValueError) as error:
+                    raise InvalidLimit(f"{field} {value!r} must be {takes}: {error}", spec=value) from None
         if callable(self.scope):
             options["scope"] = scope_of(self.scope, self.shared)
         elif self.shared:
@@ -119,9 +135,6 @@ class Limit:
         provider = self.spec(fallback) if callable(self.limit_provider) else None
         if isinstance(provider, Dynamic):
             options["scope"] = Apart(provider, options.get("scope"))
-        for field, (name, read) in OPTIONS.items():
-            if getattr(self, field) is not None:
-                options[name] = read(getattr(self, field))
         options["error_message"] = describe_refusal if self.error_message is None else of_value(self.error_message)
         hook = breach_hook(self.on_breach, self.shared)
         if hook is not None:
@@ -166,9 +179,7 @@ class RouteLimit(Limit):
         self.unreadable: ValueError | None = None
         self.native: LimitDecorator | None = None  # made now: a malformed limit fails where it is written
         # What a dynamic limit that comes to nothing falls back to, on a view and on a blueprint.
-        self.fallbacks: tuple[DynamicLimit | None, DynamicLimit | None] = (None, None)
-        if override_defaults is not False:
-            self.fallbacks = (default_limits, blueprint_default_limits)
+        self.fallbacks = (default_limits, blueprint_default_limits) if override_defaults is not False else (None, None)
         self.override_defaults = override_defaults
         try:
             spec = self.spec(self.fallbacks[0])
@@ -398,7 +409,7 @@ def is_shared(scope: str, endpoint: str | None) -> bool:
 
 
 def breach_hook(
-    on_breach: Callable[[RequestLimit], Response | None] | None, shared: bool
+    on_breach: Callable[[RequestLimit], Response | None] | None, shared: bool = False
 ) -> Callable[[RefusalEvent], Response | None] | None:
     """The extension's ``on_breach`` for Flask-Limiter's."""
     if on_breach is None:

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, MutableMapping
-from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
-from ...errors import ConfigurationError, InvalidLimit
+from ...errors import ConfigurationError
 from ...extension import APPLICATION_SCOPE, DEFAULTS
 from ._grammar import translate
-from ._limits import SEE, Apart, Dynamic, Limit, breach_hook, identities
+from ._limits import FUNCTION, OPTIONS, SEE, Apart, Dynamic, Limit, breach_hook, identities
 from .constants import ConfigVars, HeaderNames
+
+T = TypeVar("T")
 
 #: Flask-Limiter's strategies, by the name of ours that does their job.
 STRATEGIES = {
@@ -37,28 +38,37 @@ def unsupported(where: str, value: object, why: str) -> ConfigurationError:
     return ConfigurationError(where, value, f"{why} ({SEE})")
 
 
-def chosen(key: str, table: Mapping[str, str], default: str, value: Any) -> str:
-    """What ``value``, a name of ``table`` (``default`` when empty), stands for there."""
-    if (value or default) not in table:
-        raise ConfigurationError(key, value, f"one of {', '.join(table)}")
-    return table[value or default]
+def read(key: str, value: Any, how: Callable[[Any], T], takes: str) -> T:
+    """``how(value)``; where that fails on ``value``, a ConfigurationError naming Flask-Limiter's setting
+    ``key`` and what it ``takes`` (with the ``limits`` library's words for a limit string it rejects)."""
+    try:
+        return how(value)
+    except ConfigurationError:
+        raise
+    except (TypeError, ValueError, LookupError) as error:
+        raise ConfigurationError(key, value, f"{takes}: {error}" if isinstance(error, ValueError) else takes) from None
 
 
-#: Flask-Limiter's settings by ours, each with how read; not when one of its :data:`OPTIONAL` values.
-RENAMED: dict[str, tuple[str, Callable[[Any], Any]]] = {
-    ConfigVars.KEY_FUNC: ("RATELIMIT_IDENTITIES", lambda value: identities(value) or ["ip"]),
-    ConfigVars.HEADERS_ENABLED: ("RATELIMIT_HEADERS_ENABLED", bool),
-    ConfigVars.SWALLOW_ERRORS: ("RATELIMIT_FAIL_OPEN", bool),
-    ConfigVars.IN_MEMORY_FALLBACK_ENABLED: ("RATELIMIT_FALLBACK", bool),
-    ConfigVars.STORAGE_OPTIONS: ("RATELIMIT_STORAGE_OPTIONS", lambda value: dict(value or {})),
-    ConfigVars.STORAGE_URI: ("RATELIMIT_STORAGE_URL", lambda value: storage_url(value or "memory://")),
-    ConfigVars.STRATEGY: ("RATELIMIT_STRATEGY", partial(chosen, ConfigVars.STRATEGY, STRATEGIES, "fixed-window")),
-    ConfigVars.ON_BREACH: ("RATELIMIT_ON_BREACH", lambda value: breach_hook(value, False)),
-    ConfigVars.KEY_PREFIX: ("RATELIMIT_KEY_PREFIX", lambda value: value),  # the extension checks it
-    ConfigVars.HEADER_RETRY_AFTER_VALUE: (
-        "RATELIMIT_RETRY_AFTER",
-        partial(chosen, ConfigVars.HEADER_RETRY_AFTER_VALUE, RETRY_AFTER, ""),
-    ),
+def one_of(table: Mapping[str, str]) -> str:
+    return f"one of {', '.join(table)}"
+
+
+#: What a limits setting takes.
+LIMITS = "a limit string, a function that returns one, Limit(...), or a list of these"
+
+
+#: Flask-Limiter's settings by ours, each with how read and what it takes; not when one of its :data:`OPTIONAL` values.
+RENAMED: dict[str, tuple[str, Callable[[Any], Any], str]] = {
+    ConfigVars.KEY_FUNC: ("RATELIMIT_IDENTITIES", lambda value: identities(value) or ["ip"], FUNCTION),
+    ConfigVars.HEADERS_ENABLED: ("RATELIMIT_HEADERS_ENABLED", bool, ""),
+    ConfigVars.SWALLOW_ERRORS: ("RATELIMIT_FAIL_OPEN", bool, ""),
+    ConfigVars.IN_MEMORY_FALLBACK_ENABLED: ("RATELIMIT_FALLBACK", bool, ""),
+    ConfigVars.STORAGE_OPTIONS: ("RATELIMIT_STORAGE_OPTIONS", lambda value: {**(value or {})}, "a dict of options"),
+    ConfigVars.STORAGE_URI: ("RATELIMIT_STORAGE_URL", lambda value: storage_url(value or "memory://"), "a storage URL"),
+    ConfigVars.STRATEGY: ("RATELIMIT_STRATEGY", lambda value: STRATEGIES[value or "fixed-window"], one_of(STRATEGIES)),
+    ConfigVars.ON_BREACH: ("RATELIMIT_ON_BREACH", breach_hook, FUNCTION),
+    ConfigVars.KEY_PREFIX: ("RATELIMIT_KEY_PREFIX", lambda value: value, ""),  # the extension checks it
+    ConfigVars.HEADER_RETRY_AFTER_VALUE: ("RATELIMIT_RETRY_AFTER", RETRY_AFTER.__getitem__, one_of(RETRY_AFTER)),
 }
 OPTIONAL = {ConfigVars.KEY_PREFIX: (None, ""), ConfigVars.HEADER_RETRY_AFTER_VALUE: (None,)}
 
@@ -79,21 +89,28 @@ def settings(
         )
     if not auto_check:
         raise unsupported("Limiter(auto_check=False)", False, "True: every request is decided before its view")
-    renamed = {header.value: name for header, name in header_name_mapping.items() if header.value != name}
+    renamed = read("header_name_mapping", header_name_mapping, header_names, "a dict of HeaderNames to names")
     for key, header in HEADER_SETTINGS.items():
         if given(key) is not None and given(key) != header.value:
             renamed[header.value] = given(key)
     if HeaderNames.RETRY_AFTER.value in renamed:
         raise unsupported("header_name_mapping", renamed, "Retry-After is a standard header, and keeps its name")
     ours: dict[str, Any] = {
-        name: read(given(key)) for key, (name, read) in RENAMED.items() if given(key) not in OPTIONAL.get(key, ())
+        name: read(key, given(key), how, takes)
+        for key, (name, how, takes) in RENAMED.items()
+        if given(key) not in OPTIONAL.get(key, ())
     }
-    ours.update(FIXED, RATELIMIT_HEADER_NAMES=renamed, RATELIMIT_META=meta_limits(given))
-    ours.update(RATELIMIT_DEFAULT=layered(given, *DEFAULT_SETTINGS))
-    ours.update(RATELIMIT_APPLICATION=layered(given, *APPLICATION_SETTINGS))
+    ours.update(FIXED, RATELIMIT_HEADER_NAMES=renamed)
+    ours.update({key: layered(given, key) for key in LAYERED})
     if str(given(ConfigVars.STORAGE_URI)).startswith("rediss+cluster://"):
         ours["RATELIMIT_STORAGE_OPTIONS"].setdefault("ssl", True)
     return ours
+
+
+def header_names(mapping: Mapping[HeaderNames, str]) -> dict[str, str]:
+    """``header_name_mapping``'s headers that it renames, by name."""
+    headers = {HeaderNames(header).value: name for header, name in dict(mapping).items()}
+    return {header: name for header, name in headers.items() if header != name}
 
 
 #: Flask-Limiter's settings that have no counterpart here yet, with why.
@@ -106,25 +123,30 @@ REFUSED = {
 
 #: Flask-Limiter's settings that rename a header, with the header.
 HEADER_SETTINGS = {getattr(ConfigVars, f"HEADER_{header.name}"): header for header in HeaderNames}
-#: Flask-Limiter's settings of the default limits: the limits, then the options every one takes.
-OPTIONS = ("", "_PER_METHOD", "_EXEMPT_WHEN", "_DEDUCT_WHEN", "_COST")
-DEFAULT_SETTINGS = tuple(getattr(ConfigVars, f"DEFAULT_LIMITS{option}") for option in OPTIONS)
-#: The same for the application limits.
-APPLICATION_SETTINGS = tuple(getattr(ConfigVars, f"APPLICATION_LIMITS{option}") for option in OPTIONS)
+#: Flask-Limiter's settings of limits (ours have the same names), each with the settings of their
+#: options: how each is read into our limits' options, and what it takes.
+LAYERED = {
+    getattr(ConfigVars, kind): {
+        getattr(ConfigVars, f"{kind}_{field.upper()}"): OPTIONS[field]
+        for field in ("per_method", "exempt_when", "deduct_when", "cost")
+    }
+    for kind in ("DEFAULT_LIMITS", "APPLICATION_LIMITS")
+}
+LAYERED[ConfigVars.META_LIMITS] = {ConfigVars.ON_META_BREACH: ("on_breach", breach_hook, FUNCTION)}
 
 
-def layered(
-    given: Callable[[str], Any], key: str, per_method: str, exempt_when: str, deduct_when: str, cost: str
-) -> list[dict[str, Any]] | None:
-    """``RATELIMIT_DEFAULT`` or ``RATELIMIT_APPLICATION`` for Flask-Limiter's settings of them."""
-    shared = Limit("", cost=given(cost), per_method=bool(given(per_method)))
-    shared.exempt_when, shared.deduct_when = given(exempt_when), given(deduct_when)
-    return limits_of(key, given(key), shared.options())
+def layered(given: Callable[[str], Any], key: str) -> list[dict[str, Any]] | None:
+    """Our limits for Flask-Limiter's setting of limits ``key`` and the settings of their options."""
+    shared = Limit("").options()
+    for option, (name, how, takes) in LAYERED[key].items():
+        if given(option) is not None:
+            shared[name] = read(option, given(option), how, takes)
+    return read(key, given(key), lambda value: limits_of(key, value, shared), LIMITS)
 
 
-def limits_of(key: str, value: Any, shared: dict[str, Any], inherited: bool = False) -> list[dict[str, Any]] | None:
+def limits_of(key: str, value: Any, shared: dict[str, Any]) -> list[dict[str, Any]] | None:
     """Our limits for a Flask-Limiter list: its strings as one, each function as a dynamic one,
-    with the ``shared`` options; each ``Limit(...)`` with its own (and ``shared`` if ``inherited``)."""
+    with the ``shared`` options; each ``Limit(...)`` with its own (and ``shared`` for meta limits)."""
     if value is None:
         return None
     items = [value] if isinstance(value, str) or callable(value) else list(value)
@@ -134,8 +156,8 @@ def limits_of(key: str, value: Any, shared: dict[str, Any], inherited: bool = Fa
     for item in items:
         if isinstance(item, Limit):
             options = item.options(base) if callable(item.limit_provider) else item.options()
-            spec = read(key, value, item.spec)
-            found.append({"limit": spec, **(shared if inherited else {}), **options})
+            inherited = shared if key == ConfigVars.META_LIMITS else {}
+            found.append({"limit": item.spec(), **inherited, **options})
         elif isinstance(item, str):
             strings.append(item)
         elif callable(item):
@@ -143,34 +165,17 @@ def limits_of(key: str, value: Any, shared: dict[str, Any], inherited: bool = Fa
             apart = {} if key == ConfigVars.META_LIMITS else {"scope": Apart(made, base)}  # meta limits have theirs
             found.append({"limit": made, **shared, **apart})
         else:
-            raise ConfigurationError(key, value, "a list of limit strings, functions that return one, or Limit(...)")
-    if strings:
-        joined = read(key, value, lambda: translate(";".join(strings)))
-        if joined:
-            found.insert(0, {"limit": joined, **shared})
+            raise TypeError(f"{item!r} is none of these")
+    joined = translate(";".join(strings))
+    if joined:
+        found.insert(0, {"limit": joined, **shared})
     return found or None
-
-
-def read(key: str, value: Any, spec: Callable[[], Any]) -> Any:
-    """``spec()``; a ConfigurationError where the ``limits`` library rejects it, as in Flask-Limiter."""
-    try:
-        return spec()
-    except InvalidLimit:
-        raise
-    except ValueError as error:
-        raise ConfigurationError(key, value, f"limits as Flask-Limiter writes them: {error}") from None
-
-
-def meta_limits(given: Callable[[str], Any]) -> list[dict[str, Any]] | None:
-    """``RATELIMIT_META`` for Flask-Limiter's ``meta_limits`` and ``on_meta_breach``."""
-    shared = Limit("", on_breach=given(ConfigVars.ON_META_BREACH)).options()
-    return limits_of(ConfigVars.META_LIMITS, given(ConfigVars.META_LIMITS), shared, True)
 
 
 def storage_url(uri: str) -> str:
     """The ``limits`` library's storage URL as ours."""
     if not isinstance(uri, str):
-        raise ConfigurationError(ConfigVars.STORAGE_URI, uri, "a storage URL string")
+        raise TypeError(f"{uri!r} is not a string")
     scheme, sep, rest = uri.partition("://")
     if scheme.startswith("async+") or scheme.split("+")[0] in ("memcached", "mongodb", "etcd", "valkey"):
         raise unsupported(ConfigVars.STORAGE_URI, uri, "a Redis URL or memory://: the only storages here")
