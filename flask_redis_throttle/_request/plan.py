@@ -44,7 +44,7 @@ from .config import Settings
 from .headers import REQUESTS, LayerNames
 from .identity import IdentitySpec, Resolver, Warn, resolvers
 from .sources import limits_of
-from .spec import LimitSpec
+from .spec import LimitSpec, given
 
 #: How many policies a dynamic limit keeps, one per distinct string returned;
 #: more, and the cache starts again, so its memory stays bounded whatever
@@ -435,8 +435,8 @@ def plan_of(
     simple = simple and not any(
         limit.policy is None
         or limit.shadow
-        or limit.spec.exempt_when
-        or limit.spec.deduct_when
+        or given(limit.spec.exempt_when)
+        or given(limit.spec.deduct_when)
         or limit.meta
         or limit.slots
         for limit in limits

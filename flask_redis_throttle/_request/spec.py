@@ -150,7 +150,7 @@ def make_spec(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> Limi
             if checked[name] is _BAD:
                 raise InvalidLimit(f"{name} {value!r} must be {expected}", spec=value)
     for (option, other), why in _APART.items():
-        if _given(checked.get(option)) and _given(checked.get(other)):
+        if given(checked.get(option)) and given(checked.get(other)):
             raise InvalidLimit(f"{option}= cannot go with {other}=: {why}", spec=checked[other])
     if checked.get("lease") is not None and checked.get("concurrent") is None:
         raise InvalidLimit(f"lease {checked['lease']!r} needs concurrent=, the cap it leases slots of", spec=None)
@@ -159,7 +159,7 @@ def make_spec(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> Limi
         checked["strategy"] = checked.get("strategy") or SHAPING_STRATEGY
     strategy = checked.get("strategy")
     for option, (ability, reason) in _NEEDS.items():
-        if checked.get(option) and strategy is not None and not getattr(STRATEGIES[strategy], ability):
+        if given(checked.get(option)) and strategy is not None and not getattr(STRATEGIES[strategy], ability):
             raise InvalidLimit(
                 f"{option} needs strategy={able(ability)}, not {strategy!r}: {getattr(STRATEGIES[strategy], reason)}"
                 + (f"; leave strategy out for {SHAPING_STRATEGY}" if option == "delay" else ""),
@@ -185,11 +185,12 @@ def shaped_burst(delay: float, strategy: str) -> int:
 _BAD: Any = object()
 
 
-def _given(value: object) -> bool:
-    """Whether an option read as ``value`` is in use: not None, False or 0
-    (what its truth would say of a function that is false, such as a
-    callable object with ``__len__``, which is in use all the same)."""
-    return value is not None and value is not False and value != 0
+def given(value: object) -> bool:
+    """Whether an option read as ``value`` is in use: not None, False or a
+    zero number. Every rule on options asks this, never the value's truth,
+    which is false for a callable object with a ``__len__`` of 0 that is in
+    use all the same."""
+    return not (value is None or value is False or (isinstance(value, int | float) and value == 0))
 
 
 def _kept(good: Callable[[Any], bool]) -> Callable[[Any], Any]:
