@@ -1,27 +1,10 @@
 """Plans: which limits apply to one endpoint and HTTP method, worked out once.
 
-An endpoint's limits come from three places, in this order:
-
-1. the view's own :func:`~flask_redis_throttle.limit` decorators, and for
-   a class-based view those of its ``dispatch_request`` (every method) and
-   of its handlers (``get``, ``post``...: that method only);
-2. the limits of the blueprints it belongs to, from the innermost outwards,
-   up to and including the first blueprint marked
-   :func:`~flask_redis_throttle.exempt`;
-3. ``RATELIMIT_DEFAULT``, unless a limit from 1 or 2 that applies to the
-   method overrides it: one with ``override_defaults=True``, or with None
-   when ``RATELIMIT_DEFAULT_MODE`` is ``"replace"``;
-4. ``RATELIMIT_APPLICATION``, one limit shared by every view.
-
-3 and 4 are left out for a view exempted, or inside a blueprint exempted,
-unless the exemption keeps them (see :func:`~flask_redis_throttle.exempt`).
-
-Static file endpoints never get a limit. Of those limits, a plan keeps the
-ones whose ``methods`` include the request's method, each compiled into a
-:class:`PlannedLimit`: its :class:`~flask_redis_throttle.core.engine.throttle.Policy`
-(unless it is dynamic), its identity resolvers, and its options. A plan
-that uses no per-request option is *simple*: its one batch is built by a
-loop as short as it was before any option existed.
+:mod:`~flask_redis_throttle._request.sources` finds an endpoint's limits
+(see "Where an endpoint's limits come from" in docs/limits.rst); a plan
+keeps those whose ``methods`` include the method, each compiled into a
+:class:`PlannedLimit`. A plan that uses no per-request option is *simple*:
+its one batch is built by a loop as short as it was before any option existed.
 
 This module imports Flask (for types) but makes no Redis call.
 """
@@ -30,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from flask import Flask, Request, Response
 
@@ -46,14 +30,12 @@ from .identity import IdentitySpec, Resolver, Warn, resolvers
 from .sources import limits_of
 from .spec import LimitSpec, given
 
-#: How many policies a dynamic limit keeps, one per distinct string returned;
-#: more, and the cache starts again, so its memory stays bounded whatever
-#: the function returns.
+#: How many policies a dynamic limit keeps, one per distinct string returned:
+#: bounded, whatever the function returns.
 DYNAMIC_CACHE_SIZE = 256
 
-#: A check before its identities are known: a limit's policy, and the
-#: resolvers that find its identities in a request. Resolving them turns it
-#: into a :data:`~flask_redis_throttle.core.engine.throttle.Check`.
+#: A :data:`~flask_redis_throttle.core.engine.throttle.Check` before its
+#: identities are known: a limit's policy, and its identities' resolvers.
 UnresolvedCheck = tuple[Policy, tuple[Resolver, ...]]
 
 #: A problem found with a request's limits: ``"cost"`` or ``"limit"``, and a message.
@@ -314,18 +296,17 @@ class Plan:
         return batches, labels or self._labels_of(tuple(policies)), problems
 
     def _labels_of(self, policies: tuple[Policy, ...]) -> LayerNames:
-        """The header names of ``policies``, kept by the policies (a
-        dynamic limit's policy made again, equal to the old one, finds the
-        same names)."""
+        """The header names of ``policies`` in their limits' quota units,
+        kept by the policies (a dynamic limit's policy made again, equal to
+        the old one, finds the same names)."""
         labels = self._labels.get(policies)
         if labels is None:
-            units = [self._unit_of(policy) for policy in policies] if self.quota_units else []
+            units = [
+                next((limit.spec.unit for limit in self.limits if limit.owns(policy)), REQUESTS)
+                for policy in (policies if self.quota_units else ())
+            ]
             labels = remember(self._labels, policies, LayerNames.of(policies, units), DYNAMIC_CACHE_SIZE)
         return labels
-
-    def _unit_of(self, policy: Policy) -> str:
-        """The quota unit of the limit ``policy`` is of."""
-        return next((limit.spec.unit for limit in self.limits if limit.owns(policy)), REQUESTS)
 
 
 def matching(batches: list[Batch], response: Response) -> Iterator[Batch]:
@@ -373,6 +354,14 @@ def plan_of(
 
     :param logins: whether the app logs users in with Flask-Login.
     """
+
+    def planned(
+        spec: LimitSpec, source: str, scope: str, strategy: str, shadow: bool, policy: Policy | None, **more: Any
+    ) -> PlannedLimit:
+        identities = spec.identities or settings.identities
+        compiled = resolvers(identities, settings.ipv6_prefix, logins, warn)
+        return PlannedLimit(spec, source, scope, strategy, identities, compiled, shadow, policy, **more)
+
     taken: list[tuple[str, str, frozenset[int] | None]] = []
     limits = []
     for position, (spec, source) in enumerate(found, 1):
@@ -389,45 +378,18 @@ def plan_of(
             continue
         if spec.per_method and not callable(spec.scope):
             scope = per_method_scope(scope, method)
-        identities = spec.identities or settings.identities
         slots = None
         if spec.concurrent is not None:
             slots = Policy.concurrency(spec.concurrent, spec.lease or settings.concurrency_lease, scope)
-        limits.append(
-            PlannedLimit(
-                spec=spec,
-                source=source,
-                scope=scope,
-                strategy=strategy,
-                identities=identities,
-                resolvers=resolvers(identities, settings.ipv6_prefix, logins, warn),
-                shadow=spec.shadow or settings.shadow,
-                policy=None
-                if spec.layers is None or callable(spec.scope)
-                else spec.policy(spec.layers, scope, strategy),
-                slots=slots,
-            )
-        )
+        policy = None if spec.layers is None or callable(spec.scope) else spec.policy(spec.layers, scope, strategy)
+        limits.append(planned(spec, source, scope, strategy, spec.shadow or settings.shadow, policy, slots=slots))
     if not limits:
         return None
     metas = [(_meta_spec(limit), f"meta of {limit.source}") for limit in limits if limit.spec.meta]
     for spec, source in [*metas, *((spec, "RATELIMIT_META") for spec in settings.meta)]:
-        identities = spec.identities or settings.identities
         scope = spec.scope if isinstance(spec.scope, str) else "@meta"
         policy = None if spec.layers is None else Policy(spec.layers, scope, settings.strategy)
-        limits.append(
-            PlannedLimit(
-                spec,
-                source,
-                scope,
-                settings.strategy,
-                identities,
-                resolvers(identities, settings.ipv6_prefix, logins, warn),
-                False,
-                policy,
-                meta=True,
-            )
-        )
+        limits.append(planned(spec, source, scope, settings.strategy, False, policy, meta=True))
     costs = {limit.spec.cost for limit in limits}
     cost = next(iter(costs))
     # Limits that lease quota and limits that do not take a call each.
@@ -446,17 +408,15 @@ def plan_of(
     unresolved = tuple(zip(policies, [limit.resolvers for limit in limits], strict=True)) if simple else ()
     # The header names: each limit's layers, then its slots (whose unit
     # LayerNames knows from the policy), with each one's quota unit.
-    named = [policy for limit in limits for policy in (limit.policy, limit.slots) if policy is not None]
-    units = (
-        [limit.spec.unit for limit in limits for policy in (limit.policy, limit.slots) if policy is not None]
-        if quota_units
-        else []
-    )
+    named = [
+        (policy, limit.spec.unit) for limit in limits for policy in (limit.policy, limit.slots) if policy is not None
+    ]
+    units = [unit for _, unit in named] if quota_units else []
     return Plan(
         endpoint=endpoint,
         method=method,
         limits=tuple(limits),
-        labels=LayerNames.of(named, units) if len(policies) == len(limits) else None,
+        labels=LayerNames.of([policy for policy, _ in named], units) if len(policies) == len(limits) else None,
         simple=simple,
         unresolved=unresolved,
         cost=cost if simple else 1,  # type: ignore[arg-type]

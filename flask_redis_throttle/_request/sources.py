@@ -1,13 +1,7 @@
-"""Where an endpoint's limits come from, whatever the method, in this order:
-the view's own decorators (and a class-based view's, method by method), the
-blueprints it belongs to (innermost first, up to the first one exempted
-from them, or with ``RATELIMIT_BLUEPRINT_MODE = "replace"`` up to the view
-or blueprint whose limits replace those of the blueprints around it), then
-``RATELIMIT_DEFAULT`` unless a limit that applies to the request's method
-overrides it, and
-``RATELIMIT_APPLICATION``, each unless an exemption drops it (the view's,
-its blueprint's, or a nested one of an enclosing blueprint's).
-:mod:`flask_redis_throttle._request.plan` compiles them.
+"""Where an endpoint's limits come from, whatever the method: the view,
+its blueprints, ``RATELIMIT_DEFAULT`` and ``RATELIMIT_APPLICATION``, each
+unless an exemption drops it (see "Where an endpoint's limits come from"
+in docs/limits.rst). :mod:`flask_redis_throttle._request.plan` compiles them.
 """
 
 from __future__ import annotations
@@ -73,9 +67,8 @@ def _own(view: Callable[..., Any]) -> list[tuple[LimitSpec, str]]:
 
 def _overrides_default(own: list[LimitSpec], mode: str) -> bool:
     """Whether a view with the limits ``own`` loses ``RATELIMIT_DEFAULT``: if
-    any of them overrides it, by its ``override_defaults`` or, when that is
-    None, by ``RATELIMIT_DEFAULT_MODE`` (``"replace"`` overrides). As in
-    Flask-Limiter, the default stays only if every limit lets it."""
+    any overrides it, by its ``override_defaults`` or else ``RATELIMIT_DEFAULT_MODE``
+    (as in Flask-Limiter, the default stays only if every limit lets it)."""
     return any(mode == "replace" if spec.override_defaults is None else spec.override_defaults for spec in own)
 
 
