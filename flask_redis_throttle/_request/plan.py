@@ -78,8 +78,7 @@ class PlannedLimit:
     @property
     def leased(self) -> bool:
         """Whether it takes blocks of quota in advance: ``prefetch=True`` on a
-        strategy that can (one from ``RATELIMIT_STRATEGY`` may not: then it
-        is decided with the others, per request; see :doc:`/leases`)."""
+        strategy that can (else it is decided per request; see :doc:`/leases`)."""
         return self.spec.prefetch and self.strategy in LEASABLE
 
     @property
@@ -149,8 +148,8 @@ class PlannedLimit:
 
 
 def qualified_name(function: object) -> str:
-    """``module.qualname`` of a function, to name it in a warning so that it
-    can be found; its ``repr`` if it has no such names (a callable object)."""
+    """``module.qualname`` of a function, to name it in a warning; its
+    ``repr`` if it has no such names (a callable object)."""
     qualname = getattr(function, "__qualname__", None)
     if not isinstance(qualname, str):
         return repr(function)
@@ -171,8 +170,7 @@ class Batch:
     :param meta: whether they are meta limits: deferred, inspected before
         the others at cost 1, and counted only when another batch refuses.
     :param leased: whether all its limits take blocks of quota in advance
-        (``prefetch=``, see :doc:`/leases`); by default, worked out from
-        ``limits`` (a plan, which knows it already, gives it).
+        (``prefetch=``, see :doc:`/leases`); by default, worked out from ``limits``.
     """
 
     cost: int
@@ -199,7 +197,7 @@ class Plan:
 
     :param endpoint: the endpoint.
     :param method: the HTTP method, upper case.
-    :param limits: the limits that apply, in the order of the module docstring.
+    :param limits: the limits that apply, in the order :doc:`/limits` gives.
     :param labels: the layers' header names; None when a limit is dynamic,
         since its layers are known only per request.
     :param simple: True when no limit is dynamic, shadow or deferred, has an
@@ -217,8 +215,7 @@ class Plan:
     unresolved: tuple[UnresolvedCheck, ...] = field(repr=False)
     #: The cost every limit has, for simple plans.
     cost: int = 1
-    #: Whether ``RateLimit-Policy`` says the quota unit of a limit that does
-    #: not count requests (see :attr:`~flask_redis_throttle._request.headers.Draft.quota_units`).
+    #: :attr:`Draft.quota_units <flask_redis_throttle._request.headers.Draft.quota_units>` of the draft.
     quota_units: bool = True
     #: Whether every limit takes blocks of quota in advance, for simple plans.
     leased: bool = False
@@ -349,11 +346,8 @@ def plan_of(
     logins: bool,
     warn: Warn | None = None,
 ) -> Plan | None:
-    """The plan of the limits ``found`` (each with where it was written) for
-    requests of ``method`` to ``endpoint``, or None if none applies.
-
-    :param logins: whether the app logs users in with Flask-Login.
-    """
+    """The plan of the limits ``found`` (each with where it was written),
+    or None if none applies; ``logins``: whether the app has Flask-Login."""
 
     def planned(
         spec: LimitSpec, source: str, scope: str, strategy: str, shadow: bool, policy: Policy | None, **more: Any
@@ -426,9 +420,7 @@ def plan_of(
 
 
 def _meta_spec(limit: PlannedLimit) -> LimitSpec:
-    """The meta limit of ``limit``, as a limit of its own: its layers,
-    counted under ``limit``'s scope and ``+meta``, whom ``limit`` counts,
-    and its hook and message for the refusals."""
+    """The meta limit of ``limit`` as a limit of its own, under ``limit``'s scope and ``+meta``."""
     spec = limit.spec
     layers = spec.meta or ()
     written = "; ".join(str(layer) for layer in layers)
@@ -456,10 +448,9 @@ def _default_scope(
     periods: frozenset[int] | None,
     taken: list[tuple[str, str, frozenset[int] | None]],
 ) -> str:
-    """The endpoint; or, if an earlier limit of the endpoint already counts
-    under it, with the same strategy and a window in common (any window, if
-    either is dynamic), the endpoint and the limit's position, so that two
-    limits never share a counter unless a ``scope=`` says so."""
+    """The endpoint; or the endpoint and the limit's position if an earlier
+    limit counts under it with the same strategy and a window in common (any,
+    if either is dynamic): two limits share a counter only by a ``scope=``."""
     for scope, other_strategy, other_periods in taken:
         if (
             scope == endpoint
