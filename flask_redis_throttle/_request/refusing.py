@@ -82,49 +82,34 @@ class RefusalReporter:
             if any (see :func:`~flask_redis_throttle._request.decisions.over_quota`).
         :param on_breach: the app's ``RATELIMIT_ON_BREACH`` hook, if any.
         """
-        if over is not None:
+        if over is None:
+            policy, layer, identity = decision.policy, decision.layer, decision.identity
+            retry_after: int | None = max(1, math.ceil(decision.retry_after))
+            penalty = " (penalty)" if decision.penalized else ""
+            why = f"{penalty} of scope {policy.scope!r} for {decision.retry_after:.3f} seconds"
+        else:
+            policy, layer, identity, retry_after = over.policy, over.layer, over.identity, None
+            why = f" of scope {policy.scope!r}: it costs {over.cost}, more than the whole quota, so it could never pass"
             # A bug in a cost function or a dynamic limit, which only the app can fix.
-            over_limit = batch_limit(over.policy, batch)
-            which = over_limit.describe() if over_limit is not None else f"scope {over.policy.scope!r}"
+            over_limit = batch_limit(policy, batch)
+            which = over_limit.describe() if over_limit is not None else f"scope {policy.scope!r}"
             outcome = "shadow mode lets it through" if shadow else "refused without Retry-After"
             self.notices._warn(
-                f"a request to {endpoint} costs {over.cost}, more than the whole quota of {over.layer} of {which}: "
+                f"a request to {endpoint} costs {over.cost}, more than the whole quota of {layer} of {which}: "
                 f"it can never pass; {outcome}",
                 "over quota",
             )
-        if not decision.cached:
-            # A refusal repeated from the block cache was logged when Redis made it.
-            if shadow and over is not None:
-                logger.warning(
-                    "shadow mode: %s on %s would be refused by %s of scope %r: it costs %d, "
-                    "more than the whole quota, so it could never pass",
-                    loggable(str(over.identity)),
-                    endpoint,
-                    over.layer,
-                    over.policy.scope,
-                    over.cost,
-                )
-            elif shadow:
-                logger.warning(
-                    "shadow mode: %s on %s would be refused by %s%s of scope %r for %.3f seconds",
-                    loggable(str(decision.identity)),
-                    endpoint,
-                    decision.layer,
-                    " (penalty)" if decision.penalized else "",
-                    decision.policy.scope,
-                    decision.retry_after,
-                )
-            # The fallback's own warning says Redis is away: its refusals are not logged.
-            if self.refusals is not None and not decision.fallback:
-                self._record(self.refusals, "refusal", endpoint, batch.checks, decision, shadow)
+        # A refusal repeated from the block cache was logged when Redis made it.
+        if shadow and not decision.cached:
+            logger.warning(
+                "shadow mode: %s on %s would be refused by %s%s", loggable(str(identity)), endpoint, layer, why
+            )
+        # The fallback's own warning says Redis is away: its refusals are not logged.
+        if self.refusals is not None and not decision.cached and not decision.fallback:
+            self._record(self.refusals, "refusal", endpoint, batch.checks, decision, shadow)
         limit = batch_limit(decision.policy, batch)
         hook = limit.spec.on_breach if limit is not None else None
         if hook is not None or on_breach is not None or request_refused.receivers:
-            if over is None:
-                policy, layer, identity = decision.policy, decision.layer, decision.identity
-                retry_after: int | None = max(1, math.ceil(decision.retry_after))
-            else:
-                policy, layer, identity, retry_after = over.policy, over.layer, over.identity, None
             event = RefusalEvent(req, endpoint, policy.scope, identity, layer, retry_after, shadow, decision.penalized)
             response = notify(self.app, event, (hook, on_breach))
             return None if shadow else response

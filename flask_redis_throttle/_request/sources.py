@@ -7,8 +7,7 @@ in docs/limits.rst). :mod:`flask_redis_throttle._request.plan` compiles them.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Container, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 from flask import Flask
 from flask.views import http_method_funcs
@@ -26,7 +25,12 @@ def limits_of(app: Flask, endpoint: str, settings: Settings, method: str | None 
     if view is None or endpoint == "static" or endpoint.endswith(".static"):
         return []
     exemption: Exemption | None = getattr(view, EXEMPT_ATTRIBUTE, None)
-    found = [] if exemption is not None and exemption.own_limits else _own(view)
+    found = []
+    if exemption is None or not exemption.own_limits:  # the view's, or its class's for a class-based view
+        found = [(spec, "view") for spec in getattr(view, LIMITS_ATTRIBUTE, ())]
+        view_class = getattr(view, "view_class", None)
+        if isinstance(view_class, type):
+            found += [(spec, "view") for spec in class_view_limits(view_class)]
     drops = set() if exemption is None else set(exemption.drops)
     replacing = settings.blueprint_mode == "replace"
     applying = [spec for spec, _ in found if method is None or spec.applies_to(method)]
@@ -53,15 +57,6 @@ def limits_of(app: Flask, endpoint: str, settings: Settings, method: str | None 
         found += [(spec, "RATELIMIT_DEFAULT") for spec in settings.default]
     if "application" not in drops:
         found += [(spec, "RATELIMIT_APPLICATION") for spec in settings.application]
-    return found
-
-
-def _own(view: Callable[..., Any]) -> list[tuple[LimitSpec, str]]:
-    """The limits put on ``view`` itself, or on its class for a class-based view."""
-    found = [(spec, "view") for spec in getattr(view, LIMITS_ATTRIBUTE, ())]
-    view_class = getattr(view, "view_class", None)
-    if isinstance(view_class, type):
-        found += [(spec, "view") for spec in class_view_limits(view_class)]
     return found
 
 
@@ -98,13 +93,7 @@ def class_view_limits(view_class: type) -> list[LimitSpec]:
                     )
                 spec = dataclasses.replace(spec, methods=methods)
             found.append(spec)
-    _check_class_view(view_class, handlers)
-    return found
-
-
-def _check_class_view(view_class: type, handlers: Container[str]) -> None:
-    """Refuse limits and exemptions a class-based view would silently ignore."""
-    for name in dir(view_class):
+    for name in dir(view_class):  # what the view would ignore in silence
         attribute = getattr(view_class, name, None)
         if getattr(attribute, EXEMPT_ATTRIBUTE, False):
             raise TypeError(
@@ -116,6 +105,7 @@ def _check_class_view(view_class: type, handlers: Container[str]) -> None:
                 f"limit() on {view_class.__qualname__}.{name}() is never applied: {name}() handles no request. "
                 "Put it on get(), post()... or dispatch_request(), or in the class's `decorators`"
             )
+    return found
 
 
 def blueprints_of(app: Flask, endpoint: str) -> Iterator[str]:
