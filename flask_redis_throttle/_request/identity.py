@@ -68,8 +68,13 @@ def resolvers(
 def spec_name(spec: IdentitySpec) -> str:
     """An identity spec's name: the built-in name, or for a key function
     ``key:<module>.<qualified name>``, which is also the kind of the
-    identities it returns."""
-    return spec if isinstance(spec, str) else f"key:{_function_name(spec)}"
+    identities it returns: the same in every process, so that all app
+    servers count them under the same keys."""
+    if isinstance(spec, str):
+        return spec
+    module = getattr(spec, "__module__", None) or ""
+    name = getattr(spec, "__qualname__", None) or type(spec).__qualname__
+    return f"key:{module}.{name}" if module else f"key:{name}"
 
 
 def spec_kinds(spec: IdentitySpec) -> tuple[str, ...]:
@@ -242,11 +247,3 @@ def _custom_resolver(function: KeyFunction, kind: str) -> Resolver:
         return None if value is None else _identity(kind, str(value))
 
     return custom
-
-
-def _function_name(function: KeyFunction) -> str:
-    """A name for a key function that is the same in every process, so that
-    all app servers count its identities under the same keys."""
-    module = getattr(function, "__module__", None) or ""
-    name = getattr(function, "__qualname__", None) or type(function).__qualname__
-    return f"{module}.{name}" if module else name

@@ -148,10 +148,10 @@ def make_spec(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> Limi
     for (option, other), why in _APART.items():
         if given(checked.get(option)) and given(checked.get(other)):
             raise InvalidLimit(f"{option}= cannot go with {other}=: {why}", spec=checked[other])
-    if checked.get("lease") is not None and checked.get("concurrent") is None:
+    if given(checked.get("lease")) and not given(checked.get("concurrent")):
         raise InvalidLimit(f"lease {checked['lease']!r} needs concurrent=, the cap it leases slots of", spec=None)
     delay = checked.get("delay", 0.0)
-    if delay:
+    if given(delay):
         checked["strategy"] = checked.get("strategy") or SHAPING_STRATEGY
     strategy = checked.get("strategy")
     for option, (ability, reason) in _NEEDS.items():
