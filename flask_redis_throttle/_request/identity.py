@@ -161,7 +161,8 @@ def _ip_resolver(ipv6_prefix: int) -> Resolver:
         address = request.remote_addr or ""
         if ":" in address:  # IPv6, or a port: a plain IPv4 address is counted as it is
             address = _client_address(address, ipv6_prefix)
-        return _identity("ip", address)
+        # _identity inlined: every request of every app resolves its IP.
+        return _known("ip", address) if len(address) <= CACHED_VALUE_LENGTH else Identity("ip", address)
 
     return ip
 
