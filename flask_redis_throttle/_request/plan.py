@@ -257,22 +257,16 @@ class Plan:
         for limit in self.limits:
             exempt_when = limit.spec.exempt_when
             slots = limit.slots
-            if exempt_when is not None and exempt_when(request):
-                if limit.policy is not None:
-                    policies.append(limit.policy)
-                if slots is not None:
-                    policies.append(slots)
-                continue
+            exempted = exempt_when is not None and exempt_when(request)
             try:
-                policy = limit.resolve(request)
+                policy = limit.policy if exempted else limit.resolve(request)
             except InvalidLimit as error:
                 problems.append(("limit", f"the dynamic {limit.describe()} is unusable: {loggable(str(error))}"))
                 continue
-            if policy is None:
+            if policy is not None or exempted:  # an exempted limit's layers are named in the headers too
+                policies += [each for each in (policy, slots) if each is not None]
+            if exempted or policy is None:
                 continue
-            policies.append(policy)
-            if slots is not None:
-                policies.append(slots)
             identities = _identities(limit.resolvers, request)
             if not identities:
                 continue
