@@ -50,15 +50,10 @@ def check_identities(value: Any) -> tuple[IdentitySpec, ...] | None:
 def resolvers(
     specs: Sequence[IdentitySpec], ipv6_prefix: int, logins: bool, warn: Warn | None = None
 ) -> tuple[Resolver, ...]:
-    """Compile identity specs into resolvers, once per view.
-
-    :param specs: built-in names and key functions.
-    :param ipv6_prefix: the prefix length IPv6 clients are grouped by.
-    :param logins: whether the app has a Flask-Login ``LoginManager``; without
-        one, the user identity never applies.
-    :param warn: how to warn of a logged-in user without an id; by default,
-        a warning for each such request.
-    """
+    """Compile built-in names and key functions into resolvers, once per
+    view. Without a Flask-Login ``LoginManager`` (``logins``) the user
+    identity never applies; ``warn`` is told of a logged-in user without an
+    id (by default, a warning for each such request)."""
     ip = _ip_resolver(ipv6_prefix)
     user: Resolver = partial(_user, warn=warn or _log) if logins and current_user is not None else lambda r: None
     built_in: dict[str, Resolver] = {"ip": ip, "user": user, "user-or-ip": lambda r: user(r) or ip(r)}

@@ -26,13 +26,9 @@ UNREADABLE_SHOWN = 10
 
 
 class Overrides:
-    """One app's overrides: its store, this process's copy, and their use.
-
-    :param throttle: the app's throttle: its storage, its breaker and its clock.
-    :param settings: the app's settings.
-    :param failed: told of a failure to read the overrides from storage.
-    :param warn: told of stored overrides that cannot be read.
-    """
+    """One app's overrides: its store, this process's copy, and their use,
+    on the app's ``throttle`` (its storage, breaker and clock); ``failed``
+    is told of a failed read, ``warn`` of stored overrides that cannot be read."""
 
     def __init__(
         self,

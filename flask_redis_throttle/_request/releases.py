@@ -24,12 +24,8 @@ Failed = Callable[[StorageUnavailable, str], None]
 
 
 class Releases:
-    """The holds of one app whose giving back failed.
-
-    :param failed: told of a hold left to its lease: after an error not the
-        storage's (a bug), or the oldest dropped when :data:`MOST_PENDING` wait.
-    :param clock: seconds on a monotonic clock, for the holds' leases.
-    """
+    """The holds of one app whose giving back failed. ``failed`` is told of
+    a hold left to its lease (after a bug, or the oldest of :data:`MOST_PENDING`)."""
 
     def __init__(self, failed: Failed, clock: Callable[[], float] = time.monotonic) -> None:
         self.failed = failed
