@@ -797,11 +797,14 @@ class _FalseCheck:
     """A deduct_when that is a callable object whose truth is false, as an
     object with ``__len__`` of 0 is: in use all the same."""
 
+    def __init__(self, answer: bool = True) -> None:
+        self.answer = answer
+
     def __len__(self) -> int:
         return 0
 
-    def __call__(self, response: object) -> bool:
-        return True
+    def __call__(self, response_or_request: object) -> bool:
+        return self.answer
 
 
 @pytest.mark.parametrize(
@@ -821,6 +824,30 @@ def test_options_that_cannot_go_together_are_refused_whatever_their_truth(
     shaped turn to after the response."""
     with pytest.raises(InvalidLimit, match=message):
         limit("10/s", deduct_when=_FalseCheck(), **options)
+
+
+@pytest.mark.parametrize(
+    ("option", "answer", "expected"),
+    [
+        ("deduct_when", False, [200, 200, 200]),
+        ("exempt_when", True, [200, 200, 200]),
+        ("exempt_when", False, [200, 429, 429]),
+    ],
+)
+def test_a_function_false_as_a_value_is_asked_all_the_same(
+    app: Flask, statuses, option: str, answer: bool, expected: list[int]
+) -> None:
+    """A deduct_when or exempt_when that is a callable object false as a
+    value is in use, as the option checks take it: the plan asks it on each
+    request rather than counting every request as if it were not given."""
+
+    @app.get("/checked")
+    @limit("1/m", **{option: _FalseCheck(answer)})
+    def checked() -> str:
+        return "ok"
+
+    install(app)
+    assert statuses(app.test_client(), 3, "/checked") == expected
 
 
 def test_methods_are_read_once_from_any_iterable() -> None:

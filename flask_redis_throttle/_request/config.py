@@ -1,7 +1,5 @@
-"""The ``RATELIMIT_*`` settings: their defaults, in one place, and their checks.
-
-Settings are read once, at ``init_app``. A bad value raises
-:class:`~flask_redis_throttle.ConfigurationError` there, quoting it.
+"""The ``RATELIMIT_*`` settings, read and checked once, at ``init_app``,
+from one table (see docs/config.rst).
 """
 
 from __future__ import annotations
@@ -84,14 +82,6 @@ _RENAMES = f"a dict that renames some of {', '.join(LEGACY_HEADERS)} to other he
 _MODES = " or ".join(map(repr, DEFAULT_MODES))
 
 
-def _partition_key(value: Any, config: Mapping[str, Any]) -> bool:
-    """Whether ``RATELIMIT_HEADERS_PARTITION_KEY`` can be on: with a secret
-    for the digests, and a draft that has ``pk``."""
-    return not value or (
-        config["RATELIMIT_KEY_SECRET"] is not None and DRAFTS[config["RATELIMIT_HEADERS_DRAFT"]].partition_keys
-    )
-
-
 #: Every setting this extension reads, and how. The checks run in this
 #: order, so that a setting is good before another's check reads it; then
 #: the readings, in the same order.
@@ -169,7 +159,15 @@ SETTINGS: dict[str, Setting] = {
     ),
     "RATELIMIT_HEADERS_PARTITION_KEY": Setting(
         False,
-        lambda value, config: isinstance(value, bool) and _partition_key(value, config),
+        # On, it needs a secret for the digests, and a draft that has pk.
+        lambda value, config: (
+            value is False
+            or (
+                value is True
+                and config["RATELIMIT_KEY_SECRET"] is not None
+                and DRAFTS[config["RATELIMIT_HEADERS_DRAFT"]].partition_keys
+            )
+        ),
         "True or False, and False unless RATELIMIT_KEY_SECRET is set (the key of its digests) and "
         "RATELIMIT_HEADERS_DRAFT is "
         + " or ".join(str(number) for number, each in DRAFTS.items() if each.partition_keys),
@@ -180,7 +178,8 @@ SETTINGS: dict[str, Setting] = {
         0.8,
         lambda value, _: value is None or (is_number(value) and 0 < value <= 1),
         "None, or a number above 0 and at most 1",
-        lambda value, _: None if value is None else _fraction(value),
+        # As written: 0.8 is 4/5 (the float is a little more).
+        lambda value, _: None if value is None else Fraction(str(value)).as_integer_ratio(),
     ),
     "RATELIMIT_OVERRIDE_BLOCK_STATUS": Setting(429, _one_of(429, 403), "429 or 403"),
     "RATELIMIT_OVERRIDE_WIDEST_IPV4": Setting(16, _integer(0, 32), "a prefix length, an integer from 0 to 32"),
@@ -221,9 +220,6 @@ FLASK_LIMITER_SETTINGS: dict[str, tuple[str | None, str]] = {
     "RATELIMIT_REQUEST_IDENTIFIER": (None, "counters are named after the endpoint, or the limit's scope="),
 }
 
-#: Where the warnings about Flask-Limiter's settings send the reader.
-MIGRATION_PAGE = "see 'Coming from Flask-Limiter' in the docs (docs/flask-limiter.rst)"
-
 
 @dataclass(frozen=True)
 class Settings:
@@ -235,9 +231,6 @@ class Settings:
     key_prefix: str
     default: tuple[LimitSpec, ...]
     default_mode: str
-    #: ``RATELIMIT_BLUEPRINT_MODE``: whether a view's own limits that
-    #: override the default replace its blueprints' (``"replace"``), or add
-    #: up with them (``"add"``).
     blueprint_mode: str
     application: tuple[LimitSpec, ...]
     meta: tuple[LimitSpec, ...]
@@ -259,14 +252,10 @@ class Settings:
     fallback: bool
     shadow: bool
     on_breach: Callable[[RefusalEvent], object] | None
-    #: The draft whose form the responses take (``RATELIMIT_HEADERS_DRAFT``).
     draft: Draft
-    #: The key of the ``pk`` digests; None for no ``pk``
-    #: (``RATELIMIT_HEADERS_PARTITION_KEY``).
+    #: The key of the ``pk`` digests; None for no ``pk``.
     partition_secret: bytes | None
-    #: The share of a layer's quota past which an identity is near its
-    #: limit, as a fraction (numerator, denominator); None for no signal
-    #: (``RATELIMIT_NEAR_LIMIT``).
+    #: ``RATELIMIT_NEAR_LIMIT`` as (numerator, denominator); None for no signal.
     near_limit: tuple[int, int] | None
     override_block_status: int
     override_widest_ipv4: int
@@ -296,15 +285,17 @@ class Settings:
 
 
 def _warn_unknown(config: Mapping[str, Any]) -> None:
-    """Warn of each ``RATELIMIT_*`` key this extension does not read, which
-    would otherwise be ignored in silence: a Flask-Limiter setting, naming
-    ours that does its job, or a typo, naming the nearest known key."""
+    """Warn of each ``RATELIMIT_*`` key this extension does not read: a
+    Flask-Limiter setting, naming ours, or a typo, naming the nearest key."""
     for key in sorted(k for k in config if isinstance(k, str) and k.startswith("RATELIMIT_") and k not in DEFAULTS):
         if key in FLASK_LIMITER_SETTINGS:
             equivalent, hint = FLASK_LIMITER_SETTINGS[key]
             advice = f"use {equivalent} ({hint})" if equivalent else f"there is no equivalent here: {hint}"
             logger.warning(
-                "%s is a Flask-Limiter setting that flask-redis-throttle ignores; %s; %s.", key, advice, MIGRATION_PAGE
+                "%s is a Flask-Limiter setting that flask-redis-throttle ignores; %s; "
+                "see 'Coming from Flask-Limiter' in the docs (docs/flask-limiter.rst).",
+                key,
+                advice,
             )
         else:
             nearest = difflib.get_close_matches(key, DEFAULTS, n=1)
@@ -342,8 +333,7 @@ def _limits(key: str, value: Any, scope: str | None = None) -> tuple[LimitSpec, 
 
 
 def _legacy_names(value: Any, config: Mapping[str, Any]) -> LegacyNames | None:
-    """The legacy headers' names, from ``RATELIMIT_HEADER_NAMES``; None
-    when ``RATELIMIT_HEADERS_LEGACY`` is off, which a renaming needs."""
+    """The legacy headers' names; None when ``RATELIMIT_HEADERS_LEGACY`` is off."""
     legacy = config["RATELIMIT_HEADERS_LEGACY"]
     names = tuple(value.get(name, name) for name in LEGACY_HEADERS)
     lowered = [name.lower() for name in names if isinstance(name, str) and TOKEN.fullmatch(name)]
@@ -377,12 +367,6 @@ def _meta_limits(value: Any) -> tuple[LimitSpec, ...]:
 
 #: What a meta limit has of a limit's options.
 META_OPTIONS = frozenset({"limit", "layers", "scope", "identities", "on_breach", "error_message"})
-
-
-def _fraction(share: float) -> tuple[int, int]:
-    """``share`` as the fraction it is written as: 0.8 is 4/5 (the float is a little more)."""
-    fraction = Fraction(str(share))
-    return fraction.numerator, fraction.denominator
 
 
 def _key_secret(secret: Any) -> bytes | None:

@@ -1,26 +1,6 @@
-"""Who is asking: the identities a Flask request is known by.
-
-Built-in identities, chosen by name in ``RATELIMIT_IDENTITIES`` or
-``@limit(..., identities=...)``:
-
-* ``"ip"``: ``request.remote_addr``. IPv6 addresses are grouped by network
-  (``RATELIMIT_IPV6_PREFIX``, /64 by default), because one client usually
-  owns a whole /64. A port (``203.0.113.5:40000``, ``[2001:db8::1]:443``),
-  the brackets of an IPv6 address and its zone are dropped, since some
-  proxies forward them and each port would otherwise count apart.
-  ``X-Forwarded-For`` is never read: a client can set it to anything. Behind
-  a proxy, use :class:`werkzeug.middleware.proxy_fix.ProxyFix`.
-* ``"user"``: the Flask-Login ``current_user.get_id()``, when someone is
-  logged in. Without Flask-Login, or a ``LoginManager`` on the app, it never
-  applies. Nor does it when ``get_id()`` raises or returns None: the request
-  is then anonymous, and a warning says so.
-* ``"user-or-ip"``: the user when logged in, else the IP.
-
-A callable ``key(request) -> str | None`` is a custom identity; returning
-None means it does not apply to this request. Its counters are kept under its
-module and qualified name, which are the same in every process; two key
-functions with the same name in the same module (two lambdas, say) would
-therefore share counters, so give key functions names of their own.
+"""Who is asking: the identities a Flask request is known by, built-in
+(``"ip"``, ``"user"``, ``"user-or-ip"``) or a key function's. See
+docs/identity.rst, and docs/deployment.rst for a proxy's addresses.
 """
 
 from __future__ import annotations
@@ -52,22 +32,17 @@ Resolver = Callable[[Request], Identity | None]
 #: at most once per interval.
 Warn = Callable[[str, str], None]
 
-#: The longest text that can be an IP address: an IPv6 address that ends in
-#: an IPv4 one, such as ``ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255``.
-#: Anything longer is not parsed, nor kept in the cache of addresses.
+#: The longest text that can be an IP address
+#: (``ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255``): longer is not parsed.
 MAX_ADDRESS_LENGTH = 45
 
 IDENTITY_NAMES = ("ip", "user", "user-or-ip")
 
 
 def check_identities(value: Any) -> tuple[IdentitySpec, ...] | None:
-    """Return ``value`` as a tuple if it is a valid identity list, else None.
-
-    Valid is a non-empty list or tuple of built-in names and callables.
-    """
-    if not isinstance(value, (list, tuple)) or not value:
-        return None
-    if all(callable(item) or item in IDENTITY_NAMES for item in value):
+    """``value`` as a tuple if it is a non-empty list or tuple of built-in
+    names and key functions, else None."""
+    if isinstance(value, (list, tuple)) and value and all(callable(item) or item in IDENTITY_NAMES for item in value):
         return tuple(value)
     return None
 
@@ -75,17 +50,12 @@ def check_identities(value: Any) -> tuple[IdentitySpec, ...] | None:
 def resolvers(
     specs: Sequence[IdentitySpec], ipv6_prefix: int, logins: bool, warn: Warn | None = None
 ) -> tuple[Resolver, ...]:
-    """Compile identity specs into resolvers, once per view.
-
-    :param specs: built-in names and key functions.
-    :param ipv6_prefix: the prefix length IPv6 clients are grouped by.
-    :param logins: whether the app has a Flask-Login ``LoginManager``; without
-        one, the user identity never applies.
-    :param warn: how to warn of a logged-in user without an id; by default,
-        a warning for each such request.
-    """
+    """Compile built-in names and key functions into resolvers, once per
+    view. Without a Flask-Login ``LoginManager`` (``logins``) the user
+    identity never applies; ``warn`` is told of a logged-in user without an
+    id (by default, a warning for each such request)."""
     ip = _ip_resolver(ipv6_prefix)
-    user: Resolver = partial(_user, warn=warn or _log) if logins and current_user is not None else _nobody
+    user: Resolver = partial(_user, warn=warn or _log) if logins and current_user is not None else lambda r: None
     built_in: dict[str, Resolver] = {"ip": ip, "user": user, "user-or-ip": lambda r: user(r) or ip(r)}
     return tuple(built_in[spec] if isinstance(spec, str) else _custom_resolver(spec, spec_name(spec)) for spec in specs)
 
@@ -93,8 +63,13 @@ def resolvers(
 def spec_name(spec: IdentitySpec) -> str:
     """An identity spec's name: the built-in name, or for a key function
     ``key:<module>.<qualified name>``, which is also the kind of the
-    identities it returns."""
-    return spec if isinstance(spec, str) else f"key:{_function_name(spec)}"
+    identities it returns: the same in every process, so that all app
+    servers count them under the same keys."""
+    if isinstance(spec, str):
+        return spec
+    module = getattr(spec, "__module__", None) or ""
+    name = getattr(spec, "__qualname__", None) or type(spec).__qualname__
+    return f"key:{module}.{name}" if module else f"key:{name}"
 
 
 def spec_kinds(spec: IdentitySpec) -> tuple[str, ...]:
@@ -141,7 +116,7 @@ def parse_identity(text: str, ipv6_prefix: int, key_kinds: Sequence[str] = ()) -
 
 
 def _parse_address(value: str, ipv6_prefix: int) -> str:
-    """The value requests from the address or network ``value`` are counted under."""
+    """What requests from the address or network ``value`` count under."""
     if not value:
         return value
     try:
@@ -160,9 +135,8 @@ def _parse_address(value: str, ipv6_prefix: int) -> str:
     return address_group(address, ipv6_prefix)
 
 
-#: How many identities are kept made, by kind and value: enough for the
-#: clients of a busy minute, bounded so that a flood of new ones cannot grow
-#: the process. A request's identities are then one lookup each.
+#: How many identities are kept made: a busy minute's clients, bounded
+#: against a flood of new ones.
 IDENTITY_CACHE_SIZE = 4096
 
 _known = lru_cache(maxsize=IDENTITY_CACHE_SIZE)(Identity)
@@ -175,25 +149,23 @@ def _identity(kind: str, value: str) -> Identity:
 
 
 def _ip_resolver(ipv6_prefix: int) -> Resolver:
-    """The resolver of the ``ip`` identity: a closure rather than a
-    ``partial`` with a keyword, which builds a dict on every call."""
+    """The ``ip`` identity's resolver: a closure, since a ``partial`` with a
+    keyword builds a dict on every call."""
 
     def ip(request: Request) -> Identity:
         address = request.remote_addr or ""
         if ":" in address:  # IPv6, or a port: a plain IPv4 address is counted as it is
             address = _client_address(address, ipv6_prefix)
+        # _identity inlined: every request of every app resolves its IP.
         return _known("ip", address) if len(address) <= CACHED_VALUE_LENGTH else Identity("ip", address)
 
     return ip
 
 
 def _client_address(text: str, prefix: int) -> str:
-    """What a client whose address is ``text`` is counted under: its IPv4
-    address, or its IPv6 network, without port, brackets or zone.
-
-    Text that is no address at all counts under itself, as it is: it is not
-    parsed if it is too long to be one, and never cached.
-    """
+    """What a client whose address is ``text`` counts under: its IPv4
+    address or IPv6 network; text that is no address, under itself
+    (unparsed if too long to be one, and never cached)."""
     host = _host(text)
     if host is None or len(host) > MAX_ADDRESS_LENGTH:
         return text
@@ -204,10 +176,8 @@ def _client_address(text: str, prefix: int) -> str:
 
 
 def _host(text: str) -> str | None:
-    """The address in ``text``, without the port, brackets and zone that
-    servers and proxies may add (``[2001:db8::1%eth0]:443``,
-    ``203.0.113.5:40000``); None if ``text`` has a port or brackets that are
-    not well formed. Whether the rest is an address is not checked here."""
+    """The address in ``text`` without the port, brackets and zone proxies
+    may add (``[2001:db8::1%eth0]:443``); None if they are malformed."""
     if text.startswith("["):
         host, bracket, port = text[1:].partition("]")
         if not bracket or (port and not (port[0] == ":" and _is_port(port[1:]))):
@@ -227,12 +197,10 @@ def _is_port(text: str) -> bool:
 
 @lru_cache(maxsize=4096)
 def address_group(host: str, prefix: int) -> str:
-    """The IPv4 address ``host`` is, or maps to as an IPv6 address; or the
-    IPv6 network it belongs to.
+    """The IPv4 address ``host`` is or maps to, or its IPv6 network.
 
-    :raises ValueError: if ``host`` is not an address. The cache keeps no
-        exceptions, so it only ever holds addresses, each at most
-        :data:`MAX_ADDRESS_LENGTH` characters long.
+    :raises ValueError: if ``host`` is not an address (the cache keeps no
+        exceptions: only addresses, of at most :data:`MAX_ADDRESS_LENGTH`).
     """
     parsed = ipaddress.ip_address(host)
     if parsed.version == 4:
@@ -243,9 +211,8 @@ def address_group(host: str, prefix: int) -> str:
 
 
 def _user(request: Request, warn: Warn) -> Identity | None:
-    """The logged-in user; None for an anonymous request, and for a user
-    whose ``get_id()`` raises or returns None. Counting the latter as a user
-    would give a 500, or put everyone without an id under the user "None"."""
+    """The logged-in user; None when anonymous, or when ``get_id()`` raises
+    or returns None (rather than a 500, or everyone under the user "None")."""
     asked = "current_user.is_authenticated"
     try:
         # The proxy is resolved once: each use of it finds the user anew,
@@ -268,26 +235,11 @@ def _log(message: str, kind: str) -> None:
     logger.warning("%s", message)
 
 
-def _nobody(request: Request) -> None:
-    return None
-
-
 def _custom_resolver(function: KeyFunction, kind: str) -> Resolver:
     """The resolver of a key function's identity, of kind ``kind``."""
 
     def custom(request: Request) -> Identity | None:
         value = function(request)
-        if value is None:
-            return None
-        text = str(value)
-        return _known(kind, text) if len(text) <= CACHED_VALUE_LENGTH else Identity(kind, text)
+        return None if value is None else _identity(kind, str(value))
 
     return custom
-
-
-def _function_name(function: KeyFunction) -> str:
-    """A name for a key function that is the same in every process, so that
-    all app servers count its identities under the same keys."""
-    module = getattr(function, "__module__", None) or ""
-    name = getattr(function, "__qualname__", None) or type(function).__qualname__
-    return f"{module}.{name}" if module else name

@@ -1,8 +1,7 @@
-"""Overrides in the Flask layer: following them on every request, and
-making them from what an operator typed, for the CLI, the dashboard and
-:class:`~flask_redis_throttle.RateLimit`'s methods alike. The store and
-the table are the core's (:mod:`flask_redis_throttle.core.stores.overrides`);
-see :doc:`/overrides`.
+"""Overrides in the Flask layer: followed on every request, and changed
+for the CLI, the dashboard and :class:`~flask_redis_throttle.RateLimit`
+alike, over the core's store (:mod:`flask_redis_throttle.core.stores.overrides`).
+See :doc:`/overrides`.
 """
 
 from __future__ import annotations
@@ -27,13 +26,9 @@ UNREADABLE_SHOWN = 10
 
 
 class Overrides:
-    """One app's overrides: its store, this process's copy, and their use.
-
-    :param throttle: the app's throttle: its storage, its breaker and its clock.
-    :param settings: the app's settings.
-    :param failed: told of a failure to read the overrides from storage.
-    :param warn: told of stored overrides that cannot be read.
-    """
+    """One app's overrides: its store, this process's copy, and their use,
+    on the app's ``throttle`` (its storage, breaker and clock); ``failed``
+    is told of a failed read, ``warn`` of stored overrides that cannot be read."""
 
     def __init__(
         self,
@@ -45,8 +40,13 @@ class Overrides:
         self.throttle = throttle
         self.settings = settings
         self.store = OverrideStore(throttle.storage.client, settings.key_prefix, clock=self.now)
+        # Not read while the circuit breaker holds calls back: it does not count these reads.
         self.follower = OverrideFollower(
-            load=self._load, version=self.store.version, clock=self.now, failed=failed, ready=self._ready
+            load=self._load,
+            version=self.store.version,
+            clock=self.now,
+            failed=failed,
+            ready=lambda: throttle.breaker is None or not throttle.breaker.open,
         )
         self._warn = warn
         #: The version and the unreadable fields last warned of.
@@ -54,15 +54,9 @@ class Overrides:
         self._policies: dict[tuple[Policy, tuple[object, ...]], Policy] = {}
         self._labels: dict[tuple[Policy, ...], LayerNames] = {}
 
-    def _ready(self) -> bool:
-        """Whether to ask the storage for the overrides now: not while the
-        circuit breaker holds calls back (the reads are not counted by it)."""
-        breaker = self.throttle.breaker
-        return breaker is None or not breaker.open
-
     def _load(self) -> tuple[bytes | None, list[Override]]:
-        """The version and the overrides in force, for the follower; a field
-        that cannot be read is skipped, with a warning once per change."""
+        """The version and the overrides in force; a field that cannot be
+        read is skipped, with a warning once per change."""
         version, found, unreadable = self.store.read()
         if unreadable and (version, tuple(unreadable)) != self._warned:
             self._warned = (version, tuple(unreadable))
@@ -75,8 +69,7 @@ class Overrides:
         return version, found
 
     def now(self) -> float:
-        """The time, in seconds since the epoch: the throttle's own, which
-        tests may pin."""
+        """The time in seconds since the epoch: the throttle's, which tests may pin."""
         pinned = self.throttle.now()
         return pinned / 1_000_000 if pinned is not None else time.time()
 
@@ -98,8 +91,12 @@ class Overrides:
         if not every:
             return batches, labels
         blocked = next((override for override in every if override.action == "block"), None)
-        if blocked is not None:
-            raise self._blocked(blocked)
+        if blocked is not None and self.settings.override_block_status == 403:
+            raise BlockedForbidden()
+        if blocked is not None:  # a 429 says when the block ends
+            now = self.now()
+            header = retry_after_value(blocked.until - now, True, now) if self.settings.retry_after_http_date else None
+            raise Blocked(blocked.until - now, header)
         changed: list[Batch] = []
         touched: set[Policy] = set()
         origins: dict[Policy, Policy] = {}  # an override's policy: the limit's it stands for
@@ -148,18 +145,10 @@ class Overrides:
             made = remember(self._policies, key, dataclasses.replace(policy, layers=override.layers), POLICY_CACHE_SIZE)
         return made
 
-    def _blocked(self, override: Override) -> Blocked | BlockedForbidden:
-        """The refusal of a blocked identity, found in memory; a 429 says when it ends."""
-        if self.settings.override_block_status == 403:
-            return BlockedForbidden()
-        now = self.now()
-        header = retry_after_value(override.until - now, True, now) if self.settings.retry_after_http_date else None
-        return Blocked(override.until - now, header)
-
     def put(self, override: Override) -> Override:
-        """Store ``override``, log it, and follow it in this process at once;
-        the write, as :meth:`remove`'s, goes past the circuit breaker, which
-        an operator's failed change never opens on the requests."""
+        """Store ``override``, log it, and follow it in this process at once.
+        The write, as :meth:`remove`'s, goes past the circuit breaker: an
+        operator's failed change never opens it on the requests."""
         self.throttle.unguarded(self.store.put, override)
         self.follower.refresh(force=True)
         return override

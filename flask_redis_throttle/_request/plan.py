@@ -1,27 +1,10 @@
 """Plans: which limits apply to one endpoint and HTTP method, worked out once.
 
-An endpoint's limits come from three places, in this order:
-
-1. the view's own :func:`~flask_redis_throttle.limit` decorators, and for
-   a class-based view those of its ``dispatch_request`` (every method) and
-   of its handlers (``get``, ``post``...: that method only);
-2. the limits of the blueprints it belongs to, from the innermost outwards,
-   up to and including the first blueprint marked
-   :func:`~flask_redis_throttle.exempt`;
-3. ``RATELIMIT_DEFAULT``, unless a limit from 1 or 2 that applies to the
-   method overrides it: one with ``override_defaults=True``, or with None
-   when ``RATELIMIT_DEFAULT_MODE`` is ``"replace"``;
-4. ``RATELIMIT_APPLICATION``, one limit shared by every view.
-
-3 and 4 are left out for a view exempted, or inside a blueprint exempted,
-unless the exemption keeps them (see :func:`~flask_redis_throttle.exempt`).
-
-Static file endpoints never get a limit. Of those limits, a plan keeps the
-ones whose ``methods`` include the request's method, each compiled into a
-:class:`PlannedLimit`: its :class:`~flask_redis_throttle.core.engine.throttle.Policy`
-(unless it is dynamic), its identity resolvers, and its options. A plan
-that uses no per-request option is *simple*: its one batch is built by a
-loop as short as it was before any option existed.
+:mod:`~flask_redis_throttle._request.sources` finds an endpoint's limits
+(see "Where an endpoint's limits come from" in docs/limits.rst); a plan
+keeps those whose ``methods`` include the method, each compiled into a
+:class:`PlannedLimit`. A plan that uses no per-request option is *simple*:
+its one batch is built by a loop as short as it was before any option existed.
 
 This module imports Flask (for types) but makes no Redis call.
 """
@@ -30,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from flask import Flask, Request, Response
 
@@ -44,16 +28,14 @@ from .config import Settings
 from .headers import REQUESTS, LayerNames
 from .identity import IdentitySpec, Resolver, Warn, resolvers
 from .sources import limits_of
-from .spec import LimitSpec
+from .spec import LimitSpec, given
 
-#: How many policies a dynamic limit keeps, one per distinct string returned;
-#: more, and the cache starts again, so its memory stays bounded whatever
-#: the function returns.
+#: How many policies a dynamic limit keeps, one per distinct string returned:
+#: bounded, whatever the function returns.
 DYNAMIC_CACHE_SIZE = 256
 
-#: A check before its identities are known: a limit's policy, and the
-#: resolvers that find its identities in a request. Resolving them turns it
-#: into a :data:`~flask_redis_throttle.core.engine.throttle.Check`.
+#: A :data:`~flask_redis_throttle.core.engine.throttle.Check` before its
+#: identities are known: a limit's policy, and its identities' resolvers.
 UnresolvedCheck = tuple[Policy, tuple[Resolver, ...]]
 
 #: A problem found with a request's limits: ``"cost"`` or ``"limit"``, and a message.
@@ -96,8 +78,7 @@ class PlannedLimit:
     @property
     def leased(self) -> bool:
         """Whether it takes blocks of quota in advance: ``prefetch=True`` on a
-        strategy that can (one from ``RATELIMIT_STRATEGY`` may not: then it
-        is decided with the others, per request; see :doc:`/leases`)."""
+        strategy that can (else it is decided per request; see :doc:`/leases`)."""
         return self.spec.prefetch and self.strategy in LEASABLE
 
     @property
@@ -167,8 +148,8 @@ class PlannedLimit:
 
 
 def qualified_name(function: object) -> str:
-    """``module.qualname`` of a function, to name it in a warning so that it
-    can be found; its ``repr`` if it has no such names (a callable object)."""
+    """``module.qualname`` of a function, to name it in a warning; its
+    ``repr`` if it has no such names (a callable object)."""
     qualname = getattr(function, "__qualname__", None)
     if not isinstance(qualname, str):
         return repr(function)
@@ -189,8 +170,7 @@ class Batch:
     :param meta: whether they are meta limits: deferred, inspected before
         the others at cost 1, and counted only when another batch refuses.
     :param leased: whether all its limits take blocks of quota in advance
-        (``prefetch=``, see :doc:`/leases`); by default, worked out from
-        ``limits`` (a plan, which knows it already, gives it).
+        (``prefetch=``, see :doc:`/leases`); by default, worked out from ``limits``.
     """
 
     cost: int
@@ -217,7 +197,7 @@ class Plan:
 
     :param endpoint: the endpoint.
     :param method: the HTTP method, upper case.
-    :param limits: the limits that apply, in the order of the module docstring.
+    :param limits: the limits that apply, in the order :doc:`/limits` gives.
     :param labels: the layers' header names; None when a limit is dynamic,
         since its layers are known only per request.
     :param simple: True when no limit is dynamic, shadow or deferred, has an
@@ -235,8 +215,7 @@ class Plan:
     unresolved: tuple[UnresolvedCheck, ...] = field(repr=False)
     #: The cost every limit has, for simple plans.
     cost: int = 1
-    #: Whether ``RateLimit-Policy`` says the quota unit of a limit that does
-    #: not count requests (see :attr:`~flask_redis_throttle._request.headers.Draft.quota_units`).
+    #: :attr:`Draft.quota_units <flask_redis_throttle._request.headers.Draft.quota_units>` of the draft.
     quota_units: bool = True
     #: Whether every limit takes blocks of quota in advance, for simple plans.
     leased: bool = False
@@ -278,22 +257,16 @@ class Plan:
         for limit in self.limits:
             exempt_when = limit.spec.exempt_when
             slots = limit.slots
-            if exempt_when is not None and exempt_when(request):
-                if limit.policy is not None:
-                    policies.append(limit.policy)
-                if slots is not None:
-                    policies.append(slots)
-                continue
+            exempted = exempt_when is not None and exempt_when(request)
             try:
-                policy = limit.resolve(request)
+                policy = limit.policy if exempted else limit.resolve(request)
             except InvalidLimit as error:
                 problems.append(("limit", f"the dynamic {limit.describe()} is unusable: {loggable(str(error))}"))
                 continue
-            if policy is None:
+            if policy is not None or exempted:  # an exempted limit's layers are named in the headers too
+                policies += [each for each in (policy, slots) if each is not None]
+            if exempted or policy is None:
                 continue
-            policies.append(policy)
-            if slots is not None:
-                policies.append(slots)
             identities = _identities(limit.resolvers, request)
             if not identities:
                 continue
@@ -314,18 +287,17 @@ class Plan:
         return batches, labels or self._labels_of(tuple(policies)), problems
 
     def _labels_of(self, policies: tuple[Policy, ...]) -> LayerNames:
-        """The header names of ``policies``, kept by the policies (a
-        dynamic limit's policy made again, equal to the old one, finds the
-        same names)."""
+        """The header names of ``policies`` in their limits' quota units,
+        kept by the policies (a dynamic limit's policy made again, equal to
+        the old one, finds the same names)."""
         labels = self._labels.get(policies)
         if labels is None:
-            units = [self._unit_of(policy) for policy in policies] if self.quota_units else []
+            units = [
+                next((limit.spec.unit for limit in self.limits if limit.owns(policy)), REQUESTS)
+                for policy in (policies if self.quota_units else ())
+            ]
             labels = remember(self._labels, policies, LayerNames.of(policies, units), DYNAMIC_CACHE_SIZE)
         return labels
-
-    def _unit_of(self, policy: Policy) -> str:
-        """The quota unit of the limit ``policy`` is of."""
-        return next((limit.spec.unit for limit in self.limits if limit.owns(policy)), REQUESTS)
 
 
 def matching(batches: list[Batch], response: Response) -> Iterator[Batch]:
@@ -368,11 +340,16 @@ def plan_of(
     logins: bool,
     warn: Warn | None = None,
 ) -> Plan | None:
-    """The plan of the limits ``found`` (each with where it was written) for
-    requests of ``method`` to ``endpoint``, or None if none applies.
+    """The plan of the limits ``found`` (each with where it was written),
+    or None if none applies; ``logins``: whether the app has Flask-Login."""
 
-    :param logins: whether the app logs users in with Flask-Login.
-    """
+    def planned(
+        spec: LimitSpec, source: str, scope: str, strategy: str, shadow: bool, policy: Policy | None, **more: Any
+    ) -> PlannedLimit:
+        identities = spec.identities or settings.identities
+        compiled = resolvers(identities, settings.ipv6_prefix, logins, warn)
+        return PlannedLimit(spec, source, scope, strategy, identities, compiled, shadow, policy, **more)
+
     taken: list[tuple[str, str, frozenset[int] | None]] = []
     limits = []
     for position, (spec, source) in enumerate(found, 1):
@@ -389,45 +366,18 @@ def plan_of(
             continue
         if spec.per_method and not callable(spec.scope):
             scope = per_method_scope(scope, method)
-        identities = spec.identities or settings.identities
         slots = None
         if spec.concurrent is not None:
             slots = Policy.concurrency(spec.concurrent, spec.lease or settings.concurrency_lease, scope)
-        limits.append(
-            PlannedLimit(
-                spec=spec,
-                source=source,
-                scope=scope,
-                strategy=strategy,
-                identities=identities,
-                resolvers=resolvers(identities, settings.ipv6_prefix, logins, warn),
-                shadow=spec.shadow or settings.shadow,
-                policy=None
-                if spec.layers is None or callable(spec.scope)
-                else spec.policy(spec.layers, scope, strategy),
-                slots=slots,
-            )
-        )
+        policy = None if spec.layers is None or callable(spec.scope) else spec.policy(spec.layers, scope, strategy)
+        limits.append(planned(spec, source, scope, strategy, spec.shadow or settings.shadow, policy, slots=slots))
     if not limits:
         return None
     metas = [(_meta_spec(limit), f"meta of {limit.source}") for limit in limits if limit.spec.meta]
     for spec, source in [*metas, *((spec, "RATELIMIT_META") for spec in settings.meta)]:
-        identities = spec.identities or settings.identities
         scope = spec.scope if isinstance(spec.scope, str) else "@meta"
         policy = None if spec.layers is None else Policy(spec.layers, scope, settings.strategy)
-        limits.append(
-            PlannedLimit(
-                spec,
-                source,
-                scope,
-                settings.strategy,
-                identities,
-                resolvers(identities, settings.ipv6_prefix, logins, warn),
-                False,
-                policy,
-                meta=True,
-            )
-        )
+        limits.append(planned(spec, source, scope, settings.strategy, False, policy, meta=True))
     costs = {limit.spec.cost for limit in limits}
     cost = next(iter(costs))
     # Limits that lease quota and limits that do not take a call each.
@@ -435,8 +385,8 @@ def plan_of(
     simple = simple and not any(
         limit.policy is None
         or limit.shadow
-        or limit.spec.exempt_when
-        or limit.spec.deduct_when
+        or given(limit.spec.exempt_when)
+        or given(limit.spec.deduct_when)
         or limit.meta
         or limit.slots
         for limit in limits
@@ -446,17 +396,15 @@ def plan_of(
     unresolved = tuple(zip(policies, [limit.resolvers for limit in limits], strict=True)) if simple else ()
     # The header names: each limit's layers, then its slots (whose unit
     # LayerNames knows from the policy), with each one's quota unit.
-    named = [policy for limit in limits for policy in (limit.policy, limit.slots) if policy is not None]
-    units = (
-        [limit.spec.unit for limit in limits for policy in (limit.policy, limit.slots) if policy is not None]
-        if quota_units
-        else []
-    )
+    named = [
+        (policy, limit.spec.unit) for limit in limits for policy in (limit.policy, limit.slots) if policy is not None
+    ]
+    units = [unit for _, unit in named] if quota_units else []
     return Plan(
         endpoint=endpoint,
         method=method,
         limits=tuple(limits),
-        labels=LayerNames.of(named, units) if len(policies) == len(limits) else None,
+        labels=LayerNames.of([policy for policy, _ in named], units) if len(policies) == len(limits) else None,
         simple=simple,
         unresolved=unresolved,
         cost=cost if simple else 1,  # type: ignore[arg-type]
@@ -466,9 +414,7 @@ def plan_of(
 
 
 def _meta_spec(limit: PlannedLimit) -> LimitSpec:
-    """The meta limit of ``limit``, as a limit of its own: its layers,
-    counted under ``limit``'s scope and ``+meta``, whom ``limit`` counts,
-    and its hook and message for the refusals."""
+    """The meta limit of ``limit`` as a limit of its own, under ``limit``'s scope and ``+meta``."""
     spec = limit.spec
     layers = spec.meta or ()
     written = "; ".join(str(layer) for layer in layers)
@@ -496,10 +442,9 @@ def _default_scope(
     periods: frozenset[int] | None,
     taken: list[tuple[str, str, frozenset[int] | None]],
 ) -> str:
-    """The endpoint; or, if an earlier limit of the endpoint already counts
-    under it, with the same strategy and a window in common (any window, if
-    either is dynamic), the endpoint and the limit's position, so that two
-    limits never share a counter unless a ``scope=`` says so."""
+    """The endpoint; or the endpoint and the limit's position if an earlier
+    limit counts under it with the same strategy and a window in common (any,
+    if either is dynamic): two limits share a counter only by a ``scope=``."""
     for scope, other_strategy, other_periods in taken:
         if (
             scope == endpoint

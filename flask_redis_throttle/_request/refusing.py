@@ -1,12 +1,8 @@
-"""What follows a refusal besides its 429, and what follows a request that
-came near a limit: the refusal hooks (the ``on_breach`` functions and the
-``request_refused`` signal), the warning for a cost no layer can ever allow,
-the shadow mode's warnings, the ``error_message`` of the 429, and the entries
-of the refusal and near-limit logs.
-
-:class:`RefusalReporter` is the part of each app's
-:class:`~flask_redis_throttle._request.state.RateLimitState` that does it; the state
-decides, and raises the 429.
+"""What follows a refusal besides its 429 (the refusal hooks, the shadow
+mode's and the over-quota warnings, the ``error_message``, the refusal log),
+and a request that came near a limit (the near-limit log). The app's
+:class:`~flask_redis_throttle._request.state.RateLimitState` decides and
+raises the 429.
 """
 
 from __future__ import annotations
@@ -14,6 +10,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from flask import Flask, Request, Response, after_this_request
 from werkzeug.wrappers import Response as AnyResponse
@@ -27,49 +24,31 @@ from ..signals import RefusalEvent, notify, request_refused
 from .decisions import OverQuota, batch_limit
 from .plan import Batch, PlannedLimit, qualified_name
 
-#: How many identities' layers that came near their limit a process
-#: remembers, so as to signal each once per window: bounded, as the block
-#: cache is, however many identities there are.
+#: How many identities' layers near their limit a process remembers, to
+#: signal each once per window: bounded, as the block cache is.
 NEAR_LIMIT_MEMORY = 10_000
 
 
+@dataclass(eq=False)
 class RefusalReporter:
-    """Reports the refusals and near-limit crossings of one app.
+    """Reports the refusals and near-limit crossings of one app: its hooks
+    are told, its ``notices`` (the app's state) log and clock the signals,
+    and a log or ``metrics`` that is None is off."""
 
-    :param app: the app, whose refusal hooks are told.
-    :param notices: where warnings and internal errors are logged, and the
-        clock that spaces near-limit signals (the app's state).
-    :param throttle: the app's core decider.
-    :param refusals: the refusal log; None when disabled.
-    :param near_limits: the near-limit log; None when disabled.
-    :param metrics: where to count near-limit crossings; None for no metrics.
-    """
-
-    def __init__(
-        self,
-        app: Flask,
-        notices: Notices,
-        throttle: Throttle,
-        refusals: RefusalLog | None,
-        near_limits: RefusalLog | None,
-        metrics: Metrics | None,
-    ) -> None:
-        self.app = app
-        self.notices = notices
-        self.throttle = throttle
-        self.refusals = refusals
-        self.near_limits = near_limits
-        self.metrics = metrics
-        #: When each identity's layer that came near its limit may do so
-        #: again, by scope, identity tag and window, on the notices' clock: at
-        #: most :data:`NEAR_LIMIT_MEMORY` of them, the oldest forgotten first.
-        self._near: dict[tuple[str, str, int], float] = {}
-        self._near_lock = threading.Lock()
+    app: Flask
+    notices: Notices
+    throttle: Throttle
+    refusals: RefusalLog | None
+    near_limits: RefusalLog | None
+    metrics: Metrics | None
+    #: When each (scope, identity tag, window) near its limit may be signalled
+    #: again, on the notices' clock; the oldest forgotten first.
+    _near: dict[tuple[str, str, int], float] = field(default_factory=dict)
+    _near_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def error_message(self, req: Request, limit: PlannedLimit, description: str) -> str:
-        """The 429's description from ``limit``'s ``error_message``; its
-        own ``description`` when a function returns anything but a non-empty
-        string, with a warning."""
+        """The 429's description from ``limit``'s ``error_message``; a
+        function's bad answer keeps ``description``, with a warning."""
         message = limit.spec.error_message
         if callable(message):
             message = message(req)
@@ -103,80 +82,45 @@ class RefusalReporter:
             if any (see :func:`~flask_redis_throttle._request.decisions.over_quota`).
         :param on_breach: the app's ``RATELIMIT_ON_BREACH`` hook, if any.
         """
-        if over is not None:
-            self._warn_over_quota(endpoint, over, batch, shadow)
-        if not decision.cached:
-            # A refusal repeated from the block cache was logged when Redis made it.
-            if shadow and over is not None:
-                logger.warning(
-                    "shadow mode: %s on %s would be refused by %s of scope %r: it costs %d, "
-                    "more than the whole quota, so it could never pass",
-                    loggable(str(over.identity)),
-                    endpoint,
-                    over.layer,
-                    over.policy.scope,
-                    over.cost,
-                )
-            elif shadow:
-                logger.warning(
-                    "shadow mode: %s on %s would be refused by %s%s of scope %r for %.3f seconds",
-                    loggable(str(decision.identity)),
-                    endpoint,
-                    decision.layer,
-                    " (penalty)" if decision.penalized else "",
-                    decision.policy.scope,
-                    decision.retry_after,
-                )
-            if self.refusals is not None:
-                self._log_refusal(endpoint, batch.checks, decision, shadow)
+        if over is None:
+            policy, layer, identity = decision.policy, decision.layer, decision.identity
+            retry_after: int | None = max(1, math.ceil(decision.retry_after))
+            penalty = " (penalty)" if decision.penalized else ""
+            why = f"{penalty} of scope {policy.scope!r} for {decision.retry_after:.3f} seconds"
+        else:
+            policy, layer, identity, retry_after = over.policy, over.layer, over.identity, None
+            why = f" of scope {policy.scope!r}: it costs {over.cost}, more than the whole quota, so it could never pass"
+            # A bug in a cost function or a dynamic limit, which only the app can fix.
+            over_limit = batch_limit(policy, batch)
+            which = over_limit.describe() if over_limit is not None else f"scope {policy.scope!r}"
+            outcome = "shadow mode lets it through" if shadow else "refused without Retry-After"
+            self.notices._warn(
+                f"a request to {endpoint} costs {over.cost}, more than the whole quota of {layer} of {which}: "
+                f"it can never pass; {outcome}",
+                "over quota",
+            )
+        # A refusal repeated from the block cache was logged when Redis made it.
+        if shadow and not decision.cached:
+            logger.warning(
+                "shadow mode: %s on %s would be refused by %s%s", loggable(str(identity)), endpoint, layer, why
+            )
+        # The fallback's own warning says Redis is away: its refusals are not logged.
+        if self.refusals is not None and not decision.cached and not decision.fallback:
+            self._record(self.refusals, "refusal", endpoint, batch.checks, decision, shadow)
         limit = batch_limit(decision.policy, batch)
         hook = limit.spec.on_breach if limit is not None else None
         if hook is not None or on_breach is not None or request_refused.receivers:
-            if over is None:
-                policy, layer, identity = decision.policy, decision.layer, decision.identity
-                retry_after: int | None = max(1, math.ceil(decision.retry_after))
-            else:
-                policy, layer, identity, retry_after = over.policy, over.layer, over.identity, None
             event = RefusalEvent(req, endpoint, policy.scope, identity, layer, retry_after, shadow, decision.penalized)
             response = notify(self.app, event, (hook, on_breach))
             return None if shadow else response
         return None
 
-    def _warn_over_quota(self, endpoint: str, over: OverQuota, batch: Batch, shadow: bool) -> None:
-        """Warn that a request costs more than a layer's whole quota: a bug
-        in a cost function or a dynamic limit, which only the app can fix."""
-        limit = batch_limit(over.policy, batch)
-        which = limit.describe() if limit is not None else f"scope {over.policy.scope!r}"
-        outcome = "shadow mode lets it through" if shadow else "refused without Retry-After"
-        self.notices._warn(
-            f"a request to {endpoint} costs {over.cost}, more than the whole quota of {over.layer} of {which}: "
-            f"it can never pass; {outcome}",
-            "over quota",
-        )
-
-    def _log_refusal(self, endpoint: str, checks: Sequence[Check], decision: Decision, shadow: bool) -> None:
-        """Add the refusal to the log: one ``XADD``, through the circuit
-        breaker like every call to Redis, so that a stalled Redis does not
-        make each refusal wait for it. A refusal the fallback decided is not
-        logged (the fallback's own warning says Redis is unavailable): Redis
-        has just failed that request, or the breaker keeps it out.
-
-        On a cluster it goes to a stream on the node of the refusing
-        identity's counters (see :meth:`RefusalLog.shard`), through that
-        node's breaker."""
-        assert self.refusals is not None
-        if not decision.fallback:
-            self._record(self.refusals, "refusal", endpoint, checks, decision, shadow)
-
     def near_limit(self, endpoint: str, batch: Batch, decision: Decision) -> None:
         """Signal that the admitted ``decision`` took its identity's layer
-        past ``RATELIMIT_NEAR_LIMIT``: count it, and write it to the
-        near-limit log once the response is sent, so that the request does
-        not wait for the ``XADD``. At most once per identity, layer and
-        window in this process: until the layer is back to its full quota,
-        its identity is not signalled again (a gradual strategy's count can
-        cross the line back and forth). A decision of the fallback is not
-        signalled: it counts in this process only, while Redis is away."""
+        past ``RATELIMIT_NEAR_LIMIT``: count it, and log it once the response
+        is sent. Once per identity, layer and window in this process (a
+        gradual strategy's count crosses the line back and forth); never for
+        the fallback's, which counts in this process only."""
         if decision.fallback:
             return
         scope = decision.policy.scope
@@ -208,9 +152,10 @@ class RefusalReporter:
     def _record(
         self, log: RefusalLog, what: str, endpoint: str, checks: Sequence[Check], decision: Decision, shadow: bool
     ) -> None:
-        """Write ``decision`` to ``log``, the refusal log or the near-limit
-        one (``what`` names its entries): one ``XADD``, through the breaker
-        of the node of its stream (see :meth:`_log_refusal`)."""
+        """Write ``decision`` to ``log`` (``what`` names its entries): one
+        ``XADD`` to the stream on the node of the identity's counters,
+        through that node's breaker, so that a stalled Redis holds no
+        refusal up."""
         throttle = self.throttle
         identities = dict.fromkeys(str(identity) for _policy, ids in checks for identity in ids)
         stream = log.shard(throttle.tag(decision.identity))

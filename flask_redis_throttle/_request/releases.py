@@ -1,13 +1,8 @@
-"""Concurrency slots whose giving back failed, given back in the background
-once the storage answers again, so that a stall costs its clients the
-stall rather than a whole lease (see :ref:`concurrency`).
-
-One thread per app tries each waiting
-:class:`~flask_redis_throttle.core.engine.throttle.Hold` again, past the
-circuit breakers, pausing twice as long after each failure up to
-:data:`LONGEST_PAUSE`; at most :data:`MOST_PENDING` wait, and one whose
-lease has ended is dropped. A try that reaches the storage twice gives
-back nothing more: each request's slots are found by its own token.
+"""Concurrency slots whose giving back failed, given back by one thread per
+app once the storage answers again, so that a stall costs its clients the
+stall rather than a whole lease (see :ref:`concurrency`). A try that
+reaches the storage twice gives back nothing more: each request's slots
+are found by its own token.
 """
 
 from __future__ import annotations
@@ -29,13 +24,8 @@ Failed = Callable[[StorageUnavailable, str], None]
 
 
 class Releases:
-    """The holds of one app whose giving back failed, and the thread that
-    gives them back.
-
-    :param failed: told of a hold left to its lease: after an error not the
-        storage's (a bug), or the oldest dropped when :data:`MOST_PENDING` wait.
-    :param clock: seconds on a monotonic clock, for the holds' leases.
-    """
+    """The holds of one app whose giving back failed. ``failed`` is told of
+    a hold left to its lease (after a bug, or the oldest of :data:`MOST_PENDING`)."""
 
     def __init__(self, failed: Failed, clock: Callable[[], float] = time.monotonic) -> None:
         self.failed = failed
@@ -53,8 +43,8 @@ class Releases:
         return len(self._pending)
 
     def add(self, hold: Hold) -> None:
-        """Give ``hold`` back in the background, once the storage answers,
-        or until its lease ends. It never blocks for the storage."""
+        """Give ``hold`` back in the background, once the storage answers or
+        its lease ends, never blocking for the storage."""
         dropped = None
         with self._lock:
             if len(self._pending) >= MOST_PENDING:

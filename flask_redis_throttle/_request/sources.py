@@ -1,20 +1,13 @@
-"""Where an endpoint's limits come from, whatever the method, in this order:
-the view's own decorators (and a class-based view's, method by method), the
-blueprints it belongs to (innermost first, up to the first one exempted
-from them, or with ``RATELIMIT_BLUEPRINT_MODE = "replace"`` up to the view
-or blueprint whose limits replace those of the blueprints around it), then
-``RATELIMIT_DEFAULT`` unless a limit that applies to the request's method
-overrides it, and
-``RATELIMIT_APPLICATION``, each unless an exemption drops it (the view's,
-its blueprint's, or a nested one of an enclosing blueprint's).
-:mod:`flask_redis_throttle._request.plan` compiles them.
+"""Where an endpoint's limits come from, whatever the method: the view,
+its blueprints, ``RATELIMIT_DEFAULT`` and ``RATELIMIT_APPLICATION``, each
+unless an exemption drops it (see "Where an endpoint's limits come from"
+in docs/limits.rst). :mod:`flask_redis_throttle._request.plan` compiles them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Container, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 from flask import Flask
 from flask.views import http_method_funcs
@@ -32,7 +25,12 @@ def limits_of(app: Flask, endpoint: str, settings: Settings, method: str | None 
     if view is None or endpoint == "static" or endpoint.endswith(".static"):
         return []
     exemption: Exemption | None = getattr(view, EXEMPT_ATTRIBUTE, None)
-    found = [] if exemption is not None and exemption.own_limits else _own(view)
+    found = []
+    if exemption is None or not exemption.own_limits:  # the view's, or its class's for a class-based view
+        found = [(spec, "view") for spec in getattr(view, LIMITS_ATTRIBUTE, ())]
+        view_class = getattr(view, "view_class", None)
+        if isinstance(view_class, type):
+            found += [(spec, "view") for spec in class_view_limits(view_class)]
     drops = set() if exemption is None else set(exemption.drops)
     replacing = settings.blueprint_mode == "replace"
     applying = [spec for spec, _ in found if method is None or spec.applies_to(method)]
@@ -62,20 +60,10 @@ def limits_of(app: Flask, endpoint: str, settings: Settings, method: str | None 
     return found
 
 
-def _own(view: Callable[..., Any]) -> list[tuple[LimitSpec, str]]:
-    """The limits put on ``view`` itself, or on its class for a class-based view."""
-    found = [(spec, "view") for spec in getattr(view, LIMITS_ATTRIBUTE, ())]
-    view_class = getattr(view, "view_class", None)
-    if isinstance(view_class, type):
-        found += [(spec, "view") for spec in class_view_limits(view_class)]
-    return found
-
-
 def _overrides_default(own: list[LimitSpec], mode: str) -> bool:
     """Whether a view with the limits ``own`` loses ``RATELIMIT_DEFAULT``: if
-    any of them overrides it, by its ``override_defaults`` or, when that is
-    None, by ``RATELIMIT_DEFAULT_MODE`` (``"replace"`` overrides). As in
-    Flask-Limiter, the default stays only if every limit lets it."""
+    any overrides it, by its ``override_defaults`` or else ``RATELIMIT_DEFAULT_MODE``
+    (as in Flask-Limiter, the default stays only if every limit lets it)."""
     return any(mode == "replace" if spec.override_defaults is None else spec.override_defaults for spec in own)
 
 
@@ -105,13 +93,7 @@ def class_view_limits(view_class: type) -> list[LimitSpec]:
                     )
                 spec = dataclasses.replace(spec, methods=methods)
             found.append(spec)
-    _check_class_view(view_class, handlers)
-    return found
-
-
-def _check_class_view(view_class: type, handlers: Container[str]) -> None:
-    """Refuse limits and exemptions a class-based view would silently ignore."""
-    for name in dir(view_class):
+    for name in dir(view_class):  # what the view would ignore in silence
         attribute = getattr(view_class, name, None)
         if getattr(attribute, EXEMPT_ATTRIBUTE, False):
             raise TypeError(
@@ -123,6 +105,7 @@ def _check_class_view(view_class: type, handlers: Container[str]) -> None:
                 f"limit() on {view_class.__qualname__}.{name}() is never applied: {name}() handles no request. "
                 "Put it on get(), post()... or dispatch_request(), or in the class's `decorators`"
             )
+    return found
 
 
 def blueprints_of(app: Flask, endpoint: str) -> Iterator[str]:

@@ -1,9 +1,6 @@
-"""One limit, as written in a :func:`~flask_redis_throttle.limit` or
-``RATELIMIT_DEFAULT``: its options, defined once in :class:`LimitOptions`,
-checked once each and kept in a :class:`LimitSpec`.
-
-The decorators record these on views, and the settings read the default
-and application limits with them; neither needs the other.
+"""One limit, as written in a :func:`~flask_redis_throttle.limit` or a
+setting: its options, defined in :class:`LimitOptions`, checked once each
+and kept in a :class:`LimitSpec`.
 """
 
 from __future__ import annotations
@@ -88,7 +85,6 @@ class LimitSpec:
     prefetch: bool = False
 
     def policy(self, layers: tuple[Layer, ...], scope: str, strategy: str) -> Policy:
-        """The policy of this limit's ``layers`` under ``scope`` and ``strategy``."""
         return Policy(layers, scope, strategy, self.penalty, self.delay, shaped_burst(self.delay, strategy))
 
     @property
@@ -150,16 +146,16 @@ def make_spec(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> Limi
             if checked[name] is _BAD:
                 raise InvalidLimit(f"{name} {value!r} must be {expected}", spec=value)
     for (option, other), why in _APART.items():
-        if _given(checked.get(option)) and _given(checked.get(other)):
+        if given(checked.get(option)) and given(checked.get(other)):
             raise InvalidLimit(f"{option}= cannot go with {other}=: {why}", spec=checked[other])
-    if checked.get("lease") is not None and checked.get("concurrent") is None:
+    if given(checked.get("lease")) and not given(checked.get("concurrent")):
         raise InvalidLimit(f"lease {checked['lease']!r} needs concurrent=, the cap it leases slots of", spec=None)
     delay = checked.get("delay", 0.0)
-    if delay:
+    if given(delay):
         checked["strategy"] = checked.get("strategy") or SHAPING_STRATEGY
     strategy = checked.get("strategy")
     for option, (ability, reason) in _NEEDS.items():
-        if checked.get(option) and strategy is not None and not getattr(STRATEGIES[strategy], ability):
+        if given(checked.get(option)) and strategy is not None and not getattr(STRATEGIES[strategy], ability):
             raise InvalidLimit(
                 f"{option} needs strategy={able(ability)}, not {strategy!r}: {getattr(STRATEGIES[strategy], reason)}"
                 + (f"; leave strategy out for {SHAPING_STRATEGY}" if option == "delay" else ""),
@@ -185,11 +181,12 @@ def shaped_burst(delay: float, strategy: str) -> int:
 _BAD: Any = object()
 
 
-def _given(value: object) -> bool:
-    """Whether an option read as ``value`` is in use: not None, False or 0
-    (what its truth would say of a function that is false, such as a
-    callable object with ``__len__``, which is in use all the same)."""
-    return value is not None and value is not False and value != 0
+def given(value: object) -> bool:
+    """Whether an option read as ``value`` is in use: not None, False or a
+    zero number. Every rule on options asks this, never the value's truth,
+    which is false for a callable object with a ``__len__`` of 0 that is in
+    use all the same."""
+    return not (value is None or value is False or (isinstance(value, int | float) and value == 0))
 
 
 def _kept(good: Callable[[Any], bool]) -> Callable[[Any], Any]:
@@ -215,8 +212,8 @@ _DELAY = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s)?\s*")
 
 
 def _delay(delay: object) -> Any:
-    """A delay in seconds: a number of seconds, a string such as ``"250ms"``
-    or ``"1.5s"``, or True for :data:`DEFAULT_DELAY`; False or 0 for none."""
+    """A delay in seconds from seconds, ``"250ms"``, ``"1.5s"`` or True for
+    :data:`DEFAULT_DELAY`; False or 0 for none."""
     if delay is True or delay is False:
         return DEFAULT_DELAY if delay else 0.0
     seconds = delay if is_number(delay) else None  # compared before float(), which 10**400 overflows
@@ -233,15 +230,13 @@ def _methods(methods: object) -> Any:
     return frozenset(item.upper() for item in items) if good else _BAD
 
 
-#: The units a limit's quota may count: the draft's registry's, but for
-#: concurrent requests, which a rate does not count.
+#: The units a limit's quota may count: all but concurrent requests, which a rate does not count.
 _LIMIT_UNITS = tuple(unit for unit in UNITS if unit != "concurrent-requests")
 _FUNCTION = (_kept(lambda value: value is None or callable(value)), "a function")
 _FLAG = (_kept(lambda value: isinstance(value, bool)), "True or False")
 
-#: Each of :class:`LimitOptions`, in the order they are checked: its reading,
-#: which returns the value :class:`LimitSpec` keeps or :data:`_BAD`, and what
-#: the error says it must be.
+#: Each of :class:`LimitOptions`, in the order checked: its reading (to
+#: what :class:`LimitSpec` keeps, or :data:`_BAD`) and what it must be.
 _OPTIONS: dict[str, tuple[Callable[[Any], Any], str]] = {
     "scope": (_kept(_text_or_function), "a non-empty string, or a function of the request"),
     "identities": (
@@ -296,7 +291,6 @@ _APART = {
     ("prefetch", "deduct_when"): "a request counted after its response is counted one at a time",
 }
 
-#: The options that need a strategy able to do something, by the property
-#: of its record (:class:`~flask_redis_throttle.core.engine.scripts.Strategy`)
-#: that says it can, and the one that says why not.
+#: The options that need a strategy able to, by the properties of its
+#: :class:`~flask_redis_throttle.core.engine.scripts.Strategy` that say it can and why not.
 _NEEDS = {"delay": ("delays", "no_delay"), "prefetch": ("leases", "no_lease")}
