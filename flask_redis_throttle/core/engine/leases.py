@@ -1,25 +1,8 @@
 """Quota leases: a worker takes a block of an identity's quota in one
-script call and spends it in process, with no Redis call, until the block
-is spent or its window ends (see :doc:`/limits`, "Leasing quota").
-
-Taking a block is an ordinary, all-or-nothing hit of cost ``n`` on every
-layer of every identity of the request (:meth:`Throttle.hit
-<flask_redis_throttle.core.engine.throttle.Throttle.hit>`): what a worker holds is
-counted in Redis when it is taken, so the sum of every worker's admissions
-in a window never passes the quota. Unspent units are given back with a
-refund (a negative cost) when the worker exits cleanly, and are dropped by
-the window's end otherwise.
-
-What leasing costs is under-admission: units one worker holds are not
-available to another. Blocks are sized from the rate the worker sees (what
-it asked for over the last :data:`HORIZON` seconds), never past the time
-left in the window at that rate, at most twice what it asked for since its
-last block, and at most a :data:`SHARE` of the quota the last reply left,
-down to the request's own cost: near the limit every decision is exact
-again. Once a request is refused, blocks are sized from the quota the
-refusal left until its counter resets: each request then asks for its own
-cost, and the block cache refuses it without a call, as it refuses a
-request decided per request.
+script call, an ordinary all-or-nothing hit of cost ``n`` counted in Redis
+when taken, and spends it in process until the block is spent or its
+window ends; unspent units are refunded at a clean exit. See
+docs/leases.rst for how blocks are sized and what leasing costs.
 """
 
 from __future__ import annotations
@@ -36,16 +19,12 @@ from dataclasses import dataclass, replace
 from .scripts import PARTS
 from .throttle import Check, Decision, Hold, Policy, StorageUnavailable, Throttle
 
-__all__ = ["HORIZON", "LEASABLE", "LEASE_TABLE_SIZE", "NO_LEASE", "SHARE", "Leases", "leasable"]
+__all__ = ["HORIZON", "LEASABLE", "LEASE_TABLE_SIZE", "SHARE", "Leases", "leasable"]
 
 #: The strategies whose quota can be leased, by their records: the fixed
-#: window, whose windows are aligned to the clock, so that a block counted
-#: in a window and spent before it ends is counted in the window it is
-#: spent in.
+#: window, whose windows are aligned to the clock, so that a block is
+#: spent in the window it was counted in.
 LEASABLE = frozenset(name for name, strategy in PARTS.items() if strategy.leases)
-
-#: Why the other strategies cannot lease, for the error.
-NO_LEASE = {name: strategy.no_lease for name, strategy in PARTS.items() if not strategy.leases}
 
 #: How far ahead a block reaches, in seconds: a block is what the worker
 #: asked for over the last ``HORIZON`` seconds.
@@ -60,17 +39,10 @@ LEASE_TABLE_SIZE = 10_000
 
 @dataclass(slots=True)
 class _Lease:
-    """The units of one request shape that this worker holds.
-
-    :param units: units in hand, counted in Redis and not yet spent.
-    :param until: when they must be spent by, on the lease clock (the
-        earliest end of a window of the request's layers).
-    :param taken: when the block was taken, on the lease clock.
-    :param decision: the reply that took it: the headers of what is spent
-        from it are its own, less what has been spent since.
-    :param hold: gives unspent units back (its cost is set to them).
-    :param asked: units asked for since the block was taken, for the rate.
-    """
+    """The units of one request shape that this worker holds, counted in
+    Redis and not yet spent, until ``until`` (the first end of a window of
+    its layers), and ``asked`` since the block was ``taken`` (both on the
+    lease clock); ``decision`` took it, and gives its spent units' headers."""
 
     units: int
     until: int
@@ -81,17 +53,10 @@ class _Lease:
 
 
 class Leases:
-    """Decides requests on ``throttle`` from blocks of quota taken in
-    advance (see the module). One per worker and throttle; thread-safe.
-
-    :param throttle: takes the blocks; its clock, when pinned, is the lease
-        clock too.
-    :param horizon: see :data:`HORIZON`.
-    :param size: how many request shapes (limits and identities) it keeps
-        blocks for: when it is full, a new one first drops those that hold
-        nothing to spend; if none does, every block is dropped, whose units
-        are then lost to their window (never spent twice).
-    """
+    """Decides requests on ``throttle`` (whose pinned clock, if any, is the
+    lease clock) from blocks of quota taken in advance, for at most
+    ``size`` request shapes (see docs/leases.rst). One per worker and
+    throttle; thread-safe."""
 
     def __init__(self, throttle: Throttle, horizon: float = HORIZON, size: int = LEASE_TABLE_SIZE) -> None:
         self.throttle = throttle
@@ -99,24 +64,21 @@ class Leases:
         self.size = size
         self._leases: dict[tuple[object, ...], _Lease] = {}
         self._lock = threading.Lock()
-        #: Script calls made (the block cache's refusals are not), for the benchmark and tests.
+        #: Script calls made, for the benchmark and tests.
         self.calls = 0
         _LIVE.add(self)
 
     def _clock(self) -> int:
-        """The lease clock in microseconds: the throttle's pinned time, or this process's monotonic clock."""
+        """The throttle's pinned time, or this process's monotonic clock, in microseconds."""
         now = self.throttle.now()
         return time.monotonic_ns() // 1000 if now is None else now
 
     def hit(self, checks: Sequence[Check], cost: int = 1) -> Decision:
         """Decide a request of ``cost`` from the block its shape holds, or
-        take a new block in one script call.
+        take a new block in one script call; one that cannot lease (see
+        :func:`leasable`), or of cost 0, is decided by the throttle.
 
-        A request whose limits cannot all lease (see :func:`leasable`), or
-        of cost 0, is decided by the throttle as usual.
-
-        :raises StorageUnavailable: as :meth:`Throttle.hit` does, once
-            the block in hand is spent.
+        :raises StorageUnavailable: once the block in hand is spent.
         """
         if cost <= 0 or not all(leasable(policy) for policy, _ in checks):
             return self.throttle.hit(checks, cost)
@@ -128,17 +90,18 @@ class Leases:
                 lease.asked += cost
                 if now < lease.until and lease.units >= cost:
                     lease.units -= cost
-                    return _spent(lease, now)
+                    # The last reply's, counted down, with the units still in hand.
+                    decision, waited = lease.decision, (now - lease.taken) / 1e6
+                    reset = max(decision.reset - waited, 0.0)
+                    return replace(decision, remaining=decision.remaining + lease.units, reset=reset, hold=None)
             size = cost if lease is None else self._size(lease, now, cost, checks)
         return self._take(shape, checks, cost, size, now)
 
     def _size(self, lease: _Lease, now: int, cost: int, checks: Sequence[Check]) -> int:
-        """The next block: the rate seen since the last was taken, over the
-        horizon and at most the time left in the window; at most twice what
-        was asked since, so that a burst at one instant does not pass for a
-        boundless rate; at most a share of the quota the last reply left
-        (of the least quota, once the window it was left in has ended);
-        never less than ``cost``."""
+        """The next block (see docs/leases.rst): the rate seen since the
+        last, over the horizon or the window's rest; at most twice what was
+        asked since and a share of the quota left (the least quota once
+        that window ended); at least ``cost``."""
         asked = lease.asked
         elapsed = max(now - lease.taken, 1) / 1e6
         if now < lease.until:
@@ -185,10 +148,8 @@ class Leases:
 
     def _refused(self, shape: tuple[object, ...], refusal: Decision, now: int) -> None:
         """Size the next blocks of ``shape`` from the quota ``refusal`` left,
-        until the refusing counter resets: each following request then asks
-        for its own cost, which the block cache refuses without a call, as
-        it refuses a request decided per request, instead of asking Redis
-        for a block of a size that changes with every request."""
+        until the refusing counter resets: each request then asks for its
+        own cost, which the block cache refuses without a call."""
         with self._lock:
             lease = self._leases.get(shape)
             if lease is None:
@@ -203,15 +164,10 @@ class Leases:
             self._leases[shape] = _Lease(0, until, lease.taken, refusal, None, lease.asked)
 
     def give_back(self) -> int:
-        """Refund every unspent unit, each block in one script call sent past
-        the breakers, and forget the blocks: for a worker that exits.
-        Blocks whose window has ended are dropped: a refund could not
-        reach them. Redis being down loses the refund, not the quota: the
-        units come back at the window's end. The first refund Redis does
-        not answer ends the giving back: each of the others would wait as
-        long for a stalled server, at the worker's exit.
-
-        :returns: the units given back.
+        """Refund every unspent unit of a block whose window has not ended,
+        one script call each past the breakers, forget the blocks, and
+        return the units given back. The first refund Redis does not answer
+        ends it: each other would wait as long for a stalled server.
         """
         now = self._clock()
         with self._lock:
@@ -234,30 +190,12 @@ def leasable(policy: Policy) -> bool:
     return policy.strategy in LEASABLE and policy.penalty is None
 
 
-def _spent(lease: _Lease, now: int) -> Decision:
-    """The decision of a request spent from ``lease``: the last reply's, its
-    reset counted down, its remaining the quota left in Redis then plus the
-    units still in hand."""
-    decision = lease.decision
-    waited = (now - lease.taken) / 1e6
-    return replace(
-        decision,
-        remaining=decision.remaining + lease.units,
-        reset=max(decision.reset - waited, 0.0),
-        hold=None,
-    )
-
-
 def _window_left(checks: Sequence[Check], decision: Decision) -> int:
-    """Microseconds until the first window of any of the request's layers
-    ends, from the time the script decided at. A block must be spent by
-    then: its units were counted in those windows.
-
-    The script's time is at least the lease clock's when the call was sent,
-    so a block's end on the lease clock is never late (clocks that tick at
-    the same rate assumed). On a cluster, it is the time of the node whose
-    window ends first (see :func:`~flask_redis_throttle.core.engine.codec.merge`):
-    nodes' clocks differ, and the block ends with the first of their windows."""
+    """Microseconds from the script's time until the first window of the
+    request's layers ends, by which the block must be spent. The script's
+    time is at least the lease clock's when the call was sent, so the end
+    is never late; on a cluster it is the time of the node whose window
+    ends first (see :func:`~flask_redis_throttle.core.engine.codec.merge`)."""
     hold = decision.hold
     # An admission's reply: it holds what it took, and when.
     assert hold is not None

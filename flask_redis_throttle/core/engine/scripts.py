@@ -1,32 +1,11 @@
-"""The Lua script, one file per strategy.
+"""The Lua script, one file per strategy, and the strategies' records.
 
-A request's script is ``lua/records.lua`` (finding and keeping the
-records of a packed key), ``lua/penalty.lua`` (reading and writing a
-penalty key), the files of the strategies the request uses,
-``lua/shaping.lua`` (the wait of a request that a limit with a delay lets
-wait its turn), and ``lua/main.lua``, which reads the plan, decides every layer in one pass,
-writes the keys only if all of them have room, and replies. Each
-strategy's file returns a table of plain functions (``check``, ``refund``,
-and for a packed strategy ``life``, else ``store``: see ``lua/main.lua``
-for their contract), which the script keeps under the strategy's code.
-Every value those functions use is a parameter; what the files before
-``lua/main.lua`` define, it calls, and none of them can see its locals. A
-strategy's decision is thus written once, in its file, and every call runs
-it: inspections, refunds, penalties, mixed strategies and keys shared by
-two limits alike. A request whose limits all use one strategy runs a
-script made of that strategy's file and the shared parts only; one whose
-plans have neither a penalty nor a delay (a plain plan), of the shared
-parts but ``lua/penalty.lua`` and ``lua/shaping.lua``: Redis runs a
-script's whole text on every call, and makes a function for each one it
-defines, so a function the request never calls still costs it.
-Production Redis and the embedded ``memory://`` store run the very same
-text.
-
-A storage sends them through a :class:`ScriptCache`, which makes each script
-once.
-
-What the scripts are sent and what they reply is written and read in one
-place, :mod:`flask_redis_throttle.core.engine.codec`.
+A request's script is ``lua/records.lua``, ``lua/penalty.lua``, the files
+of the strategies it uses (each returns a table of plain functions, see
+``lua/main.lua``), ``lua/shaping.lua`` and ``lua/main.lua``; a plain plan
+(no penalty, no delay) leaves out the penalty and shaping files, since
+Redis makes a function for every one a script defines, on every call. See
+docs/architecture.rst. Production Redis and ``memory://`` run the same text.
 
 This module is pure Python: it imports neither Flask nor Redis.
 """
@@ -36,7 +15,6 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import cache
 from importlib.resources import files
 from typing import TypeGuard
 
@@ -62,9 +40,9 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class Strategy:
-    """An algorithm's record: its name in settings, its Lua file, its code,
-    and what it can do, each with the reason why not where it cannot. Every
-    rule about strategies reads it, so that a new strategy is one record.
+    """An algorithm's record: its name, Lua file and code, and what it can
+    do, each with the reason why not where it cannot. Every rule about
+    strategies reads it, so that a new strategy is one record.
 
     :param name: the value of ``RATELIMIT_STRATEGY`` and ``@limit(strategy=...)``.
     :param filename: its file under ``lua/``.
@@ -99,8 +77,7 @@ class Strategy:
 
     @property
     def bursts(self) -> bool:
-        """Whether a shaped limit on it has a burst: such a limit is sent
-        with a burst of 1, which spreads its requests one at a time."""
+        """Whether a shaped limit on it has a burst (else it is sent with 1)."""
         return not self.no_burst
 
     @property
@@ -199,7 +176,17 @@ def script_source(names: Iterable[str], plain: bool = False) -> str:
         does not make their functions on every call.
     :raises KeyError: for an unknown strategy.
     """
-    return _source(frozenset(names), plain)
+    parts = [lua_text("records.lua")] if plain else [lua_text("records.lua"), lua_text("penalty.lua")]
+    parts.append("local strategies = {")
+    for name in sorted(names):
+        strategy = PARTS[name]
+        # Each file returns its table, and sees nothing of what follows it.
+        parts += [f"{strategy.code} = (function()", lua_text(strategy.filename), "end)(),"]
+    parts.append("}")
+    if not plain:
+        parts.append(lua_text("shaping.lua"))
+    parts.append(lua_text("main.lua"))
+    return "\n".join(parts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,22 +233,6 @@ class ScriptCache:
             text = script_source(strategies, plain)
             script = self._scripts[strategies, plain] = Script(text, hashlib.sha1(text.encode()).hexdigest())
         return script
-
-
-@cache
-def _source(names: frozenset[str], plain: bool = False) -> str:
-    # A plain plan calls no function of penalty.lua or shaping.lua (see main.lua).
-    parts = [lua_text("records.lua")] if plain else [lua_text("records.lua"), lua_text("penalty.lua")]
-    parts.append("local strategies = {")
-    for name in sorted(names):
-        strategy = PARTS[name]
-        # Each file returns its table, and sees nothing of what follows it.
-        parts += [f"{strategy.code} = (function()", lua_text(strategy.filename), "end)(),"]
-    parts.append("}")
-    if not plain:
-        parts.append(lua_text("shaping.lua"))
-    parts.append(lua_text("main.lua"))
-    return "\n".join(parts)
 
 
 def lua_text(path: str) -> str:
