@@ -1,9 +1,6 @@
-"""A circuit breaker: stop calling a Redis that keeps failing, then probe it.
-
-After ``threshold`` failures in a row it opens: for a back-off no call is
-made, and requests are decided by the failure policy at once, rather than
-each waiting for a timeout. Then one request probes Redis: success closes
-it, failure opens it again for twice as long, up to ``max_backoff``.
+"""A circuit breaker: stop calling a Redis that keeps failing, so that
+requests are decided by the failure policy at once rather than each
+waiting for a timeout, then probe it (see :class:`CircuitBreaker`).
 
 This module is pure Python: it imports neither Flask nor Redis.
 """
@@ -16,29 +13,25 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-__all__ = ["BreakerListener", "CircuitBreaker"]
-
 
 class BreakerListener(Protocol):
-    """Told of a breaker's life, to log it and to export it as a metric:
-    outside the breaker's lock, once per event (an outage's start and end,
-    not every request it fails)."""
+    """Told, outside the breaker's lock, when a breaker named ``name`` is
+    added, opens (after ``failures`` in a row, for ``period`` seconds
+    before the first probe) and closes: once per outage, to log and count."""
 
-    def breaker_added(self, name: str) -> None:
-        """A closed breaker named ``name`` now guards a node."""
+    def breaker_added(self, name: str) -> None: ...
 
-    def breaker_opened(self, name: str, failures: int, period: float) -> None:
-        """``name``'s breaker opened after ``failures`` failures in a row,
-        for ``period`` seconds before the first probe."""
+    def breaker_opened(self, name: str, failures: int, period: float) -> None: ...
 
-    def breaker_closed(self, name: str, failures: int) -> None:
-        """``name``'s breaker closed: a probe succeeded after ``failures``
-        failures in a row."""
+    def breaker_closed(self, name: str, failures: int) -> None: ...
 
 
 @dataclass(eq=False)
 class CircuitBreaker:
-    """Counts failures in a row and decides whether to call Redis at all.
+    """Counts failures in a row and decides whether to call Redis at all:
+    ``threshold`` failures open it, then after a back-off one request
+    probes Redis; success closes it, failure opens it again for twice as
+    long, up to ``max_backoff``.
 
     :param threshold: failures in a row that open the breaker; at least 1.
     :param backoff: seconds it first stays open.
@@ -87,9 +80,8 @@ class CircuitBreaker:
         return max(self._open_until - self.clock(), 0.0) if self._open_until else 0.0
 
     def allow(self) -> bool:
-        """Whether to call Redis now. True while closed (no lock taken: this
-        is every request's path), and for the one probe once the period is
-        over."""
+        """Whether to call Redis now: while closed (no lock taken on every
+        request's path), and for the one probe once the period is over."""
         if not self._open_until:
             return True
         with self._lock:
@@ -116,8 +108,8 @@ class CircuitBreaker:
                 self.listener.breaker_closed(self.name, failures)
 
     def failure(self) -> None:
-        """Redis failed: count it, and open (again) when it is time to. The
-        listener is told when it opens, not when a failed probe reopens it."""
+        """Redis failed: count it, and open (again) when it is time to; the
+        listener is not told when a failed probe reopens it."""
         with self._lock:
             self._failures += 1
             opened = not self._open_until

@@ -1,17 +1,8 @@
 """Who a counter belongs to, and the Redis key it lives under, such as
-``rl:{ip:Yq3...}:api:fw``: the prefix, the identity's hash tag (a digest
-of its kind and value, keyed by ``RATELIMIT_KEY_SECRET`` when set, so that
-whatever a value holds, every key of one identity shares one safe tag and
-one cluster slot), the escaped scope and the strategy; see
-:ref:`keys`. It also holds what every log
-line and the refusal log do with a value that came from a request:
-:func:`cut` it, and for logs make it :func:`loggable`.
-
-And it finds the keys again: :func:`counter_pattern` is the ``SCAN`` glob
-of an identity's counters (each carries its hash tag, ``<prefix>{<tag>}:``,
-then its scope), which :func:`delete_counters` deletes a batch at a time, so
-that a large Redis is never blocked as ``KEYS`` would block it; on a Redis
-Cluster client, redis-py's ``scan_iter`` walks every primary.
+``rl:{ip:Yq3...}:api:fw`` (see :ref:`keys`); the ``SCAN`` patterns that find
+those keys again, to delete a batch at a time (``KEYS`` would block a large
+Redis); and what logs do with a value from a request (:func:`cut`,
+:func:`loggable`).
 
 This module is pure Python: it imports neither Flask nor Redis.
 """
@@ -25,22 +16,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Protocol
-
-__all__ = [
-    "BATCH",
-    "MAX_VALUE_LENGTH",
-    "Identity",
-    "cached_counter_key",
-    "counter_key",
-    "counter_pattern",
-    "cut",
-    "delete_counters",
-    "escape_scope",
-    "glob_escape",
-    "identity_tag",
-    "kept_counter_key",
-    "loggable",
-]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +50,6 @@ CACHED_VALUE_LENGTH = 256
 
 
 def _tag(kind: str, value: str, secret: bytes) -> str:
-    """The tag, computed; see :func:`identity_tag`."""
     raw = f"{kind}\0{value}".encode("utf-8", "surrogatepass")
     digest = base64.urlsafe_b64encode(hashlib.blake2b(raw, digest_size=16, key=_digest_key(secret)).digest())
     label = kind if kind in ("ip", "user") else "key"
@@ -108,8 +82,7 @@ cached_counter_key = lru_cache(maxsize=8192)(counter_key)
 
 
 def kept_counter_key(head: str, kind: str, value: str, secret: bytes, suffix: str) -> str:
-    """:func:`counter_key`, through :func:`cached_counter_key` for a value
-    short enough to keep."""
+    """:func:`counter_key`, kept for a value short enough."""
     make = cached_counter_key if len(value) <= CACHED_VALUE_LENGTH else counter_key
     return make(head, kind, value, secret, suffix)
 
@@ -149,9 +122,7 @@ def loggable(value: str) -> str:
     head = value[:MAX_VALUE_LENGTH]
     if not head.isprintable():
         head = "".join(char if char.isprintable() else repr(char)[1:-1] for char in head)
-    if len(value) > MAX_VALUE_LENGTH:
-        return head[: MAX_VALUE_LENGTH - 1] + "…"
-    return cut(head)
+    return cut(head + "…" if len(value) > MAX_VALUE_LENGTH else head)
 
 
 #: How many keys one ``DEL`` deletes at most, and the ``COUNT`` hint of ``SCAN``.
@@ -202,11 +173,9 @@ def counter_pattern(prefix: str, tag: str | None, scope: str | None = None, bene
 
 
 def delete_counters(client: _Deleting, pattern: str) -> int:
-    """Delete every key that matches ``pattern``, in batches, and return how many were deleted.
-
-    Keys deleted by someone else meanwhile (or expired) are not counted.
-    ``SCAN`` may return a key more than once (Valkey does while its table
-    rehashes); each is sent to ``DEL`` once.
+    """Delete every key that matches ``pattern``, in batches, and return how many were deleted
+    (not those deleted by someone else meanwhile). ``SCAN`` may return a key
+    more than once (Valkey does while its table rehashes); each is sent to ``DEL`` once.
 
     :raises redis.RedisError: if Redis cannot answer; keys of batches already
         sent stay deleted.

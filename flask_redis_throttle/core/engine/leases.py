@@ -19,8 +19,6 @@ from dataclasses import dataclass, replace
 from .scripts import PARTS
 from .throttle import Check, Decision, Hold, Policy, StorageUnavailable, Throttle
 
-__all__ = ["HORIZON", "LEASABLE", "LEASE_TABLE_SIZE", "SHARE", "Leases", "leasable"]
-
 #: The strategies whose quota can be leased, by their records: the fixed
 #: window, whose windows are aligned to the clock, so that a block is
 #: spent in the window it was counted in.

@@ -1,11 +1,8 @@
-"""Outbound limits: the calls an app makes to a third party, which grants
-it a quota ("10 calls a second"), wait for their turn under that quota,
-shared by every process and host that uses the same storage.
-
-A call reserves its turn in one script call (``lua/shaping.lua``), on
-Redis's clock, and sleeps exactly until it, never polling; a wait given up
-on gives its turn back. See :ref:`outbound` for the pace, the caps, the
-refunds and what a restart of Redis does.
+"""Outbound limits: calls an app makes to a third party wait for their
+turn under its quota, shared by every process that uses the same storage.
+A call reserves its turn in one script call (``lua/shaping.lua``) and
+sleeps exactly until it; a wait given up on gives its turn back. See
+:ref:`outbound`.
 
 This module imports nothing of Flask.
 """
@@ -22,7 +19,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any, ParamSpec, TypeVar, cast
 
-from ..bounded import remember
 from ..checks import is_integer, is_number
 from ..errors import InvalidLimit
 from .codec import MAX_PLAN_DELAY
@@ -39,10 +35,6 @@ logger = logging.getLogger("flask_redis_throttle")
 
 #: What a turn is reserved under: one policy, or several decided together.
 Policies = Policy | Sequence[Policy]
-
-#: The delayed policies :func:`reserve` keeps, by (policies, timeout): at most 64.
-_POLICY_CACHE_SIZE = 64
-_delayed: dict[tuple[tuple[Policy, ...], float], tuple[Policy, ...]] = {}
 
 
 class QuotaTimeout(Exception):
@@ -75,7 +67,7 @@ def quota_policies(layers: Sequence[Layer], scope: str, burst: int = 1) -> tuple
         raise InvalidLimit("a quota needs at least one layer, such as 10/s", spec=layers)
     shortest = min(layer.window for layer in layers)
     pace = tuple(layer for layer in layers if layer.window == shortest)
-    # The delay here is a placeholder: each call sends its timeout as the delay (see reserve()).
+    # A placeholder delay: each call sends its timeout as the delay (see _delayed).
     return (
         Policy(pace, scope, "gcra", delay=MAX_PLAN_DELAY, burst=burst),
         Policy(tuple(layers), scope, "sliding-log", delay=MAX_PLAN_DELAY),
@@ -83,11 +75,8 @@ def quota_policies(layers: Sequence[Layer], scope: str, burst: int = 1) -> tuple
 
 
 def _wait_bound(timeout: float | None) -> float:
-    """The longest wait a call accepts, as the plan's delay: ``timeout``, at
-    least the plan's millisecond, or the longest there is for None.
-
-    :raises ValueError: for a timeout out of 0 to ``MAX_PLAN_DELAY`` (nor None).
-    """
+    """The plan's delay for ``timeout``: at least its millisecond, the
+    longest there is for None; a ValueError out of 0 to ``MAX_PLAN_DELAY``."""
     if timeout is None:
         return MAX_PLAN_DELAY
     if not is_number(timeout) or not 0 <= timeout <= MAX_PLAN_DELAY:
@@ -98,11 +87,16 @@ def _wait_bound(timeout: float | None) -> float:
     return max(timeout, 0.001)
 
 
+@functools.lru_cache(maxsize=64)
+def _delayed(policies: tuple[Policy, ...], bound: float) -> tuple[Policy, ...]:
+    """``policies`` with the wait ``bound`` as their delay, kept: a policy encodes its plan when made."""
+    return tuple(replace(each, delay=bound) for each in policies)
+
+
 def _take(
     throttle: Throttle, policy: Policies, identity: Identity, cost: int = 1, timeout: float | None = None
 ) -> Decision:
-    """Reserve the turn (see :func:`reserve`), and return the admitted
-    decision, whose hold gives the turn back."""
+    """Reserve the turn (see :func:`reserve`): the admitted decision, whose hold gives it back."""
     policies = (policy,) if isinstance(policy, Policy) else tuple(policy)
     if not policies:
         raise ValueError("no policy to reserve a turn under")
@@ -114,11 +108,7 @@ def _take(
     if cost > most:
         raise ValueError(f"cost {cost} is more than {scope!r} lets go at once ({most}): it would never get a turn")
     bound = _wait_bound(timeout)
-    delayed = _delayed.get((policies, bound))
-    if delayed is None:
-        made = tuple(replace(each, delay=bound) for each in policies)
-        delayed = remember(_delayed, (policies, bound), made, _POLICY_CACHE_SIZE)
-    decision = throttle.hit([(each, (identity,)) for each in delayed], cost, returnable=True)
+    decision = throttle.hit([(each, (identity,)) for each in _delayed(policies, bound)], cost, returnable=True)
     if not decision.admitted:
         raise QuotaTimeout(scope, bound, decision.retry_after)
     return decision
@@ -147,8 +137,8 @@ def reserve(
 
 
 def give_back(hold: Hold | None) -> None:
-    """Give back a turn that will not be used; a storage that cannot answer
-    loses it, with a warning, rather than hide the reason it was given up."""
+    """Give back a turn that will not be used; one the storage cannot take
+    back is lost, with a warning, rather than hide why it was given up."""
     try:
         if hold is not None:
             hold.release()
@@ -204,7 +194,7 @@ async def acquire_async(
 
 class _Reservation:
     """A turn reserved in a worker thread for a caller that may be cancelled
-    meanwhile: whichever learns last that it will not be used gives it back."""
+    meanwhile: whichever learns last that it is not used gives it back."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -212,8 +202,7 @@ class _Reservation:
         self._abandoned = False
 
     def take(self, reserve: Callable[[], Decision]) -> Decision:
-        """Reserve the turn (in the worker thread); give it back at once if
-        the caller has already been cancelled."""
+        """Reserve the turn, in the worker thread; give it back if the caller was cancelled."""
         decision = reserve()
         with self._lock:
             if not self._abandoned:
@@ -223,7 +212,7 @@ class _Reservation:
         return decision
 
     def abandon(self) -> Decision | None:
-        """The caller was cancelled: the turn, for it to give back, if it was reserved already."""
+        """The caller was cancelled: the turn to give back, if reserved already."""
         with self._lock:
             self._abandoned = True
             return self._decision

@@ -16,8 +16,6 @@ from ..errors import InvalidLimit
 from .keys import escape_scope, identity_tag
 from .rates import MAX_WINDOW, check_length, parse_duration, read_number
 
-__all__ = ["MAX_FACTOR", "Penalty", "parse_penalty", "penalty_key", "penalty_suffix"]
-
 #: The largest factor between two penalties in a row.
 MAX_FACTOR = 1000
 

@@ -11,8 +11,6 @@ from dataclasses import dataclass
 from ..checks import is_integer_in
 from ..errors import InvalidLimit
 
-__all__ = ["MAX_LAYERS", "MAX_LIMIT_LENGTH", "MAX_QUOTA", "MAX_WINDOW", "Layer", "parse_duration", "parse_limits"]
-
 #: The largest quota one layer may have. Anything above is surely a typo.
 MAX_QUOTA = 1_000_000_000
 #: The longest window one layer may have, in seconds (366 days).

@@ -21,22 +21,6 @@ from typing import TypeGuard
 from ..bounded import remember
 from .codec import SLOTS_CODE, Args, penalized, shaped
 
-__all__ = [
-    "CONCURRENCY",
-    "PARTS",
-    "PLAN_CACHE_SIZE",
-    "SHAPING_STRATEGY",
-    "STRATEGIES",
-    "STRATEGY_NAMES",
-    "Script",
-    "ScriptCache",
-    "Strategy",
-    "able",
-    "is_strategy",
-    "lua_text",
-    "script_source",
-]
-
 
 @dataclass(frozen=True, slots=True)
 class Strategy:
