@@ -1,9 +1,7 @@
 """The block cache: refusals remembered in process, so that a blocked client
 costs Redis nothing until it may pass again. An entry refuses only what
-Redis would refuse too (the same counter, quota and cost, until the
-refusal's ``Retry-After`` counted from when the request was sent), and is
-trusted for :data:`MAX_AGE` at most, so that counters deleted behind its
-back are seen within a second. See :doc:`/blocks`.
+Redis would refuse too, and is trusted for :data:`MAX_AGE` at most, so that
+counters deleted behind its back are seen within a second. See :doc:`/blocks`.
 
 This module is pure Python: it imports neither Flask nor Redis.
 """
@@ -64,9 +62,8 @@ class BlockCache:
         self.entries: Mapping[str, Block] = self._blocks
         #: How many entries each counter has, by its Redis key.
         self._counters: dict[str, int] = {}
-        #: The Redis keys of the counters that have an entry, a live view: a
-        #: request none of whose keys is here has no blocked layer, which one
-        #: set test tells without naming its layers for :meth:`find`.
+        #: A live view of the keys that have an entry: one set test tells a
+        #: request none of whose keys is here, without naming its layers.
         self.blocked_keys: KeysView[str] = self._counters.keys()
         self._lock = threading.Lock()
 

@@ -62,9 +62,8 @@ class CircuitBreaker:
         self._period = self.backoff
 
     def like(self, name: str = "") -> CircuitBreaker:
-        """A closed breaker named ``name`` with this one's settings, clock
-        and listener: one per cluster node, so that a dead node does not
-        stop calls to the others."""
+        """A closed breaker named ``name`` like this one: one per cluster
+        node, so that a dead node does not stop calls to the others."""
         breaker = replace(self, name=name)
         if self.listener is not None:
             self.listener.breaker_added(name)
@@ -91,9 +90,8 @@ class CircuitBreaker:
             return True
 
     def abandon(self) -> None:
-        """The call :meth:`allow` let through will not be made (another
-        node's breaker held the request back): if it was the probe, the
-        next request may probe instead, rather than none ever again."""
+        """The call :meth:`allow` let through will not be made: if it was
+        the probe, the next request may probe instead."""
         if self._probing:
             with self._lock:
                 self._probing = False

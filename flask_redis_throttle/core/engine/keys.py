@@ -35,8 +35,7 @@ class Identity:
 
     @classmethod
     def written(cls, text: str) -> Identity:
-        """The identity that ``str()`` wrote as ``text``: its kind runs to the
-        first colon (the second for a key function's, ``key:<name>``)."""
+        """The identity ``str()`` wrote as ``text`` (a key function's kind is ``key:<name>``)."""
         kind, _colon, value = text.partition(":")
         if kind == "key":
             name, _colon, value = value.partition(":")
@@ -60,24 +59,20 @@ _cached_tag = lru_cache(maxsize=8192)(_tag)
 
 
 def identity_tag(kind: str, value: str, secret: bytes = b"") -> str:
-    """The hash tag, without braces, that every key of this identity carries:
-    ``ip:``, ``user:`` or ``key:`` and a digest of the kind and ``value``
-    (anything at all) together, keyed by ``secret`` when it is not empty, so
-    that two key functions that return the same string still count apart."""
+    """The hash tag, without braces, of every key of this identity: ``ip:``,
+    ``user:`` or ``key:`` and a digest of the kind and ``value`` together
+    (keyed by ``secret``), so two key functions' same string count apart."""
     if len(value) <= CACHED_VALUE_LENGTH:
         return _cached_tag(kind, value, secret)
     return _tag(kind, value, secret)
 
 
 def counter_key(head: str, kind: str, value: str, secret: bytes, suffix: str) -> str:
-    """A counter's key: ``head`` (the prefix and ``{``), the tag of the
-    identity ``kind``/``value`` (see :func:`identity_tag`), then ``suffix``
-    (``}``, the scope and the rest)."""
+    """``head`` (the prefix and ``{``), the identity's tag, then ``suffix``."""
     return head + identity_tag(kind, value, secret) + suffix
 
 
-#: :func:`counter_key`, kept: a returning client's keys are one lookup each
-#: (for values no longer than :data:`CACHED_VALUE_LENGTH` only).
+#: :func:`counter_key`, kept: a returning client's keys are one lookup each.
 cached_counter_key = lru_cache(maxsize=8192)(counter_key)
 
 
@@ -97,9 +92,8 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._/@+-]")
 
 
 def escape_scope(scope: str) -> str:
-    """Percent-escape a scope so that it is a safe part of a key, and two
-    scopes never share one: all but letters, digits and ``._/@+-`` (which
-    keep endpoint names readable) become ``%XX`` for each UTF-8 byte."""
+    """A scope as a safe part of a key that no other scope shares: all but
+    letters, digits and ``._/@+-`` become ``%XX`` for each UTF-8 byte."""
     return _UNSAFE.sub(lambda m: "".join(f"%{b:02X}" for b in m[0].encode("utf-8", "surrogatepass")), scope)
 
 

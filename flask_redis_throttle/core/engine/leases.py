@@ -113,9 +113,7 @@ class Leases:
         decision = self.throttle.hit(checks, size, returnable=True)
         self.calls += not decision.cached
         if not decision.admitted and size > cost:
-            # Others took what was left (or the block cache remembers that
-            # they did, for a block of this size): decide this request
-            # exactly, at its own cost, which may still fit.
+            # Others took what was left: this request alone may still fit.
             decision = self.throttle.hit(checks, cost, returnable=True)
             self.calls += not decision.cached
             size = cost
@@ -123,13 +121,20 @@ class Leases:
             self._refused(shape, decision, now)
             return decision
         if decision.fallback:
-            # Redis is unavailable and the fallback decided: no block is
-            # kept from it, which would go on being spent once Redis is
-            # back. What it took beyond this request goes back at once.
+            # No block from the fallback, which would be spent on once Redis
+            # is back: what it took beyond this request goes back at once.
             if size > cost and decision.hold is not None:
                 replace(decision.hold, cost=size - cost).release(guarded=False)
             return replace(decision, hold=None)
-        until = now + _window_left(checks, decision)
+        # Spent by the first end of a window of its layers, from the script's
+        # time: at least the lease clock's when sent, so never late; on a
+        # cluster, the node's whose window ends first (see codec.merge).
+        hold = decision.hold  # an admission's reply holds what it took, and when
+        assert hold is not None
+        assert hold.now is not None
+        at = hold.now
+        windows = [layer.window * 1_000_000 for policy, _ in checks for layer in policy.layers]
+        until = now + min(window - at % window for window in windows)
         lease = _Lease(size - cost, until, now, decision, decision.hold)
         with self._lock:
             leases = self._leases
@@ -186,22 +191,6 @@ def leasable(policy: Policy) -> bool:
     :data:`LEASABLE`, and it has no penalty (a block refused because other
     workers took what was left would count as an offence)."""
     return policy.strategy in LEASABLE and policy.penalty is None
-
-
-def _window_left(checks: Sequence[Check], decision: Decision) -> int:
-    """Microseconds from the script's time until the first window of the
-    request's layers ends, by which the block must be spent. The script's
-    time is at least the lease clock's when the call was sent, so the end
-    is never late; on a cluster it is the time of the node whose window
-    ends first (see :func:`~flask_redis_throttle.core.engine.codec.merge`)."""
-    hold = decision.hold
-    # An admission's reply: it holds what it took, and when.
-    assert hold is not None
-    assert hold.now is not None
-    at = hold.now
-    return min(
-        layer.window * 1_000_000 - at % (layer.window * 1_000_000) for policy, _ in checks for layer in policy.layers
-    )
 
 
 #: Every live lease table, to give back at exit.

@@ -117,21 +117,19 @@ def _take(
 def reserve(
     throttle: Throttle, policy: Policies, identity: Identity, cost: int = 1, timeout: float | None = None
 ) -> float:
-    """Reserve the next turn of ``identity`` under ``policy``, GCRA or
-    sliding-log policies such as :func:`quota_policies` makes (their delay
-    is replaced by ``timeout``; a burst is kept), in one script call, and
-    return how many seconds from now it is (0 when the call may go at
-    once). The caller must wait that long before it calls: :func:`acquire`
-    does. A turn reserved here cannot be given back.
+    """Reserve the next turn of ``identity`` under ``policy`` (such as
+    :func:`quota_policies` makes; their delay is replaced by ``timeout``),
+    taking ``cost`` of the quota, in one script call, and return how many
+    seconds from now it is: the caller must wait that long, as
+    :func:`acquire` does. A turn reserved here cannot be given back.
 
-    :param cost: how much of the quota the call takes.
     :param timeout: the longest wait to accept, in seconds, rounded to a
         millisecond; None for any (up to ``MAX_PLAN_DELAY``).
     :raises QuotaTimeout: if the turn is further off than ``timeout``.
     :raises ValueError: for a ``cost`` that is not a whole number from 1 to
         the policy's burst (or a layer's quota), or a bad ``timeout``.
-    :raises ~flask_redis_throttle.core.engine.throttle.StorageUnavailable: if
-        Redis could not answer.
+    :raises ~flask_redis_throttle.core.engine.throttle.StorageUnavailable:
+        if Redis could not answer.
     """
     return _take(throttle, policy, identity, cost, timeout).retry_after
 
@@ -168,10 +166,8 @@ async def acquire_async(
     throttle: Throttle, policy: Policies, identity: Identity, cost: int = 1, timeout: float | None = None
 ) -> float:
     """:func:`acquire` for ``asyncio``: the script call runs in a worker
-    thread and the wait is an ``asyncio.sleep``, so the event loop runs on.
-    A cancelled wait gives its turn back before the cancellation goes on;
-    one cancelled while the script call runs, once that call has answered
-    (in the worker thread, which the loop waits for when it closes)."""
+    thread and the wait is an ``asyncio.sleep``. A cancelled wait gives its
+    turn back first; one cancelled during the script call, once it answers."""
     reservation = _Reservation()
     try:
         decision = await asyncio.to_thread(
@@ -222,21 +218,19 @@ class SharedQuota:
     """A third party's quota, shared by every process and host that uses the
     same storage: a context manager (``with`` and ``async with``) and a
     decorator (of plain and ``async`` functions) whose calls each wait for
-    their turn.
+    their turn (see :ref:`outbound`).
 
     :param throttle: decides the turns; its storage is what is shared.
-    :param limit: the quota, such as ``"10/s"`` or ``"10/s;2000/d"`` (see
-        :doc:`/grammar`), or its layers: calls go at the pace of the
-        layers of the shortest window, and every layer caps its window's
-        total (see :ref:`outbound`).
-    :param scope: names the quota in the keys: every ``SharedQuota`` with
-        the same scope (and identity) shares it, such as the host called.
-    :param identity: whose quota it is, when the third party grants one
-        per account: every call under one identity shares its turns.
+    :param limit: the quota, such as ``"10/s;2000/d"`` (see :doc:`/grammar`),
+        or its layers: the shortest window's set the pace, and every layer
+        caps its window's total.
+    :param scope: names the quota in the keys, such as the host called:
+        every ``SharedQuota`` with the same scope and identity shares it.
+    :param identity: whose quota it is, when the third party grants one per account.
     :param timeout: the longest a call waits for its turn, in seconds;
         None to wait as long as it takes. Past it, :class:`QuotaTimeout`.
-    :param burst: how many calls may go at once after a quiet spell (see
-        :ref:`outbound`); 1 spreads every call evenly.
+    :param burst: how many calls may go at once after a quiet spell; 1
+        spreads every call evenly.
     :raises ~flask_redis_throttle.core.errors.InvalidLimit: for a malformed
         limit, or a burst out of 1 to the quota of the shortest window.
     :raises ValueError: for a timeout that is not None or a number of

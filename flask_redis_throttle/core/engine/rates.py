@@ -15,9 +15,8 @@ from ..errors import InvalidLimit
 MAX_QUOTA = 1_000_000_000
 #: The longest window one layer may have, in seconds (366 days).
 MAX_WINDOW = 366 * 86_400
-#: The longest limit string, in characters. Limits can come from data (a
-#: dynamic limit's function), so anything longer is rejected by its length
-#: alone, before it is looked at: parsing takes time linear in this at most.
+#: The longest limit string, in characters: limits can come from data (a
+#: dynamic limit's function), so a longer one is rejected before it is read.
 MAX_LIMIT_LENGTH = 1000
 #: The most layers one limit string may have.
 MAX_LAYERS = 32
@@ -115,8 +114,8 @@ def parse_limits(spec: str) -> tuple[Layer, ...]:
 
 
 def check_length(spec: str, what: str) -> None:
-    """Reject ``spec``, a ``what`` (``"limit"``, ``"penalty"``), if it is longer than
-    :data:`MAX_LIMIT_LENGTH`, quoting only its start: the whole could be megabytes."""
+    """Reject ``spec``, a ``what``, if it is longer than :data:`MAX_LIMIT_LENGTH`,
+    quoting only its start: the whole could be megabytes."""
     if len(spec) > MAX_LIMIT_LENGTH:
         raise InvalidLimit(
             f"{what} {_start(spec)} is {len(spec)} characters long; a {what} has at most {MAX_LIMIT_LENGTH}",

@@ -112,13 +112,13 @@ STRATEGIES: dict[str, Strategy] = {
     )
 }
 
-#: The strategy a limit with a delay uses when it names none: its burst of
-#: 1 spreads the waiting requests evenly.
+#: The strategy of a limit with a delay that names none: its burst of 1
+#: spreads the waiting requests evenly.
 SHAPING_STRATEGY = "gcra"
 
-#: The concurrency slots (``lua/concurrency.lua``): a part of a script
-#: under a code of its own, like a strategy, but not one a limit counts
-#: with: a limit's ``concurrent=`` adds them (see :doc:`/limits`).
+#: The concurrency slots (``lua/concurrency.lua``), which a limit's
+#: ``concurrent=`` adds: a part of a script like a strategy, but not one a
+#: limit counts with (see :doc:`/limits`).
 CONCURRENCY = Strategy(
     "concurrency",
     "concurrency.lua",
@@ -129,8 +129,7 @@ CONCURRENCY = Strategy(
     no_lease="a slot is held while a request runs, and given back when it ends: it cannot be taken in advance",
 )
 
-#: Every part a script may have beside the shared ones, by name: the
-#: strategies and the concurrency slots.
+#: Every part a script may have beside the shared ones, by name.
 PARTS: dict[str, Strategy] = {**STRATEGIES, CONCURRENCY.name: CONCURRENCY}
 
 
@@ -186,9 +185,8 @@ PLAN_CACHE_SIZE = 1024
 
 
 class ScriptCache:
-    """The scripts one storage sends, each made once: one per set of
-    strategies a request uses, and whether its plans are plain (see
-    :func:`script_source`)."""
+    """The scripts one storage sends, each made once, by the strategies a
+    request uses and whether its plans are plain (see :func:`script_source`)."""
 
     def __init__(self) -> None:
         self._scripts: dict[tuple[frozenset[str], bool], Script] = {}
@@ -197,20 +195,14 @@ class ScriptCache:
         self._plain: dict[object, bool] = {}
 
     def choose(self, strategies: frozenset[str], calls: Sequence[tuple[Sequence[str], Args]]) -> Script:
-        """The script for ``calls`` (keys and arguments each) of a request
-        using ``strategies``: the same for every call of those strategies
-        whose plans are all plain, or not."""
+        """The script for ``calls`` (keys and arguments each) of a request using ``strategies``."""
         plain = True
         for _, args in calls:
             plan = args[2]
             known = self._plain.get(plan)
             if known is None:
-                known = remember(
-                    self._plain,
-                    plan,
-                    isinstance(plan, bytes) and not (penalized(plan) or shaped(plan)),
-                    PLAN_CACHE_SIZE,
-                )
+                known = isinstance(plan, bytes) and not (penalized(plan) or shaped(plan))
+                remember(self._plain, plan, known, PLAN_CACHE_SIZE)
             plain = plain and known
         script = self._scripts.get((strategies, plain))
         if script is None:
