@@ -36,7 +36,8 @@ class Strategy:
         (see ``lua/records.lua``); empty when it does.
     :param no_delay: why a limit with a delay cannot use it (see
         :doc:`/shaping`); empty when one can.
-    :param no_burst: why a shaped limit on it has no burst; empty when it has.
+    :param no_burst: why a shaped limit on it has no burst; empty when it
+        has, or when it has no delay to shape.
     :param no_lease: why a process cannot lease a share of its quota, to
         spend it without asking the storage; empty when it can.
     """
@@ -62,15 +63,13 @@ class Strategy:
     @property
     def bursts(self) -> bool:
         """Whether a shaped limit on it has a burst (else it is sent with 1)."""
-        return not self.no_burst
+        return self.delays and not self.no_burst
 
     @property
     def leases(self) -> bool:
         """Whether a share of its quota can be leased."""
         return not self.no_lease
 
-
-_NO_SHAPING = "it has no delay to shape"
 
 #: Every strategy, by name.
 STRATEGIES: dict[str, Strategy] = {
@@ -82,14 +81,12 @@ STRATEGIES: dict[str, Strategy] = {
             "fw",
             no_delay="a request put off to the next window would be counted in a window that has not begun, "
             "and the waiting requests would all run at its start, the burst shaping is meant to smooth",
-            no_burst=_NO_SHAPING,
         ),
         Strategy(
             "sliding-window",
             "sliding_window.lua",
             "sw",
             no_delay="its count is an estimate from two windows, so it has no exact time at which a request fits",
-            no_burst=_NO_SHAPING,
             no_lease="its count is an estimate weighted over two windows, so a unit leased in one is still "
             "counted, in part, in the next, where it may be spent twice over",
         ),
@@ -125,7 +122,6 @@ CONCURRENCY = Strategy(
     SLOTS_CODE.decode(),
     no_pack="its slots are members of a sorted set, each given back by the request that holds it",
     no_delay="a slot is freed by the end of the request that holds it, at no time known in advance",
-    no_burst=_NO_SHAPING,
     no_lease="a slot is held while a request runs, and given back when it ends: it cannot be taken in advance",
 )
 
