@@ -35,11 +35,9 @@ class CircuitBreaker:
 
     :param threshold: failures in a row that open the breaker; at least 1.
     :param backoff: seconds it first stays open.
-    :param max_backoff: the longest it stays open; each failed probe doubles
-        the period up to this.
+    :param max_backoff: the longest it stays open.
     :param clock: seconds on a monotonic clock; tests may replace it.
-    :param name: the node it guards, for the listener: the storage's URL
-        (password redacted), or a cluster node's ``host:port``.
+    :param name: the node it guards, for the listener: a redacted URL or ``host:port``.
     :param listener: told when the breaker opens and closes; None for no one.
     """
 

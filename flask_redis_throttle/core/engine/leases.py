@@ -17,11 +17,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from .scripts import PARTS
-from .throttle import Check, Decision, Hold, Policy, StorageUnavailable, Throttle
+from .throttle import Check, Decision, Hold, StorageUnavailable, Throttle
 
 #: The strategies whose quota can be leased, by their records: the fixed
-#: window, whose windows are aligned to the clock, so that a block is
-#: spent in the window it was counted in.
+#: window's windows are aligned to the clock, so a block is spent in its own.
 LEASABLE = frozenset(name for name, strategy in PARTS.items() if strategy.leases)
 
 #: How far ahead a block reaches, in seconds: a block is what the worker
@@ -73,12 +72,13 @@ class Leases:
 
     def hit(self, checks: Sequence[Check], cost: int = 1) -> Decision:
         """Decide a request of ``cost`` from the block its shape holds, or
-        take a new block in one script call; one that cannot lease (see
-        :func:`leasable`), or of cost 0, is decided by the throttle.
+        take a new block in one script call. One that cannot lease, or of
+        cost 0, is decided by the throttle: a penalty's cannot, since a block
+        refused because others took what was left would count as an offence.
 
         :raises StorageUnavailable: once the block in hand is spent.
         """
-        if cost <= 0 or not all(leasable(policy) for policy, _ in checks):
+        if cost <= 0 or not all(each.strategy in LEASABLE and each.penalty is None for each, _ in checks):
             return self.throttle.hit(checks, cost)
         shape = tuple((policy, tuple(identities)) for policy, identities in checks)
         now = self._clock()
@@ -184,13 +184,6 @@ class Leases:
                     break
                 given += lease.units
         return given
-
-
-def leasable(policy: Policy) -> bool:
-    """Whether ``policy``'s quota can be leased: its strategy is in
-    :data:`LEASABLE`, and it has no penalty (a block refused because other
-    workers took what was left would count as an offence)."""
-    return policy.strategy in LEASABLE and policy.penalty is None
 
 
 #: Every live lease table, to give back at exit.

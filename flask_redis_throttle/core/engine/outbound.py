@@ -38,13 +38,9 @@ Policies = Policy | Sequence[Policy]
 
 
 class QuotaTimeout(Exception):
-    """The quota has no turn for the call within its timeout. Nothing of the
-    quota was used.
-
-    :param scope: the quota's scope.
-    :param timeout: the longest the call would have waited, in seconds.
-    :param retry_after: seconds until a call would get its turn at once.
-    """
+    """The quota ``scope`` has no turn for the call within ``timeout``
+    seconds, and nothing of it was used; ``retry_after`` is the seconds
+    until a call would get its turn at once."""
 
     def __init__(self, scope: str, timeout: float, retry_after: float) -> None:
         super().__init__(

@@ -12,7 +12,7 @@ from functools import lru_cache
 
 from ..checks import is_integer_in
 from ..errors import InvalidLimit
-from .keys import escape_scope, identity_tag
+from .keys import counter_key, escape_scope
 from .rates import MAX_WINDOW, check_length, parse_duration, read_number
 
 #: The largest factor between two penalties in a row.
@@ -138,4 +138,4 @@ def penalty_key(prefix: str, kind: str, value: str, scope: str, secret: bytes = 
     ``scope``, such as ``rl:{ip:Yq3...}:login:pn``: after ``prefix``
     (``RATELIMIT_KEY_PREFIX``), in the identity's hash tag like its
     counters, whose digest ``secret`` (``RATELIMIT_KEY_SECRET``) keys."""
-    return prefix + "{" + identity_tag(kind, value, secret) + penalty_suffix(scope)
+    return counter_key(prefix + "{", kind, value, secret, penalty_suffix(scope))

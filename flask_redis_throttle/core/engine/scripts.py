@@ -32,14 +32,12 @@ class Strategy:
     :param filename: its file under ``lua/``.
     :param code: two letters that name it in Redis keys and in the script's
         plan; codes never change, or counters would be lost.
-    :param no_pack: why it does not keep its layers in one string per key
-        (see ``lua/records.lua``); empty when it does.
-    :param no_delay: why a limit with a delay cannot use it (see
-        :doc:`/shaping`); empty when one can.
-    :param no_burst: why a shaped limit on it has no burst; empty when it
-        has, or when it has no delay to shape.
-    :param no_lease: why a process cannot lease a share of its quota, to
-        spend it without asking the storage; empty when it can.
+
+    Each ``no_...`` says why it cannot do a thing, empty when it can:
+    ``no_pack``, keep its layers in one string per key (see
+    ``lua/records.lua``); ``no_delay``, serve a limit with a delay (see
+    :doc:`/shaping`); ``no_burst``, give a shaped limit a burst (none has
+    without a delay); ``no_lease``, lend a process a share of its quota.
     """
 
     name: str
