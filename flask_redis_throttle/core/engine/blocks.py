@@ -1,7 +1,5 @@
 """The block cache: refusals remembered in process, so that a blocked client
-costs Redis nothing until it may pass again. An entry refuses only what
-Redis would refuse too, and is trusted for :data:`MAX_AGE` at most, so that
-counters deleted behind its back are seen within a second. See :doc:`/blocks`.
+costs Redis nothing until it may pass again (see :doc:`/blocks`).
 
 This module is pure Python: it imports neither Flask nor Redis.
 """

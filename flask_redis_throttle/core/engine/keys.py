@@ -1,8 +1,6 @@
-"""Who a counter belongs to, and the Redis key it lives under, such as
-``rl:{ip:Yq3...}:api:fw`` (see :ref:`keys`); the ``SCAN`` patterns that find
-those keys again, to delete a batch at a time (``KEYS`` would block a large
-Redis); and what logs do with a value from a request (:func:`cut`,
-:func:`loggable`).
+"""Who a counter belongs to and its Redis key, ``rl:{ip:Yq3...}:api:fw``
+(see :ref:`keys`); the ``SCAN`` patterns that find those keys again; and
+what logs do with a value from a request (:func:`cut`, :func:`loggable`).
 
 This module is pure Python: it imports neither Flask nor Redis.
 """
@@ -133,11 +131,9 @@ class _Deleting(Protocol):
     def delete(self, *names: Any) -> Any: ...
 
 
-#: The glob of every identity's tag (see :func:`identity_tag`): its label
-#: (``ip``, ``user`` or ``key``), a colon and the 16 bytes of its digest in
-#: 22 characters, so that a pattern of every identity's counters leaves
-#: other keys under the prefix alone, such as the overrides' log,
-#: ``<prefix>{overrides}:log``.
+#: The glob of every identity's tag (see :func:`identity_tag`), so that a
+#: pattern of every identity's counters leaves other keys under the prefix
+#: alone, such as the overrides' log, ``<prefix>{overrides}:log``.
 _ANY_TAG = "[iuk]*:" + "?" * 22
 
 

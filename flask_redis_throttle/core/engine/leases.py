@@ -1,8 +1,6 @@
 """Quota leases: a worker takes a block of an identity's quota in one
-script call, an ordinary all-or-nothing hit of cost ``n`` counted in Redis
-when taken, and spends it in process until the block is spent or its
-window ends; unspent units are refunded at a clean exit. See
-docs/leases.rst for how blocks are sized and what leasing costs.
+script call (a hit of cost ``n``, counted in Redis when taken) and spends
+it in process until it is spent or its window ends (see docs/leases.rst).
 """
 
 from __future__ import annotations
@@ -198,10 +196,9 @@ def _give_back_all() -> None:
 
 
 def _forget_in_child() -> None:
-    """In a forked child (a worker of ``gunicorn --preload``), forget the
-    parent's blocks: their units are the parent's, and each child spending
-    a copy of them would admit them once per child. The lock is new too:
-    the parent's may have been held by another thread when it forked."""
+    """In a forked child (``gunicorn --preload``), forget the parent's
+    blocks, which each child would spend again, and its lock, which another
+    thread may have held when it forked."""
     for leases in list(_LIVE):
         leases._leases = {}
         leases._lock = threading.Lock()

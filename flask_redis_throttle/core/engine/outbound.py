@@ -1,8 +1,6 @@
-"""Outbound limits: calls an app makes to a third party wait for their
-turn under its quota, shared by every process that uses the same storage.
-A call reserves its turn in one script call (``lua/shaping.lua``) and
-sleeps exactly until it; a wait given up on gives its turn back. See
-:ref:`outbound`.
+"""Outbound limits: calls an app makes to a third party wait for their turn
+under its quota, reserved in one script call (``lua/shaping.lua``) and
+shared by every process on the same storage (see :ref:`outbound`).
 
 This module imports nothing of Flask.
 """

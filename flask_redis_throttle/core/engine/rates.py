@@ -24,10 +24,9 @@ MAX_LAYERS = 32
 _DURATIONS = {"s sec second seconds": 1, "m min minute minutes": 60, "h hour hours": 3_600, "d day days": 86_400}
 _UNITS = {name: seconds for names, seconds in _DURATIONS.items() for name in names.split()}
 
-# A layer and a duration, read in time linear in their length: no two
-# quantifiers in a row can match the same character, so a failed match never
-# tries a run of spaces or digits more than one way. ASCII only (re.A), so
-# that exotic Unicode digits cannot sneak past as numbers.
+# Linear in time: no two quantifiers in a row match the same character, so a
+# failed match tries no run of spaces or digits two ways. ASCII only (re.A),
+# so that exotic Unicode digits cannot sneak past as numbers.
 _LAYER = re.compile(r"([0-9]+)(?:\s*/|\s+per\s)\s*(?:([0-9]+)\s*)?([a-z]+)", re.A | re.I)
 _DURATION = re.compile(r"([0-9]+)\s*([a-z]+)", re.A | re.I)
 

@@ -1,11 +1,6 @@
-"""The Lua script, one file per strategy, and the strategies' records.
-
-A request's script is ``lua/records.lua``, ``lua/penalty.lua``, the files
-of the strategies it uses (each returns a table of plain functions, see
-``lua/main.lua``), ``lua/shaping.lua`` and ``lua/main.lua``; a plain plan
-(no penalty, no delay) leaves out the penalty and shaping files, since
-Redis makes a function for every one a script defines, on every call. See
-docs/architecture.rst. Production Redis and ``memory://`` run the same text.
+"""The Lua script, made of the files in ``lua/`` that a request uses (see
+docs/architecture.rst), and the strategies' records. Production Redis and
+``memory://`` run the same text.
 
 This module is pure Python: it imports neither Flask nor Redis.
 """
@@ -128,9 +123,8 @@ PARTS: dict[str, Strategy] = {**STRATEGIES, CONCURRENCY.name: CONCURRENCY}
 
 
 def able(ability: str) -> str:
-    """The strategies whose record has ``ability``, a property of
-    :class:`Strategy` such as ``"delays"``, quoted, for messages: ``'gcra'
-    or 'sliding-log'``."""
+    """The strategies whose record has ``ability`` (``"delays"``), quoted,
+    for messages: ``'gcra' or 'sliding-log'``."""
     return " or ".join(sorted(repr(name) for name, strategy in STRATEGIES.items() if getattr(strategy, ability)))
 
 
@@ -139,8 +133,7 @@ STRATEGY_NAMES = ", ".join(map(repr, STRATEGIES))
 
 
 def is_strategy(value: object) -> TypeGuard[str]:
-    """Whether ``value`` names a strategy: the one check of
-    ``RATELIMIT_STRATEGY``, ``@limit(strategy=...)`` and a policy's."""
+    """Whether ``value`` names a strategy: the one check of every setting and option that names one."""
     return isinstance(value, str) and value in STRATEGIES
 
 
