@@ -1,9 +1,5 @@
 """The block cache: refusals remembered in process, so that a blocked client
-costs Redis nothing until it may pass again. An entry refuses only what
-Redis would refuse too (the same counter, quota and cost, until the
-refusal's ``Retry-After`` counted from when the request was sent), and is
-trusted for :data:`MAX_AGE` at most, so that counters deleted behind its
-back are seen within a second. See :doc:`/blocks`.
+costs Redis nothing until it may pass again (see :doc:`/blocks`).
 
 This module is pure Python: it imports neither Flask nor Redis.
 """
@@ -14,8 +10,6 @@ import threading
 from collections.abc import KeysView, Mapping
 from dataclasses import dataclass
 
-__all__ = ["MAX_AGE", "Block", "BlockCache"]
-
 #: The longest an entry is trusted, in seconds, however long its block lasts.
 MAX_AGE = 1.0
 _MAX_AGE_US = round(MAX_AGE * 1_000_000)
@@ -23,12 +17,9 @@ _MAX_AGE_US = round(MAX_AGE * 1_000_000)
 
 @dataclass(frozen=True, slots=True)
 class Block:
-    """One remembered refusal of one counter.
+    """One remembered refusal of one counter, of a ``cost`` (the only one
+    refused from the cache) under a ``quota``, which had ``remaining`` left.
 
-    :param quota: the counter's quota when it refused.
-    :param cost: the cost that was refused, the only one refused from the
-        cache (see :doc:`/blocks`).
-    :param remaining: the quota the counter had left.
     :param until: when the request may pass, in microseconds on the cache's clock.
     :param reset: when the counter is back to its full quota, on that clock.
     :param expires: when the entry stops being trusted: ``until``, or
@@ -55,12 +46,9 @@ class Block:
 
 
 class BlockCache:
-    """Counters known to be full, by Redis key, bounded in number: reads take
+    """At most ``size`` counters known to be full, by Redis key: reads take
     no lock; adding does, and evicts the oldest entry of a full cache
-    (forgetting a block only means asking Redis again).
-
-    :param size: how many blocked counters to remember at most.
-    """
+    (forgetting a block only means asking Redis again)."""
 
     def __init__(self, size: int) -> None:
         if size < 1:
@@ -72,9 +60,8 @@ class BlockCache:
         self.entries: Mapping[str, Block] = self._blocks
         #: How many entries each counter has, by its Redis key.
         self._counters: dict[str, int] = {}
-        #: The Redis keys of the counters that have an entry, a live view: a
-        #: request none of whose keys is here has no blocked layer, which one
-        #: set test tells without naming its layers for :meth:`find`.
+        #: A live view of the keys that have an entry: one set test tells a
+        #: request none of whose keys is here, without naming its layers.
         self.blocked_keys: KeysView[str] = self._counters.keys()
         self._lock = threading.Lock()
 
@@ -82,13 +69,12 @@ class BlockCache:
         return len(self._blocks)
 
     def find(self, layers: list[tuple[str, int]], cost: int, now: int) -> tuple[int, Block] | None:
-        """The blocked layer among ``layers`` with the longest wait, if any.
+        """The index in ``layers`` and the block of the blocked layer with
+        the longest wait, if any, for a request of ``cost`` at ``now``
+        (microseconds on the blocks' clock).
 
         :param layers: the request's layers, in the order of the script's
             plan: each as a name that says its key and window, and its quota.
-        :param cost: the request's cost.
-        :param now: the time in microseconds, on the clock the blocks were added with.
-        :return: the layer's index in ``layers`` and its block, or None.
         """
         blocks = self._blocks
         if not blocks:
@@ -131,8 +117,7 @@ class BlockCache:
             self._counters.clear()
 
     def _count(self, key: str, change: int) -> None:
-        """Count an entry ``<Redis key>=<window>`` in or out of its counter's
-        entries (under the lock); a name without ``=`` is its own counter."""
+        """Count an entry ``<Redis key>=<window>`` (or a bare key) in or out of its counter's, under the lock."""
         counter = key[: key.rfind("=")] if "=" in key else key
         left = self._counters.get(counter, 0) + change
         if left:

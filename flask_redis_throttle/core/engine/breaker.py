@@ -1,9 +1,6 @@
-"""A circuit breaker: stop calling a Redis that keeps failing, then probe it.
-
-After ``threshold`` failures in a row it opens: for a back-off no call is
-made, and requests are decided by the failure policy at once, rather than
-each waiting for a timeout. Then one request probes Redis: success closes
-it, failure opens it again for twice as long, up to ``max_backoff``.
+"""A circuit breaker: stop calling a Redis that keeps failing, so that
+requests are decided by the failure policy at once rather than each
+waiting for a timeout, then probe it (see :class:`CircuitBreaker`).
 
 This module is pure Python: it imports neither Flask nor Redis.
 """
@@ -16,37 +13,31 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-__all__ = ["BreakerListener", "CircuitBreaker"]
-
 
 class BreakerListener(Protocol):
-    """Told of a breaker's life, to log it and to export it as a metric:
-    outside the breaker's lock, once per event (an outage's start and end,
-    not every request it fails)."""
+    """Told, outside the breaker's lock, when a breaker named ``name`` is
+    added, opens (after ``failures`` in a row, for ``period`` seconds
+    before the first probe) and closes: once per outage, to log and count."""
 
-    def breaker_added(self, name: str) -> None:
-        """A closed breaker named ``name`` now guards a node."""
+    def breaker_added(self, name: str) -> None: ...
 
-    def breaker_opened(self, name: str, failures: int, period: float) -> None:
-        """``name``'s breaker opened after ``failures`` failures in a row,
-        for ``period`` seconds before the first probe."""
+    def breaker_opened(self, name: str, failures: int, period: float) -> None: ...
 
-    def breaker_closed(self, name: str, failures: int) -> None:
-        """``name``'s breaker closed: a probe succeeded after ``failures``
-        failures in a row."""
+    def breaker_closed(self, name: str, failures: int) -> None: ...
 
 
 @dataclass(eq=False)
 class CircuitBreaker:
-    """Counts failures in a row and decides whether to call Redis at all.
+    """Counts failures in a row and decides whether to call Redis at all:
+    ``threshold`` failures open it, then after a back-off one request
+    probes Redis; success closes it, failure opens it again for twice as
+    long, up to ``max_backoff``.
 
     :param threshold: failures in a row that open the breaker; at least 1.
     :param backoff: seconds it first stays open.
-    :param max_backoff: the longest it stays open; each failed probe doubles
-        the period up to this.
+    :param max_backoff: the longest it stays open.
     :param clock: seconds on a monotonic clock; tests may replace it.
-    :param name: the node it guards, for the listener: the storage's URL
-        (password redacted), or a cluster node's ``host:port``.
+    :param name: the node it guards, for the listener: a redacted URL or ``host:port``.
     :param listener: told when the breaker opens and closes; None for no one.
     """
 
@@ -69,9 +60,8 @@ class CircuitBreaker:
         self._period = self.backoff
 
     def like(self, name: str = "") -> CircuitBreaker:
-        """A closed breaker named ``name`` with this one's settings, clock
-        and listener: one per cluster node, so that a dead node does not
-        stop calls to the others."""
+        """A closed breaker named ``name`` like this one: one per cluster
+        node, so that a dead node does not stop calls to the others."""
         breaker = replace(self, name=name)
         if self.listener is not None:
             self.listener.breaker_added(name)
@@ -87,9 +77,8 @@ class CircuitBreaker:
         return max(self._open_until - self.clock(), 0.0) if self._open_until else 0.0
 
     def allow(self) -> bool:
-        """Whether to call Redis now. True while closed (no lock taken: this
-        is every request's path), and for the one probe once the period is
-        over."""
+        """Whether to call Redis now: while closed (no lock taken on every
+        request's path), and for the one probe once the period is over."""
         if not self._open_until:
             return True
         with self._lock:
@@ -99,9 +88,8 @@ class CircuitBreaker:
             return True
 
     def abandon(self) -> None:
-        """The call :meth:`allow` let through will not be made (another
-        node's breaker held the request back): if it was the probe, the
-        next request may probe instead, rather than none ever again."""
+        """The call :meth:`allow` let through will not be made: if it was
+        the probe, the next request may probe instead."""
         if self._probing:
             with self._lock:
                 self._probing = False
@@ -116,8 +104,8 @@ class CircuitBreaker:
                 self.listener.breaker_closed(self.name, failures)
 
     def failure(self) -> None:
-        """Redis failed: count it, and open (again) when it is time to. The
-        listener is told when it opens, not when a failed probe reopens it."""
+        """Redis failed: count it, and open (again) when it is time to; the
+        listener is not told when a failed probe reopens it."""
         with self._lock:
             self._failures += 1
             opened = not self._open_until

@@ -406,7 +406,7 @@ def _soonest_ending(parts: Sequence[Part], replies: Sequence[Sequence[int]]) -> 
     it: on a block's clock, that window's end is the earliest of the
     request's, whichever node's clock is ahead; from that time, a block
     ends with the first window of any of the request's layers (see
-    :func:`~flask_redis_throttle.core.engine.leases._window_left`), which is
+    ``Leases._take`` in ``core/engine/leases.py``), which is
     never later than that one."""
     # Plain loops, as merge's: this runs on every cluster admission.
     at, soonest = replies[0][5], -1

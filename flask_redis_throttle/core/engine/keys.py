@@ -1,17 +1,6 @@
-"""Who a counter belongs to, and the Redis key it lives under, such as
-``rl:{ip:Yq3...}:api:fw``: the prefix, the identity's hash tag (a digest
-of its kind and value, keyed by ``RATELIMIT_KEY_SECRET`` when set, so that
-whatever a value holds, every key of one identity shares one safe tag and
-one cluster slot), the escaped scope and the strategy; see
-:ref:`keys`. It also holds what every log
-line and the refusal log do with a value that came from a request:
-:func:`cut` it, and for logs make it :func:`loggable`.
-
-And it finds the keys again: :func:`counter_pattern` is the ``SCAN`` glob
-of an identity's counters (each carries its hash tag, ``<prefix>{<tag>}:``,
-then its scope), which :func:`delete_counters` deletes a batch at a time, so
-that a large Redis is never blocked as ``KEYS`` would block it; on a Redis
-Cluster client, redis-py's ``scan_iter`` walks every primary.
+"""Who a counter belongs to and its Redis key, ``rl:{ip:Yq3...}:api:fw``
+(see :ref:`keys`); the ``SCAN`` patterns that find those keys again; and
+what logs do with a value from a request (:func:`cut`, :func:`loggable`).
 
 This module is pure Python: it imports neither Flask nor Redis.
 """
@@ -25,22 +14,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Protocol
-
-__all__ = [
-    "BATCH",
-    "MAX_VALUE_LENGTH",
-    "Identity",
-    "cached_counter_key",
-    "counter_key",
-    "counter_pattern",
-    "cut",
-    "delete_counters",
-    "escape_scope",
-    "glob_escape",
-    "identity_tag",
-    "kept_counter_key",
-    "loggable",
-]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,8 +33,7 @@ class Identity:
 
     @classmethod
     def written(cls, text: str) -> Identity:
-        """The identity that ``str()`` wrote as ``text``: its kind runs to the
-        first colon (the second for a key function's, ``key:<name>``)."""
+        """The identity ``str()`` wrote as ``text`` (a key function's kind is ``key:<name>``)."""
         kind, _colon, value = text.partition(":")
         if kind == "key":
             name, _colon, value = value.partition(":")
@@ -75,7 +47,6 @@ CACHED_VALUE_LENGTH = 256
 
 
 def _tag(kind: str, value: str, secret: bytes) -> str:
-    """The tag, computed; see :func:`identity_tag`."""
     raw = f"{kind}\0{value}".encode("utf-8", "surrogatepass")
     digest = base64.urlsafe_b64encode(hashlib.blake2b(raw, digest_size=16, key=_digest_key(secret)).digest())
     label = kind if kind in ("ip", "user") else "key"
@@ -86,30 +57,25 @@ _cached_tag = lru_cache(maxsize=8192)(_tag)
 
 
 def identity_tag(kind: str, value: str, secret: bytes = b"") -> str:
-    """The hash tag, without braces, that every key of this identity carries:
-    ``ip:``, ``user:`` or ``key:`` and a digest of the kind and ``value``
-    (anything at all) together, keyed by ``secret`` when it is not empty, so
-    that two key functions that return the same string still count apart."""
+    """The hash tag, without braces, of every key of this identity: ``ip:``,
+    ``user:`` or ``key:`` and a digest of the kind and ``value`` together
+    (keyed by ``secret``), so two key functions' same string count apart."""
     if len(value) <= CACHED_VALUE_LENGTH:
         return _cached_tag(kind, value, secret)
     return _tag(kind, value, secret)
 
 
 def counter_key(head: str, kind: str, value: str, secret: bytes, suffix: str) -> str:
-    """A counter's key: ``head`` (the prefix and ``{``), the tag of the
-    identity ``kind``/``value`` (see :func:`identity_tag`), then ``suffix``
-    (``}``, the scope and the rest)."""
+    """``head`` (the prefix and ``{``), the identity's tag, then ``suffix``."""
     return head + identity_tag(kind, value, secret) + suffix
 
 
-#: :func:`counter_key`, kept: a returning client's keys are one lookup each
-#: (for values no longer than :data:`CACHED_VALUE_LENGTH` only).
+#: :func:`counter_key`, kept: a returning client's keys are one lookup each.
 cached_counter_key = lru_cache(maxsize=8192)(counter_key)
 
 
 def kept_counter_key(head: str, kind: str, value: str, secret: bytes, suffix: str) -> str:
-    """:func:`counter_key`, through :func:`cached_counter_key` for a value
-    short enough to keep."""
+    """:func:`counter_key`, kept for a value short enough."""
     make = cached_counter_key if len(value) <= CACHED_VALUE_LENGTH else counter_key
     return make(head, kind, value, secret, suffix)
 
@@ -124,9 +90,8 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._/@+-]")
 
 
 def escape_scope(scope: str) -> str:
-    """Percent-escape a scope so that it is a safe part of a key, and two
-    scopes never share one: all but letters, digits and ``._/@+-`` (which
-    keep endpoint names readable) become ``%XX`` for each UTF-8 byte."""
+    """A scope as a safe part of a key that no other scope shares: all but
+    letters, digits and ``._/@+-`` become ``%XX`` for each UTF-8 byte."""
     return _UNSAFE.sub(lambda m: "".join(f"%{b:02X}" for b in m[0].encode("utf-8", "surrogatepass")), scope)
 
 
@@ -149,9 +114,7 @@ def loggable(value: str) -> str:
     head = value[:MAX_VALUE_LENGTH]
     if not head.isprintable():
         head = "".join(char if char.isprintable() else repr(char)[1:-1] for char in head)
-    if len(value) > MAX_VALUE_LENGTH:
-        return head[: MAX_VALUE_LENGTH - 1] + "…"
-    return cut(head)
+    return cut(head + "…" if len(value) > MAX_VALUE_LENGTH else head)
 
 
 #: How many keys one ``DEL`` deletes at most, and the ``COUNT`` hint of ``SCAN``.
@@ -168,11 +131,9 @@ class _Deleting(Protocol):
     def delete(self, *names: Any) -> Any: ...
 
 
-#: The glob of every identity's tag (see :func:`identity_tag`): its label
-#: (``ip``, ``user`` or ``key``), a colon and the 16 bytes of its digest in
-#: 22 characters, so that a pattern of every identity's counters leaves
-#: other keys under the prefix alone, such as the overrides' log,
-#: ``<prefix>{overrides}:log``.
+#: The glob of every identity's tag (see :func:`identity_tag`), so that a
+#: pattern of every identity's counters leaves other keys under the prefix
+#: alone, such as the overrides' log, ``<prefix>{overrides}:log``.
 _ANY_TAG = "[iuk]*:" + "?" * 22
 
 
@@ -202,11 +163,9 @@ def counter_pattern(prefix: str, tag: str | None, scope: str | None = None, bene
 
 
 def delete_counters(client: _Deleting, pattern: str) -> int:
-    """Delete every key that matches ``pattern``, in batches, and return how many were deleted.
-
-    Keys deleted by someone else meanwhile (or expired) are not counted.
-    ``SCAN`` may return a key more than once (Valkey does while its table
-    rehashes); each is sent to ``DEL`` once.
+    """Delete every key that matches ``pattern``, in batches, and return how many were deleted
+    (not those deleted by someone else meanwhile). ``SCAN`` may return a key
+    more than once (Valkey does while its table rehashes); each is sent to ``DEL`` once.
 
     :raises redis.RedisError: if Redis cannot answer; keys of batches already
         sent stay deleted.

@@ -1,25 +1,6 @@
 """Quota leases: a worker takes a block of an identity's quota in one
-script call and spends it in process, with no Redis call, until the block
-is spent or its window ends (see :doc:`/limits`, "Leasing quota").
-
-Taking a block is an ordinary, all-or-nothing hit of cost ``n`` on every
-layer of every identity of the request (:meth:`Throttle.hit
-<flask_redis_throttle.core.engine.throttle.Throttle.hit>`): what a worker holds is
-counted in Redis when it is taken, so the sum of every worker's admissions
-in a window never passes the quota. Unspent units are given back with a
-refund (a negative cost) when the worker exits cleanly, and are dropped by
-the window's end otherwise.
-
-What leasing costs is under-admission: units one worker holds are not
-available to another. Blocks are sized from the rate the worker sees (what
-it asked for over the last :data:`HORIZON` seconds), never past the time
-left in the window at that rate, at most twice what it asked for since its
-last block, and at most a :data:`SHARE` of the quota the last reply left,
-down to the request's own cost: near the limit every decision is exact
-again. Once a request is refused, blocks are sized from the quota the
-refusal left until its counter resets: each request then asks for its own
-cost, and the block cache refuses it without a call, as it refuses a
-request decided per request.
+script call (a hit of cost ``n``, counted in Redis when taken) and spends
+it in process until it is spent or its window ends (see docs/leases.rst).
 """
 
 from __future__ import annotations
@@ -34,18 +15,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from .scripts import PARTS
-from .throttle import Check, Decision, Hold, Policy, StorageUnavailable, Throttle
-
-__all__ = ["HORIZON", "LEASABLE", "LEASE_TABLE_SIZE", "NO_LEASE", "SHARE", "Leases", "leasable"]
+from .throttle import Check, Decision, Hold, StorageUnavailable, Throttle
 
 #: The strategies whose quota can be leased, by their records: the fixed
-#: window, whose windows are aligned to the clock, so that a block counted
-#: in a window and spent before it ends is counted in the window it is
-#: spent in.
+#: window's windows are aligned to the clock, so a block is spent in its own.
 LEASABLE = frozenset(name for name, strategy in PARTS.items() if strategy.leases)
-
-#: Why the other strategies cannot lease, for the error.
-NO_LEASE = {name: strategy.no_lease for name, strategy in PARTS.items() if not strategy.leases}
 
 #: How far ahead a block reaches, in seconds: a block is what the worker
 #: asked for over the last ``HORIZON`` seconds.
@@ -60,17 +34,10 @@ LEASE_TABLE_SIZE = 10_000
 
 @dataclass(slots=True)
 class _Lease:
-    """The units of one request shape that this worker holds.
-
-    :param units: units in hand, counted in Redis and not yet spent.
-    :param until: when they must be spent by, on the lease clock (the
-        earliest end of a window of the request's layers).
-    :param taken: when the block was taken, on the lease clock.
-    :param decision: the reply that took it: the headers of what is spent
-        from it are its own, less what has been spent since.
-    :param hold: gives unspent units back (its cost is set to them).
-    :param asked: units asked for since the block was taken, for the rate.
-    """
+    """The units of one request shape that this worker holds, counted in
+    Redis and not yet spent, until ``until`` (the first end of a window of
+    its layers), and ``asked`` since the block was ``taken`` (both on the
+    lease clock); ``decision`` took it, and gives its spent units' headers."""
 
     units: int
     until: int
@@ -81,17 +48,10 @@ class _Lease:
 
 
 class Leases:
-    """Decides requests on ``throttle`` from blocks of quota taken in
-    advance (see the module). One per worker and throttle; thread-safe.
-
-    :param throttle: takes the blocks; its clock, when pinned, is the lease
-        clock too.
-    :param horizon: see :data:`HORIZON`.
-    :param size: how many request shapes (limits and identities) it keeps
-        blocks for: when it is full, a new one first drops those that hold
-        nothing to spend; if none does, every block is dropped, whose units
-        are then lost to their window (never spent twice).
-    """
+    """Decides requests on ``throttle`` (whose pinned clock, if any, is the
+    lease clock) from blocks of quota taken in advance, for at most
+    ``size`` request shapes (see docs/leases.rst). One per worker and
+    throttle; thread-safe."""
 
     def __init__(self, throttle: Throttle, horizon: float = HORIZON, size: int = LEASE_TABLE_SIZE) -> None:
         self.throttle = throttle
@@ -99,26 +59,24 @@ class Leases:
         self.size = size
         self._leases: dict[tuple[object, ...], _Lease] = {}
         self._lock = threading.Lock()
-        #: Script calls made (the block cache's refusals are not), for the benchmark and tests.
+        #: Script calls made, for the benchmark and tests.
         self.calls = 0
         _LIVE.add(self)
 
     def _clock(self) -> int:
-        """The lease clock in microseconds: the throttle's pinned time, or this process's monotonic clock."""
+        """The throttle's pinned time, or this process's monotonic clock, in microseconds."""
         now = self.throttle.now()
         return time.monotonic_ns() // 1000 if now is None else now
 
     def hit(self, checks: Sequence[Check], cost: int = 1) -> Decision:
         """Decide a request of ``cost`` from the block its shape holds, or
-        take a new block in one script call.
+        take a new block in one script call. One that cannot lease, or of
+        cost 0, is decided by the throttle: a penalty's cannot, since a block
+        refused because others took what was left would count as an offence.
 
-        A request whose limits cannot all lease (see :func:`leasable`), or
-        of cost 0, is decided by the throttle as usual.
-
-        :raises StorageUnavailable: as :meth:`Throttle.hit` does, once
-            the block in hand is spent.
+        :raises StorageUnavailable: once the block in hand is spent.
         """
-        if cost <= 0 or not all(leasable(policy) for policy, _ in checks):
+        if cost <= 0 or not all(each.strategy in LEASABLE and each.penalty is None for each, _ in checks):
             return self.throttle.hit(checks, cost)
         shape = tuple((policy, tuple(identities)) for policy, identities in checks)
         now = self._clock()
@@ -128,17 +86,18 @@ class Leases:
                 lease.asked += cost
                 if now < lease.until and lease.units >= cost:
                     lease.units -= cost
-                    return _spent(lease, now)
+                    # The last reply's, counted down, with the units still in hand.
+                    decision, waited = lease.decision, (now - lease.taken) / 1e6
+                    reset = max(decision.reset - waited, 0.0)
+                    return replace(decision, remaining=decision.remaining + lease.units, reset=reset, hold=None)
             size = cost if lease is None else self._size(lease, now, cost, checks)
         return self._take(shape, checks, cost, size, now)
 
     def _size(self, lease: _Lease, now: int, cost: int, checks: Sequence[Check]) -> int:
-        """The next block: the rate seen since the last was taken, over the
-        horizon and at most the time left in the window; at most twice what
-        was asked since, so that a burst at one instant does not pass for a
-        boundless rate; at most a share of the quota the last reply left
-        (of the least quota, once the window it was left in has ended);
-        never less than ``cost``."""
+        """The next block (see docs/leases.rst): the rate seen since the
+        last, over the horizon or the window's rest; at most twice what was
+        asked since and a share of the quota left (the least quota once
+        that window ended); at least ``cost``."""
         asked = lease.asked
         elapsed = max(now - lease.taken, 1) / 1e6
         if now < lease.until:
@@ -152,9 +111,7 @@ class Leases:
         decision = self.throttle.hit(checks, size, returnable=True)
         self.calls += not decision.cached
         if not decision.admitted and size > cost:
-            # Others took what was left (or the block cache remembers that
-            # they did, for a block of this size): decide this request
-            # exactly, at its own cost, which may still fit.
+            # Others took what was left: this request alone may still fit.
             decision = self.throttle.hit(checks, cost, returnable=True)
             self.calls += not decision.cached
             size = cost
@@ -162,13 +119,20 @@ class Leases:
             self._refused(shape, decision, now)
             return decision
         if decision.fallback:
-            # Redis is unavailable and the fallback decided: no block is
-            # kept from it, which would go on being spent once Redis is
-            # back. What it took beyond this request goes back at once.
+            # No block from the fallback, which would be spent on once Redis
+            # is back: what it took beyond this request goes back at once.
             if size > cost and decision.hold is not None:
                 replace(decision.hold, cost=size - cost).release(guarded=False)
             return replace(decision, hold=None)
-        until = now + _window_left(checks, decision)
+        # Spent by the first end of a window of its layers, from the script's
+        # time: at least the lease clock's when sent, so never late; on a
+        # cluster, the node's whose window ends first (see codec.merge).
+        hold = decision.hold  # an admission's reply holds what it took, and when
+        assert hold is not None
+        assert hold.now is not None
+        at = hold.now
+        windows = [layer.window * 1_000_000 for policy, _ in checks for layer in policy.layers]
+        until = now + min(window - at % window for window in windows)
         lease = _Lease(size - cost, until, now, decision, decision.hold)
         with self._lock:
             leases = self._leases
@@ -185,10 +149,8 @@ class Leases:
 
     def _refused(self, shape: tuple[object, ...], refusal: Decision, now: int) -> None:
         """Size the next blocks of ``shape`` from the quota ``refusal`` left,
-        until the refusing counter resets: each following request then asks
-        for its own cost, which the block cache refuses without a call, as
-        it refuses a request decided per request, instead of asking Redis
-        for a block of a size that changes with every request."""
+        until the refusing counter resets: each request then asks for its
+        own cost, which the block cache refuses without a call."""
         with self._lock:
             lease = self._leases.get(shape)
             if lease is None:
@@ -203,15 +165,10 @@ class Leases:
             self._leases[shape] = _Lease(0, until, lease.taken, refusal, None, lease.asked)
 
     def give_back(self) -> int:
-        """Refund every unspent unit, each block in one script call sent past
-        the breakers, and forget the blocks: for a worker that exits.
-        Blocks whose window has ended are dropped: a refund could not
-        reach them. Redis being down loses the refund, not the quota: the
-        units come back at the window's end. The first refund Redis does
-        not answer ends the giving back: each of the others would wait as
-        long for a stalled server, at the worker's exit.
-
-        :returns: the units given back.
+        """Refund every unspent unit of a block whose window has not ended,
+        one script call each past the breakers, forget the blocks, and
+        return the units given back. The first refund Redis does not answer
+        ends it: each other would wait as long for a stalled server.
         """
         now = self._clock()
         with self._lock:
@@ -227,47 +184,6 @@ class Leases:
         return given
 
 
-def leasable(policy: Policy) -> bool:
-    """Whether ``policy``'s quota can be leased: its strategy is in
-    :data:`LEASABLE`, and it has no penalty (a block refused because other
-    workers took what was left would count as an offence)."""
-    return policy.strategy in LEASABLE and policy.penalty is None
-
-
-def _spent(lease: _Lease, now: int) -> Decision:
-    """The decision of a request spent from ``lease``: the last reply's, its
-    reset counted down, its remaining the quota left in Redis then plus the
-    units still in hand."""
-    decision = lease.decision
-    waited = (now - lease.taken) / 1e6
-    return replace(
-        decision,
-        remaining=decision.remaining + lease.units,
-        reset=max(decision.reset - waited, 0.0),
-        hold=None,
-    )
-
-
-def _window_left(checks: Sequence[Check], decision: Decision) -> int:
-    """Microseconds until the first window of any of the request's layers
-    ends, from the time the script decided at. A block must be spent by
-    then: its units were counted in those windows.
-
-    The script's time is at least the lease clock's when the call was sent,
-    so a block's end on the lease clock is never late (clocks that tick at
-    the same rate assumed). On a cluster, it is the time of the node whose
-    window ends first (see :func:`~flask_redis_throttle.core.engine.codec.merge`):
-    nodes' clocks differ, and the block ends with the first of their windows."""
-    hold = decision.hold
-    # An admission's reply: it holds what it took, and when.
-    assert hold is not None
-    assert hold.now is not None
-    at = hold.now
-    return min(
-        layer.window * 1_000_000 - at % (layer.window * 1_000_000) for policy, _ in checks for layer in policy.layers
-    )
-
-
 #: Every live lease table, to give back at exit.
 _LIVE: weakref.WeakSet[Leases] = weakref.WeakSet()
 
@@ -280,10 +196,9 @@ def _give_back_all() -> None:
 
 
 def _forget_in_child() -> None:
-    """In a forked child (a worker of ``gunicorn --preload``), forget the
-    parent's blocks: their units are the parent's, and each child spending
-    a copy of them would admit them once per child. The lock is new too:
-    the parent's may have been held by another thread when it forked."""
+    """In a forked child (``gunicorn --preload``), forget the parent's
+    blocks, which each child would spend again, and its lock, which another
+    thread may have held when it forked."""
     for leases in list(_LIVE):
         leases._leases = {}
         leases._lock = threading.Lock()

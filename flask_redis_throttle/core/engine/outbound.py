@@ -1,11 +1,6 @@
-"""Outbound limits: the calls an app makes to a third party, which grants
-it a quota ("10 calls a second"), wait for their turn under that quota,
-shared by every process and host that uses the same storage.
-
-A call reserves its turn in one script call (``lua/shaping.lua``), on
-Redis's clock, and sleeps exactly until it, never polling; a wait given up
-on gives its turn back. See :ref:`outbound` for the pace, the caps, the
-refunds and what a restart of Redis does.
+"""Outbound limits: calls an app makes to a third party wait for their turn
+under its quota, reserved in one script call (``lua/shaping.lua``) and
+shared by every process on the same storage (see :ref:`outbound`).
 
 This module imports nothing of Flask.
 """
@@ -22,7 +17,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any, ParamSpec, TypeVar, cast
 
-from ..bounded import remember
 from ..checks import is_integer, is_number
 from ..errors import InvalidLimit
 from .codec import MAX_PLAN_DELAY
@@ -40,19 +34,11 @@ logger = logging.getLogger("flask_redis_throttle")
 #: What a turn is reserved under: one policy, or several decided together.
 Policies = Policy | Sequence[Policy]
 
-#: The delayed policies :func:`reserve` keeps, by (policies, timeout): at most 64.
-_POLICY_CACHE_SIZE = 64
-_delayed: dict[tuple[tuple[Policy, ...], float], tuple[Policy, ...]] = {}
-
 
 class QuotaTimeout(Exception):
-    """The quota has no turn for the call within its timeout. Nothing of the
-    quota was used.
-
-    :param scope: the quota's scope.
-    :param timeout: the longest the call would have waited, in seconds.
-    :param retry_after: seconds until a call would get its turn at once.
-    """
+    """The quota ``scope`` has no turn for the call within ``timeout``
+    seconds, and nothing of it was used; ``retry_after`` is the seconds
+    until a call would get its turn at once."""
 
     def __init__(self, scope: str, timeout: float, retry_after: float) -> None:
         super().__init__(
@@ -75,7 +61,7 @@ def quota_policies(layers: Sequence[Layer], scope: str, burst: int = 1) -> tuple
         raise InvalidLimit("a quota needs at least one layer, such as 10/s", spec=layers)
     shortest = min(layer.window for layer in layers)
     pace = tuple(layer for layer in layers if layer.window == shortest)
-    # The delay here is a placeholder: each call sends its timeout as the delay (see reserve()).
+    # A placeholder delay: each call sends its timeout as the delay (see _delayed).
     return (
         Policy(pace, scope, "gcra", delay=MAX_PLAN_DELAY, burst=burst),
         Policy(tuple(layers), scope, "sliding-log", delay=MAX_PLAN_DELAY),
@@ -83,11 +69,8 @@ def quota_policies(layers: Sequence[Layer], scope: str, burst: int = 1) -> tuple
 
 
 def _wait_bound(timeout: float | None) -> float:
-    """The longest wait a call accepts, as the plan's delay: ``timeout``, at
-    least the plan's millisecond, or the longest there is for None.
-
-    :raises ValueError: for a timeout out of 0 to ``MAX_PLAN_DELAY`` (nor None).
-    """
+    """The plan's delay for ``timeout``: at least its millisecond, the
+    longest there is for None; a ValueError out of 0 to ``MAX_PLAN_DELAY``."""
     if timeout is None:
         return MAX_PLAN_DELAY
     if not is_number(timeout) or not 0 <= timeout <= MAX_PLAN_DELAY:
@@ -98,11 +81,16 @@ def _wait_bound(timeout: float | None) -> float:
     return max(timeout, 0.001)
 
 
+@functools.lru_cache(maxsize=64)
+def _delayed(policies: tuple[Policy, ...], bound: float) -> tuple[Policy, ...]:
+    """``policies`` with the wait ``bound`` as their delay, kept: a policy encodes its plan when made."""
+    return tuple(replace(each, delay=bound) for each in policies)
+
+
 def _take(
     throttle: Throttle, policy: Policies, identity: Identity, cost: int = 1, timeout: float | None = None
 ) -> Decision:
-    """Reserve the turn (see :func:`reserve`), and return the admitted
-    decision, whose hold gives the turn back."""
+    """Reserve the turn (see :func:`reserve`): the admitted decision, whose hold gives it back."""
     policies = (policy,) if isinstance(policy, Policy) else tuple(policy)
     if not policies:
         raise ValueError("no policy to reserve a turn under")
@@ -114,11 +102,7 @@ def _take(
     if cost > most:
         raise ValueError(f"cost {cost} is more than {scope!r} lets go at once ({most}): it would never get a turn")
     bound = _wait_bound(timeout)
-    delayed = _delayed.get((policies, bound))
-    if delayed is None:
-        made = tuple(replace(each, delay=bound) for each in policies)
-        delayed = remember(_delayed, (policies, bound), made, _POLICY_CACHE_SIZE)
-    decision = throttle.hit([(each, (identity,)) for each in delayed], cost, returnable=True)
+    decision = throttle.hit([(each, (identity,)) for each in _delayed(policies, bound)], cost, returnable=True)
     if not decision.admitted:
         raise QuotaTimeout(scope, bound, decision.retry_after)
     return decision
@@ -127,28 +111,26 @@ def _take(
 def reserve(
     throttle: Throttle, policy: Policies, identity: Identity, cost: int = 1, timeout: float | None = None
 ) -> float:
-    """Reserve the next turn of ``identity`` under ``policy``, GCRA or
-    sliding-log policies such as :func:`quota_policies` makes (their delay
-    is replaced by ``timeout``; a burst is kept), in one script call, and
-    return how many seconds from now it is (0 when the call may go at
-    once). The caller must wait that long before it calls: :func:`acquire`
-    does. A turn reserved here cannot be given back.
+    """Reserve the next turn of ``identity`` under ``policy`` (such as
+    :func:`quota_policies` makes; their delay is replaced by ``timeout``),
+    taking ``cost`` of the quota, in one script call, and return how many
+    seconds from now it is: the caller must wait that long, as
+    :func:`acquire` does. A turn reserved here cannot be given back.
 
-    :param cost: how much of the quota the call takes.
     :param timeout: the longest wait to accept, in seconds, rounded to a
         millisecond; None for any (up to ``MAX_PLAN_DELAY``).
     :raises QuotaTimeout: if the turn is further off than ``timeout``.
     :raises ValueError: for a ``cost`` that is not a whole number from 1 to
         the policy's burst (or a layer's quota), or a bad ``timeout``.
-    :raises ~flask_redis_throttle.core.engine.throttle.StorageUnavailable: if
-        Redis could not answer.
+    :raises ~flask_redis_throttle.core.engine.throttle.StorageUnavailable:
+        if Redis could not answer.
     """
     return _take(throttle, policy, identity, cost, timeout).retry_after
 
 
 def give_back(hold: Hold | None) -> None:
-    """Give back a turn that will not be used; a storage that cannot answer
-    loses it, with a warning, rather than hide the reason it was given up."""
+    """Give back a turn that will not be used; one the storage cannot take
+    back is lost, with a warning, rather than hide why it was given up."""
     try:
         if hold is not None:
             hold.release()
@@ -178,10 +160,8 @@ async def acquire_async(
     throttle: Throttle, policy: Policies, identity: Identity, cost: int = 1, timeout: float | None = None
 ) -> float:
     """:func:`acquire` for ``asyncio``: the script call runs in a worker
-    thread and the wait is an ``asyncio.sleep``, so the event loop runs on.
-    A cancelled wait gives its turn back before the cancellation goes on;
-    one cancelled while the script call runs, once that call has answered
-    (in the worker thread, which the loop waits for when it closes)."""
+    thread and the wait is an ``asyncio.sleep``. A cancelled wait gives its
+    turn back first; one cancelled during the script call, once it answers."""
     reservation = _Reservation()
     try:
         decision = await asyncio.to_thread(
@@ -204,7 +184,7 @@ async def acquire_async(
 
 class _Reservation:
     """A turn reserved in a worker thread for a caller that may be cancelled
-    meanwhile: whichever learns last that it will not be used gives it back."""
+    meanwhile: whichever learns last that it is not used gives it back."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -212,8 +192,7 @@ class _Reservation:
         self._abandoned = False
 
     def take(self, reserve: Callable[[], Decision]) -> Decision:
-        """Reserve the turn (in the worker thread); give it back at once if
-        the caller has already been cancelled."""
+        """Reserve the turn, in the worker thread; give it back if the caller was cancelled."""
         decision = reserve()
         with self._lock:
             if not self._abandoned:
@@ -223,7 +202,7 @@ class _Reservation:
         return decision
 
     def abandon(self) -> Decision | None:
-        """The caller was cancelled: the turn, for it to give back, if it was reserved already."""
+        """The caller was cancelled: the turn to give back, if reserved already."""
         with self._lock:
             self._abandoned = True
             return self._decision
@@ -233,21 +212,19 @@ class SharedQuota:
     """A third party's quota, shared by every process and host that uses the
     same storage: a context manager (``with`` and ``async with``) and a
     decorator (of plain and ``async`` functions) whose calls each wait for
-    their turn.
+    their turn (see :ref:`outbound`).
 
     :param throttle: decides the turns; its storage is what is shared.
-    :param limit: the quota, such as ``"10/s"`` or ``"10/s;2000/d"`` (see
-        :doc:`/grammar`), or its layers: calls go at the pace of the
-        layers of the shortest window, and every layer caps its window's
-        total (see :ref:`outbound`).
-    :param scope: names the quota in the keys: every ``SharedQuota`` with
-        the same scope (and identity) shares it, such as the host called.
-    :param identity: whose quota it is, when the third party grants one
-        per account: every call under one identity shares its turns.
+    :param limit: the quota, such as ``"10/s;2000/d"`` (see :doc:`/grammar`),
+        or its layers: the shortest window's set the pace, and every layer
+        caps its window's total.
+    :param scope: names the quota in the keys, such as the host called:
+        every ``SharedQuota`` with the same scope and identity shares it.
+    :param identity: whose quota it is, when the third party grants one per account.
     :param timeout: the longest a call waits for its turn, in seconds;
         None to wait as long as it takes. Past it, :class:`QuotaTimeout`.
-    :param burst: how many calls may go at once after a quiet spell (see
-        :ref:`outbound`); 1 spreads every call evenly.
+    :param burst: how many calls may go at once after a quiet spell; 1
+        spreads every call evenly.
     :raises ~flask_redis_throttle.core.errors.InvalidLimit: for a malformed
         limit, or a burst out of 1 to the quota of the shortest window.
     :raises ValueError: for a timeout that is not None or a number of

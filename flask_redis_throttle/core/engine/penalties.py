@@ -1,7 +1,6 @@
 """Penalties: an identity that keeps hitting a limit is refused for an
-escalating time, ``penalty="1m;x2;max=1h"`` (see :ref:`penalties`). They are
-decided in the same script call as the limits (``lua/penalty.lua``), with
-one more key per penalized limit and identity.
+escalating time, ``penalty="1m;x2;max=1h"`` (see :ref:`penalties`), decided
+in the limits' script call (``lua/penalty.lua``) with one more key.
 
 This module makes no Redis call and needs no Flask app.
 """
@@ -13,10 +12,8 @@ from functools import lru_cache
 
 from ..checks import is_integer_in
 from ..errors import InvalidLimit
-from .keys import escape_scope, identity_tag
+from .keys import counter_key, escape_scope
 from .rates import MAX_WINDOW, check_length, parse_duration, read_number
-
-__all__ = ["MAX_FACTOR", "Penalty", "parse_penalty", "penalty_key", "penalty_suffix"]
 
 #: The largest factor between two penalties in a row.
 MAX_FACTOR = 1000
@@ -110,8 +107,7 @@ def parse_penalty(spec: str) -> Penalty:
 
 
 def _option(option: str, spec: str) -> tuple[str, int]:
-    """One part after the first penalty: ``("the factor", 2)`` for ``x2``,
-    ``("max", 3600)`` for ``max=1h``."""
+    """``("the factor", 2)`` for the part ``x2``, ``("max", 3600)`` for ``max=1h``."""
     digits = option[1:].strip()
     if option[:1] in ("x", "X") and digits.isascii() and digits.isdigit():
         factor = read_number(digits, MAX_FACTOR)
@@ -138,13 +134,8 @@ def penalty_suffix(scope: str) -> str:
 
 
 def penalty_key(prefix: str, kind: str, value: str, scope: str, secret: bytes = b"") -> str:
-    """The Redis key of one identity's penalty under one scope, such as
-    ``rl:{ip:Yq3...}:login:pn``: in the identity's hash tag, like its counters.
-
-    :param prefix: the key prefix (``RATELIMIT_KEY_PREFIX``).
-    :param kind: the identity's kind.
-    :param value: the identity's value.
-    :param scope: the limit's scope.
-    :param secret: the digest's secret (``RATELIMIT_KEY_SECRET``).
-    """
-    return prefix + "{" + identity_tag(kind, value, secret) + penalty_suffix(scope)
+    """The Redis key of the penalty of the identity ``kind``/``value`` under
+    ``scope``, such as ``rl:{ip:Yq3...}:login:pn``: after ``prefix``
+    (``RATELIMIT_KEY_PREFIX``), in the identity's hash tag like its
+    counters, whose digest ``secret`` (``RATELIMIT_KEY_SECRET``) keys."""
+    return counter_key(prefix + "{", kind, value, secret, penalty_suffix(scope))

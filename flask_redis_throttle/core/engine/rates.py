@@ -5,20 +5,18 @@ This module makes no Redis call and needs no Flask app.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ..checks import is_integer_in
 from ..errors import InvalidLimit
 
-__all__ = ["MAX_LAYERS", "MAX_LIMIT_LENGTH", "MAX_QUOTA", "MAX_WINDOW", "Layer", "parse_duration", "parse_limits"]
-
 #: The largest quota one layer may have. Anything above is surely a typo.
 MAX_QUOTA = 1_000_000_000
 #: The longest window one layer may have, in seconds (366 days).
 MAX_WINDOW = 366 * 86_400
-#: The longest limit string, in characters. Limits can come from data (a
-#: dynamic limit's function), so anything longer is rejected by its length
-#: alone, before it is looked at: parsing takes time linear in this at most.
+#: The longest limit string, in characters: limits can come from data (a
+#: dynamic limit's function), so a longer one is rejected before it is read.
 MAX_LIMIT_LENGTH = 1000
 #: The most layers one limit string may have.
 MAX_LAYERS = 32
@@ -26,12 +24,11 @@ MAX_LAYERS = 32
 _DURATIONS = {"s sec second seconds": 1, "m min minute minutes": 60, "h hour hours": 3_600, "d day days": 86_400}
 _UNITS = {name: seconds for names, seconds in _DURATIONS.items() for name in names.split()}
 
-# The characters of the grammar. Digits and letters are ASCII only, so that
-# exotic Unicode digits cannot sneak past as numbers; spaces inside a layer
-# are ASCII whitespace, and str.strip() trims any whitespace around it.
-_DIGITS = frozenset("0123456789")
-_LETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
-_SPACES = frozenset(" \t\n\r\f\v")
+# Linear in time: no two quantifiers in a row match the same character, so a
+# failed match tries no run of spaces or digits two ways. ASCII only (re.A),
+# so that exotic Unicode digits cannot sneak past as numbers.
+_LAYER = re.compile(r"([0-9]+)(?:\s*/|\s+per\s)\s*(?:([0-9]+)\s*)?([a-z]+)", re.A | re.I)
+_DURATION = re.compile(r"([0-9]+)\s*([a-z]+)", re.A | re.I)
 
 _GRAMMAR = (
     "expected layers such as '10/s', '10 per second', '5/2m' or '5 per 2 minutes', "
@@ -83,8 +80,8 @@ def parse_limits(spec: str) -> tuple[Layer, ...]:
     >>> parse_limits("10/s;120/m")
     (Layer(quota=10, window=1), Layer(quota=120, window=60))
 
-    It reads the string once, without backtracking, so that a limit that
-    comes from data cannot make it slow.
+    Its work is linear in the string's length, so that a limit that comes
+    from data cannot make it slow.
 
     :param spec: one or more layers separated by ``;`` or ``,``.
     :returns: the layers, in the order written.
@@ -116,8 +113,8 @@ def parse_limits(spec: str) -> tuple[Layer, ...]:
 
 
 def check_length(spec: str, what: str) -> None:
-    """Reject ``spec``, a ``what`` (``"limit"``, ``"penalty"``), if it is longer than
-    :data:`MAX_LIMIT_LENGTH`, quoting only its start: the whole could be megabytes."""
+    """Reject ``spec``, a ``what``, if it is longer than :data:`MAX_LIMIT_LENGTH`,
+    quoting only its start: the whole could be megabytes."""
     if len(spec) > MAX_LIMIT_LENGTH:
         raise InvalidLimit(
             f"{what} {_start(spec)} is {len(spec)} characters long; a {what} has at most {MAX_LIMIT_LENGTH}",
@@ -128,55 +125,6 @@ def check_length(spec: str, what: str) -> None:
 def _start(spec: str) -> str:
     """``spec`` quoted, cut to its first 40 characters."""
     return repr(spec) if len(spec) <= 40 else f"{spec[:40]!r}..."
-
-
-class _Scanner:
-    """Reads a layer or a duration left to right, never going back, so in
-    time linear in its length (which a regular expression may not be)."""
-
-    __slots__ = ("at", "text")
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.at = 0
-
-    def run(self, chars: frozenset[str]) -> str:
-        """Read and return the longest run of ``chars`` from here (maybe empty)."""
-        text, start, end = self.text, self.at, self.at
-        while end < len(text) and text[end] in chars:
-            end += 1
-        self.at = end
-        return text[start:end]
-
-    def word(self, word: str) -> bool:
-        """Read ``word``, in any case, if it comes next."""
-        end = self.at + len(word)
-        if self.text[self.at : end].lower() != word:
-            return False
-        self.at = end
-        return True
-
-    @property
-    def done(self) -> bool:
-        """Whether the whole text has been read."""
-        return self.at == len(self.text)
-
-
-def _scan_layer(text: str) -> tuple[str, str, str] | None:
-    """The quota's digits, the multiple's (maybe empty) and the unit of a
-    layer such as ``5/2m`` or ``5 per 2 minutes``; None if it is malformed."""
-    scan = _Scanner(text)
-    quota = scan.run(_DIGITS)
-    spaced = scan.run(_SPACES)
-    if not scan.word("/") and not (spaced and scan.word("per") and scan.run(_SPACES)):
-        return None
-    scan.run(_SPACES)
-    multiple = scan.run(_DIGITS)
-    scan.run(_SPACES)
-    unit = scan.run(_LETTERS)
-    if not quota or not unit or not scan.done:
-        return None
-    return quota, multiple, unit
 
 
 def read_number(digits: str, most: int) -> int:
@@ -192,12 +140,12 @@ def _parse_layer(layer: str, spec: str) -> Layer:
     text = layer.strip()
     if not text:
         raise InvalidLimit(f"limit {spec!r} has an empty layer; {_GRAMMAR}", spec=spec)
-    scanned = _scan_layer(text)
-    unit = scanned and _UNITS.get(scanned[2].lower())
+    scanned = _LAYER.fullmatch(text)
+    unit = _UNITS.get(scanned[3].lower()) if scanned else None
     if scanned is None or unit is None:
         raise InvalidLimit(f"invalid layer {text!r} in limit {spec!r}; {_GRAMMAR}", spec=spec)
-    quota = read_number(scanned[0], MAX_QUOTA)
-    window = read_number(scanned[1] or "1", MAX_WINDOW) * unit
+    quota = read_number(scanned[1], MAX_QUOTA)
+    window = read_number(scanned[2] or "1", MAX_WINDOW) * unit
     if not (1 <= quota <= MAX_QUOTA and 1 <= window <= MAX_WINDOW):
         raise InvalidLimit(
             f"invalid layer {text!r} in limit {spec!r}: the quota must be from 1 to {MAX_QUOTA}, "
@@ -219,10 +167,10 @@ def parse_duration(text: str) -> int:
     """
     if isinstance(text, str):
         check_length(text, "duration")
-        scan = _Scanner(text.strip())
-        quota, _, unit = scan.run(_DIGITS), scan.run(_SPACES), _UNITS.get(scan.run(_LETTERS).lower())
-        if quota and unit and scan.done:
-            seconds = read_number(quota, MAX_WINDOW) * unit
+        scanned = _DURATION.fullmatch(text.strip())
+        unit = _UNITS.get(scanned[2].lower()) if scanned else None
+        if scanned and unit:
+            seconds = read_number(scanned[1], MAX_WINDOW) * unit
             if not 1 <= seconds <= MAX_WINDOW:
                 raise InvalidLimit(
                     f"invalid duration {text!r}: it must be from 1 second to {MAX_WINDOW // 86_400} days", spec=text

@@ -1,32 +1,6 @@
-"""The Lua script, one file per strategy.
-
-A request's script is ``lua/records.lua`` (finding and keeping the
-records of a packed key), ``lua/penalty.lua`` (reading and writing a
-penalty key), the files of the strategies the request uses,
-``lua/shaping.lua`` (the wait of a request that a limit with a delay lets
-wait its turn), and ``lua/main.lua``, which reads the plan, decides every layer in one pass,
-writes the keys only if all of them have room, and replies. Each
-strategy's file returns a table of plain functions (``check``, ``refund``,
-and for a packed strategy ``life``, else ``store``: see ``lua/main.lua``
-for their contract), which the script keeps under the strategy's code.
-Every value those functions use is a parameter; what the files before
-``lua/main.lua`` define, it calls, and none of them can see its locals. A
-strategy's decision is thus written once, in its file, and every call runs
-it: inspections, refunds, penalties, mixed strategies and keys shared by
-two limits alike. A request whose limits all use one strategy runs a
-script made of that strategy's file and the shared parts only; one whose
-plans have neither a penalty nor a delay (a plain plan), of the shared
-parts but ``lua/penalty.lua`` and ``lua/shaping.lua``: Redis runs a
-script's whole text on every call, and makes a function for each one it
-defines, so a function the request never calls still costs it.
-Production Redis and the embedded ``memory://`` store run the very same
-text.
-
-A storage sends them through a :class:`ScriptCache`, which makes each script
-once.
-
-What the scripts are sent and what they reply is written and read in one
-place, :mod:`flask_redis_throttle.core.engine.codec`.
+"""The Lua script, made of the files in ``lua/`` that a request uses (see
+docs/architecture.rst), and the strategies' records. Production Redis and
+``memory://`` run the same text.
 
 This module is pure Python: it imports neither Flask nor Redis.
 """
@@ -36,47 +10,29 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import cache
 from importlib.resources import files
 from typing import TypeGuard
 
 from ..bounded import remember
 from .codec import SLOTS_CODE, Args, penalized, shaped
 
-__all__ = [
-    "CONCURRENCY",
-    "PARTS",
-    "PLAN_CACHE_SIZE",
-    "SHAPING_STRATEGY",
-    "STRATEGIES",
-    "STRATEGY_NAMES",
-    "Script",
-    "ScriptCache",
-    "Strategy",
-    "able",
-    "is_strategy",
-    "lua_text",
-    "script_source",
-]
-
 
 @dataclass(frozen=True, slots=True)
 class Strategy:
-    """An algorithm's record: its name in settings, its Lua file, its code,
-    and what it can do, each with the reason why not where it cannot. Every
-    rule about strategies reads it, so that a new strategy is one record.
+    """An algorithm's record: its name, Lua file and code, and what it can
+    do, each with the reason why not where it cannot. Every rule about
+    strategies reads it, so that a new strategy is one record.
 
     :param name: the value of ``RATELIMIT_STRATEGY`` and ``@limit(strategy=...)``.
     :param filename: its file under ``lua/``.
     :param code: two letters that name it in Redis keys and in the script's
         plan; codes never change, or counters would be lost.
-    :param no_pack: why it does not keep its layers in one string per key
-        (see ``lua/records.lua``); empty when it does.
-    :param no_delay: why a limit with a delay cannot use it (see
-        :doc:`/shaping`); empty when one can.
-    :param no_burst: why a shaped limit on it has no burst; empty when it has.
-    :param no_lease: why a process cannot lease a share of its quota, to
-        spend it without asking the storage; empty when it can.
+
+    Each ``no_...`` says why it cannot do a thing, empty when it can:
+    ``no_pack``, keep its layers in one string per key (see
+    ``lua/records.lua``); ``no_delay``, serve a limit with a delay (see
+    :doc:`/shaping`); ``no_burst``, give a shaped limit a burst (none has
+    without a delay); ``no_lease``, lend a process a share of its quota.
     """
 
     name: str
@@ -99,17 +55,14 @@ class Strategy:
 
     @property
     def bursts(self) -> bool:
-        """Whether a shaped limit on it has a burst: such a limit is sent
-        with a burst of 1, which spreads its requests one at a time."""
-        return not self.no_burst
+        """Whether a shaped limit on it has a burst (else it is sent with 1)."""
+        return self.delays and not self.no_burst
 
     @property
     def leases(self) -> bool:
         """Whether a share of its quota can be leased."""
         return not self.no_lease
 
-
-_NO_SHAPING = "it has no delay to shape"
 
 #: Every strategy, by name.
 STRATEGIES: dict[str, Strategy] = {
@@ -121,14 +74,12 @@ STRATEGIES: dict[str, Strategy] = {
             "fw",
             no_delay="a request put off to the next window would be counted in a window that has not begun, "
             "and the waiting requests would all run at its start, the burst shaping is meant to smooth",
-            no_burst=_NO_SHAPING,
         ),
         Strategy(
             "sliding-window",
             "sliding_window.lua",
             "sw",
             no_delay="its count is an estimate from two windows, so it has no exact time at which a request fits",
-            no_burst=_NO_SHAPING,
             no_lease="its count is an estimate weighted over two windows, so a unit leased in one is still "
             "counted, in part, in the next, where it may be spent twice over",
         ),
@@ -151,32 +102,29 @@ STRATEGIES: dict[str, Strategy] = {
     )
 }
 
-#: The strategy a limit with a delay uses when it names none: its burst of
-#: 1 spreads the waiting requests evenly.
+#: The strategy of a limit with a delay that names none: its burst of 1
+#: spreads the waiting requests evenly.
 SHAPING_STRATEGY = "gcra"
 
-#: The concurrency slots (``lua/concurrency.lua``): a part of a script
-#: under a code of its own, like a strategy, but not one a limit counts
-#: with: a limit's ``concurrent=`` adds them (see :doc:`/limits`).
+#: The concurrency slots (``lua/concurrency.lua``), which a limit's
+#: ``concurrent=`` adds: a part of a script like a strategy, but not one a
+#: limit counts with (see :doc:`/limits`).
 CONCURRENCY = Strategy(
     "concurrency",
     "concurrency.lua",
     SLOTS_CODE.decode(),
     no_pack="its slots are members of a sorted set, each given back by the request that holds it",
     no_delay="a slot is freed by the end of the request that holds it, at no time known in advance",
-    no_burst=_NO_SHAPING,
     no_lease="a slot is held while a request runs, and given back when it ends: it cannot be taken in advance",
 )
 
-#: Every part a script may have beside the shared ones, by name: the
-#: strategies and the concurrency slots.
+#: Every part a script may have beside the shared ones, by name.
 PARTS: dict[str, Strategy] = {**STRATEGIES, CONCURRENCY.name: CONCURRENCY}
 
 
 def able(ability: str) -> str:
-    """The strategies whose record has ``ability``, a property of
-    :class:`Strategy` such as ``"delays"``, quoted, for messages: ``'gcra'
-    or 'sliding-log'``."""
+    """The strategies whose record has ``ability`` (``"delays"``), quoted,
+    for messages: ``'gcra' or 'sliding-log'``."""
     return " or ".join(sorted(repr(name) for name, strategy in STRATEGIES.items() if getattr(strategy, ability)))
 
 
@@ -185,8 +133,7 @@ STRATEGY_NAMES = ", ".join(map(repr, STRATEGIES))
 
 
 def is_strategy(value: object) -> TypeGuard[str]:
-    """Whether ``value`` names a strategy: the one check of
-    ``RATELIMIT_STRATEGY``, ``@limit(strategy=...)`` and a policy's."""
+    """Whether ``value`` names a strategy: the one check of every setting and option that names one."""
     return isinstance(value, str) and value in STRATEGIES
 
 
@@ -199,7 +146,17 @@ def script_source(names: Iterable[str], plain: bool = False) -> str:
         does not make their functions on every call.
     :raises KeyError: for an unknown strategy.
     """
-    return _source(frozenset(names), plain)
+    parts = [lua_text("records.lua")] if plain else [lua_text("records.lua"), lua_text("penalty.lua")]
+    parts.append("local strategies = {")
+    for name in sorted(names):
+        strategy = PARTS[name]
+        # Each file returns its table, and sees nothing of what follows it.
+        parts += [f"{strategy.code} = (function()", lua_text(strategy.filename), "end)(),"]
+    parts.append("}")
+    if not plain:
+        parts.append(lua_text("shaping.lua"))
+    parts.append(lua_text("main.lua"))
+    return "\n".join(parts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,9 +172,8 @@ PLAN_CACHE_SIZE = 1024
 
 
 class ScriptCache:
-    """The scripts one storage sends, each made once: one per set of
-    strategies a request uses, and whether its plans are plain (see
-    :func:`script_source`)."""
+    """The scripts one storage sends, each made once, by the strategies a
+    request uses and whether its plans are plain (see :func:`script_source`)."""
 
     def __init__(self) -> None:
         self._scripts: dict[tuple[frozenset[str], bool], Script] = {}
@@ -226,42 +182,20 @@ class ScriptCache:
         self._plain: dict[object, bool] = {}
 
     def choose(self, strategies: frozenset[str], calls: Sequence[tuple[Sequence[str], Args]]) -> Script:
-        """The script for ``calls`` (keys and arguments each) of a request
-        using ``strategies``: the same for every call of those strategies
-        whose plans are all plain, or not."""
+        """The script for ``calls`` (keys and arguments each) of a request using ``strategies``."""
         plain = True
         for _, args in calls:
             plan = args[2]
             known = self._plain.get(plan)
             if known is None:
-                known = remember(
-                    self._plain,
-                    plan,
-                    isinstance(plan, bytes) and not (penalized(plan) or shaped(plan)),
-                    PLAN_CACHE_SIZE,
-                )
+                known = isinstance(plan, bytes) and not (penalized(plan) or shaped(plan))
+                remember(self._plain, plan, known, PLAN_CACHE_SIZE)
             plain = plain and known
         script = self._scripts.get((strategies, plain))
         if script is None:
             text = script_source(strategies, plain)
             script = self._scripts[strategies, plain] = Script(text, hashlib.sha1(text.encode()).hexdigest())
         return script
-
-
-@cache
-def _source(names: frozenset[str], plain: bool = False) -> str:
-    # A plain plan calls no function of penalty.lua or shaping.lua (see main.lua).
-    parts = [lua_text("records.lua")] if plain else [lua_text("records.lua"), lua_text("penalty.lua")]
-    parts.append("local strategies = {")
-    for name in sorted(names):
-        strategy = PARTS[name]
-        # Each file returns its table, and sees nothing of what follows it.
-        parts += [f"{strategy.code} = (function()", lua_text(strategy.filename), "end)(),"]
-    parts.append("}")
-    if not plain:
-        parts.append(lua_text("shaping.lua"))
-    parts.append(lua_text("main.lua"))
-    return "\n".join(parts)
 
 
 def lua_text(path: str) -> str:
