@@ -16,7 +16,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import suppress
 from typing import Any
 
@@ -34,7 +34,7 @@ from redis.exceptions import (
 )
 
 from ..bounded import remember
-from ..engine.codec import Args, Call, Fanout, hash_tag, settle, split
+from ..engine.codec import Args, Call, Fanout, settle, split
 from ..engine.scripts import Script, ScriptCache
 from .clients import DEFAULT_CLIENT_OPTIONS, client_from_url, redact
 from .local import folder_of
@@ -126,6 +126,9 @@ class Storage:
         self._connections = Connections(client) if not self.cluster and Connections.fit(client) else None
         #: A cluster node's kept connections, by its client (see :meth:`_connections_of`).
         self._node_connections: dict[str, tuple[Any, Connections]] = {}
+        #: A cluster key's node, and the slot map it was read from (see :meth:`_nodes_of`).
+        self._routes: dict[str, Any] = {}
+        self._slots: object = None
         self._lock = threading.Lock()
 
     @classmethod
@@ -169,20 +172,36 @@ class Storage:
 
     def nodes(self, keys: Sequence[str]) -> list[str]:
         """The cluster nodes (``host:port``) that hold ``keys``, from the
-        client's slot map: nothing is sent, one lookup per hash tag. Keys
+        client's slot map: nothing is sent (see :meth:`_nodes_of`). Keys
         whose slot no node serves (its master failed, and no replica took
         over yet) are on :data:`UNCOVERED`.
 
         :raises redis.RedisError: when the cluster client cannot be built
             (no start-up node answers).
         """
-        return list(dict.fromkeys(self._node_of(key) for key in {hash_tag(key): key for key in keys}.values()))
+        return list(dict.fromkeys(UNCOVERED if node is None else node.name for node in self._nodes_of(keys)))
 
-    def _node_of(self, key: str) -> str:
-        try:
-            return self.client.get_node_from_key(key).name  # type: ignore[no-any-return]
-        except SlotNotCoveredError:
-            return UNCOVERED
+    def _nodes_of(self, keys: Iterable[str]) -> list[Any]:
+        """Each key's cluster node (``None`` where no node serves its slot),
+        from a cache of redis-py's slot map: a key's slot and node cost
+        redis-py a CRC and several lookups, twice a request. The cache is
+        forgotten when redis-py reads a new slot map (a new ``slots_cache``),
+        and when a call meets a redirect or a broken connection (see
+        :meth:`_send_to_nodes`), after which redis-py mends its map in place.
+        Past :data:`KEY_CACHE_SIZE` keys, all are forgotten at once."""
+        client = self.client
+        slots = client.nodes_manager.slots_cache
+        if slots is not self._slots:
+            self._routes, self._slots = {}, slots
+        routes = self._routes
+        found = []
+        for key in keys:
+            node = routes.get(key)
+            if node is None:
+                with suppress(SlotNotCoveredError):
+                    node = remember(routes, key, client.get_node_from_key(key), KEY_CACHE_SIZE)
+            found.append(node)
+        return found
 
     def evaluate(self, strategies: frozenset[str], keys: Sequence[str], args: Args) -> list[int]:
         """Run the script for ``strategies`` once: one EVALSHA, one round trip.
@@ -337,10 +356,8 @@ class Storage:
         names = [UNCOVERED] * len(calls)
         groups: dict[str, tuple[Any, list[int]]] = {}
         again: list[int] = []
-        for i, (keys, _) in enumerate(calls):
-            try:
-                node = client.get_node_from_key(keys[0])
-            except SlotNotCoveredError:
+        for i, node in enumerate(self._nodes_of([keys[0] for keys, _ in calls])):
+            if node is None:
                 again.append(i)
                 continue
             names[i] = node.name
@@ -372,6 +389,10 @@ class Storage:
             for connections, connection, _ in sent:
                 if not isinstance(connection, Exception):
                     connections.drop(connection)
+        if broken or again:
+            # redis-py mends its slot map on this path (MOVED) or the next
+            # (a promoted replica): the routes read from it are forgotten.
+            self._routes = {}
         if broken:
             self._refresh()
         for i in again:
