@@ -419,6 +419,29 @@ def test_a_moved_slot_is_followed_and_counted_once(
     assert remaining(get(web, ip="203.0.113.9", user="ann")) == 3
 
 
+def test_a_slot_map_read_again_elsewhere_routes_the_next_request_to_the_new_owner(
+    own_cluster: RedisCluster, redis_py_calls: list[tuple[Any, ...]], sends: list[tuple[int, str]]
+) -> None:
+    # The storage keeps each key's node; a slot map redis-py reads again
+    # (here after a move none of our requests saw) is not the one they came from.
+    app = limited_app(own_cluster.url, "6/m")
+    ip, ip_node, user_node = on_two_nodes(app, own_cluster)
+    third = next(node for node in own_cluster.masters() if node.port not in (ip_node.port, user_node.port))
+    web = app.test_client()
+    assert remaining(get(web, ip=ip)) == 5
+    key = app.extensions["ratelimit"].throttle.key(Policy(parse_limits("6/m"), "index"), Identity("ip", ip))
+    storage = storage_of(app)
+    assert storage.nodes([key]) == [f"127.0.0.1:{ip_node.port}"]
+    move_slot(own_cluster, slot_of(app, Identity("ip", ip)), ip_node, third)
+    storage.client.nodes_manager.initialize()
+    del redis_py_calls[:], sends[:]
+    assert storage.nodes([key]) == [f"127.0.0.1:{third.port}"]
+    assert remaining(get(web, ip=ip)) == 4
+    # Straight to the new owner, where the script is new: no redirect.
+    assert redis_py_calls == []
+    assert sends == [(third.port, "EVALSHA"), (third.port, "EVAL")]
+
+
 def test_a_killed_nodes_call_fails_and_the_other_is_counted_once(
     own_cluster: RedisCluster, redis_py_calls: list[tuple[Any, ...]]
 ) -> None:

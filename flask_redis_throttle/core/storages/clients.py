@@ -29,17 +29,7 @@ from .embedded import EmbeddedRedis
 from .local import MAX_SOCKET_PATH, LocalConnection, LocalFolder, find_server_binary
 from .urls import MAX_URL_DB, SCHEMES, redact
 
-__all__ = [
-    "CLUSTER_OPTIONS",
-    "DEFAULT_CLIENT_OPTIONS",
-    "MAX_URL_DB",
-    "SCHEMES",
-    "ClusterClient",
-    "LazyClient",
-    "client_from_url",
-    "embedded_client",
-    "redact",
-]
+__all__ = ["DEFAULT_CLIENT_OPTIONS", "MAX_URL_DB", "LazyClient", "client_from_url", "embedded_client", "redact"]
 
 logger = logging.getLogger("flask_redis_throttle")
 

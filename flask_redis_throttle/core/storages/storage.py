@@ -16,7 +16,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import suppress
 from typing import Any
 
@@ -34,12 +34,12 @@ from redis.exceptions import (
 )
 
 from ..bounded import remember
-from ..engine.codec import Args, Call, Fanout, hash_tag, settle, split
+from ..engine.codec import Args, Call, Fanout, settle, split
 from ..engine.scripts import Script, ScriptCache
-from .clients import DEFAULT_CLIENT_OPTIONS, client_from_url, redact
+from .clients import client_from_url, redact
 from .local import folder_of
 
-__all__ = ["DEFAULT_CLIENT_OPTIONS", "STORAGE_ERRORS", "Call", "NodeFailure", "NotSent", "Storage"]
+__all__ = ["STORAGE_ERRORS", "NodeFailure", "NotSent", "Storage"]
 
 logger = logging.getLogger("flask_redis_throttle")
 
@@ -126,6 +126,9 @@ class Storage:
         self._connections = Connections(client) if not self.cluster and Connections.fit(client) else None
         #: A cluster node's kept connections, by its client (see :meth:`_connections_of`).
         self._node_connections: dict[str, tuple[Any, Connections]] = {}
+        #: A cluster key's node, and the slot map it was read from (see :meth:`_nodes_of`).
+        self._routes: dict[str, Any] = {}
+        self._slots: object = None
         self._lock = threading.Lock()
 
     @classmethod
@@ -169,20 +172,36 @@ class Storage:
 
     def nodes(self, keys: Sequence[str]) -> list[str]:
         """The cluster nodes (``host:port``) that hold ``keys``, from the
-        client's slot map: nothing is sent, one lookup per hash tag. Keys
+        client's slot map: nothing is sent (see :meth:`_nodes_of`). Keys
         whose slot no node serves (its master failed, and no replica took
         over yet) are on :data:`UNCOVERED`.
 
         :raises redis.RedisError: when the cluster client cannot be built
             (no start-up node answers).
         """
-        return list(dict.fromkeys(self._node_of(key) for key in {hash_tag(key): key for key in keys}.values()))
+        return list(dict.fromkeys(UNCOVERED if node is None else node.name for node in self._nodes_of(keys)))
 
-    def _node_of(self, key: str) -> str:
-        try:
-            return self.client.get_node_from_key(key).name  # type: ignore[no-any-return]
-        except SlotNotCoveredError:
-            return UNCOVERED
+    def _nodes_of(self, keys: Iterable[str]) -> list[Any]:
+        """Each key's cluster node (``None`` where no node serves its slot),
+        from a cache of redis-py's slot map: a key's slot and node cost
+        redis-py a CRC and several lookups, twice a request. The cache is
+        forgotten when redis-py reads a new slot map (a new ``slots_cache``),
+        and when a call meets a redirect or a broken connection (see
+        :meth:`_send_to_nodes`), after which redis-py mends its map in place.
+        Past :data:`KEY_CACHE_SIZE` keys, all are forgotten at once."""
+        client = self.client
+        slots = client.nodes_manager.slots_cache
+        if slots is not self._slots:
+            self._routes, self._slots = {}, slots
+        routes = self._routes
+        found = []
+        for key in keys:
+            node = routes.get(key)
+            if node is None:
+                with suppress(SlotNotCoveredError):
+                    node = remember(routes, key, client.get_node_from_key(key), KEY_CACHE_SIZE)
+            found.append(node)
+        return found
 
     def evaluate(self, strategies: frozenset[str], keys: Sequence[str], args: Args) -> list[int]:
         """Run the script for ``strategies`` once: one EVALSHA, one round trip.
@@ -245,13 +264,10 @@ class Storage:
         return reply
 
     def _fanout(self, keys: Sequence[str], args: Args) -> Fanout:
-        """The :class:`~flask_redis_throttle.core.engine.codec.Fanout` of a cluster request: worked out on its keys'
-        first request under its plan, and kept (the time is ``""`` outside
-        tests), with the arguments past the plan, which change with each
-        request (a slot's token), put in afterwards. The arguments' types
-        are in the key: ``1``, ``1.0`` and
-        ``True`` are equal but not encoded alike. Past :data:`KEY_CACHE_SIZE`,
-        all are forgotten at once: a flood of identities cannot grow the process."""
+        """A cluster request's fan-out, kept by its keys and plan, with the
+        arguments past the plan (which change per request) put in afterwards.
+        The arguments' types are in the key: ``1``, ``1.0`` and ``True`` are
+        equal but not encoded alike."""
         head = args[:3]
         key = (tuple(keys), tuple(head), tuple(map(type, head)))
         fanout = self._fanouts.get(key)
@@ -313,34 +329,21 @@ class Storage:
         return _run_on_node(self.client, commands), []
 
     def _send_to_nodes(self, calls: Sequence[Call], command: str, script: str) -> tuple[list[Any], list[str]]:
-        """A cluster's calls, one command or pipeline per node, each node's
-        on a connection kept from its own :class:`redis.Redis`'s pool
-        (``get_redis_connection``; see :class:`Connections`), found from
-        redis-py's slot map (``get_node_from_key``). Every node is sent its
-        calls before any reply is read, so a request on several nodes waits
-        about one round trip, not one per node.
-
-        A call that timed out is not sent again (it may have run): the call
-        fails. A connection error fails the node's calls too (unless it came
-        before anything was sent: see :meth:`Connections.send`), and has
-        redis-py refresh its slot map, so that the next request finds a
-        promoted replica. A call the node did not run (:data:`NOT_RUN`:
-        MOVED, ASK, TRYAGAIN, CLUSTERDOWN), or whose slot no node serves, is
-        sent again through the cluster client, which follows the redirect
-        and mends its slot map.
-
-        redis-py's cluster pipeline is not used: after a timeout it sends
-        the timed-out calls again, which would count a request twice.
+        """A cluster's calls, one command or pipeline per node on a kept
+        connection; every node is sent its calls before any reply is read.
+        A call the node did not run (:data:`NOT_RUN`), or whose slot no node
+        serves, goes again through the cluster client, which follows the
+        redirect; a timed-out one is never sent again. redis-py's cluster
+        pipeline is not used: it sends timed-out calls again, which would
+        count a request twice. See docs/architecture.rst (client-path-cluster).
         """
         client = self.client
         results: list[Any] = [None] * len(calls)
         names = [UNCOVERED] * len(calls)
         groups: dict[str, tuple[Any, list[int]]] = {}
         again: list[int] = []
-        for i, (keys, _) in enumerate(calls):
-            try:
-                node = client.get_node_from_key(keys[0])
-            except SlotNotCoveredError:
+        for i, node in enumerate(self._nodes_of([keys[0] for keys, _ in calls])):
+            if node is None:
                 again.append(i)
                 continue
             names[i] = node.name
@@ -372,6 +375,10 @@ class Storage:
             for connections, connection, _ in sent:
                 if not isinstance(connection, Exception):
                     connections.drop(connection)
+        if broken or again:
+            # redis-py mends its slot map on this path (MOVED) or the next
+            # (a promoted replica): the routes read from it are forgotten.
+            self._routes = {}
         if broken:
             self._refresh()
         for i in again:
@@ -383,10 +390,8 @@ class Storage:
         return results, names
 
     def _connections_of(self, node: Any) -> Connections:
-        """The kept connections of a cluster node's own client; new ones
-        when redis-py has given the node a new client. Under a lock when
-        they change, so that two threads cannot each keep some of the
-        client's connections where the other's are forgotten."""
+        """The kept connections of a cluster node's own client (new ones for
+        a new client), changed under a lock so that no thread's are forgotten."""
         client = self.client.get_redis_connection(node)
         known = self._node_connections.get(node.name)
         if known is None or known[0] is not client:
@@ -397,23 +402,16 @@ class Storage:
         return known[1]
 
     def _refresh(self) -> None:
-        """Have redis-py's cluster client read the slot map again, as it does
-        after a node's connection failed on its own command path; when no
-        node answers, the next request's calls fail on their own."""
+        """Have redis-py read the slot map again, as after a connection error
+        on its own path; when no node answers, the next request fails on its own."""
         with suppress(*STORAGE_ERRORS):
             self.client.nodes_manager.initialize()
 
     def _wait_for_migrations(self, calls: Sequence[Call], results: list[Any], script: Script) -> None:
-        """Send again the calls whose keys a slot migration split (see
-        :func:`_split_by_migration`), putting their new replies or errors in
-        ``results``: after :data:`MIGRATION_PAUSE`, again and again for up
-        to :data:`MIGRATION_PATIENCE` seconds. The script did not run, so
-        nothing is counted twice; the keys are together again once the
-        migration has moved them all. A request waits that long at most,
-        then fails as after any other error.
-
-        The calls are sent with the script's source (``EVAL``): the node that
-        imports the slot may never have run it.
+        """Send again, every :data:`MIGRATION_PAUSE` for up to
+        :data:`MIGRATION_PATIENCE` seconds, the calls whose keys a slot
+        migration split (the script did not run, so nothing counts twice),
+        with ``EVAL``: the importing node may never have run the script.
         """
         deadline = time.monotonic() + MIGRATION_PATIENCE
         waiting = [i for i, result in enumerate(results) if _split_by_migration(result)]
@@ -426,14 +424,9 @@ class Storage:
 
 
 def _run_on_node(node: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
-    """Each of ``commands``' reply or error reply, sent by ``node``, a client
-    of whatever kind whose connections are not kept (see :class:`Connections`):
-    a lone command as a plain command, cheaper than a pipeline of one; more,
-    pipelined.
-
-    :raises redis.ConnectionError: when the node could not be reached.
-    :raises redis.TimeoutError: when it did not answer in time.
-    """
+    """Each of ``commands``' reply or error reply, sent by a client whose
+    connections are not kept: a lone command plainly (cheaper than a pipeline
+    of one); raises when the node cannot answer."""
     if len(commands) == 1:
         try:
             return [node.execute_command(*commands[0])]
@@ -467,26 +460,14 @@ def _checkout_arguments(pool: Any) -> tuple[str, ...]:
 
 class Connections:
     """The connections a storage keeps for its script calls to one server
-    (a single node, or one cluster node), taken from its client's pool once
-    and used by one thread at a time: a thread takes one (or checks out a
-    new one when none is free), sends, reads and puts it back. This is
-    redis-py's public connection API (the pool's ``get_connection``, the
-    connection's ``send_command`` or ``send_packed_command``, ``can_read``,
-    ``read_response``),
-    without the pool's lock and bookkeeping on every call.
+    (a node), taken from its client's pool once and used by one thread at a
+    time, without the pool's lock and bookkeeping on every call.
 
     The retry rule of every script call is here, once (see :meth:`send`):
-    a connection error before anything was sent connects again and sends
-    once more; once a call was sent, it is never sent again (a timeout, a
-    connection reset while reading): it may have run, and running it again
-    would count the request twice. The client's own ``retry`` is not used
-    for script calls.
-
-    The pool still owns the connections: closing the client, or its pool's
-    ``disconnect()``, closes them too, and the next call connects afresh.
-    A forked child (by ``os.fork`` or by ``fork(2)`` itself) leaves its
-    parent's connections alone, unclosed, and takes its own from the pool,
-    which redis-py resets in a child.
+    the client's own ``retry`` could send a call that may have run again,
+    counting a request twice. The pool still owns the connections (closing
+    it closes them); a forked child leaves its parent's alone. See
+    docs/architecture.rst (client-path).
     """
 
     __slots__ = ("_arguments", "_free", "_pid", "_pool")
@@ -516,9 +497,8 @@ class Connections:
             return self._pool.get_connection(*self._arguments)
 
     def drop(self, connection: Any) -> None:
-        """Close ``connection`` (a reply may be left unread on it) and give it
-        back to its pool, which connects it again when it is next checked
-        out: a kept connection is one that answered its last call."""
+        """Close ``connection`` (a reply may be left unread on it) and give
+        it back to its pool: a kept connection is one that answered its last call."""
         connection.disconnect()
         self._pool.release(connection)
 
@@ -528,19 +508,12 @@ class Connections:
             connection.disconnect()
 
     def send(self, commands: Sequence[tuple[Any, ...]]) -> Any:
-        """Send ``commands`` (one, or a pipeline of several) on a connection
-        taken for them; return that connection, to :meth:`receive` their
-        replies on, or the error that stopped the send (the connection is
-        put back then).
-
-        A connection kept idle that the server closed (a restart, Redis's
-        ``timeout``, ``CLIENT KILL``), or one that cannot be written to, is
-        a connection error before anything was sent: the connection is
-        closed, connected again and sent the commands once more. A new
-        connection that cannot connect is not tried again here: connecting
-        already retries as the client's options say; its error is a
-        :class:`NotSent`, as is any error met before writing. A timeout
-        while sending may have left the commands sent: not sent again.
+        """Send ``commands`` (one, or a pipeline) on a connection taken for
+        them; return it, to :meth:`receive` on, or the error that stopped
+        the send. A kept connection the server closed, or one that cannot be
+        written to, is connected again and sent once more; a new one that
+        cannot connect is not (connecting retries as the client's options
+        say): a :class:`NotSent`. A timeout while sending is not sent again.
         """
         connection, writing = None, False
         try:
@@ -572,10 +545,9 @@ class Connections:
         return connection
 
     def receive(self, connection: Any, count: int) -> list[Any]:
-        """The ``count`` replies of :meth:`send`'s commands on ``connection``,
-        error replies as :class:`redis.ResponseError`; when the connection
-        fails (a timeout, a reset), that error stands for every reply not
-        read, and the connection is closed. The connection is put back."""
+        """The ``count`` replies of :meth:`send`'s commands, error replies as
+        :class:`redis.ResponseError`; a failed connection's error stands for
+        every reply not read."""
         replies: list[Any] = []
         try:
             while len(replies) < count:
@@ -613,12 +585,9 @@ class Connections:
 
 
 def _split_by_migration(error: object) -> bool:
-    """Whether a cluster call failed because a slot migration has split its
-    keys between two nodes. Each node then runs a script on keys of that
-    slot only if it holds all of them, and answers ``TRYAGAIN`` (or ``ASK``
-    to the other node, which answers ``TRYAGAIN``); redis-py tries again for
-    about a tenth of a second, then gives up with ``TTL exhausted``. Either
-    way the script did not run."""
+    """Whether a cluster call failed because a slot migration split its keys
+    between two nodes: ``TRYAGAIN``, or redis-py's ``TTL exhausted`` after
+    retrying it for about a tenth of a second. The script did not run."""
     return isinstance(error, TryAgainError) or type(error) is ClusterError
 
 

@@ -8,22 +8,8 @@ This package imports Redis (for its exceptions) but not Flask.
 
 from __future__ import annotations
 
-from .client import EmbeddedPipeline, EmbeddedRedis, encode
-from .keyspace import COMMANDS, CURSORS, SWEEP, Keyspace
-from .lua import LUAS, LuaHost, lua_host
-from .values import CommandError, Status
+from .client import EmbeddedRedis
+from .keyspace import CURSORS, SWEEP
+from .lua import LUAS, lua_host
 
-__all__ = [
-    "COMMANDS",
-    "CURSORS",
-    "LUAS",
-    "SWEEP",
-    "CommandError",
-    "EmbeddedPipeline",
-    "EmbeddedRedis",
-    "Keyspace",
-    "LuaHost",
-    "Status",
-    "encode",
-    "lua_host",
-]
+__all__ = ["CURSORS", "LUAS", "SWEEP", "EmbeddedRedis", "lua_host"]

@@ -80,12 +80,10 @@ def parse_float(value: bytes, error: str = NOT_FLOAT) -> float:
 
 
 def format_score(score: float) -> bytes:
-    if score == score and abs(score) != float("inf") and score.is_integer() and abs(score) < 1e17:
+    if score.is_integer() and abs(score) < 1e17:  # never true of a NaN or an infinity
         return b"%d" % int(score)
-    if score == float("inf"):
-        return b"inf"
-    if score == float("-inf"):
-        return b"-inf"
+    if math.isinf(score):
+        return b"inf" if score > 0 else b"-inf"
     return b"%.17g" % score
 
 
