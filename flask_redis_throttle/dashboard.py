@@ -91,7 +91,8 @@ def blueprint(
 
 
 def _index() -> tuple[str, int]:
-    """The page; with ``?identity=`` (or ``?exact=``) that identity's counters too."""
+    """The page; with ``?identity=`` (or ``?exact=``) that identity's counters too, as ``flask ratelimit status``
+    shows them."""
     state: RateLimitState = state_of()
     page: dict[str, Any] = {
         "limits_header": LIMITS_HEADER,
@@ -114,33 +115,31 @@ def _index() -> tuple[str, int]:
     }
     status = 200
     try:
-        page.update(_overrides(state))
-        page.update(_refusals(state))
+        if state.overrides is not None:
+            table = state.overrides.table()
+            page["overrides_header"], page["changes_header"] = OVERRIDES_HEADER, CHANGES_HEADER
+            page["overrides"] = list(zip(override_rows(table.overrides), table.overrides, strict=True))
+            page["changes"] = change_rows(latest_changes(state, RECENT))
+            page["scopes"] = sorted(known_scopes(state))
+        refusals, now = state.refusals, time.time()
+        if refusals is not None:
+            page["recent"], page["top"] = refusals.recent(RECENT), refusals.attributed(TOP, since=now - 3600)
+            page["chart"] = chart(refusals.per_minute(now))
         if state.near_limits is not None:
             page["near"] = state.near_limits.recent(RECENT)
         who = _requested(request.args, state)
         if who is not None:
-            page.update(_lookup(state, who, page["endpoint"] or None))
-            page["identity"] = page["identity"] or _shown(str(who))
+            if state.throttle is None:
+                raise ValueError(DISABLED)
+            endpoint = find_endpoint(page["endpoint"] or None)
+            page["who"], page["naming"] = _shown(str(who)), _naming(str(who), state)
+            page["status"] = status_rows(state, state.throttle, who, endpoint)
+            page["identity"] = page["identity"] or page["who"]
     except ValueError as error:
         page["problem"], status = str(error), 400
     except FAILURES as error:
         page["problem"], status = f"rate limit storage unavailable: {cause(error)}", 503
     return render_template("ratelimit_dashboard/index.html", **page), status
-
-
-def _overrides(state: RateLimitState) -> dict[str, Any]:
-    """The overrides in force, and the latest changes."""
-    if state.overrides is None:
-        return {}
-    table = state.overrides.table()
-    return {
-        "overrides_header": OVERRIDES_HEADER,
-        "overrides": list(zip(override_rows(table.overrides), table.overrides, strict=True)),
-        "changes_header": CHANGES_HEADER,
-        "changes": change_rows(latest_changes(state, RECENT)),
-        "scopes": sorted(known_scopes(state)),
-    }
 
 
 def _override(by: str) -> Response:
@@ -176,42 +175,15 @@ def _answered(change: bool = False) -> Iterator[None]:
         abort(503, f"rate limit storage unavailable: {error}{'.' + unsure(error) if change else ''}")
 
 
-def _refusals(state: RateLimitState) -> dict[str, Any]:
-    """The refusal log's latest entries, most refused identities and refusals per minute."""
-    if state.refusals is None:
-        return {}
-    now = time.time()
-    return {
-        "recent": state.refusals.recent(RECENT),
-        "top": state.refusals.attributed(TOP, since=now - 3600),
-        "chart": chart(state.refusals.per_minute(now)),
-    }
-
-
-def _lookup(state: RateLimitState, who: Identity, endpoint: str | None) -> dict[str, Any]:
-    """One identity's counters, as ``flask ratelimit status`` shows them."""
-    if state.throttle is None:
-        raise ValueError(DISABLED)
-    if endpoint is not None:
-        find_endpoint(endpoint)
-    return {
-        "who": _shown(str(who)),
-        "naming": _naming(str(who), state),
-        "status": status_rows(state, state.throttle, who, endpoint),
-    }
-
-
 def _reset() -> Response:
     """Delete an identity's counters, then show its lookup again."""
     state = _posted("reset")
     assert state.throttle is not None
-    endpoint = request.form.get("view", "").strip() or None
     with _answered():
         who = _requested(request.form, state)
         if who is None:
             raise ValueError("no identity to reset: write ip:<address>, user:<id> or <key function>:<value>")
-        if endpoint is not None:
-            find_endpoint(endpoint)
+        endpoint = find_endpoint(request.form.get("view", "").strip() or None)
         done = reset_counters(state, state.throttle, who, endpoint)
     message = "Nothing to reset: no limit of this endpoint counts it." if done is None else _shown(done.message)
     flash(message, "ratelimit")

@@ -344,9 +344,8 @@ def _named(identity: str, endpoint: str | None, change: bool = False) -> tuple[R
     throttle = _shared(state) if change else throttle_of(state)
     with _parameter("'IDENTITY'"):
         who = find_identity(identity, state)
-    if endpoint is not None:
-        with _parameter("'--endpoint'"):
-            find_endpoint(endpoint)
+    with _parameter("'--endpoint'"):
+        find_endpoint(endpoint)
     return state, throttle, who
 
 

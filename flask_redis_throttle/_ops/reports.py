@@ -16,7 +16,7 @@ from .._request.sources import blueprints_of
 from .._request.state import RateLimitState
 from ..core.engine.keys import Identity, loggable
 from ..core.engine.rates import Layer
-from ..core.engine.throttle import Policy, Throttle
+from ..core.engine.throttle import Throttle
 from ..core.stores.overrides import Change, Override
 from ..core.stores.refusals import Refusal
 from ..core.stores.usage import usage
@@ -167,9 +167,10 @@ def find_identity(text: str, state: RateLimitState) -> Identity:
     return parse_identity(text, state.settings.ipv6_prefix, sorted(kinds))
 
 
-def find_endpoint(name: str) -> str:
-    """``name``, if the current app has such an endpoint; a :class:`ValueError` naming the closest ones."""
-    if name not in current_app.view_functions:
+def find_endpoint(name: str | None) -> str | None:
+    """``name``, if it is None (every endpoint) or the current app has such an endpoint; a :class:`ValueError`
+    naming the closest ones."""
+    if name is not None and name not in current_app.view_functions:
         close = difflib.get_close_matches(name, current_app.view_functions, n=3)
         hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else "; `flask ratelimit limits` lists them"
         raise ValueError(f"no endpoint {name!r}{hint}")
@@ -235,18 +236,10 @@ def _limit_text(limit: PlannedLimit) -> str:
         text = f"dynamic: {getattr(limit.spec.limit, '__qualname__', 'function')}()"
     else:
         text = ";".join(_layer(layer) for layer in limit.policy.layers)
-    notes = [
-        note for note in (_cap(limit.slots), limit.shadow and "shadow", limit.source != "view" and limit.source) if note
-    ]
+    caps = limit.slots.layers if limit.slots is not None else ()
+    notes = [f"{cap.quota} concurrent, lease {cap.window}s" for cap in caps]
+    notes += [note for note in (limit.shadow and "shadow", limit.source != "view" and limit.source) if note]
     return f"{text} ({', '.join(notes)})" if notes else text
-
-
-def _cap(slots: Policy | None) -> str:
-    """A concurrency cap, such as ``3 concurrent, lease 60s``."""
-    if slots is None:
-        return ""
-    [cap] = slots.layers
-    return f"{cap.quota} concurrent, lease {cap.window}s"
 
 
 def _layer(layer: Layer) -> str:
