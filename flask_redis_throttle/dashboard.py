@@ -185,7 +185,7 @@ def _reset() -> Response:
             raise ValueError("no identity to reset: write ip:<address>, user:<id> or <key function>:<value>")
         endpoint = find_endpoint(request.form.get("view", "").strip() or None)
         done = reset_counters(state, state.throttle, who, endpoint)
-    message = "Nothing to reset: no limit of this endpoint counts it." if done is None else _shown(done.message)
+    message = "Nothing to reset: no limit of this endpoint counts it." if done is None else _shown(done[1])
     flash(message, "ratelimit")
     return redirect(url_for(".index", **_naming(str(who), state), view=endpoint, _anchor="lookup"))
 

@@ -92,33 +92,20 @@ def status_rows(
     return rows
 
 
-@dataclass(frozen=True)
-class Reset:
-    """What :func:`reset_counters` deleted (``scopes`` ``[None]`` for every scope)."""
-
-    identity: Identity
-    endpoint: str | None
-    scopes: list[str | None]
-    deleted: int
-
-    @property
-    def message(self) -> str:
-        """One line saying what was deleted, for the CLI and the dashboard."""
-        scopes = self.scopes
-        where = (
-            "every scope" if self.endpoint is None else f"scope{'s' * (len(scopes) > 1)} {', '.join(map(repr, scopes))}"
-        )
-        return f"Deleted {self.deleted} counter key{'' if self.deleted == 1 else 's'} of {self.identity} in {where}."
-
-
-def reset_counters(state: RateLimitState, throttle: Throttle, who: Identity, endpoint: str | None) -> Reset | None:
-    """Delete ``who``'s counters, in every scope or ``endpoint``'s; None if no limit of ``endpoint`` counts ``who``."""
+def reset_counters(
+    state: RateLimitState, throttle: Throttle, who: Identity, endpoint: str | None
+) -> tuple[int, str] | None:
+    """Delete ``who``'s counters, in every scope or ``endpoint``'s: how many keys went, and one line saying so
+    for the CLI and the dashboard; None if no limit of ``endpoint`` counts ``who``."""
     scopes: list[str | None] = [None]
+    where = "every scope"
     if endpoint is not None:
         scopes = list(dict.fromkeys(limit.scope for limit in _counting(state, endpoint, who)))
         if not scopes:
             return None
-    return Reset(who, endpoint, scopes, throttle.reset(who, scopes))
+        where = f"scope{'s' * (len(scopes) > 1)} {', '.join(map(repr, scopes))}"
+    deleted = throttle.reset(who, scopes)
+    return deleted, f"Deleted {deleted} counter key{'' if deleted == 1 else 's'} of {who} in {where}."
 
 
 #: The columns of ``flask ratelimit overrides``, and of the dashboard's overrides.
