@@ -9,8 +9,7 @@ import base64
 import hmac
 import secrets
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -84,14 +83,18 @@ def blueprint(
 
     bp.url_value_preprocessor(hide)
     bp.add_url_rule("/", "index", _index, methods=["GET"])
-    bp.add_url_rule("/reset", "reset", _reset, methods=["POST"])
-    bp.add_url_rule("/overrides", "override", lambda: _override(who()), methods=["POST"])
-    bp.add_url_rule("/overrides/remove", "remove_override", lambda: _remove_override(who()), methods=["POST"])
+    for rule, endpoint, view in (
+        ("/reset", "reset", _form("reset", _reset, change=False)),
+        ("/overrides", "override", _form("override", lambda state: _override(state, who()))),
+        ("/overrides/remove", "remove_override", _form("remove", lambda state: _remove_override(state, who()))),
+    ):
+        bp.add_url_rule(rule, endpoint, view, methods=["POST"])
     return bp
 
 
 def _index() -> tuple[str, int]:
-    """The page; with ``?identity=`` (or ``?exact=``) that identity's counters too."""
+    """The page; with ``?identity=`` (or ``?exact=``) that identity's counters too, as ``flask ratelimit status``
+    shows them."""
     state: RateLimitState = state_of()
     page: dict[str, Any] = {
         "limits_header": LIMITS_HEADER,
@@ -114,14 +117,26 @@ def _index() -> tuple[str, int]:
     }
     status = 200
     try:
-        page.update(_overrides(state))
-        page.update(_refusals(state))
+        if state.overrides is not None:
+            table = state.overrides.table()
+            page["overrides_header"], page["changes_header"] = OVERRIDES_HEADER, CHANGES_HEADER
+            page["overrides"] = list(zip(override_rows(table.overrides), table.overrides, strict=True))
+            page["changes"] = change_rows(latest_changes(state, RECENT))
+            page["scopes"] = sorted(known_scopes(state))
+        refusals, now = state.refusals, time.time()
+        if refusals is not None:
+            page["recent"], page["top"] = refusals.recent(RECENT), refusals.attributed(TOP, since=now - 3600)
+            page["chart"] = chart(refusals.per_minute(now))
         if state.near_limits is not None:
             page["near"] = state.near_limits.recent(RECENT)
         who = _requested(request.args, state)
         if who is not None:
-            page.update(_lookup(state, who, page["endpoint"] or None))
-            page["identity"] = page["identity"] or _shown(str(who))
+            if state.throttle is None:
+                raise ValueError(DISABLED)
+            endpoint = find_endpoint(page["endpoint"] or None)
+            page["who"], page["naming"] = _shown(str(who)), _naming(str(who), state)
+            page["status"] = status_rows(state, state.throttle, who, endpoint)
+            page["identity"] = page["identity"] or page["who"]
     except ValueError as error:
         page["problem"], status = str(error), 400
     except FAILURES as error:
@@ -129,106 +144,61 @@ def _index() -> tuple[str, int]:
     return render_template("ratelimit_dashboard/index.html", **page), status
 
 
-def _overrides(state: RateLimitState) -> dict[str, Any]:
-    """The overrides in force, and the latest changes."""
-    if state.overrides is None:
-        return {}
-    table = state.overrides.table()
-    return {
-        "overrides_header": OVERRIDES_HEADER,
-        "overrides": list(zip(override_rows(table.overrides), table.overrides, strict=True)),
-        "changes_header": CHANGES_HEADER,
-        "changes": change_rows(latest_changes(state, RECENT)),
-        "scopes": sorted(known_scopes(state)),
-    }
+#: What a form's action flashes, and the URL arguments of the page it goes back to.
+Done = tuple[str, dict[str, Any]]
 
 
-def _override(by: str) -> Response:
-    state = _posted("override")
+def _form(form: str, act: Callable[[RateLimitState], Done], change: bool = True) -> Callable[[], Response]:
+    """The view of one of the page's forms: ``act`` on the app's state, then back to the page. A 400 unless the form
+    sent back this session's token (another site can make a browser post here, but cannot read it); bad input is a
+    400 naming it, a storage failure a 503 (saying whether a ``change`` may be made all the same)."""
+
+    def view() -> Response:
+        sent = request.form.get("csrf_token", "")
+        token = session.get(SESSION_KEY) if current_app.secret_key else None
+        if not isinstance(token, str) or not hmac.compare_digest(sent.encode(), token.encode()):
+            abort(400, f"the {form} form's token is missing or stale: reload the dashboard and try again")
+        state: RateLimitState = state_of()
+        if state.throttle is None:
+            abort(400, DISABLED)
+        try:
+            message, place = act(state)
+        except ValueError as error:
+            abort(400, str(error))
+        except FAILURES as error:
+            abort(503, f"rate limit storage unavailable: {error}{'.' + unsure(error) if change else ''}")
+        flash(message, "ratelimit")
+        return redirect(url_for(".index", **place))
+
+    return view
+
+
+def _override(state: RateLimitState, by: str) -> Done:
     form = {name: value.strip() for name, value in request.form.items()}
     action = request.form.get("action", "")
     limit = form.get("limit", "") if action == "limit" else None
-    with _answered(change=True):
-        scope, until, span = (form.get(name) or None for name in ("scope", "until", "for"))
-        made = set_override(state, action, form.get("identity", ""), limit, scope, until, span, by)
-    flash(f"{_shown(made.describe())} until {utc(made.until)} UTC.", "ratelimit")
-    return redirect(url_for(".index", _anchor="overrides"))
+    scope, until, span = (form.get(name) or None for name in ("scope", "until", "for"))
+    made = set_override(state, action, form.get("identity", ""), limit, scope, until, span, by)
+    return f"{_shown(made.describe())} until {utc(made.until)} UTC.", {"_anchor": "overrides"}
 
 
-def _remove_override(by: str) -> Response:
+def _remove_override(state: RateLimitState, by: str) -> Done:
     """Remove one override (its target and scope, from its row's button)."""
-    state = _posted("remove")
-    with _answered(change=True):
-        gone = lift(state, request.form.get("target", ""), request.form.get("scope", "") or None, False, by)
+    gone = lift(state, request.form.get("target", ""), request.form.get("scope", "") or None, False, by)
     message = f"Removed: {_shown(gone[0].describe())}." if gone else "No such override: nothing removed."
-    flash(message, "ratelimit")
-    return redirect(url_for(".index", _anchor="overrides"))
+    return message, {"_anchor": "overrides"}
 
 
-@contextmanager
-def _answered(change: bool = False) -> Iterator[None]:
-    """Bad input is a 400 naming it, a storage failure a 503."""
-    try:
-        yield
-    except ValueError as error:
-        abort(400, str(error))
-    except FAILURES as error:
-        abort(503, f"rate limit storage unavailable: {error}{'.' + unsure(error) if change else ''}")
-
-
-def _refusals(state: RateLimitState) -> dict[str, Any]:
-    """The refusal log's latest entries, most refused identities and refusals per minute."""
-    if state.refusals is None:
-        return {}
-    now = time.time()
-    return {
-        "recent": state.refusals.recent(RECENT),
-        "top": state.refusals.attributed(TOP, since=now - 3600),
-        "chart": chart(state.refusals.per_minute(now)),
-    }
-
-
-def _lookup(state: RateLimitState, who: Identity, endpoint: str | None) -> dict[str, Any]:
-    """One identity's counters, as ``flask ratelimit status`` shows them."""
-    if state.throttle is None:
-        raise ValueError(DISABLED)
-    if endpoint is not None:
-        find_endpoint(endpoint)
-    return {
-        "who": _shown(str(who)),
-        "naming": _naming(str(who), state),
-        "status": status_rows(state, state.throttle, who, endpoint),
-    }
-
-
-def _reset() -> Response:
+def _reset(state: RateLimitState) -> Done:
     """Delete an identity's counters, then show its lookup again."""
-    state = _posted("reset")
     assert state.throttle is not None
-    endpoint = request.form.get("view", "").strip() or None
-    with _answered():
-        who = _requested(request.form, state)
-        if who is None:
-            raise ValueError("no identity to reset: write ip:<address>, user:<id> or <key function>:<value>")
-        if endpoint is not None:
-            find_endpoint(endpoint)
-        done = reset_counters(state, state.throttle, who, endpoint)
-    message = "Nothing to reset: no limit of this endpoint counts it." if done is None else _shown(done.message)
-    flash(message, "ratelimit")
-    return redirect(url_for(".index", **_naming(str(who), state), view=endpoint, _anchor="lookup"))
-
-
-def _posted(form: str) -> RateLimitState:
-    """The app's state; a 400 unless the form sent back this session's token
-    (another site can make a browser post here, but cannot read it)."""
-    sent = request.form.get("csrf_token", "")
-    token = session.get(SESSION_KEY) if current_app.secret_key else None
-    if not isinstance(token, str) or not hmac.compare_digest(sent.encode(), token.encode()):
-        abort(400, f"the {form} form's token is missing or stale: reload the dashboard and try again")
-    state: RateLimitState = state_of()
-    if state.throttle is None:
-        abort(400, DISABLED)
-    return state
+    who = _requested(request.form, state)
+    if who is None:
+        raise ValueError("no identity to reset: write ip:<address>, user:<id> or <key function>:<value>")
+    endpoint = find_endpoint(request.form.get("view", "").strip() or None)
+    done = reset_counters(state, state.throttle, who, endpoint)
+    message = "Nothing to reset: no limit of this endpoint counts it." if done is None else _shown(done[1])
+    return message, {**_naming(str(who), state), "view": endpoint, "_anchor": "lookup"}
 
 
 def _naming(text: str, state: RateLimitState) -> dict[str, Any]:

@@ -105,8 +105,9 @@ def reset_command(identity: str, endpoint: str | None) -> None:
     if reset is None:
         click.echo(nothing_counts(state, endpoint, who) + " Nothing to reset.")
         return
-    click.echo(reset.message)
-    if throttle.caches_refusals and reset.deleted:
+    deleted, message = reset
+    click.echo(message)
+    if throttle.caches_refusals and deleted:
         click.echo("App servers' block caches may go on refusing it for up to 1 second.")
 
 
@@ -344,9 +345,8 @@ def _named(identity: str, endpoint: str | None, change: bool = False) -> tuple[R
     throttle = _shared(state) if change else throttle_of(state)
     with _parameter("'IDENTITY'"):
         who = find_identity(identity, state)
-    if endpoint is not None:
-        with _parameter("'--endpoint'"):
-            find_endpoint(endpoint)
+    with _parameter("'--endpoint'"):
+        find_endpoint(endpoint)
     return state, throttle, who
 
 

@@ -16,7 +16,7 @@ from .._request.sources import blueprints_of
 from .._request.state import RateLimitState
 from ..core.engine.keys import Identity, loggable
 from ..core.engine.rates import Layer
-from ..core.engine.throttle import Policy, Throttle
+from ..core.engine.throttle import Throttle
 from ..core.stores.overrides import Change, Override
 from ..core.stores.refusals import Refusal
 from ..core.stores.usage import usage
@@ -92,33 +92,20 @@ def status_rows(
     return rows
 
 
-@dataclass(frozen=True)
-class Reset:
-    """What :func:`reset_counters` deleted (``scopes`` ``[None]`` for every scope)."""
-
-    identity: Identity
-    endpoint: str | None
-    scopes: list[str | None]
-    deleted: int
-
-    @property
-    def message(self) -> str:
-        """One line saying what was deleted, for the CLI and the dashboard."""
-        scopes = self.scopes
-        where = (
-            "every scope" if self.endpoint is None else f"scope{'s' * (len(scopes) > 1)} {', '.join(map(repr, scopes))}"
-        )
-        return f"Deleted {self.deleted} counter key{'' if self.deleted == 1 else 's'} of {self.identity} in {where}."
-
-
-def reset_counters(state: RateLimitState, throttle: Throttle, who: Identity, endpoint: str | None) -> Reset | None:
-    """Delete ``who``'s counters, in every scope or ``endpoint``'s; None if no limit of ``endpoint`` counts ``who``."""
+def reset_counters(
+    state: RateLimitState, throttle: Throttle, who: Identity, endpoint: str | None
+) -> tuple[int, str] | None:
+    """Delete ``who``'s counters, in every scope or ``endpoint``'s: how many keys went, and one line saying so
+    for the CLI and the dashboard; None if no limit of ``endpoint`` counts ``who``."""
     scopes: list[str | None] = [None]
+    where = "every scope"
     if endpoint is not None:
         scopes = list(dict.fromkeys(limit.scope for limit in _counting(state, endpoint, who)))
         if not scopes:
             return None
-    return Reset(who, endpoint, scopes, throttle.reset(who, scopes))
+        where = f"scope{'s' * (len(scopes) > 1)} {', '.join(map(repr, scopes))}"
+    deleted = throttle.reset(who, scopes)
+    return deleted, f"Deleted {deleted} counter key{'' if deleted == 1 else 's'} of {who} in {where}."
 
 
 #: The columns of ``flask ratelimit overrides``, and of the dashboard's overrides.
@@ -167,9 +154,10 @@ def find_identity(text: str, state: RateLimitState) -> Identity:
     return parse_identity(text, state.settings.ipv6_prefix, sorted(kinds))
 
 
-def find_endpoint(name: str) -> str:
-    """``name``, if the current app has such an endpoint; a :class:`ValueError` naming the closest ones."""
-    if name not in current_app.view_functions:
+def find_endpoint(name: str | None) -> str | None:
+    """``name``, if it is None (every endpoint) or the current app has such an endpoint; a :class:`ValueError`
+    naming the closest ones."""
+    if name is not None and name not in current_app.view_functions:
         close = difflib.get_close_matches(name, current_app.view_functions, n=3)
         hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else "; `flask ratelimit limits` lists them"
         raise ValueError(f"no endpoint {name!r}{hint}")
@@ -235,18 +223,10 @@ def _limit_text(limit: PlannedLimit) -> str:
         text = f"dynamic: {getattr(limit.spec.limit, '__qualname__', 'function')}()"
     else:
         text = ";".join(_layer(layer) for layer in limit.policy.layers)
-    notes = [
-        note for note in (_cap(limit.slots), limit.shadow and "shadow", limit.source != "view" and limit.source) if note
-    ]
+    caps = limit.slots.layers if limit.slots is not None else ()
+    notes = [f"{cap.quota} concurrent, lease {cap.window}s" for cap in caps]
+    notes += [note for note in (limit.shadow and "shadow", limit.source != "view" and limit.source) if note]
     return f"{text} ({', '.join(notes)})" if notes else text
-
-
-def _cap(slots: Policy | None) -> str:
-    """A concurrency cap, such as ``3 concurrent, lease 60s``."""
-    if slots is None:
-        return ""
-    [cap] = slots.layers
-    return f"{cap.quota} concurrent, lease {cap.window}s"
 
 
 def _layer(layer: Layer) -> str:

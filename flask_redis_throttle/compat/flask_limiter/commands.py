@@ -103,6 +103,9 @@ def _endpoint(endpoint: str | None, path: str | None, method: str | None) -> str
 def _routes(function: Callable[..., None]) -> Callable[..., None]:
     """Flask-Limiter's options that choose the routes, read into a :class:`Survey`."""
 
+    @click.option("--endpoint", metavar="ENDPOINT", help="Only this endpoint's routes.")
+    @click.option("--path", metavar="PATH", help="Only the route PATH leads to, such as /items/42.")
+    @click.option("--method", callback=lambda _c, _p, value: value and value.upper(), help="Only this method.")
     @functools.wraps(function)  # its docstring, and the options it has
     def command(endpoint: str | None, path: str | None, method: str | None, **rest: Any) -> None:
         state = _installed()
@@ -112,12 +115,6 @@ def _routes(function: Callable[..., None]) -> Callable[..., None]:
         ]
         function(state, Survey(rows, everywhere=chosen is None, whole=chosen is None and method is None), **rest)
 
-    for option in (
-        click.option("--method", callback=lambda _c, _p, value: value and value.upper(), help="Only this method."),
-        click.option("--path", metavar="PATH", help="Only the route PATH leads to, such as /items/42."),
-        click.option("--endpoint", metavar="ENDPOINT", help="Only this endpoint's routes."),
-    ):
-        command = option(command)
     return command
 
 
