@@ -65,8 +65,9 @@ def set_override(
     :raises StorageUnavailable: or :class:`redis.RedisError`, if Redis could not answer.
     """
     overrides = overrides_of(state)
+    now = overrides.now()
     with state.app.app_context():  # a key function may go by its short name
-        ends = parse_when(until, duration, overrides.now())
+        ends = parse_when(until, duration, now)
         if action not in ACTIONS:
             raise ValueError(f"unknown action {action!r}: expected one of {', '.join(ACTIONS)}")
         name, network = parse_target(target, state)
@@ -85,7 +86,6 @@ def set_override(
             raise ValueError(str(error)) from None
     elif limit is not None:
         raise ValueError(f"a {action} takes no limit, but {limit!r} was given")
-    now = overrides.now()
     check_end(ends, now)
     return overrides.put(Override(action, name, scope, ends, layers, network, cut(loggable(by or "unknown")), now))
 

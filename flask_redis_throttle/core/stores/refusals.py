@@ -54,9 +54,7 @@ class Refusal:
         ...         ("ip:192.0.2.1",), 42.0).as_dict()["identities"]
         ['ip:192.0.2.1']
         """
-        fields = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
-        fields["identities"] = list(self.identities)
-        return fields
+        return dataclasses.asdict(self) | {"identities": list(self.identities)}
 
     @property
     def others(self) -> tuple[str, ...]:
@@ -125,10 +123,9 @@ class RefusalLog:
         ``near``: one on the node of its counters if there is one, else the
         one whose slots are nearest. The slot map is read, not copied, so
         refusals follow their identities through a failover."""
-        keys = self.keys
-        if len(keys) == 1:
+        keys, count = self.keys, len(self.keys)
+        if count == 1:
             return keys[0]
-        count = len(keys)
         home = key_slot(near.encode("utf-8", "backslashreplace")) * count // REDIS_CLUSTER_HASH_SLOTS
         node = self._node(near)
         if node is not None:
