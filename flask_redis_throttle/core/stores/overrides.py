@@ -97,14 +97,6 @@ class Override:
         read["until"], read["at"] = float(read["until"]), float(read["at"])  # JSON may hold an int
         return cls(**read, layers=layers)
 
-    @classmethod
-    def decode(cls, raw: str | bytes) -> Override | None:
-        """The override a field holds; None if it cannot be read (see :meth:`read`)."""
-        try:
-            return cls.read(raw)
-        except ValueError:
-            return None
-
 
 def _text_or(none: bool) -> Callable[[Any], bool]:
     return lambda value: isinstance(value, str) or (none and value is None)

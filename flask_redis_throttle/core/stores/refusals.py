@@ -18,9 +18,8 @@ from typing import Any
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 from redis.exceptions import RedisClusterException, RedisError
 
-from ..engine.keys import MAX_VALUE_LENGTH, cut
-
-__all__ = ["CLUSTER_SHARDS", "MAX_VALUE_LENGTH", "Attribution", "Refusal", "RefusalLog"]
+from ..engine.keys import MAX_VALUE_LENGTH as MAX_VALUE_LENGTH
+from ..engine.keys import cut
 
 #: A time as seconds since the epoch, or an aware or naive (local) datetime.
 Moment = float | datetime
@@ -93,10 +92,6 @@ _FLAGS = ("shadow", "penalized", "cut")
 #: How many streams the log is split into on a Redis Cluster: enough for
 #: every master of a cluster of up to 16 to hold at least one.
 CLUSTER_SHARDS = 16
-
-#: An entry's place in the merged log: its ID's milliseconds, the writer's clock in microseconds
-#: (which orders two streams' entries of one millisecond), the ID's sequence number, and the stream.
-_Order = tuple[int, int, int, int]
 
 
 class RefusalLog:
@@ -266,14 +261,13 @@ def _bound(moment: Moment | None, open_end: str) -> str:
 
 def _shard_key(key: str, shard: int, shards: int) -> str:
     """The first ``<key>:<shard>.<n>`` whose slot is in the shard's equal part of the slots."""
-    for n in itertools.count():
-        name = f"{key}:{shard}.{n}"
-        if key_slot(name.encode()) * shards // REDIS_CLUSTER_HASH_SLOTS == shard:
-            return name
-    raise AssertionError("unreachable")  # pragma: no cover
+    names = (f"{key}:{shard}.{n}" for n in itertools.count())
+    return next(name for name in names if key_slot(name.encode()) * shards // REDIS_CLUSTER_HASH_SLOTS == shard)
 
 
-def _order(entry: tuple[Any, dict[Any, Any]], shard: int) -> _Order:
+def _order(entry: tuple[Any, dict[Any, Any]], shard: int) -> tuple[int, int, int, int]:
+    """An entry's place in the merged log: its ID's milliseconds, the writer's clock in microseconds
+    (which orders two streams' entries of one millisecond), the ID's sequence number, and the stream."""
     milliseconds, _, sequence = _text(entry[0]).partition("-")
     written = _text(entry[1].get(b"at", entry[1].get("at", b"0")))
     return (int(milliseconds), int(written) if written.isdigit() else 0, int(sequence or 0), shard)
