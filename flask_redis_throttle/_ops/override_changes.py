@@ -16,7 +16,6 @@ from ..core.engine.keys import Identity, cut, loggable
 from ..core.engine.rates import Layer, parse_limits
 from ..core.engine.throttle import StorageUnavailable
 from ..core.stores.overrides import ACTIONS, Change, Override, check_end, network_of, refuse_zone
-from ..errors import InvalidLimit
 from .console import parse_moment, parse_span
 from .reports import find_identity
 
@@ -80,10 +79,7 @@ def set_override(
     if action == "limit":
         if not isinstance(limit, str) or not limit.strip():
             raise ValueError("an override of the layers needs a limit, such as '100/s;10000/h'")
-        try:
-            layers = parse_limits(limit)
-        except InvalidLimit as error:
-            raise ValueError(str(error)) from None
+        layers = parse_limits(limit)  # an InvalidLimit is a ValueError
     elif limit is not None:
         raise ValueError(f"a {action} takes no limit, but {limit!r} was given")
     check_end(ends, now)
