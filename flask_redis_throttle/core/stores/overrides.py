@@ -214,12 +214,10 @@ class OverrideTable:
     def find(self, identity: Identity, scope: str) -> Override | None:
         """The override that decides ``identity`` under ``scope``: a block
         first, then one for this scope, then the narrowest target."""
-        found = self.exact.get((identity.kind, identity.value))
+        found = self.exact.get((identity.kind, identity.value), [])
         if identity.kind == "ip" and (self.lengths[4] or self.lengths[6]):
-            within = self._in_networks(identity.value)
-            if within:
-                found = [*(found or ()), *within]
-        candidates = [override for override in found or () if override.scope in (None, scope)]
+            found = [*found, *self._in_networks(identity.value)]
+        candidates = [override for override in found if override.scope in (None, scope)]
         return max(candidates, key=self._ranks.__getitem__, default=None)
 
     def _in_networks(self, value: str) -> tuple[Override, ...]:
