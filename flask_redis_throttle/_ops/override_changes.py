@@ -116,14 +116,10 @@ def parse_target(target: str | Identity, state: RateLimitState) -> tuple[str, bo
         return str(find_identity(text, state)), False
     value, settings = text[3:], state.settings
     network = network_of(value)  # an IPv4-mapped network as the IPv4 one; no zone
-    if network.version == 4:
-        widest, setting = settings.override_widest_ipv4, "RATELIMIT_OVERRIDE_WIDEST_IPV4"
-        if network.prefixlen == 32:
-            return f"ip:{network.network_address}", False
-    else:
-        widest, setting = settings.override_widest_ipv6, "RATELIMIT_OVERRIDE_WIDEST_IPV6"
-        if network.prefixlen >= settings.ipv6_prefix:
-            return f"ip:{address_group(str(network.network_address), settings.ipv6_prefix)}", False
+    if network.prefixlen >= (32 if network.version == 4 else settings.ipv6_prefix):
+        return f"ip:{address_group(str(network.network_address), settings.ipv6_prefix)}", False
+    widest = settings.override_widest_ipv4 if network.version == 4 else settings.override_widest_ipv6
+    setting = f"RATELIMIT_OVERRIDE_WIDEST_IPV{network.version}"
     if network.prefixlen < widest:
         named = value if network.with_prefixlen == value else f"{value} ({network.with_prefixlen})"
         raise ValueError(f"{named!r} is wider than /{widest}, the widest network an override may name ({setting})")
