@@ -16,7 +16,6 @@ from ..core.engine.keys import Identity, cut, loggable
 from ..core.engine.rates import Layer, parse_limits
 from ..core.engine.throttle import StorageUnavailable
 from ..core.stores.overrides import ACTIONS, Change, Override, check_end, network_of, refuse_zone
-from ..errors import InvalidLimit
 from .console import parse_moment, parse_span
 from .reports import find_identity
 
@@ -65,8 +64,9 @@ def set_override(
     :raises StorageUnavailable: or :class:`redis.RedisError`, if Redis could not answer.
     """
     overrides = overrides_of(state)
+    now = overrides.now()
     with state.app.app_context():  # a key function may go by its short name
-        ends = parse_when(until, duration, overrides.now())
+        ends = parse_when(until, duration, now)
         if action not in ACTIONS:
             raise ValueError(f"unknown action {action!r}: expected one of {', '.join(ACTIONS)}")
         name, network = parse_target(target, state)
@@ -79,13 +79,9 @@ def set_override(
     if action == "limit":
         if not isinstance(limit, str) or not limit.strip():
             raise ValueError("an override of the layers needs a limit, such as '100/s;10000/h'")
-        try:
-            layers = parse_limits(limit)
-        except InvalidLimit as error:
-            raise ValueError(str(error)) from None
+        layers = parse_limits(limit)  # an InvalidLimit is a ValueError
     elif limit is not None:
         raise ValueError(f"a {action} takes no limit, but {limit!r} was given")
-    now = overrides.now()
     check_end(ends, now)
     return overrides.put(Override(action, name, scope, ends, layers, network, cut(loggable(by or "unknown")), now))
 
@@ -120,14 +116,10 @@ def parse_target(target: str | Identity, state: RateLimitState) -> tuple[str, bo
         return str(find_identity(text, state)), False
     value, settings = text[3:], state.settings
     network = network_of(value)  # an IPv4-mapped network as the IPv4 one; no zone
-    if network.version == 4:
-        widest, setting = settings.override_widest_ipv4, "RATELIMIT_OVERRIDE_WIDEST_IPV4"
-        if network.prefixlen == 32:
-            return f"ip:{network.network_address}", False
-    else:
-        widest, setting = settings.override_widest_ipv6, "RATELIMIT_OVERRIDE_WIDEST_IPV6"
-        if network.prefixlen >= settings.ipv6_prefix:
-            return f"ip:{address_group(str(network.network_address), settings.ipv6_prefix)}", False
+    if network.prefixlen >= (32 if network.version == 4 else settings.ipv6_prefix):
+        return f"ip:{address_group(str(network.network_address), settings.ipv6_prefix)}", False
+    widest = settings.override_widest_ipv4 if network.version == 4 else settings.override_widest_ipv6
+    setting = f"RATELIMIT_OVERRIDE_WIDEST_IPV{network.version}"
     if network.prefixlen < widest:
         named = value if network.with_prefixlen == value else f"{value} ({network.with_prefixlen})"
         raise ValueError(f"{named!r} is wider than /{widest}, the widest network an override may name ({setting})")

@@ -20,21 +20,6 @@ from ..engine.keys import Identity
 from ..engine.rates import Layer, parse_limits
 from ..engine.scripts import lua_text
 
-__all__ = [
-    "ACTIONS",
-    "LONGEST",
-    "LONGEST_YEARS",
-    "REFRESH_INTERVAL",
-    "Change",
-    "Override",
-    "OverrideFollower",
-    "OverrideStore",
-    "OverrideTable",
-    "check_end",
-    "network_of",
-    "refuse_zone",
-]
-
 #: What an override does: other layers, unlimited, or refused.
 ACTIONS = ("limit", "allow", "block")
 #: How often, at most, a process asks the storage whether overrides changed, in seconds.
@@ -107,25 +92,10 @@ class Override:
             if kind != "ip":
                 raise ValueError(f"its target {_shown(target)} is a network, but not of IP addresses")
             network_of(value)  # raises ValueError saying why it is none
-        layers = parse_limits(read["limit"]) if read["action"] == "limit" else ()  # InvalidLimit is a ValueError
-        return cls(
-            read["action"],
-            target,
-            read["scope"],
-            float(read["until"]),
-            layers,
-            read["network"],
-            read["by"],
-            float(read["at"]),
-        )
-
-    @classmethod
-    def decode(cls, raw: str | bytes) -> Override | None:
-        """The override a field holds; None if it cannot be read (see :meth:`read`)."""
-        try:
-            return cls.read(raw)
-        except ValueError:
-            return None
+        limit = read.pop("limit")
+        layers = parse_limits(limit) if read["action"] == "limit" else ()  # InvalidLimit is a ValueError
+        read["until"], read["at"] = float(read["until"]), float(read["at"])  # JSON may hold an int
+        return cls(**read, layers=layers)
 
 
 def _text_or(none: bool) -> Callable[[Any], bool]:
@@ -244,12 +214,10 @@ class OverrideTable:
     def find(self, identity: Identity, scope: str) -> Override | None:
         """The override that decides ``identity`` under ``scope``: a block
         first, then one for this scope, then the narrowest target."""
-        found = self.exact.get((identity.kind, identity.value))
+        found = self.exact.get((identity.kind, identity.value), [])
         if identity.kind == "ip" and (self.lengths[4] or self.lengths[6]):
-            within = self._in_networks(identity.value)
-            if within:
-                found = [*(found or ()), *within]
-        candidates = [override for override in found or () if override.scope in (None, scope)]
+            found = [*found, *self._in_networks(identity.value)]
+        candidates = [override for override in found if override.scope in (None, scope)]
         return max(candidates, key=self._ranks.__getitem__, default=None)
 
     def _in_networks(self, value: str) -> tuple[Override, ...]:
@@ -307,8 +275,7 @@ class OverrideStore:
 
     def put(self, override: Override) -> None:
         """Store ``override`` and log it, in one step; its end is checked (:func:`check_end`) before."""
-        fields = (override.field, override.encode(), override.describe(), repr(override.until))
-        self._change(self.clock(), override.by, "set", *fields)
+        self._change(override.by, "set", override.field, override.encode(), override.describe(), repr(override.until))
 
     def remove(
         self, target: str | None, scope: str | None = None, *, every_scope: bool = True, by: str = ""
@@ -321,7 +288,7 @@ class OverrideStore:
             return []
         # Another writer may have removed some since they were read: each
         # is logged, and returned, only by the one that removed it.
-        removed = self._change(self.clock(), by, "removed", *(part for o in gone for part in (o.field, o.describe())))
+        removed = self._change(by, "removed", *(part for o in gone for part in (o.field, o.describe())))
         return [override for override, there in zip(gone, removed, strict=True) if there]
 
     def changes(self, count: int = 20) -> list[Change]:
@@ -333,8 +300,8 @@ class OverrideStore:
             found.append(Change(float(fields.get("time", 0)), by, what, override, float(until) if until else None))
         return found
 
-    def _change(self, now: float, by: str, what: str, *fields: str) -> Any:
-        args = (repr(now), os.urandom(8).hex(), self.log_size, by, what, LONGEST, *fields)
+    def _change(self, by: str, what: str, *fields: str) -> Any:
+        args = (repr(self.clock()), os.urandom(8).hex(), self.log_size, by, what, LONGEST, *fields)
         return self.client.eval(lua_text("overrides.lua"), 2, self.key, self.log_key, *args)
 
 

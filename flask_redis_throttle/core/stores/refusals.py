@@ -18,9 +18,8 @@ from typing import Any
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 from redis.exceptions import RedisClusterException, RedisError
 
-from ..engine.keys import MAX_VALUE_LENGTH, cut
-
-__all__ = ["CLUSTER_SHARDS", "MAX_VALUE_LENGTH", "Attribution", "Refusal", "RefusalLog"]
+from ..engine.keys import MAX_VALUE_LENGTH as MAX_VALUE_LENGTH
+from ..engine.keys import cut
 
 #: A time as seconds since the epoch, or an aware or naive (local) datetime.
 Moment = float | datetime
@@ -54,9 +53,7 @@ class Refusal:
         ...         ("ip:192.0.2.1",), 42.0).as_dict()["identities"]
         ['ip:192.0.2.1']
         """
-        fields = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
-        fields["identities"] = list(self.identities)
-        return fields
+        return dataclasses.asdict(self) | {"identities": list(self.identities)}
 
     @property
     def others(self) -> tuple[str, ...]:
@@ -96,10 +93,6 @@ _FLAGS = ("shadow", "penalized", "cut")
 #: every master of a cluster of up to 16 to hold at least one.
 CLUSTER_SHARDS = 16
 
-#: An entry's place in the merged log: its ID's milliseconds, the writer's clock in microseconds
-#: (which orders two streams' entries of one millisecond), the ID's sequence number, and the stream.
-_Order = tuple[int, int, int, int]
-
 
 class RefusalLog:
     """A log of the newest ``size`` refusals, in one stream or in ``shards``
@@ -125,10 +118,9 @@ class RefusalLog:
         ``near``: one on the node of its counters if there is one, else the
         one whose slots are nearest. The slot map is read, not copied, so
         refusals follow their identities through a failover."""
-        keys = self.keys
-        if len(keys) == 1:
+        keys, count = self.keys, len(self.keys)
+        if count == 1:
             return keys[0]
-        count = len(keys)
         home = key_slot(near.encode("utf-8", "backslashreplace")) * count // REDIS_CLUSTER_HASH_SLOTS
         node = self._node(near)
         if node is not None:
@@ -269,14 +261,13 @@ def _bound(moment: Moment | None, open_end: str) -> str:
 
 def _shard_key(key: str, shard: int, shards: int) -> str:
     """The first ``<key>:<shard>.<n>`` whose slot is in the shard's equal part of the slots."""
-    for n in itertools.count():
-        name = f"{key}:{shard}.{n}"
-        if key_slot(name.encode()) * shards // REDIS_CLUSTER_HASH_SLOTS == shard:
-            return name
-    raise AssertionError("unreachable")  # pragma: no cover
+    names = (f"{key}:{shard}.{n}" for n in itertools.count())
+    return next(name for name in names if key_slot(name.encode()) * shards // REDIS_CLUSTER_HASH_SLOTS == shard)
 
 
-def _order(entry: tuple[Any, dict[Any, Any]], shard: int) -> _Order:
+def _order(entry: tuple[Any, dict[Any, Any]], shard: int) -> tuple[int, int, int, int]:
+    """An entry's place in the merged log: its ID's milliseconds, the writer's clock in microseconds
+    (which orders two streams' entries of one millisecond), the ID's sequence number, and the stream."""
     milliseconds, _, sequence = _text(entry[0]).partition("-")
     written = _text(entry[1].get(b"at", entry[1].get("at", b"0")))
     return (int(milliseconds), int(written) if written.isdigit() else 0, int(sequence or 0), shard)

@@ -4,18 +4,17 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 from ..engine.keys import BATCH, Identity, counter_pattern, delete_counters, glob_escape
+
+if TYPE_CHECKING:
+    from ..engine.throttle import Throttle
 
 __all__ = ["BATCH", "counter_pattern", "delete_counters", "glob_escape", "reset_identity"]
 
 
-class _Resettable(Protocol):
-    def reset(self, identity: Identity | None, scopes: Iterable[str | None]) -> int: ...
-
-
-def reset_identity(throttle: _Resettable, identity: Identity | None, scopes: Iterable[str | None] = (None,)) -> int:
+def reset_identity(throttle: Throttle, identity: Identity | None, scopes: Iterable[str | None] = (None,)) -> int:
     """Delete ``identity``'s counters and penalties in each of ``scopes``
     (None for every scope) and forget this process's cached refusals, by
     :meth:`Throttle.reset <flask_redis_throttle.core.engine.throttle.Throttle.reset>`.

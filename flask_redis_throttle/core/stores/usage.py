@@ -9,8 +9,6 @@ from ..engine.keys import Identity
 from ..engine.rates import Layer
 from ..engine.throttle import Policy, Throttle
 
-__all__ = ["LayerUsage", "usage"]
-
 
 @dataclass(frozen=True, slots=True)
 class LayerUsage:
