@@ -64,8 +64,7 @@ def client_from_url(url: str, options: Mapping[str, Any] | None = None, instance
     # A copy: redis-py 5 appends to the list of ``retry_on_error`` it is given.
     options = {**copy.deepcopy(DEFAULT_CLIENT_OPTIONS), **given}
     try:
-        # Each builder makes, unconnected, one connection of each kind its client will: an option no
-        # connection takes fails now, not on every request.
+        # The builder also makes its client's connections, unconnected (see the module's docstring).
         client = scheme.build(url, options, instance_path)
     except ConfigurationError:
         raise

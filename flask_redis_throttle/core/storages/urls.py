@@ -27,28 +27,24 @@ _DBS = f"from 0 to {MAX_URL_DB}"
 
 
 def parameters(function: Any) -> frozenset[str]:
-    """The names of the keyword arguments ``function`` takes."""
     return frozenset(inspect.signature(function).parameters) - {"self", "kwargs"}
 
 
 REDIS_OPTIONS = parameters(redis.Redis.__init__)
-
-#: A URL-shape rule: given the split URL and the connection options redis-py
-#: read from it, what the URL should be, or None if it is well shaped.
-Shape = Callable[[SplitResult, Mapping[str, Any]], "str | None"]
 
 
 @dataclass(frozen=True)
 class Scheme:
     """A storage URL scheme, one row of :data:`~flask_redis_throttle.core.storages.clients.SCHEMES`:
     the ``RATELIMIT_STORAGE_OPTIONS`` its client takes, how the client is built (from the URL, the
-    options and the app's instance folder), its URL-shape rule, whether redis-py reads its URL (query
-    parameters and all), whether the URL names several ``host:port`` pairs, and whether it is a cluster."""
+    options and the app's instance folder), its URL-shape rule (given the split URL and the options redis-py
+    read from it, what the URL should be, or None), whether redis-py reads its URL (query parameters and
+    all), whether the URL names several ``host:port`` pairs, and whether it is a cluster."""
 
     name: str
     options: frozenset[str]
     build: Callable[[str, dict[str, Any], str | None], Any]
-    shape: Shape | None = None
+    shape: Callable[[SplitResult, Mapping[str, Any]], str | None] | None = None
     redis_url: bool = False
     hosts: bool = False
     cluster: bool = False
