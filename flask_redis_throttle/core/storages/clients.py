@@ -79,10 +79,7 @@ def client_from_url(url: str, options: Mapping[str, Any] | None = None, instance
 
 
 def scheme_of(url: str) -> Scheme:
-    """The row of :data:`SCHEMES` for ``url``.
-
-    :raises ConfigurationError: for a scheme not in the table.
-    """
+    """The row of :data:`SCHEMES` for ``url``; a scheme not in it is a :class:`ConfigurationError`."""
     name = urlsplit(url).scheme if isinstance(url, str) else ""
     if name not in SCHEMES:
         raise ConfigurationError("RATELIMIT_STORAGE_URL", url, f"a URL starting {'://, '.join(SCHEMES)}://")

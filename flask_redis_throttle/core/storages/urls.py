@@ -35,11 +35,8 @@ REDIS_OPTIONS = parameters(redis.Redis.__init__)
 
 @dataclass(frozen=True)
 class Scheme:
-    """A storage URL scheme, one row of :data:`~flask_redis_throttle.core.storages.clients.SCHEMES`:
-    the ``RATELIMIT_STORAGE_OPTIONS`` its client takes, how the client is built (from the URL, the
-    options and the app's instance folder), its URL-shape rule (given the split URL and the options redis-py
-    read from it, what the URL should be, or None), whether redis-py reads its URL (query parameters and
-    all), whether the URL names several ``host:port`` pairs, and whether it is a cluster."""
+    """A storage URL scheme, one row of ``clients.SCHEMES`` (see docs/architecture.rst). ``shape`` says,
+    given the split URL and the options redis-py read from it, what the URL should be, or None if it is."""
 
     name: str
     options: frozenset[str]
