@@ -4,12 +4,16 @@ at init_app, are in test_config.py."""
 
 from __future__ import annotations
 
+import dataclasses
+from urllib.parse import urlsplit
+
 import pytest
 import redis
 from flask import Flask
 from helpers import get
 
-from flask_redis_throttle import RateLimit, limit
+from flask_redis_throttle import ConfigurationError, RateLimit, limit
+from flask_redis_throttle.core.storages import clients
 from flask_redis_throttle.core.storages.clients import LazyClient, client_from_url
 from flask_redis_throttle.core.storages.storage import Storage
 from flask_redis_throttle.testing import RedisServer, free_port
@@ -68,3 +72,30 @@ def test_an_apps_own_client_can_be_handed_over(redis_server: RedisServer, late: 
     assert [get(web).status_code for _ in range(3)] == [200, 200, 429]
     assert any(key.startswith(b"rl:{ip:") for key in client.scan_iter())
     client.close()
+
+
+@pytest.mark.parametrize("storage_url", ["memory", pytest.param("cluster", marks=pytest.mark.redis)], indirect=True)
+def test_a_scheme_is_one_row_of_the_table(app: Flask, storage_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A row added to SCHEMES is all a new scheme takes: the URL check, the
+    option check, the client, the cluster split and the error for an unknown
+    scheme read it."""
+    scheme = urlsplit(storage_url).scheme
+    monkeypatch.setitem(clients.SCHEMES, "spare", dataclasses.replace(clients.SCHEMES[scheme], name="spare"))
+    url = "spare" + storage_url.removeprefix(scheme)
+    storage = Storage.from_url(url)
+    assert storage.cluster is (scheme == "redis+cluster")
+    storage.close()
+    with pytest.raises(ConfigurationError, match="keyword arguments of the spare client; unknown: nope"):
+        client_from_url(url, {"nope": 1})
+    with pytest.raises(ConfigurationError, match=r"redis\+sentinel://, spare://"):
+        client_from_url("nope://")
+    app.config["RATELIMIT_STORAGE_URL"] = url
+
+    @app.get("/")
+    @limit("2/m")
+    def index() -> str:
+        return "ok"
+
+    RateLimit(app)
+    web = app.test_client()
+    assert [get(web).status_code for _ in range(3)] == [200, 200, 429]

@@ -9,6 +9,7 @@ path, and stops the server it started.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import gc
 import http.client
@@ -63,13 +64,13 @@ def _close_local_clients(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     connection that would close it, a ResourceWarning; one that comes at
     the session's end fails the run, and a loaded machine made that likely."""
     made: list[redis.Redis] = []
-    build = clients._local
+    row = clients.SCHEMES["local"]
 
     def recorded(*args: Any, **kwargs: Any) -> redis.Redis:
-        made.append(build(*args, **kwargs))
+        made.append(row.build(*args, **kwargs))
         return made[-1]
 
-    monkeypatch.setattr(clients, "_local", recorded)
+    monkeypatch.setitem(clients.SCHEMES, "local", dataclasses.replace(row, build=recorded))
     yield
     for client in made:
         client.close()

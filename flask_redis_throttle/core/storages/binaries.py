@@ -19,7 +19,6 @@ def find_server_binary() -> str | None:
 
 
 def _package_folder(name: str) -> str | None:
-    """Where the package ``name`` is installed, without importing it; None if it is not."""
     try:
         spec = importlib.util.find_spec(name)
     except (ImportError, ValueError):

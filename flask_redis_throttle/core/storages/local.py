@@ -15,7 +15,7 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -75,24 +75,6 @@ class UnsafeFolder(ConfigurationError, redis.ConnectionError):
         self.path = path
 
 
-def check_owned(folder: str, files: Iterable[str]) -> None:
-    """Refuse ``folder``, or any of ``files`` that exists, unless it is this
-    process's user's alone, and refuse a file that is a symbolic link.
-
-    :raises UnsafeFolder: naming the path and what is wrong with it.
-    """
-    user = os.geteuid()
-    _trust(folder, os.stat(folder), user)  # the folder's path may go through a link
-    for path in files:
-        try:
-            found = os.lstat(path)
-        except FileNotFoundError:
-            continue
-        if stat.S_ISLNK(found.st_mode):
-            raise UnsafeFolder(path, "it is a symbolic link, which the server would follow; remove it")
-        _trust(path, found, user)
-
-
 def _trust(path: str, found: os.stat_result, user: int) -> None:
     if found.st_uid != user:
         owner = f"it is owned by uid {found.st_uid}, not by this process's user (uid {user})"
@@ -138,8 +120,19 @@ class LocalFolder:
         return os.path.join(self.path, "ratelimit-server.log")
 
     def check(self) -> None:
-        """:raises UnsafeFolder: if the folder or a file in it is not this process's user's alone."""
-        check_owned(self.path, (self.socket, self.lock, self.pidfile, self.log))
+        """Refuse the folder, or a file in it, unless it is this process's user's alone, and a file that is a
+        symbolic link.
+
+        :raises UnsafeFolder: naming the path and what is wrong with it.
+        """
+        user = os.geteuid()
+        _trust(self.path, os.stat(self.path), user)  # the folder's path may go through a link
+        for path in (self.socket, self.lock, self.pidfile, self.log):
+            with contextlib.suppress(FileNotFoundError):
+                found = os.lstat(path)
+                if stat.S_ISLNK(found.st_mode):
+                    raise UnsafeFolder(path, "it is a symbolic link, which the server would follow; remove it")
+                _trust(path, found, user)
 
     def pid(self) -> int | None:
         """The pid the server wrote at its start, or None if there is no pid file."""
@@ -235,7 +228,6 @@ def _flock(fd: int) -> bool:
 
 
 def _until(done: Callable[[], bool], deadline: float) -> bool:
-    """Poll ``done`` until it is true; False if it is not by ``deadline``."""
     while not done():
         if time.monotonic() >= deadline:
             return False
@@ -250,7 +242,6 @@ def _kill(pid: int | None) -> None:
 
 
 def _remove_stale(folder: LocalFolder) -> None:
-    """Remove the socket and pid file of a server that no longer listens."""
     for path in (folder.socket, folder.pidfile):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
@@ -293,7 +284,6 @@ def _start(folder: LocalFolder, deadline: float) -> None:
 
 
 def _tail(path: str, size: int = 400) -> str:
-    """The end of the server's log, for an error message."""
     try:
         with open_nofollow(path, os.O_RDONLY, "rb") as file:
             file.seek(max(0, os.fstat(file.fileno()).st_size - size))

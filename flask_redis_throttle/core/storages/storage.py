@@ -36,7 +36,7 @@ from redis.exceptions import (
 from ..bounded import remember
 from ..engine.codec import Args, Call, Fanout, settle, split
 from ..engine.scripts import Script, ScriptCache
-from .clients import client_from_url, redact
+from .clients import client_from_url, redact, scheme_of
 from .local import folder_of
 
 __all__ = ["STORAGE_ERRORS", "NodeFailure", "NotSent", "Storage"]
@@ -144,10 +144,10 @@ class Storage:
             an unknown client option.
         """
         client = client_from_url(url, options, instance_path)
-        where = redact(url)
-        if url.startswith("local:") and folder_of(client) is None:
+        scheme, where = scheme_of(url), redact(url)
+        if scheme.name == "local" and folder_of(client) is None:
             where = f"memory:// (the fallback of {where}: no server binary)"
-        return cls(client, where, cluster=url.startswith("redis+cluster:"))
+        return cls(client, where, cluster=scheme.cluster)
 
     def close(self) -> None:
         """Close the client's connections (a cluster client's to every node,

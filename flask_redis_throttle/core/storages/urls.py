@@ -10,36 +10,41 @@ import math
 import re
 import ssl
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import SplitResult, unquote, urlsplit
 
 import redis
-from redis.cluster import RedisCluster
 from redis.retry import Retry
 
 from ..checks import is_integer, is_number
 from ..errors import ConfigurationError
 
-#: The URL schemes ``RATELIMIT_STORAGE_URL`` accepts.
-SCHEMES = ("memory", "local", "redis", "rediss", "unix", "redis+cluster", "redis+sentinel")
-
 #: The highest database number a URL may name: a ``/99`` is far more often a typo than a
 #: server with a hundred databases (Redis has 16). The ``db`` option reaches beyond, on purpose.
 MAX_URL_DB = 15
+_DBS = f"from 0 to {MAX_URL_DB}"
 
 
-def _parameters(function: Any) -> frozenset[str]:
+def parameters(function: Any) -> frozenset[str]:
     return frozenset(inspect.signature(function).parameters) - {"self", "kwargs"}
 
 
-REDIS_OPTIONS = _parameters(redis.Redis.__init__)
-_OPTIONS = {
-    **dict.fromkeys(("memory", "redis", "rediss", "unix"), REDIS_OPTIONS),
-    # Where the server is, and how it is spoken to, is local://'s own business.
-    "local": REDIS_OPTIONS - {"host", "port", "unix_socket_path", "connection_pool", "ssl"},
-    "redis+cluster": REDIS_OPTIONS | _parameters(RedisCluster.__init__),
-    "redis+sentinel": REDIS_OPTIONS | {"sentinel_kwargs", "min_other_sentinels"},
-}
+REDIS_OPTIONS = parameters(redis.Redis.__init__)
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """A storage URL scheme, one row of ``clients.SCHEMES`` (see docs/architecture.rst). ``shape`` says,
+    given the split URL and the options redis-py read from it, what the URL should be, or None if it is."""
+
+    name: str
+    options: frozenset[str]
+    build: Callable[[str, dict[str, Any], str | None], Any]
+    shape: Callable[[SplitResult, Mapping[str, Any]], str | None] | None = None
+    redis_url: bool = False
+    hosts: bool = False
+    cluster: bool = False
 
 
 def redact(url: str) -> str:
@@ -58,9 +63,9 @@ def redacted_options(options: Mapping[str, Any]) -> dict[str, Any]:
     return {name: "***" if "password" in name else value for name, value in options.items()}
 
 
-def check_options(scheme: str, options: Mapping[str, Any]) -> None:
+def check_options(scheme: Scheme, options: Mapping[str, Any]) -> None:
     """Check the names and values of ``RATELIMIT_STORAGE_OPTIONS``, and of its ``sentinel_kwargs``."""
-    _check(options, _OPTIONS[scheme], f"keyword arguments of the {scheme} client", lambda quoted: quoted)
+    _check(options, scheme.options, f"keyword arguments of the {scheme.name} client", lambda quoted: quoted)
     if options.get("sentinel_kwargs") is not None:
         expected = "sentinel_kwargs to be keyword arguments of redis.Redis"
         _check(options["sentinel_kwargs"], REDIS_OPTIONS, expected, lambda quoted: {"sentinel_kwargs": quoted})
@@ -86,40 +91,29 @@ def _bad_value(options: Mapping[str, Any]) -> tuple[str, Any, str] | None:
     return next(((name, value, check[1]) for name, value, check in checks if check and not check[0](value)), None)
 
 
-def check_url(scheme: str, url: str) -> None:
+def check_url(scheme: Scheme, url: str) -> None:
     """Check what redis-py would take from ``url`` without a word: a query
     parameter no connection takes, a bad value of one it takes, a path that
     is not a database, a database Redis lacks."""
     parts = urlsplit(url)
-    path, extra = parts.path.strip("/"), parts.query or parts.fragment
-    service, _, database = path.partition("/")
     pool, kwargs = None, {}
     try:
-        if scheme in ("redis", "rediss", "unix"):
+        if scheme.redis_url:
             pool = redis.ConnectionPool.from_url(url)
             kwargs = pool.connection_kwargs
-        elif scheme in _HOSTS:
+        elif scheme.hosts:
             parse_hosts(url)
     except ValueError as error:
-        raise bad_url(url, f"a valid {scheme}:// URL ({error})") from error
-    db, bad, dbs = kwargs.get("db", 0), _bad_value(kwargs), f"from 0 to {MAX_URL_DB}"
-    # memory://name is a label and local:///folder a folder; neither takes a query.
-    for schemes, wrong, expected in (
-        (("memory",), path or extra, "memory:// or memory://name, with no path or query"),
-        (("local",), parts.netloc or extra, "local:// or local:///absolute/folder, with no host or query"),
-        (_HOSTS, parts.query,
-         f"no query ({parts.query!r}) in a {scheme}:// URL: put options in RATELIMIT_STORAGE_OPTIONS"),
-        (("redis+cluster",), path not in ("", "0"), f"no database but 0: a cluster has only database 0, not {path!r}"),
-        (("redis+sentinel",), not service,
-         "a valid redis+sentinel:// URL: the path must name the service (host:port/service)"),
-        (("redis+sentinel",), database and not _url_db(database),
-         f"a path of service/database, the database {dbs}, not {database!r}"),
-        (("redis", "rediss"), path and (not path.isdigit() or "db" not in kwargs),
-         f"a path of a database number {dbs}, not {parts.path!r}"),
-        (SCHEMES, not _url_db(db), f"a database number {dbs}, not {db}"),
-        (SCHEMES, bad, bad and f"{bad[0]} to be {bad[2]}, not {bad[1]!r}"),
+        raise bad_url(url, f"a valid {scheme.name}:// URL ({error})") from error
+    db, bad = kwargs.get("db", 0), _bad_value(kwargs)
+    for expected in (
+        scheme.hosts and parts.query
+        and f"no query ({parts.query!r}) in a {scheme.name}:// URL: put options in RATELIMIT_STORAGE_OPTIONS",
+        scheme.shape and scheme.shape(parts, kwargs),
+        not _url_db(db) and f"a database number {_DBS}, not {db}",
+        bad and f"{bad[0]} to be {bad[2]}, not {bad[1]!r}",
     ):  # fmt: skip
-        if wrong and scheme in schemes:
+        if expected:
             raise bad_url(url, str(expected))
     try:
         if pool:
@@ -128,11 +122,40 @@ def check_url(scheme: str, url: str) -> None:
         raise bad_url(url, f"query parameters a connection takes ({error})") from error
 
 
-_HOSTS = ("redis+cluster", "redis+sentinel")
-
-
 def _url_db(database: str | int) -> bool:
     return str(database).isdigit() and int(database) <= MAX_URL_DB
+
+
+# The URL-shape rules. memory://name is a label and local:///folder a folder; neither takes a query.
+
+
+def memory_shape(parts: SplitResult, kwargs: Mapping[str, Any]) -> str | None:
+    wrong = parts.path.strip("/") or parts.query or parts.fragment
+    return "memory:// or memory://name, with no path or query" if wrong else None
+
+
+def local_shape(parts: SplitResult, kwargs: Mapping[str, Any]) -> str | None:
+    wrong = parts.netloc or parts.query or parts.fragment
+    return "local:// or local:///absolute/folder, with no host or query" if wrong else None
+
+
+def redis_shape(parts: SplitResult, kwargs: Mapping[str, Any]) -> str | None:
+    path = parts.path.strip("/")
+    wrong = path and (not path.isdigit() or "db" not in kwargs)
+    return f"a path of a database number {_DBS}, not {parts.path!r}" if wrong else None
+
+
+def cluster_shape(parts: SplitResult, kwargs: Mapping[str, Any]) -> str | None:
+    path = parts.path.strip("/")
+    return None if path in ("", "0") else f"no database but 0: a cluster has only database 0, not {path!r}"
+
+
+def sentinel_shape(parts: SplitResult, kwargs: Mapping[str, Any]) -> str | None:
+    service, _, database = parts.path.strip("/").partition("/")
+    if not service:
+        return "a valid redis+sentinel:// URL: the path must name the service (host:port/service)"
+    wrong = database and not _url_db(database)
+    return f"a path of service/database, the database {_DBS}, not {database!r}" if wrong else None
 
 
 _TIMEOUT = (lambda v: v is None or (is_number(v) and 0 < v < math.inf), "None or a number of seconds above 0")
