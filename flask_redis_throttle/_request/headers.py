@@ -48,8 +48,7 @@ class Draft:
 
     @classmethod
     def of_problem(cls, violated: bool) -> Draft:
-        """The draft whose problem details name the layers exceeded, if
-        ``violated``, or do not."""
+        """The draft whose problem details name the layers exceeded if ``violated``, or do not."""
         return next(draft for draft in DRAFTS.values() if draft.violated_policies == violated)
 
 
@@ -213,30 +212,22 @@ def set_headers(
 def legacy_headers(
     quota: int, remaining: int, reset: float, now: float, names: tuple[str, str, str] = LEGACY_HEADERS
 ) -> list[tuple[str, str]]:
-    """The ``X-RateLimit-*`` headers of the most constrained layer.
-
-    ``X-RateLimit-Reset`` is the time that layer is back to its full quota,
-    in whole seconds since the epoch, rounded up, as Flask-Limiter and
-    GitHub send it.
+    """The ``X-RateLimit-*`` headers of the most constrained layer;
+    ``X-RateLimit-Reset`` is the time it is back to its full quota, in
+    whole seconds since the epoch, rounded up, as Flask-Limiter and GitHub send it.
 
     :param now: the current time, in seconds since the epoch.
     :param names: the names to send them under, in that order.
     """
     limit, left, reset_at = names
-    return [
-        (limit, str(quota)),
-        (left, str(max(remaining, 0))),
-        (reset_at, str(math.ceil(now + reset))),
-    ]
+    return [(limit, str(quota)), (left, str(max(remaining, 0))), (reset_at, str(math.ceil(now + reset)))]
 
 
 def retry_after_value(retry_after: float, http_date: bool, now: float) -> str:
-    """The ``Retry-After`` value for a wait of ``retry_after`` seconds.
-
-    Whole seconds, rounded up and at least 1; or, with ``http_date``, the
+    """The ``Retry-After`` value for a wait of ``retry_after`` seconds:
+    whole seconds, rounded up and at least 1; or, with ``http_date``, the
     moment ``now + retry_after`` as an HTTP-date, rounded up to the next
-    whole second, since an HTTP-date has no fractions. Either way, a client
-    that waits as told is never early.
+    whole second. Either way, a client that waits as told is never early.
 
     :param now: the current time, in seconds since the epoch.
     """

@@ -85,8 +85,7 @@ class RateLimitState(Notices):
     :param client: a Redis client to use instead of ``RATELIMIT_STORAGE_URL``.
     :param metrics: where to count decisions; None for no metrics.
 
-    It is the :class:`~flask_redis_throttle.core.engine.breaker.BreakerListener` of its
-    circuit breakers: it logs their opening and closing, and exports them
+    It is its circuit breakers' :class:`~flask_redis_throttle.core.engine.breaker.BreakerListener`
     (see :class:`~flask_redis_throttle._ops.notices.Notices`).
     """
 
@@ -159,10 +158,9 @@ class RateLimitState(Notices):
         self._slots_lock = threading.Lock()
 
     def plan(self, endpoint: str | None, method: str = "GET") -> Plan | None:
-        """The compiled plan of ``endpoint`` for requests of ``method``.
-
-        Compiled on first use and kept, whether by a request or by this call.
-        Each of its :attr:`~flask_redis_throttle._request.plan.Plan.limits` gives its
+        """The compiled plan of ``endpoint`` for requests of ``method``,
+        compiled on first use and kept. Each of its
+        :attr:`~flask_redis_throttle._request.plan.Plan.limits` gives its
         policy, scope, strategy, identities, source and options.
 
         :returns: None when no limit applies: the endpoint is unknown,
@@ -353,8 +351,7 @@ class RateLimitState(Notices):
         return priced, True
 
     def after_request(self, response: Response) -> Response:
-        """Count deferred limits whose ``deduct_when`` matches, and add the
-        headers (see docs/responses.rst)."""
+        """Count deferred limits whose ``deduct_when`` matches, and add the headers (see docs/responses.rst)."""
         outcome: Outcome | None = g._get_current_object().__dict__.pop(OUTCOME_ATTRIBUTE, None)
         if outcome is None:
             return response
@@ -417,8 +414,7 @@ class RateLimitState(Notices):
                 self._storage_failed(error, "a concurrency slot is freed by its lease", hold.throttle)
 
     def _deduct(self, deferred: list[Batch], response: Response, shown: Decision) -> Decision:
-        """Count the deferred limits that ``response`` matches; return the
-        decision the headers show."""
+        """Count the deferred limits that ``response`` matches; return the decision the headers show."""
         assert self.throttle is not None
         for batch in matching(deferred, response):
             try:

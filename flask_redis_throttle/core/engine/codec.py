@@ -87,8 +87,7 @@ def entry(
 
 
 def entries(plan: bytes) -> Iterator[tuple[bytes, int, bool]]:
-    """Each entry of ``plan`` (see :func:`entry`), with its number of layers
-    and whether it has a penalty."""
+    """Each entry of ``plan`` (see :func:`entry`), with its number of layers and whether it has a penalty."""
     at = 0
     while at < len(plan):
         count = plan[at + 2]
@@ -177,18 +176,13 @@ class Reply(NamedTuple):
     """A script's verdict on one request, decoded from its flat reply.
 
     :param admitted: whether every layer had room (and the hit was recorded).
-    :param layer: the deciding layer, 0-based, in the order of the plan:
-        when refused, the full layer with the longest wait; when admitted,
-        the layer with the least quota left.
-    :param remaining: the quota the deciding layer has left.
-    :param reset: seconds until the deciding layer is back to its full quota.
-    :param retry_after: seconds until the request would pass; when
-        admitted, how long it must wait before it runs: 0 unless a limit
-        with a delay reserved it a later turn (see ``lua/shaping.lua``).
-    :param now: the time the script decided at, in microseconds; a refund of
-        this request must be sent with it.
+    :param layer: the deciding layer, 0-based, in the order of the plan (see
+        :class:`~flask_redis_throttle.core.engine.throttle.Decision`, whose
+        ``remaining``, ``reset`` and ``retry_after`` these are too).
+    :param now: the time the script decided at, in microseconds, which a
+        refund of this request is sent with.
     :param penalized: whether the deciding layer refused because its
-        identity serves a penalty (see :mod:`flask_redis_throttle.core.engine.penalties`).
+        identity serves a penalty.
     """
 
     admitted: bool
@@ -201,11 +195,11 @@ class Reply(NamedTuple):
 
     @classmethod
     def decode(cls, raw: Sequence[int]) -> Reply:
-        """Build a :class:`Reply` from the script's six integers, or seven
-        when some entry has a penalty."""
+        """Build a :class:`Reply` from the script's six integers, or seven when some entry has a penalty."""
         admitted, index, remaining, reset_us, retry_us, now = raw[:6]
         penalized = len(raw) > 6 and raw[6] == 1
-        return cls(admitted == 1, index - 1, remaining, reset_us / 1e6, retry_us / 1e6, int(now), penalized)
+        fields = (admitted == 1, index - 1, remaining, reset_us / 1e6, retry_us / 1e6, int(now), penalized)
+        return tuple.__new__(cls, fields)  # as _make does: the generated __new__ is one more call
 
     @staticmethod
     def refused(index: int, remaining: int, reset: int, retry: int, penalized: bool) -> list[int]:
@@ -273,8 +267,7 @@ class Fanout:
 
     :param parts: the request split by hash tag (see :func:`split`).
     :param calls: each part's keys and arguments, as sent.
-    :param scripts: the script the calls take, by their strategies: the
-        storage's to fill (see :meth:`~flask_redis_throttle.core.storages.storage.Storage.evaluate_split`).
+    :param scripts: the script the calls take, by their strategies, filled by the storage.
     """
 
     parts: list[Part]
@@ -300,10 +293,6 @@ def settle(parts: Sequence[Part], replies: Sequence[Sequence[int]]) -> tuple[lis
     calls that give back what the parts that admitted took, when another
     part refused: a request is admitted whole or not at all. A refund (a
     negative cost), or a request that cost nothing, is never refunded.
-
-    A refund is made at the time the part decided, with the wait it
-    replied (where a sliding log with a delay stamped the entries) and its
-    token, if any (by which its concurrency slots are found).
     """
     cost = parts[0].args[1]
     if isinstance(cost, int) and cost < 0:
@@ -311,9 +300,10 @@ def settle(parts: Sequence[Part], replies: Sequence[Sequence[int]]) -> tuple[lis
     reply = merge(parts, replies)
     refunds: list[Call] = []
     if reply[0] == 0 and isinstance(cost, int) and cost > 0:
-        for part, got in zip(parts, replies, strict=True):
-            if got[0] == 1:
-                refunds.append((part.keys, [got[5], -cost, part.args[2], got[4], *part.args[4:]]))
+        # At the time each part decided, with the wait it replied (a sliding log's entries are
+        # stamped with it) and the slots' token, if any.
+        admitted = [(part, got) for part, got in zip(parts, replies, strict=True) if got[0] == 1]
+        refunds = [(part.keys, [got[5], -cost, part.args[2], got[4], *part.args[4:]]) for part, got in admitted]
     return reply, refunds
 
 

@@ -41,24 +41,21 @@ class Policy:
     of its keys and script arguments that never change between requests.
 
     :param layers: the layers; a request passes only if each has room.
-    :param scope: the name counters are kept under; requests in the same scope
-        share counters. By default the Flask layer uses the endpoint.
+    :param scope: the name counters are kept under, shared by its requests.
     :param strategy: the algorithm, a key of
         :data:`~flask_redis_throttle.core.engine.scripts.STRATEGIES`.
     :param penalty: refuses an identity that keeps hitting this limit for longer (see
         :mod:`flask_redis_throttle.core.engine.penalties`); None for no penalty.
     :param delay: shaping: the longest a request over the rate may wait for
         its turn, in seconds, rather than be refused; 0 to refuse at once.
-        The decision's ``retry_after`` is the wait (see :doc:`/shaping`).
-        Only a strategy that
-        :attr:`~flask_redis_throttle.core.engine.scripts.Strategy.delays`.
+        The decision's ``retry_after`` is the wait (see :doc:`/shaping`);
+        only a strategy that :attr:`~flask_redis_throttle.core.engine.scripts.Strategy.delays`.
     :param burst: with a delay, how many requests may go at once after a
         quiet spell: 1 spreads them one every ``window / quota``; 0 lets
-        the whole quota go at once. Only a strategy that
+        the whole quota go at once; only a strategy that
         :attr:`~flask_redis_throttle.core.engine.scripts.Strategy.bursts`.
 
-    A policy of concurrency slots, made by :meth:`concurrency`, caps how
-    many of an identity's requests run at once instead.
+    A policy made by :meth:`concurrency` caps an identity's requests in flight instead.
     """
 
     layers: tuple[Layer, ...]
@@ -143,9 +140,8 @@ Check = tuple[Policy, Sequence[Identity]]
 
 
 class StorageUnavailable(Exception):
-    """Redis could not decide: it is down, slow, full or refused the script.
-
-    The original :class:`redis.RedisError` is the ``__cause__``.
+    """Redis could not decide: it is down, slow, full or refused the script
+    (the original :class:`redis.RedisError` is the ``__cause__``).
 
     :param retry_in: seconds until the circuit breaker lets a call through
         again; 0 when it would now (or there is none).
@@ -182,12 +178,9 @@ class Decision:
         admitted, how long it must wait before it runs: 0 unless a policy
         with a delay reserved it a later turn (see :doc:`/shaping`).
     :param cached: True if the block cache refused it without asking Redis.
-    :param penalized: True if it was refused because the identity serves a
-        penalty of the policy.
-    :param fallback: True if Redis was unavailable and the in-process
-        fallback store decided it.
-    :param hold: the concurrency slots an admitted request holds, to give
-        back when it ends; None when it holds none.
+    :param penalized: True if it was refused because the identity serves a penalty.
+    :param fallback: True if Redis was unavailable and the in-process fallback decided it.
+    :param hold: the concurrency slots an admitted request holds, to give back; None for none.
     """
 
     admitted: bool
@@ -214,19 +207,15 @@ class Hold:
     ``hit(..., returnable=True)``, the whole request (see
     :mod:`flask_redis_throttle.core.engine.outbound`).
 
-    :param throttle: the throttle that admitted it (the fallback's, when
-        the fallback did).
-    :param keys: the keys to give back on.
-    :param plan: their plan entries.
+    :param throttle: the throttle that admitted it (perhaps the fallback's).
+    :param keys: the keys to give back on, and ``plan`` their plan entries.
     :param now: the time the request was admitted at, in microseconds;
         None when unknown (an admission that got no reply).
     :param lease: the longest the slots are held, in seconds from ``now``.
     :param strategies: the strategies of those entries.
     :param cost: what the request took.
-    :param wait: the wait the admission replied, in microseconds: a
-        sliding log with a delay stamped the request's entries then.
-    :param token: the request's, sent with its admission, by which the
-        slots it took are found (see ``lua/concurrency.lua``).
+    :param wait: the wait the admission replied, in microseconds.
+    :param token: the request's, by which the slots it took are found.
     """
 
     throttle: Throttle
@@ -278,9 +267,8 @@ class Throttle:
         :class:`~flask_redis_throttle.core.engine.breaker.CircuitBreaker`); None for
         none. On a cluster it guards finding the nodes, and each node gets
         one like it.
-    :param fallback: decides requests while Redis is unavailable, typically
-        a throttle on an embedded ``memory://`` storage; None to raise
-        :class:`StorageUnavailable` instead.
+    :param fallback: decides requests while Redis is unavailable (a
+        ``memory://`` throttle); None to raise :class:`StorageUnavailable`.
     """
 
     def __init__(
@@ -300,9 +288,8 @@ class Throttle:
         self.blocks = blocks
         self.breaker = breaker
         self.fallback = fallback
-        #: Told of the slots an admission that failed may still take (it
-        #: timed out, or its connection was lost), to give back once the
-        #: storage answers; None leaves them to their lease.
+        #: Told of the slots an admission that failed may still take, to
+        #: give back once the storage answers; None leaves them to their lease.
         self.strays: Callable[[Hold], object] | None = None
         self._head = prefix + "{"
         #: A cluster's breakers by node (``host:port``), made on first use.
@@ -311,8 +298,7 @@ class Throttle:
         self._layouts: dict[tuple[bytes | int, ...], tuple[Layout, frozenset[str]]] = {}
 
     def now(self) -> int | None:
-        """The time to decide at, in microseconds, or None for Redis ``TIME``:
-        tests override it to pin time."""
+        """The time to decide at, in microseconds, or None for Redis ``TIME``: tests pin it."""
         return None
 
     def key(self, policy: Policy, identity: Identity) -> str:
@@ -421,26 +407,31 @@ class Throttle:
         counter's key, in the plan's order, then the penalty keys; the
         layout, kept by request shape; and the strategies of its script."""
         head, secret = self._head, self.secret
-        keys = [kept_counter_key(head, w.kind, w.value, secret, p.suffix) for p, ids in checks for w in ids]
-        shape = tuple([part for policy, identities in checks for part in (policy.entry, len(identities))])
-        known = self._layouts.get(shape)
+        keys: list[str] = []
+        shape: list[bytes | int] = []
+        for policy, identities in checks:  # plain loops: a comprehension is one more call
+            shape += (policy.entry, len(identities))
+            for who in identities:
+                keys.append(kept_counter_key(head, who.kind, who.value, secret, policy.suffix))
+        known = self._layouts.get(tuple(shape))
         if known is None:
             layout = Layout.of((policy.entry, len(identities), policy.layers) for policy, identities in checks)
             strategies = checks[0][0].strategies if len(checks) == 1 else frozenset([p.strategy for p, _ in checks])
-            known = remember(self._layouts, shape, (layout, strategies), LAYOUT_CACHE_SIZE)
+            known = remember(self._layouts, tuple(shape), (layout, strategies), LAYOUT_CACHE_SIZE)
         layout, strategies = known
         if layout.penalized:  # after every counter's key
             penalties = [(p.penalty_suffix, identities) for p, identities in checks if p.penalty_suffix]
             keys += [kept_counter_key(head, w.kind, w.value, secret, end) for end, ids in penalties for w in ids]
         return keys, layout, strategies
 
-    def call(self, function: Callable[_P, _T], keys: Sequence[str], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+    def call(self, function: Callable[_P, _T], keys: Sequence[str] | None, *args: _P.args, **kwargs: _P.kwargs) -> _T:
         """Make one Redis call, ``function(*args, **kwargs)``, that touches
         ``keys``, through the circuit breaker: while it is open, nothing is sent.
 
-        On a cluster, each node of the keys has a breaker of its own: one
-        that holds the call back stops it; a failure counts against the
-        nodes that failed only (see
+        On a cluster, each node of the keys has a breaker of its own (None
+        for the cluster's own, which guards finding the nodes): one that
+        holds the call back stops it; a failure counts against the nodes
+        that failed only (see
         :class:`~flask_redis_throttle.core.storages.storage.NodeFailure`).
         Only :data:`~flask_redis_throttle.core.storages.storage.STORAGE_ERRORS`
         are failures; any other exception is raised as :class:`UnexpectedError`.
@@ -451,13 +442,20 @@ class Throttle:
         breaker = self.breaker
         if breaker is None:
             return self.unguarded(function, *args, **kwargs)
-        breakers = self._breakers(keys, breaker) if self.storage.cluster else {"": breaker}
+        breakers = {"": breaker}
+        if keys is not None and self.storage.cluster:
+            # Finding the nodes may ask the start-up nodes for the slot map: through the
+            # cluster's own breaker, so that an unreachable cluster is not asked on every request.
+            known = self._node_breakers
+            nodes = self.call(self.storage.nodes, None, keys)
+            breakers = {node: known.get(node) or known.setdefault(node, breaker.like(node)) for node in nodes}
         allowed: list[CircuitBreaker] = []
         for node, guard in breakers.items():
             if not guard.allow():
                 for other in allowed:
                     other.abandon()
-                raise _held_back(f"{self.storage.url}{' node ' + node if node else ''}", guard)
+                where, retry_in = f"{self.storage.url}{' node ' + node if node else ''}", guard.retry_in()
+                raise StorageUnavailable(f"{where}: not called for {retry_in:.1f} s more (circuit open)", retry_in)
             allowed.append(guard)
         try:
             result = function(*args, **kwargs)
@@ -499,23 +497,6 @@ class Throttle:
         failure.__cause__ = error
         return failure
 
-    def _breakers(self, keys: Sequence[str], breaker: CircuitBreaker) -> dict[str, CircuitBreaker]:
-        """The breakers of the cluster nodes that hold ``keys``, by node.
-        Finding them may ask the start-up nodes for the slot map: through
-        ``breaker``, so that an unreachable cluster is not asked on every request."""
-        if not breaker.allow():
-            raise _held_back(self.storage.url, breaker)
-        try:
-            nodes = self.storage.nodes(keys)
-        except STORAGE_ERRORS as error:
-            breaker.failure()
-            raise StorageUnavailable(self._failed(error), breaker.retry_in()) from error
-        except Exception as error:
-            raise self.unexpected(error, (breaker,)) from error
-        breaker.success()
-        known = self._node_breakers
-        return {node: known.get(node) or known.setdefault(node, breaker.like(node)) for node in nodes}
-
 
 def _settle(breakers: dict[str, CircuitBreaker], error: Exception) -> None:
     """Tell each node's breaker how a failed call went on it; one sent nothing gives back its probe."""
@@ -547,11 +528,6 @@ def _may_have_run(error: StorageUnavailable) -> bool:
             return True
         cause = cause.__cause__
     return False
-
-
-def _held_back(where: str, breaker: CircuitBreaker) -> StorageUnavailable:
-    retry_in = breaker.retry_in()
-    return StorageUnavailable(f"{where}: not called for {retry_in:.1f} s more (circuit open)", retry_in)
 
 
 def _decision(
