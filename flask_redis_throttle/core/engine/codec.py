@@ -355,8 +355,7 @@ def merge(parts: Sequence[Part], replies: Sequence[Sequence[int]]) -> list[int]:
 
 def _soonest_ending(parts: Sequence[Part], replies: Sequence[Sequence[int]]) -> int:
     """The time of the reply whose part's first window ends soonest after
-    it, whichever node's clock is ahead (see
-    :func:`~flask_redis_throttle.core.engine.leases._window_left`)."""
+    it, whichever node's clock is ahead (see ``Leases._take`` in ``core/engine/leases.py``)."""
     at, soonest = replies[0][5], -1
     for part, reply in zip(parts, replies, strict=True):
         now = reply[5]
