@@ -1,9 +1,5 @@
 """Small rules about decisions that the request hooks and
-:func:`~flask_redis_throttle.current_limit` share, each written here once:
-which of two decisions the headers show (:func:`tighter`), what an
-inspection says of a request's real cost (:func:`at_cost`), a request over
-a layer's whole quota, a decision's metrics label, and whether a request
-took a layer past the near-limit share.
+:func:`~flask_redis_throttle.current_limit` share, each written here once.
 """
 
 from __future__ import annotations
@@ -22,9 +18,8 @@ if TYPE_CHECKING:
 
 def crossed(decision: Decision, cost: int, share: tuple[int, int]) -> bool:
     """Whether an admitted request of ``cost`` took the deciding layer's use
-    to ``share`` (a fraction: numerator, denominator) of its quota or past
-    it, from below: only the request that crosses the line, not those after
-    it. Exact, in integers: 80 % of 10 is 8, not 7.999..."""
+    from below ``share`` (numerator, denominator) of its quota to it or
+    past it. Exact, in integers: 80 % of 10 is 8, not 7.999..."""
     numerator, denominator = share
     quota = decision.layer.quota
     used = quota - decision.remaining
@@ -61,13 +56,9 @@ class OverQuota(NamedTuple):
 
 
 def over_quota(checks: Sequence[Check], cost: int) -> OverQuota | None:
-    """The first layer of ``checks`` whose whole quota is less than ``cost``:
-    a request of that cost can never pass it, whatever it waits. The script
-    picks the same layer as its deciding one (the first in its plan, which
-    follows ``checks``, their identities and layers in order), so the
-    ``RateLimit`` header names the layer the 429 names. A fixed cost
-    is checked against fixed limits when decorating; this catches a cost
-    function's value, or a fixed cost over a dynamic limit's quota. A
+    """The first layer of ``checks`` whose whole quota is less than ``cost``,
+    which a request of that cost can never pass: the script's deciding
+    layer too, so that ``RateLimit`` names the layer the 429 names. A
     concurrency cap is never one: a request takes one slot whatever its cost."""
     for policy, identities in checks:
         if policy.concurrent:
@@ -79,11 +70,9 @@ def over_quota(checks: Sequence[Check], cost: int) -> OverQuota | None:
 
 
 def at_cost(inspected: Decision, cost: int) -> Decision:
-    """What an inspection at cost 0 says of a request of ``cost``: refused
-    if it fits at cost 0 but not at its real cost; it will fit, at the
-    latest, once the counter is back to full. A concurrency cap needs one
-    slot, whatever the cost. ``inspected`` itself when it stands: the
-    request fits, or it was refused already."""
+    """What an inspection at cost 0 says of a request of ``cost``: refused,
+    until the counter is back to full, if it does not fit at its real cost
+    (a concurrency cap needs one slot); else ``inspected`` itself."""
     if inspected.policy.concurrent:
         cost = min(cost, 1)
     if inspected.admitted and inspected.remaining < cost:
@@ -96,8 +85,7 @@ def tighter(shown: Decision | None, decision: Decision) -> Decision:
     another, the one they should show, chosen as the script chooses its
     deciding counter: a refusal over an admission, then the longest wait,
     or the least quota left and the later reset. The one rule of the
-    deciding layer in Python: the hooks, their deductions after the
-    response, and :func:`~flask_redis_throttle.check` all call it."""
+    deciding layer in Python."""
     if shown is None:
         return decision
     if shown.admitted != decision.admitted:

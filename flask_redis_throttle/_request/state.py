@@ -1,10 +1,8 @@
-"""The rate limiting state of one app, and the request hooks it installs.
-
-:class:`RateLimitState` lives at ``app.extensions["ratelimit"]``; see
-:mod:`flask_redis_throttle.extension` for a request's path through it. It
-decides requests and raises the 429; what follows a refusal besides it (the
-refusal hooks, the warnings, the logs' entries) and the near-limit signal are
-:class:`~flask_redis_throttle._request.refusing.RefusalReporter`'s.
+"""The rate limiting state of one app, and the request hooks it installs:
+it decides requests and raises the 429; what else follows a refusal, and
+the near-limit signal, are
+:class:`~flask_redis_throttle._request.refusing.RefusalReporter`'s. See
+docs/architecture.rst for a request's path through it.
 """
 
 from __future__ import annotations
@@ -33,7 +31,7 @@ from .._ops.metrics import Metrics
 from .._ops.notices import Notices
 from ..core.bounded import remember
 from ..core.engine.leases import Leases
-from ..core.engine.throttle import Check, Decision, Hold, StorageUnavailable, Throttle, UnexpectedError
+from ..core.engine.throttle import Decision, Hold, StorageUnavailable, Throttle, UnexpectedError
 from ..core.factory import build_refusal_log, build_throttle
 from ..core.storages.storage import STORAGE_ERRORS, Storage
 from ..core.stores.refusals import RefusalLog
@@ -53,13 +51,11 @@ RequestFilter = Callable[[Request], bool]
 #: The attribute of ``g`` that holds a request's :class:`Outcome`.
 OUTCOME_ATTRIBUTE = "_ratelimit"
 #: The attribute of ``g`` that holds the concurrency slots a request holds
-#: (:class:`~flask_redis_throttle.core.engine.throttle.Hold`), from the moment it
-#: takes them until its final response or an exception takes them over.
+#: (:class:`~flask_redis_throttle.core.engine.throttle.Hold`) until its end takes them over.
 HELD_ATTRIBUTE = "_ratelimit_held"
 
-#: How many plans of limits' ``with`` blocks are kept: one per limit,
-#: endpoint and method; more, and the cache starts again, so that a limit
-#: made anew in each request stays bounded.
+#: How many plans of limits' ``with`` blocks are kept (one per limit,
+#: endpoint and method): a limit made anew in each request stays bounded.
 BLOCK_PLANS = 1024
 
 
@@ -76,9 +72,7 @@ class Outcome:
     retry: bool = False
     #: The deferred batches to count once the response is known, if any.
     deferred: list[Batch] | None = None
-    #: The concurrency slots the request holds, if any: given back once its
-    #: response is made, or when a streamed one is closed (see
-    #: :meth:`RateLimitState._request_finished`).
+    #: The concurrency slots the request holds, if any (see :meth:`RateLimitState._request_finished`).
     held: list[Hold] | None = None
 
 
@@ -91,8 +85,7 @@ class RateLimitState(Notices):
     :param client: a Redis client to use instead of ``RATELIMIT_STORAGE_URL``.
     :param metrics: where to count decisions; None for no metrics.
 
-    It is the :class:`~flask_redis_throttle.core.engine.breaker.BreakerListener` of its
-    circuit breakers: it logs their opening and closing, and exports them
+    It is its circuit breakers' :class:`~flask_redis_throttle.core.engine.breaker.BreakerListener`
     (see :class:`~flask_redis_throttle._ops.notices.Notices`).
     """
 
@@ -110,8 +103,7 @@ class RateLimitState(Notices):
         self.metrics = metrics
         #: The request filters; any that returns True leaves a request unlimited.
         self.filters: list[RequestFilter] = filters if filters is not None else []
-        #: The core decider; tests may override its ``now`` to pin time. When
-        #: ``RATELIMIT_ENABLED`` is off there is none, and no storage either.
+        #: The core decider; tests may override its ``now`` to pin time. None when disabled.
         self.throttle: Throttle | None = None
         #: Blocks of quota taken in advance, for the limits with ``prefetch=`` (see :doc:`/leases`).
         self.leases: Leases | None = None
@@ -123,8 +115,7 @@ class RateLimitState(Notices):
         self.reporter: RefusalReporter | None = None
         #: The overrides set at run time (see :doc:`/overrides`); None when disabled.
         self.overrides: Overrides | None = None
-        #: The concurrency slots whose giving back failed, given back in the
-        #: background once the storage answers.
+        #: The concurrency slots whose giving back failed, given back once the storage answers.
         self.releases = Releases(self._storage_failed)
         if settings.enabled:
             if client is not None:
@@ -146,34 +137,30 @@ class RateLimitState(Notices):
             self.throttle.strays = self.releases.add
             self.leases = Leases(self.throttle)
             self.overrides = Overrides(self.throttle, settings, self._overrides_unavailable, self._warn)
-            if settings.refusal_log_size:
-                key = settings.key_prefix + "refusals"
-                self.refusals = build_refusal_log(storage, key, settings.refusal_log_size)
+            size, prefix = settings.refusal_log_size, settings.key_prefix
+            if size:
+                self.refusals = build_refusal_log(storage, prefix + "refusals", size)
                 if settings.near_limit is not None:
-                    key = settings.key_prefix + "near-limits"
-                    self.near_limits = build_refusal_log(storage, key, settings.refusal_log_size)
+                    self.near_limits = build_refusal_log(storage, prefix + "near-limits", size)
             self.reporter = RefusalReporter(app, self, self.throttle, self.refusals, self.near_limits, metrics)
         # Keys are real endpoints and the methods their rules accept (Flask
         # answers any other method 405 with no endpoint), so this is bounded.
         self._plans: dict[tuple[str, str], Plan | None] = {}
         #: The plans of limits' ``with`` blocks, by limit, endpoint and method.
         self._blocks: dict[tuple[LimitSpec, str, str], Plan | None] = {}
-        if self.throttle is not None and self.throttle.breaker is not None:
-            self.breaker_added(self.throttle.breaker.name)
         if self.throttle is not None:
-            # Only when a request fails: the slots of one that raises are
-            # given back at once (a bound method, held weakly, as the app holds us).
+            if self.throttle.breaker is not None:
+                self.breaker_added(self.throttle.breaker.name)
+            # The slots of a request that raises are given back at once (held weakly, as the app holds us).
             got_request_exception.connect(self._give_back_held, app)
-        #: Whether the hooks that give slots back as requests end are in place
-        #: (see :meth:`_watch_slots`).
+        #: Whether the hooks that give slots back as requests end are in place (see :meth:`_watch_slots`).
         self._watching_slots = False
         self._slots_lock = threading.Lock()
 
     def plan(self, endpoint: str | None, method: str = "GET") -> Plan | None:
-        """The compiled plan of ``endpoint`` for requests of ``method``.
-
-        Compiled on first use and kept, whether by a request or by this call.
-        Each of its :attr:`~flask_redis_throttle._request.plan.Plan.limits` gives its
+        """The compiled plan of ``endpoint`` for requests of ``method``,
+        compiled on first use and kept. Each of its
+        :attr:`~flask_redis_throttle._request.plan.Plan.limits` gives its
         policy, scope, strategy, identities, source and options.
 
         :returns: None when no limit applies: the endpoint is unknown,
@@ -191,18 +178,14 @@ class RateLimitState(Notices):
 
     def forget_plans(self) -> None:
         """Forget the compiled plans, so that each endpoint's limits are read
-        again at its next request: for a limit put on a view after its first
-        request (Flask-Limiter's ``limiter.limit(...)(view)`` at run time)."""
+        again: for a limit put on a view after its first request."""
         self._plans.clear()
         self._blocks.clear()
 
     def decide_block(self, spec: LimitSpec) -> None:
         """Decide ``spec`` for the current request, now: ``with limit(...)``
-        (see :ref:`block-limits`). It is decided as the view's limits were,
-        and counted beside them; the headers show the tighter of the two.
-
-        Without a ``scope``, it counts under ``<endpoint>:<limit>``: the
-        endpoint, and the limit string or the dynamic limit's function name.
+        (see :ref:`block-limits`), beside the view's limits. Without a
+        ``scope``, it counts under ``<endpoint>:<limit string or function name>``.
 
         :raises RateLimitExceeded: when it refuses the request.
         """
@@ -232,8 +215,6 @@ class RateLimitState(Notices):
 
     def before_request(self) -> None:
         """Decide the request; raise :class:`RateLimitExceeded` if it is refused."""
-        # This runs before every request: the request is fetched from its
-        # context proxy once.
         req: Request = request._get_current_object()  # type: ignore[attr-defined]
         if not self._announced:
             self.announce()
@@ -266,10 +247,7 @@ class RateLimitState(Notices):
     ) -> None:
         """Decide the request's batches, one script call each, and leave the
         :class:`Outcome` in ``g``; raise the 429 at the first enforced refusal.
-
-        Every request takes this one path; a simple plan's is its one batch,
-        enforced and counted before the view. A limit's ``with`` block takes
-        it too, with the ``previous`` outcome of the request, which it adds to."""
+        A ``with`` block adds to the ``previous`` outcome of the request."""
         shown: Decision | None = None
         deferred: list[Batch] | None = None
         metas: list[Batch] | None = None
@@ -298,8 +276,11 @@ class RateLimitState(Notices):
             except Exception as error:
                 # Redis's failure; or any other error, which is a bug: never a 500 (see _storage_unavailable).
                 failure = error if isinstance(error, StorageUnavailable) else throttle.unexpected(error)
-                if metrics is not None:
-                    self._record_failure(metrics, endpoint, batch.checks, started, failure)
+                if metrics is not None:  # under the scope of its first limit
+                    outcome = "fail_open" if self.settings.fail_open else "fail_closed"
+                    if isinstance(failure, UnexpectedError):
+                        outcome = "internal_error"
+                    metrics.decided(endpoint, batch.checks[0][0].scope, outcome, perf_counter() - started)
                 if held:  # an earlier batch's slots: the request goes on undecided, as if it held none
                     self.release(held)
                 self._storage_unavailable(failure)
@@ -335,8 +316,7 @@ class RateLimitState(Notices):
                 self._breached(metas, throttle)
             self._refuse(req, endpoint, labels, shown, batch, decision, held)
         if wait > 0:
-            # The turn the script reserved (see docs/shaping.rst): this
-            # holds the worker, up to the limit's delay.
+            # The turn the script reserved (see docs/shaping.rst): up to the limit's delay.
             if metrics is not None:
                 metrics.delayed(endpoint, wait)
             time.sleep(wait)
@@ -349,13 +329,13 @@ class RateLimitState(Notices):
             try:
                 throttle.hit(batch.checks, 1)
             except Exception as error:  # as in _decide: the refusal stands, its count is lost
-                failure = error if isinstance(error, StorageUnavailable) else throttle.unexpected(error)
-                self._storage_failed(failure, "a refusal is not counted in the meta limits")
+                self._storage_failed(error, "a refusal is not counted in the meta limits", throttle)
 
     def _watch(self, decision: Decision) -> None:
         """Log that the fallback decided, or that Redis decides again."""
         if decision.fallback:
-            self._fallback_decided()
+            assert self.throttle is not None
+            self._outage(f"rate limit storage unavailable ({self.throttle.url}); limiting per process in memory")
         elif self._failing and not decision.cached:  # the block cache did not ask Redis
             self._recovered()
 
@@ -365,17 +345,13 @@ class RateLimitState(Notices):
         decision = throttle.hit(batch.checks, 0)
         priced = at_cost(decision, batch.cost)
         if priced is not decision and batch.penalized:
-            # Only a real hit lets the script see the offence and start a
-            # penalty. It is refused and writes nothing else; should room
-            # have appeared meanwhile, it is counted now, and there is
-            # nothing left to deduct.
+            # Only a real hit lets the script start a penalty. It is refused;
+            # should room have appeared meanwhile, it is counted now.
             return throttle.hit(batch.checks, batch.cost), False
         return priced, True
 
     def after_request(self, response: Response) -> Response:
-        """Count deferred limits whose ``deduct_when`` matches, and add the
-        headers: ``RateLimit-Policy`` and ``RateLimit`` (and the legacy ones
-        if asked for), and ``Retry-After`` to a refusal that can pass later."""
+        """Count deferred limits whose ``deduct_when`` matches, and add the headers (see docs/responses.rst)."""
         outcome: Outcome | None = g._get_current_object().__dict__.pop(OUTCOME_ATTRIBUTE, None)
         if outcome is None:
             return response
@@ -391,12 +367,9 @@ class RateLimitState(Notices):
         return response
 
     def _watch_slots(self) -> None:
-        """Give the slots a request holds back as it ends, from the first
-        request of the app that takes one on: with its final response, once
-        every ``after_request`` hook has made it (one may replace it), or
-        when its context ends, should nothing have taken them over. (An app
-        with no cap pays nothing for them on each request.) Bound methods,
-        held weakly, as the app holds us."""
+        """Give the slots a request holds back as it ends (its final
+        response, or its context's end), from the first request of the app
+        that takes one: an app with no cap pays nothing for them."""
         with self._slots_lock:
             if not self._watching_slots:
                 request_finished.connect(self._request_finished, self.app)
@@ -404,20 +377,11 @@ class RateLimitState(Notices):
                 self._watching_slots = True
 
     def _request_finished(self, _app: Flask, response: Response, **_extra: object) -> None:
-        """Give the request's slots back as its work ends, with its final
-        ``response`` (after every ``after_request`` hook, which may have
-        replaced the view's). A response whose body is in hand (a string's,
-        a template's, JSON) gives them back now, before the server sends a
-        byte of it: a client that waits for each response
-        before sending the next request never finds its own previous
-        request still holding a slot (the server closes a response only
-        after the client may have read it). A streamed response still runs
-        while it is sent: its slots come back when the server closes it,
-        once it is sent or the client went away.
-
-        Flask turns an HTTP error (``abort()``) into a body it replays from
-        the exception, which it cannot tell from a stream: such a response
-        gives its slots back when closed too."""
+        """Give the request's slots back with its final ``response``: now,
+        when its body is in hand, so that a client that waits for each
+        response never finds its previous request still holding a slot; when
+        the server closes it, for a streamed one (or an ``abort()``'s, which
+        Flask cannot tell from a stream)."""
         held = g._get_current_object().__dict__.pop(HELD_ATTRIBUTE, None)
         if not held:
             return
@@ -427,20 +391,17 @@ class RateLimitState(Notices):
             self.release(held)
 
     def _give_back_held(self, _app: Flask, **_extra: object) -> None:
-        """Give back at once the slots a request still holds: one that
-        raised, for which Flask may have no response to close (with
-        ``PROPAGATE_EXCEPTIONS``), or one whose context ends with no final
-        response having taken them over."""
+        """Give back at once the slots of a request that raised, or whose
+        context ends with no final response having taken them over."""
         held = g._get_current_object().__dict__.pop(HELD_ATTRIBUTE, None)
         if held:
             self.release(held)
 
     def release(self, held: list[Hold]) -> None:
-        """Give back the concurrency slots of ``held``, each once: one
-        script call per decision that took some. One the storage cannot
-        take now (stalled, unreachable, its breaker open) is given back in
-        the background once it answers (see :mod:`flask_redis_throttle._request.releases`);
-        one that met an error not the storage's is freed by its lease."""
+        """Give back the concurrency slots of ``held``, each once. One the
+        storage cannot take now is given back once it answers (see
+        :mod:`flask_redis_throttle._request.releases`); one that met an
+        error not the storage's is freed by its lease."""
         while held:
             hold = held.pop()
             try:
@@ -450,19 +411,16 @@ class RateLimitState(Notices):
                     self.releases.add(hold)
                     self._storage_failed(error, "a concurrency slot is given back once it answers")
                     continue
-                failure = error if isinstance(error, StorageUnavailable) else hold.throttle.unexpected(error)
-                self._storage_failed(failure, "a concurrency slot is freed by its lease")
+                self._storage_failed(error, "a concurrency slot is freed by its lease", hold.throttle)
 
     def _deduct(self, deferred: list[Batch], response: Response, shown: Decision) -> Decision:
-        """Count the deferred limits that ``response`` matches; return the
-        decision the headers show."""
+        """Count the deferred limits that ``response`` matches; return the decision the headers show."""
         assert self.throttle is not None
         for batch in matching(deferred, response):
             try:
                 decision = self.throttle.hit(batch.checks, batch.cost)
             except Exception as error:  # as in _decide
-                failure = error if isinstance(error, StorageUnavailable) else self.throttle.unexpected(error)
-                self._storage_failed(failure, "a response's deduction is lost")
+                self._storage_failed(error, "a response's deduction is lost", self.throttle)
                 continue
             # Refused here means others took the room since the inspection:
             # this request goes uncounted (see "deduct_when" in docs/limits).
@@ -483,42 +441,31 @@ class RateLimitState(Notices):
         ``shown`` for the headers, and raise the 429.
 
         A request that costs more than a layer's whole quota can never pass:
-        it gets no ``Retry-After``, since any would promise a pass that will
-        not come, and its 429 says why.
-
-        An ``on_breach`` hook's response replaces the 429's body and status;
-        an error handler for 429 still sees the exception first.
+        its 429 says why, with no ``Retry-After``, which would promise a
+        pass that will not come. An ``on_breach`` hook's response replaces
+        the 429's body and status; an error handler for 429 sees it first.
         """
         over = over_quota(batch.checks, batch.cost)
         setattr(g._get_current_object(), OUTCOME_ATTRIBUTE, Outcome(labels, shown, over is None, None, held))
         replacement = self._reporter().report(req, endpoint, batch, decision, False, over, self.settings.on_breach)
-        policy, layer = (decision.policy, decision.layer) if over is None else (over.policy, over.layer)
+        refusal = decision if over is None else over
+        policy, layer = refusal.policy, refusal.layer
         violated = (labels.name(policy, layer),) if self.settings.draft.violated_policies else None
-        if over is not None:
-            error = RateLimitExceeded(
-                layer,
-                over.identity,
-                0,
-                policy.scope,
-                penalized=decision.penalized,
-                cost=batch.cost,
-                violated_policies=violated,
-            )
-        else:
-            header = None
-            if self.settings.retry_after_http_date:
-                header = retry_after_value(decision.retry_after, True, time.time())
-            error = RateLimitExceeded(
-                layer,
-                decision.identity,
-                decision.retry_after,
-                policy.scope,
-                header,
-                decision.penalized,
-                violated_policies=violated,
-                concurrent=decision.policy.concurrent,
-            )
-        limit = batch_limit(decision.policy if over is None else over.policy, batch)
+        header = None
+        if over is None and self.settings.retry_after_http_date:
+            header = retry_after_value(decision.retry_after, True, time.time())
+        error = RateLimitExceeded(
+            layer,
+            refusal.identity,
+            decision.retry_after if over is None else 0,
+            policy.scope,
+            header,
+            decision.penalized,
+            None if over is None else batch.cost,
+            violated,
+            over is None and policy.concurrent,
+        )
+        limit = batch_limit(policy, batch)
         if limit is not None and limit.spec.error_message is not None:
             error.description = self._reporter().error_message(req, limit, error.description)
         # werkzeug sends an HTTPException's response, when it has one, instead of its own.
@@ -526,7 +473,6 @@ class RateLimitState(Notices):
         raise error
 
     def _reporter(self) -> RefusalReporter:
-        """The reporter, which an app that decides requests has."""
         assert self.reporter is not None
         return self.reporter
 
@@ -545,48 +491,32 @@ class RateLimitState(Notices):
 
     def _overrides_unavailable(self, error: Exception, again: bool) -> None:
         """The overrides could not be read: the copy in hand stays in force.
-        Redis's failure is not logged here: the decisions, which go to the
-        same storage, report the outage. Any other error is a bug, logged
-        when a second read in a row meets one: a client that fails every
-        call has had the decisions log it as theirs by then (one line for
-        both), and one only the overrides meet is still logged."""
+        Redis's failure is the decisions' to report; any other error is a
+        bug, logged when a second read in a row meets one (by then a client
+        that fails every call has had the decisions log it, once)."""
         if again and not isinstance(error, STORAGE_ERRORS):
             self._internal_error(f"internal error reading the overrides ({error}); the last ones read stay", error)
 
     def _storage_unavailable(self, error: StorageUnavailable) -> None:
-        """Let the request through or answer 503, as ``RATELIMIT_FAIL_OPEN``
-        says. Redis's failure is an outage, warned of. An error that is not
-        Redis's (:class:`UnexpectedError`: a bug, or a client built with a
-        bad option) is not: it is logged as an internal error, with its
-        traceback, and the request is answered the same way."""
+        """Log ``error`` (see :meth:`_storage_failed`), and let the request
+        through or answer 503, as ``RATELIMIT_FAIL_OPEN`` says."""
         self._storage_failed(error, "letting requests through" if self.settings.fail_open else "answering 503")
         if not self.settings.fail_open:
             retry_after = max(1, math.ceil(error.retry_in))
             raise ServiceUnavailable("Rate limiting is unavailable; try again shortly.", retry_after=retry_after)
 
-    def _storage_failed(self, error: StorageUnavailable, consequence: str) -> None:
+    def _storage_failed(self, error: Exception, consequence: str, throttle: Throttle | None = None) -> None:
         """Log that ``error`` kept a request from being decided or counted,
         and its ``consequence``: Redis's failure as an outage, any other
-        error (:class:`UnexpectedError`) as an internal error."""
+        error (made an :class:`UnexpectedError` by the ``throttle`` it met)
+        as an internal error, with its traceback."""
+        if not isinstance(error, StorageUnavailable):
+            assert throttle is not None
+            error = throttle.unexpected(error)
         if isinstance(error, UnexpectedError):
             self._internal_error(f"internal error in rate limiting ({error}); {consequence}", error)
         else:
             self._outage(f"rate limit storage unavailable ({error}); {consequence}")
-
-    def _fallback_decided(self) -> None:
-        assert self.throttle is not None
-        self._outage(f"rate limit storage unavailable ({self.throttle.url}); limiting per process in memory")
-
-    def _record_failure(
-        self, metrics: Metrics, endpoint: str, checks: Sequence[Check], started: float, error: StorageUnavailable
-    ) -> None:
-        """Count a decision Redis failed, or an internal error kept from it,
-        under the scope of its first limit."""
-        if isinstance(error, UnexpectedError):
-            outcome = "internal_error"
-        else:
-            outcome = "fail_open" if self.settings.fail_open else "fail_closed"
-        metrics.decided(endpoint, checks[0][0].scope, outcome, perf_counter() - started)
 
     def limited_endpoints(self) -> set[str]:
         """The endpoints of the app that have a limit for some method."""

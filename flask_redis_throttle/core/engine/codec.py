@@ -1,18 +1,13 @@
 """What the scripts are sent and what they reply: the one place that writes
-and reads their wire format (see ``lua/main.lua`` for the Lua side).
+and reads their wire format (see docs/architecture.rst, and ``lua/main.lua``
+for the Lua side).
 
 A call is the keys, one per *entry* (one identity's layers under one
-limit's scope and strategy), then the penalty keys of the entries that have
-a penalty; and three arguments: the time (``""`` for Redis's own clock), the
-cost, and the *plan*, the entries one after the other, in binary (see
-:func:`entry`), which the scripts unpack with no text to parse. The reply
-is a flat list of integers that :meth:`Reply.decode` reads.
-
-On a Redis Cluster the entries of different identities may live on
-different nodes: :func:`split` cuts a call into one call per hash tag, and
-:func:`merge` makes of their replies the reply one call would have given.
-
-This module makes no Redis call and needs no Flask app.
+limit's scope and strategy), then the penalty keys; and three arguments:
+the time (``""`` for Redis's own clock), the cost, and the *plan*, the
+entries in binary (see :func:`entry`). On a Redis Cluster, :func:`split`
+cuts a call into one per hash tag, and :func:`merge` makes of their
+replies the reply one call would have given.
 """
 
 from __future__ import annotations
@@ -37,7 +32,7 @@ __all__ = [
     "hash_tag",
     "merge",
     "penalized",
-    "refund_of",
+    "settle",
     "shaped",
     "split",
 ]
@@ -55,13 +50,9 @@ Call = tuple[Sequence[str], Sequence[Arg]]
 #: The code of the concurrency slots' entries (see ``lua/concurrency.lua``).
 SLOTS_CODE = b"cc"
 
-#: A plan entry's layer (its quota and its window in seconds), and its
-#: penalty (first duration, factor, longest duration): little-endian
-#: unsigned 32-bit integers, as the scripts unpack them with ``struct``.
-_LAYER, _PENALTY = struct.Struct("<II"), struct.Struct("<III")
-#: A plan entry's shaping: the longest wait, in milliseconds, and the burst
-#: (0 for the quota; see ``lua/shaping.lua``).
-_SHAPING = struct.Struct("<II")
+#: A plan entry's layer (quota, window), penalty (first, factor, longest) and
+#: shaping (longest wait in ms, burst): little-endian unsigned 32-bit integers.
+_LAYER, _PENALTY, _SHAPING = struct.Struct("<II"), struct.Struct("<III"), struct.Struct("<II")
 #: The bits of an entry's flag byte: a penalty follows, a delay follows.
 _PENALIZED, _DELAYED = 1, 2
 
@@ -77,11 +68,8 @@ def entry(
 ) -> bytes:
     """The plan entry of one identity under one limit: the strategy's
     two-letter ``code``, the number of layers (one byte), each layer's quota
-    and window in whole seconds (4 bytes each), then a byte of flags: 1 if
-    a penalty follows, its first duration, factor and longest duration (4
-    bytes each), plus 2 if ``shaping`` follows: the longest wait a request
-    may be given, in milliseconds, and the burst, 0 for the quota (4 bytes
-    each; see ``lua/shaping.lua``). An entry with neither ends with a 0 byte.
+    and window, then a byte of flags: 1 if a penalty follows, plus 2 if
+    ``shaping`` follows (see docs/architecture.rst).
 
     :raises InvalidLimit: for more than :data:`~flask_redis_throttle.core.engine.rates.MAX_LAYERS`
         layers, as a limit string with as many gets (one byte counts them).
@@ -99,8 +87,7 @@ def entry(
 
 
 def entries(plan: bytes) -> Iterator[tuple[bytes, int, bool]]:
-    """Each entry of ``plan`` (see :func:`entry`), with its number of layers
-    and whether it has a penalty."""
+    """Each entry of ``plan`` (see :func:`entry`), with its number of layers and whether it has a penalty."""
     at = 0
     while at < len(plan):
         count = plan[at + 2]
@@ -123,23 +110,16 @@ def shaped(plan: bytes) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    """What a script call looks like apart from who it counts: its plan, and
-    where each layer of the reply is. It depends only on the limits and on
-    how many identities each has, so it is made once for each such request
-    shape and kept (see :class:`~flask_redis_throttle.core.engine.throttle.Throttle`).
+    """What a script call looks like apart from who it counts, made once for
+    each request shape (its limits, and how many identities each has).
 
     :param plan: the plan argument, one entry per counter's key.
-    :param penalized: whether some entry has a penalty, so that penalty keys
-        follow the counters' keys.
-    :param places: for each layer of the plan, in order: the number of its
-        limit among the request's, of its identity among the limit's, and of
-        the layer among the limit's layers.
-    :param windows: for each layer, in order: the number of its counter's
-        key, its window in seconds and its quota.
-    :param shaped: whether some entry has a delay (see ``lua/shaping.lua``).
-    :param held: the numbers of the keys that hold concurrency slots
-        (entries of code ``cc``), which an admitted request gives back when
-        it ends; empty for none.
+    :param penalized: whether some entry has a penalty (penalty keys follow).
+    :param places: for each layer, in order: the number of its limit, of its
+        identity among the limit's, and of the layer among the limit's.
+    :param windows: for each layer: the number of its key, its window and quota.
+    :param shaped: whether some entry has a delay.
+    :param held: the numbers of the keys that hold concurrency slots.
     :param held_plan: those keys' entries: the plan that gives the slots back.
     :param slot_layers: the numbers of the layers that are concurrency slots.
     :param lease: the longest lease of those slots, in seconds; 0 for none.
@@ -157,8 +137,7 @@ class Layout:
 
     @classmethod
     def of(cls, limits: Iterable[tuple[bytes, int, Sequence[Layer]]]) -> Layout:
-        """The layout of a call over ``limits``: each its plan entry (see
-        :func:`entry`), how many identities it counts, and its layers."""
+        """The layout of a call over ``limits``: each its entry, how many identities it counts, and its layers."""
         texts: list[bytes] = []
         places: list[tuple[int, int, int]] = []
         windows: list[tuple[int, int, int]] = []
@@ -189,28 +168,21 @@ class Layout:
         )
 
     def layers(self, keys: Sequence[str]) -> list[tuple[str, int]]:
-        """Each layer of a call on ``keys``, in the plan's order, as the
-        block cache knows it: ``<key>=<window>``, and its quota."""
+        """Each layer of a call on ``keys`` as the block cache knows it: ``<key>=<window>``, and its quota."""
         return [(f"{keys[key]}={window}", quota) for key, window, quota in self.windows]
 
 
 class Reply(NamedTuple):
-    """A script's verdict on one request, decoded from its flat reply (a
-    named tuple: one is made per request).
+    """A script's verdict on one request, decoded from its flat reply.
 
     :param admitted: whether every layer had room (and the hit was recorded).
-    :param layer: the deciding layer, 0-based, in the order of the plan:
-        when refused, the full layer with the longest wait; when admitted,
-        the layer with the least quota left.
-    :param remaining: the quota the deciding layer has left.
-    :param reset: seconds until the deciding layer is back to its full quota.
-    :param retry_after: seconds until the request would pass; when
-        admitted, how long it must wait before it runs: 0 unless a limit
-        with a delay reserved it a later turn (see ``lua/shaping.lua``).
-    :param now: the time the script decided at, in microseconds; a refund of
-        this request must be sent with it.
+    :param layer: the deciding layer, 0-based, in the order of the plan (see
+        :class:`~flask_redis_throttle.core.engine.throttle.Decision`, whose
+        ``remaining``, ``reset`` and ``retry_after`` these are too).
+    :param now: the time the script decided at, in microseconds, which a
+        refund of this request is sent with.
     :param penalized: whether the deciding layer refused because its
-        identity serves a penalty (see :mod:`flask_redis_throttle.core.engine.penalties`).
+        identity serves a penalty.
     """
 
     admitted: bool
@@ -223,17 +195,16 @@ class Reply(NamedTuple):
 
     @classmethod
     def decode(cls, raw: Sequence[int]) -> Reply:
-        """Build a :class:`Reply` from the script's six integers, or seven
-        when some entry has a penalty."""
+        """Build a :class:`Reply` from the script's six integers, or seven when some entry has a penalty."""
         admitted, index, remaining, reset_us, retry_us, now = raw[:6]
         penalized = len(raw) > 6 and raw[6] == 1
-        return cls(admitted == 1, index - 1, remaining, reset_us / 1e6, retry_us / 1e6, int(now), penalized)
+        fields = (admitted == 1, index - 1, remaining, reset_us / 1e6, retry_us / 1e6, int(now), penalized)
+        return tuple.__new__(cls, fields)  # as _make does: the generated __new__ is one more call
 
     @staticmethod
     def refused(index: int, remaining: int, reset: int, retry: int, penalized: bool) -> list[int]:
-        """The raw reply of a refusal by layer ``index`` (0-based), with
-        ``reset`` and ``retry`` in microseconds: what the block cache
-        answers in the script's place."""
+        """The raw reply of a refusal by layer ``index`` (0-based), times in
+        microseconds: what the block cache answers in the script's place."""
         return [0, index + 1, remaining, reset, retry, 0, int(penalized)]
 
 
@@ -252,12 +223,9 @@ class Part:
     """One call of a request split by hash tag (see :func:`split`).
 
     :param keys: its entries' keys, then their penalty keys.
-    :param args: now, cost and its entries' plan, then the arguments that
-        follow the plan, if any.
-    :param layers: for each of its layers, in order, the layer's number in
-        the whole request's plan (0-based).
-    :param windows: its layers' windows, in microseconds, each once: when
-        the first of them ends depends on its node's clock (see :func:`merge`).
+    :param args: now, cost and its entries' plan, then any that follow.
+    :param layers: each of its layers' number in the whole request's plan (0-based).
+    :param windows: its layers' windows, in microseconds, each once (see :func:`merge`).
     """
 
     keys: list[str]
@@ -291,27 +259,15 @@ def split(keys: Sequence[str], args: Args) -> list[Part]:
     ]
 
 
-def refund_of(part: Part, reply: Sequence[int], cost: int) -> tuple[list[str], list[Arg]]:
-    """The call that gives back ``cost`` that ``part`` took when it was
-    admitted with ``reply``: the same keys and plan, at the time it decided,
-    the wait it replied, where a sliding log with a delay stamped the
-    request's entries (see ``lua/shaping.lua``), and its token, if it has one,
-    by which its concurrency slots are found (see ``lua/concurrency.lua``)."""
-    return part.keys, [reply[5], -cost, part.args[2], reply[4], *part.args[4:]]
-
-
 @dataclass(frozen=True, slots=True)
 class Fanout:
     """A cluster request's calls, one per hash tag, worked out once for its
-    keys and arguments and kept by the storage: the same identities come back
-    under the same plan request after request, and nothing here depends on
-    more. Each call's node is not part of it: it is read from redis-py's slot
-    map on every request.
+    keys and arguments and kept by the storage (not their nodes: read from
+    redis-py's slot map on every request).
 
     :param parts: the request split by hash tag (see :func:`split`).
     :param calls: each part's keys and arguments, as sent.
-    :param scripts: the script the calls take, by their strategies: the
-        storage's to fill (see :meth:`~flask_redis_throttle.core.storages.storage.Storage.evaluate_split`).
+    :param scripts: the script the calls take, by their strategies, filled by the storage.
     """
 
     parts: list[Part]
@@ -325,8 +281,7 @@ class Fanout:
 
     def sent_with(self, rest: Sequence[Arg]) -> Fanout:
         """This fan-out with ``rest`` after each part's plan: the arguments
-        that change from one request to the next (a refund's wait, the
-        slots' token), kept out of the fan-outs kept. Its scripts are this one's."""
+        that change with each request (a refund's wait, the slots' token)."""
         if not rest:
             return self
         parts = [Part(part.keys, [*part.args, *rest], part.layers, part.windows) for part in self.parts]
@@ -336,10 +291,8 @@ class Fanout:
 def settle(parts: Sequence[Part], replies: Sequence[Sequence[int]]) -> tuple[list[int], list[Call]]:
     """The reply one call over every part's keys would have given, and the
     calls that give back what the parts that admitted took, when another
-    part refused: a request is admitted whole or not at all.
-
-    A refund (a negative cost) replies the same from every part, and is
-    never refunded; nor is a request that cost nothing.
+    part refused: a request is admitted whole or not at all. A refund (a
+    negative cost), or a request that cost nothing, is never refunded.
     """
     cost = parts[0].args[1]
     if isinstance(cost, int) and cost < 0:
@@ -347,28 +300,27 @@ def settle(parts: Sequence[Part], replies: Sequence[Sequence[int]]) -> tuple[lis
     reply = merge(parts, replies)
     refunds: list[Call] = []
     if reply[0] == 0 and isinstance(cost, int) and cost > 0:
-        refunds = [refund_of(part, got, cost) for part, got in zip(parts, replies, strict=True) if got[0] == 1]
+        # At the time each part decided, with the wait it replied (a sliding log's entries are
+        # stamped with it) and the slots' token, if any.
+        admitted = [(part, got) for part, got in zip(parts, replies, strict=True) if got[0] == 1]
+        refunds = [(part.keys, [got[5], -cost, part.args[2], got[4], *part.args[4:]]) for part, got in admitted]
     return reply, refunds
 
 
 def merge(parts: Sequence[Part], replies: Sequence[Sequence[int]]) -> list[int]:
     """The reply one call over every part's keys would have given: admitted
     only if every part admitted, with the deciding layer chosen as the
-    script chooses it (see ``lua/main.lua``), numbered in the whole plan.
-
-    The penalty flag is there if any part replied with one.
+    script chooses it, numbered in the whole plan; the penalty flag if any
+    part replied with one.
 
     An admission's time is that of the part whose first window ends
-    soonest on its node's clock: each node decides on its own clock, and a
-    block of quota leased by the request (see
-    :mod:`~flask_redis_throttle.core.engine.leases`) must be spent before
-    the first of the windows it was counted in ends, on whichever node
-    that window is, or it would be spent in that node's next window,
-    where nothing counted it.
+    soonest on its node's clock: a block of quota leased by the request
+    (see :mod:`~flask_redis_throttle.core.engine.leases`) must be spent
+    before the first of the windows it was counted in ends, on whichever
+    node, or it would be spent in a window where nothing counted it.
     """
-    # Plain loops, and the merged reply built once: this runs on every
-    # cluster request, and all() and any() over generators, with a new
-    # list at every better rank, took half as long again.
+    # Plain loops, the merged reply built once: all() and any() over
+    # generators took half as long again, on every cluster request.
     admitted, flagged = True, False
     for reply in replies:
         if reply[0] != 1:
@@ -403,12 +355,7 @@ def merge(parts: Sequence[Part], replies: Sequence[Sequence[int]]) -> list[int]:
 
 def _soonest_ending(parts: Sequence[Part], replies: Sequence[Sequence[int]]) -> int:
     """The time of the reply whose part's first window ends soonest after
-    it: on a block's clock, that window's end is the earliest of the
-    request's, whichever node's clock is ahead; from that time, a block
-    ends with the first window of any of the request's layers (see
-    ``Leases._take`` in ``core/engine/leases.py``), which is
-    never later than that one."""
-    # Plain loops, as merge's: this runs on every cluster admission.
+    it, whichever node's clock is ahead (see ``Leases._take`` in ``core/engine/leases.py``)."""
     at, soonest = replies[0][5], -1
     for part, reply in zip(parts, replies, strict=True):
         now = reply[5]
