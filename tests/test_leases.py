@@ -546,16 +546,16 @@ def prefetched(app: Flask, spec: str = "1000/minute", **config: Any) -> RateLimi
 
 
 def counted(state: RateLimitState) -> list[int]:
-    """A count of the script calls ``state``'s storage makes, kept up to date."""
+    """A count of the script calls ``state``'s throttle makes, kept up to date."""
     assert state.throttle is not None
-    storage, calls = state.throttle.storage, [0]
-    evaluate = storage.evaluate
+    sender, calls = state.throttle.sender, [0]
+    evaluate = sender.evaluate
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         calls[0] += 1
         return evaluate(*args, **kwargs)
 
-    storage.evaluate = counting  # type: ignore[method-assign]
+    sender.evaluate = counting  # type: ignore[method-assign]
     return calls
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from ..errors import InvalidLimit
+from ..storages.calls import Arg, Args, Call
 from .rates import MAX_LAYERS, Layer
 
 __all__ = [
@@ -44,13 +45,6 @@ __all__ = [
 
 #: How many request shapes' layouts a throttle keeps (see :class:`Layout`).
 LAYOUT_CACHE_SIZE = 256
-
-#: One argument of a script call.
-Arg = int | str | bytes
-#: The arguments of one script call: now, cost and the plan.
-Args = Sequence[Arg]
-#: One script call: its keys and its arguments.
-Call = tuple[Sequence[str], Sequence[Arg]]
 
 #: The code of the concurrency slots' entries (see ``lua/concurrency.lua``).
 SLOTS_CODE = b"cc"
@@ -303,7 +297,7 @@ def refund_of(part: Part, reply: Sequence[int], cost: int) -> tuple[list[str], l
 @dataclass(frozen=True, slots=True)
 class Fanout:
     """A cluster request's calls, one per hash tag, worked out once for its
-    keys and arguments and kept by the storage: the same identities come back
+    keys and arguments and kept by the sender: the same identities come back
     under the same plan request after request, and nothing here depends on
     more. Each call's node is not part of it: it is read from redis-py's slot
     map on every request.
@@ -311,7 +305,7 @@ class Fanout:
     :param parts: the request split by hash tag (see :func:`split`).
     :param calls: each part's keys and arguments, as sent.
     :param scripts: the script the calls take, by their strategies: the
-        storage's to fill (see :meth:`~flask_redis_throttle.core.storages.storage.Storage.evaluate_split`).
+        sender's to fill (see :meth:`~flask_redis_throttle.core.engine.sending.Sender.evaluate_split`).
     """
 
     parts: list[Part]
