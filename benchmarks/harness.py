@@ -455,7 +455,7 @@ def call_variants(url: str, environ: Environ) -> list[Variant]:
     the same shape. :func:`split` splits ours' time with them."""
     app = our_app(url, "rl-call:")
     storage = our_storage(app)
-    connections = storage._connections
+    connections = storage.connections
     sent: list[tuple[Any, ...]] = []
     original = Connections.call
 

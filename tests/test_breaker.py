@@ -105,15 +105,15 @@ def stalled_url() -> Iterator[str]:
 def counting_calls(state: RateLimitState) -> list[int]:
     """Record every script call the throttle makes to Redis."""
     assert state.throttle is not None
-    storage = state.throttle.storage
+    sender = state.throttle.sender
     calls: list[int] = []
-    evaluate = storage.evaluate
+    evaluate = sender.evaluate
 
     def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
         calls.append(1)
         return evaluate(*args, **kwargs)
 
-    storage.evaluate = counted  # type: ignore[method-assign]
+    sender.evaluate = counted  # type: ignore[method-assign]
     return calls
 
 

@@ -142,7 +142,7 @@ def test_threads_count_exactly(server: RedisServer) -> None:
     assert sorted(results) == [200] * 100 + [429] * 80
     # Each thread held one kept connection at a time for its script calls,
     # and gave it back; the refusals' log took connections from the pool.
-    assert len(storage_of(app)._connections._free) <= 6  # type: ignore[union-attr]
+    assert len(storage_of(app).connections._free) <= 6  # type: ignore[union-attr]
     assert connected(server.port) - others <= 2 * 6
     storage_of(app).close()
 
@@ -150,7 +150,7 @@ def test_threads_count_exactly(server: RedisServer) -> None:
 def kill_the_kept_connection(app: Flask, admin: redis.Redis) -> Any:
     """Close, from the server's end, the connection the storage keeps for
     its script calls (after a request made it); returns that connection."""
-    [connection] = storage_of(app)._connections._free  # type: ignore[union-attr]
+    [connection] = storage_of(app).connections._free  # type: ignore[union-attr]
     connection.send_command("CLIENT", "ID")
     admin.client_kill_filter(_id=int(connection.read_response()))
     return connection

@@ -415,8 +415,8 @@ def failing_storage(app: Flask, error: Exception) -> threading.Event:
     """Make every call of ``app``'s storage raise ``error`` while the event
     returned is set (it is, at first); clear it, and the storage answers
     again."""
-    storage = app.extensions["ratelimit"].throttle.storage
-    evaluate = storage.evaluate
+    sender = app.extensions["ratelimit"].throttle.sender
+    evaluate = sender.evaluate
     away = threading.Event()
     away.set()
 
@@ -425,7 +425,7 @@ def failing_storage(app: Flask, error: Exception) -> threading.Event:
             raise error
         return evaluate(*args, **kwargs)
 
-    storage.evaluate = failing
+    sender.evaluate = failing
     return away
 
 
@@ -730,7 +730,7 @@ def slots_call(storage: Storage, cost: int, token: str) -> list[int]:
     slots = Policy.concurrency(1, 60, "api")
     key = throttle.key(slots, Identity("ip", "192.0.2.1"))
     plan = Layout.of([(slots.entry, 1, slots.layers)]).plan
-    reply: list[int] = storage.evaluate(slots.strategies, [key], [T0, cost, plan, 0, token])
+    reply: list[int] = throttle.sender.evaluate(slots.strategies, [key], [T0, cost, plan, 0, token])
     return reply
 
 
@@ -812,7 +812,7 @@ def test_only_an_admission_that_may_still_run_leaves_its_slots_to_give_back(
         def failing(*args: Any, **kwargs: Any) -> Any:
             raise failure
 
-        throttle.storage.evaluate = failing  # type: ignore[method-assign]
+        throttle.sender.evaluate = failing  # type: ignore[method-assign]
     slots, rate, who = Policy.concurrency(1, 60, "api"), Policy(parse_limits("5/s"), "api"), Identity("ip", "192.0.2.1")
     if fallback:
         assert throttle.hit([(slots, [who])]).fallback
@@ -842,7 +842,7 @@ def test_a_slot_s_token_is_not_part_of_a_cluster_request_s_kept_fan_out(redis_cl
             decision = throttle.hit([(slots, [ip, user])])
             assert decision.hold is not None
             decision.hold.release()
-        assert len(storage._fanouts) == 2  # the admissions', the releases'
+        assert len(throttle.sender._fanouts) == 2  # the admissions', the releases'
     finally:
         storage.close()
 

@@ -637,10 +637,10 @@ steps = request_steps(max_size=30)
 _prefixes = itertools.count()
 
 
-def recorded(storage: Storage) -> list[Any]:
-    """The replies of ``storage``'s script calls, as they come."""
+def recorded(throttle: Throttle) -> list[Any]:
+    """The replies of ``throttle``'s script calls, as they come."""
     replies: list[Any] = []
-    evaluate = storage.evaluate
+    evaluate = throttle.sender.evaluate
 
     def record(*args: Any) -> list[int]:
         try:
@@ -651,7 +651,7 @@ def recorded(storage: Storage) -> list[Any]:
         replies.append(list(reply))
         return reply
 
-    storage.evaluate = record  # type: ignore[method-assign]
+    throttle.sender.evaluate = record  # type: ignore[method-assign]
     return replies
 
 
@@ -682,7 +682,7 @@ def test_the_scripts_reply_as_on_redis(
     real_storage = Storage(redis.Redis.from_url(redis_server.url))
     mine_storage = Storage(EmbeddedRedis(lua=lua))
     throttles = [Throttle(real_storage, prefix), Throttle(mine_storage, prefix)]
-    theirs, ours = recorded(real_storage), recorded(mine_storage)
+    theirs, ours = recorded(throttles[0]), recorded(throttles[1])
     try:
         now = T0 + start
         for gap, cost, who, refund in steps:

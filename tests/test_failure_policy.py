@@ -166,7 +166,7 @@ def test_an_unexpected_error_in_the_storage_follows_the_failure_policy(
     RateLimit(app, redis=client, metrics=registry)
     state = app.extensions["ratelimit"]
     if fault == "storage-bug":
-        monkeypatch.setattr(state.throttle.storage, "evaluate", _raising_evaluate)
+        monkeypatch.setattr(state.throttle.sender, "evaluate", _raising_evaluate)
     elif fault == "throttle-bug":  # before the call to Redis, outside any breaker
         monkeypatch.setattr(state.throttle, "_prepare", _raising_evaluate)
     web = app.test_client()
@@ -204,7 +204,7 @@ def test_an_unexpected_error_is_not_decided_by_the_fallback(redis_server: RedisS
     app.config.update(TESTING=True, RATELIMIT_FALLBACK=True, RATELIMIT_STORAGE_URL=redis_server.url)
     limited(app, "2/m")
     state = install(app)
-    monkeypatch.setattr(state.throttle.storage, "evaluate", _raising_evaluate)
+    monkeypatch.setattr(state.throttle.sender, "evaluate", _raising_evaluate)
     responses = [get(app.test_client()) for _ in range(3)]
     # The fallback would have refused the third request, with headers.
     assert [(r.status_code, "RateLimit" in r.headers) for r in responses] == [(200, False)] * 3

@@ -135,13 +135,6 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 #: talks to a storage, and the stores operators read build on the engine and
 #: the storages; never the other way.
 FOLDERS = {"engine": {"storages"}, "storages": set(), "stores": {"engine", "storages"}}
-#: Imports against that direction, left to the engineers reworking those
-#: modules (issue 34): the storage picks a call's script and splits a cluster
-#: request with the engine's script cache and codec. This list only shrinks.
-AGAINST_THE_DIRECTION_LEFT_FOR_LATER = {
-    (f"{CORE}.storages.storage", f"{CORE}.engine.codec"),
-    (f"{CORE}.storages.storage", f"{CORE}.engine.scripts"),
-}
 
 
 def core_folder(name: str) -> str | None:
@@ -164,10 +157,7 @@ def against_the_direction(edges: dict[str, set[str]]) -> set[tuple[str, str]]:
 
 
 def test_the_cores_folders_import_one_way() -> None:
-    found = against_the_direction(graph())
-    assert found - AGAINST_THE_DIRECTION_LEFT_FOR_LATER == set()
-    # An import left for later that is gone comes off the list.
-    assert found >= AGAINST_THE_DIRECTION_LEFT_FOR_LATER
+    assert against_the_direction(graph()) == set()
 
 
 def test_the_direction_check_finds_an_import_against_it() -> None:

@@ -28,12 +28,11 @@ from servers import RedisCluster, redis_command
 
 from flask_redis_throttle import ConfigurationError, Identity, InvalidLimit, RateLimit, limit, parse_limits
 from flask_redis_throttle._request.spec import make_spec
-from flask_redis_throttle.core.engine import codec
+from flask_redis_throttle.core.engine import codec, sending
 from flask_redis_throttle.core.engine.blocks import BlockCache
 from flask_redis_throttle.core.engine.leases import SHARE, Leases
 from flask_redis_throttle.core.engine.throttle import Check, Policy, StorageUnavailable, Throttle
 from flask_redis_throttle.core.factory import build_throttle
-from flask_redis_throttle.core.storages import storage as storage_module
 from flask_redis_throttle.core.storages.storage import Storage
 from flask_redis_throttle.extension import RateLimitState
 from flask_redis_throttle.testing import RedisServer, free_port, redis_server
@@ -334,7 +333,7 @@ def test_a_block_on_a_cluster_ends_with_the_window_of_the_node_whose_clock_is_ah
             for part in codec.split(keys, args)
         ]
 
-    monkeypatch.setattr(storage_module, "split", skewed)
+    monkeypatch.setattr(sending, "split", skewed)
     checks: list[Check] = [(policy, [ALICE, bob])]
     alice: Counter[int] = Counter()
     bobs: Counter[int] = Counter()
@@ -546,16 +545,16 @@ def prefetched(app: Flask, spec: str = "1000/minute", **config: Any) -> RateLimi
 
 
 def counted(state: RateLimitState) -> list[int]:
-    """A count of the script calls ``state``'s storage makes, kept up to date."""
+    """A count of the script calls ``state``'s throttle makes, kept up to date."""
     assert state.throttle is not None
-    storage, calls = state.throttle.storage, [0]
-    evaluate = storage.evaluate
+    sender, calls = state.throttle.sender, [0]
+    evaluate = sender.evaluate
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         calls[0] += 1
         return evaluate(*args, **kwargs)
 
-    storage.evaluate = counting  # type: ignore[method-assign]
+    sender.evaluate = counting  # type: ignore[method-assign]
     return calls
 
 

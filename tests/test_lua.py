@@ -18,6 +18,7 @@ from helpers import SECOND, T0
 from flask_redis_throttle.core.engine import scripts
 from flask_redis_throttle.core.engine.codec import entry
 from flask_redis_throttle.core.engine.rates import Layer
+from flask_redis_throttle.core.engine.sending import Sender
 from flask_redis_throttle.core.storages.storage import Storage
 
 _scopes = itertools.count()
@@ -104,9 +105,10 @@ def test_a_sliding_window_drops_no_count_when_the_clock_goes_back(storage: Stora
     window, both requests count, where counting it in its own sub-bucket
     would have let a third in at once."""
     names, keys, plan = frozenset(["sliding-window"]), [f"sw{next(_scopes)}:sw"], entry("sw", [Layer(2, 1)])
+    sender = Sender(storage)
 
     def call(now: int) -> list[int]:
-        return list(storage.evaluate(names, keys, [now, 1, plan]))
+        return list(sender.evaluate(names, keys, [now, 1, plan]))
 
     newest = T0 + 5 * SECOND
     assert call(newest)[0] == 1
@@ -125,19 +127,20 @@ def test_a_sliding_log_numbers_the_entries_of_an_instant_on(storage: Storage) ->
     entry is lost to another of the same name; a refund takes back the
     latest."""
     names, keys, plan = frozenset(["sliding-log"]), [f"sl{next(_scopes)}:sl"], entry("sl", [Layer(10, 60)])
+    evaluate = Sender(storage).evaluate
 
     def stamped() -> list[str]:
         members = storage.client.execute_command("ZRANGEBYSCORE", keys[0], T0, T0)
         return sorted(m.decode() if isinstance(m, bytes) else m for m in members)
 
-    assert storage.evaluate(names, keys, [T0, 1, plan])[0] == 1
-    assert storage.evaluate(names, keys, [T0, 2, plan])[0] == 1
+    assert evaluate(names, keys, [T0, 1, plan])[0] == 1
+    assert evaluate(names, keys, [T0, 2, plan])[0] == 1
     assert stamped() == [f"{T0}:{n}" for n in (1, 2, 3)]
-    assert storage.evaluate(names, keys, [T0, 0, plan])[2] == 7
-    storage.evaluate(names, keys, [T0, -2, plan])
+    assert evaluate(names, keys, [T0, 0, plan])[2] == 7
+    evaluate(names, keys, [T0, -2, plan])
     assert stamped() == [f"{T0}:1"]
-    assert storage.evaluate(names, keys, [T0, 3, plan])[0] == 1
+    assert evaluate(names, keys, [T0, 3, plan])[0] == 1
     assert stamped() == [f"{T0}:{n}" for n in (1, 2, 3, 4)]
-    assert storage.evaluate(names, keys, [T0, 1, plan])[0] == 1
+    assert evaluate(names, keys, [T0, 1, plan])[0] == 1
     assert stamped() == [f"{T0}:{n}" for n in (1, 2, 3, 4, 5)]
-    assert storage.evaluate(names, keys, [T0, 0, plan])[2] == 5
+    assert evaluate(names, keys, [T0, 0, plan])[2] == 5

@@ -67,15 +67,15 @@ def test_scripts_match_models_and_keep_promises(
         plan = b"".join(entries)
         verdicts = [c.check(now, cost) for c in involved]
         expected = decide(involved, now, cost)
-        reply = storage.evaluate(frozenset(names), keys, [now, cost, plan])
+        reply = throttle.sender.evaluate(frozenset(names), keys, [now, cost, plan])
         assert list(reply) == [*expected, now], (now - T0, cost, who)
         if refund and reply[0] == 1 and cost > 0:
             # A refund at the admitting call's time undoes it exactly.
-            assert list(storage.evaluate(frozenset(names), keys, [now, -cost, plan])) == [1, 0, 0, 0, 0, now]
+            assert list(throttle.sender.evaluate(frozenset(names), keys, [now, -cost, plan])) == [1, 0, 0, 0, 0, now]
             for counter in distinct(involved):
                 counter.hits.remove((now, cost))
             # An inspection shows the state is the model's, to the microsecond.
-            inspection = storage.evaluate(frozenset(names), keys, [now, 0, plan])
+            inspection = throttle.sender.evaluate(frozenset(names), keys, [now, 0, plan])
             assert list(inspection) == [*decide(involved, now, 0), now]
         for counter, verdict in zip(involved, verdicts, strict=True):
             if not verdict.fits and cost <= counter.quota:
@@ -132,11 +132,12 @@ def test_a_refund_restores_every_inspection(storage: Storage, strategy: str, cos
     microsecond. 3/s makes GCRA's interval a third of a microsecond short of
     whole, so its remainder carries and the refund must borrow."""
     policy = Policy((Layer(3, 1), Layer(4, 2)), f"r{next(_scopes)}", strategy)
-    keys = [Throttle(storage).key(policy, IDENTITIES[0])]
+    throttle = Throttle(storage)
+    keys = [throttle.key(policy, IDENTITIES[0])]
     now = T0 + SECOND // 3
 
     def call(cost: int) -> list[int]:
-        return list(storage.evaluate(frozenset([strategy]), keys, [now, cost, policy.entry]))
+        return list(throttle.sender.evaluate(frozenset([strategy]), keys, [now, cost, policy.entry]))
 
     for cost in costs:
         before = call(0)

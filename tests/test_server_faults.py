@@ -431,7 +431,7 @@ def test_stalled_redis_with_fallback_refusals_do_not_wait(server: RedisServer, c
     request never waits for more than one call to it."""
     app = make_app(server.url, True, stall=True, RATELIMIT_FALLBACK=True, RATELIMIT_BLOCK_CACHE_SIZE=0)
     state = app.extensions["ratelimit"]
-    script_calls = counted(state.throttle.storage, "evaluate")
+    script_calls = counted(state.throttle.sender, "evaluate")
     log_writes = counted(state.refusals, "record")
     results: list[Result] = []
     errors: list[BaseException] = []

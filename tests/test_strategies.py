@@ -104,13 +104,13 @@ def test_limits_with_different_strategies_share_one_round_trip(app: Flask, clock
     client = app.test_client()
     calls = []
     state = app.extensions["ratelimit"]
-    evaluate = state.throttle.storage.evaluate
+    evaluate = state.throttle.sender.evaluate
 
     def spy(strategies, keys, args):  # type: ignore[no-untyped-def]
         calls.append(strategies)
         return evaluate(strategies, keys, args)
 
-    state.throttle.storage.evaluate = spy
+    state.throttle.sender.evaluate = spy
     statuses = []
     for at in (0, 0, 0, 5, 9):
         clock.set(at)

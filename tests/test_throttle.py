@@ -229,13 +229,13 @@ def test_request_keys_are_kept_in_a_bounded_cache(
     throttle = Throttle(storage, prefix="bounded:", secret=b"s3cret")
     policy = Policy(parse_limits("5/s"), "s", penalty=Penalty(60))
     sent: list[list[str]] = []
-    evaluate = storage.evaluate
+    evaluate = throttle.sender.evaluate
 
     def recording(strategies: frozenset[str], keys: list[str], args: list[int | str]) -> list[int]:
         sent.append(list(keys))
         return evaluate(strategies, keys, args)
 
-    monkeypatch.setattr(storage, "evaluate", recording)
+    monkeypatch.setattr(throttle.sender, "evaluate", recording)
     cache = keys_module.cached_counter_key
     cache.cache_clear()
     clock.set(0)
@@ -251,7 +251,7 @@ def test_request_keys_are_kept_in_a_bounded_cache(
     assert cache.cache_info().currsize == 4
     # A flood, sent to a stand-in for the storage: many thousand script
     # calls would only make the test slow.
-    monkeypatch.setattr(storage, "evaluate", lambda strategies, keys, args: [1, 1, 4, 1_000_000, 0, T0])
+    monkeypatch.setattr(throttle.sender, "evaluate", lambda strategies, keys, args: [1, 1, 4, 1_000_000, 0, T0])
     size = cache.cache_info().maxsize
     assert size is not None
     for number in range(size):

@@ -382,13 +382,13 @@ def sentinel_group() -> Iterator[RedisSentinelGroup]:
 def counting_calls(state: Any) -> list[int]:
     """Record every script call the throttle makes to Redis."""
     calls: list[int] = []
-    evaluate = state.throttle.storage.evaluate
+    evaluate = state.throttle.sender.evaluate
 
     def counted(*args: Any) -> Any:
         calls.append(1)
         return evaluate(*args)
 
-    state.throttle.storage.evaluate = counted
+    state.throttle.sender.evaluate = counted
     return calls
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from ..errors import InvalidLimit
+from ..storages.calls import Arg, Args, Call
 from .rates import MAX_LAYERS, Layer
 
 __all__ = [
@@ -39,13 +40,6 @@ __all__ = [
 
 #: How many request shapes' layouts a throttle keeps (see :class:`Layout`).
 LAYOUT_CACHE_SIZE = 256
-
-#: One argument of a script call.
-Arg = int | str | bytes
-#: The arguments of one script call: now, cost and the plan.
-Args = Sequence[Arg]
-#: One script call: its keys and its arguments.
-Call = tuple[Sequence[str], Sequence[Arg]]
 
 #: The code of the concurrency slots' entries (see ``lua/concurrency.lua``).
 SLOTS_CODE = b"cc"
@@ -262,12 +256,13 @@ def split(keys: Sequence[str], args: Args) -> list[Part]:
 @dataclass(frozen=True, slots=True)
 class Fanout:
     """A cluster request's calls, one per hash tag, worked out once for its
-    keys and arguments and kept by the storage (not their nodes: read from
-    redis-py's slot map on every request).
+    keys and arguments and kept by the sender (not their nodes: the
+    storage's cache of redis-py's slot map gives those).
 
     :param parts: the request split by hash tag (see :func:`split`).
     :param calls: each part's keys and arguments, as sent.
-    :param scripts: the script the calls take, by their strategies, filled by the storage.
+    :param scripts: the script the calls take, by their strategies: the
+        sender's to fill (see :meth:`~flask_redis_throttle.core.engine.sending.Sender.evaluate_split`).
     """
 
     parts: list[Part]

@@ -14,7 +14,8 @@ from importlib.resources import files
 from typing import TypeGuard
 
 from ..bounded import remember
-from .codec import SLOTS_CODE, Args, penalized, shaped
+from ..storages.calls import Args, Script
+from .codec import SLOTS_CODE, penalized, shaped
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,20 +160,12 @@ def script_source(names: Iterable[str], plain: bool = False) -> str:
     return "\n".join(parts)
 
 
-@dataclass(frozen=True, slots=True)
-class Script:
-    """A script's text, and the SHA1 that ``EVALSHA`` names it by."""
-
-    text: str
-    sha: str
-
-
 #: How many plans a :class:`ScriptCache` remembers whether they are plain.
 PLAN_CACHE_SIZE = 1024
 
 
 class ScriptCache:
-    """The scripts one storage sends, each made once, by the strategies a
+    """The scripts one sender sends, each made once, by the strategies a
     request uses and whether its plans are plain (see :func:`script_source`)."""
 
     def __init__(self) -> None:

@@ -19,15 +19,17 @@ import redis
 from ..bounded import remember
 from ..checks import is_integer, is_number
 from ..errors import InvalidLimit
+from ..storages.calls import Arg
 from ..storages.local import LocalFolder, folder_of
 from ..storages.storage import STORAGE_ERRORS, NodeFailure, NotSent, Storage
 from .blocks import Block, BlockCache
 from .breaker import CircuitBreaker
-from .codec import LAYOUT_CACHE_SIZE, MAX_PLAN_DELAY, Arg, Layout, Reply, entry
+from .codec import LAYOUT_CACHE_SIZE, MAX_PLAN_DELAY, Layout, Reply, entry
 from .keys import Identity, counter_pattern, delete_counters, escape_scope, identity_tag, kept_counter_key
 from .penalties import Penalty, penalty_suffix
 from .rates import Layer
 from .scripts import CONCURRENCY, PARTS, STRATEGY_NAMES, able, is_strategy
+from .sending import Sender
 
 __all__ = ["Check", "Decision", "Hold", "Policy", "StorageUnavailable", "Throttle", "UnexpectedError"]
 
@@ -248,9 +250,9 @@ class Hold:
         if self.token:
             args.append(self.token)
         if guarded:
-            throttle.call(throttle.storage.evaluate, keys, self.strategies, keys, args)
+            throttle.call(throttle.sender.evaluate, keys, self.strategies, keys, args)
         else:
-            throttle.unguarded(throttle.storage.evaluate, self.strategies, keys, args)
+            throttle.unguarded(throttle.sender.evaluate, self.strategies, keys, args)
 
 
 class Throttle:
@@ -283,6 +285,8 @@ class Throttle:
         if "{" in prefix or "}" in prefix:
             raise ValueError(f"key prefix {prefix!r} must not contain braces: they would pick the cluster slot")
         self.storage = storage
+        #: Sends the scripts on ``storage`` (see :class:`~flask_redis_throttle.core.engine.sending.Sender`).
+        self.sender = Sender(storage)
         self.prefix = prefix
         self.secret = secret
         self.blocks = blocks
@@ -376,7 +380,7 @@ class Throttle:
                 raw = Reply.refused(index, block.remaining, block.reset - sent, block.until - sent, block.penalized)
                 return _decision(Reply.decode(raw), checks, layout, cached=True)
         try:
-            raw = self.call(self.storage.evaluate, keys, strategies, keys, args)  # no closure: locals stay fast
+            raw = self.call(self.sender.evaluate, keys, strategies, keys, args)  # no closure: locals stay fast
         except StorageUnavailable as error:
             if token and self.strays is not None and _may_have_run(error):
                 self.strays(self._hold(keys, layout, now, token))

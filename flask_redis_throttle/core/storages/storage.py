@@ -34,8 +34,7 @@ from redis.exceptions import (
 )
 
 from ..bounded import remember
-from ..engine.codec import Args, Call, Fanout, settle, split
-from ..engine.scripts import Script, ScriptCache
+from .calls import Call, Script
 from .clients import client_from_url, redact, scheme_of
 from .local import folder_of
 
@@ -47,7 +46,8 @@ logger = logging.getLogger("flask_redis_throttle")
 #: cluster client's own, which does not derive from them.
 STORAGE_ERRORS = (redis.RedisError, RedisClusterException)
 
-#: How many cluster requests' fan-outs are kept (see :meth:`Storage._fanout`):
+#: How many cluster keys' nodes, and cluster requests' fan-outs (see
+#: :meth:`~flask_redis_throttle.core.engine.sending.Sender._fanout`), are kept:
 #: enough for the identities of a busy minute, bounded so that a flood of new
 #: identities cannot grow the process.
 KEY_CACHE_SIZE = 8192
@@ -100,7 +100,8 @@ class NotSent(redis.ConnectionError):
 
 
 class Storage:
-    """A Redis client and the rate limit scripts registered on it.
+    """A Redis client, and the script calls sent on it (which script a call
+    takes is the engine's: see :class:`~flask_redis_throttle.core.engine.sending.Sender`).
 
     :param client: a :class:`redis.Redis`, a :class:`redis.cluster.RedisCluster`,
         or the embedded ``memory://`` one; the one an app already has will do (see
@@ -116,14 +117,10 @@ class Storage:
         #: Whether keys with different hash tags may live on different nodes,
         #: so that one script cannot touch them all.
         self.cluster = isinstance(client, RedisCluster) if cluster is None else cluster
-        #: The scripts sent, and which one each call takes.
-        self.scripts = ScriptCache()
-        #: A cluster request's calls, by its keys and arguments (see :meth:`_fanout`).
-        self._fanouts: dict[tuple[Any, ...], Fanout] = {}
         #: The connections kept for a single node's calls (see :class:`Connections`);
         #: none for a client that is not a plain pooled :class:`redis.Redis`
         #: (the embedded one, one with a single connection, a cluster's).
-        self._connections = Connections(client) if not self.cluster and Connections.fit(client) else None
+        self.connections = Connections(client) if not self.cluster and Connections.fit(client) else None
         #: A cluster node's kept connections, by its client (see :meth:`_connections_of`).
         self._node_connections: dict[str, tuple[Any, Connections]] = {}
         #: A cluster key's node, and the slot map it was read from (see :meth:`_nodes_of`).
@@ -159,7 +156,7 @@ class Storage:
         # Only a built redis.Redis is asked for its pool: a cluster client
         # that was never used would be built by the question.
         nodes = list(self._node_connections.values())  # at once: another thread may add one
-        for connections in [self._connections, *(kept for _, kept in nodes)]:
+        for connections in [self.connections, *(kept for _, kept in nodes)]:
             if connections is not None:
                 connections.close()
         if isinstance(self.client, redis.Redis):
@@ -203,97 +200,20 @@ class Storage:
             found.append(node)
         return found
 
-    def evaluate(self, strategies: frozenset[str], keys: Sequence[str], args: Args) -> list[int]:
-        """Run the script for ``strategies`` once: one EVALSHA, one round trip.
-
-        When Redis answers NOSCRIPT (after ``SCRIPT FLUSH``, a restart or a
-        failover), the call is made again with EVAL and the script's source,
-        which cannot meet NOSCRIPT and caches the script for the next calls
-        (rather than loading it and calling EVALSHA again, which would race
-        with any further flush and leave the request undecided).
-
-        On a cluster, keys with different hash tags (different identities)
-        may live on different nodes, so the script is run once per hash tag,
-        on the node that holds it, and the replies merged into the one a single call would
-        give (see :meth:`evaluate_split`).
-
-        :raises KeyError: for an unknown strategy.
-        :raises redis.RedisError: when Redis cannot answer (or a
-            :class:`~redis.exceptions.RedisClusterException`: see
-            :data:`STORAGE_ERRORS`).
-        """
-        if self.cluster:
-            return self.evaluate_split(strategies, keys, args)
-        script = self.scripts.choose(strategies, ((keys, args),))
-        connections = self._connections
-        if connections is None:
-            try:
-                result: list[int] = self.client.evalsha(script.sha, len(keys), *keys, *args)
-            except NoScriptError:
-                result = self.client.eval(script.text, len(keys), *keys, *args)
-            return result
-        reply = connections.call(("EVALSHA", script.sha, len(keys), *keys, *args))
-        if isinstance(reply, NoScriptError):
-            reply = connections.call(("EVAL", script.text, len(keys), *keys, *args))
-        if isinstance(reply, Exception):
-            raise reply
-        return reply  # type: ignore[no-any-return]
-
-    def evaluate_split(self, strategies: frozenset[str], keys: Sequence[str], args: Args) -> list[int]:
-        """Run the script once per hash tag: one round trip to each node
-        involved (see :meth:`_send_to_nodes`). Then reply as one call over all the keys would:
-        admitted only if every call admitted, with the same deciding layer.
-        If some calls admitted the request and another refused it, the
-        admitting ones are refunded at once, at the time each decided at.
-
-        Each call is atomic on its own; the whole is not (see :ref:`cluster`).
-        """
-        fanout = self._fanout(keys, args)
-        parts, known = fanout.parts, fanout.scripts
-        # The flat script fits the parts if and only if it fits the whole; kept with the fan-out.
-        script = known[strategies] = known.get(strategies) or self.scripts.choose(strategies, [(keys, args)])
-        replies = self.evaluate_many(strategies, fanout.calls, script)
-        if len(parts) == 1:
-            return replies[0]
-        reply, refunds = settle(parts, replies)
-        if refunds:
-            try:
-                self.evaluate_many(strategies, refunds)
-            except STORAGE_ERRORS as error:
-                logger.warning("could not refund a request refused on another node (%s): %d lost", error, args[1])
-        return reply
-
-    def _fanout(self, keys: Sequence[str], args: Args) -> Fanout:
-        """A cluster request's fan-out, kept by its keys and plan, with the
-        arguments past the plan (which change per request) put in afterwards.
-        The arguments' types are in the key: ``1``, ``1.0`` and ``True`` are
-        equal but not encoded alike."""
-        head = args[:3]
-        key = (tuple(keys), tuple(head), tuple(map(type, head)))
-        fanout = self._fanouts.get(key)
-        if fanout is None:
-            fanout = remember(self._fanouts, key, Fanout.of(split(keys, head)), KEY_CACHE_SIZE)
-        return fanout.sent_with(args[3:])
-
-    def evaluate_many(
-        self, strategies: frozenset[str], calls: Sequence[Call], script: Script | None = None
-    ) -> list[list[int]]:
-        """Run the script once per call, pipelined: on a cluster, one
+    def evaluate_many(self, calls: Sequence[Call], script: Script) -> list[list[int]]:
+        """Run ``script`` once per call, pipelined: on a cluster, one
         round trip to each node that holds some of the keys.
 
         The calls are independent: each is atomic on its own node, not with
         the others. The calls that met NOSCRIPT are made again with EVAL and
-        the script's source, pipelined (see :meth:`evaluate`); the others are
-        not repeated, so no identity is counted twice.
+        the script's source, pipelined (see
+        :meth:`~flask_redis_throttle.core.engine.sending.Sender.evaluate`); the
+        others are not repeated, so no identity is counted twice.
 
         :raises NodeFailure: when some calls were answered and others not
             (those that were answered took effect).
         :raises redis.RedisError: when no call was answered.
-
-        ``script``, when given, is the one ``calls`` take (a fan-out's: see :meth:`_fanout`).
         """
-        if script is None:
-            script = self.scripts.choose(strategies, calls)
         results, nodes = self._send(calls, "EVALSHA", script.sha)
         for result in results:
             if isinstance(result, Exception):
@@ -324,8 +244,8 @@ class Storage:
         if self.cluster:
             return self._send_to_nodes(calls, command, script)
         commands = [(command, script, len(keys), *keys, *args) for keys, args in calls]
-        if self._connections is not None:
-            return self._connections.exchange(commands), []
+        if self.connections is not None:
+            return self.connections.exchange(commands), []
         return _run_on_node(self.client, commands), []
 
     def _send_to_nodes(self, calls: Sequence[Call], command: str, script: str) -> tuple[list[Any], list[str]]:
