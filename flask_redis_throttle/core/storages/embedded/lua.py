@@ -191,7 +191,7 @@ class LuaHost:
         try:
             result = self.runner(function, keys, *words)
         except CommandError as error:
-            raise CommandError(f"{error.message} script: {sha}") from None
+            raise CommandError(f"{error} script: {sha}") from None
         except self.lua.LuaError as error:
             message = str(error).split("\nstack traceback:", 1)[0]
             raise CommandError(f"ERR {message} script: {sha}") from None
@@ -223,7 +223,7 @@ class LuaHost:
         try:
             return self._call(*words)
         except CommandError as error:
-            return self.table_from({b"err": error.message.encode()})
+            return self.table_from({b"err": str(error).encode()})
 
     def _to_lua(self, reply: Any) -> Any:
         """A reply as Redis gives it to a script: a nil as false, arrays as

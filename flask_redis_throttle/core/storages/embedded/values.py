@@ -7,6 +7,7 @@ import math
 import re
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -33,24 +34,16 @@ class Status(bytes):
 
 
 class CommandError(Exception):
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-
-#: The error codes the embedded store replies with that redis-py gives a
-#: class of its own, taking the code off the message, as it does with a
-#: server's reply; any other code (``WRONGTYPE``) stays in a ResponseError's text.
-_ERROR_CLASSES: dict[str, type[redis.RedisError]] = {
-    "ERR": redis.ResponseError,
-    "NOSCRIPT": redis.exceptions.NoScriptError,
-}
+    """An error reply; its text is ``str(error)``."""
 
 
 def response_error(message: str) -> redis.RedisError:
+    """The error redis-py raises for a server's reply: it takes the ``ERR``
+    and ``NOSCRIPT`` codes off the text; any other (``WRONGTYPE``) stays."""
     code, _, rest = message.partition(" ")
-    kind = _ERROR_CLASSES.get(code)
-    return kind(rest) if kind else redis.ResponseError(message)
+    if code == "NOSCRIPT":
+        return redis.exceptions.NoScriptError(rest)
+    return redis.ResponseError(rest if code == "ERR" else message)
 
 
 OK = Status(b"OK")
@@ -147,14 +140,12 @@ def _glob_class(pattern: bytes, i: int, out: list[bytes]) -> int:
     return i + 1
 
 
+@dataclass(slots=True)
 class ZSet:
     """Each member's score, and (score, member) pairs in Redis's order."""
 
-    __slots__ = ("items", "scores")
-
-    def __init__(self) -> None:
-        self.scores: dict[bytes, float] = {}
-        self.items: list[tuple[float, bytes]] = []
+    scores: dict[bytes, float] = field(default_factory=dict)
+    items: list[tuple[float, bytes]] = field(default_factory=list)
 
     def add(self, member: bytes, score: float) -> None:
         old = self.scores.get(member)
@@ -187,14 +178,12 @@ class ZSet:
         return bisect_left(self.items, (score,))
 
 
+@dataclass(slots=True)
 class Stream:
     """Entries in ID order, each ``(ms, seq)`` and its flat fields, and the last ID given."""
 
-    __slots__ = ("entries", "last")
-
-    def __init__(self) -> None:
-        self.entries: list[tuple[tuple[int, int], list[bytes]]] = []
-        self.last = (0, 0)
+    entries: list[tuple[tuple[int, int], list[bytes]]] = field(default_factory=list)
+    last: tuple[int, int] = (0, 0)
 
 
 def parse_stream_id(value: bytes, default_seq: int, exclusive_ok: bool = True) -> tuple[tuple[int, int], bool]:
@@ -207,13 +196,11 @@ def parse_stream_id(value: bytes, default_seq: int, exclusive_ok: bool = True) -
     if text == b"+":
         return (MAX_SEQ, MAX_SEQ), exclusive
     ms, dash, seq = text.partition(b"-")
-    try:
-        if not ms.isdigit() or (dash and not seq.isdigit()):
-            raise ValueError
-        parsed = (int(ms), int(seq) if dash else default_seq)
-    except ValueError:
-        raise CommandError(BAD_STREAM_ID) from None
-    if parsed[0] > MAX_SEQ or parsed[1] > MAX_SEQ:
+    # bytes.isdigit is true of ASCII digits alone, which int() reads.
+    if not ms.isdigit() or (dash and not seq.isdigit()):
+        raise CommandError(BAD_STREAM_ID)
+    parsed = (int(ms), int(seq) if dash else default_seq)
+    if max(parsed) > MAX_SEQ:
         raise CommandError(BAD_STREAM_ID)
     return parsed, exclusive
 
