@@ -140,20 +140,16 @@ class EmbeddedRedis:
         ]
         return self._locked(self._run, sha, numkeys, words)
 
-    def eval(self, script: str | bytes, numkeys: int, *keys_and_args: Any) -> Any:
-        return self.execute_command("EVAL", script, numkeys, *keys_and_args)
-
     # The commands whose reply redis-py only converts.
+    eval = _command("EVAL")
     script_load = _command("SCRIPT", "LOAD", convert=bytes.decode)
     script_flush = _command("SCRIPT", "FLUSH", convert=_true)
     get = _command("GET")
     delete = _command("DEL", convert=int)
     exists = _command("EXISTS", convert=int)
     pexpire = _command("PEXPIRE", convert=bool)
-    expire = _command("EXPIRE", convert=bool)
     persist = _command("PERSIST", convert=bool)
     pttl = _command("PTTL", convert=int)
-    ttl = _command("TTL", convert=int)
     dbsize = _command("DBSIZE", convert=int)
     dump = _command("DUMP")
     xlen = _command("XLEN", convert=int)

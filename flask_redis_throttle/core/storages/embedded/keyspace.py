@@ -67,12 +67,7 @@ class Keyspace:
 
     def tick(self) -> None:
         self.now = int(self.clock() * 1000)
-        seconds = self._seconds
-        if seconds and seconds[0] < self.now // 1000:
-            self._sweep(SWEEP)
-
-    def _sweep(self, budget: int) -> None:
-        current = self.now // 1000
+        current, budget = self.now // 1000, SWEEP
         seconds, buckets = self._seconds, self._buckets
         while seconds and seconds[0] < current and budget > 0:
             bucket = buckets[seconds[0]]
@@ -90,6 +85,10 @@ class Keyspace:
             self._buckets[deadline // 1000].discard(key)
 
     def expire_at(self, key: bytes, deadline: int) -> None:
+        """Give ``key`` a deadline; one already reached deletes it."""
+        if deadline <= self.now:
+            self.remove(key)
+            return
         self._unexpire(key)
         self.expires[key] = deadline
         second = deadline // 1000
@@ -143,10 +142,7 @@ class Keyspace:
     def _expire(self, key: bytes, deadline: int) -> int:
         if self.lookup(key) is None:
             return 0
-        if deadline <= self.now:
-            self.remove(key)
-        else:
-            self.expire_at(key, deadline)
+        self.expire_at(key, deadline)
         return 1
 
     def pexpire(self, words: list[bytes]) -> int:
@@ -248,10 +244,7 @@ class Keyspace:
             return old if get else None
         self.data[key] = words[2]
         if deadline is not None:
-            if deadline <= self.now:
-                self.remove(key)
-            else:
-                self.expire_at(key, deadline)
+            self.expire_at(key, deadline)
         elif not expiry:
             self._unexpire(key)
         return old if get else OK
@@ -438,8 +431,8 @@ class Keyspace:
                 i += 1
             else:
                 break
-        if i >= len(words) or (len(words) - i - 1) < 2 or (len(words) - i - 1) % 2:
-            raise CommandError("ERR wrong number of arguments for 'xadd' command")
+        if (len(words) - i - 1) < 2 or (len(words) - i - 1) % 2:
+            raise arity_error(words[0])
         stream = self.typed(key, Stream)
         last, wanted = (0, 0) if stream is None else stream.last, words[i]
         if wanted == b"*":
@@ -529,30 +522,23 @@ def _added(number: int, by: int) -> int:
 
 #: Each command's Redis arity: the exact count of words, its name included,
 #: or at least -arity. Its method is its name in lower case (with ``_`` after
-#: a Python name), or that of the command :data:`ALIASES` names.
+#: a Python name), or that of the command after its ``=``.
 ARITIES = """
-GET 2  SET -3  MSET -3  INCR 2  INCRBY 3  DEL -2  UNLINK -2  EXISTS -2  TYPE 2  PEXPIRE 3  EXPIRE 3
-PEXPIREAT 3  PERSIST 2  PTTL 2  TTL 2  KEYS 2  SCAN -2  DBSIZE 1  DUMP 2  FLUSHALL -1  FLUSHDB -1  PING 1
-TIME 1  HGET 3  HMGET -3  HGETALL 2  HLEN 2  HSET -4  HINCRBY 4  HDEL -3  ZADD -4  ZCARD 2  ZSCORE 3
-ZCOUNT 4  ZRANGE -4  ZRANGEBYSCORE -4  ZREM -3  ZREMRANGEBYSCORE 4  XADD -5  XRANGE -4  XREVRANGE -4  XLEN 2
+GET 2  SET -3  MSET -3  INCR=INCRBY 2  INCRBY 3  DEL -2  UNLINK=DEL -2  EXISTS -2  TYPE 2  PEXPIRE 3
+EXPIRE=PEXPIRE 3  PEXPIREAT 3  PERSIST 2  PTTL 2  TTL=PTTL 2  KEYS 2  SCAN -2  DBSIZE 1  DUMP 2  FLUSHALL -1
+FLUSHDB=FLUSHALL -1  PING 1  TIME 1  HGET 3  HMGET -3  HGETALL 2  HLEN 2  HSET -4  HINCRBY 4  HDEL -3  ZADD -4
+ZCARD 2  ZSCORE 3  ZCOUNT 4  ZRANGE -4  ZRANGEBYSCORE -4  ZREM -3  ZREMRANGEBYSCORE 4  XADD -5  XRANGE -4
+XREVRANGE=XRANGE -4  XLEN 2
 """
-ALIASES = {
-    "UNLINK": "DEL",
-    "FLUSHDB": "FLUSHALL",
-    "INCR": "INCRBY",
-    "EXPIRE": "PEXPIRE",
-    "TTL": "PTTL",
-    "XREVRANGE": "XRANGE",
-}
 
 
 def _method(name: str) -> Callable[[Keyspace, list[bytes]], Any]:
-    name = ALIASES.get(name, name).lower()
+    name = name.rpartition("=")[2].lower()
     method: Callable[[Keyspace, list[bytes]], Any] = getattr(Keyspace, name, None) or getattr(Keyspace, f"{name}_")
     return method
 
 
 COMMANDS = {
-    name.encode(): (_method(name), int(arity))
-    for name, arity in zip(ARITIES.split()[::2], ARITIES.split()[1::2], strict=True)
+    word.partition("=")[0].encode(): (_method(word), int(arity))
+    for word, arity in zip(ARITIES.split()[::2], ARITIES.split()[1::2], strict=True)
 }

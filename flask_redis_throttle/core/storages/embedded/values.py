@@ -61,14 +61,14 @@ def parse_integer(value: bytes, error: str = NOT_INTEGER) -> int:
     raise CommandError(error)
 
 
-def parse_float(value: bytes, error: str = NOT_FLOAT) -> float:
+def parse_float(value: bytes) -> float:
     """Not after a space, nor past what a double holds (``1e400``, ``1e-400``)."""
     if not _FLOAT.match(value) or value[:1].isspace():
-        raise CommandError(error)
+        raise CommandError(NOT_FLOAT)
     number = float(value)
     mantissa = value.lower().partition(b"e")[0]
     if (math.isinf(number) and b"inf" not in mantissa) or (number == 0 and re.search(rb"[1-9]", mantissa)):
-        raise CommandError(error)
+        raise CommandError(NOT_FLOAT)
     return number
 
 
