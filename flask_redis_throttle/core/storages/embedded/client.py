@@ -62,6 +62,15 @@ def _true(reply: Any) -> bool:
     return True
 
 
+def _words(**options: Any) -> list[Any]:
+    """redis-py's keyword options as words: a flag set as its name, a value after its name."""
+    words: list[Any] = []
+    for name, value in options.items():
+        if value is not None and value is not False:
+            words += [name.upper()] if value is True else [name.upper(), value]
+    return words
+
+
 def _pairs(flat: list[bytes]) -> dict[bytes, bytes]:
     return dict(zip(flat[::2], flat[1::2], strict=True))
 
@@ -169,13 +178,7 @@ class EmbeddedRedis:
         keepttl: bool = False,
         get: bool = False,
     ) -> Any:
-        words: list[Any] = ["SET", name, value]
-        if ex is not None:
-            words += ["EX", ex]
-        if px is not None:
-            words += ["PX", px]
-        words += [flag for flag, on in (("NX", nx), ("XX", xx), ("KEEPTTL", keepttl), ("GET", get)) if on]
-        reply = self.execute_command(*words)
+        reply = self.execute_command("SET", name, value, *_words(ex=ex, px=px, nx=nx, xx=xx, keepttl=keepttl, get=get))
         return reply if get else (reply == b"OK" or None)
 
     def mset(self, mapping: dict[Any, Any]) -> bool:
@@ -187,12 +190,7 @@ class EmbeddedRedis:
         return found
 
     def scan(self, cursor: int = 0, match: Any = None, count: int | None = None) -> tuple[int, list[bytes]]:
-        words: list[Any] = ["SCAN", cursor]
-        if match is not None:
-            words += ["MATCH", match]
-        if count is not None:
-            words += ["COUNT", count]
-        following, found = self.execute_command(*words)
+        following, found = self.execute_command("SCAN", cursor, *_words(match=match, count=count))
         return int(following), found
 
     def scan_iter(self, match: Any = None, count: int | None = None) -> Iterator[bytes]:
@@ -210,14 +208,10 @@ class EmbeddedRedis:
         approximate: bool = True,
         nomkstream: bool = False,
     ) -> bytes | None:
-        words: list[Any] = ["XADD", name]
-        if nomkstream:
-            words.append("NOMKSTREAM")
+        words: list[Any] = ["XADD", name, *_words(nomkstream=nomkstream)]
         if maxlen is not None:
             words += ["MAXLEN", "~" if approximate else "=", maxlen]
-        words.append(id)
-        for pair in fields.items():
-            words += pair
+        words += [id, *(word for pair in fields.items() for word in pair)]
         reply: bytes | None = self.execute_command(*words)
         return reply
 
@@ -229,7 +223,7 @@ class EmbeddedRedis:
 
     def _entries(self, command: str, name: Any, first: Any, last: Any, count: int | None) -> list[Any]:
         """XRANGE or XREVRANGE's entries, as redis-py gives them."""
-        raw = self.execute_command(command, name, first, last, *([] if count is None else ["COUNT", count]))
+        raw = self.execute_command(command, name, first, last, *_words(count=count))
         return [(entry_id, _pairs(flat)) for entry_id, flat in raw]
 
     def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> EmbeddedPipeline:

@@ -418,19 +418,16 @@ class Keyspace:
             option = words[i].upper()
             if option == b"NOMKSTREAM":
                 make = False
-                i += 1
             elif option == b"MAXLEN":
-                i += 1
-                if i < len(words) and words[i] in (b"=", b"~"):
-                    i += 1
+                i += 2 if words[i + 1 : i + 2] in ([b"="], [b"~"]) else 1
                 if i >= len(words):
                     raise CommandError(SYNTAX)
                 maxlen = parse_integer(words[i])
                 if maxlen < 0:
                     raise CommandError("ERR The MAXLEN argument must be >= 0.")
-                i += 1
             else:
                 break
+            i += 1
         if (len(words) - i - 1) < 2 or (len(words) - i - 1) % 2:
             raise arity_error(words[0])
         stream = self.typed(key, Stream)

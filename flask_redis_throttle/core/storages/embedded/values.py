@@ -90,54 +90,37 @@ def parse_bound(value: bytes) -> tuple[float, bool]:
     return float(text), exclusive
 
 
+#: A glob pattern's parts: an escaped character, ``*``, ``?``, a class (an
+#: open one runs to the end, as in Redis), any other character; and a class's.
+_GLOB = re.compile(rb"\\(.)|(\*)|(\?)|\[(\^?)((?:\\.|[^\]\\]-.|[^\]])*)\]?|(.)", re.DOTALL)
+_CLASS = re.compile(rb"\\(.)|([^\\])-(.)|(.)", re.DOTALL)
+
+
 @lru_cache(maxsize=256)
 def glob(pattern: bytes) -> Callable[[bytes], Any] | None:
     """A Redis glob pattern's matcher; None for ``*``."""
     if pattern == b"*":
         return None
-    out, i, n = [], 0, len(pattern)
-    while i < n:
-        char = pattern[i : i + 1]
-        i += 1
-        if char == b"*":
-            out.append(b".*")
-        elif char == b"?":
-            out.append(b".")
-        elif char == b"\\" and i < n:
-            out.append(re.escape(pattern[i : i + 1]))
-            i += 1
-        elif char == b"[":
-            i = _glob_class(pattern, i, out)
-        else:
-            out.append(re.escape(char))
-    return re.compile(b"".join(out) + rb"\Z", re.DOTALL).match
+    return re.compile(_GLOB.sub(_glob_part, pattern) + rb"\Z", re.DOTALL).match
 
 
-def _glob_class(pattern: bytes, i: int, out: list[bytes]) -> int:
-    """Translate the class just after ``[`` at ``i`` (an unclosed one runs
-    to the end, as in Redis); return where the pattern goes on."""
-    n = len(pattern)
-    negate = i < n and pattern[i : i + 1] == b"^"
-    if negate:
-        i += 1
-    parts: list[bytes] = []
-    while i < n and pattern[i : i + 1] != b"]":
-        if pattern[i : i + 1] == b"\\" and i + 1 < n:
-            parts.append(re.escape(pattern[i + 1 : i + 2]))
-            i += 2
-        elif i + 2 < n and pattern[i + 1 : i + 2] == b"-":
-            low, high = sorted((pattern[i], pattern[i + 2]))
-            parts.append(re.escape(bytes([low])) + b"-" + re.escape(bytes([high])))
-            i += 3
-        else:
-            parts.append(re.escape(pattern[i : i + 1]))
-            i += 1
-    body = b"".join(parts)
-    if not body:
-        out.append(b"[^\\s\\S]" if not negate else b"[\\s\\S]")
-    else:
-        out.append(b"[" + (b"^" if negate else b"") + body + b"]")
-    return i + 1
+def _glob_part(part: re.Match[bytes]) -> bytes:
+    escaped, star, question, negate, body, char = part.groups()
+    if star or question:
+        return b".*" if star else b"."
+    if negate is None:
+        return re.escape(escaped or char)
+    if not body:  # matches no character, or any one if negated
+        return b"[\\s\\S]" if negate else b"[^\\s\\S]"
+    return b"[" + negate + b"".join(map(_class_part, _CLASS.finditer(body))) + b"]"
+
+
+def _class_part(part: re.Match[bytes]) -> bytes:
+    escaped, low, high, char = part.groups()
+    if low is None:
+        return re.escape(escaped or char)
+    low, high = sorted((low, high))
+    return re.escape(low) + b"-" + re.escape(high)
 
 
 @dataclass(slots=True)
