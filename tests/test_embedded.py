@@ -87,6 +87,7 @@ WORDINGS = [
     (r"^invalid expire time in (?:\w+|'\w+' command)$", "invalid expire time"),
     (r"^unknown command .*", "unknown command"),
     (r"^No matching script.*", "no script"),
+    (r"^Please specify at least one argument for (?:redis\.call\(\)|this redis lib call|this call)$", "no arguments"),
 ]
 
 
@@ -432,6 +433,8 @@ SCRIPTS = [
     ("EVAL", "return {err = 'MYERR from a table'}", "0"),
     ("EVAL", "return redis.call('GET', {})", "0"),
     ("EVAL", "return redis.call('GET', nil)", "0"),
+    ("EVAL", "return redis.call()", "0"),
+    ("EVAL", "return redis.pcall()", "0"),
     ("EVAL", "return nosuchglobal", "0"),
     ("EVAL", "newglobal = 1", "0"),
     ("EVAL", "return (", "0"),

@@ -217,6 +217,8 @@ class LuaHost:
                 keyspace.data[key] = value
                 keyspace.expire_at(key, keyspace.now + amount)
                 return self.ok
+        if not words:
+            raise CommandError("ERR Please specify at least one argument for this redis lib call")
         return self._to_lua(keyspace.execute([_lua_word(word) for word in words]))
 
     def _pcall(self, *words: Any) -> Any:
