@@ -5,31 +5,24 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from .values import (
     BAD_STREAM_ID,
-    EXPIRY_OPTIONS,
     INT64,
     MAX_SEQ,
     OK,
-    OVERFLOW,
-    SYNTAX,
-    TYPE_NAMES,
-    WRONGTYPE,
     CommandError,
     Status,
     Stream,
     ZSet,
-    arity_error,
     format_score,
     glob,
     parse_bound,
     parse_float,
     parse_integer,
     parse_stream_id,
-    reply_members,
 )
 
 _T = TypeVar("_T")
@@ -42,6 +35,13 @@ SWEEP = 64
 
 #: How many SCAN cursors are remembered.
 CURSORS = 1024
+
+WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
+SYNTAX = "ERR syntax error"
+OVERFLOW = "ERR increment or decrement would overflow"
+TYPE_NAMES: dict[type, bytes] = {bytes: b"string", dict: b"hash", ZSet: b"zset", Stream: b"stream"}
+#: SET's expiry options: the deadline is base * now + scale * amount, in ms.
+EXPIRY_OPTIONS = {b"EX": (1000, 1), b"PX": (1, 1), b"EXAT": (1000, 0), b"PXAT": (1, 0)}
 
 
 class Keyspace:
@@ -508,6 +508,16 @@ def _options(words: list[bytes], start: int, takes: dict[bytes, int]) -> dict[by
         found[option] = words[start + 1 : start + 1 + count]
         start += 1 + count
     return found
+
+
+def arity_error(name: bytes) -> CommandError:
+    return CommandError(f"ERR wrong number of arguments for '{name.decode('utf-8', 'replace').lower()}' command")
+
+
+def reply_members(items: Iterable[tuple[float, bytes]], scores: bool) -> list[bytes]:
+    if scores:
+        return [part for score, member in items for part in (member, format_score(score))]
+    return [member for _, member in items]
 
 
 def _added(number: int, by: int) -> int:

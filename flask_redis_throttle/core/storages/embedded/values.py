@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import re
 from bisect import bisect_left, insort
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -17,14 +17,9 @@ _INT = re.compile(rb"-?(?:0|[1-9][0-9]*)\Z")
 INT64 = (-(2**63), 2**63 - 1)
 _FLOAT = re.compile(rb"\s*[-+]?(?:inf|infinity|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:e[-+]?[0-9]+)?)\Z", re.IGNORECASE)
 MAX_SEQ = 2**64 - 1
-#: SET's expiry options: the deadline is base * now + scale * amount, in ms.
-EXPIRY_OPTIONS = {b"EX": (1000, 1), b"PX": (1, 1), b"EXAT": (1000, 0), b"PXAT": (1, 0)}
 
-WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
-SYNTAX = "ERR syntax error"
 NOT_INTEGER = "ERR value is not an integer or out of range"
 NOT_FLOAT = "ERR value is not a valid float"
-OVERFLOW = "ERR increment or decrement would overflow"
 BAD_STREAM_ID = "ERR Invalid stream ID specified as stream command argument"
 
 
@@ -47,10 +42,6 @@ def response_error(message: str) -> redis.RedisError:
 
 
 OK = Status(b"OK")
-
-
-def arity_error(name: bytes) -> CommandError:
-    return CommandError(f"ERR wrong number of arguments for '{name.decode('utf-8', 'replace').lower()}' command")
 
 
 def parse_integer(value: bytes, error: str = NOT_INTEGER) -> int:
@@ -186,12 +177,3 @@ def parse_stream_id(value: bytes, default_seq: int, exclusive_ok: bool = True) -
     if max(parsed) > MAX_SEQ:
         raise CommandError(BAD_STREAM_ID)
     return parsed, exclusive
-
-
-def reply_members(items: Iterable[tuple[float, bytes]], scores: bool) -> list[bytes]:
-    if scores:
-        return [part for score, member in items for part in (member, format_score(score))]
-    return [member for _, member in items]
-
-
-TYPE_NAMES: dict[type, bytes] = {bytes: b"string", dict: b"hash", ZSet: b"zset", Stream: b"stream"}
