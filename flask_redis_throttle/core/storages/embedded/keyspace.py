@@ -228,17 +228,18 @@ class Keyspace:
         """SET: as in Redis, a repeated option's last one wins, and the
         expiry is read once every option is known."""
         key, options = words[1], _options(words, 3, SET_OPTIONS)
-        expiry = [option for option in options if option in EXPIRY_OPTIONS or option == b"KEEPTTL"]
-        if {b"NX", b"XX"} <= options.keys() or len(expiry) > 1:
+        expiry = options.keys() & SET_EXPIRY
+        nx, xx, get = b"NX" in options, b"XX" in options, b"GET" in options
+        if (nx and xx) or len(expiry) > 1:
             raise CommandError(SYNTAX)
         deadline = None
-        if expiry and expiry[0] != b"KEEPTTL":
-            amount = parse_integer(options[expiry[0]][0])
-            scale, base = EXPIRY_OPTIONS[expiry[0]]
+        if expiry and b"KEEPTTL" not in expiry:
+            (option,) = expiry
+            amount = parse_integer(options[option][0])
+            scale, base = EXPIRY_OPTIONS[option]
             if not 0 < scale * amount <= INT64[1] - base * self.now:
                 raise CommandError("ERR invalid expire time in 'set' command")
             deadline = base * self.now + scale * amount
-        get, nx, xx = b"GET" in options, b"NX" in options, b"XX" in options
         old = self.typed(key, bytes) if get else self.lookup(key)
         if (nx and old is not None) or (xx and old is None):
             return old if get else None
@@ -494,6 +495,7 @@ def command(table: dict[bytes, tuple[_M, int]], words: Sequence[bytes]) -> _M:
 
 #: SET's options and the count of words each takes.
 SET_OPTIONS = {b"NX": 0, b"XX": 0, b"GET": 0, b"KEEPTTL": 0, **dict.fromkeys(EXPIRY_OPTIONS, 1)}
+SET_EXPIRY = {*EXPIRY_OPTIONS, b"KEEPTTL"}
 
 
 def _options(words: list[bytes], start: int, takes: dict[bytes, int]) -> dict[bytes, list[bytes]]:

@@ -204,7 +204,8 @@ class LuaHost:
 
     def _call(self, *words: Any) -> Any:
         """``redis.call``. The GET and the SET with PX of every counter skip
-        the generic path when their arguments are those it would run anyway."""
+        the generic path when their arguments are those it would run anyway:
+        main.lua writes the PX as ``%d`` does, digits without a leading zero."""
         keyspace = self.keyspace
         assert keyspace is not None
         count = len(words)
@@ -213,6 +214,8 @@ class LuaHost:
             return False if value is None else value
         if count == 5 and words[0] == b"SET" and words[3] == b"PX":
             key, value, amount = words[1], words[2], words[4]
+            if type(amount) is bytes and amount.isdigit() and amount[:1] != b"0" and len(amount) < 16:
+                amount = int(amount)
             if type(key) is bytes and type(value) is bytes and type(amount) is int and 0 < amount < _EXACT:
                 keyspace.data[key] = value
                 keyspace.expire_at(key, keyspace.now + amount)
