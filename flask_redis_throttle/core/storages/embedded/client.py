@@ -13,7 +13,7 @@ import redis
 
 from ...checks import is_integer
 from .keyspace import Keyspace, command
-from .lua import forget_hosts, lua_host
+from .lua import lua_host
 from .values import OK, CommandError, parse_integer, response_error
 
 #: The one lock of every embedded store in the process: Redis runs one
@@ -22,11 +22,10 @@ _LOCK = threading.Lock()
 
 
 def _after_fork() -> None:
-    """A child forked while another thread held the lock (or the Lua
-    runtime's own) gets a free lock and new runtimes."""
+    """A child forked while another thread held the lock gets a free one
+    (and new Lua runtimes: see lua.py)."""
     global _LOCK
     _LOCK = threading.Lock()
-    forget_hosts()
 
 
 if hasattr(os, "register_at_fork"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -185,7 +186,7 @@ class LuaHost:
         :raises CommandError: the error of a ``redis.call``, of the script, or the one it returned.
         """
         function = self.functions.get(sha)
-        if function is None:  # known to the store, not yet to this runtime (see _after_fork)
+        if function is None:  # known to the store, not yet to this runtime (see _HOSTS)
             function = self.compile(sha, _SOURCES[sha])
         self.keyspace = keyspace
         try:
@@ -285,6 +286,9 @@ def _from_lua(value: Any, lua_type: Callable[[Any], str | None]) -> Any:
 LUAS = ("luajit21", "lua51")
 
 _HOSTS: dict[str, LuaHost] = {}
+if hasattr(os, "register_at_fork"):
+    # A child forked mid-script (another thread's) gets new runtimes, on which scripts compile again.
+    os.register_at_fork(after_in_child=_HOSTS.clear)
 #: Every script compiled in the process, by SHA1, to compile it again on a new runtime.
 _SOURCES: dict[str, bytes] = {}
 
@@ -297,8 +301,3 @@ def lua_host(name: str | None = None) -> LuaHost:
     if host is None:
         host = _HOSTS[name] = LuaHost(name)
     return host
-
-
-def forget_hosts() -> None:
-    """Forget every runtime (after a fork): scripts compile again on new ones."""
-    _HOSTS.clear()
