@@ -12,8 +12,8 @@ from typing import Any
 import redis
 
 from ...checks import is_integer
-from .keyspace import Keyspace
-from .lua import forget_hosts, lua_host
+from .keyspace import Keyspace, command
+from .lua import lua_host
 from .values import OK, CommandError, parse_integer, response_error
 
 #: The one lock of every embedded store in the process: Redis runs one
@@ -22,11 +22,10 @@ _LOCK = threading.Lock()
 
 
 def _after_fork() -> None:
-    """A child forked while another thread held the lock (or the Lua
-    runtime's own) gets a free lock and new runtimes."""
+    """A child forked while another thread held the lock gets a free one
+    (and new Lua runtimes: see lua.py)."""
     global _LOCK
     _LOCK = threading.Lock()
-    forget_hosts()
 
 
 if hasattr(os, "register_at_fork"):
@@ -35,19 +34,12 @@ if hasattr(os, "register_at_fork"):
 
 def encode(value: Any) -> bytes:
     """A command argument, encoded as redis-py encodes it."""
-    kind = type(value)
-    if kind is bytes:
-        return value  # type: ignore[no-any-return]
-    if kind is str:
-        return value.encode()  # type: ignore[no-any-return]
-    if kind is int:
-        return b"%d" % value
-    if kind is float:
-        return repr(value).encode()
-    if isinstance(value, (bytes, memoryview, bytearray)):
+    if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value)
     if isinstance(value, str):
-        return str(value).encode()
+        return value.encode()
+    if type(value) is float:
+        return repr(value).encode()
     if is_integer(value):
         return b"%d" % value
     raise redis.DataError(
@@ -67,6 +59,15 @@ def _command(*name: str, convert: Callable[[Any], Any] = lambda reply: reply) ->
 
 def _true(reply: Any) -> bool:
     return True
+
+
+def _words(**options: Any) -> list[Any]:
+    """redis-py's keyword options as words: a flag set as its name, a value after its name."""
+    words: list[Any] = []
+    for name, value in options.items():
+        if value is not None and value is not False:
+            words += [name.upper()] if value is True else [name.upper(), value]
+    return words
 
 
 def _pairs(flat: list[bytes]) -> dict[bytes, bytes]:
@@ -97,16 +98,11 @@ class EmbeddedRedis:
             try:
                 return call(*args)
             except CommandError as error:
-                raise response_error(error.message) from None
+                raise response_error(str(error)) from None
 
     def _dispatch(self, words: list[bytes]) -> Any:
-        name = words[0].upper()
-        if name == b"EVALSHA":
-            return self._evaluate(words[1].decode("utf-8", "replace").lower(), words[2:])
-        if name == b"EVAL":
-            return self._evaluate(self._load(words[1]), words[2:])
-        if name == b"SCRIPT":
-            return self._script(words[1:])
+        if words[0].upper() in _SCRIPTING:
+            return command(_SCRIPTING, words)(self, words)
         return self.keyspace.execute(words)
 
     def _load(self, text: bytes) -> str:
@@ -115,15 +111,15 @@ class EmbeddedRedis:
         self.scripts.add(sha)
         return sha
 
-    def _evaluate(self, sha: str, rest: list[bytes]) -> Any:
-        if not rest:
-            raise CommandError("ERR wrong number of arguments for 'evalsha' command")
-        count = parse_integer(rest[0])
+    def _eval(self, words: list[bytes]) -> Any:
+        """EVAL, and EVALSHA."""
+        sha = self._load(words[1]) if words[0].upper() == b"EVAL" else words[1].decode("utf-8", "replace").lower()
+        count = parse_integer(words[2])
         if count < 0:
             raise CommandError("ERR Number of keys can't be negative")
-        if count > len(rest) - 1:
+        if count > len(words) - 3:
             raise CommandError("ERR Number of keys can't be greater than number of args")
-        return self._run(sha, count, rest[1:])
+        return self._run(sha, count, words[3:])
 
     def _run(self, sha: str, count: int, words: list[bytes]) -> Any:
         if sha not in self.scripts:
@@ -131,14 +127,14 @@ class EmbeddedRedis:
         return lua_host(self.lua).run(self.keyspace, sha, count, words)
 
     def _script(self, words: list[bytes]) -> Any:
-        command = words[0].upper() if words else b""
-        if command == b"LOAD" and len(words) == 2:
-            return self._load(words[1]).encode()
-        if command == b"FLUSH":
+        subcommand = words[1].upper()
+        if subcommand == b"LOAD" and len(words) == 3:
+            return self._load(words[2]).encode()
+        if subcommand == b"FLUSH":
             self.scripts.clear()
             return OK
-        if command == b"EXISTS" and len(words) > 1:
-            return [int(word.decode("utf-8", "replace").lower() in self.scripts) for word in words[1:]]
+        if subcommand == b"EXISTS" and len(words) > 2:
+            return [int(word.decode("utf-8", "replace").lower() in self.scripts) for word in words[2:]]
         raise CommandError("ERR unknown subcommand or wrong number of arguments for 'script' command")
 
     def evalsha(self, sha: str, numkeys: int, *keys_and_args: Any) -> Any:
@@ -152,20 +148,16 @@ class EmbeddedRedis:
         ]
         return self._locked(self._run, sha, numkeys, words)
 
-    def eval(self, script: str | bytes, numkeys: int, *keys_and_args: Any) -> Any:
-        return self.execute_command("EVAL", script, numkeys, *keys_and_args)
-
     # The commands whose reply redis-py only converts.
+    eval = _command("EVAL")
     script_load = _command("SCRIPT", "LOAD", convert=bytes.decode)
     script_flush = _command("SCRIPT", "FLUSH", convert=_true)
     get = _command("GET")
     delete = _command("DEL", convert=int)
     exists = _command("EXISTS", convert=int)
     pexpire = _command("PEXPIRE", convert=bool)
-    expire = _command("EXPIRE", convert=bool)
     persist = _command("PERSIST", convert=bool)
     pttl = _command("PTTL", convert=int)
-    ttl = _command("TTL", convert=int)
     dbsize = _command("DBSIZE", convert=int)
     dump = _command("DUMP")
     xlen = _command("XLEN", convert=int)
@@ -185,13 +177,7 @@ class EmbeddedRedis:
         keepttl: bool = False,
         get: bool = False,
     ) -> Any:
-        words: list[Any] = ["SET", name, value]
-        if ex is not None:
-            words += ["EX", ex]
-        if px is not None:
-            words += ["PX", px]
-        words += [flag for flag, on in (("NX", nx), ("XX", xx), ("KEEPTTL", keepttl), ("GET", get)) if on]
-        reply = self.execute_command(*words)
+        reply = self.execute_command("SET", name, value, *_words(ex=ex, px=px, nx=nx, xx=xx, keepttl=keepttl, get=get))
         return reply if get else (reply == b"OK" or None)
 
     def mset(self, mapping: dict[Any, Any]) -> bool:
@@ -203,12 +189,7 @@ class EmbeddedRedis:
         return found
 
     def scan(self, cursor: int = 0, match: Any = None, count: int | None = None) -> tuple[int, list[bytes]]:
-        words: list[Any] = ["SCAN", cursor]
-        if match is not None:
-            words += ["MATCH", match]
-        if count is not None:
-            words += ["COUNT", count]
-        following, found = self.execute_command(*words)
+        following, found = self.execute_command("SCAN", cursor, *_words(match=match, count=count))
         return int(following), found
 
     def scan_iter(self, match: Any = None, count: int | None = None) -> Iterator[bytes]:
@@ -226,22 +207,23 @@ class EmbeddedRedis:
         approximate: bool = True,
         nomkstream: bool = False,
     ) -> bytes | None:
-        words: list[Any] = ["XADD", name]
-        if nomkstream:
-            words.append("NOMKSTREAM")
+        words: list[Any] = ["XADD", name, *_words(nomkstream=nomkstream)]
         if maxlen is not None:
             words += ["MAXLEN", "~" if approximate else "=", maxlen]
-        words.append(id)
-        for pair in fields.items():
-            words += pair
+        words += [id, *(word for pair in fields.items() for word in pair)]
         reply: bytes | None = self.execute_command(*words)
         return reply
 
     def xrange(self, name: Any, min: Any = "-", max: Any = "+", count: int | None = None) -> list[Any]:
-        return _entries(self.execute_command("XRANGE", name, min, max, *_count(count)))
+        return self._entries("XRANGE", name, min, max, count)
 
     def xrevrange(self, name: Any, max: Any = "+", min: Any = "-", count: int | None = None) -> list[Any]:
-        return _entries(self.execute_command("XREVRANGE", name, max, min, *_count(count)))
+        return self._entries("XREVRANGE", name, max, min, count)
+
+    def _entries(self, command: str, name: Any, first: Any, last: Any, count: int | None) -> list[Any]:
+        """XRANGE or XREVRANGE's entries, as redis-py gives them."""
+        raw = self.execute_command(command, name, first, last, *_words(count=count))
+        return [(entry_id, _pairs(flat)) for entry_id, flat in raw]
 
     def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> EmbeddedPipeline:
         """A pipeline without MULTI: each command atomic, the whole not."""
@@ -251,12 +233,12 @@ class EmbeddedRedis:
         pass
 
 
-def _count(count: int | None) -> list[Any]:
-    return [] if count is None else ["COUNT", count]
-
-
-def _entries(raw: list[Any]) -> list[tuple[bytes, dict[bytes, bytes]]]:
-    return [(entry_id, _pairs(flat)) for entry_id, flat in raw]
+#: The scripting commands, which the client runs, and their arity (see :data:`.keyspace.ARITIES`).
+_SCRIPTING = {
+    b"EVAL": (EmbeddedRedis._eval, -3),
+    b"EVALSHA": (EmbeddedRedis._eval, -3),
+    b"SCRIPT": (EmbeddedRedis._script, -2),
+}
 
 
 class EmbeddedPipeline:

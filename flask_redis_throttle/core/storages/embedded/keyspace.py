@@ -5,34 +5,28 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from .values import (
     BAD_STREAM_ID,
-    EXPIRY_OPTIONS,
     INT64,
     MAX_SEQ,
     OK,
-    OVERFLOW,
-    SYNTAX,
-    TYPE_NAMES,
-    WRONGTYPE,
     CommandError,
     Status,
     Stream,
     ZSet,
-    arity_error,
     format_score,
     glob,
     parse_bound,
     parse_float,
     parse_integer,
     parse_stream_id,
-    reply_members,
 )
 
 _T = TypeVar("_T")
+_M = TypeVar("_M")
 
 #: How many expired keys each call may delete, beyond those it reads: more
 #: than any script writes, so the sweep keeps pace, and few enough that no
@@ -41,6 +35,13 @@ SWEEP = 64
 
 #: How many SCAN cursors are remembered.
 CURSORS = 1024
+
+WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
+SYNTAX = "ERR syntax error"
+OVERFLOW = "ERR increment or decrement would overflow"
+TYPE_NAMES: dict[type, bytes] = {bytes: b"string", dict: b"hash", ZSet: b"zset", Stream: b"stream"}
+#: SET's expiry options: the deadline is base * now + scale * amount, in ms.
+EXPIRY_OPTIONS = {b"EX": (1000, 1), b"PX": (1, 1), b"EXAT": (1000, 0), b"PXAT": (1, 0)}
 
 
 class Keyspace:
@@ -66,12 +67,7 @@ class Keyspace:
 
     def tick(self) -> None:
         self.now = int(self.clock() * 1000)
-        seconds = self._seconds
-        if seconds and seconds[0] < self.now // 1000:
-            self._sweep(SWEEP)
-
-    def _sweep(self, budget: int) -> None:
-        current = self.now // 1000
+        current, budget = self.now // 1000, SWEEP
         seconds, buckets = self._seconds, self._buckets
         while seconds and seconds[0] < current and budget > 0:
             bucket = buckets[seconds[0]]
@@ -89,6 +85,10 @@ class Keyspace:
             self._buckets[deadline // 1000].discard(key)
 
     def expire_at(self, key: bytes, deadline: int) -> None:
+        """Give ``key`` a deadline; one already reached deletes it."""
+        if deadline <= self.now:
+            self.remove(key)
+            return
         self._unexpire(key)
         self.expires[key] = deadline
         second = deadline // 1000
@@ -142,10 +142,7 @@ class Keyspace:
     def _expire(self, key: bytes, deadline: int) -> int:
         if self.lookup(key) is None:
             return 0
-        if deadline <= self.now:
-            self.remove(key)
-        else:
-            self.expire_at(key, deadline)
+        self.expire_at(key, deadline)
         return 1
 
     def pexpire(self, words: list[bytes]) -> int:
@@ -183,15 +180,10 @@ class Keyspace:
         cursor = parse_integer(words[1], "ERR invalid cursor")
         if cursor < 0:
             raise CommandError("ERR invalid cursor")
-        match, count = None, 10
-        for option, value in zip(words[2::2], words[3::2], strict=False):
-            if option.upper() == b"MATCH":
-                match = glob(value)
-            elif option.upper() == b"COUNT" and parse_integer(value) > 0:
-                count = parse_integer(value)
-            else:
-                raise CommandError(SYNTAX)
-        if len(words) % 2:
+        options = _options(words, 2, {b"MATCH": 1, b"COUNT": 1})
+        match = glob(options[b"MATCH"][0]) if b"MATCH" in options else None
+        count = parse_integer(options[b"COUNT"][0]) if b"COUNT" in options else 10
+        if count < 1:
             raise CommandError(SYNTAX)
         # An unknown cursor (one of too long ago) starts again: keys may be
         # returned twice, as Redis allows, but none is missed.
@@ -210,13 +202,7 @@ class Keyspace:
     def dump(self, words: list[bytes]) -> bytes | None:
         """An opaque snapshot, for telling whether a value changed: no RESTORE takes it."""
         value = self.lookup(words[1])
-        if value is None:
-            return None
-        if type(value) is ZSet:
-            value = value.items
-        elif type(value) is Stream:
-            value = (value.entries, value.last)
-        return b"embedded:" + repr(value).encode()
+        return None if value is None else b"embedded:" + repr(value).encode()
 
     def dbsize(self, words: list[bytes]) -> int:
         return len(self.keys_alive())
@@ -239,41 +225,28 @@ class Keyspace:
         return self.typed(words[1], bytes)
 
     def set(self, words: list[bytes]) -> Any:
-        key, value = words[1], words[2]
-        condition, get, deadline, keep = b"", False, None, False
-        i = 3
-        while i < len(words):
-            option = words[i].upper()
-            if option in (b"NX", b"XX") and not condition:
-                condition = option
-            elif option == b"GET" and not get:
-                get = True
-            elif option == b"KEEPTTL" and deadline is None and not keep:
-                keep = True
-            elif option in EXPIRY_OPTIONS and deadline is None and not keep and i + 1 < len(words):
-                i += 1
-                amount = parse_integer(words[i])
-                scale, base = EXPIRY_OPTIONS[option]
-                if not 0 < scale * amount <= INT64[1] - base * self.now:
-                    raise CommandError("ERR invalid expire time in 'set' command")
-                deadline = base * self.now + scale * amount
-            else:
-                raise CommandError(SYNTAX)
-            i += 1
-        old = None
-        if get:
-            old = self.typed(key, bytes)
-        elif condition:
-            old = self.lookup(key)
-        if (condition == b"NX" and old is not None) or (condition == b"XX" and old is None):
+        """SET: as in Redis, a repeated option's last one wins, and the
+        expiry is read once every option is known."""
+        key, options = words[1], _options(words, 3, SET_OPTIONS)
+        expiry = options.keys() & SET_EXPIRY
+        nx, xx, get = b"NX" in options, b"XX" in options, b"GET" in options
+        if (nx and xx) or len(expiry) > 1:
+            raise CommandError(SYNTAX)
+        deadline = None
+        if expiry and b"KEEPTTL" not in expiry:
+            (option,) = expiry
+            amount = parse_integer(options[option][0])
+            scale, base = EXPIRY_OPTIONS[option]
+            if not 0 < scale * amount <= INT64[1] - base * self.now:
+                raise CommandError("ERR invalid expire time in 'set' command")
+            deadline = base * self.now + scale * amount
+        old = self.typed(key, bytes) if get else self.lookup(key)
+        if (nx and old is not None) or (xx and old is None):
             return old if get else None
-        self.data[key] = value
+        self.data[key] = words[2]
         if deadline is not None:
-            if deadline <= self.now:
-                self.remove(key)
-            else:
-                self.expire_at(key, deadline)
-        elif not keep:
+            self.expire_at(key, deadline)
+        elif not expiry:
             self._unexpire(key)
         return old if get else OK
 
@@ -397,9 +370,7 @@ class Keyspace:
 
     def zrange(self, words: list[bytes]) -> list[bytes]:
         start, stop = parse_integer(words[2]), parse_integer(words[3])
-        options = [word.upper() for word in words[4:]]
-        if options not in ([], [b"WITHSCORES"]):
-            raise CommandError(SYNTAX)
+        scores = b"WITHSCORES" in _options(words, 4, {b"WITHSCORES": 0})
         zset = self.typed(words[1], ZSet)
         if zset is None:
             return []
@@ -408,22 +379,12 @@ class Keyspace:
         stop = stop + size if stop < 0 else stop
         if start > stop or start >= size:
             return []
-        return reply_members(zset.items[start : min(stop, size - 1) + 1], bool(options))
+        return reply_members(zset.items[start : min(stop, size - 1) + 1], scores)
 
     def zrangebyscore(self, words: list[bytes]) -> list[bytes]:
         low, high = parse_bound(words[2]), parse_bound(words[3])
-        scores, offset, count = False, 0, -1
-        i = 4
-        while i < len(words):
-            option = words[i].upper()
-            if option == b"WITHSCORES":
-                scores = True
-                i += 1
-            elif option == b"LIMIT" and i + 2 < len(words):
-                offset, count = parse_integer(words[i + 1]), parse_integer(words[i + 2])
-                i += 3
-            else:
-                raise CommandError(SYNTAX)
+        options = _options(words, 4, {b"WITHSCORES": 0, b"LIMIT": 2})
+        offset, count = (parse_integer(word) for word in options.get(b"LIMIT", (b"0", b"-1")))
         zset = self.typed(words[1], ZSet)
         if zset is None or offset < 0:
             return []
@@ -431,7 +392,7 @@ class Keyspace:
         start += offset
         if count >= 0:
             stop = min(stop, start + count)
-        return reply_members(zset.items[start:stop], scores)
+        return reply_members(zset.items[start:stop], b"WITHSCORES" in options)
 
     def zrem(self, words: list[bytes]) -> int:
         zset = self.typed(words[1], ZSet)
@@ -458,21 +419,18 @@ class Keyspace:
             option = words[i].upper()
             if option == b"NOMKSTREAM":
                 make = False
-                i += 1
             elif option == b"MAXLEN":
-                i += 1
-                if i < len(words) and words[i] in (b"=", b"~"):
-                    i += 1
+                i += 2 if words[i + 1 : i + 2] in ([b"="], [b"~"]) else 1
                 if i >= len(words):
                     raise CommandError(SYNTAX)
                 maxlen = parse_integer(words[i])
                 if maxlen < 0:
                     raise CommandError("ERR The MAXLEN argument must be >= 0.")
-                i += 1
             else:
                 break
-        if i >= len(words) or (len(words) - i - 1) < 2 or (len(words) - i - 1) % 2:
-            raise CommandError("ERR wrong number of arguments for 'xadd' command")
+            i += 1
+        if (len(words) - i - 1) < 2 or (len(words) - i - 1) % 2:
+            raise arity_error(words[0])
         stream = self.typed(key, Stream)
         last, wanted = (0, 0) if stream is None else stream.last, words[i]
         if wanted == b"*":
@@ -499,14 +457,11 @@ class Keyspace:
     def xrange(self, words: list[bytes]) -> list[Any]:
         """XRANGE, and XREVRANGE."""
         reverse = words[0].upper() == b"XREVRANGE"
-        key, low, high, rest = words[1], words[3 if reverse else 2], words[2 if reverse else 3], words[4:]
+        key, low, high = words[1], words[3 if reverse else 2], words[2 if reverse else 3]
         start, start_ex = parse_stream_id(low, 0)
         end, end_ex = parse_stream_id(high, MAX_SEQ)
-        count = None
-        if rest:
-            if len(rest) != 2 or rest[0].upper() != b"COUNT":
-                raise CommandError(SYNTAX)
-            count = parse_integer(rest[1])
+        options = _options(words, 4, {b"COUNT": 1})
+        count = parse_integer(options[b"COUNT"][0]) if options else None
         stream = self.typed(key, Stream)
         if stream is None or (count is not None and count <= 0):
             return []
@@ -523,15 +478,48 @@ class Keyspace:
         return 0 if stream is None else len(stream.entries)
 
     def execute(self, words: Sequence[bytes]) -> Any:
-        entry = COMMANDS.get(words[0]) or COMMANDS.get(bytes(words[0]).upper())
-        if entry is None:
-            shown = words[0].decode("utf-8", "replace")
-            raise CommandError(f"ERR unknown command '{shown}', with args beginning with: ")
-        method, arity = entry
-        count = len(words)
-        if (arity > 0 and count != arity) or count < -arity:
-            raise arity_error(words[0])
-        return method(self, words if type(words) is list else list(words))
+        return command(COMMANDS, words)(self, words if type(words) is list else list(words))
+
+
+def command(table: dict[bytes, tuple[_M, int]], words: Sequence[bytes]) -> _M:
+    """The method ``table`` holds for the command ``words``, checked against its arity."""
+    entry = table.get(words[0]) or table.get(bytes(words[0]).upper())
+    if entry is None:
+        shown = words[0].decode("utf-8", "replace")
+        raise CommandError(f"ERR unknown command '{shown}', with args beginning with: ")
+    method, arity = entry
+    if (arity > 0 and len(words) != arity) or len(words) < -arity:
+        raise arity_error(words[0])
+    return method
+
+
+#: SET's options and the count of words each takes.
+SET_OPTIONS = {b"NX": 0, b"XX": 0, b"GET": 0, b"KEEPTTL": 0, **dict.fromkeys(EXPIRY_OPTIONS, 1)}
+SET_EXPIRY = {*EXPIRY_OPTIONS, b"KEEPTTL"}
+
+
+def _options(words: list[bytes], start: int, takes: dict[bytes, int]) -> dict[bytes, list[bytes]]:
+    """The options from ``words[start]`` on, each a word of ``takes`` and the
+    words it takes, by option (a repeated one's last wins); else a syntax error."""
+    found: dict[bytes, list[bytes]] = {}
+    while start < len(words):
+        option = words[start].upper()
+        count = takes.get(option)
+        if count is None or start + count >= len(words):
+            raise CommandError(SYNTAX)
+        found[option] = words[start + 1 : start + 1 + count]
+        start += 1 + count
+    return found
+
+
+def arity_error(name: bytes) -> CommandError:
+    return CommandError(f"ERR wrong number of arguments for '{name.decode('utf-8', 'replace').lower()}' command")
+
+
+def reply_members(items: Iterable[tuple[float, bytes]], scores: bool) -> list[bytes]:
+    if scores:
+        return [part for score, member in items for part in (member, format_score(score))]
+    return [member for _, member in items]
 
 
 def _added(number: int, by: int) -> int:
@@ -543,30 +531,23 @@ def _added(number: int, by: int) -> int:
 
 #: Each command's Redis arity: the exact count of words, its name included,
 #: or at least -arity. Its method is its name in lower case (with ``_`` after
-#: a Python name), or that of the command :data:`ALIASES` names.
+#: a Python name), or that of the command after its ``=``.
 ARITIES = """
-GET 2  SET -3  MSET -3  INCR 2  INCRBY 3  DEL -2  UNLINK -2  EXISTS -2  TYPE 2  PEXPIRE 3  EXPIRE 3
-PEXPIREAT 3  PERSIST 2  PTTL 2  TTL 2  KEYS 2  SCAN -2  DBSIZE 1  DUMP 2  FLUSHALL -1  FLUSHDB -1  PING 1
-TIME 1  HGET 3  HMGET -3  HGETALL 2  HLEN 2  HSET -4  HINCRBY 4  HDEL -3  ZADD -4  ZCARD 2  ZSCORE 3
-ZCOUNT 4  ZRANGE -4  ZRANGEBYSCORE -4  ZREM -3  ZREMRANGEBYSCORE 4  XADD -5  XRANGE -4  XREVRANGE -4  XLEN 2
+GET 2  SET -3  MSET -3  INCR=INCRBY 2  INCRBY 3  DEL -2  UNLINK=DEL -2  EXISTS -2  TYPE 2  PEXPIRE 3
+EXPIRE=PEXPIRE 3  PEXPIREAT 3  PERSIST 2  PTTL 2  TTL=PTTL 2  KEYS 2  SCAN -2  DBSIZE 1  DUMP 2  FLUSHALL -1
+FLUSHDB=FLUSHALL -1  PING 1  TIME 1  HGET 3  HMGET -3  HGETALL 2  HLEN 2  HSET -4  HINCRBY 4  HDEL -3  ZADD -4
+ZCARD 2  ZSCORE 3  ZCOUNT 4  ZRANGE -4  ZRANGEBYSCORE -4  ZREM -3  ZREMRANGEBYSCORE 4  XADD -5  XRANGE -4
+XREVRANGE=XRANGE -4  XLEN 2
 """
-ALIASES = {
-    "UNLINK": "DEL",
-    "FLUSHDB": "FLUSHALL",
-    "INCR": "INCRBY",
-    "EXPIRE": "PEXPIRE",
-    "TTL": "PTTL",
-    "XREVRANGE": "XRANGE",
-}
 
 
 def _method(name: str) -> Callable[[Keyspace, list[bytes]], Any]:
-    name = ALIASES.get(name, name).lower()
+    name = name.rpartition("=")[2].lower()
     method: Callable[[Keyspace, list[bytes]], Any] = getattr(Keyspace, name, None) or getattr(Keyspace, f"{name}_")
     return method
 
 
 COMMANDS = {
-    name.encode(): (_method(name), int(arity))
-    for name, arity in zip(ARITIES.split()[::2], ARITIES.split()[1::2], strict=True)
+    word.partition("=")[0].encode(): (_method(word), int(arity))
+    for word, arity in zip(ARITIES.split()[::2], ARITIES.split()[1::2], strict=True)
 }

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -185,13 +186,13 @@ class LuaHost:
         :raises CommandError: the error of a ``redis.call``, of the script, or the one it returned.
         """
         function = self.functions.get(sha)
-        if function is None:  # known to the store, not yet to this runtime (see _after_fork)
+        if function is None:  # known to the store, not yet to this runtime (see _HOSTS)
             function = self.compile(sha, _SOURCES[sha])
         self.keyspace = keyspace
         try:
             result = self.runner(function, keys, *words)
         except CommandError as error:
-            raise CommandError(f"{error.message} script: {sha}") from None
+            raise CommandError(f"{error} script: {sha}") from None
         except self.lua.LuaError as error:
             message = str(error).split("\nstack traceback:", 1)[0]
             raise CommandError(f"ERR {message} script: {sha}") from None
@@ -204,7 +205,8 @@ class LuaHost:
 
     def _call(self, *words: Any) -> Any:
         """``redis.call``. The GET and the SET with PX of every counter skip
-        the generic path when their arguments are those it would run anyway."""
+        the generic path when their arguments are those it would run anyway:
+        main.lua writes the PX as ``%d`` does, digits without a leading zero."""
         keyspace = self.keyspace
         assert keyspace is not None
         count = len(words)
@@ -213,17 +215,21 @@ class LuaHost:
             return False if value is None else value
         if count == 5 and words[0] == b"SET" and words[3] == b"PX":
             key, value, amount = words[1], words[2], words[4]
+            if type(amount) is bytes and amount.isdigit() and amount[:1] != b"0" and len(amount) < 16:
+                amount = int(amount)
             if type(key) is bytes and type(value) is bytes and type(amount) is int and 0 < amount < _EXACT:
                 keyspace.data[key] = value
                 keyspace.expire_at(key, keyspace.now + amount)
                 return self.ok
+        if not words:
+            raise CommandError("ERR Please specify at least one argument for this redis lib call")
         return self._to_lua(keyspace.execute([_lua_word(word) for word in words]))
 
     def _pcall(self, *words: Any) -> Any:
         try:
             return self._call(*words)
         except CommandError as error:
-            return self.table_from({b"err": error.message.encode()})
+            return self.table_from({b"err": str(error).encode()})
 
     def _to_lua(self, reply: Any) -> Any:
         """A reply as Redis gives it to a script: a nil as false, arrays as
@@ -280,6 +286,9 @@ def _from_lua(value: Any, lua_type: Callable[[Any], str | None]) -> Any:
 LUAS = ("luajit21", "lua51")
 
 _HOSTS: dict[str, LuaHost] = {}
+if hasattr(os, "register_at_fork"):
+    # A child forked mid-script (another thread's) gets new runtimes, on which scripts compile again.
+    os.register_at_fork(after_in_child=_HOSTS.clear)
 #: Every script compiled in the process, by SHA1, to compile it again on a new runtime.
 _SOURCES: dict[str, bytes] = {}
 
@@ -292,8 +301,3 @@ def lua_host(name: str | None = None) -> LuaHost:
     if host is None:
         host = _HOSTS[name] = LuaHost(name)
     return host
-
-
-def forget_hosts() -> None:
-    """Forget every runtime (after a fork): scripts compile again on new ones."""
-    _HOSTS.clear()

@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 import re
 from bisect import bisect_left, insort
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -16,14 +17,9 @@ _INT = re.compile(rb"-?(?:0|[1-9][0-9]*)\Z")
 INT64 = (-(2**63), 2**63 - 1)
 _FLOAT = re.compile(rb"\s*[-+]?(?:inf|infinity|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:e[-+]?[0-9]+)?)\Z", re.IGNORECASE)
 MAX_SEQ = 2**64 - 1
-#: SET's expiry options: the deadline is base * now + scale * amount, in ms.
-EXPIRY_OPTIONS = {b"EX": (1000, 1), b"PX": (1, 1), b"EXAT": (1000, 0), b"PXAT": (1, 0)}
 
-WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
-SYNTAX = "ERR syntax error"
 NOT_INTEGER = "ERR value is not an integer or out of range"
 NOT_FLOAT = "ERR value is not a valid float"
-OVERFLOW = "ERR increment or decrement would overflow"
 BAD_STREAM_ID = "ERR Invalid stream ID specified as stream command argument"
 
 
@@ -33,31 +29,19 @@ class Status(bytes):
 
 
 class CommandError(Exception):
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-
-#: The error codes the embedded store replies with that redis-py gives a
-#: class of its own, taking the code off the message, as it does with a
-#: server's reply; any other code (``WRONGTYPE``) stays in a ResponseError's text.
-_ERROR_CLASSES: dict[str, type[redis.RedisError]] = {
-    "ERR": redis.ResponseError,
-    "NOSCRIPT": redis.exceptions.NoScriptError,
-}
+    """An error reply; its text is ``str(error)``."""
 
 
 def response_error(message: str) -> redis.RedisError:
+    """The error redis-py raises for a server's reply: it takes the ``ERR``
+    and ``NOSCRIPT`` codes off the text; any other (``WRONGTYPE``) stays."""
     code, _, rest = message.partition(" ")
-    kind = _ERROR_CLASSES.get(code)
-    return kind(rest) if kind else redis.ResponseError(message)
+    if code == "NOSCRIPT":
+        return redis.exceptions.NoScriptError(rest)
+    return redis.ResponseError(rest if code == "ERR" else message)
 
 
 OK = Status(b"OK")
-
-
-def arity_error(name: bytes) -> CommandError:
-    return CommandError(f"ERR wrong number of arguments for '{name.decode('utf-8', 'replace').lower()}' command")
 
 
 def parse_integer(value: bytes, error: str = NOT_INTEGER) -> int:
@@ -68,14 +52,14 @@ def parse_integer(value: bytes, error: str = NOT_INTEGER) -> int:
     raise CommandError(error)
 
 
-def parse_float(value: bytes, error: str = NOT_FLOAT) -> float:
+def parse_float(value: bytes) -> float:
     """Not after a space, nor past what a double holds (``1e400``, ``1e-400``)."""
     if not _FLOAT.match(value) or value[:1].isspace():
-        raise CommandError(error)
+        raise CommandError(NOT_FLOAT)
     number = float(value)
     mantissa = value.lower().partition(b"e")[0]
     if (math.isinf(number) and b"inf" not in mantissa) or (number == 0 and re.search(rb"[1-9]", mantissa)):
-        raise CommandError(error)
+        raise CommandError(NOT_FLOAT)
     return number
 
 
@@ -97,64 +81,45 @@ def parse_bound(value: bytes) -> tuple[float, bool]:
     return float(text), exclusive
 
 
+#: A glob pattern's parts: an escaped character, ``*``, ``?``, a class (an
+#: open one runs to the end, as in Redis), any other character; and a class's.
+_GLOB = re.compile(rb"\\(.)|(\*)|(\?)|\[(\^?)((?:\\.|[^\]\\]-.|[^\]])*)\]?|(.)", re.DOTALL)
+_CLASS = re.compile(rb"\\(.)|([^\\])-(.)|(.)", re.DOTALL)
+
+
 @lru_cache(maxsize=256)
 def glob(pattern: bytes) -> Callable[[bytes], Any] | None:
     """A Redis glob pattern's matcher; None for ``*``."""
     if pattern == b"*":
         return None
-    out, i, n = [], 0, len(pattern)
-    while i < n:
-        char = pattern[i : i + 1]
-        i += 1
-        if char == b"*":
-            out.append(b".*")
-        elif char == b"?":
-            out.append(b".")
-        elif char == b"\\" and i < n:
-            out.append(re.escape(pattern[i : i + 1]))
-            i += 1
-        elif char == b"[":
-            i = _glob_class(pattern, i, out)
-        else:
-            out.append(re.escape(char))
-    return re.compile(b"".join(out) + rb"\Z", re.DOTALL).match
+    return re.compile(_GLOB.sub(_glob_part, pattern) + rb"\Z", re.DOTALL).match
 
 
-def _glob_class(pattern: bytes, i: int, out: list[bytes]) -> int:
-    """Translate the class just after ``[`` at ``i`` (an unclosed one runs
-    to the end, as in Redis); return where the pattern goes on."""
-    n = len(pattern)
-    negate = i < n and pattern[i : i + 1] == b"^"
-    if negate:
-        i += 1
-    parts: list[bytes] = []
-    while i < n and pattern[i : i + 1] != b"]":
-        if pattern[i : i + 1] == b"\\" and i + 1 < n:
-            parts.append(re.escape(pattern[i + 1 : i + 2]))
-            i += 2
-        elif i + 2 < n and pattern[i + 1 : i + 2] == b"-":
-            low, high = sorted((pattern[i], pattern[i + 2]))
-            parts.append(re.escape(bytes([low])) + b"-" + re.escape(bytes([high])))
-            i += 3
-        else:
-            parts.append(re.escape(pattern[i : i + 1]))
-            i += 1
-    body = b"".join(parts)
-    if not body:
-        out.append(b"[^\\s\\S]" if not negate else b"[\\s\\S]")
-    else:
-        out.append(b"[" + (b"^" if negate else b"") + body + b"]")
-    return i + 1
+def _glob_part(part: re.Match[bytes]) -> bytes:
+    escaped, star, question, negate, body, char = part.groups()
+    if star or question:
+        return b".*" if star else b"."
+    if negate is None:
+        return re.escape(escaped or char)
+    if not body:  # matches no character, or any one if negated
+        return b"[\\s\\S]" if negate else b"[^\\s\\S]"
+    return b"[" + negate + b"".join(map(_class_part, _CLASS.finditer(body))) + b"]"
 
 
+def _class_part(part: re.Match[bytes]) -> bytes:
+    escaped, low, high, char = part.groups()
+    if low is None:
+        return re.escape(escaped or char)
+    low, high = sorted((low, high))
+    return re.escape(low) + b"-" + re.escape(high)
+
+
+@dataclass(slots=True)
 class ZSet:
     """Each member's score, and (score, member) pairs in Redis's order."""
 
-    __slots__ = ("items", "scores")
-
-    def __init__(self) -> None:
-        self.scores: dict[bytes, float] = {}
-        self.items: list[tuple[float, bytes]] = []
+    scores: dict[bytes, float] = field(default_factory=dict)
+    items: list[tuple[float, bytes]] = field(default_factory=list)
 
     def add(self, member: bytes, score: float) -> None:
         old = self.scores.get(member)
@@ -187,14 +152,12 @@ class ZSet:
         return bisect_left(self.items, (score,))
 
 
+@dataclass(slots=True)
 class Stream:
     """Entries in ID order, each ``(ms, seq)`` and its flat fields, and the last ID given."""
 
-    __slots__ = ("entries", "last")
-
-    def __init__(self) -> None:
-        self.entries: list[tuple[tuple[int, int], list[bytes]]] = []
-        self.last = (0, 0)
+    entries: list[tuple[tuple[int, int], list[bytes]]] = field(default_factory=list)
+    last: tuple[int, int] = (0, 0)
 
 
 def parse_stream_id(value: bytes, default_seq: int, exclusive_ok: bool = True) -> tuple[tuple[int, int], bool]:
@@ -207,21 +170,10 @@ def parse_stream_id(value: bytes, default_seq: int, exclusive_ok: bool = True) -
     if text == b"+":
         return (MAX_SEQ, MAX_SEQ), exclusive
     ms, dash, seq = text.partition(b"-")
-    try:
-        if not ms.isdigit() or (dash and not seq.isdigit()):
-            raise ValueError
-        parsed = (int(ms), int(seq) if dash else default_seq)
-    except ValueError:
-        raise CommandError(BAD_STREAM_ID) from None
-    if parsed[0] > MAX_SEQ or parsed[1] > MAX_SEQ:
+    # bytes.isdigit is true of ASCII digits alone, which int() reads.
+    if not ms.isdigit() or (dash and not seq.isdigit()):
+        raise CommandError(BAD_STREAM_ID)
+    parsed = (int(ms), int(seq) if dash else default_seq)
+    if max(parsed) > MAX_SEQ:
         raise CommandError(BAD_STREAM_ID)
     return parsed, exclusive
-
-
-def reply_members(items: Iterable[tuple[float, bytes]], scores: bool) -> list[bytes]:
-    if scores:
-        return [part for score, member in items for part in (member, format_score(score))]
-    return [member for _, member in items]
-
-
-TYPE_NAMES: dict[type, bytes] = {bytes: b"string", dict: b"hash", ZSet: b"zset", Stream: b"stream"}
