@@ -832,3 +832,26 @@ def test_a_prefetched_limit_beside_others_with_a_cost_function(app: Flask, clock
         clock.advance(0.001)
     assert codes == [200] * 10 + [429] * 2
     assert int(get(client).headers["Retry-After"]) == 60
+
+
+def test_the_package_imports_and_limits_where_processes_do_not_fork() -> None:
+    """Windows has no ``os.register_at_fork``: the fork hooks are installed
+    only where it exists, and a prefetching app on memory:// still limits."""
+    program = """
+import os, random, flask, redis  # the standard library's own hooks check for it, as on Windows
+del os.register_at_fork
+from flask import Flask
+from flask_redis_throttle import RateLimit, limit
+app = Flask(__name__)
+app.config["RATELIMIT_STORAGE_URL"] = "memory://"
+RateLimit(app)
+@app.get("/")
+@limit("2/minute", prefetch=True)
+def index():
+    return "ok"
+client = app.test_client()
+print([client.get("/").status_code for _ in range(3)])
+"""
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[200, 200, 429]"

@@ -204,4 +204,5 @@ def _forget_in_child() -> None:
         leases._lock = threading.Lock()
 
 
-os.register_at_fork(after_in_child=_forget_in_child)
+if hasattr(os, "register_at_fork"):  # not on Windows, where no process forks
+    os.register_at_fork(after_in_child=_forget_in_child)

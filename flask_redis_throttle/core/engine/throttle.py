@@ -319,7 +319,7 @@ class Throttle:
 
     @property
     def url(self) -> str:
-        """The storage's URL, as given (with any password: redact it to show it)."""
+        """The storage's URL for messages and logs (``from_url`` hides its password)."""
         return self.storage.url
 
     @property
