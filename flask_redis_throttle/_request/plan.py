@@ -122,9 +122,7 @@ class PlannedLimit:
         """Whether ``policy`` is this limit's: its fixed one, or one its
         dynamic function returned."""
         return (
-            self.policy is policy
-            or (self.slots is not None and self.slots is policy)
-            or (self.policy is None and policy in self._policies.values())
+            self.policy is policy or self.slots is policy or (self.policy is None and policy in self._policies.values())
         )
 
     def cost_for(self, request: Request, problems: list[Problem]) -> int:
@@ -170,7 +168,7 @@ class Batch:
     :param meta: whether they are meta limits: deferred, inspected before
         the others at cost 1, and counted only when another batch refuses.
     :param leased: whether all its limits take blocks of quota in advance
-        (``prefetch=``, see :doc:`/leases`); by default, worked out from ``limits``.
+        (``prefetch=``, see :doc:`/leases`): a plan groups them so.
     """
 
     cost: int
@@ -179,11 +177,7 @@ class Batch:
     checks: list[Check] = field(default_factory=list)
     limits: Sequence[PlannedLimit] = ()
     meta: bool = False
-    leased: bool | None = None
-
-    def __post_init__(self) -> None:
-        if self.leased is None:
-            self.leased = all(limit.leased for limit in self.limits)
+    leased: bool = False
 
     @property
     def penalized(self) -> bool:

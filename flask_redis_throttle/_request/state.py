@@ -82,7 +82,7 @@ class RateLimitState(Notices):
     :param app: the app.
     :param settings: its validated settings.
     :param filters: the request filters (see :meth:`RateLimit.request_filter`).
-    :param client: a Redis client to use instead of ``RATELIMIT_STORAGE_URL``.
+    :param client: a Redis client to use instead of ``RATELIMIT_STORAGE_URL``, or None.
     :param metrics: where to count decisions; None for no metrics.
 
     It is its circuit breakers' :class:`~flask_redis_throttle.core.engine.breaker.BreakerListener`
@@ -93,16 +93,16 @@ class RateLimitState(Notices):
         self,
         app: Flask,
         settings: Settings,
-        filters: list[RequestFilter] | None = None,
-        client: Any = None,
-        metrics: Metrics | None = None,
+        filters: list[RequestFilter],
+        client: Any,
+        metrics: Metrics | None,
     ) -> None:
         super().__init__()
         self.app = app
         self.settings = settings
         self.metrics = metrics
         #: The request filters; any that returns True leaves a request unlimited.
-        self.filters: list[RequestFilter] = filters if filters is not None else []
+        self.filters = filters
         #: The core decider; tests may override its ``now`` to pin time. None when disabled.
         self.throttle: Throttle | None = None
         #: Blocks of quota taken in advance, for the limits with ``prefetch=`` (see :doc:`/leases`).
@@ -383,11 +383,9 @@ class RateLimitState(Notices):
         the server closes it, for a streamed one (or an ``abort()``'s, which
         Flask cannot tell from a stream)."""
         held = g._get_current_object().__dict__.pop(HELD_ATTRIBUTE, None)
-        if not held:
-            return
-        if response.is_streamed:
+        if held and response.is_streamed:
             response.call_on_close(lambda: self.release(held))
-        else:
+        elif held:
             self.release(held)
 
     def _give_back_held(self, _app: Flask, **_extra: object) -> None:
