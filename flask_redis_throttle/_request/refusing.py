@@ -9,6 +9,7 @@ import math
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from flask import Flask, Request, Response, after_this_request
 from werkzeug.wrappers import Response as AnyResponse
@@ -133,9 +134,7 @@ class RefusalReporter:
             self.metrics.near_limit(endpoint, scope)
         log = self.near_limits
         if log is not None:
-
-            def record() -> None:
-                self._record(log, "near-limit", endpoint, batch.checks, decision, batch.shadow)
+            record = partial(self._record, log, "near-limit", endpoint, batch.checks, decision, batch.shadow)
 
             @after_this_request
             def record_when_sent(response: Response) -> Response:
