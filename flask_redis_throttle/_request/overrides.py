@@ -121,7 +121,7 @@ class Overrides:
                     checks.append((policy, kept))
                     limits.append(limit)
             if checks:
-                changed.append(Batch(batch.cost, batch.shadow, batch.deferred, checks, limits))
+                changed.append(Batch(batch.cost, batch.shadow, batch.deferred, checks, limits, leased=batch.leased))
         # The headers name the layers in play: an overridden identity's, not
         # those of the limit it no longer counts under, unless others still do;
         # each in its limit's quota unit.

@@ -1,12 +1,6 @@
-"""Plans: which limits apply to one endpoint and HTTP method, worked out once.
-
-:mod:`~flask_redis_throttle._request.sources` finds an endpoint's limits
-(see "Where an endpoint's limits come from" in docs/limits.rst); a plan
-keeps those whose ``methods`` include the method, each compiled into a
-:class:`PlannedLimit`. A plan that uses no per-request option is *simple*:
-its one batch is built by a loop as short as it was before any option existed.
-
-This module imports Flask (for types) but makes no Redis call.
+"""Plans: the limits :mod:`~flask_redis_throttle._request.sources` finds for
+one endpoint that apply to one HTTP method, each compiled once into a
+:class:`PlannedLimit`. This module imports Flask (for types) but makes no Redis call.
 """
 
 from __future__ import annotations
@@ -122,9 +116,7 @@ class PlannedLimit:
         """Whether ``policy`` is this limit's: its fixed one, or one its
         dynamic function returned."""
         return (
-            self.policy is policy
-            or (self.slots is not None and self.slots is policy)
-            or (self.policy is None and policy in self._policies.values())
+            self.policy is policy or self.slots is policy or (self.policy is None and policy in self._policies.values())
         )
 
     def cost_for(self, request: Request, problems: list[Problem]) -> int:
@@ -170,7 +162,7 @@ class Batch:
     :param meta: whether they are meta limits: deferred, inspected before
         the others at cost 1, and counted only when another batch refuses.
     :param leased: whether all its limits take blocks of quota in advance
-        (``prefetch=``, see :doc:`/leases`); by default, worked out from ``limits``.
+        (``prefetch=``, see :doc:`/leases`): a plan groups them so.
     """
 
     cost: int
@@ -179,11 +171,7 @@ class Batch:
     checks: list[Check] = field(default_factory=list)
     limits: Sequence[PlannedLimit] = ()
     meta: bool = False
-    leased: bool | None = None
-
-    def __post_init__(self) -> None:
-        if self.leased is None:
-            self.leased = all(limit.leased for limit in self.limits)
+    leased: bool = False
 
     @property
     def penalized(self) -> bool:
@@ -338,10 +326,10 @@ def plan_of(
     method: str,
     settings: Settings,
     logins: bool,
-    warn: Warn | None = None,
+    warn: Warn | None,
 ) -> Plan | None:
-    """The plan of the limits ``found`` (each with where it was written),
-    or None if none applies; ``logins``: whether the app has Flask-Login."""
+    """The plan of the limits ``found`` (with where each was written), or
+    None if none applies; ``logins``: whether the app has Flask-Login."""
 
     def planned(
         spec: LimitSpec, source: str, scope: str, strategy: str, shadow: bool, policy: Policy | None, **more: Any
@@ -414,7 +402,7 @@ def plan_of(
 
 
 def _meta_spec(limit: PlannedLimit) -> LimitSpec:
-    """The meta limit of ``limit`` as a limit of its own, under ``limit``'s scope and ``+meta``."""
+    """``limit``'s ``meta=`` as a limit of its own, under its scope and ``+meta``."""
     spec = limit.spec
     layers = spec.meta or ()
     written = "; ".join(str(layer) for layer in layers)

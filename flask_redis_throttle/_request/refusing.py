@@ -1,8 +1,6 @@
-"""What follows a refusal besides its 429 (the refusal hooks, the shadow
-mode's and the over-quota warnings, the ``error_message``, the refusal log),
-and a request that came near a limit (the near-limit log). The app's
-:class:`~flask_redis_throttle._request.state.RateLimitState` decides and
-raises the 429.
+"""What follows a refusal besides its 429 (the hooks, the shadow mode's and
+over-quota warnings, the ``error_message``, the refusal log), and a request
+that came near a limit (the near-limit log).
 """
 
 from __future__ import annotations
@@ -11,6 +9,7 @@ import math
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from flask import Flask, Request, Response, after_this_request
 from werkzeug.wrappers import Response as AnyResponse
@@ -73,15 +72,10 @@ class RefusalReporter:
         over: OverQuota | None,
         on_breach: Callable[[RefusalEvent], object] | None,
     ) -> AnyResponse | None:
-        """Log a refusal of ``batch``, real or shadow, and tell the refusal hooks.
-
-        :returns: the response an ``on_breach`` hook returned, to send
-            instead of the 429; None if none did, or for a shadow refusal.
-
-        :param over: the layer whose whole quota the request's cost exceeds,
-            if any (see :func:`~flask_redis_throttle._request.decisions.over_quota`).
-        :param on_breach: the app's ``RATELIMIT_ON_BREACH`` hook, if any.
-        """
+        """Log a refusal of ``batch``, real or shadow, and tell the hooks
+        (``on_breach``: the app's ``RATELIMIT_ON_BREACH``); ``over``: the
+        layer whose whole quota the cost exceeds, if any. Returns the
+        response a hook returned, to send instead of a real refusal's 429."""
         if over is None:
             policy, layer, identity = decision.policy, decision.layer, decision.identity
             retry_after: int | None = max(1, math.ceil(decision.retry_after))
@@ -140,9 +134,7 @@ class RefusalReporter:
             self.metrics.near_limit(endpoint, scope)
         log = self.near_limits
         if log is not None:
-
-            def record() -> None:
-                self._record(log, "near-limit", endpoint, batch.checks, decision, batch.shadow)
+            record = partial(self._record, log, "near-limit", endpoint, batch.checks, decision, batch.shadow)
 
             @after_this_request
             def record_when_sent(response: Response) -> Response:
@@ -153,9 +145,8 @@ class RefusalReporter:
         self, log: RefusalLog, what: str, endpoint: str, checks: Sequence[Check], decision: Decision, shadow: bool
     ) -> None:
         """Write ``decision`` to ``log`` (``what`` names its entries): one
-        ``XADD`` to the stream on the node of the identity's counters,
-        through that node's breaker, so that a stalled Redis holds no
-        refusal up."""
+        ``XADD`` on the node of the identity's counters, through its breaker,
+        so that a stalled Redis holds no refusal up."""
         throttle = self.throttle
         identities = dict.fromkeys(str(identity) for _policy, ids in checks for identity in ids)
         stream = log.shard(throttle.tag(decision.identity))

@@ -17,10 +17,10 @@ from .config import Settings
 from .spec import LimitSpec
 
 
-def limits_of(app: Flask, endpoint: str, settings: Settings, method: str | None = None) -> list[tuple[LimitSpec, str]]:
+def limits_of(app: Flask, endpoint: str, settings: Settings, method: str) -> list[tuple[LimitSpec, str]]:
     """Every limit of ``endpoint``, whatever the method, with where it was
     written; ``RATELIMIT_DEFAULT`` among them unless a limit that applies
-    to ``method`` overrides it (any limit, for None)."""
+    to ``method`` overrides it."""
     view = app.view_functions.get(endpoint)
     if view is None or endpoint == "static" or endpoint.endswith(".static"):
         return []
@@ -33,7 +33,7 @@ def limits_of(app: Flask, endpoint: str, settings: Settings, method: str | None 
             found += [(spec, "view") for spec in class_view_limits(view_class)]
     drops = set() if exemption is None else set(exemption.drops)
     replacing = settings.blueprint_mode == "replace"
-    applying = [spec for spec, _ in found if method is None or spec.applies_to(method)]
+    applying = [spec for spec, _ in found if spec.applies_to(method)]
     replaced = replacing and _overrides_default(applying, settings.default_mode)
     for innermost, name in enumerate(blueprints_of(app, endpoint)):
         blueprint = app.blueprints[name]
@@ -52,7 +52,7 @@ def limits_of(app: Flask, endpoint: str, settings: Settings, method: str | None 
         # An enclosing blueprint's exemption still counts when its limits do not.
         if exemption is not None and (innermost == 0 or exemption.nested):
             drops |= exemption.drops
-    own = [spec for spec, _ in found if method is None or spec.applies_to(method)]
+    own = [spec for spec, _ in found if spec.applies_to(method)]
     if "default" not in drops and settings.default and not _overrides_default(own, settings.default_mode):
         found += [(spec, "RATELIMIT_DEFAULT") for spec in settings.default]
     if "application" not in drops:

@@ -1,8 +1,6 @@
-"""The rate limiting state of one app, and the request hooks it installs:
-it decides requests and raises the 429; what else follows a refusal, and
-the near-limit signal, are
-:class:`~flask_redis_throttle._request.refusing.RefusalReporter`'s. See
-docs/architecture.rst for a request's path through it.
+"""The rate limiting state of one app, and the request hooks that decide
+requests and raise the 429 (what else follows a refusal is
+:mod:`~flask_redis_throttle._request.refusing`'s). See docs/architecture.rst.
 """
 
 from __future__ import annotations
@@ -82,7 +80,7 @@ class RateLimitState(Notices):
     :param app: the app.
     :param settings: its validated settings.
     :param filters: the request filters (see :meth:`RateLimit.request_filter`).
-    :param client: a Redis client to use instead of ``RATELIMIT_STORAGE_URL``.
+    :param client: a Redis client to use instead of ``RATELIMIT_STORAGE_URL``, or None.
     :param metrics: where to count decisions; None for no metrics.
 
     It is its circuit breakers' :class:`~flask_redis_throttle.core.engine.breaker.BreakerListener`
@@ -93,16 +91,16 @@ class RateLimitState(Notices):
         self,
         app: Flask,
         settings: Settings,
-        filters: list[RequestFilter] | None = None,
-        client: Any = None,
-        metrics: Metrics | None = None,
+        filters: list[RequestFilter],
+        client: Any,
+        metrics: Metrics | None,
     ) -> None:
         super().__init__()
         self.app = app
         self.settings = settings
         self.metrics = metrics
         #: The request filters; any that returns True leaves a request unlimited.
-        self.filters: list[RequestFilter] = filters if filters is not None else []
+        self.filters = filters
         #: The core decider; tests may override its ``now`` to pin time. None when disabled.
         self.throttle: Throttle | None = None
         #: Blocks of quota taken in advance, for the limits with ``prefetch=`` (see :doc:`/leases`).
@@ -117,6 +115,14 @@ class RateLimitState(Notices):
         self.overrides: Overrides | None = None
         #: The concurrency slots whose giving back failed, given back once the storage answers.
         self.releases = Releases(self._storage_failed)
+        # Keys are real endpoints and the methods their rules accept (Flask
+        # answers any other method 405 with no endpoint), so this is bounded.
+        self._plans: dict[tuple[str, str], Plan | None] = {}
+        #: The plans of limits' ``with`` blocks, by limit, endpoint and method.
+        self._blocks: dict[tuple[LimitSpec, str, str], Plan | None] = {}
+        #: Whether the hooks that give slots back as requests end are in place (see :meth:`_watch_slots`).
+        self._watching_slots = False
+        self._slots_lock = threading.Lock()
         if settings.enabled:
             if client is not None:
                 storage = Storage(client)
@@ -143,19 +149,10 @@ class RateLimitState(Notices):
                 if settings.near_limit is not None:
                     self.near_limits = build_refusal_log(storage, prefix + "near-limits", size)
             self.reporter = RefusalReporter(app, self, self.throttle, self.refusals, self.near_limits, metrics)
-        # Keys are real endpoints and the methods their rules accept (Flask
-        # answers any other method 405 with no endpoint), so this is bounded.
-        self._plans: dict[tuple[str, str], Plan | None] = {}
-        #: The plans of limits' ``with`` blocks, by limit, endpoint and method.
-        self._blocks: dict[tuple[LimitSpec, str, str], Plan | None] = {}
-        if self.throttle is not None:
             if self.throttle.breaker is not None:
                 self.breaker_added(self.throttle.breaker.name)
             # The slots of a request that raises are given back at once (held weakly, as the app holds us).
             got_request_exception.connect(self._give_back_held, app)
-        #: Whether the hooks that give slots back as requests end are in place (see :meth:`_watch_slots`).
-        self._watching_slots = False
-        self._slots_lock = threading.Lock()
 
     def plan(self, endpoint: str | None, method: str = "GET") -> Plan | None:
         """The compiled plan of ``endpoint`` for requests of ``method``,
@@ -377,17 +374,14 @@ class RateLimitState(Notices):
                 self._watching_slots = True
 
     def _request_finished(self, _app: Flask, response: Response, **_extra: object) -> None:
-        """Give the request's slots back with its final ``response``: now,
-        when its body is in hand, so that a client that waits for each
-        response never finds its previous request still holding a slot; when
-        the server closes it, for a streamed one (or an ``abort()``'s, which
-        Flask cannot tell from a stream)."""
+        """Give the request's slots back with its final ``response``: now, so
+        that a client waiting for each response never finds its previous
+        request holding one; a streamed one's (or an ``abort()``'s, which
+        Flask cannot tell from a stream) when the server closes it."""
         held = g._get_current_object().__dict__.pop(HELD_ATTRIBUTE, None)
-        if not held:
-            return
-        if response.is_streamed:
+        if held and response.is_streamed:
             response.call_on_close(lambda: self.release(held))
-        else:
+        elif held:
             self.release(held)
 
     def _give_back_held(self, _app: Flask, **_extra: object) -> None:
@@ -435,16 +429,12 @@ class RateLimitState(Notices):
         shown: Decision,
         batch: Batch,
         decision: Decision,
-        held: list[Hold] | None = None,
+        held: list[Hold] | None,
     ) -> NoReturn:
-        """Log and report the refusal ``decision`` of ``batch``, leave
-        ``shown`` for the headers, and raise the 429.
-
-        A request that costs more than a layer's whole quota can never pass:
-        its 429 says why, with no ``Retry-After``, which would promise a
-        pass that will not come. An ``on_breach`` hook's response replaces
-        the 429's body and status; an error handler for 429 sees it first.
-        """
+        """Report the refusal, leave ``shown`` for the headers, and raise the
+        429: without ``Retry-After`` for a request that costs more than a
+        layer's whole quota, which no wait lets pass. An ``on_breach`` hook's
+        response replaces the 429's; an error handler for 429 sees it first."""
         over = over_quota(batch.checks, batch.cost)
         setattr(g._get_current_object(), OUTCOME_ATTRIBUTE, Outcome(labels, shown, over is None, None, held))
         replacement = self._reporter().report(req, endpoint, batch, decision, False, over, self.settings.on_breach)
@@ -506,10 +496,9 @@ class RateLimitState(Notices):
             raise ServiceUnavailable("Rate limiting is unavailable; try again shortly.", retry_after=retry_after)
 
     def _storage_failed(self, error: Exception, consequence: str, throttle: Throttle | None = None) -> None:
-        """Log that ``error`` kept a request from being decided or counted,
-        and its ``consequence``: Redis's failure as an outage, any other
-        error (made an :class:`UnexpectedError` by the ``throttle`` it met)
-        as an internal error, with its traceback."""
+        """Log that ``error`` kept a request from being decided or counted, and
+        its ``consequence``: Redis's failure as an outage, any other (made an
+        :class:`UnexpectedError` by ``throttle``) as an internal error."""
         if not isinstance(error, StorageUnavailable):
             assert throttle is not None
             error = throttle.unexpected(error)
