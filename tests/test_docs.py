@@ -414,3 +414,30 @@ def test_the_dashboard_example_in_the_docs_works(app: Flask) -> None:
     response = get(client, "/admin/ratelimit/", user="admin")
     assert response.status_code == 200
     assert "<h1>Rate limits</h1>" in response.text
+
+
+def timeit_commands(page: Path) -> list[tuple[str, str]]:
+    """The ``python -m timeit -s SETUP STATEMENT`` commands of ``page``, with
+    the setups the page names in capitals (``POLICY``) written out."""
+    text = page.read_text("utf-8")
+    named = {
+        name: " ".join(code.split())
+        for name, code in re.findall(r"``([A-Z]+)`` (?:standing )?for ``(.*?)``", text, re.S)
+    }
+    commands = []
+    for setup, statement in re.findall(r'python -m timeit -s "([^"]*)" "([^"]*)"', text):
+        for name, code in named.items():
+            setup = re.sub(rf"\b{name}\b", code, setup)
+        commands.append((setup, statement))
+    return commands
+
+
+@pytest.mark.parametrize(
+    ("setup", "statement"), timeit_commands(DOCS / "architecture.rst"), ids=lambda value: value[-60:]
+)
+def test_every_timing_command_of_the_architecture_page_runs(setup: str, statement: str) -> None:
+    """The cache table's figures come from these commands: a name they
+    import that has moved would leave a figure nobody can measure again."""
+    names: dict[str, Any] = {}
+    exec(setup, names)
+    exec(statement, names)
