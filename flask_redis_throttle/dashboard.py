@@ -178,7 +178,7 @@ def _override(state: RateLimitState, by: str) -> Done:
     action = request.form.get("action", "")
     limit = form.get("limit", "") if action == "limit" else None
     scope, until, span = (form.get(name) or None for name in ("scope", "until", "for"))
-    made = set_override(state, action, form.get("identity", ""), limit, scope, until, span, by)
+    made = set_override(state, action, form.get("identity", ""), limit, scope, until, span, by=by)
     return f"{_shown(made.describe())} until {utc(made.until)} UTC.", {"_anchor": "overrides"}
 
 

@@ -164,7 +164,7 @@ def _set_override(action: str, takes_limit: bool, help: str) -> None:
         state = _state()
         with storage_errors(_shared(state), change=True):
             try:
-                made = set_override(state, action, identity, limit, scope, until, span, by or _user())
+                made = set_override(state, action, identity, limit, scope, until, span, by=by or _user())
             except ValueError as error:
                 raise click.UsageError(str(error)) from None
         click.echo(f"{made.describe()} until {utc(made.until)} UTC; every worker follows it within 1 second.")

@@ -52,9 +52,10 @@ def set_override(
     action: str,
     target: str | Identity,
     limit: str | None,
-    scope: str | None,
-    until: object,
-    duration: object,
+    scope: str | None = None,
+    until: object = None,
+    duration: object = None,
+    *,
     by: str,
 ) -> Override:
     """Check and store one override.
