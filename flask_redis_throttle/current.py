@@ -89,8 +89,7 @@ def current_limits() -> list[CurrentLimit]:
         read so far when Redis cannot answer (logged).
     """
     outcome: Outcome | None = g.get(OUTCOME_ATTRIBUTE) if g else None
-    planned = _planned(None, None) if outcome is not None else None
-    if outcome is None or planned is None:
+    if outcome is None or (planned := _planned(None, None)) is None:
         return []
     state, req, plan = planned
     refused = None if outcome.decision.admitted else outcome.decision

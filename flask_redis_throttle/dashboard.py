@@ -20,7 +20,7 @@ from werkzeug.routing import RequestRedirect
 from werkzeug.wrappers import Response
 
 from ._ops.console import duration, utc
-from ._ops.override_changes import DISABLED, FAILURES, cause, known_scopes, latest_changes, lift, set_override, unsure
+from ._ops.override_changes import DISABLED, FAILURES, known_scopes, latest_changes, lift, set_override, unavailable
 from ._ops.reports import (
     CHANGES_HEADER,
     LIMITS_HEADER,
@@ -140,7 +140,7 @@ def _index() -> tuple[str, int]:
     except ValueError as error:
         page["problem"], status = str(error), 400
     except FAILURES as error:
-        page["problem"], status = f"rate limit storage unavailable: {cause(error)}", 503
+        page["problem"], status = unavailable(error), 503
     return render_template("ratelimit_dashboard/index.html", **page), status
 
 
@@ -166,7 +166,7 @@ def _form(form: str, act: Callable[[RateLimitState], Done], change: bool = True)
         except ValueError as error:
             abort(400, str(error))
         except FAILURES as error:
-            abort(503, f"rate limit storage unavailable: {error}{'.' + unsure(error) if change else ''}")
+            abort(503, unavailable(error, change))
         flash(message, "ratelimit")
         return redirect(url_for(".index", **place))
 
@@ -178,7 +178,7 @@ def _override(state: RateLimitState, by: str) -> Done:
     action = request.form.get("action", "")
     limit = form.get("limit", "") if action == "limit" else None
     scope, until, span = (form.get(name) or None for name in ("scope", "until", "for"))
-    made = set_override(state, action, form.get("identity", ""), limit, scope, until, span, by)
+    made = set_override(state, action, form.get("identity", ""), limit, scope, until, span, by=by)
     return f"{_shown(made.describe())} until {utc(made.until)} UTC.", {"_anchor": "overrides"}
 
 

@@ -108,14 +108,12 @@ def limit(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> LimitDec
     return LimitDecorator(make_spec(spec, **options))
 
 
+@dataclass(frozen=True, eq=False, slots=True)
 class LimitDecorator:
     """What :func:`limit` returns: a decorator, and a context manager that
     decides the limit when its block starts."""
 
-    __slots__ = ("spec",)
-
-    def __init__(self, spec: LimitSpec) -> None:
-        self.spec = spec
+    spec: LimitSpec
 
     def __call__(self, target: Target) -> Target:
         _check_target(target, "limit")

@@ -207,19 +207,11 @@ class RateLimit:
         return latest_changes(state_of(app), count)
 
     def _set(
-        self,
-        action: str,
-        identity: str | Identity,
-        limit: str | None,
-        *,
-        scope: str | None = None,
-        until: object = None,
-        duration: object = None,
-        by: str = "python",
-        app: Flask | None = None,
+        self, action: str, identity: str | Identity, limit: str | None, *, by: str = "python", **options: Any
     ) -> Override:
+        # An unknown option is a TypeError from set_override, which takes the others by name.
         _check_by(by)
-        return set_override(state_of(app), action, identity, limit, scope, until, duration, by)
+        return set_override(state_of(options.pop("app", None)), action, identity, limit, by=by, **options)
 
     def request_filter(self, function: RequestFilter) -> RequestFilter:
         """Register a function of the request that, when it returns True,

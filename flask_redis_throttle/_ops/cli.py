@@ -20,7 +20,7 @@ from ..core.storages.local import LocalFolder, server_status, stop_server
 from ..core.stores.refusals import RefusalLog
 from ..decorators import state_of
 from .console import duration, parse_moment, table, utc
-from .override_changes import DISABLED, FAILURES, cause, latest_changes, lift, overrides_of, set_override, unsure
+from .override_changes import DISABLED, FAILURES, latest_changes, lift, overrides_of, set_override, unavailable
 from .reports import (
     CHANGES_HEADER,
     LIMITS_HEADER,
@@ -164,7 +164,7 @@ def _set_override(action: str, takes_limit: bool, help: str) -> None:
         state = _state()
         with storage_errors(_shared(state), change=True):
             try:
-                made = set_override(state, action, identity, limit, scope, until, span, by or _user())
+                made = set_override(state, action, identity, limit, scope, until, span, by=by or _user())
             except ValueError as error:
                 raise click.UsageError(str(error)) from None
         click.echo(f"{made.describe()} until {utc(made.until)} UTC; every worker follows it within 1 second.")
@@ -364,5 +364,4 @@ def storage_errors(throttle: Throttle, change: bool = False) -> Iterator[None]:
     try:
         yield
     except FAILURES as error:
-        message = f"rate limit storage unavailable at {redact(throttle.url)}: {cause(error)}"
-        raise click.ClickException(message + (unsure(error) if change else "")) from None
+        raise click.ClickException(unavailable(error, change, f" at {redact(throttle.url)}")) from None

@@ -33,7 +33,7 @@ _OUTAGE_WARNINGS = frozenset(["storage", "refusal log"])
 
 class Notices:
     """The warnings and notices of one app's state; a subclass sets
-    :attr:`settings`, :attr:`throttle` and :attr:`metrics`."""
+    :attr:`settings`, :attr:`throttle` and :attr:`metrics`, and defines :attr:`limited_endpoints`."""
 
     #: The monotonic clock that spaces warnings; tests may replace it.
     clock: Callable[[], float] = staticmethod(time.monotonic)
@@ -41,6 +41,8 @@ class Notices:
     settings: Settings
     throttle: Throttle | None
     metrics: Metrics | None
+    #: The endpoints of the app that have a limit for some method.
+    limited_endpoints: Callable[[], set[str]]
 
     def __init__(self) -> None:
         self._warning_lock = threading.Lock()
@@ -50,10 +52,6 @@ class Notices:
         self._failing = False
         self._failed_requests = 0
         self._announced = False
-
-    def limited_endpoints(self) -> set[str]:
-        """The endpoints of the app that have a limit for some method."""
-        raise NotImplementedError
 
     def _outage(self, message: str) -> None:
         """Warn that Redis failed a request, and count it for the recovery line."""

@@ -12,6 +12,7 @@ import redis
 from .._request.identity import address_group
 from .._request.overrides import Overrides
 from .._request.state import RateLimitState
+from ..core.checks import is_number
 from ..core.engine.keys import Identity, cut, loggable
 from ..core.engine.rates import Layer, parse_limits
 from ..core.engine.throttle import StorageUnavailable
@@ -26,19 +27,17 @@ DISABLED = "rate limiting is disabled on this app (RATELIMIT_ENABLED is False)"
 FAILURES = (StorageUnavailable, redis.RedisError)
 
 
-def cause(error: BaseException) -> BaseException | None:
-    """The Redis error behind a failure: a :class:`StorageUnavailable`'s cause."""
-    return error.__cause__ if isinstance(error, StorageUnavailable) else error
-
-
-def unsure(error: BaseException) -> str:
-    """What a failed change's report adds: a Redis that timed out may make it all the same."""
-    if not isinstance(cause(error), redis.TimeoutError):
-        return ""
-    return (
-        " The change may have reached Redis all the same, and be made when it answers:"
-        " the overrides in force (flask ratelimit overrides, or the dashboard) say whether it was."
-    )
+def unavailable(error: BaseException, change: bool = False, at: str = "") -> str:
+    """What an operator's call that Redis failed reports: the Redis error behind it (a
+    :class:`StorageUnavailable`'s cause) and, for a ``change`` that timed out, that Redis may make it all the same."""
+    cause = error.__cause__ if isinstance(error, StorageUnavailable) else error
+    message = f"rate limit storage unavailable{at}: {cause}"
+    if change and isinstance(cause, redis.TimeoutError):
+        message += (
+            ". The change may have reached Redis all the same, and be made when it answers:"
+            " the overrides in force (flask ratelimit overrides, or the dashboard) say whether it was."
+        )
+    return message
 
 
 def overrides_of(state: RateLimitState) -> Overrides:
@@ -53,9 +52,10 @@ def set_override(
     action: str,
     target: str | Identity,
     limit: str | None,
-    scope: str | None,
-    until: object,
-    duration: object,
+    scope: str | None = None,
+    until: object = None,
+    duration: object = None,
+    *,
     by: str,
 ) -> Override:
     """Check and store one override.
@@ -158,14 +158,14 @@ def parse_when(until: object, duration: object, now: float) -> float:
         if parse_span(until) is not None:
             raise ValueError(f"until {until!r} is a span: give it as the duration, or give a time such as 2027-12-31")
         return parse_moment(until, now)
-    given, seconds = (until if duration is None else duration), math.nan
-    if isinstance(given, (int, float)) and not isinstance(given, bool):  # seconds
+    given = until if duration is None else duration
+    if is_number(given):  # seconds
         try:
             seconds = float(given)
         except OverflowError:  # an int too large
             seconds = math.inf if given > 0 else -math.inf
-    if not math.isnan(seconds):
-        return seconds if duration is None else now + seconds
+        if not math.isnan(seconds):
+            return seconds if duration is None else now + seconds
     if duration is None:
         raise ValueError(f"until {until!r} is not a time: a datetime, seconds since the epoch, or an ISO time")
     raise ValueError(f"duration {duration!r} is not a span such as 2h, a number of seconds, or a timedelta")

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-__all__ = ["remember"]
-
 _K = TypeVar("_K")
 _V = TypeVar("_V")
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from .engine.keys import cut
 
-__all__ = ["ConfigurationError", "InputError", "InvalidLimit"]
-
 
 class InputError(Exception):
     """The base class of the errors this extension raises for bad input."""

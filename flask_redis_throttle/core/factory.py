@@ -11,8 +11,6 @@ from .storages.clients import embedded_client
 from .storages.storage import Storage
 from .stores.refusals import CLUSTER_SHARDS, RefusalLog
 
-__all__ = ["build_refusal_log", "build_throttle"]
-
 
 def build_throttle(
     storage: Storage | str,
