@@ -1,10 +1,13 @@
-"""Flask-Limiter's limit objects as :func:`~flask_redis_throttle.limit`'s keyword arguments (:doc:`/flask-limiter`)."""
+"""Flask-Limiter's limit strings and limit objects as :func:`~flask_redis_throttle.limit`'s keyword arguments
+(:doc:`/flask-limiter`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
 import inspect
+import logging
+import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
@@ -12,21 +15,72 @@ from typing import Any, TypeVar
 from flask import Blueprint, Request, Response, current_app, g, has_request_context, request
 from flask.views import http_method_funcs
 
+from ...core.engine.keys import Identity
+from ...core.engine.rates import MAX_LIMIT_LENGTH, Layer
 from ...current import CurrentLimit, current_limit
 from ...decorators import INHERITED, DynamicLimit, Exemption, LimitDecorator, exempt, exemption_of
 from ...decorators import limit as native_limit
 from ...errors import InvalidLimit
 from ...extension import qualified_name, state_of
 from ...signals import RefusalEvent
-from ._grammar import translate
-from ._presentation import BREACH_ERROR, describe_refusal, limits_key, logger
 from .util import get_remote_address
+
+logger = logging.getLogger("flask_redis_throttle")
 
 Target = TypeVar("Target", bound="Callable[..., Any] | Blueprint")
 
 SEE = "see 'Coming from Flask-Limiter' in the docs"
 #: What an argument or setting that is a function takes.
 FUNCTION = "a function"
+
+SEPARATORS = re.compile(r"[,;|]")
+#: One layer: its quota, its multiple (maybe none) and its unit, as the ``limits`` library reads it.
+LAYER = re.compile(r"\s*([0-9]+)\s*(?:/|per)\s*([0-9]*)\s*([a-z]+)\s*", re.IGNORECASE)
+#: Each unit, and its plural, in seconds: a month is 30 days there, a year 360.
+UNITS = {"second": 1, "minute": 60, "hour": 3_600, "day": 86_400, "month": 30 * 86_400, "year": 360 * 86_400}
+UNITS.update({f"{name}s": seconds for name, seconds in list(UNITS.items())})
+#: The units a window is written in here, longest first.
+WRITTEN = (("day", 86_400), ("hour", 3_600), ("minute", 60), ("second", 1))
+
+
+def translate(text: str) -> str:
+    """``"5 per minute | 1/second"`` as ``"5 per 1 minute;1 per 1 second"``; empty or too long, as is.
+
+    :raises ValueError: if the ``limits`` library would not parse ``text``, with its message.
+    """
+    if not isinstance(text, str) or len(text) > MAX_LIMIT_LENGTH or not text:
+        return text
+    quotas: dict[int, int] = {}
+    for layer in SEPARATORS.split(text):
+        found = LAYER.fullmatch(layer)
+        unit = found and UNITS.get(found[3].lower())
+        if found is None or unit is None:
+            raise ValueError(f"couldn't parse rate limit string '{text}'")
+        window = (int(found[2] or 0) or 1) * unit  # a multiple of 0 is 1 there
+        quota = int(found[1])
+        quotas[window] = min(quota, quotas.get(window, quota))
+    return ";".join(f"{quota} per {written(window)}" for window, quota in quotas.items())
+
+
+def written(window: int) -> str:
+    """A window of whole seconds in its longest whole unit: ``"2 minute"``."""
+    name, seconds = next((name, seconds) for name, seconds in WRITTEN if window % seconds == 0)
+    return f"{window // seconds} {name}"
+
+
+#: On :data:`flask.g`: an ``on_breach`` function's error, raised or logged with the response.
+BREACH_ERROR = "_flask_limiter_breach_error"
+
+
+def limits_key(identity: Identity, scope: str, layer: Layer) -> str:
+    """``RequestLimit.key``: the name Flask-Limiter gives a limit's counter."""
+    return f"LIMITER/{identity.value}/{scope}/{layer.quota}/{written(layer.window).replace(' ', '/')}"
+
+
+def describe_refusal(request: Request) -> str:
+    """The 429's description without an ``error_message``: the refusing layer, as Flask-Limiter words it."""
+    found = current_limit()
+    return "Too Many Requests" if found is None else str(found.layer)
 
 
 def a_function(value: Any) -> Any:
