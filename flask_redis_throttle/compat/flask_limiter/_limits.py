@@ -224,11 +224,11 @@ class RouteLimit(Limit):
         self,
         limit_value: str | Callable[[], str],
         override_defaults: bool | None = True,
-        limiter: object = None,
+        limiter: Any = None,
         key_func: Callable[[], str] | None = None,
         **fields: Any,
     ) -> None:
-        super().__init__(limit_value, key_func or getattr(limiter, "key_func", None), **fields)
+        super().__init__(limit_value, key_func or limiter.key_func, **fields)
         self.limiter = limiter
         self.unreadable: ValueError | None = None
         self.native: LimitDecorator | None = None  # made now: a malformed limit fails where it is written
@@ -262,7 +262,7 @@ class RouteLimit(Limit):
         if isinstance(target, Blueprint) and callable(self.limit_provider):
             native = self.decorator(self.fallbacks[1], override_defaults=self.override_defaults)
         native(target)
-        getattr(self.limiter, "forget_plans", lambda: None)()
+        self.limiter.forget_plans()
         if isinstance(target, Blueprint):
             return target
         block = self.decorator(scope=qualified_name(target))
@@ -284,10 +284,11 @@ class RouteLimit(Limit):
         the view's own limit again if its dynamic function raised (it may read what decorators set)."""
         if not has_request_context():
             return
-        if not is_view_of(limited, request.endpoint):
+        view = current_app.view_functions.get(request.endpoint or "")
+        if not is_view_of(limited, view):
             block.__enter__()
-            if self.override_defaults is not False:
-                hint_override(request.endpoint)
+            if self.override_defaults is not False and view is not None:
+                hint_override(view)
         elif self.native is not None and any(
             made in g.get(UNDECIDED, ()) for made in self.__dict__.get("_dynamic", {}).values()
         ):
@@ -307,12 +308,11 @@ class RouteLimit(Limit):
         return None
 
 
-def hint_override(endpoint: str | None) -> None:
-    """Drop the default limits of ``endpoint``'s view from its next request on, as Flask-Limiter
-    does once a function with a limit that overrides them ran in one of its requests."""
-    view = current_app.view_functions.get(endpoint) if endpoint is not None else None
+def hint_override(view: Callable[..., Any]) -> None:
+    """Drop the default limits of ``view`` from its next request on, as Flask-Limiter does once
+    a function with a limit that overrides them ran in one of its requests."""
     found = exemption(view)
-    if view is None or "default" in found.drops:
+    if "default" in found.drops:
         return
     keep = [kind for kind in INHERITED if kind not in found.drops | {"default"}]
     exempt(keep=keep, nested=found.nested, own_limits=found.own_limits)(view)
@@ -326,9 +326,8 @@ def exemption(holder: object) -> Exemption:
     return exemption_of(holder) or Exemption(frozenset())
 
 
-def is_view_of(function: Callable[..., Any], endpoint: str | None) -> bool:
-    """Whether ``function`` is the view of ``endpoint``, one it wraps, or a method of its class."""
-    view = current_app.view_functions.get(endpoint) if endpoint is not None else None
+def is_view_of(function: Callable[..., Any], view: Callable[..., Any] | None) -> bool:
+    """Whether ``function`` is ``view``, one it wraps, or a method of its class."""
     while view is not None:
         if view is function:
             return True
@@ -395,11 +394,6 @@ class Apart:
 
     def __post_init__(self) -> None:
         functools.update_wrapper(self, self.dynamic, updated=())
-
-    @property
-    def beneath(self) -> str | None:
-        """Where ``flask limiter clear`` finds the counters: "" for the endpoint, None for a function."""
-        return "" if self.scope is None else self.scope if isinstance(self.scope, str) else None
 
     def __call__(self, request: Request) -> str:
         asked, value = self.dynamic.last
