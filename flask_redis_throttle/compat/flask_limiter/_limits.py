@@ -115,8 +115,7 @@ def identities(key_func: Callable[[], str] | None) -> list[Any] | None:
         try:
             return key_func()
         except Exception:
-            state = state_of(required=False)
-            if state is None or not state.settings.fail_open:
+            if not state_of().settings.fail_open:  # the extension calls it: its app has one
                 raise
             logger.exception("Failed to rate limit. Swallowing error")
             return None
@@ -404,16 +403,16 @@ class Apart:
 
 
 def default_limits(request: Request) -> str | None:
-    """The default limits of ``request``, joined (a dynamic limit's fallback); None where exempt."""
-    state = state_of(required=False)
+    """The default limits of ``request``, joined (a dynamic limit's fallback, which the extension
+    calls); None where exempt."""
     holders = [
         current_app.view_functions.get(request.endpoint or ""),
         *map(current_app.blueprints.get, request.blueprints),
     ]
-    if state is None or any("default" in exemption(holder).drops for holder in holders):
+    if any("default" in exemption(holder).drops for holder in holders):
         return None
     texts = []
-    for spec in state.settings.default:
+    for spec in state_of().settings.default:
         if spec.exempt_when is None or not spec.exempt_when(request):
             texts.append(spec.limit if isinstance(spec.limit, str) else spec.limit(request))
     return translate(";".join(text for text in texts if text)) or None

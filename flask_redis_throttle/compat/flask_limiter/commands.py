@@ -126,7 +126,7 @@ class Survey:
     """The chosen rows of ``flask ratelimit limits``, grouped as Flask-Limiter's trees."""
 
     def __init__(self, rows: list[Any], everywhere: bool, whole: bool) -> None:
-        self.rows, self.everywhere, self.whole = rows, everywhere, whole
+        self.rows, self.whole = rows, whole
         shared: dict[str, dict[tuple[object, ...], PlannedLimit]] = {"Meta limits": {}, "Application limits": {}}
         for row in rows:
             for limit in row.limits:
