@@ -233,10 +233,8 @@ class Limiter:
 
     def forget_plans(self) -> None:
         """Have this limiter's apps read their limits again: one put on a view at run time applies."""
-        for app in self.apps:
-            state = state_of(app, required=False)
-            if state is not None:
-                state.forget_plans()
+        for app in self.apps:  # each added once its extension was set up
+            state_of(app).forget_plans()
 
     def request_filter(self, fn: Callable[[], bool]) -> Callable[[], bool]:
         """Leave the requests for which ``fn()`` is True unlimited."""

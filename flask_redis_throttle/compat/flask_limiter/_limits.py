@@ -315,9 +315,7 @@ def hint_override(view: Callable[..., Any]) -> None:
         return
     keep = [kind for kind in INHERITED if kind not in found.drops | {"default"}]
     exempt(keep=keep, nested=found.nested, own_limits=found.own_limits)(view)
-    state = state_of(required=False)
-    if state is not None:
-        state.forget_plans()
+    state_of().forget_plans()  # there is one: its block was just decided
 
 
 def exemption(holder: object) -> Exemption:
