@@ -104,13 +104,11 @@ def identities(key_func: Callable[[], str] | None) -> list[Any] | None:
     """Whom a key function counts: ``"ip"`` for ``get_remote_address``, else the function."""
     if key_func is None:
         return None
-    if not callable(key_func):
-        raise InvalidLimit(f"key_func {key_func!r} must be a function of no arguments", spec=key_func)
     if key_func is get_remote_address:
         return ["ip"]
 
     # An error it raises is a 500; with swallow_errors, logged and the request let through uncounted.
-    @functools.wraps(key_func)
+    @functools.wraps(a_function(key_func))
     def called(request: Request) -> str | None:
         try:
             return key_func()
@@ -175,8 +173,6 @@ class Limit:
             if value is not None:
                 try:
                     options[name] = read(value)
-                except InvalidLimit:
-                    raise
                 except (TypeError, ValueError) as error:
                     raise InvalidLimit(f"{field} {value!r} must be {takes}: {error}", spec=value) from None
         if callable(self.scope):
