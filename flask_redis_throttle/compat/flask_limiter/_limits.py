@@ -370,7 +370,7 @@ class Dynamic:
         try:
             value = translate(text) or None
         except ValueError as error:
-            logger.error("failed to load ratelimit for endpoint %s: %s", request.endpoint, error)
+            unread(request.endpoint, error)
             value = None
         if value is None and self.fallback is not None:
             value = self.fallback(request)
