@@ -3,23 +3,28 @@
 from __future__ import annotations
 
 import dataclasses
-import logging
+import math
+import time
 import warnings
 import weakref
 from collections import ChainMap
 from collections.abc import Callable, Mapping, Sequence
+from email.utils import formatdate
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from flask import Blueprint, Flask, Response, request
+from flask import Blueprint, Flask, Response, g, request
+from werkzeug.http import parse_date
 from werkzeug.local import LocalProxy
 
+from ...core.engine.keys import Identity
+from ...core.engine.rates import Layer
 from ...core.storages.clients import embedded_client
 from ...current import current_limit, current_limits
 from ...decorators import exempt as native_exempt
 from ...errors import ConfigurationError
 from ...extension import APPLICATION_SCOPE, DEFAULTS, EXTENSION_KEY, RateLimit, RateLimitState, Settings, state_of
-from ._limits import SEE, Limit, MetaLimit, RequestLimit, RouteLimit, Target, of_request
-from ._presentation import log_refusals, respond
+from ...signals import request_refused
+from ._limits import BREACH_ERROR, SEE, Limit, MetaLimit, RequestLimit, RouteLimit, Target, logger, of_request
 from ._settings import LAYERED, THEIR_SETTINGS, settings
 from .commands import COMMAND_NAMES, cli
 from .constants import ConfigVars, ExemptionScope, HeaderNames
@@ -108,7 +113,7 @@ class Limiter:
         }
         self.header_name_mapping = header_name_mapping or {}
         self.auto_check = auto_check
-        self.logger = logging.getLogger("flask_redis_throttle")
+        self.logger = logger
         self.extension = RateLimit()
         self.apps: weakref.WeakSet[Flask] = weakref.WeakSet()
         self.extension.request_filter(lambda request: not self.enabled)
@@ -228,10 +233,8 @@ class Limiter:
 
     def forget_plans(self) -> None:
         """Have this limiter's apps read their limits again: one put on a view at run time applies."""
-        for app in self.apps:
-            state = state_of(app, required=False)
-            if state is not None:
-                state.forget_plans()
+        for app in self.apps:  # each added once its extension was set up
+            state_of(app).forget_plans()
 
     def request_filter(self, fn: Callable[[], bool]) -> Callable[[], bool]:
         """Leave the requests for which ``fn()`` is True unlimited."""
@@ -259,3 +262,45 @@ class Limiter:
     def reset(self) -> None:
         """Delete every counter of the app: :meth:`RateLimit.reset() <flask_redis_throttle.RateLimit.reset>`."""
         self.extension.reset()
+
+
+def log_refusals(app: Flask) -> None:
+    """Log each refusal of ``app`` at INFO, as Flask-Limiter does."""
+
+    @request_refused.connect_via(app)
+    def log(sender: Flask, *, identity: Identity, layer: Layer, scope: str, shadow: bool, **extra: Any) -> None:
+        if not shadow:
+            logger.info("ratelimit %s (%s) exceeded at endpoint: %s", layer, identity.value, scope)
+
+
+def respond(headers: bool, http_date: bool, swallow_errors: bool) -> Callable[[Response], Response]:
+    """An ``after_request`` function, registered after the extension's so that it runs first:
+    it raises an ``on_breach`` error, and gives a response let through Flask-Limiter's ``Retry-After``."""
+
+    def after_request(response: Response) -> Response:
+        error: Exception | None = g.pop(BREACH_ERROR, None)
+        if error is not None:
+            if not swallow_errors:
+                raise error
+            logger.error("on_breach callback failed with error %s", error, exc_info=error)
+        found = current_limit() if headers else None
+        if found is not None and not found.breached:
+            now = time.time()
+            reset_at: float = math.ceil(now + found.reset)  # as X-RateLimit-Reset: whole seconds, rounded up
+            own = response.headers.getlist("Retry-After")
+            if own:
+                reset_at = max(reset_at, _retry_at(own[-1], now))
+            response.headers.set(
+                "Retry-After", formatdate(reset_at, usegmt=True) if http_date else str(int(reset_at - now))
+            )
+        return response
+
+    return after_request
+
+
+def _retry_at(value: str, now: float) -> float:
+    """The moment an app's own ``Retry-After`` names (seconds or an HTTP-date); 0 if it is neither."""
+    if value.isdigit():
+        return now + int(value)
+    moment = parse_date(value)
+    return 0 if moment is None else moment.timestamp()

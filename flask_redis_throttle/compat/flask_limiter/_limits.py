@@ -1,10 +1,13 @@
-"""Flask-Limiter's limit objects as :func:`~flask_redis_throttle.limit`'s keyword arguments (:doc:`/flask-limiter`)."""
+"""Flask-Limiter's limit strings and limit objects as :func:`~flask_redis_throttle.limit`'s keyword arguments
+(:doc:`/flask-limiter`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
 import inspect
+import logging
+import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
@@ -12,21 +15,72 @@ from typing import Any, TypeVar
 from flask import Blueprint, Request, Response, current_app, g, has_request_context, request
 from flask.views import http_method_funcs
 
+from ...core.engine.keys import Identity
+from ...core.engine.rates import MAX_LIMIT_LENGTH, Layer
 from ...current import CurrentLimit, current_limit
 from ...decorators import INHERITED, DynamicLimit, Exemption, LimitDecorator, exempt, exemption_of
 from ...decorators import limit as native_limit
 from ...errors import InvalidLimit
 from ...extension import qualified_name, state_of
 from ...signals import RefusalEvent
-from ._grammar import translate
-from ._presentation import BREACH_ERROR, describe_refusal, limits_key, logger
 from .util import get_remote_address
+
+logger = logging.getLogger("flask_redis_throttle")
 
 Target = TypeVar("Target", bound="Callable[..., Any] | Blueprint")
 
 SEE = "see 'Coming from Flask-Limiter' in the docs"
 #: What an argument or setting that is a function takes.
 FUNCTION = "a function"
+
+SEPARATORS = re.compile(r"[,;|]")
+#: One layer: its quota, its multiple (maybe none) and its unit, as the ``limits`` library reads it.
+LAYER = re.compile(r"\s*([0-9]+)\s*(?:/|per)\s*([0-9]*)\s*([a-z]+)\s*", re.IGNORECASE)
+#: Each unit, and its plural, in seconds: a month is 30 days there, a year 360.
+UNITS = {"second": 1, "minute": 60, "hour": 3_600, "day": 86_400, "month": 30 * 86_400, "year": 360 * 86_400}
+UNITS.update({f"{name}s": seconds for name, seconds in list(UNITS.items())})
+#: The units a window is written in here, longest first.
+WRITTEN = (("day", 86_400), ("hour", 3_600), ("minute", 60), ("second", 1))
+
+
+def translate(text: str) -> str:
+    """``"5 per minute | 1/second"`` as ``"5 per 1 minute;1 per 1 second"``; empty or too long, as is.
+
+    :raises ValueError: if the ``limits`` library would not parse ``text``, with its message.
+    """
+    if not isinstance(text, str) or len(text) > MAX_LIMIT_LENGTH or not text:
+        return text
+    quotas: dict[int, int] = {}
+    for layer in SEPARATORS.split(text):
+        found = LAYER.fullmatch(layer)
+        unit = found and UNITS.get(found[3].lower())
+        if found is None or unit is None:
+            raise ValueError(f"couldn't parse rate limit string '{text}'")
+        window = (int(found[2] or 0) or 1) * unit  # a multiple of 0 is 1 there
+        quota = int(found[1])
+        quotas[window] = min(quota, quotas.get(window, quota))
+    return ";".join(f"{quota} per {written(window)}" for window, quota in quotas.items())
+
+
+def written(window: int) -> str:
+    """A window of whole seconds in its longest whole unit: ``"2 minute"``."""
+    name, seconds = next((name, seconds) for name, seconds in WRITTEN if window % seconds == 0)
+    return f"{window // seconds} {name}"
+
+
+#: On :data:`flask.g`: an ``on_breach`` function's error, raised or logged with the response.
+BREACH_ERROR = "_flask_limiter_breach_error"
+
+
+def limits_key(identity: Identity, scope: str, layer: Layer) -> str:
+    """``RequestLimit.key``: the name Flask-Limiter gives a limit's counter."""
+    return f"LIMITER/{identity.value}/{scope}/{layer.quota}/{written(layer.window).replace(' ', '/')}"
+
+
+def describe_refusal(request: Request) -> str:
+    """The 429's description without an ``error_message``: the refusing layer, as Flask-Limiter words it."""
+    found = current_limit()
+    return "Too Many Requests" if found is None else str(found.layer)
 
 
 def a_function(value: Any) -> Any:
@@ -50,19 +104,16 @@ def identities(key_func: Callable[[], str] | None) -> list[Any] | None:
     """Whom a key function counts: ``"ip"`` for ``get_remote_address``, else the function."""
     if key_func is None:
         return None
-    if not callable(key_func):
-        raise InvalidLimit(f"key_func {key_func!r} must be a function of no arguments", spec=key_func)
     if key_func is get_remote_address:
         return ["ip"]
 
     # An error it raises is a 500; with swallow_errors, logged and the request let through uncounted.
-    @functools.wraps(key_func)
+    @functools.wraps(a_function(key_func))
     def called(request: Request) -> str | None:
         try:
             return key_func()
         except Exception:
-            state = state_of(required=False)
-            if state is None or not state.settings.fail_open:
+            if not state_of().settings.fail_open:  # the extension calls it: its app has one
                 raise
             logger.exception("Failed to rate limit. Swallowing error")
             return None
@@ -122,8 +173,6 @@ class Limit:
             if value is not None:
                 try:
                     options[name] = read(value)
-                except InvalidLimit:
-                    raise
                 except (TypeError, ValueError) as error:
                     raise InvalidLimit(f"{field} {value!r} must be {takes}: {error}", spec=value) from None
         if callable(self.scope):
@@ -170,11 +219,11 @@ class RouteLimit(Limit):
         self,
         limit_value: str | Callable[[], str],
         override_defaults: bool | None = True,
-        limiter: object = None,
+        limiter: Any = None,
         key_func: Callable[[], str] | None = None,
         **fields: Any,
     ) -> None:
-        super().__init__(limit_value, key_func or getattr(limiter, "key_func", None), **fields)
+        super().__init__(limit_value, key_func or limiter.key_func, **fields)
         self.limiter = limiter
         self.unreadable: ValueError | None = None
         self.native: LimitDecorator | None = None  # made now: a malformed limit fails where it is written
@@ -208,7 +257,7 @@ class RouteLimit(Limit):
         if isinstance(target, Blueprint) and callable(self.limit_provider):
             native = self.decorator(self.fallbacks[1], override_defaults=self.override_defaults)
         native(target)
-        getattr(self.limiter, "forget_plans", lambda: None)()
+        self.limiter.forget_plans()
         if isinstance(target, Blueprint):
             return target
         block = self.decorator(scope=qualified_name(target))
@@ -230,10 +279,11 @@ class RouteLimit(Limit):
         the view's own limit again if its dynamic function raised (it may read what decorators set)."""
         if not has_request_context():
             return
-        if not is_view_of(limited, request.endpoint):
+        view = current_app.view_functions.get(request.endpoint or "")
+        if not is_view_of(limited, view):
             block.__enter__()
-            if self.override_defaults is not False:
-                hint_override(request.endpoint)
+            if self.override_defaults is not False and view is not None:
+                hint_override(view)
         elif self.native is not None and any(
             made in g.get(UNDECIDED, ()) for made in self.__dict__.get("_dynamic", {}).values()
         ):
@@ -253,18 +303,15 @@ class RouteLimit(Limit):
         return None
 
 
-def hint_override(endpoint: str | None) -> None:
-    """Drop the default limits of ``endpoint``'s view from its next request on, as Flask-Limiter
-    does once a function with a limit that overrides them ran in one of its requests."""
-    view = current_app.view_functions.get(endpoint) if endpoint is not None else None
+def hint_override(view: Callable[..., Any]) -> None:
+    """Drop the default limits of ``view`` from its next request on, as Flask-Limiter does once
+    a function with a limit that overrides them ran in one of its requests."""
     found = exemption(view)
-    if view is None or "default" in found.drops:
+    if "default" in found.drops:
         return
     keep = [kind for kind in INHERITED if kind not in found.drops | {"default"}]
     exempt(keep=keep, nested=found.nested, own_limits=found.own_limits)(view)
-    state = state_of(required=False)
-    if state is not None:
-        state.forget_plans()
+    state_of().forget_plans()  # there is one: its block was just decided
 
 
 def exemption(holder: object) -> Exemption:
@@ -272,9 +319,8 @@ def exemption(holder: object) -> Exemption:
     return exemption_of(holder) or Exemption(frozenset())
 
 
-def is_view_of(function: Callable[..., Any], endpoint: str | None) -> bool:
-    """Whether ``function`` is the view of ``endpoint``, one it wraps, or a method of its class."""
-    view = current_app.view_functions.get(endpoint) if endpoint is not None else None
+def is_view_of(function: Callable[..., Any], view: Callable[..., Any] | None) -> bool:
+    """Whether ``function`` is ``view``, one it wraps, or a method of its class."""
     while view is not None:
         if view is function:
             return True
@@ -324,7 +370,7 @@ class Dynamic:
         try:
             value = translate(text) or None
         except ValueError as error:
-            logger.error("failed to load ratelimit for endpoint %s: %s", request.endpoint, error)
+            unread(request.endpoint, error)
             value = None
         if value is None and self.fallback is not None:
             value = self.fallback(request)
@@ -342,11 +388,6 @@ class Apart:
     def __post_init__(self) -> None:
         functools.update_wrapper(self, self.dynamic, updated=())
 
-    @property
-    def beneath(self) -> str | None:
-        """Where ``flask limiter clear`` finds the counters: "" for the endpoint, None for a function."""
-        return "" if self.scope is None else self.scope if isinstance(self.scope, str) else None
-
     def __call__(self, request: Request) -> str:
         asked, value = self.dynamic.last
         if asked is not request:
@@ -356,16 +397,16 @@ class Apart:
 
 
 def default_limits(request: Request) -> str | None:
-    """The default limits of ``request``, joined (a dynamic limit's fallback); None where exempt."""
-    state = state_of(required=False)
+    """The default limits of ``request``, joined (a dynamic limit's fallback, which the extension
+    calls); None where exempt."""
     holders = [
         current_app.view_functions.get(request.endpoint or ""),
         *map(current_app.blueprints.get, request.blueprints),
     ]
-    if state is None or any("default" in exemption(holder).drops for holder in holders):
+    if any("default" in exemption(holder).drops for holder in holders):
         return None
     texts = []
-    for spec in state.settings.default:
+    for spec in state_of().settings.default:
         if spec.exempt_when is None or not spec.exempt_when(request):
             texts.append(spec.limit if isinstance(spec.limit, str) else spec.limit(request))
     return translate(";".join(text for text in texts if text)) or None

@@ -7,8 +7,7 @@ from typing import Any, TypeVar
 
 from ...errors import ConfigurationError
 from ...extension import APPLICATION_SCOPE, DEFAULTS
-from ._grammar import translate
-from ._limits import FUNCTION, OPTIONS, SEE, Apart, Dynamic, Limit, breach_hook, identities
+from ._limits import FUNCTION, OPTIONS, SEE, Apart, Dynamic, Limit, breach_hook, identities, translate
 from .constants import ConfigVars, HeaderNames
 
 T = TypeVar("T")

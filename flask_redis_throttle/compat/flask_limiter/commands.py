@@ -126,7 +126,7 @@ class Survey:
     """The chosen rows of ``flask ratelimit limits``, grouped as Flask-Limiter's trees."""
 
     def __init__(self, rows: list[Any], everywhere: bool, whole: bool) -> None:
-        self.rows, self.everywhere, self.whole = rows, everywhere, whole
+        self.rows, self.whole = rows, whole
         shared: dict[str, dict[tuple[object, ...], PlannedLimit]] = {"Meta limits": {}, "Application limits": {}}
         for row in rows:
             for limit in row.limits:
@@ -185,13 +185,14 @@ def _labels(limit: PlannedLimit) -> list[str]:
 
 
 def _scope(limit: PlannedLimit, whole: bool, endpoint: str | None = None) -> tuple[str | None, bool]:
-    """The scope ``clear`` resets (None for all, "" for none), and whether those beneath it instead."""
-    beneath = limit.spec.scope.beneath if isinstance(limit.spec.scope, Apart) else None
+    """The scope ``clear`` resets (None for all, "" for none), and whether those beneath it instead:
+    a dynamic limit's counters beneath its scope (or endpoint), unless a function names them."""
+    scope = limit.spec.scope
     if whole:
         return None, False
-    if beneath is not None:
-        return beneath or endpoint, True
-    return ("" if callable(limit.spec.scope) else limit.scope), False
+    if isinstance(scope, Apart) and not callable(scope.scope):
+        return scope.scope or endpoint, True
+    return ("" if callable(scope) else limit.scope), False
 
 
 class Key:
