@@ -404,6 +404,25 @@ def test_the_cli_shows_and_stops_the_server(folder: LocalFolder) -> None:
     assert server_pid(folder) != pid
 
 
+def test_the_cli_s_server_commands_refuse_a_folder_made_unsafe_after_init_app_without_a_traceback(
+    folder: LocalFolder,
+) -> None:
+    """Both raised the UnsafeFolder the folder's check made, a traceback
+    instead of the reason, before they asked the server anything."""
+    app = local_app(folder)
+    assert get(app.test_client()).status_code == 200
+    pid = server_pid(folder)
+    os.chmod(folder.socket, 0o777)  # someone else could have planted a server there
+    try:
+        for command in ("status", "stop"):
+            result = flask_command(app, "ratelimit", "server", command)
+            assert result.exit_code == 1
+            assert f"Error: local:// will not use {folder.socket}: others can write it (mode 0777)" in result.output
+    finally:
+        own(folder.socket, 0o700)
+    assert server_pid(folder) == pid
+
+
 def test_a_server_slow_to_start_on_a_loaded_host_counts_the_request_that_starts_it(
     folder: LocalFolder, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
