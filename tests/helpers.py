@@ -1,5 +1,5 @@
 """Helpers the tests share: building apps, sending requests, the pinned
-clock, threads and log records. The fixtures that use them are in
+clock, threads, log records and a failing script call. The fixtures that use them are in
 ``conftest.py``; tests import these by name (``from helpers import get``).
 """
 
@@ -270,6 +270,21 @@ def extension_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecor
     without the circuit breakers' opening and closing, which go to
     ``flask_redis_throttle.breaker`` and are checked in test_logging.py."""
     return [r for r in caplog.records if r.name != "flask_redis_throttle.breaker"]
+
+
+def failing_hits(state: RateLimitState, error: Exception, fails: Callable[[Any, int], bool]) -> None:
+    """Make the script calls of ``state``'s throttle whose checks and cost
+    ``fails`` picks raise ``error``, as the storage would on one call of a
+    request and not on another."""
+    assert state.throttle is not None
+    hit = state.throttle.hit
+
+    def failing(checks: Any, cost: int = 1) -> Any:
+        if fails(checks, cost):
+            raise error
+        return hit(checks, cost)
+
+    state.throttle.hit = failing  # type: ignore[method-assign]
 
 
 # --- the scripts stepped through requests, for the property tests ---------------------------------

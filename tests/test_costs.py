@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 from flask import Flask, Request, Response, abort, g, request
-from helpers import get, install, packed_records
+from helpers import extension_records, failing_hits, get, install, packed_records
 
-from flask_redis_throttle import Layer, RefusalEvent, limit
+from flask_redis_throttle import Layer, RefusalEvent, StorageUnavailable, limit
 from flask_redis_throttle.core.engine.scripts import STRATEGIES
 from flask_redis_throttle.extension import RateLimitState
 
@@ -333,3 +333,29 @@ def test_a_deferred_request_costing_more_than_the_quota_can_never_pass(app: Flas
     assert "it can never pass" in refused.get_data(as_text=True)
     assert any("costs 6" in r.getMessage() and "of limit '5/m' (view" in r.getMessage() for r in caplog.records)
     assert client.post("/batch", json=[1] * 5).status_code == 200
+
+
+@pytest.mark.internal_error
+@pytest.mark.parametrize(
+    ("error", "logged"),
+    [
+        (StorageUnavailable("gone"), "rate limit storage unavailable (gone)"),
+        (TypeError("a bug"), "internal error in rate limiting ("),
+    ],
+    ids=["storage-unavailable", "bug"],
+)
+def test_a_deduction_the_storage_fails_leaves_the_response_and_is_logged_as_lost(
+    app: Flask, caplog: pytest.LogCaptureFixture, error: Exception, logged: str
+) -> None:
+    deduct_app(app, "5/m")
+    state = install(app)
+    failing_hits(state, error, lambda checks, cost: cost > 0)  # the deduction, not the inspection
+    client = app.test_client()
+    with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
+        response = get(client)
+    assert response.status_code == 200
+    assert response.text == "ok"
+    assert response.headers["RateLimit"].startswith('"1m";r=5;')  # the inspection's: nothing was counted
+    [record] = [r for r in extension_records(caplog) if "deduction" in r.getMessage()]
+    assert logged in record.getMessage()
+    assert record.getMessage().endswith("; a response's deduction is lost.")
