@@ -107,6 +107,31 @@ def test_limits_of_different_costs_all_apply(app: Flask, statuses) -> None:
     assert costs[:2] == [1, 4]
 
 
+class Sized:
+    """A cost function that is an object: it has no ``__qualname__`` of its own."""
+
+    def __call__(self, request: Request) -> Any:
+        return "big"
+
+    def __repr__(self) -> str:
+        return "<Sized cost>"
+
+
+def test_the_bad_cost_warning_names_a_callable_object_by_its_repr(app: Flask, caplog) -> None:
+    @app.get("/")
+    @limit("2/m", cost=Sized())
+    def index() -> str:
+        return "ok"
+
+    install(app)
+    with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
+        assert get(app.test_client()).status_code == 200
+    [record] = [r for r in caplog.records if "cost function" in r.getMessage()]
+    assert record.getMessage().startswith(
+        "the cost function <Sized cost> of limit '2/m' (view, scope 'index') returned 'big'; it counts as 1"
+    )
+
+
 def deduct_app(app: Flask, spec: str = "2/m", **options: Any) -> list[str]:
     """``/`` counts only successful responses; ``?fail`` answers 404."""
     ran: list[str] = []

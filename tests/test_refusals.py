@@ -207,6 +207,28 @@ def test_a_log_that_cannot_be_written_does_not_change_the_answer(app: Flask, mon
     assert "refusal log unavailable (gone)" in caplog.text
 
 
+@pytest.mark.internal_error
+def test_a_bug_writing_the_log_is_an_internal_error_and_does_not_change_the_answer(
+    app: Flask, monkeypatch: pytest.MonkeyPatch, internal_errors: list[logging.LogRecord]
+) -> None:
+    limited(app)
+    state = install(app)
+
+    def broken(**fields: object) -> None:
+        raise TypeError("a bug")
+
+    monkeypatch.setattr(state.refusals, "record", broken)
+    client = app.test_client()
+    refused = [get(client, "/items") for _ in range(3)][1:]
+    assert [(r.status_code, r.headers["Retry-After"]) for r in refused] == [(429, "60")] * 2
+    [record] = internal_errors  # logged once, however many refusals meet it
+    assert record.getMessage() == (
+        f"internal error in the refusal log ({state.throttle.url}: unexpected TypeError: a bug); "
+        "the refusal is not logged."
+    )
+    assert isinstance(record.exc_info[1].__cause__, TypeError)
+
+
 @pytest.mark.redis
 @pytest.mark.parametrize("storage_url", ["redis"], indirect=True)
 def test_a_refusal_costs_one_more_command_and_an_admission_none(app: Flask, redis_client: redis.Redis) -> None:
