@@ -1058,3 +1058,13 @@ def test_lift_says_when_nothing_matches(app: Flask) -> None:
     assert cli(app, "lift", "user:2") == "No such override; nothing removed.\n"
     assert cli(app, "lift", "user:1", "--scope", "other") == "No such override; nothing removed.\n"
     assert "user:1" in cli(app, "overrides")
+
+
+def test_a_client_whose_address_is_none_is_limited_as_before_beside_a_network_s_override(app: Flask) -> None:
+    """What a proxy or a server sent as the address, when it is not one, is
+    in no network: the request is decided by its own limits, never a 500."""
+    shop(app)
+    RateLimit().block("ip:203.0.113.0/24", duration="1h", app=app)
+    client = app.test_client()
+    assert statuses(client, 3, ip="unknown") == [200, 200, 429]
+    assert statuses(client, 1, ip="203.0.113.9") == [429]
