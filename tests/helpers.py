@@ -27,7 +27,7 @@ from flask.cli import FlaskGroup
 from flask_login import LoginManager, UserMixin
 from hypothesis import strategies as st
 
-from flask_redis_throttle import Identity, RateLimit, limit
+from flask_redis_throttle import Identity, RateLimit, StorageUnavailable, limit
 from flask_redis_throttle.cli import ratelimit
 from flask_redis_throttle.compat.flask_limiter import Limiter
 from flask_redis_throttle.compat.flask_limiter.util import get_remote_address
@@ -286,6 +286,17 @@ def failing_hits(state: RateLimitState, error: Exception, fails: Callable[[Any, 
 
     state.throttle.hit = failing  # type: ignore[method-assign]
 
+
+#: A test's two failures of a call after the decision: Redis's, and a bug
+#: (an internal error), as ``error`` and what the log says of each.
+storage_faults = pytest.mark.parametrize(
+    ("error", "logged"),
+    [
+        (StorageUnavailable("gone"), "rate limit storage unavailable (gone)"),
+        (TypeError("a bug"), "internal error in rate limiting ("),
+    ],
+    ids=["storage-unavailable", "bug"],
+)
 
 # --- the scripts stepped through requests, for the property tests ---------------------------------
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 from flask import Flask, Request, Response, abort, g, request
-from helpers import extension_records, failing_hits, get, install, packed_records
+from helpers import extension_records, failing_hits, get, install, packed_records, storage_faults
 
-from flask_redis_throttle import Layer, RefusalEvent, StorageUnavailable, limit
+from flask_redis_throttle import Layer, RefusalEvent, limit
 from flask_redis_throttle.core.engine.scripts import STRATEGIES
 from flask_redis_throttle.extension import RateLimitState
 
@@ -77,10 +77,25 @@ def request_size(request: Request) -> Any:
     return "big"
 
 
-def test_the_bad_cost_warning_names_the_function(app: Flask, caplog) -> None:
-    # docs/limits.rst promises "a warning naming the function and the value".
+class Sized:
+    """A cost function that is an object: it has no ``__qualname__`` of its own."""
+
+    def __call__(self, request: Request) -> Any:
+        return "big"
+
+    def __repr__(self) -> str:
+        return "<Sized cost>"
+
+
+@pytest.mark.parametrize(
+    ("cost", "named"),
+    [(request_size, "test_costs.request_size"), (Sized(), "<Sized cost>")],
+    ids=["function", "callable-object"],
+)
+def test_the_bad_cost_warning_names_the_function(app: Flask, caplog, cost: Any, named: str) -> None:
+    # docs/limits.rst promises "a warning naming the function and the value"; an object by its repr.
     @app.get("/")
-    @limit("2/m", cost=request_size)
+    @limit("2/m", cost=cost)
     def index() -> str:
         return "ok"
 
@@ -90,7 +105,7 @@ def test_the_bad_cost_warning_names_the_function(app: Flask, caplog) -> None:
     [record] = [r for r in caplog.records if "cost function" in r.getMessage()]
     assert record.levelno == logging.WARNING
     assert record.getMessage().startswith(
-        "the cost function test_costs.request_size of limit '2/m' (view, scope 'index') returned 'big'; it counts as 1"
+        f"the cost function {named} of limit '2/m' (view, scope 'index') returned 'big'; it counts as 1"
     )
 
 
@@ -105,31 +120,6 @@ def test_limits_of_different_costs_all_apply(app: Flask, statuses) -> None:
     costs = count_calls(state)
     assert statuses(app.test_client(), 4, "/") == [200, 200, 429, 429]  # 4 + 4 fit in 10, 12 do not
     assert costs[:2] == [1, 4]
-
-
-class Sized:
-    """A cost function that is an object: it has no ``__qualname__`` of its own."""
-
-    def __call__(self, request: Request) -> Any:
-        return "big"
-
-    def __repr__(self) -> str:
-        return "<Sized cost>"
-
-
-def test_the_bad_cost_warning_names_a_callable_object_by_its_repr(app: Flask, caplog) -> None:
-    @app.get("/")
-    @limit("2/m", cost=Sized())
-    def index() -> str:
-        return "ok"
-
-    install(app)
-    with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
-        assert get(app.test_client()).status_code == 200
-    [record] = [r for r in caplog.records if "cost function" in r.getMessage()]
-    assert record.getMessage().startswith(
-        "the cost function <Sized cost> of limit '2/m' (view, scope 'index') returned 'big'; it counts as 1"
-    )
 
 
 def deduct_app(app: Flask, spec: str = "2/m", **options: Any) -> list[str]:
@@ -361,14 +351,7 @@ def test_a_deferred_request_costing_more_than_the_quota_can_never_pass(app: Flas
 
 
 @pytest.mark.internal_error
-@pytest.mark.parametrize(
-    ("error", "logged"),
-    [
-        (StorageUnavailable("gone"), "rate limit storage unavailable (gone)"),
-        (TypeError("a bug"), "internal error in rate limiting ("),
-    ],
-    ids=["storage-unavailable", "bug"],
-)
+@storage_faults
 def test_a_deduction_the_storage_fails_leaves_the_response_and_is_logged_as_lost(
     app: Flask, caplog: pytest.LogCaptureFixture, error: Exception, logged: str
 ) -> None:

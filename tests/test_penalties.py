@@ -8,13 +8,12 @@ from typing import Any
 
 import pytest
 from flask import Flask, Response, request
-from helpers import Clock, extension_records, failing_hits, get, install
+from helpers import Clock, extension_records, failing_hits, get, install, storage_faults
 
 from flask_redis_throttle import (
     ConfigurationError,
     InvalidLimit,
     RateLimitExceeded,
-    StorageUnavailable,
     limit,
     refusal_log,
 )
@@ -246,14 +245,7 @@ def test_a_meta_limit_refuses_an_identity_refused_too_often(app: Flask, clock: C
 
 
 @pytest.mark.internal_error
-@pytest.mark.parametrize(
-    ("error", "logged"),
-    [
-        (StorageUnavailable("gone"), "rate limit storage unavailable (gone)"),
-        (TypeError("a bug"), "internal error in rate limiting ("),
-    ],
-    ids=["storage-unavailable", "bug"],
-)
+@storage_faults
 def test_a_refusal_the_storage_fails_to_count_in_a_meta_limit_stands_and_is_logged(
     app: Flask, clock: Clock, caplog: pytest.LogCaptureFixture, error: Exception, logged: str
 ) -> None:
