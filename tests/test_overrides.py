@@ -1068,3 +1068,15 @@ def test_a_client_whose_address_is_none_is_limited_as_before_beside_a_network_s_
     client = app.test_client()
     assert statuses(client, 3, ip="unknown") == [200, 200, 429]
     assert statuses(client, 1, ip="203.0.113.9") == [429]
+
+
+def test_python_names_a_target_that_is_no_identity_and_stores_nothing(app: Flask) -> None:
+    shop(app)
+    ratelimit = RateLimit()
+    ratelimit.block("user:1", duration="1h", app=app)
+    message = r"^5 is not an identity: write ip:<address or network>, user:<id> or <key>:<value>$"
+    with pytest.raises(ValueError, match=message):
+        ratelimit.block(5, duration="1h", app=app)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=message):
+        ratelimit.remove_overrides(5, app=app)  # type: ignore[arg-type]
+    assert [o.target for o in ratelimit.overrides(app=app)] == ["user:1"]
