@@ -404,6 +404,20 @@ def test_the_cli_shows_and_stops_the_server(folder: LocalFolder) -> None:
     assert server_pid(folder) != pid
 
 
+def test_the_cli_s_status_of_a_stalled_server_says_it_does_not_answer(folder: LocalFolder) -> None:
+    app = local_app(folder)
+    assert get(app.test_client()).status_code == 200
+    pid = server_pid(folder)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        result = flask_command(app, "ratelimit", "server", "status")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert result.exit_code == 1
+    assert f"Error: the local server at {folder.socket} does not answer: " in result.output
+    assert server_pid(folder) == pid  # only asked
+
+
 def test_the_cli_stops_a_stalled_server_by_its_pid(folder: LocalFolder) -> None:
     """A server that does not answer (stopped here with SIGSTOP) cannot be
     asked to shut down: ``server stop`` kills it by its pid file's pid."""
