@@ -1,5 +1,5 @@
 """Helpers the tests share: building apps, sending requests, the pinned
-clock, threads and log records. The fixtures that use them are in
+clock, threads, log records and a failing script call. The fixtures that use them are in
 ``conftest.py``; tests import these by name (``from helpers import get``).
 """
 
@@ -27,7 +27,7 @@ from flask.cli import FlaskGroup
 from flask_login import LoginManager, UserMixin
 from hypothesis import strategies as st
 
-from flask_redis_throttle import Identity, RateLimit, limit
+from flask_redis_throttle import Identity, RateLimit, StorageUnavailable, limit
 from flask_redis_throttle.cli import ratelimit
 from flask_redis_throttle.compat.flask_limiter import Limiter
 from flask_redis_throttle.compat.flask_limiter.util import get_remote_address
@@ -271,6 +271,32 @@ def extension_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecor
     ``flask_redis_throttle.breaker`` and are checked in test_logging.py."""
     return [r for r in caplog.records if r.name != "flask_redis_throttle.breaker"]
 
+
+def failing_hits(state: RateLimitState, error: Exception, fails: Callable[[Any, int], bool]) -> None:
+    """Make the script calls of ``state``'s throttle whose checks and cost
+    ``fails`` picks raise ``error``, as the storage would on one call of a
+    request and not on another."""
+    assert state.throttle is not None
+    hit = state.throttle.hit
+
+    def failing(checks: Any, cost: int = 1) -> Any:
+        if fails(checks, cost):
+            raise error
+        return hit(checks, cost)
+
+    state.throttle.hit = failing  # type: ignore[method-assign]
+
+
+#: A test's two failures of a call after the decision: Redis's, and a bug
+#: (an internal error), as ``error`` and what the log says of each.
+storage_faults = pytest.mark.parametrize(
+    ("error", "logged"),
+    [
+        (StorageUnavailable("gone"), "rate limit storage unavailable (gone)"),
+        (TypeError("a bug"), "internal error in rate limiting ("),
+    ],
+    ids=["storage-unavailable", "bug"],
+)
 
 # --- the scripts stepped through requests, for the property tests ---------------------------------
 

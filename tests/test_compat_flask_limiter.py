@@ -285,7 +285,14 @@ def test_a_header_name_mapping_that_is_no_mapping_of_headers_is_refused_at_init_
 
 @pytest.mark.parametrize(
     ("option", "value"),
-    [("exempt_when", True), ("deduct_when", "yes"), ("methods", 5), ("meta_limits", 5)],
+    [
+        ("exempt_when", True),
+        ("deduct_when", "yes"),
+        ("methods", 5),
+        ("meta_limits", 5),
+        ("key_func", "ip"),
+        ("cost", "many"),
+    ],
 )
 def test_a_limit_option_of_the_wrong_type_is_refused_where_it_is_written(
     flask_app: Flask, url: str, option: str, value: Any
@@ -795,3 +802,9 @@ def test_a_dynamic_limit_that_comes_to_nothing_falls_back_on_a_view_only(flask_a
     assert statuses(flask_app.test_client(), 3, "/block") == [200, 200, 429]
     assert statuses(flask_app.test_client(), 2, "/block?limit=3/minute", ip="192.0.2.2") == [200, 429]
     assert statuses(flask_app.test_client(), 3, "/exempt") == [200, 200, 200]
+
+
+def test_limiter_check_is_refused_naming_its_counterpart(flask_app: Flask, url: str) -> None:
+    limiter = limiter_for(flask_app, url)
+    with pytest.raises(NotImplementedError, match=r"flask_redis_throttle\.check\(\) tells whether it would pass"):
+        limiter.check()

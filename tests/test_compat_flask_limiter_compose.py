@@ -16,7 +16,7 @@ from flask.views import MethodView
 from helpers import evalsha_calls, get, limiter_for, statuses
 
 from flask_redis_throttle import ConfigurationError, exempt
-from flask_redis_throttle.compat.flask_limiter import ExemptionScope, Limiter
+from flask_redis_throttle.compat.flask_limiter import ExemptionScope, HeaderNames, Limiter
 from flask_redis_throttle.compat.flask_limiter.util import get_remote_address
 from flask_redis_throttle.decorators import Exemption, exemption_of
 from flask_redis_throttle.testing import RedisServer
@@ -290,6 +290,9 @@ def test_a_second_limiter_refuses_what_only_the_first_may_give(flask_app: Flask)
         Limiter(get_remote_address, app=flask_app, storage_uri="redis://localhost:6379")
     with pytest.raises(ConfigurationError, match="second Limiter"):
         Limiter(get_remote_address, app=flask_app, strategy="moving-window")
+    for only_the_first in ({"header_name_mapping": {HeaderNames.LIMIT: "X-Quota"}}, {"auto_check": False}):
+        with pytest.raises(ConfigurationError, match=r"^header_name_mapping = .* expected the first Limiter's"):
+            Limiter(get_remote_address, app=flask_app, **only_the_first)
 
 
 def test_a_dynamic_limit_counted_per_string_is_not_reported_as_shared(flask_app: Flask, url: str) -> None:

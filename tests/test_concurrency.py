@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import itertools
 import logging
 import os
 import signal
@@ -38,7 +39,7 @@ import pytest
 import redis
 import servers
 from flask import Blueprint, Flask, Response, abort
-from helpers import T0, Clock, extension_records, get, install, join_all, wait_for_gunicorn
+from helpers import T0, Clock, extension_records, failing_hits, get, install, join_all, wait_for_gunicorn
 from werkzeug.serving import make_server
 
 from flask_redis_throttle import ConfigurationError, InvalidLimit, check, limit
@@ -477,6 +478,66 @@ def test_a_slot_that_meets_an_internal_error_is_left_to_its_lease(
     clock.set(60)
     with get(client, "/stream") as again:
         assert again.status_code == 200
+
+
+@pytest.mark.internal_error
+def test_a_slot_given_back_in_the_background_that_meets_an_internal_error_is_left_to_its_lease(
+    app: Flask, clock: Clock, internal_errors: list[logging.LogRecord]
+) -> None:
+    """The storage is away when the slot is given back, so the background
+    tries again; a bug it then meets is logged once as an internal error,
+    and the background stops trying: the lease frees the slot."""
+    cap_app(app)
+    state = install(app)
+    client = app.test_client()
+    response = get(client, "/stream")
+    away = failing_storage(app, redis.ConnectionError("the storage is away"))
+    response.close()
+    bug = failing_storage(app, TypeError("a bug"))  # what the background's next try meets
+    assert state.releases.idle.wait(PATIENCE)
+    bug.clear()
+    away.clear()
+    assert [record.getMessage() for record in internal_errors] == [
+        f"internal error in rate limiting ({state.throttle.url}: unexpected TypeError: a bug); "
+        "a concurrency slot is freed by its lease."
+    ]
+    assert len(state.releases) == 0
+    with get(client, "/stream") as held:
+        assert held.status_code == 429
+    clock.set(60)
+    with get(client, "/stream") as again:
+        assert again.status_code == 200
+
+
+def test_a_batch_that_fails_after_one_took_a_slot_gives_the_slot_back(app: Flask, caplog: Any) -> None:
+    """The request goes on undecided, as if it held no slot: the slot the
+    earlier batch took is given back at once, not left to its lease (the
+    pinned clock never ends it here)."""
+
+    @app.get("/")
+    @limit("1000/h", concurrent=1)
+    @limit("1000/h", shadow=True, scope="watched")  # a batch of its own, decided after the cap's
+    def index() -> Response:
+        return Response(itertools.repeat(b"x" * 65536))  # streamed without end: a slot is held until it is closed
+
+    state = install(app)
+    away = threading.Event()
+    away.set()
+    failing_hits(
+        state,
+        StorageUnavailable("gone"),
+        lambda checks, cost: away.is_set() and checks[0][0].scope == "watched",
+    )
+    client = app.test_client()
+    with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
+        undecided = get(client)
+    assert undecided.status_code == 200
+    assert "RateLimit" not in undecided.headers
+    assert any("rate limit storage unavailable (gone)" in r.getMessage() for r in extension_records(caplog))
+    away.clear()
+    with get(client) as first, get(client) as second:  # undecided's stream is open: the cap is free all the same
+        assert (first.status_code, second.status_code) == (200, 429)
+    undecided.close()
 
 
 @pytest.mark.redis

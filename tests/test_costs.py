@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from flask import Flask, Request, Response, abort, g, request
-from helpers import get, install, packed_records
+from helpers import extension_records, failing_hits, get, install, packed_records, storage_faults
 
 from flask_redis_throttle import Layer, RefusalEvent, limit
 from flask_redis_throttle.core.engine.scripts import STRATEGIES
@@ -77,10 +77,25 @@ def request_size(request: Request) -> Any:
     return "big"
 
 
-def test_the_bad_cost_warning_names_the_function(app: Flask, caplog) -> None:
-    # docs/limits.rst promises "a warning naming the function and the value".
+class Sized:
+    """A cost function that is an object: it has no ``__qualname__`` of its own."""
+
+    def __call__(self, request: Request) -> Any:
+        return "big"
+
+    def __repr__(self) -> str:
+        return "<Sized cost>"
+
+
+@pytest.mark.parametrize(
+    ("cost", "named"),
+    [(request_size, "test_costs.request_size"), (Sized(), "<Sized cost>")],
+    ids=["function", "callable-object"],
+)
+def test_the_bad_cost_warning_names_the_function(app: Flask, caplog, cost: Any, named: str) -> None:
+    # docs/limits.rst promises "a warning naming the function and the value"; an object by its repr.
     @app.get("/")
-    @limit("2/m", cost=request_size)
+    @limit("2/m", cost=cost)
     def index() -> str:
         return "ok"
 
@@ -90,7 +105,7 @@ def test_the_bad_cost_warning_names_the_function(app: Flask, caplog) -> None:
     [record] = [r for r in caplog.records if "cost function" in r.getMessage()]
     assert record.levelno == logging.WARNING
     assert record.getMessage().startswith(
-        "the cost function test_costs.request_size of limit '2/m' (view, scope 'index') returned 'big'; it counts as 1"
+        f"the cost function {named} of limit '2/m' (view, scope 'index') returned 'big'; it counts as 1"
     )
 
 
@@ -333,3 +348,22 @@ def test_a_deferred_request_costing_more_than_the_quota_can_never_pass(app: Flas
     assert "it can never pass" in refused.get_data(as_text=True)
     assert any("costs 6" in r.getMessage() and "of limit '5/m' (view" in r.getMessage() for r in caplog.records)
     assert client.post("/batch", json=[1] * 5).status_code == 200
+
+
+@pytest.mark.internal_error
+@storage_faults
+def test_a_deduction_the_storage_fails_leaves_the_response_and_is_logged_as_lost(
+    app: Flask, caplog: pytest.LogCaptureFixture, error: Exception, logged: str
+) -> None:
+    deduct_app(app, "5/m")
+    state = install(app)
+    failing_hits(state, error, lambda checks, cost: cost > 0)  # the deduction, not the inspection
+    client = app.test_client()
+    with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
+        response = get(client)
+    assert response.status_code == 200
+    assert response.text == "ok"
+    assert response.headers["RateLimit"].startswith('"1m";r=5;')  # the inspection's: nothing was counted
+    [record] = [r for r in extension_records(caplog) if "deduction" in r.getMessage()]
+    assert logged in record.getMessage()
+    assert record.getMessage().endswith("; a response's deduction is lost.")

@@ -288,3 +288,62 @@ def test_the_headers_and_check_show_the_same_deciding_layer_across_batches(app: 
     assert get(client, "/search").headers["RateLimit"] == '"1h";r=1;t=3600'
     found = get(client, "/preview").get_json()
     assert (found["scope"], found["remaining"], found["breached"]) == ("hour", 1, False)
+
+
+def test_check_and_current_limit_are_none_while_rate_limiting_is_disabled(app: Flask) -> None:
+    @app.get("/")
+    @limit("1/m")
+    def index() -> Any:
+        return {"check": check() is None, "current": current_limit() is None}
+
+    install(app, RATELIMIT_ENABLED=False)
+    client = app.test_client()
+    assert [get(client).get_json() for _ in range(2)] == [{"check": True, "current": True}] * 2
+
+
+@pytest.mark.internal_error
+def test_a_bug_in_check_s_call_is_an_internal_error_and_it_knows_no_limit(
+    app: Flask, internal_errors: list[logging.LogRecord]
+) -> None:
+    @app.get("/search")
+    @limit("2/m")
+    def search() -> str:
+        return "ok"
+
+    @app.get("/preview")
+    def preview() -> Any:
+        return {"check": check("search", "GET") is None}
+
+    state = install(app)
+
+    def broken(*args: Any) -> Any:
+        raise TypeError("a bug")
+
+    state.throttle.sender.evaluate = broken  # below the throttle, which makes a bug an UnexpectedError
+    assert get(app.test_client(), "/preview").get_json() == {"check": True}
+    [record] = internal_errors
+    assert record.getMessage() == (
+        f"internal error in rate limiting ({state.throttle.url}: unexpected TypeError: a bug); check() knows no limit."
+    )
+
+
+def bad_plan(req: Any) -> Any:
+    return 5
+
+
+def test_check_warns_of_a_dynamic_limit_s_bad_value_and_knows_no_limit_of_it(app: Flask, caplog) -> None:
+    @app.get("/plans")
+    @limit(bad_plan)
+    def plans() -> str:
+        return "ok"
+
+    @app.get("/preview")
+    def preview() -> Any:
+        return {"check": check("plans", "GET") is None}
+
+    install(app)
+    with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
+        assert get(app.test_client(), "/preview").get_json() == {"check": True}
+    warned = [r.getMessage() for r in caplog.records if "a dynamic limit must return a limit string" in r.getMessage()]
+    assert len(warned) == 1, [r.getMessage() for r in caplog.records]
+    assert "not 5" in warned[0]

@@ -292,3 +292,23 @@ def test_a_block_is_unlimited_when_disabled_and_refused_without_the_extension() 
     RateLimit(app)
     client = app.test_client()
     assert [client.get("/").status_code for _ in range(3)] == [200, 200, 200]
+
+
+def plan_by_user(req: Request) -> str:
+    return "5/m"
+
+
+def test_a_limit_and_its_plan_say_whether_the_limit_comes_from_a_function(app: Flask) -> None:
+    fixed, dynamic = limit("2/m"), limit(plan_by_user, scope="plans")
+
+    @app.get("/")
+    @fixed
+    @dynamic
+    def index() -> str:
+        return "ok"
+
+    state = install(app)
+    assert (fixed.spec.dynamic, dynamic.spec.dynamic) == (False, True)
+    plan = state.plan("index", "GET")
+    assert plan is not None
+    assert sorted((planned.scope, planned.dynamic) for planned in plan.limits) == [("index", False), ("plans", True)]

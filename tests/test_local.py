@@ -404,6 +404,72 @@ def test_the_cli_shows_and_stops_the_server(folder: LocalFolder) -> None:
     assert server_pid(folder) != pid
 
 
+def test_the_cli_s_status_of_a_stalled_server_says_it_does_not_answer(folder: LocalFolder) -> None:
+    app = local_app(folder)
+    assert get(app.test_client()).status_code == 200
+    pid = server_pid(folder)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        result = flask_command(app, "ratelimit", "server", "status")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert result.exit_code == 1
+    assert f"Error: the local server at {folder.socket} does not answer: " in result.output
+    assert server_pid(folder) == pid  # only asked
+
+
+def test_the_cli_stops_a_stalled_server_by_its_pid(folder: LocalFolder) -> None:
+    """A server that does not answer (stopped here with SIGSTOP) cannot be
+    asked to shut down: ``server stop`` kills it by its pid file's pid."""
+    app = local_app(folder)
+    assert get(app.test_client()).status_code == 200
+    pid = server_pid(folder)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        result = flask_command(app, "ratelimit", "server", "stop")
+    except BaseException:
+        os.kill(pid, signal.SIGCONT)
+        raise
+    assert result.exit_code == 0, result.output
+    assert result.output == f"stopped the local server (pid {pid})\n"
+    assert not local.server_status(folder).running
+    assert not os.path.exists(folder.pidfile)
+
+
+def test_a_server_that_exits_at_its_start_is_reported_with_its_log(
+    folder: LocalFolder, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = local_app(folder, RATELIMIT_FAIL_OPEN=False)
+    broken = tmp_path / "redis-server"
+    broken.write_text("#!/bin/sh\necho 'FATAL CONFIG FILE ERROR: a bad line' >&2\nexit 1\n")
+    broken.chmod(0o700)
+    monkeypatch.setattr(local, "find_server_binary", lambda: str(broken))
+    with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
+        response = get(app.test_client())
+    assert response.status_code == 503
+    assert f"the local server {broken} exited with status 1: FATAL CONFIG FILE ERROR: a bad line" in caplog.text
+    assert not os.path.exists(folder.socket)
+
+
+def test_the_cli_s_server_commands_refuse_a_folder_made_unsafe_after_init_app_without_a_traceback(
+    folder: LocalFolder,
+) -> None:
+    """Both raised the UnsafeFolder the folder's check made, a traceback
+    instead of the reason, before they asked the server anything."""
+    app = local_app(folder)
+    assert get(app.test_client()).status_code == 200
+    pid = server_pid(folder)
+    os.chmod(folder.socket, 0o777)  # someone else could have planted a server there
+    try:
+        for command in ("status", "stop"):
+            result = flask_command(app, "ratelimit", "server", command)
+            assert result.exit_code == 1
+            assert f"Error: local:// will not use {folder.socket}: others can write it (mode 0777)" in result.output
+    finally:
+        own(folder.socket, 0o700)
+    assert server_pid(folder) == pid
+
+
 def test_a_server_slow_to_start_on_a_loaded_host_counts_the_request_that_starts_it(
     folder: LocalFolder, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

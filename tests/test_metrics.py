@@ -245,3 +245,11 @@ def test_the_fast_path_exports_what_the_public_methods_do(monkeypatch: pytest.Mo
 
     assert samples(fast_registry) == samples(public_registry)
     assert fast_registry.get_sample_value("ratelimit_decision_seconds_bucket", {"le": "0.0001"}) == 3
+
+
+def test_metrics_without_prometheus_client_name_the_extra_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)  # as if it were not installed
+    app = Flask("tests")
+    app.config.update(TESTING=True, RATELIMIT_STORAGE_URL="memory://")
+    with pytest.raises(ImportError, match=r'pip install "flask-redis-throttle\[prometheus\]"$'):
+        RateLimit(app, metrics=True)

@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import time
+from datetime import datetime, timedelta, timezone
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -32,6 +33,7 @@ from test_dashboard import PREFIX, page, tables, token
 
 from flask_redis_throttle import RateLimit, StorageUnavailable, current_limit, dashboard, limit, refusal_log
 from flask_redis_throttle._ops import notices
+from flask_redis_throttle._ops.override_changes import DISABLED, set_override
 from flask_redis_throttle.core.engine.keys import Identity
 from flask_redis_throttle.core.stores import overrides as overrides_module
 from flask_redis_throttle.core.stores.overrides import LONGEST, Override, OverrideTable
@@ -971,3 +973,110 @@ def test_the_dashboard_refuses_a_change_without_the_sessions_token(app: Flask) -
     assert client.post(f"{PREFIX}/overrides", data=form, headers={"X-User": "admin"}).status_code == 400
     assert client.post(f"{PREFIX}/overrides", data=form).status_code == 404  # not authorized: hidden
     assert "No override is in force." in page(client)
+
+
+def test_python_takes_an_identity_object_and_a_datetime_end_naive_as_utc(app: Flask) -> None:
+    shop(app)
+    ratelimit = RateLimit()
+    client = app.test_client()
+    ends = datetime(2027, 6, 1, 12, 0)  # naive: UTC
+    made = ratelimit.override(Identity("user", "42"), "3/m", scope="api", until=ends, app=app)
+    assert (made.target, made.until) == ("user:42", ends.replace(tzinfo=timezone.utc).timestamp())
+    assert [get(client, "/api", ip=f"192.0.2.{n}", user="42").status_code for n in range(4)] == [200] * 3 + [429]
+    aware = datetime(2027, 6, 1, 14, 0, tzinfo=timezone(timedelta(hours=2)))
+    assert ratelimit.block(Identity("user", "7"), until=aware, app=app).until == made.until
+
+
+@pytest.mark.parametrize(
+    ("when", "message"),
+    [
+        ({"until": "2h"}, "until '2h' is a span: give it as the duration"),
+        ({"until": [2027]}, r"until \[2027\] is not a time"),
+        ({"until": float("nan")}, "until nan is not a time"),
+        ({"duration": [3600]}, r"duration \[3600\] is not a span such as 2h, a number of seconds, or a timedelta"),
+    ],
+)
+def test_python_names_an_end_that_is_not_a_time_or_a_span_and_stores_nothing(
+    app: Flask, when: dict[str, Any], message: str
+) -> None:
+    shop(app)
+    ratelimit = RateLimit()
+    with pytest.raises(ValueError, match=message):
+        ratelimit.block("user:1", app=app, **when)
+    assert ratelimit.overrides(app=app) == []
+
+
+def test_a_block_or_an_allow_takes_no_limit(app: Flask) -> None:
+    state = shop(app)
+    for action in ("block", "allow"):
+        with pytest.raises(ValueError, match=f"^a {action} takes no limit, but '5/m' was given$"):
+            set_override(state, action, "user:1", "5/m", duration="1h", by="test")
+    assert RateLimit().overrides(app=app) == []
+
+
+def test_every_override_call_on_a_disabled_app_says_it_is_disabled(app: Flask) -> None:
+    shop(app, RATELIMIT_ENABLED=False)
+    ratelimit = RateLimit()
+    calls = (
+        lambda: ratelimit.overrides(app=app),
+        lambda: ratelimit.override_changes(app=app),
+        lambda: ratelimit.block("user:1", duration="1h", app=app),
+        lambda: ratelimit.remove_overrides("user:1", app=app),
+    )
+    for call in calls:
+        with pytest.raises(RuntimeError, match=re.escape(DISABLED)):
+            call()
+
+
+def test_the_dashboard_s_forms_on_a_disabled_app_answer_400_saying_so(app: Flask) -> None:
+    """A form from a page an enabled worker served, posted to a disabled one."""
+    shop(app, RATELIMIT_ENABLED=False)
+    client = app.test_client()
+    with client.session_transaction() as session:
+        session[dashboard.SESSION_KEY] = csrf = "a token"
+    forms = {
+        "overrides": {"identity": "user:1", "action": "block", "for": "1h"},
+        "overrides/remove": {"target": "user:1"},
+    }
+    for path, form in forms.items():
+        response = client.post(f"{PREFIX}/{path}", data=form | {"csrf_token": csrf}, headers={"X-User": "admin"})
+        assert response.status_code == 400
+        assert "rate limiting is disabled on this app (RATELIMIT_ENABLED is False)" in response.text
+
+
+def test_lift_needs_an_identity_or_all_but_not_both(app: Flask) -> None:
+    shop(app)
+    cli(app, "block", "user:1", "--for", "1h")
+    for args in ((), ("user:1", "--all")):
+        assert "name an IDENTITY, or give --all to remove every override" in cli(app, "lift", *args, code=2)
+    assert "user:1" in cli(app, "overrides")
+
+
+def test_lift_says_when_nothing_matches(app: Flask) -> None:
+    shop(app)
+    cli(app, "block", "user:1", "--for", "1h", "--scope", "api")
+    assert cli(app, "lift", "user:2") == "No such override; nothing removed.\n"
+    assert cli(app, "lift", "user:1", "--scope", "other") == "No such override; nothing removed.\n"
+    assert "user:1" in cli(app, "overrides")
+
+
+def test_a_client_whose_address_is_none_is_limited_as_before_beside_a_network_s_override(app: Flask) -> None:
+    """What a proxy or a server sent as the address, when it is not one, is
+    in no network: the request is decided by its own limits, never a 500."""
+    shop(app)
+    RateLimit().block("ip:203.0.113.0/24", duration="1h", app=app)
+    client = app.test_client()
+    assert statuses(client, 3, ip="unknown") == [200, 200, 429]
+    assert statuses(client, 1, ip="203.0.113.9") == [429]
+
+
+def test_python_names_a_target_that_is_no_identity_and_stores_nothing(app: Flask) -> None:
+    shop(app)
+    ratelimit = RateLimit()
+    ratelimit.block("user:1", duration="1h", app=app)
+    message = r"^5 is not an identity: write ip:<address or network>, user:<id> or <key>:<value>$"
+    with pytest.raises(ValueError, match=message):
+        ratelimit.block(5, duration="1h", app=app)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=message):
+        ratelimit.remove_overrides(5, app=app)  # type: ignore[arg-type]
+    assert [o.target for o in ratelimit.overrides(app=app)] == ["user:1"]

@@ -8,9 +8,15 @@ from typing import Any
 
 import pytest
 from flask import Flask, Response, request
-from helpers import Clock, get, install
+from helpers import Clock, extension_records, failing_hits, get, install, storage_faults
 
-from flask_redis_throttle import ConfigurationError, InvalidLimit, RateLimitExceeded, limit, refusal_log
+from flask_redis_throttle import (
+    ConfigurationError,
+    InvalidLimit,
+    RateLimitExceeded,
+    limit,
+    refusal_log,
+)
 from flask_redis_throttle.core.engine.penalties import Penalty, parse_penalty
 from flask_redis_throttle.extension import RateLimitState
 
@@ -235,6 +241,30 @@ def test_a_meta_limit_refuses_an_identity_refused_too_often(app: Flask, clock: C
     assert refused.text == "Slow down.\n"  # the limit's own message and hook
     assert get(client, ip="192.0.2.9").status_code == 200  # another identity
     clock.set(3601)
+    assert get(client).status_code == 200
+
+
+@pytest.mark.internal_error
+@storage_faults
+def test_a_refusal_the_storage_fails_to_count_in_a_meta_limit_stands_and_is_logged(
+    app: Flask, clock: Clock, caplog: pytest.LogCaptureFixture, error: Exception, logged: str
+) -> None:
+    @app.get("/")
+    @limit("1/m", meta="2/h")
+    def index() -> str:
+        return "ok"
+
+    state = install(app)
+    # A meta limit's count of a refusal: the only call at cost 1 on its scope.
+    failing_hits(state, error, lambda checks, cost: cost == 1 and checks[0][0].scope.endswith("+meta"))
+    client = app.test_client()
+    with caplog.at_level(logging.WARNING, "flask_redis_throttle"):
+        assert [get(client).status_code for _ in range(4)] == [200, 429, 429, 429]
+    lost = [r.getMessage() for r in extension_records(caplog) if "meta limits" in r.getMessage()]
+    assert lost, extension_records(caplog)
+    assert all(logged in message for message in lost), lost
+    assert lost[0].endswith("; a refusal is not counted in the meta limits.")
+    clock.set(61)  # three refusals went uncounted, so the meta limit of 2 lets the next minute in
     assert get(client).status_code == 200
 
 

@@ -207,6 +207,28 @@ def test_a_log_that_cannot_be_written_does_not_change_the_answer(app: Flask, mon
     assert "refusal log unavailable (gone)" in caplog.text
 
 
+@pytest.mark.internal_error
+def test_a_bug_writing_the_log_is_an_internal_error_and_does_not_change_the_answer(
+    app: Flask, monkeypatch: pytest.MonkeyPatch, internal_errors: list[logging.LogRecord]
+) -> None:
+    limited(app)
+    state = install(app)
+
+    def broken(**fields: object) -> None:
+        raise TypeError("a bug")
+
+    monkeypatch.setattr(state.refusals, "record", broken)
+    client = app.test_client()
+    refused = [get(client, "/items") for _ in range(3)][1:]
+    assert [(r.status_code, r.headers["Retry-After"]) for r in refused] == [(429, "60")] * 2
+    [record] = internal_errors  # logged once, however many refusals meet it
+    assert record.getMessage() == (
+        f"internal error in the refusal log ({state.throttle.url}: unexpected TypeError: a bug); "
+        "the refusal is not logged."
+    )
+    assert isinstance(record.exc_info[1].__cause__, TypeError)
+
+
 @pytest.mark.redis
 @pytest.mark.parametrize("storage_url", ["redis"], indirect=True)
 def test_a_refusal_costs_one_more_command_and_an_admission_none(app: Flask, redis_client: redis.Redis) -> None:
@@ -366,3 +388,34 @@ def test_a_sharded_log_needs_a_key_without_braces(storage: Storage) -> None:
         RefusalLog(storage.client, "rl:{x}:refusals", shards=4)
     with pytest.raises(ValueError, match="1 to 16384 shards, not 0"):
         RefusalLog(storage.client, "rl:refusals", shards=0)
+
+
+def test_a_refusal_goes_to_the_stream_it_is_given_only_if_it_is_one_of_the_log_s(app: Flask) -> None:
+    limited(app)
+    install(app)
+    log = refusal_log(app)
+    entry = {
+        "endpoint": "items",
+        "scope": "items",
+        "layer": "1/1m",
+        "strategy": "fixed-window",
+        "identity": "ip:192.0.2.1",
+        "identities": ["ip:192.0.2.1"],
+        "retry_after": 60.0,
+    }
+    with pytest.raises(ValueError, match=rf"^stream 'elsewhere' is not one of this refusal log's {len(log.keys)} "):
+        log.record(**entry, stream="elsewhere")  # type: ignore[arg-type]
+    assert log.recent() == []
+    log.record(**entry, stream=log.keys[-1])  # type: ignore[arg-type]
+    assert log.client.xlen(log.keys[-1]) == 1
+    assert [r.identity for r in log.recent()] == ["ip:192.0.2.1"]
+
+
+def test_recent_of_none_or_fewer_is_empty(app: Flask) -> None:
+    limited(app)
+    install(app)
+    client = app.test_client()
+    assert [get(client, "/items").status_code for _ in range(2)] == [200, 429]
+    log = refusal_log(app)
+    assert len(log.recent(1)) == 1
+    assert log.recent(0) == log.recent(-5) == []

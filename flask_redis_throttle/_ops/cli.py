@@ -305,7 +305,10 @@ def server_stop_command() -> None:
 
 def _local_folder(state: RateLimitState) -> LocalFolder:
     throttle = throttle_of(state)
-    folder = throttle.local_folder()
+    try:
+        folder = throttle.local_folder()
+    except redis.RedisError as error:  # an UnsafeFolder: a file in it changed since init_app
+        raise click.ClickException(str(error)) from None
     if folder is None:
         raise click.ClickException(
             f"the app's rate limit storage is {throttle.url}, not a local:// server "
