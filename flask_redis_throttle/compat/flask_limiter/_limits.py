@@ -146,6 +146,9 @@ OPTIONS: dict[str, tuple[str, Callable[[Any], Any], str]] = {
     "meta_limits": ("meta", meta_of, "limit strings"),
 }
 
+#: The name ``limit(...)`` and ``shared_limit(...)`` take an option under, where it is not the field's.
+ARGUMENT_NAMES = {"key_function": "key_func"}
+
 
 @dataclasses.dataclass(eq=False)
 class Limit:
@@ -174,7 +177,8 @@ class Limit:
                 try:
                     options[name] = read(value)
                 except (TypeError, ValueError) as error:
-                    raise InvalidLimit(f"{field} {value!r} must be {takes}: {error}", spec=value) from None
+                    written = ARGUMENT_NAMES.get(field, field)
+                    raise InvalidLimit(f"{written} {value!r} must be {takes}: {error}", spec=value) from None
         if callable(self.scope):
             options["scope"] = scope_of(self.scope, self.shared)
         elif self.shared:
