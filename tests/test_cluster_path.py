@@ -70,6 +70,11 @@ def on_two_nodes(app: Flask, cluster: RedisCluster, user: str = "ann") -> tuple[
     raise AssertionError("every address landed on the user's node")
 
 
+def other_master(cluster: RedisCluster, *taken: RedisServer) -> RedisServer:
+    """A master that is none of ``taken``."""
+    return next(node for node in cluster.masters() if node.port not in {server.port for server in taken})
+
+
 def stats(port: int) -> dict[str, int]:
     """Calls so far of EVALSHA and EVAL on the node at ``port``."""
     info = redis.Redis(port=port)
@@ -388,7 +393,7 @@ def test_a_moved_slot_is_followed_and_counted_once(
 ) -> None:
     app = limited_app(own_cluster.url, "6/m")
     ip, ip_node, user_node = on_two_nodes(app, own_cluster)
-    third = next(node for node in own_cluster.masters() if node.port not in (ip_node.port, user_node.port))
+    third = other_master(own_cluster, ip_node, user_node)
     web = app.test_client()
     assert [remaining(get(web, ip=ip)) for _ in range(2)] == [5, 4]
     # The IP's slot is migrating: its keys are already on the third node,
@@ -426,7 +431,7 @@ def test_a_slot_map_read_again_elsewhere_routes_the_next_request_to_the_new_owne
     # (here after a move none of our requests saw) is not the one they came from.
     app = limited_app(own_cluster.url, "6/m")
     ip, ip_node, user_node = on_two_nodes(app, own_cluster)
-    third = next(node for node in own_cluster.masters() if node.port not in (ip_node.port, user_node.port))
+    third = other_master(own_cluster, ip_node, user_node)
     web = app.test_client()
     assert remaining(get(web, ip=ip)) == 5
     key = app.extensions["ratelimit"].throttle.key(Policy(parse_limits("6/m"), "index"), Identity("ip", ip))
