@@ -91,7 +91,7 @@ class Sender:
         """
         fanout = self._fanout(keys, args)
         parts, known = fanout.parts, fanout.scripts
-        # The flat script fits the parts if and only if it fits the whole; kept with the fan-out.
+        # The plain script fits the parts if and only if it fits the whole; kept with the fan-out.
         script = known[strategies] = known.get(strategies) or self.scripts.choose(strategies, [(keys, args)])
         replies = self.storage.evaluate_many(fanout.calls, script)
         if len(parts) == 1:
