@@ -855,3 +855,46 @@ print([client.get("/").status_code for _ in range(3)])
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[200, 200, 429]"
+
+
+@pytest.mark.redis
+def test_a_request_given_back_on_a_cluster_is_given_back_on_each_node_at_the_time_that_node_counted_it(
+    redis_cluster: RedisCluster, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Alice's master runs 3 s ahead of Bob's, as in the test above: the
+    # request is counted 8 s into Bob's 10 s window and 1 s into Alice's
+    # next one. Its refund (a block given back, a deferred cost) must find
+    # each count in the window it was made in: sent with one time for both
+    # nodes, Alice's would look in the window before hers, find nothing,
+    # and her 50 would stay counted until her window ends. A refund's time
+    # is the admission's, sent as it is, so only the times of calls that
+    # count or inspect are moved by the skew.
+    redis_cluster.flushall()
+    skew = 3_000_000
+    storage = Storage.from_url(redis_cluster.url)
+    throttle = Throttle(storage)
+    policy = Policy(tuple(parse_limits("1000/10 seconds")), "s", "fixed-window")
+    served = masters_of(redis_cluster)
+    ahead = served[key_slot(throttle.key(policy, ALICE).encode())]
+    bob = next(
+        who
+        for who in (Identity("user", f"bob{i}") for i in range(200))
+        if served[key_slot(throttle.key(policy, who).encode())] != ahead
+    )
+
+    def skewed(keys: Any, args: Any) -> list[codec.Part]:
+        return [
+            replace(part, args=[part.args[0] + skew, *part.args[1:]])
+            if served[key_slot(part.keys[0].encode())] == ahead and part.args[1] >= 0
+            else part
+            for part in codec.split(keys, args)
+        ]
+
+    monkeypatch.setattr(sending, "split", skewed)
+    clock.set(8.0)
+    decision = throttle.hit([(policy, [ALICE, bob])], 50, returnable=True)
+    assert decision.hold is not None  # admitted
+    decision.hold.release()
+    left = [throttle.hit([(policy, [who])], 0).remaining for who in (ALICE, bob)]
+    storage.close()
+    assert left == [1000, 1000]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from ..errors import InvalidLimit
@@ -220,12 +220,14 @@ class Part:
     :param args: now, cost and its entries' plan, then any that follow.
     :param layers: each of its layers' number in the whole request's plan (0-based).
     :param windows: its layers' windows, in microseconds, each once (see :func:`merge`).
+    :param tag: the hash tag its keys share.
     """
 
     keys: list[str]
     args: list[Arg]
     layers: list[int]
     windows: tuple[int, ...] = ()
+    tag: str = ""
 
 
 def split(keys: Sequence[str], args: Args) -> list[Part]:
@@ -248,8 +250,8 @@ def split(keys: Sequence[str], args: Args) -> list[Part]:
         if penalty:
             penalties.append(next(penalty_keys))
     return [
-        Part(own_keys + penalties, [now, cost, b"".join(texts), *rest], layers, tuple(sorted(windows)))
-        for own_keys, penalties, texts, layers, windows in groups.values()
+        Part(own_keys + penalties, [now, cost, b"".join(texts), *rest], layers, tuple(sorted(windows)), tag)
+        for tag, (own_keys, penalties, texts, layers, windows) in groups.items()
     ]
 
 
@@ -279,8 +281,37 @@ class Fanout:
         that change with each request (a refund's wait, the slots' token)."""
         if not rest:
             return self
-        parts = [Part(part.keys, [*part.args, *rest], part.layers, part.windows) for part in self.parts]
+        parts = [replace(part, args=[*part.args, *rest]) for part in self.parts]
         return Fanout(parts, [(part.keys, part.args) for part in parts], self.scripts)
+
+    def given_back_at(self, times: Times) -> list[Call]:
+        """The calls of a refund (whose arguments hold a wait), each part's
+        at the time and wait its node replied when it admitted the request
+        (see :class:`SplitReply`): the window it was counted in."""
+        known = {tag: (now, wait) for tag, now, wait in times}
+        calls: list[Call] = []
+        for part in self.parts:
+            now, wait = known.get(part.tag, (part.args[0], part.args[3]))
+            calls.append((part.keys, [now, part.args[1], part.args[2], wait, *part.args[4:]]))
+        return calls
+
+
+#: Each part of a split request by its hash tag: the time it was decided at
+#: on its node, and the wait it replied, in microseconds.
+Times = tuple[tuple[str, int, int], ...]
+
+
+class SplitReply(list[int]):
+    """The merged reply of a request admitted on several nodes, with each
+    part's :data:`Times`: a later refund of it (a block of quota given back,
+    its concurrency slots) is sent to each node at the time that node
+    counted it, as the nodes' clocks may put it in different windows."""
+
+    __slots__ = ("times",)
+
+    def __init__(self, reply: list[int], times: Times) -> None:
+        super().__init__(reply)
+        self.times = times
 
 
 def settle(parts: Sequence[Part], replies: Sequence[Sequence[int]]) -> tuple[list[int], list[Call]]:
@@ -294,6 +325,9 @@ def settle(parts: Sequence[Part], replies: Sequence[Sequence[int]]) -> tuple[lis
         return list(replies[0]), []
     reply = merge(parts, replies)
     refunds: list[Call] = []
+    if reply[0] == 1:
+        times = tuple((part.tag, got[5], got[4]) for part, got in zip(parts, replies, strict=True))
+        return SplitReply(reply, times), []
     if reply[0] == 0 and isinstance(cost, int) and cost > 0:
         # At the time each part decided, with the wait it replied (a sliding log's entries are
         # stamped with it) and the slots' token, if any.

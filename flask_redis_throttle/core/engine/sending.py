@@ -17,7 +17,7 @@ from redis.exceptions import NoScriptError
 from ..bounded import remember
 from ..storages.calls import Args
 from ..storages.storage import KEY_CACHE_SIZE, STORAGE_ERRORS, Storage
-from .codec import Fanout, settle, split
+from .codec import Fanout, Times, settle, split
 from .scripts import ScriptCache
 
 logger = logging.getLogger("flask_redis_throttle")
@@ -43,7 +43,7 @@ class Sender:
         self._client = storage.client
         self._connections = storage.connections
 
-    def evaluate(self, strategies: frozenset[str], keys: Sequence[str], args: Args) -> list[int]:
+    def evaluate(self, strategies: frozenset[str], keys: Sequence[str], args: Args, times: Times = ()) -> list[int]:
         """Run the script for ``strategies`` once: one EVALSHA, one round trip.
 
         When Redis answers NOSCRIPT (after ``SCRIPT FLUSH``, a restart or a
@@ -55,7 +55,9 @@ class Sender:
         On a cluster, keys with different hash tags (different identities)
         may live on different nodes, so the script is run once per hash tag,
         on the node that holds it, and the replies merged into the one a single call would
-        give (see :meth:`evaluate_split`).
+        give (see :meth:`evaluate_split`). A refund of a request admitted
+        that way is given its :class:`~flask_redis_throttle.core.engine.codec.SplitReply`'s
+        ``times``.
 
         :raises KeyError: for an unknown strategy.
         :raises redis.RedisError: when Redis cannot answer (or a
@@ -63,7 +65,7 @@ class Sender:
             :data:`~flask_redis_throttle.core.storages.storage.STORAGE_ERRORS`).
         """
         if self._cluster:
-            return self.evaluate_split(strategies, keys, args)
+            return self.evaluate_split(strategies, keys, args, times)
         script = self.scripts.choose(strategies, ((keys, args),))
         connections = self._connections
         if connections is None:
@@ -79,7 +81,9 @@ class Sender:
             raise reply
         return reply  # type: ignore[no-any-return]
 
-    def evaluate_split(self, strategies: frozenset[str], keys: Sequence[str], args: Args) -> list[int]:
+    def evaluate_split(
+        self, strategies: frozenset[str], keys: Sequence[str], args: Args, times: Times = ()
+    ) -> list[int]:
         """Run the script once per hash tag: one round trip to each node
         involved (see :meth:`~flask_redis_throttle.core.storages.storage.Storage.evaluate_many`).
         Then reply as one call over all the keys would:
@@ -93,7 +97,7 @@ class Sender:
         parts, known = fanout.parts, fanout.scripts
         # The plain script fits the parts if and only if it fits the whole; kept with the fan-out.
         script = known[strategies] = known.get(strategies) or self.scripts.choose(strategies, [(keys, args)])
-        replies = self.storage.evaluate_many(fanout.calls, script)
+        replies = self.storage.evaluate_many(fanout.given_back_at(times) if times else fanout.calls, script)
         if len(parts) == 1:
             return replies[0]
         reply, refunds = settle(parts, replies)

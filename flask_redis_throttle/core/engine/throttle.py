@@ -24,7 +24,7 @@ from ..storages.local import LocalFolder, folder_of
 from ..storages.storage import STORAGE_ERRORS, NodeFailure, NotSent, Storage
 from .blocks import Block, BlockCache
 from .breaker import CircuitBreaker
-from .codec import LAYOUT_CACHE_SIZE, MAX_PLAN_DELAY, Layout, Reply, entry
+from .codec import LAYOUT_CACHE_SIZE, MAX_PLAN_DELAY, Layout, Reply, SplitReply, Times, entry
 from .keys import Identity, counter_pattern, delete_counters, escape_scope, identity_tag, kept_counter_key
 from .penalties import Penalty, penalty_suffix
 from .rates import Layer
@@ -218,6 +218,9 @@ class Hold:
     :param cost: what the request took.
     :param wait: the wait the admission replied, in microseconds.
     :param token: the request's, by which the slots it took are found.
+    :param times: on a cluster, when the request was admitted on several
+        nodes: each node's time and wait, which its part is given back at
+        (see :class:`~flask_redis_throttle.core.engine.codec.SplitReply`).
     """
 
     throttle: Throttle
@@ -229,6 +232,7 @@ class Hold:
     cost: int = 1
     wait: int = 0
     token: str = ""
+    times: Times = ()
 
     def release(self, guarded: bool = True) -> None:
         """Give it back: one script call, a refund of the request on the
@@ -245,14 +249,14 @@ class Hold:
         """
         throttle, keys = self.throttle, self.keys
         args: list[Arg] = ["" if self.now is None else self.now, -self.cost, self.plan]
-        if self.wait or self.token:
+        if self.wait or self.token or self.times:
             args.append(self.wait)
         if self.token:
             args.append(self.token)
         if guarded:
-            throttle.call(throttle.sender.evaluate, keys, self.strategies, keys, args)
+            throttle.call(throttle.sender.evaluate, keys, self.strategies, keys, args, self.times)
         else:
-            throttle.unguarded(throttle.sender.evaluate, self.strategies, keys, args)
+            throttle.unguarded(throttle.sender.evaluate, self.strategies, keys, args, self.times)
 
 
 class Throttle:
@@ -390,11 +394,12 @@ class Throttle:
             return replace(decision, fallback=True)
         reply = Reply.decode(raw)
         if reply.admitted:
+            times = raw.times if type(raw) is SplitReply else ()
             if returnable and cost > 0:
-                hold = Hold(self, tuple(keys), layout.plan, reply.now, 0, strategies, cost, raw[4], token)
+                hold = Hold(self, tuple(keys), layout.plan, reply.now, 0, strategies, cost, raw[4], token, times)
                 return _decision(reply, checks, layout, hold=hold)
             if token:
-                return _decision(reply, checks, layout, hold=self._hold(keys, layout, reply.now, token))
+                return _decision(reply, checks, layout, hold=self._hold(keys, layout, reply.now, token, times))
         elif blocks is not None and cost > 0 and reply.layer not in layout.slot_layers:
             # Redis ran the script at or after `sent`, so the layer is full
             # until at least `sent + retry_after`. (Not a slot: one frees when a request ends.)
@@ -402,9 +407,10 @@ class Throttle:
             blocks.add(layer, Block.after(sent, quota, cost, raw[2], raw[4], raw[3], reply.penalized))
         return _decision(reply, checks, layout)
 
-    def _hold(self, keys: Sequence[str], layout: Layout, now: int | None, token: str) -> Hold:
-        """The slots a request admitted at ``now`` with ``token`` holds."""
-        return Hold(self, tuple([keys[key] for key in layout.held]), layout.held_plan, now, layout.lease, token=token)
+    def _hold(self, keys: Sequence[str], layout: Layout, now: int | None, token: str, times: Times = ()) -> Hold:
+        """The slots a request admitted at ``now`` (on a cluster, ``times``) with ``token`` holds."""
+        held = tuple([keys[key] for key in layout.held])
+        return Hold(self, held, layout.held_plan, now, layout.lease, token=token, times=times)
 
     def _prepare(self, checks: Sequence[Check]) -> tuple[list[str], Layout, frozenset[str]]:
         """A request's script call but for its time and cost: every
