@@ -81,8 +81,7 @@ def current_limits() -> list[CurrentLimit]:
     """Every limit the current request was checked against before its view, each with its deciding layer, in its
     plan's order: the refusing one as decided, the others read now at cost 0, a script call each.
 
-    :returns: an empty list where :func:`current_limit` returns None; those read so far when Redis cannot answer
-        (logged).
+    :returns: an empty list where :func:`current_limit` returns None; those read so far if Redis fails (logged).
     """
     outcome: Outcome | None = g.get(OUTCOME_ATTRIBUTE) if g else None
     if outcome is None or (planned := _planned(None, None)) is None:

@@ -103,8 +103,7 @@ class LimitDecorator:
 
     def __call__(self, target: Target) -> Target:
         _check_target(target, "limit")
-        # Prepended, as decorators apply bottom-up; a new tuple, since
-        # functools.wraps shares __dict__ with the wrapper.
+        # Prepended, as decorators apply bottom-up; a new tuple, since functools.wraps shares __dict__ with the wrapper.
         setattr(target, LIMITS_ATTRIBUTE, (self.spec, *getattr(target, LIMITS_ATTRIBUTE, ())))
         return target
 

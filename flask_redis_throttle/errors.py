@@ -62,7 +62,6 @@ h1{{font-size:1.4em}}</style>
 class _Negotiated(HTTPException):
     """A refusal whose body is problem details, a page or a line of text, as ``Accept`` asks."""
 
-    #: The HTML page's heading.
     heading = "Too many requests"
     #: Whole seconds until the request would pass; None if not known, or never.
     retry_after: int | None = None
