@@ -1,7 +1,5 @@
-"""The ``flask ratelimit`` command group (found through the ``flask.commands``
-entry point), and the report code other front ends built on the extension
-share with it, such as ``flask limiter`` (:doc:`/flask-limiter`). See :doc:`/cli`.
-"""
+"""The ``flask ratelimit`` command group (:doc:`/cli`, found through the ``flask.commands`` entry point), and the
+report code other front ends built on the extension, such as ``flask limiter``, share with it."""
 
 from __future__ import annotations
 

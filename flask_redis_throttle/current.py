@@ -1,7 +1,5 @@
-"""What the limits say about the current request (:ref:`current-limit`):
-:func:`current_limit` reads the decision already made, at no cost;
-:func:`check` and :func:`current_limits` ask Redis at cost 0, which writes nothing.
-"""
+"""What the limits say about the current request (:ref:`current-limit`): :func:`current_limit` reads the
+decision already made; :func:`check` and :func:`current_limits` ask Redis at cost 0, which writes nothing."""
 
 from __future__ import annotations
 
@@ -24,8 +22,8 @@ __all__ = ["CurrentLimit", "check", "current_limit", "current_limits"]
 
 @dataclass(frozen=True)
 class CurrentLimit:
-    """The deciding limit of a request: the layer of an identity with the
-    least room (the one the ``RateLimit`` header shows), or the one that refused it.
+    """The deciding limit of a request: the layer of an identity with the least room (the one the ``RateLimit``
+    header shows), or the one that refused it.
 
     :param limit: the limit (a :class:`~flask_redis_throttle._request.plan.PlannedLimit`).
     :param scope: the scope its counters are kept under.
@@ -67,9 +65,8 @@ class CurrentLimit:
 
 
 def current_limit() -> CurrentLimit | None:
-    """The deciding limit of the current request as decided before the view,
-    at no cost (also a template global). A ``deduct_when`` limit shows the
-    room the request found, since it counts only after the response.
+    """The deciding limit of the current request as decided before the view, at no cost (also a template global).
+    A ``deduct_when`` limit shows the room the request found, since it counts only after the response.
 
     :returns: None outside a request, or for a request no limit was checked against.
     """
@@ -81,12 +78,10 @@ def current_limit() -> CurrentLimit | None:
 
 
 def current_limits() -> list[CurrentLimit]:
-    """Every limit the current request was checked against before its view,
-    each with its deciding layer, in its plan's order: the refusing one as
-    decided, the others read now at cost 0, a script call each.
+    """Every limit the current request was checked against before its view, each with its deciding layer, in its
+    plan's order: the refusing one as decided, the others read now at cost 0, a script call each.
 
-    :returns: an empty list where :func:`current_limit` returns None; those
-        read so far when Redis cannot answer (logged).
+    :returns: an empty list where :func:`current_limit` returns None; those read so far if Redis fails (logged).
     """
     outcome: Outcome | None = g.get(OUTCOME_ATTRIBUTE) if g else None
     if outcome is None or (planned := _planned(None, None)) is None:
@@ -127,14 +122,12 @@ def _inspected(state: RateLimitState, checks: Sequence[Check], caller: str) -> D
 
 
 def check(endpoint: str | None = None, method: str | None = None) -> CurrentLimit | None:
-    """Decide the current request against its limits now at cost 0, without
-    counting, logging, hooks or raising; shadow limits are left out (see
-    :ref:`current-limit`).
+    """Decide the current request against its limits now at cost 0, without counting, logging, hooks or raising;
+    shadow limits are left out (see :ref:`current-limit`).
 
     :param endpoint: whose limits to decide; by default the request's own.
     :param method: their HTTP method; by default the request's.
-    :returns: the deciding limit, or None when no limit applies, or Redis
-        could not answer (logged).
+    :returns: the deciding limit, or None when no limit applies, or Redis could not answer (logged).
     """
     planned = _planned(endpoint, method)
     if planned is None or any(accept(planned[1]) for accept in planned[0].filters):

@@ -1,7 +1,5 @@
-"""The dashboard (:doc:`/dashboard`): the ``flask ratelimit`` reports, from
-the same functions, in a browser. It shows IP addresses and user ids, so
-every URL of it is a 404 unless ``authorize`` says yes.
-"""
+"""The dashboard (:doc:`/dashboard`): the ``flask ratelimit`` reports, from the same functions, in a browser.
+It shows IP addresses and user ids, so every URL of it is a 404 unless ``authorize`` says yes."""
 
 from __future__ import annotations
 
@@ -63,9 +61,8 @@ def blueprint(
     who = operator or (lambda: "dashboard")
 
     def hide(endpoint: str | None, values: object) -> None:
-        """Make a request ``authorize`` refuses an unknown URL's: a URL value
-        preprocessor runs before the limiter's hook. The session is left
-        unsaved, or its cookie would tell this 404 from others."""
+        # A URL value preprocessor, so it runs before the limiter's hook. The session is left unsaved, or its
+        # cookie would tell this 404 from others.
         flags = {name: getattr(session, name, None) for name in ("accessed", "modified")}
         if authorize is not None and authorize():
             return
@@ -76,8 +73,7 @@ def blueprint(
 
     @bp.app_url_value_preprocessor
     def hide_near_misses(endpoint: str | None, values: object) -> None:
-        """Hide a dashboard URL's 405 and trailing-slash 308 too: Flask runs
-        no blueprint hook when no rule matched."""
+        """A dashboard URL's 405 and trailing-slash 308 too: Flask runs no blueprint hook when no rule matched."""
         if _ours(name, request.routing_exception):
             hide(endpoint, values)
 
@@ -93,8 +89,7 @@ def blueprint(
 
 
 def _index() -> tuple[str, int]:
-    """The page; with ``?identity=`` (or ``?exact=``) that identity's counters too, as ``flask ratelimit status``
-    shows them."""
+    """The page; with ``?identity=`` or ``?exact=``, that identity's counters as ``flask ratelimit status`` shows."""
     state: RateLimitState = state_of()
     page: dict[str, Any] = {
         "limits_header": LIMITS_HEADER,
@@ -109,7 +104,6 @@ def _index() -> tuple[str, int]:
         # "view", not "endpoint": url_for() takes that name itself.
         "endpoint": request.args.get("view", "").strip(),
         "max_length": MAX_VALUE_LENGTH,
-        # How the page writes what it shows: times, spans, identities, and their lookups.
         "utc": utc,
         "duration": duration,
         "shown": _shown,
@@ -149,9 +143,8 @@ Done = tuple[str, dict[str, Any]]
 
 
 def _form(form: str, act: Callable[[RateLimitState], Done], change: bool = True) -> Callable[[], Response]:
-    """The view of one of the page's forms: ``act`` on the app's state, then back to the page. A 400 unless the form
-    sent back this session's token (another site can make a browser post here, but cannot read it); bad input is a
-    400 naming it, a storage failure a 503 (saying whether a ``change`` may be made all the same)."""
+    """A form's view: ``act``, then back to the page. A 400 unless the form sent back this session's token (another
+    site can make a browser post here, but cannot read it); a storage failure says whether a ``change`` may be made."""
 
     def view() -> Response:
         sent = request.form.get("csrf_token", "")
@@ -183,7 +176,7 @@ def _override(state: RateLimitState, by: str) -> Done:
 
 
 def _remove_override(state: RateLimitState, by: str) -> Done:
-    """Remove one override (its target and scope, from its row's button)."""
+    """Remove one override: its target and scope, from its row's button."""
     gone = lift(state, request.form.get("target", ""), request.form.get("scope", "") or None, False, by)
     message = f"Removed: {_shown(gone[0].describe())}." if gone else "No such override: nothing removed."
     return message, {"_anchor": "overrides"}
@@ -202,9 +195,8 @@ def _reset(state: RateLimitState) -> Done:
 
 
 def _naming(text: str, state: RateLimitState) -> dict[str, Any]:
-    """The link arguments that name ``text`` exactly: ``identity=`` when it
-    reads back as itself, else ``exact=`` its UTF-8 in URL-safe base64 (a
-    form mangles newlines, a URL lone surrogates, ``identity=`` is stripped)."""
+    """The link arguments that name ``text`` exactly: ``identity=`` when it reads back as itself, else ``exact=``
+    its UTF-8 in URL-safe base64 (a form mangles newlines, a URL lone surrogates, ``identity=`` is stripped)."""
     if text.isprintable() and text == text.strip():
         try:
             if not text.startswith("ip:") or str(parse_identity(text, state.settings.ipv6_prefix)) == text:
@@ -215,10 +207,7 @@ def _naming(text: str, state: RateLimitState) -> dict[str, Any]:
 
 
 def _requested(values: Mapping[str, str], state: RateLimitState) -> Identity | None:
-    """The identity a query or form names (see :func:`_naming`), or None.
-
-    :raises ValueError: saying why it names none.
-    """
+    """The identity a query or form names (see :func:`_naming`), or None; a ValueError says why it names none."""
     exact = values.get("exact")
     if exact is None:
         text = values.get("identity", "").strip()
@@ -232,8 +221,7 @@ def _requested(values: Mapping[str, str], state: RateLimitState) -> Identity | N
 
 
 def _shown(text: str) -> str:
-    """``text`` with what is not printable escaped, as
-    :func:`~flask_redis_throttle.core.engine.keys.loggable` does, but not cut."""
+    """``text`` with what is not printable escaped, as :func:`~.keys.loggable` does, but not cut."""
     if text.isprintable():
         return text
     return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
@@ -267,8 +255,8 @@ def _csrf_token() -> str | None:
 
 
 def chart(counts: Sequence[int], width: int = 720, height: int = 160) -> Markup:
-    """Refusals per minute as an inline SVG bar chart, oldest minute first:
-    drawn here, so the page needs no script and works offline.
+    """Refusals per minute as an inline SVG bar chart, oldest minute first: drawn here, so the page needs no script
+    and works offline.
 
     >>> svg = chart([0] * 58 + [3, 1])
     >>> svg.count("<rect class=\\"bar\\""), "3 refusals, 1 minute ago" in svg

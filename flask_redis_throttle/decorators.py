@@ -1,8 +1,5 @@
-"""The :func:`limit` and :func:`exempt` decorators. They only record on
-the view or blueprint, so they need no extension in scope and work in
-either order with ``@app.route``; options are checked here, so that a typo
-fails at import time.
-"""
+"""The :func:`limit` and :func:`exempt` decorators. They only record on the view or blueprint, so they need no
+extension in scope and work in either order with ``@app.route``; a typo in an option fails at import time."""
 
 from __future__ import annotations
 
@@ -39,15 +36,13 @@ __all__ = [
     "make_spec",
 ]
 
-#: The key of the extension's state in ``app.extensions``, where a limit's
-#: ``with`` block finds it.
+#: The key of the extension's state in ``app.extensions``, where a limit's ``with`` block finds it.
 EXTENSION_KEY = "ratelimit"
 
 
 def state_of(app: Flask | None = None, *, required: bool = True) -> Any:
-    """The :class:`~flask_redis_throttle.extension.RateLimitState` of
-    ``app`` or the current app (``Any``: it is defined above this module);
-    None if missing and not ``required``.
+    """The :class:`~flask_redis_throttle.extension.RateLimitState` of ``app`` or the current app (``Any``: it is
+    defined above this module); None if missing and not ``required``.
 
     :raises RuntimeError: if missing and ``required``.
     """
@@ -68,16 +63,8 @@ Target = TypeVar("Target", bound="Callable[..., Any] | Blueprint")
 
 
 def limit(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> LimitDecorator:
-    """Limit a view, or every view of a blueprint: a request passes only if
-    every layer of every identity has room. The options are in :doc:`/limits`.
-
-    .. code-block:: python
-
-        @app.get("/api/items")
-        @limit("10/s;120/m;240/h")
-        def items(): ...
-
-        limit("1000/h")(api_blueprint)
+    """Limit a view, or every view of a blueprint: a request passes only if every layer of every identity has
+    room. See :doc:`/limits`.
 
     :param spec: the layers, such as ``"10/s;120/m"`` (:doc:`/grammar`), or a function of the request.
     :param scope: the name to count under, or a function of the request (:ref:`scopes`); by default the endpoint.
@@ -102,29 +89,26 @@ def limit(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> LimitDec
     :raises InvalidLimit: when the decorator is made, if ``spec`` or an option is malformed.
     :raises TypeError: when applied to neither a view function nor a blueprint (:ref:`class-based-views`).
 
-    It is also a context manager: ``with limit("3/h"):`` decides the limit
-    when the block starts (:ref:`block-limits`).
+    It is also a context manager: ``with limit("3/h"):`` decides the limit when the block starts, raising
+    :class:`~flask_redis_throttle.RateLimitExceeded` if it refuses (:ref:`block-limits`).
     """
     return LimitDecorator(make_spec(spec, **options))
 
 
 @dataclass(frozen=True, eq=False, slots=True)
 class LimitDecorator:
-    """What :func:`limit` returns: a decorator, and a context manager that
-    decides the limit when its block starts."""
+    """What :func:`limit` returns: a decorator, and a context manager (:ref:`block-limits`)."""
 
     spec: LimitSpec
 
     def __call__(self, target: Target) -> Target:
         _check_target(target, "limit")
-        # Prepended, as decorators apply bottom-up; a new tuple, since
-        # functools.wraps shares __dict__ with the wrapper.
+        # Prepended, as decorators apply bottom-up; a new tuple, since functools.wraps shares __dict__ with the wrapper.
         setattr(target, LIMITS_ATTRIBUTE, (self.spec, *getattr(target, LIMITS_ATTRIBUTE, ())))
         return target
 
     def __enter__(self) -> None:
-        """:raises RateLimitExceeded: when it refuses the request.
-        :raises RuntimeError: outside a request, or in an app without the extension."""
+        # RuntimeError outside a request, or in an app without the extension.
         state_of().decide_block(self.spec)
 
     def __exit__(self, *exc: object) -> None:
@@ -137,8 +121,8 @@ INHERITED = ("default", "application", "blueprints")
 
 @dataclass(frozen=True)
 class Exemption:
-    """What :func:`exempt` records: the kinds of :data:`INHERITED` limits it
-    ``drops``, and its ``nested`` and ``own_limits`` as given to it."""
+    """What :func:`exempt` records: the kinds of :data:`INHERITED` limits it ``drops``, and its ``nested`` and
+    ``own_limits`` as given to it."""
 
     drops: frozenset[str]
     nested: bool = True
@@ -158,8 +142,8 @@ def exempt(
 def exempt(
     target: Target | None = None, /, *, keep: Iterable[str] = (), nested: bool = True, own_limits: bool = False
 ) -> Target | Callable[[Target], Target]:
-    """Exempt a view, or every view of a blueprint, from the limits it
-    inherits (:ref:`exempt`): ``@exempt``, or ``@exempt(keep=["application"])``.
+    """Exempt a view, or every view of a blueprint, from the limits it inherits (:ref:`exempt`): ``@exempt``, or
+    ``@exempt(keep=["application"])``.
 
     :param keep: the inherited limits to keep, of :data:`INHERITED`; by default none.
     :param nested: whether a blueprint's exemption covers its nested blueprints.

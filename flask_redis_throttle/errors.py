@@ -1,7 +1,5 @@
-"""The exceptions: the input errors of :mod:`flask_redis_throttle.core.errors`,
-and the refusals, whose bodies follow the client's ``Accept`` (see
-:ref:`refusal-response`).
-"""
+"""The exceptions: the input errors of :mod:`flask_redis_throttle.core.errors`, and the refusals, whose bodies
+follow the client's ``Accept`` (:ref:`refusal-response`)."""
 
 from __future__ import annotations
 
@@ -62,10 +60,8 @@ h1{{font-size:1.4em}}</style>
 
 
 class _Negotiated(HTTPException):
-    """A refusal whose body is problem details, a page or a line of text,
-    as ``Accept`` asks, with ``Vary: Accept``."""
+    """A refusal whose body is problem details, a page or a line of text, as ``Accept`` asks."""
 
-    #: The HTML page's heading.
     heading = "Too many requests"
     #: Whole seconds until the request would pass; None if not known, or never.
     retry_after: int | None = None
@@ -105,8 +101,8 @@ class _Negotiated(HTTPException):
     def get_headers(
         self, environ: WSGIEnvironment | None = None, scope: dict[str, Any] | None = None
     ) -> list[tuple[str, str]]:
-        """``Content-Type``, ``Vary: Accept`` (a shared cache must not give a
-        JSON client the page), and ``Retry-After`` unless it never passes."""
+        """``Content-Type``, ``Vary: Accept`` (a shared cache must not give a JSON client the page), and
+        ``Retry-After`` unless it never passes."""
         headers = [("Content-Type", self._content_type(environ)), ("Vary", "Accept")]
         if self.retry_after_header is not None:
             headers.append(("Retry-After", self.retry_after_header))
@@ -124,8 +120,8 @@ class _Negotiated(HTTPException):
 
 
 class RateLimitExceeded(_Negotiated, TooManyRequests):
-    """A request was refused because a layer of its limit had no room left:
-    429 with ``Retry-After`` in whole seconds, rounded up (:doc:`/responses`).
+    """A request was refused because a layer of its limit had no room left: 429 with ``Retry-After`` in whole
+    seconds, rounded up (:doc:`/responses`).
 
     :param layer: the layer that refused it (the longest wait, when several did).
     :param identity: whose counter refused it.
@@ -177,9 +173,8 @@ class RateLimitExceeded(_Negotiated, TooManyRequests):
 
 
 class Blocked(_Negotiated, TooManyRequests):
-    """A request was refused because an identity of it is blocked by an
-    :doc:`override </overrides>`: 429 with ``Retry-After`` until the block
-    ends, no ``RateLimit`` headers, problem details of the type :data:`BLOCKED`.
+    """A request was refused because an identity of it is blocked by an :doc:`override </overrides>`: 429 with
+    ``Retry-After`` until the block ends, no ``RateLimit`` headers, problem details of the type :data:`BLOCKED`.
 
     :param retry_after: seconds until the block ends.
     :param retry_after_header: the ``Retry-After`` value, when it is an HTTP-date.

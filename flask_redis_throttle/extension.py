@@ -1,8 +1,6 @@
-"""The Flask glue: :class:`RateLimit`, which installs on each app a
-:class:`~flask_redis_throttle._request.state.RateLimitState` with the
-request hooks, and gives operators' calls (reset, overrides) in Python. A
-request's path through the modules is in :doc:`/architecture`.
-"""
+"""The Flask glue: :class:`RateLimit` installs on each app a
+:class:`~flask_redis_throttle._request.state.RateLimitState` with the request
+hooks, and gives operators' calls (reset, overrides) in Python."""
 
 from __future__ import annotations
 
@@ -60,9 +58,8 @@ __all__ = [
 
 
 class RateLimit:
-    """The extension: ``RateLimit(app)``, or ``RateLimit()`` then
-    :meth:`init_app`. Each app's state lives in ``app.extensions``, so one
-    instance can serve many apps.
+    """The extension: ``RateLimit(app)``, or ``RateLimit()`` then :meth:`init_app`. Each app's state lives in
+    ``app.extensions``, so one instance can serve many apps.
 
     :param app: the app to set up at once, if any.
     :param redis: a Redis, Sentinel or cluster client to use instead of ``RATELIMIT_STORAGE_URL`` (:doc:`/deployment`).
@@ -84,21 +81,20 @@ class RateLimit:
     def init_app(self, app: Flask) -> None:
         """Set up rate limiting on ``app``.
 
-        Reads these settings once, filling in their defaults (see :doc:`/config`):
-        ``RATELIMIT_ENABLED``, ``RATELIMIT_STORAGE_URL``, ``RATELIMIT_STORAGE_OPTIONS``,
-        ``RATELIMIT_KEY_PREFIX``, ``RATELIMIT_DEFAULT``, ``RATELIMIT_DEFAULT_MODE``,
-        ``RATELIMIT_BLUEPRINT_MODE``, ``RATELIMIT_APPLICATION``, ``RATELIMIT_META``,
+        Reads these settings once, filling in their defaults (see :doc:`/config`): ``RATELIMIT_ENABLED``,
+        ``RATELIMIT_STORAGE_URL``, ``RATELIMIT_STORAGE_OPTIONS``, ``RATELIMIT_KEY_PREFIX``, ``RATELIMIT_DEFAULT``,
+        ``RATELIMIT_DEFAULT_MODE``, ``RATELIMIT_BLUEPRINT_MODE``, ``RATELIMIT_APPLICATION``, ``RATELIMIT_META``,
         ``RATELIMIT_HEADERS_ENABLED``, ``RATELIMIT_HEADERS_LEGACY``, ``RATELIMIT_HEADER_NAMES``,
         ``RATELIMIT_RETRY_AFTER``, ``RATELIMIT_FAIL_OPEN``, ``RATELIMIT_IDENTITIES``, ``RATELIMIT_IPV6_PREFIX``,
         ``RATELIMIT_KEY_SECRET``, ``RATELIMIT_STRATEGY``, ``RATELIMIT_REFUSAL_LOG_SIZE``,
         ``RATELIMIT_BLOCK_CACHE_SIZE``, ``RATELIMIT_BREAKER_THRESHOLD``, ``RATELIMIT_BREAKER_BACKOFF``,
-        ``RATELIMIT_BREAKER_MAX_BACKOFF``, ``RATELIMIT_FALLBACK``, ``RATELIMIT_SHADOW``,
-        ``RATELIMIT_ON_BREACH``, ``RATELIMIT_HEADERS_DRAFT``, ``RATELIMIT_HEADERS_PARTITION_KEY``,
-        ``RATELIMIT_NEAR_LIMIT``, ``RATELIMIT_OVERRIDE_BLOCK_STATUS``, ``RATELIMIT_OVERRIDE_WIDEST_IPV4``,
-        ``RATELIMIT_OVERRIDE_WIDEST_IPV6`` and ``RATELIMIT_CONCURRENCY_LEASE``.
+        ``RATELIMIT_BREAKER_MAX_BACKOFF``, ``RATELIMIT_FALLBACK``, ``RATELIMIT_SHADOW``, ``RATELIMIT_ON_BREACH``,
+        ``RATELIMIT_HEADERS_DRAFT``, ``RATELIMIT_HEADERS_PARTITION_KEY``, ``RATELIMIT_NEAR_LIMIT``,
+        ``RATELIMIT_OVERRIDE_BLOCK_STATUS``, ``RATELIMIT_OVERRIDE_WIDEST_IPV4``, ``RATELIMIT_OVERRIDE_WIDEST_IPV6`` and
+        ``RATELIMIT_CONCURRENCY_LEASE``.
 
-        It adds :func:`~flask_redis_throttle.current_limit` to the templates'
-        globals, and sends nothing to Redis, so an app starts while Redis is down.
+        It adds :func:`~flask_redis_throttle.current_limit` to the templates' globals, and sends nothing to Redis,
+        so an app starts while Redis is down.
 
         :raises RuntimeError: if the extension is already set up on ``app``.
         :raises ConfigurationError: if a setting has a bad value.
@@ -117,16 +113,9 @@ class RateLimit:
     def reset(
         self, identity: str | Identity | None = None, *, scope: str | None = None, app: Flask | None = None
     ) -> int:
-        """Delete an identity's counters and penalties, or everyone's, in
-        every scope or in ``scope``, as ``flask ratelimit reset`` does
-        (:doc:`/cli`). Other processes' block caches may go on refusing the
+        """Delete an identity's counters and penalties, or everyone's, in every scope or in ``scope``, as
+        ``flask ratelimit reset`` does (:doc:`/cli`). Other processes' block caches may go on refusing the
         identity for up to a second.
-
-        .. code-block:: python
-
-            ratelimit.reset("user:42")
-            ratelimit.reset("ip:203.0.113.5", scope="login")
-            ratelimit.reset(scope="login")               # everyone's logins
 
         :param identity: ``ip:<address>``, ``user:<id>``, ``key:<function>:<value>``, an :class:`Identity`, or None.
         :param scope: only this scope's counters (:ref:`scopes`); None for every scope.
@@ -148,14 +137,8 @@ class RateLimit:
             raise StorageUnavailable(f"{state.throttle.url}: {error}") from error
 
     def override(self, identity: str | Identity, limit: str, **options: Unpack[OverrideOptions]) -> Override:
-        """Decide ``identity`` against other layers, on ``scope`` or on
-        every scope, until a time or for a while, in every worker within a
-        second (:doc:`/overrides`). It replaces any override of the same
-        identity and scope.
-
-        .. code-block:: python
-
-            ratelimit.override("user:42", "100/s;10000/h", scope="api", until="2027-12-31")
+        """Decide ``identity`` against other layers, on ``scope`` or on every scope, until a time or for a while,
+        in every worker within a second (:doc:`/overrides`). It replaces any override of the same identity and scope.
 
         :param identity: as the CLI writes it, or an IP network such as ``ip:203.0.113.0/24``.
         :param limit: the layers, such as ``"100/s;10000/h"``.
@@ -176,8 +159,8 @@ class RateLimit:
         return self._set("allow", identity, None, **options)
 
     def block(self, identity: str | Identity, **options: Unpack[OverrideOptions]) -> Override:
-        """Refuse ``identity``'s requests without asking Redis, with 429 (or
-        ``RATELIMIT_OVERRIDE_BLOCK_STATUS``); the arguments are :meth:`override`'s."""
+        """Refuse ``identity``'s requests without asking Redis, with 429 (or ``RATELIMIT_OVERRIDE_BLOCK_STATUS``);
+        the arguments are :meth:`override`'s."""
         return self._set("block", identity, None, **options)
 
     def remove_overrides(
@@ -188,8 +171,7 @@ class RateLimit:
         by: str = "python",
         app: Flask | None = None,
     ) -> list[Override]:
-        """Remove ``identity``'s overrides (everyone's if None): on every
-        scope, or only the one on ``scope``.
+        """Remove ``identity``'s overrides (everyone's if None): on every scope, or only the one on ``scope``.
 
         :returns: the overrides removed.
         :raises ValueError: if ``identity`` names no identity or network, or ``scope`` or ``by`` is no string.
@@ -214,9 +196,8 @@ class RateLimit:
         return set_override(state_of(options.pop("app", None)), action, identity, limit, by=by, **options)
 
     def request_filter(self, function: RequestFilter) -> RequestFilter:
-        """Register a function of the request that, when it returns True,
-        leaves the request unlimited: not counted, not refused, no headers
-        (:ref:`filters`). It applies to every app of this instance.
+        """Register a function of the request that, when it returns True, leaves the request unlimited: not
+        counted, not refused, no headers (:ref:`filters`). It applies to every app of this instance.
 
         :raises TypeError: if ``function`` is not callable.
         """
@@ -239,8 +220,8 @@ def _check_by(by: object) -> None:
 def refusal_log(app: Flask | None = None) -> RefusalLog:
     """The refusal log of ``app``, or of the current app.
 
-    :raises RuntimeError: if the extension is not set up on the app, or is
-        disabled, or keeps no log (``RATELIMIT_REFUSAL_LOG_SIZE = 0``).
+    :raises RuntimeError: if the extension is not set up on the app, or is disabled, or keeps no log
+        (``RATELIMIT_REFUSAL_LOG_SIZE = 0``).
     """
     return _kept(state_of(app).refusals, "refusal log", "RATELIMIT_REFUSAL_LOG_SIZE above 0")
 
@@ -248,9 +229,8 @@ def refusal_log(app: Flask | None = None) -> RefusalLog:
 def near_limit_log(app: Flask | None = None) -> RefusalLog:
     """The near-limit log of ``app``, or of the current app (:ref:`near-limit`).
 
-    :raises RuntimeError: if the extension is not set up on the app, or is
-        disabled, or keeps no log (``RATELIMIT_NEAR_LIMIT = None`` or
-        ``RATELIMIT_REFUSAL_LOG_SIZE = 0``).
+    :raises RuntimeError: if the extension is not set up on the app, or is disabled, or keeps no log
+        (``RATELIMIT_NEAR_LIMIT = None`` or ``RATELIMIT_REFUSAL_LOG_SIZE = 0``).
     """
     return _kept(
         state_of(app).near_limits, "near-limit log", "RATELIMIT_NEAR_LIMIT and RATELIMIT_REFUSAL_LOG_SIZE above 0"

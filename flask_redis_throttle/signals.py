@@ -1,7 +1,5 @@
-"""Refusal hooks: the :data:`request_refused` signal, and ``on_breach``
-functions (:ref:`refusal-hooks`). A hook that raises is logged and skipped;
-the 429 still goes out.
-"""
+"""Refusal hooks: the :data:`request_refused` signal, and ``on_breach`` functions (:ref:`refusal-hooks`). A hook
+that raises is logged and skipped; the 429 still goes out."""
 
 from __future__ import annotations
 
@@ -23,9 +21,8 @@ logger = logging.getLogger("flask_redis_throttle")
 
 _signals = Namespace()
 
-#: Sent with the app as sender each time a limit refuses a request, with the
-#: fields of :class:`RefusalEvent` as keyword arguments; receivers should accept
-#: ``**extra`` for fields added later.
+#: Sent with the app as sender each time a limit refuses a request, with the fields of :class:`RefusalEvent` as
+#: keyword arguments; receivers should accept ``**extra`` for fields added later.
 request_refused = _signals.signal("request-refused")
 
 
@@ -56,8 +53,7 @@ class RefusalEvent:
 def notify(
     app: Flask, event: RefusalEvent, hooks: Iterable[Callable[[RefusalEvent], object] | None]
 ) -> Response | None:
-    """Call each hook with ``event``, then send :data:`request_refused`; a
-    hook or receiver that raises is logged, and the next one called.
+    """Call each hook with ``event``, then send :data:`request_refused`; one that raises is logged, the next called.
 
     :returns: the first response a hook returned, to send instead of the 429.
     """

