@@ -242,9 +242,8 @@ def overrides_command(changes: int) -> None:
 
 
 def _shared(state: RateLimitState) -> Throttle:
-    """The app's throttle, for a command that changes what app servers read: a usage error on the
-    embedded store, which only this process reads, unless the app is under test (its test client
-    serves requests here). See docs/cli.rst."""
+    """The throttle of a command that changes what app servers read: refused on an embedded store unless
+    the app is TESTING (its test client serves requests here). See docs/cli.rst."""
     throttle = throttle_of(state)
     if isinstance(throttle.storage.client, EmbeddedRedis) and not state.app.testing:
         raise click.UsageError(
@@ -343,7 +342,7 @@ def _log(name: str) -> tuple[Throttle, RefusalLog]:
 
 
 def _named(identity: str, endpoint: str | None, change: bool = False) -> tuple[RateLimitState, Throttle, Identity]:
-    """The app's state, its throttle (:func:`_shared` for a ``change``) and the identity a command names."""
+    """The state, throttle (:func:`_shared` for a ``change``) and identity of a command."""
     state = _state()
     throttle = _shared(state) if change else throttle_of(state)
     with _parameter("'IDENTITY'"):
