@@ -242,8 +242,7 @@ def overrides_command(changes: int) -> None:
 
 
 def _shared(state: RateLimitState) -> Throttle:
-    """The throttle of a command that changes what app servers read: refused on an embedded store unless
-    the app is TESTING (its test client serves requests here). See docs/cli.rst."""
+    """The throttle of a change, refused on an embedded store unless the app is TESTING (see docs/cli.rst)."""
     throttle = throttle_of(state)
     if isinstance(throttle.storage.client, EmbeddedRedis) and not state.app.testing:
         raise click.UsageError(

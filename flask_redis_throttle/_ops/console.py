@@ -49,14 +49,12 @@ def parse_span(text: str) -> int | None:
 
 
 def parse_moment(text: str, now: float) -> float:
-    """Epoch seconds from a span before ``now`` (``10m``) or an ISO 8601 time (in UTC without an offset);
-    a :class:`ValueError` if ``text`` is neither."""
+    """Epoch seconds from a span before ``now`` or an ISO time (UTC without an offset); else a ValueError."""
     text = text.strip()
     span = parse_span(text)
     if span is not None:
         return now - span
-    try:
-        # Python 3.10's fromisoformat does not read a "Z" suffix.
+    try:  # Python 3.10's fromisoformat does not read a "Z" suffix
         moment = datetime.fromisoformat(text[:-1] + "+00:00" if text[-1:] in ("Z", "z") else text)
     except ValueError:
         raise ValueError(

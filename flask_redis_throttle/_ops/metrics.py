@@ -1,6 +1,5 @@
-"""Prometheus metrics of the limiter's decisions (:doc:`/operations`). Children are cached by their
-labels and incremented through their value objects: ``labels()`` and the public ``inc()`` re-check
-their arguments and take as long as the rest (``benchmarks/overhead.py --metrics``)."""
+"""Prometheus metrics (:doc:`/operations`), incremented through cached children's value objects: ``labels()``
+and ``inc()`` re-check their arguments and take as long as the rest (``benchmarks/overhead.py --metrics``)."""
 
 from __future__ import annotations
 

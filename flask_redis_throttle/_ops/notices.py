@@ -1,5 +1,4 @@
-"""What the extension logs about itself: warnings spaced out by kind, outages
-and recovery, the start-up line, and the circuit breakers."""
+"""What the extension logs about itself: spaced-out warnings, outages, the start-up line, the breakers."""
 
 from __future__ import annotations
 
@@ -56,8 +55,7 @@ class Notices:
         self._warn(message)
 
     def _recovered(self) -> None:
-        """Log a recovery once, keeping the next warning's time: a Redis failing every other request
-        still warns once per interval."""
+        """Log a recovery once, keeping the next warning's time: a flapping Redis still warns once per interval."""
         with self._warning_lock:
             if not self._failing:
                 return  # another thread logged it
@@ -122,12 +120,10 @@ class Notices:
         self._node(name, True)
 
     def breaker_opened(self, name: str, failures: int, period: float) -> None:
-        breaker_logger.warning(
-            "circuit breaker opened for %s after %d failure(s) in a row: not calling it for %.1f s, then probing it",
-            name,
-            failures,
-            period,
+        message = (
+            "circuit breaker opened for %s after %d failure(s) in a row: not calling it for %.1f s, then probing it"
         )
+        breaker_logger.warning(message, name, failures, period)
         self._node(name, False)
 
     def breaker_closed(self, name: str, failures: int) -> None:

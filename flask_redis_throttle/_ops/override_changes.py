@@ -1,5 +1,4 @@
-"""Overrides as an operator gives them, to the CLI, the dashboard or :class:`~flask_redis_throttle.RateLimit`:
-bad input raises :class:`ValueError` naming it, with nothing stored."""
+"""Overrides as an operator gives them: bad input raises :class:`ValueError` naming it, with nothing stored."""
 
 from __future__ import annotations
 
@@ -97,8 +96,7 @@ def latest_changes(state: RateLimitState, count: int) -> list[Change]:
 
 
 def parse_target(target: str | Identity, state: RateLimitState) -> tuple[str, bool]:
-    """The identity or network written, as an override keeps it, and whether it is a network (not an IPv4 /32,
-    nor an IPv6 network within one ``RATELIMIT_IPV6_PREFIX`` group)."""
+    """The target as an override keeps it, and whether it is a network (wider than one client's address group)."""
     if isinstance(target, Identity):
         return str(target), False
     if not isinstance(target, str):

@@ -1,5 +1,4 @@
-"""The rows the CLI prints and the dashboard renders, a reset, and the identity or endpoint an
-operator typed: plain values and :class:`ValueError`, for each front end to show its way."""
+"""The CLI's and the dashboard's rows, a reset, and what an operator typed: plain values and ValueError."""
 
 from __future__ import annotations
 
@@ -121,19 +120,11 @@ def entry_rows(entries: Sequence[Refusal], who: str, retry: bool) -> tuple[tuple
     """A log's header and rows, the deciding identity under ``who``; with ``retry``, the wait."""
     retry_after = ("RETRY AFTER",) if retry else ()
     header = ("TIME (UTC)", "ENDPOINT", "SCOPE", "LAYER", "STRATEGY", who, *retry_after, "ALSO PRESENT")
-    rows = [
-        (
-            utc(entry.time),
-            entry.endpoint,
-            entry.scope,
-            entry.layer,
-            entry.strategy,
-            loggable(entry.identity),
-            *((duration(entry.retry_after),) if retry else ()),
-            ", ".join(map(loggable, entry.others)),
-        )
-        for entry in entries
-    ]
+    rows: list[tuple[str, ...]] = []
+    for entry in entries:
+        head = (utc(entry.time), entry.endpoint, entry.scope, entry.layer, entry.strategy, loggable(entry.identity))
+        wait = (duration(entry.retry_after),) if retry else ()
+        rows.append((*head, *wait, ", ".join(map(loggable, entry.others))))
     return header, rows
 
 

@@ -1,5 +1,4 @@
-"""Overrides set at run time, kept in storage (:class:`OverrideStore`) and
-followed by every process (:class:`OverrideFollower`); see :doc:`/overrides`."""
+"""Overrides set at run time, kept in storage and followed by every process; see :doc:`/overrides`."""
 
 from __future__ import annotations
 
@@ -103,15 +102,11 @@ def _time(value: Any) -> bool:
 
 
 _NOT_TIME = "is not a time in seconds since the epoch"
+_NOT_IDENTITY = "is not an identity such as user:42 or ip:203.0.113.0/24"
 #: Each field of an override's JSON: its name in messages, its default, its check, and what a bad value is not.
 _FIELDS: dict[str, tuple[str, Any, Callable[[Any], bool], str]] = {
     "action": ("action", None, ACTIONS.__contains__, f"is not one of {', '.join(ACTIONS)}"),
-    "target": (
-        "target",
-        None,
-        lambda value: isinstance(value, str) and ":" in value,
-        "is not an identity such as user:42 or ip:203.0.113.0/24",
-    ),
+    "target": ("target", None, lambda value: isinstance(value, str) and ":" in value, _NOT_IDENTITY),
     "scope": ("scope", None, _text_or(none=True), "is neither text nor null"),
     "until": ("end", None, _time, _NOT_TIME),
     "limit": ("limit", None, _text_or(none=False), "is not text"),

@@ -1,5 +1,4 @@
-"""The refusal log, in capped Redis streams apart from the counters (:doc:`/refusals`).
-This module imports Redis but not Flask."""
+"""The refusal log in capped Redis streams (:doc:`/refusals`). This module imports Redis but not Flask."""
 
 from __future__ import annotations
 
@@ -57,8 +56,7 @@ class Attribution:
 
     :param identity: the identity whose counter refused the requests.
     :param refusals: how many of them it refused.
-    :param others: the other identities present on those requests, each with
-        how many of them it was on, most frequent first: not refused by them.
+    :param others: the other identities on those requests (not refused by them), with how many, most first.
     :param cut: True if ``identity`` is what the log kept of a longer one.
     """
 
@@ -92,7 +90,6 @@ class RefusalLog:
         self.client = client
         self.key = key
         self.size = size
-        #: The streams, one per shard.
         self.keys: tuple[str, ...] = (key,) if shards == 1 else tuple(_shard_key(key, i, shards) for i in range(shards))
 
     def shard(self, near: str) -> str:
@@ -141,15 +138,8 @@ class RefusalLog:
         elif stream not in self.keys:
             raise ValueError(f"stream {stream!r} is not one of this refusal log's {len(self.keys)} streams")
         kept = cut(identity)
-        fields = {
-            "endpoint": endpoint,
-            "scope": cut(scope),
-            "layer": layer,
-            "strategy": strategy,
-            "identity": kept,
-            "identities": json.dumps([cut(i) for i in identities]),
-            "retry_after": f"{retry_after:.6f}",
-        }
+        fields = dict(endpoint=endpoint, scope=cut(scope), layer=layer, strategy=strategy, identity=kept)
+        fields.update(identities=json.dumps([cut(i) for i in identities]), retry_after=f"{retry_after:.6f}")
         fields.update((flag, "1") for flag, on in zip(_FLAGS, (shadow, penalized, kept != identity), strict=True) if on)
         if _SURROGATES.search(kept):  # the identity field keeps them as escapes; this one, exactly
             fields["exact"] = json.dumps(kept)
@@ -158,7 +148,6 @@ class RefusalLog:
             fields["at"] = str(time.time_ns() // 1000)
         # backslashreplace keeps what UTF-8 cannot encode (lone surrogates) readable.
         encoded = {name: value.encode("utf-8", "backslashreplace") for name, value in fields.items()}
-        # A shard is trimmed a stream node at a time (cheaper for Redis); reads cut the log to its size.
         self.client.xadd(stream, encoded, maxlen=self.size, approximate=sharded)
 
     def recent(self, count: int = 20, since: Moment | None = None) -> list[Refusal]:
@@ -223,8 +212,7 @@ class RefusalLog:
             pipe.xrevrange(key, "+", low, count=count)
         replies: list[list[tuple[Any, dict[Any, Any]]]] = pipe.execute()
         merged = [(_order(entry, shard), entry) for shard, entries in enumerate(replies) for entry in entries]
-        merged.sort(key=lambda item: item[0], reverse=True)
-        return [entry for _, entry in merged[:count]]
+        return [entry for _, entry in sorted(merged, key=lambda item: item[0], reverse=True)[:count]]
 
 
 def _bound(moment: Moment | None, open_end: str) -> str:
@@ -241,8 +229,7 @@ def _shard_key(key: str, shard: int, shards: int) -> str:
 
 
 def _order(entry: tuple[Any, dict[Any, Any]], shard: int) -> tuple[int, int, int, int]:
-    """An entry's place in the merged log: its ID's milliseconds, the writer's clock (microseconds), its ID's
-    sequence number, and the stream."""
+    """An entry's place in the merged log: ID milliseconds, the writer's microseconds, ID sequence, stream."""
     milliseconds, _, sequence = _text(entry[0]).partition("-")
     written = _text(entry[1].get(b"at", entry[1].get("at", b"0")))
     return (int(milliseconds), int(written) if written.isdigit() else 0, int(sequence or 0), shard)
