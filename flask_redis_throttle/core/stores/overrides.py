@@ -28,7 +28,7 @@ VERSION_FIELD = "~version"
 #: How far ahead, at most, an override ends, in years and in seconds (leap days included).
 LONGEST_YEARS = 10
 LONGEST = 3653 * 86_400
-#: How many addresses' lookups in the networks a table keeps.
+#: How many addresses' lookups in the networks a table keeps: forgetting them all costs little.
 NETWORK_CACHE_SIZE = 4096
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
