@@ -58,9 +58,7 @@ ratelimit = AppGroup("ratelimit", help="Inspect and reset rate limits, and set o
 def limits_command(limited: bool) -> None:
     """List every route with its limits: layers, strategy, scope and identities.
 
-    Views without @limit have RATELIMIT_DEFAULT, if it is set; static files
-    are never limited.
-    """
+    Views without @limit have RATELIMIT_DEFAULT, if it is set; static files are never limited."""
     state = _state()
     if not state.settings.enabled:
         click.echo("note: RATELIMIT_ENABLED is False, so none of these limits is enforced.", err=True)
@@ -77,9 +75,8 @@ def limits_command(limited: bool) -> None:
 def status_command(identity: str, endpoint: str | None) -> None:
     """Show what IDENTITY has used of each layer, what remains and when it resets.
 
-    IDENTITY is ip:<address>, user:<id> or <key function>:<value>. Nothing
-    is counted: the counters are read as a request would find them.
-    """
+    IDENTITY is ip:<address>, user:<id> or <key function>:<value>. Nothing is counted: the counters are read as
+    a request would find them."""
     state, throttle, who = _named(identity, endpoint)
     with storage_errors(throttle):
         rows = status_rows(state, throttle, who, endpoint)
@@ -96,9 +93,7 @@ def status_command(identity: str, endpoint: str | None) -> None:
 def reset_command(identity: str, endpoint: str | None) -> None:
     """Delete IDENTITY's counters, in every scope or only ENDPOINT's.
 
-    App servers may refuse the identity for up to a second more: their
-    block caches trust a refusal that long.
-    """
+    App servers may refuse the identity for up to a second more: their block caches trust a refusal that long."""
     state, throttle, who = _named(identity, endpoint, change=True)
     with storage_errors(throttle):
         reset = reset_counters(state, throttle, who, endpoint)
@@ -139,8 +134,8 @@ def refusals_command(top: int, recent: int, since: float | None) -> None:
 @click.option("--recent", default=20, show_default=True, type=click.IntRange(min=1), help="How many entries.")
 @_since("entries")
 def near_limit_command(recent: int, since: float | None) -> None:
-    """Show the latest identities that passed RATELIMIT_NEAR_LIMIT of a layer,
-    from the near-limit log: once per identity, layer and window."""
+    """Show the latest identities that passed RATELIMIT_NEAR_LIMIT of a layer, from the near-limit log: once per
+    identity, layer and window."""
     throttle, log = _log("near_limits")
     with storage_errors(throttle):
         latest = log.recent(recent, since=since)
@@ -186,19 +181,17 @@ def _set_override(action: str, takes_limit: bool, help: str) -> None:
 _set_override(
     "limit",
     True,
-    """Decide IDENTITY against LIMIT (such as 100/s;10000/h) instead of its
-    limits, on one scope or on every scope, until a time or for a while.
+    """Decide IDENTITY against LIMIT (such as 100/s;10000/h) instead of its limits, on one scope or on every scope,
+    until a time or for a while.
 
-    IDENTITY is ip:<address>, ip:<network> (such as ip:203.0.113.0/24),
-    user:<id> or <key function>:<value>.
-    """,
+    IDENTITY is ip:<address>, ip:<network> (such as ip:203.0.113.0/24), user:<id> or <key function>:<value>.""",
 )
 _set_override("allow", False, "Let IDENTITY through unlimited, on one scope or on every scope.")
 _set_override(
     "block",
     False,
-    """Refuse IDENTITY's requests, on one scope or on every scope, without
-    asking Redis: 429 with Retry-After (or 403, see RATELIMIT_OVERRIDE_BLOCK_STATUS).""",
+    """Refuse IDENTITY's requests, on one scope or on every scope, without asking Redis: 429 with Retry-After
+    (or 403, see RATELIMIT_OVERRIDE_BLOCK_STATUS).""",
 )
 
 
@@ -208,8 +201,8 @@ _set_override(
 @click.option("--all", "everyone", is_flag=True, help="Remove every override of everyone.")
 @click.option("--by", metavar="NAME", help="Who removes them, for the log; by default your user name.")
 def lift_command(identity: str | None, scope: str | None, everyone: bool, by: str | None) -> None:
-    """Lift IDENTITY's overrides (other layers, allow or block), on every
-    scope or only on SCOPE; or, with --all, every override."""
+    """Lift IDENTITY's overrides (other layers, allow or block), on every scope or only on SCOPE; or, with --all,
+    every override."""
     state = _state()
     throttle = _shared(state)
     if (identity is None) != everyone:
@@ -242,9 +235,7 @@ def overrides_command(changes: int) -> None:
 
 
 def _shared(state: RateLimitState) -> Throttle:
-    """The app's throttle, for a command that changes what app servers read: a usage error on the
-    embedded store, which only this process reads, unless the app is under test (its test client
-    serves requests here). See docs/cli.rst."""
+    """The throttle of a change, refused on an embedded store unless the app is TESTING (see docs/cli.rst)."""
     throttle = throttle_of(state)
     if isinstance(throttle.storage.client, EmbeddedRedis) and not state.app.testing:
         raise click.UsageError(
@@ -269,8 +260,8 @@ ratelimit.add_command(server)
 
 @server.command("status")
 def server_status_command() -> None:
-    """Show whether the app's local:// server runs: its pid, version, uptime,
-    clients and memory. Nothing is started. Exits 1 when it is not running."""
+    """Show whether the app's local:// server runs: its pid, version, uptime, clients and memory. Nothing is
+    started. Exits 1 when it is not running."""
     folder = _local_folder(_state())
     try:
         status = server_status(folder)
@@ -293,8 +284,8 @@ def server_status_command() -> None:
 
 @server.command("stop")
 def server_stop_command() -> None:
-    """Stop the app's local:// server; its counters are lost. Workers that
-    are still serving start it again at their next request that needs it."""
+    """Stop the app's local:// server; its counters are lost. Workers that are still serving start it again at
+    their next request that needs it."""
     folder = _local_folder(_state())
     try:
         pid = stop_server(folder)
@@ -343,7 +334,7 @@ def _log(name: str) -> tuple[Throttle, RefusalLog]:
 
 
 def _named(identity: str, endpoint: str | None, change: bool = False) -> tuple[RateLimitState, Throttle, Identity]:
-    """The app's state, its throttle (:func:`_shared` for a ``change``) and the identity a command names."""
+    """The state, throttle (:func:`_shared` for a ``change``) and identity of a command."""
     state = _state()
     throttle = _shared(state) if change else throttle_of(state)
     with _parameter("'IDENTITY'"):

@@ -1,7 +1,4 @@
-"""Text for the command line: aligned tables, and durations and times read and written.
-
-This module is pure Python: it imports neither Flask nor Redis.
-"""
+"""Text for the command line: aligned tables, durations and times. It imports neither Flask nor Redis."""
 
 from __future__ import annotations
 
@@ -12,8 +9,7 @@ from datetime import datetime, timezone
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """``rows`` under ``header``, each column as wide as its widest cell,
-    columns two spaces apart, and no spaces at the ends of lines."""
+    """``rows`` under ``header``, each column as wide as its widest cell, two spaces apart, lines not padded."""
     widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
     return "\n".join(
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
@@ -45,8 +41,7 @@ _UNIT = {"s": 1, "m": 60, "h": 3_600, "d": 86_400}
 
 
 def parse_span(text: str) -> int | None:
-    """The seconds a span such as ``90s``, ``10m``, ``1h30m`` or ``2d``
-    writes; None if ``text`` is no span."""
+    """The seconds a span such as ``90s``, ``1h30m`` or ``2d`` writes; None if ``text`` is no span."""
     text = text.strip()
     if not _SPAN.fullmatch(text):
         return None
@@ -54,18 +49,12 @@ def parse_span(text: str) -> int | None:
 
 
 def parse_moment(text: str, now: float) -> float:
-    """A time in seconds since the epoch, written as a span before ``now``
-    (``90s``, ``10m``, ``1h30m``, ``2d``) or as an ISO 8601 time
-    (``2025-06-01T12:00:00+02:00``; one with no offset is in UTC).
-
-    :raises ValueError: if ``text`` is neither.
-    """
+    """Epoch seconds from a span before ``now`` or an ISO time (UTC without an offset); else a ValueError."""
     text = text.strip()
     span = parse_span(text)
     if span is not None:
         return now - span
-    try:
-        # Python 3.10's fromisoformat does not read a "Z" suffix.
+    try:  # Python 3.10's fromisoformat does not read a "Z" suffix
         moment = datetime.fromisoformat(text[:-1] + "+00:00" if text[-1:] in ("Z", "z") else text)
     except ValueError:
         raise ValueError(

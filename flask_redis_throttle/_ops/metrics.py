@@ -1,10 +1,5 @@
-"""Prometheus metrics of the limiter's decisions (:doc:`/operations`).
-
-A decision costs a dictionary look-up and an increment: the children are
-cached by their labels and incremented through their value objects, since
-``labels()`` and the public ``inc()``/``observe()`` re-check their
-arguments and take as long as the rest (``benchmarks/overhead.py --metrics``).
-"""
+"""Prometheus metrics (:doc:`/operations`), incremented through cached children's value objects: ``labels()``
+and ``inc()`` re-check their arguments and take as long as the rest (``benchmarks/overhead.py --metrics``)."""
 
 from __future__ import annotations
 
@@ -29,8 +24,7 @@ OUTCOMES = (
     "internal_error",  # an error not Redis's (a bug): RATELIMIT_FAIL_OPEN answered it
 )
 
-#: The bounds of ``ratelimit_delay_seconds``'s buckets: a view's delay is
-#: at most 10 s (see :doc:`/shaping`).
+#: The bounds of ``ratelimit_delay_seconds``'s buckets: a view's delay is at most 10 s (:doc:`/shaping`).
 DELAY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 #: From a loopback round trip to the socket timeout (0.5 s by default) of a stalled Redis.
@@ -40,8 +34,7 @@ _INSTALL_HINT = 'RateLimit(metrics=...) needs prometheus_client: pip install "fl
 
 
 class Metrics:
-    """The metrics, registered once in ``registry``: made by :func:`metrics_for`,
-    since a registry refuses a name twice and several apps may share one."""
+    """Made once per registry by :func:`metrics_for`: a registry refuses a name twice, and apps may share one."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         from prometheus_client import Counter, Gauge, Histogram  # metrics_for() checked it is installed
@@ -75,7 +68,6 @@ class Metrics:
         self._observe = _fast_observe(self.seconds) or self.seconds.observe
 
     def decided(self, endpoint: str, scope: str, outcome: str, seconds: float) -> None:
-        """Count one decision of ``outcome``, which took ``seconds``."""
         key = (endpoint, scope, outcome)
         count = self._count.get(key)
         if count is None:
@@ -85,29 +77,24 @@ class Metrics:
         self._observe(seconds)
 
     def near_limit(self, endpoint: str, scope: str) -> None:
-        """Count an identity that passed the near-limit share of a layer of ``scope``."""
         self.near_limits.labels(endpoint, scope).inc()
 
     def delayed(self, endpoint: str, seconds: float) -> None:
-        """Count one request of ``endpoint`` that waits ``seconds`` for its turn."""
         self.delays.labels(endpoint).inc()
         self.delay_seconds.observe(seconds)
 
     def node(self, name: str, up: bool) -> None:
-        """Set ``ratelimit_storage_up`` of ``name``."""
         self.storage_up.labels(name).set(1 if up else 0)
 
 
 def _fast_inc(counter: Any) -> Callable[[float], None] | None:
-    """The ``inc`` of ``counter``'s value object (in-process or multiprocess), or None if elsewhere."""
+    """The ``inc`` of ``counter``'s value object (in-process or multiprocess), or None."""
     inc = getattr(getattr(counter, "_value", None), "inc", None)
     return inc if callable(inc) else None
 
 
 def _fast_observe(histogram: Any) -> Callable[[float], None] | None:
-    """``histogram.observe`` without its per-call checks, or None if this
-    ``prometheus_client`` keeps its values elsewhere. Its buckets are not
-    cumulative: the exporter adds them up."""
+    """``histogram.observe`` without its checks, or None; its buckets are not cumulative (the exporter sums them)."""
     total = getattr(histogram, "_sum", None)
     buckets = getattr(histogram, "_buckets", None)
     bounds = getattr(histogram, "_upper_bounds", None)
@@ -132,10 +119,7 @@ _registered: dict[CollectorRegistry, Metrics] = {}
 
 
 def metrics_for(registry: CollectorRegistry | None) -> Metrics:
-    """The metrics registered in ``registry`` (the default if None), on first use.
-
-    :raises ImportError: if ``prometheus_client`` is not installed, naming the extra.
-    """
+    """The metrics of ``registry`` (the default if None); an :class:`ImportError` naming the extra without it."""
     try:
         import prometheus_client
     except ImportError as error:

@@ -1,5 +1,4 @@
-"""What the extension logs about itself: warnings spaced out by kind, outages
-and recovery, the start-up line, and the circuit breakers."""
+"""What the extension logs about itself: spaced-out warnings, outages, the start-up line, the breakers."""
 
 from __future__ import annotations
 
@@ -24,7 +23,6 @@ WARNING_INTERVAL = 10.0
 #: The attribute set on the record of an internal error.
 INTERNAL_ERROR = "ratelimit_internal_error"
 
-#: What a left-out line of each level is called, in the next one.
 _NOUNS = {logging.WARNING: "warning", logging.ERROR: "error"}
 
 #: The kinds of warning that an outage of Redis causes; recovery resets their counts.
@@ -32,8 +30,7 @@ _OUTAGE_WARNINGS = frozenset(["storage", "refusal log"])
 
 
 class Notices:
-    """The warnings and notices of one app's state; a subclass sets
-    :attr:`settings`, :attr:`throttle` and :attr:`metrics`, and defines :attr:`limited_endpoints`."""
+    """The warnings and notices of one app's state; its subclass sets the attributes below."""
 
     #: The monotonic clock that spaces warnings; tests may replace it.
     clock: Callable[[], float] = staticmethod(time.monotonic)
@@ -41,28 +38,24 @@ class Notices:
     settings: Settings
     throttle: Throttle | None
     metrics: Metrics | None
-    #: The endpoints of the app that have a limit for some method.
     limited_endpoints: Callable[[], set[str]]
 
     def __init__(self) -> None:
         self._warning_lock = threading.Lock()
         #: Per kind: when it may be logged again, and how many were left out.
         self._warnings: dict[str, tuple[float, int]] = {}
-        #: Whether Redis failed since it last decided, and how often.
-        self._failing = False
+        self._failing = False  # since Redis last decided
         self._failed_requests = 0
         self._announced = False
 
     def _outage(self, message: str) -> None:
-        """Warn that Redis failed a request, and count it for the recovery line."""
         with self._warning_lock:
             self._failing = True
             self._failed_requests += 1
         self._warn(message)
 
     def _recovered(self) -> None:
-        """Log a recovery once, keeping the next warning's time: a Redis failing
-        every other request still warns once per interval."""
+        """Log a recovery once, keeping the next warning's time: a flapping Redis still warns once per interval."""
         with self._warning_lock:
             if not self._failing:
                 return  # another thread logged it
@@ -83,8 +76,7 @@ class Notices:
         level: int = logging.WARNING,
         extra: dict[str, object] | None = None,
     ) -> None:
-        """Log a warning, at most once per :data:`WARNING_INTERVAL` per kind,
-        with how many were left out since."""
+        """Log at most once per :data:`WARNING_INTERVAL` per kind, with how many were left out since."""
         with self._warning_lock:
             now = self.clock()
             next_warning, unwarned = self._warnings.get(kind, (0.0, 0))
@@ -97,17 +89,15 @@ class Notices:
         logger.log(level, "%s.", message, exc_info=exc_info, extra=extra)
 
     def _internal_error(self, message: str, error: BaseException) -> None:
-        """Log a bug at ERROR, spaced out as warnings; its record carries
-        :data:`INTERNAL_ERROR` (the tests fail on one they did not expect)."""
+        """Log a bug at ERROR, spaced out as warnings, marked :data:`INTERNAL_ERROR` for the tests."""
         self._warn(message, "internal error", error, logging.ERROR, {INTERNAL_ERROR: True})
 
     def skip_announcement(self) -> None:
-        """Log no start-up line, as Flask-Limiter (for the shim's apps)."""
+        """No start-up line, as Flask-Limiter (for the shim's apps)."""
         self._announced = True
 
     def announce(self) -> None:
-        """Log the process's start-up line, at the first request, so that
-        views registered after ``init_app`` count."""
+        """Log the start-up line at the first request, so that views registered after ``init_app`` count."""
         with self._warning_lock:
             if self._announced:
                 return
@@ -127,21 +117,16 @@ class Notices:
         )
 
     def breaker_added(self, name: str) -> None:
-        """A breaker now guards ``name``: export it as up."""
         self._node(name, True)
 
     def breaker_opened(self, name: str, failures: int, period: float) -> None:
-        """Log the breaker of ``name`` opening, and export it as down."""
-        breaker_logger.warning(
-            "circuit breaker opened for %s after %d failure(s) in a row: not calling it for %.1f s, then probing it",
-            name,
-            failures,
-            period,
+        message = (
+            "circuit breaker opened for %s after %d failure(s) in a row: not calling it for %.1f s, then probing it"
         )
+        breaker_logger.warning(message, name, failures, period)
         self._node(name, False)
 
     def breaker_closed(self, name: str, failures: int) -> None:
-        """Log the breaker of ``name`` closing, and export it as up."""
         breaker_logger.info(
             "circuit breaker closed for %s: it answered a probe after %d failure(s) in a row", name, failures
         )

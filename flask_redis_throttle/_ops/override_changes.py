@@ -1,6 +1,4 @@
-"""Overrides as an operator gives them, for the CLI, the dashboard and
-:class:`~flask_redis_throttle.RateLimit` alike: bad input raises
-:class:`ValueError` naming it, with nothing stored."""
+"""Overrides as an operator gives them: bad input raises :class:`ValueError` naming it, with nothing stored."""
 
 from __future__ import annotations
 
@@ -28,8 +26,7 @@ FAILURES = (StorageUnavailable, redis.RedisError)
 
 
 def unavailable(error: BaseException, change: bool = False, at: str = "") -> str:
-    """What an operator's call that Redis failed reports: the Redis error behind it (a
-    :class:`StorageUnavailable`'s cause) and, for a ``change`` that timed out, that Redis may make it all the same."""
+    """The Redis error behind a failed call and, for a ``change`` that timed out, that it may be made all the same."""
     cause = error.__cause__ if isinstance(error, StorageUnavailable) else error
     message = f"rate limit storage unavailable{at}: {cause}"
     if change and isinstance(cause, redis.TimeoutError):
@@ -58,11 +55,7 @@ def set_override(
     *,
     by: str,
 ) -> Override:
-    """Check and store one override.
-
-    :raises ValueError: naming what is wrong, with nothing stored.
-    :raises StorageUnavailable: or :class:`redis.RedisError`, if Redis could not answer.
-    """
+    """Check and store one override: a :class:`ValueError` naming what is wrong, or one of :data:`FAILURES`."""
     overrides = overrides_of(state)
     now = overrides.now()
     with state.app.app_context():  # a key function may go by its short name
@@ -103,8 +96,7 @@ def latest_changes(state: RateLimitState, count: int) -> list[Change]:
 
 
 def parse_target(target: str | Identity, state: RateLimitState) -> tuple[str, bool]:
-    """The identity or network an operator wrote, as an override keeps it, and whether it is a network
-    (an IPv4 /32, or an IPv6 network within a ``RATELIMIT_IPV6_PREFIX`` group, is one identity)."""
+    """The target as an override keeps it, and whether it is a network (wider than one client's address group)."""
     if isinstance(target, Identity):
         return str(target), False
     if not isinstance(target, str):
@@ -127,7 +119,7 @@ def parse_target(target: str | Identity, state: RateLimitState) -> tuple[str, bo
 
 
 def known_scopes(state: RateLimitState) -> set[str]:
-    """Every scope a limit of the app counts under, for any method."""
+    """Every scope a limit of the app counts under."""
     return {
         limit.scope
         for rule in state.app.url_map.iter_rules()
@@ -138,11 +130,8 @@ def known_scopes(state: RateLimitState) -> set[str]:
 
 
 def parse_when(until: object, duration: object, now: float) -> float:
-    """When an override given ``until`` or ``duration`` ends, in epoch seconds;
-    infinite if too far off for a float, for :func:`check_end` to refuse by name.
-
-    :raises ValueError: unless exactly one is given, and well formed.
-    """
+    """When an override ends, in epoch seconds (infinite if past a float, for :func:`check_end` to refuse);
+    a :class:`ValueError` unless exactly one of ``until`` and ``duration`` is given, well formed."""
     if (until is None) == (duration is None):
         raise ValueError("give one end: until (a time such as 2027-12-31) or a duration (a span such as 2h)")
     if isinstance(duration, timedelta):

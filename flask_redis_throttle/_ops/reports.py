@@ -1,5 +1,4 @@
-"""The rows the CLI prints and the dashboard renders, a reset, and the identity or endpoint an
-operator typed: plain values and :class:`ValueError`, for each front end to show its way."""
+"""The CLI's and the dashboard's rows, a reset, and what an operator typed: plain values and ValueError."""
 
 from __future__ import annotations
 
@@ -29,8 +28,7 @@ LIMITS_HEADER = ("RULE", "METHODS", "ENDPOINT", "LIMIT", "STRATEGY", "SCOPE", "I
 
 @dataclass(frozen=True)
 class RouteLimits:
-    """A rule of the app, its methods (of :func:`methods_of`) that have the same limits, and those limits as
-    planned, each with its source."""
+    """A rule of the app, its methods (of :func:`methods_of`) that have the same limits, and those limits."""
 
     rule: Rule
     methods: tuple[str, ...]
@@ -38,11 +36,8 @@ class RouteLimits:
 
 
 def route_limits(state: RateLimitState, endpoint: str | None = None, method: str | None = None) -> list[RouteLimits]:
-    """The current app's routes with their limits, by rule, methods with the same limits together;
-    only ``endpoint``'s, or ``method``, if given.
-
-    :raises KeyError: if the app has no endpoint ``endpoint``.
-    """
+    """The current app's routes with their limits, methods with the same limits together; only ``endpoint``'s,
+    or ``method``, if given. A :class:`KeyError` if the app has no endpoint ``endpoint``."""
     found: list[RouteLimits] = []
     for rule in sorted(current_app.url_map.iter_rules(endpoint), key=lambda rule: (rule.rule, rule.endpoint)):
         groups: dict[tuple[tuple[str, ...], ...], tuple[list[str], list[PlannedLimit]]] = {}
@@ -56,7 +51,7 @@ def route_limits(state: RateLimitState, endpoint: str | None = None, method: str
 
 
 def limit_rows(state: RateLimitState, limited: bool = False) -> list[tuple[str, ...]]:
-    """One row per limit of each route; with ``limited``, only limited routes."""
+    """One row per limit of each route (only limited routes with ``limited``)."""
     rows: list[tuple[str, ...]] = []
     for route in route_limits(state):
         cells = _limit_cells(list(route.limits))
@@ -95,8 +90,8 @@ def status_rows(
 def reset_counters(
     state: RateLimitState, throttle: Throttle, who: Identity, endpoint: str | None
 ) -> tuple[int, str] | None:
-    """Delete ``who``'s counters, in every scope or ``endpoint``'s: how many keys went, and one line saying so
-    for the CLI and the dashboard; None if no limit of ``endpoint`` counts ``who``."""
+    """Delete ``who``'s counters (every scope, or ``endpoint``'s): how many keys went and a line saying so;
+    None if no limit of ``endpoint`` counts ``who``."""
     scopes: list[str | None] = [None]
     where = "every scope"
     if endpoint is not None:
@@ -108,9 +103,8 @@ def reset_counters(
     return deleted, f"Deleted {deleted} counter key{'' if deleted == 1 else 's'} of {who} in {where}."
 
 
-#: The columns of ``flask ratelimit overrides``, and of the dashboard's overrides.
+#: The columns of ``flask ratelimit overrides`` and of the dashboard's overrides, then of their changes.
 OVERRIDES_HEADER = ("IDENTITY", "SCOPE", "ACTION", "LIMIT", "UNTIL (UTC)", "BY", "SET AT (UTC)")
-#: The columns of the latest changes.
 CHANGES_HEADER = ("TIME (UTC)", "BY", "CHANGE", "OVERRIDE", "UNTIL (UTC)")
 
 
@@ -123,27 +117,19 @@ def change_rows(changes: Sequence[Change]) -> list[tuple[str, ...]]:
 
 
 def entry_rows(entries: Sequence[Refusal], who: str, retry: bool) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
-    """The header and rows of a log's entries, the deciding identity under ``who``; with ``retry``, the wait."""
+    """A log's header and rows, the deciding identity under ``who``; with ``retry``, the wait."""
     retry_after = ("RETRY AFTER",) if retry else ()
     header = ("TIME (UTC)", "ENDPOINT", "SCOPE", "LAYER", "STRATEGY", who, *retry_after, "ALSO PRESENT")
-    rows = [
-        (
-            utc(entry.time),
-            entry.endpoint,
-            entry.scope,
-            entry.layer,
-            entry.strategy,
-            loggable(entry.identity),
-            *((duration(entry.retry_after),) if retry else ()),
-            ", ".join(map(loggable, entry.others)),
-        )
-        for entry in entries
-    ]
+    rows: list[tuple[str, ...]] = []
+    for entry in entries:
+        head = (utc(entry.time), entry.endpoint, entry.scope, entry.layer, entry.strategy, loggable(entry.identity))
+        wait = (duration(entry.retry_after),) if retry else ()
+        rows.append((*head, *wait, ", ".join(map(loggable, entry.others))))
     return header, rows
 
 
 def find_identity(text: str, state: RateLimitState) -> Identity:
-    """The identity written as ``text``, key functions by their short names too; a :class:`ValueError` if none."""
+    """The identity written as ``text`` (a key function by its short name too), or a :class:`ValueError`."""
     kinds = {
         spec_name(spec)
         for endpoint in current_app.view_functions
@@ -155,8 +141,7 @@ def find_identity(text: str, state: RateLimitState) -> Identity:
 
 
 def find_endpoint(name: str | None) -> str | None:
-    """``name``, if it is None (every endpoint) or the current app has such an endpoint; a :class:`ValueError`
-    naming the closest ones."""
+    """``name``, if None (every endpoint) or the app's; else a :class:`ValueError` naming the closest ones."""
     if name is not None and name not in current_app.view_functions:
         close = difflib.get_close_matches(name, current_app.view_functions, n=3)
         hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else "; `flask ratelimit limits` lists them"
@@ -175,7 +160,7 @@ def methods_of(rule: Rule) -> list[str]:
 
 
 def _endpoint_limits(state: RateLimitState, endpoint: str) -> list[PlannedLimit]:
-    """The limits of ``endpoint`` over all its methods, each limit once."""
+    """Each limit of ``endpoint``'s methods once."""
     methods = {method for rule in current_app.url_map.iter_rules(endpoint) for method in methods_of(rule)}
     found: dict[tuple[object, ...], PlannedLimit] = {}
     for method in sorted(methods) or ["GET"]:
@@ -218,7 +203,7 @@ def _limit_cells(limits: list[PlannedLimit]) -> tuple[tuple[str, ...], ...]:
 
 
 def _limit_text(limit: PlannedLimit) -> str:
-    """The layers or a dynamic limit's function, with its cap, shadow mode and source."""
+    """The layers (or a dynamic limit's function), its cap, shadow mode and source."""
     if limit.policy is None:
         text = f"dynamic: {getattr(limit.spec.limit, '__qualname__', 'function')}()"
     else:

@@ -1,3 +1,1 @@
-"""The stores operators read and write: the refusal log, the overrides,
-the usage of an identity, and resets.
-"""
+"""The stores operators read and write: the refusal log, the overrides, an identity's usage, and resets."""

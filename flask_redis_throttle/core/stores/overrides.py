@@ -1,5 +1,4 @@
-"""Overrides set at run time, kept in storage (:class:`OverrideStore`) and
-followed by every process (:class:`OverrideFollower`); see :doc:`/overrides`."""
+"""Overrides set at run time, kept in storage and followed by every process; see :doc:`/overrides`."""
 
 from __future__ import annotations
 
@@ -39,9 +38,8 @@ MAPPED = ipaddress.IPv6Network("::ffff:0:0/96")
 
 @dataclass(frozen=True)
 class Override:
-    """One override: ``target`` is ``str(identity)`` (``user:42``) or an IP
-    network (``ip:203.0.113.0/24``, with ``network``); ``scope`` None is
-    every scope; ``until`` and ``at`` (when set) are epoch seconds."""
+    """``target`` is ``user:42`` or, with ``network``, ``ip:203.0.113.0/24``; ``scope`` None is every scope;
+    ``until`` and ``at`` (when set) are epoch seconds."""
 
     action: str
     target: str
@@ -54,7 +52,7 @@ class Override:
 
     @property
     def field(self) -> str:
-        """Its field in the hash: a new one for the same target and scope replaces the old."""
+        """Its field in the hash: one per target and scope."""
         return f"{self.scope or '*'}\0{self.target}"
 
     @property
@@ -71,10 +69,7 @@ class Override:
 
     @classmethod
     def read(cls, raw: str | bytes) -> Override:
-        """The override a field holds, every part checked.
-
-        :raises ValueError: saying what cannot be read (another version's field, or one written by hand).
-        """
+        """The override a field holds, every part checked: a :class:`ValueError` says what cannot be read."""
         try:
             data = json.loads(raw)
         except (ValueError, TypeError, RecursionError):
@@ -107,16 +102,11 @@ def _time(value: Any) -> bool:
 
 
 _NOT_TIME = "is not a time in seconds since the epoch"
-#: Each field of an override's JSON, in order: its name in messages, its default, its check, and
-#: what a bad value is said not to be.
+_NOT_IDENTITY = "is not an identity such as user:42 or ip:203.0.113.0/24"
+#: Each field of an override's JSON: its name in messages, its default, its check, and what a bad value is not.
 _FIELDS: dict[str, tuple[str, Any, Callable[[Any], bool], str]] = {
     "action": ("action", None, ACTIONS.__contains__, f"is not one of {', '.join(ACTIONS)}"),
-    "target": (
-        "target",
-        None,
-        lambda value: isinstance(value, str) and ":" in value,
-        "is not an identity such as user:42 or ip:203.0.113.0/24",
-    ),
+    "target": ("target", None, lambda value: isinstance(value, str) and ":" in value, _NOT_IDENTITY),
     "scope": ("scope", None, _text_or(none=True), "is neither text nor null"),
     "until": ("end", None, _time, _NOT_TIME),
     "limit": ("limit", None, _text_or(none=False), "is not text"),
@@ -127,14 +117,14 @@ _FIELDS: dict[str, tuple[str, Any, Callable[[Any], bool], str]] = {
 
 
 def _shown(value: Any) -> str:
-    """A value read from storage, for a message: short, on one line."""
+    """A value read from storage, short and on one line."""
     text = json.dumps(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
 @dataclass(frozen=True)
 class Change:
-    """One change, as the log keeps it: ``what`` is ``"set"`` or ``"removed"``; ``until`` is None for a removal."""
+    """One entry of the log: ``what`` is ``"set"`` or ``"removed"``; ``until`` is None for a removal."""
 
     time: float
     by: str
@@ -145,11 +135,8 @@ class Change:
 
 @lru_cache(maxsize=16384)
 def network_of(value: str) -> Network:
-    """The IP network ``value`` writes, as clients are counted: an IPv4-mapped
-    network is the IPv4 one. Cached: each change has every process read every override again.
-
-    :raises ValueError: saying why it is none (bits after its prefix, a zone id, wider than the mapped addresses).
-    """
+    """The IP network ``value`` writes, an IPv4-mapped one as IPv4, or a :class:`ValueError` saying why it is none.
+    Cached: each change has every process read every override again."""
     refuse_zone(value)
     address, _slash, _length = value.partition("/")
     try:
@@ -179,19 +166,16 @@ def refuse_zone(value: str) -> None:
 
 
 class OverrideTable:
-    """The overrides in force at ``now``, in memory, for lookups on every request."""
+    """The overrides in force at ``now``, for lookups on every request (see docs/overrides.rst)."""
 
     def __init__(self, overrides: Iterable[Override] = (), now: float = 0.0) -> None:
         live = sorted((o for o in overrides if o.until > now), key=lambda o: (o.target, o.scope or ""))
-        #: Every override in force, by target and scope.
         self.overrides: tuple[Override, ...] = tuple(live)
         #: The overrides of one identity, by ``(kind, value)``.
         self.exact: dict[tuple[str, str], list[Override]] = {}
         by_length: dict[tuple[int, int], dict[int, list[Override]]] = {}
-        #: How each override ranks against the others that name the same identity (see :meth:`find`).
         self._ranks: dict[Override, tuple[bool, bool, int]] = {}
         for override in live:
-            # Split as requests' identities are, a key function's kind and all.
             who = Identity.written(override.target)
             width = 129  # an identity is narrower than any network
             if override.network:
@@ -202,18 +186,15 @@ class OverrideTable:
             else:
                 self.exact.setdefault((who.kind, who.value), []).append(override)
             self._ranks[override] = (override.action == "block", override.scope is not None, width)
-        #: By IP version: each prefix length in use, shortest first, with its networks' overrides by
-        #: prefix as a number. An address costs one lookup per length, however many networks there are.
+        #: By IP version: each prefix length in use, shortest first, with its networks' overrides by prefix.
         self.lengths: dict[int, list[tuple[int, dict[int, list[Override]]]]] = {4: [], 6: []}
         for version, length in sorted(by_length):
             self.lengths[version].append((length, by_length[version, length]))
         self._within: dict[str, tuple[Override, ...]] = {}
-        #: The earliest end of an override, after which the table is out of date.
         self.ends = min((o.until for o in live), default=float("inf"))
 
     def find(self, identity: Identity, scope: str) -> Override | None:
-        """The override that decides ``identity`` under ``scope``: a block
-        first, then one for this scope, then the narrowest target."""
+        """The override that decides: a block first, then one for this scope, then the narrowest target."""
         found = self.exact.get((identity.kind, identity.value), [])
         if identity.kind == "ip" and (self.lengths[4] or self.lengths[6]):
             found = [*found, *self._in_networks(identity.value)]
@@ -224,8 +205,7 @@ class OverrideTable:
         known = self._within.get(value)
         if known is not None:
             return known
-        try:
-            # An IPv4 address, or the IPv6 network a client is grouped in.
+        try:  # an IPv4 address, or the IPv6 network a client is grouped in
             client = ipaddress.ip_network(value, strict=False)
         except ValueError:
             return ()  # no address: what a proxy sent
@@ -242,8 +222,7 @@ class OverrideTable:
 
 
 class OverrideStore:
-    """The overrides in storage, and the log of their changes (about
-    ``log_size``); every key is in one slot, for a cluster client."""
+    """The overrides in storage, and the log of their changes (about ``log_size``), all in one cluster slot."""
 
     def __init__(self, client: Any, prefix: str, log_size: int = 1000, clock: Callable[[], float] = time.time) -> None:
         self.client = client
@@ -257,7 +236,7 @@ class OverrideStore:
         return value
 
     def read(self) -> tuple[bytes | None, list[Override], list[str]]:
-        """The version, every override in force, and why each field that cannot be read is skipped."""
+        """The version, the overrides in force, and why each unreadable field is skipped."""
         raw = self.client.hgetall(self.key)
         version = raw.pop(VERSION_FIELD.encode(), None)
         now = self.clock()
@@ -274,20 +253,18 @@ class OverrideStore:
         return version, found, unreadable
 
     def put(self, override: Override) -> None:
-        """Store ``override`` and log it, in one step; its end is checked (:func:`check_end`) before."""
+        """Store and log ``override`` in one step; :func:`check_end` checked its end before."""
         self._change(override.by, "set", override.field, override.encode(), override.describe(), repr(override.until))
 
     def remove(
         self, target: str | None, scope: str | None = None, *, every_scope: bool = True, by: str = ""
     ) -> list[Override]:
-        """Remove and log the overrides of ``target`` (every target if None)
-        on ``scope``, or on any scope when ``every_scope``; return them."""
+        """Remove, log and return ``target``'s overrides (everyone's if None) on ``scope`` or any if ``every_scope``."""
         _version, found, _unreadable = self.read()
         gone = [o for o in found if (target is None or o.target == target) and (every_scope or o.scope == scope)]
         if not gone:
             return []
-        # Another writer may have removed some since they were read: each
-        # is logged, and returned, only by the one that removed it.
+        # Only the writer that removed one (another may have since the read) logs and returns it.
         removed = self._change(by, "removed", *(part for o in gone for part in (o.field, o.describe())))
         return [override for override, there in zip(gone, removed, strict=True) if there]
 
@@ -306,9 +283,8 @@ class OverrideStore:
 
 
 def check_end(until: float, now: float) -> None:
-    """:raises ValueError: unless an override's end, set at ``now``, is in the future and at most
-    :data:`LONGEST` ahead: further is a slip (a year typed twice), and must fit an expiry Redis holds.
-    """
+    """:raises ValueError: unless an override's end, set at ``now``, is in the future and at most :data:`LONGEST`
+    ahead: further is a slip (a year typed twice), and must fit an expiry Redis holds."""
     if not until > now:  # NaN too
         raise ValueError(f"the end, {_moment(until)}, is not in the future (now is {_moment(now)})")
     if until - now > LONGEST:
@@ -319,7 +295,7 @@ def check_end(until: float, now: float) -> None:
 
 
 def _moment(seconds: float) -> str:
-    """A time for a message, as ``2027-12-31 00:00:00 UTC`` when a calendar holds it."""
+    """A time as ``2027-12-31 00:00:00 UTC`` when a calendar holds it."""
     try:
         return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     except (OverflowError, ValueError, OSError):
@@ -332,9 +308,8 @@ def _text(value: Any) -> str:
 
 @dataclass
 class OverrideFollower:
-    """This process's copy of the overrides, asked again at most once every :data:`REFRESH_INTERVAL`
-    seconds. ``failed`` is told of a failed read and whether the one before failed too; the last copy
-    stays in force, as when ``ready`` says no."""
+    """This process's copy of the overrides, read at most once per :data:`REFRESH_INTERVAL`. ``failed`` is told
+    of a failed read and whether the one before failed too; the last copy stays, as when ``ready`` says no."""
 
     load: Callable[[], tuple[bytes | None, Sequence[Override]]]
     version: Callable[[], bytes | None]
@@ -342,7 +317,6 @@ class OverrideFollower:
     failed: Callable[[Exception, bool], None] = lambda error, again: None
     ready: Callable[[], bool] = lambda: True
     monotonic: Callable[[], float] = time.monotonic
-    #: The overrides in force, as last read.
     table: OverrideTable = field(default_factory=OverrideTable)
     _seen: bytes | None = None
     _loaded: bool = False
@@ -350,8 +324,7 @@ class OverrideFollower:
     _due: float = float("-inf")
 
     def current(self) -> OverrideTable:
-        """The table, read again first if it was read over a second ago:
-        one request a second pays an ``HGET`` (and an ``HGETALL`` after a change)."""
+        """The table, read again first if it is over a second old (an ``HGET``, and ``HGETALL`` after a change)."""
         if self.monotonic() >= self._due:
             self.refresh()
         table = self.table
@@ -360,9 +333,8 @@ class OverrideFollower:
         return table
 
     def refresh(self, force: bool = False) -> None:
-        # Due again in a second, before asking: the other threads of the
-        # process go on with the copy in hand meanwhile. (No lock: one a
-        # fork could leave held would stop the child from ever asking.)
+        # Due again before asking: other threads go on with the copy in hand. No lock: one a fork
+        # left held would stop the child from ever asking.
         self._due = self.monotonic() + REFRESH_INTERVAL
         if not self.ready():
             return

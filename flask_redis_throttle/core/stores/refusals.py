@@ -1,6 +1,4 @@
-"""The refusal log: who hit the limits, in capped Redis streams apart from
-the counters, so that admitted requests never pay for it; :doc:`/refusals`
-tells how it is kept and read. This module imports Redis but not Flask."""
+"""The refusal log in capped Redis streams (:doc:`/refusals`). This module imports Redis but not Flask."""
 
 from __future__ import annotations
 
@@ -27,11 +25,7 @@ Moment = float | datetime
 
 @dataclass(frozen=True, slots=True)
 class Refusal:
-    """One refused request: ``time`` by Redis's clock; ``identity`` the one
-    whose counter refused it, among ``identities``, every one counted.
-    ``cut`` when ``identity`` was longer than
-    :data:`~flask_redis_throttle.core.engine.keys.MAX_VALUE_LENGTH` and the
-    log kept its start: otherwise it is exact, whatever it holds."""
+    """One refused request; its fields are told in :doc:`/refusals`."""
 
     id: str
     time: float
@@ -47,21 +41,12 @@ class Refusal:
     cut: bool = False
 
     def as_dict(self) -> dict[str, Any]:
-        """Every field by name, ready for JSON.
-
-        >>> Refusal("1-0", 0.001, "login", "login", "5/1m", "fixed-window", "ip:192.0.2.1",
-        ...         ("ip:192.0.2.1",), 42.0).as_dict()["identities"]
-        ['ip:192.0.2.1']
-        """
+        """Every field by name, ``identities`` as a list, ready for JSON."""
         return dataclasses.asdict(self) | {"identities": list(self.identities)}
 
     @property
     def others(self) -> tuple[str, ...]:
-        """The identities on the request that did not refuse it, such as the IP of a user over its limit.
-
-        >>> Refusal("1-0", 0.001, "e", "e", "1/1m", "gcra", "user:42", ("ip:192.0.2.1", "user:42"), 1.0).others
-        ('ip:192.0.2.1',)
-        """
+        """The identities on the request that did not refuse it, such as the IP of a user over its limit."""
         return tuple(identity for identity in self.identities if identity != self.identity)
 
 
@@ -71,10 +56,8 @@ class Attribution:
 
     :param identity: the identity whose counter refused the requests.
     :param refusals: how many of them it refused.
-    :param others: the other identities present on those requests, each with
-        how many of them it was on, most frequent first: not refused by them.
-    :param cut: True if ``identity`` is what the log kept of a longer one
-        (see :attr:`Refusal.cut`).
+    :param others: the other identities on those requests (not refused by them), with how many, most first.
+    :param cut: True if ``identity`` is what the log kept of a longer one.
     """
 
     identity: str
@@ -86,19 +69,16 @@ class Attribution:
 #: What UTF-8 cannot encode: the identity field keeps it as escapes.
 _SURROGATES = re.compile("[\ud800-\udfff]")
 
-#: The fields of an entry that are "1" when a refusal is so, and missing otherwise.
+#: The fields of an entry that are "1" when a refusal is so, else missing.
 _FLAGS = ("shadow", "penalized", "cut")
 
-#: How many streams the log is split into on a Redis Cluster: enough for
-#: every master of a cluster of up to 16 to hold at least one.
+#: How many streams the log is split into on a Redis Cluster: one at least on every master of up to 16.
 CLUSTER_SHARDS = 16
 
 
 class RefusalLog:
-    """A log of the newest ``size`` refusals, in one stream or in ``shards``
-    (:data:`CLUSTER_SHARDS` on a cluster), each of those trimmed to about
-    ``size`` a stream node at a time, so Redis holds at most ``shards``
-    times ``size`` plus a node each."""
+    """A log of the newest ``size`` refusals, in one stream or in ``shards`` (:data:`CLUSTER_SHARDS` on a
+    cluster), each trimmed to about ``size``: see :doc:`/refusals`."""
 
     def __init__(self, client: Any, key: str, size: int = 1000, shards: int = 1) -> None:
         if size < 1:
@@ -110,14 +90,11 @@ class RefusalLog:
         self.client = client
         self.key = key
         self.size = size
-        #: The streams, one per shard; ``(key,)`` for one shard.
         self.keys: tuple[str, ...] = (key,) if shards == 1 else tuple(_shard_key(key, i, shards) for i in range(shards))
 
     def shard(self, near: str) -> str:
-        """The stream for a refusal by the identity whose hash tag is
-        ``near``: one on the node of its counters if there is one, else the
-        one whose slots are nearest. The slot map is read, not copied, so
-        refusals follow their identities through a failover."""
+        """The stream for a refusal by the identity whose hash tag is ``near``: one on the node of its counters,
+        else the one whose slots are nearest. The slot map is read, not copied, to follow a failover."""
         keys, count = self.keys, len(self.keys)
         if count == 1:
             return keys[0]
@@ -152,8 +129,7 @@ class RefusalLog:
         penalized: bool = False,
         stream: str | None = None,
     ) -> None:
-        """Append one refusal with one ``XADD``, to ``stream`` (by default
-        ``shard(identity)``).
+        """Append one refusal with one ``XADD``, to ``stream`` (by default ``shard(identity)``).
 
         :raises ValueError: if ``stream`` is not one of :attr:`keys`.
         """
@@ -162,25 +138,16 @@ class RefusalLog:
         elif stream not in self.keys:
             raise ValueError(f"stream {stream!r} is not one of this refusal log's {len(self.keys)} streams")
         kept = cut(identity)
-        fields = {
-            "endpoint": endpoint,
-            "scope": cut(scope),
-            "layer": layer,
-            "strategy": strategy,
-            "identity": kept,
-            "identities": json.dumps([cut(i) for i in identities]),
-            "retry_after": f"{retry_after:.6f}",
-        }
+        fields = dict(endpoint=endpoint, scope=cut(scope), layer=layer, strategy=strategy, identity=kept)
+        fields.update(identities=json.dumps([cut(i) for i in identities]), retry_after=f"{retry_after:.6f}")
         fields.update((flag, "1") for flag, on in zip(_FLAGS, (shadow, penalized, kept != identity), strict=True) if on)
         if _SURROGATES.search(kept):  # the identity field keeps them as escapes; this one, exactly
             fields["exact"] = json.dumps(kept)
         sharded = len(self.keys) > 1
-        if sharded:
-            # Where two streams' entries share a millisecond, this orders them.
+        if sharded:  # orders two streams' entries of one millisecond
             fields["at"] = str(time.time_ns() // 1000)
         # backslashreplace keeps what UTF-8 cannot encode (lone surrogates) readable.
         encoded = {name: value.encode("utf-8", "backslashreplace") for name, value in fields.items()}
-        # A shard is trimmed a stream node at a time (cheaper for Redis); reads cut the log to its size.
         self.client.xadd(stream, encoded, maxlen=self.size, approximate=sharded)
 
     def recent(self, count: int = 20, since: Moment | None = None) -> list[Refusal]:
@@ -189,8 +156,7 @@ class RefusalLog:
 
     def between(self, since: Moment | None = None, until: Moment | None = None) -> list[Refusal]:
         """Every refusal kept in a time range, oldest first."""
-        # The newest entries of the whole log, then those up to `until`: an
-        # entry is kept if fewer than `size` came after it, whenever they came.
+        # An entry is kept if fewer than `size` came after it, whenever they came: read from the newest.
         entries = self._newest(self.size, since)
         if until is not None:
             last = int(_bound(until, "+"))
@@ -198,9 +164,8 @@ class RefusalLog:
         return [_decode(entry_id, fields) for entry_id, fields in reversed(entries)]
 
     def top(self, count: int = 10, since: Moment | None = None, until: Moment | None = None) -> list[tuple[str, int]]:
-        """The most refused identities in a time range, most refused first:
-        only the identity whose counter refused counts (not the IP of a user
-        over its limit). Ties keep the order they were first seen in."""
+        """The most refused identities in a time range, with their counts, most refused first: only the identity
+        whose counter refused counts (not the IP of a user over its limit). Ties keep the order first seen."""
         return [(found.identity, found.refusals) for found in self.attributed(count, since, until)]
 
     def attributed(
@@ -219,9 +184,8 @@ class RefusalLog:
         ]
 
     def per_minute(self, until: float, minutes: int = 60) -> list[int]:
-        """How many refusals there were in each of the ``minutes`` minutes
-        before ``until``, oldest first: minutes end at ``until``, not on the
-        clock's, so a refusal just logged falls in the last."""
+        """How many refusals there were in each of the ``minutes`` minutes before ``until``, oldest first: minutes
+        end at ``until``, not on the clock's, so a refusal just logged falls in the last."""
         start = until - 60 * minutes
         counts = [0] * minutes
         for refusal in self.between(start, until):
@@ -248,8 +212,7 @@ class RefusalLog:
             pipe.xrevrange(key, "+", low, count=count)
         replies: list[list[tuple[Any, dict[Any, Any]]]] = pipe.execute()
         merged = [(_order(entry, shard), entry) for shard, entries in enumerate(replies) for entry in entries]
-        merged.sort(key=lambda item: item[0], reverse=True)
-        return [entry for _, entry in merged[:count]]
+        return [entry for _, entry in sorted(merged, key=lambda item: item[0], reverse=True)[:count]]
 
 
 def _bound(moment: Moment | None, open_end: str) -> str:
@@ -266,8 +229,7 @@ def _shard_key(key: str, shard: int, shards: int) -> str:
 
 
 def _order(entry: tuple[Any, dict[Any, Any]], shard: int) -> tuple[int, int, int, int]:
-    """An entry's place in the merged log: its ID's milliseconds, the writer's clock in microseconds
-    (which orders two streams' entries of one millisecond), the ID's sequence number, and the stream."""
+    """An entry's place in the merged log: ID milliseconds, the writer's microseconds, ID sequence, stream."""
     milliseconds, _, sequence = _text(entry[0]).partition("-")
     written = _text(entry[1].get(b"at", entry[1].get("at", b"0")))
     return (int(milliseconds), int(written) if written.isdigit() else 0, int(sequence or 0), shard)

@@ -15,9 +15,8 @@ __all__ = ["BATCH", "counter_pattern", "delete_counters", "glob_escape", "reset_
 
 
 def reset_identity(throttle: Throttle, identity: Identity | None, scopes: Iterable[str | None] = (None,)) -> int:
-    """Delete ``identity``'s counters and penalties in each of ``scopes``
-    (None for every scope) and forget this process's cached refusals, by
-    :meth:`Throttle.reset <flask_redis_throttle.core.engine.throttle.Throttle.reset>`.
+    """Delete ``identity``'s counters and penalties in each of ``scopes`` (None for every scope) and forget
+    this process's cached refusals: :meth:`~flask_redis_throttle.core.engine.throttle.Throttle.reset`.
 
     :returns: how many keys were deleted.
     :raises redis.RedisError: if Redis cannot answer.

@@ -12,8 +12,7 @@ from ..engine.throttle import Policy, Throttle
 
 @dataclass(frozen=True, slots=True)
 class LayerUsage:
-    """One layer of a limit, as one identity has used it: ``reset`` is the
-    seconds until its full quota is back, 0 when nothing of it is used."""
+    """One layer of a limit as one identity has used it: ``reset`` is the seconds until its full quota is back."""
 
     policy: Policy
     layer: Layer
@@ -27,8 +26,7 @@ class LayerUsage:
 
 
 def usage(throttle: Throttle, policy: Policy, identity: Identity) -> list[LayerUsage]:
-    """Each layer of ``policy`` as ``identity`` has used it, in order, read
-    by cost-0 calls that neither count a request nor touch the block cache.
+    """Each layer of ``policy`` as ``identity`` has used it, by calls that count nothing and skip the block cache.
 
     :raises StorageUnavailable: if Redis could not answer.
     """
