@@ -1,6 +1,5 @@
-"""Plans: the limits :mod:`~flask_redis_throttle._request.sources` finds for
-one endpoint that apply to one HTTP method, each compiled once into a
-:class:`PlannedLimit`. This module imports Flask (for types) but makes no Redis call.
+"""Plans: the limits :mod:`~flask_redis_throttle._request.sources` finds for one endpoint that
+apply to one HTTP method, each compiled once into a :class:`PlannedLimit`. It makes no Redis call.
 """
 
 from __future__ import annotations
@@ -24,8 +23,7 @@ from .identity import IdentitySpec, Resolver, Warn, resolvers
 from .sources import limits_of
 from .spec import LimitSpec, given
 
-#: How many policies a dynamic limit keeps, one per distinct string returned:
-#: bounded, whatever the function returns.
+#: How many policies a dynamic limit keeps, one per distinct string returned.
 DYNAMIC_CACHE_SIZE = 256
 
 #: A :data:`~flask_redis_throttle.core.engine.throttle.Check` before its
@@ -53,8 +51,7 @@ class PlannedLimit:
         scope function, whose policy is found per request by :meth:`resolve`.
     :param meta: whether it is a meta limit: a limit on refusals, checked
         before the others and counted when one of them refuses.
-    :param slots: the policy of its concurrency slots (``concurrent=``),
-        decided in the same call as its layers; None for no cap.
+    :param slots: the policy of its concurrency slots (``concurrent=``); None for no cap.
     """
 
     spec: LimitSpec
@@ -71,8 +68,7 @@ class PlannedLimit:
 
     @property
     def leased(self) -> bool:
-        """Whether it takes blocks of quota in advance: ``prefetch=True`` on a
-        strategy that can (else it is decided per request; see :doc:`/leases`)."""
+        """Whether it takes blocks of quota in advance: ``prefetch=True`` on a strategy that can (:doc:`/leases`)."""
         return self.spec.prefetch and self.strategy in LEASABLE
 
     @property
@@ -105,16 +101,14 @@ class PlannedLimit:
                 scope = per_method_scope(scope, request.method)
         policy = self._policies.get((value, scope))
         if policy is None:
-            # Every string shares the scope, so a client whose limit changes
-            # (a new pricing plan) keeps what it has used so far.
+            # One scope for every string: a client whose limit changes keeps what it has used so far.
             layers = spec.layers if spec.layers is not None else parse_limits(value)
             policy = spec.policy(layers, scope, self.strategy)
             remember(self._policies, (value, scope), policy, DYNAMIC_CACHE_SIZE)
         return policy
 
     def owns(self, policy: Policy) -> bool:
-        """Whether ``policy`` is this limit's: its fixed one, or one its
-        dynamic function returned."""
+        """Whether ``policy`` is this limit's: its fixed one, or one its dynamic function returned."""
         return (
             self.policy is policy or self.slots is policy or (self.policy is None and policy in self._policies.values())
         )
@@ -210,17 +204,11 @@ class Plan:
     _labels: dict[tuple[Policy, ...], LayerNames] = field(default_factory=dict, repr=False)
 
     def prepare(self, request: Request) -> tuple[Sequence[Batch], LayerNames, Sequence[Problem]]:
-        """Work out a request's script calls.
-
-        A simple plan makes one batch, of every limit one of whose identities
-        applies to the request, or none if no identity applies.
-
-        Otherwise, limits whose ``exempt_when`` is true, whose dynamic
-        function returns None or a bad string, or none of whose identities
-        applies, are left out. The rest are grouped by cost, shadow,
-        deferred and ``prefetch``, and the groups ordered: deferred inspections first (they
-        write nothing), then enforced limits, then shadow ones (so that a
-        request refused by an enforced limit is not counted by a shadow one).
+        """Work out a request's script calls: the limits but those exempted (``exempt_when``), whose
+        dynamic function returns None or a bad string, or none of whose identities applies, grouped by
+        cost, shadow, deferred and ``prefetch`` (one group for a simple plan), in this order: deferred
+        inspections (they write nothing), enforced limits, then shadow ones (so that a request an
+        enforced limit refuses is not counted by a shadow one).
 
         :returns: the batches, the header labels for the layers in play, and
             the problems met (bad costs, bad dynamic limits).
@@ -236,7 +224,6 @@ class Plan:
                 return (), labels, ()
             limits = self.limits
             if len(checks) < len(limits):
-                # The limits none of whose identities applies are left out.
                 limits = tuple(limit for limit in limits if any(limit.policy is fixed for fixed, _ in checks))
             return (Batch(self.cost, False, False, checks, limits, False, self.leased),), labels, ()
         problems: list[Problem] = []
@@ -275,9 +262,7 @@ class Plan:
         return batches, labels or self._labels_of(tuple(policies)), problems
 
     def _labels_of(self, policies: tuple[Policy, ...]) -> LayerNames:
-        """The header names of ``policies`` in their limits' quota units,
-        kept by the policies (a dynamic limit's policy made again, equal to
-        the old one, finds the same names)."""
+        """The header names of ``policies`` in their limits' units, kept (an equal policy finds them)."""
         labels = self._labels.get(policies)
         if labels is None:
             units = [
@@ -382,8 +367,7 @@ def plan_of(
     policies = [limit.policy for limit in limits if limit.policy is not None]
     quota_units = settings.draft.quota_units
     unresolved = tuple(zip(policies, [limit.resolvers for limit in limits], strict=True)) if simple else ()
-    # The header names: each limit's layers, then its slots (whose unit
-    # LayerNames knows from the policy), with each one's quota unit.
+    # The header names: each limit's layers, then its slots (whose unit LayerNames knows), with their units.
     named = [
         (policy, limit.spec.unit) for limit in limits for policy in (limit.policy, limit.slots) if policy is not None
     ]
@@ -430,9 +414,8 @@ def _default_scope(
     periods: frozenset[int] | None,
     taken: list[tuple[str, str, frozenset[int] | None]],
 ) -> str:
-    """The endpoint; or the endpoint and the limit's position if an earlier
-    limit counts under it with the same strategy and a window in common (any,
-    if either is dynamic): two limits share a counter only by a ``scope=``."""
+    """The endpoint, or ``endpoint+position`` if an earlier limit counts under it with the same strategy
+    and a window in common (any, if either is dynamic): two limits share a counter only by a ``scope=``."""
     for scope, other_strategy, other_periods in taken:
         if (
             scope == endpoint
