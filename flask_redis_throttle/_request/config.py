@@ -32,8 +32,7 @@ DEFAULT_MODES = ("replace", "add")
 RETRY_AFTER_FORMATS = ("seconds", "http-date")
 #: The most refusals ``RATELIMIT_REFUSAL_LOG_SIZE`` may keep (see :doc:`/config`).
 MAX_REFUSAL_LOG_SIZE = 1_000_000
-#: The longest ``RATELIMIT_BREAKER_BACKOFF`` and ``RATELIMIT_BREAKER_MAX_BACKOFF``,
-#: in seconds: a day (see :doc:`/config`).
+#: The longest breaker backoffs, in seconds: a day (see :doc:`/config`).
 MAX_BREAKER_BACKOFF = 86_400.0
 #: The fewest bytes ``RATELIMIT_KEY_SECRET`` may have (see :doc:`/config`).
 MIN_KEY_SECRET_BYTES = 32
@@ -78,8 +77,7 @@ _RENAMES = f"a dict that renames some of {', '.join(LEGACY_HEADERS)} to other he
 _MODES = " or ".join(map(repr, DEFAULT_MODES))
 
 
-#: Every setting this extension reads, and how. The checks, then the readings, run in this order:
-#: a setting is good before another's check reads it.
+#: Every setting, and how it is read: in this order, so that one is checked before another's check reads it.
 SETTINGS: dict[str, Setting] = {
     "RATELIMIT_ENABLED": Setting(True, _is(bool), _FLAG),
     "RATELIMIT_STORAGE_URL": Setting("memory://", _is(str), "a URL string"),
@@ -187,8 +185,7 @@ SETTINGS: dict[str, Setting] = {
 #: Every setting this extension reads, with its default.
 DEFAULTS: dict[str, Any] = {key: setting.default for key, setting in SETTINGS.items()}
 
-#: Flask-Limiter's settings that we do not read, each with ours that does its job (or None) and a
-#: hint: the table of :doc:`/flask-limiter`, kept in step by a test.
+#: Flask-Limiter's settings we do not read: ours that does the job (or None), and a hint (:doc:`/flask-limiter`).
 FLASK_LIMITER_SETTINGS: dict[str, tuple[str | None, str]] = {
     "RATELIMIT_KEY_FUNC": ("RATELIMIT_IDENTITIES", "a list of 'ip', 'user' or key functions of the request"),
     "RATELIMIT_STORAGE_URI": ("RATELIMIT_STORAGE_URL", "note: URL"),

@@ -92,7 +92,6 @@ class LayerNames:
     policy_header: str
     #: The name of each layer, by the policy's place in :attr:`policies` and the window.
     names: dict[tuple[int, int], str]
-    #: The policies, in order.
     policies: tuple[Policy, ...]
     #: The quota unit of each policy's layers, kept by names made again from these.
     units: tuple[str, ...] = ()
@@ -191,9 +190,7 @@ def set_headers(
 def legacy_headers(
     quota: int, remaining: int, reset: float, now: float, names: tuple[str, str, str] = LEGACY_HEADERS
 ) -> list[tuple[str, str]]:
-    """The ``X-RateLimit-*`` headers of the most constrained layer;
-    ``X-RateLimit-Reset`` is the time it is back to its full quota, in
-    whole seconds since the epoch, rounded up, as Flask-Limiter and GitHub send it.
+    """The ``X-RateLimit-*`` headers of the most constrained layer (see :ref:`legacy-headers`).
 
     :param now: the current time, in seconds since the epoch.
     :param names: the names to send them under, in that order.

@@ -38,8 +38,7 @@ IDENTITY_NAMES = ("ip", "user", "user-or-ip")
 
 
 def check_identities(value: Any) -> tuple[IdentitySpec, ...] | None:
-    """``value`` as a tuple if it is a non-empty list or tuple of built-in
-    names and key functions, else None."""
+    """``value`` as a tuple if a non-empty list or tuple of built-in names and key functions, else None."""
     if isinstance(value, (list, tuple)) and value and all(callable(item) or item in IDENTITY_NAMES for item in value):
         return tuple(value)
     return None
@@ -181,8 +180,7 @@ def _is_port(text: str) -> bool:
 def address_group(host: str, prefix: int) -> str:
     """The IPv4 address ``host`` is or maps to, or its IPv6 network.
 
-    :raises ValueError: if ``host`` is not an address (the cache keeps no
-        exceptions: only addresses, of at most :data:`MAX_ADDRESS_LENGTH`).
+    :raises ValueError: if ``host`` is not an address (cached: only addresses, of a bounded length).
     """
     parsed = ipaddress.ip_address(host)
     if parsed.version == 4:

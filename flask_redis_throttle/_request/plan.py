@@ -26,8 +26,7 @@ from .spec import LimitSpec, given
 #: How many policies a dynamic limit keeps, one per distinct string returned.
 DYNAMIC_CACHE_SIZE = 256
 
-#: A :data:`~flask_redis_throttle.core.engine.throttle.Check` before its
-#: identities are known: a limit's policy, and its identities' resolvers.
+#: A ``Check`` before its identities are known: a limit's policy, and its identities' resolvers.
 UnresolvedCheck = tuple[Policy, tuple[Resolver, ...]]
 
 #: A problem found with a request's limits: ``"cost"`` or ``"limit"``, and a message.
@@ -41,16 +40,13 @@ class PlannedLimit:
     :param spec: the limit and its options, as written.
     :param source: where it was written: ``"view"``, ``"blueprint <name>"``,
         ``"RATELIMIT_DEFAULT"`` or ``"RATELIMIT_APPLICATION"``.
-    :param scope: the scope its counters are kept under; for a scope
-        function, its name, since each request's scope is its own.
+    :param scope: the scope its counters are kept under; for a scope function, its name.
     :param strategy: its algorithm.
     :param identities: whom it counts: built-in names and key functions.
     :param resolvers: those identities, compiled.
     :param shadow: whether it only logs (its own ``shadow=`` or ``RATELIMIT_SHADOW``).
-    :param policy: its policy; None for a dynamic limit or one with a
-        scope function, whose policy is found per request by :meth:`resolve`.
-    :param meta: whether it is a meta limit: a limit on refusals, checked
-        before the others and counted when one of them refuses.
+    :param policy: its policy; None when :meth:`resolve` finds it per request (a dynamic limit or scope).
+    :param meta: whether it is a meta limit, on refusals: checked first, counted when another refuses.
     :param slots: the policy of its concurrency slots (``concurrent=``); None for no cap.
     """
 
@@ -149,14 +145,11 @@ class Batch:
 
     :param cost: the cost they are counted with.
     :param shadow: whether a refusal is only logged.
-    :param deferred: whether they are only inspected before the view, and
-        counted after it when their ``deduct_when`` matches.
+    :param deferred: whether they are inspected before the view and counted after it, as ``deduct_when`` says.
     :param checks: the checks to send: one per limit, with its identities.
     :param limits: the limit of each check, in the same order.
-    :param meta: whether they are meta limits: deferred, inspected before
-        the others at cost 1, and counted only when another batch refuses.
-    :param leased: whether all its limits take blocks of quota in advance
-        (``prefetch=``, see :doc:`/leases`): a plan groups them so.
+    :param meta: whether they are meta limits: inspected first at cost 1, counted when another batch refuses.
+    :param leased: whether its limits take blocks of quota in advance (``prefetch=``, see :doc:`/leases`).
     """
 
     cost: int
@@ -177,15 +170,12 @@ class Batch:
 class Plan:
     """The limits of one endpoint and method, ready for every request.
 
-    :param endpoint: the endpoint.
     :param method: the HTTP method, upper case.
     :param limits: the limits that apply, in the order :doc:`/limits` gives.
-    :param labels: the layers' header names; None when a limit is dynamic,
-        since its layers are known only per request.
-    :param simple: True when no limit is dynamic, shadow or deferred, has an
-        ``exempt_when``, a cost function or concurrency slots, and all have
-        the same cost and ``prefetch``: then
-        :attr:`unresolved` and :attr:`cost` are all a request needs.
+    :param labels: the layers' header names; None when a limit is dynamic.
+    :param simple: True when no limit is dynamic, shadow, deferred or meta, has an ``exempt_when``, a cost
+        function or slots, and all have one cost and ``prefetch``: then :attr:`unresolved` and :attr:`cost`
+        are all a request needs.
     """
 
     endpoint: str
@@ -287,19 +277,13 @@ def matching(batches: list[Batch], response: Response) -> Iterator[Batch]:
 
 
 def _identities(found: tuple[Resolver, ...], request: Request) -> list[Identity]:
-    identities = []
-    for resolve in found:
-        identity = resolve(request)
-        if identity is not None:
-            identities.append(identity)
-    return identities
+    return [identity for resolve in found if (identity := resolve(request)) is not None]
 
 
 def compile_plan(app: Flask, endpoint: str, method: str, settings: Settings, warn: Warn | None = None) -> Plan | None:
     """The plan of ``endpoint`` for requests of ``method``, or None if no limit applies.
 
-    :param warn: how its identities warn of a logged-in user without an id
-        (see :func:`~flask_redis_throttle._request.identity.resolvers`).
+    :param warn: told of a logged-in user without an id (see ``identity.resolvers``).
     """
     found = limits_of(app, endpoint, settings, method)
     return plan_of(found, endpoint, method, settings, hasattr(app, "login_manager"), warn)
@@ -332,8 +316,7 @@ def plan_of(
             scope = f"{qualified_name(spec.scope)}()"  # its name: each request's scope is its own
         else:
             scope = spec.scope or _default_scope(endpoint, position, strategy, periods, taken)
-        # Scopes are given over all the endpoint's limits, whatever their
-        # methods, so that a limit keeps its counters for every method.
+        # Scopes are given over all the limits, whatever their methods: a limit keeps its counters for every one.
         taken.append((scope, strategy, periods))
         if not spec.applies_to(method):
             continue

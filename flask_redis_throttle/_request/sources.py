@@ -38,8 +38,7 @@ def limits_of(app: Flask, endpoint: str, settings: Settings, method: str) -> lis
         if "blueprints" not in drops and not replaced:
             specs = () if exemption is not None and exemption.own_limits else getattr(blueprint, LIMITS_ATTRIBUTE, ())
             found += [(spec, f"blueprint {name}") for spec in specs]
-            # A blueprint replaces the ones around it, for its own views only,
-            # when each of its limits would replace the default.
+            # A blueprint replaces those around it, for its own views, when all its limits would replace the default.
             replaced = (
                 replacing
                 and innermost == 0

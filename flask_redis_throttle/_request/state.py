@@ -71,8 +71,7 @@ class Outcome:
 class RateLimitState(Notices):
     """The rate limiting state of one app, found at ``app.extensions["ratelimit"]``.
 
-    :param app: the app.
-    :param settings: its validated settings.
+    :param settings: the app's validated settings.
     :param filters: the request filters (see :meth:`RateLimit.request_filter`).
     :param client: a Redis client to use instead of ``RATELIMIT_STORAGE_URL``, or None.
     :param metrics: where to count decisions; None for no metrics.
@@ -372,8 +371,7 @@ class RateLimitState(Notices):
             except Exception as error:  # as in _decide
                 self._storage_failed(error, "a response's deduction is lost", self.throttle)
                 continue
-            # Refused here means others took the room since the inspection:
-            # this request goes uncounted (see "deduct_when" in docs/limits).
+            # Refused: others took the room since the inspection; it goes uncounted (see docs/limits).
             shown = tighter(shown, decision)
         return shown
 
