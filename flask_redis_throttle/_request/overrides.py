@@ -139,14 +139,14 @@ class Overrides:
         return made
 
     def put(self, override: Override) -> Override:
-        """Store ``override`` and follow it at once; past the breaker, as :meth:`remove`: an operator's
-        failed change never opens it on the requests."""
+        """Store ``override``, log it and follow it at once; past the breaker, as :meth:`remove`: an
+        operator's failed change never opens it on the requests."""
         self.throttle.unguarded(self.store.put, override)
         self.follower.refresh(force=True)
         return override
 
     def remove(self, target: str | None, scope: str | None, every_scope: bool, by: str) -> list[Override]:
-        """Remove the overrides of ``target`` (of everyone if None), and follow it at once."""
+        """Remove the overrides of ``target`` (of everyone if None), log it and follow it at once."""
         gone: list[Override] = self.throttle.unguarded(self.store.remove, target, scope, every_scope=every_scope, by=by)
         self.follower.refresh(force=True)
         return gone

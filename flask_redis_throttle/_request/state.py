@@ -432,8 +432,8 @@ class RateLimitState(Notices):
             raise ServiceUnavailable("Rate limiting is unavailable; try again shortly.", retry_after=1)
 
     def _overrides_unavailable(self, error: Exception, again: bool) -> None:
-        """The copy in hand stays in force. A bug is logged at a second failed read in a row (by then
-        a client failing every call has had the decisions log it); Redis's failure is theirs to report."""
+        """The overrides could not be read: the copy in hand stays. A bug is logged at a second failed read
+        in a row (by then a client failing every call has had the decisions log it); Redis's is theirs."""
         if again and not isinstance(error, STORAGE_ERRORS):
             self._internal_error(f"internal error reading the overrides ({error}); the last ones read stay", error)
 
