@@ -106,8 +106,7 @@ class LayerNames:
     def of(cls, policies: Sequence[Policy], units: Sequence[str] = ()) -> LayerNames:
         """Name every layer of ``policies``, in order.
 
-        :param units: the quota unit of each policy's layers, in the same
-            order (see :data:`UNITS`); by default, and past its end, requests.
+        :param units: each policy's quota unit (see :data:`UNITS`); by default, and past its end, requests.
         """
         names: dict[tuple[int, int], str] = {}
         items = []  # each layer's in RateLimit-Policy: a cap's has no window, a unit but requests a qu
@@ -200,10 +199,9 @@ def legacy_headers(
 
 
 def retry_after_value(retry_after: float, http_date: bool, now: float) -> str:
-    """The ``Retry-After`` value for a wait of ``retry_after`` seconds:
-    whole seconds, rounded up and at least 1; or, with ``http_date``, the
-    moment ``now + retry_after`` as an HTTP-date, rounded up to the next
-    whole second. Either way, a client that waits as told is never early.
+    """The ``Retry-After`` value for a wait of ``retry_after`` seconds: whole seconds, rounded up and
+    at least 1; or, with ``http_date``, ``now + retry_after`` as an HTTP-date, rounded up to the
+    second. Either way, a client that waits as told is never early.
 
     :param now: the current time, in seconds since the epoch.
     """

@@ -73,8 +73,7 @@ class PlannedLimit:
         return self.policy is None
 
     def resolve(self, request: Request) -> Policy | None:
-        """This request's policy: the fixed one, or the one of the limit
-        string and scope its functions return.
+        """This request's policy: the fixed one, or that of the limit string and scope its functions return.
 
         :returns: None when the dynamic function returns None.
         :raises InvalidLimit: when it returns anything but None or a valid
