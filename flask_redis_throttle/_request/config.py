@@ -1,6 +1,4 @@
-"""The ``RATELIMIT_*`` settings, read and checked once, at ``init_app``,
-from one table (see docs/config.rst).
-"""
+"""The ``RATELIMIT_*`` settings, read and checked once, at ``init_app``, from one table (see docs/config.rst)."""
 
 from __future__ import annotations
 
@@ -34,16 +32,14 @@ DEFAULT_MODES = ("replace", "add")
 RETRY_AFTER_FORMATS = ("seconds", "http-date")
 #: The most refusals ``RATELIMIT_REFUSAL_LOG_SIZE`` may keep (see :doc:`/config`).
 MAX_REFUSAL_LOG_SIZE = 1_000_000
-#: The longest ``RATELIMIT_BREAKER_BACKOFF`` and ``RATELIMIT_BREAKER_MAX_BACKOFF``,
-#: in seconds: a day (see :doc:`/config`).
+#: The longest breaker backoffs, in seconds: a day (see :doc:`/config`).
 MAX_BREAKER_BACKOFF = 86_400.0
 #: The fewest bytes ``RATELIMIT_KEY_SECRET`` may have (see :doc:`/config`).
 MIN_KEY_SECRET_BYTES = 32
 
 #: A check of a setting's value, given every setting: whether it is good.
 Check = Callable[[Any, Mapping[str, Any]], bool]
-#: How a setting's field of :class:`Settings` is read from its value, given
-#: every setting: a reading that finds the value bad raises its own error.
+#: How a setting's field is read from its value, given every setting (raising its own error for a bad one).
 Read = Callable[[Any, Mapping[str, Any]], Any]
 
 
@@ -66,9 +62,8 @@ def _seconds(least: Callable[[Mapping[str, Any]], float]) -> Check:
 
 
 class Setting(NamedTuple):
-    """One setting: its default; its check and what its error says it should
-    be (formatted with the settings); how its field is read from it (None:
-    as it is), and the field's name if not the key's tail in lower case."""
+    """One setting: its default; its check and what its error says it should be (formatted with the
+    settings); how its field is read (None: as it is), and the field's name if not the key's tail."""
 
     default: Any
     check: Check = lambda value, config: True
@@ -82,9 +77,7 @@ _RENAMES = f"a dict that renames some of {', '.join(LEGACY_HEADERS)} to other he
 _MODES = " or ".join(map(repr, DEFAULT_MODES))
 
 
-#: Every setting this extension reads, and how. The checks run in this
-#: order, so that a setting is good before another's check reads it; then
-#: the readings, in the same order.
+#: Every setting, and how it is read: in this order, so that one is checked before another's check reads it.
 SETTINGS: dict[str, Setting] = {
     "RATELIMIT_ENABLED": Setting(True, _is(bool), _FLAG),
     "RATELIMIT_STORAGE_URL": Setting("memory://", _is(str), "a URL string"),
@@ -192,9 +185,7 @@ SETTINGS: dict[str, Setting] = {
 #: Every setting this extension reads, with its default.
 DEFAULTS: dict[str, Any] = {key: setting.default for key, setting in SETTINGS.items()}
 
-#: Flask-Limiter's settings that this extension does not read, each with
-#: ours that does its job, or None when there is none, and a hint. The same
-#: table as in :doc:`/flask-limiter`; a test keeps the two in step.
+#: Flask-Limiter's settings we do not read: ours that does the job (or None), and a hint (:doc:`/flask-limiter`).
 FLASK_LIMITER_SETTINGS: dict[str, tuple[str | None, str]] = {
     "RATELIMIT_KEY_FUNC": ("RATELIMIT_IDENTITIES", "a list of 'ip', 'user' or key functions of the request"),
     "RATELIMIT_STORAGE_URI": ("RATELIMIT_STORAGE_URL", "note: URL"),
@@ -285,8 +276,7 @@ class Settings:
 
 
 def _warn_unknown(config: Mapping[str, Any]) -> None:
-    """Warn of each ``RATELIMIT_*`` key this extension does not read: a
-    Flask-Limiter setting, naming ours, or a typo, naming the nearest key."""
+    """Warn of each unknown ``RATELIMIT_*`` key: a Flask-Limiter setting, naming ours, or a typo."""
     for key in sorted(k for k in config if isinstance(k, str) and k.startswith("RATELIMIT_") and k not in DEFAULTS):
         if key in FLASK_LIMITER_SETTINGS:
             equivalent, hint = FLASK_LIMITER_SETTINGS[key]
@@ -311,10 +301,8 @@ LIMIT_SETTING = (
 
 
 def _limits(key: str, value: Any, scope: str | None = None) -> tuple[LimitSpec, ...]:
-    """The limits a setting holds (see :data:`LIMIT_SETTING`), each checked
-    as :func:`~flask_redis_throttle.limit` checks its own. Given ``scope``
-    (``RATELIMIT_APPLICATION``'s), a limit without a ``scope`` option counts
-    under it, the second under ``scope+2``..., so that two never share a counter."""
+    """The limits a setting holds, each checked as ``limit()`` checks its own. Given ``scope``, one
+    without a ``scope`` option counts under it, the second under ``scope+2``...: two never share a counter."""
     items = value if isinstance(value, (list, tuple)) else [] if value is None else [value]
     if value is not None and not items:
         raise ConfigurationError(key, value, LIMIT_SETTING)
@@ -370,8 +358,7 @@ META_OPTIONS = frozenset({"limit", "layers", "scope", "identities", "on_breach",
 
 
 def _key_secret(secret: Any) -> bytes | None:
-    """``RATELIMIT_KEY_SECRET`` as bytes, or None; an error for a bad one
-    says its length, never the secret."""
+    """``RATELIMIT_KEY_SECRET`` as bytes, or None; an error says its length, never the secret."""
     if secret is None:
         return None
     encoded = secret.encode() if isinstance(secret, str) else secret

@@ -1,6 +1,4 @@
-"""Small rules about decisions that the request hooks and
-:func:`~flask_redis_throttle.current_limit` share, each written here once.
-"""
+"""Small rules about decisions that the request hooks and ``current_limit()`` share."""
 
 from __future__ import annotations
 
@@ -17,9 +15,8 @@ if TYPE_CHECKING:
 
 
 def crossed(decision: Decision, cost: int, share: tuple[int, int]) -> bool:
-    """Whether an admitted request of ``cost`` took the deciding layer's use
-    from below ``share`` (numerator, denominator) of its quota to it or
-    past it. Exact, in integers: 80 % of 10 is 8, not 7.999..."""
+    """Whether an admitted request of ``cost`` took the deciding layer's use from below ``share``
+    (numerator, denominator) of its quota to it or past it, exactly, in integers."""
     numerator, denominator = share
     quota = decision.layer.quota
     used = quota - decision.remaining
@@ -56,10 +53,8 @@ class OverQuota(NamedTuple):
 
 
 def over_quota(checks: Sequence[Check], cost: int) -> OverQuota | None:
-    """The first layer of ``checks`` whose whole quota is less than ``cost``,
-    which a request of that cost can never pass: the script's deciding
-    layer too, so that ``RateLimit`` names the layer the 429 names. A
-    concurrency cap is never one: a request takes one slot whatever its cost."""
+    """The first layer of ``checks`` whose whole quota is less than ``cost`` (as the script finds it,
+    so that ``RateLimit`` names the 429's layer); never a concurrency cap: a request takes one slot."""
     for policy, identities in checks:
         if policy.concurrent:
             continue
@@ -70,9 +65,8 @@ def over_quota(checks: Sequence[Check], cost: int) -> OverQuota | None:
 
 
 def at_cost(inspected: Decision, cost: int) -> Decision:
-    """What an inspection at cost 0 says of a request of ``cost``: refused,
-    until the counter is back to full, if it does not fit at its real cost
-    (a concurrency cap needs one slot); else ``inspected`` itself."""
+    """What an inspection at cost 0 says of a request of ``cost``: refused until the counter is full
+    again if it does not fit (a concurrency cap needs one slot); else ``inspected`` itself."""
     if inspected.policy.concurrent:
         cost = min(cost, 1)
     if inspected.admitted and inspected.remaining < cost:
@@ -81,11 +75,9 @@ def at_cost(inspected: Decision, cost: int) -> Decision:
 
 
 def tighter(shown: Decision | None, decision: Decision) -> Decision:
-    """Of the decision the headers show so far (None before the first) and
-    another, the one they should show, chosen as the script chooses its
-    deciding counter: a refusal over an admission, then the longest wait,
-    or the least quota left and the later reset. The one rule of the
-    deciding layer in Python."""
+    """Of the decision the headers show so far (None before the first) and another, the one to show,
+    chosen as the script chooses its deciding counter: a refusal, then the longest wait, or the least
+    quota left and the later reset."""
     if shown is None:
         return decision
     if shown.admitted != decision.admitted:

@@ -1,8 +1,6 @@
 """The rate limit response headers: the IETF ``RateLimit-Policy`` and
 ``RateLimit`` (draft-ietf-httpapi-ratelimit-headers-11), the legacy
-``X-RateLimit-*`` ones and ``Retry-After``. See docs/responses.rst.
-
-This module makes no Redis call and needs no Flask app.
+``X-RateLimit-*`` ones and ``Retry-After``. See docs/responses.rst. No Redis, no Flask app.
 """
 
 from __future__ import annotations
@@ -31,8 +29,7 @@ QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded
 
 @dataclass(frozen=True)
 class Draft:
-    """The form a draft of the IETF headers gives the responses, chosen
-    from ``RATELIMIT_HEADERS_DRAFT``: what a draft means is written here alone."""
+    """The form a draft of the IETF headers gives the responses (``RATELIMIT_HEADERS_DRAFT``)."""
 
     #: The draft's number, the setting's value.
     number: int
@@ -48,7 +45,7 @@ class Draft:
 
     @classmethod
     def of_problem(cls, violated: bool) -> Draft:
-        """The draft whose problem details name the layers exceeded if ``violated``, or do not."""
+        """The draft whose problem details name the layers exceeded, or do not (``violated``)."""
         return next(draft for draft in DRAFTS.values() if draft.violated_policies == violated)
 
 
@@ -73,15 +70,13 @@ LEGACY_HEADERS = ("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Res
 
 
 def partition_secret(key_secret: bytes) -> bytes:
-    """The key of :func:`partition_key`'s digests, made from
-    ``RATELIMIT_KEY_SECRET``, so that a partition key never matches a counter's key."""
+    """The key of :func:`partition_key`'s digests, from ``RATELIMIT_KEY_SECRET``: never a counter key's."""
     return hashlib.blake2b(b"ratelimit partition key\0" + key_secret, digest_size=32).digest()
 
 
 def partition_key(secret: bytes, scope: str, identity: Identity) -> str:
-    """The ``pk`` parameter for ``identity``'s counters in ``scope``: an SF
-    Byte Sequence of 12 bytes of a BLAKE2b digest keyed with ``secret``,
-    which no one without it can tell an identity by, even trying every IPv4 address."""
+    """The ``pk`` of ``identity``'s counters in ``scope``: 12 bytes of a BLAKE2b digest keyed with
+    ``secret``, which no one without it can tell an identity by, even trying every IPv4 address."""
     raw = "\0".join((scope, identity.kind, identity.value)).encode("utf-8", "surrogatepass")
     digest = hashlib.blake2b(raw, digest_size=12, key=secret).digest()
     return f":{base64.b64encode(digest).decode('ascii')}:"
@@ -89,20 +84,14 @@ def partition_key(secret: bytes, scope: str, identity: Identity) -> str:
 
 @dataclass(frozen=True)
 class LayerNames:
-    """The names of the layers of the policies that apply to a response, and
-    the ``RateLimit-Policy`` value that lists them.
-
-    A layer is named after its window (``"1s"``, ``"1m"``), and a
-    concurrency cap ``"conc"``; when two layers of different policies have
-    the same name, the later one gets its position added (``"1m-3"``), so
-    that ``RateLimit`` names one layer without doubt.
+    """The names of the layers of the policies that apply to a response, and the
+    ``RateLimit-Policy`` value that lists them (named as :ref:`headers` says).
     """
 
     #: The ``RateLimit-Policy`` value.
     policy_header: str
     #: The name of each layer, by the policy's place in :attr:`policies` and the window.
     names: dict[tuple[int, int], str]
-    #: The policies, in order.
     policies: tuple[Policy, ...]
     #: The quota unit of each policy's layers, kept by names made again from these.
     units: tuple[str, ...] = ()
@@ -117,8 +106,7 @@ class LayerNames:
     def of(cls, policies: Sequence[Policy], units: Sequence[str] = ()) -> LayerNames:
         """Name every layer of ``policies``, in order.
 
-        :param units: the quota unit of each policy's layers, in the same
-            order (see :data:`UNITS`); by default, and past its end, requests.
+        :param units: each policy's quota unit (see :data:`UNITS`); by default, and past its end, requests.
         """
         names: dict[tuple[int, int], str] = {}
         items = []  # each layer's in RateLimit-Policy: a cap's has no window, a unit but requests a qu
@@ -137,8 +125,7 @@ class LayerNames:
         return cls(", ".join(items), names, tuple(policies), units)
 
     def joined(self, other: LayerNames) -> LayerNames:
-        """The names of these policies, then ``other``'s, each with its unit:
-        a ``with limit(...)`` block's beside the view's."""
+        """These names, then ``other``'s: a ``with limit(...)`` block's beside the view's."""
         return LayerNames.of((*self.policies, *other.policies), (*self.units, *other.units))
 
     def unit(self, policy: Policy) -> str:
@@ -146,9 +133,8 @@ class LayerNames:
         return next((unit for each, unit in zip(self.policies, self.units, strict=True) if each == policy), REQUESTS)
 
     def name(self, policy: Policy, layer: Layer) -> str:
-        """The name of one layer of one of the policies, as the problem
-        details' ``violated-policies`` give it; the layer's own name for
-        another policy, rather than an error in the middle of a refusal."""
+        """The name of one layer of one of the policies, as ``violated-policies`` gives it; the
+        layer's own name for another policy, rather than an error in the middle of a refusal."""
         try:
             return self.names[self.policies.index(policy), layer.window]
         except (ValueError, KeyError):
@@ -157,21 +143,18 @@ class LayerNames:
     def state(self, policy: Policy, layer: Layer, remaining: int, reset: float) -> str:
         """The ``RateLimit`` value for one layer of one of the policies: its
         name, the quota left and the seconds to the reset, rounded up."""
-        # tuple.index tries each policy by identity before equality: the
-        # plan's own costs no comparison, and an equal one (a dynamic limit's) is found.
+        # tuple.index tries identity before equality: an equal policy (a dynamic limit's) is found too.
         head = self.heads[self.policies.index(policy), layer.window]
         return f"{head}{max(remaining, 0)};t={math.ceil(reset)}"
 
 
 #: The headers :func:`set_headers` sets, in lower case, without the legacy ones.
 _NAMES = frozenset(["ratelimit-policy", "ratelimit"])
-_POLICY, _STATE = "RateLimit-Policy", "RateLimit"
 
 
 @dataclass(frozen=True)
 class LegacyNames:
-    """The names the legacy headers are sent under: :data:`LEGACY_HEADERS`,
-    or those ``RATELIMIT_HEADER_NAMES`` gives them, in the same order."""
+    """The legacy headers' names: :data:`LEGACY_HEADERS`, or ``RATELIMIT_HEADER_NAMES``'s, in that order."""
 
     names: tuple[str, str, str] = LEGACY_HEADERS
     #: Every header :func:`set_headers` sets with them, in lower case.
@@ -184,23 +167,17 @@ class LegacyNames:
 def set_headers(
     headers: Headers, labels: LayerNames, decision: Decision, legacy: LegacyNames | None, partition: bytes | None = None
 ) -> None:
-    """Set ``RateLimit-Policy`` and ``RateLimit`` on a response's
-    ``headers``, replacing any it has (and the legacy ones, under the
-    ``legacy`` names, if given); with a ``partition`` secret, ``RateLimit``
-    carries the deciding identity's ``pk``.
-
-    A response nearly never has any of them already: then they are added,
-    without searching the headers once for each.
-    """
+    """Set ``RateLimit-Policy`` and ``RateLimit`` (and the ``legacy`` ones, if given) on ``headers``,
+    replacing any; with a ``partition`` secret, ``RateLimit`` carries the deciding identity's ``pk``."""
     layer, remaining = decision.layer, decision.remaining
     state = labels.state(decision.policy, layer, remaining, decision.reset)
     if partition is not None:
         state += ";pk=" + partition_key(partition, decision.policy.scope, decision.identity)
-    values = [(_POLICY, labels.policy_header), (_STATE, state)]
+    values = [("RateLimit-Policy", labels.policy_header), ("RateLimit", state)]
     if legacy is not None:
         values += legacy_headers(layer.quota, remaining, decision.reset, time.time(), legacy.names)
     names = legacy.lowered if legacy is not None else _NAMES
-    put = headers.add
+    put = headers.add  # a response nearly never has them: no search for each
     for name, _value in headers:
         if name.lower() in names:
             put = headers.set
@@ -212,9 +189,7 @@ def set_headers(
 def legacy_headers(
     quota: int, remaining: int, reset: float, now: float, names: tuple[str, str, str] = LEGACY_HEADERS
 ) -> list[tuple[str, str]]:
-    """The ``X-RateLimit-*`` headers of the most constrained layer;
-    ``X-RateLimit-Reset`` is the time it is back to its full quota, in
-    whole seconds since the epoch, rounded up, as Flask-Limiter and GitHub send it.
+    """The ``X-RateLimit-*`` headers of the most constrained layer (see :ref:`legacy-headers`).
 
     :param now: the current time, in seconds since the epoch.
     :param names: the names to send them under, in that order.
@@ -224,10 +199,9 @@ def legacy_headers(
 
 
 def retry_after_value(retry_after: float, http_date: bool, now: float) -> str:
-    """The ``Retry-After`` value for a wait of ``retry_after`` seconds:
-    whole seconds, rounded up and at least 1; or, with ``http_date``, the
-    moment ``now + retry_after`` as an HTTP-date, rounded up to the next
-    whole second. Either way, a client that waits as told is never early.
+    """The ``Retry-After`` value for a wait of ``retry_after`` seconds: whole seconds, rounded up and
+    at least 1; or, with ``http_date``, ``now + retry_after`` as an HTTP-date, rounded up to the
+    second. Either way, a client that waits as told is never early.
 
     :param now: the current time, in seconds since the epoch.
     """

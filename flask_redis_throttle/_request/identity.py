@@ -28,20 +28,17 @@ KeyFunction = Callable[[Request], str | None]
 IdentitySpec = str | KeyFunction
 #: A compiled identity: given the request, an :class:`Identity` or None.
 Resolver = Callable[[Request], Identity | None]
-#: Logs a warning: given the message and its kind, which the extension logs
-#: at most once per interval.
+#: Logs a warning: given the message and its kind (logged at most once per interval).
 Warn = Callable[[str, str], None]
 
-#: The longest text that can be an IP address
-#: (``ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255``): longer is not parsed.
+#: The longest text that can be an IP address (``ffff:...:ffff:255.255.255.255``): longer is not parsed.
 MAX_ADDRESS_LENGTH = 45
 
 IDENTITY_NAMES = ("ip", "user", "user-or-ip")
 
 
 def check_identities(value: Any) -> tuple[IdentitySpec, ...] | None:
-    """``value`` as a tuple if it is a non-empty list or tuple of built-in
-    names and key functions, else None."""
+    """``value`` as a tuple if a non-empty list or tuple of built-in names and key functions, else None."""
     if isinstance(value, (list, tuple)) and value and all(callable(item) or item in IDENTITY_NAMES for item in value):
         return tuple(value)
     return None
@@ -50,10 +47,8 @@ def check_identities(value: Any) -> tuple[IdentitySpec, ...] | None:
 def resolvers(
     specs: Sequence[IdentitySpec], ipv6_prefix: int, logins: bool, warn: Warn | None = None
 ) -> tuple[Resolver, ...]:
-    """Compile built-in names and key functions into resolvers, once per
-    view. Without a Flask-Login ``LoginManager`` (``logins``) the user
-    identity never applies; ``warn`` is told of a logged-in user without an
-    id (by default, a warning for each such request)."""
+    """Compile identities, once per view. Without Flask-Login's ``LoginManager`` (``logins``) the user
+    identity never applies; ``warn`` (by default, a log line) is told of a logged-in user without an id."""
     ip = _ip_resolver(ipv6_prefix)
     user: Resolver = partial(_user, warn=warn or _log) if logins and current_user is not None else lambda r: None
     built_in: dict[str, Resolver] = {"ip": ip, "user": user, "user-or-ip": lambda r: user(r) or ip(r)}
@@ -61,10 +56,8 @@ def resolvers(
 
 
 def spec_name(spec: IdentitySpec) -> str:
-    """An identity spec's name: the built-in name, or for a key function
-    ``key:<module>.<qualified name>``, which is also the kind of the
-    identities it returns: the same in every process, so that all app
-    servers count them under the same keys."""
+    """The built-in name, or ``key:<module>.<qualified name>``, also the kind of a key function's
+    identities: the same in every process, so that all app servers count them under the same keys."""
     if isinstance(spec, str):
         return spec
     module = getattr(spec, "__module__", None) or ""
@@ -78,20 +71,12 @@ def spec_kinds(spec: IdentitySpec) -> tuple[str, ...]:
 
 
 def parse_identity(text: str, ipv6_prefix: int, key_kinds: Sequence[str] = ()) -> Identity:
-    """Read an identity written as ``<kind>:<value>``, as the refusal log and
-    ``str(identity)`` write it: ``ip:192.0.2.1``, ``user:42``, or
-    ``key:<module>.<function>:<value>`` for a key function.
-
-    An IPv6 address is grouped into its ``/ipv6_prefix`` network, as requests
-    are; that network itself (``ip:2001:db8::/64``) may be given instead. A
-    port and brackets are dropped, as they are from requests:
-    ``ip:[2001:db8::1]:443`` and ``ip:203.0.113.5:40000`` work.
-    ``ip:`` alone is the identity of requests that came with no address.
+    """Read an identity written as ``<kind>:<value>``, as the refusal log and ``str(identity)``
+    write it (see :ref:`identities-as-written`).
 
     :param ipv6_prefix: the prefix length IPv6 clients are grouped by.
-    :param key_kinds: the kinds of the app's key functions. One of them may
-        also be named by the end of its name, ``api_key:<value>`` for
-        ``key:myapp.limits.api_key``, as long as no other ends the same way.
+    :param key_kinds: the kinds of the app's key functions, each of which may also be named by
+        the end of its name when no other ends the same way.
     :raises ValueError: saying what is wrong, if ``text`` names no identity.
     """
     kind, colon, value = text.partition(":")
@@ -135,22 +120,19 @@ def _parse_address(value: str, ipv6_prefix: int) -> str:
     return address_group(address, ipv6_prefix)
 
 
-#: How many identities are kept made: a busy minute's clients, bounded
-#: against a flood of new ones.
+#: How many identities are kept made: a busy minute's clients, bounded against a flood of new ones.
 IDENTITY_CACHE_SIZE = 4096
 
 _known = lru_cache(maxsize=IDENTITY_CACHE_SIZE)(Identity)
 
 
 def _identity(kind: str, value: str) -> Identity:
-    """The identity ``kind``/``value``, kept unless its value is too long
-    to keep (as its tag is not: see :mod:`flask_redis_throttle.core.engine.keys`)."""
+    """Kept unless its value is too long to keep (as its tag is not: see ``core.engine.keys``)."""
     return _known(kind, value) if len(value) <= CACHED_VALUE_LENGTH else Identity(kind, value)
 
 
 def _ip_resolver(ipv6_prefix: int) -> Resolver:
-    """The ``ip`` identity's resolver: a closure, since a ``partial`` with a
-    keyword builds a dict on every call."""
+    """A closure: a ``partial`` with a keyword builds a dict on every call."""
 
     def ip(request: Request) -> Identity:
         address = request.remote_addr or ""
@@ -163,9 +145,8 @@ def _ip_resolver(ipv6_prefix: int) -> Resolver:
 
 
 def _client_address(text: str, prefix: int) -> str:
-    """What a client whose address is ``text`` counts under: its IPv4
-    address or IPv6 network; text that is no address, under itself
-    (unparsed if too long to be one, and never cached)."""
+    """What a client at ``text`` counts under: its IPv4 address or IPv6 network; text that is no
+    address, under itself (unparsed if too long to be one, and never cached)."""
     host = _host(text)
     if host is None or len(host) > MAX_ADDRESS_LENGTH:
         return text
@@ -199,8 +180,7 @@ def _is_port(text: str) -> bool:
 def address_group(host: str, prefix: int) -> str:
     """The IPv4 address ``host`` is or maps to, or its IPv6 network.
 
-    :raises ValueError: if ``host`` is not an address (the cache keeps no
-        exceptions: only addresses, of at most :data:`MAX_ADDRESS_LENGTH`).
+    :raises ValueError: if ``host`` is not an address (cached: only addresses, of a bounded length).
     """
     parsed = ipaddress.ip_address(host)
     if parsed.version == 4:
@@ -215,8 +195,7 @@ def _user(request: Request, warn: Warn) -> Identity | None:
     or returns None (rather than a 500, or everyone under the user "None")."""
     asked = "current_user.is_authenticated"
     try:
-        # The proxy is resolved once: each use of it finds the user anew,
-        # through Flask-Login's lookup, which costs a few microseconds.
+        # Resolved once: each use of the proxy runs Flask-Login's lookup again (microseconds).
         user = current_user._get_current_object()
         if not user.is_authenticated:
             return None
@@ -236,8 +215,6 @@ def _log(message: str, kind: str) -> None:
 
 
 def _custom_resolver(function: KeyFunction, kind: str) -> Resolver:
-    """The resolver of a key function's identity, of kind ``kind``."""
-
     def custom(request: Request) -> Identity | None:
         value = function(request)
         return None if value is None else _identity(kind, str(value))

@@ -1,7 +1,5 @@
-"""Overrides in the Flask layer: followed on every request, and changed
-for the CLI, the dashboard and :class:`~flask_redis_throttle.RateLimit`
-alike, over the core's store (:mod:`flask_redis_throttle.core.stores.overrides`).
-See :doc:`/overrides`.
+"""Overrides in the Flask layer: followed on every request, and changed for the CLI, the
+dashboard and ``RateLimit`` alike, over ``core.stores.overrides``. See :doc:`/overrides`.
 """
 
 from __future__ import annotations
@@ -26,9 +24,8 @@ UNREADABLE_SHOWN = 10
 
 
 class Overrides:
-    """One app's overrides: its store, this process's copy, and their use,
-    on the app's ``throttle`` (its storage, breaker and clock); ``failed``
-    is told of a failed read, ``warn`` of stored overrides that cannot be read."""
+    """One app's overrides on its ``throttle``; ``failed`` is told of a failed read, ``warn`` of
+    stored overrides that cannot be read."""
 
     def __init__(
         self,
@@ -49,14 +46,12 @@ class Overrides:
             ready=lambda: throttle.breaker is None or not throttle.breaker.open,
         )
         self._warn = warn
-        #: The version and the unreadable fields last warned of.
         self._warned: tuple[bytes | None, tuple[str, ...]] | None = None
         self._policies: dict[tuple[Policy, tuple[object, ...]], Policy] = {}
         self._labels: dict[tuple[Policy, ...], LayerNames] = {}
 
     def _load(self) -> tuple[bytes | None, list[Override]]:
-        """The version and the overrides in force; a field that cannot be
-        read is skipped, with a warning once per change."""
+        """The version and the overrides in force; an unreadable field is skipped, warned of once."""
         version, found, unreadable = self.store.read()
         if unreadable and (version, tuple(unreadable)) != self._warned:
             self._warned = (version, tuple(unreadable))
@@ -69,7 +64,7 @@ class Overrides:
         return version, found
 
     def now(self) -> float:
-        """The time in seconds since the epoch: the throttle's, which tests may pin."""
+        """Seconds since the epoch: the throttle's, which tests may pin."""
         pinned = self.throttle.now()
         return pinned / 1_000_000 if pinned is not None else time.time()
 
@@ -122,9 +117,8 @@ class Overrides:
                     limits.append(limit)
             if checks:
                 changed.append(Batch(batch.cost, batch.shadow, batch.deferred, checks, limits, leased=batch.leased))
-        # The headers name the layers in play: an overridden identity's, not
-        # those of the limit it no longer counts under, unless others still do;
-        # each in its limit's quota unit.
+        # The headers name the layers in play: an overridden identity's, not those of the limit
+        # it no longer counts under, unless others still do; each in its limit's quota unit.
         in_play = [p for b in changed for p, _ in b.checks]
         policies = tuple(dict.fromkeys([*(p for p in labels.policies if p not in touched or p in in_play), *in_play]))
         named = self._labels.get(policies)
@@ -134,9 +128,8 @@ class Overrides:
         return changed, named
 
     def _policy(self, policy: Policy, override: Override) -> Policy:
-        """``policy`` with the override's layers: same scope, strategy,
-        penalty and shaping delay, so the identity's counters and penalties
-        carry on. A concurrency cap is not a rate: it stays the view's."""
+        """``policy`` with the override's layers, so the identity's counters and penalties carry on;
+        a concurrency cap, not a rate, stays the view's."""
         if policy.concurrent:
             return policy
         key = (policy, override.layers)
@@ -146,16 +139,14 @@ class Overrides:
         return made
 
     def put(self, override: Override) -> Override:
-        """Store ``override``, log it, and follow it in this process at once.
-        The write, as :meth:`remove`'s, goes past the circuit breaker: an
+        """Store ``override``, log it and follow it at once; past the breaker, as :meth:`remove`: an
         operator's failed change never opens it on the requests."""
         self.throttle.unguarded(self.store.put, override)
         self.follower.refresh(force=True)
         return override
 
     def remove(self, target: str | None, scope: str | None, every_scope: bool, by: str) -> list[Override]:
-        """Remove the overrides of ``target`` (of everyone if None), log it,
-        and follow it in this process at once."""
+        """Remove the overrides of ``target`` (of everyone if None), log it and follow it at once."""
         gone: list[Override] = self.throttle.unguarded(self.store.remove, target, scope, every_scope=every_scope, by=by)
         self.follower.refresh(force=True)
         return gone

@@ -1,6 +1,5 @@
-"""Plans: the limits :mod:`~flask_redis_throttle._request.sources` finds for
-one endpoint that apply to one HTTP method, each compiled once into a
-:class:`PlannedLimit`. This module imports Flask (for types) but makes no Redis call.
+"""Plans: the limits :mod:`~flask_redis_throttle._request.sources` finds for one endpoint that
+apply to one HTTP method, each compiled once into a :class:`PlannedLimit`. It makes no Redis call.
 """
 
 from __future__ import annotations
@@ -24,12 +23,10 @@ from .identity import IdentitySpec, Resolver, Warn, resolvers
 from .sources import limits_of
 from .spec import LimitSpec, given
 
-#: How many policies a dynamic limit keeps, one per distinct string returned:
-#: bounded, whatever the function returns.
+#: How many policies a dynamic limit keeps, one per distinct string returned.
 DYNAMIC_CACHE_SIZE = 256
 
-#: A :data:`~flask_redis_throttle.core.engine.throttle.Check` before its
-#: identities are known: a limit's policy, and its identities' resolvers.
+#: A ``Check`` before its identities are known: a limit's policy, and its identities' resolvers.
 UnresolvedCheck = tuple[Policy, tuple[Resolver, ...]]
 
 #: A problem found with a request's limits: ``"cost"`` or ``"limit"``, and a message.
@@ -43,18 +40,14 @@ class PlannedLimit:
     :param spec: the limit and its options, as written.
     :param source: where it was written: ``"view"``, ``"blueprint <name>"``,
         ``"RATELIMIT_DEFAULT"`` or ``"RATELIMIT_APPLICATION"``.
-    :param scope: the scope its counters are kept under; for a scope
-        function, its name, since each request's scope is its own.
+    :param scope: the scope its counters are kept under; for a scope function, its name.
     :param strategy: its algorithm.
     :param identities: whom it counts: built-in names and key functions.
     :param resolvers: those identities, compiled.
     :param shadow: whether it only logs (its own ``shadow=`` or ``RATELIMIT_SHADOW``).
-    :param policy: its policy; None for a dynamic limit or one with a
-        scope function, whose policy is found per request by :meth:`resolve`.
-    :param meta: whether it is a meta limit: a limit on refusals, checked
-        before the others and counted when one of them refuses.
-    :param slots: the policy of its concurrency slots (``concurrent=``),
-        decided in the same call as its layers; None for no cap.
+    :param policy: its policy; None when :meth:`resolve` finds it per request (a dynamic limit or scope).
+    :param meta: whether it is a meta limit, on refusals: checked first, counted when another refuses.
+    :param slots: the policy of its concurrency slots (``concurrent=``); None for no cap.
     """
 
     spec: LimitSpec
@@ -71,8 +64,7 @@ class PlannedLimit:
 
     @property
     def leased(self) -> bool:
-        """Whether it takes blocks of quota in advance: ``prefetch=True`` on a
-        strategy that can (else it is decided per request; see :doc:`/leases`)."""
+        """Whether it takes blocks of quota in advance: ``prefetch=True`` on a strategy that can (:doc:`/leases`)."""
         return self.spec.prefetch and self.strategy in LEASABLE
 
     @property
@@ -81,8 +73,7 @@ class PlannedLimit:
         return self.policy is None
 
     def resolve(self, request: Request) -> Policy | None:
-        """This request's policy: the fixed one, or the one of the limit
-        string and scope its functions return.
+        """This request's policy: the fixed one, or that of the limit string and scope its functions return.
 
         :returns: None when the dynamic function returns None.
         :raises InvalidLimit: when it returns anything but None or a valid
@@ -105,16 +96,14 @@ class PlannedLimit:
                 scope = per_method_scope(scope, request.method)
         policy = self._policies.get((value, scope))
         if policy is None:
-            # Every string shares the scope, so a client whose limit changes
-            # (a new pricing plan) keeps what it has used so far.
+            # One scope for every string: a client whose limit changes keeps what it has used so far.
             layers = spec.layers if spec.layers is not None else parse_limits(value)
             policy = spec.policy(layers, scope, self.strategy)
             remember(self._policies, (value, scope), policy, DYNAMIC_CACHE_SIZE)
         return policy
 
     def owns(self, policy: Policy) -> bool:
-        """Whether ``policy`` is this limit's: its fixed one, or one its
-        dynamic function returned."""
+        """Whether ``policy`` is this limit's: its fixed one, or one its dynamic function returned."""
         return (
             self.policy is policy or self.slots is policy or (self.policy is None and policy in self._policies.values())
         )
@@ -155,14 +144,11 @@ class Batch:
 
     :param cost: the cost they are counted with.
     :param shadow: whether a refusal is only logged.
-    :param deferred: whether they are only inspected before the view, and
-        counted after it when their ``deduct_when`` matches.
+    :param deferred: whether they are inspected before the view and counted after it, as ``deduct_when`` says.
     :param checks: the checks to send: one per limit, with its identities.
     :param limits: the limit of each check, in the same order.
-    :param meta: whether they are meta limits: deferred, inspected before
-        the others at cost 1, and counted only when another batch refuses.
-    :param leased: whether all its limits take blocks of quota in advance
-        (``prefetch=``, see :doc:`/leases`): a plan groups them so.
+    :param meta: whether they are meta limits: inspected first at cost 1, counted when another batch refuses.
+    :param leased: whether its limits take blocks of quota in advance (``prefetch=``, see :doc:`/leases`).
     """
 
     cost: int
@@ -183,15 +169,12 @@ class Batch:
 class Plan:
     """The limits of one endpoint and method, ready for every request.
 
-    :param endpoint: the endpoint.
     :param method: the HTTP method, upper case.
     :param limits: the limits that apply, in the order :doc:`/limits` gives.
-    :param labels: the layers' header names; None when a limit is dynamic,
-        since its layers are known only per request.
-    :param simple: True when no limit is dynamic, shadow or deferred, has an
-        ``exempt_when``, a cost function or concurrency slots, and all have
-        the same cost and ``prefetch``: then
-        :attr:`unresolved` and :attr:`cost` are all a request needs.
+    :param labels: the layers' header names; None when a limit is dynamic.
+    :param simple: True when no limit is dynamic, shadow, deferred or meta, has an ``exempt_when``, a cost
+        function or slots, and all have one cost and ``prefetch``: then :attr:`unresolved` and :attr:`cost`
+        are all a request needs.
     """
 
     endpoint: str
@@ -210,17 +193,11 @@ class Plan:
     _labels: dict[tuple[Policy, ...], LayerNames] = field(default_factory=dict, repr=False)
 
     def prepare(self, request: Request) -> tuple[Sequence[Batch], LayerNames, Sequence[Problem]]:
-        """Work out a request's script calls.
-
-        A simple plan makes one batch, of every limit one of whose identities
-        applies to the request, or none if no identity applies.
-
-        Otherwise, limits whose ``exempt_when`` is true, whose dynamic
-        function returns None or a bad string, or none of whose identities
-        applies, are left out. The rest are grouped by cost, shadow,
-        deferred and ``prefetch``, and the groups ordered: deferred inspections first (they
-        write nothing), then enforced limits, then shadow ones (so that a
-        request refused by an enforced limit is not counted by a shadow one).
+        """Work out a request's script calls: the limits but those exempted (``exempt_when``), whose
+        dynamic function returns None or a bad string, or none of whose identities applies, grouped by
+        cost, shadow, deferred and ``prefetch`` (one group for a simple plan), in this order: deferred
+        inspections (they write nothing), enforced limits, then shadow ones (so that a request an
+        enforced limit refuses is not counted by a shadow one).
 
         :returns: the batches, the header labels for the layers in play, and
             the problems met (bad costs, bad dynamic limits).
@@ -236,7 +213,6 @@ class Plan:
                 return (), labels, ()
             limits = self.limits
             if len(checks) < len(limits):
-                # The limits none of whose identities applies are left out.
                 limits = tuple(limit for limit in limits if any(limit.policy is fixed for fixed, _ in checks))
             return (Batch(self.cost, False, False, checks, limits, False, self.leased),), labels, ()
         problems: list[Problem] = []
@@ -275,9 +251,7 @@ class Plan:
         return batches, labels or self._labels_of(tuple(policies)), problems
 
     def _labels_of(self, policies: tuple[Policy, ...]) -> LayerNames:
-        """The header names of ``policies`` in their limits' quota units,
-        kept by the policies (a dynamic limit's policy made again, equal to
-        the old one, finds the same names)."""
+        """The header names of ``policies`` in their limits' units, kept (an equal policy finds them)."""
         labels = self._labels.get(policies)
         if labels is None:
             units = [
@@ -302,19 +276,13 @@ def matching(batches: list[Batch], response: Response) -> Iterator[Batch]:
 
 
 def _identities(found: tuple[Resolver, ...], request: Request) -> list[Identity]:
-    identities = []
-    for resolve in found:
-        identity = resolve(request)
-        if identity is not None:
-            identities.append(identity)
-    return identities
+    return [identity for resolve in found if (identity := resolve(request)) is not None]
 
 
 def compile_plan(app: Flask, endpoint: str, method: str, settings: Settings, warn: Warn | None = None) -> Plan | None:
     """The plan of ``endpoint`` for requests of ``method``, or None if no limit applies.
 
-    :param warn: how its identities warn of a logged-in user without an id
-        (see :func:`~flask_redis_throttle._request.identity.resolvers`).
+    :param warn: told of a logged-in user without an id (see ``identity.resolvers``).
     """
     found = limits_of(app, endpoint, settings, method)
     return plan_of(found, endpoint, method, settings, hasattr(app, "login_manager"), warn)
@@ -347,8 +315,7 @@ def plan_of(
             scope = f"{qualified_name(spec.scope)}()"  # its name: each request's scope is its own
         else:
             scope = spec.scope or _default_scope(endpoint, position, strategy, periods, taken)
-        # Scopes are given over all the endpoint's limits, whatever their
-        # methods, so that a limit keeps its counters for every method.
+        # Scopes are given over all the limits, whatever their methods: a limit keeps its counters for every one.
         taken.append((scope, strategy, periods))
         if not spec.applies_to(method):
             continue
@@ -382,8 +349,7 @@ def plan_of(
     policies = [limit.policy for limit in limits if limit.policy is not None]
     quota_units = settings.draft.quota_units
     unresolved = tuple(zip(policies, [limit.resolvers for limit in limits], strict=True)) if simple else ()
-    # The header names: each limit's layers, then its slots (whose unit
-    # LayerNames knows from the policy), with each one's quota unit.
+    # The header names: each limit's layers, then its slots (whose unit LayerNames knows), with their units.
     named = [
         (policy, limit.spec.unit) for limit in limits for policy in (limit.policy, limit.slots) if policy is not None
     ]
@@ -430,9 +396,8 @@ def _default_scope(
     periods: frozenset[int] | None,
     taken: list[tuple[str, str, frozenset[int] | None]],
 ) -> str:
-    """The endpoint; or the endpoint and the limit's position if an earlier
-    limit counts under it with the same strategy and a window in common (any,
-    if either is dynamic): two limits share a counter only by a ``scope=``."""
+    """The endpoint, or ``endpoint+position`` if an earlier limit counts under it with the same strategy
+    and a window in common (any, if either is dynamic): two limits share a counter only by a ``scope=``."""
     for scope, other_strategy, other_periods in taken:
         if (
             scope == endpoint

@@ -1,6 +1,5 @@
-"""What follows a refusal besides its 429 (the hooks, the shadow mode's and
-over-quota warnings, the ``error_message``, the refusal log), and a request
-that came near a limit (the near-limit log).
+"""What follows a refusal besides its 429 (hooks, warnings, ``error_message``, the refusal log),
+and a request that came near a limit (the near-limit log).
 """
 
 from __future__ import annotations
@@ -23,16 +22,14 @@ from ..signals import RefusalEvent, notify, request_refused
 from .decisions import OverQuota, batch_limit
 from .plan import Batch, PlannedLimit, qualified_name
 
-#: How many identities' layers near their limit a process remembers, to
-#: signal each once per window: bounded, as the block cache is.
+#: How many identities' layers near their limit a process remembers, to signal each once per window.
 NEAR_LIMIT_MEMORY = 10_000
 
 
 @dataclass(eq=False)
 class RefusalReporter:
-    """Reports the refusals and near-limit crossings of one app: its hooks
-    are told, its ``notices`` (the app's state) log and clock the signals,
-    and a log or ``metrics`` that is None is off."""
+    """Reports one app's refusals and near-limit crossings; ``notices`` (the app's state) log and
+    clock them, and a log or ``metrics`` that is None is off."""
 
     app: Flask
     notices: Notices
@@ -40,14 +37,12 @@ class RefusalReporter:
     refusals: RefusalLog | None
     near_limits: RefusalLog | None
     metrics: Metrics | None
-    #: When each (scope, identity tag, window) near its limit may be signalled
-    #: again, on the notices' clock; the oldest forgotten first.
+    #: When each (scope, identity tag, window) may be signalled again; the oldest forgotten first.
     _near: dict[tuple[str, str, int], float] = field(default_factory=dict)
     _near_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def error_message(self, req: Request, limit: PlannedLimit, description: str) -> str:
-        """The 429's description from ``limit``'s ``error_message``; a
-        function's bad answer keeps ``description``, with a warning."""
+        """The 429's description from ``limit``'s ``error_message``; a bad answer keeps ``description``."""
         message = limit.spec.error_message
         if callable(message):
             message = message(req)
@@ -72,10 +67,9 @@ class RefusalReporter:
         over: OverQuota | None,
         on_breach: Callable[[RefusalEvent], object] | None,
     ) -> AnyResponse | None:
-        """Log a refusal of ``batch``, real or shadow, and tell the hooks
-        (``on_breach``: the app's ``RATELIMIT_ON_BREACH``); ``over``: the
-        layer whose whole quota the cost exceeds, if any. Returns the
-        response a hook returned, to send instead of a real refusal's 429."""
+        """Log a refusal of ``batch``, real or shadow, and tell the hooks (``on_breach``: the app's);
+        ``over``: a layer whose whole quota the cost exceeds. Returns a hook's response, to send
+        instead of a real refusal's 429."""
         if over is None:
             policy, layer, identity = decision.policy, decision.layer, decision.identity
             retry_after: int | None = max(1, math.ceil(decision.retry_after))
@@ -110,16 +104,12 @@ class RefusalReporter:
         return None
 
     def near_limit(self, endpoint: str, batch: Batch, decision: Decision) -> None:
-        """Signal that the admitted ``decision`` took its identity's layer
-        past ``RATELIMIT_NEAR_LIMIT``: count it, and log it once the response
-        is sent. Once per identity, layer and window in this process (a
-        gradual strategy's count crosses the line back and forth); never for
-        the fallback's, which counts in this process only."""
+        """Count and log (once the response is sent) that ``decision`` crossed ``RATELIMIT_NEAR_LIMIT``:
+        once per identity, layer and window in this process; never the fallback's (see :ref:`near-limit`)."""
         if decision.fallback:
             return
         scope = decision.policy.scope
-        # The identity's tag, a short digest: the identity itself may be
-        # anything a client sent, and is not kept (see Refusal.cut).
+        # The identity's tag: the identity may be anything a client sent, and is not kept.
         key = (scope, self.throttle.tag(decision.identity), decision.layer.window)
         now = self.notices.clock()
         known = self._near
@@ -144,9 +134,8 @@ class RefusalReporter:
     def _record(
         self, log: RefusalLog, what: str, endpoint: str, checks: Sequence[Check], decision: Decision, shadow: bool
     ) -> None:
-        """Write ``decision`` to ``log`` (``what`` names its entries): one
-        ``XADD`` on the node of the identity's counters, through its breaker,
-        so that a stalled Redis holds no refusal up."""
+        """Write ``decision`` to ``log`` (``what`` names its entries): one ``XADD`` on the identity's
+        node, through its breaker, so that a stalled Redis holds no refusal up."""
         throttle = self.throttle
         identities = dict.fromkeys(str(identity) for _policy, ids in checks for identity in ids)
         stream = log.shard(throttle.tag(decision.identity))

@@ -1,8 +1,5 @@
-"""Concurrency slots whose giving back failed, given back by one thread per
-app once the storage answers again, so that a stall costs its clients the
-stall rather than a whole lease (see :ref:`concurrency`). A try that
-reaches the storage twice gives back nothing more: each request's slots
-are found by its own token.
+"""Concurrency slots whose giving back failed, given back by one thread per app once the storage
+answers, so that a stall costs its clients the stall, not a lease (see :ref:`concurrency`).
 """
 
 from __future__ import annotations
@@ -24,15 +21,13 @@ Failed = Callable[[StorageUnavailable, str], None]
 
 
 class Releases:
-    """The holds of one app whose giving back failed. ``failed`` is told of
-    a hold left to its lease (after a bug, or the oldest of :data:`MOST_PENDING`)."""
+    """``failed`` is told of a hold left to its lease (after a bug, or the oldest of :data:`MOST_PENDING`)."""
 
     def __init__(self, failed: Failed, clock: Callable[[], float] = time.monotonic) -> None:
         self.failed = failed
         self.clock = clock
         self._lock = threading.Lock()
-        #: Each hold that waits, and when its lease has ended at the latest (on
-        #: :attr:`clock`: its lease counted from now, after its admission).
+        #: Each hold that waits, and when its lease has ended at the latest (counted from now).
         self._pending: deque[tuple[Hold, float]] = deque()
         self._thread: threading.Thread | None = None
         #: Set whenever nothing waits (for tests, and whoever must know).
@@ -43,8 +38,7 @@ class Releases:
         return len(self._pending)
 
     def add(self, hold: Hold) -> None:
-        """Give ``hold`` back in the background, once the storage answers or
-        its lease ends, never blocking for the storage."""
+        """Give ``hold`` back in the background, once the storage answers or its lease ends."""
         dropped = None
         with self._lock:
             if len(self._pending) >= MOST_PENDING:
@@ -60,8 +54,7 @@ class Releases:
             self.failed(failure, "the oldest is freed by its lease")
 
     def _run(self) -> None:
-        """Try each hold in turn until none is left: one that fails goes to
-        the back, so that a node that does not answer holds up no other's."""
+        """Try each hold in turn; one that fails goes to the back: a silent node holds up no other's."""
         pause = FIRST_PAUSE
         while True:
             with self._lock:

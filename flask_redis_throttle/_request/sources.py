@@ -1,7 +1,5 @@
-"""Where an endpoint's limits come from, whatever the method: the view,
-its blueprints, ``RATELIMIT_DEFAULT`` and ``RATELIMIT_APPLICATION``, each
-unless an exemption drops it (see "Where an endpoint's limits come from"
-in docs/limits.rst). :mod:`flask_redis_throttle._request.plan` compiles them.
+"""Where an endpoint's limits come from: the view, its blueprints, ``RATELIMIT_DEFAULT`` and
+``RATELIMIT_APPLICATION``, each unless an exemption drops it (see docs/limits.rst).
 """
 
 from __future__ import annotations
@@ -18,9 +16,8 @@ from .spec import LimitSpec
 
 
 def limits_of(app: Flask, endpoint: str, settings: Settings, method: str) -> list[tuple[LimitSpec, str]]:
-    """Every limit of ``endpoint``, whatever the method, with where it was
-    written; ``RATELIMIT_DEFAULT`` among them unless a limit that applies
-    to ``method`` overrides it."""
+    """Every limit of ``endpoint``, whatever the method, with where it was written;
+    ``RATELIMIT_DEFAULT`` among them unless a limit that applies to ``method`` overrides it."""
     view = app.view_functions.get(endpoint)
     if view is None or endpoint == "static" or endpoint.endswith(".static"):
         return []
@@ -41,8 +38,7 @@ def limits_of(app: Flask, endpoint: str, settings: Settings, method: str) -> lis
         if "blueprints" not in drops and not replaced:
             specs = () if exemption is not None and exemption.own_limits else getattr(blueprint, LIMITS_ATTRIBUTE, ())
             found += [(spec, f"blueprint {name}") for spec in specs]
-            # A blueprint replaces the ones around it, for its own views only,
-            # when each of its limits would replace the default.
+            # A blueprint replaces those around it, for its own views, when all its limits would replace the default.
             replaced = (
                 replacing
                 and innermost == 0
@@ -61,24 +57,18 @@ def limits_of(app: Flask, endpoint: str, settings: Settings, method: str) -> lis
 
 
 def _overrides_default(own: list[LimitSpec], mode: str) -> bool:
-    """Whether a view with the limits ``own`` loses ``RATELIMIT_DEFAULT``: if
-    any overrides it, by its ``override_defaults`` or else ``RATELIMIT_DEFAULT_MODE``
-    (as in Flask-Limiter, the default stays only if every limit lets it)."""
+    """Whether any of ``own`` drops ``RATELIMIT_DEFAULT``, by its ``override_defaults`` or else ``mode``."""
     return any(mode == "replace" if spec.override_defaults is None else spec.override_defaults for spec in own)
 
 
 def class_view_limits(view_class: type) -> list[LimitSpec]:
-    """The limits put on the methods of a class-based view: those of
-    ``dispatch_request`` apply to every method, those of a handler (``get``,
-    ``post``...) to its HTTP method only (``get``'s to ``HEAD`` too, which
-    :class:`~flask.views.MethodView` answers with ``get``), in that order,
-    handlers by name.
+    """The limits put on the methods of a class-based view: ``dispatch_request``'s apply to every
+    method, a handler's (``get``, ``post``...) to its HTTP method only (``get``'s to ``HEAD`` too),
+    in that order, handlers by name.
 
-    :raises TypeError: for a limit that would never apply, rather than
-        ignore it silently: on a method that handles no request, an
-        :func:`~flask_redis_throttle.exempt` on a method (exempt the class
-        through its ``decorators``), or a handler's limit whose ``methods=``
-        leaves out the handler's own method.
+    :raises TypeError: for a limit or an :func:`~flask_redis_throttle.exempt` that would never
+        apply: on a method that handles no request, an exempt on a method, or a handler's limit
+        whose ``methods=`` leaves out the handler's own method.
     """
     handlers: dict[str, frozenset[str] | None] = {"dispatch_request": None}
     handlers |= {name: frozenset({name.upper()}) for name in sorted(http_method_funcs)}
@@ -109,8 +99,7 @@ def class_view_limits(view_class: type) -> list[LimitSpec]:
 
 
 def blueprints_of(app: Flask, endpoint: str) -> Iterator[str]:
-    """The names of the blueprints ``endpoint`` belongs to, innermost first,
-    as ``request.blueprints`` would give them: ``"parent.child"``, ``"parent"``."""
+    """The blueprints ``endpoint`` belongs to, innermost first, as ``request.blueprints`` gives them."""
     name = endpoint.rpartition(".")[0]
     while name:
         if name in app.blueprints:

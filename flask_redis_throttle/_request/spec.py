@@ -1,6 +1,5 @@
-"""One limit, as written in a :func:`~flask_redis_throttle.limit` or a
-setting: its options, defined in :class:`LimitOptions`, checked once each
-and kept in a :class:`LimitSpec`.
+"""One limit as written in a :func:`~flask_redis_throttle.limit` or a setting: its
+:class:`LimitOptions`, checked once each and kept in a :class:`LimitSpec`.
 """
 
 from __future__ import annotations
@@ -47,15 +46,12 @@ TOKEN = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")
 
 @dataclass(frozen=True)
 class LimitSpec:
-    """One limit, as written in a :func:`limit` or ``RATELIMIT_DEFAULT``,
-    parsed and validated: each field but the first two is the option of
-    :func:`limit` of its name (see there), as checked and read by
-    :func:`make_spec`; None where :func:`limit` says it falls back on a
-    setting.
+    """One limit, as written in a :func:`limit` or ``RATELIMIT_DEFAULT``, validated: each field but
+    the first two is the option of :func:`limit` of its name, as :func:`make_spec` reads it; None
+    where :func:`limit` says it falls back on a setting.
 
     :param limit: the limit string as written, or the dynamic limit function.
-    :param layers: its layers; None for a dynamic limit, whose layers are
-        known only per request.
+    :param layers: its layers; None for a dynamic limit.
     :param methods: upper case, as a set.
     :param penalty: parsed, as a :class:`~flask_redis_throttle.core.engine.penalties.Penalty`.
     :param meta: parsed, as layers.
@@ -93,17 +89,14 @@ class LimitSpec:
         return self.layers is None
 
     def applies_to(self, method: str) -> bool:
-        """Whether the limit applies to requests of ``method`` (upper case): one
-        on ``GET`` covers ``HEAD`` too, which Flask answers with the ``GET`` view."""
+        """Whether it applies to requests of ``method`` (upper case); ``GET`` covers ``HEAD``, as in Flask."""
         methods = self.methods
         return methods is None or method in methods or (method == "HEAD" and "GET" in methods)
 
 
 class LimitOptions(TypedDict, total=False):
-    """The options of a limit, by name and type: written once, here, for
-    :func:`limit`, ``RATELIMIT_DEFAULT`` and :func:`make_spec`, and each
-    checked once, by :func:`make_spec`. See :func:`limit` for what each
-    means; one left out takes the default of :class:`LimitSpec`."""
+    """The options of a limit, by name and type, for :func:`limit`, ``RATELIMIT_DEFAULT`` and
+    :func:`make_spec`, which checks them. See :func:`limit`; one left out takes :class:`LimitSpec`'s default."""
 
     scope: str | ScopeFunction | None
     identities: Sequence[IdentitySpec] | None
@@ -130,10 +123,9 @@ def make_spec(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> Limi
     """Check a limit and its options, and return them as a :class:`LimitSpec`.
 
     :param spec: the limit string, or the dynamic limit's function.
-    :param options: the :class:`LimitOptions` given, which :func:`limit` takes.
+    :param options: the :class:`LimitOptions` given.
     :raises InvalidLimit: quoting the first bad value found.
-    :raises TypeError: for an option that does not exist, as Python would
-        for a keyword argument.
+    :raises TypeError: for an option that does not exist, as Python would for a keyword argument.
     """
     for name in sorted(options.keys() - _OPTIONS.keys()):
         raise TypeError(f"limit() got an unexpected keyword argument {name!r}")
@@ -172,8 +164,7 @@ def make_spec(spec: str | DynamicLimit, **options: Unpack[LimitOptions]) -> Limi
 
 
 def shaped_burst(delay: float, strategy: str) -> int:
-    """The burst of a limit's policy: 1 for a shaped limit on a strategy that
-    bursts, spreading its requests one at a time (see :doc:`/shaping`); else 0."""
+    """A policy's burst: 1 if shaped on a strategy that bursts, to spread requests one at a time; else 0."""
     return 1 if delay and STRATEGIES[strategy].bursts else 0
 
 
@@ -182,15 +173,12 @@ _BAD: Any = object()
 
 
 def given(value: object) -> bool:
-    """Whether an option read as ``value`` is in use: not None, False or a
-    zero number. Every rule on options asks this, never the value's truth,
-    which is false for a callable object with a ``__len__`` of 0 that is in
-    use all the same."""
+    """Whether an option read as ``value`` is in use: not None, False or 0. Never ask the value's truth:
+    a callable object with a ``__len__`` of 0 is in use all the same."""
     return not (value is None or value is False or (isinstance(value, int | float) and value == 0))
 
 
 def _kept(good: Callable[[Any], bool]) -> Callable[[Any], Any]:
-    """The reading of an option kept as given when it is ``good``."""
     return lambda value: value if good(value) else _BAD
 
 
@@ -204,16 +192,14 @@ def _bounded(least: int, most: int, function: bool = False) -> Callable[[Any], b
     )
 
 
-#: The delay of ``delay=True``, and the longest a view's request may be told
-#: to wait, in seconds: each waiting request holds a worker (see :doc:`/shaping`).
+#: The delay of ``delay=True``, and the longest a request may wait, in seconds: each holds a worker.
 DEFAULT_DELAY, MAX_DELAY = 0.5, 10.0
 
 _DELAY = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s)?\s*")
 
 
 def _delay(delay: object) -> Any:
-    """A delay in seconds from seconds, ``"250ms"``, ``"1.5s"`` or True for
-    :data:`DEFAULT_DELAY`; False or 0 for none."""
+    """Seconds from seconds, ``"250ms"``, ``"1.5s"`` or True for :data:`DEFAULT_DELAY`; False or 0 for none."""
     if delay is True or delay is False:
         return DEFAULT_DELAY if delay else 0.0
     seconds = delay if is_number(delay) else None  # compared before float(), which 10**400 overflows
@@ -230,13 +216,12 @@ def _methods(methods: object) -> Any:
     return frozenset(item.upper() for item in items) if good else _BAD
 
 
-#: The units a limit's quota may count: all but concurrent requests, which a rate does not count.
+#: The units a limit's quota may count: all but concurrent requests.
 _LIMIT_UNITS = tuple(unit for unit in UNITS if unit != "concurrent-requests")
 _FUNCTION = (_kept(lambda value: value is None or callable(value)), "a function")
 _FLAG = (_kept(lambda value: isinstance(value, bool)), "True or False")
 
-#: Each of :class:`LimitOptions`, in the order checked: its reading (to
-#: what :class:`LimitSpec` keeps, or :data:`_BAD`) and what it must be.
+#: Each option, in the order checked: its reading (to what :class:`LimitSpec` keeps, or _BAD) and what it must be.
 _OPTIONS: dict[str, tuple[Callable[[Any], Any], str]] = {
     "scope": (_kept(_text_or_function), "a non-empty string, or a function of the request"),
     "identities": (
@@ -291,6 +276,5 @@ _APART = {
     ("prefetch", "deduct_when"): "a request counted after its response is counted one at a time",
 }
 
-#: The options that need a strategy able to, by the properties of its
-#: :class:`~flask_redis_throttle.core.engine.scripts.Strategy` that say it can and why not.
+#: The options that need a strategy able to, by the ``Strategy`` properties that say it can and why not.
 _NEEDS = {"delay": ("delays", "no_delay"), "prefetch": ("leases", "no_lease")}

@@ -1,6 +1,5 @@
 """The rate limiting state of one app, and the request hooks that decide
-requests and raise the 429 (what else follows a refusal is
-:mod:`~flask_redis_throttle._request.refusing`'s). See docs/architecture.rst.
+requests and raise the 429. See docs/architecture.rst.
 """
 
 from __future__ import annotations
@@ -48,21 +47,17 @@ RequestFilter = Callable[[Request], bool]
 
 #: The attribute of ``g`` that holds a request's :class:`Outcome`.
 OUTCOME_ATTRIBUTE = "_ratelimit"
-#: The attribute of ``g`` that holds the concurrency slots a request holds
-#: (:class:`~flask_redis_throttle.core.engine.throttle.Hold`) until its end takes them over.
+#: The attribute of ``g`` that holds a request's concurrency slots until its end takes them over.
 HELD_ATTRIBUTE = "_ratelimit_held"
 
-#: How many plans of limits' ``with`` blocks are kept (one per limit,
-#: endpoint and method): a limit made anew in each request stays bounded.
+#: How many plans of ``with limit(...)`` blocks are kept: bounded, for a limit made anew per request.
 BLOCK_PLANS = 1024
 
 
 @dataclasses.dataclass(slots=True)
 class Outcome:
-    """What ``before_request`` leaves in ``g`` for ``after_request`` and
-    :func:`~flask_redis_throttle.current_limit`."""
+    """What ``before_request`` leaves in ``g`` for ``after_request`` and ``current_limit()``."""
 
-    #: The names of the layers in play, and the ``RateLimit-Policy`` value.
     labels: LayerNames
     #: The decision the headers show.
     decision: Decision
@@ -70,21 +65,18 @@ class Outcome:
     retry: bool = False
     #: The deferred batches to count once the response is known, if any.
     deferred: list[Batch] | None = None
-    #: The concurrency slots the request holds, if any (see :meth:`RateLimitState._request_finished`).
     held: list[Hold] | None = None
 
 
 class RateLimitState(Notices):
     """The rate limiting state of one app, found at ``app.extensions["ratelimit"]``.
 
-    :param app: the app.
-    :param settings: its validated settings.
+    :param settings: the app's validated settings.
     :param filters: the request filters (see :meth:`RateLimit.request_filter`).
     :param client: a Redis client to use instead of ``RATELIMIT_STORAGE_URL``, or None.
     :param metrics: where to count decisions; None for no metrics.
 
-    It is its circuit breakers' :class:`~flask_redis_throttle.core.engine.breaker.BreakerListener`
-    (see :class:`~flask_redis_throttle._ops.notices.Notices`).
+    It is its circuit breakers' listener (see :class:`~flask_redis_throttle._ops.notices.Notices`).
     """
 
     def __init__(
@@ -103,24 +95,16 @@ class RateLimitState(Notices):
         self.filters = filters
         #: The core decider; tests may override its ``now`` to pin time. None when disabled.
         self.throttle: Throttle | None = None
-        #: Blocks of quota taken in advance, for the limits with ``prefetch=`` (see :doc:`/leases`).
-        self.leases: Leases | None = None
         #: Who hit the limits (see :doc:`/refusals`); None when disabled.
         self.refusals: RefusalLog | None = None
-        #: Who came near them (see :ref:`near-limit`); None when disabled.
+        self.leases: Leases | None = None
         self.near_limits: RefusalLog | None = None
-        #: What follows refusals and near-limit crossings; None when disabled.
         self.reporter: RefusalReporter | None = None
-        #: The overrides set at run time (see :doc:`/overrides`); None when disabled.
         self.overrides: Overrides | None = None
-        #: The concurrency slots whose giving back failed, given back once the storage answers.
         self.releases = Releases(self._storage_failed)
-        # Keys are real endpoints and the methods their rules accept (Flask
-        # answers any other method 405 with no endpoint), so this is bounded.
+        # Bounded: real endpoints and their rules' methods (Flask answers others 405, with no endpoint).
         self._plans: dict[tuple[str, str], Plan | None] = {}
-        #: The plans of limits' ``with`` blocks, by limit, endpoint and method.
         self._blocks: dict[tuple[LimitSpec, str, str], Plan | None] = {}
-        #: Whether the hooks that give slots back as requests end are in place (see :meth:`_watch_slots`).
         self._watching_slots = False
         self._slots_lock = threading.Lock()
         if settings.enabled:
@@ -155,10 +139,7 @@ class RateLimitState(Notices):
             got_request_exception.connect(self._give_back_held, app)
 
     def plan(self, endpoint: str | None, method: str = "GET") -> Plan | None:
-        """The compiled plan of ``endpoint`` for requests of ``method``,
-        compiled on first use and kept. Each of its
-        :attr:`~flask_redis_throttle._request.plan.Plan.limits` gives its
-        policy, scope, strategy, identities, source and options.
+        """The plan of ``endpoint`` for requests of ``method``, compiled on first use and kept.
 
         :returns: None when no limit applies: the endpoint is unknown,
             static, exempt or unlimited, or has no limit for ``method``.
@@ -174,18 +155,13 @@ class RateLimitState(Notices):
             return self._plans[key]
 
     def forget_plans(self) -> None:
-        """Forget the compiled plans, so that each endpoint's limits are read
-        again: for a limit put on a view after its first request."""
+        """Forget the compiled plans: for a limit put on a view after its first request."""
         self._plans.clear()
         self._blocks.clear()
 
     def decide_block(self, spec: LimitSpec) -> None:
-        """Decide ``spec`` for the current request, now: ``with limit(...)``
-        (see :ref:`block-limits`), beside the view's limits. Without a
-        ``scope``, it counts under ``<endpoint>:<limit string or function name>``.
-
-        :raises RateLimitExceeded: when it refuses the request.
-        """
+        """Decide ``spec`` for the current request now, beside the view's limits
+        (``with limit(...)``, see :ref:`block-limits`); raise :class:`RateLimitExceeded` if it refuses."""
         req: Request = request._get_current_object()  # type: ignore[attr-defined]
         endpoint = req.endpoint
         if endpoint is None or self.throttle is None:
@@ -242,9 +218,8 @@ class RateLimitState(Notices):
         throttle: Throttle,
         previous: Outcome | None = None,
     ) -> None:
-        """Decide the request's batches, one script call each, and leave the
-        :class:`Outcome` in ``g``; raise the 429 at the first enforced refusal.
-        A ``with`` block adds to the ``previous`` outcome of the request."""
+        """Decide the batches, one script call each, and leave the :class:`Outcome` in ``g``
+        (a ``with`` block's added to the ``previous`` one); raise the 429 at the first enforced refusal."""
         shown: Decision | None = None
         deferred: list[Batch] | None = None
         metas: list[Batch] | None = None
@@ -282,8 +257,10 @@ class RateLimitState(Notices):
                     self.release(held)
                 self._storage_unavailable(failure)
                 return
-            if decision.fallback or self._failing:
-                self._watch(decision)
+            if decision.fallback:
+                self._outage(f"rate limit storage unavailable ({throttle.url}); limiting per process in memory")
+            elif self._failing and not decision.cached:  # the block cache did not ask Redis
+                self._recovered()
             if metrics is not None:
                 outcome = outcome_label(decision, batch.shadow)
                 metrics.decided(endpoint, decision.policy.scope, outcome, perf_counter() - started)
@@ -309,8 +286,11 @@ class RateLimitState(Notices):
                 over = over_quota(batch.checks, batch.cost)
                 self._reporter().report(req, endpoint, batch, decision, True, over, self.settings.on_breach)
                 continue
-            if metas is not None:
-                self._breached(metas, throttle)
+            for meta in metas or ():  # a refusal counts in the meta limits
+                try:
+                    throttle.hit(meta.checks, 1)
+                except Exception as error:  # as above: the refusal stands, its count is lost
+                    self._storage_failed(error, "a refusal is not counted in the meta limits", throttle)
             self._refuse(req, endpoint, labels, shown, batch, decision, held)
         if wait > 0:
             # The turn the script reserved (see docs/shaping.rst): up to the limit's delay.
@@ -320,30 +300,12 @@ class RateLimitState(Notices):
         if shown is not None:
             g._get_current_object().__dict__[OUTCOME_ATTRIBUTE] = Outcome(labels, shown, False, deferred, held)
 
-    def _breached(self, metas: list[Batch], throttle: Throttle) -> None:
-        """Count a refusal in the request's meta limits."""
-        for batch in metas:
-            try:
-                throttle.hit(batch.checks, 1)
-            except Exception as error:  # as in _decide: the refusal stands, its count is lost
-                self._storage_failed(error, "a refusal is not counted in the meta limits", throttle)
-
-    def _watch(self, decision: Decision) -> None:
-        """Log that the fallback decided, or that Redis decides again."""
-        if decision.fallback:
-            assert self.throttle is not None
-            self._outage(f"rate limit storage unavailable ({self.throttle.url}); limiting per process in memory")
-        elif self._failing and not decision.cached:  # the block cache did not ask Redis
-            self._recovered()
-
     def _inspected(self, batch: Batch, throttle: Throttle) -> tuple[Decision, bool]:
-        """The decision on a deferred batch, inspected at cost 0: refused if
-        its real cost does not fit; and whether to count it after the response."""
+        """A deferred batch inspected at cost 0 (refused if its cost does not fit); and whether to count it later."""
         decision = throttle.hit(batch.checks, 0)
         priced = at_cost(decision, batch.cost)
         if priced is not decision and batch.penalized:
-            # Only a real hit lets the script start a penalty. It is refused;
-            # should room have appeared meanwhile, it is counted now.
+            # Only a real hit starts a penalty; should room have appeared meanwhile, it is counted now.
             return throttle.hit(batch.checks, batch.cost), False
         return priced, True
 
@@ -364,9 +326,7 @@ class RateLimitState(Notices):
         return response
 
     def _watch_slots(self) -> None:
-        """Give the slots a request holds back as it ends (its final
-        response, or its context's end), from the first request of the app
-        that takes one: an app with no cap pays nothing for them."""
+        """Give slots back as requests end, from the first request that takes one: no cost to an app with no cap."""
         with self._slots_lock:
             if not self._watching_slots:
                 request_finished.connect(self._request_finished, self.app)
@@ -374,10 +334,8 @@ class RateLimitState(Notices):
                 self._watching_slots = True
 
     def _request_finished(self, _app: Flask, response: Response, **_extra: object) -> None:
-        """Give the request's slots back with its final ``response``: now, so
-        that a client waiting for each response never finds its previous
-        request holding one; a streamed one's (or an ``abort()``'s, which
-        Flask cannot tell from a stream) when the server closes it."""
+        """Give the slots back now, so that a client's next request never finds them held; a streamed
+        response's (or an ``abort()``'s, which Flask cannot tell apart) when the server closes it."""
         held = g._get_current_object().__dict__.pop(HELD_ATTRIBUTE, None)
         if held and response.is_streamed:
             response.call_on_close(lambda: self.release(held))
@@ -385,17 +343,14 @@ class RateLimitState(Notices):
             self.release(held)
 
     def _give_back_held(self, _app: Flask, **_extra: object) -> None:
-        """Give back at once the slots of a request that raised, or whose
-        context ends with no final response having taken them over."""
+        """Give back the slots of a request that raised, or ended with no final response."""
         held = g._get_current_object().__dict__.pop(HELD_ATTRIBUTE, None)
         if held:
             self.release(held)
 
     def release(self, held: list[Hold]) -> None:
-        """Give back the concurrency slots of ``held``, each once. One the
-        storage cannot take now is given back once it answers (see
-        :mod:`flask_redis_throttle._request.releases`); one that met an
-        error not the storage's is freed by its lease."""
+        """Give back each slot of ``held`` once; one the storage cannot take now is given back once it
+        answers (see :mod:`~flask_redis_throttle._request.releases`), one a bug met is freed by its lease."""
         while held:
             hold = held.pop()
             try:
@@ -416,8 +371,7 @@ class RateLimitState(Notices):
             except Exception as error:  # as in _decide
                 self._storage_failed(error, "a response's deduction is lost", self.throttle)
                 continue
-            # Refused here means others took the room since the inspection:
-            # this request goes uncounted (see "deduct_when" in docs/limits).
+            # Refused: others took the room since the inspection; it goes uncounted (see docs/limits).
             shown = tighter(shown, decision)
         return shown
 
@@ -431,10 +385,8 @@ class RateLimitState(Notices):
         decision: Decision,
         held: list[Hold] | None,
     ) -> NoReturn:
-        """Report the refusal, leave ``shown`` for the headers, and raise the
-        429: without ``Retry-After`` for a request that costs more than a
-        layer's whole quota, which no wait lets pass. An ``on_breach`` hook's
-        response replaces the 429's; an error handler for 429 sees it first."""
+        """Report the refusal, leave ``shown`` for the headers, and raise the 429: without
+        ``Retry-After`` for a cost above a layer's whole quota, which no wait lets pass."""
         over = over_quota(batch.checks, batch.cost)
         setattr(g._get_current_object(), OUTCOME_ATTRIBUTE, Outcome(labels, shown, over is None, None, held))
         replacement = self._reporter().report(req, endpoint, batch, decision, False, over, self.settings.on_breach)
@@ -480,10 +432,8 @@ class RateLimitState(Notices):
             raise ServiceUnavailable("Rate limiting is unavailable; try again shortly.", retry_after=1)
 
     def _overrides_unavailable(self, error: Exception, again: bool) -> None:
-        """The overrides could not be read: the copy in hand stays in force.
-        Redis's failure is the decisions' to report; any other error is a
-        bug, logged when a second read in a row meets one (by then a client
-        that fails every call has had the decisions log it, once)."""
+        """The overrides could not be read: the copy in hand stays. A bug is logged at a second failed read
+        in a row (by then a client failing every call has had the decisions log it); Redis's is theirs."""
         if again and not isinstance(error, STORAGE_ERRORS):
             self._internal_error(f"internal error reading the overrides ({error}); the last ones read stay", error)
 
@@ -496,9 +446,8 @@ class RateLimitState(Notices):
             raise ServiceUnavailable("Rate limiting is unavailable; try again shortly.", retry_after=retry_after)
 
     def _storage_failed(self, error: Exception, consequence: str, throttle: Throttle | None = None) -> None:
-        """Log that ``error`` kept a request from being decided or counted, and
-        its ``consequence``: Redis's failure as an outage, any other (made an
-        :class:`UnexpectedError` by ``throttle``) as an internal error."""
+        """Log that ``error`` kept a request from being decided or counted, and its ``consequence``:
+        Redis's failure as an outage, any other (made :class:`UnexpectedError` by ``throttle``) as a bug."""
         if not isinstance(error, StorageUnavailable):
             assert throttle is not None
             error = throttle.unexpected(error)
