@@ -186,8 +186,13 @@ def hash_tag(key: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Part:
-    """One call of a request split by hash tag: its entries' keys then penalty keys, its
-    arguments, each of its ``layers``' number in the whole plan, and its windows in microseconds."""
+    """One call of a request split by hash tag (see :func:`split`).
+
+    :param keys: its entries' keys, then their penalty keys.
+    :param args: now, cost and its entries' plan, then any that follow.
+    :param layers: each of its layers' number in the whole request's plan (0-based).
+    :param windows: its layers' windows, in microseconds, each once (see :func:`merge`).
+    """
 
     keys: list[str]
     args: list[Arg]

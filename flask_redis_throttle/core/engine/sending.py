@@ -33,8 +33,14 @@ class Sender:
         self._connections = storage.connections
 
     def evaluate(self, strategies: frozenset[str], keys: Sequence[str], args: Args) -> list[int]:
-        """Run the script for ``strategies`` once: one EVALSHA, one round trip; on NOSCRIPT, once more
-        with EVAL (see :ref:`noscript`). On a cluster, see :meth:`evaluate_split`.
+        """Run the script for ``strategies`` once: one EVALSHA, one round trip.
+
+        On NOSCRIPT, it is made again with EVAL, which cannot meet it (see :ref:`noscript`).
+
+        On a cluster, keys with different hash tags (different identities)
+        may live on different nodes, so the script is run once per hash tag,
+        on the node that holds it, and the replies merged into the one a single call would
+        give (see :meth:`evaluate_split`).
 
         :raises KeyError: for an unknown strategy.
         :raises redis.RedisError: when Redis cannot answer (or a
@@ -59,10 +65,10 @@ class Sender:
         return reply  # type: ignore[no-any-return]
 
     def evaluate_split(self, strategies: frozenset[str], keys: Sequence[str], args: Args) -> list[int]:
-        """Run the script once per hash tag, one round trip to each node involved, and reply as one
-        call over all the keys would: admitted only if every call admitted. If another refused, the
-        admitting ones are refunded at once. Each call is atomic on its own; the whole is not (see
-        :ref:`cluster`)."""
+        """Run the script once per hash tag: one round trip to each node
+        involved, and reply as one call over all the keys would: admitted only if every call
+        admitted. If another refused, the admitting ones are refunded at once, at the time each
+        decided at. Each call is atomic on its own; the whole is not (see :ref:`cluster`)."""
         fanout = self._fanout(keys, args)
         parts, known = fanout.parts, fanout.scripts
         # The plain script fits the parts if and only if it fits the whole.

@@ -365,6 +365,7 @@ class Throttle:
         return _decision(reply, checks, layout)
 
     def _hold(self, keys: Sequence[str], layout: Layout, now: int | None, token: str) -> Hold:
+        """The slots a request admitted at ``now`` with ``token`` holds."""
         return Hold(self, tuple([keys[key] for key in layout.held]), layout.held_plan, now, layout.lease, token=token)
 
     def _prepare(self, checks: Sequence[Check]) -> tuple[list[str], Layout, frozenset[str]]:
