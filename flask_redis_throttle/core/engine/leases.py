@@ -15,7 +15,6 @@ from dataclasses import dataclass, replace
 from .scripts import PARTS
 from .throttle import Check, Decision, Hold, StorageUnavailable, Throttle
 
-#: The strategies whose quota can be leased, by their records.
 LEASABLE = frozenset(name for name, strategy in PARTS.items() if strategy.leases)
 
 #: A block is what the worker asked for over the last ``HORIZON`` seconds.

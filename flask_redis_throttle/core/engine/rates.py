@@ -15,7 +15,6 @@ MAX_QUOTA = 1_000_000_000
 MAX_WINDOW = 366 * 86_400
 #: The longest limit string, in characters: limits can come from data, so a longer one is not read.
 MAX_LIMIT_LENGTH = 1000
-#: The most layers one limit string may have.
 MAX_LAYERS = 32
 
 _DURATIONS = {"s sec second seconds": 1, "m min minute minutes": 60, "h hour hours": 3_600, "d day days": 86_400}
