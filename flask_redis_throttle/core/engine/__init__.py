@@ -1,4 +1,2 @@
-"""The decision engine: limits, keys, penalties, the Lua scripts (``lua/``),
-their plan and reply codec, and the throttle that makes one script call
-decide every layer of every identity, with its breaker and blocks.
-"""
+"""The decision engine: limits, keys, penalties, the Lua scripts and their codec, and the
+throttle that decides every layer of every identity in one script call, with its breaker and blocks."""

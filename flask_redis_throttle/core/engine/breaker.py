@@ -1,9 +1,6 @@
-"""A circuit breaker: stop calling a Redis that keeps failing, so that
-requests are decided by the failure policy at once rather than each
-waiting for a timeout, then probe it (see :class:`CircuitBreaker`).
-
-This module is pure Python: it imports neither Flask nor Redis.
-"""
+"""A circuit breaker: stop calling a Redis that keeps failing, so that the
+failure policy decides at once rather than after a timeout, then probe it.
+It imports neither Flask nor Redis."""
 
 from __future__ import annotations
 
@@ -15,9 +12,8 @@ from typing import Protocol
 
 
 class BreakerListener(Protocol):
-    """Told, outside the breaker's lock, when a breaker named ``name`` is
-    added, opens (after ``failures`` in a row, for ``period`` seconds
-    before the first probe) and closes: once per outage, to log and count."""
+    """Told, outside the breaker's lock, when a breaker is added, opens (for
+    ``period`` seconds before the first probe) and closes: to log and count."""
 
     def breaker_added(self, name: str) -> None: ...
 
@@ -28,17 +24,16 @@ class BreakerListener(Protocol):
 
 @dataclass(eq=False)
 class CircuitBreaker:
-    """Counts failures in a row and decides whether to call Redis at all:
-    ``threshold`` failures open it, then after a back-off one request
-    probes Redis; success closes it, failure opens it again for twice as
-    long, up to ``max_backoff``.
+    """Counts failures in a row: ``threshold`` open it, then after a back-off
+    one request probes Redis; success closes it, failure reopens it for
+    twice as long, up to ``max_backoff``.
 
     :param threshold: failures in a row that open the breaker; at least 1.
     :param backoff: seconds it first stays open.
     :param max_backoff: the longest it stays open.
     :param clock: seconds on a monotonic clock; tests may replace it.
     :param name: the node it guards, for the listener: a redacted URL or ``host:port``.
-    :param listener: told when the breaker opens and closes; None for no one.
+    :param listener: told when it opens and closes; None for no one.
     """
 
     threshold: int = 3
@@ -60,8 +55,7 @@ class CircuitBreaker:
         self._period = self.backoff
 
     def like(self, name: str = "") -> CircuitBreaker:
-        """A closed breaker named ``name`` like this one: one per cluster
-        node, so that a dead node does not stop calls to the others."""
+        """A closed breaker like this one, for a cluster node: a dead node stops no calls to others."""
         breaker = replace(self, name=name)
         if self.listener is not None:
             self.listener.breaker_added(name)
@@ -77,8 +71,7 @@ class CircuitBreaker:
         return max(self._open_until - self.clock(), 0.0) if self._open_until else 0.0
 
     def allow(self) -> bool:
-        """Whether to call Redis now: while closed (no lock taken on every
-        request's path), and for the one probe once the period is over."""
+        """Whether to call Redis now: while closed (taking no lock), and for the one probe once the period is over."""
         if not self._open_until:
             return True
         with self._lock:
@@ -88,8 +81,7 @@ class CircuitBreaker:
             return True
 
     def abandon(self) -> None:
-        """The call :meth:`allow` let through will not be made: if it was
-        the probe, the next request may probe instead."""
+        """The call :meth:`allow` let through is not made: another request may probe instead."""
         if self._probing:
             with self._lock:
                 self._probing = False
@@ -104,8 +96,7 @@ class CircuitBreaker:
                 self.listener.breaker_closed(self.name, failures)
 
     def failure(self) -> None:
-        """Redis failed: count it, and open (again) when it is time to; the
-        listener is not told when a failed probe reopens it."""
+        """Redis failed: count it, and open (again) when it is time to; a failed probe tells no listener."""
         with self._lock:
             self._failures += 1
             opened = not self._open_until

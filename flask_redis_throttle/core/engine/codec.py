@@ -1,14 +1,5 @@
-"""What the scripts are sent and what they reply: the one place that writes
-and reads their wire format (see docs/architecture.rst, and ``lua/main.lua``
-for the Lua side).
-
-A call is the keys, one per *entry* (one identity's layers under one
-limit's scope and strategy), then the penalty keys; and three arguments:
-the time (``""`` for Redis's own clock), the cost, and the *plan*, the
-entries in binary (see :func:`entry`). On a Redis Cluster, :func:`split`
-cuts a call into one per hash tag, and :func:`merge` makes of their
-replies the reply one call would have given.
-"""
+"""The one place that writes and reads the scripts' wire format, the keys, the time, the cost
+and the *plan* (see :ref:`lua-convention`), and splits a cluster call by hash tag and merges its replies."""
 
 from __future__ import annotations
 
@@ -38,16 +29,13 @@ __all__ = [
     "split",
 ]
 
-#: How many request shapes' layouts a throttle keeps (see :class:`Layout`).
+#: How many request shapes' layouts a throttle keeps.
 LAYOUT_CACHE_SIZE = 256
 
-#: The code of the concurrency slots' entries (see ``lua/concurrency.lua``).
 SLOTS_CODE = b"cc"
 
-#: A plan entry's layer (quota, window), penalty (first, factor, longest) and
-#: shaping (longest wait in ms, burst): little-endian unsigned 32-bit integers.
+#: A plan entry's layer, penalty and shaping (wait in ms, burst): little-endian unsigned 32-bit integers.
 _LAYER, _PENALTY, _SHAPING = struct.Struct("<II"), struct.Struct("<III"), struct.Struct("<II")
-#: The bits of an entry's flag byte: a penalty follows, a delay follows.
 _PENALIZED, _DELAYED = 1, 2
 
 #: The longest delay a plan entry can carry, in seconds (4 bytes of milliseconds).
@@ -60,13 +48,9 @@ def entry(
     penalty: tuple[int, int, int] | None = None,
     shaping: tuple[int, int] | None = None,
 ) -> bytes:
-    """The plan entry of one identity under one limit: the strategy's
-    two-letter ``code``, the number of layers (one byte), each layer's quota
-    and window, then a byte of flags: 1 if a penalty follows, plus 2 if
-    ``shaping`` follows (see docs/architecture.rst).
+    """The plan entry of one identity under one limit (see :ref:`lua-convention`).
 
-    :raises InvalidLimit: for more than :data:`~flask_redis_throttle.core.engine.rates.MAX_LAYERS`
-        layers, as a limit string with as many gets (one byte counts them).
+    :raises InvalidLimit: for more than :data:`~flask_redis_throttle.core.engine.rates.MAX_LAYERS` layers.
     """
     if len(layers) > MAX_LAYERS:
         raise InvalidLimit(f"a limit has at most {MAX_LAYERS} layers, not {len(layers)}", spec=layers)
@@ -81,7 +65,7 @@ def entry(
 
 
 def entries(plan: bytes) -> Iterator[tuple[bytes, int, bool]]:
-    """Each entry of ``plan`` (see :func:`entry`), with its number of layers and whether it has a penalty."""
+    """Each entry of ``plan``, with its number of layers and whether it has a penalty."""
     at = 0
     while at < len(plan):
         count = plan[at + 2]
@@ -104,20 +88,11 @@ def shaped(plan: bytes) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    """What a script call looks like apart from who it counts, made once for
-    each request shape (its limits, and how many identities each has).
-
-    :param plan: the plan argument, one entry per counter's key.
-    :param penalized: whether some entry has a penalty (penalty keys follow).
-    :param places: for each layer, in order: the number of its limit, of its
-        identity among the limit's, and of the layer among the limit's.
-    :param windows: for each layer: the number of its key, its window and quota.
-    :param shaped: whether some entry has a delay.
-    :param held: the numbers of the keys that hold concurrency slots.
-    :param held_plan: those keys' entries: the plan that gives the slots back.
-    :param slot_layers: the numbers of the layers that are concurrency slots.
-    :param lease: the longest lease of those slots, in seconds; 0 for none.
-    """
+    """A script call apart from who it counts, made once per request shape (its limits, and how
+    many identities each has). For each layer, ``places`` holds the number of its limit, of its
+    identity and of the layer among the limit's; ``windows``, its key's number, window and quota.
+    ``held`` are the keys holding concurrency slots and ``held_plan`` the plan giving them back;
+    ``lease`` is the slots' longest lease, in seconds."""
 
     plan: bytes
     penalized: bool
@@ -131,7 +106,7 @@ class Layout:
 
     @classmethod
     def of(cls, limits: Iterable[tuple[bytes, int, Sequence[Layer]]]) -> Layout:
-        """The layout of a call over ``limits``: each its entry, how many identities it counts, and its layers."""
+        """The layout of ``limits``: each its entry, how many identities it counts, and its layers."""
         texts: list[bytes] = []
         places: list[tuple[int, int, int]] = []
         windows: list[tuple[int, int, int]] = []
@@ -162,7 +137,7 @@ class Layout:
         )
 
     def layers(self, keys: Sequence[str]) -> list[tuple[str, int]]:
-        """Each layer of a call on ``keys`` as the block cache knows it: ``<key>=<window>``, and its quota."""
+        """Each layer as the block cache knows it: ``<key>=<window>``, and its quota."""
         return [(f"{keys[key]}={window}", quota) for key, window, quota in self.windows]
 
 
@@ -170,13 +145,10 @@ class Reply(NamedTuple):
     """A script's verdict on one request, decoded from its flat reply.
 
     :param admitted: whether every layer had room (and the hit was recorded).
-    :param layer: the deciding layer, 0-based, in the order of the plan (see
-        :class:`~flask_redis_throttle.core.engine.throttle.Decision`, whose
-        ``remaining``, ``reset`` and ``retry_after`` these are too).
-    :param now: the time the script decided at, in microseconds, which a
-        refund of this request is sent with.
-    :param penalized: whether the deciding layer refused because its
-        identity serves a penalty.
+    :param layer: the deciding layer, 0-based, in the plan's order (``remaining``, ``reset`` and
+        ``retry_after`` are as :class:`~flask_redis_throttle.core.engine.throttle.Decision`'s).
+    :param now: the time the script decided at, in microseconds, which a refund is sent with.
+    :param penalized: whether the deciding layer refused because its identity serves a penalty.
     """
 
     admitted: bool
@@ -189,7 +161,7 @@ class Reply(NamedTuple):
 
     @classmethod
     def decode(cls, raw: Sequence[int]) -> Reply:
-        """Build a :class:`Reply` from the script's six integers, or seven when some entry has a penalty."""
+        """The :class:`Reply` of the script's six integers, or seven when some entry has a penalty."""
         admitted, index, remaining, reset_us, retry_us, now = raw[:6]
         penalized = len(raw) > 6 and raw[6] == 1
         fields = (admitted == 1, index - 1, remaining, reset_us / 1e6, retry_us / 1e6, int(now), penalized)
@@ -197,8 +169,8 @@ class Reply(NamedTuple):
 
     @staticmethod
     def refused(index: int, remaining: int, reset: int, retry: int, penalized: bool) -> list[int]:
-        """The raw reply of a refusal by layer ``index`` (0-based), times in
-        microseconds: what the block cache answers in the script's place."""
+        """The raw reply of a refusal by layer ``index`` (0-based, times in microseconds) that the
+        block cache answers in the script's place."""
         return [0, index + 1, remaining, reset, retry, 0, int(penalized)]
 
 
@@ -231,9 +203,8 @@ class Part:
 
 
 def split(keys: Sequence[str], args: Args) -> list[Part]:
-    """Cut one call into one call per hash tag, each with the entries (and
-    the penalty keys) of that tag, in their order, and the arguments that
-    follow the plan (a refund's wait, the slots' token) as they are."""
+    """Cut one call into one per hash tag, each with that tag's entries and penalty keys, in their
+    order, and the arguments after the plan as they are."""
     now, cost, plan, rest = args[0], args[1], args[2], list(args[3:])
     assert isinstance(plan, bytes)
     parts = list(entries(plan))
@@ -257,15 +228,8 @@ def split(keys: Sequence[str], args: Args) -> list[Part]:
 
 @dataclass(frozen=True, slots=True)
 class Fanout:
-    """A cluster request's calls, one per hash tag, worked out once for its
-    keys and arguments and kept by the sender (not their nodes: the
-    storage's cache of redis-py's slot map gives those).
-
-    :param parts: the request split by hash tag (see :func:`split`).
-    :param calls: each part's keys and arguments, as sent.
-    :param scripts: the script the calls take, by their strategies: the
-        sender's to fill (see :meth:`~flask_redis_throttle.core.engine.sending.Sender.evaluate_split`).
-    """
+    """A cluster request's ``parts`` and their ``calls``, worked out once and kept by the sender
+    (not their nodes: the storage keeps those), with the ``scripts`` they take, by strategies."""
 
     parts: list[Part]
     calls: list[Call]
@@ -273,12 +237,10 @@ class Fanout:
 
     @classmethod
     def of(cls, parts: list[Part]) -> Fanout:
-        """The fan-out of ``parts``."""
         return cls(parts, [(part.keys, part.args) for part in parts])
 
     def sent_with(self, rest: Sequence[Arg]) -> Fanout:
-        """This fan-out with ``rest`` after each part's plan: the arguments
-        that change with each request (a refund's wait, the slots' token)."""
+        """With ``rest``, the arguments that change per request, after each part's plan."""
         if not rest:
             return self
         parts = [replace(part, args=[*part.args, *rest]) for part in self.parts]
@@ -315,11 +277,9 @@ class SplitReply(list[int]):
 
 
 def settle(parts: Sequence[Part], replies: Sequence[Sequence[int]]) -> tuple[list[int], list[Call]]:
-    """The reply one call over every part's keys would have given, and the
-    calls that give back what the parts that admitted took, when another
-    part refused: a request is admitted whole or not at all. A refund (a
-    negative cost), or a request that cost nothing, is never refunded.
-    """
+    """The reply one call over every part's keys would have given, and the calls that refund the
+    parts that admitted when another refused: a request is admitted whole or not at all. A refund
+    (a negative cost), or a request that cost nothing, is never refunded."""
     cost = parts[0].args[1]
     if isinstance(cost, int) and cost < 0:
         return list(replies[0]), []
@@ -329,27 +289,17 @@ def settle(parts: Sequence[Part], replies: Sequence[Sequence[int]]) -> tuple[lis
         times = tuple((part.tag, got[5], got[4]) for part, got in zip(parts, replies, strict=True))
         return SplitReply(reply, times), []
     if reply[0] == 0 and isinstance(cost, int) and cost > 0:
-        # At the time each part decided, with the wait it replied (a sliding log's entries are
-        # stamped with it) and the slots' token, if any.
+        # At the time each part decided, with its wait (a sliding log's entries are stamped with it).
         admitted = [(part, got) for part, got in zip(parts, replies, strict=True) if got[0] == 1]
         refunds = [(part.keys, [got[5], -cost, part.args[2], got[4], *part.args[4:]]) for part, got in admitted]
     return reply, refunds
 
 
 def merge(parts: Sequence[Part], replies: Sequence[Sequence[int]]) -> list[int]:
-    """The reply one call over every part's keys would have given: admitted
-    only if every part admitted, with the deciding layer chosen as the
-    script chooses it, numbered in the whole plan; the penalty flag if any
-    part replied with one.
-
-    An admission's time is that of the part whose first window ends
-    soonest on its node's clock: a block of quota leased by the request
-    (see :mod:`~flask_redis_throttle.core.engine.leases`) must be spent
-    before the first of the windows it was counted in ends, on whichever
-    node, or it would be spent in a window where nothing counted it.
-    """
-    # Plain loops, the merged reply built once: all() and any() over
-    # generators took half as long again, on every cluster request.
+    """The reply one call over every part's keys would have given, its deciding layer chosen as
+    the script does. An admission's time is the part's whose first window ends soonest: a leased
+    block must be spent before any window it was counted in ends (see :doc:`/leases`)."""
+    # Plain loops: all() and any() over generators took half as long again.
     admitted, flagged = True, False
     for reply in replies:
         if reply[0] != 1:
@@ -374,7 +324,6 @@ def merge(parts: Sequence[Part], replies: Sequence[Sequence[int]]) -> list[int]:
         raise ValueError("no part of the request was decided")
     merged = [best[0], layer + 1, *best[2:6]]
     if admitted:
-        # A shaped request waits for the latest turn any part reserved.
         merged[4] = max(reply[4] for reply in replies)
         merged[5] = _soonest_ending(parts, replies)
     if flagged:
@@ -383,8 +332,7 @@ def merge(parts: Sequence[Part], replies: Sequence[Sequence[int]]) -> list[int]:
 
 
 def _soonest_ending(parts: Sequence[Part], replies: Sequence[Sequence[int]]) -> int:
-    """The time of the reply whose part's first window ends soonest after
-    it, whichever node's clock is ahead (see ``Leases._take`` in ``core/engine/leases.py``)."""
+    """The time of the reply whose part's first window ends soonest after it."""
     at, soonest = replies[0][5], -1
     for part, reply in zip(parts, replies, strict=True):
         now = reply[5]

@@ -1,9 +1,6 @@
-"""Who a counter belongs to and its Redis key, ``rl:{ip:Yq3...}:api:fw``
-(see :ref:`keys`); the ``SCAN`` patterns that find those keys again; and
-what logs do with a value from a request (:func:`cut`, :func:`loggable`).
-
-This module is pure Python: it imports neither Flask nor Redis.
-"""
+"""Who a counter belongs to, its Redis key ``rl:{ip:Yq3...}:api:fw`` (see
+:ref:`keys`) and the ``SCAN`` patterns that find it; what logs do with a
+value from a request. It imports neither Flask nor Redis."""
 
 from __future__ import annotations
 
@@ -20,8 +17,7 @@ from typing import Any, Protocol
 class Identity:
     """One of the identities a request is known by.
 
-    :param kind: ``"ip"``, ``"user"``, or ``"key:<function>"`` for a custom
-        key function.
+    :param kind: ``"ip"``, ``"user"``, or ``"key:<function>"`` for a custom key function.
     :param value: the IP address (or IPv6 network), user id or custom key.
     """
 
@@ -41,8 +37,7 @@ class Identity:
         return cls(kind, value)
 
 
-#: Values longer than this are hashed every time rather than cached, so that
-#: the cache cannot hold on to megabytes of a hostile client's identities.
+#: Values longer than this are hashed every time, not cached: a hostile client's would fill the cache.
 CACHED_VALUE_LENGTH = 256
 
 
@@ -57,9 +52,8 @@ _cached_tag = lru_cache(maxsize=8192)(_tag)
 
 
 def identity_tag(kind: str, value: str, secret: bytes = b"") -> str:
-    """The hash tag, without braces, of every key of this identity: ``ip:``,
-    ``user:`` or ``key:`` and a digest of the kind and ``value`` together
-    (keyed by ``secret``), so two key functions' same string count apart."""
+    """The hash tag, without braces, of this identity's keys: ``ip:``, ``user:`` or ``key:`` and a
+    digest of the kind and ``value`` (keyed by ``secret``): two key functions' same string count apart."""
     if len(value) <= CACHED_VALUE_LENGTH:
         return _cached_tag(kind, value, secret)
     return _tag(kind, value, secret)
@@ -82,7 +76,7 @@ def kept_counter_key(head: str, kind: str, value: str, secret: bytes, suffix: st
 
 @lru_cache(maxsize=16)
 def _digest_key(secret: bytes) -> bytes:
-    """BLAKE2b takes keys of at most 64 bytes; any secret is hashed to 32."""
+    """BLAKE2b keys are at most 64 bytes: any secret is hashed to 32."""
     return hashlib.blake2b(secret, digest_size=32).digest() if secret else b""
 
 
@@ -90,27 +84,23 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._/@+-]")
 
 
 def escape_scope(scope: str) -> str:
-    """A scope as a safe part of a key that no other scope shares: all but
-    letters, digits and ``._/@+-`` become ``%XX`` for each UTF-8 byte."""
+    """``scope`` as a key part no other scope shares: all but letters, digits and ``._/@+-`` become ``%XX``."""
     return _UNSAFE.sub(lambda m: "".join(f"%{b:02X}" for b in m[0].encode("utf-8", "surrogatepass")), scope)
 
 
-#: Values from a request longer than this are cut wherever they are written
+#: Values from a request are cut to this length wherever they are written
 #: down (the refusal log, log lines), so that a client cannot bloat either.
 MAX_VALUE_LENGTH = 200
 
 
 def cut(value: str) -> str:
-    """``value``, or its first characters and an ellipsis, in at most
-    :data:`MAX_VALUE_LENGTH` characters."""
+    """``value``, or its start and an ellipsis, in at most :data:`MAX_VALUE_LENGTH` characters."""
     return value if len(value) <= MAX_VALUE_LENGTH else value[: MAX_VALUE_LENGTH - 1] + "…"
 
 
 def loggable(value: str) -> str:
-    """``value`` as part of one log line, so that it cannot forge lines:
-    characters that are not printable as Python writes them in a string
-    literal (``\\n``), and :func:`cut`. Only the first
-    :data:`MAX_VALUE_LENGTH` characters are looked at."""
+    """``value`` in one log line, unable to forge lines: unprintable characters as Python
+    writes them in a literal (``\\n``), and :func:`cut` (only its start is read)."""
     head = value[:MAX_VALUE_LENGTH]
     if not head.isprintable():
         head = "".join(char if char.isprintable() else repr(char)[1:-1] for char in head)
@@ -124,35 +114,29 @@ _GLOB = re.compile(r"([\\*?\[\]])")
 
 
 class _Deleting(Protocol):
-    """What :func:`delete_counters` needs of a client."""
-
     def scan_iter(self, match: str, count: int) -> Iterable[Any]: ...
 
     def delete(self, *names: Any) -> Any: ...
 
 
-#: The glob of every identity's tag (see :func:`identity_tag`), so that a
-#: pattern of every identity's counters leaves other keys under the prefix
-#: alone, such as the overrides' log, ``<prefix>{overrides}:log``.
+#: The glob of every identity's tag: other keys under the prefix, such as
+#: the overrides' log ``<prefix>{overrides}:log``, are left alone.
 _ANY_TAG = "[iuk]*:" + "?" * 22
 
 
 def glob_escape(text: str) -> str:
-    """``text`` with the characters special to Redis glob patterns (``*?[]\\``) escaped."""
+    """``text`` with Redis glob's special characters (``*?[]\\``) escaped."""
     return _GLOB.sub(r"\\\1", text)
 
 
 def counter_pattern(prefix: str, tag: str | None, scope: str | None = None, beneath: bool = False) -> str:
-    """The ``SCAN`` pattern of an identity's counters, or every identity's,
-    in one scope or all.
+    """The ``SCAN`` pattern of an identity's counters, or every identity's, in one scope or all.
 
     :param prefix: the key prefix (``RATELIMIT_KEY_PREFIX``).
-    :param tag: the identity's hash tag, from
-        :func:`~flask_redis_throttle.core.engine.keys.identity_tag`; None for every identity.
+    :param tag: the identity's hash tag (:func:`~flask_redis_throttle.core.engine.keys.identity_tag`); None for all.
     :param scope: only this scope's counters, or None for every scope.
-    :param beneath: instead of ``scope``'s, those of every scope named
-        ``scope:...`` (a dynamic limit of the Flask-Limiter shim counts each
-        of its strings in one).
+    :param beneath: instead of ``scope``'s, those of every scope named ``scope:...`` (a
+        dynamic limit of the Flask-Limiter shim counts each of its strings in one).
     """
     tail = ""
     if scope is not None:
@@ -164,11 +148,10 @@ def counter_pattern(prefix: str, tag: str | None, scope: str | None = None, bene
 
 def delete_counters(client: _Deleting, pattern: str) -> int:
     """Delete every key that matches ``pattern``, in batches, and return how many were deleted
-    (not those deleted by someone else meanwhile). ``SCAN`` may return a key
-    more than once (Valkey does while its table rehashes); each is sent to ``DEL`` once.
+    (not those deleted by someone else meanwhile). A key ``SCAN`` returns twice (Valkey does
+    while its table rehashes) is sent to ``DEL`` once.
 
-    :raises redis.RedisError: if Redis cannot answer; keys of batches already
-        sent stay deleted.
+    :raises redis.RedisError: if Redis cannot answer; batches already sent stay deleted.
     """
     deleted = 0
     seen: set[Any] = set()

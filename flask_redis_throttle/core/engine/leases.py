@@ -1,7 +1,5 @@
-"""Quota leases: a worker takes a block of an identity's quota in one
-script call (a hit of cost ``n``, counted in Redis when taken) and spends
-it in process until it is spent or its window ends (see docs/leases.rst).
-"""
+"""Quota leases: a worker takes a block of quota in one script call (a hit
+of cost ``n``) and spends it in process until its window ends (see docs/leases.rst)."""
 
 from __future__ import annotations
 
@@ -17,27 +15,22 @@ from dataclasses import dataclass, replace
 from .scripts import PARTS
 from .throttle import Check, Decision, Hold, StorageUnavailable, Throttle
 
-#: The strategies whose quota can be leased, by their records: the fixed
-#: window's windows are aligned to the clock, so a block is spent in its own.
 LEASABLE = frozenset(name for name, strategy in PARTS.items() if strategy.leases)
 
-#: How far ahead a block reaches, in seconds: a block is what the worker
-#: asked for over the last ``HORIZON`` seconds.
+#: A block is what the worker asked for over the last ``HORIZON`` seconds.
 HORIZON = 0.1
 
 #: A block is at most ``1 / SHARE`` of the quota the last reply left.
 SHARE = 8
 
-#: How many request shapes a :class:`Leases` keeps blocks for, by default.
+#: How many request shapes a :class:`Leases` keeps blocks for.
 LEASE_TABLE_SIZE = 10_000
 
 
 @dataclass(slots=True)
 class _Lease:
-    """The units of one request shape that this worker holds, counted in
-    Redis and not yet spent, until ``until`` (the first end of a window of
-    its layers), and ``asked`` since the block was ``taken`` (both on the
-    lease clock); ``decision`` took it, and gives its spent units' headers."""
+    """A request shape's units counted in Redis and not yet spent, until ``until`` (the first end of
+    a window of its layers, on the lease clock); ``decision`` took it, and gives its units' headers."""
 
     units: int
     until: int
@@ -48,9 +41,8 @@ class _Lease:
 
 
 class Leases:
-    """Decides requests on ``throttle`` (whose pinned clock, if any, is the
-    lease clock) from blocks of quota taken in advance, for at most
-    ``size`` request shapes (see docs/leases.rst). One per worker and
+    """Decides requests on ``throttle`` (whose pinned clock, if any, is the lease clock) from
+    blocks of quota taken in advance, for at most ``size`` request shapes. One per worker and
     throttle; thread-safe."""
 
     def __init__(self, throttle: Throttle, horizon: float = HORIZON, size: int = LEASE_TABLE_SIZE) -> None:
@@ -64,15 +56,12 @@ class Leases:
         _LIVE.add(self)
 
     def _clock(self) -> int:
-        """The throttle's pinned time, or this process's monotonic clock, in microseconds."""
         now = self.throttle.now()
         return time.monotonic_ns() // 1000 if now is None else now
 
     def hit(self, checks: Sequence[Check], cost: int = 1) -> Decision:
-        """Decide a request of ``cost`` from the block its shape holds, or
-        take a new block in one script call. One that cannot lease, or of
-        cost 0, is decided by the throttle: a penalty's cannot, since a block
-        refused because others took what was left would count as an offence.
+        """Decide a request of ``cost`` from the block its shape holds, or take a new block in
+        one script call. One that cannot lease (a penalty's), or of cost 0, is decided by the throttle.
 
         :raises StorageUnavailable: once the block in hand is spent.
         """
@@ -86,7 +75,6 @@ class Leases:
                 lease.asked += cost
                 if now < lease.until and lease.units >= cost:
                     lease.units -= cost
-                    # The last reply's, counted down, with the units still in hand.
                     decision, waited = lease.decision, (now - lease.taken) / 1e6
                     reset = max(decision.reset - waited, 0.0)
                     return replace(decision, remaining=decision.remaining + lease.units, reset=reset, hold=None)
@@ -94,10 +82,7 @@ class Leases:
         return self._take(shape, checks, cost, size, now)
 
     def _size(self, lease: _Lease, now: int, cost: int, checks: Sequence[Check]) -> int:
-        """The next block (see docs/leases.rst): the rate seen since the
-        last, over the horizon or the window's rest; at most twice what was
-        asked since and a share of the quota left (the least quota once
-        that window ended); at least ``cost``."""
+        """The next block's size (see :ref:`lease-bound`)."""
         asked = lease.asked
         elapsed = max(now - lease.taken, 1) / 1e6
         if now < lease.until:
@@ -111,7 +96,6 @@ class Leases:
         decision = self.throttle.hit(checks, size, returnable=True)
         self.calls += not decision.cached
         if not decision.admitted and size > cost:
-            # Others took what was left: this request alone may still fit.
             decision = self.throttle.hit(checks, cost, returnable=True)
             self.calls += not decision.cached
             size = cost
@@ -119,15 +103,13 @@ class Leases:
             self._refused(shape, decision, now)
             return decision
         if decision.fallback:
-            # No block from the fallback, which would be spent on once Redis
-            # is back: what it took beyond this request goes back at once.
+            # No block from the fallback, spent on once Redis is back: the rest goes back now.
             if size > cost and decision.hold is not None:
                 replace(decision.hold, cost=size - cost).release(guarded=False)
             return replace(decision, hold=None)
-        # Spent by the first end of a window of its layers, from the script's
-        # time: at least the lease clock's when sent, so never late; on a
-        # cluster, the node's whose window ends first (see codec.merge).
-        hold = decision.hold  # an admission's reply holds what it took, and when
+        # Spent by the first end of a window of its layers, from the script's time (never
+        # before the lease clock's when sent); on a cluster, the node's whose window ends first.
+        hold = decision.hold
         assert hold is not None
         assert hold.now is not None
         at = hold.now
@@ -140,7 +122,6 @@ class Leases:
             if old is not None and old.until == until:
                 lease.units += old.units  # another thread's block of the same window
             elif old is None and len(leases) >= self.size:
-                # A flood of identities: keep the blocks that have units to spend.
                 leases = self._leases = {key: kept for key, kept in leases.items() if kept.units and now < kept.until}
                 if len(leases) >= self.size:
                     leases.clear()
@@ -148,28 +129,22 @@ class Leases:
         return replace(decision, remaining=decision.remaining + lease.units, hold=None)
 
     def _refused(self, shape: tuple[object, ...], refusal: Decision, now: int) -> None:
-        """Size the next blocks of ``shape`` from the quota ``refusal`` left,
-        until the refusing counter resets: each request then asks for its
-        own cost, which the block cache refuses without a call."""
+        """Size ``shape``'s next blocks by the quota ``refusal`` left until the counter resets."""
         with self._lock:
             lease = self._leases.get(shape)
             if lease is None:
-                return  # with no block yet, the next request asks for its own cost anyway
+                return
             if now < lease.until:
-                # Units in hand are still the window's to spend.
                 lease.decision = replace(lease.decision, remaining=min(lease.decision.remaining, refusal.remaining))
                 return
-            # No units, until the counter resets; the rate seen so far
-            # still sizes the first block after it.
+            # No units until the counter resets; the rate seen still sizes the block after it.
             until = now + max(round(refusal.reset * 1_000_000), 1)
             self._leases[shape] = _Lease(0, until, lease.taken, refusal, None, lease.asked)
 
     def give_back(self) -> int:
-        """Refund every unspent unit of a block whose window has not ended,
-        one script call each past the breakers, forget the blocks, and
-        return the units given back. The first refund Redis does not answer
-        ends it: each other would wait as long for a stalled server.
-        """
+        """Refund every unspent unit of a block whose window has not ended, one script call each
+        past the breakers, forget the blocks, and return the units given back. The first refund
+        Redis does not answer ends it: each other would wait as long for a stalled server."""
         now = self._clock()
         with self._lock:
             leases, self._leases = list(self._leases.values()), {}
@@ -190,15 +165,13 @@ _LIVE: weakref.WeakSet[Leases] = weakref.WeakSet()
 
 @atexit.register
 def _give_back_all() -> None:
-    """At a clean exit (and a gunicorn worker's is one), give every block back."""
     for leases in list(_LIVE):
         leases.give_back()
 
 
 def _forget_in_child() -> None:
-    """In a forked child (``gunicorn --preload``), forget the parent's
-    blocks, which each child would spend again, and its lock, which another
-    thread may have held when it forked."""
+    """In a forked child (``gunicorn --preload``), forget the parent's blocks (each child would
+    spend them again) and lock (another thread may have held it at the fork)."""
     for leases in list(_LIVE):
         leases._leases = {}
         leases._lock = threading.Lock()

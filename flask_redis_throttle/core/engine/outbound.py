@@ -1,9 +1,5 @@
-"""Outbound limits: calls an app makes to a third party wait for their turn
-under its quota, reserved in one script call (``lua/shaping.lua``) and
-shared by every process on the same storage (see :ref:`outbound`).
-
-This module imports nothing of Flask.
-"""
+"""Outbound limits: calls to a third party wait for their turn under its quota, reserved in
+one script call (``lua/shaping.lua``) and shared by every process on the storage (see :ref:`outbound`)."""
 
 from __future__ import annotations
 
@@ -36,9 +32,8 @@ Policies = Policy | Sequence[Policy]
 
 
 class QuotaTimeout(Exception):
-    """The quota ``scope`` has no turn for the call within ``timeout``
-    seconds, and nothing of it was used; ``retry_after`` is the seconds
-    until a call would get its turn at once."""
+    """The quota ``scope`` has no turn within ``timeout`` seconds, and nothing was used;
+    ``retry_after`` is the seconds until a call would get its turn at once."""
 
     def __init__(self, scope: str, timeout: float, retry_after: float) -> None:
         super().__init__(
@@ -50,18 +45,17 @@ class QuotaTimeout(Exception):
 
 
 def quota_policies(layers: Sequence[Layer], scope: str, burst: int = 1) -> tuple[Policy, Policy]:
-    """The two policies of a quota of ``layers``: its layers of the shortest
-    window, by GCRA with ``burst``, which set the pace; and every layer as
-    a sliding log, which caps each window's total exactly.
+    """The two policies of a quota of ``layers``: those of the shortest window, by GCRA with
+    ``burst``, which set the pace; and every layer as a sliding log, which caps each window's total.
 
-    :raises ~flask_redis_throttle.core.errors.InvalidLimit: for no layers,
-        or a burst that is not from 1 to the quota of the pace's layers.
+    :raises ~flask_redis_throttle.core.errors.InvalidLimit: for no layers, or a burst out of 1 to
+        the quota of the pace's layers.
     """
     if not layers:
         raise InvalidLimit("a quota needs at least one layer, such as 10/s", spec=layers)
     shortest = min(layer.window for layer in layers)
     pace = tuple(layer for layer in layers if layer.window == shortest)
-    # A placeholder delay: each call sends its timeout as the delay (see _delayed).
+    # A placeholder delay: each call sends its timeout instead (see _delayed).
     return (
         Policy(pace, scope, "gcra", delay=MAX_PLAN_DELAY, burst=burst),
         Policy(tuple(layers), scope, "sliding-log", delay=MAX_PLAN_DELAY),
@@ -69,8 +63,7 @@ def quota_policies(layers: Sequence[Layer], scope: str, burst: int = 1) -> tuple
 
 
 def _wait_bound(timeout: float | None) -> float:
-    """The plan's delay for ``timeout``: at least its millisecond, the
-    longest there is for None; a ValueError out of 0 to ``MAX_PLAN_DELAY``."""
+    """The plan's delay for ``timeout``: at least a millisecond; a ValueError out of range."""
     if timeout is None:
         return MAX_PLAN_DELAY
     if not is_number(timeout) or not 0 <= timeout <= MAX_PLAN_DELAY:
@@ -83,20 +76,19 @@ def _wait_bound(timeout: float | None) -> float:
 
 @functools.lru_cache(maxsize=64)
 def _delayed(policies: tuple[Policy, ...], bound: float) -> tuple[Policy, ...]:
-    """``policies`` with the wait ``bound`` as their delay, kept: a policy encodes its plan when made."""
+    """Kept: a policy encodes its plan when made."""
     return tuple(replace(each, delay=bound) for each in policies)
 
 
 def _take(
     throttle: Throttle, policy: Policies, identity: Identity, cost: int = 1, timeout: float | None = None
 ) -> Decision:
-    """Reserve the turn (see :func:`reserve`): the admitted decision, whose hold gives it back."""
+    """:func:`reserve`'s admitted decision, whose hold gives the turn back."""
     policies = (policy,) if isinstance(policy, Policy) else tuple(policy)
     if not policies:
         raise ValueError("no policy to reserve a turn under")
     scope = policies[0].scope
     if not is_integer(cost) or cost < 1:
-        # 0 would only look, and a negative cost would give back turns never taken.
         raise ValueError(f"cost {cost!r} must be a whole number of 1 or more")
     most = min(each.burst or min(layer.quota for layer in each.layers) for each in policies)
     if cost > most:
@@ -111,26 +103,22 @@ def _take(
 def reserve(
     throttle: Throttle, policy: Policies, identity: Identity, cost: int = 1, timeout: float | None = None
 ) -> float:
-    """Reserve the next turn of ``identity`` under ``policy`` (such as
-    :func:`quota_policies` makes; their delay is replaced by ``timeout``),
-    taking ``cost`` of the quota, in one script call, and return how many
-    seconds from now it is: the caller must wait that long, as
-    :func:`acquire` does. A turn reserved here cannot be given back.
+    """Reserve the next turn of ``identity`` under ``policy`` (as :func:`quota_policies` makes;
+    ``timeout`` replaces their delay), taking ``cost``, in one script call, and return how many
+    seconds away it is: the caller waits that long. A turn reserved here cannot be given back.
 
     :param timeout: the longest wait to accept, in seconds, rounded to a
         millisecond; None for any (up to ``MAX_PLAN_DELAY``).
     :raises QuotaTimeout: if the turn is further off than ``timeout``.
-    :raises ValueError: for a ``cost`` that is not a whole number from 1 to
-        the policy's burst (or a layer's quota), or a bad ``timeout``.
-    :raises ~flask_redis_throttle.core.engine.throttle.StorageUnavailable:
-        if Redis could not answer.
+    :raises ValueError: for a ``cost`` not a whole number from 1 to the burst (or a layer's
+        quota), or a bad ``timeout``.
+    :raises ~flask_redis_throttle.core.engine.throttle.StorageUnavailable: if Redis could not answer.
     """
     return _take(throttle, policy, identity, cost, timeout).retry_after
 
 
 def give_back(hold: Hold | None) -> None:
-    """Give back a turn that will not be used; one the storage cannot take
-    back is lost, with a warning, rather than hide why it was given up."""
+    """Give back an unused turn; one the storage cannot take back is lost, with a warning."""
     try:
         if hold is not None:
             hold.release()
@@ -141,10 +129,8 @@ def give_back(hold: Hold | None) -> None:
 def acquire(
     throttle: Throttle, policy: Policies, identity: Identity, cost: int = 1, timeout: float | None = None
 ) -> float:
-    """Wait for the next turn of ``identity`` under ``policy`` (see
-    :func:`reserve`), sleeping once for as long as the script says, and
-    return how long that was, in seconds. A wait interrupted by any
-    exception (``KeyboardInterrupt``) gives the turn back first."""
+    """Wait for the next turn (see :func:`reserve`), sleeping once, and return the seconds waited.
+    A wait interrupted by any exception (``KeyboardInterrupt``) gives the turn back first."""
     decision = _take(throttle, policy, identity, cost, timeout)
     wait = decision.retry_after
     if wait > 0:
@@ -159,9 +145,8 @@ def acquire(
 async def acquire_async(
     throttle: Throttle, policy: Policies, identity: Identity, cost: int = 1, timeout: float | None = None
 ) -> float:
-    """:func:`acquire` for ``asyncio``: the script call runs in a worker
-    thread and the wait is an ``asyncio.sleep``. A cancelled wait gives its
-    turn back first; one cancelled during the script call, once it answers."""
+    """:func:`acquire` for ``asyncio``: the script call runs in a worker thread, the wait is an
+    ``asyncio.sleep``. A cancelled wait gives its turn back (once the script answers, if during it)."""
     reservation = _Reservation()
     try:
         decision = await asyncio.to_thread(
@@ -183,8 +168,8 @@ async def acquire_async(
 
 
 class _Reservation:
-    """A turn reserved in a worker thread for a caller that may be cancelled
-    meanwhile: whichever learns last that it is not used gives it back."""
+    """A turn reserved in a worker thread for a caller that may be cancelled meanwhile:
+    whichever learns last that it is not used gives it back."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -192,7 +177,6 @@ class _Reservation:
         self._abandoned = False
 
     def take(self, reserve: Callable[[], Decision]) -> Decision:
-        """Reserve the turn, in the worker thread; give it back if the caller was cancelled."""
         decision = reserve()
         with self._lock:
             if not self._abandoned:
@@ -202,33 +186,26 @@ class _Reservation:
         return decision
 
     def abandon(self) -> Decision | None:
-        """The caller was cancelled: the turn to give back, if reserved already."""
+        """The caller was cancelled: the turn to give back, if reserved."""
         with self._lock:
             self._abandoned = True
             return self._decision
 
 
 class SharedQuota:
-    """A third party's quota, shared by every process and host that uses the
-    same storage: a context manager (``with`` and ``async with``) and a
-    decorator (of plain and ``async`` functions) whose calls each wait for
-    their turn (see :ref:`outbound`).
+    """A third party's quota, shared by every process on the same storage: a context manager
+    (``with``, ``async with``) and a decorator whose calls each wait for their turn (see :ref:`outbound`).
 
     :param throttle: decides the turns; its storage is what is shared.
-    :param limit: the quota, such as ``"10/s;2000/d"`` (see :doc:`/grammar`),
-        or its layers: the shortest window's set the pace, and every layer
-        caps its window's total.
-    :param scope: names the quota in the keys, such as the host called:
-        every ``SharedQuota`` with the same scope and identity shares it.
+    :param limit: the quota, such as ``"10/s;2000/d"`` (see :doc:`/grammar`), or its layers.
+    :param scope: names the quota in the keys: every ``SharedQuota`` with the same scope and
+        identity shares it.
     :param identity: whose quota it is, when the third party grants one per account.
-    :param timeout: the longest a call waits for its turn, in seconds;
-        None to wait as long as it takes. Past it, :class:`QuotaTimeout`.
-    :param burst: how many calls may go at once after a quiet spell; 1
-        spreads every call evenly.
-    :raises ~flask_redis_throttle.core.errors.InvalidLimit: for a malformed
-        limit, or a burst out of 1 to the quota of the shortest window.
-    :raises ValueError: for a timeout that is not None or a number of
-        seconds from 0 to ``MAX_PLAN_DELAY``.
+    :param timeout: the longest a call waits, in seconds (past it, :class:`QuotaTimeout`); None for any.
+    :param burst: how many calls may go at once after a quiet spell; 1 spreads them evenly.
+    :raises ~flask_redis_throttle.core.errors.InvalidLimit: for a malformed limit, or a burst out
+        of 1 to the quota of the shortest window.
+    :raises ValueError: for a timeout not None or seconds from 0 to ``MAX_PLAN_DELAY``.
     """
 
     def __init__(
@@ -244,7 +221,7 @@ class SharedQuota:
         self.throttle = throttle
         self.policies = quota_policies(layers, scope, burst)
         self.identity = Identity("outbound", identity)
-        _wait_bound(timeout)  # a bad timeout fails here, not at the first call
+        _wait_bound(timeout)  # fails here, not at the first call
         self.timeout = timeout
 
     def acquire(self, cost: int = 1, timeout: float | None = None) -> float:

@@ -1,9 +1,6 @@
-"""Penalties: an identity that keeps hitting a limit is refused for an
-escalating time, ``penalty="1m;x2;max=1h"`` (see :ref:`penalties`), decided
-in the limits' script call (``lua/penalty.lua``) with one more key.
-
-This module makes no Redis call and needs no Flask app.
-"""
+"""Penalties: an identity that keeps hitting a limit is refused for an escalating time,
+``penalty="1m;x2;max=1h"``, decided in the limits' script call (``lua/penalty.lua``) with one
+more key. This module makes no Redis call and needs no Flask app."""
 
 from __future__ import annotations
 
@@ -30,13 +27,12 @@ class Penalty:
     """How long a repeat offender is refused.
 
     :param first: the first penalty's duration, in seconds.
-    :param factor: each further penalty is this many times the one before;
-        1 keeps every penalty at ``first``.
-    :param longest: the longest penalty, in seconds. A level of offence is
-        remembered for this long after its penalty ends.
+    :param factor: each further penalty is this many times the one before; 1 keeps them at ``first``.
+    :param longest: the longest penalty, in seconds; a level of offence is remembered this long
+        after its penalty ends.
     :param spec: the penalty as written.
-    :raises InvalidLimit: for a duration out of 1 to ``MAX_WINDOW`` seconds, a
-        longest shorter than the first, or a factor out of 1 to :data:`MAX_FACTOR`.
+    :raises InvalidLimit: for a duration out of 1 to ``MAX_WINDOW`` seconds, a longest shorter
+        than the first, or a factor out of 1 to :data:`MAX_FACTOR`.
     """
 
     first: int
@@ -47,7 +43,7 @@ class Penalty:
     def __post_init__(self) -> None:
         if not self.longest:
             object.__setattr__(self, "longest", self.first)
-        # As a layer's (see Layer): the scripts take each as a 4-byte integer.
+        # The scripts take each as a 4-byte integer.
         if not (
             is_integer_in(self.first, 1, MAX_WINDOW)
             and is_integer_in(self.factor, 1, MAX_FACTOR)
@@ -71,15 +67,12 @@ class Penalty:
 
 
 def parse_penalty(spec: str) -> Penalty:
-    """Parse a penalty such as ``"1m"``, ``"30s;x3"`` or ``"1m;x2;max=1h"``:
-    without ``max``, penalties escalate up to a day (or stay at the first
-    if that is longer); without a factor, every penalty is the first one.
+    """Parse a penalty such as ``"1m"``, ``"30s;x3"`` or ``"1m;x2;max=1h"``: without ``max``,
+    penalties escalate up to a day (or the first, if longer); without a factor, each is the first.
 
-    :raises InvalidLimit: quoting ``spec``, if it is malformed or too long,
-        repeats a part (a typo that taking the last would hide), has a
-        factor out of 1 to :data:`MAX_FACTOR`, a ``max`` without a factor
-        above 1, or a longest penalty shorter than the first or longer than
-        366 days.
+    :raises InvalidLimit: quoting ``spec``, if it is malformed or too long, repeats a part, has a
+        factor out of 1 to :data:`MAX_FACTOR`, a ``max`` without a factor above 1, or a longest
+        penalty shorter than the first or longer than 366 days.
     """
     if not isinstance(spec, str) or not spec.strip():
         raise InvalidLimit(f"penalty {spec!r} is invalid: {_GRAMMAR}", spec=spec)
@@ -107,7 +100,7 @@ def parse_penalty(spec: str) -> Penalty:
 
 
 def _option(option: str, spec: str) -> tuple[str, int]:
-    """``("the factor", 2)`` for the part ``x2``, ``("max", 3600)`` for ``max=1h``."""
+    """``("the factor", 2)`` for ``x2``, ``("max", 3600)`` for ``max=1h``."""
     digits = option[1:].strip()
     if option[:1] in ("x", "X") and digits.isascii() and digits.isdigit():
         factor = read_number(digits, MAX_FACTOR)
@@ -134,8 +127,7 @@ def penalty_suffix(scope: str) -> str:
 
 
 def penalty_key(prefix: str, kind: str, value: str, scope: str, secret: bytes = b"") -> str:
-    """The Redis key of the penalty of the identity ``kind``/``value`` under
-    ``scope``, such as ``rl:{ip:Yq3...}:login:pn``: after ``prefix``
-    (``RATELIMIT_KEY_PREFIX``), in the identity's hash tag like its
-    counters, whose digest ``secret`` (``RATELIMIT_KEY_SECRET``) keys."""
+    """The Redis key of the penalty of ``kind``/``value`` under ``scope``, such as
+    ``rl:{ip:Yq3...}:login:pn``, in the identity's hash tag like its counters; ``prefix`` is
+    ``RATELIMIT_KEY_PREFIX`` and ``secret`` ``RATELIMIT_KEY_SECRET``."""
     return counter_key(prefix + "{", kind, value, secret, penalty_suffix(scope))

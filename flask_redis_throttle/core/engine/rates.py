@@ -1,7 +1,5 @@
 """Parsing limit strings such as ``"10/s;120/m;240/h"`` into :class:`Layer` layers.
-
-This module makes no Redis call and needs no Flask app.
-"""
+This module makes no Redis call and needs no Flask app."""
 
 from __future__ import annotations
 
@@ -15,18 +13,15 @@ from ..errors import InvalidLimit
 MAX_QUOTA = 1_000_000_000
 #: The longest window one layer may have, in seconds (366 days).
 MAX_WINDOW = 366 * 86_400
-#: The longest limit string, in characters: limits can come from data (a
-#: dynamic limit's function), so a longer one is rejected before it is read.
+#: The longest limit string, in characters: limits can come from data, so a longer one is not read.
 MAX_LIMIT_LENGTH = 1000
-#: The most layers one limit string may have.
 MAX_LAYERS = 32
 
 _DURATIONS = {"s sec second seconds": 1, "m min minute minutes": 60, "h hour hours": 3_600, "d day days": 86_400}
 _UNITS = {name: seconds for names, seconds in _DURATIONS.items() for name in names.split()}
 
-# Linear in time: no two quantifiers in a row match the same character, so a
-# failed match tries no run of spaces or digits two ways. ASCII only (re.A),
-# so that exotic Unicode digits cannot sneak past as numbers.
+# Linear: no two quantifiers in a row match the same character, so a failed match tries no run
+# two ways. ASCII only (re.A): exotic Unicode digits are no numbers.
 _LAYER = re.compile(r"([0-9]+)(?:\s*/|\s+per\s)\s*(?:([0-9]+)\s*)?([a-z]+)", re.A | re.I)
 _DURATION = re.compile(r"([0-9]+)\s*([a-z]+)", re.A | re.I)
 
@@ -41,9 +36,8 @@ _GRAMMAR = (
 class Layer:
     """One layer of a limit: at most ``quota`` requests every ``window`` seconds.
 
-    :param quota: the quota, from 1 to :data:`~flask_redis_throttle.core.engine.rates.MAX_QUOTA`.
-    :param window: the window length in whole seconds, from 1 to
-        :data:`~flask_redis_throttle.core.engine.rates.MAX_WINDOW`.
+    :param quota: from 1 to :data:`~flask_redis_throttle.core.engine.rates.MAX_QUOTA`.
+    :param window: in whole seconds, from 1 to :data:`~flask_redis_throttle.core.engine.rates.MAX_WINDOW`.
     :raises InvalidLimit: when either is not a whole number in its range.
     """
 
@@ -61,7 +55,7 @@ class Layer:
 
     @property
     def name(self) -> str:
-        """A short name for the window, such as ``"1s"`` or ``"2m"``, in the headers and the keys."""
+        """The window's short name, such as ``"1s"`` or ``"2m"``, in the headers and the keys."""
         for unit, seconds in (("d", 86_400), ("h", 3_600), ("m", 60)):
             if self.window % seconds == 0:
                 return f"{self.window // seconds}{unit}"
@@ -80,15 +74,13 @@ def parse_limits(spec: str) -> tuple[Layer, ...]:
     >>> parse_limits("10/s;120/m")
     (Layer(quota=10, window=1), Layer(quota=120, window=60))
 
-    Its work is linear in the string's length, so that a limit that comes
-    from data cannot make it slow.
+    Its work is linear in the string's length: a limit from data cannot make it slow.
 
     :param spec: one or more layers separated by ``;`` or ``,``.
     :returns: the layers, in the order written.
-    :raises InvalidLimit: if ``spec`` is not a string, is longer than
-        :data:`MAX_LIMIT_LENGTH`, has more than :data:`MAX_LAYERS` layers, an
-        empty or malformed layer, a zero or absurdly large number, or two
-        layers with the same window.
+    :raises InvalidLimit: if ``spec`` is not a string, is longer than :data:`MAX_LIMIT_LENGTH`, has
+        more than :data:`MAX_LAYERS` layers, an empty or malformed layer, a zero or absurdly large
+        number, or two layers with the same window.
     """
     if not isinstance(spec, str):
         raise InvalidLimit(f"a limit must be a string, not {spec!r}; {_GRAMMAR}", spec=spec)
@@ -113,8 +105,7 @@ def parse_limits(spec: str) -> tuple[Layer, ...]:
 
 
 def check_length(spec: str, what: str) -> None:
-    """Reject ``spec``, a ``what``, if it is longer than :data:`MAX_LIMIT_LENGTH`,
-    quoting only its start: the whole could be megabytes."""
+    """Reject ``spec`` longer than :data:`MAX_LIMIT_LENGTH`, quoting only its start."""
     if len(spec) > MAX_LIMIT_LENGTH:
         raise InvalidLimit(
             f"{what} {_start(spec)} is {len(spec)} characters long; a {what} has at most {MAX_LIMIT_LENGTH}",
@@ -123,13 +114,11 @@ def check_length(spec: str, what: str) -> None:
 
 
 def _start(spec: str) -> str:
-    """``spec`` quoted, cut to its first 40 characters."""
     return repr(spec) if len(spec) <= 40 else f"{spec[:40]!r}..."
 
 
 def read_number(digits: str, most: int) -> int:
-    """The number ``digits`` writes, or ``most + 1`` if it is larger, never
-    converting a long number in full (which Python may refuse)."""
+    """``int(digits)``, or ``most + 1`` if larger, never converting a long number (Python may refuse)."""
     significant = digits.lstrip("0")
     if len(significant) > len(str(most)):
         return most + 1
@@ -158,12 +147,8 @@ def _parse_layer(layer: str, spec: str) -> Layer:
 def parse_duration(text: str) -> int:
     """Parse a duration such as ``"90s"``, ``"1m"`` or ``"2 hours"`` into whole seconds.
 
-    >>> parse_duration("2 hours")
-    7200
-
-    :raises InvalidLimit: if ``text`` is not a number and one of the units of
-        a limit's layers, or is not from 1 second to 366 days
-        (:data:`MAX_WINDOW`), or is longer than :data:`MAX_LIMIT_LENGTH`.
+    :raises InvalidLimit: if ``text`` is not a number and one of the units of a limit's layers, is
+        not from 1 second to 366 days (:data:`MAX_WINDOW`), or is longer than :data:`MAX_LIMIT_LENGTH`.
     """
     if isinstance(text, str):
         check_length(text, "duration")

@@ -1,9 +1,5 @@
-"""The Lua script, made of the files in ``lua/`` that a request uses (see
-docs/architecture.rst), and the strategies' records. Production Redis and
-``memory://`` run the same text.
-
-This module is pure Python: it imports neither Flask nor Redis.
-"""
+"""The Lua script, made of the files in ``lua/`` that a request uses, and the strategies'
+records; Redis and ``memory://`` run the same text. It imports neither Flask nor Redis."""
 
 from __future__ import annotations
 
@@ -20,20 +16,16 @@ from .codec import SLOTS_CODE, penalized, shaped
 
 @dataclass(frozen=True, slots=True)
 class Strategy:
-    """An algorithm's record: its name, Lua file and code, and what it can
-    do, each with the reason why not where it cannot. Every rule about
+    """An algorithm's record: what it can do, and why not where it cannot. Every rule about
     strategies reads it, so that a new strategy is one record.
 
     :param name: the value of ``RATELIMIT_STRATEGY`` and ``@limit(strategy=...)``.
     :param filename: its file under ``lua/``.
-    :param code: two letters that name it in Redis keys and in the script's
-        plan; codes never change, or counters would be lost.
+    :param code: two letters that name it in Redis keys and plans; never changed, or counters are lost.
 
-    Each ``no_...`` says why it cannot do a thing, empty when it can:
-    ``no_pack``, keep its layers in one string per key (see
-    ``lua/records.lua``); ``no_delay``, serve a limit with a delay (see
-    :doc:`/shaping`); ``no_burst``, give a shaped limit a burst (none has
-    without a delay); ``no_lease``, lend a process a share of its quota.
+    Each ``no_...`` says why it cannot do a thing, empty when it can: ``no_pack``, keep its layers
+    in one string per key; ``no_delay``, serve a limit with a delay (see :doc:`/shaping`);
+    ``no_burst``, give a shaped limit a burst; ``no_lease``, lend a process a share of its quota.
     """
 
     name: str
@@ -103,13 +95,10 @@ STRATEGIES: dict[str, Strategy] = {
     )
 }
 
-#: The strategy of a limit with a delay that names none: its burst of 1
-#: spreads the waiting requests evenly.
+#: The strategy of a limit with a delay that names none: its burst of 1 spreads waiting requests.
 SHAPING_STRATEGY = "gcra"
 
-#: The concurrency slots (``lua/concurrency.lua``), which a limit's
-#: ``concurrent=`` adds: a part of a script like a strategy, but not one a
-#: limit counts with (see :doc:`/limits`).
+#: The concurrency slots of ``concurrent=``: a part of a script like a strategy, but no limit counts with it.
 CONCURRENCY = Strategy(
     "concurrency",
     "concurrency.lua",
@@ -124,8 +113,8 @@ PARTS: dict[str, Strategy] = {**STRATEGIES, CONCURRENCY.name: CONCURRENCY}
 
 
 def able(ability: str) -> str:
-    """The strategies whose record has ``ability`` (``"delays"``), quoted,
-    for messages: ``'gcra' or 'sliding-log'``."""
+    """The strategies whose record has ``ability`` (``"delays"``), quoted, for messages:
+    ``'gcra' or 'sliding-log'``."""
     return " or ".join(sorted(repr(name) for name, strategy in STRATEGIES.items() if getattr(strategy, ability)))
 
 
@@ -134,24 +123,22 @@ STRATEGY_NAMES = ", ".join(map(repr, STRATEGIES))
 
 
 def is_strategy(value: object) -> TypeGuard[str]:
-    """Whether ``value`` names a strategy: the one check of every setting and option that names one."""
+    """The one check of every setting and option that names a strategy."""
     return isinstance(value, str) and value in STRATEGIES
 
 
 def script_source(names: Iterable[str], plain: bool = False) -> str:
     """The full Lua text for a request that uses the strategies ``names``.
 
-    :param plain: the script of plans none of whose entries has a penalty
-        or a delay: it leaves out ``lua/penalty.lua`` and
-        ``lua/shaping.lua``, which such a plan never calls, so that Redis
-        does not make their functions on every call.
+    :param plain: for plans with no penalty and no delay: leave out ``lua/penalty.lua`` and
+        ``lua/shaping.lua``, so that Redis does not make their functions on every call.
     :raises KeyError: for an unknown strategy.
     """
     parts = [lua_text("records.lua")] if plain else [lua_text("records.lua"), lua_text("penalty.lua")]
     parts.append("local strategies = {")
     for name in sorted(names):
         strategy = PARTS[name]
-        # Each file returns its table, and sees nothing of what follows it.
+        # Each file returns its table, and sees nothing after it.
         parts += [f"{strategy.code} = (function()", lua_text(strategy.filename), "end)(),"]
     parts.append("}")
     if not plain:
@@ -165,17 +152,14 @@ PLAN_CACHE_SIZE = 1024
 
 
 class ScriptCache:
-    """The scripts one sender sends, each made once, by the strategies a
-    request uses and whether its plans are plain (see :func:`script_source`)."""
+    """A sender's scripts, each made once, by strategies and whether the plans are plain."""
 
     def __init__(self) -> None:
         self._scripts: dict[tuple[frozenset[str], bool], Script] = {}
-        # Whether each plan met is plain: a request's plan is the same
-        # bytes object request after request, whose hash Python keeps.
+        # Whether each plan is plain: a request's plan is the same bytes object, whose hash Python keeps.
         self._plain: dict[object, bool] = {}
 
     def choose(self, strategies: frozenset[str], calls: Sequence[tuple[Sequence[str], Args]]) -> Script:
-        """The script for ``calls`` (keys and arguments each) of a request using ``strategies``."""
         plain = True
         for _, args in calls:
             plan = args[2]

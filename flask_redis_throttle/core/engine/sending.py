@@ -1,10 +1,5 @@
-"""Sending the rate limit scripts on a storage: which script a call takes,
-and how a cluster request is cut into one call per hash tag and its replies
-settled into one (see :ref:`client-path-cluster`). What is sent, and how,
-is the storage's (:class:`~flask_redis_throttle.core.storages.storage.Storage`).
-
-This module imports Redis (for its exceptions) but not Flask.
-"""
+"""Sending the scripts: which script a call takes, and a cluster request's one call per hash
+tag (see :ref:`client-path-cluster`). This module imports Redis (for its exceptions) but not Flask."""
 
 from __future__ import annotations
 
@@ -24,21 +19,15 @@ logger = logging.getLogger("flask_redis_throttle")
 
 
 class Sender:
-    """Runs the rate limit scripts on ``storage``: one call per request, or
-    one per hash tag on a cluster, each with the script it takes.
-
-    A throttle makes one for its storage (see
-    :attr:`~flask_redis_throttle.core.engine.throttle.Throttle.sender`).
-    """
+    """Runs the rate limit scripts on ``storage``: one call per request, or one per hash tag on a
+    cluster. A throttle makes one for its storage."""
 
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
-        #: The scripts sent, and which one each call takes.
         self.scripts = ScriptCache()
-        #: A cluster request's calls, by its keys and arguments (see :meth:`_fanout`).
+        #: A cluster request's calls, by its keys and arguments.
         self._fanouts: dict[tuple[Any, ...], Fanout] = {}
-        # What every call reads of the storage, kept here: the request's
-        # path reads no attribute more than when the storage sent alone.
+        # Kept here: the request's path reads no attribute more than when the storage sent alone.
         self._cluster = storage.cluster
         self._client = storage.client
         self._connections = storage.connections
@@ -46,11 +35,7 @@ class Sender:
     def evaluate(self, strategies: frozenset[str], keys: Sequence[str], args: Args, times: Times = ()) -> list[int]:
         """Run the script for ``strategies`` once: one EVALSHA, one round trip.
 
-        When Redis answers NOSCRIPT (after ``SCRIPT FLUSH``, a restart or a
-        failover), the call is made again with EVAL and the script's source,
-        which cannot meet NOSCRIPT and caches the script for the next calls
-        (rather than loading it and calling EVALSHA again, which would race
-        with any further flush and leave the request undecided).
+        On NOSCRIPT, it is made again with EVAL, which cannot meet it (see :ref:`noscript`).
 
         On a cluster, keys with different hash tags (different identities)
         may live on different nodes, so the script is run once per hash tag,
@@ -85,17 +70,12 @@ class Sender:
         self, strategies: frozenset[str], keys: Sequence[str], args: Args, times: Times = ()
     ) -> list[int]:
         """Run the script once per hash tag: one round trip to each node
-        involved (see :meth:`~flask_redis_throttle.core.storages.storage.Storage.evaluate_many`).
-        Then reply as one call over all the keys would:
-        admitted only if every call admitted, with the same deciding layer.
-        If some calls admitted the request and another refused it, the
-        admitting ones are refunded at once, at the time each decided at.
-
-        Each call is atomic on its own; the whole is not (see :ref:`cluster`).
-        """
+        involved, and reply as one call over all the keys would: admitted only if every call
+        admitted. If another refused, the admitting ones are refunded at once, at the time each
+        decided at. Each call is atomic on its own; the whole is not (see :ref:`cluster`)."""
         fanout = self._fanout(keys, args)
         parts, known = fanout.parts, fanout.scripts
-        # The plain script fits the parts if and only if it fits the whole; kept with the fan-out.
+        # The plain script fits the parts if and only if it fits the whole.
         script = known[strategies] = known.get(strategies) or self.scripts.choose(strategies, [(keys, args)])
         replies = self.storage.evaluate_many(fanout.given_back_at(times) if times else fanout.calls, script)
         if len(parts) == 1:
@@ -109,10 +89,8 @@ class Sender:
         return reply
 
     def _fanout(self, keys: Sequence[str], args: Args) -> Fanout:
-        """A cluster request's fan-out, kept by its keys and plan, with the
-        arguments past the plan (which change per request) put in afterwards.
-        The arguments' types are in the key: ``1``, ``1.0`` and ``True`` are
-        equal but not encoded alike."""
+        """Kept by keys and plan, with the arguments after the plan put in afterwards. The types
+        are in the key: ``1``, ``1.0`` and ``True`` are equal but not encoded alike."""
         head = args[:3]
         key = (tuple(keys), tuple(head), tuple(map(type, head)))
         fanout = self._fanouts.get(key)

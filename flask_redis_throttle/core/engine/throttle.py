@@ -1,10 +1,6 @@
-"""The core: decide a request against every layer of every identity in one
-call. It works without Flask; docs/core.rst shows it on its own.
-
-A :class:`Policy` is a limit ready to be sent; a :data:`Check`, one limit of
-a request with the identities it applies to; :meth:`Throttle.hit` decides a
-request's checks in one script call, and returns its :class:`Decision`.
-"""
+"""The core: decide a request against every layer of every identity in one call, without Flask
+(see :doc:`/core`). :meth:`Throttle.hit` decides a request's checks, each a :class:`Policy` and
+the identities it applies to, and returns its :class:`Decision`."""
 
 from __future__ import annotations
 
@@ -39,25 +35,19 @@ _P = ParamSpec("_P")
 
 @dataclass(frozen=True)
 class Policy:
-    """A limit ready to be sent: its layers, scope and strategy, and the parts
-    of its keys and script arguments that never change between requests.
+    """A limit ready to be sent, with the parts of its keys and plan that never change.
 
     :param layers: the layers; a request passes only if each has room.
     :param scope: the name counters are kept under, shared by its requests.
-    :param strategy: the algorithm, a key of
-        :data:`~flask_redis_throttle.core.engine.scripts.STRATEGIES`.
+    :param strategy: the algorithm, a key of :data:`~flask_redis_throttle.core.engine.scripts.STRATEGIES`.
     :param penalty: refuses an identity that keeps hitting this limit for longer (see
-        :mod:`flask_redis_throttle.core.engine.penalties`); None for no penalty.
-    :param delay: shaping: the longest a request over the rate may wait for
-        its turn, in seconds, rather than be refused; 0 to refuse at once.
-        The decision's ``retry_after`` is the wait (see :doc:`/shaping`);
-        only a strategy that :attr:`~flask_redis_throttle.core.engine.scripts.Strategy.delays`.
-    :param burst: with a delay, how many requests may go at once after a
-        quiet spell: 1 spreads them one every ``window / quota``; 0 lets
-        the whole quota go at once; only a strategy that
-        :attr:`~flask_redis_throttle.core.engine.scripts.Strategy.bursts`.
-
-    A policy made by :meth:`concurrency` caps an identity's requests in flight instead.
+        :ref:`penalties`); None for no penalty.
+    :param delay: the longest a request over the rate may wait for its turn, in seconds, rather
+        than be refused (the decision's ``retry_after``; see :doc:`/shaping`); 0 to refuse at once.
+    :param burst: with a delay, how many requests may go at once after a quiet spell: 1 spreads
+        them one every ``window / quota``; 0 lets the whole quota go at once.
+    :raises InvalidLimit: for a delay or burst out of range, or on a strategy without it
+        (:class:`~flask_redis_throttle.core.engine.scripts.Strategy`).
     """
 
     layers: tuple[Layer, ...]
@@ -66,9 +56,9 @@ class Policy:
     penalty: Penalty | None = None
     delay: float = 0.0
     burst: int = 0
-    #: ``}:<scope>:<strategy>``, the end of its keys (see ``lua/records.lua``).
+    #: ``}:<scope>:<strategy>``, the end of its keys.
     suffix: str = field(init=False, repr=False)
-    #: Its entry in a script's plan (see :func:`~flask_redis_throttle.core.engine.codec.entry`).
+    #: Its entry in a script's plan.
     entry: bytes = field(init=False, repr=False)
     #: ``}:<scope>:pn``, the suffix of the penalty keys; empty without a penalty.
     penalty_suffix: str = field(init=False, repr=False)
@@ -95,12 +85,7 @@ class Policy:
         return self._hash
 
     def _shaping(self) -> tuple[int, int] | None:
-        """The plan's shaping: the delay in whole milliseconds (at least one)
-        and the burst; None without a delay.
-
-        :raises InvalidLimit: for a delay or a burst out of range, or on a
-            strategy that has none.
-        """
+        """The plan's delay in milliseconds (at least one) and burst; None without a delay."""
         delay, burst = self.delay, self.burst
         if not is_number(delay) or not 0 <= delay <= MAX_PLAN_DELAY:
             raise InvalidLimit(
@@ -123,9 +108,8 @@ class Policy:
 
     @classmethod
     def concurrency(cls, cap: int, lease: int, scope: str) -> Policy:
-        """At most ``cap`` requests of an identity at once under ``scope``:
-        each holds a slot from its admission until it gives it back
-        (:meth:`Hold.release`), or at most ``lease`` seconds, whatever its cost.
+        """At most ``cap`` requests of an identity at once under ``scope``: each holds a slot, whatever
+        its cost, until it gives it back (:meth:`Hold.release`), or ``lease`` seconds at most.
 
         :raises InvalidLimit: for a cap or a lease out of a layer's range.
         """
@@ -142,11 +126,10 @@ Check = tuple[Policy, Sequence[Identity]]
 
 
 class StorageUnavailable(Exception):
-    """Redis could not decide: it is down, slow, full or refused the script
-    (the original :class:`redis.RedisError` is the ``__cause__``).
+    """Redis could not decide: it is down, slow, full or refused the script (the original
+    :class:`redis.RedisError` is the ``__cause__``).
 
-    :param retry_in: seconds until the circuit breaker lets a call through
-        again; 0 when it would now (or there is none).
+    :param retry_in: seconds until the circuit breaker lets a call through again; 0 when it would now.
     """
 
     def __init__(self, message: str, retry_in: float = 0.0) -> None:
@@ -155,14 +138,9 @@ class StorageUnavailable(Exception):
 
 
 class UnexpectedError(StorageUnavailable):
-    """The storage path raised an error that is not Redis's: a bug, or a
-    dependency misbehaving (a client built with a bad option, say).
-
-    A :class:`StorageUnavailable`, so that no request gets a 500; but not
-    an outage: no circuit breaker counts it, no fallback decides it, and the
-    Flask layer logs it as an error (see :ref:`internal-errors`). The
-    original exception is the ``__cause__``.
-    """
+    """The storage path raised an error that is not Redis's (a bug, or a dependency misbehaving),
+    the ``__cause__``. A :class:`StorageUnavailable`, so that no request gets a 500; but no
+    breaker counts it and no fallback decides it (see :ref:`internal-errors`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,18 +149,17 @@ class Decision:
 
     :param admitted: whether it passed (and was counted).
     :param policy: the policy of the deciding counter.
-    :param layer: the deciding counter's layer: the one that refused the
-        request, or, when admitted, the one with the least quota left.
+    :param layer: the deciding counter's layer: the one that refused, or, when admitted, the one
+        with the least quota left.
     :param identity: the deciding counter's identity.
     :param remaining: the quota that counter has left.
     :param reset: seconds until that counter is back to its full quota.
-    :param retry_after: seconds until the request would pass; when
-        admitted, how long it must wait before it runs: 0 unless a policy
-        with a delay reserved it a later turn (see :doc:`/shaping`).
-    :param cached: True if the block cache refused it without asking Redis.
-    :param penalized: True if it was refused because the identity serves a penalty.
-    :param fallback: True if Redis was unavailable and the in-process fallback decided it.
-    :param hold: the concurrency slots an admitted request holds, to give back; None for none.
+    :param retry_after: seconds until the request would pass; when admitted, how long it must
+        wait before it runs: 0 unless a delay reserved it a later turn (see :doc:`/shaping`).
+    :param cached: whether the block cache refused it without asking Redis.
+    :param penalized: whether it was refused because the identity serves a penalty.
+    :param fallback: whether the in-process fallback decided it, Redis being unavailable.
+    :param hold: what an admitted request holds, to give back; None for nothing.
     """
 
     admitted: bool
@@ -204,15 +181,12 @@ _SLOTS = frozenset([CONCURRENCY.name])
 
 @dataclass(frozen=True, slots=True)
 class Hold:
-    """What one admitted request holds and can give back: its concurrency
-    slots (see :meth:`Policy.concurrency`), or, with
-    ``hit(..., returnable=True)``, the whole request (see
-    :mod:`flask_redis_throttle.core.engine.outbound`).
+    """What one admitted request can give back: its concurrency slots, or, with
+    ``hit(..., returnable=True)``, the whole request.
 
     :param throttle: the throttle that admitted it (perhaps the fallback's).
     :param keys: the keys to give back on, and ``plan`` their plan entries.
-    :param now: the time the request was admitted at, in microseconds;
-        None when unknown (an admission that got no reply).
+    :param now: when the request was admitted, in microseconds; None if unknown (no reply came).
     :param lease: the longest the slots are held, in seconds from ``now``.
     :param strategies: the strategies of those entries.
     :param cost: what the request took.
@@ -235,16 +209,13 @@ class Hold:
     times: Times = ()
 
     def release(self, guarded: bool = True) -> None:
-        """Give it back: one script call, a refund of the request on the
-        held keys alone. Giving back what a lease already freed changes
-        nothing; giving back slots before the admission that takes them has
-        run (it timed out, and runs late) makes it take none.
+        """Give it back: one script call, a refund on the held keys alone. Giving back what a lease
+        already freed changes nothing; giving back slots before their admission has run (it
+        timed out, and runs late) makes it take none.
 
-        :param guarded: whether the call goes through the circuit breakers
-            (see :meth:`Throttle.call`); False for a call made in the
-            background, which no request waits for.
-        :raises StorageUnavailable: if the storage could not answer, or a
-            breaker held the call back.
+        :param guarded: whether the call goes through the circuit breakers; False for a call made
+            in the background, which no request waits for.
+        :raises StorageUnavailable: if the storage could not answer, or a breaker held the call back.
         :raises UnexpectedError: if it raised an error that is not Redis's.
         """
         throttle, keys = self.throttle, self.keys
@@ -264,17 +235,14 @@ class Throttle:
 
     :param storage: where the counters live.
     :param prefix: put in front of every key; it must not contain braces.
-    :param secret: keys the digest of identities in keys (see
-        :func:`~flask_redis_throttle.core.engine.keys.identity_tag`); empty for none.
-    :param blocks: remembers refusals, to refuse a blocked client without
-        asking Redis (see :class:`~flask_redis_throttle.core.engine.blocks.BlockCache`);
-        None for no cache.
+    :param secret: keys the digest of identities in keys; empty for none.
+    :param blocks: remembers refusals, to refuse a blocked client without asking Redis (see
+        :class:`~flask_redis_throttle.core.engine.blocks.BlockCache`); None for no cache.
     :param breaker: stops calling a Redis that keeps failing (see
-        :class:`~flask_redis_throttle.core.engine.breaker.CircuitBreaker`); None for
-        none. On a cluster it guards finding the nodes, and each node gets
-        one like it.
-    :param fallback: decides requests while Redis is unavailable (a
-        ``memory://`` throttle); None to raise :class:`StorageUnavailable`.
+        :class:`~flask_redis_throttle.core.engine.breaker.CircuitBreaker`); None for none. On a
+        cluster it guards finding the nodes, and each node gets one like it.
+    :param fallback: decides requests while Redis is unavailable (a ``memory://`` throttle); None
+        to raise :class:`StorageUnavailable`.
     """
 
     def __init__(
@@ -289,15 +257,14 @@ class Throttle:
         if "{" in prefix or "}" in prefix:
             raise ValueError(f"key prefix {prefix!r} must not contain braces: they would pick the cluster slot")
         self.storage = storage
-        #: Sends the scripts on ``storage`` (see :class:`~flask_redis_throttle.core.engine.sending.Sender`).
         self.sender = Sender(storage)
         self.prefix = prefix
         self.secret = secret
         self.blocks = blocks
         self.breaker = breaker
         self.fallback = fallback
-        #: Told of the slots an admission that failed may still take, to
-        #: give back once the storage answers; None leaves them to their lease.
+        #: Told of the slots a failed admission may still take, to give back once the storage
+        #: answers; None leaves them to their lease.
         self.strays: Callable[[Hold], object] | None = None
         self._head = prefix + "{"
         #: A cluster's breakers by node (``host:port``), made on first use.
@@ -314,7 +281,7 @@ class Throttle:
         return self._head + self.tag(identity) + policy.suffix
 
     def tag(self, identity: Identity) -> str:
-        """``identity``'s hash tag in keys: every key of it carries ``{<tag>}``."""
+        """``identity``'s hash tag: every key of it carries ``{<tag>}``."""
         return identity_tag(identity.kind, identity.value, self.secret)
 
     def keys_of(self, identity: Identity) -> str:
@@ -336,11 +303,9 @@ class Throttle:
         return folder_of(self.storage.client)
 
     def reset(self, identity: Identity | None, scopes: Iterable[str | None] = (None,), beneath: bool = False) -> int:
-        """Delete ``identity``'s counters and penalties (every identity's if
-        None) in each of ``scopes`` (None for every scope; with ``beneath``,
-        in every scope named ``scope:...`` instead), and forget this
-        process's cached refusals; other processes' trust theirs up to a
-        second more (see :mod:`flask_redis_throttle.core.engine.blocks`).
+        """Delete ``identity``'s counters and penalties (every identity's if None) in each of
+        ``scopes`` (None for every scope; with ``beneath``, in every scope named ``scope:...``),
+        and forget this process's cached refusals; other processes trust theirs up to a second more.
 
         :returns: how many keys were deleted.
         :raises redis.RedisError: if Redis cannot answer.
@@ -352,30 +317,27 @@ class Throttle:
         return deleted
 
     def hit(self, checks: Sequence[Check], cost: int = 1, returnable: bool = False) -> Decision:
-        """Check every layer of every identity of every check, in one script
-        call, and count the request everywhere only if all have room.
+        """Check every layer of every identity of every check, in one script call, and count the
+        request everywhere only if all have room.
 
-        :param checks: the limits that apply, each with its identities, at
-            least one identity between them. Their strategies may differ.
+        :param checks: the limits that apply (their strategies may differ), each with its
+            identities, at least one identity between them.
         :param cost: how much quota the request takes; 0 only inspects.
-        :param returnable: give an admitted request a :class:`Hold` of all
-            it took; otherwise it holds only its concurrency slots, if any.
-        :raises StorageUnavailable: if Redis could not answer (or the breaker
-            is open) and there is no fallback.
-        :raises UnexpectedError: if the storage path raised an error that is
-            not Redis's, fallback or not.
+        :param returnable: give an admitted request a :class:`Hold` of all it took; otherwise it
+            holds only its concurrency slots, if any.
+        :raises StorageUnavailable: if Redis could not answer (or the breaker is open) and there is
+            no fallback.
+        :raises UnexpectedError: if the storage path raised an error that is not Redis's.
         """
         keys, layout, strategies = self._prepare(checks)
         now = self.now()
         args: list[Arg] = ["" if now is None else now, cost, layout.plan]
         token = ""
         if layout.held and cost > 0:
-            # The slots' token: what gives them back finds them by it.
             token = os.urandom(8).hex()
             args += (0, token)
-        # Not a shaped request's refusal: the next may get a turn before its retry.
+        # Not a shaped request's: the next may get a turn before its retry.
         blocks = None if layout.shaped else self.blocks
-        # The block cache's clock, in microseconds: this process's monotonic one, or the pinned time.
         sent = time.monotonic_ns() // 1000 if now is None else now
         if blocks is not None and blocks.entries and cost > 0 and not blocks.blocked_keys.isdisjoint(keys):
             found = blocks.find(layout.layers(keys), cost, sent)
@@ -401,8 +363,8 @@ class Throttle:
             if token:
                 return _decision(reply, checks, layout, hold=self._hold(keys, layout, reply.now, token, times))
         elif blocks is not None and cost > 0 and reply.layer not in layout.slot_layers:
-            # Redis ran the script at or after `sent`, so the layer is full
-            # until at least `sent + retry_after`. (Not a slot: one frees when a request ends.)
+            # Redis ran the script at or after `sent`: the layer is full until at least `sent + retry`.
+            # (Not a slot: one frees when a request ends.)
             layer, quota = layout.layers(keys)[reply.layer]
             blocks.add(layer, Block.after(sent, quota, cost, raw[2], raw[4], raw[3], reply.penalized))
         return _decision(reply, checks, layout)
@@ -413,9 +375,8 @@ class Throttle:
         return Hold(self, held, layout.held_plan, now, layout.lease, token=token, times=times)
 
     def _prepare(self, checks: Sequence[Check]) -> tuple[list[str], Layout, frozenset[str]]:
-        """A request's script call but for its time and cost: every
-        counter's key, in the plan's order, then the penalty keys; the
-        layout, kept by request shape; and the strategies of its script."""
+        """A request's keys (the counters' in the plan's order, then the penalties'), its layout,
+        kept by request shape, and its script's strategies."""
         head, secret = self._head, self.secret
         keys: list[str] = []
         shape: list[bytes | int] = []
@@ -435,16 +396,9 @@ class Throttle:
         return keys, layout, strategies
 
     def call(self, function: Callable[_P, _T], keys: Sequence[str] | None, *args: _P.args, **kwargs: _P.kwargs) -> _T:
-        """Make one Redis call, ``function(*args, **kwargs)``, that touches
-        ``keys``, through the circuit breaker: while it is open, nothing is sent.
-
-        On a cluster, each node of the keys has a breaker of its own (None
-        for the cluster's own, which guards finding the nodes): one that
-        holds the call back stops it; a failure counts against the nodes
-        that failed only (see
-        :class:`~flask_redis_throttle.core.storages.storage.NodeFailure`).
-        Only :data:`~flask_redis_throttle.core.storages.storage.STORAGE_ERRORS`
-        are failures; any other exception is raised as :class:`UnexpectedError`.
+        """Make one Redis call that touches ``keys``, sending nothing while its breaker is open (on a
+        cluster, each node's; None for the cluster's own, which guards finding the nodes). Only
+        :data:`~flask_redis_throttle.core.storages.storage.STORAGE_ERRORS` count, on the failed nodes.
 
         :raises StorageUnavailable: if the call failed, or a breaker held it back.
         :raises UnexpectedError: if it raised an error that is not Redis's.
@@ -454,8 +408,8 @@ class Throttle:
             return self.unguarded(function, *args, **kwargs)
         breakers = {"": breaker}
         if keys is not None and self.storage.cluster:
-            # Finding the nodes may ask the start-up nodes for the slot map: through the
-            # cluster's own breaker, so that an unreachable cluster is not asked on every request.
+            # Finding the nodes may ask for the slot map: through the cluster's own breaker, so that
+            # an unreachable cluster is not asked on every request.
             known = self._node_breakers
             nodes = self.call(self.storage.nodes, None, keys)
             breakers = {node: known.get(node) or known.setdefault(node, breaker.like(node)) for node in nodes}
@@ -480,10 +434,8 @@ class Throttle:
         return result
 
     def unguarded(self, function: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
-        """Make one Redis call as :meth:`call` does, but past the circuit
-        breakers, which it tells nothing: for a call no request waits for (a
-        slot's release retried, an operator's write), whose failure says
-        nothing of whether requests can be decided.
+        """:meth:`call` past the breakers, telling them nothing: for a call no request waits for (a
+        slot's release retried, an operator's write).
 
         :raises StorageUnavailable: if the call failed.
         :raises UnexpectedError: if it raised an error that is not Redis's.
@@ -499,8 +451,7 @@ class Throttle:
         return f"{self.storage.url}: {error}"
 
     def unexpected(self, error: Exception, breakers: Iterable[CircuitBreaker] = ()) -> UnexpectedError:
-        """The :class:`UnexpectedError` for ``error``, with it as its cause;
-        a probe one of ``breakers`` allowed is given back."""
+        """The :class:`UnexpectedError` caused by ``error``; a probe of ``breakers`` is given back."""
         for guard in breakers:
             guard.abandon()
         failure = UnexpectedError(f"{self.storage.url}: unexpected {type(error).__name__}: {error}")
@@ -509,7 +460,7 @@ class Throttle:
 
 
 def _settle(breakers: dict[str, CircuitBreaker], error: Exception) -> None:
-    """Tell each node's breaker how a failed call went on it; one sent nothing gives back its probe."""
+    """Tell each node's breaker how a failed call went on it."""
     if not isinstance(error, NodeFailure):
         for guard in breakers.values():
             guard.failure()
@@ -524,10 +475,8 @@ def _settle(breakers: dict[str, CircuitBreaker], error: Exception) -> None:
 
 
 def _may_have_run(error: StorageUnavailable) -> bool:
-    """Whether the call that failed with ``error`` may have run, or still
-    run: it was sent and its reply never came, or some cluster node
-    answered its part; not one held back or never sent
-    (:class:`~flask_redis_throttle.core.storages.storage.NotSent`)."""
+    """Whether the call that failed may have run, or still run: sent with no reply, or a cluster
+    node answered its part."""
     cause = error.__cause__
     while cause is not None:
         if isinstance(cause, NotSent):
@@ -543,7 +492,7 @@ def _may_have_run(error: StorageUnavailable) -> bool:
 def _decision(
     reply: Reply, checks: Sequence[Check], layout: Layout, cached: bool = False, hold: Hold | None = None
 ) -> Decision:
-    """The decision of ``reply``: its deciding counter's policy, identity and layer."""
+    """``reply`` with its deciding counter's policy, identity and layer."""
     number, who, n = layout.places[reply.layer]
     policy, identities = checks[number]
     admitted, _, left, reset, retry, _, penalized = reply
