@@ -299,42 +299,55 @@ def masters_of(cluster: RedisCluster) -> dict[int, int]:
     return served
 
 
-@pytest.mark.redis
-def test_a_block_on_a_cluster_ends_with_the_window_of_the_node_whose_clock_is_ahead(
-    redis_cluster: RedisCluster, clock: Clock, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The request counts Alice on one master, whose clock is 0.3 s ahead,
-    # and Bob on another: Alice's windows end 0.3 s before Bob's. A block
-    # taken before Alice's window ends and spent after it would be spent
-    # in her next window, where nothing counted it, and her windows would
-    # admit more than the quota. Two nodes' clocks cannot differ on one
-    # host: the node's time, which the pinned clock sends with each call,
-    # is moved instead, as a skewed clock moves the time the script reads.
-    # The windows are 10 s long: a counter's expiry runs on the server's
-    # own clock, and the test takes a few real seconds on a busy machine.
-    redis_cluster.flushall()
-    skew = 3_000_000
-    storage = Storage.from_url(redis_cluster.url)
-    leases = Leases(Throttle(storage))
-    policy = Policy(tuple(parse_limits("1000/10 seconds")), "s", "fixed-window")
-    served = masters_of(redis_cluster)
-    ahead = served[key_slot(leases.throttle.key(policy, ALICE).encode())]
+#: The limit the skewed cluster's tests count under.
+SKEWED = Policy(tuple(parse_limits("1000/10 seconds")), "s", "fixed-window")
+
+
+def skew_alice(monkeypatch: pytest.MonkeyPatch, cluster: RedisCluster, throttle: Throttle, skew: int) -> Identity:
+    """Make the master of Alice's counters under :data:`SKEWED` decide
+    ``skew`` microseconds ahead of the others, and return a user whose
+    counters live on another master. Two nodes' clocks cannot differ on one
+    host: the time the pinned clock sends with each call to her master is
+    moved instead, as a skewed clock moves the time the script reads. A
+    refund's time is the admission's, sent as it is: only the times of
+    calls that count or inspect are moved."""
+    served = masters_of(cluster)
+    ahead = served[key_slot(throttle.key(SKEWED, ALICE).encode())]
     bob = next(
         who
         for who in (Identity("user", f"bob{i}") for i in range(200))
-        if served[key_slot(leases.throttle.key(policy, who).encode())] != ahead
+        if served[key_slot(throttle.key(SKEWED, who).encode())] != ahead
     )
 
     def skewed(keys: Any, args: Any) -> list[codec.Part]:
         return [
             replace(part, args=[part.args[0] + skew, *part.args[1:]])
-            if served[key_slot(part.keys[0].encode())] == ahead
+            if served[key_slot(part.keys[0].encode())] == ahead and part.args[1] >= 0
             else part
             for part in codec.split(keys, args)
         ]
 
     monkeypatch.setattr(sending, "split", skewed)
-    checks: list[Check] = [(policy, [ALICE, bob])]
+    return bob
+
+
+@pytest.mark.redis
+def test_a_block_on_a_cluster_ends_with_the_window_of_the_node_whose_clock_is_ahead(
+    redis_cluster: RedisCluster, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The request counts Alice on one master, whose clock is 3 s ahead (see
+    # skew_alice), and Bob on another: Alice's windows end 3 s before Bob's.
+    # A block taken before Alice's window ends and spent after it would be
+    # spent in her next window, where nothing counted it, and her windows
+    # would admit more than the quota. The windows are 10 s long: a
+    # counter's expiry runs on the server's own clock, and the test takes a
+    # few real seconds on a busy machine.
+    redis_cluster.flushall()
+    skew = 3_000_000
+    storage = Storage.from_url(redis_cluster.url)
+    leases = Leases(Throttle(storage))
+    bob = skew_alice(monkeypatch, redis_cluster, leases.throttle, skew)
+    checks: list[Check] = [(SKEWED, [ALICE, bob])]
     alice: Counter[int] = Counter()
     bobs: Counter[int] = Counter()
     while clock.at < 20.0:  # 100 requests a second until Alice's window ends, 500 after
@@ -866,35 +879,15 @@ def test_a_request_given_back_on_a_cluster_is_given_back_on_each_node_at_the_tim
     # next one. Its refund (a block given back, a deferred cost) must find
     # each count in the window it was made in: sent with one time for both
     # nodes, Alice's would look in the window before hers, find nothing,
-    # and her 50 would stay counted until her window ends. A refund's time
-    # is the admission's, sent as it is, so only the times of calls that
-    # count or inspect are moved by the skew.
+    # and her 50 would stay counted until her window ends.
     redis_cluster.flushall()
-    skew = 3_000_000
     storage = Storage.from_url(redis_cluster.url)
     throttle = Throttle(storage)
-    policy = Policy(tuple(parse_limits("1000/10 seconds")), "s", "fixed-window")
-    served = masters_of(redis_cluster)
-    ahead = served[key_slot(throttle.key(policy, ALICE).encode())]
-    bob = next(
-        who
-        for who in (Identity("user", f"bob{i}") for i in range(200))
-        if served[key_slot(throttle.key(policy, who).encode())] != ahead
-    )
-
-    def skewed(keys: Any, args: Any) -> list[codec.Part]:
-        return [
-            replace(part, args=[part.args[0] + skew, *part.args[1:]])
-            if served[key_slot(part.keys[0].encode())] == ahead and part.args[1] >= 0
-            else part
-            for part in codec.split(keys, args)
-        ]
-
-    monkeypatch.setattr(sending, "split", skewed)
+    bob = skew_alice(monkeypatch, redis_cluster, throttle, 3_000_000)
     clock.set(8.0)
-    decision = throttle.hit([(policy, [ALICE, bob])], 50, returnable=True)
+    decision = throttle.hit([(SKEWED, [ALICE, bob])], 50, returnable=True)
     assert decision.hold is not None  # admitted
     decision.hold.release()
-    left = [throttle.hit([(policy, [who])], 0).remaining for who in (ALICE, bob)]
+    left = [throttle.hit([(SKEWED, [who])], 0).remaining for who in (ALICE, bob)]
     storage.close()
     assert left == [1000, 1000]
