@@ -34,15 +34,12 @@ if TYPE_CHECKING:
 
 
 #: The flag that drops each kind of inherited limit of :func:`flask_redis_throttle.exempt`.
-EXEMPTION = {
-    "default": ExemptionScope.DEFAULT,
-    "application": ExemptionScope.APPLICATION,
-    "blueprints": ExemptionScope.ANCESTORS,
-}
+EXEMPTION = dict(
+    default=ExemptionScope.DEFAULT, application=ExemptionScope.APPLICATION, blueprints=ExemptionScope.ANCESTORS
+)
 
 
-#: The arguments a second Limiter on an app may give: its own limits and their options (not on_meta_breach,
-#: the first's), and whom they count.
+#: What a second Limiter on an app may give: its limits, their options (not on_meta_breach), whom they count.
 JOINED = frozenset({ConfigVars.KEY_FUNC, ConfigVars.KEY_PREFIX, *LAYERED, *ChainMap(*LAYERED.values())}) - {
     ConfigVars.ON_META_BREACH
 }
@@ -51,8 +48,6 @@ OWN = {"RATELIMIT_DEFAULT", "RATELIMIT_APPLICATION", "RATELIMIT_META", "RATELIMI
 
 
 class LimitArguments(TypedDict, total=False):
-    """:meth:`Limiter.limit`'s and :meth:`Limiter.shared_limit`'s keyword arguments."""
-
     key_func: Callable[[], str] | None
     per_method: bool
     methods: list[str] | None
@@ -66,8 +61,7 @@ class LimitArguments(TypedDict, total=False):
 
 
 class Limiter:
-    """Flask-Limiter 4.x's ``Limiter`` (:doc:`/flask-limiter`): an argument with no counterpart
-    here raises :class:`~flask_redis_throttle.ConfigurationError`."""
+    """Flask-Limiter 4.x's ``Limiter`` (:doc:`/flask-limiter`); an argument with no counterpart: ConfigurationError."""
 
     def __init__(
         self,
@@ -121,8 +115,7 @@ class Limiter:
             self.init_app(app)
 
     def init_app(self, app: Flask) -> None:
-        """:meth:`RateLimit.init_app <flask_redis_throttle.RateLimit.init_app>` with our settings for
-        Flask-Limiter's; on failure, the app's config is left as it was."""
+        """``RateLimit.init_app`` with our settings for Flask-Limiter's; a failure leaves the app's config as it was."""
         app = app._get_current_object() if isinstance(app, LocalProxy) else app  # kept weakly, read later
         config = app.config
         before = dict(config)
@@ -148,8 +141,7 @@ class Limiter:
                     stacklevel=2,
                 )
             # The embedded store made here, so that the extension does not log its own warning about it.
-            memory = ours["RATELIMIT_STORAGE_URL"] == "memory://"
-            self.extension.redis = embedded_client(warn=False) if memory else None
+            self.extension.redis = embedded_client(warn=False) if ours["RATELIMIT_STORAGE_URL"] == "memory://" else None
             self.extension.init_app(app)  # the last step that may fail
         except BaseException:
             config.clear()
@@ -168,10 +160,7 @@ class Limiter:
         self.apps.add(app)
 
     def _join(self, app: Flask, first: Limiter) -> None:
-        """A second Limiter's limits join ``first``'s extension, so one script call still decides all.
-
-        :raises ConfigurationError: for an argument only the first Limiter may give.
-        """
+        """Join ``first``'s extension (one script call decides all); ConfigurationError for the first's arguments."""
         for key, value in self.arguments.items():
             if value is not None and key not in JOINED:
                 raise ConfigurationError(key, value, f"None: a second Limiter on an app shares the first's ({SEE})")
@@ -243,13 +232,11 @@ class Limiter:
 
     @property
     def current_limit(self) -> RequestLimit | None:
-        """The deciding limit of the current request: :func:`flask_redis_throttle.current_limit`."""
         found = current_limit()
         return None if found is None else RequestLimit.current(found, request.endpoint)
 
     @property
     def current_limits(self) -> list[RequestLimit]:
-        """Every limit of the current request: :func:`flask_redis_throttle.current_limits`."""
         return [RequestLimit.current(found, request.endpoint) for found in current_limits()]
 
     def check(self) -> None:
@@ -265,8 +252,6 @@ class Limiter:
 
 
 def log_refusals(app: Flask) -> None:
-    """Log each refusal of ``app`` at INFO, as Flask-Limiter does."""
-
     @request_refused.connect_via(app)
     def log(sender: Flask, *, identity: Identity, layer: Layer, scope: str, shadow: bool, **extra: Any) -> None:
         if not shadow:
@@ -274,8 +259,7 @@ def log_refusals(app: Flask) -> None:
 
 
 def respond(headers: bool, http_date: bool, swallow_errors: bool) -> Callable[[Response], Response]:
-    """An ``after_request`` function, registered after the extension's so that it runs first:
-    it raises an ``on_breach`` error, and gives a response let through Flask-Limiter's ``Retry-After``."""
+    """The after_request run before the extension's: raises an on_breach error, sets a passed response's Retry-After."""
 
     def after_request(response: Response) -> Response:
         error: Exception | None = g.pop(BREACH_ERROR, None)

@@ -1,5 +1,4 @@
-"""Flask-Limiter's limit strings and limit objects as :func:`~flask_redis_throttle.limit`'s keyword arguments
-(:doc:`/flask-limiter`)."""
+"""Flask-Limiter's limits as :func:`~flask_redis_throttle.limit`'s options (:doc:`/flask-limiter`)."""
 
 from __future__ import annotations
 
@@ -30,7 +29,6 @@ logger = logging.getLogger("flask_redis_throttle")
 Target = TypeVar("Target", bound="Callable[..., Any] | Blueprint")
 
 SEE = "see 'Coming from Flask-Limiter' in the docs"
-#: What an argument or setting that is a function takes.
 FUNCTION = "a function"
 
 SEPARATORS = re.compile(r"[,;|]")
@@ -44,10 +42,7 @@ WRITTEN = (("day", 86_400), ("hour", 3_600), ("minute", 60), ("second", 1))
 
 
 def translate(text: str) -> str:
-    """``"5 per minute | 1/second"`` as ``"5 per 1 minute;1 per 1 second"``; empty or too long, as is.
-
-    :raises ValueError: if the ``limits`` library would not parse ``text``, with its message.
-    """
+    """``"5 per minute | 1/second"`` as ``"5 per 1 minute;1 per 1 second"``; a ValueError as ``limits`` words it."""
     if not isinstance(text, str) or len(text) > MAX_LIMIT_LENGTH or not text:
         return text
     quotas: dict[int, int] = {}
@@ -84,7 +79,6 @@ def describe_refusal(request: Request) -> str:
 
 
 def a_function(value: Any) -> Any:
-    """``value``, a function; else a TypeError."""
     if not callable(value):
         raise TypeError(f"{value!r} is not a function")
     return value
@@ -113,7 +107,7 @@ def identities(key_func: Callable[[], str] | None) -> list[Any] | None:
         try:
             return key_func()
         except Exception:
-            if not state_of().settings.fail_open:  # the extension calls it: its app has one
+            if not state_of().settings.fail_open:  # called by the extension: its app has one
                 raise
             logger.exception("Failed to rate limit. Swallowing error")
             return None
@@ -122,7 +116,6 @@ def identities(key_func: Callable[[], str] | None) -> list[Any] | None:
 
 
 def of_value(value: Any) -> Any:
-    """A value, or a function of nothing as a function of the request."""
     return of_request(value) if callable(value) else value
 
 
@@ -134,8 +127,7 @@ def meta_of(meta_limits: Any) -> str | None:
     return translate(";".join(items)) or None
 
 
-#: The fields of :class:`Limit` that are :func:`~flask_redis_throttle.limit`'s options: their name there,
-#: how read, and what they take.
+#: :class:`Limit`'s fields that are :func:`~flask_redis_throttle.limit`'s options: name there, how read, what taken.
 OPTIONS: dict[str, tuple[str, Callable[[Any], Any], str]] = {
     "key_function": ("identities", identities, FUNCTION),
     "methods": ("methods", lambda methods: [methods] if isinstance(methods, str) else list(methods), "HTTP methods"),
@@ -145,9 +137,6 @@ OPTIONS: dict[str, tuple[str, Callable[[Any], Any], str]] = {
     "deduct_when": ("deduct_when", a_function, FUNCTION),  # a function of the response in both
     "meta_limits": ("meta", meta_of, "limit strings"),
 }
-
-#: The name ``limit(...)`` and ``shared_limit(...)`` take an option under, where it is not the field's.
-ARGUMENT_NAMES = {"key_function": "key_func"}
 
 
 @dataclasses.dataclass(eq=False)
@@ -168,8 +157,7 @@ class Limit:
     on_breach: Callable[[RequestLimit], Response | None] | None = None
 
     def options(self, scope: str | None = None, fallback: DynamicLimit | None = None) -> dict[str, Any]:
-        """:func:`~flask_redis_throttle.limit`'s keyword arguments, counted under ``scope``
-        unless shared or a scope function, with the dynamic limit ``spec(fallback)``."""
+        """:func:`~flask_redis_throttle.limit`'s options: under ``scope`` unless shared or a function."""
         options: dict[str, Any] = {}
         for field, (name, read, takes) in OPTIONS.items():
             value = getattr(self, field)
@@ -177,26 +165,22 @@ class Limit:
                 try:
                     options[name] = read(value)
                 except (TypeError, ValueError) as error:
-                    written = ARGUMENT_NAMES.get(field, field)
+                    written = {"key_function": "key_func"}.get(field, field)  # as limit(...) takes it
                     raise InvalidLimit(f"{written} {value!r} must be {takes}: {error}", spec=value) from None
         if callable(self.scope):
             options["scope"] = scope_of(self.scope, self.shared)
-        elif self.shared:
-            options["scope"] = self.scope
-        elif scope is not None:
-            options["scope"] = scope
+        elif self.shared or scope is not None:
+            options["scope"] = self.scope if self.shared else scope
         provider = self.spec(fallback) if callable(self.limit_provider) else None
         if isinstance(provider, Dynamic):
             options["scope"] = Apart(provider, options.get("scope"))
         options["error_message"] = describe_refusal if self.error_message is None else of_value(self.error_message)
-        hook = breach_hook(self.on_breach, self.shared)
-        if hook is not None:
-            options["on_breach"] = hook
+        if self.on_breach is not None:
+            options["on_breach"] = breach_hook(self.on_breach, self.shared)
         return options
 
     def spec(self, fallback: DynamicLimit | None = None) -> str | Dynamic:
-        """The limit string in our grammar (ValueError if the ``limits`` library rejects it),
-        or the :class:`Dynamic` limit, made once per ``fallback``: its scope reads what it returned."""
+        """Our limit string (or a ValueError), or the :class:`Dynamic` limit: one per ``fallback``, for Apart."""
         provider = self.limit_provider
         if not callable(provider):
             return translate(provider)
@@ -249,8 +233,7 @@ class RouteLimit(Limit):
         return native_limit(self.spec(fallback), **self.options(scope, fallback), **extra)
 
     def __call__(self, target: Target) -> Target:
-        """Limit a blueprint, a view, or a function called in a request (under its own name unless shared);
-        a limit string the ``limits`` library rejects is logged, ``target`` left as is."""
+        """Limit a blueprint, a view, or a function called in a request; a malformed limit is only logged."""
         exemption = exemption_of(target)
         if exemption is not None and exemption.own_limits:
             return target  # as in Flask-Limiter, an exempt view has no limits, not even its own
@@ -279,8 +262,7 @@ class RouteLimit(Limit):
         return limited  # type: ignore[return-value]
 
     def decide_when_called(self, limited: Callable[..., Any], block: LimitDecorator) -> None:
-        """Decide ``block`` when ``limited`` is called in a request and is not its view; else
-        the view's own limit again if its dynamic function raised (it may read what decorators set)."""
+        """Decide ``block`` if ``limited`` is not the request's view; else its dynamic limit again if that raised."""
         if not has_request_context():
             return
         view = current_app.view_functions.get(request.endpoint or "")
@@ -308,19 +290,13 @@ class RouteLimit(Limit):
 
 
 def hint_override(view: Callable[..., Any]) -> None:
-    """Drop the default limits of ``view`` from its next request on, as Flask-Limiter does once
-    a function with a limit that overrides them ran in one of its requests."""
-    found = exemption(view)
+    """Drop ``view``'s default limits from its next request on, as Flask-Limiter does once an overriding one ran."""
+    found = exemption_of(view) or Exemption(frozenset())
     if "default" in found.drops:
         return
     keep = [kind for kind in INHERITED if kind not in found.drops | {"default"}]
     exempt(keep=keep, nested=found.nested, own_limits=found.own_limits)(view)
     state_of().forget_plans()  # there is one: its block was just decided
-
-
-def exemption(holder: object) -> Exemption:
-    """What ``holder`` (a view, a blueprint, None) is exempt from."""
-    return exemption_of(holder) or Exemption(frozenset())
 
 
 def is_view_of(function: Callable[..., Any], view: Callable[..., Any] | None) -> bool:
@@ -353,8 +329,7 @@ UNDECIDED = "_flask_limiter_undecided"
 
 
 class Dynamic:
-    """A Flask-Limiter limit function as a dynamic limit: ``fallback``'s when it comes to
-    nothing, left out (and logged) when it raises; each string counted apart (:class:`Apart`)."""
+    """A Flask-Limiter limit function: ``fallback``'s limit when it returns nothing, left out when it raises."""
 
     def __init__(self, function: Callable[[], str], fallback: DynamicLimit | None = None) -> None:
         self.function, self.fallback = function, fallback
@@ -401,13 +376,12 @@ class Apart:
 
 
 def default_limits(request: Request) -> str | None:
-    """The default limits of ``request``, joined (a dynamic limit's fallback, which the extension
-    calls); None where exempt."""
+    """The default limits of ``request``, joined (a dynamic limit's fallback); None where exempt."""
     holders = [
         current_app.view_functions.get(request.endpoint or ""),
         *map(current_app.blueprints.get, request.blueprints),
     ]
-    if any("default" in exemption(holder).drops for holder in holders):
+    if any(found is not None and "default" in found.drops for found in map(exemption_of, holders)):
         return None
     texts = []
     for spec in state_of().settings.default:
@@ -449,7 +423,6 @@ class RequestLimit:
 
 
 def is_shared(scope: str, endpoint: str | None) -> bool:
-    """Whether ``scope`` is neither ``endpoint`` nor within it."""
     return scope != endpoint and not (endpoint is not None and scope.startswith(f"{endpoint}:"))
 
 
@@ -472,7 +445,6 @@ def breach_hook(
         try:
             response = on_breach(limit)
         except Exception as error:
-            # Raised or logged with the response, as swallow_errors says.
             g.setdefault(BREACH_ERROR, error)
             return None
         return response if isinstance(response, Response) else None

@@ -185,8 +185,7 @@ def _labels(limit: PlannedLimit) -> list[str]:
 
 
 def _scope(limit: PlannedLimit, whole: bool, endpoint: str | None = None) -> tuple[str | None, bool]:
-    """The scope ``clear`` resets (None for all, "" for none), and whether those beneath it instead:
-    a dynamic limit's counters beneath its scope (or endpoint), unless a function names them."""
+    """The scope ``clear`` resets (None: all, "": none), and whether it resets those beneath it instead."""
     scope = limit.spec.scope
     if whole:
         return None, False
