@@ -190,12 +190,10 @@ class Limit:
         return made[fallback]
 
 
-@dataclasses.dataclass(eq=False)
 class ApplicationLimit(Limit):
     """Flask-Limiter's ``ApplicationLimit``."""
 
 
-@dataclasses.dataclass(eq=False)
 class MetaLimit(Limit):
     """Flask-Limiter's ``MetaLimit``."""
 
@@ -268,8 +266,12 @@ class RouteLimit(Limit):
         view = current_app.view_functions.get(request.endpoint or "")
         if not is_view_of(limited, view):
             block.__enter__()
-            if self.override_defaults is not False and view is not None:
-                hint_override(view)
+            found = exemption_of(view) or Exemption(frozenset())
+            if self.override_defaults is not False and view is not None and "default" not in found.drops:
+                # As in Flask-Limiter, a limit that overrides the defaults drops them from the view's next request on.
+                keep = [kind for kind in INHERITED if kind not in found.drops | {"default"}]
+                exempt(keep=keep, nested=found.nested, own_limits=found.own_limits)(view)
+                state_of().forget_plans()  # there is one: its block was just decided
         elif self.native is not None and any(
             made in g.get(UNDECIDED, ()) for made in self.__dict__.get("_dynamic", {}).values()
         ):
@@ -287,16 +289,6 @@ class RouteLimit(Limit):
 
     def __exit__(self, *exc: object) -> None:
         return None
-
-
-def hint_override(view: Callable[..., Any]) -> None:
-    """Drop ``view``'s default limits from its next request on, as Flask-Limiter does once an overriding one ran."""
-    found = exemption_of(view) or Exemption(frozenset())
-    if "default" in found.drops:
-        return
-    keep = [kind for kind in INHERITED if kind not in found.drops | {"default"}]
-    exempt(keep=keep, nested=found.nested, own_limits=found.own_limits)(view)
-    state_of().forget_plans()  # there is one: its block was just decided
 
 
 def is_view_of(function: Callable[..., Any], view: Callable[..., Any] | None) -> bool:
