@@ -25,7 +25,7 @@ from ...errors import ConfigurationError
 from ...extension import APPLICATION_SCOPE, DEFAULTS, EXTENSION_KEY, RateLimit, RateLimitState, Settings, state_of
 from ...signals import request_refused
 from ._limits import BREACH_ERROR, SEE, Limit, MetaLimit, RequestLimit, RouteLimit, Target, logger, of_request
-from ._settings import LAYERED, THEIR_SETTINGS, settings
+from ._settings import LAYERED, THEIR_SETTINGS, settings, unsupported
 from .commands import COMMAND_NAMES, cli
 from .constants import ConfigVars, ExemptionScope, HeaderNames
 
@@ -125,8 +125,10 @@ class Limiter:
             self._join(app, first)
             return
         try:
+            if not self.auto_check:
+                raise unsupported("Limiter(auto_check=False)", False, "True: every request is decided before its view")
             given = ChainMap({key: value for key, value in self.arguments.items() if value is not None}, config).get
-            ours = settings(given, self.header_name_mapping, self.auto_check)
+            ours = settings(given, self.header_name_mapping)
             storage_uri, swallow_errors = given(ConfigVars.STORAGE_URI), bool(given(ConfigVars.SWALLOW_ERRORS))
             for key in THEIR_SETTINGS:  # read: hidden from the extension's check of unknown keys
                 config.pop(key, None)
@@ -167,7 +169,7 @@ class Limiter:
         if self.header_name_mapping or not self.auto_check:
             raise ConfigurationError("header_name_mapping", self.header_name_mapping, "the first Limiter's")
         state: RateLimitState = state_of(app)
-        ours = settings(self.arguments.get, {}, True)
+        ours = settings(self.arguments.get, {})
         taken = len(state.settings.application)
         for position, item in enumerate(ours["RATELIMIT_APPLICATION"] or (), taken + 1):  # the first's start at @app
             item.setdefault("scope", f"{APPLICATION_SCOPE}+{position}")
@@ -233,11 +235,11 @@ class Limiter:
     @property
     def current_limit(self) -> RequestLimit | None:
         found = current_limit()
-        return None if found is None else RequestLimit.current(found, request.endpoint)
+        return None if found is None else RequestLimit.of(found, request.endpoint)
 
     @property
     def current_limits(self) -> list[RequestLimit]:
-        return [RequestLimit.current(found, request.endpoint) for found in current_limits()]
+        return [RequestLimit.of(found, request.endpoint) for found in current_limits()]
 
     def check(self) -> None:
         """Refused: the extension decides every request before its view; see ``auto_check``."""
@@ -274,9 +276,8 @@ def respond(headers: bool, http_date: bool, swallow_errors: bool) -> Callable[[R
             own = response.headers.getlist("Retry-After")
             if own:
                 reset_at = max(reset_at, _retry_at(own[-1], now))
-            response.headers.set(
-                "Retry-After", formatdate(reset_at, usegmt=True) if http_date else str(int(reset_at - now))
-            )
+            value = formatdate(reset_at, usegmt=True) if http_date else str(int(reset_at - now))
+            response.headers.set("Retry-After", value)
         return response
 
     return after_request

@@ -14,8 +14,7 @@ from typing import Any, TypeVar
 from flask import Blueprint, Request, Response, current_app, g, has_request_context, request
 from flask.views import http_method_funcs
 
-from ...core.engine.keys import Identity
-from ...core.engine.rates import MAX_LIMIT_LENGTH, Layer
+from ...core.engine.rates import MAX_LIMIT_LENGTH
 from ...current import CurrentLimit, current_limit
 from ...decorators import INHERITED, DynamicLimit, Exemption, LimitDecorator, exempt, exemption_of
 from ...decorators import limit as native_limit
@@ -65,11 +64,6 @@ def written(window: int) -> str:
 
 #: On :data:`flask.g`: an ``on_breach`` function's error, raised or logged with the response.
 BREACH_ERROR = "_flask_limiter_breach_error"
-
-
-def limits_key(identity: Identity, scope: str, layer: Layer) -> str:
-    """``RequestLimit.key``: the name Flask-Limiter gives a limit's counter."""
-    return f"LIMITER/{identity.value}/{scope}/{layer.quota}/{written(layer.window).replace(' ', '/')}"
 
 
 def describe_refusal(request: Request) -> str:
@@ -409,13 +403,14 @@ class RequestLimit:
     reset_at: int = 0
 
     @classmethod
-    def current(cls, found: CurrentLimit, endpoint: str | None) -> RequestLimit:
-        key, shared = limits_key(found.identity, found.scope, found.layer), is_shared(found.scope, endpoint)
-        return cls(found.layer, key, found.breached, shared, found.remaining, int(found.reset_at))
-
-
-def is_shared(scope: str, endpoint: str | None) -> bool:
-    return scope != endpoint and not (endpoint is not None and scope.startswith(f"{endpoint}:"))
+    def of(cls, found: CurrentLimit | RefusalEvent, endpoint: str | None) -> RequestLimit:
+        """``found`` keyed as Flask-Limiter names its counter; shared unless its scope is ``endpoint`` or within it."""
+        scope, layer = found.scope, found.layer
+        key = f"LIMITER/{found.identity.value}/{scope}/{layer.quota}/{written(layer.window).replace(' ', '/')}"
+        shared = scope != endpoint and not (endpoint is not None and scope.startswith(f"{endpoint}:"))
+        if isinstance(found, RefusalEvent):  # its reset is the on_breach hook's to tell
+            return cls(layer, key, True, shared)
+        return cls(layer, key, found.breached, shared, found.remaining, int(found.reset_at))
 
 
 def breach_hook(
@@ -432,8 +427,8 @@ def breach_hook(
         found, refusing = current_limit(), (event.scope, event.layer, event.identity)
         same = found is not None and (found.scope, found.layer, found.identity) == refusing
         reset_at = found.reset_at if found is not None and same else time.time() + (event.retry_after or 0)
-        key, shared_here = limits_key(event.identity, event.scope, event.layer), is_shared(event.scope, event.endpoint)
-        limit = RequestLimit(event.layer, key, True, shared or shared_here, 0, int(reset_at))
+        limit = RequestLimit.of(event, event.endpoint)
+        limit.shared, limit.reset_at = shared or limit.shared, int(reset_at)
         try:
             response = on_breach(limit)
         except Exception as error:

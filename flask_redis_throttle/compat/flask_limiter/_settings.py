@@ -71,9 +71,7 @@ OPTIONAL = {ConfigVars.KEY_PREFIX: (None, ""), ConfigVars.HEADER_RETRY_AFTER_VAL
 FIXED = {"RATELIMIT_HEADERS_LEGACY": True, "RATELIMIT_DEFAULT_MODE": "replace", "RATELIMIT_BLUEPRINT_MODE": "replace"}
 
 
-def settings(
-    given: Callable[[str], Any], header_name_mapping: Mapping[HeaderNames, str], auto_check: bool
-) -> MutableMapping[str, Any]:
+def settings(given: Callable[[str], Any], header_name_mapping: Mapping[HeaderNames, str]) -> MutableMapping[str, Any]:
     """Our settings for Flask-Limiter's ``given(key)``; a ConfigurationError for one we have not."""
     for key, why in REFUSED.items():
         if given(key):
@@ -82,8 +80,6 @@ def settings(
         raise unsupported(
             ConfigVars.FAIL_ON_FIRST_BREACH, False, "True: a refused request is counted in no limit, never in some"
         )
-    if not auto_check:
-        raise unsupported("Limiter(auto_check=False)", False, "True: every request is decided before its view")
     renamed = read("header_name_mapping", header_name_mapping, header_names, "a dict of HeaderNames to names")
     for key, header in HEADER_SETTINGS.items():
         if given(key) is not None and given(key) != header.value:
