@@ -98,9 +98,8 @@ class Limiter:
     ) -> None:
         self.key_func = key_func
         self.enabled = enabled
-        # By Flask-Limiter's setting names (ConfigVars), an argument given wins over the app's setting.
         given = dict(locals(), header_retry_after_value=retry_after, key_prefix=key_prefix or None)
-        self.arguments: dict[str, Any] = {  # an empty list of limits is none
+        self.arguments: dict[str, Any] = {  # by setting name, over the app's config; an empty list of limits is none
             getattr(ConfigVars, name.upper()): value or None if isinstance(value, (list, tuple)) else value
             for name, value in given.items()
             if name != "enabled" and hasattr(ConfigVars, name.upper())

@@ -89,13 +89,12 @@ def of_request(function: Callable[[], Any]) -> Callable[[Request], Any]:
 
 
 def identities(key_func: Callable[[], str] | None) -> list[Any] | None:
-    """Whom a key function counts: ``"ip"`` for ``get_remote_address``, else the function."""
+    """``"ip"`` for ``get_remote_address``, else the function (its error a 500, or under swallow_errors no one)."""
     if key_func is None:
         return None
     if key_func is get_remote_address:
         return ["ip"]
 
-    # An error it raises is a 500; with swallow_errors, logged and the request let through uncounted.
     @functools.wraps(a_function(key_func))
     def called(request: Request) -> str | None:
         try:
@@ -179,9 +178,7 @@ class Limit:
         if not callable(provider):
             return translate(provider)
         made: dict[DynamicLimit | None, Dynamic] = self.__dict__.setdefault("_dynamic", {})
-        if fallback not in made:
-            made[fallback] = Dynamic(provider, fallback)
-        return made[fallback]
+        return made.setdefault(fallback, Dynamic(provider, fallback))
 
 
 class ApplicationLimit(Limit):
@@ -217,8 +214,7 @@ class RouteLimit(Limit):
             spec = ""
         if spec:  # an empty one is no limit, as in Flask-Limiter
             self.native = self.decorator(self.fallbacks[0], override_defaults=override_defaults)
-        # The limit as ``with limit(...)``: a dynamic one without the fallback.
-        self.block = self.decorator() if callable(spec) else self.native
+        self.block = self.decorator() if callable(spec) else self.native  # for with limit(...): no fallback
 
     def decorator(self, fallback: DynamicLimit | None = None, scope: str | None = None, **extra: Any) -> LimitDecorator:
         """:func:`~flask_redis_throttle.limit` for this limit, under ``scope``, falling back to ``fallback``."""
@@ -288,12 +284,9 @@ class RouteLimit(Limit):
 def is_view_of(function: Callable[..., Any], view: Callable[..., Any] | None) -> bool:
     """Whether ``function`` is ``view``, one it wraps, or a method of its class."""
     while view is not None:
-        if view is function:
-            return True
         view_class = getattr(view, "view_class", None)
-        if view_class is not None and any(
-            getattr(view_class, name, None) is function for name in ("dispatch_request", *http_method_funcs)
-        ):
+        methods = (getattr(view_class, name, None) for name in ("dispatch_request", *http_method_funcs))
+        if view is function or any(method is function for method in methods):
             return True
         view = getattr(view, "__wrapped__", None)
     return False

@@ -155,8 +155,7 @@ def limits_of(key: str, value: Any, shared: dict[str, Any]) -> list[dict[str, An
             found.append({"limit": made, **shared, **apart})
         else:
             raise TypeError(f"{item!r} is none of these")
-    joined = translate(";".join(strings))
-    if joined:
+    if joined := translate(";".join(strings)):
         found.insert(0, {"limit": joined, **shared})
     return found or None
 
