@@ -113,7 +113,6 @@ def of_value(value: Any) -> Any:
 
 
 def meta_of(meta_limits: Any) -> str | None:
-    """A limit's meta limits, limit strings, as ours."""
     items = [meta_limits] if isinstance(meta_limits, str) else list(meta_limits)
     if not all(isinstance(item, str) for item in items):
         raise TypeError(f"functions and MetaLimit(...) only in the Limiter's meta_limits ({SEE})")
@@ -181,12 +180,10 @@ class Limit:
         return made.setdefault(fallback, Dynamic(provider, fallback))
 
 
-class ApplicationLimit(Limit):
-    """Flask-Limiter's ``ApplicationLimit``."""
+class ApplicationLimit(Limit): ...
 
 
-class MetaLimit(Limit):
-    """Flask-Limiter's ``MetaLimit``."""
+class MetaLimit(Limit): ...
 
 
 class RouteLimit(Limit):
@@ -203,7 +200,6 @@ class RouteLimit(Limit):
         super().__init__(limit_value, key_func or limiter.key_func, **fields)
         self.limiter = limiter
         self.unreadable: ValueError | None = None
-        self.native: LimitDecorator | None = None  # made now: a malformed limit fails where it is written
         # What a dynamic limit that comes to nothing falls back to, on a view and on a blueprint.
         self.fallbacks = (default_limits, blueprint_default_limits) if override_defaults is not False else (None, None)
         self.override_defaults = override_defaults
@@ -212,12 +208,11 @@ class RouteLimit(Limit):
         except ValueError as error:
             self.unreadable = error  # logged where it is put; the default limits apply there
             spec = ""
-        if spec:  # an empty one is no limit, as in Flask-Limiter
-            self.native = self.decorator(self.fallbacks[0], override_defaults=override_defaults)
+        # Made now, so that a malformed limit fails where it is written; an empty one is no limit, as in Flask-Limiter.
+        self.native = self.decorator(self.fallbacks[0], override_defaults=override_defaults) if spec else None
         self.block = self.decorator() if callable(spec) else self.native  # for with limit(...): no fallback
 
     def decorator(self, fallback: DynamicLimit | None = None, scope: str | None = None, **extra: Any) -> LimitDecorator:
-        """:func:`~flask_redis_throttle.limit` for this limit, under ``scope``, falling back to ``fallback``."""
         return native_limit(self.spec(fallback), **self.options(scope, fallback), **extra)
 
     def __call__(self, target: Target) -> Target:
@@ -262,9 +257,7 @@ class RouteLimit(Limit):
                 keep = [kind for kind in INHERITED if kind not in found.drops | {"default"}]
                 exempt(keep=keep, nested=found.nested, own_limits=found.own_limits)(view)
                 state_of().forget_plans()  # there is one: its block was just decided
-        elif self.native is not None and any(
-            made in g.get(UNDECIDED, ()) for made in self.__dict__.get("_dynamic", {}).values()
-        ):
+        elif self.native is not None and g.get(UNDECIDED, set()) & set(self.__dict__.get("_dynamic", {}).values()):
             self.native.__enter__()  # only a dynamic limit can be undecided
 
     def __enter__(self) -> None:
