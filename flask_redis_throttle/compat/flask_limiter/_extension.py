@@ -151,7 +151,12 @@ class Limiter:
         config.update({key: before[key] for key in THEIR_SETTINGS & before.keys()})
         # Flask-Limiter's log lines instead of the extension's start-up line, its Retry-After and on_breach errors.
         state_of(app).skip_announcement()
-        log_refusals(app)
+
+        @request_refused.connect_via(app)
+        def log(sender: Flask, *, identity: Identity, layer: Layer, scope: str, shadow: bool, **extra: Any) -> None:
+            if not shadow:
+                logger.info("ratelimit %s (%s) exceeded at endpoint: %s", layer, identity.value, scope)
+
         http_date = ours.get("RATELIMIT_RETRY_AFTER") == "http-date"
         app.after_request(respond(ours["RATELIMIT_HEADERS_ENABLED"], http_date, swallow_errors))
         for name in COMMAND_NAMES:  # as Flask-Limiter's entry point gives its own
@@ -250,13 +255,6 @@ class Limiter:
     def reset(self) -> None:
         """Delete every counter of the app: :meth:`RateLimit.reset() <flask_redis_throttle.RateLimit.reset>`."""
         self.extension.reset()
-
-
-def log_refusals(app: Flask) -> None:
-    @request_refused.connect_via(app)
-    def log(sender: Flask, *, identity: Identity, layer: Layer, scope: str, shadow: bool, **extra: Any) -> None:
-        if not shadow:
-            logger.info("ratelimit %s (%s) exceeded at endpoint: %s", layer, identity.value, scope)
 
 
 def respond(headers: bool, http_date: bool, swallow_errors: bool) -> Callable[[Response], Response]:

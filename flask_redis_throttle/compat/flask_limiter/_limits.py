@@ -30,7 +30,7 @@ Target = TypeVar("Target", bound="Callable[..., Any] | Blueprint")
 SEE = "see 'Coming from Flask-Limiter' in the docs"
 FUNCTION = "a function"
 
-SEPARATORS = re.compile(r"[,;|]")
+
 #: One layer: its quota, its multiple (maybe none) and its unit, as the ``limits`` library reads it.
 LAYER = re.compile(r"\s*([0-9]+)\s*(?:/|per)\s*([0-9]*)\s*([a-z]+)\s*", re.IGNORECASE)
 #: Each unit, and its plural, in seconds: a month is 30 days there, a year 360.
@@ -45,7 +45,7 @@ def translate(text: str) -> str:
     if not isinstance(text, str) or len(text) > MAX_LIMIT_LENGTH or not text:
         return text
     quotas: dict[int, int] = {}
-    for layer in SEPARATORS.split(text):
+    for layer in re.split(r"[,;|]", text):
         found = LAYER.fullmatch(layer)
         unit = found and UNITS.get(found[3].lower())
         if found is None or unit is None:
