@@ -25,7 +25,7 @@ from ...errors import ConfigurationError
 from ...extension import APPLICATION_SCOPE, DEFAULTS, EXTENSION_KEY, RateLimit, RateLimitState, Settings, state_of
 from ...signals import request_refused
 from ._limits import BREACH_ERROR, SEE, Limit, MetaLimit, RequestLimit, RouteLimit, Target, logger, of_request
-from ._settings import LAYERED, THEIR_SETTINGS, settings
+from ._settings import LAYERED, THEIR_SETTINGS, settings, unsupported
 from .commands import COMMAND_NAMES, cli
 from .constants import ConfigVars, ExemptionScope, HeaderNames
 
@@ -34,15 +34,12 @@ if TYPE_CHECKING:
 
 
 #: The flag that drops each kind of inherited limit of :func:`flask_redis_throttle.exempt`.
-EXEMPTION = {
-    "default": ExemptionScope.DEFAULT,
-    "application": ExemptionScope.APPLICATION,
-    "blueprints": ExemptionScope.ANCESTORS,
-}
+EXEMPTION = dict(
+    default=ExemptionScope.DEFAULT, application=ExemptionScope.APPLICATION, blueprints=ExemptionScope.ANCESTORS
+)
 
 
-#: The arguments a second Limiter on an app may give: its own limits and their options (not on_meta_breach,
-#: the first's), and whom they count.
+#: What a second Limiter on an app may give: its limits, their options (not on_meta_breach), whom they count.
 JOINED = frozenset({ConfigVars.KEY_FUNC, ConfigVars.KEY_PREFIX, *LAYERED, *ChainMap(*LAYERED.values())}) - {
     ConfigVars.ON_META_BREACH
 }
@@ -51,8 +48,6 @@ OWN = {"RATELIMIT_DEFAULT", "RATELIMIT_APPLICATION", "RATELIMIT_META", "RATELIMI
 
 
 class LimitArguments(TypedDict, total=False):
-    """:meth:`Limiter.limit`'s and :meth:`Limiter.shared_limit`'s keyword arguments."""
-
     key_func: Callable[[], str] | None
     per_method: bool
     methods: list[str] | None
@@ -66,8 +61,7 @@ class LimitArguments(TypedDict, total=False):
 
 
 class Limiter:
-    """Flask-Limiter 4.x's ``Limiter`` (:doc:`/flask-limiter`): an argument with no counterpart
-    here raises :class:`~flask_redis_throttle.ConfigurationError`."""
+    """Flask-Limiter 4.x's ``Limiter`` (:doc:`/flask-limiter`); an argument with no counterpart: ConfigurationError."""
 
     def __init__(
         self,
@@ -104,9 +98,8 @@ class Limiter:
     ) -> None:
         self.key_func = key_func
         self.enabled = enabled
-        # By Flask-Limiter's setting names (ConfigVars), an argument given wins over the app's setting.
         given = dict(locals(), header_retry_after_value=retry_after, key_prefix=key_prefix or None)
-        self.arguments: dict[str, Any] = {  # an empty list of limits is none
+        self.arguments: dict[str, Any] = {  # by setting name, over the app's config; an empty list of limits is none
             getattr(ConfigVars, name.upper()): value or None if isinstance(value, (list, tuple)) else value
             for name, value in given.items()
             if name != "enabled" and hasattr(ConfigVars, name.upper())
@@ -121,8 +114,7 @@ class Limiter:
             self.init_app(app)
 
     def init_app(self, app: Flask) -> None:
-        """:meth:`RateLimit.init_app <flask_redis_throttle.RateLimit.init_app>` with our settings for
-        Flask-Limiter's; on failure, the app's config is left as it was."""
+        """``RateLimit.init_app`` with our settings for Flask-Limiter's; a failure leaves the app's config as it was."""
         app = app._get_current_object() if isinstance(app, LocalProxy) else app  # kept weakly, read later
         config = app.config
         before = dict(config)
@@ -132,8 +124,10 @@ class Limiter:
             self._join(app, first)
             return
         try:
+            if not self.auto_check:
+                raise unsupported("Limiter(auto_check=False)", False, "True: every request is decided before its view")
             given = ChainMap({key: value for key, value in self.arguments.items() if value is not None}, config).get
-            ours = settings(given, self.header_name_mapping, self.auto_check)
+            ours = settings(given, self.header_name_mapping)
             storage_uri, swallow_errors = given(ConfigVars.STORAGE_URI), bool(given(ConfigVars.SWALLOW_ERRORS))
             for key in THEIR_SETTINGS:  # read: hidden from the extension's check of unknown keys
                 config.pop(key, None)
@@ -148,8 +142,7 @@ class Limiter:
                     stacklevel=2,
                 )
             # The embedded store made here, so that the extension does not log its own warning about it.
-            memory = ours["RATELIMIT_STORAGE_URL"] == "memory://"
-            self.extension.redis = embedded_client(warn=False) if memory else None
+            self.extension.redis = embedded_client(warn=False) if ours["RATELIMIT_STORAGE_URL"] == "memory://" else None
             self.extension.init_app(app)  # the last step that may fail
         except BaseException:
             config.clear()
@@ -158,7 +151,12 @@ class Limiter:
         config.update({key: before[key] for key in THEIR_SETTINGS & before.keys()})
         # Flask-Limiter's log lines instead of the extension's start-up line, its Retry-After and on_breach errors.
         state_of(app).skip_announcement()
-        log_refusals(app)
+
+        @request_refused.connect_via(app)
+        def log(sender: Flask, *, identity: Identity, layer: Layer, scope: str, shadow: bool, **extra: Any) -> None:
+            if not shadow:
+                logger.info("ratelimit %s (%s) exceeded at endpoint: %s", layer, identity.value, scope)
+
         http_date = ours.get("RATELIMIT_RETRY_AFTER") == "http-date"
         app.after_request(respond(ours["RATELIMIT_HEADERS_ENABLED"], http_date, swallow_errors))
         for name in COMMAND_NAMES:  # as Flask-Limiter's entry point gives its own
@@ -168,17 +166,14 @@ class Limiter:
         self.apps.add(app)
 
     def _join(self, app: Flask, first: Limiter) -> None:
-        """A second Limiter's limits join ``first``'s extension, so one script call still decides all.
-
-        :raises ConfigurationError: for an argument only the first Limiter may give.
-        """
+        """Join ``first``'s extension (one script call decides all); ConfigurationError for the first's arguments."""
         for key, value in self.arguments.items():
             if value is not None and key not in JOINED:
                 raise ConfigurationError(key, value, f"None: a second Limiter on an app shares the first's ({SEE})")
         if self.header_name_mapping or not self.auto_check:
             raise ConfigurationError("header_name_mapping", self.header_name_mapping, "the first Limiter's")
         state: RateLimitState = state_of(app)
-        ours = settings(self.arguments.get, {}, True)
+        ours = settings(self.arguments.get, {})
         taken = len(state.settings.application)
         for position, item in enumerate(ours["RATELIMIT_APPLICATION"] or (), taken + 1):  # the first's start at @app
             item.setdefault("scope", f"{APPLICATION_SCOPE}+{position}")
@@ -243,14 +238,12 @@ class Limiter:
 
     @property
     def current_limit(self) -> RequestLimit | None:
-        """The deciding limit of the current request: :func:`flask_redis_throttle.current_limit`."""
         found = current_limit()
-        return None if found is None else RequestLimit.current(found, request.endpoint)
+        return None if found is None else RequestLimit.of(found, request.endpoint)
 
     @property
     def current_limits(self) -> list[RequestLimit]:
-        """Every limit of the current request: :func:`flask_redis_throttle.current_limits`."""
-        return [RequestLimit.current(found, request.endpoint) for found in current_limits()]
+        return [RequestLimit.of(found, request.endpoint) for found in current_limits()]
 
     def check(self) -> None:
         """Refused: the extension decides every request before its view; see ``auto_check``."""
@@ -264,18 +257,8 @@ class Limiter:
         self.extension.reset()
 
 
-def log_refusals(app: Flask) -> None:
-    """Log each refusal of ``app`` at INFO, as Flask-Limiter does."""
-
-    @request_refused.connect_via(app)
-    def log(sender: Flask, *, identity: Identity, layer: Layer, scope: str, shadow: bool, **extra: Any) -> None:
-        if not shadow:
-            logger.info("ratelimit %s (%s) exceeded at endpoint: %s", layer, identity.value, scope)
-
-
 def respond(headers: bool, http_date: bool, swallow_errors: bool) -> Callable[[Response], Response]:
-    """An ``after_request`` function, registered after the extension's so that it runs first:
-    it raises an ``on_breach`` error, and gives a response let through Flask-Limiter's ``Retry-After``."""
+    """The after_request run before the extension's: raises an on_breach error, sets a passed response's Retry-After."""
 
     def after_request(response: Response) -> Response:
         error: Exception | None = g.pop(BREACH_ERROR, None)
@@ -290,9 +273,8 @@ def respond(headers: bool, http_date: bool, swallow_errors: bool) -> Callable[[R
             own = response.headers.getlist("Retry-After")
             if own:
                 reset_at = max(reset_at, _retry_at(own[-1], now))
-            response.headers.set(
-                "Retry-After", formatdate(reset_at, usegmt=True) if http_date else str(int(reset_at - now))
-            )
+            value = formatdate(reset_at, usegmt=True) if http_date else str(int(reset_at - now))
+            response.headers.set("Retry-After", value)
         return response
 
     return after_request

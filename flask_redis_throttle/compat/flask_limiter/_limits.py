@@ -1,5 +1,4 @@
-"""Flask-Limiter's limit strings and limit objects as :func:`~flask_redis_throttle.limit`'s keyword arguments
-(:doc:`/flask-limiter`)."""
+"""Flask-Limiter's limits as :func:`~flask_redis_throttle.limit`'s options (:doc:`/flask-limiter`)."""
 
 from __future__ import annotations
 
@@ -15,8 +14,7 @@ from typing import Any, TypeVar
 from flask import Blueprint, Request, Response, current_app, g, has_request_context, request
 from flask.views import http_method_funcs
 
-from ...core.engine.keys import Identity
-from ...core.engine.rates import MAX_LIMIT_LENGTH, Layer
+from ...core.engine.rates import MAX_LIMIT_LENGTH
 from ...current import CurrentLimit, current_limit
 from ...decorators import INHERITED, DynamicLimit, Exemption, LimitDecorator, exempt, exemption_of
 from ...decorators import limit as native_limit
@@ -30,10 +28,9 @@ logger = logging.getLogger("flask_redis_throttle")
 Target = TypeVar("Target", bound="Callable[..., Any] | Blueprint")
 
 SEE = "see 'Coming from Flask-Limiter' in the docs"
-#: What an argument or setting that is a function takes.
 FUNCTION = "a function"
 
-SEPARATORS = re.compile(r"[,;|]")
+
 #: One layer: its quota, its multiple (maybe none) and its unit, as the ``limits`` library reads it.
 LAYER = re.compile(r"\s*([0-9]+)\s*(?:/|per)\s*([0-9]*)\s*([a-z]+)\s*", re.IGNORECASE)
 #: Each unit, and its plural, in seconds: a month is 30 days there, a year 360.
@@ -44,14 +41,11 @@ WRITTEN = (("day", 86_400), ("hour", 3_600), ("minute", 60), ("second", 1))
 
 
 def translate(text: str) -> str:
-    """``"5 per minute | 1/second"`` as ``"5 per 1 minute;1 per 1 second"``; empty or too long, as is.
-
-    :raises ValueError: if the ``limits`` library would not parse ``text``, with its message.
-    """
+    """``"5 per minute | 1/second"`` as ``"5 per 1 minute;1 per 1 second"``; a ValueError as ``limits`` words it."""
     if not isinstance(text, str) or len(text) > MAX_LIMIT_LENGTH or not text:
         return text
     quotas: dict[int, int] = {}
-    for layer in SEPARATORS.split(text):
+    for layer in re.split(r"[,;|]", text):
         found = LAYER.fullmatch(layer)
         unit = found and UNITS.get(found[3].lower())
         if found is None or unit is None:
@@ -72,11 +66,6 @@ def written(window: int) -> str:
 BREACH_ERROR = "_flask_limiter_breach_error"
 
 
-def limits_key(identity: Identity, scope: str, layer: Layer) -> str:
-    """``RequestLimit.key``: the name Flask-Limiter gives a limit's counter."""
-    return f"LIMITER/{identity.value}/{scope}/{layer.quota}/{written(layer.window).replace(' ', '/')}"
-
-
 def describe_refusal(request: Request) -> str:
     """The 429's description without an ``error_message``: the refusing layer, as Flask-Limiter words it."""
     found = current_limit()
@@ -84,7 +73,6 @@ def describe_refusal(request: Request) -> str:
 
 
 def a_function(value: Any) -> Any:
-    """``value``, a function; else a TypeError."""
     if not callable(value):
         raise TypeError(f"{value!r} is not a function")
     return value
@@ -101,19 +89,18 @@ def of_request(function: Callable[[], Any]) -> Callable[[Request], Any]:
 
 
 def identities(key_func: Callable[[], str] | None) -> list[Any] | None:
-    """Whom a key function counts: ``"ip"`` for ``get_remote_address``, else the function."""
+    """``"ip"`` for ``get_remote_address``, else the function (its error a 500, or under swallow_errors no one)."""
     if key_func is None:
         return None
     if key_func is get_remote_address:
         return ["ip"]
 
-    # An error it raises is a 500; with swallow_errors, logged and the request let through uncounted.
     @functools.wraps(a_function(key_func))
     def called(request: Request) -> str | None:
         try:
             return key_func()
         except Exception:
-            if not state_of().settings.fail_open:  # the extension calls it: its app has one
+            if not state_of().settings.fail_open:  # called by the extension: its app has one
                 raise
             logger.exception("Failed to rate limit. Swallowing error")
             return None
@@ -122,20 +109,17 @@ def identities(key_func: Callable[[], str] | None) -> list[Any] | None:
 
 
 def of_value(value: Any) -> Any:
-    """A value, or a function of nothing as a function of the request."""
     return of_request(value) if callable(value) else value
 
 
 def meta_of(meta_limits: Any) -> str | None:
-    """A limit's meta limits, limit strings, as ours."""
     items = [meta_limits] if isinstance(meta_limits, str) else list(meta_limits)
     if not all(isinstance(item, str) for item in items):
         raise TypeError(f"functions and MetaLimit(...) only in the Limiter's meta_limits ({SEE})")
     return translate(";".join(items)) or None
 
 
-#: The fields of :class:`Limit` that are :func:`~flask_redis_throttle.limit`'s options: their name there,
-#: how read, and what they take.
+#: :class:`Limit`'s fields that are :func:`~flask_redis_throttle.limit`'s options: name there, how read, what taken.
 OPTIONS: dict[str, tuple[str, Callable[[Any], Any], str]] = {
     "key_function": ("identities", identities, FUNCTION),
     "methods": ("methods", lambda methods: [methods] if isinstance(methods, str) else list(methods), "HTTP methods"),
@@ -145,9 +129,6 @@ OPTIONS: dict[str, tuple[str, Callable[[Any], Any], str]] = {
     "deduct_when": ("deduct_when", a_function, FUNCTION),  # a function of the response in both
     "meta_limits": ("meta", meta_of, "limit strings"),
 }
-
-#: The name ``limit(...)`` and ``shared_limit(...)`` take an option under, where it is not the field's.
-ARGUMENT_NAMES = {"key_function": "key_func"}
 
 
 @dataclasses.dataclass(eq=False)
@@ -168,8 +149,7 @@ class Limit:
     on_breach: Callable[[RequestLimit], Response | None] | None = None
 
     def options(self, scope: str | None = None, fallback: DynamicLimit | None = None) -> dict[str, Any]:
-        """:func:`~flask_redis_throttle.limit`'s keyword arguments, counted under ``scope``
-        unless shared or a scope function, with the dynamic limit ``spec(fallback)``."""
+        """:func:`~flask_redis_throttle.limit`'s options: under ``scope`` unless shared or a function."""
         options: dict[str, Any] = {}
         for field, (name, read, takes) in OPTIONS.items():
             value = getattr(self, field)
@@ -177,43 +157,33 @@ class Limit:
                 try:
                     options[name] = read(value)
                 except (TypeError, ValueError) as error:
-                    written = ARGUMENT_NAMES.get(field, field)
+                    written = {"key_function": "key_func"}.get(field, field)  # as limit(...) takes it
                     raise InvalidLimit(f"{written} {value!r} must be {takes}: {error}", spec=value) from None
         if callable(self.scope):
             options["scope"] = scope_of(self.scope, self.shared)
-        elif self.shared:
-            options["scope"] = self.scope
-        elif scope is not None:
-            options["scope"] = scope
+        elif self.shared or scope is not None:
+            options["scope"] = self.scope if self.shared else scope
         provider = self.spec(fallback) if callable(self.limit_provider) else None
         if isinstance(provider, Dynamic):
             options["scope"] = Apart(provider, options.get("scope"))
         options["error_message"] = describe_refusal if self.error_message is None else of_value(self.error_message)
-        hook = breach_hook(self.on_breach, self.shared)
-        if hook is not None:
-            options["on_breach"] = hook
+        if self.on_breach is not None:
+            options["on_breach"] = breach_hook(self.on_breach, self.shared)
         return options
 
     def spec(self, fallback: DynamicLimit | None = None) -> str | Dynamic:
-        """The limit string in our grammar (ValueError if the ``limits`` library rejects it),
-        or the :class:`Dynamic` limit, made once per ``fallback``: its scope reads what it returned."""
+        """Our limit string (or a ValueError), or the :class:`Dynamic` limit: one per ``fallback``, for Apart."""
         provider = self.limit_provider
         if not callable(provider):
             return translate(provider)
         made: dict[DynamicLimit | None, Dynamic] = self.__dict__.setdefault("_dynamic", {})
-        if fallback not in made:
-            made[fallback] = Dynamic(provider, fallback)
-        return made[fallback]
+        return made.setdefault(fallback, Dynamic(provider, fallback))
 
 
-@dataclasses.dataclass(eq=False)
-class ApplicationLimit(Limit):
-    """Flask-Limiter's ``ApplicationLimit``."""
+class ApplicationLimit(Limit): ...
 
 
-@dataclasses.dataclass(eq=False)
-class MetaLimit(Limit):
-    """Flask-Limiter's ``MetaLimit``."""
+class MetaLimit(Limit): ...
 
 
 class RouteLimit(Limit):
@@ -230,7 +200,6 @@ class RouteLimit(Limit):
         super().__init__(limit_value, key_func or limiter.key_func, **fields)
         self.limiter = limiter
         self.unreadable: ValueError | None = None
-        self.native: LimitDecorator | None = None  # made now: a malformed limit fails where it is written
         # What a dynamic limit that comes to nothing falls back to, on a view and on a blueprint.
         self.fallbacks = (default_limits, blueprint_default_limits) if override_defaults is not False else (None, None)
         self.override_defaults = override_defaults
@@ -239,18 +208,15 @@ class RouteLimit(Limit):
         except ValueError as error:
             self.unreadable = error  # logged where it is put; the default limits apply there
             spec = ""
-        if spec:  # an empty one is no limit, as in Flask-Limiter
-            self.native = self.decorator(self.fallbacks[0], override_defaults=override_defaults)
-        # The limit as ``with limit(...)``: a dynamic one without the fallback.
-        self.block = self.decorator() if callable(spec) else self.native
+        # Made now, so that a malformed limit fails where it is written; an empty one is no limit, as in Flask-Limiter.
+        self.native = self.decorator(self.fallbacks[0], override_defaults=override_defaults) if spec else None
+        self.block = self.decorator() if callable(spec) else self.native  # for with limit(...): no fallback
 
     def decorator(self, fallback: DynamicLimit | None = None, scope: str | None = None, **extra: Any) -> LimitDecorator:
-        """:func:`~flask_redis_throttle.limit` for this limit, under ``scope``, falling back to ``fallback``."""
         return native_limit(self.spec(fallback), **self.options(scope, fallback), **extra)
 
     def __call__(self, target: Target) -> Target:
-        """Limit a blueprint, a view, or a function called in a request (under its own name unless shared);
-        a limit string the ``limits`` library rejects is logged, ``target`` left as is."""
+        """Limit a blueprint, a view, or a function called in a request; a malformed limit is only logged."""
         exemption = exemption_of(target)
         if exemption is not None and exemption.own_limits:
             return target  # as in Flask-Limiter, an exempt view has no limits, not even its own
@@ -279,18 +245,19 @@ class RouteLimit(Limit):
         return limited  # type: ignore[return-value]
 
     def decide_when_called(self, limited: Callable[..., Any], block: LimitDecorator) -> None:
-        """Decide ``block`` when ``limited`` is called in a request and is not its view; else
-        the view's own limit again if its dynamic function raised (it may read what decorators set)."""
+        """Decide ``block`` if ``limited`` is not the request's view; else its dynamic limit again if that raised."""
         if not has_request_context():
             return
         view = current_app.view_functions.get(request.endpoint or "")
         if not is_view_of(limited, view):
             block.__enter__()
-            if self.override_defaults is not False and view is not None:
-                hint_override(view)
-        elif self.native is not None and any(
-            made in g.get(UNDECIDED, ()) for made in self.__dict__.get("_dynamic", {}).values()
-        ):
+            found = exemption_of(view) or Exemption(frozenset())
+            if self.override_defaults is not False and view is not None and "default" not in found.drops:
+                # As in Flask-Limiter, a limit that overrides the defaults drops them from the view's next request on.
+                keep = [kind for kind in INHERITED if kind not in found.drops | {"default"}]
+                exempt(keep=keep, nested=found.nested, own_limits=found.own_limits)(view)
+                state_of().forget_plans()  # there is one: its block was just decided
+        elif self.native is not None and g.get(UNDECIDED, set()) & set(self.__dict__.get("_dynamic", {}).values()):
             self.native.__enter__()  # only a dynamic limit can be undecided
 
     def __enter__(self) -> None:
@@ -307,31 +274,12 @@ class RouteLimit(Limit):
         return None
 
 
-def hint_override(view: Callable[..., Any]) -> None:
-    """Drop the default limits of ``view`` from its next request on, as Flask-Limiter does once
-    a function with a limit that overrides them ran in one of its requests."""
-    found = exemption(view)
-    if "default" in found.drops:
-        return
-    keep = [kind for kind in INHERITED if kind not in found.drops | {"default"}]
-    exempt(keep=keep, nested=found.nested, own_limits=found.own_limits)(view)
-    state_of().forget_plans()  # there is one: its block was just decided
-
-
-def exemption(holder: object) -> Exemption:
-    """What ``holder`` (a view, a blueprint, None) is exempt from."""
-    return exemption_of(holder) or Exemption(frozenset())
-
-
 def is_view_of(function: Callable[..., Any], view: Callable[..., Any] | None) -> bool:
     """Whether ``function`` is ``view``, one it wraps, or a method of its class."""
     while view is not None:
-        if view is function:
-            return True
         view_class = getattr(view, "view_class", None)
-        if view_class is not None and any(
-            getattr(view_class, name, None) is function for name in ("dispatch_request", *http_method_funcs)
-        ):
+        methods = (getattr(view_class, name, None) for name in ("dispatch_request", *http_method_funcs))
+        if view is function or any(method is function for method in methods):
             return True
         view = getattr(view, "__wrapped__", None)
     return False
@@ -353,8 +301,7 @@ UNDECIDED = "_flask_limiter_undecided"
 
 
 class Dynamic:
-    """A Flask-Limiter limit function as a dynamic limit: ``fallback``'s when it comes to
-    nothing, left out (and logged) when it raises; each string counted apart (:class:`Apart`)."""
+    """A Flask-Limiter limit function: ``fallback``'s limit when it returns nothing, left out when it raises."""
 
     def __init__(self, function: Callable[[], str], fallback: DynamicLimit | None = None) -> None:
         self.function, self.fallback = function, fallback
@@ -401,13 +348,12 @@ class Apart:
 
 
 def default_limits(request: Request) -> str | None:
-    """The default limits of ``request``, joined (a dynamic limit's fallback, which the extension
-    calls); None where exempt."""
+    """The default limits of ``request``, joined (a dynamic limit's fallback); None where exempt."""
     holders = [
         current_app.view_functions.get(request.endpoint or ""),
         *map(current_app.blueprints.get, request.blueprints),
     ]
-    if any("default" in exemption(holder).drops for holder in holders):
+    if any(found is not None and "default" in found.drops for found in map(exemption_of, holders)):
         return None
     texts = []
     for spec in state_of().settings.default:
@@ -443,14 +389,14 @@ class RequestLimit:
     reset_at: int = 0
 
     @classmethod
-    def current(cls, found: CurrentLimit, endpoint: str | None) -> RequestLimit:
-        key, shared = limits_key(found.identity, found.scope, found.layer), is_shared(found.scope, endpoint)
-        return cls(found.layer, key, found.breached, shared, found.remaining, int(found.reset_at))
-
-
-def is_shared(scope: str, endpoint: str | None) -> bool:
-    """Whether ``scope`` is neither ``endpoint`` nor within it."""
-    return scope != endpoint and not (endpoint is not None and scope.startswith(f"{endpoint}:"))
+    def of(cls, found: CurrentLimit | RefusalEvent, endpoint: str | None) -> RequestLimit:
+        """``found`` keyed as Flask-Limiter names its counter; shared unless its scope is ``endpoint`` or within it."""
+        scope, layer = found.scope, found.layer
+        key = f"LIMITER/{found.identity.value}/{scope}/{layer.quota}/{written(layer.window).replace(' ', '/')}"
+        shared = scope != endpoint and not (endpoint is not None and scope.startswith(f"{endpoint}:"))
+        if isinstance(found, RefusalEvent):  # its reset is the on_breach hook's to tell
+            return cls(layer, key, True, shared)
+        return cls(layer, key, found.breached, shared, found.remaining, int(found.reset_at))
 
 
 def breach_hook(
@@ -467,12 +413,11 @@ def breach_hook(
         found, refusing = current_limit(), (event.scope, event.layer, event.identity)
         same = found is not None and (found.scope, found.layer, found.identity) == refusing
         reset_at = found.reset_at if found is not None and same else time.time() + (event.retry_after or 0)
-        key, shared_here = limits_key(event.identity, event.scope, event.layer), is_shared(event.scope, event.endpoint)
-        limit = RequestLimit(event.layer, key, True, shared or shared_here, 0, int(reset_at))
+        limit = RequestLimit.of(event, event.endpoint)
+        limit.shared, limit.reset_at = shared or limit.shared, int(reset_at)
         try:
             response = on_breach(limit)
         except Exception as error:
-            # Raised or logged with the response, as swallow_errors says.
             g.setdefault(BREACH_ERROR, error)
             return None
         return response if isinstance(response, Response) else None

@@ -25,21 +25,18 @@ RETRY_AFTER = {"http-date": "http-date", "delta-seconds": "seconds"}
 #: Flask-Limiter's storage URL schemes, by ours; the rest are kept as they are.
 SCHEMES = {"redis+unix": "unix", "rediss+cluster": "redis+cluster"}
 
-#: Flask-Limiter's settings that are not ours (and RATELIMIT_META, which it writes with its
-#: own objects): hidden from the extension's check of unknown keys while it sets up.
+#: Flask-Limiter's settings that are not ours (and RATELIMIT_META, of its objects): hidden from the extension's check.
 THEIR_SETTINGS = frozenset(value for name, value in vars(ConfigVars).items() if name.isupper()) - (
     DEFAULTS.keys() - {ConfigVars.META_LIMITS}
 )
 
 
 def unsupported(where: str, value: object, why: str) -> ConfigurationError:
-    """The error for an argument or setting the extension has no counterpart for."""
     return ConfigurationError(where, value, f"{why} ({SEE})")
 
 
 def read(key: str, value: Any, how: Callable[[Any], T], takes: str) -> T:
-    """``how(value)``; where that fails on ``value``, a ConfigurationError naming Flask-Limiter's setting
-    ``key`` and what it ``takes`` (with the ``limits`` library's words for a limit string it rejects)."""
+    """``how(value)``, or a ConfigurationError naming Flask-Limiter's setting ``key`` and what it ``takes``."""
     try:
         return how(value)
     except ConfigurationError:
@@ -52,7 +49,6 @@ def one_of(table: Mapping[str, str]) -> str:
     return f"one of {', '.join(table)}"
 
 
-#: What a limits setting takes.
 LIMITS = "a limit string, a function that returns one, Limit(...), or a list of these"
 
 
@@ -75,9 +71,7 @@ OPTIONAL = {ConfigVars.KEY_PREFIX: (None, ""), ConfigVars.HEADER_RETRY_AFTER_VAL
 FIXED = {"RATELIMIT_HEADERS_LEGACY": True, "RATELIMIT_DEFAULT_MODE": "replace", "RATELIMIT_BLUEPRINT_MODE": "replace"}
 
 
-def settings(
-    given: Callable[[str], Any], header_name_mapping: Mapping[HeaderNames, str], auto_check: bool
-) -> MutableMapping[str, Any]:
+def settings(given: Callable[[str], Any], header_name_mapping: Mapping[HeaderNames, str]) -> MutableMapping[str, Any]:
     """Our settings for Flask-Limiter's ``given(key)``; a ConfigurationError for one we have not."""
     for key, why in REFUSED.items():
         if given(key):
@@ -86,8 +80,6 @@ def settings(
         raise unsupported(
             ConfigVars.FAIL_ON_FIRST_BREACH, False, "True: a refused request is counted in no limit, never in some"
         )
-    if not auto_check:
-        raise unsupported("Limiter(auto_check=False)", False, "True: every request is decided before its view")
     renamed = read("header_name_mapping", header_name_mapping, header_names, "a dict of HeaderNames to names")
     for key, header in HEADER_SETTINGS.items():
         if given(key) is not None and given(key) != header.value:
@@ -122,8 +114,7 @@ REFUSED = {
 
 #: Flask-Limiter's settings that rename a header, with the header.
 HEADER_SETTINGS = {getattr(ConfigVars, f"HEADER_{header.name}"): header for header in HeaderNames}
-#: Flask-Limiter's settings of limits (ours have the same names), each with the settings of their
-#: options: how each is read into our limits' options, and what it takes.
+#: Flask-Limiter's settings of limits (ours have the same names), each with those of their options, as OPTIONS.
 LAYERED = {
     getattr(ConfigVars, kind): {
         getattr(ConfigVars, f"{kind}_{field.upper()}"): OPTIONS[field]
@@ -144,8 +135,7 @@ def layered(given: Callable[[str], Any], key: str) -> list[dict[str, Any]] | Non
 
 
 def limits_of(key: str, value: Any, shared: dict[str, Any]) -> list[dict[str, Any]] | None:
-    """Our limits for a Flask-Limiter list: its strings as one, each function as a dynamic one,
-    with the ``shared`` options; each ``Limit(...)`` with its own (and ``shared`` for meta limits)."""
+    """Our limits for a Flask-Limiter list: its strings as one, each function a dynamic one, each Limit(...) its own."""
     if value is None:
         return None
     items = [value] if isinstance(value, str) or callable(value) else list(value)
@@ -165,8 +155,7 @@ def limits_of(key: str, value: Any, shared: dict[str, Any]) -> list[dict[str, An
             found.append({"limit": made, **shared, **apart})
         else:
             raise TypeError(f"{item!r} is none of these")
-    joined = translate(";".join(strings))
-    if joined:
+    if joined := translate(";".join(strings)):
         found.insert(0, {"limit": joined, **shared})
     return found or None
 

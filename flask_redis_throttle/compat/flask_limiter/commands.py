@@ -110,9 +110,7 @@ def _routes(function: Callable[..., None]) -> Callable[..., None]:
     def command(endpoint: str | None, path: str | None, method: str | None, **rest: Any) -> None:
         state = _installed()
         chosen = _endpoint(endpoint, path, method)
-        rows = [
-            row for row in ops.route_limits(state, chosen, method) if row.rule.endpoint.rpartition(".")[2] != "static"
-        ]
+        rows = ops.route_limits(state, chosen, method)
         function(state, Survey(rows, everywhere=chosen is None, whole=chosen is None and method is None), **rest)
 
     return command
@@ -123,12 +121,12 @@ Tree = tuple[str, list[Any]]
 
 
 class Survey:
-    """The chosen rows of ``flask ratelimit limits``, grouped as Flask-Limiter's trees."""
+    """The chosen rows of ``flask ratelimit limits`` but static files', grouped as Flask-Limiter's trees."""
 
     def __init__(self, rows: list[Any], everywhere: bool, whole: bool) -> None:
-        self.rows, self.whole = rows, whole
+        self.rows, self.whole = [row for row in rows if row.rule.endpoint.rpartition(".")[2] != "static"], whole
         shared: dict[str, dict[tuple[object, ...], PlannedLimit]] = {"Meta limits": {}, "Application limits": {}}
-        for row in rows:
+        for row in self.rows:
             for limit in row.limits:
                 title = "Meta limits" if limit.meta else "Application limits"
                 if limit.meta or limit.source == "RATELIMIT_APPLICATION":
@@ -185,8 +183,7 @@ def _labels(limit: PlannedLimit) -> list[str]:
 
 
 def _scope(limit: PlannedLimit, whole: bool, endpoint: str | None = None) -> tuple[str | None, bool]:
-    """The scope ``clear`` resets (None for all, "" for none), and whether those beneath it instead:
-    a dynamic limit's counters beneath its scope (or endpoint), unless a function names them."""
+    """The scope ``clear`` resets (None: all, "": none), and whether it resets those beneath it instead."""
     scope = limit.spec.scope
     if whole:
         return None, False

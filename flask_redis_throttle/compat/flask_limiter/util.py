@@ -13,7 +13,6 @@ def get_remote_address() -> str:
 
 
 def get_ipaddr() -> str:
-    """The first address of ``X-Forwarded-For`` (which any client can send:
-    prefer werkzeug's ``ProxyFix``), else the client's address."""
+    """The first address of ``X-Forwarded-For`` (any client can send it: prefer ``ProxyFix``), else the client's."""
     route = request.access_route
     return route[0] if route else get_remote_address()
