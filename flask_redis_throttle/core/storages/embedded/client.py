@@ -22,8 +22,7 @@ _LOCK = threading.Lock()
 
 
 def _after_fork() -> None:
-    """A child forked while another thread held the lock gets a free one
-    (and new Lua runtimes: see lua.py)."""
+    """A child forked while another thread held the lock gets a free one."""
     global _LOCK
     _LOCK = threading.Lock()
 
@@ -55,10 +54,6 @@ def _command(*name: str, convert: Callable[[Any], Any] = lambda reply: reply) ->
         return convert(self.execute_command(*name, *args))
 
     return method
-
-
-def _true(reply: Any) -> bool:
-    return True
 
 
 def _words(**options: Any) -> list[Any]:
@@ -112,7 +107,6 @@ class EmbeddedRedis:
         return sha
 
     def _eval(self, words: list[bytes]) -> Any:
-        """EVAL, and EVALSHA."""
         sha = self._load(words[1]) if words[0].upper() == b"EVAL" else words[1].decode("utf-8", "replace").lower()
         count = parse_integer(words[2])
         if count < 0:
@@ -148,10 +142,10 @@ class EmbeddedRedis:
         ]
         return self._locked(self._run, sha, numkeys, words)
 
-    # The commands whose reply redis-py only converts.
+    # The commands whose reply redis-py only converts (a status to True).
     eval = _command("EVAL")
     script_load = _command("SCRIPT", "LOAD", convert=bytes.decode)
-    script_flush = _command("SCRIPT", "FLUSH", convert=_true)
+    script_flush = _command("SCRIPT", "FLUSH", convert=bool)
     get = _command("GET")
     delete = _command("DEL", convert=int)
     exists = _command("EXISTS", convert=int)
@@ -161,24 +155,15 @@ class EmbeddedRedis:
     dbsize = _command("DBSIZE", convert=int)
     dump = _command("DUMP")
     xlen = _command("XLEN", convert=int)
-    flushall = _command("FLUSHALL", convert=_true)
-    flushdb = _command("FLUSHDB", convert=_true)
-    ping = _command("PING", convert=_true)
+    flushall = _command("FLUSHALL", convert=bool)
+    flushdb = _command("FLUSHDB", convert=bool)
+    ping = _command("PING", convert=bool)
     hgetall = _command("HGETALL", convert=_pairs)
 
-    def set(
-        self,
-        name: Any,
-        value: Any,
-        ex: int | None = None,
-        px: int | None = None,
-        nx: bool = False,
-        xx: bool = False,
-        keepttl: bool = False,
-        get: bool = False,
-    ) -> Any:
-        reply = self.execute_command("SET", name, value, *_words(ex=ex, px=px, nx=nx, xx=xx, keepttl=keepttl, get=get))
-        return reply if get else (reply == b"OK" or None)
+    def set(self, name: Any, value: Any, **options: Any) -> Any:
+        """redis-py's ``set``, its options (``ex``, ``px``, ``nx``, ``xx``, ``keepttl``, ``get``) by keyword."""
+        reply = self.execute_command("SET", name, value, *_words(**options))
+        return reply if options.get("get") else (reply == b"OK" or None)
 
     def mset(self, mapping: dict[Any, Any]) -> bool:
         self.execute_command("MSET", *(word for pair in mapping.items() for word in pair))
@@ -221,7 +206,6 @@ class EmbeddedRedis:
         return self._entries("XREVRANGE", name, max, min, count)
 
     def _entries(self, command: str, name: Any, first: Any, last: Any, count: int | None) -> list[Any]:
-        """XRANGE or XREVRANGE's entries, as redis-py gives them."""
         raw = self.execute_command(command, name, first, last, *_words(count=count))
         return [(entry_id, _pairs(flat)) for entry_id, flat in raw]
 

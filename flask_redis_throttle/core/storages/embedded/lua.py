@@ -12,9 +12,8 @@ from typing import Any
 from .keyspace import Keyspace
 from .values import OK, CommandError, Status
 
-#: Builds the sandbox every script runs in and returns the functions that
-#: compile and run a script in it. As in Redis, reading a global that does
-#: not exist, or creating one, is an error.
+#: Builds the sandbox of every script, where, as in Redis, reading a missing global or
+#: creating one is an error; returns the functions that compile and run a script.
 _SANDBOX = """
 local py_call, py_pcall, OK = ...
 -- OK comes from Python as a marker: a fresh {ok = 'OK'} is cheaper built here.
@@ -105,9 +104,8 @@ local function compile(source)
   setfenv(chunk, env)
   return chunk
 end
--- An array of numbers and strings (our scripts' reply) is converted here
--- as Redis converts it, and goes back as true, its length and its items,
--- which Python takes as a tuple. Anything else goes back as it is.
+-- An array of numbers and strings (our scripts' reply) is converted here as Redis does it,
+-- and goes back as true, its length and its items (a tuple); anything else as it is.
 local ceil = math.ceil
 local function reply(result)
   if type(result) ~= 'table' or result.err ~= nil or result.ok ~= nil then
@@ -143,8 +141,7 @@ end
 return compile, run
 """
 
-#: Put before a script's text, on its first line so that line numbers in
-#: errors are the script's own.
+#: Put before a script's text, on its first line: errors' line numbers stay the script's.
 _HEAD = "local KEYS, ARGV = ...; "
 
 #: Integers below this are numbers Lua holds exactly, and written in full.
@@ -181,10 +178,7 @@ class LuaHost:
         return function
 
     def run(self, keyspace: Keyspace, sha: str, keys: int, words: Sequence[bytes]) -> Any:
-        """Run a script on ``keyspace``; its reply as Redis converts it.
-
-        :raises CommandError: the error of a ``redis.call``, of the script, or the one it returned.
-        """
+        """Run a script on ``keyspace``: its reply as Redis converts it, or a CommandError."""
         function = self.functions.get(sha)
         if function is None:  # known to the store, not yet to this runtime (see _HOSTS)
             function = self.compile(sha, _SOURCES[sha])
@@ -232,8 +226,7 @@ class LuaHost:
             return self.table_from({b"err": str(error).encode()})
 
     def _to_lua(self, reply: Any) -> Any:
-        """A reply as Redis gives it to a script: a nil as false, arrays as
-        tables, a status as ``{ok = ...}``."""
+        """A reply as a script sees it: a nil as false, arrays as tables, a status as ``{ok = ...}``."""
         kind = type(reply)
         if kind is bytes or kind is int:
             return reply
@@ -245,9 +238,8 @@ class LuaHost:
 
 
 def _lua_word(word: Any) -> bytes:
-    """A ``redis.call`` argument as Redis takes it: a number with 17
-    significant digits (``%.17g``, as Redis up to 7.0 writes it; later
-    versions differ only for numbers that are not whole)."""
+    """A ``redis.call`` argument as Redis takes it: a number as ``%.17g``
+    (Redis up to 7.0; later ones differ only for numbers not whole)."""
     kind = type(word)
     if kind is bytes:
         return word  # type: ignore[no-any-return]
@@ -257,9 +249,7 @@ def _lua_word(word: Any) -> bytes:
 
 
 def _from_lua(value: Any, lua_type: Callable[[Any], str | None]) -> Any:
-    """A script's return value as Redis replies it: numbers truncated, true
-    as 1, false as a nil, ``{err=}`` an error, ``{ok=}`` a status, any
-    other table an array up to its first nil."""
+    """A script's return value as Redis replies it (docs/architecture.rst, embedded-store)."""
     kind = type(value)
     if kind is int or kind is bytes:
         return value
