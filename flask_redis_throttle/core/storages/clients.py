@@ -1,9 +1,8 @@
 """Redis clients built from ``RATELIMIT_STORAGE_URL`` and
 ``RATELIMIT_STORAGE_OPTIONS`` (the schemes and their options: :doc:`/config`).
 
-Nothing is sent to Redis here: a Redis that is down at start-up must not stop
-the app from starting, so bad options are found by building, unconnected, one
-connection object of each kind the client will make.
+Nothing is sent to Redis, lest a Redis down at start-up stop the app: bad
+options are found by building, unconnected, one connection of each kind.
 """
 
 from __future__ import annotations
@@ -43,8 +42,7 @@ DEFAULT_CLIENT_OPTIONS: dict[str, Any] = {
 }
 
 
-#: Cluster client options we set unless ``RATELIMIT_STORAGE_OPTIONS`` overrides them: the slot
-#: map is read from the URL's nodes only, on clients of their own (why: :ref:`cluster`).
+#: Cluster client options we set unless ``RATELIMIT_STORAGE_OPTIONS`` overrides them (why: :ref:`cluster`).
 CLUSTER_OPTIONS: dict[str, Any] = {"dynamic_startup_nodes": False}
 
 
@@ -64,7 +62,7 @@ def client_from_url(url: str, options: Mapping[str, Any] | None = None, instance
     # A copy: redis-py 5 appends to the list of ``retry_on_error`` it is given.
     options = {**copy.deepcopy(DEFAULT_CLIENT_OPTIONS), **given}
     try:
-        # The builder also makes its client's connections, unconnected (see the module's docstring).
+        # The builder also makes its client's connections, unconnected.
         client = scheme.build(url, options, instance_path)
     except ConfigurationError:
         raise
@@ -79,7 +77,7 @@ def client_from_url(url: str, options: Mapping[str, Any] | None = None, instance
 
 
 def scheme_of(url: str) -> Scheme:
-    """The row of :data:`SCHEMES` for ``url``; a scheme not in it is a :class:`ConfigurationError`."""
+    """The row of :data:`SCHEMES` for ``url``; :class:`ConfigurationError` for another scheme."""
     name = urlsplit(url).scheme if isinstance(url, str) else ""
     if name not in SCHEMES:
         raise ConfigurationError("RATELIMIT_STORAGE_URL", url, f"a URL starting {'://, '.join(SCHEMES)}://")
@@ -111,7 +109,7 @@ def _redis(url: str, options: dict[str, Any], instance_path: str | None) -> redi
 
 
 def _local(url: str, options: dict[str, Any], instance_path: str | None) -> redis.Redis | EmbeddedRedis:
-    """The client of ``local://``'s server, whose folder is made now if missing (the server is not started)."""
+    """The client of ``local://``'s server, its folder made now if missing, the server not started."""
     folder = unquote(urlsplit(url).path) or instance_path
     if not folder:
         raise urls.bad_url(
@@ -158,8 +156,8 @@ def _sentinel(url: str, options: dict[str, Any], instance_path: str | None) -> r
     service, _, db = path.strip("/").partition("/")  # checked with the URL
     if db:
         options["db"] = int(db)
-    # The sentinels get the same short timeouts, and no retry: finding the master moves on to the next
-    # sentinel anyway, and redis-py's default (three more tries, with back-off) held a request seconds.
+    # The sentinels get the same short timeouts, and no retry: finding the master moves on to the
+    # next sentinel, and redis-py's default (three more tries, with back-off) held a request seconds.
     timeouts = {k: options[k] for k in ("socket_connect_timeout", "socket_timeout") if k in options}
     sentinel_kwargs = {**timeouts, "retry": Retry(NoBackoff(), 0), **(options.pop("sentinel_kwargs", None) or {})}
     min_other = options.pop("min_other_sentinels", 0)
@@ -193,10 +191,9 @@ SCHEMES = {
 
 
 class ClusterClient(RedisCluster):
-    """redis-py's cluster client, except that a command that timed out is not
-    sent again: the node is most likely stalled, and a request would wait
-    twice. A refused or broken connection is still tried again, after the slot
-    map is refreshed, which is how a request reaches a promoted replica."""
+    """redis-py's cluster client, except that a command that timed out is not sent
+    again (the node most likely stalled: a request would wait twice); a refused or
+    broken connection is, after a slot map refresh, to reach a promoted replica."""
 
     ERRORS_ALLOW_RETRY = tuple(  # type: ignore[assignment]
         error for error in RedisCluster.ERRORS_ALLOW_RETRY if error is not redis.TimeoutError
@@ -204,8 +201,8 @@ class ClusterClient(RedisCluster):
 
 
 class LazyClient:
-    """Stands in for a client that is built on first use, and again on the
-    next use if building it failed; every attribute is the client's.
+    """A client built on first use, and again on the next if building failed;
+    every attribute is the client's.
 
     :param build: makes the client; a :class:`~redis.exceptions.RedisClusterException`
         it raises (no start-up node reachable) becomes a :class:`redis.ConnectionError`.
