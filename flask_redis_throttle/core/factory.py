@@ -33,8 +33,7 @@ def build_throttle(
     :param breaker_threshold: failures in a row that open the circuit breaker; 0 for no breaker.
     :param breaker_backoff: the first wait, in seconds, before an open breaker lets a probe through.
     :param breaker_max_backoff: the longest such wait, in seconds.
-    :param fallback: decide in process memory while the storage is unavailable, instead of raising
-        ``StorageUnavailable``.
+    :param fallback: decide in process memory while the storage is unavailable, not raise ``StorageUnavailable``.
     :param listener: told when a breaker opens and closes.
     """
     if isinstance(storage, str):

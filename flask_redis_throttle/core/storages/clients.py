@@ -24,8 +24,9 @@ from redis.sentinel import Sentinel
 
 from ..errors import ConfigurationError
 from . import urls
+from .binaries import find_server_binary
 from .embedded import EmbeddedRedis
-from .local import MAX_SOCKET_PATH, LocalConnection, LocalFolder, find_server_binary
+from .local import MAX_SOCKET_PATH, LocalConnection, LocalFolder
 from .urls import MAX_URL_DB, Scheme, redact
 
 __all__ = ["DEFAULT_CLIENT_OPTIONS", "MAX_URL_DB", "LazyClient", "client_from_url", "embedded_client", "redact"]
@@ -47,13 +48,12 @@ CLUSTER_OPTIONS: dict[str, Any] = {"dynamic_startup_nodes": False}
 
 
 def client_from_url(url: str, options: Mapping[str, Any] | None = None, instance_path: str | None = None) -> Any:
-    """A client for ``url``: :class:`redis.Redis`, an embedded one for
-    ``memory://``, or :class:`~redis.cluster.RedisCluster`.
+    """A client for ``url``: :class:`redis.Redis`, an embedded one for ``memory://``, or
+    :class:`~redis.cluster.RedisCluster`.
 
-    :param instance_path: the app's instance folder, where ``local://``
-        keeps its server's socket unless the URL names a folder.
-    :raises ConfigurationError: for an unknown scheme, a malformed URL or an
-        unknown client option.
+    :param instance_path: the app's instance folder, where ``local://`` keeps its server's socket
+        unless the URL names a folder.
+    :raises ConfigurationError: for an unknown scheme, a malformed URL or an unknown client option.
     """
     scheme = scheme_of(url)
     given = dict(options or {})
@@ -85,10 +85,7 @@ def scheme_of(url: str) -> Scheme:
 
 
 def embedded_client(warn: bool = True) -> EmbeddedRedis:
-    """A client on a keyspace of its own, in this process.
-
-    :param warn: log that counts are per process (not for a fallback store, which is on purpose).
-    """
+    """A client on a keyspace of its own, in this process; ``warn`` logs that counts are per process."""
     if warn:
         logger.warning(
             "flask-redis-throttle is using the embedded memory:// store: counts are kept per "
@@ -201,11 +198,10 @@ class ClusterClient(RedisCluster):
 
 
 class LazyClient:
-    """A client built on first use, and again on the next if building failed;
-    every attribute is the client's.
+    """A client built on first use, and again on the next if building failed; every attribute is the client's.
 
-    :param build: makes the client; a :class:`~redis.exceptions.RedisClusterException`
-        it raises (no start-up node reachable) becomes a :class:`redis.ConnectionError`.
+    :param build: makes the client; a :class:`~redis.exceptions.RedisClusterException` it raises (no
+        start-up node reachable) becomes a :class:`redis.ConnectionError`.
     """
 
     def __init__(self, build: Callable[[], Any]) -> None:

@@ -29,20 +29,6 @@ from .binaries import find_server_binary
 if sys.platform != "win32":  # pragma: no branch - Windows has no flock, and no binary either
     import fcntl
 
-__all__ = [
-    "SOCKET_NAME",
-    "START_TIMEOUT",
-    "LocalConnection",
-    "LocalFolder",
-    "ServerStatus",
-    "UnsafeFolder",
-    "ensure_server",
-    "find_server_binary",
-    "folder_of",
-    "server_status",
-    "stop_server",
-]
-
 #: The name of the server's Unix socket in its folder; its other files are named alike.
 SOCKET_NAME = "ratelimit-server.sock"
 
@@ -57,9 +43,8 @@ _POLL = 0.005
 
 
 class UnsafeFolder(ConfigurationError, redis.ConnectionError):
-    """The folder of ``local://``, or a file in it, is not this process's user's
-    alone: a :class:`ConfigurationError` at ``init_app``, and a
-    :class:`redis.ConnectionError` on a connection, as while Redis is down.
+    """The folder of ``local://``, or a file in it, is not this process's user's alone: a
+    :class:`ConfigurationError` at ``init_app``, a :class:`redis.ConnectionError` on a connection.
 
     :param path: the folder or file.
     :param reason: what is wrong with it, and how to fix it.
@@ -165,8 +150,8 @@ def ensure_server(folder: LocalFolder, timeout: float | None = None) -> None:
     """Make sure the server of ``folder`` answers, starting it if it does not.
 
     :param timeout: how long to wait, in all; :data:`START_TIMEOUT` by default.
-    :raises redis.ConnectionError: if it could not be had in time, or could
-        not be started (no binary, or it exited: the message quotes its log).
+    :raises redis.ConnectionError: if it could not be had in time, or started (no binary, or it exited:
+        the message quotes its log).
     """
     deadline = time.monotonic() + (START_TIMEOUT if timeout is None else timeout)
     with _locked(folder, deadline):

@@ -38,23 +38,19 @@ __all__ = ["STORAGE_ERRORS", "NodeFailure", "NotSent", "Storage"]
 
 logger = logging.getLogger("flask_redis_throttle")
 
-#: What a client raises when Redis cannot answer: redis-py's errors, and the
-#: cluster client's own, which does not derive from them.
+#: What a client raises when Redis cannot answer: redis-py's errors, and the cluster client's own.
 STORAGE_ERRORS = (redis.RedisError, RedisClusterException)
 
-#: How many cluster keys' nodes, and cluster requests' fan-outs, are kept:
-#: a busy minute's identities, bounded against a flood of new ones.
+#: How many cluster keys' nodes, and requests' fan-outs, are kept: bounded against a flood of identities.
 KEY_CACHE_SIZE = 8192
 
 #: The node, in :meth:`Storage.nodes`, of keys whose slot no node serves.
 UNCOVERED = "uncovered slots"
 
-#: A cluster node's replies to a command it did not run: sent again through
-#: redis-py's cluster client, which follows the redirect or waits.
+#: A cluster node's replies to a command it did not run: sent again through the cluster client.
 NOT_RUN = (MovedError, AskError, TryAgainError, ClusterDownError)
 
-#: How long, in seconds, a cluster call whose keys a slot migration split is
-#: sent again, and the pause before each try.
+#: How long, in seconds, a call a slot migration split is sent again, and the pause before each try.
 MIGRATION_PATIENCE = 1.0
 MIGRATION_PAUSE = 0.05
 
@@ -86,8 +82,7 @@ class NotSent(redis.ConnectionError):
 
 
 class Storage:
-    """A Redis client, and the script calls sent on it (which script: see
-    :class:`~flask_redis_throttle.core.engine.sending.Sender`).
+    """A Redis client, and the script calls sent on it (which: :class:`~.sending.Sender`).
 
     :param client: a :class:`redis.Redis`, a :class:`redis.cluster.RedisCluster`
         or the embedded ``memory://`` one; an app's own will do (``RateLimit(app, redis=client)``).
@@ -125,9 +120,8 @@ class Storage:
         return cls(client, where, cluster=scheme.cluster)
 
     def close(self) -> None:
-        """Close the client's connections (a cluster client's to every node,
-        a Sentinel client's to the sentinels too); for tests and scripts that
-        make many storages. A cluster client never used is not built for it."""
+        """Close the client's connections (a cluster's to every node, a Sentinel's sentinels too), for tests
+        and scripts that make many storages; a cluster client never used is not built for it."""
         # Only a redis.Redis is asked for its pool: asking a LazyClient would build it.
         nodes = list(self._node_connections.values())  # at once: another thread may add one
         for connections in [self.connections, *(kept for _, kept in nodes)]:
@@ -167,10 +161,9 @@ class Storage:
         return found
 
     def evaluate_many(self, calls: Sequence[Call], script: Script) -> list[list[int]]:
-        """Run ``script`` once per call, pipelined: on a cluster, one round
-        trip to each node that holds some of the keys. Each call is atomic on
-        its own node, not with the others; only those that met NOSCRIPT are
-        made again, with EVAL, so no identity is counted twice.
+        """Run ``script`` once per call, pipelined: on a cluster, one round trip to each node that holds some
+        of the keys. Each call is atomic on its own node, not with the others; only those that met NOSCRIPT
+        are made again, with EVAL, so no identity is counted twice.
 
         :raises NodeFailure: when some calls were answered (and took effect) and others not.
         :raises redis.RedisError: when no call was answered.
@@ -208,10 +201,8 @@ class Storage:
         return _run_on_node(self.client, commands), []
 
     def _send_to_nodes(self, calls: Sequence[Call], command: str, script: str) -> tuple[list[Any], list[str]]:
-        """A cluster's calls, one command or pipeline per node on a kept connection,
-        every node sent its calls before any reply is read; not redis-py's cluster
-        pipeline, which sends timed-out calls again. See docs/architecture.rst
-        (client-path-cluster)."""
+        """A cluster's calls, one command or pipeline per node on a kept connection, all sent before any reply is
+        read; not redis-py's cluster pipeline, which sends timed-out calls again (docs/architecture.rst)."""
         client = self.client
         results: list[Any] = [None] * len(calls)
         names = [UNCOVERED] * len(calls)
@@ -323,11 +314,8 @@ def _checkout_arguments(pool: Any) -> tuple[str, ...]:
 
 
 class Connections:
-    """The connections a storage keeps for its script calls to one server,
-    taken from its client's pool once and used by one thread at a time, and
-    the one retry rule of every script call (:meth:`send`). See
-    docs/architecture.rst (client-path).
-    """
+    """The connections a storage keeps for its script calls to one server, taken from its pool once and used
+    by one thread at a time, and the one retry rule of script calls (:meth:`send`; docs/architecture.rst)."""
 
     __slots__ = ("_arguments", "_free", "_pid", "_pool")
 
@@ -372,8 +360,7 @@ class Connections:
         try:
             connection = self.take()  # a new one connects: the pool puts it back if that fails
             try:
-                # Unfit to send on: ``can_read`` raises when the end is closed (and
-                # connects one that its pool's ``disconnect()`` closed).
+                # Unfit to send on (``can_read`` raises when its end is closed, connects one the pool closed).
                 if connection.can_read():
                     raise redis.ConnectionError("a reply was left unread on the connection")
                 writing = True

@@ -170,8 +170,7 @@ class EmbeddedRedis:
         return True
 
     def keys(self, pattern: Any = "*") -> list[bytes]:
-        found: list[bytes] = self.execute_command("KEYS", pattern)
-        return found
+        return list(self.execute_command("KEYS", pattern))
 
     def scan(self, cursor: int = 0, match: Any = None, count: int | None = None) -> tuple[int, list[bytes]]:
         following, found = self.execute_command("SCAN", cursor, *_words(match=match, count=count))

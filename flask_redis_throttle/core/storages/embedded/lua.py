@@ -95,14 +95,12 @@ setmetatable(env, {
     error("Script attempted to create global variable '" .. tostring(name) .. "'", 2)
   end,
 })
-local loadstring, setfenv = loadstring, setfenv
 local function compile(source)
   local chunk, message = loadstring(source, '@user_script')
   if not chunk then
     return nil, message
   end
-  setfenv(chunk, env)
-  return chunk
+  return setfenv(chunk, env)
 end
 -- An array of numbers and strings (our scripts' reply) is converted here as Redis does it,
 -- and goes back as true, its length and its items (a tuple); anything else as it is.
