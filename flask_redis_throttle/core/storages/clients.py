@@ -33,8 +33,7 @@ __all__ = ["DEFAULT_CLIENT_OPTIONS", "MAX_URL_DB", "LazyClient", "client_from_ur
 
 logger = logging.getLogger("flask_redis_throttle")
 
-#: Client options we set unless ``RATELIMIT_STORAGE_OPTIONS`` overrides them:
-#: redis-py's own would hold a request for seconds (why these: :doc:`/config`).
+#: Set unless ``RATELIMIT_STORAGE_OPTIONS`` overrides them: redis-py's hold a request for seconds (:doc:`/config`).
 DEFAULT_CLIENT_OPTIONS: dict[str, Any] = {
     "socket_connect_timeout": 0.5,
     "socket_timeout": 0.5,

@@ -126,8 +126,7 @@ class LocalFolder:
 
 
 class LocalConnection(UnixDomainSocketConnection):
-    """A connection to the local server that starts the server when there is none,
-    overriding only redis-py's public ``connect``."""
+    """A connection to the local server that starts it when there is none, overriding only redis-py's ``connect``."""
 
     def connect(self) -> None:
         try:

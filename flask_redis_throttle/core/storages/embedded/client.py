@@ -16,8 +16,7 @@ from .keyspace import Keyspace, command
 from .lua import lua_host
 from .values import OK, CommandError, parse_integer, response_error
 
-#: The one lock of every embedded store in the process: Redis runs one
-#: command or script at a time, and so does the one Lua runtime.
+#: The one lock of every embedded store in the process: Redis runs one command or script at a time, as does Lua.
 _LOCK = threading.Lock()
 
 

@@ -44,9 +44,8 @@ EXPIRY_OPTIONS = {b"EX": (1000, 1), b"PX": (1, 1), b"EXAT": (1000, 0), b"PXAT": 
 
 
 class Keyspace:
-    """Each command method takes one command's words (name first) and returns its reply
-    (bytes, an int, None for a nil, a list or a :class:`Status`) or raises a
-    :class:`CommandError`. Not locked: :class:`EmbeddedRedis` holds its lock."""
+    """Each command method takes one command's words (name first) and returns its reply (bytes, an int, None
+    for a nil, a list or a :class:`Status`) or raises a :class:`CommandError`; :class:`EmbeddedRedis` locks."""
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self.clock = clock
@@ -520,9 +519,8 @@ def _added(number: int, by: int) -> int:
     return number + by
 
 
-#: Each command's Redis arity: the exact count of words, its name included,
-#: or at least -arity. Its method is its name in lower case (with ``_`` after
-#: a Python name), or that of the command after its ``=``.
+#: Each command's Redis arity: the exact count of words, its name included, or at least -arity. Its method
+#: is its name in lower case (with ``_`` after a Python name), or that of the command after its ``=``.
 ARITIES = """
 GET 2  SET -3  MSET -3  INCR=INCRBY 2  INCRBY 3  DEL -2  UNLINK=DEL -2  EXISTS -2  TYPE 2  PEXPIRE 3
 EXPIRE=PEXPIRE 3  PEXPIREAT 3  PERSIST 2  PTTL 2  TTL=PTTL 2  KEYS 2  SCAN -2  DBSIZE 1  DUMP 2  FLUSHALL -1

@@ -269,8 +269,7 @@ def _from_lua(value: Any, lua_type: Callable[[Any], str | None]) -> Any:
     return items
 
 
-#: The lupa modules scripts may run on, by preference: LuaJIT runs Redis's
-#: Lua 5.1 several times faster; lupa lacks it on some platforms.
+#: The lupa modules scripts may run on, by preference: LuaJIT runs Lua 5.1 several times faster, where lupa has it.
 LUAS = ("luajit21", "lua51")
 
 _HOSTS: dict[str, LuaHost] = {}
