@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -12,22 +10,10 @@ from typing import Any
 import redis
 
 from ...checks import is_integer
+from . import lua
 from .keyspace import Keyspace, command
 from .lua import lua_host
 from .values import OK, CommandError, parse_integer, response_error
-
-#: The one lock of every embedded store in the process: Redis runs one command or script at a time, as does Lua.
-_LOCK = threading.Lock()
-
-
-def _after_fork() -> None:
-    """A child forked while another thread held the lock gets a free one."""
-    global _LOCK
-    _LOCK = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork)
 
 
 def encode(value: Any) -> bytes:
@@ -87,7 +73,7 @@ class EmbeddedRedis:
         return self._locked(self._dispatch, [encode(arg) for arg in args])
 
     def _locked(self, call: Callable[..., Any], *args: Any) -> Any:
-        with _LOCK:
+        with lua.LOCK:
             self.keyspace.tick()
             try:
                 return call(*args)

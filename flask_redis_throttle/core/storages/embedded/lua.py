@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -273,11 +274,21 @@ def _from_lua(value: Any, lua_type: Callable[[Any], str | None]) -> Any:
 LUAS = ("luajit21", "lua51")
 
 _HOSTS: dict[str, LuaHost] = {}
-if hasattr(os, "register_at_fork"):
-    # A child forked mid-script (another thread's) gets new runtimes, on which scripts compile again.
-    os.register_at_fork(after_in_child=_HOSTS.clear)
 #: Every script compiled in the process, by SHA1, to compile it again on a new runtime.
 _SOURCES: dict[str, bytes] = {}
+#: Held around every embedded command and script: Redis runs one at a time, and the runtimes are the process's.
+LOCK = threading.Lock()
+
+
+def _after_fork() -> None:
+    """A child forked mid-call (another thread's) gets a free lock, and new runtimes on which scripts compile again."""
+    global LOCK
+    LOCK = threading.Lock()
+    _HOSTS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 def lua_host(name: str | None = None) -> LuaHost:
