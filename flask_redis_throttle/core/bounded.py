@@ -1,6 +1,5 @@
-"""Caches of things worked out once (request shapes, dynamic limits' strings, a
-cluster request's keys) that a flood of new keys cannot grow without bound: a
-full cache is forgotten at once, not kept ordered under a lock on every request.
+"""Caches of things worked out once (request shapes, dynamic limits' strings, a cluster request's keys) that a
+flood of new keys cannot grow: a full cache is forgotten at once, not kept ordered under a lock on every request.
 
 This module is pure Python: it imports neither Flask nor Redis.
 """

@@ -1,5 +1,4 @@
-"""Redis clients built from ``RATELIMIT_STORAGE_URL`` and
-``RATELIMIT_STORAGE_OPTIONS`` (the schemes and their options: :doc:`/config`).
+"""Redis clients built from ``RATELIMIT_STORAGE_URL`` and ``RATELIMIT_STORAGE_OPTIONS`` (:doc:`/config`).
 
 Nothing is sent to Redis, lest a Redis down at start-up stop the app: bad
 options are found by building, unconnected, one connection of each kind.

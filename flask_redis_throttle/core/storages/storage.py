@@ -106,10 +106,9 @@ class Storage:
 
     @classmethod
     def from_url(cls, url: str, options: Mapping[str, Any] | None = None, instance_path: str | None = None) -> Storage:
-        """Build a storage from ``RATELIMIT_STORAGE_URL`` and ``RATELIMIT_STORAGE_OPTIONS``
-        (see :func:`~flask_redis_throttle.core.storages.clients.client_from_url`); ``local://``
-        keeps its server in ``instance_path`` unless the URL names a folder. Nothing is
-        sent to Redis: a Redis down at start-up does not stop the app from starting.
+        """Build a storage from ``RATELIMIT_STORAGE_URL`` and ``RATELIMIT_STORAGE_OPTIONS`` (see
+        :func:`~flask_redis_throttle.core.storages.clients.client_from_url`); ``local://`` keeps its server in
+        ``instance_path`` unless the URL names a folder. Nothing is sent: a Redis down does not stop the app.
 
         :raises ConfigurationError: for an unknown scheme, a malformed URL or an unknown client option.
         """

@@ -160,8 +160,7 @@ class Stream:
 
 
 def parse_stream_id(value: bytes, default_seq: int, exclusive_ok: bool = True) -> tuple[tuple[int, int], bool]:
-    """An ID bound of XRANGE (``-``, ``+``, ``ms``, ``ms-seq``, maybe after
-    ``(``) and whether it is exclusive."""
+    """An ID bound of XRANGE (``-``, ``+``, ``ms``, ``ms-seq``, maybe after ``(``) and whether it is exclusive."""
     exclusive = exclusive_ok and value.startswith(b"(")
     text = value[1:] if exclusive else value
     if text == b"-":
