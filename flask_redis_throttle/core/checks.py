@@ -1,6 +1,5 @@
-"""The checks of numbers a user gives, written once: ``True`` is an ``int``
-in Python, and a flag where a number is wanted is a mistake, not a 1.
-"""
+"""The checks of numbers a user gives, written once: ``True`` is an ``int`` in Python, and a flag where a number is
+wanted is a mistake, not a 1."""
 
 from __future__ import annotations
 

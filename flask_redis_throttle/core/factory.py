@@ -1,6 +1,5 @@
-"""Building the core in one call, without Flask (see :doc:`/core`): a throttle
-with its block cache, breaker and fallback, and the refusal log beside it.
-"""
+"""Building the core in one call, without Flask (see :doc:`/core`): a throttle with its block cache, breaker and
+fallback, and the refusal log beside it."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Finding the server binary ``local://`` starts in the pip packages that ship
-one, without importing them (each takes a tenth of a second).
-"""
+"""Finding the server binary ``local://`` starts in the pip packages that ship one, without importing them (each takes a
+tenth of a second)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""``local://``: one real server per host, shared by every worker of the app,
-started on demand from a binary a pip package ships (see :ref:`local`).
-"""
+"""``local://``: one real server per host, shared by every worker of the app, started on demand from a binary a pip
+package ships (see :ref:`local`)."""
 
 from __future__ import annotations
 

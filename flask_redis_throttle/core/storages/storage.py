@@ -351,10 +351,9 @@ class Connections:
             connection.disconnect()
 
     def send(self, commands: Sequence[tuple[Any, ...]]) -> Any:
-        """Send ``commands`` (one, or a pipeline) on a connection taken for them; return
-        it, to :meth:`receive` on, or the error that stopped the send. A kept connection
-        found closed or failing to write is connected again and sent once more; a new one
-        that cannot connect is a :class:`NotSent`; a timeout while sending is not retried."""
+        """Send ``commands`` (one, or a pipeline) on a connection taken for them; return it, to :meth:`receive`
+        on, or the error that stopped the send. A kept connection found closed or failing to write is connected
+        again and sent once more; a new one that cannot connect is a :class:`NotSent`; a send timing out is not."""
         connection, writing = None, False
         try:
             connection = self.take()  # a new one connects: the pool puts it back if that fails

@@ -1,6 +1,5 @@
-"""Checking ``RATELIMIT_STORAGE_URL`` and ``RATELIMIT_STORAGE_OPTIONS`` for what redis-py would take without a
-word and fail on at the first command; and :func:`redact`, which keeps passwords out of messages.
-"""
+"""Checking ``RATELIMIT_STORAGE_URL`` and ``RATELIMIT_STORAGE_OPTIONS`` for what redis-py would take without a word and
+fail on at the first command; and :func:`redact`, which keeps passwords out of messages."""
 
 from __future__ import annotations
 

@@ -148,9 +148,8 @@ _EXACT = 2**53
 
 
 class LuaHost:
-    """One Lua runtime for the process (a module of :data:`LUAS`), the
-    scripts compiled on it by SHA1, and ``redis.call`` bound to whichever
-    keyspace runs a script. Not locked: callers hold the store's lock."""
+    """One Lua runtime for the process (a module of :data:`LUAS`), the scripts compiled on it by SHA1, and
+    ``redis.call`` bound to whichever keyspace runs a script. Not locked: callers hold the store's lock."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -197,9 +196,8 @@ class LuaHost:
         return _from_lua(result, lua_type)
 
     def _call(self, *words: Any) -> Any:
-        """``redis.call``. The GET and the SET with PX of every counter skip
-        the generic path when their arguments are those it would run anyway:
-        main.lua writes the PX as ``%d`` does, digits without a leading zero."""
+        """``redis.call``. The GET and the SET with PX of every counter skip the generic path when their arguments are
+        those it would run anyway: main.lua writes the PX as ``%d`` does, digits without a leading zero."""
         keyspace = self.keyspace
         assert keyspace is not None
         count = len(words)
