@@ -1,7 +1,5 @@
-"""Caches of things worked out once and kept (request shapes, dynamic
-limits' strings, a cluster request's keys), which a flood of new keys
-cannot grow without bound: a full cache is forgotten at once, rather than
-paying a lock or an ordering on every request.
+"""Caches of things worked out once (request shapes, dynamic limits' strings, a cluster request's keys) that a
+flood of new keys cannot grow: a full cache is forgotten at once, not kept ordered under a lock on every request.
 
 This module is pure Python: it imports neither Flask nor Redis.
 """
@@ -15,8 +13,7 @@ _V = TypeVar("_V")
 
 
 def remember(cache: dict[_K, _V], key: _K, value: _V, size: int) -> _V:
-    """Keep ``value`` under ``key`` in ``cache`` and return it; first forget
-    everything in ``cache`` if it already holds ``size`` entries."""
+    """Keep ``value`` under ``key`` and return it, first forgetting all if ``cache`` holds ``size``."""
     if len(cache) >= size:
         cache.clear()
     cache[key] = value

@@ -1,6 +1,5 @@
-"""The exceptions the core raises for bad input, free of HTTP: the 429 a
-refused request raises is Werkzeug's, in :mod:`flask_redis_throttle.errors`.
-"""
+"""The exceptions the core raises for bad input, free of HTTP: the 429 a refused request raises is Werkzeug's, in
+:mod:`flask_redis_throttle.errors`."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Building the core in one call, without Flask (see :doc:`/core`): a throttle
-with its block cache, breaker and fallback, and the refusal log beside it.
-"""
+"""Building the core in one call, without Flask (see :doc:`/core`): a throttle with its block cache, breaker and
+fallback, and the refusal log beside it."""
 
 from __future__ import annotations
 
@@ -33,8 +32,7 @@ def build_throttle(
     :param breaker_threshold: failures in a row that open the circuit breaker; 0 for no breaker.
     :param breaker_backoff: the first wait, in seconds, before an open breaker lets a probe through.
     :param breaker_max_backoff: the longest such wait, in seconds.
-    :param fallback: decide in process memory while the storage is unavailable, instead of raising
-        ``StorageUnavailable``.
+    :param fallback: decide in process memory while the storage is unavailable, not raise ``StorageUnavailable``.
     :param listener: told when a breaker opens and closes.
     """
     if isinstance(storage, str):

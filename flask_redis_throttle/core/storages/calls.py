@@ -1,7 +1,5 @@
-"""What a storage sends: one script call (its keys and arguments), and the
-script (its text and the SHA1 that ``EVALSHA`` names it by). The engine
-writes what goes in them (see :mod:`flask_redis_throttle.core.engine.codec`
-and :mod:`flask_redis_throttle.core.engine.scripts`); a storage only sends them.
+"""What a storage sends: a script call and a script. The engine writes what goes in them
+(:mod:`flask_redis_throttle.core.engine.codec`, :mod:`flask_redis_throttle.core.engine.scripts`).
 
 This module is pure Python: it imports neither Flask nor Redis.
 """

@@ -1,9 +1,7 @@
-"""Redis clients built from ``RATELIMIT_STORAGE_URL`` and
-``RATELIMIT_STORAGE_OPTIONS`` (the schemes and their options: :doc:`/config`).
+"""Redis clients built from ``RATELIMIT_STORAGE_URL`` and ``RATELIMIT_STORAGE_OPTIONS`` (:doc:`/config`).
 
-Nothing is sent to Redis here: a Redis that is down at start-up must not stop
-the app from starting, so bad options are found by building, unconnected, one
-connection object of each kind the client will make.
+Nothing is sent to Redis, lest a Redis down at start-up stop the app: bad
+options are found by building, unconnected, one connection of each kind.
 """
 
 from __future__ import annotations
@@ -25,16 +23,16 @@ from redis.sentinel import Sentinel
 
 from ..errors import ConfigurationError
 from . import urls
+from .binaries import find_server_binary
 from .embedded import EmbeddedRedis
-from .local import MAX_SOCKET_PATH, LocalConnection, LocalFolder, find_server_binary
+from .local import MAX_SOCKET_PATH, LocalConnection, LocalFolder
 from .urls import MAX_URL_DB, Scheme, redact
 
 __all__ = ["DEFAULT_CLIENT_OPTIONS", "MAX_URL_DB", "LazyClient", "client_from_url", "embedded_client", "redact"]
 
 logger = logging.getLogger("flask_redis_throttle")
 
-#: Client options we set unless ``RATELIMIT_STORAGE_OPTIONS`` overrides them:
-#: redis-py's own would hold a request for seconds (why these: :doc:`/config`).
+#: Set unless ``RATELIMIT_STORAGE_OPTIONS`` overrides them: redis-py's hold a request for seconds (:doc:`/config`).
 DEFAULT_CLIENT_OPTIONS: dict[str, Any] = {
     "socket_connect_timeout": 0.5,
     "socket_timeout": 0.5,
@@ -43,19 +41,17 @@ DEFAULT_CLIENT_OPTIONS: dict[str, Any] = {
 }
 
 
-#: Cluster client options we set unless ``RATELIMIT_STORAGE_OPTIONS`` overrides them: the slot
-#: map is read from the URL's nodes only, on clients of their own (why: :ref:`cluster`).
+#: Cluster client options we set unless ``RATELIMIT_STORAGE_OPTIONS`` overrides them (why: :ref:`cluster`).
 CLUSTER_OPTIONS: dict[str, Any] = {"dynamic_startup_nodes": False}
 
 
 def client_from_url(url: str, options: Mapping[str, Any] | None = None, instance_path: str | None = None) -> Any:
-    """A client for ``url``: :class:`redis.Redis`, an embedded one for
-    ``memory://``, or :class:`~redis.cluster.RedisCluster`.
+    """A client for ``url``: :class:`redis.Redis`, an embedded one for ``memory://``, or
+    :class:`~redis.cluster.RedisCluster`.
 
-    :param instance_path: the app's instance folder, where ``local://``
-        keeps its server's socket unless the URL names a folder.
-    :raises ConfigurationError: for an unknown scheme, a malformed URL or an
-        unknown client option.
+    :param instance_path: the app's instance folder, where ``local://`` keeps its server's socket
+        unless the URL names a folder.
+    :raises ConfigurationError: for an unknown scheme, a malformed URL or an unknown client option.
     """
     scheme = scheme_of(url)
     given = dict(options or {})
@@ -64,7 +60,7 @@ def client_from_url(url: str, options: Mapping[str, Any] | None = None, instance
     # A copy: redis-py 5 appends to the list of ``retry_on_error`` it is given.
     options = {**copy.deepcopy(DEFAULT_CLIENT_OPTIONS), **given}
     try:
-        # The builder also makes its client's connections, unconnected (see the module's docstring).
+        # The builder also makes its client's connections, unconnected.
         client = scheme.build(url, options, instance_path)
     except ConfigurationError:
         raise
@@ -79,7 +75,7 @@ def client_from_url(url: str, options: Mapping[str, Any] | None = None, instance
 
 
 def scheme_of(url: str) -> Scheme:
-    """The row of :data:`SCHEMES` for ``url``; a scheme not in it is a :class:`ConfigurationError`."""
+    """The row of :data:`SCHEMES` for ``url``; :class:`ConfigurationError` for another scheme."""
     name = urlsplit(url).scheme if isinstance(url, str) else ""
     if name not in SCHEMES:
         raise ConfigurationError("RATELIMIT_STORAGE_URL", url, f"a URL starting {'://, '.join(SCHEMES)}://")
@@ -87,10 +83,7 @@ def scheme_of(url: str) -> Scheme:
 
 
 def embedded_client(warn: bool = True) -> EmbeddedRedis:
-    """A client on a keyspace of its own, in this process.
-
-    :param warn: log that counts are per process (not for a fallback store, which is on purpose).
-    """
+    """A client on a keyspace of its own, in this process; ``warn`` logs that counts are per process."""
     if warn:
         logger.warning(
             "flask-redis-throttle is using the embedded memory:// store: counts are kept per "
@@ -111,7 +104,7 @@ def _redis(url: str, options: dict[str, Any], instance_path: str | None) -> redi
 
 
 def _local(url: str, options: dict[str, Any], instance_path: str | None) -> redis.Redis | EmbeddedRedis:
-    """The client of ``local://``'s server, whose folder is made now if missing (the server is not started)."""
+    """The client of ``local://``'s server, its folder made now if missing, the server not started."""
     folder = unquote(urlsplit(url).path) or instance_path
     if not folder:
         raise urls.bad_url(
@@ -158,8 +151,8 @@ def _sentinel(url: str, options: dict[str, Any], instance_path: str | None) -> r
     service, _, db = path.strip("/").partition("/")  # checked with the URL
     if db:
         options["db"] = int(db)
-    # The sentinels get the same short timeouts, and no retry: finding the master moves on to the next
-    # sentinel anyway, and redis-py's default (three more tries, with back-off) held a request seconds.
+    # The sentinels get the same short timeouts, and no retry: finding the master moves on to the
+    # next sentinel, and redis-py's default (three more tries, with back-off) held a request seconds.
     timeouts = {k: options[k] for k in ("socket_connect_timeout", "socket_timeout") if k in options}
     sentinel_kwargs = {**timeouts, "retry": Retry(NoBackoff(), 0), **(options.pop("sentinel_kwargs", None) or {})}
     min_other = options.pop("min_other_sentinels", 0)
@@ -193,10 +186,9 @@ SCHEMES = {
 
 
 class ClusterClient(RedisCluster):
-    """redis-py's cluster client, except that a command that timed out is not
-    sent again: the node is most likely stalled, and a request would wait
-    twice. A refused or broken connection is still tried again, after the slot
-    map is refreshed, which is how a request reaches a promoted replica."""
+    """redis-py's cluster client, except that a command that timed out is not sent
+    again (the node most likely stalled: a request would wait twice); a refused or
+    broken connection is, after a slot map refresh, to reach a promoted replica."""
 
     ERRORS_ALLOW_RETRY = tuple(  # type: ignore[assignment]
         error for error in RedisCluster.ERRORS_ALLOW_RETRY if error is not redis.TimeoutError
@@ -204,11 +196,10 @@ class ClusterClient(RedisCluster):
 
 
 class LazyClient:
-    """Stands in for a client that is built on first use, and again on the
-    next use if building it failed; every attribute is the client's.
+    """A client built on first use, and again on the next if building failed; every attribute is the client's.
 
-    :param build: makes the client; a :class:`~redis.exceptions.RedisClusterException`
-        it raises (no start-up node reachable) becomes a :class:`redis.ConnectionError`.
+    :param build: makes the client; a :class:`~redis.exceptions.RedisClusterException` it raises (no
+        start-up node reachable) becomes a :class:`redis.ConnectionError`.
     """
 
     def __init__(self, build: Callable[[], Any]) -> None:

@@ -1,7 +1,5 @@
-"""``local://``: one real server per host, shared by every worker of the app,
-started on demand from a binary that a pip package ships; how exactly one
-starts however many workers race, and when it is restarted: :ref:`local`.
-"""
+"""``local://``: one real server per host, shared by every worker of the app, started on demand from a binary a pip
+package ships (see :ref:`local`)."""
 
 from __future__ import annotations
 
@@ -30,25 +28,11 @@ from .binaries import find_server_binary
 if sys.platform != "win32":  # pragma: no branch - Windows has no flock, and no binary either
     import fcntl
 
-__all__ = [
-    "SOCKET_NAME",
-    "START_TIMEOUT",
-    "LocalConnection",
-    "LocalFolder",
-    "ServerStatus",
-    "UnsafeFolder",
-    "ensure_server",
-    "find_server_binary",
-    "folder_of",
-    "server_status",
-    "stop_server",
-]
-
 #: The name of the server's Unix socket in its folder; its other files are named alike.
 SOCKET_NAME = "ratelimit-server.sock"
 
-#: How long, in seconds, a connection waits for the server to start before it
-#: fails as a down Redis fails: about 50 ms is usual, seconds on a loaded host.
+#: How long, in seconds, a connection waits for the server to start before it fails
+#: as a down Redis fails: about 50 ms is usual, seconds on a loaded host.
 START_TIMEOUT = 10.0
 
 #: The longest Unix socket path: ``sun_path`` holds 108 bytes on Linux, 104 on macOS and the BSDs, with the NUL.
@@ -58,10 +42,8 @@ _POLL = 0.005
 
 
 class UnsafeFolder(ConfigurationError, redis.ConnectionError):
-    """The folder of ``local://``, or a file in it, is not this process's
-    user's alone: a :class:`ConfigurationError` at ``init_app``, and a
-    :class:`redis.ConnectionError` on a connection, so that requests fail
-    as they do while Redis is down.
+    """The folder of ``local://``, or a file in it, is not this process's user's alone: a
+    :class:`ConfigurationError` at ``init_app``, a :class:`redis.ConnectionError` on a connection.
 
     :param path: the folder or file.
     :param reason: what is wrong with it, and how to fix it.
@@ -120,8 +102,7 @@ class LocalFolder:
         return os.path.join(self.path, "ratelimit-server.log")
 
     def check(self) -> None:
-        """Refuse the folder, or a file in it, unless it is this process's user's alone, and a file that is a
-        symbolic link.
+        """Refuse the folder, or a file in it, unless it is this process's user's alone; and a symbolic link.
 
         :raises UnsafeFolder: naming the path and what is wrong with it.
         """
@@ -135,7 +116,7 @@ class LocalFolder:
                 _trust(path, found, user)
 
     def pid(self) -> int | None:
-        """The pid the server wrote at its start, or None if there is no pid file."""
+        """The pid the server wrote at its start; None without a pid file."""
         try:
             with open_nofollow(self.pidfile, os.O_RDONLY) as file:
                 return int(file.read().strip())
@@ -144,14 +125,13 @@ class LocalFolder:
 
 
 class LocalConnection(UnixDomainSocketConnection):
-    """A connection to the local server that starts the server when there is
-    none to connect to, overriding only redis-py's public ``connect``."""
+    """A connection to the local server that starts it when there is none, overriding only redis-py's ``connect``."""
 
     def connect(self) -> None:
         try:
             super().connect()  # type: ignore[no-untyped-call]
         except redis.ConnectionError:
-            # If a server answers after all, this returns at once, and the second attempt fails as redis-py would.
+            # If a server answers after all, this returns at once, and the retry fails as redis-py would.
             ensure_server(LocalFolder(os.path.dirname(self.path)))
             super().connect()  # type: ignore[no-untyped-call]
 
@@ -168,8 +148,8 @@ def ensure_server(folder: LocalFolder, timeout: float | None = None) -> None:
     """Make sure the server of ``folder`` answers, starting it if it does not.
 
     :param timeout: how long to wait, in all; :data:`START_TIMEOUT` by default.
-    :raises redis.ConnectionError: if it could not be had in time, or could
-        not be started (no binary, or it exited: the message quotes its log).
+    :raises redis.ConnectionError: if it could not be had in time, or started (no binary, or it exited:
+        the message quotes its log).
     """
     deadline = time.monotonic() + (START_TIMEOUT if timeout is None else timeout)
     with _locked(folder, deadline):
@@ -183,8 +163,8 @@ def ensure_server(folder: LocalFolder, timeout: float | None = None) -> None:
 
 @contextlib.contextmanager
 def _locked(folder: LocalFolder, deadline: float) -> Iterator[None]:
-    """Hold the folder's lock until ``deadline``: the kernel drops a flock when
-    its holder dies, so a worker killed while starting never leaves it taken."""
+    """Hold the folder's lock, waiting until ``deadline``: the kernel drops a flock when its
+    holder dies, so a worker killed while starting never leaves it taken."""
     os.makedirs(folder.path, mode=0o700, exist_ok=True)
     folder.check()
     with open_nofollow(folder.lock, os.O_WRONLY | os.O_CREAT | os.O_APPEND, "a") as file:
@@ -199,9 +179,8 @@ def _locked(folder: LocalFolder, deadline: float) -> Iterator[None]:
 
 
 def _probe(path: str, timeout: float) -> str:
-    """Whether a server answers ``PING`` on the socket at ``path``: ``"up"``;
-    ``"down"`` when nothing listens there (no socket file, or a stale one);
-    ``"stalled"`` when something listens but does not answer in time."""
+    """``"up"`` if a server answers ``PING`` at ``path``, ``"down"`` if nothing listens (no
+    socket, or a stale one), ``"stalled"`` if something listens but does not answer in time."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         try:
@@ -248,8 +227,8 @@ def _remove_stale(folder: LocalFolder) -> None:
 
 
 def _start(folder: LocalFolder, deadline: float) -> None:
-    """Start the server of ``folder`` and wait until it answers, or ``deadline``
-    (it is killed then, so that the next start does not race it for the socket)."""
+    """Start the server of ``folder`` and wait until it answers, or ``deadline`` (killed
+    then, lest the next start race it for the socket)."""
     binary = find_server_binary()
     if binary is None:
         raise redis.ConnectionError(
@@ -263,8 +242,8 @@ def _start(folder: LocalFolder, deadline: float) -> None:
         "--daemonize", "yes",
     ]  # fmt: skip
     with open_nofollow(folder.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, "ab") as log:
-        # A session of its own, which no worker's exit (or Ctrl-C to the terminal's group) reaches.
-        # umask: what the server makes (its pid file) is its user's alone, as check() wants.
+        # A session of its own, which no worker's exit (or Ctrl-C to the terminal's group) reaches;
+        # umask: its pid file is its user's alone, as check() wants.
         process = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, umask=0o077
         )
@@ -329,16 +308,15 @@ def server_status(folder: LocalFolder) -> ServerStatus:
 
 
 def _admin(folder: LocalFolder) -> redis.Redis:
-    """A client for the CLI, which never starts the server, and never retries
-    (a server that exits on SHUTDOWN leaves nothing to retry on)."""
+    """The CLI's client: it never starts the server, nor retries (SHUTDOWN leaves nothing to retry on)."""
     return redis.Redis(
         unix_socket_path=folder.socket, socket_timeout=2.0, socket_connect_timeout=2.0, retry=Retry(NoBackoff(), 0)
     )
 
 
 def stop_server(folder: LocalFolder, timeout: float = 10.0) -> int | None:
-    """Stop the server of ``folder``, under its lock, and wait for it to exit:
-    ``SHUTDOWN NOSAVE``, or killed by its pid file's pid if it does not answer.
+    """Stop the server of ``folder`` under its lock (``SHUTDOWN NOSAVE``, or killed by its
+    pid file's pid if it does not answer) and wait for it to exit.
 
     :returns: the pid of the server stopped, or None if none was running.
     :raises redis.ConnectionError: if the lock or the exit did not come within ``timeout``.

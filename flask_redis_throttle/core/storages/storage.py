@@ -1,10 +1,6 @@
-"""Where counters live: a Redis client, and the rate limit scripts on it.
-
-``memory://`` is the embedded default: a keyspace in this process, running
-the same Lua scripts through lupa (Lua 5.1, as in Redis); see
-:mod:`flask_redis_throttle.core.storages.embedded`. Its counts
-are per process, so every worker of a multi-process server counts on its own.
-How clients are built from URLs is in :mod:`flask_redis_throttle.core.storages.clients`.
+"""Where counters live: a Redis client, and the rate limit scripts on it
+(``memory://``: :mod:`flask_redis_throttle.core.storages.embedded`; clients
+built from URLs: :mod:`flask_redis_throttle.core.storages.clients`).
 
 This module imports Redis, and needs no Flask app.
 """
@@ -42,41 +38,30 @@ __all__ = ["STORAGE_ERRORS", "NodeFailure", "NotSent", "Storage"]
 
 logger = logging.getLogger("flask_redis_throttle")
 
-#: What a client raises when Redis cannot answer: redis-py's errors, and the
-#: cluster client's own, which does not derive from them.
+#: What a client raises when Redis cannot answer: redis-py's errors, and the cluster client's own.
 STORAGE_ERRORS = (redis.RedisError, RedisClusterException)
 
-#: How many cluster keys' nodes, and cluster requests' fan-outs (see
-#: :meth:`~flask_redis_throttle.core.engine.sending.Sender._fanout`), are kept:
-#: enough for the identities of a busy minute, bounded so that a flood of new
-#: identities cannot grow the process.
+#: How many cluster keys' nodes, and requests' fan-outs, are kept: bounded against a flood of identities.
 KEY_CACHE_SIZE = 8192
 
 #: The node, in :meth:`Storage.nodes`, of keys whose slot no node serves.
 UNCOVERED = "uncovered slots"
 
-#: The error replies of a cluster node that did not run the command: it is
-#: sent again through redis-py's cluster client, which follows the redirect
-#: (and mends its slot map) or waits for the cluster to settle.
+#: A cluster node's replies to a command it did not run: sent again through the cluster client.
 NOT_RUN = (MovedError, AskError, TryAgainError, ClusterDownError)
 
-#: How long, in seconds, a cluster script call whose keys a slot migration
-#: has split between two nodes is sent again (see :func:`_split_by_migration`),
-#: and the pause before each new try.
+#: How long, in seconds, a call a slot migration split is sent again, and the pause before each try.
 MIGRATION_PATIENCE = 1.0
 MIGRATION_PAUSE = 0.05
 
 
 class NodeFailure(redis.RedisError):
-    """Some of the pipelined calls of a cluster request failed, and others
-    were answered: what those counted stays counted.
+    """Some pipelined calls of a cluster request failed, others were answered (and stay counted).
 
     :param error: the first failed call's error, also the ``__cause__``.
-    :param nodes: the nodes (``host:port``) of the calls that failed, so
-        that only their circuit breakers count the failure; none when the
-        failure cannot be put down to any of the calls' nodes.
-    :param answered: the nodes that answered their calls; empty when nothing
-        was sent.
+    :param nodes: the failed calls' nodes (``host:port``), whose breakers
+        alone count the failure; none when no node is to blame.
+    :param answered: the nodes that answered; empty when nothing was sent.
     """
 
     def __init__(self, error: Exception, nodes: frozenset[str], answered: frozenset[str] = frozenset()) -> None:
@@ -87,39 +72,30 @@ class NodeFailure(redis.RedisError):
 
 
 class NotSent(redis.ConnectionError):
-    """A script call that failed before any of it was sent (no connection
-    could be taken, or connecting failed): unlike a call that failed once
-    sent, it cannot have run. Its ``__cause__`` is the error."""
+    """A script call that failed before any of it was sent, so it cannot have run (``__cause__``: the error)."""
 
     @classmethod
     def of(cls, error: Exception) -> NotSent:
-        """``error``, as a call never sent."""
         not_sent = cls(str(error))
         not_sent.__cause__ = error
         return not_sent
 
 
 class Storage:
-    """A Redis client, and the script calls sent on it (which script a call
-    takes is the engine's: see :class:`~flask_redis_throttle.core.engine.sending.Sender`).
+    """A Redis client, and the script calls sent on it (which: :class:`~.sending.Sender`).
 
-    :param client: a :class:`redis.Redis`, a :class:`redis.cluster.RedisCluster`,
-        or the embedded ``memory://`` one; the one an app already has will do (see
-        ``RateLimit(app, redis=client)``).
+    :param client: a :class:`redis.Redis`, a :class:`redis.cluster.RedisCluster`
+        or the embedded ``memory://`` one; an app's own will do (``RateLimit(app, redis=client)``).
     :param url: where it points, for messages and logs; without its password.
-    :param cluster: whether it is a Redis Cluster client; by default, whether
-        it is a :class:`~redis.cluster.RedisCluster`.
+    :param cluster: whether it is a Redis Cluster client; by default, if a :class:`~redis.cluster.RedisCluster`.
     """
 
     def __init__(self, client: Any, url: str = "", cluster: bool | None = None) -> None:
         self.client = client
         self.url = url or _describe(client)
-        #: Whether keys with different hash tags may live on different nodes,
-        #: so that one script cannot touch them all.
+        #: Whether keys of different hash tags may be on different nodes.
         self.cluster = isinstance(client, RedisCluster) if cluster is None else cluster
-        #: The connections kept for a single node's calls (see :class:`Connections`);
-        #: none for a client that is not a plain pooled :class:`redis.Redis`
-        #: (the embedded one, one with a single connection, a cluster's).
+        #: A single node's kept connections; None unless :meth:`Connections.fit`.
         self.connections = Connections(client) if not self.cluster and Connections.fit(client) else None
         #: A cluster node's kept connections, by its client (see :meth:`_connections_of`).
         self._node_connections: dict[str, tuple[Any, Connections]] = {}
@@ -130,15 +106,11 @@ class Storage:
 
     @classmethod
     def from_url(cls, url: str, options: Mapping[str, Any] | None = None, instance_path: str | None = None) -> Storage:
-        """Build a storage from ``RATELIMIT_STORAGE_URL`` and ``RATELIMIT_STORAGE_OPTIONS``
-        (see :func:`~flask_redis_throttle.core.storages.clients.client_from_url`); ``local://``
-        keeps its server in ``instance_path`` unless the URL names a folder.
+        """Build a storage from ``RATELIMIT_STORAGE_URL`` and ``RATELIMIT_STORAGE_OPTIONS`` (see
+        :func:`~flask_redis_throttle.core.storages.clients.client_from_url`); ``local://`` keeps its server in
+        ``instance_path`` unless the URL names a folder. Nothing is sent: a Redis down does not stop the app.
 
-        Nothing is sent to Redis here: a Redis that is down at start-up must
-        not stop the app from starting.
-
-        :raises ConfigurationError: for an unknown scheme, a malformed URL or
-            an unknown client option.
+        :raises ConfigurationError: for an unknown scheme, a malformed URL or an unknown client option.
         """
         client = client_from_url(url, options, instance_path)
         scheme, where = scheme_of(url), redact(url)
@@ -147,14 +119,9 @@ class Storage:
         return cls(client, where, cluster=scheme.cluster)
 
     def close(self) -> None:
-        """Close the client's connections (a cluster client's to every node,
-        a Sentinel client's to the sentinels too).
-
-        Apps need not call this; it is for tests and scripts that make many
-        storages. A cluster client that was never used is not built for it.
-        """
-        # Only a built redis.Redis is asked for its pool: a cluster client
-        # that was never used would be built by the question.
+        """Close the client's connections (a cluster's to every node, a Sentinel's sentinels too), for tests
+        and scripts that make many storages; a cluster client never used is not built for it."""
+        # Only a redis.Redis is asked for its pool: asking a LazyClient would build it.
         nodes = list(self._node_connections.values())  # at once: another thread may add one
         for connections in [self.connections, *(kept for _, kept in nodes)]:
             if connections is not None:
@@ -168,24 +135,16 @@ class Storage:
             close()
 
     def nodes(self, keys: Sequence[str]) -> list[str]:
-        """The cluster nodes (``host:port``) that hold ``keys``, from the
-        client's slot map: nothing is sent (see :meth:`_nodes_of`). Keys
-        whose slot no node serves (its master failed, and no replica took
-        over yet) are on :data:`UNCOVERED`.
+        """The cluster nodes (``host:port``) that hold ``keys``, from the client's
+        slot map, nothing sent; :data:`UNCOVERED` for keys whose slot no node serves.
 
-        :raises redis.RedisError: when the cluster client cannot be built
-            (no start-up node answers).
+        :raises redis.RedisError: when no start-up node answers to build the client.
         """
         return list(dict.fromkeys(UNCOVERED if node is None else node.name for node in self._nodes_of(keys)))
 
     def _nodes_of(self, keys: Iterable[str]) -> list[Any]:
-        """Each key's cluster node (``None`` where no node serves its slot),
-        from a cache of redis-py's slot map: a key's slot and node cost
-        redis-py a CRC and several lookups, twice a request. The cache is
-        forgotten when redis-py reads a new slot map (a new ``slots_cache``),
-        and when a call meets a redirect or a broken connection (see
-        :meth:`_send_to_nodes`), after which redis-py mends its map in place.
-        Past :data:`KEY_CACHE_SIZE` keys, all are forgotten at once."""
+        """Each key's node (None where no node serves its slot), from a cache of
+        redis-py's slot map: see docs/architecture.rst (client-path-cluster)."""
         client = self.client
         slots = client.nodes_manager.slots_cache
         if slots is not self._slots:
@@ -201,17 +160,11 @@ class Storage:
         return found
 
     def evaluate_many(self, calls: Sequence[Call], script: Script) -> list[list[int]]:
-        """Run ``script`` once per call, pipelined: on a cluster, one
-        round trip to each node that holds some of the keys.
+        """Run ``script`` once per call, pipelined: on a cluster, one round trip to each node that holds some
+        of the keys. Each call is atomic on its own node, not with the others; only those that met NOSCRIPT
+        are made again, with EVAL, so no identity is counted twice.
 
-        The calls are independent: each is atomic on its own node, not with
-        the others. The calls that met NOSCRIPT are made again with EVAL and
-        the script's source, pipelined (see
-        :meth:`~flask_redis_throttle.core.engine.sending.Sender.evaluate`); the
-        others are not repeated, so no identity is counted twice.
-
-        :raises NodeFailure: when some calls were answered and others not
-            (those that were answered took effect).
+        :raises NodeFailure: when some calls were answered (and took effect) and others not.
         :raises redis.RedisError: when no call was answered.
         """
         results, nodes = self._send(calls, "EVALSHA", script.sha)
@@ -219,7 +172,6 @@ class Storage:
             if isinstance(result, Exception):
                 break
         else:
-            # Every call answered: nothing to make again or to wait for.
             return results
         missing = [i for i, result in enumerate(results) if isinstance(result, NoScriptError)]
         if missing:
@@ -238,9 +190,8 @@ class Storage:
         return results
 
     def _send(self, calls: Sequence[Call], command: str, script: str) -> tuple[list[Any], list[str]]:
-        """Send ``command`` (EVALSHA or EVAL) once per call; return each call's
-        reply or error, and, on a cluster, the node (``host:port``) each call
-        was meant for (:data:`UNCOVERED` when no node serves its slot)."""
+        """Send ``command`` (EVALSHA or EVAL) once per call: each call's reply or
+        error, and on a cluster each call's node (or :data:`UNCOVERED`)."""
         if self.cluster:
             return self._send_to_nodes(calls, command, script)
         commands = [(command, script, len(keys), *keys, *args) for keys, args in calls]
@@ -249,14 +200,8 @@ class Storage:
         return _run_on_node(self.client, commands), []
 
     def _send_to_nodes(self, calls: Sequence[Call], command: str, script: str) -> tuple[list[Any], list[str]]:
-        """A cluster's calls, one command or pipeline per node on a kept
-        connection; every node is sent its calls before any reply is read.
-        A call the node did not run (:data:`NOT_RUN`), or whose slot no node
-        serves, goes again through the cluster client, which follows the
-        redirect; a timed-out one is never sent again. redis-py's cluster
-        pipeline is not used: it sends timed-out calls again, which would
-        count a request twice. See docs/architecture.rst (client-path-cluster).
-        """
+        """A cluster's calls, one command or pipeline per node on a kept connection, all sent before any reply is
+        read; not redis-py's cluster pipeline, which sends timed-out calls again (docs/architecture.rst)."""
         client = self.client
         results: list[Any] = [None] * len(calls)
         names = [UNCOVERED] * len(calls)
@@ -286,18 +231,15 @@ class Storage:
                         again.append(i)
                     else:
                         results[i] = reply
-                        # A node that timed out is not asked again for the
-                        # map: the request would wait a second timeout for it.
+                        # A timed-out node is not asked for the map: the request would wait twice.
                         broken = broken or isinstance(reply, redis.ConnectionError)
         finally:
-            # Only when something interrupted the reading (a cancelled
-            # request): the replies not read are dropped with their connections.
+            # Only after an interrupted read (a cancelled request): unread replies go with their connections.
             for connections, connection, _ in sent:
                 if not isinstance(connection, Exception):
                     connections.drop(connection)
         if broken or again:
-            # redis-py mends its slot map on this path (MOVED) or the next
-            # (a promoted replica): the routes read from it are forgotten.
+            # redis-py mends its slot map on this path (MOVED) or the next: forget its routes.
             self._routes = {}
         if broken:
             self._refresh()
@@ -310,8 +252,7 @@ class Storage:
         return results, names
 
     def _connections_of(self, node: Any) -> Connections:
-        """The kept connections of a cluster node's own client (new ones for
-        a new client), changed under a lock so that no thread's are forgotten."""
+        """A node client's kept connections, made under a lock so that no thread's are lost."""
         client = self.client.get_redis_connection(node)
         known = self._node_connections.get(node.name)
         if known is None or known[0] is not client:
@@ -322,17 +263,13 @@ class Storage:
         return known[1]
 
     def _refresh(self) -> None:
-        """Have redis-py read the slot map again, as after a connection error
-        on its own path; when no node answers, the next request fails on its own."""
+        """Have redis-py read the slot map again; if no node answers, the next request fails."""
         with suppress(*STORAGE_ERRORS):
             self.client.nodes_manager.initialize()
 
     def _wait_for_migrations(self, calls: Sequence[Call], results: list[Any], script: Script) -> None:
-        """Send again, every :data:`MIGRATION_PAUSE` for up to
-        :data:`MIGRATION_PATIENCE` seconds, the calls whose keys a slot
-        migration split (the script did not run, so nothing counts twice),
-        with ``EVAL``: the importing node may never have run the script.
-        """
+        """Send the calls a slot migration split (they did not run) again, with ``EVAL`` for
+        the importing node, every :data:`MIGRATION_PAUSE` for :data:`MIGRATION_PATIENCE` s."""
         deadline = time.monotonic() + MIGRATION_PATIENCE
         waiting = [i for i, result in enumerate(results) if _split_by_migration(result)]
         while waiting and time.monotonic() < deadline:
@@ -344,9 +281,8 @@ class Storage:
 
 
 def _run_on_node(node: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
-    """Each of ``commands``' reply or error reply, sent by a client whose
-    connections are not kept: a lone command plainly (cheaper than a pipeline
-    of one); raises when the node cannot answer."""
+    """Each command's reply or error reply, through a client whose connections are not
+    kept (a lone command plainly: cheaper); raises when the node cannot answer."""
     if len(commands) == 1:
         try:
             return [node.execute_command(*commands[0])]
@@ -359,8 +295,7 @@ def _run_on_node(node: Any, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
 
 
 def _write(connection: Any, commands: Sequence[tuple[Any, ...]]) -> None:
-    """Send ``commands`` on ``connection``: a lone one as a command, more as
-    one pipeline."""
+    """A lone command sent as one, more as a pipeline."""
     if len(commands) == 1:
         connection.send_command(*commands[0])
     else:
@@ -368,8 +303,7 @@ def _write(connection: Any, commands: Sequence[tuple[Any, ...]]) -> None:
 
 
 def _checkout_arguments(pool: Any) -> tuple[str, ...]:
-    """What ``pool.get_connection`` is given: redis-py up to 5.2 requires a
-    command name (which it ignores), later releases deprecate it."""
+    """``get_connection``'s arguments: redis-py up to 5.2 requires a command name, later deprecate it."""
     try:
         parameter = inspect.signature(pool.get_connection).parameters.get("command_name")
     except (TypeError, ValueError):  # pragma: no cover - a pool method without a signature
@@ -379,16 +313,8 @@ def _checkout_arguments(pool: Any) -> tuple[str, ...]:
 
 
 class Connections:
-    """The connections a storage keeps for its script calls to one server
-    (a node), taken from its client's pool once and used by one thread at a
-    time, without the pool's lock and bookkeeping on every call.
-
-    The retry rule of every script call is here, once (see :meth:`send`):
-    the client's own ``retry`` could send a call that may have run again,
-    counting a request twice. The pool still owns the connections (closing
-    it closes them); a forked child leaves its parent's alone. See
-    docs/architecture.rst (client-path).
-    """
+    """The connections a storage keeps for its script calls to one server, taken from its pool once and used
+    by one thread at a time, and the one retry rule of script calls (:meth:`send`; docs/architecture.rst)."""
 
     __slots__ = ("_arguments", "_free", "_pid", "_pool")
 
@@ -400,16 +326,14 @@ class Connections:
 
     @staticmethod
     def fit(client: Any) -> bool:
-        """Whether ``client``'s connections can be kept: a :class:`redis.Redis`
-        on a pool (not one built with ``single_connection_client``, whose
-        one connection redis-py guards itself)."""
+        """Whether ``client`` is a pooled :class:`redis.Redis` (not one with
+        ``single_connection_client``, whose connection redis-py guards itself)."""
         return isinstance(client, redis.Redis) and getattr(client, "connection", None) is None
 
     def take(self) -> Any:
         """A connection of this process that no other thread uses."""
         if self._pid != os.getpid():
-            # A forked child: its parent's sockets are not its own to use,
-            # nor to close.
+            # A forked child: its parent's sockets are not its own to use, nor to close.
             self._free, self._pid = [], os.getpid()
         try:
             return self._free.pop()
@@ -417,8 +341,7 @@ class Connections:
             return self._pool.get_connection(*self._arguments)
 
     def drop(self, connection: Any) -> None:
-        """Close ``connection`` (a reply may be left unread on it) and give
-        it back to its pool: a kept connection is one that answered its last call."""
+        """Close ``connection`` (a reply may be unread on it) and give it back to its pool."""
         connection.disconnect()
         self._pool.release(connection)
 
@@ -428,20 +351,14 @@ class Connections:
             connection.disconnect()
 
     def send(self, commands: Sequence[tuple[Any, ...]]) -> Any:
-        """Send ``commands`` (one, or a pipeline) on a connection taken for
-        them; return it, to :meth:`receive` on, or the error that stopped
-        the send. A kept connection the server closed, or one that cannot be
-        written to, is connected again and sent once more; a new one that
-        cannot connect is not (connecting retries as the client's options
-        say): a :class:`NotSent`. A timeout while sending is not sent again.
-        """
+        """Send ``commands`` (one, or a pipeline) on a connection taken for them; return it, to :meth:`receive`
+        on, or the error that stopped the send. A kept connection found closed or failing to write is connected
+        again and sent once more; a new one that cannot connect is a :class:`NotSent`; a send timing out is not."""
         connection, writing = None, False
         try:
             connection = self.take()  # a new one connects: the pool puts it back if that fails
             try:
-                # Replies pending on a kept connection, or its end closed:
-                # it is not fit to send on (``can_read`` raises when closed,
-                # and connects one that its pool's ``disconnect()`` closed).
+                # Unfit to send on (``can_read`` raises when its end is closed, connects one the pool closed).
                 if connection.can_read():
                     raise redis.ConnectionError("a reply was left unread on the connection")
                 writing = True
@@ -449,8 +366,7 @@ class Connections:
             except redis.ConnectionError:
                 writing = False
                 connection.disconnect()
-                # connect() itself: a Sentinel's connection asks for the
-                # master there (redis-py 8's send does not).
+                # connect() itself: a Sentinel connection asks for the master there (redis-py 8's send does not).
                 connection.connect()
                 writing = True
                 _write(connection, commands)
@@ -465,9 +381,8 @@ class Connections:
         return connection
 
     def receive(self, connection: Any, count: int) -> list[Any]:
-        """The ``count`` replies of :meth:`send`'s commands, error replies as
-        :class:`redis.ResponseError`; a failed connection's error stands for
-        every reply not read."""
+        """The ``count`` replies of :meth:`send`'s commands, error replies as :class:`redis.ResponseError`;
+        a failed connection's error stands for every reply not read."""
         replies: list[Any] = []
         try:
             while len(replies) < count:
@@ -492,10 +407,9 @@ class Connections:
         return self.receive(sent, len(commands))
 
     def call(self, command: tuple[Any, ...]) -> Any:
-        """``command``'s reply, or its error reply; raises when Redis could not answer.
+        """``command``'s reply, or its error reply.
 
-        :raises redis.ConnectionError: when the server could not be reached,
-            or the connection broke after the call was sent.
+        :raises redis.ConnectionError: when the server could not be reached, or the connection broke after.
         :raises redis.TimeoutError: when it did not answer in time.
         """
         [reply] = self.exchange((command,))
@@ -505,9 +419,8 @@ class Connections:
 
 
 def _split_by_migration(error: object) -> bool:
-    """Whether a cluster call failed because a slot migration split its keys
-    between two nodes: ``TRYAGAIN``, or redis-py's ``TTL exhausted`` after
-    retrying it for about a tenth of a second. The script did not run."""
+    """Whether a slot migration split a cluster call's keys, so the script did not run:
+    ``TRYAGAIN``, or redis-py's ``TTL exhausted`` after retrying it for about 0.1 s."""
     return isinstance(error, TryAgainError) or type(error) is ClusterError
 
 

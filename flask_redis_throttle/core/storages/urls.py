@@ -1,7 +1,5 @@
-"""Checking ``RATELIMIT_STORAGE_URL`` and ``RATELIMIT_STORAGE_OPTIONS`` before
-any client is built, for what redis-py would take without a word and fail on
-at the first command; and :func:`redact`, which keeps passwords out of messages.
-"""
+"""Checking ``RATELIMIT_STORAGE_URL`` and ``RATELIMIT_STORAGE_OPTIONS`` for what redis-py would take without a word and
+fail on at the first command; and :func:`redact`, which keeps passwords out of messages."""
 
 from __future__ import annotations
 
@@ -35,8 +33,8 @@ REDIS_OPTIONS = parameters(redis.Redis.__init__)
 
 @dataclass(frozen=True)
 class Scheme:
-    """A storage URL scheme, one row of ``clients.SCHEMES`` (see docs/architecture.rst). ``shape`` says,
-    given the split URL and the options redis-py read from it, what the URL should be, or None if it is."""
+    """A storage URL scheme, one row of ``clients.SCHEMES``. ``shape`` says, given the split URL and
+    the options redis-py read from it, what the URL should be, or None if it is."""
 
     name: str
     options: frozenset[str]
@@ -92,9 +90,8 @@ def _bad_value(options: Mapping[str, Any]) -> tuple[str, Any, str] | None:
 
 
 def check_url(scheme: Scheme, url: str) -> None:
-    """Check what redis-py would take from ``url`` without a word: a query
-    parameter no connection takes, a bad value of one it takes, a path that
-    is not a database, a database Redis lacks."""
+    """Check what redis-py would take from ``url`` without a word: a query parameter no
+    connection takes or a bad value of one, a path not a database, a database Redis lacks."""
     parts = urlsplit(url)
     pool, kwargs = None, {}
     try:
@@ -124,9 +121,6 @@ def check_url(scheme: Scheme, url: str) -> None:
 
 def _url_db(database: str | int) -> bool:
     return str(database).isdigit() and int(database) <= MAX_URL_DB
-
-
-# The URL-shape rules. memory://name is a label and local:///folder a folder; neither takes a query.
 
 
 def memory_shape(parts: SplitResult, kwargs: Mapping[str, Any]) -> str | None:
@@ -162,9 +156,8 @@ _TIMEOUT = (lambda v: v is None or (is_number(v) and 0 < v < math.inf), "None or
 _COUNT = (lambda v: is_integer(v) and v >= 0, "an integer of 0 or more")
 _FLAG = (lambda v: isinstance(v, bool), "True or False")
 
-#: The client options whose bad values redis-py takes without a word and
-#: fails on at the first command (or never uses, as ``ssl_cert_reqs`` without
-#: TLS, or reads as true, as ``ssl="false"``): a test and what it expects.
+#: Options whose bad values redis-py takes without a word (to fail at the first command, never use
+#: ``ssl_cert_reqs`` without TLS, read ``ssl="false"`` as true): a test and what it expects.
 _VALUE_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "socket_timeout": _TIMEOUT,
     "socket_connect_timeout": _TIMEOUT,
@@ -188,7 +181,7 @@ _VALUE_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
 
 
 def try_connection(pool: Any) -> None:
-    """Make one connection of ``pool``, without connecting it, and drop it."""
+    """Make one connection of ``pool``, unconnected, and drop it."""
     pool.connection_class(**pool.connection_kwargs)
 
 

@@ -1,7 +1,5 @@
-"""The embedded ``memory://`` store: a keyspace in this process, on which
-our scripts run in Lua 5.1, the Lua Redis runs, so a test sees what
-production does (see :ref:`embedded-store`). Modules, bottom up:
-``values``, ``keyspace``, ``lua``, ``client``.
+"""The embedded ``memory://`` store: a keyspace in this process, on which our scripts run in Lua 5.1, as in
+Redis (see :ref:`embedded-store`). Modules, bottom up: ``values``, ``keyspace``, ``lua``, ``client``.
 
 This package imports Redis (for its exceptions) but not Flask.
 """

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -12,24 +10,10 @@ from typing import Any
 import redis
 
 from ...checks import is_integer
+from . import lua
 from .keyspace import Keyspace, command
 from .lua import lua_host
 from .values import OK, CommandError, parse_integer, response_error
-
-#: The one lock of every embedded store in the process: Redis runs one
-#: command or script at a time, and so does the one Lua runtime.
-_LOCK = threading.Lock()
-
-
-def _after_fork() -> None:
-    """A child forked while another thread held the lock gets a free one
-    (and new Lua runtimes: see lua.py)."""
-    global _LOCK
-    _LOCK = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork)
 
 
 def encode(value: Any) -> bytes:
@@ -55,10 +39,6 @@ def _command(*name: str, convert: Callable[[Any], Any] = lambda reply: reply) ->
         return convert(self.execute_command(*name, *args))
 
     return method
-
-
-def _true(reply: Any) -> bool:
-    return True
 
 
 def _words(**options: Any) -> list[Any]:
@@ -93,7 +73,7 @@ class EmbeddedRedis:
         return self._locked(self._dispatch, [encode(arg) for arg in args])
 
     def _locked(self, call: Callable[..., Any], *args: Any) -> Any:
-        with _LOCK:
+        with lua.LOCK:
             self.keyspace.tick()
             try:
                 return call(*args)
@@ -112,7 +92,6 @@ class EmbeddedRedis:
         return sha
 
     def _eval(self, words: list[bytes]) -> Any:
-        """EVAL, and EVALSHA."""
         sha = self._load(words[1]) if words[0].upper() == b"EVAL" else words[1].decode("utf-8", "replace").lower()
         count = parse_integer(words[2])
         if count < 0:
@@ -148,10 +127,10 @@ class EmbeddedRedis:
         ]
         return self._locked(self._run, sha, numkeys, words)
 
-    # The commands whose reply redis-py only converts.
+    # The commands whose reply redis-py only converts (a status to True).
     eval = _command("EVAL")
     script_load = _command("SCRIPT", "LOAD", convert=bytes.decode)
-    script_flush = _command("SCRIPT", "FLUSH", convert=_true)
+    script_flush = _command("SCRIPT", "FLUSH", convert=bool)
     get = _command("GET")
     delete = _command("DEL", convert=int)
     exists = _command("EXISTS", convert=int)
@@ -161,32 +140,22 @@ class EmbeddedRedis:
     dbsize = _command("DBSIZE", convert=int)
     dump = _command("DUMP")
     xlen = _command("XLEN", convert=int)
-    flushall = _command("FLUSHALL", convert=_true)
-    flushdb = _command("FLUSHDB", convert=_true)
-    ping = _command("PING", convert=_true)
+    flushall = _command("FLUSHALL", convert=bool)
+    flushdb = _command("FLUSHDB", convert=bool)
+    ping = _command("PING", convert=bool)
     hgetall = _command("HGETALL", convert=_pairs)
 
-    def set(
-        self,
-        name: Any,
-        value: Any,
-        ex: int | None = None,
-        px: int | None = None,
-        nx: bool = False,
-        xx: bool = False,
-        keepttl: bool = False,
-        get: bool = False,
-    ) -> Any:
-        reply = self.execute_command("SET", name, value, *_words(ex=ex, px=px, nx=nx, xx=xx, keepttl=keepttl, get=get))
-        return reply if get else (reply == b"OK" or None)
+    def set(self, name: Any, value: Any, **options: Any) -> Any:
+        """redis-py's ``set``, its options (``ex``, ``px``, ``nx``, ``xx``, ``keepttl``, ``get``) by keyword."""
+        reply = self.execute_command("SET", name, value, *_words(**options))
+        return reply if options.get("get") else (reply == b"OK" or None)
 
     def mset(self, mapping: dict[Any, Any]) -> bool:
         self.execute_command("MSET", *(word for pair in mapping.items() for word in pair))
         return True
 
     def keys(self, pattern: Any = "*") -> list[bytes]:
-        found: list[bytes] = self.execute_command("KEYS", pattern)
-        return found
+        return list(self.execute_command("KEYS", pattern))
 
     def scan(self, cursor: int = 0, match: Any = None, count: int | None = None) -> tuple[int, list[bytes]]:
         following, found = self.execute_command("SCAN", cursor, *_words(match=match, count=count))
@@ -221,7 +190,6 @@ class EmbeddedRedis:
         return self._entries("XREVRANGE", name, max, min, count)
 
     def _entries(self, command: str, name: Any, first: Any, last: Any, count: int | None) -> list[Any]:
-        """XRANGE or XREVRANGE's entries, as redis-py gives them."""
         raw = self.execute_command(command, name, first, last, *_words(count=count))
         return [(entry_id, _pairs(flat)) for entry_id, flat in raw]
 

@@ -28,9 +28,8 @@ from .values import (
 _T = TypeVar("_T")
 _M = TypeVar("_M")
 
-#: How many expired keys each call may delete, beyond those it reads: more
-#: than any script writes, so the sweep keeps pace, and few enough that no
-#: request pays for a large expiry at once.
+#: How many expired keys each call may delete besides those it reads: more than
+#: any script writes, so the sweep keeps pace, and no request pays for a large expiry.
 SWEEP = 64
 
 #: How many SCAN cursors are remembered.
@@ -45,10 +44,8 @@ EXPIRY_OPTIONS = {b"EX": (1000, 1), b"PX": (1, 1), b"EXAT": (1000, 0), b"PXAT": 
 
 
 class Keyspace:
-    """Each command method takes one command's words (name first) and
-    returns its reply: bytes, an int, None (a nil), a list or a
-    :class:`Status`; an error is a :class:`CommandError`. Not locked:
-    :class:`EmbeddedRedis` holds its lock around each call."""
+    """Each command method takes one command's words (name first) and returns its reply (bytes, an int, None
+    for a nil, a list or a :class:`Status`) or raises a :class:`CommandError`; :class:`EmbeddedRedis` locks."""
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self.clock = clock
@@ -61,8 +58,7 @@ class Keyspace:
         #: SCAN's cursors: the last key each returned, oldest first.
         self._cursors: dict[int, bytes] = {}
         self._next_cursor = 0
-        #: The time every command of a call is judged at, in milliseconds:
-        #: frozen for a script, as in Redis.
+        #: The time, in ms, every command of a call is judged at: frozen for a script, as in Redis.
         self.now = 0
 
     def tick(self) -> None:
@@ -105,8 +101,7 @@ class Keyspace:
         return True
 
     def lookup(self, key: bytes) -> Any:
-        """None for a key missing or past its deadline (which deletes it):
-        Redis keeps a key until the millisecond after its deadline."""
+        """None for a key missing or past its deadline (deleted then), as in Redis."""
         value = self.data.get(key)
         if value is not None:
             deadline = self.expires.get(key)
@@ -146,7 +141,7 @@ class Keyspace:
         return 1
 
     def pexpire(self, words: list[bytes]) -> int:
-        """PEXPIRE, and EXPIRE: an error, as Redis's, for a deadline past 64 bits of milliseconds."""
+        """An error, as Redis's, for a deadline past 64 bits of milliseconds."""
         name = words[0].decode("utf-8", "replace").lower()
         span = parse_integer(words[2]) * (1000 if name == "expire" else 1)
         if not INT64[0] <= span <= INT64[1] - self.now:
@@ -163,7 +158,6 @@ class Keyspace:
         return 1
 
     def pttl(self, words: list[bytes]) -> int:
-        """PTTL, and TTL."""
         if self.lookup(words[1]) is None:
             return -2
         deadline = self.expires.get(words[1])
@@ -175,8 +169,8 @@ class Keyspace:
         return [key for key in self.keys_alive() if match is None or match(key)]
 
     def scan(self, words: list[bytes]) -> list[Any]:
-        """SCAN in byte order: a cursor stands for the last key it returned,
-        so every key that lives through the scan is returned exactly once."""
+        """In byte order: a cursor stands for the last key it returned, so every key
+        that lives through the scan is returned exactly once."""
         cursor = parse_integer(words[1], "ERR invalid cursor")
         if cursor < 0:
             raise CommandError("ERR invalid cursor")
@@ -185,8 +179,7 @@ class Keyspace:
         count = parse_integer(options[b"COUNT"][0]) if b"COUNT" in options else 10
         if count < 1:
             raise CommandError(SYNTAX)
-        # An unknown cursor (one of too long ago) starts again: keys may be
-        # returned twice, as Redis allows, but none is missed.
+        # An unknown (too old) cursor starts again: keys may come twice, as Redis allows, none is missed.
         after = self._cursors.pop(cursor, None)
         pending = [key for key in self.data if after is None or key > after]
         page = heapq.nsmallest(count, pending)
@@ -225,8 +218,7 @@ class Keyspace:
         return self.typed(words[1], bytes)
 
     def set(self, words: list[bytes]) -> Any:
-        """SET: as in Redis, a repeated option's last one wins, and the
-        expiry is read once every option is known."""
+        """As in Redis, a repeated option's last one wins, and the expiry is read after all."""
         key, options = words[1], _options(words, 3, SET_OPTIONS)
         expiry = options.keys() & SET_EXPIRY
         nx, xx, get = b"NX" in options, b"XX" in options, b"GET" in options
@@ -259,7 +251,6 @@ class Keyspace:
         return OK
 
     def incrby(self, words: list[bytes]) -> int:
-        """INCRBY, and INCR."""
         old = self.typed(words[1], bytes)
         result = _added(0 if old is None else parse_integer(old), parse_integer(words[2]) if len(words) > 2 else 1)
         self.data[words[1]] = b"%d" % result
@@ -455,7 +446,6 @@ class Keyspace:
         return b"%d-%d" % entry_id
 
     def xrange(self, words: list[bytes]) -> list[Any]:
-        """XRANGE, and XREVRANGE."""
         reverse = words[0].upper() == b"XREVRANGE"
         key, low, high = words[1], words[3 if reverse else 2], words[2 if reverse else 3]
         start, start_ex = parse_stream_id(low, 0)
@@ -482,7 +472,7 @@ class Keyspace:
 
 
 def command(table: dict[bytes, tuple[_M, int]], words: Sequence[bytes]) -> _M:
-    """The method ``table`` holds for the command ``words``, checked against its arity."""
+    """``table``'s method for the command ``words``, checked against its arity."""
     entry = table.get(words[0]) or table.get(bytes(words[0]).upper())
     if entry is None:
         shown = words[0].decode("utf-8", "replace")
@@ -499,8 +489,8 @@ SET_EXPIRY = {*EXPIRY_OPTIONS, b"KEEPTTL"}
 
 
 def _options(words: list[bytes], start: int, takes: dict[bytes, int]) -> dict[bytes, list[bytes]]:
-    """The options from ``words[start]`` on, each a word of ``takes`` and the
-    words it takes, by option (a repeated one's last wins); else a syntax error."""
+    """The options from ``words[start]`` on, each a key of ``takes`` with the words it
+    takes (a repeated one's last wins); else a syntax error."""
     found: dict[bytes, list[bytes]] = {}
     while start < len(words):
         option = words[start].upper()
@@ -523,15 +513,14 @@ def reply_members(items: Iterable[tuple[float, bytes]], scores: bool) -> list[by
 
 
 def _added(number: int, by: int) -> int:
-    """``number + by``, as INCRBY and HINCRBY add: an error past 64 bits."""
+    """``number + by``; an error past 64 bits."""
     if not INT64[0] <= number + by <= INT64[1]:
         raise CommandError(OVERFLOW)
     return number + by
 
 
-#: Each command's Redis arity: the exact count of words, its name included,
-#: or at least -arity. Its method is its name in lower case (with ``_`` after
-#: a Python name), or that of the command after its ``=``.
+#: Each command's Redis arity: the exact count of words, its name included, or at least -arity. Its method
+#: is its name in lower case (with ``_`` after a Python name), or that of the command after its ``=``.
 ARITIES = """
 GET 2  SET -3  MSET -3  INCR=INCRBY 2  INCRBY 3  DEL -2  UNLINK=DEL -2  EXISTS -2  TYPE 2  PEXPIRE 3
 EXPIRE=PEXPIRE 3  PEXPIREAT 3  PERSIST 2  PTTL 2  TTL=PTTL 2  KEYS 2  SCAN -2  DBSIZE 1  DUMP 2  FLUSHALL -1

@@ -6,15 +6,15 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from .keyspace import Keyspace
 from .values import OK, CommandError, Status
 
-#: Builds the sandbox every script runs in and returns the functions that
-#: compile and run a script in it. As in Redis, reading a global that does
-#: not exist, or creating one, is an error.
+#: Builds the sandbox of every script, where, as in Redis, reading a missing global or
+#: creating one is an error; returns the functions that compile and run a script.
 _SANDBOX = """
 local py_call, py_pcall, OK = ...
 -- OK comes from Python as a marker: a fresh {ok = 'OK'} is cheaper built here.
@@ -96,18 +96,15 @@ setmetatable(env, {
     error("Script attempted to create global variable '" .. tostring(name) .. "'", 2)
   end,
 })
-local loadstring, setfenv = loadstring, setfenv
 local function compile(source)
   local chunk, message = loadstring(source, '@user_script')
   if not chunk then
     return nil, message
   end
-  setfenv(chunk, env)
-  return chunk
+  return setfenv(chunk, env)
 end
--- An array of numbers and strings (our scripts' reply) is converted here
--- as Redis converts it, and goes back as true, its length and its items,
--- which Python takes as a tuple. Anything else goes back as it is.
+-- An array of numbers and strings (our scripts' reply) is converted here as Redis does it,
+-- and goes back as true, its length and its items (a tuple); anything else as it is.
 local ceil = math.ceil
 local function reply(result)
   if type(result) ~= 'table' or result.err ~= nil or result.ok ~= nil then
@@ -143,8 +140,7 @@ end
 return compile, run
 """
 
-#: Put before a script's text, on its first line so that line numbers in
-#: errors are the script's own.
+#: Put before a script's text, on its first line: errors' line numbers stay the script's.
 _HEAD = "local KEYS, ARGV = ...; "
 
 #: Integers below this are numbers Lua holds exactly, and written in full.
@@ -152,9 +148,8 @@ _EXACT = 2**53
 
 
 class LuaHost:
-    """One Lua runtime for the process (a module of :data:`LUAS`), the
-    scripts compiled on it by SHA1, and ``redis.call`` bound to whichever
-    keyspace runs a script. Not locked: callers hold the store's lock."""
+    """One Lua runtime for the process (a module of :data:`LUAS`), the scripts compiled on it by SHA1, and
+    ``redis.call`` bound to whichever keyspace runs a script. Not locked: callers hold the store's lock."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -181,10 +176,7 @@ class LuaHost:
         return function
 
     def run(self, keyspace: Keyspace, sha: str, keys: int, words: Sequence[bytes]) -> Any:
-        """Run a script on ``keyspace``; its reply as Redis converts it.
-
-        :raises CommandError: the error of a ``redis.call``, of the script, or the one it returned.
-        """
+        """Run a script on ``keyspace``: its reply as Redis converts it, or a CommandError."""
         function = self.functions.get(sha)
         if function is None:  # known to the store, not yet to this runtime (see _HOSTS)
             function = self.compile(sha, _SOURCES[sha])
@@ -204,9 +196,8 @@ class LuaHost:
         return _from_lua(result, lua_type)
 
     def _call(self, *words: Any) -> Any:
-        """``redis.call``. The GET and the SET with PX of every counter skip
-        the generic path when their arguments are those it would run anyway:
-        main.lua writes the PX as ``%d`` does, digits without a leading zero."""
+        """``redis.call``. The GET and the SET with PX of every counter skip the generic path when their arguments are
+        those it would run anyway: main.lua writes the PX as ``%d`` does, digits without a leading zero."""
         keyspace = self.keyspace
         assert keyspace is not None
         count = len(words)
@@ -232,8 +223,7 @@ class LuaHost:
             return self.table_from({b"err": str(error).encode()})
 
     def _to_lua(self, reply: Any) -> Any:
-        """A reply as Redis gives it to a script: a nil as false, arrays as
-        tables, a status as ``{ok = ...}``."""
+        """A reply as a script sees it: a nil as false, arrays as tables, a status as ``{ok = ...}``."""
         kind = type(reply)
         if kind is bytes or kind is int:
             return reply
@@ -245,9 +235,8 @@ class LuaHost:
 
 
 def _lua_word(word: Any) -> bytes:
-    """A ``redis.call`` argument as Redis takes it: a number with 17
-    significant digits (``%.17g``, as Redis up to 7.0 writes it; later
-    versions differ only for numbers that are not whole)."""
+    """A ``redis.call`` argument as Redis takes it: a number as ``%.17g``
+    (Redis up to 7.0; later ones differ only for numbers not whole)."""
     kind = type(word)
     if kind is bytes:
         return word  # type: ignore[no-any-return]
@@ -257,9 +246,7 @@ def _lua_word(word: Any) -> bytes:
 
 
 def _from_lua(value: Any, lua_type: Callable[[Any], str | None]) -> Any:
-    """A script's return value as Redis replies it: numbers truncated, true
-    as 1, false as a nil, ``{err=}`` an error, ``{ok=}`` a status, any
-    other table an array up to its first nil."""
+    """A script's return value as Redis replies it (docs/architecture.rst, embedded-store)."""
     kind = type(value)
     if kind is int or kind is bytes:
         return value
@@ -281,16 +268,25 @@ def _from_lua(value: Any, lua_type: Callable[[Any], str | None]) -> Any:
     return items
 
 
-#: The lupa modules scripts may run on, by preference: LuaJIT runs Redis's
-#: Lua 5.1 several times faster; lupa lacks it on some platforms.
+#: The lupa modules scripts may run on, by preference: LuaJIT runs Lua 5.1 several times faster, where lupa has it.
 LUAS = ("luajit21", "lua51")
 
 _HOSTS: dict[str, LuaHost] = {}
-if hasattr(os, "register_at_fork"):
-    # A child forked mid-script (another thread's) gets new runtimes, on which scripts compile again.
-    os.register_at_fork(after_in_child=_HOSTS.clear)
 #: Every script compiled in the process, by SHA1, to compile it again on a new runtime.
 _SOURCES: dict[str, bytes] = {}
+#: Held around every embedded command and script: Redis runs one at a time, and the runtimes are the process's.
+LOCK = threading.Lock()
+
+
+def _after_fork() -> None:
+    """A child forked mid-call (another thread's) gets a free lock, and new runtimes on which scripts compile again."""
+    global LOCK
+    LOCK = threading.Lock()
+    _HOSTS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 def lua_host(name: str | None = None) -> LuaHost:

@@ -24,8 +24,7 @@ BAD_STREAM_ID = "ERR Invalid stream ID specified as stream command argument"
 
 
 class Status(bytes):
-    """A status reply (``+OK``), which Lua sees as ``{ok = ...}`` and a
-    client as its bytes."""
+    """A status reply (``+OK``): ``{ok = ...}`` to Lua, its bytes to a client."""
 
 
 class CommandError(Exception):
@@ -33,8 +32,8 @@ class CommandError(Exception):
 
 
 def response_error(message: str) -> redis.RedisError:
-    """The error redis-py raises for a server's reply: it takes the ``ERR``
-    and ``NOSCRIPT`` codes off the text; any other (``WRONGTYPE``) stays."""
+    """redis-py's error for a server's reply, the ``ERR`` and ``NOSCRIPT`` codes
+    taken off the text; any other (``WRONGTYPE``) stays."""
     code, _, rest = message.partition(" ")
     if code == "NOSCRIPT":
         return redis.exceptions.NoScriptError(rest)
@@ -154,15 +153,14 @@ class ZSet:
 
 @dataclass(slots=True)
 class Stream:
-    """Entries in ID order, each ``(ms, seq)`` and its flat fields, and the last ID given."""
+    """Entries in ID order, each ``(ms, seq)`` and its flat fields; the last ID given."""
 
     entries: list[tuple[tuple[int, int], list[bytes]]] = field(default_factory=list)
     last: tuple[int, int] = (0, 0)
 
 
 def parse_stream_id(value: bytes, default_seq: int, exclusive_ok: bool = True) -> tuple[tuple[int, int], bool]:
-    """An ID bound of XRANGE (``-``, ``+``, ``ms``, ``ms-seq``, maybe after
-    ``(``) and whether it is exclusive."""
+    """An ID bound of XRANGE (``-``, ``+``, ``ms``, ``ms-seq``, maybe after ``(``) and whether it is exclusive."""
     exclusive = exclusive_ok and value.startswith(b"(")
     text = value[1:] if exclusive else value
     if text == b"-":
@@ -170,7 +168,6 @@ def parse_stream_id(value: bytes, default_seq: int, exclusive_ok: bool = True) -
     if text == b"+":
         return (MAX_SEQ, MAX_SEQ), exclusive
     ms, dash, seq = text.partition(b"-")
-    # bytes.isdigit is true of ASCII digits alone, which int() reads.
     if not ms.isdigit() or (dash and not seq.isdigit()):
         raise CommandError(BAD_STREAM_ID)
     parsed = (int(ms), int(seq) if dash else default_seq)
