@@ -9,8 +9,8 @@ yardstick), ``bare`` (the Flask app, no limiter), ``floor`` (the app plus one
 adds), ``ours`` (``@limit(SPEC, identities=["ip", user_key])``), ``ours-py``
 (the same, Redis's reply canned: our Python alone), with ``--metrics``
 ``ours-m`` and ``ours-py-m`` (both with Prometheus metrics on), with
-``--split`` ``call`` and ``round-trip`` (ours' script call alone, and an
-empty script's, each from a hook: see :func:`harness.call_variants`), and ``fl-*``
+``--split`` ``round-trip`` (an empty script's call from a hook: see
+:func:`harness.split`), and ``fl-*``
 (Flask-Limiter, once per strategy). Every limit has three layers and two
 identities, with quotas so large that every request is admitted: this
 measures the price of the common case.
@@ -41,7 +41,6 @@ import time
 from typing import Any
 
 import redis
-from flask import Flask
 from harness import (
     CLIENT_IP,
     FLASK_LIMITER_SPEC,
@@ -53,7 +52,7 @@ from harness import (
     Variant,
     base_environ,
     breakdown,
-    call_variants,
+    canned_variant,
     client_options,
     describe,
     flask_limiter_variant,
@@ -67,6 +66,7 @@ from harness import (
     quartiles,
     ratio,
     render_table,
+    round_trip_variant,
     single_pings,
     split,
     time_and_count,
@@ -86,50 +86,20 @@ QUICK = {"rounds": 10, "batch": 20, "warmup": 2, "count": 50}
 # --- the variants ---------------------------------------------------------------------------------
 
 
-def can_replies(app: Flask) -> bool:
-    """Make the app's storage answer every script call with the first real reply
-    it got, so that the app runs all of our Python but never waits for Redis.
-    False if the package's internals have moved and this no longer applies."""
-    sender = getattr(getattr(app.extensions.get("ratelimit"), "throttle", None), "sender", None)
-    evaluate = getattr(sender, "evaluate", None)
-    if evaluate is None:
-        return False
-    replies: dict[Any, Any] = {}
-
-    def canned(strategy: str, *args: Any, **kwargs: Any) -> Any:
-        if strategy not in replies:
-            replies[strategy] = evaluate(strategy, *args, **kwargs)
-        return replies[strategy]
-
-    sender.evaluate = canned
-    return True
-
-
 def build_variants(
     url: str, environ: Environ, strategies: tuple[str, ...], metrics: bool = False, split: bool = False
 ) -> list[Variant]:
     variants = [*yardsticks(url, environ), floor_variant([url], environ, "Flask app + 1 PING/request")]
-    ours = [
-        ("ours", "flask-redis-throttle", "rl:", False),
-        ("ours-py", "same, Redis reply canned", "rl-canned:", False),
-    ]
+    variants += [our_variant("ours", "flask-redis-throttle", url, environ, "rl:"), canned_variant(url, environ)]
     if metrics:
         from prometheus_client import CollectorRegistry  # the prometheus extra: only for --metrics
 
-        ours += [
-            ("ours-m", "ours + Prometheus metrics", "rl-m:", True),
-            ("ours-py-m", "canned + Prometheus metrics", "rl-canned-m:", True),
+        variants += [
+            our_variant("ours-m", "ours + Prometheus metrics", url, environ, "rl-m:", metrics=CollectorRegistry()),
+            canned_variant(url, environ, "ours-py-m", "canned + Prometheus metrics", metrics=CollectorRegistry()),
         ]
-    for name, label, prefix, metered in ours:
-        variant = our_variant(name, label, url, environ, prefix, metrics=CollectorRegistry() if metered else False)
-        if name.startswith("ours-py"):
-            if not can_replies(variant.app):  # type: ignore[arg-type]
-                print("note: cannot can our storage's replies (internals moved); skipping ours-py", file=sys.stderr)
-                continue
-            variant.key_pattern = None  # its keys are those of its one real call
-        variants.append(variant)
     if split:
-        variants += call_variants(url, environ)
+        variants.append(round_trip_variant(url, environ))
     variants += [flask_limiter_variant(url, environ, strategy) for strategy in strategies]
     return variants
 
@@ -149,7 +119,7 @@ def metrics_alone(variants: list[Variant], rounds: int, calls: int = 2000) -> li
 
     from flask_redis_throttle import Identity
     from flask_redis_throttle._ops.metrics import Metrics
-    from flask_redis_throttle._request.decisions import _outcome
+    from flask_redis_throttle._request.decisions import outcome_label
 
     app = next(v.app for v in variants if v.name == "ours")
     state = app.extensions["ratelimit"]  # type: ignore[union-attr]
@@ -161,7 +131,7 @@ def metrics_alone(variants: list[Variant], rounds: int, calls: int = 2000) -> li
         start = time.perf_counter_ns()
         for _ in range(calls):
             started = perf_counter()
-            metrics.decided("index", "index", _outcome(decision, False), perf_counter() - started)
+            metrics.decided("index", "index", outcome_label(decision, False), perf_counter() - started)
         samples.append((time.perf_counter_ns() - start) / calls / 1000)
     return samples
 
@@ -297,8 +267,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--split",
         action="store_true",
-        help="also time ours' script call alone and an empty script's, each from a hook (call, round-trip): "
-        "ours' added time split into the round trip, the script and our Python",
+        help="also time an empty script's call from a hook (round-trip): "
+        "ours' added time split into our Python, the round trip and the script",
     )
     parser.add_argument("--json", metavar="PATH", help="also write the results, as JSON, to PATH")
     parser.add_argument(
@@ -394,8 +364,8 @@ def main(argv: list[str] | None = None) -> int:
         parts = ours["split_us"]
         print(
             f"Ours split, paired by round: the round trip of an empty script's call {parts['round_trip']:.1f} us "
-            f"(round-trip), our script over it {parts['script']:.1f} us (call - round-trip), our Python "
-            f"{parts['python']:.1f} us (ours - call); in PINGs "
+            f"(round-trip), our script over it {parts['script']:.1f} us (ours - ours-py - round-trip), our Python "
+            f"{parts['python']:.1f} us (ours-py); in PINGs "
             + " + ".join(f"{parts[part] / ping:.2f}" for part in ("round_trip", "script", "python"))
             + "."
         )

@@ -328,23 +328,26 @@ def rst_shows(report: Report) -> str:
 
 def rst_where(report: Report) -> str:
     """Where our fixed-window time goes, from the same run's rows: split by
-    the ``round-trip`` and ``call`` hooks (see ``harness.split``)."""
+    the ``ours-py`` and ``round-trip`` rows (see ``harness.split``)."""
     results = admitted(report)
     ours, floor, ping = results["ours-fixed-window"], results["floor"], results["ping"]
     parts = ours["split_us"]
     items = [
+        f"about {parts['python']:.0f} µs is our Python: finding the identities, building the keys, packing the "
+        "arguments, decoding the reply and formatting the headers (the *reply canned* row: the same app, whose "
+        "script calls are answered in the process with a reply Redis gave, so that it waits for no server). "
+        "``python benchmarks/overhead.py --profile 3000`` shows where it goes;",
         f"about {parts['round_trip']:.0f} µs is the round trip, made from inside a request on the storage's "
         "kept connection (the *empty script's call* row: a bare app whose ``before_request`` hook sends an "
         "``EVALSHA`` of a script that only returns). The same hook sending a redis-py ``PING`` takes "
         f"{floor['added_us']:.0f} µs "
         f"(the *floor* row), and a ``PING`` timed in a tight loop {ping['per_call_us']:.0f} µs: a request's own "
         "work stands between two round trips;",
-        f"about {parts['script']:.0f} µs is our script over that (the *script call alone* row, a hook sending exactly "
-        f"our call, less the round trip). Redis's own time per call is {ours['server_us_per_request']:.0f} µs: "
-        "one ``TIME``, then one read and one write per identity, whose three layers share one key;",
-        f"the rest, about {parts['python']:.0f} µs, is our Python: finding the identities, building the keys, "
-        "packing the arguments, decoding the reply and formatting the headers. ``python benchmarks/overhead.py`` "
-        "also times it with the script's reply canned, and ``--profile`` shows where it goes.",
+        f"the rest, about {parts['script']:.0f} µs, is our script as the request waits for it, over the empty "
+        f"script's round trip. Redis's own time per call is {ours['server_us_per_request']:.0f} µs: "
+        "one ``TIME``, then one read and one write per identity, whose three layers share one key; the rest is "
+        "the bigger call's sending, Redis's reading of it, and the time a server that worked longer takes to "
+        "answer on this machine.",
     ]
     return f"Of our fixed-window {ours['added_us']:.0f} µs in this run:\n\n" + "\n".join(bullet(item) for item in items)
 

@@ -56,7 +56,7 @@ from harness import (
     Variant,
     bare_variant,
     base_environ,
-    call_variants,
+    canned_variant,
     client_options,
     describe,
     distinct_environs,
@@ -73,6 +73,7 @@ from harness import (
     ratio,
     refusing_variant,
     render_table,
+    round_trip_variant,
     split,
     tally,
     time_and_count,
@@ -222,7 +223,8 @@ def plural(n: int, noun: str) -> str:
 def admitted(url: str, admin: redis.Redis, s: Settings) -> dict[str, Any]:
     """Ours (four strategies) and Flask-Limiter's (three) on admitted requests."""
     environ = base_environ()
-    variants = [*yardsticks(url, environ), floor_variant([url], environ), *call_variants(url, environ)]
+    variants = [*yardsticks(url, environ), floor_variant([url], environ), round_trip_variant(url, environ)]
+    variants.append(canned_variant(url, environ, label="ours fixed-window, Redis's reply canned"))
     variants += [
         our_variant(f"ours-{st}", f"ours {st}", url, environ, f"rl-{st}:", strategy=st) for st in OUR_STRATEGIES
     ]
@@ -762,7 +764,7 @@ def plot(report: Mapping[str, Any], path: str) -> None:
                                 gridspec_kw={"width_ratios": [2, 1]} if has_e2e else None)  # fmt: skip
     left = axes[0][0]
     values = [results[n]["added_us"] for n in names]
-    floors = ("floor", "call", "round-trip")
+    floors = ("floor", "round-trip")
     colours = ["#999999" if n in floors else "#2a7ab9" if n.startswith("ours") else "#d9822b" for n in names]
     bars = left.barh([results[n]["label"] for n in names], values, color=colours)
     for bar, name in zip(bars, names, strict=True):
