@@ -486,23 +486,23 @@ def canned_variant(
     return variant
 
 
-def split(variants: Sequence[Variant], ours: str) -> dict[str, float] | None:
+def split(variants: Sequence[Variant], ours: str, canned: str = "ours-py") -> dict[str, float] | None:
     """The variant ``ours``'s added time split three ways by the
     :func:`round_trip_variant` and :func:`canned_variant` (named
-    ``ours-py``) timed beside it, each a median over rounds of a
-    difference paired by round, as added time is: our Python (``ours-py`` -
+    ``canned``) timed beside it, each a median over rounds of a
+    difference paired by round, as added time is: our Python (``canned`` -
     the bare app: measured alone, with no server to wait for), the round
     trip (``round-trip`` - the bare app) and what is left, our script as
-    the request waits for it (``ours`` - ``ours-py`` - the round trip); in
+    the request waits for it (``ours`` - ``canned`` - the round trip); in
     microseconds. None when they were not timed."""
     by_name = {v.name: v.samples for v in variants}
-    if "round-trip" not in by_name or "ours-py" not in by_name:
+    if "round-trip" not in by_name or canned not in by_name:
         return None
-    bare, trip, canned = by_name["bare"], by_name["round-trip"], by_name["ours-py"]
+    bare, trip, replied = by_name["bare"], by_name["round-trip"], by_name[canned]
     return {
         "round_trip": statistics.median(paired(trip, bare)),
-        "script": statistics.median(paired(paired(by_name[ours], canned), paired(trip, bare))),
-        "python": statistics.median(paired(canned, bare)),
+        "script": statistics.median(paired(paired(by_name[ours], replied), paired(trip, bare))),
+        "python": statistics.median(paired(replied, bare)),
     }
 
 

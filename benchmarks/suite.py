@@ -224,7 +224,7 @@ def admitted(url: str, admin: redis.Redis, s: Settings) -> dict[str, Any]:
     """Ours (four strategies) and Flask-Limiter's (three) on admitted requests."""
     environ = base_environ()
     variants = [*yardsticks(url, environ), floor_variant([url], environ), round_trip_variant(url, environ)]
-    variants.append(canned_variant(url, environ, label="ours fixed-window, Redis's reply canned"))
+    variants.append(canned_variant(url, environ, "canned", "ours fixed-window, Redis's reply canned"))
     variants += [
         our_variant(f"ours-{st}", f"ours {st}", url, environ, f"rl-{st}:", strategy=st) for st in OUR_STRATEGIES
     ]
@@ -232,7 +232,7 @@ def admitted(url: str, admin: redis.Redis, s: Settings) -> dict[str, Any]:
     prepare(variants, environ, s.batch)
     parsers = {v.name: parser_name(v.client) for v in variants if v.client is not None}
     results = time_and_count(variants, admin, s.rounds, s.batch, s.warmup, s.count, keys=True)
-    parts = split(variants, "ours-fixed-window")
+    parts = split(variants, "ours-fixed-window", "canned")
     if parts is not None:
         results["ours-fixed-window"]["split_us"] = parts
     ours = [results[f"ours-{strategy}"]["added_us"] for strategy in OUR_STRATEGIES]
@@ -764,7 +764,7 @@ def plot(report: Mapping[str, Any], path: str) -> None:
                                 gridspec_kw={"width_ratios": [2, 1]} if has_e2e else None)  # fmt: skip
     left = axes[0][0]
     values = [results[n]["added_us"] for n in names]
-    floors = ("floor", "round-trip")
+    floors = ("floor", "round-trip", "canned")
     colours = ["#999999" if n in floors else "#2a7ab9" if n.startswith("ours") else "#d9822b" for n in names]
     bars = left.barh([results[n]["label"] for n in names], values, color=colours)
     for bar, name in zip(bars, names, strict=True):
