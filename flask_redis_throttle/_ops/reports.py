@@ -37,7 +37,10 @@ class RouteLimits:
 
 def route_limits(state: RateLimitState, endpoint: str | None = None, method: str | None = None) -> list[RouteLimits]:
     """The current app's routes with their limits, methods with the same limits together; only ``endpoint``'s,
-    or ``method``, if given. A :class:`KeyError` if the app has no endpoint ``endpoint``."""
+    or ``method``, if given.
+
+    :raises KeyError: if the app has no endpoint ``endpoint``.
+    """
     found: list[RouteLimits] = []
     for rule in sorted(current_app.url_map.iter_rules(endpoint), key=lambda rule: (rule.rule, rule.endpoint)):
         groups: dict[tuple[tuple[str, ...], ...], tuple[list[str], list[PlannedLimit]]] = {}

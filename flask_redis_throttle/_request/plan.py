@@ -169,6 +169,7 @@ class Batch:
 class Plan:
     """The limits of one endpoint and method, ready for every request.
 
+    :param endpoint: the endpoint.
     :param method: the HTTP method, upper case.
     :param limits: the limits that apply, in the order :doc:`/limits` gives.
     :param labels: the layers' header names; None when a limit is dynamic.

@@ -71,6 +71,7 @@ class Outcome:
 class RateLimitState(Notices):
     """The rate limiting state of one app, found at ``app.extensions["ratelimit"]``.
 
+    :param app: the app.
     :param settings: the app's validated settings.
     :param filters: the request filters (see :meth:`RateLimit.request_filter`).
     :param client: a Redis client to use instead of ``RATELIMIT_STORAGE_URL``, or None.

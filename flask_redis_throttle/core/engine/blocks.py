@@ -60,8 +60,11 @@ class BlockCache:
         return len(self._blocks)
 
     def find(self, layers: list[tuple[str, int]], cost: int, now: int) -> tuple[int, Block] | None:
-        """The index in ``layers`` (``(<key>=<window>, quota)`` in the plan's order)
-        and block of the blocked layer with the longest wait at ``now``, if any."""
+        """The index in ``layers`` and block of the layer blocked for a request of ``cost`` with the longest wait
+        at ``now`` (microseconds on the blocks' clock), if any.
+
+        :param layers: the request's layers as ``(<key>=<window>, quota)``, in the order of the script's plan.
+        """
         blocks = self._blocks
         if not blocks:
             return None

@@ -12,7 +12,8 @@ from ..engine.throttle import Policy, Throttle
 
 @dataclass(frozen=True, slots=True)
 class LayerUsage:
-    """One layer of a limit as one identity has used it: ``reset`` is the seconds until its full quota is back."""
+    """One layer of a limit as one identity has used it: ``reset`` is the seconds until its full quota is back,
+    0 when nothing of it is used."""
 
     policy: Policy
     layer: Layer
@@ -26,7 +27,8 @@ class LayerUsage:
 
 
 def usage(throttle: Throttle, policy: Policy, identity: Identity) -> list[LayerUsage]:
-    """Each layer of ``policy`` as ``identity`` has used it, by calls that count nothing and skip the block cache.
+    """Each layer of ``policy``, in order, as ``identity`` has used it, by calls that count nothing and skip the
+    block cache.
 
     :raises StorageUnavailable: if Redis could not answer.
     """
