@@ -404,15 +404,24 @@ def test_the_cli_shows_and_stops_the_server(folder: LocalFolder) -> None:
     assert server_pid(folder) != pid
 
 
-def test_the_cli_s_status_of_a_stalled_server_says_it_does_not_answer(folder: LocalFolder) -> None:
-    app = local_app(folder)
-    assert get(app.test_client()).status_code == 200
+@contextlib.contextmanager
+def stalled(folder: LocalFolder) -> Iterator[int]:
+    """The folder's server stopped (``SIGSTOP``) for the block, which is
+    given its pid; let go on afterwards, unless the block ended it."""
     pid = server_pid(folder)
     os.kill(pid, signal.SIGSTOP)
     try:
-        result = flask_command(app, "ratelimit", "server", "status")
+        yield pid
     finally:
-        os.kill(pid, signal.SIGCONT)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+
+def test_the_cli_s_status_of_a_stalled_server_says_it_does_not_answer(folder: LocalFolder) -> None:
+    app = local_app(folder)
+    assert get(app.test_client()).status_code == 200
+    with stalled(folder) as pid:
+        result = flask_command(app, "ratelimit", "server", "status")
     assert result.exit_code == 1
     assert f"Error: the local server at {folder.socket} does not answer: " in result.output
     assert server_pid(folder) == pid  # only asked
@@ -423,13 +432,8 @@ def test_the_cli_stops_a_stalled_server_by_its_pid(folder: LocalFolder) -> None:
     asked to shut down: ``server stop`` kills it by its pid file's pid."""
     app = local_app(folder)
     assert get(app.test_client()).status_code == 200
-    pid = server_pid(folder)
-    os.kill(pid, signal.SIGSTOP)
-    try:
+    with stalled(folder) as pid:
         result = flask_command(app, "ratelimit", "server", "stop")
-    except BaseException:
-        os.kill(pid, signal.SIGCONT)
-        raise
     assert result.exit_code == 0, result.output
     assert result.output == f"stopped the local server (pid {pid})\n"
     assert not local.server_status(folder).running
@@ -571,9 +575,7 @@ def test_a_stalled_server_is_not_replaced(folder: LocalFolder) -> None:
     app = local_app(folder, "2/hour")
     client = app.test_client()
     assert get(client).status_code == 200
-    pid = server_pid(folder)
-    os.kill(pid, signal.SIGSTOP)
-    try:
+    with stalled(folder) as pid:
         # Its socket still takes connections: the requests time out and
         # fail open, and no second server is started on its socket.
         for _ in range(2):
@@ -582,8 +584,6 @@ def test_a_stalled_server_is_not_replaced(folder: LocalFolder) -> None:
             assert time.monotonic() - started < 2.0
             assert response.status_code == 200
             assert "RateLimit" not in response.headers
-    finally:
-        os.kill(pid, signal.SIGCONT)
     assert starts(folder) == 1
     assert [get(client).status_code for _ in range(2)] == [200, 429]
     assert server_pid(folder) == pid
