@@ -267,13 +267,24 @@ class SplitReply(list[int]):
     """The merged reply of a request admitted on several nodes, with each
     part's :data:`Times`: a later refund of it (a block of quota given back,
     its concurrency slots) is sent to each node at the time that node
-    counted it, as the nodes' clocks may put it in different windows."""
+    counted it, as the nodes' clocks may put it in different windows. The
+    times are worked out when asked for: only a request that holds
+    something needs them."""
 
-    __slots__ = ("times",)
+    __slots__ = ("_parts", "_replies")
 
-    def __init__(self, reply: list[int], times: Times) -> None:
+    def __init__(self, reply: list[int], parts: Sequence[Part], replies: Sequence[Sequence[int]]) -> None:
         super().__init__(reply)
-        self.times = times
+        self._parts, self._replies = parts, replies
+
+    @property
+    def times(self) -> Times:
+        return tuple((part.tag, got[5], got[4]) for part, got in zip(self._parts, self._replies, strict=True))
+
+
+def times_of(raw: Sequence[int]) -> Times:
+    """A script reply's :data:`Times`: none but a :class:`SplitReply`'s."""
+    return raw.times if type(raw) is SplitReply else ()
 
 
 def settle(parts: Sequence[Part], replies: Sequence[Sequence[int]]) -> tuple[list[int], list[Call]]:
@@ -286,8 +297,7 @@ def settle(parts: Sequence[Part], replies: Sequence[Sequence[int]]) -> tuple[lis
     reply = merge(parts, replies)
     refunds: list[Call] = []
     if reply[0] == 1:
-        times = tuple((part.tag, got[5], got[4]) for part, got in zip(parts, replies, strict=True))
-        return SplitReply(reply, times), []
+        return SplitReply(reply, parts, replies), []
     if reply[0] == 0 and isinstance(cost, int) and cost > 0:
         # At the time each part decided, with its wait (a sliding log's entries are stamped with it).
         admitted = [(part, got) for part, got in zip(parts, replies, strict=True) if got[0] == 1]

@@ -20,7 +20,7 @@ from ..storages.local import LocalFolder, folder_of
 from ..storages.storage import STORAGE_ERRORS, NodeFailure, NotSent, Storage
 from .blocks import Block, BlockCache
 from .breaker import CircuitBreaker
-from .codec import LAYOUT_CACHE_SIZE, MAX_PLAN_DELAY, Layout, Reply, SplitReply, Times, entry
+from .codec import LAYOUT_CACHE_SIZE, MAX_PLAN_DELAY, Layout, Reply, Times, entry, times_of
 from .keys import Identity, counter_pattern, delete_counters, escape_scope, identity_tag, kept_counter_key
 from .penalties import Penalty, penalty_suffix
 from .rates import Layer
@@ -356,12 +356,13 @@ class Throttle:
             return replace(decision, fallback=True)
         reply = Reply.decode(raw)
         if reply.admitted:
-            times = raw.times if type(raw) is SplitReply else ()
             if returnable and cost > 0:
-                hold = Hold(self, tuple(keys), layout.plan, reply.now, 0, strategies, cost, raw[4], token, times)
+                whole = tuple(keys)
+                hold = Hold(self, whole, layout.plan, reply.now, 0, strategies, cost, raw[4], token, times_of(raw))
                 return _decision(reply, checks, layout, hold=hold)
             if token:
-                return _decision(reply, checks, layout, hold=self._hold(keys, layout, reply.now, token, times))
+                hold = self._hold(keys, layout, reply.now, token, times_of(raw))
+                return _decision(reply, checks, layout, hold=hold)
         elif blocks is not None and cost > 0 and reply.layer not in layout.slot_layers:
             # Redis ran the script at or after `sent`: the layer is full until at least `sent + retry`.
             # (Not a slot: one frees when a request ends.)
